@@ -1,0 +1,840 @@
+"""The Tile IR interpreter against float64 NumPy references.
+
+Kernels are written as TileLang users write them: builder functions whose arguments become closure
+constants of a ``@T.prim_func``.  Outputs are poisoned with NaN before each run, so an element the
+kernel forgets to write fails the comparison.
+
+Every closure name a parameter annotation uses is also used in the kernel body: the frontend reads
+annotations through the kernel's closure, which holds only names the body uses.
+"""
+
+import math
+import time
+
+import ml_dtypes
+import numpy as np
+import pytest
+
+import tilewright.language as T
+from tilewright.errors import ArgumentError, TilewrightError
+from tilewright.interp.tile import InterpError, OutOfBoundsError, run_tile_ir
+
+NP = {"float16": np.float16, "bfloat16": ml_dtypes.bfloat16, "float32": np.float32, "float64": np.float64,
+      "int8": np.int8, "int32": np.int32}
+
+
+def rand(rng, shape, dtype="float32", lo=-1.0, hi=1.0):
+    return rng.uniform(lo, hi, size=shape).astype(NP[dtype])
+
+
+def poisoned(shape, dtype="float32"):
+    return np.full(shape, np.nan, dtype=NP[dtype])
+
+
+def f64(x):
+    return np.asarray(x).astype(np.float64)
+
+
+def close(got, want, rtol=1e-5, atol=1e-5):
+    np.testing.assert_allclose(f64(got), want, rtol=rtol, atol=atol)
+
+
+@pytest.fixture
+def rng():
+    return np.random.default_rng(1234)
+
+
+# --------------------------------------------------------------------------------------------
+# elementwise and copies
+
+
+def elementwise_add(N, block):
+    @T.prim_func
+    def add(A: T.Tensor((N,), "float32"), B: T.Tensor((N,), "float32"), C: T.Tensor((N,), "float32")):
+        with T.Kernel(T.ceildiv(N, block), threads=128) as bx:
+            for i in T.Parallel(block):
+                if bx * block + i < N:
+                    C[bx * block + i] = A[bx * block + i] + B[bx * block + i]
+
+    return add
+
+
+def test_elementwise_add_ragged(rng):
+    f = elementwise_add(1000, 128)
+    a, b = rand(rng, 1000), rand(rng, 1000)
+    c = poisoned(1000)
+    run_tile_ir(f, [a, b, c])
+    close(c, f64(a) + f64(b), rtol=1e-6)
+
+
+def tiled_copy(M, N, bm, bn, via):
+    @T.prim_func
+    def copy(A: T.Tensor((M, N), "float32"), B: T.Tensor((M, N), "float32")):
+        with T.Kernel(T.ceildiv(N, bn), T.ceildiv(M, bm), threads=128) as (bx, by):
+            if via == "shared":
+                tile = T.alloc_shared((bm, bn), "float32")
+            else:
+                tile = T.alloc_fragment((bm, bn), "float32")
+            T.copy(A[by * bm, bx * bn], tile)
+            T.copy(tile, B[by * bm:(by + 1) * bm, bx * bn:(bx + 1) * bn])
+
+    return copy
+
+
+@pytest.mark.parametrize("via", ["shared", "fragment"])
+def test_tiled_copy_ragged(rng, via):
+    f = tiled_copy(1000, 500, 128, 64, via)
+    a = rand(rng, (1000, 500))
+    b = poisoned((1000, 500))
+    run_tile_ir(f, [a, b])
+    np.testing.assert_array_equal(b, a)
+
+
+def transpose(M, N, bm, bn):
+    @T.prim_func
+    def tr(A: T.Tensor((M, N), "float16"), B: T.Tensor((N, M), "float16")):
+        with T.Kernel(T.ceildiv(N, bn), T.ceildiv(M, bm), threads=256) as (bx, by):
+            tile = T.alloc_shared((bm, bn), "float16")
+            out = T.alloc_fragment((bn, bm), "float16")
+            T.copy(A[by * bm, bx * bn], tile)
+            for j, i in T.Parallel(bn, bm):
+                out[j, i] = tile[i, j]
+            T.copy(out, B[bx * bn, by * bm])
+
+    return tr
+
+
+def test_transpose_via_shared(rng):
+    f = transpose(300, 200, 64, 32)
+    a = rand(rng, (300, 200), "float16")
+    b = poisoned((200, 300), "float16")
+    run_tile_ir(f, [a, b])
+    np.testing.assert_array_equal(b, a.T)
+
+
+def convert_copy(M, N, bm, bn):
+    @T.prim_func
+    def conv(X: T.Tensor((M, N), "float32"), Y: T.Tensor((M, N), "float16"), Z: T.Tensor((M, N), "float16")):
+        with T.Kernel(T.ceildiv(N, bn), T.ceildiv(M, bm), threads=128) as (bx, by):
+            f32 = T.alloc_fragment((bm, bn), "float32")
+            h = T.alloc_shared((bm, bn), "float16")
+            T.copy(X[by * bm, bx * bn], f32)
+            T.copy(f32, Y[by * bm, bx * bn])  # converts on the way out
+            T.copy(X[by * bm, bx * bn], h)  # converts on the way in
+            T.copy(h, Z[by * bm, bx * bn])
+
+    return conv
+
+
+def test_dtype_converting_copy(rng):
+    f = convert_copy(130, 70, 64, 32)
+    x = rand(rng, (130, 70), lo=-70000.0, hi=70000.0)
+    with np.errstate(over="ignore"):
+        want = x.astype(np.float16)
+    y, z = poisoned((130, 70), "float16"), poisoned((130, 70), "float16")
+    run_tile_ir(f, [x, y, z])
+    np.testing.assert_array_equal(y, want)  # includes overflow to +-inf
+    np.testing.assert_array_equal(z, want)
+
+
+# --------------------------------------------------------------------------------------------
+# GEMM
+
+
+def matmul(M, N, K, bm, bn, bk, dtype, accum="float32", trans_a=False, trans_b=False, stages=0, epilogue=None):
+    as_shape = (bk, bm) if trans_a else (bm, bk)
+    bs_shape = (bn, bk) if trans_b else (bk, bn)
+
+    # the annotations only use names the body uses too (see the module docstring)
+    @T.prim_func
+    def gemm(A: T.Tensor((K, M) if trans_a else (M, K), dtype), B: T.Tensor((N, K) if trans_b else (K, N), dtype),
+             bias: T.Tensor((N,), "float32"), C: T.Tensor((M, N), dtype)):
+        with T.Kernel(T.ceildiv(N, bn), T.ceildiv(M, bm), threads=128) as (bx, by):
+            A_s = T.alloc_shared(as_shape, dtype)
+            B_s = T.alloc_shared(bs_shape, dtype)
+            C_f = T.alloc_fragment((bm, bn), accum)
+            T.clear(C_f)
+            for k in T.Pipelined(T.ceildiv(K, bk), num_stages=stages):
+                if trans_a:
+                    T.copy(A[k * bk, by * bm], A_s)
+                else:
+                    T.copy(A[by * bm, k * bk], A_s)
+                if trans_b:
+                    T.copy(B[bx * bn, k * bk], B_s)
+                else:
+                    T.copy(B[k * bk, bx * bn], B_s)
+                T.gemm(A_s, B_s, C_f, transpose_A=trans_a, transpose_B=trans_b)
+            if epilogue == "bias_relu":
+                for i, j in T.Parallel(bm, bn):
+                    C_f[i, j] = T.max(C_f[i, j] + bias[bx * bn + j], 0.0)
+            T.copy(C_f, C[by * bm, bx * bn])
+
+    return gemm
+
+
+def gemm_reference(a, b, bias, trans_a, trans_b, epilogue):
+    a64, b64 = f64(a), f64(b)
+    ref = (a64.T if trans_a else a64) @ (b64.T if trans_b else b64)
+    if epilogue == "bias_relu":
+        ref = np.maximum(ref + f64(bias), 0.0)
+    return ref
+
+
+GEMM_TOL = {"float16": (1e-2, 2e-2), "bfloat16": (2e-2, 6e-2), "float32": (1e-5, 1e-5)}
+
+
+@pytest.mark.parametrize("dtype", ["float16", "bfloat16", "float32"])
+@pytest.mark.parametrize("trans_a,trans_b", [(False, False), (False, True), (True, False), (True, True)])
+def test_gemm_ragged(rng, dtype, trans_a, trans_b):
+    M, N, K = 100, 72, 40
+    f = matmul(M, N, K, 64, 64, 32, dtype, trans_a=trans_a, trans_b=trans_b)
+    a = rand(rng, (K, M) if trans_a else (M, K), dtype)
+    b = rand(rng, (N, K) if trans_b else (K, N), dtype)
+    bias = rand(rng, N)
+    c = poisoned((M, N), dtype)
+    run_tile_ir(f, [a, b, bias, c])
+    rtol, atol = GEMM_TOL[dtype]
+    close(c, gemm_reference(a, b, bias, trans_a, trans_b, None), rtol=rtol, atol=atol)
+
+
+def test_gemm_bias_relu_epilogue(rng):
+    M, N, K = 100, 72, 40
+    f = matmul(M, N, K, 64, 64, 32, "float16", epilogue="bias_relu")
+    a, b, bias = rand(rng, (M, K), "float16"), rand(rng, (K, N), "float16"), rand(rng, N)
+    c = poisoned((M, N), "float16")
+    run_tile_ir(f, [a, b, bias, c])
+    close(c, gemm_reference(a, b, bias, False, False, "bias_relu"), rtol=1e-2, atol=2e-2)
+    assert (f64(c) == 0).any() and (f64(c) > 0).any()
+
+
+def test_pipelined_gemm_512_is_fast(rng):
+    M = N = K = 512
+    f = matmul(M, N, K, 128, 128, 32, "float16", stages=3)
+    a, b, bias = rand(rng, (M, K), "float16"), rand(rng, (K, N), "float16"), rand(rng, N)
+    c = poisoned((M, N), "float16")
+    start = time.perf_counter()
+    run_tile_ir(f, [a, b, bias, c])
+    elapsed = time.perf_counter() - start
+    close(c, f64(a) @ f64(b), rtol=1e-2, atol=5e-2)
+    assert elapsed < 1.0, f"512^3 GEMM took {elapsed:.3f} s in the interpreter"
+
+
+def int8_gemm(M, N, K, bm, bn, bk):
+    @T.prim_func
+    def gemm(A: T.Tensor((M, K), "int8"), B: T.Tensor((N, K), "int8"), C: T.Tensor((M, N), "int32")):
+        with T.Kernel(T.ceildiv(N, bn), T.ceildiv(M, bm), threads=128) as (bx, by):
+            A_s = T.alloc_shared((bm, bk), "int8")
+            B_s = T.alloc_shared((bn, bk), "int8")
+            C_f = T.alloc_fragment((bm, bn), "int32")
+            T.clear(C_f)
+            for k in T.serial(T.ceildiv(K, bk)):
+                T.copy(A[by * bm, k * bk], A_s)
+                T.copy(B[bx * bn, k * bk], B_s)
+                T.gemm(A_s, B_s, C_f, transpose_B=True)
+            T.copy(C_f, C[by * bm, bx * bn])
+
+    return gemm
+
+
+def test_int8_gemm_exact(rng):
+    M, N, K = 70, 50, 96
+    f = int8_gemm(M, N, K, 64, 32, 32)
+    a = rng.integers(-128, 128, (M, K)).astype(np.int8)
+    b = rng.integers(-128, 128, (N, K)).astype(np.int8)
+    c = np.full((M, N), -7, np.int32)
+    run_tile_ir(f, [a, b, c])
+    np.testing.assert_array_equal(c, a.astype(np.int64) @ b.astype(np.int64).T)
+
+
+def splitk_gemm(M, N, K, bm, bn, bk, splits):
+    @T.prim_func
+    def gemm(A: T.Tensor((M, K), "float16"), B: T.Tensor((K, N), "float16"), C: T.Tensor((M, N), "float32")):
+        with T.Kernel(T.ceildiv(N, bn), T.ceildiv(M, bm), splits, threads=128) as (bx, by, bz):
+            A_s = T.alloc_shared((bm, bk), "float16")
+            B_s = T.alloc_shared((bk, bn), "float16")
+            C_f = T.alloc_fragment((bm, bn), "float32")
+            T.clear(C_f)
+            for k in T.Pipelined(K // splits // bk, num_stages=2):
+                T.copy(A[by * bm, bz * (K // splits) + k * bk], A_s)
+                T.copy(B[bz * (K // splits) + k * bk, bx * bn], B_s)
+                T.gemm(A_s, B_s, C_f)
+            T.atomic_add(C[by * bm, bx * bn], C_f)
+
+    return gemm
+
+
+def test_split_k_gemm_tile_atomic_add(rng):
+    M, N, K = 90, 80, 128
+    f = splitk_gemm(M, N, K, 64, 64, 32, 2)
+    a, b = rand(rng, (M, K), "float16"), rand(rng, (K, N), "float16")
+    c = np.zeros((M, N), np.float32)
+    run_tile_ir(f, [a, b, c])
+    close(c, f64(a) @ f64(b), rtol=1e-4, atol=1e-4)
+
+
+# --------------------------------------------------------------------------------------------
+# reductions and normalisations
+
+
+def row_softmax(M, N, bm):
+    @T.prim_func
+    def softmax(X: T.Tensor((M, N), "float32"), Y: T.Tensor((M, N), "float32")):
+        with T.Kernel(T.ceildiv(M, bm), threads=128) as bx:
+            x = T.alloc_fragment((bm, N), "float32")
+            row_max = T.alloc_fragment((bm,), "float32")
+            row_sum = T.alloc_fragment((bm,), "float32")
+            T.copy(X[bx * bm, 0], x)
+            T.reduce_max(x, row_max, dim=1)
+            for i, j in T.Parallel(bm, N):
+                x[i, j] = T.exp(x[i, j] - row_max[i])
+            T.reduce_sum(x, row_sum, dim=1)
+            for i, j in T.Parallel(bm, N):
+                x[i, j] = x[i, j] / row_sum[i]
+            T.copy(x, Y[bx * bm, 0])
+
+    return softmax
+
+
+def softmax_ref(x):
+    x = f64(x)
+    e = np.exp(x - x.max(axis=1, keepdims=True))
+    return e / e.sum(axis=1, keepdims=True)
+
+
+def test_row_softmax_64x1024(rng):
+    f = row_softmax(64, 1024, 4)
+    x = rand(rng, (64, 1024), lo=-5, hi=5)
+    y = poisoned((64, 1024))
+    start = time.perf_counter()
+    run_tile_ir(f, [x, y])
+    assert time.perf_counter() - start < 0.5
+    close(y, softmax_ref(x), rtol=1e-5, atol=1e-7)
+
+
+def online_softmax(M, N, bm, bn):
+    @T.prim_func
+    def softmax(X: T.Tensor((M, N), "float16"), Y: T.Tensor((M, N), "float16")):
+        with T.Kernel(T.ceildiv(M, bm), threads=128) as bx:
+            x = T.alloc_fragment((bm, bn), "float32")
+            m_prev = T.alloc_fragment((bm,), "float32")
+            m_cur = T.alloc_fragment((bm,), "float32")
+            l_sum = T.alloc_fragment((bm,), "float32")
+            l_cur = T.alloc_fragment((bm,), "float32")
+            T.fill(m_cur, -T.infinity("float32"))
+            T.fill(l_sum, 0.0)
+            for k in T.Pipelined(T.ceildiv(N, bn), num_stages=2):
+                T.copy(X[bx * bm, k * bn], x)
+                for i, j in T.Parallel(bm, bn):  # columns past N must not count
+                    x[i, j] = T.if_then_else(k * bn + j < N, x[i, j], -T.infinity("float32"))
+                T.copy(m_cur, m_prev)
+                T.reduce_max(x, m_cur, dim=1, clear=False)
+                for i, j in T.Parallel(bm, bn):
+                    x[i, j] = T.exp(x[i, j] - m_cur[i])
+                T.reduce_sum(x, l_cur, dim=1)
+                for i in T.Parallel(bm):
+                    l_sum[i] = l_sum[i] * T.exp(m_prev[i] - m_cur[i]) + l_cur[i]
+            for k in T.serial(T.ceildiv(N, bn)):
+                T.copy(X[bx * bm, k * bn], x)
+                for i, j in T.Parallel(bm, bn):
+                    x[i, j] = T.exp(x[i, j] - m_cur[i]) / l_sum[i]
+                T.copy(x, Y[bx * bm, k * bn])
+
+    return softmax
+
+
+def test_online_softmax_running_max(rng):
+    f = online_softmax(50, 300, 16, 64)
+    x = rand(rng, (50, 300), "float16", lo=-8, hi=8)
+    y = poisoned((50, 300), "float16")
+    run_tile_ir(f, [x, y])
+    close(y, softmax_ref(x), rtol=1e-2, atol=1e-4)
+
+
+def flash_attention(S, D, bm, bn):
+    scale = 1.0 / math.sqrt(D) * 1.44269504  # softmax in base 2
+
+    @T.prim_func
+    def attn(Q: T.Tensor((S, D), "float16"), K: T.Tensor((S, D), "float16"), V: T.Tensor((S, D), "float16"),
+             O: T.Tensor((S, D), "float16")):
+        with T.Kernel(T.ceildiv(S, bm), threads=128) as bx:
+            Q_s = T.alloc_shared((bm, D), "float16")
+            K_s = T.alloc_shared((bn, D), "float16")
+            V_s = T.alloc_shared((bn, D), "float16")
+            s = T.alloc_fragment((bm, bn), "float32")
+            p = T.alloc_fragment((bm, bn), "float16")
+            acc = T.alloc_fragment((bm, D), "float32")
+            m_prev = T.alloc_fragment((bm,), "float32")
+            m_cur = T.alloc_fragment((bm,), "float32")
+            rescale = T.alloc_fragment((bm,), "float32")
+            l_sum = T.alloc_fragment((bm,), "float32")
+            l_cur = T.alloc_fragment((bm,), "float32")
+            T.copy(Q[bx * bm, 0], Q_s)
+            T.fill(acc, 0)
+            T.fill(l_sum, 0)
+            T.fill(m_cur, -T.infinity("float32"))
+            for k in T.Pipelined(T.ceildiv(S, bn), num_stages=2):
+                T.copy(K[k * bn, 0], K_s)
+                T.gemm(Q_s, K_s, s, transpose_B=True, clear_accum=True)
+                for i, j in T.Parallel(bm, bn):
+                    s[i, j] = T.if_then_else(k * bn + j < S, s[i, j], -T.infinity("float32"))
+                T.copy(m_cur, m_prev)
+                T.reduce_max(s, m_cur, dim=1, clear=False)
+                for i in T.Parallel(bm):
+                    rescale[i] = T.exp2(m_prev[i] * scale - m_cur[i] * scale)
+                for i, j in T.Parallel(bm, bn):
+                    s[i, j] = T.exp2(s[i, j] * scale - m_cur[i] * scale)
+                T.reduce_sum(s, l_cur, dim=1)
+                for i in T.Parallel(bm):
+                    l_sum[i] = l_sum[i] * rescale[i] + l_cur[i]
+                for i, j in T.Parallel(bm, D):
+                    acc[i, j] *= rescale[i]
+                T.copy(s, p)
+                T.copy(V[k * bn, 0], V_s)
+                T.gemm(p, V_s, acc)
+            for i, j in T.Parallel(bm, D):
+                acc[i, j] /= l_sum[i]
+            T.copy(acc, O[bx * bm, 0])
+
+    return attn
+
+
+def test_flash_attention_online_softmax(rng):
+    S, D = 200, 64
+    f = flash_attention(S, D, 64, 64)
+    q, k, v = (rand(rng, (S, D), "float16") for _ in range(3))
+    o = poisoned((S, D), "float16")
+    run_tile_ir(f, [q, k, v, o])
+    ref = softmax_ref(f64(q) @ f64(k).T / math.sqrt(D)) @ f64(v)
+    close(o, ref, rtol=2e-2, atol=5e-3)
+
+
+def rmsnorm(M, N, bm, eps=1e-6):
+    @T.prim_func
+    def norm(X: T.Tensor((M, N), "float16"), W: T.Tensor((N,), "float16"), Y: T.Tensor((M, N), "float16")):
+        with T.Kernel(T.ceildiv(M, bm), threads=128) as bx:
+            x = T.alloc_fragment((bm, N), "float32")
+            sq = T.alloc_fragment((bm, N), "float32")
+            ss = T.alloc_fragment((bm,), "float32")
+            T.copy(X[bx * bm, 0], x)
+            for i, j in T.Parallel(bm, N):
+                sq[i, j] = x[i, j] * x[i, j]
+            T.reduce_sum(sq, ss, dim=1)
+            for i, j in T.Parallel(bm, N):
+                x[i, j] = x[i, j] * T.rsqrt(ss[i] / N + eps) * W[j]
+            T.copy(x, Y[bx * bm, 0])
+
+    return norm
+
+
+def test_rmsnorm(rng):
+    M, N = 37, 256
+    f = rmsnorm(M, N, 8)
+    x, w = rand(rng, (M, N), "float16"), rand(rng, N, "float16")
+    y = poisoned((M, N), "float16")
+    run_tile_ir(f, [x, w, y])
+    x64 = f64(x)
+    ref = x64 / np.sqrt((x64 ** 2).mean(axis=1, keepdims=True) + 1e-6) * f64(w)
+    close(y, ref, rtol=1e-2, atol=1e-2)
+
+
+def layernorm(M, N, bm, eps=1e-5):
+    @T.prim_func
+    def norm(X: T.Tensor((M, N), "float32"), G: T.Tensor((N,), "float32"), Bt: T.Tensor((N,), "float32"),
+             Y: T.Tensor((M, N), "float32")):
+        with T.Kernel(T.ceildiv(M, bm), threads=128) as bx:
+            x = T.alloc_fragment((bm, N), "float32")
+            d = T.alloc_fragment((bm, N), "float32")
+            mean = T.alloc_fragment((bm,), "float32")
+            var = T.alloc_fragment((bm,), "float32")
+            T.copy(X[bx * bm, 0], x)
+            T.reduce_sum(x, mean, dim=1)
+            for i in T.Parallel(bm):
+                mean[i] = mean[i] / N
+            for i, j in T.Parallel(bm, N):
+                d[i, j] = (x[i, j] - mean[i]) * (x[i, j] - mean[i])
+            T.reduce_sum(d, var, dim=1)
+            for i, j in T.Parallel(bm, N):
+                x[i, j] = (x[i, j] - mean[i]) / T.sqrt(var[i] / N + eps) * G[j] + Bt[j]
+            T.copy(x, Y[bx * bm, 0])
+
+    return norm
+
+
+def test_layernorm(rng):
+    M, N = 45, 192
+    f = layernorm(M, N, 16)
+    x, g, b = rand(rng, (M, N), lo=-3, hi=5), rand(rng, N), rand(rng, N)
+    y = poisoned((M, N))
+    run_tile_ir(f, [x, g, b, y])
+    x64 = f64(x)
+    mu = x64.mean(axis=1, keepdims=True)
+    ref = (x64 - mu) / np.sqrt(x64.var(axis=1, keepdims=True) + 1e-5) * f64(g) + f64(b)
+    close(y, ref, rtol=1e-4, atol=1e-4)
+
+
+def column_sum(M, N, bm, bn):
+    @T.prim_func
+    def colsum(X: T.Tensor((M, N), "float32"), S: T.Tensor((N,), "float32")):
+        with T.Kernel(T.ceildiv(N, bn), threads=128) as bx:
+            x = T.alloc_fragment((bm, bn), "float32")
+            part = T.alloc_fragment((bn,), "float32")
+            T.clear(part)
+            for k in T.serial(T.ceildiv(M, bm)):
+                T.copy(X[k * bm, bx * bn], x)  # rows past M read as zero
+                T.reduce_sum(x, part, dim=0, clear=False)
+            T.copy(part, S[bx * bn])
+
+    return colsum
+
+
+def test_column_reduction_dim0(rng):
+    M, N = 333, 100
+    f = column_sum(M, N, 64, 32)
+    x = rand(rng, (M, N))
+    s = poisoned(N)
+    run_tile_ir(f, [x, s])
+    close(s, f64(x).sum(axis=0), rtol=1e-5, atol=1e-4)
+
+
+def reduce_variants(M, N):
+    @T.prim_func
+    def red(X: T.Tensor((M, N), "float32"), R: T.Tensor((4, M), "float32"), Tot: T.Tensor((1,), "float32")):
+        with T.Kernel(1, threads=128) as bx:
+            x = T.alloc_fragment((M, N), "float32")
+            r = T.alloc_fragment((M,), "float32")
+            flat = T.alloc_fragment((N,), "float32")
+            one = T.alloc_fragment((1,), "float32")
+            T.copy(X, x)
+            T.reduce_min(x, r, dim=1)
+            T.copy(r, R[0, 0])
+            T.reduce_absmax(x, r, dim=1)
+            T.copy(r, R[1, 0])
+            T.reduce_abssum(x, r, dim=-1)
+            T.copy(r, R[2, 0])
+            T.fill(r, 100.0)
+            T.reduce_max(x, r, dim=1, clear=False)  # folds the old 100 in
+            T.copy(r, R[3, 0])
+            T.copy(X[0, 0:N], flat)
+            T.reduce_sum(flat, one, dim=0)
+            T.copy(one, Tot)
+
+    return red
+
+
+def test_reduce_ops_and_clear_false(rng):
+    M, N = 8, 16
+    f = reduce_variants(M, N)
+    x = rand(rng, (M, N), lo=-3, hi=3)
+    r, tot = poisoned((4, M)), poisoned(1)
+    run_tile_ir(f, [x, r, tot])
+    x64 = f64(x)
+    close(r[0], x64.min(axis=1))
+    close(r[1], np.abs(x64).max(axis=1))
+    close(r[2], np.abs(x64).sum(axis=1))
+    close(r[3], np.full(M, 100.0))
+    close(tot, [x64[0].sum()])
+
+
+# --------------------------------------------------------------------------------------------
+# scalars, dynamic shapes, variables, atomics, control flow, threads
+
+
+def scaled_add(N, block):
+    @T.prim_func
+    def axpy(A: T.Tensor((N,), "float32"), B: T.Tensor((N,), "float32"), alpha: T.float32, shift: T.int32):
+        with T.Kernel(T.ceildiv(N, block), threads=128) as bx:
+            for i in T.Parallel(block):
+                g = bx * block + i
+                if g < N:
+                    B[g] = alpha * A[g] + T.cast(shift, "float32")
+
+    return axpy
+
+
+def test_scalar_parameters(rng):
+    f = scaled_add(300, 128)
+    a = rand(rng, 300)
+    b = poisoned(300)
+    run_tile_ir(f, [a, b, 2.5, -3])
+    close(b, 2.5 * f64(a) - 3, rtol=1e-6)
+
+
+def dynamic_rows(N, bm):
+    M = T.dynamic("m")
+
+    @T.prim_func
+    def scale_rows(X: T.Tensor((M, N), "float32"), Y: T.Tensor((M, N), "float32")):
+        with T.Kernel(T.ceildiv(M, bm), threads=128) as bx:
+            x = T.alloc_fragment((bm, N), "float32")
+            T.copy(X[bx * bm, 0], x)
+            for i, j in T.Parallel(bm, N):
+                x[i, j] = x[i, j] * 2.0 + T.cast(M, "float32")
+            T.copy(x, Y[bx * bm, 0])
+
+    return scale_rows
+
+
+def test_dynamic_m_two_sizes(rng):
+    f = dynamic_rows(48, 16)
+    assert [v.name for v in f.dyn_vars] == ["m"]
+    for m in (100, 37):
+        x = rand(rng, (m, 48))
+        y = poisoned((m, 48))
+        run_tile_ir(f, [x, y])
+        close(y, f64(x) * 2 + m, rtol=1e-6)
+    # explicit binding, by name or by Var, must agree with the shapes
+    x, y = rand(rng, (20, 48)), poisoned((20, 48))
+    run_tile_ir(f, [x, y], dyn={"m": 20})
+    run_tile_ir(f, [x, y], dyn={f.dyn_vars[0]: 20})
+    with pytest.raises(ArgumentError):
+        run_tile_ir(f, [x, poisoned((21, 48))])
+    with pytest.raises(ArgumentError):
+        run_tile_ir(f, [x, y], dyn={"m": 19})
+    with pytest.raises(ArgumentError):
+        run_tile_ir(f, [x.astype(np.float64), y])
+
+
+def var_accumulation(N, block):
+    @T.prim_func
+    def dot(A: T.Tensor((N,), "float32"), Out: T.Tensor((T.ceildiv(N, block),), "float32"),
+            Cnt: T.Tensor((T.ceildiv(N, block),), "int32")):
+        with T.Kernel(T.ceildiv(N, block), threads=128) as bx:
+            a = T.alloc_shared((block,), "float32")
+            acc = T.alloc_var("float32", 0.0)
+            cnt = T.alloc_var("int32", 0)
+            T.copy(A[bx * block], a)
+            for k in T.serial(block):
+                acc = acc + a[k] * a[k]
+                if a[k] > 0:
+                    cnt = cnt + 1
+            Out[bx] = acc
+            Cnt[bx] = cnt
+
+    return dot
+
+
+def test_alloc_var_accumulations(rng):
+    N, block = 500, 64
+    f = var_accumulation(N, block)
+    a = rand(rng, N)
+    out = poisoned(8)
+    cnt = np.full(8, -1, np.int32)
+    run_tile_ir(f, [a, out, cnt])
+    pad = np.zeros(8 * block)
+    pad[:N] = f64(a)
+    close(out, (pad.reshape(8, block) ** 2).sum(axis=1), rtol=1e-5)
+    np.testing.assert_array_equal(cnt, (pad.reshape(8, block) > 0).sum(axis=1))
+
+
+def atomic_sum(N, block):
+    @T.prim_func
+    def total(A: T.Tensor((N,), "float32"), Tot: T.Tensor((2,), "float32"), Hist: T.Tensor((4,), "int32")):
+        with T.Kernel(T.ceildiv(N, block), threads=128) as bx:
+            for i in T.Parallel(block):
+                if bx * block + i < N:
+                    T.atomic_add(Tot[0], A[bx * block + i])
+                    T.atomic_max(Tot[1], A[bx * block + i])
+                    T.atomic_add(Hist[(bx * block + i) % 4], 1)
+
+    return total
+
+
+def test_atomic_add_scalar_in_parallel(rng):
+    N = 1000
+    f = atomic_sum(N, 128)
+    a = rand(rng, N)
+    tot = np.array([0.0, -np.inf], np.float32)
+    hist = np.zeros(4, np.int32)
+    run_tile_ir(f, [a, tot, hist])
+    close(tot, [f64(a).sum(), f64(a).max()], rtol=1e-5, atol=1e-5)
+    np.testing.assert_array_equal(hist, [250, 250, 250, 250])
+
+
+def branches(N, block, clamp, negate):
+    @T.prim_func
+    def kern(A: T.Tensor((N,), "float32"), B: T.Tensor((N,), "float32"), Flag: T.Tensor((1,), "int32")):
+        with T.Kernel(T.ceildiv(N, block), threads=128) as bx:
+            x = T.alloc_fragment((block,), "float32")
+            T.copy(A[bx * block], x)
+            for i in T.Parallel(block):
+                if clamp:  # a closure constant: decided while the kernel is read
+                    x[i] = T.if_then_else(x[i] > 0.5, 0.5, x[i])
+                if x[i] < 0:  # a kernel value: masks lanes
+                    if negate:
+                        x[i] = -x[i]
+                    else:
+                        x[i] = 0.0
+                else:
+                    x[i] = x[i] * 10.0
+            if bx == 0:  # a block-uniform kernel value
+                Flag[0] = 7
+            T.copy(x, B[bx * block])
+
+    return kern
+
+
+@pytest.mark.parametrize("clamp,negate", [(True, False), (False, True)])
+def test_python_if_on_constant_and_kernel_value(rng, clamp, negate):
+    N = 300
+    f = branches(N, 128, clamp, negate)
+    a = rand(rng, N)
+    b = poisoned(N)
+    flag = np.zeros(1, np.int32)
+    run_tile_ir(f, [a, b, flag])
+    x = f64(a)
+    if clamp:
+        x = np.where(x > 0.5, 0.5, x)
+    x = np.where(x < 0, -x if negate else 0.0, x * 10)
+    close(b, x, rtol=1e-6)
+    assert flag[0] == 7
+
+
+def guarded_gather(N):
+    @T.prim_func
+    def shift(A: T.Tensor((N,), "float32"), B: T.Tensor((N,), "float32")):
+        with T.Kernel(1, threads=128) as bx:
+            for i in T.Parallel(N):
+                # the guard keeps lane 0 from reading A[-1]: masked lanes never read memory
+                B[i] = T.if_then_else(i > 0 and A[i - 1] > 0, A[i - 1], T.float32(-1))
+
+    return shift
+
+
+def test_if_then_else_masks_out_of_bounds_lanes(rng):
+    f = guarded_gather(50)
+    a = rand(rng, 50)
+    b = poisoned(50)
+    run_tile_ir(f, [a, b])
+    want = np.full(50, -1.0)
+    prev = f64(a)[:-1]
+    want[1:] = np.where(prev > 0, prev, -1.0)
+    close(b, want)
+
+
+def thread_kernel(N, nthreads, per):
+    chunk = nthreads * per
+
+    @T.prim_func
+    def kern(A: T.Tensor((N,), "float32"), B: T.Tensor((N,), "float32"),
+             P: T.Tensor((T.ceildiv(N, chunk),), "float32")):
+        with T.Kernel(T.ceildiv(N, chunk), threads=nthreads) as bx:
+            tx = T.get_thread_binding()
+            vals = T.alloc_local((per,), "float32")
+            partial = T.alloc_shared((nthreads,), "float32")
+            mine = T.alloc_var("float32", 0.0)
+            total = T.alloc_var("float32", 0.0)
+            for k in T.serial(per):
+                idx = bx * chunk + k * nthreads + tx
+                vals[k] = T.if_then_else(idx < N, A[idx], 0.0)
+            for k in T.serial(per):
+                mine = mine + vals[k]
+                idx = bx * chunk + k * nthreads + tx
+                if idx < N:
+                    B[idx] = vals[k] * 2.0
+            partial[tx] = mine
+            if tx == 0:
+                for k in T.serial(nthreads):
+                    total = total + partial[k]
+                P[bx] = total
+
+    return kern
+
+
+def test_thread_binding(rng):
+    N, nthreads, per = 1000, 64, 4
+    f = thread_kernel(N, nthreads, per)
+    a = rand(rng, N)
+    b, p = poisoned(N), poisoned(4)
+    run_tile_ir(f, [a, b, p])
+    close(b, 2 * f64(a), rtol=1e-6)
+    pad = np.zeros(4 * nthreads * per)
+    pad[:N] = f64(a)
+    close(p, pad.reshape(4, -1).sum(axis=1), rtol=1e-5, atol=1e-5)
+
+
+def thread_atomics(nthreads):
+    @T.prim_func
+    def kern(Out: T.Tensor((3,), "float32")):
+        with T.Kernel(2, threads=nthreads) as bx:
+            tx = T.get_thread_binding()
+            if tx < 3:
+                T.atomic_add(Out[0], 1.0)  # under a per-thread guard: once per active thread
+            T.atomic_add(Out[1], 1.0)  # uniform: once per block
+            T.atomic_add(Out[2], T.cast(tx, "float32"))  # per-thread value: every thread
+
+    return kern
+
+
+def test_thread_mode_atomics():
+    out = np.zeros(3, np.float32)
+    run_tile_ir(thread_atomics(32), [out])
+    np.testing.assert_array_equal(out, [6.0, 2.0, 2 * sum(range(32))])
+
+
+# --------------------------------------------------------------------------------------------
+# what the interpreter refuses, and uninitialised memory
+
+
+def test_uninitialised_fragment_is_visible(rng):
+    @T.prim_func
+    def forgot_clear(A: T.Tensor((16, 16), "float16"), C: T.Tensor((16, 16), "float32")):
+        with T.Kernel(1, threads=128) as bx:
+            A_s = T.alloc_shared((16, 16), "float16")
+            C_f = T.alloc_fragment((16, 16), "float32")
+            T.copy(A, A_s)
+            T.gemm(A_s, A_s, C_f)
+            T.copy(C_f, C)
+
+    c = np.zeros((16, 16), np.float32)
+    run_tile_ir(forgot_clear, [rand(rng, (16, 16), "float16"), c])
+    assert np.isnan(c).all()
+
+
+def oob_reader(N):
+    @T.prim_func
+    def kern(A: T.Tensor((N,), "float32"), B: T.Tensor((N,), "float32")):
+        with T.Kernel(T.ceildiv(N, 64), threads=128) as bx:
+            for i in T.Parallel(64):
+                B[bx * 64 + i] = A[bx * 64 + i]  # no guard: the last block reads past N
+
+    return kern
+
+
+def test_out_of_bounds_read_is_an_error(rng):
+    with pytest.raises(OutOfBoundsError, match=r"A \(global\) is read out of bounds: index 100\.\.127") as info:
+        run_tile_ir(oob_reader(100), [rand(rng, 100), poisoned(100)])
+    assert isinstance(info.value, IndexError) and isinstance(info.value, TilewrightError)
+    assert "B[bx * 64 + i] = A[bx * 64 + i]" in str(info.value)
+
+
+def test_thread_index_inside_parallel_is_an_error():
+    @T.prim_func
+    def kern(A: T.Tensor((128,), "float32")):
+        with T.Kernel(1, threads=128) as bx:
+            tx = T.get_thread_binding()
+            for i in T.Parallel(128):
+                A[i] = T.cast(tx, "float32")
+
+    with pytest.raises(InterpError, match="thread index"):
+        run_tile_ir(kern, [poisoned(128)])
+
+
+def test_racy_store_is_an_error(rng):
+    @T.prim_func
+    def kern(A: T.Tensor((64,), "float32"), B: T.Tensor((1,), "float32")):
+        with T.Kernel(1, threads=128) as bx:
+            for i in T.Parallel(64):
+                B[0] = A[i]
+
+    with pytest.raises(InterpError, match="data race"):
+        run_tile_ir(kern, [rand(rng, 64), poisoned(1)])
+
+
+def test_argument_checks(rng):
+    f = elementwise_add(100, 64)
+    with pytest.raises(ArgumentError):
+        run_tile_ir(f, [rand(rng, 100), rand(rng, 100)])
+    with pytest.raises(ArgumentError):
+        run_tile_ir(f, [rand(rng, 100), rand(rng, 100), poisoned(99)])
+    with pytest.raises(ArgumentError):
+        run_tile_ir(f, [rand(rng, 100), rand(rng, 100), [0.0] * 100])

@@ -1,0 +1,623 @@
+"""Python AST of a ``@T.prim_func`` -> Tile IR ``PrimFunc``.
+
+The body is walked statement by statement.  Each expression is evaluated by Python itself (after a
+small AST rewrite of ``and``/``or``/``not``/``x if c else y``/chained comparisons, which Python
+cannot overload), in a scope holding the function's globals, its closure values and the kernel
+names bound so far; IR objects overload the operators, so ``by * block_M + i`` builds IR while
+``block_M // 2`` folds to an int.  Closure constants are thereby folded in, Python ``if`` on a
+constant keeps only the taken branch, and ``if`` on a kernel value becomes an ``IfThenElse``.
+Every statement records its source location, so errors point at the user's line.
+"""
+
+from __future__ import annotations
+
+import ast
+import builtins
+import inspect
+import itertools
+import linecache
+import textwrap
+
+from .. import language as T
+from ..errors import CompileError, SourceLocation, TilewrightError
+from ..ir import expr as E
+from ..ir import tile as t
+from . import builder as B
+
+_MISSING = object()
+
+
+class Macro:
+    """A helper function whose body is inlined, statement by statement, at each call site."""
+
+    def __init__(self, fn):
+        self.fn = fn
+        self.__name__ = getattr(fn, "__name__", "macro")
+        self.__doc__ = fn.__doc__
+
+    def __call__(self, *args, **kwargs):
+        tr = _active_translators[-1] if _active_translators else None
+        if tr is None:
+            raise B.error(f"macro {self.__name__} can only be called inside a @T.prim_func body")
+        return tr.inline_macro(self, args, kwargs)
+
+
+_active_translators: list["Translator"] = []
+
+
+# --------------------------------------------------------------------------------------------
+# helpers injected into the evaluation scope
+
+
+def _tw_and(*vals):
+    out = vals[0]
+    for v in vals[1:]:
+        if isinstance(out, E.Expr) or isinstance(v, E.Expr):
+            out = E.binary("and", out, v)
+        else:
+            out = out and v
+    return out
+
+
+def _tw_or(*vals):
+    out = vals[0]
+    for v in vals[1:]:
+        if isinstance(out, E.Expr) or isinstance(v, E.Expr):
+            out = E.binary("or", out, v)
+        else:
+            out = out or v
+    return out
+
+
+def _tw_not(v):
+    return E.unary("not", v) if isinstance(v, E.Expr) else (not v)
+
+
+def _tw_ifexp(c, a, b):
+    if isinstance(c, E.Expr):
+        return E.select(c, a, b)
+    return a if c else b
+
+
+def _tw_min(*args, **kw):
+    if len(args) == 1 or kw or not any(isinstance(a, E.Expr) for a in args):
+        return builtins.min(*args, **kw)
+    return T.min(*args)
+
+
+def _tw_max(*args, **kw):
+    if len(args) == 1 or kw or not any(isinstance(a, E.Expr) for a in args):
+        return builtins.max(*args, **kw)
+    return T.max(*args)
+
+
+def _tw_range(*args):
+    return T.serial(*args)
+
+
+_HELPERS = {"__tw_and": _tw_and, "__tw_or": _tw_or, "__tw_not": _tw_not, "__tw_ifexp": _tw_ifexp}
+
+
+class _Rewriter(ast.NodeTransformer):
+    """Rewrites the operators Python cannot overload into helper calls (evaluated eagerly)."""
+
+    def visit_BoolOp(self, node):
+        self.generic_visit(node)
+        fn = "__tw_and" if isinstance(node.op, ast.And) else "__tw_or"
+        return ast.copy_location(ast.Call(ast.Name(fn, ast.Load()), node.values, []), node)
+
+    def visit_UnaryOp(self, node):
+        self.generic_visit(node)
+        if isinstance(node.op, ast.Not):
+            return ast.copy_location(ast.Call(ast.Name("__tw_not", ast.Load()), [node.operand], []), node)
+        return node
+
+    def visit_IfExp(self, node):
+        self.generic_visit(node)
+        return ast.copy_location(ast.Call(ast.Name("__tw_ifexp", ast.Load()), [node.test, node.body, node.orelse], []),
+                                 node)
+
+    def visit_Compare(self, node):
+        self.generic_visit(node)
+        if len(node.ops) == 1:
+            return node
+        parts = []
+        left = node.left
+        for op, right in zip(node.ops, node.comparators):
+            parts.append(ast.copy_location(ast.Compare(left, [op], [right]), node))
+            left = right
+        return ast.copy_location(ast.Call(ast.Name("__tw_and", ast.Load()), parts, []), node)
+
+
+_code_cache: dict = {}
+
+
+def _compile_expr(node: ast.AST, filename: str):
+    key = (filename, id(node))
+    code = _code_cache.get(key)
+    if code is None:
+        tree = _Rewriter().visit(ast.Expression(body=_clone(node)))
+        ast.fix_missing_locations(tree)
+        code = compile(tree, filename, "eval")
+        _code_cache[key] = code
+    return code
+
+
+def _clone(node):
+    import copy
+
+    return copy.deepcopy(node)
+
+
+# --------------------------------------------------------------------------------------------
+
+
+class _LoopCtx:
+    def __init__(self, depth_names: set):
+        self.names = depth_names
+
+
+class Translator:
+    def __init__(self, fn, tree: ast.FunctionDef, filename: str, line_offset: int, lines: list[str], gscope: dict):
+        self.fn = fn
+        self.tree = tree
+        self.filename = filename
+        self.line_offset = line_offset
+        self.lines = lines
+        self.gscope = gscope
+        self.scope: dict = {}
+        self.b = B.Builder()
+        # names bound to kernel values, with the loop depth at which they were bound
+        self.bind_depth: dict[str, int] = {}
+        self.loop_depth = 0
+        self.var_counter = itertools.count()
+
+    # ---------------------------------------------------------------- locations / errors
+    def loc(self, node) -> SourceLocation:
+        lineno = getattr(node, "lineno", 1)
+        col = getattr(node, "col_offset", 0)
+        text = self.lines[lineno - 1] if 0 < lineno <= len(self.lines) else ""
+        return SourceLocation(self.filename, lineno + self.line_offset, col, text, self.tree.name)
+
+    # ---------------------------------------------------------------- evaluation
+    def eval(self, node):
+        code = _compile_expr(node, self.filename)
+        try:
+            return eval(code, self.gscope, self.scope)  # noqa: S307 - evaluating the user's own kernel code
+        except CompileError as e:
+            raise e.with_loc(self.loc(node)) from None
+        except TilewrightError:
+            raise
+        except NameError as e:
+            raise CompileError(f"{e}", self.loc(node),
+                               hint="kernel code may use the function's parameters, closure variables, "
+                               "globals and names assigned earlier in the body") from None
+        except Exception as e:  # noqa: BLE001 - report any Python error in the user's expression at its line
+            raise CompileError(f"{type(e).__name__}: {e}", self.loc(node)) from None
+
+    # ---------------------------------------------------------------- entry
+    def translate(self) -> t.PrimFunc:
+        params, dyn_vars = self.params()
+        B._active.append(self.b)
+        _active_translators.append(self)
+        try:
+            self.b.loc = self.loc(self.tree)
+            self.body(self.tree.body)
+            stmts = self.b.pop()
+        finally:
+            B._active.pop()
+            _active_translators.pop()
+        kernels = [s for s in stmts if isinstance(s, t.Kernel)]
+        if not kernels:
+            raise CompileError(f"prim_func {self.tree.name} has no `with T.Kernel(...)` block", self.loc(self.tree),
+                               hint="wrap the kernel body in `with T.Kernel(grid..., threads=128) as (bx, by):`")
+        if len(kernels) > 1:
+            raise CompileError(f"prim_func {self.tree.name} has {len(kernels)} T.Kernel blocks; one is supported",
+                               kernels[1].loc)
+        others = [s for s in stmts if not isinstance(s, (t.Kernel, t.LetStmt))]
+        if others:
+            raise CompileError("statements outside `with T.Kernel(...)` are not supported", others[0].loc,
+                               hint="move them inside the kernel block")
+        body = t.SeqStmt(stmts) if len(stmts) > 1 else stmts[0]
+        return t.PrimFunc(self.tree.name, params, body, dyn_vars, loc=self.loc(self.tree))
+
+    def params(self):
+        params, dyn = [], []
+        args = self.tree.args
+        if args.vararg or args.kwarg or args.kwonlyargs or args.posonlyargs:
+            raise CompileError("prim_func parameters must be plain positional parameters", self.loc(self.tree))
+        for a in args.args:
+            if a.annotation is None:
+                raise CompileError(f"parameter {a.arg!r} needs an annotation such as T.Tensor((M, K), 'float16') "
+                                   "or T.int32", self.loc(a))
+            ann = self.eval(a.annotation)
+            if isinstance(ann, T.Tensor):
+                shape = []
+                for s in ann.shape:
+                    if isinstance(s, E.Var):
+                        if s.kind != "dyn":
+                            s.kind = "dyn"
+                        if all(s is not d for d in dyn):
+                            dyn.append(s)
+                        shape.append(s)
+                    elif isinstance(s, int) and not isinstance(s, bool) and s > 0:
+                        shape.append(s)
+                    elif isinstance(s, E.Expr):
+                        raise CompileError(f"shape entry {s} of {a.arg!r} must be an int or a single T.dynamic(...) "
+                                           "name", self.loc(a))
+                    else:
+                        raise CompileError(f"shape entry {s!r} of {a.arg!r} must be a positive int or T.dynamic",
+                                           self.loc(a))
+                buf = t.Buffer(a.arg, shape, ann.dtype, "global", loc=self.loc(a))
+                params.append(buf)
+                self.scope[a.arg] = buf
+            elif isinstance(ann, str):
+                from ..ir import dtype as dt
+
+                try:
+                    d = dt.canon(ann)
+                except ValueError as e:
+                    raise CompileError(str(e), self.loc(a)) from None
+                v = E.Var(a.arg, d, kind="param")
+                params.append(v)
+                self.scope[a.arg] = v
+            else:
+                raise CompileError(f"cannot read the annotation of parameter {a.arg!r} ({ann!r})", self.loc(a),
+                                   hint="use T.Tensor(shape, dtype) / T.Buffer(...) or a scalar dtype like T.int32")
+        return params, dyn
+
+    # ---------------------------------------------------------------- statements
+    def body(self, stmts) -> None:
+        for s in stmts:
+            self.b.loc = self.loc(s)
+            try:
+                self.stmt(s)
+            except CompileError as e:
+                raise e.with_loc(self.loc(s)) from None
+
+    def block(self, stmts):
+        self.b.push()
+        saved = dict(self.scope)
+        try:
+            self.body(stmts)
+        finally:
+            # names bound inside a nested block stay visible (Python semantics) unless they are
+            # kernel values tied to that block's loop variables; keep it simple and restore
+            # only loop-variable names
+            for k in list(self.scope):
+                if k not in saved and isinstance(self.scope[k], E.Var) and self.scope[k].kind == "loop":
+                    del self.scope[k]
+        out = self.b.pop()
+        return t.SeqStmt(out) if len(out) != 1 else out[0]
+
+    def stmt(self, s) -> None:  # noqa: C901 - one branch per Python statement kind
+        if isinstance(s, ast.Expr):
+            if isinstance(s.value, ast.Constant) and isinstance(s.value.value, str):
+                return  # docstring
+            self.eval(s.value)
+        elif isinstance(s, ast.Assign):
+            value = self.eval(s.value)
+            for target in s.targets:
+                self.assign(target, value, s)
+        elif isinstance(s, ast.AnnAssign):
+            if s.value is None:
+                raise CompileError("annotated declarations without a value are not supported", self.loc(s))
+            value = self.eval(s.value)
+            ann = self.eval(s.annotation)
+            if isinstance(ann, str) and isinstance(value, (int, float, E.Expr)):
+                value = E.cast(str(ann), value)
+            self.assign(s.target, value, s)
+        elif isinstance(s, ast.AugAssign):
+            self.aug_assign(s)
+        elif isinstance(s, ast.For):
+            self.for_stmt(s)
+        elif isinstance(s, ast.If):
+            cond = self.eval(s.test)
+            if isinstance(cond, E.Expr) and not isinstance(cond, E.Const):
+                then_b = self.block(s.body)
+                else_b = self.block(s.orelse) if s.orelse else None
+                self.b.emit(t.IfThenElse(_as_bool(cond), then_b, else_b, loc=self.loc(s)))
+            else:
+                c = cond.value if isinstance(cond, E.Const) else cond
+                self.body(s.body if c else s.orelse)
+        elif isinstance(s, ast.With):
+            self.with_stmt(s)
+        elif isinstance(s, ast.Pass):
+            pass
+        elif isinstance(s, ast.Return):
+            if s.value is not None:
+                raise CompileError("a prim_func returns nothing; outputs are written to its tensor parameters",
+                                   self.loc(s), hint="use out_idx=... in tilewright.compile to get outputs back")
+        elif isinstance(s, ast.Assert):
+            cond = self.eval(s.test)
+            if isinstance(cond, E.Expr):
+                raise CompileError("assert on a kernel value is not supported; assert on compile-time values only",
+                                   self.loc(s))
+            if not cond:
+                msg = self.eval(s.msg) if s.msg is not None else "assertion failed"
+                raise CompileError(f"assertion failed: {msg}", self.loc(s))
+        elif isinstance(s, (ast.Break, ast.Continue)):
+            raise CompileError(f"`{type(s).__name__.lower()}` is not supported in kernel loops", self.loc(s),
+                               hint="guard the loop body with an `if` instead")
+        elif isinstance(s, ast.While):
+            raise CompileError("`while` loops are not supported in kernels", self.loc(s),
+                               hint="use `for k in T.serial(n):` with a guard")
+        elif isinstance(s, (ast.FunctionDef, ast.ClassDef, ast.Import, ast.ImportFrom)):
+            raise CompileError(f"{type(s).__name__} is not allowed inside a prim_func body", self.loc(s),
+                               hint="define helpers outside the kernel (use @T.macro for inlined helpers)")
+        else:
+            raise CompileError(f"unsupported statement ({type(s).__name__}) in a prim_func", self.loc(s))
+
+    # ---------------------------------------------------------------- assignment
+    def assign(self, target, value, node) -> None:
+        if isinstance(target, ast.Name):
+            name = target.id
+            old = self.scope.get(name, _MISSING)
+            if isinstance(old, E.Load) and old.buffer.scope == "var" and not isinstance(value, t.Buffer):
+                # a T.alloc_var name reads as its value and assigning to it stores
+                self.b.emit(t.BufferStore(old.buffer, (E.as_expr(0),), E.cast(old.dtype, value), loc=self.loc(node)))
+                return
+            if isinstance(value, t.Buffer) and value.attrs.pop("auto_name", False):
+                value.name = self.b.fresh(name)  # name on-chip buffers after the user's variable
+            if isinstance(value, t.Buffer) and value.scope == "var":
+                self.scope[name] = E.Load(value, (E.as_expr(0),))
+                self.bind_depth[name] = self.loop_depth
+                return
+            if isinstance(value, E.Expr) and not isinstance(value, (E.Const,)) and not _is_pure_index(value):
+                if old is not _MISSING and self.bind_depth.get(name, 0) < self.loop_depth:
+                    raise CompileError(
+                        f"{name!r} was bound outside this loop and is re-assigned inside it; a kernel loop body is "
+                        "translated once, so the new value would not carry to the next iteration",
+                        self.loc(node), hint=f"declare it with {name} = T.alloc_var(dtype, init) to get a mutable "
+                        "per-thread variable")
+                v = E.Var(self.b.fresh(name), value.dtype, kind="let")
+                self.b.emit(t.LetStmt(v, value, loc=self.loc(node)))
+                self.scope[name] = v
+                self.bind_depth[name] = self.loop_depth
+                return
+            if isinstance(value, E.Expr) and old is not _MISSING and self.bind_depth.get(name, 0) < self.loop_depth \
+                    and isinstance(old, E.Expr):
+                raise CompileError(
+                    f"{name!r} is re-assigned inside a loop; its new value would not carry to the next iteration",
+                    self.loc(node), hint=f"use {name} = T.alloc_var(dtype, init)")
+            self.scope[name] = value
+            self.bind_depth[name] = self.loop_depth
+        elif isinstance(target, (ast.Tuple, ast.List)):
+            if isinstance(value, E.Expr) or not hasattr(value, "__iter__"):
+                raise CompileError("cannot unpack a kernel value into several names", self.loc(node))
+            vals = list(value)
+            if len(vals) != len(target.elts):
+                raise CompileError(f"cannot unpack {len(vals)} values into {len(target.elts)} names", self.loc(node))
+            for tg, v in zip(target.elts, vals):
+                self.assign(tg, v, node)
+        elif isinstance(target, ast.Subscript):
+            buf = self.eval(target.value)
+            idx = self.eval(target.slice)
+            self.store(buf, idx, value, node)
+        elif isinstance(target, ast.Attribute):
+            raise CompileError("assigning to attributes is not supported in a prim_func", self.loc(node))
+        else:
+            raise CompileError(f"unsupported assignment target {ast.unparse(target)}", self.loc(node))
+
+    def store(self, buf, idx, value, node) -> None:
+        if not isinstance(buf, t.Buffer):
+            raise CompileError(f"cannot assign into {buf!r}; only buffers can be indexed for stores", self.loc(node))
+        if not isinstance(idx, tuple):
+            idx = (idx,)
+        if any(isinstance(i, slice) for i in idx):
+            raise CompileError(f"slice assignment to {buf.name} is not supported",
+                               self.loc(node), hint="use T.copy(src, dst[...]) or T.fill(dst[...], value) "
+                               "for whole tiles, or a T.Parallel loop")
+        if buf.scope == "var" and len(idx) == 1:
+            pass
+        elif len(idx) != buf.ndim:
+            raise CompileError(f"{buf.name} has {buf.ndim} dimension(s) but the store gives {len(idx)} indices",
+                               self.loc(node))
+        if isinstance(value, (t.Buffer, t.Region)):
+            raise CompileError(f"cannot store a whole tile into an element of {buf.name}", self.loc(node),
+                               hint="use T.copy for tiles")
+        try:
+            v = E.cast(buf.dtype, value)
+        except CompileError as e:
+            raise e.with_loc(self.loc(node)) from None
+        self.b.emit(t.BufferStore(buf, tuple(E.as_expr(i) for i in idx), v, loc=self.loc(node)))
+
+    def aug_assign(self, s) -> None:
+        op = {ast.Add: "+", ast.Sub: "-", ast.Mult: "*", ast.Div: "/", ast.FloorDiv: "//", ast.Mod: "%",
+              ast.BitAnd: "&", ast.BitOr: "|", ast.BitXor: "^", ast.LShift: "<<", ast.RShift: ">>",
+              ast.Pow: "pow"}.get(type(s.op))
+        if op is None:
+            raise CompileError(f"unsupported augmented assignment {type(s.op).__name__}", self.loc(s))
+        rhs = self.eval(s.value)
+        if isinstance(s.target, ast.Subscript):
+            buf = self.eval(s.target.value)
+            idx = self.eval(s.target.slice)
+            if not isinstance(buf, t.Buffer):
+                raise CompileError(f"cannot update {ast.unparse(s.target.value)}; it is not a buffer", self.loc(s))
+            cur = buf[idx] if buf.scope != "var" or isinstance(idx, tuple) else E.Load(buf, (E.as_expr(idx),))
+            self.store(buf, idx, E.binary(op, cur, rhs), s)
+        elif isinstance(s.target, ast.Name):
+            cur = self.eval(ast.Name(s.target.id, ast.Load(), lineno=s.lineno, col_offset=s.col_offset))
+            self.assign(s.target, E.binary(op, cur, rhs) if isinstance(cur, E.Expr) or isinstance(rhs, E.Expr)
+                        else E._fold_py(op, cur, rhs), s)
+        else:
+            raise CompileError("unsupported augmented assignment target", self.loc(s))
+
+    # ---------------------------------------------------------------- loops
+    def for_stmt(self, s) -> None:
+        if s.orelse:
+            raise CompileError("for ... else is not supported", self.loc(s))
+        it = self.eval(s.iter)
+        names = _target_names(s.target)
+        if names is None:
+            raise CompileError("loop targets must be names", self.loc(s))
+        if isinstance(it, T.Parallel):
+            if len(names) != len(it.extents):
+                raise CompileError(f"T.Parallel has {len(it.extents)} extents but the loop binds {len(names)} names",
+                                   self.loc(s))
+            vs = tuple(E.Var(self.b.fresh(n), "int32", kind="loop") for n in names)
+            self.run_loop_body(names, vs, s, lambda body: t.ParallelFor(vs, it.extents, body, loc=self.loc(s)))
+        elif isinstance(it, T._LoopSpec):
+            if len(names) != 1:
+                raise CompileError("a serial/pipelined loop binds one name", self.loc(s))
+            start, stop = E.as_expr(it.start), E.as_expr(it.stop)
+            extent = stop - start
+            v = E.Var(self.b.fresh(names[0]), "int32", kind="loop")
+            if it.kind == "pipelined" and it.num_stages < 0:
+                raise CompileError("num_stages must be >= 0", self.loc(s))
+            self.run_loop_body(names, (v,), s, lambda body: t.For(v, start, extent, body, it.kind, it.num_stages,
+                                                                   loc=self.loc(s)))
+        elif isinstance(it, (list, tuple)) or (hasattr(it, "__iter__") and not isinstance(it, (E.Expr, t.Buffer))):
+            for x in it:  # a Python-level loop over compile-time values: unrolled here
+                self.assign(s.target, x, s)
+                self.body(s.body)
+        else:
+            raise CompileError(f"cannot loop over {it!r}", self.loc(s),
+                               hint="use T.Parallel, T.Pipelined, T.serial, T.unroll or range")
+
+    def run_loop_body(self, names, vs, s, make) -> None:
+        for n, v in zip(names, vs):
+            self.scope[n] = v
+            self.bind_depth[n] = self.loop_depth + 1
+        self.loop_depth += 1
+        try:
+            body = self.block(s.body)
+        finally:
+            self.loop_depth -= 1
+        self.b.emit(make(body))
+
+    # ---------------------------------------------------------------- kernel
+    def with_stmt(self, s) -> None:
+        if len(s.items) != 1:
+            raise CompileError("only `with T.Kernel(...) as (...)` is supported", self.loc(s))
+        item = s.items[0]
+        spec = self.eval(item.context_expr)
+        if not isinstance(spec, T.Kernel):
+            raise CompileError("only `with T.Kernel(...) as (...)` is supported", self.loc(s))
+        if self.b.kernel is not None:
+            raise CompileError("nested T.Kernel blocks are not supported", self.loc(s))
+        dims = ("bx", "by", "bz")
+        names = _target_names(item.optional_vars) if item.optional_vars is not None else []
+        if names is None:
+            raise CompileError("T.Kernel binds block indices to names: `as (bx, by)`", self.loc(s))
+        if len(names) > len(spec.grid):
+            raise CompileError(f"T.Kernel has {len(spec.grid)} grid dimension(s) but binds {len(names)} names",
+                               self.loc(s))
+        bvars = tuple(E.Var(names[i] if i < len(names) else dims[i], "int32", kind="block")
+                      for i in range(len(spec.grid)))
+        for n, v in zip(names, bvars):
+            self.scope[n] = v
+        tx = E.Var("tx", "int32", kind="thread")
+        kernel = t.Kernel(spec.grid, spec.threads, bvars, None, loc=self.loc(s))
+        self.b.kernel = kernel
+        self.b.thread_var = tx
+        try:
+            kernel.body = self.block(s.body)
+        finally:
+            self.b.kernel = None
+        kernel.attrs["thread_var"] = tx
+        self.b.emit(kernel)
+
+    # ---------------------------------------------------------------- macros
+    def inline_macro(self, macro: Macro, args, kwargs):
+        src_lines, first = inspect.getsourcelines(macro.fn)
+        tree = ast.parse(textwrap.dedent("".join(src_lines)))
+        fdef = next(n for n in tree.body if isinstance(n, ast.FunctionDef))
+        sig = inspect.signature(macro.fn)
+        bound = sig.bind(*args, **kwargs)
+        bound.apply_defaults()
+        saved_scope, saved_g = self.scope, self.gscope
+        saved_lines, saved_off, saved_file = self.lines, self.line_offset, self.filename
+        self.gscope = _global_scope(macro.fn)
+        self.scope = dict(bound.arguments)
+        self.lines = textwrap.dedent("".join(src_lines)).splitlines()
+        self.line_offset = first - 1
+        self.filename = inspect.getsourcefile(macro.fn) or "<macro>"
+        result = None
+        try:
+            for st in fdef.body:
+                if isinstance(st, ast.Return):
+                    result = self.eval(st.value) if st.value is not None else None
+                    break
+                self.b.loc = self.loc(st)
+                self.stmt(st)
+        finally:
+            self.scope, self.gscope = saved_scope, saved_g
+            self.lines, self.line_offset, self.filename = saved_lines, saved_off, saved_file
+        return result
+
+
+def _as_bool(c):
+    return c if c.dtype == "bool" else E.binary("!=", c, 0)
+
+
+def _is_pure_index(e) -> bool:
+    """Expressions of loop/block/thread variables and constants only (no loads) may be inlined."""
+    from ..ir.visitor import walk_expr
+
+    ok = [True]
+
+    def f(x):
+        if isinstance(x, E.Load) or (isinstance(x, E.Var) and x.kind in ("let",)):
+            ok[0] = False
+
+    walk_expr(e, f)
+    return ok[0]
+
+
+def _target_names(target):
+    if isinstance(target, ast.Name):
+        return [target.id]
+    if isinstance(target, (ast.Tuple, ast.List)) and all(isinstance(x, ast.Name) for x in target.elts):
+        return [x.id for x in target.elts]
+    return None
+
+
+def _global_scope(fn) -> dict:
+    g = dict(fn.__globals__)
+    code = fn.__code__
+    if fn.__closure__:
+        for name, cell in zip(code.co_freevars, fn.__closure__):
+            try:
+                g[name] = cell.cell_contents
+            except ValueError:
+                pass
+    g.update(_HELPERS)
+    g["min"] = _tw_min
+    g["max"] = _tw_max
+    g["range"] = _tw_range
+    return g
+
+
+_parse_cache: dict = {}
+
+
+def parse_prim_func(fn) -> t.PrimFunc:
+    if isinstance(fn, t.PrimFunc):
+        return fn
+    if not callable(fn):
+        raise CompileError(f"@T.prim_func expects a function, got {fn!r}")
+    try:
+        src_lines, first = inspect.getsourcelines(fn)
+    except (OSError, TypeError) as e:
+        raise CompileError(f"cannot read the source of {getattr(fn, '__name__', fn)}: {e}",
+                           hint="kernels must be defined in a file (or a notebook cell), not built with exec") from None
+    filename = inspect.getsourcefile(fn) or "<unknown>"
+    text = textwrap.dedent("".join(src_lines))
+    key = (filename, first, text)
+    tree = _parse_cache.get(key)
+    if tree is None:
+        module = ast.parse(text)
+        tree = next((n for n in module.body if isinstance(n, ast.FunctionDef)), None)
+        if tree is None:
+            raise CompileError(f"cannot find the def of {fn.__name__}")
+        _parse_cache[key] = tree
+    linecache.checkcache(filename)
+    tr = Translator(fn, tree, filename, first - 1, text.splitlines(), _global_scope(fn))
+    func = tr.translate()
+    func.attrs["source_file"] = filename
+    func.attrs["source_line"] = first
+    from ..ir.verifier import verify
+
+    verify(func)
+    return func

@@ -1,0 +1,105 @@
+"""Turning the user's subscripts into IR: ``A[i, j]`` (an element), ``A[a:b, :]`` (a region) and the
+``T.copy`` start-point form whose extent comes from the other side of the copy."""
+
+from __future__ import annotations
+
+from ..ir.expr import Expr, Load, as_expr, const_value
+from ..ir.tile import Buffer, Region
+from .builder import error
+
+
+def subscript(buf: Buffer, idx):
+    """``buf[idx]``: a ``Load`` when every index is a scalar, a ``Region`` when any is a slice."""
+    if not isinstance(idx, tuple):
+        idx = (idx,)
+    if any(i is Ellipsis for i in idx):
+        raise error(f"'...' is not supported in subscripts of {buf.name}")
+    if buf.scope == "var" and len(idx) == 1 and buf.ndim == 1:
+        pass
+    if len(idx) != buf.ndim:
+        raise error(
+            f"{buf.name} has {buf.ndim} dimension(s) {tuple(buf.shape)} but is indexed with {len(idx)}",
+            hint=f"write {buf.ndim} indices, e.g. {buf.name}[{', '.join('i' + str(k) for k in range(buf.ndim))}]",
+        )
+    if not any(isinstance(i, slice) for i in idx):
+        return Load(buf, tuple(_index(buf, i) for i in idx))
+    starts, extents, squeezed = [], [], []
+    for d, i in enumerate(idx):
+        if isinstance(i, slice):
+            if i.step not in (None, 1):
+                raise error(f"slices with a step are not supported ({buf.name}, dimension {d})")
+            lo = 0 if i.start is None else i.start
+            hi = buf.shape[d] if i.stop is None else i.stop
+            ext = _extent(buf, d, lo, hi)
+            starts.append(as_expr(lo))
+            extents.append(ext)
+        else:
+            starts.append(_index(buf, i))
+            extents.append(1)
+            squeezed.append(d)
+    return Region(buf, tuple(starts), tuple(extents), tuple(squeezed))
+
+
+def _index(buf, i):
+    if isinstance(i, (int, Expr)) and not isinstance(i, bool):
+        return as_expr(i)
+    if hasattr(i, "item"):
+        return as_expr(i.item())
+    raise error(f"cannot index {buf.name} with {i!r} (a {type(i).__name__})")
+
+
+def _extent(buf, d, lo, hi):
+    """Static extent of ``lo:hi``: either both constants, or ``hi - lo`` folds to a constant
+    (``k*32 : (k+1)*32``), or the slice covers a symbolic dimension whole."""
+    diff = as_expr(hi) - as_expr(lo)
+    v = const_value(diff)
+    if v is None:
+        v = _affine_difference(lo, hi)
+    if v is None:
+        if const_value(lo) == 0 and hi is buf.shape[d]:
+            return buf.shape[d]
+        raise error(
+            f"the slice extent of {buf.name} in dimension {d} is not a compile-time constant",
+            hint="write slices as start:start+EXTENT with a constant EXTENT, e.g. A[k*32:(k+1)*32, :]",
+        )
+    if v <= 0:
+        raise error(f"empty or negative slice extent {v} in {buf.name}, dimension {d}")
+    return int(v)
+
+
+def _affine_difference(lo, hi):
+    """hi - lo for affine integer expressions (k+1)*32 - k*32 -> 32."""
+    from ..passes.analysis import affine_coeffs
+
+    a, b = affine_coeffs(as_expr(hi)), affine_coeffs(as_expr(lo))
+    if a is None or b is None:
+        return None
+    keys = set(a) | set(b)
+    diff = {k: a.get(k, 0) - b.get(k, 0) for k in keys}
+    if any(v != 0 for k, v in diff.items() if k is not None):
+        return None
+    return diff.get(None, 0)
+
+
+def to_region(x, other_shape=None, what="operand") -> Region:
+    """A ``Region`` for a tile-op operand: a Buffer (whole), a Region, or a start point (``Load``)
+    whose extents are taken from ``other_shape`` (aligned to the trailing dimensions)."""
+    if isinstance(x, Buffer):
+        return Region.full(x)
+    if isinstance(x, Region):
+        return x
+    if isinstance(x, Load):
+        buf = x.buffer
+        if other_shape is None:
+            raise error(f"the {what} {buf.name}[...] is a single element; give a slice or a whole buffer")
+        other = [s for s in other_shape]
+        nd = buf.ndim
+        if len(other) > nd:
+            squeezable = [s for s in other if s != 1]
+            if len(squeezable) > nd:
+                raise error(f"{buf.name} has {nd} dimensions but the other side of the copy has shape {tuple(other)}")
+            other = squeezable
+        ext = [1] * (nd - len(other)) + list(other)
+        squeezed = tuple(range(nd - len(other)))
+        return Region(buf, x.indices, tuple(ext), squeezed)
+    raise error(f"cannot use {x!r} as a tile {what}; pass a buffer, a slice of one, or a start element A[i, j]")

@@ -1,0 +1,1138 @@
+"""CPU interpreter of the Tile IR: ``run_tile_ir(func, args)`` executes a ``PrimFunc`` with NumPy.
+
+It is the reference the compiled kernels are tested against, so it computes what a GPU computes and
+refuses, with a clear error, what a GPU would do wrong silently.  Guarantees:
+
+* Blocks run one after another (x fastest, then y, then z); ``global`` buffers are the argument
+  arrays, written in place.  ``shared`` and ``fragment`` buffers are one array per block.
+* ``local`` and ``var`` buffers are per thread.  A kernel that never names its thread index
+  (``T.get_thread_binding()``) is run "block mode": every thread does the same, so one copy per block
+  stands for all of them.  A kernel that does name it is run "thread mode": code outside ``T.Parallel``
+  runs vectorized over the threads (the thread index is ``arange(num_threads)``, per-thread buffers
+  carry a leading thread axis, ``if`` on a per-thread value masks threads, stores scatter).
+* On-chip buffers start as NaN (floats) or a sentinel (ints: the dtype's minimum; bool: True), so a
+  kernel reading memory it never wrote gives visibly wrong results; ``T.alloc_var(dtype, init)``
+  starts at ``init``.  Allocation happens once per block even when the ``Alloc`` sits in a loop.
+* Arithmetic follows the IR dtypes: each node's result is rounded to its dtype (16-bit and 8-bit
+  floats are computed in float32 and rounded).  Integer ``//`` and ``%`` floor; ``min``/``max``
+  propagate NaN (so uninitialised data stays visible); ``round`` rounds half away from zero.
+* ``T.Parallel`` bodies are evaluated vectorized over the whole iteration space.  ``if`` inside them
+  and ``T.if_then_else`` / ``and`` / ``or`` mask lanes, and masked-off lanes never read memory, so the
+  usual bounds guards work.  An *active* lane reading or writing out of bounds raises
+  ``OutOfBoundsError`` naming the buffer and the index range (a GPU would read garbage).
+* Tile operations: ``Copy`` reads the out-of-bounds part of a global region as zero and does not write
+  it; on-chip regions must be in bounds.  ``Gemm`` multiplies in float32 (float64 for float64 inputs,
+  exact integers for int8) and rounds into C's dtype.  ``Reduce`` works in float32 (float64 / int64)
+  and folds the old destination in when ``clear=False``.  ``Annotate`` has no effect.
+* Atomics: the tile form updates each element once.  The scalar form inside ``T.Parallel`` is done
+  once per active iteration; outside it, once per block, or -- in thread mode, when its index or value
+  differs between threads or it sits under a thread-dependent ``if`` -- once per active thread.
+* Races the interpreter can see cheaply are errors: threads (or ``T.Parallel`` iterations) storing
+  different values to one element, reading a per-thread value inside ``T.Parallel`` when the threads
+  disagree on it (which thread runs an iteration is the compiler's choice), tile operations under a
+  thread-dependent condition.
+"""
+
+from __future__ import annotations
+
+import itertools
+import math
+import operator
+from collections.abc import Callable
+
+import numpy as np
+
+from ..errors import ArgumentError, SourceLocation, TilewrightError
+from ..ir import dtype as dt
+from ..ir import expr as E
+from ..ir import tile as t
+from ..ir.visitor import child_stmts, walk, walk_expr
+
+__all__ = ["InterpError", "OutOfBoundsError", "run_tile_ir"]
+
+_F32 = np.dtype(np.float32)
+_F64 = np.dtype(np.float64)
+_I64 = np.dtype(np.int64)
+_FLOAT_NP = frozenset(dt.to_numpy(d) for d in dt.ALL_DTYPES if dt.is_float(d))
+
+
+class InterpError(TilewrightError):
+    """The kernel does something whose result on a GPU is undefined (or the IR is malformed)."""
+
+    def __init__(self, message: str, loc: SourceLocation | None = None):
+        self.message = message
+        self.loc = loc
+        super().__init__(message if loc is None else f"{message}\n{loc.excerpt()}")
+
+
+class OutOfBoundsError(InterpError, IndexError):
+    """An active lane reads or writes outside a buffer."""
+
+
+# --------------------------------------------------------------------------------------------
+# entry point
+
+
+def run_tile_ir(func: t.PrimFunc, args: list, *, dyn: dict | None = None) -> None:
+    """Execute ``func`` on ``args`` (NumPy arrays for buffer parameters, written in place; Python
+    scalars for scalar parameters).  ``dyn`` maps symbolic dimensions (``func.dyn_vars``, or their
+    names) to ints; missing ones are read from the argument shapes, and every use must agree."""
+    env, bufs = _bind_args(func, list(args), dyn)
+    interp = _Interpreter(func)
+    ctx = _Ctx(env, bufs)
+    # masked-off lanes may divide by zero or overflow a cast; their results are discarded
+    with np.errstate(all="ignore"):
+        interp.exec(func.body, ctx)
+
+
+def _bind_args(func: t.PrimFunc, args: list, dyn: dict | None):
+    params = func.params
+    if len(args) != len(params):
+        names = ", ".join(p.name for p in params)
+        raise ArgumentError(f"{func.name} takes {len(params)} argument(s) ({names}), got {len(args)}")
+    dyn_vals: dict = {}
+    by_name = {v.name: v for v in func.dyn_vars}
+    for k, v in (dyn or {}).items():
+        var = by_name.get(k) if isinstance(k, str) else k
+        if var is None or all(var is not d for d in func.dyn_vars):
+            raise ArgumentError(f"{k!r} is not a symbolic dimension of {func.name} "
+                                f"(those are: {', '.join(by_name) or 'none'})")
+        dyn_vals[var] = _as_int(v, f"dyn[{var.name}]")
+    env: dict = {}
+    bufs: dict = {}
+    for p, a in zip(params, args):
+        if isinstance(p, t.Buffer):
+            if not isinstance(a, np.ndarray):
+                raise ArgumentError(f"argument {p.name} must be a NumPy array, got {type(a).__name__}")
+            want = dt.to_numpy(p.dtype)
+            if a.dtype != want:
+                raise ArgumentError(f"argument {p.name} has dtype {a.dtype}, the kernel expects {p.dtype}")
+            if a.ndim != p.ndim:
+                raise ArgumentError(f"argument {p.name} has {a.ndim} dimension(s) {a.shape}, the kernel expects "
+                                    f"{p.ndim}: {_shape_text(p.shape)}")
+            for d, (want_n, got) in enumerate(zip(p.shape, a.shape)):
+                if isinstance(want_n, E.Var):
+                    seen = dyn_vals.setdefault(want_n, got)
+                    if seen != got:
+                        raise ArgumentError(f"symbolic dimension {want_n.name} is {seen} but argument {p.name} has "
+                                            f"size {got} in dimension {d}")
+                elif want_n != got:
+                    raise ArgumentError(f"argument {p.name} has shape {a.shape}, the kernel expects "
+                                        f"{_shape_text(p.shape)} (dimension {d})")
+            bufs[p] = a
+        else:
+            env[p] = _scalar_arg(p, a)
+    for v in func.dyn_vars:
+        if v not in dyn_vals:
+            raise ArgumentError(f"symbolic dimension {v.name} of {func.name} is not bound")
+        env[v] = dyn_vals[v]
+    return env, bufs
+
+
+def _shape_text(shape) -> str:
+    return "(" + ", ".join(s.name if isinstance(s, E.Var) else str(s) for s in shape) + ")"
+
+
+def _as_int(v, what: str) -> int:
+    if isinstance(v, (bool, np.bool_)) or not isinstance(v, (int, np.integer)):
+        raise ArgumentError(f"{what} must be an int, got {v!r}")
+    return int(v)
+
+
+def _scalar_arg(p: E.Var, a):
+    if isinstance(a, np.ndarray) and a.ndim == 0:
+        a = a.item()
+    if dt.is_float(p.dtype):
+        if not isinstance(a, (int, float, np.integer, np.floating)) or isinstance(a, bool):
+            raise ArgumentError(f"argument {p.name} must be a number ({p.dtype}), got {a!r}")
+        return dt.to_numpy(p.dtype).type(a)
+    if p.dtype == "bool":
+        if not isinstance(a, (bool, np.bool_, int, np.integer)):
+            raise ArgumentError(f"argument {p.name} must be a bool, got {a!r}")
+        return bool(a)
+    return _as_int(a, f"argument {p.name} ({p.dtype})")
+
+
+# --------------------------------------------------------------------------------------------
+# execution state
+
+
+class _Ctx:
+    """What the statement and expression closures see.  ``mask`` is None (every lane active) or a
+    bool array broadcastable against the current values; ``tid`` indexes the thread axis of
+    per-thread buffers (shaped to broadcast against T.Parallel values inside a parallel loop)."""
+
+    __slots__ = ("bufs", "env", "in_par", "mask", "nt", "poff", "prank", "tbufs", "tid")
+
+    def __init__(self, env: dict, bufs: dict):
+        self.env = env
+        self.bufs = bufs
+        self.mask = None
+        self.in_par = False
+        self.prank = 0  # rank of the iteration space of the enclosing T.Parallel nest
+        self.poff = 0  # next free axis of that space
+        self.tid = None
+        self.tbufs: set = set()  # buffers with a leading thread axis
+        self.nt = 1
+
+
+def _to(x, npdt: np.dtype):
+    """``x`` as a NumPy value of dtype ``npdt`` (scalars stay scalars)."""
+    if isinstance(x, np.ndarray):
+        return x if x.dtype == npdt else x.astype(npdt)
+    return npdt.type(x)
+
+
+def _lift(x, work: np.dtype):
+    if isinstance(x, np.ndarray):
+        return x if x.dtype == work else x.astype(work)
+    return work.type(x)
+
+
+def _int_result(npdt: np.dtype):
+    """Normaliser for integer-typed results: arrays get the node dtype, scalars become Python ints
+    (the fast representation of block-uniform index arithmetic)."""
+
+    def fix(x):
+        if isinstance(x, np.ndarray):
+            return x if x.dtype == npdt else x.astype(npdt)
+        return int(x)
+
+    return fix
+
+
+def _mask_and(mask, cond):
+    return cond if mask is None else mask & cond
+
+
+def _normalize_mask(m):
+    """None when every lane is active; False when none is; else the mask."""
+    if m is None:
+        return None
+    if not isinstance(m, np.ndarray):
+        return None if m else False
+    if m.all():
+        return None
+    if not m.any():
+        return False
+    return m
+
+
+def _poison(npdt: np.dtype):
+    if npdt in _FLOAT_NP:
+        return np.nan
+    if npdt.kind == "b":
+        return True
+    info = np.iinfo(npdt)
+    return info.min if npdt.kind == "i" else info.max
+
+
+def _same(a, b):
+    """Elementwise equality that treats NaN as equal to NaN."""
+    a, b = np.asarray(a), np.asarray(b)
+    eq = a == b
+    if a.dtype in _FLOAT_NP:
+        af, bf = a.astype(_F64), b.astype(_F64)
+        eq = eq | (np.isnan(af) & np.isnan(bf))
+    return eq
+
+
+def _uniform_over_threads(vals: np.ndarray, mask, what: str):
+    """``vals`` has a leading thread axis (each thread's copy); return the copy every thread holds.
+    ``mask`` (without a thread axis) marks the lanes whose values matter."""
+    first = vals[0]
+    eq = _same(vals, first)
+    if mask is not None:
+        eq = eq | ~np.asarray(mask)
+    if not np.all(eq):
+        raise InterpError(f"{what} differs between threads here; the result would depend on which thread "
+                          "the compiler picks")
+    return first
+
+
+# --------------------------------------------------------------------------------------------
+# expressions -> closures
+
+
+_CMP = {"<": operator.lt, "<=": operator.le, ">": operator.gt, ">=": operator.ge, "==": operator.eq,
+        "!=": operator.ne}
+
+
+def _vmin(a, b):
+    if isinstance(a, np.ndarray) or isinstance(b, np.ndarray) or isinstance(a, np.floating):
+        return np.minimum(a, b)
+    return min(a, b)
+
+
+def _vmax(a, b):
+    if isinstance(a, np.ndarray) or isinstance(b, np.ndarray) or isinstance(a, np.floating):
+        return np.maximum(a, b)
+    return max(a, b)
+
+
+_ARITH = {
+    "+": operator.add, "-": operator.sub, "*": operator.mul, "/": operator.truediv,
+    "//": operator.floordiv, "%": operator.mod, "pow": operator.pow, "min": _vmin, "max": _vmax,
+    "&": operator.and_, "|": operator.or_, "^": operator.xor, "<<": operator.lshift, ">>": operator.rshift,
+}
+
+
+def _round_half_away(x):
+    return np.copysign(np.floor(np.abs(x) + 0.5), x)
+
+
+_np_erf = np.frompyfunc(math.erf, 1, 1)
+
+
+def _erf(x):
+    if isinstance(x, np.ndarray):
+        return _np_erf(x.astype(np.float64)).astype(np.float64)
+    return math.erf(float(x))
+
+
+_FLOAT_CALLS: dict[str, Callable] = {
+    "exp": np.exp, "exp2": np.exp2, "exp10": lambda x: np.power(x.dtype.type(10), x),
+    "log": np.log, "log2": np.log2, "log10": np.log10, "log1p": np.log1p, "expm1": np.expm1,
+    "sqrt": np.sqrt, "rsqrt": lambda x: 1 / np.sqrt(x), "tanh": np.tanh,
+    "sigmoid": lambda x: 1 / (1 + np.exp(-x)), "sin": np.sin, "cos": np.cos, "tan": np.tan, "atan": np.arctan,
+    "sinh": np.sinh, "cosh": np.cosh, "erf": _erf, "floor": np.floor, "ceil": np.ceil, "round": _round_half_away,
+    "trunc": np.trunc, "fabs": np.abs, "abs": np.abs, "pow": np.power, "min": np.minimum, "max": np.maximum,
+    "fma": lambda a, b, c: a * b + c,
+}
+
+
+def _has_load(e) -> bool:
+    found = []
+    walk_expr(e, lambda x: found.append(x) if isinstance(x, E.Load) else None)
+    return bool(found)
+
+
+class _ExprCompiler:
+    """Turns each expression node into a closure ``f(ctx) -> value`` once per run."""
+
+    def __init__(self):
+        self.cache: dict = {}
+
+    def __call__(self, e) -> Callable:
+        if not isinstance(e, E.Expr):
+            v = e
+            return lambda c: v
+        f = self.cache.get(e)
+        if f is None:
+            method = getattr(self, "_" + type(e).__name__.lower(), None)
+            if method is None:
+                raise InterpError(f"the tile interpreter cannot evaluate {type(e).__name__} nodes ({e})")
+            f = method(e)
+            self.cache[e] = f
+        return f
+
+    # leaves -------------------------------------------------------------------------------
+    def _const(self, e: E.Const):
+        if dt.is_float(e.dtype):
+            v = dt.to_numpy(e.dtype).type(e.value)
+        else:
+            v = e.value
+        return lambda c: v
+
+    def _var(self, e: E.Var):
+        var = e
+
+        def f(c):
+            try:
+                return c.env[var]
+            except KeyError:
+                raise InterpError(f"{var.name} ({var.kind}) is used where it has no value") from None
+
+        return f
+
+    # operators ----------------------------------------------------------------------------
+    def _binop(self, e: E.BinOp):
+        fa, fb = self(e.a), self(e.b)
+        op = e.op
+        if op in ("and", "or"):
+            return self._logical(op, fa, fb, _has_load(e.b))
+        if op in _CMP:
+            cmp = _CMP[op]
+            return lambda c: cmp(fa(c), fb(c))
+        fn = _ARITH.get(op)
+        if fn is None:
+            raise InterpError(f"unknown binary operator {op!r}")
+        npdt = dt.to_numpy(e.dtype)
+        if dt.is_float(e.dtype):
+            if op in ("min", "max"):
+                fn = np.minimum if op == "min" else np.maximum
+            if dt.bits(e.dtype) < 32:
+                return lambda c: _to(fn(_lift(fa(c), _F32), _lift(fb(c), _F32)), npdt)
+            return lambda c: _to(fn(fa(c), fb(c)), npdt)
+        if e.dtype == "bool":
+            return lambda c: fn(fa(c), fb(c))
+        fix = _int_result(npdt)
+        if op in ("//", "%"):
+            def div(c):
+                a, b = fa(c), fb(c)
+                if not isinstance(b, np.ndarray) and b == 0 and not isinstance(a, np.ndarray):
+                    raise InterpError(f"integer division by zero in {e}")
+                return fix(fn(a, b))
+
+            return div
+        return lambda c: fix(fn(fa(c), fb(c)))
+
+    @staticmethod
+    def _logical(op, fa, fb, guard_b: bool):
+        # like C's && and ||: the right side is not evaluated (no loads) where the left decides
+        is_and = op == "and"
+
+        def f(c):
+            a = fa(c)
+            if not isinstance(a, np.ndarray):
+                if is_and:
+                    return fb(c) if a else False
+                return True if a else fb(c)
+            if not guard_b:
+                b = fb(c)
+            else:
+                saved = c.mask
+                m = _normalize_mask(_mask_and(saved, a if is_and else ~a))
+                if m is False:
+                    return a
+                c.mask = m
+                try:
+                    b = fb(c)
+                finally:
+                    c.mask = saved
+            return (a & b) if is_and else (a | b)
+
+        return f
+
+    def _unop(self, e: E.UnOp):
+        fa = self(e.a)
+        if e.op == "neg":
+            if dt.is_float(e.dtype):
+                npdt = dt.to_numpy(e.dtype)
+                return lambda c: _to(-fa(c), npdt)
+            fix = _int_result(dt.to_numpy(e.dtype))
+            return lambda c: fix(-fa(c))
+        if e.op == "not":
+            return lambda c: np.logical_not(a) if isinstance(a := fa(c), np.ndarray) else not a
+        if e.op == "bitnot":
+            fix = _int_result(dt.to_numpy(e.dtype)) if e.dtype != "bool" else (lambda x: x)
+            return lambda c: fix(~fa(c))
+        raise InterpError(f"unknown unary operator {e.op!r}")
+
+    def _cast(self, e: E.Cast):
+        fa = self(e.a)
+        npdt = dt.to_numpy(e.dtype)
+        if dt.is_float(e.dtype):
+            return lambda c: _to(fa(c), npdt)
+        if e.dtype == "bool":
+            return lambda c: (a != 0) if isinstance(a := fa(c), np.ndarray) else bool(a)
+        lo, hi = dt.min_value(e.dtype), dt.max_value(e.dtype)
+        span = hi - lo + 1
+
+        def f(c):
+            a = fa(c)
+            if isinstance(a, np.ndarray):
+                if a.dtype.kind not in "iub":  # float -> int truncates toward zero, as in C
+                    a = a.astype(_F64)
+                return a.astype(npdt)
+            if isinstance(a, (float, np.floating)) or not isinstance(a, (int, np.integer, bool, np.bool_)):
+                x = float(a)
+                if not math.isfinite(x):
+                    raise InterpError(f"casting {x} to {e.dtype} in {e} (was the value ever written?)")
+                a = int(x)
+            a = int(a)
+            if not lo <= a <= hi:  # wrap like a two's-complement conversion
+                a = (a - lo) % span + lo
+            return a
+
+        return f
+
+    def _select(self, e: E.Select):
+        fc, fa, fb = self(e.cond), self(e.a), self(e.b)
+        guard_a, guard_b = _has_load(e.a), _has_load(e.b)
+        npdt = dt.to_numpy(e.dtype)
+        fix = (lambda x: _to(x, npdt)) if dt.is_float(e.dtype) else (
+            _int_result(npdt) if e.dtype != "bool" else (lambda x: x))
+
+        def branch(c, f, m, guard):
+            if not guard:
+                return f(c)
+            saved = c.mask
+            m = _normalize_mask(_mask_and(saved, m))
+            if m is False:
+                return None
+            c.mask = m
+            try:
+                return f(c)
+            finally:
+                c.mask = saved
+
+        def f(c):
+            cv = fc(c)
+            if not isinstance(cv, np.ndarray):
+                return fix(fa(c) if cv else fb(c))
+            a = branch(c, fa, cv, guard_a)
+            b = branch(c, fb, ~cv, guard_b)
+            if a is None:
+                return fix(np.broadcast_to(b, np.broadcast_shapes(np.shape(b), cv.shape)).copy())
+            if b is None:
+                return fix(np.broadcast_to(a, np.broadcast_shapes(np.shape(a), cv.shape)).copy())
+            return fix(np.where(cv, a, b))
+
+        return f
+
+    def _call(self, e: E.Call):
+        fargs = [self(a) for a in e.args]
+        name = e.name
+        if name in ("isnan", "isinf"):
+            fn = np.isnan if name == "isnan" else np.isinf
+            return lambda c: fn(_lift(fargs[0](c), _F32))
+        npdt = dt.to_numpy(e.dtype)
+        if not dt.is_float(e.dtype):
+            if name == "abs":
+                fix = _int_result(npdt)
+                return lambda c: fix(abs(fargs[0](c)))
+            if name in ("min", "max"):
+                fix = _int_result(npdt)
+                g = _vmin if name == "min" else _vmax
+                return lambda c: fix(g(fargs[0](c), fargs[1](c)))
+            raise InterpError(f"intrinsic {name} on {e.dtype} values is not supported by the tile interpreter")
+        fn = _FLOAT_CALLS.get(name)
+        if fn is None:
+            raise InterpError(f"intrinsic T.{name} is not supported by the tile interpreter")
+        work = _F64 if e.dtype == "float64" or name == "fma" else _F32
+        if len(fargs) == 1:
+            f0 = fargs[0]
+            return lambda c: _to(fn(_lift(f0(c), work)), npdt)
+        return lambda c: _to(fn(*[_lift(g(c), work) for g in fargs]), npdt)
+
+    def _load(self, e: E.Load):
+        buf = e.buffer
+        fidx = [self(i) for i in e.indices]
+
+        def f(c):
+            try:
+                arr = c.bufs[buf]
+            except KeyError:
+                raise InterpError(f"buffer {buf.name} is read before it is allocated") from None
+            idx = [g(c) for g in fidx]
+            if buf in c.tbufs:
+                out = _gather(arr, [c.tid] + idx, c.mask, buf, 1)
+                if c.in_par:
+                    return _uniform_over_threads(out, c.mask, f"the per-thread value {buf.name}[...]")
+                return out
+            return _gather(arr, idx, c.mask, buf, 0)
+
+        return f
+
+    def _shuffle(self, e):
+        raise InterpError("warp shuffles belong to the thread IR; the tile interpreter runs Tile IR only")
+
+
+# --------------------------------------------------------------------------------------------
+# element access
+
+
+def _oob_message(buf: t.Buffer, d: int, lo, hi, n: int, verb: str) -> str:
+    return (f"{buf.name} ({buf.scope}) is {verb} out of bounds: index {lo}..{hi} in dimension {d}, "
+            f"which has extent {n}")
+
+
+def _bad_lanes(idx, shape, skip: int):
+    bad = None
+    for d in range(skip, len(idx)):
+        i, n = idx[d], shape[d]
+        b = (i < 0) | (i >= n)
+        bad = b if bad is None else bad | b
+    return bad
+
+
+def _check_indices(idx, shape, mask, buf, skip: int, verb: str) -> bool:
+    """True when every index is in range.  When some lane is out of range, that lane must be
+    masked off (else OutOfBoundsError); returns False so the caller clamps."""
+    ok = True
+    for d in range(skip, len(idx)):
+        i, n = idx[d], shape[d]
+        if isinstance(i, np.ndarray):
+            if i.size and (i.min() < 0 or i.max() >= n):
+                ok = False
+                break
+        elif not 0 <= i < n:
+            ok = False
+            break
+    if ok:
+        return True
+    bad = _bad_lanes(idx, shape, skip)
+    if mask is not None:
+        bad = bad & mask
+    if np.any(bad):
+        # report the offending range of the active lanes, dimension by dimension
+        for d in range(skip, len(idx)):
+            i, n = idx[d], shape[d]
+            sel = np.broadcast_to(i, np.shape(bad))[bad] if np.ndim(bad) else np.asarray(i).ravel()
+            if sel.size and (sel.min() < 0 or sel.max() >= n):
+                d_user = d - skip
+                raise OutOfBoundsError(_oob_message(buf, d_user, int(sel.min()), int(sel.max()), n, verb))
+        raise OutOfBoundsError(f"{buf.name} is {verb} out of bounds")
+    return False
+
+
+def _gather(arr: np.ndarray, idx: list, mask, buf: t.Buffer, skip: int):
+    if not _check_indices(idx, arr.shape, mask, buf, skip, "read"):
+        # only masked-off lanes are out of range: clamp them so the gather is safe
+        idx = [i if d < skip else np.clip(i, 0, n - 1) for d, (i, n) in enumerate(zip(idx, arr.shape))]
+    return arr[tuple(idx)]
+
+
+def _scatter(arr: np.ndarray, idx: list, val, mask, buf: t.Buffer, skip: int) -> None:
+    """``arr[idx] = val`` for the active lanes (``mask``), index arrays and values broadcast."""
+    if mask is False:
+        return
+    if not any(isinstance(i, np.ndarray) for i in idx):
+        # one element: the active lanes must agree on what they store
+        if isinstance(val, np.ndarray):
+            val = _one_value(val, mask, buf)
+        _check_indices(idx, arr.shape, None, buf, skip, "written")
+        arr[tuple(idx)] = val
+        return
+    if mask is None:
+        ishape = np.broadcast_shapes(*(np.shape(i) for i in idx))
+        shape = np.broadcast_shapes(ishape, np.shape(val))
+        if shape == ishape:  # the common case: NumPy broadcasts the value into the fancy index
+            _check_indices(idx, arr.shape, None, buf, skip, "written")
+            arr[tuple(idx)] = val
+            return
+        sel = [np.broadcast_to(i, shape) for i in idx]
+        v = np.broadcast_to(val, shape)
+    else:
+        shape = np.broadcast_shapes(*(np.shape(i) for i in idx), np.shape(val), np.shape(mask))
+        m = np.broadcast_to(mask, shape)
+        sel = [np.broadcast_to(i, shape)[m] for i in idx]
+        v = np.broadcast_to(val, shape)[m]
+    _check_indices(sel, arr.shape, None, buf, skip, "written")
+    arr[tuple(sel)] = v
+
+
+def _one_value(val: np.ndarray, mask, buf: t.Buffer):
+    """The value every active lane stores to one element (they must agree: else it is a race)."""
+    v = val
+    if mask is not None:
+        shape = np.broadcast_shapes(v.shape, np.shape(mask))
+        v = np.broadcast_to(v, shape)[np.broadcast_to(mask, shape)]
+    v = v.reshape(-1)
+    if v.size and not np.all(_same(v, v[0])):
+        raise InterpError(f"data race: several threads (or T.Parallel iterations) store different values to "
+                          f"the same element of {buf.name}")
+    return v[0]
+
+
+# --------------------------------------------------------------------------------------------
+# statements
+
+
+def _stmt_exprs(s) -> list:
+    """Every expression held directly by a statement (indices, values, region starts/extents)."""
+    out: list = []
+
+    def add(v):
+        if isinstance(v, E.Expr):
+            out.append(v)
+        elif isinstance(v, t.Region):
+            for x in v.starts:
+                add(x)
+            for x in v.extents:
+                add(x)
+        elif isinstance(v, (tuple, list)):
+            for x in v:
+                add(x)
+
+    for name in getattr(s, "__dataclass_fields__", {}):
+        v = getattr(s, name)
+        if not isinstance(v, t.Stmt) and not (isinstance(v, list) and v and isinstance(v[0], t.Stmt)):
+            add(v)
+    if isinstance(s, t.Alloc):
+        out.extend(x for x in s.buffer.shape if isinstance(x, E.Expr))
+    return out
+
+
+def _vars_in_stmt_tree(s) -> set:
+    found: set = set()
+
+    def visit(x):
+        for e in _stmt_exprs(x):
+            walk_expr(e, lambda y: found.add(y) if isinstance(y, E.Var) else None)
+
+    walk(s, visit)
+    return found
+
+
+class _Interpreter:
+    def __init__(self, func: t.PrimFunc):
+        self.func = func
+        self.comp = _ExprCompiler()
+        self.dispatch = {
+            t.SeqStmt: self.x_seq, t.Kernel: self.x_kernel, t.Alloc: self.x_alloc, t.For: self.x_for,
+            t.ParallelFor: self.x_parallel, t.IfThenElse: self.x_if, t.BufferStore: self.x_store,
+            t.LetStmt: self.x_let, t.Copy: self.x_copy, t.Fill: self.x_fill, t.Gemm: self.x_gemm,
+            t.Reduce: self.x_reduce, t.Atomic: self.x_atomic, t.Annotate: self.x_nothing,
+            t.Evaluate: self.x_evaluate,
+        }
+        self.par_info: dict = {}
+        self.aranges: dict = {}
+
+    def exec(self, s, c: _Ctx) -> None:
+        if s is None:
+            return
+        fn = self.dispatch.get(type(s))
+        if fn is None:
+            raise InterpError(f"the tile interpreter cannot execute {type(s).__name__} statements", s.loc)
+        try:
+            fn(s, c)
+        except InterpError as err:
+            if err.loc is None and getattr(s, "loc", None) is not None:
+                raise type(err)(err.message, s.loc) from None
+            raise
+        except Exception as err:  # say which kernel line failed, then re-raise unchanged
+            if getattr(s, "loc", None) is not None and not getattr(err, "_tw_located", False):
+                err._tw_located = True
+                err.add_note("while interpreting:\n" + s.loc.excerpt())
+            raise
+
+    # control flow -------------------------------------------------------------------------
+    def x_seq(self, s: t.SeqStmt, c: _Ctx) -> None:
+        ex = self.exec
+        for x in s.stmts:
+            ex(x, c)
+
+    def x_nothing(self, s, c: _Ctx) -> None:
+        pass
+
+    def x_evaluate(self, s: t.Evaluate, c: _Ctx) -> None:
+        self.comp(s.value)(c)
+
+    def x_let(self, s: t.LetStmt, c: _Ctx) -> None:
+        c.env[s.var] = self.comp(s.value)(c)
+
+    def x_kernel(self, k: t.Kernel, c: _Ctx) -> None:
+        if c.tid is not None or c.in_par:
+            raise InterpError("nested T.Kernel blocks are not supported")
+        grid = []
+        for g in k.grid:
+            v = self.comp(g)(c)
+            if isinstance(v, np.ndarray):
+                raise InterpError(f"grid extent {g} is not a scalar")
+            grid.append(int(v))
+        tx = k.attrs.get("thread_var")
+        threaded = tx is not None and tx in _vars_in_stmt_tree(k.body)
+        nt = k.num_threads
+        tid = np.arange(nt, dtype=np.int32) if threaded else None
+        base_env, base_bufs = c.env, c.bufs
+        tbufs: set = set()
+        if threaded:
+            walk(k.body, lambda s: tbufs.add(s.buffer) if isinstance(s, t.Alloc) and s.buffer.scope in (
+                "local", "var") else None)
+        ranges = [range(n) for n in reversed(grid)]  # x varies fastest
+        for idx in itertools.product(*ranges):
+            bc = _Ctx(dict(base_env), dict(base_bufs))
+            for var, v in zip(k.block_vars, reversed(idx)):
+                bc.env[var] = v
+            bc.nt = nt
+            if threaded:
+                bc.env[tx] = tid
+                bc.tid = tid
+                bc.tbufs = tbufs
+            self.exec(k.body, bc)
+
+    def x_alloc(self, s: t.Alloc, c: _Ctx) -> None:
+        buf = s.buffer
+        arr = c.bufs.get(buf)
+        if arr is None:
+            if buf.scope == "global":
+                raise InterpError(f"cannot allocate global buffer {buf.name} inside a kernel")
+            shape = tuple(int(self.comp(x)(c)) if isinstance(x, E.Expr) else x for x in buf.shape)
+            if buf in c.tbufs:
+                shape = (c.nt,) + shape
+            npdt = dt.to_numpy(buf.dtype)
+            arr = np.full(shape, _poison(npdt), dtype=npdt)
+            c.bufs[buf] = arr
+        if s.init is not None:
+            v = self.comp(s.init)(c)
+            if buf in c.tbufs:
+                if c.in_par:
+                    arr[...] = np.reshape(v, -1)[0] if isinstance(v, np.ndarray) else v
+                else:
+                    _scatter(arr, [c.tid] + [0] * buf.ndim, v, c.mask, buf, 1)
+            else:
+                _scatter(arr, [0] * buf.ndim, v, c.mask, buf, 0)
+
+    def x_if(self, s: t.IfThenElse, c: _Ctx) -> None:
+        cond = self.comp(s.cond)(c)
+        if not isinstance(cond, np.ndarray):
+            self.exec(s.then_body if cond else s.else_body, c)
+            return
+        saved = c.mask
+        for body, m in ((s.then_body, cond), (s.else_body, ~cond)):
+            if body is None:
+                continue
+            mm = _normalize_mask(_mask_and(saved, m))
+            if mm is False:
+                continue
+            c.mask = mm
+            try:
+                self.exec(body, c)
+            finally:
+                c.mask = saved
+
+    def x_for(self, s: t.For, c: _Ctx) -> None:
+        start = self.comp(s.start)(c)
+        extent = self.comp(s.extent)(c)
+        var, body, env, ex = s.var, s.body, c.env, self.exec
+        if not isinstance(start, np.ndarray) and not isinstance(extent, np.ndarray):
+            start = int(start)
+            for v in range(start, start + int(extent)):
+                env[var] = v
+                ex(body, c)
+            return
+        # bounds that differ between lanes: run the union of the ranges, masking each lane's own
+        stop = start + extent
+        saved = c.mask
+        shape = np.broadcast_shapes(np.shape(start), np.shape(stop), np.shape(saved) if saved is not None else ())
+        lo_b, hi_b = np.broadcast_to(start, shape), np.broadcast_to(stop, shape)
+        if saved is not None:
+            m = np.broadcast_to(saved, shape)
+            lo_b, hi_b = lo_b[m], hi_b[m]
+        if lo_b.size == 0:
+            return
+        lo, hi = int(lo_b.min()), int(hi_b.max())
+        try:
+            for v in range(lo, hi):
+                lane = _normalize_mask(_mask_and(saved, (start <= v) & (v < stop)))
+                if lane is False:
+                    continue
+                c.mask = lane
+                env[var] = v
+                ex(body, c)
+        finally:
+            c.mask = saved
+
+    def x_parallel(self, s: t.ParallelFor, c: _Ctx) -> None:
+        extents = [int(self.comp(x)(c)) if isinstance(x, E.Expr) else int(x) for x in s.extents]
+        if c.in_par:
+            self._run_parallel(s, extents, c)
+            return
+        # entering a T.Parallel nest from block/thread level
+        if c.mask is not None:
+            raise InterpError("T.Parallel under a thread-dependent condition: the loop is spread over all "
+                              "threads of the block")
+        info = self.par_info.get(s)
+        if info is None:
+            info = (_parallel_rank(s), _vars_in_stmt_tree(s.body))
+            self.par_info[s] = info
+        rank, used = info
+        saved_env, saved_tid = c.env, c.tid
+        env = dict(saved_env)
+        if c.tid is not None:
+            # per-thread values may be used inside only when every thread holds the same one
+            for var, v in saved_env.items():
+                if isinstance(v, np.ndarray):
+                    if np.all(_same(v, v.reshape(-1)[0])):
+                        env[var] = v.reshape(-1)[0]
+                    else:
+                        del env[var]
+                        if var in used:
+                            what = ("the thread index (T.get_thread_binding())" if var.kind == "thread"
+                                    else f"the per-thread value {var.name}")
+                            raise InterpError(f"{what} is used inside T.Parallel, where threads differ in it; "
+                                              "which thread runs an iteration is the compiler's choice")
+            c.tid = c.tid.reshape((-1,) + (1,) * rank)
+        c.env, c.in_par, c.prank, c.poff = env, True, rank, 0
+        try:
+            self._run_parallel(s, extents, c)
+        finally:
+            c.env, c.in_par, c.prank, c.poff, c.tid = saved_env, False, 0, 0, saved_tid
+
+    def _run_parallel(self, s: t.ParallelFor, extents: list, c: _Ctx) -> None:
+        off, rank = c.poff, c.prank
+        if off + len(extents) > rank:
+            raise InterpError("internal: T.Parallel nest deeper than computed")
+        for k, (var, n) in enumerate(zip(s.vars, extents)):
+            key = (n, off + k, rank)
+            a = self.aranges.get(key)
+            if a is None:
+                shape = [1] * rank
+                shape[off + k] = n
+                a = np.arange(n, dtype=dt.to_numpy(var.dtype)).reshape(shape)
+                a.flags.writeable = False
+                self.aranges[key] = a
+            c.env[var] = a
+        c.poff = off + len(extents)
+        try:
+            self.exec(s.body, c)
+        finally:
+            c.poff = off
+
+    # element stores -----------------------------------------------------------------------
+    def x_store(self, s: t.BufferStore, c: _Ctx) -> None:
+        buf = s.buffer
+        arr = c.bufs.get(buf)
+        if arr is None:
+            raise InterpError(f"buffer {buf.name} is written before it is allocated")
+        comp = self.comp
+        idx = [comp(i)(c) for i in s.indices]
+        val = comp(s.value)(c)
+        if buf in c.tbufs:
+            _scatter(arr, [c.tid] + idx, val, c.mask, buf, 1)
+        else:
+            _scatter(arr, idx, val, c.mask, buf, 0)
+
+    # tile operations ----------------------------------------------------------------------
+    def _tile_op_allowed(self, c: _Ctx, what: str) -> None:
+        if c.in_par:
+            raise InterpError(f"{what} cannot be used inside T.Parallel")
+        if c.mask is not None:
+            raise InterpError(f"{what} under a thread-dependent condition: tile operations are done by the "
+                              "whole block")
+
+    def _scalar(self, e, c: _Ctx, what: str):
+        v = self.comp(e)(c)
+        if isinstance(v, np.ndarray):
+            flat = v.reshape(-1)
+            if not np.all(_same(flat, flat[0])):
+                raise InterpError(f"{what} ({e}) differs between threads; tile operations need one value per block")
+            v = flat[0]
+        return v
+
+    def _region(self, r: t.Region, c: _Ctx, what: str):
+        buf = r.buffer
+        arr = c.bufs.get(buf)
+        if arr is None:
+            raise InterpError(f"buffer {buf.name} is used before it is allocated")
+        starts = [int(self._scalar(x, c, f"the start of {what}")) for x in r.starts]
+        extents = [int(self._scalar(x, c, f"the extent of {what}")) if isinstance(x, E.Expr) else int(x)
+                   for x in r.extents]
+        threaded = buf in c.tbufs
+        shape = arr.shape[1:] if threaded else arr.shape
+        if len(starts) != len(shape):
+            raise InterpError(f"{what}: region of {buf.name} has {len(starts)} dimensions, the buffer {len(shape)}")
+        return buf, arr, starts, extents, shape, threaded
+
+    def _read_region(self, r: t.Region, c: _Ctx, what: str) -> np.ndarray:
+        """The region's elements, shaped as its extents (global out-of-bounds parts read as zero)."""
+        buf, arr, starts, extents, shape, threaded = self._region(r, c, what)
+        inside, clip, sub = _clip_region(starts, extents, shape)
+        if threaded:
+            vals = arr[(slice(None),) + self._onchip_slices(buf, starts, extents, shape, inside, what)]
+            return _uniform_over_threads(vals, None, f"the per-thread buffer {buf.name}")
+        if inside:
+            return arr[clip]
+        if buf.scope != "global":
+            self._onchip_slices(buf, starts, extents, shape, inside, what)
+        out = np.zeros(extents, dtype=arr.dtype)
+        if sub is not None:
+            out[sub] = arr[clip]
+        return out
+
+    def _write_region(self, r: t.Region, c: _Ctx, data: np.ndarray, what: str) -> None:
+        """Store ``data`` (shaped as the region's extents); global out-of-bounds parts are dropped."""
+        buf, arr, starts, extents, shape, threaded = self._region(r, c, what)
+        inside, clip, sub = _clip_region(starts, extents, shape)
+        if threaded:
+            arr[(slice(None),) + self._onchip_slices(buf, starts, extents, shape, inside, what)] = data
+            return
+        if inside:
+            arr[clip] = data
+            return
+        if buf.scope != "global":
+            self._onchip_slices(buf, starts, extents, shape, inside, what)
+        if sub is not None:
+            arr[clip] = data[sub]
+
+    @staticmethod
+    def _onchip_slices(buf, starts, extents, shape, inside, what):
+        if not inside:
+            for d, (s0, e0, n) in enumerate(zip(starts, extents, shape)):
+                if s0 < 0 or s0 + e0 > n:
+                    raise OutOfBoundsError(f"{what}: the region {s0}..{s0 + e0 - 1} of {buf.name} ({buf.scope}) "
+                                           f"in dimension {d} is outside its extent {n}; only global regions may "
+                                           "hang over the edge")
+        return tuple(slice(s0, s0 + e0) for s0, e0 in zip(starts, extents))
+
+    def x_copy(self, s: t.Copy, c: _Ctx) -> None:
+        self._tile_op_allowed(c, "T.copy")
+        data = self._read_region(s.src, c, "T.copy source")
+        dst_ext = [int(self._scalar(x, c, "T.copy extent")) if isinstance(x, E.Expr) else int(x)
+                   for x in s.dst.extents]
+        if data.size != math.prod(dst_ext):
+            raise InterpError(f"T.copy: source tile {s.src.buffer.name} {tuple(data.shape)} and destination "
+                              f"{s.dst.buffer.name} {tuple(dst_ext)} differ in size")
+        self._write_region(s.dst, c, data.reshape(dst_ext), "T.copy destination")
+
+    def x_fill(self, s: t.Fill, c: _Ctx) -> None:
+        self._tile_op_allowed(c, "T.fill")
+        v = self._scalar(s.value, c, "the T.fill value")
+        _, arr, _, extents, _, _ = self._region(s.dst, c, "T.fill")
+        self._write_region(s.dst, c, np.full(extents, v, dtype=arr.dtype), "T.fill")
+
+    def x_gemm(self, s: t.Gemm, c: _Ctx) -> None:
+        self._tile_op_allowed(c, "T.gemm")
+        a = self._read_region(s.a, c, "T.gemm A").reshape(s.a.shape)
+        b = self._read_region(s.b, c, "T.gemm B").reshape(s.b.shape)
+        if s.trans_a:
+            a = a.T
+        if s.trans_b:
+            b = b.T
+        cdt = dt.to_numpy(s.c.buffer.dtype)
+        ab_float = dt.is_float(s.a.buffer.dtype)
+        if ab_float:
+            # products of <=32-bit floats are summed in float32, like tensor cores
+            work = _F64 if "float64" in (s.a.buffer.dtype, s.b.buffer.dtype, s.c.buffer.dtype) else _F32
+            prod = a.astype(work) @ b.astype(work)
+        else:
+            # integer products summed exactly (float64 is exact far beyond any tile's range)
+            prod = np.rint(a.astype(_F64) @ b.astype(_F64)).astype(_I64)
+        if not dt.is_float(s.c.buffer.dtype):
+            prod = prod.astype(_I64)
+        if not s.clear_accum:
+            old = self._read_region(s.c, c, "T.gemm C").reshape(s.c.shape)
+            prod = old.astype(prod.dtype) + prod
+        ext = [int(x) for x in s.c.extents]
+        self._write_region(s.c, c, prod.astype(cdt).reshape(ext), "T.gemm C")
+
+    def x_reduce(self, s: t.Reduce, c: _Ctx) -> None:
+        self._tile_op_allowed(c, f"T.reduce_{s.op}")
+        src = self._read_region(t.Region.full(s.src), c, f"T.reduce_{s.op} source")
+        sdt = s.src.dtype
+        if dt.is_float(sdt):
+            work = _F64 if sdt == "float64" else _F32
+        else:
+            work = _I64
+        x = src.astype(work)
+        if s.op in ("abssum", "absmax"):
+            x = np.abs(x)
+        if s.op in ("sum", "abssum"):
+            r = x.sum(axis=s.dim)
+        elif s.op in ("max", "absmax"):
+            r = x.max(axis=s.dim)
+        elif s.op == "min":
+            r = x.min(axis=s.dim)
+        else:
+            raise InterpError(f"unknown reduction {s.op!r}")
+        dst_shape = tuple(int(n) for n in s.dst.shape)
+        if r.size != math.prod(dst_shape):
+            raise InterpError(f"T.reduce_{s.op}: result of {r.size} elements does not fit {s.dst.name}{dst_shape}")
+        r = r.reshape(dst_shape)
+        if not s.clear:
+            old = self._read_region(t.Region.full(s.dst), c, f"T.reduce_{s.op} destination").astype(work)
+            r = old + r if s.op in ("sum", "abssum") else (np.minimum(old, r) if s.op == "min" else np.maximum(old, r))
+        self._write_region(t.Region.full(s.dst), c, r.astype(dt.to_numpy(s.dst.dtype)), f"T.reduce_{s.op}")
+
+    def x_atomic(self, s: t.Atomic, c: _Ctx) -> None:
+        if s.op not in ("add", "max", "min"):
+            raise InterpError(f"unknown atomic operation {s.op!r}")
+        if isinstance(s.value, t.Region):
+            self._tile_op_allowed(c, f"T.atomic_{s.op} of a tile")
+            val = self._read_region(s.value, c, f"T.atomic_{s.op} value")
+            _, arr, _, extents, _, _ = self._region(s.dst, c, f"T.atomic_{s.op}")
+            if val.size != math.prod(extents):
+                raise InterpError(f"T.atomic_{s.op}: value tile {tuple(val.shape)} does not fit the destination "
+                                  f"{tuple(extents)}")
+            old = self._read_region(s.dst, c, f"T.atomic_{s.op} destination")
+            new = _combine(s.op, old, val.reshape(extents), arr.dtype)
+            self._write_region(s.dst, c, new, f"T.atomic_{s.op} destination")
+            return
+        buf = s.dst.buffer
+        arr = c.bufs.get(buf)
+        if arr is None:
+            raise InterpError(f"buffer {buf.name} is used before it is allocated")
+        idx = [self.comp(x)(c) for x in s.dst.starts]
+        val = self.comp(s.value)(c)
+        skip = 0
+        if buf in c.tbufs:
+            idx = [c.tid] + idx
+            skip = 1
+        mask = c.mask
+        if mask is False:
+            return
+        arrays = [x for x in idx + [val] if isinstance(x, np.ndarray)]
+        if not arrays and mask is None:
+            _check_indices(idx, arr.shape, None, buf, skip, "updated atomically")
+            key = tuple(idx)
+            arr[key] = _combine(s.op, arr[key], val, arr.dtype)
+            return
+        shape = np.broadcast_shapes(*(np.shape(x) for x in idx), np.shape(val), np.shape(mask))
+        if mask is None:
+            sel = [np.broadcast_to(i, shape).reshape(-1) for i in idx]
+            v = np.broadcast_to(val, shape).reshape(-1)
+        else:
+            m = np.broadcast_to(mask, shape)
+            sel = [np.broadcast_to(i, shape)[m] for i in idx]
+            v = np.broadcast_to(val, shape)[m]
+        _check_indices(sel, arr.shape, None, buf, skip, "updated atomically")
+        _atomic_many(s.op, arr, sel, v)
+
+
+def _clip_region(starts, extents, shape):
+    """(fully inside?, slices of the in-bounds part, matching slices of the region or None if empty)."""
+    inside = True
+    clip, sub = [], []
+    for s0, e0, n in zip(starts, extents, shape):
+        lo, hi = max(s0, 0), min(s0 + e0, n)
+        if lo != s0 or hi != s0 + e0:
+            inside = False
+        if hi <= lo:
+            return False, None, None
+        clip.append(slice(lo, hi))
+        sub.append(slice(lo - s0, hi - s0))
+    return inside, tuple(clip), tuple(sub)
+
+
+def _combine(op: str, old, val, npdt: np.dtype):
+    if npdt in _FLOAT_NP:
+        work = _F64 if npdt == _F64 else _F32
+    else:
+        work = _I64
+    o = np.asarray(old).astype(work)
+    v = np.asarray(val).astype(work)
+    r = o + v if op == "add" else (np.maximum(o, v) if op == "max" else np.minimum(o, v))
+    return r.astype(npdt) if r.ndim else npdt.type(r)
+
+
+def _atomic_many(op: str, arr: np.ndarray, idx: list, vals: np.ndarray) -> None:
+    """Apply ``op`` for every (index, value) pair; repeated indices all take effect, as atomics do."""
+    if vals.size == 0:
+        return
+    lin = np.ravel_multi_index(tuple(np.asarray(i, dtype=np.intp) for i in idx), arr.shape)
+    uniq, inv = np.unique(lin, return_inverse=True)
+    where = np.unravel_index(uniq, arr.shape)
+    npdt = arr.dtype
+    is_float = npdt in _FLOAT_NP
+    cur = arr[where]
+    if op == "add":
+        if is_float:
+            total = np.bincount(inv, weights=vals.astype(_F64), minlength=uniq.size)
+            arr[where] = (cur.astype(_F64) + total).astype(npdt)
+        else:
+            total = np.zeros(uniq.size, dtype=_I64)
+            np.add.at(total, inv, vals.astype(_I64))
+            arr[where] = (cur.astype(_I64) + total).astype(npdt)
+        return
+    work = _F64 if is_float else _I64
+    init = (-np.inf if op == "max" else np.inf) if is_float else (
+        np.iinfo(_I64).min if op == "max" else np.iinfo(_I64).max)
+    acc = np.full(uniq.size, init, dtype=work)
+    ufunc = np.maximum if op == "max" else np.minimum
+    ufunc.at(acc, inv, vals.astype(work))
+    arr[where] = ufunc(cur.astype(work), acc).astype(npdt)
+
+
+def _parallel_rank(s: t.ParallelFor) -> int:
+    """Axes needed by a T.Parallel nest: its own plus the deepest nested T.Parallel inside it."""
+
+    def inner(x) -> int:
+        best = 0
+        for ch in child_stmts(x):
+            best = max(best, _parallel_rank(ch) if isinstance(ch, t.ParallelFor) else inner(ch))
+        return best
+
+    return len(s.vars) + inner(s.body)
+

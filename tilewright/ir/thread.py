@@ -1,0 +1,158 @@
+"""Thread IR: what one thread (lane) of a block executes.
+
+Lowering turns the Tile IR into this level.  It reuses the Tile IR's ``SeqStmt``, ``For``,
+``IfThenElse``, ``LetStmt`` and ``BufferStore`` (with exactly one index: an element offset into a
+flat buffer) and the shared expressions; loads (``Load``) likewise take one flat index.  Buffers
+are flat here: ``global`` (a kernel parameter pointer), ``shared`` (a slice of the block's dynamic
+shared memory / LDS at ``SharedDecl.offset`` bytes) and ``local`` (a per-thread register array).
+
+Matrix and async-copy instructions are structured nodes, never opaque strings: the CUDA and HIP
+printers print them, and the emulator executes them, from the same fields.  ``MatrixMultiply``
+carries a ``MatrixInstr`` from ``target/`` whose lane layouts say which lane holds which element,
+so mma.sync (warp of 32), MFMA (wave of 64) and WMMA (wave of 32) are one node type.
+
+Special variables: ``ThreadKernel.thread_var`` is ``threadIdx.x`` (threads are numbered linearly);
+``block_vars`` are ``blockIdx.x/y/z``.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Any
+
+from ..target.matrix import MatrixInstr
+from .tile import Buffer, Stmt
+
+
+@dataclass(eq=False)
+class LocalDecl(Stmt):
+    """Declare a per-thread register array ``buffer`` (scope ``local``), optionally zero-initialised."""
+
+    buffer: Buffer
+    init: Any = None
+    loc: Any = None
+
+
+@dataclass(eq=False)
+class SharedDecl(Stmt):
+    """Place shared buffer ``buffer`` at byte ``offset`` of the block's dynamic shared memory."""
+
+    buffer: Buffer
+    offset: int
+    loc: Any = None
+
+
+@dataclass(eq=False)
+class VecCopy(Stmt):
+    """Copy ``lanes`` contiguous elements ``src[src_index : +lanes]`` to ``dst[dst_index : +lanes]`` as one
+    vector access.  Both buffers have the same dtype.  With ``pred`` false: a load into a local
+    buffer writes zeros, a store to memory does nothing."""
+
+    dst: Buffer
+    dst_index: Any
+    src: Buffer
+    src_index: Any
+    lanes: int
+    pred: Any = None
+    loc: Any = None
+
+
+@dataclass(eq=False)
+class Barrier(Stmt):
+    """Block-wide barrier (``__syncthreads``) that also orders shared-memory accesses."""
+
+    loc: Any = None
+
+
+@dataclass(eq=False)
+class AsyncCopy(Stmt):
+    """Asynchronous global -> shared copy of ``nbytes`` (4, 8 or 16): cp.async on NVIDIA.  With
+    ``pred`` false the destination is zero-filled and the source is not read."""
+
+    dst: Buffer
+    dst_index: Any
+    src: Buffer
+    src_index: Any
+    nbytes: int
+    pred: Any = None
+    loc: Any = None
+
+
+@dataclass(eq=False)
+class AsyncCommit(Stmt):
+    """Close the current group of async copies (cp.async.commit_group)."""
+
+    loc: Any = None
+
+
+@dataclass(eq=False)
+class AsyncWait(Stmt):
+    """Wait until at most ``pending`` groups of this thread's async copies are still in flight."""
+
+    pending: int
+    loc: Any = None
+
+
+@dataclass(eq=False)
+class LoadMatrix(Stmt):
+    """ldmatrix: the warp loads ``num`` (1, 2, 4) 8x8 matrices of 16-bit elements from shared memory.
+    Lane ``l`` supplies ``src_index`` = the element offset of row ``l % 8`` of matrix ``l // 8``.
+    Lane ``l`` receives, for each matrix q, 2 elements into ``dst[dst_index + 2q : +2]``: row
+    ``l // 4``, columns ``2 (l % 4) + {0, 1}`` (of the transposed matrix when ``trans``)."""
+
+    dst: Buffer
+    dst_index: int
+    src: Buffer
+    src_index: Any
+    num: int
+    trans: bool = False
+    loc: Any = None
+
+
+@dataclass(eq=False)
+class MatrixMultiply(Stmt):
+    """One matrix instruction over the lanes of a warp/wave: D = A @ B + C.
+
+    Each operand is ``(buffer, offset)``: the lane's elements of that operand occupy
+    ``buffer[offset : offset + instr.<x>_elems]`` in register order."""
+
+    instr: MatrixInstr
+    d: tuple
+    a: tuple
+    b: tuple
+    c: tuple
+    loc: Any = None
+
+
+@dataclass(eq=False)
+class AtomicRMW(Stmt):
+    """``buffer[index] = op(buffer[index], value)`` atomically (op: add, max, min)."""
+
+    op: str
+    buffer: Buffer
+    index: Any
+    value: Any
+    loc: Any = None
+
+
+@dataclass(eq=False)
+class Comment(Stmt):
+    text: str
+    loc: Any = None
+
+
+@dataclass(eq=False)
+class ThreadKernel:
+    """A lowered kernel: parameters, launch shape, shared memory, and the per-thread body."""
+
+    name: str
+    params: list  # Buffer (global, flat view; shape kept for argument checks) or Var (scalars)
+    dyn_vars: list  # symbolic dims passed as int32 parameters after the declared params
+    grid: tuple  # exprs of dyn vars / scalar params
+    num_threads: int
+    shared_bytes: int
+    body: Any
+    thread_var: Any
+    block_vars: tuple
+    target: Any = None
+    attrs: dict = field(default_factory=dict)

@@ -1,0 +1,50 @@
+"""Compact pseudo-C text of thread IR statements, for IR dumps and error messages."""
+
+from __future__ import annotations
+
+from .printer import expr_str
+
+
+def thread_stmt_lines(s) -> list[str]:
+    from . import thread as th
+
+    name = type(s).__name__
+    if isinstance(s, th.LocalDecl):
+        return [f"local {s.buffer.dtype} {s.buffer.name}[{s.buffer.shape[0]}]"]
+    if isinstance(s, th.SharedDecl):
+        return [f"shared {s.buffer.dtype} {s.buffer.name}[{s.buffer.shape[0]}] @ {s.offset}"]
+    if isinstance(s, th.VecCopy):
+        p = f" if {expr_str(s.pred)}" if s.pred is not None else ""
+        return [f"{s.dst.name}[{expr_str(s.dst_index)} +: {s.lanes}] = {s.src.name}[{expr_str(s.src_index)} +: "
+                f"{s.lanes}]{p}"]
+    if isinstance(s, th.Barrier):
+        return ["barrier()"]
+    if isinstance(s, th.AsyncCopy):
+        p = f" if {expr_str(s.pred)}" if s.pred is not None else ""
+        return [f"async_copy({s.dst.name}[{expr_str(s.dst_index)}], {s.src.name}[{expr_str(s.src_index)}], "
+                f"{s.nbytes}B){p}"]
+    if isinstance(s, th.AsyncCommit):
+        return ["async_commit()"]
+    if isinstance(s, th.AsyncWait):
+        return [f"async_wait({s.pending})"]
+    if isinstance(s, th.LoadMatrix):
+        return [f"{s.dst.name}[{s.dst_index} +: {2 * s.num}] = ldmatrix.x{s.num}{'.trans' if s.trans else ''}"
+                f"({s.src.name}[{expr_str(s.src_index)}])"]
+    if isinstance(s, th.MatrixMultiply):
+        def op(o):
+            return f"{o[0].name}[{o[1]}]"
+
+        return [f"{op(s.d)} = {s.instr.name}({op(s.a)}, {op(s.b)}, {op(s.c)})"]
+    if isinstance(s, th.AtomicRMW):
+        return [f"atomic_{s.op}({s.buffer.name}[{expr_str(s.index)}], {expr_str(s.value)})"]
+    if isinstance(s, th.Comment):
+        return [f"# {s.text}"]
+    return [f"<{name}>"]
+
+
+def print_thread_kernel(k) -> str:
+    from .printer import print_stmt
+
+    head = (f"thread_kernel {k.name}(grid={tuple(expr_str(g) for g in k.grid)}, threads={k.num_threads}, "
+            f"shared={k.shared_bytes}B)\n")
+    return head + print_stmt(k.body)

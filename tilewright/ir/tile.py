@@ -1,0 +1,290 @@
+"""Tile IR: buffers, regions and statements that describe what one thread block does with tiles.
+
+A ``PrimFunc`` holds parameters (global ``Buffer``s and scalar ``Var``s) and a body whose root is a
+``Kernel`` launch.  Inside it, buffers live in a scope: ``global`` (parameters), ``shared`` (one copy
+per block), ``fragment`` (a tile spread over the block's threads, layout inferred by the compiler),
+``local`` (per-thread array) or ``var`` (a per-thread scalar).  Tile operations (``Copy``, ``Fill``,
+``Gemm``, ``Reduce``, ``Atomic``) act on whole regions; ``ParallelFor`` is an elementwise loop nest
+over a tile that the compiler partitions over threads.
+
+Nodes are plain mutable objects; passes build new trees rather than editing shared ones.
+"""
+
+from __future__ import annotations
+
+import itertools
+from dataclasses import dataclass, field
+from typing import Any
+
+from ..errors import SourceLocation
+from . import dtype as dt
+from .expr import Expr, Load, Var, as_expr, const_value
+
+SCOPES = ("global", "shared", "fragment", "local", "var")
+
+_ids = itertools.count()
+
+
+class Buffer:
+    """A named, typed, shaped array in one memory scope.
+
+    ``shape`` entries are Python ints or ``Var``s (symbolic dimensions of global buffers).
+    ``strides`` (elements) are derived row-major unless given.
+    """
+
+    __slots__ = ("name", "shape", "dtype", "scope", "strides", "uid", "loc", "attrs")
+    __hash__ = object.__hash__
+
+    def __init__(self, name: str, shape, dtype: str, scope: str, strides=None, loc=None):
+        if scope not in SCOPES:
+            raise ValueError(f"unknown scope {scope!r}")
+        self.name = name
+        self.shape = tuple(shape)
+        self.dtype = dt.canon(dtype)
+        self.scope = scope
+        self.strides = tuple(strides) if strides is not None else row_major_strides(self.shape)
+        self.uid = next(_ids)
+        self.loc = loc
+        self.attrs: dict[str, Any] = {}
+
+    @property
+    def ndim(self) -> int:
+        return len(self.shape)
+
+    def static_shape(self) -> tuple[int, ...] | None:
+        if all(isinstance(s, int) for s in self.shape):
+            return self.shape  # type: ignore[return-value]
+        return None
+
+    def numel(self) -> int:
+        n = 1
+        for s in self.shape:
+            if not isinstance(s, int):
+                raise ValueError(f"buffer {self.name} has a symbolic shape")
+            n *= s
+        return n
+
+    # kernel-code conveniences ------------------------------------------------------------
+    def __getitem__(self, idx):
+        from ..frontend.regions import subscript
+
+        return subscript(self, idx)
+
+    def __repr__(self) -> str:
+        return f"Buffer({self.name}, {self.shape}, {self.dtype}, {self.scope})"
+
+
+def row_major_strides(shape) -> tuple:
+    strides = []
+    acc: Any = 1
+    for s in reversed(shape):
+        strides.append(acc)
+        acc = acc * s if not (isinstance(acc, int) and acc == 1) else s
+    return tuple(reversed(strides))
+
+
+@dataclass
+class Region:
+    """A rectangular part of a buffer: ``starts`` (exprs) and ``extents`` (ints, one per buffer dim).
+
+    A dimension indexed by a scalar (``A[i, k:k+32]``) has extent 1 and is listed in ``squeezed``.
+    """
+
+    buffer: Buffer
+    starts: tuple
+    extents: tuple
+    squeezed: tuple = ()
+
+    @property
+    def shape(self) -> tuple:
+        """Extents with squeezed dims removed: the tile shape this region denotes."""
+        return tuple(e for d, e in enumerate(self.extents) if d not in self.squeezed)
+
+    @staticmethod
+    def full(buf: Buffer) -> "Region":
+        return Region(buf, tuple(as_expr(0) for _ in buf.shape), tuple(buf.shape), ())
+
+    def is_full(self) -> bool:
+        return all(const_value(s) == 0 for s in self.starts) and tuple(self.extents) == tuple(self.buffer.shape)
+
+
+# --------------------------------------------------------------------------------------------
+# statements
+
+
+class Stmt:
+    loc: SourceLocation | None = None
+
+
+@dataclass(eq=False)
+class SeqStmt(Stmt):
+    stmts: list
+    loc: Any = None
+
+
+@dataclass(eq=False)
+class Alloc(Stmt):
+    buffer: Buffer
+    init: Any = None  # for scope "var": initial value expression
+    loc: Any = None
+
+
+@dataclass(eq=False)
+class Kernel(Stmt):
+    grid: tuple  # 1-3 exprs
+    threads: tuple  # 1-3 ints
+    block_vars: tuple  # Vars bound to blockIdx.x/y/z
+    body: Any
+    loc: Any = None
+    attrs: dict = field(default_factory=dict)
+
+    @property
+    def num_threads(self) -> int:
+        n = 1
+        for t in self.threads:
+            n *= t
+        return n
+
+
+@dataclass(eq=False)
+class For(Stmt):
+    """A sequential loop: kind is ``serial``, ``unroll`` or ``pipelined`` (``num_stages``)."""
+
+    var: Var
+    start: Any
+    extent: Any
+    body: Any
+    kind: str = "serial"
+    num_stages: int = 0
+    loc: Any = None
+    attrs: dict = field(default_factory=dict)
+
+
+@dataclass(eq=False)
+class ParallelFor(Stmt):
+    """``for i, j in T.Parallel(M, N)``: every iteration independent, spread over the block's threads."""
+
+    vars: tuple
+    extents: tuple  # ints
+    body: Any
+    loc: Any = None
+
+
+@dataclass(eq=False)
+class IfThenElse(Stmt):
+    cond: Expr
+    then_body: Any
+    else_body: Any = None
+    loc: Any = None
+
+
+@dataclass(eq=False)
+class BufferStore(Stmt):
+    buffer: Buffer
+    indices: tuple
+    value: Expr
+    loc: Any = None
+
+
+@dataclass(eq=False)
+class LetStmt(Stmt):
+    """Binds ``var`` to ``value`` for the statements that follow it in the same sequence."""
+
+    var: Var
+    value: Expr
+    loc: Any = None
+
+
+@dataclass(eq=False)
+class Copy(Stmt):
+    """Copy a tile.  ``mode`` is "sync", or "async" for a global -> shared copy issued by a
+    software pipeline (completion is then managed by explicit AsyncCommit/AsyncWait)."""
+
+    src: Region
+    dst: Region
+    loc: Any = None
+    mode: str = "sync"
+
+
+@dataclass(eq=False)
+class Fill(Stmt):
+    dst: Region
+    value: Expr
+    loc: Any = None
+
+
+@dataclass(eq=False)
+class Gemm(Stmt):
+    """``C += op(A) @ op(B)`` on tiles; A and B in shared or fragment, C a fragment."""
+
+    a: Region
+    b: Region
+    c: Region
+    trans_a: bool = False
+    trans_b: bool = False
+    policy: str = "square"
+    clear_accum: bool = False
+    k_pack: int = 1
+    loc: Any = None
+
+
+@dataclass(eq=False)
+class Reduce(Stmt):
+    """``dst = op over dim of src`` (``clear=False`` folds the old ``dst`` in)."""
+
+    op: str  # "sum", "max", "min", "abssum", "absmax"
+    src: Buffer
+    dst: Buffer
+    dim: int
+    clear: bool = True
+    loc: Any = None
+
+
+@dataclass(eq=False)
+class Atomic(Stmt):
+    """Atomic read-modify-write of one element (``indices``) or of a whole region with a tile value."""
+
+    op: str  # "add", "max", "min"
+    dst: Region
+    value: Any  # Expr (scalar form) or Region (tile form)
+    loc: Any = None
+
+
+@dataclass(eq=False)
+class Annotate(Stmt):
+    kind: str  # "swizzle" or "layout"
+    attrs: dict
+    loc: Any = None
+
+
+@dataclass(eq=False)
+class Evaluate(Stmt):
+    """An expression evaluated for its effect (reserved; kept so the printer can show it)."""
+
+    value: Any
+    loc: Any = None
+
+
+@dataclass(eq=False)
+class PrimFunc:
+    name: str
+    params: list  # Buffer (global) or Var (scalar)
+    body: Any
+    dyn_vars: list = field(default_factory=list)  # symbolic dims appearing in param shapes
+    attrs: dict = field(default_factory=dict)
+    loc: Any = None
+
+    def buffer_params(self) -> list:
+        return [p for p in self.params if isinstance(p, Buffer)]
+
+    def script(self) -> str:
+        from .printer import print_func
+
+        return print_func(self)
+
+    def __str__(self) -> str:
+        return self.script()
+
+
+def load(buf: Buffer, *indices) -> Load:
+    return Load(buf, tuple(as_expr(i) for i in indices))

@@ -1,0 +1,163 @@
+"""Tile IR verifier: the checks every frontend result must pass before any pass runs.
+
+It explains each problem with the kernel line: unknown or wrongly scoped buffers, tile shapes that
+do not match, gemm operands in the wrong memory or of unsupported types, tile operations inside a
+``T.Parallel`` body, and loads from buffers in the wrong scope.
+"""
+
+from __future__ import annotations
+
+from ..errors import CompileError
+from . import dtype as dt
+from . import tile as t
+from .expr import Load
+from .visitor import loads_in, walk
+
+
+def _squeeze(shape) -> tuple:
+    return tuple(s for s in shape if s != 1)
+
+
+def shapes_match(a, b) -> bool:
+    return tuple(a) == tuple(b) or _squeeze(a) == _squeeze(b)
+
+
+def verify(func: t.PrimFunc) -> None:
+    known = {id(p) for p in func.params if isinstance(p, t.Buffer)}
+    in_parallel = [0]
+
+    def visit(s, depth_parallel=0):
+        if isinstance(s, t.Alloc):
+            known.add(id(s.buffer))
+        elif isinstance(s, t.ParallelFor):
+            for x in t_children(s):
+                visit_all(x, depth_parallel + 1)
+            return
+        elif isinstance(s, (t.Copy, t.Gemm, t.Reduce, t.Fill)) and depth_parallel:
+            raise CompileError(f"T.{type(s).__name__.lower()} cannot be used inside a T.Parallel loop", s.loc,
+                               hint="tile operations act on whole tiles; put them outside the T.Parallel loop")
+        check(s)
+        for x in t_children(s):
+            visit_all(x, depth_parallel)
+
+    def visit_all(s, dp):
+        visit(s, dp)
+
+    def check(s):
+        for r in regions_of(s):
+            if id(r.buffer) not in known:
+                raise CompileError(f"buffer {r.buffer.name} is used before it is allocated", s.loc)
+        if isinstance(s, t.Copy):
+            check_copy(s)
+        elif isinstance(s, t.Gemm):
+            check_gemm(s)
+        elif isinstance(s, t.Reduce):
+            check_reduce(s)
+        elif isinstance(s, t.BufferStore):
+            if s.buffer.scope == "global" and in_parallel[0] < 0:
+                pass
+        for e in exprs_of(s):
+            for ld in loads_in(e):
+                if id(ld.buffer) not in known:
+                    raise CompileError(f"buffer {ld.buffer.name} is read before it is allocated", s.loc)
+
+    visit(func.body)
+
+
+def t_children(s):
+    from .visitor import child_stmts
+
+    return child_stmts(s)
+
+
+def regions_of(s) -> list:
+    if isinstance(s, t.Copy):
+        return [s.src, s.dst]
+    if isinstance(s, t.Fill):
+        return [s.dst]
+    if isinstance(s, t.Gemm):
+        return [s.a, s.b, s.c]
+    if isinstance(s, t.Atomic):
+        return [s.dst] + ([s.value] if isinstance(s.value, t.Region) else [])
+    if isinstance(s, t.Reduce):
+        return [t.Region.full(s.src), t.Region.full(s.dst)]
+    return []
+
+
+def exprs_of(s) -> list:
+    out = []
+    if isinstance(s, t.BufferStore):
+        out += list(s.indices) + [s.value]
+    elif isinstance(s, t.LetStmt):
+        out.append(s.value)
+    elif isinstance(s, t.IfThenElse):
+        out.append(s.cond)
+    elif isinstance(s, t.Fill):
+        out.append(s.value)
+    elif isinstance(s, t.Atomic) and not isinstance(s.value, t.Region):
+        out.append(s.value)
+    elif isinstance(s, t.Alloc) and s.init is not None:
+        out.append(s.init)
+    for r in regions_of(s):
+        out += list(r.starts)
+    return out
+
+
+def check_copy(s: t.Copy) -> None:
+    src, dst = s.src, s.dst
+    if not shapes_match(src.shape, dst.shape):
+        raise CompileError(
+            f"T.copy: the source tile {src.buffer.name} has shape {src.shape} but the destination "
+            f"{dst.buffer.name} has shape {dst.shape}", s.loc,
+            hint="make both sides the same tile shape (slice the larger one, or use the start-point form A[i, j])")
+    if src.buffer.scope == "var" or dst.buffer.scope == "var":
+        raise CompileError("T.copy does not take T.alloc_var scalars; assign them directly", s.loc)
+
+
+def check_gemm(s: t.Gemm) -> None:
+    a, b, c = s.a, s.b, s.c
+    for r, name in ((a, "A"), (b, "B")):
+        if r.buffer.scope not in ("shared", "fragment"):
+            raise CompileError(f"T.gemm operand {name} ({r.buffer.name}) is in {r.buffer.scope} memory; it must be "
+                               "in shared memory or a fragment", s.loc,
+                               hint=f"copy it first: T.copy(..., {name}_shared) with T.alloc_shared")
+    if c.buffer.scope not in ("fragment", "local"):
+        raise CompileError(f"T.gemm accumulator C ({c.buffer.name}) must be a fragment (T.alloc_fragment)", s.loc)
+    for r, name in ((a, "A"), (b, "B"), (c, "C")):
+        if len(r.shape) != 2:
+            raise CompileError(f"T.gemm operand {name} must be a 2-D tile, got shape {r.shape}", s.loc)
+    m, ka = a.shape if not s.trans_a else a.shape[::-1]
+    kb, n = b.shape if not s.trans_b else b.shape[::-1]
+    if ka != kb:
+        raise CompileError(f"T.gemm: K of A ({ka}) differs from K of B ({kb}) "
+                           f"(transpose_A={s.trans_a}, transpose_B={s.trans_b})", s.loc,
+                           hint="check the transpose flags against the tile shapes")
+    if tuple(c.shape) != (m, n):
+        raise CompileError(f"T.gemm: C has shape {tuple(c.shape)} but op(A) @ op(B) is {(m, n)}", s.loc)
+    if a.buffer.dtype != b.buffer.dtype:
+        raise CompileError(f"T.gemm: A is {a.buffer.dtype} but B is {b.buffer.dtype}; give both the same dtype",
+                           s.loc, hint="convert one with a dtype-converting T.copy into a buffer of the other dtype")
+    if dt.is_float(a.buffer.dtype) and not dt.is_float(c.buffer.dtype):
+        raise CompileError(f"T.gemm: float inputs need a float accumulator, C is {c.buffer.dtype}", s.loc)
+
+
+def check_reduce(s: t.Reduce) -> None:
+    src, dst = s.src, s.dst
+    if src.scope not in ("fragment", "shared", "local") or dst.scope not in ("fragment", "shared", "local"):
+        raise CompileError(f"T.reduce_{s.op}: source and destination must be fragments (or shared tiles), got "
+                           f"{src.scope} -> {dst.scope}", s.loc)
+    expected = tuple(x for d, x in enumerate(src.shape) if d != s.dim)
+    if not shapes_match(expected or (1,), dst.shape):
+        raise CompileError(f"T.reduce_{s.op}: reducing {src.name}{tuple(src.shape)} along dim {s.dim} gives shape "
+                           f"{expected}, but {dst.name} has shape {tuple(dst.shape)}", s.loc)
+
+
+def all_loads(func) -> list:
+    out = []
+
+    def f(s):
+        for e in exprs_of(s):
+            out.extend(ld for ld in loads_in(e) if isinstance(ld, Load))
+
+    walk(func.body, f)
+    return out

@@ -1,0 +1,333 @@
+"""Pass ``infer_layouts``: decide where every fragment element lives and how shared tiles are laid out.
+
+Needs: Tile IR after ``expand_tile_ops`` (elementwise work is in ``ParallelFor`` loops), a target.
+Guarantees, recorded in ``func.attrs``:
+
+* ``layouts[buffer]``: a ``FragmentLayout`` for every fragment, found in this order:
+  1. ``T.gemm`` accumulators take the matrix instruction's accumulator layout over a warp grid
+     chosen by the warp policy (a SIMT layout when the target has no matrix instruction for the
+     operand types); a fragment A operand takes the matching operand layout.
+  2. Propagation to a fixpoint: ``T.reduce`` gives its destination the reduced source layout;
+     in a ``T.Parallel`` loop, fragments indexed exactly by the loop variables share one layout,
+     and fragments indexed by a subset of them take the projection of it.
+  3. Fragments still without a layout get a striped layout (vectorized chunks per thread), the
+     earliest-used first, and propagation runs again.
+* ``gemm_plans[id(gemm)]``: the instruction and warp grid (or SIMT thread grid) of each ``T.gemm``.
+* ``parallel_layouts[id(loop)]``: the layout each ``T.Parallel`` loop iterates by.
+* ``shared_layouts[buffer]``: row-major, XOR-swizzled for tiles read by matrix loads.
+
+Errors name the gemm or loop and say what to change (tile too small for the warps, transposed
+fragment operands, conflicting layouts).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from ..errors import CompileError
+from ..ir import dtype as dt
+from ..ir import expr as E
+from ..ir import tile as t
+from ..ir.layout import (MmaAccumLayout, MmaOperandLayout, ReducedLayout, SharedLayout, SimtAccumLayout,
+                         StripedLayout)
+from ..ir.verifier import exprs_of
+from ..ir.visitor import loads_in, walk
+
+
+@dataclass
+class GemmPlan:
+    kind: str  # "mma" or "simt"
+    instr: object = None
+    warps_m: int = 1
+    warps_n: int = 1
+    tm: int = 1
+    tn: int = 1
+
+
+def infer_layouts(func: t.PrimFunc, ctx) -> t.PrimFunc:
+    target = ctx.target
+    kernel = _kernel(func)
+    nthreads = kernel.num_threads
+    stmts: list = []
+    walk(func.body, stmts.append)
+    frags = [s.buffer for s in stmts if isinstance(s, t.Alloc) and s.buffer.scope == "fragment"]
+    layouts: dict = {}
+    plans: dict = {}
+
+    def assign(buf, layout, why, loc):
+        old = layouts.get(buf)
+        if old is None:
+            layouts[buf] = layout
+            return True
+        if not old.same_as(layout):
+            raise CompileError(f"fragment {buf.name} would need two different layouts ({old} and {layout}, the "
+                               f"second for {why})", loc,
+                               hint="use separate fragments for the two uses and T.copy between them")
+        return False
+
+    # 1. gemm constraints
+    for s in stmts:
+        if isinstance(s, t.Gemm):
+            plan = plan_gemm(s, nthreads, target)
+            plans[id(s)] = plan
+            shape = tuple(s.c.shape)
+            if plan.kind == "mma":
+                lay = MmaAccumLayout(shape, plan.instr, plan.warps_m, plan.warps_n, nthreads)
+            else:
+                lay = SimtAccumLayout(shape, plan.tm, plan.tn, nthreads)
+            if s.c.buffer.scope == "fragment":
+                if not s.c.is_full():
+                    raise CompileError(f"T.gemm accumulator {s.c.buffer.name} must be used whole", s.loc)
+                assign(s.c.buffer, lay, "a T.gemm accumulator", s.loc)
+            if s.a.buffer.scope == "fragment":
+                if s.trans_a:
+                    raise CompileError("T.gemm with A in a fragment does not support transpose_A=True", s.loc,
+                                       hint="transpose while filling the fragment instead")
+                if plan.kind != "mma":
+                    raise CompileError(f"T.gemm with A in a fragment needs a matrix instruction for "
+                                       f"{s.a.buffer.dtype} on {target}", s.loc, hint="stage A in shared memory")
+                assign(s.a.buffer, MmaOperandLayout(tuple(s.a.shape), plan.instr, plan.warps_m, plan.warps_n,
+                                                    nthreads), "a T.gemm A operand", s.loc)
+            if s.b.buffer.scope == "fragment":
+                raise CompileError("T.gemm operand B must be in shared memory", s.loc,
+                                   hint="T.copy it into a T.alloc_shared buffer first")
+
+    # 2./3. propagation with defaults
+    parallels = [s for s in stmts if isinstance(s, t.ParallelFor)]
+    while True:
+        changed = True
+        while changed:
+            changed = False
+            for s in stmts:
+                if isinstance(s, t.Reduce) and s.src in layouts and s.dst.scope == "fragment" \
+                        and s.dst not in layouts and s.src.scope == "fragment":
+                    layouts[s.dst] = ReducedLayout(layouts[s.src], s.dim, s.dst.shape)
+                    changed = True
+                elif isinstance(s, t.ParallelFor):
+                    changed |= _propagate_parallel(s, layouts, assign)
+        missing = [b for b in frags if b not in layouts]
+        if not missing:
+            break
+        buf = _first_use_order(missing, stmts)
+        layouts[buf] = StripedLayout(buf.shape, nthreads, _vec_for(buf.shape, [buf.dtype]))
+
+    for b, lay in layouts.items():
+        try:
+            lay.check_complete()
+        except ValueError:
+            raise CompileError(f"fragment {b.name}{tuple(b.shape)} cannot be spread over {nthreads} threads "
+                               f"({lay})", b.loc, hint="use a tile size that the thread count divides") from None
+
+    par_layouts = {}
+    for p in parallels:
+        drive = _driving(p, layouts)
+        if drive is None:
+            dtypes = [b.dtype for b in _buffers_in(p)] or ["float32"]
+            drive = StripedLayout(p.extents, nthreads, _vec_for(p.extents, dtypes))
+        par_layouts[id(p)] = drive
+
+    shared = {}
+    gemm_operands = set()
+    for s in stmts:
+        if isinstance(s, t.Gemm):
+            plan = plans[id(s)]
+            for r in (s.a, s.b):
+                if r.buffer.scope == "shared" and plan.kind == "mma":
+                    gemm_operands.add(r.buffer)
+    for s in stmts:
+        if isinstance(s, t.Alloc) and s.buffer.scope == "shared":
+            b = s.buffer
+            shared[b] = SharedLayout(b.shape, b.dtype, swizzle=b in gemm_operands and target.vendor == "nvidia")
+    func.attrs["layouts"] = layouts
+    func.attrs["gemm_plans"] = plans
+    func.attrs["parallel_layouts"] = par_layouts
+    func.attrs["shared_layouts"] = shared
+    return func
+
+
+def _kernel(func) -> t.Kernel:
+    found = []
+    walk(func.body, lambda s: found.append(s) if isinstance(s, t.Kernel) else None)
+    return found[0]
+
+
+def _vec_for(shape, dtypes) -> int:
+    """Elements per chunk: 16 bytes of the widest dtype, dividing the innermost extent."""
+    width = max(dt.nbytes(d) for d in dtypes)
+    vec = max(16 // width, 1)
+    inner = shape[-1]
+    while vec > 1 and inner % vec:
+        vec //= 2
+    return vec
+
+
+def _buffers_in(p) -> list:
+    out = []
+
+    def f(s):
+        if isinstance(s, t.BufferStore):
+            out.append(s.buffer)
+        for e in exprs_of(s):
+            out.extend(ld.buffer for ld in loads_in(e))
+
+    walk(p.body, f)
+    return out
+
+
+def _frag_accesses(p) -> list:
+    """(buffer, indices) of every fragment access in a T.Parallel body."""
+    out = []
+
+    def f(s):
+        if isinstance(s, t.BufferStore) and s.buffer.scope == "fragment":
+            out.append((s.buffer, s.indices))
+        for e in exprs_of(s):
+            out.extend((ld.buffer, ld.indices) for ld in loads_in(e) if ld.buffer.scope == "fragment")
+
+    walk(p.body, f)
+    return out
+
+
+def _aligned(p, idx) -> bool:
+    return len(idx) == len(p.vars) and all(i is v for i, v in zip(idx, p.vars))
+
+
+def _projection(p, idx):
+    """Loop dims indexed, when ``idx`` is a strictly increasing subsequence of the loop vars."""
+    pos = []
+    for i in idx:
+        hit = [k for k, v in enumerate(p.vars) if i is v]
+        if not hit:
+            return None
+        pos.append(hit[0])
+    if pos != sorted(pos) or len(set(pos)) != len(pos) or len(pos) == len(p.vars):
+        return None
+    return pos
+
+
+def _driving(p, layouts):
+    for buf, idx in _frag_accesses(p):
+        if _aligned(p, idx) and tuple(buf.shape) == tuple(p.extents) and buf in layouts:
+            return layouts[buf]
+    return None
+
+
+def _propagate_parallel(p, layouts, assign) -> bool:
+    drive = _driving(p, layouts)
+    if drive is None:
+        return False
+    changed = False
+    for buf, idx in _frag_accesses(p):
+        if buf in layouts:
+            continue
+        if _aligned(p, idx) and tuple(buf.shape) == tuple(p.extents):
+            layouts[buf] = drive
+            changed = True
+            continue
+        keep = _projection(p, idx)
+        if keep is not None and tuple(buf.shape) == tuple(p.extents[k] for k in keep):
+            lay = drive
+            # drop the loop dims the fragment is not indexed by, highest first
+            for d in reversed(range(len(p.vars))):
+                if d not in keep:
+                    shape = tuple(x for k, x in enumerate(lay.shape) if k != d)
+                    lay = ReducedLayout(lay, d, shape)
+            layouts[buf] = lay
+            changed = True
+    return changed
+
+
+def _first_use_order(bufs, stmts):
+    wanted = set(bufs)
+    for s in stmts:
+        touched = []
+        if isinstance(s, t.ParallelFor):
+            touched = [b for b, _ in _frag_accesses(s)]
+        elif isinstance(s, t.Reduce):
+            touched = [s.src, s.dst]
+        elif isinstance(s, t.Gemm):
+            touched = [s.a.buffer, s.b.buffer, s.c.buffer]
+        for b in touched:
+            if b in wanted:
+                return b
+    return bufs[0]
+
+
+# --------------------------------------------------------------------------------------------
+# gemm planning
+
+
+def plan_gemm(g: t.Gemm, nthreads: int, target) -> GemmPlan:
+    m, n = g.c.shape
+    a_dt, b_dt, c_dt = g.a.buffer.dtype, g.b.buffer.dtype, g.c.buffer.dtype
+    instrs = target.matrix_instr_for(a_dt, b_dt, c_dt) if not target.is_interpret else []
+    gs = target.warp_size
+    for instr in instrs:
+        if nthreads % instr.group_size:
+            continue
+        nwarps = nthreads // instr.group_size
+        k = g.a.shape[0] if g.trans_a else g.a.shape[1]
+        if k % instr.k:
+            continue
+        grid = _warp_grid(m, n, nwarps, instr, g.policy)
+        if grid is not None:
+            return GemmPlan("mma", instr, grid[0], grid[1])
+    if instrs:
+        k = g.a.shape[0] if g.trans_a else g.a.shape[1]
+        instr = instrs[0]
+        raise CompileError(
+            f"T.gemm tile {m}x{n}x{k} cannot be split over {nthreads // max(instr.group_size, 1)} warps of "
+            f"{instr.group_size} lanes with {instr.name} ({instr.m}x{instr.n}x{instr.k} per instruction)", g.loc,
+            hint=f"make M a multiple of {instr.m}*warps_m and N of {instr.n}*warps_n, K a multiple of {instr.k}, "
+            "or use fewer threads")
+    # SIMT fallback (fp32 and other types without a matrix instruction)
+    best = None
+    for tm in range(1, nthreads + 1):
+        if nthreads % tm:
+            continue
+        tn = nthreads // tm
+        if m % tm or n % tn:
+            continue
+        score = abs((m // tm) - (n // tn))
+        if best is None or score < best[0]:
+            best = (score, tm, tn)
+    if best is None:
+        raise CompileError(f"T.gemm tile {m}x{n} cannot be spread over {nthreads} threads", g.loc,
+                           hint="use a thread count that divides M*N evenly (e.g. 128 for a 64x64 tile)")
+    del gs
+    return GemmPlan("simt", None, tm=best[1], tn=best[2])
+
+
+def _warp_grid(m, n, nwarps, instr, policy):
+    options = []
+    for wm in range(1, nwarps + 1):
+        if nwarps % wm:
+            continue
+        wn = nwarps // wm
+        if m % (instr.m * wm) or n % (instr.n * wn):
+            continue
+        options.append((wm, wn))
+    if not options:
+        return None
+    if policy == "fullrow":
+        full = [o for o in options if o[1] == 1]
+        return full[0] if full else max(options, key=lambda o: o[0])
+    if policy == "fullcol":
+        full = [o for o in options if o[0] == 1]
+        return full[0] if full else max(options, key=lambda o: o[1])
+
+    def score(o):
+        wm, wn = o
+        tile_m, tile_n = m // wm, n // wn
+        # prefer square warp tiles, then warp tiles whose N holds pairs of atoms (ldmatrix.x4)
+        return (abs(tile_m - tile_n), 0 if (tile_n // instr.n) % 2 == 0 else 1, -tile_m)
+
+    return min(options, key=score)
+
+
+def uses_thread_var(e) -> bool:
+    from ..ir.visitor import walk_expr
+
+    found = [False]
+    walk_expr(e, lambda x: found.__setitem__(0, True) if isinstance(x, E.Var) and x.kind == "thread" else None)
+    return found[0]

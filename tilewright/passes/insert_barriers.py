@@ -1,0 +1,151 @@
+"""Pass ``insert_barriers``: block-wide barriers between tile statements that share memory.
+
+Needs: Tile IR after ``expand_tile_ops`` (tile statements: Copy, Gemm, Reduce, ParallelFor,
+BufferStore, ...), with pipelines already structured by ``pipeline_loops``.
+Guarantees: between any two statements where one writes a shared (or global) buffer that the
+other reads or writes, a ``Barrier`` executes — also across loop iterations (the loop body is
+analysed as if it followed itself) and after either branch of an ``if``.  Statements are
+treated as executed by different threads (a conservative but simple rule).  Async copies issued
+by a software pipeline are excluded: the pipeline's own wait + barrier order them.  Barriers are
+never placed inside a ``T.Parallel`` body or a branch on a per-thread condition.
+"""
+
+from __future__ import annotations
+
+from ..ir import expr as E
+from ..ir import thread as th
+from ..ir import tile as t
+from ..ir.verifier import exprs_of, regions_of
+from ..ir.visitor import loads_in, walk
+
+_TRACKED = ("shared", "global")
+
+
+class _State:
+    def __init__(self, reads=(), writes=()):
+        self.reads = set(reads)
+        self.writes = set(writes)
+
+    def copy(self):
+        return _State(self.reads, self.writes)
+
+    def merge(self, o):
+        self.reads |= o.reads
+        self.writes |= o.writes
+
+    def clear(self):
+        self.reads.clear()
+        self.writes.clear()
+
+
+def insert_barriers(func: t.PrimFunc) -> t.PrimFunc:
+    func.body = _seq(func.body, _State())[0]
+    return func
+
+
+def _accesses(s) -> tuple[set, set]:
+    """Shared/global buffers a statement (tree) reads and writes, async copies excluded."""
+    reads, writes = set(), set()
+
+    def f(x):
+        if isinstance(x, t.Copy) and x.mode == "async":
+            return
+        for r in regions_of(x):
+            is_write = (isinstance(x, t.Copy) and r is x.dst) or isinstance(x, t.Fill) or \
+                (isinstance(x, t.Gemm) and r is x.c) or (isinstance(x, t.Atomic) and r is x.dst)
+            (writes if is_write else reads).add(r.buffer)
+        if isinstance(x, t.Reduce):
+            writes.add(x.dst)
+        if isinstance(x, t.BufferStore):
+            writes.add(x.buffer)
+        for e in exprs_of(x):
+            for ld in loads_in(e):
+                reads.add(ld.buffer)
+
+    walk(s, f)
+    reads = {b for b in reads if b.scope in _TRACKED}
+    writes = {b for b in writes if b.scope in _TRACKED}
+    return reads, writes
+
+
+def _conflict(state: _State, reads: set, writes: set) -> bool:
+    # global memory written and then read by other threads of the block also needs ordering,
+    # but writes by different statements to disjoint global elements are the common case
+    # (epilogues); only read-after-write and write-after-read are tracked for global buffers
+    for b in writes:
+        if b in state.reads or (b in state.writes and b.scope == "shared"):
+            return True
+    return any(b in state.writes for b in reads)
+
+
+def _seq(s, state: _State):
+    """Returns (new statement, state after it)."""
+    if isinstance(s, t.SeqStmt):
+        out = []
+        for x in s.stmts:
+            nx, state = _seq(x, state)
+            out.append(nx)
+        return t.SeqStmt(out, s.loc), state
+    if isinstance(s, th.Barrier):
+        state.clear()
+        return s, state
+    if isinstance(s, t.Kernel):
+        body, st = _seq(s.body, state)
+        return t.Kernel(s.grid, s.threads, s.block_vars, body, s.loc, dict(s.attrs)), st
+    if isinstance(s, t.For):
+        # pass 1 finds the state at the end of the body; pass 2 starts from pre-loop + that state
+        _, end1 = _seq(_clone_shallow(s.body), state.copy())
+        start = state.copy()
+        start.merge(end1)
+        body, end = _seq(s.body, start)
+        return t.For(s.var, s.start, s.extent, body, s.kind, s.num_stages, s.loc, s.attrs), end
+    if isinstance(s, t.IfThenElse) and _uniform(s.cond) and _has_tile_ops(s):
+        a, sa = _seq(s.then_body, state.copy())
+        if s.else_body is not None:
+            b, sb = _seq(s.else_body, state.copy())
+        else:
+            b, sb = None, state.copy()
+        sa.merge(sb)
+        return t.IfThenElse(s.cond, a, b, s.loc), sa
+    reads, writes = _accesses(s)
+    if not reads and not writes:
+        return s, state
+    if _conflict(state, reads, writes):
+        state = _State()
+        state.reads |= reads
+        state.writes |= writes
+        return t.SeqStmt([th.Barrier(loc=s.loc), s]), state
+    state.reads |= reads
+    state.writes |= writes
+    return s, state
+
+
+def _clone_shallow(s):
+    return s  # _seq rebuilds containers without mutating leaves, so analysing the same tree twice is safe
+
+
+def _uniform(cond) -> bool:
+    """A condition every thread of the block evaluates alike (no thread index in it)."""
+    from ..ir.visitor import walk_expr
+
+    ok = [True]
+
+    def f(x):
+        if isinstance(x, E.Var) and x.kind == "thread":
+            ok[0] = False
+        if isinstance(x, E.Load) and x.buffer.scope in ("fragment", "local"):
+            ok[0] = False
+
+    walk_expr(cond, f)
+    return ok[0]
+
+
+def _has_tile_ops(s) -> bool:
+    found = [False]
+
+    def f(x):
+        if isinstance(x, (t.Copy, t.Gemm, t.Reduce, t.ParallelFor)):
+            found[0] = True
+
+    walk(s, f)
+    return found[0]

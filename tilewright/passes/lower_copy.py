@@ -1,0 +1,111 @@
+"""Global -> shared ``T.copy`` lowering (part of ``lower_to_threads``).
+
+The tile is cut into chunks of ``v`` consecutive elements along its last dimension (``v`` as large
+as 16 bytes allows, given the last extent, the global strides, the alignment of the start and, when
+the chunk must be masked, the global extent).  Chunk ``c`` goes to thread ``c % threads``.
+On targets with cp.async each chunk is one asynchronous copy (zero-filled when out of bounds);
+a synchronous copy then commits and waits for its group at once.  Elsewhere a chunk travels
+through registers: a vector load (zero when out of bounds) and a vector store to shared memory.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+
+from ..ir import dtype as dt
+from ..ir import expr as E
+from ..ir import thread as th
+from ..ir import tile as t
+from .analysis import affine_coeffs
+from .expand_tile_ops import in_bounds
+from .lower_exprs import Env, lower_expr
+from .lowering_context import LoweringContext
+
+
+def _chunk_width(ctx, src: t.Region, starts, tile_shape) -> int:
+    buf = src.buffer
+    esize = dt.nbytes(buf.dtype)
+    inner = tile_shape[-1]
+    gdim = buf.ndim - 1
+    if buf.strides[-1] != 1:
+        return 1
+    v = max(16 // esize, 1)
+    while v > 1:
+        ok = inner % v == 0
+        for d in range(buf.ndim - 1):
+            s = buf.strides[d]
+            ok = ok and isinstance(s, int) and s % v == 0
+        co = affine_coeffs(starts[gdim])
+        ok = ok and co is not None and all(isinstance(c, int) and c % v == 0 for c in co.values())
+        size = buf.shape[gdim]
+        ok = ok and isinstance(size, int) and size % v == 0
+        if ok:
+            return v
+        v //= 2
+    return 1
+
+
+def lower_copy_g2s(ctx: LoweringContext, s: t.Copy, env: Env) -> list:
+    src, dst = s.src, s.dst
+    from .expand_tile_ops import iteration_shape, region_indices
+
+    shape = iteration_shape(src, dst)
+    src_starts = tuple(lower_expr(ctx, x, env) for x in src.starts)
+    dst_starts = tuple(lower_expr(ctx, x, env) for x in dst.starts)
+    src_l = t.Region(src.buffer, src_starts, src.extents, src.squeezed)
+    dst_l = t.Region(dst.buffer, dst_starts, dst.extents, dst.squeezed)
+    v = _chunk_width(ctx, src, src_starts, shape)
+    esize = dt.nbytes(src.buffer.dtype)
+    same_type = src.buffer.dtype == dst.buffer.dtype
+    use_async = ctx.target.has("cp.async") and same_type and v * esize in (4, 8, 16)
+    inner = shape[-1]
+    chunks_per_row = inner // v
+    total = int(np.prod(shape)) // v
+    rounds = -(-total // ctx.nthreads)
+    flat_dst = ctx.shared_flat(dst.buffer)
+    out: list = [th.Comment(f"copy {src.buffer.name} -> {dst.buffer.name} ({'async' if use_async else 'sync'}, "
+                            f"{v} x {src.buffer.dtype} per chunk)")]
+    for rnd in range(rounds):
+        c = ctx.tid + rnd * ctx.nthreads
+        row = c // chunks_per_row
+        col = (c % chunks_per_row) * v
+        # position in the tile: unflatten the row over the leading dims
+        pos = []
+        rem = row
+        for d in range(len(shape) - 1):
+            inner_rows = int(np.prod(shape[d + 1:-1])) if d + 1 < len(shape) - 1 else 1
+            pos.append(rem // inner_rows if inner_rows > 1 else rem)
+            rem = rem % inner_rows if inner_rows > 1 else rem
+        pos.append(col)
+        svars = [E.Var(f"__p{d}", "int32") for d in range(len(shape))]
+        sidx = region_indices(src_l, svars, shape)
+        didx = region_indices(dst_l, svars, shape)
+        bind = dict(zip(svars, pos))
+        from ..ir.visitor import substitute
+
+        sidx = tuple(substitute(x, bind) for x in sidx)
+        didx = tuple(substitute(x, bind) for x in didx)
+        pred = in_bounds(src.buffer, sidx)
+        goff = ctx.global_offset(src.buffer, sidx)
+        soff = ctx.shared_offset(dst.buffer, didx)
+        stmts: list = []
+        if use_async:
+            stmts.append(th.AsyncCopy(flat_dst, soff, src.buffer, goff, v * esize, pred, loc=s.loc))
+        else:
+            tmp = ctx.local_buffer(ctx.fresh("ld"), v, src.buffer.dtype)
+            stmts.append(th.LocalDecl(tmp))
+            stmts.append(th.VecCopy(tmp, E.as_expr(0), src.buffer, goff, v, pred, loc=s.loc))
+            if same_type:
+                stmts.append(th.VecCopy(flat_dst, soff, tmp, E.as_expr(0), v, loc=s.loc))
+            else:
+                for k in range(v):
+                    stmts.append(t.BufferStore(flat_dst, (soff + k,),
+                                               E.cast(dst.buffer.dtype, E.Load(tmp, (E.as_expr(k),)))))
+        if total % ctx.nthreads and rnd == rounds - 1:
+            out.append(t.IfThenElse(c < total, t.SeqStmt(stmts), None))
+        else:
+            out.extend(stmts)
+    if use_async and s.mode != "async":
+        out.append(th.AsyncCommit())
+        out.append(th.AsyncWait(0))
+    return out

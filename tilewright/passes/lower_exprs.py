@@ -1,0 +1,73 @@
+"""Expression lowering for ``lower_to_threads``: Tile IR expressions -> thread IR expressions.
+
+Variables are replaced through a symbolic environment (loop variables of a ``T.Parallel`` become
+the layout's position expressions for the current register); loads become flat loads of global,
+shared or local buffers, fragment loads become register reads (see ``LoweringContext``), and loads
+that a vectorized group already fetched become reads of the group's temporary.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+
+from ..ir import expr as E
+from .lowering_context import LoweringContext
+
+
+class Env:
+    """Where lowering stands: variable bindings and vectorized-load temporaries."""
+
+    def __init__(self, sym: dict | None = None):
+        self.sym: dict = dict(sym or {})
+        self.vec_loads: dict = {}  # id(original Load) -> temp local buffer
+        self.k = 0  # element within a vector group
+        self.in_parallel = False  # inside a T.Parallel body: stores are this thread's elements
+
+    def child(self) -> "Env":
+        e = Env(self.sym)
+        e.vec_loads = dict(self.vec_loads)
+        e.k = self.k
+        e.in_parallel = self.in_parallel
+        return e
+
+
+def lower_expr(ctx: LoweringContext, e, env: Env, loc=None):
+    if not isinstance(e, E.Expr):
+        return e
+    if isinstance(e, E.Var):
+        return env.sym.get(e, e)
+    if isinstance(e, E.Const):
+        return e
+    tmp = env.vec_loads.get(id(e)) if env.vec_loads else None
+    if tmp is not None:  # a load (or a bounds-masked load) fetched by the group's vector read
+        return E.Load(tmp, (E.as_expr(env.k),))
+    if isinstance(e, E.Load):
+        idx = tuple(lower_expr(ctx, i, env, loc) for i in e.indices)
+        buf = e.buffer
+        if buf.scope == "fragment":
+            reg = ctx.frag_register(buf, idx, {ctx.tid: ctx.tid_np}, loc)
+            return E.Load(ctx.local_of[buf], (E.as_expr(reg),))
+        flat_buf, off = ctx.flat_access(buf, idx)
+        return E.Load(flat_buf, (off,))
+    if isinstance(e, E.BinOp):
+        return E.binary(e.op, lower_expr(ctx, e.a, env, loc), lower_expr(ctx, e.b, env, loc))
+    if isinstance(e, E.UnOp):
+        return E.unary(e.op, lower_expr(ctx, e.a, env, loc))
+    if isinstance(e, E.Call):
+        return E.call(e.name, [lower_expr(ctx, a, env, loc) for a in e.args], e.dtype)
+    if isinstance(e, E.Cast):
+        return E.cast(e.dtype, lower_expr(ctx, e.a, env, loc))
+    if isinstance(e, E.Select):
+        return E.select(lower_expr(ctx, e.cond, env, loc), lower_expr(ctx, e.a, env, loc),
+                        lower_expr(ctx, e.b, env, loc))
+    return e
+
+
+def numeric(ctx: LoweringContext, e):
+    """Evaluate a lowered index expression for all threads (None if it depends on anything else)."""
+    from .analysis import eval_expr
+
+    try:
+        return np.broadcast_to(np.asarray(eval_expr(e, {ctx.tid: ctx.tid_np}), dtype=np.int64), (ctx.nthreads,))
+    except (KeyError, ValueError):
+        return None

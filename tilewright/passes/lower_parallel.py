@@ -1,0 +1,305 @@
+"""``T.Parallel`` lowering (part of ``lower_to_threads``).
+
+The loop iterates by its layout: thread ``tid`` handles the positions ``layout.index(tid, r)`` for
+each register ``r`` (an unrolled sequence).  Registers come in *groups* of ``g`` consecutive
+positions along the innermost loop dimension (verified on the layout's tables for every thread).
+Within a group, a global or shared access whose address advances by one element per position,
+whose bounds mask is the same for the whole group and whose start is aligned to ``g`` elements is
+done as one vector access (up to 16 bytes); every other access is done per element.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+
+from ..ir import dtype as dt
+from ..ir import expr as E
+from ..ir import thread as th
+from ..ir import tile as t
+from ..ir.visitor import loads_in, walk
+from .analysis import affine_coeffs, is_nonnegative
+from .lower_exprs import Env, lower_expr
+from .lowering_context import LoweringContext
+
+
+def contiguity(layout, max_group: int) -> int:
+    """Largest g (power of two, <= max_group) such that registers r0..r0+g-1 (r0 % g == 0) hold
+    consecutive positions along the last dimension in every thread, starting at a multiple of g."""
+    tab = layout.table
+    shape = layout.shape
+    inner = shape[-1]
+    g = 1
+    while g * 2 <= max_group and layout.num_regs % (g * 2) == 0:
+        cand = g * 2
+        ok = True
+        for r0 in range(0, layout.num_regs, cand):
+            base = tab[:, r0]
+            if np.any(base < 0) or np.any((base % inner) % cand != 0):
+                ok = False
+                break
+            for k in range(1, cand):
+                if np.any(tab[:, r0 + k] != base + k):
+                    ok = False
+                    break
+            if not ok:
+                break
+        if not ok:
+            break
+        g = cand
+    return g
+
+
+def lower_parallel(ctx: LoweringContext, p: t.ParallelFor, env: Env, lower_stmt) -> list:
+    layout = ctx.parallel_layouts[id(p)]
+    widest = max([dt.nbytes(b.dtype) for b in _mem_buffers(p)] or [4])
+    g = contiguity(layout, max(16 // widest, 1)) if _vectorizable_body(p.body) else 1
+    out: list = []
+    inner_var = p.vars[-1]
+    for r0 in range(0, layout.num_regs, g):
+        pos0 = layout.index(ctx.tid, r0)
+        group_env = env.child()
+        for v, x in zip(p.vars, pos0):
+            group_env.sym[v] = E.as_expr(x)
+        pre, post, vec_stores = _plan_vectors(ctx, p, group_env, inner_var, g)
+        body: list = list(pre)
+        for k in range(g):
+            e = group_env.child()
+            e.k = k
+            if k:
+                e.sym[inner_var] = group_env.sym[inner_var] + k
+            body.extend(_lower_body(ctx, p.body, e, lower_stmt, vec_stores, k))
+        body.extend(post)
+        valid = _valid_expr(layout, ctx, r0)
+        if valid is not None:
+            out.append(t.IfThenElse(valid, t.SeqStmt(body), None, loc=p.loc))
+        else:
+            out.extend(body)
+    return out
+
+
+def _valid_expr(layout, ctx, r):
+    fn = getattr(layout, "valid_expr", None)
+    if fn is not None:
+        return fn(ctx.tid, r)
+    v = layout.valid_np(ctx.tid_np, r)
+    if v is None or bool(np.all(v)):
+        return None
+    # a reduced layout of a padded layout: express validity through the source layout
+    src = getattr(layout, "src", None)
+    if src is not None and hasattr(src, "valid_expr"):
+        return src.valid_expr(ctx.tid, layout.rep[r])
+    raise NotImplementedError("partial layout without a validity expression")
+
+
+def _mem_buffers(p) -> list:
+    out = []
+
+    def f(s):
+        if isinstance(s, t.BufferStore) and s.buffer.scope in ("global", "shared"):
+            out.append(s.buffer)
+        from ..ir.verifier import exprs_of
+
+        for e in exprs_of(s):
+            out.extend(ld.buffer for ld in loads_in(e) if ld.buffer.scope in ("global", "shared"))
+
+    walk(p.body, f)
+    return out
+
+
+def _vectorizable_body(body) -> bool:
+    """Bodies made of lets, stores and bounds-guarded stores (what copies and epilogues produce)."""
+    stmts = body.stmts if isinstance(body, t.SeqStmt) else [body]
+    for s in stmts:
+        if isinstance(s, (t.BufferStore, t.LetStmt)):
+            continue
+        if isinstance(s, t.IfThenElse) and s.else_body is None and isinstance(s.then_body, t.BufferStore):
+            continue
+        return False
+    return True
+
+
+def _group_uniform(ctx, cond, inner_var, g) -> bool:
+    """True if ``cond`` (lowered, in terms of the group's first position) has the same value at
+    every position of the group: each comparison involving the innermost index is ``x < n`` with
+    x affine, its innermost coefficient 1, everything else a multiple of g, and n a multiple of g."""
+    if cond is None:
+        return True
+    terms = _conjuncts(cond)
+    for c in terms:
+        if not _mentions(c, inner_var):
+            continue
+        if not (isinstance(c, E.BinOp) and c.op == "<"):
+            return False
+        coeffs = affine_coeffs(c.a)
+        if coeffs is None:
+            return False
+        n = E.const_value(c.b)
+        if n is None or n % g:
+            return False
+        for k, v in coeffs.items():
+            if k is inner_var:
+                if v != 1:
+                    return False
+            elif v % g:
+                return False
+    return True
+
+
+def _conjuncts(c) -> list:
+    if isinstance(c, E.BinOp) and c.op == "and":
+        return _conjuncts(c.a) + _conjuncts(c.b)
+    return [c]
+
+
+def _mentions(e, var) -> bool:
+    from .analysis import uses_var
+
+    return uses_var(e, var)
+
+
+def _address_ok(ctx, buf, idx, inner_var, g) -> bool:
+    """The access buf[idx] advances by one element per step of ``inner_var`` and its start is a
+    multiple of g elements (given 16-byte aligned base pointers)."""
+    if buf.scope == "shared":
+        lay = ctx.shared_layouts.get(buf)
+        if lay is not None and lay.swizzle and g * dt.nbytes(buf.dtype) > 16:
+            return False
+        strides = buf.strides
+    elif buf.scope == "global":
+        strides = buf.strides
+    else:
+        return False
+    if strides[-1] != 1:
+        return False
+    for d, x in enumerate(idx):
+        coeffs = affine_coeffs(x)
+        if coeffs is None:
+            return False
+        if d == len(idx) - 1:
+            for k, v in coeffs.items():
+                if k is inner_var:
+                    if v != 1:
+                        return False
+                elif v % g:
+                    return False
+        else:
+            if inner_var in coeffs and coeffs[inner_var] != 0:
+                return False
+            s = strides[d]
+            if not isinstance(s, int) or s % g:
+                return False
+    return True
+
+
+def _plan_vectors(ctx, p, env, inner_var, g):
+    """Vector loads to issue before the group and vector stores after it."""
+    pre, post, vec_stores = [], [], {}
+    if g == 1:
+        return pre, post, vec_stores
+    stmts = p.body.stmts if isinstance(p.body, t.SeqStmt) else [p.body]
+    written = {s.buffer for s in stmts if isinstance(s, t.BufferStore)} | \
+        {s.then_body.buffer for s in stmts if isinstance(s, t.IfThenElse)}
+    sym_inner = env.sym[inner_var]
+    # positions in terms of a symbolic innermost index, to check affinity in it
+    jvar = E.Var("__j", "int32", kind="loop")
+    probe = env.child()
+    probe.sym[inner_var] = jvar
+
+    def lowered_idx(idx):
+        return tuple(lower_expr(ctx, i, probe) for i in idx)
+
+    # loads (possibly under a bounds Select produced by copy expansion)
+    for s in stmts:
+        from ..ir.verifier import exprs_of
+
+        for e in exprs_of(s):
+            for sel, ld in _masked_loads(e):
+                buf = ld.buffer
+                if buf.scope not in ("global", "shared") or buf in written:
+                    continue
+                idx_j = lowered_idx(ld.indices)
+                if not _address_ok(ctx, buf, idx_j, jvar, g):
+                    continue
+                cond = lower_expr(ctx, sel.cond, probe) if sel is not None else None
+                if not _group_uniform(ctx, cond, jvar, g):
+                    continue
+                tmp = ctx.local_buffer(ctx.fresh("v"), g, buf.dtype)
+                idx0 = tuple(lower_expr(ctx, i, env) for i in ld.indices)
+                fb, off = ctx.flat_access(buf, idx0)
+                pred = lower_expr(ctx, sel.cond, env) if sel is not None else None
+                pre.append(th.LocalDecl(tmp))
+                pre.append(th.VecCopy(tmp, E.as_expr(0), fb, off, g, pred))
+                env.vec_loads[id(ld)] = tmp
+                if sel is not None:
+                    env.vec_loads[id(sel)] = tmp  # the whole masked read is the zero-filled vector
+    # stores
+    for s in stmts:
+        store, cond = (s, None) if isinstance(s, t.BufferStore) else \
+            (s.then_body, s.cond) if isinstance(s, t.IfThenElse) else (None, None)
+        if store is None or store.buffer.scope not in ("global", "shared"):
+            continue
+        if sum(1 for x in stmts if isinstance(x, t.BufferStore) and x.buffer is store.buffer) > 1:
+            continue
+        idx_j = lowered_idx(store.indices)
+        if not _address_ok(ctx, store.buffer, idx_j, jvar, g):
+            continue
+        cond_j = lower_expr(ctx, cond, probe) if cond is not None else None
+        if not _group_uniform(ctx, cond_j, jvar, g):
+            continue
+        tmp = ctx.local_buffer(ctx.fresh("o"), g, store.buffer.dtype)
+        idx0 = tuple(lower_expr(ctx, i, env) for i in store.indices)
+        fb, off = ctx.flat_access(store.buffer, idx0)
+        pred = lower_expr(ctx, cond, env) if cond is not None else None
+        pre.append(th.LocalDecl(tmp))
+        post.append(th.VecCopy(fb, off, tmp, E.as_expr(0), g, pred))
+        vec_stores[id(s)] = tmp
+    del sym_inner
+    return pre, post, vec_stores
+
+
+def _masked_loads(e) -> list:
+    """(Select or None, Load) pairs: a load either bare or as ``select(cond, load, 0)``."""
+    out = []
+    seen = set()
+
+    def visit(x):
+        if isinstance(x, E.Select) and isinstance(x.a, E.Load) and isinstance(x.b, E.Const) and x.b.value == 0:
+            out.append((x, x.a))
+            seen.add(id(x.a))
+            visit(x.cond)
+            return
+        if isinstance(x, E.Load):
+            if id(x) not in seen:
+                out.append((None, x))
+            for i in x.indices:
+                visit(i)
+            return
+        from ..ir.visitor import expr_children
+
+        for c in expr_children(x):
+            visit(c)
+
+    visit(e)
+    return out
+
+
+def _lower_body(ctx, body, env, lower_stmt, vec_stores, k) -> list:
+    stmts = body.stmts if isinstance(body, t.SeqStmt) else [body]
+    out = []
+    for s in stmts:
+        if id(s) in vec_stores:
+            store = s if isinstance(s, t.BufferStore) else s.then_body
+            tmp = vec_stores[id(s)]
+            out.append(t.BufferStore(tmp, (E.as_expr(k),), lower_expr(ctx, store.value, env, s.loc), loc=s.loc))
+            continue
+        if isinstance(s, t.LetStmt):
+            v = E.Var(ctx.fresh(s.var.name), s.var.dtype, kind="let")
+            out.append(t.LetStmt(v, lower_expr(ctx, s.value, env, s.loc), loc=s.loc))
+            env.sym[s.var] = v
+            continue
+        out.extend(lower_stmt(s, env))
+    return out
+
+
+def is_nonneg(e) -> bool:
+    return is_nonnegative(e)

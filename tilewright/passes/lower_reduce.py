@@ -1,0 +1,115 @@
+"""``T.reduce_*`` lowering (part of ``lower_to_threads``).
+
+1. Each thread folds the source registers of each destination register (the ``ReducedLayout``
+   groups), applying ``abs`` first for abssum/absmax.
+2. Threads holding the same destination element differ in a set of thread-index bits
+   (``sharing_masks``).  Bits inside a warp/wave are combined with XOR shuffles; bits across
+   warps go through a shared-memory scratch: every thread writes its partials, a barrier, each
+   thread folds in the partials of its partners ``tid ^ m`` for every combination of the
+   cross-warp bits, and a second barrier before the scratch can be reused.
+3. With ``clear=False`` the old destination value is folded in last.
+Registers a padded layout does not fill contribute the operation's identity.
+"""
+
+from __future__ import annotations
+
+import itertools
+import math
+
+from ..errors import CompileError
+from ..ir import expr as E
+from ..ir import thread as th
+from ..ir import tile as t
+from ..ir.layout import ReducedLayout, sharing_masks
+from .lower_exprs import Env
+from .lowering_context import LoweringContext
+
+
+def _identity(op: str, dtype: str):
+    if op in ("sum", "abssum"):
+        return E.Const(0, dtype)
+    if op in ("max", "absmax"):
+        return E.Const(-math.inf, dtype) if dtype.startswith(("float", "bfloat")) else E.Const(-(2**31), dtype)
+    return E.Const(math.inf, dtype) if dtype.startswith(("float", "bfloat")) else E.Const(2**31 - 1, dtype)
+
+
+def _combine(op: str, a, b):
+    if op in ("sum", "abssum"):
+        return a + b
+    if op in ("max", "absmax"):
+        return E.emax(a, b)
+    return E.emin(a, b)
+
+
+def lower_reduce(ctx: LoweringContext, s: t.Reduce, env: Env) -> list:
+    if s.src.scope != "fragment" or s.dst.scope != "fragment":
+        raise CompileError("T.reduce source and destination must be fragments", s.loc,
+                           hint="T.copy a shared tile into a T.alloc_fragment buffer first")
+    src_l, dst_l = ctx.layouts[s.src], ctx.layouts[s.dst]
+    if not (isinstance(dst_l, ReducedLayout) and dst_l.src is src_l and dst_l.dim == s.dim):
+        raise CompileError(
+            f"the destination {s.dst.name} of T.reduce_{s.op} is already laid out as {dst_l}, which does not match "
+            f"reducing {s.src.name} ({src_l}) along dim {s.dim}", s.loc,
+            hint="use a fresh fragment for the reduction result and T.copy it where needed")
+    src_local, dst_local = ctx.local_of[s.src], ctx.local_of[s.dst]
+    acc_t = s.dst.dtype
+    out: list = [th.Comment(f"reduce_{s.op} {s.src.name} dim={s.dim} -> {s.dst.name}")]
+    part = ctx.local_buffer(ctx.fresh("red"), dst_l.num_regs, acc_t)
+    out.append(th.LocalDecl(part))
+    valid_np = src_l.table >= 0
+    for r2, group in enumerate(dst_l.groups):
+        acc = None
+        for r in group:
+            v = E.cast(acc_t, E.Load(src_local, (E.as_expr(r),)))
+            if s.op in ("abssum", "absmax"):
+                v = E.call("abs", [v])
+            if not valid_np[:, r].all():
+                valid = src_l.valid_expr(ctx.tid, r) if hasattr(src_l, "valid_expr") else None
+                if valid is None:
+                    raise CompileError("internal: partial register without validity predicate", s.loc)
+                v = E.select(valid, v, _identity(s.op, acc_t))
+            acc = v if acc is None else _combine(s.op, acc, v)
+        out.append(t.BufferStore(part, (E.as_expr(r2),), acc))
+    masks = sharing_masks(dst_l)
+    tab = dst_l.table
+    tids = ctx.tid_np
+    for m in masks:  # partners must hold the same element in the same register
+        if m >= ctx.nthreads or not (tab[tids, :] == tab[tids ^ m, :]).all():
+            raise CompileError(f"cannot reduce {s.src.name} along dim {s.dim}: threads sharing a result are not "
+                               f"paired by thread-index bits in layout {src_l}", s.loc,
+                               hint="use a tile shape whose rows are spread over a power-of-two number of threads")
+    ws = ctx.target.warp_size
+    inner = [m for m in masks if m < ws]
+    cross = [m for m in masks if m >= ws]
+    for m in inner:
+        for r2 in range(dst_l.num_regs):
+            cur = E.Load(part, (E.as_expr(r2),))
+            out.append(t.BufferStore(part, (E.as_expr(r2),), _combine(s.op, cur, E.Shuffle(cur, m, ws))))
+    if cross:
+        nreg = dst_l.num_regs
+        scratch = ctx.alloc_shared(ctx.fresh("red_scratch"), ctx.nthreads * nreg, acc_t)
+        out.append(th.SharedDecl(scratch, ctx.shared_offsets[scratch]))
+        out.append(th.Barrier())
+        for r2 in range(nreg):
+            out.append(t.BufferStore(scratch, (ctx.tid * nreg + r2,), E.Load(part, (E.as_expr(r2),))))
+        out.append(th.Barrier())
+        combos = []
+        for k in range(1, len(cross) + 1):
+            for sub in itertools.combinations(cross, k):
+                x = 0
+                for m in sub:
+                    x |= m
+                combos.append(x)
+        for r2 in range(nreg):
+            acc = E.Load(part, (E.as_expr(r2),))
+            for x in combos:
+                acc = _combine(s.op, acc, E.Load(scratch, ((ctx.tid ^ x) * nreg + r2,)))
+            out.append(t.BufferStore(part, (E.as_expr(r2),), acc))
+        out.append(th.Barrier())
+    for r2 in range(dst_l.num_regs):
+        v = E.Load(part, (E.as_expr(r2),))
+        if not s.clear:
+            v = _combine(s.op if s.op in ("sum", "max", "min") else {"abssum": "sum", "absmax": "max"}[s.op],
+                         E.Load(dst_local, (E.as_expr(r2),)), v)
+        out.append(t.BufferStore(dst_local, (E.as_expr(r2),), E.cast(s.dst.dtype, v)))
+    return out

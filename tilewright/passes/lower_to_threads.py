@@ -1,0 +1,219 @@
+"""Pass ``lower_to_threads``: Tile IR -> thread IR (``ThreadKernel``).
+
+Needs: Tile IR after ``pipeline_loops``, ``expand_tile_ops``, ``infer_layouts`` and
+``insert_barriers``.
+Guarantees: a ``ThreadKernel`` whose body is per-thread code: fragments are register arrays,
+shared buffers are placed in the block's dynamic shared memory, ``T.Parallel`` loops are unrolled
+over each thread's registers (vectorized where contiguous), gemms are matrix instructions (or SIMT
+multiply-adds), reductions are register folds plus shuffles / shared-memory exchange, global ->
+shared copies are async copies or vector moves.  Scalar statements outside ``T.Parallel`` that do
+not depend on the thread index run in every thread for registers, and in thread 0 only for
+stores and atomics to shared/global memory (they would otherwise be repeated per thread).
+Shared memory over the target's budget is refused with a hint.
+"""
+
+from __future__ import annotations
+
+from ..errors import CompileError
+from ..ir import expr as E
+from ..ir import thread as th
+from ..ir import tile as t
+from ..ir.visitor import walk, walk_expr
+from .lower_copy import lower_copy_g2s
+from .lower_exprs import Env, lower_expr
+from .lower_gemm import lower_gemm
+from .lower_parallel import lower_parallel
+from .lower_reduce import lower_reduce
+from .lowering_context import LoweringContext
+
+
+def lower_to_threads(func: t.PrimFunc, pctx) -> th.ThreadKernel:
+    kernels = []
+    walk(func.body, lambda s: kernels.append(s) if isinstance(s, t.Kernel) else None)
+    kernel = kernels[0]
+    ctx = LoweringContext(func, kernel, pctx.target, pctx.options)
+    if kernel.num_threads > pctx.target.max_threads_per_block:
+        raise CompileError(f"T.Kernel asks for {kernel.num_threads} threads; {pctx.target} allows at most "
+                           f"{pctx.target.max_threads_per_block} per block", kernel.loc)
+    if pctx.target.is_hip and kernel.num_threads % pctx.target.warp_size:
+        raise CompileError(f"T.Kernel(threads={kernel.num_threads}) is not a multiple of the wave size "
+                           f"{pctx.target.warp_size} of {pctx.target.arch}", kernel.loc,
+                           hint=f"use a multiple of {pctx.target.warp_size} threads")
+    lower = _StmtLowering(ctx)
+    prologue, block_vars = _block_remap(kernel)
+    body = prologue + lower.stmts(kernel.body, Env())
+    if ctx.shared_top > pctx.target.max_shared_bytes:
+        raise CompileError(
+            f"the kernel needs {ctx.shared_top} bytes of shared memory; {pctx.target} allows "
+            f"{pctx.target.max_shared_bytes} per block", kernel.loc,
+            hint="use smaller tiles or fewer pipeline stages (num_stages)")
+    name = func.name if func.name.isidentifier() else "kernel"
+    return th.ThreadKernel(
+        name=name,
+        params=list(func.params),
+        dyn_vars=list(func.dyn_vars),
+        grid=tuple(kernel.grid),
+        num_threads=kernel.num_threads,
+        shared_bytes=(ctx.shared_top + 15) // 16 * 16,
+        body=t.SeqStmt(body),
+        thread_var=ctx.tid,
+        block_vars=block_vars,
+        target=pctx.target,
+        attrs={"source_func": func.name},
+    )
+
+
+def _block_remap(kernel: t.Kernel):
+    """Block-index rasterization (``T.use_swizzle``): launched blocks walk a panel of
+    ``panel_size`` columns (or rows) before moving on, so neighbours share tiles in L2."""
+    swz = None
+
+    def f(s):
+        nonlocal swz
+        if isinstance(s, t.Annotate) and s.kind == "swizzle":
+            swz = s
+
+    walk(kernel.body, f)
+    user = kernel.block_vars
+    if swz is None or len(kernel.grid) < 2:
+        return [], user
+    raw = tuple(E.Var(f"{v.name}_launch", "int32", kind="block") for v in user)
+    gx, gy = kernel.grid[0], kernel.grid[1]
+    panel = swz.attrs["panel_size"]
+    if swz.attrs["order"] == "row":
+        fast, slow, nfast, nslow = raw[0], raw[1], gx, gy
+    else:
+        fast, slow, nfast, nslow = raw[1], raw[0], gy, gx
+    lin = slow * nfast + fast
+    per_panel = nslow * panel
+    first = (lin // per_panel) * panel
+    width = E.emin(nfast - first, panel)
+    in_panel = lin % per_panel
+    new_fast = first + in_panel % width
+    new_slow = in_panel // width
+    if swz.attrs["order"] == "row":
+        binds = [(user[0], new_fast), (user[1], new_slow)]
+    else:
+        binds = [(user[1], new_fast), (user[0], new_slow)]
+    pro = [t.LetStmt(v, e) for v, e in binds]
+    pro += [t.LetStmt(u, r) for u, r in zip(user[2:], raw[2:])]
+    return pro, raw
+
+
+def _uses_thread(s) -> bool:
+    from ..ir.verifier import exprs_of
+
+    found = [False]
+
+    def fe(x):
+        if isinstance(x, E.Var) and x.kind == "thread":
+            found[0] = True
+
+    def fs(st):
+        for e in exprs_of(st):
+            walk_expr(e, fe)
+
+    walk(s, fs)
+    return found[0]
+
+
+class _StmtLowering:
+    def __init__(self, ctx: LoweringContext):
+        self.ctx = ctx
+
+    def stmts(self, s, env: Env) -> list:
+        if s is None:
+            return []
+        if isinstance(s, t.SeqStmt):
+            out = []
+            for x in s.stmts:
+                out.extend(self.stmts(x, env))
+            return out
+        return self.stmt(s, env)
+
+    def block(self, s, env: Env):
+        body = self.stmts(s, env)
+        return t.SeqStmt(body) if len(body) != 1 else body[0]
+
+    def stmt(self, s, env: Env) -> list:  # noqa: C901 - one branch per node type
+        ctx = self.ctx
+        if isinstance(s, t.Alloc):
+            return self.alloc(s, env)
+        if isinstance(s, t.LetStmt):
+            return [t.LetStmt(s.var, lower_expr(ctx, s.value, env, s.loc), loc=s.loc)]
+        if isinstance(s, t.BufferStore):
+            return self.store(s, env)
+        if isinstance(s, t.IfThenElse):
+            cond = lower_expr(ctx, s.cond, env, s.loc)
+            then_b = self.block(s.then_body, env.child())
+            else_b = self.block(s.else_body, env.child()) if s.else_body is not None else None
+            if isinstance(cond, E.Const):
+                return [then_b] if cond.value else ([else_b] if else_b is not None else [])
+            return [t.IfThenElse(cond, then_b, else_b, loc=s.loc)]
+        if isinstance(s, t.For):
+            body = self.block(s.body, env.child())
+            return [t.For(s.var, lower_expr(ctx, s.start, env), lower_expr(ctx, s.extent, env), body,
+                          "unroll" if s.kind == "unroll" else "serial", loc=s.loc, attrs=dict(s.attrs))]
+        if isinstance(s, t.ParallelFor):
+            e = env.child()
+            e.in_parallel = True
+            return lower_parallel(ctx, s, e, lambda st, en: self.stmt(st, en))
+        if isinstance(s, t.Copy):
+            if s.src.buffer.scope == "global" and s.dst.buffer.scope == "shared":
+                return lower_copy_g2s(ctx, s, env)
+            raise CompileError("internal: copy not expanded", s.loc)
+        if isinstance(s, t.Gemm):
+            return lower_gemm(ctx, s, env)
+        if isinstance(s, t.Reduce):
+            return lower_reduce(ctx, s, env)
+        if isinstance(s, t.Atomic):
+            return self.atomic(s, env)
+        if isinstance(s, (t.Annotate, t.Evaluate)):
+            return []
+        if isinstance(s, (th.Barrier, th.AsyncCommit, th.AsyncWait, th.Comment)):
+            return [s]
+        if isinstance(s, t.Kernel):
+            raise CompileError("nested kernels are not supported", s.loc)
+        raise CompileError(f"internal: cannot lower {type(s).__name__}", s.loc)
+
+    def alloc(self, s: t.Alloc, env: Env) -> list:
+        ctx, b = self.ctx, s.buffer
+        if b.scope == "shared":
+            flat = ctx.shared_flat(b)
+            return [th.SharedDecl(flat, ctx.shared_offsets[flat], loc=s.loc)]
+        if b.scope == "fragment":
+            n = ctx.layouts[b].num_regs
+        elif b.scope == "var":
+            n = 1
+        else:
+            n = b.numel()
+        local = ctx.local_buffer(b.name, n, b.dtype)
+        ctx.local_of[b] = local
+        out = [th.LocalDecl(local, loc=s.loc)]
+        if s.init is not None:
+            out.append(t.BufferStore(local, (E.as_expr(0),), lower_expr(ctx, s.init, env, s.loc), loc=s.loc))
+        return out
+
+    def store(self, s: t.BufferStore, env: Env) -> list:
+        ctx, b = self.ctx, s.buffer
+        value = lower_expr(ctx, s.value, env, s.loc)
+        idx = tuple(lower_expr(ctx, i, env, s.loc) for i in s.indices)
+        if b.scope == "fragment":
+            reg = ctx.frag_register(b, idx, {ctx.tid: ctx.tid_np}, s.loc)
+            return [t.BufferStore(ctx.local_of[b], (E.as_expr(reg),), value, loc=s.loc)]
+        fb, off = ctx.flat_access(b, idx)
+        st = t.BufferStore(fb, (off,), value, loc=s.loc)
+        if b.scope in ("shared", "global") and not getattr(env, "in_parallel", False) and not _uses_thread(s):
+            return [t.IfThenElse(ctx.tid == 0, st, None, loc=s.loc)]
+        return [st]
+
+    def atomic(self, s: t.Atomic, env: Env) -> list:
+        ctx = self.ctx
+        if isinstance(s.value, t.Region):
+            raise CompileError("internal: tile atomic not expanded", s.loc)
+        idx = tuple(lower_expr(ctx, i, env, s.loc) for i in s.dst.starts)
+        fb, off = ctx.flat_access(s.dst.buffer, idx)
+        op = th.AtomicRMW(s.op, fb, off, lower_expr(ctx, s.value, env, s.loc), loc=s.loc)
+        if not getattr(env, "in_parallel", False) and not _uses_thread(s):
+            return [t.IfThenElse(ctx.tid == 0, op, None, loc=s.loc)]
+        return [op]

@@ -1,0 +1,134 @@
+"""State shared by the pieces of the ``lower_to_threads`` pass: the buffer mapping from Tile IR
+to thread IR, address computation, fragment register lookup and fresh names.
+
+Fragment lookups are table-driven: for an access ``frag[idx]`` at a point where every thread
+evaluates ``idx`` to known values (loop variables bound to layout positions), the index is
+evaluated for all threads at once with NumPy and the register holding it is read from the
+layout's ownership table.  The register must be the same in every thread (it is a constant in the
+generated code) and every thread must hold its element; otherwise the kernel is refused with an
+explanation rather than compiled into something wrong.
+"""
+
+from __future__ import annotations
+
+import itertools
+
+import numpy as np
+
+from ..errors import CompileError, InternalError
+from ..ir import expr as E
+from ..ir import tile as t
+from ..ir.layout import SharedLayout
+from ..ir.visitor import rewrite_expr
+from .analysis import eval_expr
+
+
+class LoweringContext:
+    def __init__(self, func: t.PrimFunc, kernel: t.Kernel, target, options):
+        self.func = func
+        self.kernel = kernel
+        self.target = target
+        self.options = options
+        self.nthreads = kernel.num_threads
+        self.tid = kernel.attrs["thread_var"]
+        self.layouts = func.attrs["layouts"]
+        self.shared_layouts: dict = func.attrs["shared_layouts"]
+        self.gemm_plans = func.attrs["gemm_plans"]
+        self.parallel_layouts = func.attrs["parallel_layouts"]
+        self.local_of: dict = {}  # Tile IR buffer (fragment/local/var) -> flat local Buffer
+        self.shared_of: dict = {}  # Tile IR shared buffer -> flat shared Buffer
+        self.shared_offsets: dict = {}  # flat shared Buffer -> byte offset
+        self.shared_top = 0
+        self.counter = itertools.count()
+        self.tid_np = np.arange(self.nthreads)
+
+    # ---------------------------------------------------------------- names and buffers
+    def fresh(self, base: str) -> str:
+        return f"{base}_{next(self.counter)}"
+
+    def local_buffer(self, name: str, n: int, dtype: str) -> t.Buffer:
+        return t.Buffer(name, (n,), dtype, "local")
+
+    def alloc_shared(self, name: str, numel: int, dtype: str) -> t.Buffer:
+        from ..ir import dtype as dt
+
+        buf = t.Buffer(name, (numel,), dtype, "shared")
+        off = (self.shared_top + 127) // 128 * 128
+        self.shared_offsets[buf] = off
+        self.shared_top = off + numel * dt.nbytes(dtype)
+        return buf
+
+    def shared_flat(self, buf: t.Buffer) -> t.Buffer:
+        if buf not in self.shared_of:
+            lay = self.shared_layouts.get(buf) or SharedLayout(buf.shape, buf.dtype)
+            self.shared_layouts[buf] = lay
+            self.shared_of[buf] = self.alloc_shared(buf.name, lay.numel, buf.dtype)
+        return self.shared_of[buf]
+
+    # ---------------------------------------------------------------- addresses
+    def global_offset(self, buf: t.Buffer, idx) -> E.Expr:
+        off = E.as_expr(0)
+        for x, s in zip(idx, buf.strides):
+            off = off + x * s
+        return off
+
+    def shared_offset(self, buf: t.Buffer, idx) -> E.Expr:
+        lay = self.shared_layouts.get(buf)
+        if lay is None:
+            self.shared_flat(buf)
+            lay = self.shared_layouts[buf]
+        return E.as_expr(lay.offset(tuple(idx)))
+
+    def local_offset(self, buf: t.Buffer, idx) -> E.Expr:
+        off = E.as_expr(0)
+        for x, s in zip(idx, buf.strides):
+            off = off + x * s
+        return off
+
+    def flat_access(self, buf: t.Buffer, idx):
+        """(thread IR buffer, flat index expression) for a non-fragment access."""
+        if buf.scope == "global":
+            return buf, self.global_offset(buf, idx)
+        if buf.scope == "shared":
+            return self.shared_flat(buf), self.shared_offset(buf, idx)
+        if buf.scope in ("local", "var"):
+            return self.local_of[buf], self.local_offset(buf, idx) if buf.scope == "local" else E.as_expr(0)
+        raise InternalError(f"flat access to {buf.scope} buffer {buf.name}", "lower_to_threads")
+
+    # ---------------------------------------------------------------- fragments
+    def frag_register(self, buf: t.Buffer, idx, np_env: dict, loc=None) -> int:
+        """The register (same in every thread) holding ``buf[idx]`` where ``np_env`` binds the
+        variables of ``idx`` to per-thread NumPy values."""
+        lay = self.layouts[buf]
+        try:
+            vals = [np.broadcast_to(np.asarray(eval_expr(x, np_env), dtype=np.int64), (self.nthreads,))
+                    for x in idx]
+        except (KeyError, ValueError) as e:
+            raise CompileError(
+                f"fragment {buf.name} is indexed by {', '.join(str(x) for x in idx)}, which depends on a value "
+                f"other than the T.Parallel loop variables ({e})", loc,
+                hint="index fragments by the loop variables of the enclosing T.Parallel (or constants); "
+                "a fragment's elements live in registers of fixed threads") from None
+        flat = np.zeros(self.nthreads, dtype=np.int64)
+        for v, n, s in zip(vals, buf.shape, buf.strides):
+            if np.any((v < 0) | (v >= n)):
+                raise CompileError(f"fragment {buf.name} index out of range (dimension size {n})", loc)
+            flat = flat + v * s
+        regs = lay.reg_of[self.tid_np, flat]
+        if np.any(regs < 0):
+            bad = int(np.nonzero(regs < 0)[0][0])
+            raise CompileError(
+                f"fragment {buf.name} element {tuple(int(v[bad]) for v in vals)} is needed by thread {bad}, which "
+                f"does not hold it in layout {lay}", loc,
+                hint="fragments used together in one T.Parallel loop must be laid out alike; copy one of them "
+                "through shared memory (T.alloc_shared + T.copy) to change its layout")
+        if np.any(regs != regs[0]):
+            raise CompileError(
+                f"fragment {buf.name} is accessed at a position held in different registers by different "
+                f"threads (layout {lay})", loc,
+                hint="index the fragment by the T.Parallel loop variables in the same order as its other uses, "
+                "or copy it through shared memory")
+        return int(regs[0])
+
+    def substitute_vars(self, e, env: dict):
+        return rewrite_expr(e, lambda x: env.get(x) if isinstance(x, E.Var) else None)

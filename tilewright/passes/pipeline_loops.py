@@ -1,0 +1,264 @@
+"""Pass ``pipeline_loops``: software pipelining of ``T.Pipelined`` loops.
+
+Needs: verified Tile IR.
+Guarantees: every ``For`` of kind ``pipelined`` becomes a ``serial`` loop.  When ``num_stages`` is
+2 or more, each global -> shared ``Copy`` at the top level of the loop body whose source position
+depends only on the loop variable and loop-invariant values, and whose shared destination (a whole
+buffer) is used nowhere outside the loop, is issued ``num_stages - 1`` iterations ahead into a
+``num_stages``-deep ring of that buffer:
+
+    prologue: copies for iterations 0 .. S-2 (guarded), one commit each
+    loop k:   wait until the copy for k has landed; barrier
+              issue the copy for k + S - 1 into slot (k + S - 1) % S (guarded); commit
+              the rest of the body, reading slot k % S
+
+The barrier at the top of iteration k also guarantees that every thread is done with slot
+(k - 1) % S before it is overwritten.  Copies marked ``mode="async"`` are left out of the generic
+barrier analysis; their ordering is this structure.
+"""
+
+from __future__ import annotations
+
+from ..ir import expr as E
+from ..ir import thread as th
+from ..ir import tile as t
+from ..ir.visitor import free_vars, map_stmt, rewrite_expr, substitute, walk
+from .analysis import eval_expr  # noqa: F401 - kept for symmetry with other passes
+
+
+def pipeline_loops(func: t.PrimFunc) -> t.PrimFunc:
+    allocs: dict = {}
+    walk(func.body, lambda s: allocs.__setitem__(s.buffer, s) if isinstance(s, t.Alloc) else None)
+    restaged: dict = {}  # old buffer -> new staged buffer
+
+    def rewrite(s):
+        if isinstance(s, t.For) and s.kind == "pipelined":
+            return _pipeline(s, func, allocs, restaged)
+        return None
+
+    func.body = map_stmt(func.body, rewrite)
+    if restaged:
+        def realloc(s):
+            if isinstance(s, t.Alloc) and s.buffer in restaged:
+                return t.Alloc(restaged[s.buffer], loc=s.loc)
+            return None
+
+        func.body = map_stmt(func.body, realloc)
+    return func
+
+
+def _flatten(body) -> list:
+    if isinstance(body, t.SeqStmt):
+        out = []
+        for x in body.stmts:
+            out.extend(_flatten(x))
+        return out
+    return [body]
+
+
+def _defined_in(body) -> set:
+    out: set = set()
+
+    def f(s):
+        if isinstance(s, t.LetStmt):
+            out.add(s.var)
+        elif isinstance(s, (t.For,)):
+            out.add(s.var)
+        elif isinstance(s, t.ParallelFor):
+            out.update(s.vars)
+
+    walk(body, f)
+    return out
+
+
+def _buffers_touched(stmt) -> list:
+    """(buffer, is_write) pairs of every access in a statement tree."""
+    from ..ir.verifier import exprs_of, regions_of
+    from ..ir.visitor import loads_in
+
+    out = []
+
+    def f(s):
+        for r in regions_of(s):
+            write = (isinstance(s, t.Copy) and r is s.dst) or (isinstance(s, t.Fill)) or \
+                (isinstance(s, t.Gemm) and r is s.c) or (isinstance(s, t.Atomic) and r is s.dst)
+            out.append((r.buffer, write))
+        if isinstance(s, t.Reduce):
+            out.append((s.dst, True))
+        if isinstance(s, t.BufferStore):
+            out.append((s.buffer, True))
+        for e in exprs_of(s):
+            out.extend((ld.buffer, False) for ld in loads_in(e))
+
+    walk(stmt, f)
+    return out
+
+
+def _pipeline(loop: t.For, func, allocs, restaged):
+    stages = loop.num_stages
+    serial = t.For(loop.var, loop.start, loop.extent, loop.body, "serial", 0, loop.loc, dict(loop.attrs))
+    if stages < 2:
+        return serial
+    body = _flatten(loop.body)
+    inner_defs = _defined_in(loop.body)
+    candidates = []
+    for s in body:
+        if not (isinstance(s, t.Copy) and s.src.buffer.scope == "global" and s.dst.buffer.scope == "shared"):
+            continue
+        if not s.dst.is_full() or s.dst.buffer not in allocs or s.dst.buffer in restaged:
+            continue
+        fv = set()
+        for st in s.src.starts:
+            fv |= free_vars(st)
+        if fv & (inner_defs - {loop.var}):
+            continue
+        candidates.append(s)
+    if not candidates:
+        return serial
+    # a candidate's buffer must not be written by anything else in the loop, nor used outside it
+    cand_bufs = {c.dst.buffer for c in candidates}
+    for s in body:
+        for buf, write in _buffers_touched(s):
+            if buf in cand_bufs and write and not (s in candidates and s.dst.buffer is buf):
+                cand_bufs.discard(buf)
+    outside = _buffers_touched_outside(func.body, loop)
+    cand_bufs -= outside
+    candidates = [c for c in candidates if c.dst.buffer in cand_bufs]
+    if not candidates:
+        return serial
+
+    new_bufs = {}
+    for c in candidates:
+        old = c.dst.buffer
+        nb = t.Buffer(old.name, (stages,) + tuple(old.shape), old.dtype, "shared", loc=old.loc)
+        nb.attrs.update(old.attrs)
+        nb.attrs["stages"] = stages
+        new_bufs[old] = nb
+        restaged[old] = nb
+
+    rel = loop.var - loop.start  # iteration number 0, 1, ...
+
+    def issue(c: t.Copy, ahead) -> t.Stmt:
+        """The copy of iteration rel + ahead into its ring slot, guarded by rel + ahead < extent."""
+        it = rel + ahead
+        src_starts = tuple(substitute(x, {loop.var: loop.start + it}) for x in c.src.starts)
+        src = t.Region(c.src.buffer, src_starts, c.src.extents, c.src.squeezed)
+        nb = new_bufs[c.dst.buffer]
+        slot = it % stages
+        dst = t.Region(nb, (E.as_expr(slot),) + tuple(c.dst.starts), (1,) + tuple(c.dst.extents),
+                       (0,) + tuple(d + 1 for d in c.dst.squeezed))
+        cp = t.Copy(src, dst, c.loc, mode="async")
+        guard = it < loop.extent
+        if isinstance(guard, E.Const):
+            return cp if guard.value else t.SeqStmt([])
+        return t.IfThenElse(guard, cp, None, loc=c.loc)
+
+    prologue = []
+    for s_ in range(stages - 1):
+        for c in candidates:
+            # in the prologue rel is 0: substitute the loop variable by start
+            st = issue(c, s_)
+            prologue.append(map_stmt(st, lambda x: _subst_stmt(x, {loop.var: loop.start})))
+        prologue.append(th.AsyncCommit(loc=loop.loc))
+
+    rest = [s for s in body if s not in candidates]
+    slot_now = rel % stages
+    rest_stmt = t.SeqStmt(rest)
+    rest_stmt = _restage(rest_stmt, new_bufs, slot_now)
+    new_body = [th.AsyncWait(stages - 2, loc=loop.loc), th.Barrier(loc=loop.loc)]
+    for c in candidates:
+        new_body.append(issue(c, stages - 1))
+    new_body.append(th.AsyncCommit(loc=loop.loc))
+    new_body.append(rest_stmt)
+    new_loop = t.For(loop.var, loop.start, loop.extent, t.SeqStmt(new_body), "serial", 0, loop.loc,
+                     dict(loop.attrs, pipelined=stages))
+    return [*prologue, new_loop, th.AsyncWait(0, loc=loop.loc)]
+
+
+def _buffers_touched_outside(root, loop) -> set:
+    out: set = set()
+
+    def visit(s):
+        if s is loop:
+            return
+        from ..ir.visitor import child_stmts
+
+        for buf, _ in _buffers_touched_shallow(s):
+            out.add(buf)
+        for c in child_stmts(s):
+            visit(c)
+
+    visit(root)
+    return out
+
+
+def _buffers_touched_shallow(s) -> list:
+    from ..ir.verifier import exprs_of, regions_of
+    from ..ir.visitor import loads_in
+
+    out = [(r.buffer, False) for r in regions_of(s)]
+    if isinstance(s, t.Reduce):
+        out.append((s.dst, True))
+    if isinstance(s, t.BufferStore):
+        out.append((s.buffer, True))
+    for e in exprs_of(s):
+        out.extend((ld.buffer, False) for ld in loads_in(e))
+    return out
+
+
+def _subst_stmt(s, mapping):
+    """Substitute variables in the expressions of one statement (regions, loads, conditions)."""
+    def sub_region(r):
+        return t.Region(r.buffer, tuple(substitute(x, mapping) for x in r.starts), r.extents, r.squeezed)
+
+    if isinstance(s, t.Copy):
+        return t.Copy(sub_region(s.src), sub_region(s.dst), s.loc, s.mode)
+    if isinstance(s, t.IfThenElse):
+        return t.IfThenElse(substitute(s.cond, mapping), s.then_body, s.else_body, s.loc)
+    return None
+
+
+def _restage(stmt, new_bufs: dict, slot):
+    """Point every use of a ring-buffered shared buffer at ring slot ``slot``."""
+    def fix_expr(e):
+        def f(x):
+            if isinstance(x, E.Load) and x.buffer in new_bufs:
+                return E.Load(new_bufs[x.buffer], (slot,) + tuple(x.indices))
+            return None
+
+        return rewrite_expr(e, f)
+
+    def fix_region(r):
+        if r.buffer in new_bufs:
+            return t.Region(new_bufs[r.buffer], (E.as_expr(slot),) + tuple(fix_expr(x) for x in r.starts),
+                            (1,) + tuple(r.extents), (0,) + tuple(d + 1 for d in r.squeezed))
+        return t.Region(r.buffer, tuple(fix_expr(x) for x in r.starts), r.extents, r.squeezed)
+
+    def f(s):
+        if isinstance(s, t.Copy):
+            return t.Copy(fix_region(s.src), fix_region(s.dst), s.loc, s.mode)
+        if isinstance(s, t.Gemm):
+            return t.Gemm(fix_region(s.a), fix_region(s.b), fix_region(s.c), s.trans_a, s.trans_b, s.policy,
+                          s.clear_accum, s.k_pack, s.loc)
+        if isinstance(s, t.Fill):
+            return t.Fill(fix_region(s.dst), fix_expr(s.value), s.loc)
+        if isinstance(s, t.Atomic):
+            v = fix_region(s.value) if isinstance(s.value, t.Region) else fix_expr(s.value)
+            return t.Atomic(s.op, fix_region(s.dst), v, s.loc)
+        if isinstance(s, t.BufferStore):
+            if s.buffer in new_bufs:
+                return t.BufferStore(new_bufs[s.buffer], (slot,) + tuple(fix_expr(i) for i in s.indices),
+                                     fix_expr(s.value), s.loc)
+            return t.BufferStore(s.buffer, tuple(fix_expr(i) for i in s.indices), fix_expr(s.value), s.loc)
+        if isinstance(s, t.LetStmt):
+            return t.LetStmt(s.var, fix_expr(s.value), s.loc)
+        if isinstance(s, t.IfThenElse):
+            return t.IfThenElse(fix_expr(s.cond), s.then_body, s.else_body, s.loc)
+        if isinstance(s, t.Reduce) and (s.src in new_bufs or s.dst in new_bufs):
+            from ..errors import CompileError
+
+            raise CompileError("a pipelined shared buffer cannot be reduced directly", s.loc,
+                               hint="copy it to a fragment first")
+        return None
+
+    return map_stmt(stmt, f)

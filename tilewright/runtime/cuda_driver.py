@@ -1,0 +1,579 @@
+"""A thin, fast layer over the CUDA driver API (``cuda.bindings.driver``) for loading cubins and
+launching kernels.
+
+Why the driver API: a cubin from NVRTC is loaded with ``cuModuleLoadData`` and launched with
+``cuLaunchKernel`` without any runtime-API registration.  We share the device's *primary*
+context with PyTorch (and CuPy, and the runtime API in general), so pointers from their
+allocators are valid in our launches and streams can be passed straight through.
+
+Importing this module never touches libcuda; the driver is initialised on first use, and on a
+machine without an NVIDIA driver only the calls that need one raise (``device_count()``
+returns 0).  Nothing here loads any HIP/ROCm library.
+
+The launch path is tuned for Python overhead: the argument buffer layout is computed once per
+signature and each launch is a single ``struct.pack_into`` plus one ``cuLaunchKernel`` call.
+"""
+
+from __future__ import annotations
+
+import struct
+import sys
+import threading
+from contextlib import contextmanager, suppress
+
+from ..errors import ArgumentError, RuntimeLaunchError
+
+__all__ = [
+    "ARG_TYPES",
+    "CudaFunction",
+    "CudaModule",
+    "current_stream_of_torch",
+    "device_attribute",
+    "device_compute_capability",
+    "device_count",
+    "device_name",
+    "driver_available",
+    "ensure_context",
+    "mem_alloc",
+    "mem_free",
+    "memcpy_dtoh",
+    "memcpy_htod",
+    "pointer_device_index",
+    "synchronize",
+]
+
+# Argument kinds of CudaFunction.launch -> (struct code, size in bytes).  Every kind is naturally
+# aligned in the parameter buffer.
+ARG_TYPES: dict[str, tuple[str, int]] = {
+    "ptr": ("Q", 8),
+    "i32": ("i", 4),
+    "u32": ("I", 4),
+    "i64": ("q", 8),
+    "u64": ("Q", 8),
+    "f32": ("f", 4),
+    "f64": ("d", 8),
+}
+
+# Dynamic shared memory above this needs an explicit opt-in per function.
+_DEFAULT_DYNAMIC_SHARED_LIMIT = 48 * 1024
+
+_lock = threading.Lock()
+_state: dict = {"driver": None, "init_error": None, "initialized": False}
+_contexts: dict[int, _DeviceContext] = {}
+
+
+# ---------------------------------------------------------------- driver loading and errors
+def _driver():
+    """The ``cuda.bindings.driver`` module, with ``cuInit`` done; raises RuntimeLaunchError if unusable."""
+    if _state["initialized"]:
+        return _state["driver"]
+    with _lock:
+        if _state["initialized"]:
+            return _state["driver"]
+        if _state["init_error"] is not None:
+            raise RuntimeLaunchError(_state["init_error"])
+        try:
+            from cuda.bindings import driver
+        except ImportError as exc:
+            _state["init_error"] = f"the CUDA driver bindings are not installed (pip install cuda-bindings): {exc}"
+            raise RuntimeLaunchError(_state["init_error"]) from exc
+        try:
+            (err,) = driver.cuInit(0)
+        except Exception as exc:
+            _state["init_error"] = f"the NVIDIA driver (libcuda) could not be loaded: {exc}"
+            raise RuntimeLaunchError(_state["init_error"]) from exc
+        if err != driver.CUresult.CUDA_SUCCESS:
+            _state["init_error"] = "cuInit failed: " + _describe(driver, err)
+            raise RuntimeLaunchError(_state["init_error"])
+        _state["driver"] = driver
+        _state["initialized"] = True
+        return driver
+
+
+def _describe(driver, err) -> str:
+    """``"CUDA_ERROR_X: text"`` for a CUresult."""
+    try:
+        name = driver.cuGetErrorName(err)[1]
+        text = driver.cuGetErrorString(err)[1]
+        name = name.decode() if isinstance(name, bytes) else str(name)
+        text = text.decode() if isinstance(text, bytes) else str(text)
+        return f"{name}: {text}"
+    except Exception:  # noqa: BLE001 - only formatting an error message
+        return str(err)
+
+
+def _check(driver, result, call: str, hint: str = ""):
+    """Unpack a ``(CUresult, *values)`` tuple from the bindings; raise RuntimeLaunchError on failure."""
+    err = result[0]
+    if err != driver.CUresult.CUDA_SUCCESS:
+        msg = f"{call} failed: {_describe(driver, err)}"
+        if hint:
+            msg += f"\n{hint}"
+        raise RuntimeLaunchError(msg)
+    if len(result) == 1:
+        return None
+    return result[1] if len(result) == 2 else result[1:]
+
+
+def driver_available() -> bool:
+    """True when libcuda loads and ``cuInit`` succeeds (there may still be zero devices)."""
+    try:
+        _driver()
+        return True
+    except RuntimeLaunchError:
+        return False
+
+
+# ---------------------------------------------------------------- devices
+def device_count() -> int:
+    """Number of CUDA devices; 0 when there is no driver or no device."""
+    try:
+        driver = _driver()
+    except RuntimeLaunchError:
+        return 0
+    err, n = driver.cuDeviceGetCount()
+    return int(n) if err == driver.CUresult.CUDA_SUCCESS else 0
+
+
+def _device(driver, index: int):
+    n = device_count()
+    if not 0 <= index < n:
+        raise RuntimeLaunchError(f"CUDA device {index} does not exist (this machine has {n} CUDA device(s))")
+    return _check(driver, driver.cuDeviceGet(index), "cuDeviceGet")
+
+
+def device_attribute(index: int, name: str) -> int:
+    """A ``CU_DEVICE_ATTRIBUTE_*`` value, e.g. ``device_attribute(0, "MAX_SHARED_MEMORY_PER_BLOCK_OPTIN")``."""
+    driver = _driver()
+    key = name if name.startswith("CU_DEVICE_ATTRIBUTE_") else "CU_DEVICE_ATTRIBUTE_" + name.upper()
+    try:
+        attr = getattr(driver.CUdevice_attribute, key)
+    except AttributeError:
+        raise ArgumentError(f"unknown CUDA device attribute {name!r}") from None
+    return int(_check(driver, driver.cuDeviceGetAttribute(attr, _device(driver, index)), "cuDeviceGetAttribute"))
+
+
+def device_compute_capability(index: int) -> tuple[int, int]:
+    """``(major, minor)``, e.g. ``(9, 0)`` for an H100/H200."""
+    return (device_attribute(index, "COMPUTE_CAPABILITY_MAJOR"), device_attribute(index, "COMPUTE_CAPABILITY_MINOR"))
+
+
+def device_name(index: int) -> str:
+    driver = _driver()
+    raw = _check(driver, driver.cuDeviceGetName(256, _device(driver, index)), "cuDeviceGetName")
+    return raw.split(b"\0", 1)[0].decode(errors="replace") if isinstance(raw, bytes) else str(raw)
+
+
+def current_stream_of_torch(device_index: int) -> int:
+    """``torch.cuda.current_stream(device).cuda_stream``, or 0 (the legacy default stream) when torch is not
+    imported or has not initialised CUDA.  We never import torch ourselves: if the caller has not, no torch
+    stream can be current."""
+    torch = sys.modules.get("torch")
+    if torch is None:
+        return 0
+    try:
+        if getattr(torch.version, "hip", None) or not torch.cuda.is_initialized():
+            return 0
+        return int(torch.cuda.current_stream(device_index).cuda_stream)
+    except Exception:  # noqa: BLE001 - a broken torch install must not break launching
+        return 0
+
+
+# ---------------------------------------------------------------- contexts
+class _DeviceContext:
+    """The context we load modules into for one device: normally the device's primary context."""
+
+    __slots__ = ("device_index", "handle", "handle_int", "retained")
+
+    def __init__(self, device_index: int, handle, retained: bool):
+        self.device_index = device_index
+        self.handle = handle
+        self.handle_int = int(handle)
+        self.retained = retained
+
+
+def ensure_context(device_index: int = 0) -> _DeviceContext:
+    """The context used for ``device_index``.
+
+    If a context of that device is current on this thread (PyTorch's), that one is used; otherwise the
+    device's primary context is retained and, if no context at all is current, made current, as the
+    runtime API would do.  Cached per device.
+    """
+    ctx = _contexts.get(device_index)
+    if ctx is not None:
+        return ctx
+    driver = _driver()
+    with _lock:
+        ctx = _contexts.get(device_index)
+        if ctx is not None:
+            return ctx
+        dev = _device(driver, device_index)
+        current = _check(driver, driver.cuCtxGetCurrent(), "cuCtxGetCurrent")
+        if int(current) != 0:
+            err, cur_dev = driver.cuCtxGetDevice()
+            if err == driver.CUresult.CUDA_SUCCESS and int(cur_dev) == device_index:
+                ctx = _DeviceContext(device_index, current, retained=False)
+        if ctx is None:
+            primary = _check(driver, driver.cuDevicePrimaryCtxRetain(dev), "cuDevicePrimaryCtxRetain")
+            if int(current) == 0:
+                _check(driver, driver.cuCtxSetCurrent(primary), "cuCtxSetCurrent")
+            ctx = _DeviceContext(device_index, primary, retained=True)
+        _contexts[device_index] = ctx
+        return ctx
+
+
+@contextmanager
+def _activated(driver, ctx: _DeviceContext):
+    """Make ``ctx`` current for the block: set it if none is current, else push it and pop afterwards."""
+    current = _check(driver, driver.cuCtxGetCurrent(), "cuCtxGetCurrent")
+    cur = int(current)
+    if cur == ctx.handle_int:
+        yield
+    elif cur == 0:
+        # Leaving it current afterwards is what the runtime API does on first use in a thread.
+        _check(driver, driver.cuCtxSetCurrent(ctx.handle), "cuCtxSetCurrent")
+        yield
+    else:
+        _check(driver, driver.cuCtxPushCurrent(ctx.handle), "cuCtxPushCurrent")
+        try:
+            yield
+        finally:
+            driver.cuCtxPopCurrent()
+
+
+# ---------------------------------------------------------------- modules and functions
+class CudaModule:
+    """A loaded cubin (``cuModuleLoadData``) on one device; unloaded by :meth:`close` or when collected."""
+
+    def __init__(self, cubin: bytes, device_index: int = 0):
+        driver = _driver()
+        self._driver = driver
+        self.device_index = device_index
+        self._ctx = ensure_context(device_index)
+        self._handle = None
+        self._functions: dict[str, CudaFunction] = {}
+        with _activated(driver, self._ctx):
+            result = driver.cuModuleLoadData(bytes(cubin))
+        if result[0] != driver.CUresult.CUDA_SUCCESS:
+            major, minor = _safe_cc(device_index)
+            _check(
+                driver,
+                result,
+                "cuModuleLoadData",
+                hint=f"(device {device_index} is sm_{major}{minor}; a cubin only loads on the architecture it was "
+                "built for, or a later minor version of the same major one)",
+            )
+        self._handle = result[1]
+
+    @property
+    def handle(self):
+        return self._handle
+
+    def function(self, name: str) -> CudaFunction:
+        fn = self._functions.get(name)
+        if fn is None:
+            if self._handle is None:
+                raise RuntimeLaunchError(f"cannot get kernel {name!r}: the module was closed")
+            handle = _check(
+                self._driver,
+                self._driver.cuModuleGetFunction(self._handle, name.encode()),
+                f"cuModuleGetFunction({name!r})",
+                hint='(kernels must be extern "C" __global__ so that their names are not mangled)',
+            )
+            fn = CudaFunction(self, name, handle)
+            self._functions[name] = fn
+        return fn
+
+    def close(self) -> None:
+        handle, self._handle = self._handle, None
+        self._functions.clear()
+        if handle is None:
+            return
+        driver = self._driver
+        with _activated(driver, self._ctx):
+            _check(driver, driver.cuModuleUnload(handle), "cuModuleUnload")
+
+    def __del__(self):
+        # At interpreter exit the driver may already be torn down; a module leaked then is harmless.
+        if getattr(self, "_handle", None) is None or sys.is_finalizing():
+            return
+        with suppress(Exception):  # never raise from a finalizer
+            self.close()
+
+    def __enter__(self):
+        return self
+
+    def __exit__(self, *exc):
+        self.close()
+
+
+def _safe_cc(index: int) -> tuple[int, int]:
+    try:
+        return device_compute_capability(index)
+    except Exception:  # noqa: BLE001 - only used to word an error message
+        return (0, 0)
+
+
+class _ArgPacker:
+    """Lays out one launch signature: a parameter buffer and the ``void*[]`` that points into it.
+
+    Buffers are per thread (cuLaunchKernel copies the values before returning, so a buffer can be
+    reused by the next launch of the same thread, but not shared with a concurrent one).
+    """
+
+    __slots__ = ("_tls", "arg_types", "offsets", "size", "struct")
+
+    def __init__(self, arg_types: tuple[str, ...]):
+        fmt = ["<"]
+        offsets = []
+        pos = 0
+        for t in arg_types:
+            try:
+                code, size = ARG_TYPES[t]
+            except (KeyError, TypeError):
+                raise ArgumentError(
+                    f"unknown kernel argument type {t!r}; use one of {', '.join(ARG_TYPES)}"
+                ) from None
+            pad = -pos % size
+            if pad:
+                fmt.append(f"{pad}x")
+            pos += pad
+            offsets.append(pos)
+            fmt.append(code)
+            pos += size
+        self.arg_types = arg_types
+        self.struct = struct.Struct("".join(fmt))
+        self.offsets = tuple(offsets)
+        self.size = pos
+        self._tls = threading.local()
+
+    def _buffers(self):
+        import ctypes
+
+        data = (ctypes.c_uint64 * max((self.size + 7) // 8, 1))()  # 8-byte aligned storage
+        base = ctypes.addressof(data)
+        ptrs = (ctypes.c_void_p * max(len(self.offsets), 1))(*[base + off for off in self.offsets])
+        bufs = (memoryview(data).cast("B"), ctypes.addressof(ptrs), data, ptrs)
+        self._tls.bufs = bufs
+        return bufs
+
+    def pack(self, values) -> int:
+        """Write ``values`` into this thread's buffer; returns the ``void**`` address for cuLaunchKernel."""
+        try:
+            bufs = self._tls.bufs
+        except AttributeError:
+            bufs = self._buffers()
+        try:
+            self.struct.pack_into(bufs[0], 0, *values)
+        except struct.error as exc:
+            raise self._explain(values, exc) from None
+        return bufs[1]
+
+    def _explain(self, values, exc) -> ArgumentError:
+        if len(values) != len(self.arg_types):
+            return ArgumentError(f"kernel takes {len(self.arg_types)} argument(s) {self.arg_types}, got {len(values)}")
+        for i, (t, v) in enumerate(zip(self.arg_types, values)):
+            try:
+                struct.pack("<" + ARG_TYPES[t][0], v)
+            except struct.error as e:
+                return ArgumentError(f"kernel argument {i} ({t}) cannot take {v!r}: {e}")
+        return ArgumentError(f"cannot pack kernel arguments {values!r} as {self.arg_types}: {exc}")
+
+
+class CudaFunction:
+    """One kernel of a :class:`CudaModule`."""
+
+    def __init__(self, module: CudaModule, name: str, handle):
+        self.module = module  # keeps the module loaded while the function is in use
+        self.name = name
+        self.handle = handle
+        self._driver = module._driver
+        self._ctx_int = module._ctx.handle_int
+        self._packers: dict[tuple, _ArgPacker] = {}
+        self._dynamic_shared_limit = _DEFAULT_DYNAMIC_SHARED_LIMIT
+        driver = self._driver
+        self._launch_fn = driver.cuLaunchKernel
+        self._success = driver.CUresult.CUDA_SUCCESS
+        self._wrong_context = {
+            driver.CUresult.CUDA_ERROR_INVALID_CONTEXT,
+            driver.CUresult.CUDA_ERROR_INVALID_HANDLE,
+            driver.CUresult.CUDA_ERROR_CONTEXT_IS_DESTROYED,
+        }
+
+    # ---------------------------------------------------------------- attributes
+    def attribute(self, name: str) -> int:
+        """A ``CU_FUNC_ATTRIBUTE_*`` value, e.g. ``attribute("NUM_REGS")``."""
+        driver = self._driver
+        key = name if name.startswith("CU_FUNC_ATTRIBUTE_") else "CU_FUNC_ATTRIBUTE_" + name.upper()
+        try:
+            attr = getattr(driver.CUfunction_attribute, key)
+        except AttributeError:
+            raise ArgumentError(f"unknown CUDA function attribute {name!r}") from None
+        return int(_check(driver, driver.cuFuncGetAttribute(attr, self.handle), f"cuFuncGetAttribute({key})"))
+
+    def attributes(self) -> dict[str, int]:
+        """What the driver says about this kernel: registers, static shared/local/const bytes, thread limit."""
+        return {
+            "registers": self.attribute("NUM_REGS"),
+            "shared_bytes": self.attribute("SHARED_SIZE_BYTES"),
+            "local_bytes": self.attribute("LOCAL_SIZE_BYTES"),
+            "const_bytes": self.attribute("CONST_SIZE_BYTES"),
+            "max_threads_per_block": self.attribute("MAX_THREADS_PER_BLOCK"),
+            "max_dynamic_shared_bytes": self.attribute("MAX_DYNAMIC_SHARED_SIZE_BYTES"),
+            "binary_version": self.attribute("BINARY_VERSION"),
+        }
+
+    def set_max_dynamic_shared(self, nbytes: int) -> None:
+        """Opt in to more than 48 KiB of dynamic shared memory (once per value; a no-op at or below the
+        current limit)."""
+        nbytes = int(nbytes)
+        if nbytes <= self._dynamic_shared_limit:
+            return
+        driver = self._driver
+        attr = driver.CUfunction_attribute.CU_FUNC_ATTRIBUTE_MAX_DYNAMIC_SHARED_SIZE_BYTES
+        result = driver.cuFuncSetAttribute(self.handle, attr, nbytes)
+        if result[0] != self._success:
+            limit = _safe_attr(self.module.device_index, "MAX_SHARED_MEMORY_PER_BLOCK_OPTIN")
+            static = _safe_fn_attr(self, "SHARED_SIZE_BYTES")
+            _check(
+                driver,
+                result,
+                f"cuFuncSetAttribute(MAX_DYNAMIC_SHARED_SIZE_BYTES={nbytes}) for kernel {self.name!r}",
+                hint=f"(device {self.module.device_index} allows {limit} bytes of shared memory per block in all; "
+                f"this kernel already uses {static} bytes of static shared memory)",
+            )
+        self._dynamic_shared_limit = nbytes
+
+    # ---------------------------------------------------------------- launching
+    def launch(
+        self,
+        grid: tuple[int, int, int],
+        block: tuple[int, int, int],
+        shared_bytes: int,
+        stream: int,
+        arg_types: tuple[str, ...],
+        arg_values: tuple,
+    ) -> None:
+        """Launch on ``stream`` (a raw ``CUstream`` handle as an int; 0 is the legacy default stream)."""
+        packer = self._packers.get(arg_types)
+        if packer is None:
+            packer = self._packers[arg_types] = _ArgPacker(tuple(arg_types))
+        if packer.offsets:
+            params = packer.pack(arg_values)
+        elif arg_values:
+            raise ArgumentError(f"kernel {self.name!r} was launched with {len(arg_values)} values for no argument types")
+        else:
+            params = None
+        if shared_bytes > self._dynamic_shared_limit:
+            self.set_max_dynamic_shared(shared_bytes)
+        try:
+            (err,) = self._launch_fn(
+                self.handle, grid[0], grid[1], grid[2], block[0], block[1], block[2], shared_bytes, stream, params, 0
+            )
+        except (TypeError, OverflowError, ValueError) as exc:
+            raise ArgumentError(
+                f"bad launch configuration for kernel {self.name!r}: grid={grid}, block={block}, "
+                f"shared_bytes={shared_bytes}, stream={stream!r}: {exc}"
+            ) from None
+        if err != self._success:
+            if err in self._wrong_context:
+                # Another thread, or a framework, left a different (or no) context current: launch
+                # again with ours current.  Checking up front would cost every launch a driver call.
+                with _activated(self._driver, self.module._ctx):
+                    (err,) = self._launch_fn(
+                        self.handle, grid[0], grid[1], grid[2], block[0], block[1], block[2], shared_bytes, stream,
+                        params, 0,
+                    )  # fmt: skip
+                if err == self._success:
+                    return
+            raise RuntimeLaunchError(self._launch_error_message(err, grid, block, shared_bytes, stream))
+
+    def _launch_error_message(self, err, grid, block, shared_bytes, stream) -> str:
+        driver = self._driver
+        msg = (
+            f"cuLaunchKernel failed for kernel {self.name!r} (grid={tuple(grid)}, block={tuple(block)}, "
+            f"shared_bytes={shared_bytes}, stream={_stream_text(stream)}): {_describe(driver, err)}"
+        )
+        R = driver.CUresult
+        if err == R.CUDA_ERROR_LAUNCH_OUT_OF_RESOURCES:
+            regs = _safe_fn_attr(self, "NUM_REGS")
+            threads = block[0] * block[1] * block[2]
+            msg += (
+                f"\nhint: {threads} threads x {regs} registers = {threads * regs} registers per block; "
+                "use fewer threads per block or lower the register use (e.g. __launch_bounds__)"
+            )
+        elif err == R.CUDA_ERROR_INVALID_VALUE:
+            msg += (
+                f"\nhint: check the block size (at most {_safe_fn_attr(self, 'MAX_THREADS_PER_BLOCK')} threads for "
+                "this kernel), the grid (y and z at most 65535) and the dynamic shared memory size"
+            )
+        return msg
+
+
+def _stream_text(stream) -> str:
+    return hex(stream) if isinstance(stream, int) else repr(stream)
+
+
+def _safe_attr(index: int, name: str):
+    try:
+        return device_attribute(index, name)
+    except Exception:  # noqa: BLE001 - only used to word an error message
+        return "?"
+
+
+def _safe_fn_attr(fn: CudaFunction, name: str):
+    try:
+        return fn.attribute(name)
+    except Exception:  # noqa: BLE001 - only used to word an error message
+        return "?"
+
+
+# ---------------------------------------------------------------- memory helpers (tests, benchmarks)
+def mem_alloc(nbytes: int, device_index: int = 0) -> int:
+    """``cuMemAlloc`` in our context of ``device_index``; returns the device pointer as an int."""
+    driver = _driver()
+    with _activated(driver, ensure_context(device_index)):
+        return int(_check(driver, driver.cuMemAlloc(max(int(nbytes), 1)), "cuMemAlloc"))
+
+
+def mem_free(ptr: int, device_index: int = 0) -> None:
+    driver = _driver()
+    with _activated(driver, ensure_context(device_index)):
+        _check(driver, driver.cuMemFree(ptr), "cuMemFree")
+
+
+def memcpy_htod(dst: int, src, device_index: int = 0) -> None:
+    """Copy a host buffer (e.g. a contiguous NumPy array) to device memory, synchronously."""
+    driver = _driver()
+    view = memoryview(src).cast("B")
+    with _activated(driver, ensure_context(device_index)):
+        _check(driver, driver.cuMemcpyHtoD(dst, view, view.nbytes), "cuMemcpyHtoD")
+
+
+def memcpy_dtoh(dst, src: int, device_index: int = 0) -> None:
+    """Copy device memory into a writable host buffer (e.g. a contiguous NumPy array), synchronously."""
+    driver = _driver()
+    view = memoryview(dst).cast("B")
+    with _activated(driver, ensure_context(device_index)):
+        _check(driver, driver.cuMemcpyDtoH(view, src, view.nbytes), "cuMemcpyDtoH")
+
+
+def synchronize(device_index: int = 0) -> None:
+    """Wait for all work in our context of ``device_index``; raises RuntimeLaunchError on a kernel fault."""
+    driver = _driver()
+    with _activated(driver, ensure_context(device_index)):
+        _check(driver, driver.cuCtxSynchronize(), "cuCtxSynchronize")
+
+
+def pointer_device_index(ptr: int) -> int | None:
+    """Device ordinal of a device pointer, or None when the driver does not know the pointer."""
+    try:
+        driver = _driver()
+    except RuntimeLaunchError:
+        return None
+    attr = driver.CUpointer_attribute.CU_POINTER_ATTRIBUTE_DEVICE_ORDINAL
+    try:
+        err, value = driver.cuPointerGetAttribute(attr, ptr)
+    except Exception:  # noqa: BLE001 - unknown pointers are an answer, not an error
+        return None
+    return int(value) if err == driver.CUresult.CUDA_SUCCESS else None
