@@ -53,7 +53,8 @@ def make_elf(sections, symbols):
         symtab += struct.pack("<IBBHQQ", stroff[name], info, other, shndx, 0, 0)
 
     n_user = len(sections)
-    all_secs = list(sections) + [
+    all_secs = [
+        *sections,
         (".shstrtab", SHT_STRTAB, shstr, 0),
         (".strtab", SHT_STRTAB, strtab, 0),
         (".symtab", SHT_SYMTAB, symtab, 0),

@@ -119,6 +119,15 @@ extern "C" __global__ void big_smem(float* out, int n) {
   if (threadIdx.x == 0) { float s = 0.f; for (int i = 0; i < n; ++i) s += buf[i]; out[0] = s; }
 }
 
+extern "C" __global__ void static_and_dynamic(float* out, int n) {
+  __shared__ float fixed[1024];  // 4 KiB static: the default dynamic limit drops to 44 KiB
+  extern __shared__ float dyn[];
+  fixed[threadIdx.x] = 1.f;
+  for (int i = threadIdx.x; i < n; i += blockDim.x) dyn[i] = 2.f;
+  __syncthreads();
+  if (threadIdx.x == 0) out[0] = fixed[5] + dyn[n - 1];
+}
+
 extern "C" __global__ void no_args() {}
 
 extern "C" __global__ void __launch_bounds__(32)
@@ -153,7 +162,7 @@ mma_16x8x16(const __half* __restrict__ A, const __half* __restrict__ Bt, float* 
   C[(row + 8) * 8 + col + 1] = c[3];
 }
 """
-KERNEL_NAMES = ["echo_args", "axpy", "big_smem", "no_args", "mma_16x8x16"]
+KERNEL_NAMES = ["echo_args", "axpy", "big_smem", "static_and_dynamic", "no_args", "mma_16x8x16"]
 
 
 @pytest.fixture(scope="module")
@@ -267,6 +276,18 @@ def test_dynamic_shared_memory_above_48k(module):
 
 
 @gpu
+def test_dynamic_shared_memory_below_48k_with_static_shared(module):
+    out = DeviceArray(np.zeros(1, np.float32))
+    fn = module.function("static_and_dynamic")
+    assert fn.attribute("MAX_DYNAMIC_SHARED_SIZE_BYTES") == 48 * 1024 - 4096
+    n = 46 * 1024 // 4  # 46 KiB: under 48 KiB, yet over this kernel's default limit
+    fn.launch((1, 1, 1), (256, 1, 1), n * 4, 0, ("ptr", "i32"), (out.ptr, n))
+    cd.synchronize(0)
+    assert out.get()[0] == 3.0
+    out.free()
+
+
+@gpu
 def test_driver_attributes_agree_with_the_cubin_reader(module, binary):
     for name in KERNEL_NAMES:
         attrs = module.function(name).attributes()
@@ -279,7 +300,7 @@ def test_driver_attributes_agree_with_the_cubin_reader(module, binary):
 @gpu
 def test_launch_errors_are_explained(module):
     fn = module.function("axpy")
-    with pytest.raises(RuntimeLaunchError, match="cuLaunchKernel failed for kernel 'axpy'.*CUDA_ERROR_INVALID_VALUE"):
+    with pytest.raises(RuntimeLaunchError, match=r"cuLaunchKernel failed for kernel 'axpy'.*CUDA_ERROR_INVALID_VALUE"):
         fn.launch((1, 1, 1), (2048, 1, 1), 0, 0, ("ptr", "ptr", "f32", "i32"), (0, 0, 1.0, 0))
     with pytest.raises(RuntimeLaunchError, match="no_such_kernel"):
         module.function("no_such_kernel")

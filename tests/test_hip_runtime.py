@@ -262,6 +262,13 @@ def test_dynamic_lds_limit(rt, fake):
         fn.launch(1, 64, 48 * 1024 + 1, 0, (), ())
 
 
+def test_init_failure_is_reported():
+    rt = hr.HipRuntime(FakeHip(init_rc=35))  # hipErrorInsufficientDriver
+    assert rt.device_count() == 0
+    with pytest.raises(RuntimeLaunchError, match=r"hipInit failed: .*\(35\)"):
+        hr.HipModule(CODE, 0, runtime=rt)
+
+
 def test_runtime_error_without_name_functions():
     class Bare:
         def hipInit(self, flags):
@@ -300,3 +307,90 @@ def test_import_loads_no_gpu_library():
     )
     proc = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=False)
     assert proc.returncode == 0, proc.stderr
+
+
+# A C stand-in for libamdhip64, so that the real ctypes path (argtypes, pointer marshalling, the
+# void*[] of arguments) is exercised: the fake decodes a (ptr, i32, f32, f64, i64) launch in C.
+FAKE_LIBAMDHIP64_C = r"""
+#include <stdint.h>
+#include <string.h>
+static int current = 0;
+int hipInit(unsigned flags) { return 0; }
+int hipGetDeviceCount(int* n) { *n = 2; return 0; }
+int hipGetDevice(int* d) { *d = current; return 0; }
+int hipSetDevice(int d) { if (d < 0 || d > 1) return 101; current = d; return 0; }
+int hipDeviceGetAttribute(int* v, int attr, int dev) { *v = attr == 74 ? 65536 : 0; return 0; }
+int hipGetDevicePropertiesR0600(void* p, int dev) {
+  memset(p, 0, 1472);
+  strcpy((char*)p, "AMD Instinct MI300X");
+  strcpy((char*)p + 1160, dev ? "gfx90a:sramecc+:xnack-" : "gfx942:sramecc+:xnack-");
+  return 0;
+}
+const char* hipGetErrorName(int e) { return e == 209 ? "hipErrorNoBinaryForGpu" : "hipErrorUnknown"; }
+const char* hipGetErrorString(int e) { return "fake explanation"; }
+int loaded_on = -1;
+int hipModuleLoadData(void** m, const void* image) {
+  if (memcmp(image, "\x7f" "ELF", 4)) return 209;
+  loaded_on = current;
+  *m = (void*)0x1234;
+  return 0;
+}
+int hipModuleUnload(void* m) { return m == (void*)0x1234 ? 0 : 400; }
+int hipModuleGetFunction(void** f, void* m, const char* name) {
+  if (m != (void*)0x1234 || strcmp(name, "k")) return 500;
+  *f = (void*)0x5678;
+  return 0;
+}
+int hipFuncGetAttribute(int* v, int attr, void* f) { *v = 0; return 0; }
+uint64_t got_ptr; int32_t got_i32; float got_f32; double got_f64; int64_t got_i64;
+unsigned got_dims[7]; uint64_t got_stream; int launched_on = -1;
+int hipModuleLaunchKernel(void* f, unsigned gx, unsigned gy, unsigned gz, unsigned bx, unsigned by, unsigned bz,
+                          unsigned shared, void* stream, void** params, void** extra) {
+  if (f != (void*)0x5678 || extra) return 98;
+  unsigned dims[7] = {gx, gy, gz, bx, by, bz, shared};
+  memcpy(got_dims, dims, sizeof dims);
+  got_stream = (uint64_t)stream;
+  memcpy(&got_ptr, params[0], 8); memcpy(&got_i32, params[1], 4); memcpy(&got_f32, params[2], 4);
+  memcpy(&got_f64, params[3], 8); memcpy(&got_i64, params[4], 8);
+  launched_on = current;
+  return 0;
+}
+"""
+
+
+@pytest.fixture(scope="module")
+def c_fake_lib(tmp_path_factory):
+    import shutil
+
+    cc = shutil.which("cc") or shutil.which("gcc") or shutil.which("clang")
+    if cc is None:
+        pytest.skip("no C compiler to build the stand-in libamdhip64")
+    d = tmp_path_factory.mktemp("fakehip")
+    (d / "fake.c").write_text(FAKE_LIBAMDHIP64_C)
+    so = d / "libamdhip64.so"
+    subprocess.run([cc, "-shared", "-fPIC", "-O1", "-o", str(so), str(d / "fake.c")], check=True)
+    return ctypes.CDLL(str(so)), str(so)
+
+
+def test_ctypes_path_against_a_c_library(c_fake_lib):
+    lib, path = c_fake_lib
+    rt = hr.HipRuntime(lib, path)
+    assert rt.device_count() == 2
+    assert rt.device_target_id(1) == "gfx90a:sramecc+:xnack-"
+    mod = hr.HipModule(CODE, 1, runtime=rt)
+    assert ctypes.c_int.in_dll(lib, "loaded_on").value == 1 and rt.get_device() == 0
+    fn = mod.function("k")
+    types = ("ptr", "i32", "f32", "f64", "i64")
+    fn.launch((3, 2, 1), (128, 2, 1), 1024, 0xABC, types, (0x7F0000001000, -3, 0.5, 1e300, -(1 << 50)))
+    assert ctypes.c_uint64.in_dll(lib, "got_ptr").value == 0x7F0000001000
+    assert ctypes.c_int32.in_dll(lib, "got_i32").value == -3
+    assert ctypes.c_float.in_dll(lib, "got_f32").value == 0.5
+    assert ctypes.c_double.in_dll(lib, "got_f64").value == 1e300
+    assert ctypes.c_int64.in_dll(lib, "got_i64").value == -(1 << 50)
+    assert list((ctypes.c_uint * 7).in_dll(lib, "got_dims")) == [3, 2, 1, 128, 2, 1, 1024]
+    assert ctypes.c_uint64.in_dll(lib, "got_stream").value == 0xABC
+    with pytest.raises(RuntimeLaunchError, match='(?s)hipModuleGetFunction.*extern "C"'):
+        mod.function("other")
+    mod.close()
+    with pytest.raises(RuntimeLaunchError, match="(?s)hipErrorNoBinaryForGpu: fake explanation.*gfx942"):
+        hr.HipModule(b"not an elf", 0, runtime=rt)

@@ -11,6 +11,7 @@ import ctypes
 import os
 import re
 import shlex
+import shutil
 import struct
 import subprocess
 import sys
@@ -428,7 +429,7 @@ def _disassembly(code_object: bytes) -> str | None:
 
 
 @pytest.mark.parametrize("arch", list(ARCHS))
-def test_matrix_and_elementwise_kernels(compiler, arch):
+def test_matrix_and_elementwise_kernels(compiler, arch, tmp_path):
     reason = _supports(compiler, arch)
     if reason:
         pytest.skip(reason)
@@ -456,6 +457,15 @@ def test_matrix_and_elementwise_kernels(compiler, arch):
     assert binary.resources[matrix_kernels[0]]["max_flat_workgroup_size"] == wave
     if mnemonic == "v_mfma":
         assert binary.resources["mfma_f16"]["agpr"] >= 0  # reported (the unified VGPR count includes it)
+
+    readelf = hip.find_llvm_tool("llvm-readelf")
+    if readelf:
+        # A loadable code object has one kernel descriptor symbol <name>.kd per kernel.
+        path = tmp_path / "k.hsaco"
+        path.write_bytes(co)
+        symbols = subprocess.run([readelf, "-s", str(path)], capture_output=True, text=True, check=True).stdout
+        for name in kernels:
+            assert f" {name}.kd" in symbols, name
 
     asm = _disassembly(co)
     if asm is None:
@@ -497,11 +507,19 @@ def test_compile_error_reports_log_source_and_repro(compiler, tmp_path):
         # The repro is the exact clang command: running it fails the same way.
         proc = subprocess.run(shlex.split(err.repro), capture_output=True, text=True, check=False)
         assert proc.returncode != 0 and "undeclared_thing" in proc.stderr
+    shutil.rmtree(os.path.dirname(err.source_path))  # kept for the user; not needed by the test
 
 
-def test_missing_kernel_is_reported(compiler):
+def test_builtin_of_another_arch_is_explained(compiler, tmp_path):
+    # clang 19 accepts the gfx11 WMMA builtin on gfx12 and only the backend rejects it.
+    source = HIP_PRELUDE + MATRIX_GFX11
+    with pytest.raises(ToolchainError, match=r"gfx1201 has no instruction for llvm\.amdgcn\.wmma"):
+        hip.compile_hip(source, "gfx1201", ["wmma_f16"], dump_dir=str(tmp_path))
+
+
+def test_missing_kernel_is_reported(compiler, tmp_path):
     with pytest.raises(ToolchainError, match=r"not_there.*extern \"C\""):
-        hip.compile_hip(HIP_PRELUDE + ELEMENTWISE, "gfx942", ["elementwise", "not_there"])
+        hip.compile_hip(HIP_PRELUDE + ELEMENTWISE, "gfx942", ["elementwise", "not_there"], dump_dir=str(tmp_path))
 
 
 def test_dump_dir_keeps_source_code_object_and_log(compiler, tmp_path):

@@ -1,6 +1,12 @@
-"""tilewright: a tile-level GPU kernel language and compiler for NVIDIA (CUDA) and AMD (ROCm/HIP)."""
+"""tilewright: a tile-level GPU kernel language and compiler for NVIDIA (CUDA) and AMD (ROCm/HIP).
+
+``import tilewright as tilelang`` / ``import tilewright.language as T`` run TileLang-style kernels.
+"""
 
 from . import language  # noqa: F401
+from . import target  # noqa: F401
+from .compiler import compile, jit, lower  # noqa: F401, A004
 from .errors import ArgumentError, CompileError, InternalError, TilewrightError, ToolchainError  # noqa: F401
+from .profiler import Profiler  # noqa: F401
 
 __version__ = "0.1.0"

@@ -169,7 +169,7 @@ HIP_PRELUDE: str = r"""// ---- tilewright HIP prelude (no ROCm headers or device
 // Dynamic LDS: an unsized extern __shared__ array, sized at launch by shared_bytes.
 #define TW_DYNAMIC_SHARED(type, name) extern __shared__ __attribute__((aligned(16))) type name[]
 
-// static: no symbol per file; unused: -Wall says nothing about helpers a kernel does not call.
+// static: file-local, no symbol in the code object; unused: -Wall is quiet about helpers not called.
 #define TW_DEV static __device__ __forceinline__ __attribute__((unused))
 
 // No <stdint.h> without headers: use the compiler's predefined types.
@@ -183,8 +183,9 @@ typedef __INT64_TYPE__ tw_i64;
 typedef __UINT64_TYPE__ tw_u64;
 
 // ---- indices ---------------------------------------------------------------------------------
-// Work-item ids arrive in VGPRs and work-group ids in SGPRs; an id the kernel never reads is not
-// even set up by the hardware.  Block and grid sizes are read from the dispatch packet.
+// Work-item ids arrive in VGPRs and work-group ids in SGPRs; the kernel descriptor asks the hardware
+// only for the ids the kernel reads.  Block and grid sizes are loads from the dispatch packet or the
+// implicit kernel arguments (code object v5).
 TW_DEV tw_u32 tw_thread_idx_x() { return __builtin_amdgcn_workitem_id_x(); }
 TW_DEV tw_u32 tw_thread_idx_y() { return __builtin_amdgcn_workitem_id_y(); }
 TW_DEV tw_u32 tw_thread_idx_z() { return __builtin_amdgcn_workitem_id_z(); }

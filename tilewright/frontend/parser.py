@@ -573,8 +573,12 @@ def _target_names(target):
     return None
 
 
-def _global_scope(fn) -> dict:
+def _global_scope(fn, outer_scope: dict | None = None) -> dict:
+    """Name resolution for kernel code: module globals, then the defining function's locals, then
+    the closure cells, then our helpers."""
     g = dict(fn.__globals__)
+    if outer_scope:
+        g.update(outer_scope)
     code = fn.__code__
     if fn.__closure__:
         for name, cell in zip(code.co_freevars, fn.__closure__):
@@ -592,11 +596,39 @@ def _global_scope(fn) -> dict:
 _parse_cache: dict = {}
 
 
-def parse_prim_func(fn) -> t.PrimFunc:
+def parse_prim_func(fn, outer_scope: dict | None = None) -> t.PrimFunc:
     if isinstance(fn, t.PrimFunc):
         return fn
     if not callable(fn):
         raise CompileError(f"@T.prim_func expects a function, got {fn!r}")
+    src = _source_of(fn)
+    filename, first, text, tree = src
+    memo_key = _memo_key(fn, tree, outer_scope)
+    if memo_key is not None:
+        hit = _func_memo.get(memo_key)
+        if hit is not None:
+            return hit
+    scope = _global_scope(fn, outer_scope)
+    tr = Translator(fn, tree, filename, first - 1, text.splitlines(), scope)
+    func = tr.translate()
+    func.attrs["source_file"] = filename
+    func.attrs["source_line"] = first
+    from ..ir.verifier import verify
+
+    verify(func)
+    if memo_key is not None:
+        _func_memo[memo_key] = func
+    return func
+
+
+_source_cache: dict = {}
+
+
+def _source_of(fn):
+    """(filename, first line, dedented text, FunctionDef) of a function, cached per code object."""
+    hit = _source_cache.get(fn.__code__)
+    if hit is not None:
+        return hit
     try:
         src_lines, first = inspect.getsourcelines(fn)
     except (OSError, TypeError) as e:
@@ -604,20 +636,57 @@ def parse_prim_func(fn) -> t.PrimFunc:
                            hint="kernels must be defined in a file (or a notebook cell), not built with exec") from None
     filename = inspect.getsourcefile(fn) or "<unknown>"
     text = textwrap.dedent("".join(src_lines))
-    key = (filename, first, text)
-    tree = _parse_cache.get(key)
+    module = ast.parse(text)
+    tree = next((n for n in module.body if isinstance(n, ast.FunctionDef)), None)
     if tree is None:
-        module = ast.parse(text)
-        tree = next((n for n in module.body if isinstance(n, ast.FunctionDef)), None)
-        if tree is None:
-            raise CompileError(f"cannot find the def of {fn.__name__}")
-        _parse_cache[key] = tree
-    linecache.checkcache(filename)
-    tr = Translator(fn, tree, filename, first - 1, text.splitlines(), _global_scope(fn))
-    func = tr.translate()
-    func.attrs["source_file"] = filename
-    func.attrs["source_line"] = first
-    from ..ir.verifier import verify
+        raise CompileError(f"cannot find the def of {fn.__name__}")
+    out = (filename, first, text, tree)
+    _source_cache[fn.__code__] = out
+    return out
 
-    verify(func)
-    return func
+
+_func_memo: dict = {}
+_names_cache: dict = {}
+
+
+def _memo_key(fn, tree, outer_scope):
+    """A key for re-reading the same function with the same compile-time values: its code and the
+    values of every name it mentions.  None when a value is not hashable (then nothing is memoized).
+    Prim funcs are treated as immutable after construction, so sharing one object is safe."""
+    names = _names_cache.get(id(tree))
+    if names is None:
+        names = tuple(sorted({n.id for n in ast.walk(tree) if isinstance(n, ast.Name)}))
+        _names_cache[id(tree)] = names
+    cells = {}
+    if fn.__closure__:
+        for name, cell in zip(fn.__code__.co_freevars, fn.__closure__):
+            try:
+                cells[name] = cell.cell_contents
+            except ValueError:
+                pass
+    g = fn.__globals__
+    outer = outer_scope or {}
+    vals = []
+    for n in names:
+        if n in cells:
+            v = cells[n]
+        elif n in outer:
+            v = outer[n]
+        else:
+            v = g.get(n, _MISSING)
+        if v is _MISSING or isinstance(v, (int, float, str, bool, type(None))):
+            vals.append((n, type(v).__name__, v if v is not _MISSING else None))
+        elif isinstance(v, E.Var):
+            vals.append((n, "var", id(v)))
+        elif isinstance(v, tuple) and all(isinstance(x, (int, float, str, bool)) for x in v):
+            vals.append((n, "tuple", v))
+        elif callable(v) or type(v).__name__ == "module":
+            vals.append((n, "obj", id(v)))
+        else:
+            return None
+    try:
+        key = (fn.__code__, tuple(vals))
+        hash(key)
+    except TypeError:
+        return None
+    return key

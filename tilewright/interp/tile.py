@@ -301,9 +301,16 @@ _FLOAT_CALLS: dict[str, Callable] = {
 }
 
 
-def _has_load(e) -> bool:
+def _needs_guard(e) -> bool:
+    """Whether evaluating ``e`` on a lane that should not evaluate it can fail: it reads memory or
+    divides integers.  Such operands of ``if_then_else``/``and``/``or`` are evaluated under a mask."""
     found = []
-    walk_expr(e, lambda x: found.append(x) if isinstance(x, E.Load) else None)
+
+    def visit(x):
+        if isinstance(x, E.Load) or (isinstance(x, E.BinOp) and x.op in ("//", "%") and not dt.is_float(x.dtype)):
+            found.append(x)
+
+    walk_expr(e, visit)
     return bool(found)
 
 
@@ -350,7 +357,7 @@ class _ExprCompiler:
         fa, fb = self(e.a), self(e.b)
         op = e.op
         if op in ("and", "or"):
-            return self._logical(op, fa, fb, _has_load(e.b))
+            return self._logical(op, fa, fb, _needs_guard(e.b))
         if op in _CMP:
             cmp = _CMP[op]
             return lambda c: cmp(fa(c), fb(c))
@@ -370,8 +377,14 @@ class _ExprCompiler:
         if op in ("//", "%"):
             def div(c):
                 a, b = fa(c), fb(c)
-                if not isinstance(b, np.ndarray) and b == 0 and not isinstance(a, np.ndarray):
-                    raise InterpError(f"integer division by zero in {e}")
+                if isinstance(b, np.ndarray):
+                    zero = b == 0
+                    if zero.any() and np.any(zero if c.mask is None else zero & c.mask):
+                        raise InterpError(f"integer division by zero in {e}")
+                elif b == 0:
+                    if c.mask is None:
+                        raise InterpError(f"integer division by zero in {e}")
+                    return fix(a * 0)  # only masked-off lanes get here; their value is never used
                 return fix(fn(a, b))
 
             return div
@@ -449,7 +462,7 @@ class _ExprCompiler:
 
     def _select(self, e: E.Select):
         fc, fa, fb = self(e.cond), self(e.a), self(e.b)
-        guard_a, guard_b = _has_load(e.a), _has_load(e.b)
+        guard_a, guard_b = _needs_guard(e.a), _needs_guard(e.b)
         npdt = dt.to_numpy(e.dtype)
         fix = (lambda x: _to(x, npdt)) if dt.is_float(e.dtype) else (
             _int_result(npdt) if e.dtype != "bool" else (lambda x: x))
@@ -832,18 +845,19 @@ class _Interpreter:
         saved_env, saved_tid = c.env, c.tid
         env = dict(saved_env)
         if c.tid is not None:
-            # per-thread values may be used inside only when every thread holds the same one
-            for var, v in saved_env.items():
-                if isinstance(v, np.ndarray):
-                    if np.all(_same(v, v.reshape(-1)[0])):
-                        env[var] = v.reshape(-1)[0]
-                    else:
-                        del env[var]
-                        if var in used:
-                            what = ("the thread index (T.get_thread_binding())" if var.kind == "thread"
-                                    else f"the per-thread value {var.name}")
-                            raise InterpError(f"{what} is used inside T.Parallel, where threads differ in it; "
-                                              "which thread runs an iteration is the compiler's choice")
+            # outside T.Parallel a per-thread value is an array over the threads; inside, it may be
+            # used only when every thread holds the same one
+            for var in used:
+                v = saved_env.get(var)
+                if not isinstance(v, np.ndarray):
+                    continue
+                first = v.reshape(-1)[0]
+                if not np.all(_same(v, first)):
+                    what = ("the thread index (T.get_thread_binding())" if var.kind == "thread"
+                            else f"the per-thread value {var.name}")
+                    raise InterpError(f"{what} is used inside T.Parallel, where threads differ in it; "
+                                      "which thread runs an iteration is the compiler's choice")
+                env[var] = first
             c.tid = c.tid.reshape((-1,) + (1,) * rank)
         c.env, c.in_par, c.prank, c.poff = env, True, rank, 0
         try:
@@ -962,9 +976,9 @@ class _Interpreter:
         data = self._read_region(s.src, c, "T.copy source")
         dst_ext = [int(self._scalar(x, c, "T.copy extent")) if isinstance(x, E.Expr) else int(x)
                    for x in s.dst.extents]
-        if data.size != math.prod(dst_ext):
+        if _squeeze(data.shape) != _squeeze(dst_ext):
             raise InterpError(f"T.copy: source tile {s.src.buffer.name} {tuple(data.shape)} and destination "
-                              f"{s.dst.buffer.name} {tuple(dst_ext)} differ in size")
+                              f"{s.dst.buffer.name} {tuple(dst_ext)} differ in shape")
         self._write_region(s.dst, c, data.reshape(dst_ext), "T.copy destination")
 
     def x_fill(self, s: t.Fill, c: _Ctx) -> None:
@@ -986,10 +1000,10 @@ class _Interpreter:
         if ab_float:
             # products of <=32-bit floats are summed in float32, like tensor cores
             work = _F64 if "float64" in (s.a.buffer.dtype, s.b.buffer.dtype, s.c.buffer.dtype) else _F32
-            prod = a.astype(work) @ b.astype(work)
+            prod = _matmul(a.astype(work), b.astype(work))
         else:
             # integer products summed exactly (float64 is exact far beyond any tile's range)
-            prod = np.rint(a.astype(_F64) @ b.astype(_F64)).astype(_I64)
+            prod = np.rint(_matmul(a.astype(_F64), b.astype(_F64))).astype(_I64)
         if not dt.is_float(s.c.buffer.dtype):
             prod = prod.astype(_I64)
         if not s.clear_accum:
@@ -1033,7 +1047,7 @@ class _Interpreter:
             self._tile_op_allowed(c, f"T.atomic_{s.op} of a tile")
             val = self._read_region(s.value, c, f"T.atomic_{s.op} value")
             _, arr, _, extents, _, _ = self._region(s.dst, c, f"T.atomic_{s.op}")
-            if val.size != math.prod(extents):
+            if _squeeze(val.shape) != _squeeze(extents):
                 raise InterpError(f"T.atomic_{s.op}: value tile {tuple(val.shape)} does not fit the destination "
                                   f"{tuple(extents)}")
             old = self._read_region(s.dst, c, f"T.atomic_{s.op} destination")
@@ -1069,6 +1083,22 @@ class _Interpreter:
             v = np.broadcast_to(val, shape)[m]
         _check_indices(sel, arr.shape, None, buf, skip, "updated atomically")
         _atomic_many(s.op, arr, sel, v)
+
+
+def _squeeze(shape) -> tuple:
+    return tuple(n for n in shape if n != 1)
+
+
+def _matmul(a: np.ndarray, b: np.ndarray) -> np.ndarray:
+    """``a @ b`` for tiles.  Tile-sized products go through einsum's single-threaded loops: a
+    multi-threaded BLAS synchronises its threads on every call, and on a busy machine that makes
+    hundreds of tiny GEMMs take seconds instead of milliseconds."""
+    if a.shape[0] * a.shape[1] * b.shape[1] <= _EINSUM_MAX_MACS:
+        return np.einsum("mk,kn->mn", a, b, optimize=False)
+    return a @ b
+
+
+_EINSUM_MAX_MACS = 1 << 22
 
 
 def _clip_region(starts, extents, shape):

@@ -1,0 +1,8 @@
+"""A small library of ready kernels written in the T language (GEMM, softmax, norms, attention).
+
+Each builder returns a ``@T.prim_func``; ``tilewright.compile`` or ``@tilewright.jit`` turns it into
+a callable kernel.  They double as examples of the language.
+"""
+
+from .gemm import matmul  # noqa: F401
+from .norms import rms_norm, softmax  # noqa: F401

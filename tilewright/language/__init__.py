@@ -487,11 +487,16 @@ def evaluate(value):
 
 def prim_func(fn=None, **kwargs):
     """Decorator: read a Python function written in the T.* language into a Tile IR ``PrimFunc``."""
+    import sys
+
     from ..frontend.parser import parse_prim_func
 
+    # the defining function's locals: annotations under `from __future__ import annotations` are
+    # strings whose names (tile shapes, dtypes) are not captured as closure cells
+    frame_locals = dict(sys._getframe(1).f_locals)
     if fn is None:
-        return lambda f: parse_prim_func(f)
-    return parse_prim_func(fn)
+        return lambda f: parse_prim_func(f, frame_locals)
+    return parse_prim_func(fn, frame_locals)
 
 
 def macro(fn):

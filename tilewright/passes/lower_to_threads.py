@@ -47,7 +47,7 @@ def lower_to_threads(func: t.PrimFunc, pctx) -> th.ThreadKernel:
             f"the kernel needs {ctx.shared_top} bytes of shared memory; {pctx.target} allows "
             f"{pctx.target.max_shared_bytes} per block", kernel.loc,
             hint="use smaller tiles or fewer pipeline stages (num_stages)")
-    name = func.name if func.name.isidentifier() else "kernel"
+    name = (func.name if func.name.isidentifier() else "tw") + "_kernel"
     return th.ThreadKernel(
         name=name,
         params=list(func.params),

@@ -54,9 +54,6 @@ ARG_TYPES: dict[str, tuple[str, int]] = {
     "f64": ("d", 8),
 }
 
-# Dynamic shared memory above this needs an explicit opt-in per function.
-_DEFAULT_DYNAMIC_SHARED_LIMIT = 48 * 1024
-
 _lock = threading.Lock()
 _state: dict = {"driver": None, "init_error": None, "initialized": False}
 _contexts: dict[int, _DeviceContext] = {}
@@ -372,7 +369,7 @@ class _ArgPacker:
     def _explain(self, values, exc) -> ArgumentError:
         if len(values) != len(self.arg_types):
             return ArgumentError(f"kernel takes {len(self.arg_types)} argument(s) {self.arg_types}, got {len(values)}")
-        for i, (t, v) in enumerate(zip(self.arg_types, values)):
+        for i, (t, v) in enumerate(zip(self.arg_types, values, strict=True)):
             try:
                 struct.pack("<" + ARG_TYPES[t][0], v)
             except struct.error as e:
@@ -390,8 +387,12 @@ class CudaFunction:
         self._driver = module._driver
         self._ctx_int = module._ctx.handle_int
         self._packers: dict[tuple, _ArgPacker] = {}
-        self._dynamic_shared_limit = _DEFAULT_DYNAMIC_SHARED_LIMIT
         driver = self._driver
+        # The default limit is 48 KiB *minus the static shared memory*, so a kernel with 4 KiB of static
+        # shared memory already needs the opt-in for 46 KiB of dynamic shared memory: ask, don't assume.
+        attr = driver.CUfunction_attribute.CU_FUNC_ATTRIBUTE_MAX_DYNAMIC_SHARED_SIZE_BYTES
+        err, limit = driver.cuFuncGetAttribute(attr, handle)
+        self._dynamic_shared_limit = int(limit) if err == driver.CUresult.CUDA_SUCCESS else 0
         self._launch_fn = driver.cuLaunchKernel
         self._success = driver.CUresult.CUDA_SUCCESS
         self._wrong_context = {
@@ -424,8 +425,12 @@ class CudaFunction:
         }
 
     def set_max_dynamic_shared(self, nbytes: int) -> None:
-        """Opt in to more than 48 KiB of dynamic shared memory (once per value; a no-op at or below the
-        current limit)."""
+        """Opt in to ``nbytes`` of dynamic shared memory per block.
+
+        Calls the driver only when ``nbytes`` exceeds the kernel's current limit (by default 48 KiB less its
+        static shared memory), so each larger value is set once and smaller ones cost nothing.
+        :meth:`launch` does this by itself.
+        """
         nbytes = int(nbytes)
         if nbytes <= self._dynamic_shared_limit:
             return
@@ -461,7 +466,9 @@ class CudaFunction:
         if packer.offsets:
             params = packer.pack(arg_values)
         elif arg_values:
-            raise ArgumentError(f"kernel {self.name!r} was launched with {len(arg_values)} values for no argument types")
+            raise ArgumentError(
+                f"kernel {self.name!r} was launched with {len(arg_values)} values but no argument types"
+            )
         else:
             params = None
         if shared_bytes > self._dynamic_shared_limit:

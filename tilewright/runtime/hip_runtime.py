@@ -22,6 +22,7 @@ import contextlib
 import ctypes
 import glob
 import importlib.util
+import operator
 import os
 import re
 import struct
@@ -129,8 +130,13 @@ def _candidate_paths() -> list[str]:
 
 
 def _sorted_libs(paths: list[str]) -> list[str]:
-    """``libX.so`` first, then versioned names, newest first."""
-    return sorted(paths, key=lambda p: (not p.endswith(".so"), [-int(x) for x in re.findall(r"\d+", p[-12:])]))
+    """``libX.so`` first, then versioned names (``libX.so.7.1``), newest first."""
+
+    def key(path: str):
+        m = re.search(r"\.so((?:\.\d+)*)$", path)
+        return (not path.endswith(".so"), [-int(x) for x in (m.group(1) if m else "").split(".") if x])
+
+    return sorted(paths, key=key)
 
 
 def load_hip_library():
@@ -225,6 +231,8 @@ class HipRuntime:
         return int(n.value) if self.lib.hipGetDeviceCount(ctypes.pointer(n)) == HIP_SUCCESS else 0
 
     def _valid_device(self, index: int) -> int:
+        if self.init_error is not None:
+            self.check(self.init_error, "hipInit", hint=f"(HIP runtime {self.path or self.lib!r})")
         n = self.device_count()
         if not 0 <= int(index) < n:
             raise RuntimeLaunchError(f"HIP device {index} does not exist (this machine has {n} HIP device(s))")
@@ -490,8 +498,12 @@ class _ArgPacker:
 
 
 def _dims(value, what: str) -> tuple[int, int, int]:
-    dims = (value,) if isinstance(value, int) else tuple(value)
-    if not 1 <= len(dims) <= 3 or not all(isinstance(d, int) and d >= 1 for d in dims):
+    """``value`` (an int or 1 to 3 ints, NumPy ints included) as an ``(x, y, z)`` of positive ints."""
+    try:
+        dims = (operator.index(value),) if not hasattr(value, "__len__") else tuple(map(operator.index, value))
+    except TypeError:
+        dims = ()
+    if not 1 <= len(dims) <= 3 or min(dims) < 1:
         raise ArgumentError(f"{what} must be 1 to 3 positive ints, got {value!r}")
     return (*dims, *(1,) * (3 - len(dims)))  # type: ignore[return-value]
 

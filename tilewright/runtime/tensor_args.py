@@ -83,7 +83,7 @@ class TensorArg:
     def is_contiguous(self) -> bool:
         """Row-major contiguous (strides of size-1 dimensions do not matter)."""
         expected = 1
-        for size, stride in zip(reversed(self.shape), reversed(self.strides)):
+        for size, stride in zip(reversed(self.shape), reversed(self.strides), strict=False):
             if size != 1 and stride != expected:
                 return False
             expected *= size

@@ -60,7 +60,9 @@ __all__ = [
 ]
 
 ENV_COMPILER = "TILEWRIGHT_HIP_COMPILER"
-MIN_CLANG_MAJOR = 17  # first upstream clang with the gfx942 / gfx1100 builtins we emit and --no-gpu-bundle-output
+# The oldest upstream clang we accept; some targets need newer ones (gfx12: LLVM 18, gfx950: LLVM 20),
+# and then the compile error says so.
+MIN_CLANG_MAJOR = 17
 _NEWEST_CLANG_MAJOR = 25  # versioned names probed downwards from here
 
 # A processor with optional target-id features, e.g. "gfx942" or "gfx90a:sramecc+:xnack-".
@@ -377,7 +379,8 @@ def _write_source(source: str, directory: str | None, filename: str) -> str:
 
 def _clang_command(compiler: HipCompiler, arch: str, src: str, out: str, options: tuple[str, ...]) -> list[str]:
     cmd = [compiler.path, "-x", "hip", "--cuda-device-only", f"--offload-arch={arch}", "-nogpuinc", "-nogpulib"]
-    cmd += ["-O3", "-std=c++17", "--no-gpu-bundle-output", *options, "-c", "-o", out, src]
+    # -fno-crash-diagnostics: a backend failure must not leave reproducer files in /tmp.
+    cmd += ["-O3", "-std=c++17", "--no-gpu-bundle-output", "-fno-crash-diagnostics", *options, "-c", "-o", out, src]
     return cmd
 
 
@@ -389,10 +392,16 @@ def _python_repro(path: str, arch: str, options: tuple[str, ...], compiler: HipC
 
 
 def _arch_hint(log: str, arch: str, compiler: HipCompiler) -> str:
-    """A sentence for the commonest failure: a compiler too old for the architecture."""
+    """A sentence for the common failures that are about the architecture, not the code."""
     if re.search(r"invalid target ID|unknown target CPU|unsupported .*processor|not a recognized processor", log):
-        need = " (gfx950 needs LLVM >= 20)" if arch.startswith("gfx950") else ""
+        need = {"gfx950": " (gfx950 needs LLVM >= 20)", "gfx12": " (gfx12 needs LLVM >= 18)"}
+        need = next((v for k, v in need.items() if arch.startswith(k)), "")
         return f" -- {compiler.description} does not know {arch}{need}"
+    m = re.search(r"Cannot select: intrinsic %?(llvm\.amdgcn\.[\w.]+)", log)
+    if m:
+        # clang 19 accepts e.g. the gfx11 WMMA builtins on gfx12 and mfma_i32_16x16x16i8 on gfx942, then the
+        # backend has no instruction for them.
+        return f" -- {arch} has no instruction for {m.group(1)} (the builtin belongs to another architecture)"
     return ""
 
 
@@ -495,7 +504,10 @@ def _hiprtc_compile(lib, source: str, name: str, arch: str, options: tuple[str, 
             raise ToolchainError(f"hiprtc: {what} failed: {_hiprtc_error(lib, rc)}")
 
     prog = ctypes.c_void_p()
-    check(lib.hiprtcCreateProgram(ctypes.pointer(prog), source.encode(), name.encode(), 0, None, None), "hiprtcCreateProgram")
+    check(
+        lib.hiprtcCreateProgram(ctypes.pointer(prog), source.encode(), name.encode(), 0, None, None),
+        "hiprtcCreateProgram",
+    )
     try:
         # hiprtc's own defaults come first (-O3, -std=c++14, -nogpuinc, -D__HIPCC_RTC__, ...), then ours.
         opts = [f"--offload-arch={arch}", "-O3", "-std=c++17", *options]

@@ -1,0 +1,56 @@
+"""Shared helpers for the benchmark scripts: timing with triton's do_bench when present (CUDA
+events otherwise), the result table, and saving it under bench/results/ with date, GPU and commit."""
+
+from __future__ import annotations
+
+import datetime
+import os
+import subprocess
+
+import torch
+
+
+def bench_ms(fn, warmup=25, rep=100) -> float:
+    try:
+        from triton.testing import do_bench
+
+        return float(do_bench(fn, warmup=warmup, rep=rep))
+    except ImportError:
+        for _ in range(10):
+            fn()
+        torch.cuda.synchronize()
+        ts = []
+        for _ in range(50):
+            s, e = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
+            s.record()
+            fn()
+            e.record()
+            torch.cuda.synchronize()
+            ts.append(s.elapsed_time(e))
+        ts.sort()
+        return ts[len(ts) // 2]
+
+
+def commit() -> str:
+    try:
+        return subprocess.check_output(["git", "rev-parse", "--short", "HEAD"], text=True,
+                                       stderr=subprocess.DEVNULL).strip()
+    except Exception:  # noqa: BLE001
+        return os.environ.get("TW_COMMIT", "unknown")
+
+
+def save(name: str, lines: list[str]) -> str:
+    gpu = torch.cuda.get_device_name(0).replace(" ", "-")
+    day = datetime.date.today().isoformat()
+    header = [f"# {name}: {day}, {gpu}, commit {commit()}", ""]
+    text = "\n".join(header + lines) + "\n"
+    folder = os.path.join(os.path.dirname(__file__), "results")
+    os.makedirs(folder, exist_ok=True)
+    path = os.path.join(folder, f"{day}-{name}-{gpu}.md")
+    with open(path, "w") as f:
+        f.write(text)
+    out = os.environ.get("OUT")
+    if out:
+        with open(os.path.join(out, os.path.basename(path)), "w") as f:
+            f.write(text)
+    return path

@@ -1,0 +1,127 @@
+"""GPU tests: kernels compiled for the local NVIDIA GPU, checked against float64 references.
+
+Skipped cleanly when there is no CUDA GPU (or no PyTorch with CUDA)."""
+
+from __future__ import annotations
+
+import pytest
+
+torch = pytest.importorskip("torch")
+if not torch.cuda.is_available() or getattr(torch.version, "hip", None):
+    pytest.skip("needs an NVIDIA GPU with a CUDA build of PyTorch", allow_module_level=True)
+
+import tilewright  # noqa: E402
+import tilewright.language as T  # noqa: E402
+from tilewright.kernels import matmul, rms_norm, softmax  # noqa: E402
+
+
+def _poison(t):
+    return t.fill_(float("nan")) if t.dtype.is_floating_point else t.fill_(-12345)
+
+
+def _ref_mm(a, b, ta, tb):
+    a64, b64 = a.double(), b.double()
+    return (a64.T if ta else a64) @ (b64.T if tb else b64)
+
+
+@pytest.mark.parametrize("dtype", ["float16", "bfloat16"])
+@pytest.mark.parametrize("shape", [(512, 512, 512), (1000, 500, 300), (2000, 3000, 1000), (256, 384, 128)])
+@pytest.mark.parametrize("trans", [(False, False), (False, True), (True, False), (True, True)])
+def test_gemm(dtype, shape, trans):
+    M, N, K = shape
+    ta, tb = trans
+    if (ta or tb) and shape != (256, 384, 128) and shape != (1000, 500, 300):
+        pytest.skip("transposes are covered on two shapes")
+    td = getattr(torch, dtype)
+    g = torch.Generator(device="cuda").manual_seed(M + N + K)
+    a = torch.randn((K, M) if ta else (M, K), device="cuda", generator=g).to(td)
+    b = torch.randn((N, K) if tb else (K, N), device="cuda", generator=g).to(td)
+    c = _poison(torch.empty((M, N), device="cuda", dtype=td))
+    k = tilewright.compile(matmul(M, N, K, 128, 128, 32, dtype=dtype, trans_A=ta, trans_B=tb), target="cuda")
+    k(a, b, c)
+    ref = _ref_mm(a, b, ta, tb)
+    torch.testing.assert_close(c.double(), ref, rtol=2e-2, atol=2e-2 * K**0.5)
+
+
+def test_gemm_big_tile_relu_and_out_idx():
+    M, N, K = 1024, 768, 512
+    a = torch.randn(M, K, device="cuda", dtype=torch.float16)
+    b = torch.randn(K, N, device="cuda", dtype=torch.float16)
+    k = tilewright.compile(matmul(M, N, K, 128, 256, 32, threads=256, relu=True), out_idx=[-1], target="cuda")
+    c = k(a, b)
+    ref = torch.relu(a.double() @ b.double())
+    torch.testing.assert_close(c.double(), ref, rtol=2e-2, atol=0.5)
+    assert k.resource_usage["spills"] == 0
+
+
+def test_gemm_dynamic_m():
+    m = T.dynamic("m")
+    k = tilewright.compile(matmul(m, 256, 128, 64, 64, 32), out_idx=[-1], target="cuda")
+    for M in (1, 77, 300):
+        a = torch.randn(M, 128, device="cuda", dtype=torch.float16)
+        b = torch.randn(128, 256, device="cuda", dtype=torch.float16)
+        c = k(a, b)
+        torch.testing.assert_close(c.double(), a.double() @ b.double(), rtol=2e-2, atol=0.2)
+
+
+def test_elementwise_scalar_param():
+    N = 1000003
+
+    @T.prim_func
+    def axpy(X: T.Tensor((N,), "float32"), Y: T.Tensor((N,), "float32"), Z: T.Tensor((N,), "float32"),
+             alpha: T.float32):
+        with T.Kernel(T.ceildiv(N, 1024), threads=256) as bx:
+            for i in T.Parallel(1024):
+                if bx * 1024 + i < N:
+                    Z[bx * 1024 + i] = alpha * X[bx * 1024 + i] + T.sigmoid(Y[bx * 1024 + i])
+
+    k = tilewright.compile(axpy, target="cuda")
+    x, y = torch.randn(N, device="cuda"), torch.randn(N, device="cuda")
+    z = _poison(torch.empty(N, device="cuda"))
+    k(x, y, z, 0.5)
+    torch.testing.assert_close(z.double(), 0.5 * x.double() + torch.sigmoid(y.double()), rtol=1e-5, atol=1e-5)
+
+
+def test_ragged_copy_through_shared():
+    M, N, bm, bn = 1000, 500, 64, 128
+
+    @T.prim_func
+    def copy2d(A: T.Tensor((M, N), "float16"), B: T.Tensor((M, N), "float32")):
+        with T.Kernel(T.ceildiv(N, bn), T.ceildiv(M, bm), threads=128) as (bx, by):
+            s = T.alloc_shared((bm, bn), "float16")
+            T.copy(A[by * bm, bx * bn], s)
+            T.copy(s, B[by * bm, bx * bn])
+
+    k = tilewright.compile(copy2d, target="cuda")
+    a = torch.randn(M, N, device="cuda", dtype=torch.float16)
+    b = _poison(torch.empty(M, N, device="cuda"))
+    k(a, b)
+    torch.testing.assert_close(b, a.float())
+
+
+@pytest.mark.parametrize("M,N", [(64, 1024), (33, 4096)])
+def test_softmax(M, N):
+    k = tilewright.compile(softmax(M, N), out_idx=[-1], target="cuda")
+    x = torch.randn(M, N, device="cuda")
+    y = k(x)
+    torch.testing.assert_close(y.double(), torch.softmax(x.double(), -1), rtol=1e-5, atol=1e-6)
+
+
+def test_rms_norm():
+    M, N = 100, 2048
+    k = tilewright.compile(rms_norm(M, N), out_idx=[-1], target="cuda")
+    x = torch.randn(M, N, device="cuda", dtype=torch.float16)
+    y = k(x)
+    x64 = x.double()
+    ref = x64 / torch.sqrt((x64 * x64).mean(-1, keepdim=True) + 1e-6)
+    torch.testing.assert_close(y.double(), ref, rtol=1e-2, atol=1e-2)
+
+
+def test_argument_errors():
+    k = tilewright.compile(softmax(64, 1024), out_idx=[-1], target="cuda")
+    with pytest.raises(tilewright.ArgumentError, match="shape"):
+        k(torch.randn(64, 512, device="cuda"))
+    with pytest.raises(tilewright.ArgumentError, match="dtype"):
+        k(torch.randn(64, 1024, device="cuda", dtype=torch.float16))
+    with pytest.raises(tilewright.ArgumentError, match="contiguous"):
+        k(torch.randn(1024, 64, device="cuda").T)

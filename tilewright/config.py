@@ -1,0 +1,59 @@
+"""The one typed registry of environment variables and options.
+
+Every knob tilewright reads from the environment is declared here with its type, default and
+meaning; ``docs/configuration.md`` is generated from this list (``python -m tilewright.config``).
+"""
+
+from __future__ import annotations
+
+import os
+from dataclasses import dataclass
+
+
+@dataclass(frozen=True)
+class Knob:
+    env: str
+    kind: type
+    default: object
+    help: str
+
+    def get(self):
+        raw = os.environ.get(self.env)
+        if raw is None or raw == "":
+            return self.default
+        if self.kind is bool:
+            return raw.strip().lower() in ("1", "true", "yes", "on")
+        if self.kind is int:
+            return int(raw)
+        return raw
+
+
+KNOBS = {
+    "cache_dir": Knob("TILEWRIGHT_CACHE_DIR", str, os.path.join(os.path.expanduser("~"), ".cache", "tilewright"),
+                      "Folder of the on-disk kernel cache (code objects keyed by IR, target, options, toolchain)."),
+    "disable_cache": Knob("TILEWRIGHT_DISABLE_CACHE", bool, False,
+                          "Compile every kernel afresh (no memory or disk cache)."),
+    "dump_dir": Knob("TILEWRIGHT_DUMP_DIR", str, "",
+                     "When set, write the IR after every pass, the generated source and the compiler log here."),
+    "target": Knob("TILEWRIGHT_TARGET", str, "",
+                   "Overrides target detection for target='auto' (any string Target.parse accepts)."),
+    "hip_compiler": Knob("TILEWRIGHT_HIP_COMPILER", str, "",
+                         "Force the HIP compiler: 'hiprtc', 'clang' or a path to a clang binary."),
+    "verify_launch": Knob("TILEWRIGHT_SYNC_LAUNCH", bool, False,
+                          "Synchronize after every launch and raise on a device error (debugging)."),
+}
+
+
+def get(name: str):
+    return KNOBS[name].get()
+
+
+def markdown() -> str:
+    rows = ["| variable | type | default | meaning |", "|---|---|---|---|"]
+    for k in KNOBS.values():
+        rows.append(f"| `{k.env}` | {k.kind.__name__} | `{k.default!r}` | {k.help} |")
+    return "\n".join(rows) + "\n"
+
+
+if __name__ == "__main__":
+    print(markdown())

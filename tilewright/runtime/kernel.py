@@ -1,0 +1,285 @@
+"""``JITKernel``: a compiled kernel you call like a function.
+
+Calling it with the input tensors allocates the ``out_idx`` outputs (on the inputs' device, or as
+NumPy arrays for the CPU backends), checks every argument against its parameter, evaluates the
+grid from the symbolic sizes and launches on PyTorch's current stream (CUDA driver API, or the HIP
+runtime on ROCm).  Backends: ``device`` (the GPU), ``emulator`` (the lowered thread code executed on
+the CPU), ``interpret`` (the tile interpreter).
+"""
+
+from __future__ import annotations
+
+import numpy as np
+
+from ..errors import ArgumentError, TilewrightError
+from ..ir import dtype as dt
+from ..ir import tile as t
+from ..ir.expr import Var
+from ..passes.analysis import eval_expr
+from .args import bind_arguments
+
+_ARG_TYPES = {"float32": "f32", "float64": "f64", "int32": "i32", "int64": "i64", "uint32": "u32", "bool": "i32",
+              "int16": "i32", "int8": "i32", "uint8": "i32"}
+
+
+class JITKernel:
+    def __init__(self, func: t.PrimFunc, target, out_idx: tuple, options: dict, backend: str):
+        self.func = func
+        self.target = target
+        self.out_idx = out_idx
+        self.options = options
+        self.backend = backend
+        self.params = list(func.params)
+        self.thread_kernel = None
+        self.source = ""
+        self.code_object = b""
+        self.kernel_name = ""
+        self.num_threads = _kernel_of(func).num_threads
+        self.shared_bytes = 0
+        self.resources: dict = {}
+        self.toolchain = ""
+        self.compile_seconds = 0.0
+        self._modules: dict = {}
+        self._arg_types = tuple("ptr" if isinstance(p, t.Buffer) else _ARG_TYPES.get(p.dtype, "f32")
+                                for p in self.params) + tuple("i32" for _ in func.dyn_vars)
+
+    # ------------------------------------------------------------------ build results
+    def _adopt_binary(self, binary) -> None:
+        self.code_object = getattr(binary, "cubin", None) or getattr(binary, "code_object")
+        self.resources = dict(binary.resources.get(self.kernel_name, {}))
+        self.toolchain = binary.toolchain
+        if "registers" not in self.resources and "vgpr" in self.resources:
+            self.resources["registers"] = self.resources["vgpr"]
+        self.resources.setdefault("shared_bytes", 0)
+        self.resources["shared_bytes"] = int(self.resources.get("shared_bytes", 0)) + self.shared_bytes
+        self.resources.setdefault("local_bytes", self.resources.get("scratch_bytes", 0))
+
+    def _cache_meta(self) -> dict:
+        return {"kernel_name": self.kernel_name, "num_threads": self.num_threads, "shared_bytes": self.shared_bytes,
+                "resources": self.resources, "toolchain": self.toolchain}
+
+    def _adopt_cached(self, entry: dict) -> None:
+        self.kernel_name = entry["kernel_name"]
+        self.num_threads = entry["num_threads"]
+        self.shared_bytes = entry["shared_bytes"]
+        self.resources = entry["resources"]
+        self.toolchain = entry["toolchain"]
+        self.code_object = entry["code_object"]
+        self.source = entry["source"]
+
+    # ------------------------------------------------------------------ inspection
+    @property
+    def resource_usage(self) -> dict:
+        """Registers, shared memory, local (scratch) bytes and spills of the compiled kernel."""
+        return dict(self.resources)
+
+    def get_kernel_source(self) -> str:
+        if self.backend == "interpret":
+            return self.func.script()
+        return self.source
+
+    def get_code_object(self) -> bytes:
+        if not self.code_object and self.backend == "emulator" and self.source:
+            from ..compiler import _toolchain_compile
+
+            self._adopt_binary(_toolchain_compile(self.source, self.target, self.kernel_name, None))
+        return self.code_object
+
+    def get_host_source(self) -> str:
+        return ""
+
+    def get_profiler(self, tensor_supply_type=None):
+        from ..profiler import Profiler
+
+        return Profiler(self)
+
+    def export(self, path: str) -> str:
+        from .export import export_kernel
+
+        return export_kernel(self, path)
+
+    def __repr__(self) -> str:
+        return f"<JITKernel {self.func.name} target={self.target} backend={self.backend}>"
+
+    # ------------------------------------------------------------------ calling
+    def __call__(self, *args, stream=None):
+        n_in = len(self.params) - len(self.out_idx)
+        if len(args) == n_in and self.out_idx:
+            full = self._with_outputs(args)
+        elif len(args) == len(self.params):
+            full = list(args)
+        else:
+            raise ArgumentError(f"{self.func.name} takes {n_in} input(s)" + (
+                f" (or all {len(self.params)} arguments)" if self.out_idx else "") + f"; {len(args)} were given")
+        if self.backend == "interpret":
+            self._run_interpret(full)
+        elif self.backend == "emulator":
+            self._run_emulator(full)
+        else:
+            self._launch(full, stream)
+        outs = [full[i] for i in self.out_idx]
+        if not outs:
+            return None
+        return outs[0] if len(outs) == 1 else outs
+
+    def _with_outputs(self, inputs) -> list:
+        in_params = [i for i in range(len(self.params)) if i not in self.out_idx]
+        full = [None] * len(self.params)
+        for i, a in zip(in_params, inputs):
+            full[i] = a
+        dyn: dict = {}
+        like = None
+        for i in in_params:
+            p, a = self.params[i], full[i]
+            if isinstance(p, t.Buffer):
+                shape = tuple(a.shape) if hasattr(a, "shape") else None
+                if shape is None:
+                    raise ArgumentError(f"{self.func.name}: argument {p.name} is not a tensor")
+                if len(shape) == p.ndim:
+                    for want, got in zip(p.shape, shape):
+                        if isinstance(want, Var):
+                            dyn.setdefault(want, int(got))
+                like = like if like is not None else a
+        for i in self.out_idx:
+            p = self.params[i]
+            shape = []
+            for s in p.shape:
+                if isinstance(s, Var):
+                    if s not in dyn:
+                        raise ArgumentError(f"{self.func.name}: the size {s.name} of output {p.name} is not given "
+                                            "by any input; pass the output tensor explicitly")
+                    shape.append(dyn[s])
+                else:
+                    shape.append(s)
+            full[i] = _empty_like(like, tuple(shape), p.dtype, self.backend)
+        return full
+
+    def _run_interpret(self, full) -> None:
+        from ..interp.tile import run_tile_ir
+
+        arrays, backs = _to_numpy_args(self.params, full)
+        run_tile_ir(self.func, arrays)
+        _copy_back(backs)
+
+    def _run_emulator(self, full) -> None:
+        from ..interp.emulator import run_thread_kernel
+
+        arrays, backs = _to_numpy_args(self.params, full)
+        bind_arguments(self.params, self.func.dyn_vars, arrays, kernel_name=self.func.name, device_type=None)
+        run_thread_kernel(self.thread_kernel, arrays)
+        _copy_back(backs)
+
+    def _launch(self, full, stream) -> None:
+        vendor = "hip" if self.target.is_hip else "cuda"
+        bound = bind_arguments(self.params, self.func.dyn_vars, full, kernel_name=self.func.name,
+                               device_type=None)
+        dev = None
+        for ta in bound.tensors:
+            if ta is not None:
+                if ta.device_type == "cpu":
+                    raise ArgumentError(f"{self.func.name}: argument tensors are on the CPU; this kernel runs on the "
+                                        f"GPU ({self.target}). Move them with .cuda(), or compile with "
+                                        "target='interpret' to run on the CPU")
+                dev = ta.device_index
+                break
+        dev = 0 if dev is None else dev
+        fn = self._function(dev, vendor)
+        env = dict(bound.dyn)
+        for p, v in zip(self.params, bound.values):
+            if isinstance(p, Var):
+                env[p] = v
+        grid = [int(eval_expr(g, env)) for g in _kernel_of(self.func).grid]
+        for g in grid:
+            if g <= 0:
+                return  # nothing to do (an empty dynamic size)
+        grid += [1] * (3 - len(grid))
+        values = [v.ptr if not isinstance(p, Var) else v for p, v in zip(self.params, bound.values)]
+        values += [bound.dyn[v] for v in self.func.dyn_vars]
+        if stream is None:
+            stream = _current_stream(vendor, dev)
+        fn.launch(tuple(grid), (self.num_threads, 1, 1), self.shared_bytes, stream, self._arg_types, tuple(values))
+
+    def _function(self, dev: int, vendor: str):
+        fn = self._modules.get(dev)
+        if fn is not None:
+            return fn
+        if vendor == "cuda":
+            from .cuda_driver import CudaModule
+
+            mod = CudaModule(self.code_object, dev)
+        else:
+            from .hip_runtime import HipModule
+
+            mod = HipModule(self.code_object, dev)
+        fn = mod.function(self.kernel_name)
+        fn._module_ref = mod  # keep the module alive with the function
+        if self.shared_bytes > 48 * 1024:
+            fn.set_max_dynamic_shared(self.shared_bytes)
+        self._modules[dev] = fn
+        return fn
+
+
+def _kernel_of(func) -> t.Kernel:
+    from ..ir.visitor import walk
+
+    found = []
+    walk(func.body, lambda s: found.append(s) if isinstance(s, t.Kernel) else None)
+    if not found:
+        raise TilewrightError(f"{func.name} has no T.Kernel")
+    return found[0]
+
+
+def _current_stream(vendor: str, dev: int) -> int:
+    import sys
+
+    torch = sys.modules.get("torch")
+    if torch is None:
+        return 0
+    try:
+        return torch.cuda.current_stream(dev).cuda_stream
+    except Exception:  # noqa: BLE001 - no usable torch stream: default stream
+        return 0
+
+
+def _empty_like(like, shape, dtype: str, backend: str):
+    mod = type(like).__module__ if like is not None else ""
+    if mod.startswith("torch"):
+        import torch
+
+        from .tensor_args import to_torch_dtype
+
+        return torch.empty(shape, dtype=to_torch_dtype(dtype), device=like.device)
+    if backend == "device":
+        raise ArgumentError("cannot allocate outputs on the GPU without torch tensors among the inputs; pass the "
+                            "outputs explicitly")
+    return np.empty(shape, dtype=dt.to_numpy(dtype))
+
+
+def _to_numpy_args(params, full):
+    """NumPy views of the arguments for the CPU backends (torch CPU tensors are viewed, not copied)."""
+    arrays, backs = [], []
+    for p, a in zip(params, full):
+        if not isinstance(p, t.Buffer):
+            arrays.append(a.item() if hasattr(a, "item") and not isinstance(a, (int, float)) else a)
+            continue
+        mod = type(a).__module__
+        if mod.startswith("torch"):
+            if a.device.type != "cpu":
+                raise ArgumentError(f"argument {p.name} is on {a.device}; the CPU backends take CPU tensors or NumPy "
+                                    "arrays")
+            if a.dtype.is_floating_point and a.element_size() == 2 and str(a.dtype) == "torch.bfloat16":
+                view = a.view(dtype=__import__("torch").int16).numpy().view(dt.to_numpy("bfloat16"))
+            else:
+                view = a.numpy()
+            arrays.append(view)
+        elif isinstance(a, np.ndarray):
+            arrays.append(a)
+        else:
+            raise ArgumentError(f"argument {p.name}: the CPU backends take NumPy arrays or CPU torch tensors, got "
+                                f"{type(a).__name__}")
+    return arrays, backs
+
+
+def _copy_back(backs) -> None:
+    for src, dst in backs:
+        dst[...] = src
