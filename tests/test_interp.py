@@ -3,9 +3,6 @@
 Kernels are written as TileLang users write them: builder functions whose arguments become closure
 constants of a ``@T.prim_func``.  Outputs are poisoned with NaN before each run, so an element the
 kernel forgets to write fails the comparison.
-
-Every closure name a parameter annotation uses is also used in the kernel body: the frontend reads
-annotations through the kernel's closure, which holds only names the body uses.
 """
 
 import math
@@ -145,7 +142,6 @@ def matmul(M, N, K, bm, bn, bk, dtype, accum="float32", trans_a=False, trans_b=F
     as_shape = (bk, bm) if trans_a else (bm, bk)
     bs_shape = (bn, bk) if trans_b else (bk, bn)
 
-    # the annotations only use names the body uses too (see the module docstring)
     @T.prim_func
     def gemm(A: T.Tensor((K, M) if trans_a else (M, K), dtype), B: T.Tensor((N, K) if trans_b else (K, N), dtype),
              bias: T.Tensor((N,), "float32"), C: T.Tensor((M, N), dtype)):

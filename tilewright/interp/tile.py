@@ -25,8 +25,9 @@ refuses, with a clear error, what a GPU would do wrong silently.  Guarantees:
   exact integers for int8) and rounds into C's dtype.  ``Reduce`` works in float32 (float64 / int64)
   and folds the old destination in when ``clear=False``.  ``Annotate`` has no effect.
 * Atomics: the tile form updates each element once.  The scalar form inside ``T.Parallel`` is done
-  once per active iteration; outside it, once per block, or -- in thread mode, when its index or value
-  differs between threads or it sits under a thread-dependent ``if`` -- once per active thread.
+  once per active iteration.  Outside it, it is done once per block -- unless (thread mode) its index
+  or value depends on per-thread state (the thread index, a ``local``/``var`` buffer) or it sits under
+  a thread-dependent ``if``: then every active thread does it, as each thread's own atomic would.
 * Races the interpreter can see cheaply are errors: threads (or ``T.Parallel`` iterations) storing
   different values to one element, reading a per-thread value inside ``T.Parallel`` when the threads
   disagree on it (which thread runs an iteration is the compiler's choice), tile operations under a
@@ -692,6 +693,14 @@ class _Interpreter:
         }
         self.par_info: dict = {}
         self.aranges: dict = {}
+        self.full_regions: dict = {}
+
+    def full_region(self, buf: t.Buffer) -> t.Region:
+        # one Region per buffer, so its start expressions are compiled once
+        r = self.full_regions.get(buf)
+        if r is None:
+            r = self.full_regions[buf] = t.Region.full(buf)
+        return r
 
     def exec(self, s, c: _Ctx) -> None:
         if s is None:
@@ -1014,7 +1023,7 @@ class _Interpreter:
 
     def x_reduce(self, s: t.Reduce, c: _Ctx) -> None:
         self._tile_op_allowed(c, f"T.reduce_{s.op}")
-        src = self._read_region(t.Region.full(s.src), c, f"T.reduce_{s.op} source")
+        src = self._read_region(self.full_region(s.src), c, f"T.reduce_{s.op} source")
         sdt = s.src.dtype
         if dt.is_float(sdt):
             work = _F64 if sdt == "float64" else _F32
@@ -1036,9 +1045,9 @@ class _Interpreter:
             raise InterpError(f"T.reduce_{s.op}: result of {r.size} elements does not fit {s.dst.name}{dst_shape}")
         r = r.reshape(dst_shape)
         if not s.clear:
-            old = self._read_region(t.Region.full(s.dst), c, f"T.reduce_{s.op} destination").astype(work)
+            old = self._read_region(self.full_region(s.dst), c, f"T.reduce_{s.op} destination").astype(work)
             r = old + r if s.op in ("sum", "abssum") else (np.minimum(old, r) if s.op == "min" else np.maximum(old, r))
-        self._write_region(t.Region.full(s.dst), c, r.astype(dt.to_numpy(s.dst.dtype)), f"T.reduce_{s.op}")
+        self._write_region(self.full_region(s.dst), c, r.astype(dt.to_numpy(s.dst.dtype)), f"T.reduce_{s.op}")
 
     def x_atomic(self, s: t.Atomic, c: _Ctx) -> None:
         if s.op not in ("add", "max", "min"):

@@ -105,7 +105,18 @@ class Region:
         return Region(buf, tuple(as_expr(0) for _ in buf.shape), tuple(buf.shape), ())
 
     def is_full(self) -> bool:
-        return all(const_value(s) == 0 for s in self.starts) and tuple(self.extents) == tuple(self.buffer.shape)
+        return all(const_value(s) == 0 for s in self.starts) and same_dims(self.extents, self.buffer.shape)
+
+
+def same_dim(a, b) -> bool:
+    """Two dimension sizes are the same: equal ints, or the same symbolic variable."""
+    if isinstance(a, int) and isinstance(b, int):
+        return a == b
+    return a is b
+
+
+def same_dims(a, b) -> bool:
+    return len(a) == len(b) and all(same_dim(x, y) for x, y in zip(a, b))
 
 
 # --------------------------------------------------------------------------------------------

@@ -15,11 +15,11 @@ from .visitor import loads_in, walk
 
 
 def _squeeze(shape) -> tuple:
-    return tuple(s for s in shape if s != 1)
+    return tuple(s for s in shape if not (isinstance(s, int) and s == 1))
 
 
 def shapes_match(a, b) -> bool:
-    return tuple(a) == tuple(b) or _squeeze(a) == _squeeze(b)
+    return t.same_dims(tuple(a), tuple(b)) or t.same_dims(_squeeze(a), _squeeze(b))
 
 
 def verify(func: t.PrimFunc) -> None:
@@ -132,7 +132,7 @@ def check_gemm(s: t.Gemm) -> None:
         raise CompileError(f"T.gemm: K of A ({ka}) differs from K of B ({kb}) "
                            f"(transpose_A={s.trans_a}, transpose_B={s.trans_b})", s.loc,
                            hint="check the transpose flags against the tile shapes")
-    if tuple(c.shape) != (m, n):
+    if not t.same_dims(tuple(c.shape), (m, n)):
         raise CompileError(f"T.gemm: C has shape {tuple(c.shape)} but op(A) @ op(B) is {(m, n)}", s.loc)
     if a.buffer.dtype != b.buffer.dtype:
         raise CompileError(f"T.gemm: A is {a.buffer.dtype} but B is {b.buffer.dtype}; give both the same dtype",

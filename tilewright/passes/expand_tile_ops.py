@@ -36,9 +36,9 @@ def expand_tile_ops(func: t.PrimFunc) -> t.PrimFunc:
 def iteration_shape(src: t.Region, dst: t.Region) -> tuple:
     """The loop extents of a copy: the common tile shape, 1-sized dims dropped when the two sides
     disagree about them."""
-    if tuple(src.shape) == tuple(dst.shape):
+    if t.same_dims(tuple(src.shape), tuple(dst.shape)):
         return tuple(src.shape)
-    return tuple(x for x in src.shape if x != 1)
+    return tuple(x for x in src.shape if not (isinstance(x, int) and x == 1))
 
 
 def region_indices(r: t.Region, loop_vars: list, shape: tuple) -> tuple:

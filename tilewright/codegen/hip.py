@@ -1,0 +1,346 @@
+"""HIP C++ printer: thread IR -> one ``extern "C" __global__`` kernel for an AMD GPU.
+
+The output starts with :data:`~tilewright.codegen.hip_prelude.HIP_PRELUDE` and needs no ROCm header
+and no device library, so it compiles with hiprtc, hipcc or a plain LLVM clang
+(``-nogpuinc -nogpulib``).  What differs from the CUDA printer:
+
+* indices, the barrier and the launch bounds come from the prelude (``tw_thread_idx_x()``,
+  ``tw_syncthreads()``, ``TW_LAUNCH_BOUNDS``), math from its ``tw_*f`` functions (no ocml);
+* the dynamic LDS is one file-scope ``extern __shared__`` array, which HIP sizes from the launch's
+  ``sharedMemBytes`` (``hipModuleLaunchKernel``);
+* ``MatrixMultiply`` calls the MFMA/WMMA clang builtin named by the ``MatrixInstr`` record: the
+  lane's operand elements are gathered from the local arrays into the builtin's vector types and
+  the result is scattered back, all in registers (clang's SROA keeps the constant-indexed local
+  arrays in VGPRs/AGPRs);
+* there is no cp.async or ldmatrix: an ``AsyncCopy`` (never emitted for AMD targets today) is
+  printed as the equivalent synchronous copy, and ``LoadMatrix`` is an internal error.
+"""
+
+from __future__ import annotations
+
+from typing import ClassVar
+
+from ..errors import CompileError, InternalError
+from ..ir import dtype as dt
+from ..ir import expr as E
+from ..ir import thread as th
+from ..target.matrix_amd import AMD_VECTOR_CTYPES
+from .base import Printer
+from .hip_prelude import HIP_INDEX_FUNCS, HIP_MATH_FUNCS, HIP_PRELUDE, HIP_VECTOR_TYPES
+
+__all__ = ["HipPrinter", "print_hip"]
+
+_CTYPES = {
+    "float16": "tw_half", "bfloat16": "tw_bf16", "float32": "float", "float64": "double",
+    "int8": "signed char", "int16": "short", "int32": "int", "int64": "long long", "uint8": "unsigned char",
+    "uint16": "unsigned short", "uint32": "unsigned int", "uint64": "unsigned long long", "bool": "bool",
+}
+
+# Element vectors for packing matrix operands (matrix dtype -> vector typedef prefix).  Halves and
+# bf16 use the prelude's; 8-bit integers get ours (below) and are then bit-cast to the builtin's
+# int / long / int2 / int4 operand.
+_ELEM_VECTOR_PREFIX = {"float16": "tw_half", "bfloat16": "tw_bf16x", "float32": "tw_float", "int32": "tw_int",
+                       "int8": "tw_char"}
+
+# Math the prelude does not have, built from what it has (all float32).  tan/sinh/cosh/expm1/log1p
+# are the textbook identities (fine for activations, not libm-accurate near their cancellation
+# points, except log1p/expm1 which use the standard correction); erf is Abramowitz & Stegun 7.1.26
+# (absolute error < 1.5e-7).
+_EXTRA_MATH = {
+    "exp10": "tw_exp10f", "log10": "tw_log10f", "tan": "tw_tanf", "erf": "tw_erff", "fabs": "tw_fabsf",
+    "atan": "tw_atanf", "sinh": "tw_sinhf", "cosh": "tw_coshf", "log1p": "tw_log1pf", "expm1": "tw_expm1f",
+    "fmod": "tw_fmodf",
+}
+
+# float64 math that lowers to hardware instructions (v_sqrt/rsq/fma/floor... _f64) without ocml;
+# anything else (exp, log, ...) would become a libm call that does not exist on the device.
+_F64_MATH = {
+    "sqrt": "__builtin_sqrt", "fabs": "__builtin_fabs", "abs": "__builtin_fabs", "floor": "__builtin_floor",
+    "ceil": "__builtin_ceil", "trunc": "__builtin_trunc", "round": "__builtin_rint", "fma": "__builtin_fma",
+    "fmod": "__builtin_fmod",
+}
+
+# Helpers the base printer's output calls (tw_inf, tw_min, tw_floordiv, ...) and the ones this
+# printer adds; the prelude is left as its author wrote it.
+_HELPERS = r"""
+// ---- tilewright HIP printer helpers ----
+#ifndef __align__
+#define __align__(n) __attribute__((aligned(n)))
+#endif
+// Vector copies reinterpret arrays of any element type: may_alias keeps type-based alias analysis
+// from reordering them against the element-typed accesses (what -fno-strict-aliasing would do).
+typedef unsigned char tw_vcopy1 __attribute__((may_alias));
+typedef unsigned short tw_vcopy2 __attribute__((may_alias));
+typedef unsigned tw_vcopy4 __attribute__((may_alias));
+typedef unsigned tw_vcopy8 __attribute__((ext_vector_type(2), may_alias));
+typedef unsigned tw_vcopy16 __attribute__((ext_vector_type(4), may_alias));
+// 8-bit matrix operands are packed in these, then bit-cast to the builtin's int/long vectors.
+typedef signed char tw_char4 __attribute__((ext_vector_type(4)));
+typedef signed char tw_char8 __attribute__((ext_vector_type(8)));
+typedef signed char tw_char16 __attribute__((ext_vector_type(16)));
+// Constant folded by clang: no libm.
+TW_DEV float tw_inf() { return __builtin_inff(); }
+TW_DEV float tw_nan() { return __builtin_nanf(""); }
+template <typename T> TW_DEV T tw_min(T a, T b) { return a < b ? a : b; }
+template <typename T> TW_DEV T tw_max(T a, T b) { return a < b ? b : a; }
+template <typename T> TW_DEV T tw_abs(T a) { return a < 0 ? -a : a; }
+template <typename T> TW_DEV T tw_floordiv(T a, T b) {
+  T q = a / b; return (q * b != a && ((a < 0) != (b < 0))) ? q - 1 : q; }
+template <typename T> TW_DEV T tw_floormod(T a, T b) {
+  T r = a % b; return (r != 0 && ((r < 0) != (b < 0))) ? r + b : r; }
+TW_DEV float tw_exp10f(float x) { return tw_exp2f(x * 3.32192809488736235f); }
+TW_DEV float tw_log10f(float x) { return tw_log2f(x) * 0.301029995663981195f; }
+TW_DEV float tw_tanf(float x) { return tw_sinf(x) / tw_cosf(x); }
+TW_DEV float tw_sinhf(float x) { float e = tw_expf(x); return 0.5f * (e - 1.0f / e); }
+TW_DEV float tw_coshf(float x) { float e = tw_expf(x); return 0.5f * (e + 1.0f / e); }
+// log1p/expm1: u = 1 + x rounded; scaling by x / (u - 1) cancels the rounding error of u.
+TW_DEV float tw_log1pf(float x) {
+  float u = 1.0f + x; return u == 1.0f ? x : tw_logf(u) * (x / (u - 1.0f)); }
+TW_DEV float tw_expm1f(float x) {
+  float u = tw_expf(x);
+  if (u == 1.0f) return x;
+  float um1 = u - 1.0f;
+  return um1 == -1.0f ? -1.0f : um1 * x / tw_logf(u); }
+TW_DEV float tw_erff(float x) {
+  float ax = __builtin_fabsf(x), t = 1.0f / (1.0f + 0.3275911f * ax);
+  float p = t * (0.254829592f + t * (-0.284496736f + t * (1.421413741f + t * (-1.453152027f + t * 1.061405429f))));
+  return __builtin_copysignf(1.0f - p * tw_expf(-ax * ax), x); }
+// atan: reduce to |x| <= 1 with atan(x) = pi/2 - atan(1/x), then a minimax polynomial (~1e-5 rad).
+TW_DEV float tw_atanf(float x) {
+  float ax = __builtin_fabsf(x), r = ax > 1.0f ? 1.0f / ax : ax, r2 = r * r;
+  float p = r * (0.99997726f + r2 * (-0.33262347f + r2 * (0.19354346f + r2 * (-0.11643287f + r2 * (0.05265332f
+            + r2 * -0.01172120f)))));
+  return __builtin_copysignf(ax > 1.0f ? 1.57079632679489662f - p : p, x); }
+// frem is expanded inline by the AMDGPU backend (no fmodf call).
+TW_DEV float tw_fmodf(float x, float y) { return __builtin_fmodf(x, y); }
+// Float min/max on global memory as one integer atomic (see tw_atomic_max_f32 in the prelude):
+// non-negative floats order like signed ints, negative ones in reverse like unsigned ints.
+TW_DEV float tw_atomic_min_f32(float* addr, float value) {
+  int bits = tw_bits(int, value);
+  if (bits >= 0)
+    return tw_bits(float, __hip_atomic_fetch_min((int*)addr, bits, __ATOMIC_RELAXED, __HIP_MEMORY_SCOPE_AGENT));
+  return tw_bits(float, __hip_atomic_fetch_max((unsigned*)addr, (unsigned)bits, __ATOMIC_RELAXED,
+                                               __HIP_MEMORY_SCOPE_AGENT));
+}
+// ---- end of printer helpers ----
+"""
+
+
+def _vector_ctype(key: str) -> str:
+    """C spelling of an ``AMD_VECTOR_CTYPES`` key: the prelude's ``tw_<key>`` typedef, or the scalar type."""
+    elem, lanes = AMD_VECTOR_CTYPES[key]
+    if lanes == 1:
+        return elem
+    name = "tw_" + key
+    if name not in HIP_VECTOR_TYPES:
+        raise InternalError(f"the HIP prelude has no vector type {name} for matrix operand type {key!r}", "codegen_hip")
+    return name
+
+
+class HipPrinter(Printer):
+    """Prints one ``ThreadKernel`` as HIP C++ for the AMD target it was lowered for."""
+
+    vector_types: ClassVar[dict[int, str]] = {1: "tw_vcopy1", 2: "tw_vcopy2", 4: "tw_vcopy4", 8: "tw_vcopy8", 16: "tw_vcopy16"}
+
+    # ------------------------------------------------------------------ vendor hooks
+    def ctype(self, dtype: str) -> str:
+        ct = _CTYPES.get(dtype)
+        if ct is None:
+            # The prelude has no 8-bit float types (and clang-19 no arithmetic on them).
+            raise CompileError(
+                f"dtype {dtype} is not supported by the HIP backend yet",
+                hint="use float16 or bfloat16 operands on AMD GPUs (fp8 MFMA/WMMA is not wired into the HIP printer)",
+            )
+        return ct
+
+    def prelude(self) -> str:
+        text = f"// generated by tilewright for {self.k.target}\n{HIP_PRELUDE}{_HELPERS}"
+        if self.k.shared_bytes:
+            # File scope, as HIP expects of an unsized extern __shared__ array: its size is the
+            # launch's sharedMemBytes (the code object's group_segment_fixed_size stays 0).
+            text += "TW_DYNAMIC_SHARED(unsigned char, tw_smem);\n"
+        return text
+
+    def smem_decl(self) -> str:
+        return f"// tw_smem: {self.k.shared_bytes} bytes of dynamic LDS (hipModuleLaunchKernel sharedMemBytes)"
+
+    def thread_index(self) -> str:
+        return f"((int){HIP_INDEX_FUNCS['thread_idx_x']})"
+
+    def block_index(self, d: int) -> str:
+        return f"((int){HIP_INDEX_FUNCS['block_idx_' + 'xyz'[d]]})"
+
+    def kernel_attrs(self) -> str:
+        return f'extern "C" __global__ TW_LAUNCH_BOUNDS({self.k.num_threads}) void'
+
+    def barrier(self) -> str:
+        return HIP_INDEX_FUNCS["barrier"] + ";"
+
+    def wave_size(self) -> int:
+        target = self.k.target
+        return int(getattr(target, "warp_size", 0) or 64)
+
+    # ------------------------------------------------------------------ expressions
+    def math_fn(self, name: str) -> str:
+        fn = HIP_MATH_FUNCS.get(name) or _EXTRA_MATH.get(name)
+        if fn is None:
+            raise CompileError(f"math function {name!r} is not available in the HIP backend")
+        return fn
+
+    def call(self, e: E.Call) -> str:
+        name = e.name
+        args = e.args
+        if name in ("isnan", "isinf"):
+            a = args[0]
+            inner = self.expr(a) if a.dtype in ("float32", "float64") else f"(float)({self.expr(a)})"
+            return f"__builtin_{name}({inner})"
+        if name == "abs" and not dt.is_float(e.dtype):
+            return f"tw_abs({self.expr(args[0])})"
+        if e.dtype == "float64":
+            fn = _F64_MATH.get(name)
+            if fn is None:
+                raise CompileError(
+                    f"{name} on float64 is not available in the HIP backend (it needs AMD's device math library)",
+                    hint="compute it in float32 (cast the argument) or use sqrt/floor/ceil/trunc/fma on float64",
+                )
+            return f"{fn}({', '.join(self.expr(a) for a in args)})"
+        fn = self.math_fn(name)
+        conv = ", ".join(self.expr(a) if a.dtype == "float32" else f"(float)({self.expr(a)})" for a in args)
+        out = f"{fn}({conv})"
+        return out if e.dtype == "float32" else f"{self.ctype(e.dtype)}({out})"
+
+    def minmax(self, op: str, e: E.BinOp) -> str:
+        a, b = self.expr(e.a), self.expr(e.b)
+        if e.dtype == "float32":
+            return f"{self.math_fn('minimum' if op == 'min' else 'maximum')}({a}, {b})"
+        if e.dtype == "float64":
+            return f"__builtin_f{op}({a}, {b})"
+        if dt.is_float(e.dtype):
+            fn = self.math_fn("minimum" if op == "min" else "maximum")
+            return f"{self.ctype(e.dtype)}({fn}((float)({a}), (float)({b})))"
+        return f"tw_{op}({a}, {b})"
+
+    def shuffle(self, e: E.Shuffle) -> str:
+        ws = self.wave_size()
+        # ds_bpermute works on the whole wave; XOR with a mask below ``width`` stays inside each
+        # group of ``width`` lanes (width is a power of two), which is all a sub-wave shuffle is.
+        if not (0 < e.mask < e.width <= ws) or e.width & (e.width - 1):
+            raise InternalError(f"shuffle xor {e.mask} within {e.width} lanes on a wave of {ws}", "codegen_hip")
+        v = self.expr(e.value)
+        d = e.dtype
+        if d == "float32":
+            return f"tw_shfl_xor_f32({v}, {e.mask})"
+        if d == "float64":
+            return f"tw_shfl_xor_f64({v}, {e.mask})"
+        if d in ("int64", "uint64"):
+            return f"(({self.ctype(d)})tw_shfl_xor_i64((tw_i64)({v}), {e.mask}))"
+        if d in ("float16", "bfloat16"):
+            # 16-bit floats travel as their bits: no conversion instructions, exact for NaNs too.
+            ct = self.ctype(d)
+            return f"tw_bits({ct}, (tw_u16)tw_shfl_xor_i32((int)tw_bits(tw_u16, {v}), {e.mask}))"
+        if dt.is_int(d) or d == "bool":
+            return f"(({self.ctype(d)})tw_shfl_xor_i32((int)({v}), {e.mask}))"
+        raise CompileError(f"cannot shuffle a {d} value in the HIP backend")
+
+    # ------------------------------------------------------------------ statements
+    def async_copy(self, s: th.AsyncCopy, d: int) -> None:
+        # AMD targets have no cp.async: copy through a register, zero-filling when ``pred`` is false
+        # (cp.async's src-size 0).  The Barrier that follows the AsyncWait publishes it to the block.
+        vt = self.vector_types.get(s.nbytes)
+        if vt is None:
+            raise InternalError(f"async copy of {s.nbytes} bytes", "codegen_hip")
+        src = f"*reinterpret_cast<const {vt}*>(&{self.ref(s.src, s.src_index)})"
+        dst = f"*reinterpret_cast<{vt}*>(&{self.ref(s.dst, s.dst_index)})"
+        if s.pred is None:
+            self.emit(d, f"{dst} = {src};  // cp.async fallback (synchronous)")
+        else:
+            self.emit(d, f"{{ {vt} tw_v = {{}}; if ({self.expr(s.pred)}) tw_v = {src}; {dst} = tw_v; }}"
+                         "  // cp.async fallback (synchronous)")
+
+    def async_commit(self, d: int) -> None:
+        pass  # the copies above completed synchronously
+
+    def async_wait(self, s: th.AsyncWait, d: int) -> None:
+        pass
+
+    def load_matrix(self, s: th.LoadMatrix, d: int) -> None:
+        raise InternalError(
+            f"ldmatrix (LoadMatrix into {s.dst.name}) is an NVIDIA instruction and was lowered for "
+            f"{self.k.target}; the gemm lowering must gather AMD operands with loads",
+            "codegen_hip",
+        )
+
+    def matrix_multiply(self, s: th.MatrixMultiply, d: int) -> None:
+        mi = s.instr
+        if mi.vendor != "amd":
+            raise InternalError(f"matrix instruction {mi.name} is not an AMD one", "codegen_hip")
+        ex = mi.extra_dict()
+        (db, do), (ab, ao), (bb, bo), (cb, co) = s.d, s.a, s.b, s.c
+        a_vec = self._pack(ab, ao, mi.a_elems, mi.a_dtype, ex["a_vec"], mi.name)
+        b_vec = self._pack(bb, bo, mi.b_elems, mi.b_dtype, ex["b_vec"], mi.name)
+        c_type = _vector_ctype(ex["c_vec"])
+        c_lanes = AMD_VECTOR_CTYPES[ex["c_vec"]][1]
+        if c_lanes != mi.c_elems:
+            raise InternalError(f"{mi.name}: {ex['c_vec']} holds {c_lanes} accumulators, not {mi.c_elems}",
+                                "codegen_hip")
+        cn = self.name(cb, cb.name)
+        c_init = ", ".join(f"{cn}[{co + i}]" for i in range(mi.c_elems))
+        operands = {"a": "tw_a", "b": "tw_b", "c": "tw_c"}
+        args = [operands[x] if x in operands else str(int(ex[x])) for x in ex["arg_order"].split(",")]
+        self.emit(d, "{")
+        self.emit(d + 1, f"const {a_vec[0]} tw_a = {a_vec[1]};")
+        self.emit(d + 1, f"const {b_vec[0]} tw_b = {b_vec[1]};")
+        self.emit(d + 1, f"const {c_type} tw_c = {{{c_init}}};")
+        self.emit(d + 1, f"const {c_type} tw_d = {mi.mnemonic}({', '.join(args)});")
+        dn = self.name(db, db.name)
+        if c_lanes == 1:
+            self.emit(d + 1, f"{dn}[{do}] = tw_d;")
+        else:
+            self.emit(d + 1, " ".join(f"{dn}[{do + i}] = tw_d[{i}];" for i in range(mi.c_elems)))
+        self.emit(d, "}")
+
+    def _pack(self, buf, off: int, count: int, dtype: str, vec_key: str, what: str) -> tuple[str, str]:
+        """``(C type, initializer)`` of the builtin operand ``vec_key`` holding ``buf[off : off + count]``."""
+        target_t = _vector_ctype(vec_key)
+        elem, lanes = AMD_VECTOR_CTYPES[vec_key]
+        if buf.dtype != dtype:
+            raise InternalError(f"{what}: operand {buf.name} is {buf.dtype}, the instruction takes {dtype}", "codegen_hip")
+        elem_bits = {"_Float16": 16, "__bf16": 16, "short": 16, "float": 32, "int": 32, "long": 64}[elem]
+        if count * dt.bits(dtype) != lanes * elem_bits:
+            raise InternalError(f"{what}: {count} x {dtype} do not fill a {vec_key}", "codegen_hip")
+        n = self.name(buf, buf.name)
+        elems = [f"{n}[{off + i}]" for i in range(count)]
+        if count == 1:
+            natural_t, init = self.ctype(dtype), elems[0]
+        else:
+            prefix = _ELEM_VECTOR_PREFIX.get(dtype)
+            natural_t = f"{prefix}{count}" if prefix else ""
+            if natural_t not in HIP_VECTOR_TYPES and natural_t not in ("tw_char4", "tw_char8", "tw_char16"):
+                raise InternalError(f"{what}: no vector type for {count} x {dtype}", "codegen_hip")
+            init = f"{natural_t}{{{', '.join(elems)}}}"
+        if natural_t == target_t:
+            return target_t, init
+        # Same bits, different declared type (bf16 as short, int8 packed into int/long): free.
+        return target_t, f"tw_bits({target_t}, ({init}))"  # () : tw_bits is a macro
+
+    def atomic(self, s: th.AtomicRMW, d: int) -> None:
+        ptr = f"&{self.ref(s.buffer, s.index)}"
+        val = self.expr(s.value)
+        dtype = s.buffer.dtype
+        if dtype == "float32" and s.op in ("add", "max", "min"):
+            self.emit(d, f"tw_atomic_{s.op}_f32({ptr}, {val});")
+        elif (dtype == "float64" and s.op == "add") or (dt.is_int(dtype) and dt.bits(dtype) >= 32):
+            fn = {"add": "__hip_atomic_fetch_add", "max": "__hip_atomic_fetch_max", "min": "__hip_atomic_fetch_min"}
+            if s.op not in fn:
+                raise CompileError(f"atomic {s.op} is not supported in the HIP backend")
+            self.emit(d, f"{fn[s.op]}({ptr}, ({self.ctype(dtype)})({val}), __ATOMIC_RELAXED, __HIP_MEMORY_SCOPE_AGENT);")
+        else:
+            raise CompileError(
+                f"atomic {s.op} on {dtype} is not supported in the HIP backend",
+                hint="accumulate in a float32 or int32 buffer",
+            )
+
+
+def print_hip(kernel: th.ThreadKernel) -> str:
+    """HIP C++ source of ``kernel`` (one ``extern "C"`` kernel named ``kernel.name``)."""
+    return HipPrinter(kernel).print()
