@@ -125,3 +125,18 @@ def test_argument_errors():
         k(torch.randn(64, 1024, device="cuda", dtype=torch.float16))
     with pytest.raises(tilewright.ArgumentError, match="contiguous"):
         k(torch.randn(1024, 64, device="cuda").T)
+
+
+@pytest.mark.parametrize("causal", [False, True])
+@pytest.mark.parametrize("S,D", [(256, 64), (200, 128)])
+def test_flash_attention(causal, S, D):
+    from tilewright.kernels import flash_attention
+
+    B, H = 2, 3
+    k = tilewright.compile(flash_attention(B, H, S, D, is_causal=causal), out_idx=[-1], target="cuda")
+    q, kk, v = [torch.randn(B, S, H, D, device="cuda", dtype=torch.float16) for _ in range(3)]
+    o = k(q, kk, v)
+    ref = torch.nn.functional.scaled_dot_product_attention(
+        q.double().transpose(1, 2), kk.double().transpose(1, 2), v.double().transpose(1, 2), is_causal=causal
+    ).transpose(1, 2)
+    torch.testing.assert_close(o.double(), ref, rtol=1e-2, atol=1e-2)

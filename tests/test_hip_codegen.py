@@ -175,7 +175,7 @@ def flash_attention(S, D, bm, bn, p_in_registers, threads=128):
 
     @T.prim_func
     def attn(Q: T.Tensor((S, D), "float16"), K: T.Tensor((S, D), "float16"), V: T.Tensor((S, D), "float16"),
-             O: T.Tensor((S, D), "float16")):
+             Out: T.Tensor((S, D), "float16")):
         with T.Kernel(T.ceildiv(S, bm), threads=threads) as bx:
             Q_s = T.alloc_shared((bm, D), "float16")
             K_s = T.alloc_shared((bn, D), "float16")
@@ -216,7 +216,7 @@ def flash_attention(S, D, bm, bn, p_in_registers, threads=128):
                 T.gemm(p, V_s, acc, policy=T.GemmWarpPolicy.FullRow)
             for i, j in T.Parallel(bm, D):
                 acc[i, j] /= l_sum[i]
-            T.copy(acc, O[bx * bm, 0])
+            T.copy(acc, Out[bx * bm, 0])
 
     return attn
 
@@ -268,24 +268,11 @@ CASES = {
     "attention_p_fragment": Case(lambda: flash_attention(200, 64, 64, 64, p_in_registers=True), F16),
 }
 
-# TileLang's attention keeps P in registers: T.copy(s, p) then T.gemm(p, V_s, acc).  On AMD the
-# accumulator layout of S (lane holds a column slice) is not the A-operand layout P needs (lane
-# holds a row slice), and nothing converts between fragment layouts, so lowering stops here.
-_ATTN_XFAIL = pytest.mark.xfail(
-    strict=True,
-    raises=CompileError,
-    reason="lower_to_threads (lowering_context.frag_register): 'fragment s element (1, 0) is needed by thread 1, "
-    "which does not hold it in layout MmaC(...)' at T.copy(s, p): infer_layouts gives p the MFMA/WMMA A-operand "
-    "layout and s the accumulator layout, which differ on AMD and have no register layout conversion",
-)
-
-
 def _params():
     out = []
     for name in CASES:
         for arch in ARCHS:
-            marks = [_ATTN_XFAIL] if name == "attention_p_fragment" else []
-            out.append(pytest.param(name, arch, id=f"{name}-{arch}", marks=marks))
+            out.append(pytest.param(name, arch, id=f"{name}-{arch}"))
     return out
 
 
@@ -426,7 +413,8 @@ def _math_kernel(arch: str) -> th.ThreadKernel:
         stmts.append(t.BufferStore(ys, (tx * 0 + n,), E.Cast("float32", E.Call(fn, (h,) * len(args), "float16"))))
         stmts.append(t.BufferStore(ys, (tx,), arg))
     inf, nan = E.Const(math.inf, "float32"), E.Const(math.nan, "float32")
-    stmts.append(t.BufferStore(ys, (tx,), E.Select(E.Call("isnan", (x,), "bool"), inf, E.Const(-math.inf, "float32"), "float32")))
+    minus_inf = E.Const(-math.inf, "float32")
+    stmts.append(t.BufferStore(ys, (tx,), E.Select(E.Call("isnan", (x,), "bool"), inf, minus_inf, "float32")))
     fmod = E.BinOp("%", x, E.Const(3.0, "float32"), "float32")
     stmts.append(t.BufferStore(ys, (tx + 64,), E.Select(E.Call("isinf", (h,), "bool"), nan, fmod, "float32")))
     stmts.append(t.BufferStore(hs, (tx,), E.Const(-math.inf, "float16")))
@@ -464,7 +452,7 @@ def test_math_shuffles_atomics_compile_without_device_libraries(arch, hip_toolch
 def test_async_copy_fallback_is_synchronous(hip_toolchain):
     # No AMD target has cp.async; pretend one does to get AsyncCopy/AsyncCommit/AsyncWait nodes.
     base = Target.parse("hip -arch=gfx942")
-    target = replace(base, features=base.features + ("cp.async",))
+    target = replace(base, features=(*base.features, "cp.async"))
     kernel = run_pipeline(matmul(256, 256, 256, 64, 64, 32, "float16", stages=3), PassContext(target))
     nodes = []
     walk(kernel.body, lambda s: nodes.append(type(s).__name__))

@@ -42,10 +42,8 @@ _CTYPES = {
 _ELEM_VECTOR_PREFIX = {"float16": "tw_half", "bfloat16": "tw_bf16x", "float32": "tw_float", "int32": "tw_int",
                        "int8": "tw_char"}
 
-# Math the prelude does not have, built from what it has (all float32).  tan/sinh/cosh/expm1/log1p
-# are the textbook identities (fine for activations, not libm-accurate near their cancellation
-# points, except log1p/expm1 which use the standard correction); erf is Abramowitz & Stegun 7.1.26
-# (absolute error < 1.5e-7).
+# Math the prelude does not have, built in _HELPERS from what it has (all float32; accuracy notes
+# there).  None is libm-exact: they are meant for activations and normalisations.
 _EXTRA_MATH = {
     "exp10": "tw_exp10f", "log10": "tw_log10f", "tan": "tw_tanf", "erf": "tw_erff", "fabs": "tw_fabsf",
     "atan": "tw_atanf", "sinh": "tw_sinhf", "cosh": "tw_coshf", "log1p": "tw_log1pf", "expm1": "tw_expm1f",
@@ -88,29 +86,55 @@ template <typename T> TW_DEV T tw_floordiv(T a, T b) {
   T q = a / b; return (q * b != a && ((a < 0) != (b < 0))) ? q - 1 : q; }
 template <typename T> TW_DEV T tw_floormod(T a, T b) {
   T r = a % b; return (r != 0 && ((r < 0) != (b < 0))) ? r + b : r; }
-TW_DEV float tw_exp10f(float x) { return tw_exp2f(x * 3.32192809488736235f); }
+// exp10 = 2^(x log2 10), with the rounding error of the product (large for large |x|) carried in a
+// second, tiny exponent: log2 10 = 3.321928024f + 7.0595370e-8f.
+TW_DEV float tw_exp10f(float x) {
+  float p = x * 3.321928024f, e = __builtin_fmaf(x, 3.321928024f, -p) + x * 7.0595370e-8f;
+  return tw_exp2f(p) * tw_exp2f(e); }
 TW_DEV float tw_log10f(float x) { return tw_log2f(x) * 0.301029995663981195f; }
 TW_DEV float tw_tanf(float x) { return tw_sinf(x) / tw_cosf(x); }
-TW_DEV float tw_sinhf(float x) { float e = tw_expf(x); return 0.5f * (e - 1.0f / e); }
-TW_DEV float tw_coshf(float x) { float e = tw_expf(x); return 0.5f * (e + 1.0f / e); }
-// log1p/expm1: u = 1 + x rounded; scaling by x / (u - 1) cancels the rounding error of u.
+// log1p/expm1 (Kahan): u = 1 + x or e^x rounded; scaling by x / (u - 1) or x / log(u) cancels its
+// rounding error.  sinh goes through expm1 near 0, where e^x - e^-x would cancel.
 TW_DEV float tw_log1pf(float x) {
-  float u = 1.0f + x; return u == 1.0f ? x : tw_logf(u) * (x / (u - 1.0f)); }
+  float u = 1.0f + x;
+  if (u == 1.0f || u == __builtin_inff()) return u == 1.0f ? x : u;
+  return tw_logf(u) * (x / (u - 1.0f)); }
 TW_DEV float tw_expm1f(float x) {
   float u = tw_expf(x);
-  if (u == 1.0f) return x;
+  if (u == 1.0f || u == __builtin_inff()) return u == 1.0f ? x : u;
   float um1 = u - 1.0f;
   return um1 == -1.0f ? -1.0f : um1 * x / tw_logf(u); }
+TW_DEV float tw_sinhf(float x) {
+  if (__builtin_fabsf(x) < 1.0f) { float e = tw_expm1f(x); return 0.5f * (e + e / (e + 1.0f)); }
+  float e = tw_expf(__builtin_fabsf(x));
+  return __builtin_copysignf(0.5f * (e - 1.0f / e), x); }
+TW_DEV float tw_coshf(float x) { float e = tw_expf(__builtin_fabsf(x)); return 0.5f * (e + 1.0f / e); }
+// erf: Taylor series to x^11 for |x| < 0.5 (keeps the relative error small near 0), else
+// Abramowitz & Stegun 7.1.26 (absolute error < 1.5e-7).
 TW_DEV float tw_erff(float x) {
-  float ax = __builtin_fabsf(x), t = 1.0f / (1.0f + 0.3275911f * ax);
+  float ax = __builtin_fabsf(x);
+  if (ax < 0.5f) {
+    float x2 = x * x;
+    return x * (1.12837916710f + x2 * (-0.37612638903f + x2 * (0.11283791671f + x2 * (-0.02686617065f
+           + x2 * (0.00522397763f + x2 * -0.00085483260f)))));
+  }
+  float t = 1.0f / (1.0f + 0.3275911f * ax);
   float p = t * (0.254829592f + t * (-0.284496736f + t * (1.421413741f + t * (-1.453152027f + t * 1.061405429f))));
   return __builtin_copysignf(1.0f - p * tw_expf(-ax * ax), x); }
-// atan: reduce to |x| <= 1 with atan(x) = pi/2 - atan(1/x), then a minimax polynomial (~1e-5 rad).
+// atan as in Cephes atanf: reduce to |x| <= tan(pi/8) around 0, pi/4 or pi/2, then an odd polynomial
+// (about 2 ulp; measured against libm on the host).
 TW_DEV float tw_atanf(float x) {
-  float ax = __builtin_fabsf(x), r = ax > 1.0f ? 1.0f / ax : ax, r2 = r * r;
-  float p = r * (0.99997726f + r2 * (-0.33262347f + r2 * (0.19354346f + r2 * (-0.11643287f + r2 * (0.05265332f
-            + r2 * -0.01172120f)))));
-  return __builtin_copysignf(ax > 1.0f ? 1.57079632679489662f - p : p, x); }
+  float ax = __builtin_fabsf(x), y = 0.0f;
+  if (ax > 2.414213562f) {
+    y = 1.570796327f;
+    ax = -1.0f / ax;
+  } else if (ax > 0.414213562f) {
+    y = 0.785398163f;
+    ax = (ax - 1.0f) / (ax + 1.0f);
+  }
+  float z = ax * ax;
+  y += (((8.05374449538e-2f * z - 1.38776856032e-1f) * z + 1.99777106478e-1f) * z - 3.33329491539e-1f) * z * ax + ax;
+  return __builtin_copysignf(y, x); }
 // frem is expanded inline by the AMDGPU backend (no fmodf call).
 TW_DEV float tw_fmodf(float x, float y) { return __builtin_fmodf(x, y); }
 // Float min/max on global memory as one integer atomic (see tw_atomic_max_f32 in the prelude):
@@ -140,7 +164,7 @@ def _vector_ctype(key: str) -> str:
 class HipPrinter(Printer):
     """Prints one ``ThreadKernel`` as HIP C++ for the AMD target it was lowered for."""
 
-    vector_types: ClassVar[dict[int, str]] = {1: "tw_vcopy1", 2: "tw_vcopy2", 4: "tw_vcopy4", 8: "tw_vcopy8", 16: "tw_vcopy16"}
+    vector_types: ClassVar[dict[int, str]] = {n: f"tw_vcopy{n}" for n in (1, 2, 4, 8, 16)}
 
     # ------------------------------------------------------------------ vendor hooks
     def ctype(self, dtype: str) -> str:
@@ -304,7 +328,8 @@ class HipPrinter(Printer):
         target_t = _vector_ctype(vec_key)
         elem, lanes = AMD_VECTOR_CTYPES[vec_key]
         if buf.dtype != dtype:
-            raise InternalError(f"{what}: operand {buf.name} is {buf.dtype}, the instruction takes {dtype}", "codegen_hip")
+            raise InternalError(f"{what}: operand {buf.name} is {buf.dtype}, the instruction takes {dtype}",
+                                "codegen_hip")
         elem_bits = {"_Float16": 16, "__bf16": 16, "short": 16, "float": 32, "int": 32, "long": 64}[elem]
         if count * dt.bits(dtype) != lanes * elem_bits:
             raise InternalError(f"{what}: {count} x {dtype} do not fill a {vec_key}", "codegen_hip")
@@ -333,7 +358,8 @@ class HipPrinter(Printer):
             fn = {"add": "__hip_atomic_fetch_add", "max": "__hip_atomic_fetch_max", "min": "__hip_atomic_fetch_min"}
             if s.op not in fn:
                 raise CompileError(f"atomic {s.op} is not supported in the HIP backend")
-            self.emit(d, f"{fn[s.op]}({ptr}, ({self.ctype(dtype)})({val}), __ATOMIC_RELAXED, __HIP_MEMORY_SCOPE_AGENT);")
+            self.emit(d, f"{fn[s.op]}({ptr}, ({self.ctype(dtype)})({val}), __ATOMIC_RELAXED, "
+                         "__HIP_MEMORY_SCOPE_AGENT);")
         else:
             raise CompileError(
                 f"atomic {s.op} on {dtype} is not supported in the HIP backend",

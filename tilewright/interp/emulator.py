@@ -927,7 +927,7 @@ class _Program:
             m = st.mask
             v = _fix(fv(st, m), nd)
             idx = fi(st, m)
-            mem.write(st, idx, v, m, 1, what, where)
+            mem.write(st, idx, v, m, None, what, where)
 
         return store_mem
 
@@ -1433,10 +1433,10 @@ class _GlobalMem:
 
     def write(self, st, idx, vals, need, w, what, where, nbytes=None):
         arr = st.glob[self.gi]
-        pos, lanes = self.positions(st, idx, None if w == 1 else w, need, what, where, nbytes or self.nd.itemsize)
+        pos, lanes = self.positions(st, idx, w, need, what, where, nbytes or self.nd.itemsize)
         if not len(lanes):
             return
-        vals = np.broadcast_to(vals, (st.L,) if w == 1 else (w, st.L))[..., lanes]
+        vals = np.broadcast_to(vals, (st.L,) if w is None else (w, st.L))[..., lanes]
         if st.races is not None:
             _check_duplicate_stores(st, pos, vals, lanes, where, self.b.name)
         arr[pos] = vals
@@ -1473,10 +1473,10 @@ class _SharedMem:
         return st.sviews[self.nd][pos]
 
     def write(self, st, idx, vals, need, w, what, where, nbytes=None):
-        pos, lanes = self.positions(st, idx, None if w == 1 else w, need, what, where, nbytes or self.nd.itemsize)
+        pos, lanes = self.positions(st, idx, w, need, what, where, nbytes or self.nd.itemsize)
         if not len(lanes):
             return
-        vals = np.broadcast_to(_fix(vals, self.nd), (st.L,) if w == 1 else (w, st.L))[..., lanes]
+        vals = np.broadcast_to(_fix(vals, self.nd), (st.L,) if w is None else (w, st.L))[..., lanes]
         view = st.sviews[self.nd]
         if st.races is not None:
             tids = np.broadcast_to(st.tid[lanes], pos.shape)

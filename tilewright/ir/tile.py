@@ -240,6 +240,28 @@ class Gemm(Stmt):
 
 
 @dataclass(eq=False)
+class GemmPrefetch(Stmt):
+    """Made by ``pipeline_loops`` before a prefetching GEMM mainloop: load the first K step of
+    ``gemm``'s operands from ring slot ``slot`` into registers."""
+
+    gemm: Gemm
+    slot: Any
+    loc: Any = None
+
+
+@dataclass(eq=False)
+class GemmStep(Stmt):
+    """Made by ``pipeline_loops``: one iteration of a prefetching GEMM mainloop; the last K step
+    waits for the copies of ring slot ``next_slot`` (``pending`` groups may stay in flight),
+    synchronizes the block and preloads that slot's first K step."""
+
+    gemm: Gemm
+    next_slot: Any
+    pending: int
+    loc: Any = None
+
+
+@dataclass(eq=False)
 class Reduce(Stmt):
     """``dst = op over dim of src`` (``clear=False`` folds the old ``dst`` in)."""
 

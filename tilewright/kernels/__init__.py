@@ -4,5 +4,6 @@ Each builder returns a ``@T.prim_func``; ``tilewright.compile`` or ``@tilewright
 a callable kernel.  They double as examples of the language.
 """
 
+from .attention import flash_attention  # noqa: F401
 from .gemm import matmul  # noqa: F401
 from .norms import rms_norm, softmax  # noqa: F401

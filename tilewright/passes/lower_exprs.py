@@ -22,12 +22,14 @@ class Env:
         self.vec_loads: dict = {}  # id(original Load) -> temp local buffer
         self.k = 0  # element within a vector group
         self.in_parallel = False  # inside a T.Parallel body: stores are this thread's elements
+        self.frag_redirect: dict = {}  # fragment -> shared scratch holding it row-major
 
     def child(self) -> "Env":
         e = Env(self.sym)
         e.vec_loads = dict(self.vec_loads)
         e.k = self.k
         e.in_parallel = self.in_parallel
+        e.frag_redirect = self.frag_redirect
         return e
 
 
@@ -44,6 +46,11 @@ def lower_expr(ctx: LoweringContext, e, env: Env, loc=None):
     if isinstance(e, E.Load):
         idx = tuple(lower_expr(ctx, i, env, loc) for i in e.indices)
         buf = e.buffer
+        if buf.scope == "fragment" and buf in env.frag_redirect:
+            off = E.as_expr(0)
+            for x, st in zip(idx, buf.strides):
+                off = off + x * st
+            return E.Load(env.frag_redirect[buf], (off,))
         if buf.scope == "fragment":
             reg = ctx.frag_register(buf, idx, {ctx.tid: ctx.tid_np}, loc)
             return E.Load(ctx.local_of[buf], (E.as_expr(reg),))

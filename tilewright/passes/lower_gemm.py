@@ -37,43 +37,50 @@ def _tile_index(region: t.Region, starts, pos):
     return tuple(idx)
 
 
-def lower_gemm(ctx: LoweringContext, s: t.Gemm, env: Env) -> list:
-    plan = ctx.gemm_plans[id(s)]
-    out: list = [th.Comment(f"gemm {s.a.buffer.name} x {s.b.buffer.name} -> {s.c.buffer.name} ({plan.kind})")]
-    c_local = ctx.local_of[s.c.buffer]
-    lay = ctx.layouts[s.c.buffer]
-    if s.clear_accum:
-        for r in range(lay.num_regs):
-            out.append(t.BufferStore(c_local, (E.as_expr(r),), E.Const(0, c_local.dtype)))
-    a_starts = tuple(lower_expr(ctx, x, env) for x in s.a.starts)
-    b_starts = tuple(lower_expr(ctx, x, env) for x in s.b.starts)
-    if plan.kind == "simt":
-        out.extend(_simt(ctx, s, plan, lay, c_local, a_starts, b_starts))
-        return out
-    instr = plan.instr
-    gs = instr.group_size
-    lane = ctx.tid % gs
-    warp = ctx.tid // gs
-    wmi, wni = warp // plan.warps_n, warp % plan.warps_n
-    k_total = s.a.shape[0] if s.trans_a else s.a.shape[1]
-    ksteps = k_total // instr.k
-    a_frag_in_regs = s.a.buffer.scope == "fragment"
-    a_frag = None
-    if not a_frag_in_regs:
-        a_frag = ctx.local_buffer(ctx.fresh("afrag"), lay.atoms_m * instr.a_elems, s.a.buffer.dtype)
-        out.append(th.LocalDecl(a_frag))
-    b_frag = ctx.local_buffer(ctx.fresh("bfrag"), lay.atoms_n * instr.b_elems, s.b.buffer.dtype)
-    out.append(th.LocalDecl(b_frag))
-    use_ldmatrix = ctx.target.has("ldmatrix") and dt.bits(s.a.buffer.dtype) == 16 and instr.m == 16 \
-        and instr.k == 16 and instr.n == 8
-    for kk in range(ksteps):
+class _MmaGemm:
+    """The pieces of one matrix-instruction gemm: operand loads for a K step into given fragment
+    buffers, and the instructions of a K step.  Used whole by ``lower_gemm`` and split across loop
+    iterations by ``lower_gemm_prefetch`` / ``lower_gemm_step``."""
+
+    def __init__(self, ctx: LoweringContext, s: t.Gemm, env: Env):
+        self.ctx, self.s = ctx, s
+        self.plan = plan = ctx.gemm_plans[id(s)]
+        self.instr = instr = plan.instr
+        self.lay = ctx.layouts[s.c.buffer]
+        self.c_local = ctx.local_of[s.c.buffer]
+        self.lane = ctx.tid % instr.group_size
+        warp = ctx.tid // instr.group_size
+        self.wmi, self.wni = warp // plan.warps_n, warp % plan.warps_n
+        k_total = s.a.shape[0] if s.trans_a else s.a.shape[1]
+        self.ksteps = k_total // instr.k
+        self.a_in_regs = s.a.buffer.scope == "fragment"
+        self.use_ldmatrix = ctx.target.has("ldmatrix") and dt.bits(s.a.buffer.dtype) == 16 and instr.m == 16 \
+            and instr.k == 16 and instr.n == 8
+        self.env = env
+
+    def starts(self, region, slot=None):
+        starts = tuple(lower_expr(self.ctx, x, self.env) for x in region.starts)
+        if slot is not None:
+            starts = (slot,) + starts[1:]
+        return starts
+
+    def new_frags(self) -> tuple:
+        ctx, lay, instr, s = self.ctx, self.lay, self.instr, self.s
+        a = None if self.a_in_regs else ctx.local_buffer(ctx.fresh("afrag"), lay.atoms_m * instr.a_elems,
+                                                         s.a.buffer.dtype)
+        b = ctx.local_buffer(ctx.fresh("bfrag"), lay.atoms_n * instr.b_elems, s.b.buffer.dtype)
+        decls = [th.LocalDecl(x) for x in (a, b) if x is not None]
+        return a, b, decls
+
+    def load(self, kk: int, a_frag, b_frag, a_starts, b_starts) -> list:
+        ctx, s, lay, instr, lane = self.ctx, self.s, self.lay, self.instr, self.lane
+        out: list = []
         k0 = kk * instr.k
-        # A operands
-        if not a_frag_in_regs:
+        if not self.a_in_regs:
             for mi in range(lay.atoms_m):
-                m0 = wmi * lay.wm + mi * instr.m
+                m0 = self.wmi * lay.wm + mi * instr.m
                 dst_off = mi * instr.a_elems
-                if use_ldmatrix:
+                if self.use_ldmatrix:
                     out.append(_ldmatrix_a(ctx, s, a_starts, lane, m0, k0, a_frag, dst_off))
                 else:
                     def pos_a(e, m0=m0):
@@ -81,11 +88,10 @@ def lower_gemm(ctx: LoweringContext, s: t.Gemm, env: Env) -> list:
                         return (k0 + col, m0 + row) if s.trans_a else (m0 + row, k0 + col)
 
                     out.extend(_gather(ctx, s.a, a_starts, pos_a, instr.a_elems, a_frag, dst_off))
-        # B operands
         ni = 0
         while ni < lay.atoms_n:
-            n0 = wni * lay.wn + ni * instr.n
-            if use_ldmatrix:
+            n0 = self.wni * lay.wn + ni * instr.n
+            if self.use_ldmatrix:
                 pair = ni + 1 < lay.atoms_n
                 out.append(_ldmatrix_b(ctx, s, b_starts, lane, n0, k0, b_frag, ni * instr.b_elems, pair))
                 ni += 2 if pair else 1
@@ -96,15 +102,93 @@ def lower_gemm(ctx: LoweringContext, s: t.Gemm, env: Env) -> list:
 
                 out.extend(_gather(ctx, s.b, b_starts, pos_b, instr.b_elems, b_frag, ni * instr.b_elems))
                 ni += 1
+        return out
+
+    def mma(self, kk: int, a_frag, b_frag) -> list:
+        lay, instr, s = self.lay, self.instr, self.s
+        out = []
         for mi in range(lay.atoms_m):
-            if a_frag_in_regs:
-                a_op = (ctx.local_of[s.a.buffer], ctx.layouts[s.a.buffer].reg(mi, kk, 0))
+            if self.a_in_regs:
+                a_op = (self.ctx.local_of[s.a.buffer], self.ctx.layouts[s.a.buffer].reg(mi, kk, 0))
             else:
                 a_op = (a_frag, mi * instr.a_elems)
             for nj in range(lay.atoms_n):
                 creg = lay.reg(mi, nj, 0)
-                out.append(th.MatrixMultiply(instr, (c_local, creg), a_op, (b_frag, nj * instr.b_elems),
-                                             (c_local, creg), loc=s.loc))
+                out.append(th.MatrixMultiply(instr, (self.c_local, creg), a_op, (b_frag, nj * instr.b_elems),
+                                             (self.c_local, creg), loc=s.loc))
+        return out
+
+
+def _clear(s, lay, c_local) -> list:
+    if not s.clear_accum:
+        return []
+    return [t.BufferStore(c_local, (E.as_expr(r),), E.Const(0, c_local.dtype)) for r in range(lay.num_regs)]
+
+
+def lower_gemm(ctx: LoweringContext, s: t.Gemm, env: Env) -> list:
+    plan = ctx.gemm_plans[id(s)]
+    out: list = [th.Comment(f"gemm {s.a.buffer.name} x {s.b.buffer.name} -> {s.c.buffer.name} ({plan.kind})")]
+    c_local = ctx.local_of[s.c.buffer]
+    lay = ctx.layouts[s.c.buffer]
+    out.extend(_clear(s, lay, c_local))
+    if plan.kind == "simt":
+        a_starts = tuple(lower_expr(ctx, x, env) for x in s.a.starts)
+        b_starts = tuple(lower_expr(ctx, x, env) for x in s.b.starts)
+        out.extend(_simt(ctx, s, plan, lay, c_local, a_starts, b_starts))
+        return out
+    g = _MmaGemm(ctx, s, env)
+    a_frag, b_frag, decls = g.new_frags()
+    out.extend(decls)
+    a_starts, b_starts = g.starts(s.a), g.starts(s.b)
+    for kk in range(g.ksteps):
+        out.extend(g.load(kk, a_frag, b_frag, a_starts, b_starts))
+        out.extend(g.mma(kk, a_frag, b_frag))
+    return out
+
+
+def prefetch_supported(ctx: LoweringContext, s: t.Gemm) -> bool:
+    plan = ctx.gemm_plans.get(id(s))
+    if plan is None or plan.kind != "mma" or s.a.buffer.scope != "shared" or s.clear_accum:
+        return False
+    k_total = s.a.shape[0] if s.trans_a else s.a.shape[1]
+    return (k_total // plan.instr.k) % 2 == 0
+
+
+def lower_gemm_prefetch(ctx: LoweringContext, node, env: Env) -> list:
+    """Before a prefetching mainloop: declare double-buffered operand fragments and load the first
+    K step from ring slot 0 (the caller has already waited and synchronized)."""
+    s = node.gemm
+    g = _MmaGemm(ctx, s, env)
+    a0, b0, d0 = g.new_frags()
+    a1, b1, d1 = g.new_frags()
+    ctx.prefetch_frags[id(s)] = ((a0, b0), (a1, b1))
+    slot = lower_expr(ctx, node.slot, env)
+    return [th.Comment(f"gemm {s.a.buffer.name} x {s.b.buffer.name}: operand prefetch"), *d0, *d1,
+            *g.load(0, a0, b0, g.starts(s.a, slot), g.starts(s.b, slot))]
+
+
+def lower_gemm_step(ctx: LoweringContext, node, env: Env) -> list:
+    """One iteration of a prefetching mainloop: K steps alternate between the two fragment buffers;
+    while step kk computes, step kk+1 loads; the last step waits for the next ring slot, synchronizes
+    (which also frees the slot read in this iteration for the copies of the next one) and loads the
+    next iteration's first step."""
+    s = node.gemm
+    g = _MmaGemm(ctx, s, env)
+    bufs = ctx.prefetch_frags[id(s)]
+    cur = (g.starts(s.a), g.starts(s.b))
+    nxt_slot = lower_expr(ctx, node.next_slot, env)
+    nxt = (g.starts(s.a, nxt_slot), g.starts(s.b, nxt_slot))
+    out: list = [th.Comment(f"gemm {s.a.buffer.name} x {s.b.buffer.name} (prefetching mainloop)")]
+    for kk in range(g.ksteps):
+        fa, fb = bufs[kk % 2]
+        na, nb = bufs[(kk + 1) % 2]
+        if kk + 1 < g.ksteps:
+            out.extend(g.load(kk + 1, na, nb, *cur))
+        else:
+            out.append(th.AsyncWait(node.pending))
+            out.append(th.Barrier())
+            out.extend(g.load(0, na, nb, *nxt))
+        out.extend(g.mma(kk, fa, fb))
     return out
 
 

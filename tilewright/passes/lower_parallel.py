@@ -55,6 +55,9 @@ def lower_parallel(ctx: LoweringContext, p: t.ParallelFor, env: Env, lower_stmt)
     g = contiguity(layout, max(16 // widest, 1)) if _vectorizable_body(p.body) else 1
     out: list = []
     inner_var = p.vars[-1]
+    env = env.child()
+    for buf in _mismatched_fragments(ctx, p, layout, env):
+        out.extend(_convert_through_shared(ctx, buf, env, p.loc))
     for r0 in range(0, layout.num_regs, g):
         pos0 = layout.index(ctx.tid, r0)
         group_env = env.child()
@@ -74,6 +77,68 @@ def lower_parallel(ctx: LoweringContext, p: t.ParallelFor, env: Env, lower_stmt)
             out.append(t.IfThenElse(valid, t.SeqStmt(body), None, loc=p.loc))
         else:
             out.extend(body)
+    return out
+
+
+def _fragment_loads(p) -> list:
+    from ..ir.verifier import exprs_of
+
+    out = []
+
+    def f(s):
+        for e in exprs_of(s):
+            out.extend(ld for ld in loads_in(e) if ld.buffer.scope == "fragment")
+
+    walk(p.body, f)
+    return out
+
+
+def _mismatched_fragments(ctx, p, layout, env) -> list:
+    """Fragments read in the loop that some thread does not hold, in a fixed register, at the
+    positions it iterates over (e.g. an MFMA accumulator read in an MFMA operand layout)."""
+    from ..errors import CompileError
+
+    bad = []
+    loads = _fragment_loads(p)
+    if not loads:
+        return bad
+    for r in range(layout.num_regs):
+        e = env.child()
+        for v, x in zip(p.vars, layout.index(ctx.tid, r)):
+            e.sym[v] = E.as_expr(x)
+        for ld in loads:
+            if ld.buffer in bad:
+                continue
+            try:
+                idx = tuple(lower_expr(ctx, i, e) for i in ld.indices)
+                ctx.frag_register(ld.buffer, idx, {ctx.tid: ctx.tid_np})
+            except CompileError as err:
+                if "does not hold" in err.message or "different registers" in err.message:
+                    bad.append(ld.buffer)
+                else:
+                    raise
+    return bad
+
+
+def _convert_through_shared(ctx, buf, env, loc) -> list:
+    """Write fragment ``buf`` to a shared scratch tile (row-major) so that the loop reads it
+    from there; the barriers order the exchange (and protect the scratch across loop iterations)."""
+    lay = ctx.layouts[buf]
+    numel = int(np.prod(buf.shape))
+    scratch = ctx.alloc_shared(ctx.fresh(f"{buf.name}_xchg"), numel, buf.dtype)
+    out = [th.Comment(f"layout conversion of {buf.name} through shared memory"),
+           th.SharedDecl(scratch, ctx.shared_offsets[scratch]), th.Barrier()]
+    local = ctx.local_of[buf]
+    for r in range(lay.num_regs):
+        idx = lay.index(ctx.tid, r)
+        off = E.as_expr(0)
+        for x, st in zip(idx, buf.strides):
+            off = off + x * st
+        store = t.BufferStore(scratch, (off,), E.Load(local, (E.as_expr(r),)), loc=loc)
+        valid = _valid_expr(lay, ctx, r)
+        out.append(store if valid is None else t.IfThenElse(valid, store, None, loc=loc))
+    out.append(th.Barrier())
+    env.frag_redirect[buf] = scratch
     return out
 
 

@@ -21,7 +21,7 @@ from ..ir import tile as t
 from ..ir.visitor import walk, walk_expr
 from .lower_copy import lower_copy_g2s
 from .lower_exprs import Env, lower_expr
-from .lower_gemm import lower_gemm
+from .lower_gemm import lower_gemm, lower_gemm_prefetch, lower_gemm_step, prefetch_supported
 from .lower_parallel import lower_parallel
 from .lower_reduce import lower_reduce
 from .lowering_context import LoweringContext
@@ -164,6 +164,15 @@ class _StmtLowering:
             raise CompileError("internal: copy not expanded", s.loc)
         if isinstance(s, t.Gemm):
             return lower_gemm(ctx, s, env)
+        if isinstance(s, t.GemmPrefetch):
+            if prefetch_supported(ctx, s.gemm):
+                return lower_gemm_prefetch(ctx, s, env)
+            return []
+        if isinstance(s, t.GemmStep):
+            if prefetch_supported(ctx, s.gemm):
+                return lower_gemm_step(ctx, s, env)
+            # plain gemm, then the wait + barrier the next iteration relies on
+            return lower_gemm(ctx, s.gemm, env) + [th.AsyncWait(s.pending), th.Barrier()]
         if isinstance(s, t.Reduce):
             return lower_reduce(ctx, s, env)
         if isinstance(s, t.Atomic):

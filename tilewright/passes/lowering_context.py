@@ -40,6 +40,7 @@ class LoweringContext:
         self.shared_offsets: dict = {}  # flat shared Buffer -> byte offset
         self.shared_top = 0
         self.counter = itertools.count()
+        self.prefetch_frags: dict = {}  # id(gemm) -> double-buffered operand fragments
         self.tid_np = np.arange(self.nthreads)
 
     # ---------------------------------------------------------------- names and buffers

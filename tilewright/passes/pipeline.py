@@ -15,6 +15,7 @@ from .infer_layouts import infer_layouts
 from .insert_barriers import insert_barriers
 from .lower_to_threads import lower_to_threads
 from .pipeline_loops import pipeline_loops
+from .simplify_ranges import simplify_ranges
 
 
 @dataclass
@@ -36,8 +37,8 @@ def _tile(fn):
 # HIP today: the target-specific choices (matrix instructions, async copies, wave size) are made
 # inside the passes from the target record.
 TILE_PASSES = {
-    "cuda": [_tile(pipeline_loops), _tile(expand_tile_ops), infer_layouts, _tile(insert_barriers)],
-    "hip": [_tile(pipeline_loops), _tile(expand_tile_ops), infer_layouts, _tile(insert_barriers)],
+    "cuda": [pipeline_loops, _tile(expand_tile_ops), infer_layouts, _tile(insert_barriers)],
+    "hip": [pipeline_loops, _tile(expand_tile_ops), infer_layouts, _tile(insert_barriers)],
 }
 
 
@@ -57,12 +58,14 @@ def run_pipeline(func: t.PrimFunc, ctx: PassContext):
             raise InternalError(f"{type(e).__name__}: {e}", p.__name__) from e
         if ctx.dump is not None:
             ctx.dump(f"after_{p.__name__}.py", print_func(work))
-    try:
-        kernel = lower_to_threads(work, ctx)
-    except TilewrightError:
-        raise
-    except Exception as e:  # noqa: BLE001
-        raise InternalError(f"{type(e).__name__}: {e}", "lower_to_threads") from e
+    for name, step in (("lower_to_threads", lambda: lower_to_threads(work, ctx)),
+                       ("simplify_ranges", lambda: simplify_ranges(kernel))):
+        try:
+            kernel = step()
+        except TilewrightError:
+            raise
+        except Exception as e:  # noqa: BLE001
+            raise InternalError(f"{type(e).__name__}: {e}", name) from e
     if ctx.dump is not None:
         from ..ir.thread_printer import print_thread_kernel
 

@@ -26,14 +26,15 @@ from ..ir.visitor import free_vars, map_stmt, rewrite_expr, substitute, walk
 from .analysis import eval_expr  # noqa: F401 - kept for symmetry with other passes
 
 
-def pipeline_loops(func: t.PrimFunc) -> t.PrimFunc:
+def pipeline_loops(func: t.PrimFunc, ctx=None) -> t.PrimFunc:
+    no_prefetch = bool(ctx is not None and ctx.options.get("tw.disable_gemm_prefetch"))
     allocs: dict = {}
     walk(func.body, lambda s: allocs.__setitem__(s.buffer, s) if isinstance(s, t.Alloc) else None)
     restaged: dict = {}  # old buffer -> new staged buffer
 
     def rewrite(s):
         if isinstance(s, t.For) and s.kind == "pipelined":
-            return _pipeline(s, func, allocs, restaged)
+            return _pipeline(s, func, allocs, restaged, no_prefetch)
         return None
 
     func.body = map_stmt(func.body, rewrite)
@@ -94,7 +95,7 @@ def _buffers_touched(stmt) -> list:
     return out
 
 
-def _pipeline(loop: t.For, func, allocs, restaged):
+def _pipeline(loop: t.For, func, allocs, restaged, no_prefetch=False):
     stages = loop.num_stages
     serial = t.For(loop.var, loop.start, loop.extent, loop.body, "serial", 0, loop.loc, dict(loop.attrs))
     if stages < 2:
@@ -165,6 +166,18 @@ def _pipeline(loop: t.For, func, allocs, restaged):
     slot_now = rel % stages
     rest_stmt = t.SeqStmt(rest)
     rest_stmt = _restage(rest_stmt, new_bufs, slot_now)
+    if _prefetchable(rest_stmt, new_bufs) and not no_prefetch:
+        # the GEMM mainloop shape: [copies..., gemm] -> operand loads overlap the previous K step
+        gemm = rest_stmt.stmts[0]
+        first_slot = substitute(slot_now, {loop.var: loop.start})
+        pre = [th.AsyncWait(stages - 2, loc=loop.loc), th.Barrier(loc=loop.loc),
+               t.GemmPrefetch(gemm, first_slot, loc=gemm.loc)]
+        new_body = [issue(c, stages - 1) for c in candidates]
+        new_body.append(th.AsyncCommit(loc=loop.loc))
+        new_body.append(t.GemmStep(gemm, (rel + 1) % stages, stages - 2, loc=gemm.loc))
+        new_loop = t.For(loop.var, loop.start, loop.extent, t.SeqStmt(new_body), "serial", 0, loop.loc,
+                         dict(loop.attrs, pipelined=stages))
+        return [*prologue, *pre, new_loop, th.AsyncWait(0, loc=loop.loc)]
     new_body = [th.AsyncWait(stages - 2, loc=loop.loc), th.Barrier(loc=loop.loc)]
     for c in candidates:
         new_body.append(issue(c, stages - 1))
@@ -173,6 +186,15 @@ def _pipeline(loop: t.For, func, allocs, restaged):
     new_loop = t.For(loop.var, loop.start, loop.extent, t.SeqStmt(new_body), "serial", 0, loop.loc,
                      dict(loop.attrs, pipelined=stages))
     return [*prologue, new_loop, th.AsyncWait(0, loc=loop.loc)]
+
+
+def _prefetchable(rest, new_bufs) -> bool:
+    stmts = rest.stmts if isinstance(rest, t.SeqStmt) else [rest]
+    if len(stmts) != 1 or not isinstance(stmts[0], t.Gemm):
+        return False
+    g = stmts[0]
+    ring = set(new_bufs.values())
+    return g.a.buffer in ring and g.b.buffer in ring and not g.clear_accum
 
 
 def _buffers_touched_outside(root, loop) -> set:
