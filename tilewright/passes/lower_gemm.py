@@ -151,7 +151,16 @@ def prefetch_supported(ctx: LoweringContext, s: t.Gemm) -> bool:
     if plan is None or plan.kind != "mma" or s.a.buffer.scope != "shared" or s.clear_accum:
         return False
     k_total = s.a.shape[0] if s.trans_a else s.a.shape[1]
-    return (k_total // plan.instr.k) % 2 == 0
+    if (k_total // plan.instr.k) % 2:
+        return False
+    # double-buffered operands must fit next to the accumulators without spilling
+    lay, instr = ctx.layouts[s.c.buffer], plan.instr
+    acc = lay.num_regs * dt.bits(s.c.buffer.dtype) // 32
+    frags = (lay.atoms_m * instr.a_elems * dt.bits(instr.a_dtype) + lay.atoms_n * instr.b_elems
+             * dt.bits(instr.b_dtype)) // 32
+    # (AMD's compilers need more headroom around WMMA/MFMA operand packing: seen spilling otherwise)
+    budget = ctx.target.registers_per_thread * (1.0 if ctx.target.vendor == "nvidia" else 0.75)
+    return acc + 2 * frags + 48 <= budget
 
 
 def lower_gemm_prefetch(ctx: LoweringContext, node, env: Env) -> list:

@@ -1,0 +1,883 @@
+"""The thread-IR emulator: kernels lowered for NVIDIA (mma.sync, wave 32), CDNA (MFMA, wave 64) and
+RDNA3 (WMMA, wave 32), executed on the CPU against float64 NumPy references.
+
+Outputs are poisoned with NaN before each run, so an element a kernel forgets to write fails the
+comparison.  Most runs enable the shared-memory race detector.  Tests marked ``xfail(strict=True)``
+pin lowering bugs the emulator found (the reason says which pass and what is wrong); they start
+failing as XPASS once the lowering is fixed, which is the cue to drop the mark.
+
+The second half checks the emulator itself: every matrix instruction record against ``A @ B + C``
+with hand-built thread IR, ldmatrix, and that it refuses what a GPU would do wrong (missing barriers
+and async waits, out-of-bounds and misaligned accesses, collectives under divergence).
+"""
+
+import dataclasses
+import time
+
+import ml_dtypes
+import numpy as np
+import pytest
+
+import tilewright.language as T
+from tilewright.errors import ArgumentError, CompileError
+from tilewright.interp.emulator import (DivergenceError, EmulatorError, EmulatorOutOfBoundsError,
+                                        MisalignedAccessError, RaceError, run_thread_kernel)
+from tilewright.ir import expr as E
+from tilewright.ir import thread as th
+from tilewright.ir import tile as t
+from tilewright.ir.visitor import map_stmt, walk
+from tilewright.passes.pipeline import PassContext, run_pipeline
+from tilewright.target.base import Target
+
+CUDA, GFX942, GFX90A, GFX1100 = "cuda -arch=sm_90a", "hip -arch=gfx942", "hip -arch=gfx90a", "hip -arch=gfx1100"
+TARGETS = [CUDA, GFX942, GFX90A, GFX1100]
+WAVE32 = (CUDA, GFX1100)
+
+NP = {"float16": np.float16, "bfloat16": ml_dtypes.bfloat16, "float32": np.float32, "float64": np.float64,
+      "int8": np.int8, "int32": np.int32, "float8_e4m3fnuz": ml_dtypes.float8_e4m3fnuz,
+      "float8_e4m3fn": ml_dtypes.float8_e4m3fn}
+
+
+def lower(func, target: str) -> th.ThreadKernel:
+    return run_pipeline(func, PassContext(Target.parse(target)))
+
+
+def rand(rng, shape, dtype="float32", lo=-1.0, hi=1.0):
+    return rng.uniform(lo, hi, size=shape).astype(NP[dtype])
+
+
+def poisoned(shape, dtype="float32"):
+    return np.full(shape, np.nan, dtype=NP[dtype])
+
+
+def f64(x):
+    return np.asarray(x).astype(np.float64)
+
+
+def close(got, want, rtol, atol):
+    np.testing.assert_allclose(f64(got), want, rtol=rtol, atol=atol)
+
+
+def xfail_on(targets, reason, raises):
+    """Per-target strict xfail marks for ``pytest.param``."""
+    return [pytest.param(x, marks=pytest.mark.xfail(strict=True, reason=reason, raises=raises)) if x in targets
+            else x for x in TARGETS]
+
+
+@pytest.fixture
+def rng():
+    return np.random.default_rng(20240611)
+
+
+# ============================================================================================
+# kernels, written as TileLang users write them
+
+
+def elementwise_guarded(N, block):
+    @T.prim_func
+    def add(A: T.Tensor((N,), "float32"), B: T.Tensor((N,), "float32"), C: T.Tensor((N,), "float32")):
+        with T.Kernel(T.ceildiv(N, block), threads=128) as bx:
+            for i in T.Parallel(block):
+                if bx * block + i < N:
+                    C[bx * block + i] = A[bx * block + i] * B[bx * block + i] + 1.0
+
+    return add
+
+
+def elementwise_fragments(N, block):
+    @T.prim_func
+    def fused(A: T.Tensor((N,), "float32"), B: T.Tensor((N,), "float32"), C: T.Tensor((N,), "float32")):
+        with T.Kernel(T.ceildiv(N, block), threads=128) as bx:
+            a = T.alloc_fragment((block,), "float32")
+            b = T.alloc_fragment((block,), "float32")
+            T.copy(A[bx * block], a)  # the tail past N reads as zero
+            T.copy(B[bx * block], b)
+            for i in T.Parallel(block):
+                a[i] = a[i] * b[i] + T.exp(b[i])
+            T.copy(a, C[bx * block])  # the tail is not written
+
+    return fused
+
+
+def copy_via_shared(M, N, bm, bn, dtype):
+    @T.prim_func
+    def copy(A: T.Tensor((M, N), dtype), B: T.Tensor((M, N), dtype)):
+        with T.Kernel(T.ceildiv(N, bn), T.ceildiv(M, bm), threads=128) as (bx, by):
+            tile = T.alloc_shared((bm, bn), dtype)
+            T.copy(A[by * bm, bx * bn], tile)
+            T.copy(tile, B[by * bm, bx * bn])
+
+    return copy
+
+
+def transpose_via_shared(M, N, bm, bn):
+    @T.prim_func
+    def tr(A: T.Tensor((M, N), "float16"), B: T.Tensor((N, M), "float16")):
+        with T.Kernel(T.ceildiv(N, bn), T.ceildiv(M, bm), threads=256) as (bx, by):
+            tile = T.alloc_shared((bm, bn), "float16")
+            out = T.alloc_fragment((bn, bm), "float16")
+            T.copy(A[by * bm, bx * bn], tile)
+            for j, i in T.Parallel(bn, bm):
+                out[j, i] = tile[i, j]
+            T.copy(out, B[bx * bn, by * bm])
+
+    return tr
+
+
+def matmul(M, N, K, bm, bn, bk, dtype, accum="float32", trans_a=False, trans_b=False, stages=0, epilogue=None,
+           threads=128, swizzle=False):
+    as_shape = (bk, bm) if trans_a else (bm, bk)
+    bs_shape = (bn, bk) if trans_b else (bk, bn)
+
+    @T.prim_func
+    def gemm(A: T.Tensor((K, M) if trans_a else (M, K), dtype), B: T.Tensor((N, K) if trans_b else (K, N), dtype),
+             bias: T.Tensor((N,), "float32"), C: T.Tensor((M, N), dtype)):
+        with T.Kernel(T.ceildiv(N, bn), T.ceildiv(M, bm), threads=threads) as (bx, by):
+            A_s = T.alloc_shared(as_shape, dtype)
+            B_s = T.alloc_shared(bs_shape, dtype)
+            C_f = T.alloc_fragment((bm, bn), accum)
+            if swizzle:
+                T.use_swizzle(2)
+            T.clear(C_f)
+            for k in T.Pipelined(T.ceildiv(K, bk), num_stages=stages):
+                if trans_a:
+                    T.copy(A[k * bk, by * bm], A_s)
+                else:
+                    T.copy(A[by * bm, k * bk], A_s)
+                if trans_b:
+                    T.copy(B[bx * bn, k * bk], B_s)
+                else:
+                    T.copy(B[k * bk, bx * bn], B_s)
+                T.gemm(A_s, B_s, C_f, transpose_A=trans_a, transpose_B=trans_b)
+            if epilogue == "bias_relu":
+                for i, j in T.Parallel(bm, bn):
+                    C_f[i, j] = T.max(C_f[i, j] + T.if_then_else(bx * bn + j < N, bias[bx * bn + j], 0.0), 0.0)
+            T.copy(C_f, C[by * bm, bx * bn])
+
+    return gemm
+
+
+def gemm_reference(a, b, trans_a=False, trans_b=False):
+    a64, b64 = f64(a), f64(b)
+    return (a64.T if trans_a else a64) @ (b64.T if trans_b else b64)
+
+
+def int8_gemm(M, N, K, bm, bn, bk):
+    @T.prim_func
+    def gemm(A: T.Tensor((M, K), "int8"), B: T.Tensor((N, K), "int8"), C: T.Tensor((M, N), "int32")):
+        with T.Kernel(T.ceildiv(N, bn), T.ceildiv(M, bm), threads=128) as (bx, by):
+            A_s = T.alloc_shared((bm, bk), "int8")
+            B_s = T.alloc_shared((bn, bk), "int8")
+            C_f = T.alloc_fragment((bm, bn), "int32")
+            T.clear(C_f)
+            for k in T.serial(T.ceildiv(K, bk)):
+                T.copy(A[by * bm, k * bk], A_s)
+                T.copy(B[bx * bn, k * bk], B_s)
+                T.gemm(A_s, B_s, C_f, transpose_B=True)
+            T.copy(C_f, C[by * bm, bx * bn])
+
+    return gemm
+
+
+def splitk_gemm(M, N, K, bm, bn, bk, splits):
+    @T.prim_func
+    def gemm(A: T.Tensor((M, K), "float16"), B: T.Tensor((K, N), "float16"), C: T.Tensor((M, N), "float32")):
+        with T.Kernel(T.ceildiv(N, bn), T.ceildiv(M, bm), splits, threads=128) as (bx, by, bz):
+            A_s = T.alloc_shared((bm, bk), "float16")
+            B_s = T.alloc_shared((bk, bn), "float16")
+            C_f = T.alloc_fragment((bm, bn), "float32")
+            T.clear(C_f)
+            for k in T.Pipelined(K // splits // bk, num_stages=2):
+                T.copy(A[by * bm, bz * (K // splits) + k * bk], A_s)
+                T.copy(B[bz * (K // splits) + k * bk, bx * bn], B_s)
+                T.gemm(A_s, B_s, C_f)
+            T.atomic_add(C[by * bm, bx * bn], C_f)
+
+    return gemm
+
+
+def row_softmax(M, N, bm):
+    @T.prim_func
+    def softmax(X: T.Tensor((M, N), "float32"), Y: T.Tensor((M, N), "float32")):
+        with T.Kernel(T.ceildiv(M, bm), threads=128) as bx:
+            x = T.alloc_fragment((bm, N), "float32")
+            row_max = T.alloc_fragment((bm,), "float32")
+            row_sum = T.alloc_fragment((bm,), "float32")
+            T.copy(X[bx * bm, 0], x)
+            T.reduce_max(x, row_max, dim=1)
+            for i, j in T.Parallel(bm, N):
+                x[i, j] = T.exp(x[i, j] - row_max[i])
+            T.reduce_sum(x, row_sum, dim=1)
+            for i, j in T.Parallel(bm, N):
+                x[i, j] = x[i, j] / row_sum[i]
+            T.copy(x, Y[bx * bm, 0])
+
+    return softmax
+
+
+def softmax_ref(x):
+    x = f64(x)
+    e = np.exp(x - x.max(axis=1, keepdims=True))
+    return e / e.sum(axis=1, keepdims=True)
+
+
+def rmsnorm(M, N, bm, eps=1e-6):
+    @T.prim_func
+    def norm(X: T.Tensor((M, N), "float16"), W: T.Tensor((N,), "float16"), Y: T.Tensor((M, N), "float16")):
+        with T.Kernel(T.ceildiv(M, bm), threads=128) as bx:
+            x = T.alloc_fragment((bm, N), "float32")
+            sq = T.alloc_fragment((bm, N), "float32")
+            ss = T.alloc_fragment((bm,), "float32")
+            T.copy(X[bx * bm, 0], x)
+            for i, j in T.Parallel(bm, N):
+                sq[i, j] = x[i, j] * x[i, j]
+            T.reduce_sum(sq, ss, dim=1)
+            for i, j in T.Parallel(bm, N):
+                x[i, j] = x[i, j] * T.rsqrt(ss[i] / N + eps) * W[j]
+            T.copy(x, Y[bx * bm, 0])
+
+    return norm
+
+
+def column_sum_idiomatic(M, N, bm, bn):
+    """The TileLang idiom: clear an accumulator, fold each tile in with ``clear=False``."""
+
+    @T.prim_func
+    def colsum(X: T.Tensor((M, N), "float32"), S: T.Tensor((N,), "float32")):
+        with T.Kernel(T.ceildiv(N, bn), threads=128) as bx:
+            x = T.alloc_fragment((bm, bn), "float32")
+            part = T.alloc_fragment((bn,), "float32")
+            T.clear(part)
+            for k in T.serial(T.ceildiv(M, bm)):
+                T.copy(X[k * bm, bx * bn], x)  # rows past M read as zero
+                T.reduce_sum(x, part, dim=0, clear=False)
+            T.copy(part, S[bx * bn])
+
+    return colsum
+
+
+def column_sum_fresh(M, N, bm, bn):
+    """The same reduction with a fresh fragment per tile; ``T.clear(x)`` first makes layout inference
+    lay out ``x`` before the accumulators (see test_column_reduction_idiomatic)."""
+
+    @T.prim_func
+    def colsum(X: T.Tensor((M, N), "float32"), S: T.Tensor((N,), "float32")):
+        with T.Kernel(T.ceildiv(N, bn), threads=128) as bx:
+            x = T.alloc_fragment((bm, bn), "float32")
+            part = T.alloc_fragment((bn,), "float32")
+            acc = T.alloc_fragment((bn,), "float32")
+            T.clear(x)
+            T.clear(acc)
+            for k in T.serial(T.ceildiv(M, bm)):
+                T.copy(X[k * bm, bx * bn], x)
+                T.reduce_sum(x, part, dim=0)
+                for j in T.Parallel(bn):
+                    acc[j] = acc[j] + part[j]
+            T.copy(acc, S[bx * bn])
+
+    return colsum
+
+
+def small_reductions(M, N):
+    @T.prim_func
+    def red(X: T.Tensor((M, N), "float32"), R: T.Tensor((2, M), "float32"), Tot: T.Tensor((1,), "float32")):
+        with T.Kernel(1, threads=128) as bx:
+            x = T.alloc_fragment((M, N), "float32")
+            r = T.alloc_fragment((M,), "float32")
+            flat = T.alloc_fragment((N,), "float32")
+            one = T.alloc_fragment((1,), "float32")
+            T.copy(X, x)
+            T.reduce_max(x, r, dim=1)
+            T.copy(r, R[0, 0])
+            T.reduce_sum(x, r, dim=1)
+            T.copy(r, R[1, 0])
+            T.copy(X[0, 0:N], flat)
+            T.reduce_sum(flat, one, dim=0)
+            T.copy(one, Tot)
+
+    return red
+
+
+def atomic_histogram(N, block):
+    @T.prim_func
+    def hist(A: T.Tensor((N,), "float32"), Tot: T.Tensor((1,), "float32"), Hist: T.Tensor((4,), "int32")):
+        with T.Kernel(T.ceildiv(N, block), threads=128) as bx:
+            for i in T.Parallel(block):
+                if bx * block + i < N:
+                    T.atomic_add(Tot[0], A[bx * block + i])
+                    T.atomic_add(Hist[(bx * block + i) % 4], 1)
+
+    return hist
+
+
+def thread_guarded_writes(nthreads):
+    @T.prim_func
+    def kern(Out: T.Tensor((2,), "float32")):
+        with T.Kernel(2, threads=nthreads):
+            tx = T.get_thread_binding()
+            if tx < 3:
+                T.atomic_add(Out[0], 1.0)  # once per thread 0, 1, 2 of each block
+            if tx == 5:
+                Out[1] = 7.0  # thread 5 stores
+
+    return kern
+
+
+def scale_rows(M, N, bm):
+    @T.prim_func
+    def scale(X: T.Tensor((M, N), "float32"), Y: T.Tensor((M, N), "float32"), alpha: T.float32):
+        with T.Kernel(T.ceildiv(M, bm), threads=128) as bx:
+            x = T.alloc_fragment((bm, N), "float32")
+            T.copy(X[bx * bm, 0], x)
+            for i, j in T.Parallel(bm, N):
+                x[i, j] = x[i, j] * alpha + T.cast(M, "float32")
+            T.copy(x, Y[bx * bm, 0])
+
+    return scale
+
+
+# ============================================================================================
+# lowered kernels against NumPy
+
+
+ELEMENTWISE_BUG = ("lower_parallel._plan_vectors/_lower_body: a vectorized guarded store `if g < N: C[g] = "
+                   "A[g] * B[g] + 1` computes its value into the o_* registers unconditionally and only the final "
+                   "VecCopy carries the guard, so A[g] and B[g] are loaded past the end of A/B for g >= N")
+
+
+@pytest.mark.parametrize("target", xfail_on(TARGETS, ELEMENTWISE_BUG, EmulatorOutOfBoundsError))
+def test_elementwise_ragged_guarded(rng, target):
+    N = 1000
+    k = lower(elementwise_guarded(N, 128), target)
+    a, b, c = rand(rng, N), rand(rng, N), poisoned(N)
+    run_thread_kernel(k, [a, b, c], check_races=True)
+    close(c, f64(a) * f64(b) + 1.0, rtol=1e-6, atol=1e-6)
+
+
+@pytest.mark.parametrize("target", TARGETS)
+@pytest.mark.parametrize("N,block", [(1000, 128), (3000, 1024)])
+def test_elementwise_ragged_fragments(rng, target, N, block):
+    k = lower(elementwise_fragments(N, block), target)
+    a, b, c = rand(rng, N), rand(rng, N), poisoned(N)
+    run_thread_kernel(k, [a, b, c], check_races=True)
+    close(c, f64(a) * f64(b) + np.exp(f64(b)), rtol=1e-6, atol=1e-6)
+
+
+@pytest.mark.parametrize("target", TARGETS)
+@pytest.mark.parametrize("dtype", ["float32", "float16"])
+def test_copy_through_shared_ragged(rng, target, dtype):
+    M, N = 333, 200
+    k = lower(copy_via_shared(M, N, 64, 64, dtype), target)
+    a, b = rand(rng, (M, N), dtype), poisoned((M, N), dtype)
+    run_thread_kernel(k, [a, b], check_races=True)
+    np.testing.assert_array_equal(b, a)
+
+
+@pytest.mark.parametrize("target", TARGETS)
+def test_transpose_through_shared(rng, target):
+    M, N = 300, 200
+    k = lower(transpose_via_shared(M, N, 64, 32), target)
+    a, b = rand(rng, (M, N), "float16"), poisoned((N, M), "float16")
+    run_thread_kernel(k, [a, b], check_races=True)
+    np.testing.assert_array_equal(b, a.T)
+
+
+GEMM_TOL = {"float16": (1e-2, 2e-2), "bfloat16": (2e-2, 6e-2), "float32": (1e-5, 1e-5)}
+
+
+@pytest.mark.parametrize("target", TARGETS)
+@pytest.mark.parametrize("dtype", ["float16", "bfloat16"])
+@pytest.mark.parametrize("trans_a,trans_b", [(False, False), (False, True), (True, False), (True, True)])
+def test_gemm_ragged(rng, target, dtype, trans_a, trans_b):
+    M, N, K = 100, 72, 40
+    k = lower(matmul(M, N, K, 64, 64, 32, dtype, trans_a=trans_a, trans_b=trans_b), target)
+    a = rand(rng, (K, M) if trans_a else (M, K), dtype)
+    b = rand(rng, (N, K) if trans_b else (K, N), dtype)
+    c = poisoned((M, N), dtype)
+    run_thread_kernel(k, [a, b, rand(rng, N), c], check_races=True)
+    close(c, gemm_reference(a, b, trans_a, trans_b), *GEMM_TOL[dtype])
+
+
+@pytest.mark.parametrize("target", TARGETS)
+@pytest.mark.parametrize("M,N,K,bm,bn", [(33, 45, 50, 64, 64), (70, 40, 36, 32, 32)])
+def test_gemm_odd_shapes_and_small_tiles(rng, target, M, N, K, bm, bn):
+    # 32x32 tiles over 128 threads take the 16x16 MFMA on CDNA (the 32x32 one needs 64-wide tiles)
+    k = lower(matmul(M, N, K, bm, bn, 32, "float16", trans_b=True), target)
+    a, b, c = rand(rng, (M, K), "float16"), rand(rng, (N, K), "float16"), poisoned((M, N), "float16")
+    run_thread_kernel(k, [a, b, rand(rng, N), c], check_races=True)
+    close(c, gemm_reference(a, b, False, True), *GEMM_TOL["float16"])
+
+
+@pytest.mark.parametrize("target", TARGETS)
+def test_pipelined_gemm_256(rng, target):
+    M = N = 256
+    K = 128
+    k = lower(matmul(M, N, K, 128, 128, 32, "float16", stages=3, swizzle=True), target)
+    a, b, c = rand(rng, (M, K), "float16"), rand(rng, (K, N), "float16"), poisoned((M, N), "float16")
+    start = time.perf_counter()
+    run_thread_kernel(k, [a, b, rand(rng, N), c])
+    elapsed = time.perf_counter() - start
+    close(c, gemm_reference(a, b), rtol=1e-2, atol=5e-2)
+    assert elapsed < 10.0, f"emulating a 256x256x128 GEMM took {elapsed:.1f} s"
+    c[:] = np.nan
+    run_thread_kernel(k, [a, b, rand(rng, N), c], check_races=True)
+    close(c, gemm_reference(a, b), rtol=1e-2, atol=5e-2)
+
+
+@pytest.mark.parametrize("target", TARGETS)
+def test_gemm_bias_relu_epilogue(rng, target):
+    M, N, K = 100, 72, 64
+    k = lower(matmul(M, N, K, 64, 64, 32, "float16", stages=2, epilogue="bias_relu"), target)
+    a, b, bias = rand(rng, (M, K), "float16"), rand(rng, (K, N), "float16"), rand(rng, N)
+    c = poisoned((M, N), "float16")
+    run_thread_kernel(k, [a, b, bias, c], check_races=True)
+    close(c, np.maximum(gemm_reference(a, b) + f64(bias), 0.0), rtol=1e-2, atol=2e-2)
+    assert (f64(c) == 0).any() and (f64(c) > 0).any()
+
+
+@pytest.mark.parametrize("target", TARGETS)
+def test_fp32_gemm(rng, target):
+    # no fp32 matrix instruction on sm_90a / gfx1100: the SIMT path; MFMA 16x16x4 f32 on CDNA
+    M, N, K = 100, 72, 40
+    k = lower(matmul(M, N, K, 64, 64, 32, "float32"), target)
+    a, b, c = rand(rng, (M, K)), rand(rng, (K, N)), poisoned((M, N))
+    run_thread_kernel(k, [a, b, rand(rng, N), c], check_races=True)
+    close(c, gemm_reference(a, b), *GEMM_TOL["float32"])
+
+
+@pytest.mark.parametrize("target", TARGETS)
+def test_int8_gemm_exact(rng, target):
+    M, N, K = 70, 50, 96
+    k = lower(int8_gemm(M, N, K, 64, 32, 32), target)
+    a = rng.integers(-128, 128, (M, K)).astype(np.int8)
+    b = rng.integers(-128, 128, (N, K)).astype(np.int8)
+    c = np.full((M, N), -7, np.int32)
+    run_thread_kernel(k, [a, b, c], check_races=True)
+    np.testing.assert_array_equal(c, a.astype(np.int64) @ b.astype(np.int64).T)
+
+
+@pytest.mark.parametrize("target", TARGETS)
+def test_split_k_gemm_atomic_add(rng, target):
+    M, N, K = 90, 80, 128
+    k = lower(splitk_gemm(M, N, K, 64, 64, 32, 2), target)
+    a, b = rand(rng, (M, K), "float16"), rand(rng, (K, N), "float16")
+    c = np.zeros((M, N), np.float32)
+    run_thread_kernel(k, [a, b, c], check_races=True)
+    close(c, gemm_reference(a, b), rtol=1e-4, atol=1e-4)
+
+
+@pytest.mark.parametrize("target", TARGETS)
+def test_row_softmax(rng, target):
+    k = lower(row_softmax(64, 1024, 4), target)
+    x, y = rand(rng, (64, 1024), lo=-5, hi=5), poisoned((64, 1024))
+    run_thread_kernel(k, [x, y], check_races=True)
+    close(y, softmax_ref(x), rtol=1e-5, atol=1e-7)
+
+
+@pytest.mark.parametrize("target", TARGETS)
+def test_rmsnorm(rng, target):
+    M, N = 37, 256
+    k = lower(rmsnorm(M, N, 8), target)
+    x, w, y = rand(rng, (M, N), "float16"), rand(rng, N, "float16"), poisoned((M, N), "float16")
+    run_thread_kernel(k, [x, w, y], check_races=True)
+    x64 = f64(x)
+    close(y, x64 / np.sqrt((x64 ** 2).mean(axis=1, keepdims=True) + 1e-6) * f64(w), rtol=1e-2, atol=1e-2)
+
+
+COLUMN_IDIOM_BUG = ("infer_layouts step 3 gives the earliest-used unlaid fragment a default Striped layout: that is "
+                    "the accumulator `part` (first touched by T.clear), before the reduce source `x` has a layout; "
+                    "the Reduce rule of step 2 only fills a destination without a layout, so `part` keeps "
+                    "Striped(32,) and lower_reduce rejects it ('already laid out as Striped(32,)')")
+
+
+@pytest.mark.parametrize("target", xfail_on(TARGETS, COLUMN_IDIOM_BUG, CompileError))
+def test_column_reduction_idiomatic(rng, target):
+    M, N = 333, 100
+    k = lower(column_sum_idiomatic(M, N, 64, 32), target)
+    x, s = rand(rng, (M, N)), poisoned(N)
+    run_thread_kernel(k, [x, s], check_races=True)
+    close(s, f64(x).sum(axis=0), rtol=1e-5, atol=1e-4)
+
+
+REPLICA_ORDER_BUG = ("lower_reduce step 2 folds the cross-warp partials as red + s[tx^32] + s[tx^64] + s[tx^96], an "
+                     "order that differs between the replicas of a destination element, so replicas hold results "
+                     "differing in the last bits and then store them all to one address (a nondeterministic "
+                     "result); wave64 targets only have one cross-wave bit here, where a + b == b + a")
+
+
+@pytest.mark.parametrize("target", xfail_on(WAVE32, REPLICA_ORDER_BUG, RaceError))
+def test_column_reduction(rng, target):
+    M, N = 333, 100
+    k = lower(column_sum_fresh(M, N, 64, 32), target)
+    x, s = rand(rng, (M, N)), poisoned(N)
+    run_thread_kernel(k, [x, s])
+    close(s, f64(x).sum(axis=0), rtol=1e-5, atol=1e-4)
+    s[:] = np.nan
+    run_thread_kernel(k, [x, s], check_races=True)  # replicas must agree bit for bit
+    close(s, f64(x).sum(axis=0), rtol=1e-5, atol=1e-4)
+
+
+REPLICATED_SUM_BUG = ("lower_reduce uses sharing_masks(dst layout), which also contains the replication bits of the "
+                      "source layout (an (8, 16) fragment over 128 threads with 4-wide chunks is held 4 times: "
+                      "tx, tx^32, tx^64, tx^96; a (16,) one 32 times), so reduce_sum adds every partial once per "
+                      "replica (4x and 32x too large); reduce_max is unaffected")
+
+
+@pytest.mark.parametrize("target", xfail_on(TARGETS, REPLICATED_SUM_BUG, AssertionError))
+def test_reductions_of_replicated_fragments(rng, target):
+    M, N = 8, 16
+    k = lower(small_reductions(M, N), target)
+    x, r, tot = rand(rng, (M, N), lo=-3, hi=3), poisoned((2, M)), poisoned(1)
+    run_thread_kernel(k, [x, r, tot], check_races=True)
+    close(r[0], f64(x).max(axis=1), rtol=1e-6, atol=1e-6)
+    close(r[1], f64(x).sum(axis=1), rtol=1e-5, atol=1e-5)
+    close(tot, [f64(x)[0].sum()], rtol=1e-5, atol=1e-5)
+
+
+REPLICATED_ATOMIC_BUG = ("lower_parallel runs T.Parallel(128) over 128 threads with a Striped layout of 4-wide "
+                         "chunks, which needs only 32 threads: threads tx and tx+32, tx+64, tx+96 all execute the "
+                         "iteration (`tx % 32 * 4`), so every atomic inside it is applied 4 times")
+
+
+@pytest.mark.parametrize("target", xfail_on(TARGETS, REPLICATED_ATOMIC_BUG, AssertionError))
+def test_atomics_in_parallel(rng, target):
+    N = 1000
+    k = lower(atomic_histogram(N, 128), target)
+    a, tot, hist = rand(rng, N), np.zeros(1, np.float32), np.zeros(4, np.int32)
+    run_thread_kernel(k, [a, tot, hist], check_races=True)
+    np.testing.assert_array_equal(hist, [250, 250, 250, 250])
+    close(tot, [f64(a).sum()], rtol=1e-4, atol=1e-4)
+
+
+THREAD_GUARD_BUG = ("lower_to_threads._StmtLowering.store/atomic wrap a global store or atomic whose own "
+                    "expressions do not use the thread index in `if tx == 0`, without looking at enclosing "
+                    "conditions: under `if tx < 3:` the atomic runs once per block instead of 3 times, and "
+                    "under `if tx == 5:` the store never runs")
+
+
+@pytest.mark.parametrize("target", xfail_on(TARGETS, THREAD_GUARD_BUG, AssertionError))
+def test_thread_guarded_atomic_and_store(target):
+    k = lower(thread_guarded_writes(64), target)
+    out = np.zeros(2, np.float32)
+    run_thread_kernel(k, [out], check_races=True)
+    np.testing.assert_array_equal(out, [6.0, 7.0])
+
+
+PADDED_LAYOUT_BUG = ("LoweringContext.frag_register range-checks the fragment index of every thread, including the "
+                     "padded register slots of a Striped layout whose chunks do not divide evenly over the threads "
+                     "((16, 48) float32 = 192 chunks of 4 over 128 threads); lower_parallel guards those slots "
+                     "with the layout's valid_expr but asks for their register anyway")
+
+
+@pytest.mark.parametrize("target", xfail_on(TARGETS, PADDED_LAYOUT_BUG, CompileError))
+def test_padded_fragment_layout(rng, target):
+    M, N = 100, 48
+    k = lower(scale_rows(M, N, 16), target)
+    x, y = rand(rng, (M, N)), poisoned((M, N))
+    run_thread_kernel(k, [x, y, 2.0])
+    close(y, f64(x) * 2.0 + M, rtol=1e-6, atol=1e-6)
+
+
+@pytest.mark.parametrize("target", [CUDA, GFX942])
+def test_scalar_params_and_arguments(rng, target):
+    M, N = 100, 64
+    k = lower(scale_rows(M, N, 16), target)
+    x, y = rand(rng, (M, N)), poisoned((M, N))
+    run_thread_kernel(k, [x, y, -1.5])
+    close(y, f64(x) * -1.5 + M, rtol=1e-6, atol=1e-6)
+    with pytest.raises(ArgumentError):
+        run_thread_kernel(k, [x, y])
+    with pytest.raises(ArgumentError):
+        run_thread_kernel(k, [x.astype(np.float64), y, 1.0])
+    with pytest.raises(ArgumentError):
+        run_thread_kernel(k, [x, np.asfortranarray(y), 1.0])
+
+
+def test_dynamic_dimension_inferred_and_explicit(rng):
+    m = T.dynamic("m")
+
+    @T.prim_func
+    def scale(X: T.Tensor((m, 64), "float32"), Y: T.Tensor((m, 64), "float32")):
+        with T.Kernel(T.ceildiv(m, 16), threads=128) as bx:
+            x = T.alloc_fragment((16, 64), "float32")
+            T.copy(X[bx * 16, 0], x)
+            for i, j in T.Parallel(16, 64):
+                x[i, j] = x[i, j] * 2.0 + T.cast(m, "float32")
+            T.copy(x, Y[bx * 16, 0])
+
+    k = lower(scale, CUDA)
+    for rows in (100, 37):
+        x, y = rand(rng, (rows, 64)), poisoned((rows, 64))
+        run_thread_kernel(k, [x, y])
+        close(y, f64(x) * 2 + rows, rtol=1e-6, atol=1e-6)
+    x, y = rand(rng, (20, 64)), poisoned((20, 64))
+    run_thread_kernel(k, [x, y], dyn={"m": 20})
+    close(y, f64(x) * 2 + 20, rtol=1e-6, atol=1e-6)
+    with pytest.raises(ArgumentError):
+        run_thread_kernel(k, [x, poisoned((21, 64))])
+    with pytest.raises(ArgumentError):
+        run_thread_kernel(k, [x, y], dyn={"m": 19})
+
+
+# ============================================================================================
+# the emulator itself: hand-built thread IR
+
+
+def hand_kernel(params, build, threads, target, grid=(1,), shared_bytes=0):
+    tx = E.Var("tx", "int32", kind="thread")
+    bx = E.Var("bx", "int32", kind="block")
+    return th.ThreadKernel(name="hand", params=list(params), dyn_vars=[], grid=tuple(E.as_expr(g) for g in grid),
+                           num_threads=threads, shared_bytes=shared_bytes, body=t.SeqStmt(build(tx, bx)),
+                           thread_var=tx, block_vars=(bx,), target=Target.parse(target))
+
+
+def gbuf(name, n, dtype):
+    return t.Buffer(name, (n,), dtype, "global")
+
+
+def lbuf(name, n, dtype):
+    return t.Buffer(name, (n,), dtype, "local")
+
+
+def store(buf, idx, value):
+    return t.BufferStore(buf, (E.as_expr(idx),), E.as_expr(value))
+
+
+def load(buf, idx):
+    return E.Load(buf, (E.as_expr(idx),))
+
+
+def _all_matrix_instrs():
+    seen = {}
+    for arch in (CUDA, GFX90A, GFX942, "hip -arch=gfx950", GFX1100, "hip -arch=gfx1201"):
+        for mi in Target.parse(arch).matrix_instrs:
+            seen.setdefault(mi.name, (mi, arch))
+    return list(seen.values())
+
+
+MATRIX_INSTRS = _all_matrix_instrs()
+
+
+def mma_kernel(mi, arch, groups_per_block=2, blocks=2, perturb_replicas=False):
+    """Each group loads A, B, C through the instruction's lane layouts, runs it, stores D."""
+    G, m, n, kk = mi.group_size, mi.m, mi.n, mi.k
+    total = groups_per_block * blocks
+    A, B = gbuf("A", total * m * kk, mi.a_dtype), gbuf("B", total * kk * n, mi.b_dtype)
+    C, D = gbuf("C", total * m * n, mi.acc_dtype), gbuf("D", total * m * n, mi.acc_dtype)
+    a, b = lbuf("a", mi.a_elems, mi.a_dtype), lbuf("b", mi.b_elems, mi.b_dtype)
+    c, d = lbuf("c", mi.c_elems, mi.acc_dtype), lbuf("d", mi.c_elems, mi.acc_dtype)
+
+    def build(tx, bx):
+        lane = tx % G
+        grp = bx * groups_per_block + tx // G
+        out = [th.LocalDecl(x) for x in (a, b, c, d)]
+        for e in range(mi.a_elems):
+            r, col = mi.a_index(lane, e)
+            idx = r * kk + col
+            if perturb_replicas:  # the upper half-wave loads a different element: replicas disagree
+                idx = (idx + E.select(lane >= 16, 1, 0)) % (m * kk)
+            out.append(store(a, e, load(A, grp * (m * kk) + idx)))
+        for e in range(mi.b_elems):
+            r, col = mi.b_index(lane, e)
+            out.append(store(b, e, load(B, grp * (kk * n) + r * n + col)))
+        for e in range(mi.c_elems):
+            r, col = mi.c_index(lane, e)
+            out.append(store(c, e, load(C, grp * (m * n) + r * n + col)))
+        out.append(th.MatrixMultiply(mi, (d, 0), (a, 0), (b, 0), (c, 0)))
+        for e in range(mi.c_elems):
+            r, col = mi.c_index(lane, e)
+            out.append(store(D, grp * (m * n) + r * n + col, load(d, e)))
+        return out
+
+    k = hand_kernel([A, B, C, D], build, G * groups_per_block, arch, grid=(blocks,))
+    return k, total
+
+
+def _operand(rng, shape, dtype):
+    if dtype == "int8":
+        return rng.integers(-128, 128, shape).astype(np.int8)
+    return rng.uniform(-2, 2, shape).astype(NP[dtype])
+
+
+@pytest.mark.parametrize("mi,arch", MATRIX_INSTRS, ids=[mi.name for mi, _ in MATRIX_INSTRS])
+def test_matrix_instruction_semantics(rng, mi, arch):
+    k, total = mma_kernel(mi, arch)
+    a = _operand(rng, (total, mi.m, mi.k), mi.a_dtype)
+    b = _operand(rng, (total, mi.k, mi.n), mi.b_dtype)
+    integer = mi.acc_dtype == "int32"
+    c = rng.integers(-1000, 1000, (total, mi.m, mi.n)).astype(np.int32) if integer else rand(rng, (total, mi.m, mi.n))
+    d = np.full((total, mi.m, mi.n), -1, np.int32) if integer else poisoned((total, mi.m, mi.n))
+    run_thread_kernel(k, [a, b, c, d], check_races=True)
+    want = f64(a) @ f64(b) + f64(c)
+    if integer:
+        np.testing.assert_array_equal(d, want.astype(np.int64))
+    else:
+        close(d, want, rtol=1e-5, atol=1e-5)
+
+
+def test_wmma_replicas_must_agree(rng):
+    mi = Target.parse(GFX1100).matrix_instr_for("float16", "float16", "float32")[0]
+    k, total = mma_kernel(mi, GFX1100, perturb_replicas=True)
+    a, b = rand(rng, (total, 16, 16), "float16"), rand(rng, (total, 16, 16), "float16")
+    with pytest.raises(EmulatorError, match="replicated"):
+        run_thread_kernel(k, [a, b, rand(rng, (total, 16, 16)), poisoned((total, 16, 16))])
+
+
+@pytest.mark.parametrize("num", [1, 2, 4])
+@pytest.mark.parametrize("trans", [False, True])
+def test_ldmatrix(rng, num, trans):
+    G, O = gbuf("G", 256, "float16"), gbuf("O", 256, "float16")
+    S = t.Buffer("S", (256,), "float16", "shared")
+    r = lbuf("r", 8, "float16")
+
+    def build(tx, bx):
+        out = [th.SharedDecl(S, 0)]
+        out += [store(S, tx * 8 + j, load(G, tx * 8 + j)) for j in range(8)]
+        out.append(th.Barrier())
+        # lane l supplies row l % 8 of matrix l // 8; lanes past 8 * num supply garbage, which must be ignored
+        row = E.select(tx < 8 * num, (tx // 8) * 64 + (tx % 8) * 8, 1 << 20)
+        out += [th.LocalDecl(r), th.LoadMatrix(r, 0, S, row, num, trans)]
+        out += [store(O, tx * 8 + j, load(r, j)) for j in range(2 * num)]
+        return out
+
+    k = hand_kernel([G, O], build, 32, CUDA, shared_bytes=512)
+    g, o = rand(rng, 256, "float16"), poisoned(256, "float16")
+    run_thread_kernel(k, [g, o], check_races=True)
+    mats = g.reshape(4, 8, 8)
+    got = o.reshape(32, 8)
+    for lane in range(32):
+        for q in range(num):
+            for j in range(2):
+                want = mats[q, 2 * (lane % 4) + j, lane // 4] if trans else mats[q, lane // 4, 2 * (lane % 4) + j]
+                assert got[lane, 2 * q + j] == want, (lane, q, j)
+
+
+def test_per_lane_loop_trip_counts():
+    Out = gbuf("Out", 64, "int32")
+    acc = lbuf("acc", 1, "int32")
+    i = E.Var("i", "int32", kind="loop")
+
+    def build(tx, bx):
+        body = store(acc, 0, load(acc, 0) + i)
+        return [th.LocalDecl(acc), store(acc, 0, 0), t.For(i, tx % 3, tx % 5, body), store(Out, tx, load(acc, 0))]
+
+    k = hand_kernel([Out], build, 64, GFX942)
+    out = np.full(64, -1, np.int32)
+    run_thread_kernel(k, [out])
+    want = [sum(range(x % 3, x % 3 + x % 5)) for x in range(64)]
+    np.testing.assert_array_equal(out, want)
+
+
+def test_uninitialised_registers_are_nan():
+    Out = gbuf("Out", 32, "float32")
+    reg = lbuf("reg", 2, "float32")
+    k = hand_kernel([Out], lambda tx, bx: [th.LocalDecl(reg), store(reg, 0, 1.0), store(Out, tx, load(reg, 1))], 32,
+                    CUDA)
+    out = np.zeros(32, np.float32)
+    run_thread_kernel(k, [out])
+    assert np.isnan(out).all()
+
+
+def test_out_of_bounds_store_names_the_buffer():
+    Out = gbuf("Out", 32, "float32")
+    k = hand_kernel([Out], lambda tx, bx: [store(Out, tx + 1, 1.0)], 32, CUDA)
+    with pytest.raises(EmulatorOutOfBoundsError, match=r"thread 31.*Out"):
+        run_thread_kernel(k, [np.zeros(32, np.float32)])
+    # the same store under a guard that masks thread 31 is fine
+    k = hand_kernel([Out], lambda tx, bx: [t.IfThenElse(tx < 31, store(Out, tx + 1, 1.0))], 32, CUDA)
+    out = np.zeros(32, np.float32)
+    run_thread_kernel(k, [out])
+    assert out[0] == 0 and (out[1:] == 1).all()
+
+
+def test_guarded_load_in_select_does_not_fault():
+    A, Out = gbuf("A", 32, "float32"), gbuf("Out", 32, "float32")
+    k = hand_kernel([A, Out], lambda tx, bx: [store(Out, tx, E.select(tx > 0, load(A, tx - 1), -1.0))], 32, CUDA)
+    a, out = np.arange(32, dtype=np.float32), poisoned(32)
+    run_thread_kernel(k, [a, out])
+    np.testing.assert_array_equal(out, np.concatenate([[-1.0], a[:-1]]))
+
+
+def test_misaligned_vector_access():
+    Out = gbuf("Out", 256, "float32")
+    v = lbuf("v", 4, "float32")
+
+    def build(tx, bx):
+        return [th.LocalDecl(v, init=0.0), th.VecCopy(Out, tx * 4 + 1, v, E.as_expr(0), 4)]
+
+    k = hand_kernel([Out], build, 32, CUDA)
+    with pytest.raises(MisalignedAccessError):
+        run_thread_kernel(k, [np.zeros(256, np.float32)])
+
+
+def test_shuffle_under_divergence():
+    Out = gbuf("Out", 32, "float32")
+
+    def build(tx, bx):
+        val = E.Shuffle(E.cast("float32", tx), 16, 32)  # lanes 0..15 read lanes 16..31, which are not here
+        return [t.IfThenElse(tx < 16, store(Out, tx, val))]
+
+    k = hand_kernel([Out], build, 32, CUDA)
+    with pytest.raises(DivergenceError, match="shuffle"):
+        run_thread_kernel(k, [np.zeros(32, np.float32)])
+    k = hand_kernel([Out], lambda tx, bx: [store(Out, tx, E.Shuffle(E.cast("float32", tx), 5, 8))], 32, CUDA)
+    out = poisoned(32)
+    run_thread_kernel(k, [out])
+    np.testing.assert_array_equal(out, np.arange(32) ^ 5)
+
+
+def test_barrier_under_divergence():
+    Out = gbuf("Out", 64, "float32")
+    k = hand_kernel([Out], lambda tx, bx: [t.IfThenElse(tx < 16, th.Barrier())], 64, GFX942)
+    with pytest.raises(DivergenceError, match="barrier"):
+        run_thread_kernel(k, [np.zeros(64, np.float32)])
+    # a condition uniform over each block is fine
+    k = hand_kernel([Out], lambda tx, bx: [t.IfThenElse(bx < 1, th.Barrier()), store(Out, bx * 32 + tx % 32, 1.0)],
+                    64, GFX942, grid=(2,))
+    run_thread_kernel(k, [np.zeros(64, np.float32)])
+
+
+# --------------------------------------------------------------------------------------------
+# mutated lowerings: the emulator must notice
+
+
+def _mutate(kernel, fn):
+    return dataclasses.replace(kernel, body=map_stmt(kernel.body, fn))
+
+
+def test_missing_barrier_is_a_race(rng):
+    k = lower(transpose_via_shared(128, 64, 64, 32), CUDA)
+    a = rand(rng, (128, 64), "float16")
+    run_thread_kernel(k, [a, poisoned((64, 128), "float16")], check_races=True)
+    broken = _mutate(k, lambda s: [] if isinstance(s, th.Barrier) else None)
+    with pytest.raises(RaceError, match="missing barrier"):
+        run_thread_kernel(broken, [a, poisoned((64, 128), "float16")], check_races=True)
+
+
+def test_weakened_async_wait_is_caught(rng):
+    M = N = 128
+    K = 256
+    k = lower(matmul(M, N, K, 64, 64, 32, "float16", stages=3), CUDA)
+    waits = []
+    walk(k.body, lambda s: waits.append(s) if isinstance(s, th.AsyncWait) else None)
+    assert waits, "the pipelined loop should wait for its async copies"
+    broken = _mutate(k, lambda s: th.AsyncWait(s.pending + 1) if isinstance(s, th.AsyncWait) else None)
+    a, b, bias = rand(rng, (M, K), "float16"), rand(rng, (K, N), "float16"), rand(rng, N)
+    good, bad = poisoned((M, N), "float16"), poisoned((M, N), "float16")
+    run_thread_kernel(k, [a, b, bias, good])
+    close(good, gemm_reference(a, b), rtol=1e-2, atol=5e-2)
+    run_thread_kernel(broken, [a, b, bias, bad])  # reads stages whose copies have not landed
+    assert not np.allclose(f64(bad), gemm_reference(a, b), rtol=1e-2, atol=5e-2, equal_nan=False)
+    with pytest.raises(RaceError, match="async copy"):
+        run_thread_kernel(broken, [a, b, bias, poisoned((M, N), "float16")], check_races=True)
+
+
+def test_compiled_program_is_cached(rng):
+    from tilewright.interp import emulator
+
+    k = lower(copy_via_shared(64, 64, 64, 64, "float32"), CUDA)
+    a = rand(rng, (64, 64))
+    run_thread_kernel(k, [a, poisoned((64, 64))])
+    prog = emulator._program(k)
+    run_thread_kernel(k, [a, poisoned((64, 64))])
+    assert emulator._program(k) is prog
