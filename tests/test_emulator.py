@@ -20,8 +20,14 @@ import pytest
 
 import tilewright.language as T
 from tilewright.errors import ArgumentError, CompileError
-from tilewright.interp.emulator import (DivergenceError, EmulatorError, EmulatorOutOfBoundsError,
-                                        MisalignedAccessError, RaceError, run_thread_kernel)
+from tilewright.interp.emulator import (
+    DivergenceError,
+    EmulatorError,
+    EmulatorOutOfBoundsError,
+    MisalignedAccessError,
+    RaceError,
+    run_thread_kernel,
+)
 from tilewright.ir import expr as E
 from tilewright.ir import thread as th
 from tilewright.ir import tile as t
@@ -257,8 +263,7 @@ def column_sum_idiomatic(M, N, bm, bn):
 
 
 def column_sum_fresh(M, N, bm, bn):
-    """The same reduction with a fresh fragment per tile; ``T.clear(x)`` first makes layout inference
-    lay out ``x`` before the accumulators (see test_column_reduction_idiomatic)."""
+    """The same reduction into a fresh fragment per tile, accumulated elementwise."""
 
     @T.prim_func
     def colsum(X: T.Tensor((M, N), "float32"), S: T.Tensor((N,), "float32")):
@@ -266,7 +271,6 @@ def column_sum_fresh(M, N, bm, bn):
             x = T.alloc_fragment((bm, bn), "float32")
             part = T.alloc_fragment((bn,), "float32")
             acc = T.alloc_fragment((bn,), "float32")
-            T.clear(x)
             T.clear(acc)
             for k in T.serial(T.ceildiv(M, bm)):
                 T.copy(X[k * bm, bx * bn], x)
@@ -281,7 +285,7 @@ def column_sum_fresh(M, N, bm, bn):
 def small_reductions(M, N):
     @T.prim_func
     def red(X: T.Tensor((M, N), "float32"), R: T.Tensor((2, M), "float32"), Tot: T.Tensor((1,), "float32")):
-        with T.Kernel(1, threads=128) as bx:
+        with T.Kernel(1, threads=128):
             x = T.alloc_fragment((M, N), "float32")
             r = T.alloc_fragment((M,), "float32")
             flat = T.alloc_fragment((N,), "float32")
@@ -484,31 +488,17 @@ def test_rmsnorm(rng, target):
     close(y, x64 / np.sqrt((x64 ** 2).mean(axis=1, keepdims=True) + 1e-6) * f64(w), rtol=1e-2, atol=1e-2)
 
 
-COLUMN_IDIOM_BUG = ("infer_layouts step 3 gives the earliest-used unlaid fragment a default Striped layout: that is "
-                    "the accumulator `part` (first touched by T.clear), before the reduce source `x` has a layout; "
-                    "the Reduce rule of step 2 only fills a destination without a layout, so `part` keeps "
-                    "Striped(32,) and lower_reduce rejects it ('already laid out as Striped(32,)')")
-
-
-@pytest.mark.parametrize("target", xfail_on(TARGETS, COLUMN_IDIOM_BUG, CompileError))
-def test_column_reduction_idiomatic(rng, target):
-    M, N = 333, 100
-    k = lower(column_sum_idiomatic(M, N, 64, 32), target)
-    x, s = rand(rng, (M, N)), poisoned(N)
-    run_thread_kernel(k, [x, s], check_races=True)
-    close(s, f64(x).sum(axis=0), rtol=1e-5, atol=1e-4)
-
-
 REPLICA_ORDER_BUG = ("lower_reduce step 2 folds the cross-warp partials as red + s[tx^32] + s[tx^64] + s[tx^96], an "
                      "order that differs between the replicas of a destination element, so replicas hold results "
-                     "differing in the last bits and then store them all to one address (a nondeterministic "
+                     "differing in the last bits and then all store them to one address (a nondeterministic "
                      "result); wave64 targets only have one cross-wave bit here, where a + b == b + a")
 
 
 @pytest.mark.parametrize("target", xfail_on(WAVE32, REPLICA_ORDER_BUG, RaceError))
-def test_column_reduction(rng, target):
+@pytest.mark.parametrize("variant", [column_sum_idiomatic, column_sum_fresh])
+def test_column_reduction(rng, target, variant):
     M, N = 333, 100
-    k = lower(column_sum_fresh(M, N, 64, 32), target)
+    k = lower(variant(M, N, 64, 32), target)
     x, s = rand(rng, (M, N)), poisoned(N)
     run_thread_kernel(k, [x, s])
     close(s, f64(x).sum(axis=0), rtol=1e-5, atol=1e-4)
@@ -576,6 +566,29 @@ def test_padded_fragment_layout(rng, target):
     x, y = rand(rng, (M, N)), poisoned((M, N))
     run_thread_kernel(k, [x, y, 2.0])
     close(y, f64(x) * 2.0 + M, rtol=1e-6, atol=1e-6)
+
+
+def negative_loop_floordiv():
+    @T.prim_func
+    def kern(Out: T.Tensor((4,), "int32")):
+        with T.Kernel(1, threads=64):
+            for k in T.serial(-2, 2):
+                Out[k + 2] = k // 2
+
+    return kern
+
+
+NEGATIVE_LOOP_BUG = ("passes/analysis.is_nonnegative treats every loop variable as >= 0, so codegen/base.py "
+                     "Printer.binop prints `k // 2` as C's truncating `(k / 2)` for T.serial(-2, 2): k = -1 gives 0 "
+                     "instead of floor(-1 / 2) = -1 (the emulator checks that assumption and raises)")
+
+
+@pytest.mark.parametrize("target", xfail_on(TARGETS, NEGATIVE_LOOP_BUG, EmulatorError))
+def test_floor_division_of_negative_loop_variable(target):
+    k = lower(negative_loop_floordiv(), target)
+    out = np.full(4, 99, np.int32)
+    run_thread_kernel(k, [out])
+    np.testing.assert_array_equal(out, [-1, -1, 0, 0])
 
 
 @pytest.mark.parametrize("target", [CUDA, GFX942])
@@ -707,7 +720,7 @@ def test_matrix_instruction_semantics(rng, mi, arch):
     integer = mi.acc_dtype == "int32"
     c = rng.integers(-1000, 1000, (total, mi.m, mi.n)).astype(np.int32) if integer else rand(rng, (total, mi.m, mi.n))
     d = np.full((total, mi.m, mi.n), -1, np.int32) if integer else poisoned((total, mi.m, mi.n))
-    run_thread_kernel(k, [a, b, c, d], check_races=True)
+    run_thread_kernel(k, [x.reshape(-1) for x in (a, b, c, d)], check_races=True)  # flat views: written in place
     want = f64(a) @ f64(b) + f64(c)
     if integer:
         np.testing.assert_array_equal(d, want.astype(np.int64))
@@ -720,7 +733,7 @@ def test_wmma_replicas_must_agree(rng):
     k, total = mma_kernel(mi, GFX1100, perturb_replicas=True)
     a, b = rand(rng, (total, 16, 16), "float16"), rand(rng, (total, 16, 16), "float16")
     with pytest.raises(EmulatorError, match="replicated"):
-        run_thread_kernel(k, [a, b, rand(rng, (total, 16, 16)), poisoned((total, 16, 16))])
+        run_thread_kernel(k, [x.reshape(-1) for x in (a, b, rand(rng, (total, 16, 16)), poisoned((total, 16, 16)))])
 
 
 @pytest.mark.parametrize("num", [1, 2, 4])
@@ -750,6 +763,52 @@ def test_ldmatrix(rng, num, trans):
             for j in range(2):
                 want = mats[q, 2 * (lane % 4) + j, lane // 4] if trans else mats[q, lane // 4, 2 * (lane % 4) + j]
                 assert got[lane, 2 * q + j] == want, (lane, q, j)
+
+
+def test_expression_semantics(rng):
+    n = 64
+    X, Y = gbuf("X", n, "float32"), gbuf("Y", n, "float16")
+    Out, IOut = gbuf("Out", 9 * n, "float32"), gbuf("IOut", 5 * n, "int32")
+    Mx = gbuf("Mx", 2, "float32")
+    regs = lbuf("regs", 4, "float32")
+
+    def build(tx, bx):
+        x, y = load(X, tx), load(Y, tx)
+        ti = E.cast("int32", tx) - 32
+        floats = [
+            E.call("erf", [x]), E.call("sigmoid", [x]), E.call("round", [x * 4.0]), E.call("rsqrt", [E.call("abs", [x])]),
+            E.cast("float32", y * y),  # a float16 product, rounded to float16
+            E.cast("float32", E.call("exp", [y])),  # computed in float32, rounded to float16
+            E.binary("%", x * 10.0, 3.0),  # fmod
+            E.call("fma", [x, x, 1.0]),
+            load(regs, tx % 4),  # a per-thread register index
+        ]
+        ints = [ti // 5, ti % 5, E.cast("int32", x * 1e10), (ti << 2) ^ 7, E.binary("/", ti, E.as_expr(5))]
+        out = [th.LocalDecl(regs)] + [store(regs, j, float(j) * 10.0) for j in range(4)]
+        out += [store(Out, j * n + tx, v) for j, v in enumerate(floats)]
+        out += [store(IOut, j * n + tx, v) for j, v in enumerate(ints)]
+        out += [th.AtomicRMW("max", Mx, E.as_expr(0), x), th.AtomicRMW("min", Mx, E.as_expr(1), x)]
+        return out
+
+    k = hand_kernel([X, Y, Out, IOut, Mx], build, n, GFX942)
+    x = rand(rng, n, lo=-2, hi=2)
+    x[5] = np.nan  # the printers' compare-and-swap loops never store a NaN operand
+    y = rand(rng, n, "float16", lo=-3, hi=3)
+    out, iout, mx = poisoned(9 * n), np.zeros(5 * n, np.int32), np.array([-np.inf, np.inf], np.float32)
+    run_thread_kernel(k, [x, y, out, iout, mx])
+    from scipy.special import erf
+
+    x64, ti = f64(x), np.arange(n) - 32
+    want = [erf(x64), 1 / (1 + np.exp(-x64)), np.copysign(np.floor(np.abs(x64 * 4) + 0.5), x64),
+            1 / np.sqrt(np.abs(x64)), f64((y * y).astype(np.float16)), f64(np.exp(f64(y)).astype(np.float16)),
+            np.fmod(f64(x * np.float32(10)), 3), x64 * x64 + 1, (np.arange(n) % 4) * 10.0]
+    for j, w in enumerate(want):
+        np.testing.assert_allclose(out[j * n:(j + 1) * n], w, rtol=2e-6, atol=1e-6, equal_nan=True, err_msg=str(j))
+    big = np.clip(np.nan_to_num(np.trunc(f64(x * np.float32(1e10)))), -2**31, 2**31 - 1)  # saturates, NaN -> 0
+    iwant = [ti // 5, ti % 5, big, (ti << 2) ^ 7, np.trunc(ti / 5)]
+    for j, w in enumerate(iwant):
+        np.testing.assert_array_equal(iout[j * n:(j + 1) * n], w, err_msg=str(j))
+    np.testing.assert_array_equal(mx, [np.nanmax(x), np.nanmin(x)])
 
 
 def test_per_lane_loop_trip_counts():

@@ -268,29 +268,8 @@ CASES = {
     "attention_p_fragment": Case(lambda: flash_attention(200, 64, 64, 64, p_in_registers=True), F16),
 }
 
-# A 128x128 tile over 128 threads is 4 wave32 warps of 64x64 on RDNA: 128 f32 accumulators per lane,
-# and the prefetching mainloop of lower_gemm (lower_gemm_prefetch / lower_gemm_step) double-buffers
-# the A/B operand fragments (2 x (4 + 4) atoms x 16 halves on gfx11, x 8 on gfx12), which overflows
-# the 256 VGPRs: clang-19 spills (gfx1100: 202 spills, 512 B scratch; gfx1201: 78, 284 B).
-_RDNA_PREFETCH_SPILLS = pytest.mark.xfail(
-    strict=True,
-    raises=AssertionError,
-    reason="lower_gemm's double-buffered operand prefetch needs more than 256 VGPRs for a 128x128 tile with "
-    "128 threads on wave32 RDNA: the kernel spills to scratch",
-)
-_XFAILS = {
-    ("gemm_f16_pipelined2", "gfx1100"): _RDNA_PREFETCH_SPILLS,
-    ("gemm_f16_pipelined2", "gfx1201"): _RDNA_PREFETCH_SPILLS,
-}
-
-
 def _params():
-    out = []
-    for name in CASES:
-        for arch in ARCHS:
-            marks = [_XFAILS[name, arch]] if (name, arch) in _XFAILS else []
-            out.append(pytest.param(name, arch, id=f"{name}-{arch}", marks=marks))
-    return out
+    return [pytest.param(name, arch, id=f"{name}-{arch}") for name in CASES for arch in ARCHS]
 
 
 # ---------------------------------------------------------------------------------------------

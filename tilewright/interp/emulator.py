@@ -121,7 +121,8 @@ _PROGRAMS: dict = {}
 
 
 def _program(kernel: th.ThreadKernel) -> _Program:
-    """The compiled program of ``kernel``, cached for the kernel object's lifetime."""
+    """The compiled program of ``kernel``, cached for the kernel object's lifetime (a kernel is
+    treated as immutable: passes build new ones)."""
     key = id(kernel)
     hit = _PROGRAMS.get(key)
     if hit is not None and hit[0]() is kernel:
@@ -170,6 +171,8 @@ def _bind_args(kernel: th.ThreadKernel, args: list, dyn: dict | None):
         else:
             if isinstance(a, np.ndarray) and a.ndim == 0:
                 a = a.item()
+            if not isinstance(a, (bool, int, float, np.generic)):
+                raise ArgumentError(f"argument {p.name} must be a number ({p.dtype}), got {a!r}")
             scalars[p] = dt.to_numpy(p.dtype).type(a)
     for v in kernel.dyn_vars:
         if v not in dyn_vals:
@@ -184,7 +187,12 @@ def _bind_args(kernel: th.ThreadKernel, args: list, dyn: dict | None):
 
 class _State:
     """What the compiled closures see.  ``mask`` is None (every lane of the batch active) or a bool
-    array ``[L]`` with at least one lane set."""
+    array ``[L]`` with at least one lane set.
+
+    ``regs[slot]`` is a local buffer as a list of per-register values (an array ``[L]`` or a scalar
+    when all lanes agree).  Values are never modified in place, so a value read from a register (or
+    bound by a ``LetStmt``) stays valid after the register is overwritten, and uniform values such as
+    cleared accumulators cost nothing until lanes diverge."""
 
     __slots__ = (
         "L",
@@ -417,6 +425,27 @@ def _trunc_div(a, b):
     return q + fix.astype(q.dtype) if isinstance(q, np.ndarray) else (q + 1 if fix else q)
 
 
+def _check_division(st, a, b, need, assumed_nonneg: bool, op: str, where):
+    """Integer division by zero, or by/of a negative value where the printers assume none, is an error."""
+    bad = b == 0
+    if assumed_nonneg:
+        bad = bad | (a < 0) | (b < 0)
+    if isinstance(bad, np.ndarray):
+        if need is not None:
+            bad = bad & need
+        if not bad.any():
+            return
+        lane = _first(bad)
+        av, bv = np.broadcast_to(a, bad.shape)[lane], np.broadcast_to(b, bad.shape)[lane]
+        who = st.where(lane)
+    else:
+        if not bad or (need is not None and not need.any()):
+            return
+        av, bv, who = a, b, "every thread"
+    why = "division by zero" if bv == 0 else "the printers emit C's truncating operator here, assuming operands >= 0"
+    raise where.error(EmulatorError, f"{who}: integer {int(av)} {op} {int(bv)}: {why}")
+
+
 def _float_to_int(x, nd: np.dtype):
     info = np.iinfo(nd)
     x = np.nan_to_num(np.trunc(np.asarray(x, np.float64)), nan=0.0)
@@ -433,8 +462,6 @@ class _Program:
 
     def __init__(self, kernel: th.ThreadKernel):
         self.k = kernel
-        target = kernel.target
-        self.warp = getattr(target, "warp_size", 32) if target is not None else 32
         self.var_slots: dict = {}
         self.nvars = 0
         self.nregs = 0
@@ -448,7 +475,6 @@ class _Program:
         self.shared_dtypes: set = set()
         self.invariant_vars: set = set()
         self.let_count: dict = {}
-        self.batch_memo_keys = 0
         for p in kernel.params:
             if isinstance(p, E.Var):
                 self._var(p)
@@ -617,6 +643,20 @@ class _Program:
             fn = np.fmod if is_float else np.remainder
         else:
             fn = _BINOPS[op]
+
+        if op in ("/", "//", "%") and not is_float and not inv and where is not None:
+            # the printers emit C's truncating '/' and '%' when analysis proves both sides
+            # non-negative: check that assumption (and division by zero) on the lanes that need it
+            from ..passes.analysis import is_nonnegative
+
+            assumed = dt.is_signed_int(e.dtype) and is_nonnegative(e.a) and is_nonnegative(e.b)
+
+            def checked_division(st, need):
+                a, b = fa(st, need), fb(st, need)
+                _check_division(st, a, b, need, assumed, op, where)
+                return _fix(fn(a, b), nd)
+
+            return checked_division, inv, key
 
         def binary(st, need):
             return _fix(fn(fa(st, need), fb(st, need)), nd)

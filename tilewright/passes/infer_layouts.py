@@ -238,7 +238,24 @@ def _propagate_parallel(p, layouts, assign) -> bool:
 
 
 def _first_use_order(bufs, stmts):
+    """The fragment to give a default layout next: the earliest used, except that a reduction's
+    destination defers to its source (whose layout then determines the destination's)."""
     wanted = set(bufs)
+    reduce_src = {s.dst: s.src for s in stmts if isinstance(s, t.Reduce) and s.src.scope == "fragment"}
+    # reduction sources first: their layouts determine the reductions' results
+    srcs = [b for b in _first_use_candidates(bufs, stmts, wanted) if b in set(reduce_src.values())]
+    if srcs:
+        return srcs[0]
+    for b in _first_use_candidates(bufs, stmts, wanted):
+        seen = set()
+        while b in reduce_src and reduce_src[b] in wanted and b not in seen:
+            seen.add(b)
+            b = reduce_src[b]
+        return b
+    return bufs[0]
+
+
+def _first_use_candidates(bufs, stmts, wanted):
     for s in stmts:
         touched = []
         if isinstance(s, t.ParallelFor):
@@ -249,8 +266,8 @@ def _first_use_order(bufs, stmts):
             touched = [s.a.buffer, s.b.buffer, s.c.buffer]
         for b in touched:
             if b in wanted:
-                return b
-    return bufs[0]
+                yield b
+    yield bufs[0]
 
 
 # --------------------------------------------------------------------------------------------

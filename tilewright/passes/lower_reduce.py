@@ -46,14 +46,20 @@ def lower_reduce(ctx: LoweringContext, s: t.Reduce, env: Env) -> list:
         raise CompileError("T.reduce source and destination must be fragments", s.loc,
                            hint="T.copy a shared tile into a T.alloc_fragment buffer first")
     src_l, dst_l = ctx.layouts[s.src], ctx.layouts[s.dst]
-    if not (isinstance(dst_l, ReducedLayout) and dst_l.src is src_l and dst_l.dim == s.dim):
-        raise CompileError(
-            f"the destination {s.dst.name} of T.reduce_{s.op} is already laid out as {dst_l}, which does not match "
-            f"reducing {s.src.name} ({src_l}) along dim {s.dim}", s.loc,
-            hint="use a fresh fragment for the reduction result and T.copy it where needed")
     src_local, dst_local = ctx.local_of[s.src], ctx.local_of[s.dst]
+    final_dst = None
+    if not (isinstance(dst_l, ReducedLayout) and dst_l.src is src_l and dst_l.dim == s.dim):
+        # the destination is laid out differently (set by other uses): reduce into a temporary in the
+        # natural layout, then move the values over through shared memory
+        final_dst = (dst_local, dst_l)
+        dst_l = ReducedLayout(src_l, s.dim, s.dst.shape)
+        dst_local = ctx.local_buffer(ctx.fresh(f"{s.dst.name}_red"), dst_l.num_regs, s.dst.dtype)
     acc_t = s.dst.dtype
     out: list = [th.Comment(f"reduce_{s.op} {s.src.name} dim={s.dim} -> {s.dst.name}")]
+    if final_dst is not None:
+        out.append(th.LocalDecl(dst_local))
+        if not s.clear:
+            out.extend(_move_through_shared(ctx, s.dst, final_dst[0], final_dst[1], dst_local, dst_l))
     part = ctx.local_buffer(ctx.fresh("red"), dst_l.num_regs, acc_t)
     out.append(th.LocalDecl(part))
     valid_np = src_l.table >= 0
@@ -112,4 +118,48 @@ def lower_reduce(ctx: LoweringContext, s: t.Reduce, env: Env) -> list:
             v = _combine(s.op if s.op in ("sum", "max", "min") else {"abssum": "sum", "absmax": "max"}[s.op],
                          E.Load(dst_local, (E.as_expr(r2),)), v)
         out.append(t.BufferStore(dst_local, (E.as_expr(r2),), E.cast(s.dst.dtype, v)))
+    if final_dst is not None:
+        out.extend(_move_through_shared(ctx, s.dst, dst_local, dst_l, final_dst[0], final_dst[1]))
     return out
+
+
+def _move_through_shared(ctx, buf, src_local, src_l, dst_local, dst_l) -> list:
+    """Copy a fragment's values between two register layouts via a row-major shared scratch."""
+    numel = 1
+    for x in buf.shape:
+        numel *= x
+    scratch = ctx.alloc_shared(ctx.fresh(f"{buf.name}_xchg"), numel, buf.dtype)
+    out = [th.SharedDecl(scratch, ctx.shared_offsets[scratch]), th.Barrier()]
+
+    def flat(idx):
+        off = E.as_expr(0)
+        for x, st in zip(idx, buf.strides):
+            off = off + x * st
+        return off
+
+    valid_src = src_l.table >= 0
+    for r in range(src_l.num_regs):
+        st = t.BufferStore(scratch, (flat(src_l.index(ctx.tid, r)),), E.Load(src_local, (E.as_expr(r),)))
+        if not valid_src[:, r].all():
+            v = src_l.valid_np(ctx.tid_np, r)
+            st = t.IfThenElse(_tid_in(ctx, v), st, None)
+        out.append(st)
+    out.append(th.Barrier())
+    valid_dst = dst_l.table >= 0
+    for r in range(dst_l.num_regs):
+        st = t.BufferStore(dst_local, (E.as_expr(r),), E.Load(scratch, (flat(dst_l.index(ctx.tid, r)),)))
+        if not valid_dst[:, r].all():
+            st = t.IfThenElse(_tid_in(ctx, valid_dst[:, r]), st, None)
+        out.append(st)
+    out.append(th.Barrier())
+    return out
+
+
+def _tid_in(ctx, mask):
+    """A condition true for the threads where ``mask`` is set (a contiguous range is expected)."""
+    import numpy as np
+
+    idx = np.nonzero(mask)[0]
+    if len(idx) and idx[-1] - idx[0] + 1 == len(idx):
+        return E.binary("and", ctx.tid >= int(idx[0]), ctx.tid <= int(idx[-1]))
+    raise CompileError("internal: non-contiguous set of threads holding a partial register")
