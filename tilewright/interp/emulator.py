@@ -15,7 +15,10 @@ Guarantees:
   through NumPy and ``ml_dtypes``); math calls on 16-bit floats compute in float32 and round, as the
   printers' ``half(expf((float)x))`` does.  Integer ``//`` and ``%`` floor; float ``%`` is ``fmod``.
   Float -> int casts truncate and saturate (NaN -> 0), as ``cvt.rzi.sat`` does.  Float ``min``/``max``
-  propagate NaN (stricter than ``fminf``: uninitialised registers stay visible).
+  propagate NaN (stricter than ``fminf``: uninitialised registers stay visible).  An integer division
+  by zero, or a negative operand of a ``//`` / ``%`` that the printers emit as C's truncating operator
+  (because analysis claims both sides non-negative), raises ``EmulatorError`` (checked where the
+  operands vary within a batch: loop-dependent index math).
 * Registers (``LocalDecl``) start as NaN (floats), the dtype's minimum (ints) or True (bool); shared
   memory starts as 0xFF bytes (NaN in every float view).  Reading what was never written shows.
 * Memory safety: an *active* lane (under the statement's mask, and under the taken side of a
@@ -53,7 +56,10 @@ from ..ir import dtype as dt
 from ..ir import expr as E
 from ..ir import thread as th
 from ..ir import tile as t
-from ..ir.visitor import walk
+from ..ir.printer import expr_str, print_stmt
+from ..ir.thread_printer import thread_stmt_lines
+from ..ir.visitor import walk, walk_expr
+from ..passes.analysis import is_nonnegative
 from .tile import InterpError, OutOfBoundsError
 
 __all__ = [
@@ -303,15 +309,9 @@ def _is_float_np(nd: np.dtype) -> bool:
 
 def _stmt_text(s) -> str:
     try:
-        from ..ir.thread_printer import thread_stmt_lines
-
         if isinstance(s, t.BufferStore):
-            from ..ir.printer import expr_str
-
             text = f"{s.buffer.name}[{expr_str(s.indices[0])}] = {expr_str(s.value)}"
         elif isinstance(s, (t.IfThenElse, t.For, t.LetStmt)):
-            from ..ir.printer import print_stmt
-
             text = print_stmt(s).splitlines()[0]
         else:
             text = thread_stmt_lines(s)[0]
@@ -647,8 +647,6 @@ class _Program:
         if op in ("/", "//", "%") and not is_float and not inv and where is not None:
             # the printers emit C's truncating '/' and '%' when analysis proves both sides
             # non-negative: check that assumption (and division by zero) on the lanes that need it
-            from ..passes.analysis import is_nonnegative
-
             assumed = dt.is_signed_int(e.dtype) and is_nonnegative(e.a) and is_nonnegative(e.b)
 
             def checked_division(st, need):
@@ -1385,8 +1383,6 @@ def _has_effects(e) -> bool:
         nonlocal found
         if isinstance(x, (E.Load, E.Shuffle)):
             found = True
-
-    from ..ir.visitor import walk_expr
 
     walk_expr(e, f)
     return found

@@ -32,13 +32,6 @@ def lower_to_threads(func: t.PrimFunc, pctx) -> th.ThreadKernel:
     walk(func.body, lambda s: kernels.append(s) if isinstance(s, t.Kernel) else None)
     kernel = kernels[0]
     ctx = LoweringContext(func, kernel, pctx.target, pctx.options)
-    if kernel.num_threads > pctx.target.max_threads_per_block:
-        raise CompileError(f"T.Kernel asks for {kernel.num_threads} threads; {pctx.target} allows at most "
-                           f"{pctx.target.max_threads_per_block} per block", kernel.loc)
-    if pctx.target.is_hip and kernel.num_threads % pctx.target.warp_size:
-        raise CompileError(f"T.Kernel(threads={kernel.num_threads}) is not a multiple of the wave size "
-                           f"{pctx.target.warp_size} of {pctx.target.arch}", kernel.loc,
-                           hint=f"use a multiple of {pctx.target.warp_size} threads")
     lower = _StmtLowering(ctx)
     prologue, block_vars = _block_remap(kernel)
     body = prologue + lower.stmts(kernel.body, Env())

@@ -10,6 +10,7 @@ from dataclasses import dataclass, field
 
 from ..errors import InternalError, TilewrightError
 from ..ir import tile as t
+from .check_target_limits import check_target_limits
 from .expand_tile_ops import expand_tile_ops
 from .infer_layouts import infer_layouts
 from .insert_barriers import insert_barriers
@@ -37,8 +38,8 @@ def _tile(fn):
 # HIP today: the target-specific choices (matrix instructions, async copies, wave size) are made
 # inside the passes from the target record.
 TILE_PASSES = {
-    "cuda": [pipeline_loops, _tile(expand_tile_ops), infer_layouts, _tile(insert_barriers)],
-    "hip": [pipeline_loops, _tile(expand_tile_ops), infer_layouts, _tile(insert_barriers)],
+    "cuda": [check_target_limits, pipeline_loops, _tile(expand_tile_ops), infer_layouts, _tile(insert_barriers)],
+    "hip": [check_target_limits, pipeline_loops, _tile(expand_tile_ops), infer_layouts, _tile(insert_barriers)],
 }
 
 

@@ -1,0 +1,139 @@
+"""Host API tier: compile / jit / caching / argument checks / export, on the CPU backends and with
+NVRTC (which compiles sm_80 and sm_90a code with no GPU present)."""
+
+from __future__ import annotations
+
+import os
+
+import numpy as np
+import pytest
+
+import tilewright
+import tilewright.language as T
+from tilewright import compiler
+from tilewright.kernels import matmul, softmax
+
+
+def _nvrtc_available() -> bool:
+    try:
+        from tilewright.toolchain.nvrtc import nvrtc_version
+
+        nvrtc_version()
+        return True
+    except Exception:  # noqa: BLE001
+        return False
+
+
+needs_nvrtc = pytest.mark.skipif(not _nvrtc_available(), reason="NVRTC wheel not installed")
+
+
+def test_interpret_out_idx_numpy():
+    rng = np.random.default_rng(1)
+    a = rng.standard_normal((96, 64)).astype(np.float16)
+    b = rng.standard_normal((64, 80)).astype(np.float16)
+    k = tilewright.compile(matmul(96, 80, 64, 64, 64, 32), out_idx=[-1], target="interpret")
+    c = k(a, b)
+    np.testing.assert_allclose(c.astype(np.float64), a.astype(np.float64) @ b.astype(np.float64), atol=0.05)
+
+
+def test_interpret_with_torch_cpu_tensors():
+    torch = pytest.importorskip("torch")
+    x = torch.randn(8, 256)
+    y = tilewright.compile(softmax(8, 256), out_idx=[-1], target="interpret")(x)
+    assert isinstance(y, np.ndarray) or hasattr(y, "shape")
+    np.testing.assert_allclose(np.asarray(y), torch.softmax(x.double(), -1).numpy(), rtol=1e-5, atol=1e-6)
+
+
+def test_argument_errors_name_the_parameter():
+    k = tilewright.compile(softmax(8, 256), out_idx=[-1], target="interpret")
+    with pytest.raises(tilewright.ArgumentError):
+        k(np.zeros((8, 128), np.float32))
+    with pytest.raises(tilewright.ArgumentError, match="input"):
+        k()
+
+
+def test_jit_memoizes_per_arguments():
+    calls = []
+
+    @tilewright.jit(out_idx=[-1], target="interpret")
+    def gemm(M, N, K):
+        calls.append((M, N, K))
+        return matmul(M, N, K, 64, 64, 32)
+
+    k1 = gemm(64, 64, 64)
+    k2 = gemm(64, 64, 64)
+    assert k1 is k2 and len(calls) == 1
+    gemm(128, 64, 64)
+    assert len(calls) == 2
+
+
+@needs_nvrtc
+@pytest.mark.parametrize("arch", ["sm_80", "sm_90a"])
+def test_cuda_compile_resources_and_code_object(arch, tmp_path, monkeypatch):
+    monkeypatch.setenv("TILEWRIGHT_CACHE_DIR", str(tmp_path))
+    k = tilewright.compile(matmul(512, 512, 512), target=f"cuda -arch={arch}")
+    assert k.get_code_object()[:4] == b"\x7fELF"
+    ru = k.resource_usage
+    for key in ("registers", "shared_bytes", "local_bytes", "spills"):
+        assert key in ru
+    assert ru["spills"] == 0 and 0 < ru["registers"] <= 255
+    src = k.get_kernel_source()
+    assert "mma.sync.aligned.m16n8k16" in src and "ldmatrix" in src and "cp.async" in src
+
+
+@needs_nvrtc
+def test_disk_cache_hit_skips_compilation(tmp_path, monkeypatch):
+    monkeypatch.setenv("TILEWRIGHT_CACHE_DIR", str(tmp_path))
+    f = matmul(256, 256, 128, 64, 64, 32)
+    k1 = tilewright.compile(f, target="cuda -arch=sm_80")
+    assert any(os.scandir(tmp_path))
+    compiler._memo_by_obj.clear()
+    compiler._memo_by_text.clear()
+    called = []
+    monkeypatch.setattr(compiler, "_toolchain_compile", lambda *a, **kw: called.append(1))
+    k2 = tilewright.compile(f, target="cuda -arch=sm_80")
+    assert not called and k2.get_code_object() == k1.get_code_object()
+    assert k2.resource_usage == k1.resource_usage
+
+
+@needs_nvrtc
+def test_repeated_compile_is_fast():
+    import time
+
+    tilewright.compile(matmul(256, 256, 256, 64, 64, 32), target="cuda -arch=sm_80")
+    t0 = time.perf_counter()
+    for _ in range(10):
+        tilewright.compile(matmul(256, 256, 256, 64, 64, 32), target="cuda -arch=sm_80")
+    assert (time.perf_counter() - t0) / 10 < 0.005  # well under 1 ms normally; generous for busy CI
+
+
+def test_emulator_backend_cuda_and_hip():
+    rng = np.random.default_rng(2)
+    a = rng.standard_normal((64, 64)).astype(np.float16)
+    b = rng.standard_normal((64, 64)).astype(np.float16)
+    ref = a.astype(np.float64) @ b.astype(np.float64)
+    for tgt in ("cuda -arch=sm_90a", "hip -arch=gfx942", "hip -arch=gfx1100"):
+        c = tilewright.compile(matmul(64, 64, 64, 64, 64, 32), out_idx=[-1], target=tgt,
+                               execution_backend="emulator")(a, b)
+        np.testing.assert_allclose(c.astype(np.float64), ref, atol=0.06)
+
+
+def test_export_writes_extension_sources(tmp_path):
+    m = T.dynamic("m")
+    k = tilewright.compile(matmul(m, 128, 64, 64, 64, 32), target="hip -arch=gfx942", execution_backend="emulator")
+    out = k.export(str(tmp_path / "ext"))
+    files = sorted(os.listdir(out))
+    assert files == ["build.py", "kernel.hip", "launcher.cpp"]
+    launcher = open(os.path.join(out, "launcher.cpp")).read()
+    assert "gemm_kernel<<<" in launcher and "A.size(0)" in launcher and "-lamdhip64" in open(
+        os.path.join(out, "build.py")).read()
+
+
+def test_target_parsing():
+    from tilewright.target import Target
+
+    assert Target.parse("cuda -arch=sm_90a").has("wgmma")
+    assert Target.parse({"kind": "hip", "arch": "gfx90a"}).warp_size == 64
+    assert Target.parse("rocm -arch=gfx1100").warp_size == 32
+    with pytest.raises(tilewright.TilewrightError):
+        Target.parse("cuda -arch=sm_70")
