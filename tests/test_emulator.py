@@ -19,7 +19,7 @@ import numpy as np
 import pytest
 
 import tilewright.language as T
-from tilewright.errors import ArgumentError, CompileError
+from tilewright.errors import ArgumentError
 from tilewright.interp.emulator import (
     DivergenceError,
     EmulatorError,
@@ -62,12 +62,6 @@ def f64(x):
 
 def close(got, want, rtol, atol):
     np.testing.assert_allclose(f64(got), want, rtol=rtol, atol=atol)
-
-
-def xfail_on(targets, reason, raises):
-    """Per-target strict xfail marks for ``pytest.param``."""
-    return [pytest.param(x, marks=pytest.mark.xfail(strict=True, reason=reason, raises=raises)) if x in targets
-            else x for x in TARGETS]
 
 
 @pytest.fixture
@@ -392,12 +386,9 @@ def scale_rows(M, N, bm):
 # lowered kernels against NumPy
 
 
-ELEMENTWISE_BUG = ("lower_parallel._plan_vectors/_lower_body: a vectorized guarded store `if g < N: C[g] = "
-                   "A[g] * B[g] + 1` computes its value into the o_* registers unconditionally and only the final "
-                   "VecCopy carries the guard, so A[g] and B[g] are loaded past the end of A/B for g >= N")
 
 
-@pytest.mark.parametrize("target", xfail_on(TARGETS, ELEMENTWISE_BUG, EmulatorOutOfBoundsError))
+@pytest.mark.parametrize("target", TARGETS)
 def test_elementwise_ragged_guarded(rng, target):
     N = 1000
     k = lower(elementwise_guarded(N, 128), target)
@@ -536,13 +527,9 @@ def test_rmsnorm(rng, target):
     close(y, x64 / np.sqrt((x64 ** 2).mean(axis=1, keepdims=True) + 1e-6) * f64(w), rtol=1e-2, atol=1e-2)
 
 
-SMEM_BUDGET_BUG = ("the shared-memory allocator (LoweringContext.alloc_shared) only bumps: the two reduction "
-                   "scratches (8 KiB each with the WMMA accumulator layout) and the 16 KiB float32 exchange for "
-                   "T.copy(s, p) stay allocated next to Q_s/K_s/V_s, 73728 bytes in all, over gfx1100's 65536; "
-                   "reusing dead scratch (or exchanging p as float16) fits")
 
 
-@pytest.mark.parametrize("target", xfail_on([GFX1100], SMEM_BUDGET_BUG, CompileError))
+@pytest.mark.parametrize("target", TARGETS)
 def test_flash_attention(rng, target):
     S, D = 200, 64
     k = lower(flash_attention(S, D, 64, 64), target)
@@ -552,13 +539,9 @@ def test_flash_attention(rng, target):
     close(o, softmax_ref(f64(q) @ f64(kk).T / np.sqrt(D)) @ f64(v), rtol=2e-2, atol=5e-3)
 
 
-REPLICA_ORDER_BUG = ("lower_reduce step 2 folds the cross-warp partials as red + s[tx^32] + s[tx^64] + s[tx^96], an "
-                     "order that differs between the replicas of a destination element, so replicas hold results "
-                     "differing in the last bits and then all store them to one address (a nondeterministic "
-                     "result); wave64 targets only have one cross-wave bit here, where a + b == b + a")
 
 
-@pytest.mark.parametrize("target", xfail_on(WAVE32, REPLICA_ORDER_BUG, RaceError))
+@pytest.mark.parametrize("target", TARGETS)
 @pytest.mark.parametrize("variant", [column_sum_idiomatic, column_sum_fresh])
 def test_column_reduction(rng, target, variant):
     M, N = 333, 100
@@ -577,7 +560,7 @@ REPLICATED_SUM_BUG = ("lower_reduce uses sharing_masks(dst layout), which also c
                       "replica (4x and 32x too large); reduce_max is unaffected")
 
 
-@pytest.mark.parametrize("target", xfail_on(TARGETS, REPLICATED_SUM_BUG, AssertionError))
+@pytest.mark.parametrize("target", TARGETS)
 def test_reductions_of_replicated_fragments(rng, target):
     M, N = 8, 16
     k = lower(small_reductions(M, N), target)
@@ -588,12 +571,9 @@ def test_reductions_of_replicated_fragments(rng, target):
     close(tot, [f64(x)[0].sum()], rtol=1e-5, atol=1e-5)
 
 
-REPLICATED_ATOMIC_BUG = ("lower_parallel runs T.Parallel(128) over 128 threads with a Striped layout of 4-wide "
-                         "chunks, which needs only 32 threads: threads tx and tx+32, tx+64, tx+96 all execute the "
-                         "iteration (`tx % 32 * 4`), so every atomic inside it is applied 4 times")
 
 
-@pytest.mark.parametrize("target", xfail_on(TARGETS, REPLICATED_ATOMIC_BUG, AssertionError))
+@pytest.mark.parametrize("target", TARGETS)
 def test_atomics_in_parallel(rng, target):
     N = 1000
     k = lower(atomic_histogram(N, 128), target)
@@ -603,13 +583,9 @@ def test_atomics_in_parallel(rng, target):
     close(tot, [f64(a).sum()], rtol=1e-4, atol=1e-4)
 
 
-THREAD_GUARD_BUG = ("lower_to_threads._StmtLowering.store/atomic wrap a global store or atomic whose own "
-                    "expressions do not use the thread index in `if tx == 0`, without looking at enclosing "
-                    "conditions: under `if tx < 3:` the atomic runs once per block instead of 3 times, and "
-                    "under `if tx == 5:` the store never runs")
 
 
-@pytest.mark.parametrize("target", xfail_on(TARGETS, THREAD_GUARD_BUG, AssertionError))
+@pytest.mark.parametrize("target", TARGETS)
 def test_thread_guarded_atomic_and_store(target):
     k = lower(thread_guarded_writes(64), target)
     out = np.zeros(2, np.float32)
@@ -623,7 +599,7 @@ PADDED_LAYOUT_BUG = ("LoweringContext.frag_register range-checks the fragment in
                      "with the layout's valid_expr but asks for their register anyway")
 
 
-@pytest.mark.parametrize("target", xfail_on(TARGETS, PADDED_LAYOUT_BUG, CompileError))
+@pytest.mark.parametrize("target", TARGETS)
 def test_padded_fragment_layout(rng, target):
     M, N = 100, 48
     k = lower(scale_rows(M, N, 16), target)
@@ -642,12 +618,9 @@ def negative_loop_floordiv():
     return kern
 
 
-NEGATIVE_LOOP_BUG = ("passes/analysis.is_nonnegative treats every loop variable as >= 0, so codegen/base.py "
-                     "Printer.binop prints `k // 2` as C's truncating `(k / 2)` for T.serial(-2, 2): k = -1 gives 0 "
-                     "instead of floor(-1 / 2) = -1 (the emulator checks that assumption and raises)")
 
 
-@pytest.mark.parametrize("target", xfail_on(TARGETS, NEGATIVE_LOOP_BUG, EmulatorError))
+@pytest.mark.parametrize("target", TARGETS)
 def test_floor_division_of_negative_loop_variable(target):
     k = lower(negative_loop_floordiv(), target)
     out = np.full(4, 99, np.int32)

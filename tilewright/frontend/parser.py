@@ -285,7 +285,7 @@ class Translator:
             # kernel values tied to that block's loop variables; keep it simple and restore
             # only loop-variable names
             for k in list(self.scope):
-                if k not in saved and isinstance(self.scope[k], E.Var) and self.scope[k].kind == "loop":
+                if k not in saved and isinstance(self.scope[k], E.Var) and self.scope[k].kind in ("loop", "sloop"):
                     del self.scope[k]
         out = self.b.pop()
         return t.SeqStmt(out) if len(out) != 1 else out[0]
@@ -462,7 +462,10 @@ class Translator:
                 raise CompileError("a serial/pipelined loop binds one name", self.loc(s))
             start, stop = E.as_expr(it.start), E.as_expr(it.stop)
             extent = stop - start
-            v = E.Var(self.b.fresh(names[0]), "int32", kind="loop")
+            from ..passes.analysis import is_nonnegative
+
+            # a loop starting below zero makes its variable signed (floor division must then be exact)
+            v = E.Var(self.b.fresh(names[0]), "int32", kind="loop" if is_nonnegative(start) else "sloop")
             if it.kind == "pipelined" and it.num_stages < 0:
                 raise CompileError("num_stages must be >= 0", self.loc(s))
             self.run_loop_body(names, (v,), s, lambda body: t.For(v, start, extent, body, it.kind, it.num_stages,

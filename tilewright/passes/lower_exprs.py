@@ -23,6 +23,9 @@ class Env:
         self.k = 0  # element within a vector group
         self.in_parallel = False  # inside a T.Parallel body: stores are this thread's elements
         self.frag_redirect: dict = {}  # fragment -> shared scratch holding it row-major
+        self.active = None  # bool per thread: which threads execute this position (padded layouts)
+        self.replica_guard = None  # condition selecting one replica of a replicated loop position
+        self.thread_dep = False  # under control flow that differs between threads
 
     def child(self) -> "Env":
         e = Env(self.sym)
@@ -30,6 +33,9 @@ class Env:
         e.k = self.k
         e.in_parallel = self.in_parallel
         e.frag_redirect = self.frag_redirect
+        e.active = self.active
+        e.replica_guard = self.replica_guard
+        e.thread_dep = self.thread_dep
         return e
 
 
@@ -52,7 +58,7 @@ def lower_expr(ctx: LoweringContext, e, env: Env, loc=None):
                 off = off + x * st
             return E.Load(env.frag_redirect[buf], (off,))
         if buf.scope == "fragment":
-            reg = ctx.frag_register(buf, idx, {ctx.tid: ctx.tid_np}, loc)
+            reg = ctx.frag_register(buf, idx, {ctx.tid: ctx.tid_np}, loc, env.active)
             return E.Load(ctx.local_of[buf], (E.as_expr(reg),))
         flat_buf, off = ctx.flat_access(buf, idx)
         return E.Load(flat_buf, (off,))

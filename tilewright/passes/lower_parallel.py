@@ -56,11 +56,14 @@ def lower_parallel(ctx: LoweringContext, p: t.ParallelFor, env: Env, lower_stmt)
     out: list = []
     inner_var = p.vars[-1]
     env = env.child()
+    env.replica_guard = replica_guard(ctx, layout)
+    ctx.begin_scratch()
     for buf in _mismatched_fragments(ctx, p, layout, env):
         out.extend(_convert_through_shared(ctx, buf, env, p.loc))
     for r0 in range(0, layout.num_regs, g):
         pos0 = layout.index(ctx.tid, r0)
         group_env = env.child()
+        group_env.active = layout.valid_np(ctx.tid_np, r0)
         for v, x in zip(p.vars, pos0):
             group_env.sym[v] = E.as_expr(x)
         pre, post, vec_stores = _plan_vectors(ctx, p, group_env, inner_var, g)
@@ -68,6 +71,7 @@ def lower_parallel(ctx: LoweringContext, p: t.ParallelFor, env: Env, lower_stmt)
         for k in range(g):
             e = group_env.child()
             e.k = k
+            e.active = layout.valid_np(ctx.tid_np, r0 + k)
             if k:
                 e.sym[inner_var] = group_env.sym[inner_var] + k
             body.extend(_lower_body(ctx, p.body, e, lower_stmt, vec_stores, k))
@@ -78,6 +82,33 @@ def lower_parallel(ctx: LoweringContext, p: t.ParallelFor, env: Env, lower_stmt)
         else:
             out.extend(body)
     return out
+
+
+def replication_bits(layout, nthreads: int) -> list:
+    """Thread-index bits m such that threads t and t ^ m hold the same elements in the same
+    registers (replicas of one another)."""
+    tab = layout.table
+    tids = np.arange(nthreads)
+    bits = []
+    m = 1
+    while m < nthreads:
+        partner = tids ^ m
+        if (partner < nthreads).all() and np.array_equal(tab[tids], tab[partner]):
+            bits.append(m)
+        m <<= 1
+    return bits
+
+
+def replica_guard(ctx, layout):
+    """True in exactly one replica of each loop position (None when the layout has no replicas):
+    side effects that must happen once (atomics) are guarded by it."""
+    bits = replication_bits(layout, ctx.nthreads)
+    if not bits:
+        return None
+    mask = 0
+    for b in bits:
+        mask |= b
+    return E.binary("==", ctx.tid & mask, 0)
 
 
 def _fragment_loads(p) -> list:
@@ -106,12 +137,13 @@ def _mismatched_fragments(ctx, p, layout, env) -> list:
         e = env.child()
         for v, x in zip(p.vars, layout.index(ctx.tid, r)):
             e.sym[v] = E.as_expr(x)
+        active = layout.valid_np(ctx.tid_np, r)
         for ld in loads:
             if ld.buffer in bad:
                 continue
             try:
                 idx = tuple(lower_expr(ctx, i, e) for i in ld.indices)
-                ctx.frag_register(ld.buffer, idx, {ctx.tid: ctx.tid_np})
+                ctx.frag_register(ld.buffer, idx, {ctx.tid: ctx.tid_np}, active=active)
             except CompileError as err:
                 if "does not hold" in err.message or "different registers" in err.message:
                     bad.append(ld.buffer)
@@ -125,9 +157,9 @@ def _convert_through_shared(ctx, buf, env, loc) -> list:
     from there; the barriers order the exchange (and protect the scratch across loop iterations)."""
     lay = ctx.layouts[buf]
     numel = int(np.prod(buf.shape))
-    scratch = ctx.alloc_shared(ctx.fresh(f"{buf.name}_xchg"), numel, buf.dtype)
+    scratch = ctx.alloc_scratch(ctx.fresh(f"{buf.name}_xchg"), numel, buf.dtype)
     out = [th.Comment(f"layout conversion of {buf.name} through shared memory"),
-           th.SharedDecl(scratch, ctx.shared_offsets[scratch]), th.Barrier()]
+           ctx.scratch_decl(scratch), th.Barrier()]
     local = ctx.local_of[buf]
     for r in range(lay.num_regs):
         idx = lay.index(ctx.tid, r)
@@ -273,12 +305,21 @@ def _plan_vectors(ctx, p, env, inner_var, g):
     def lowered_idx(idx):
         return tuple(lower_expr(ctx, i, probe) for i in idx)
 
-    # loads (possibly under a bounds Select produced by copy expansion)
+    # loads (possibly under a bounds Select produced by copy expansion, or in a guarded store)
     for s in stmts:
         from ..ir.verifier import exprs_of
 
-        for e in exprs_of(s):
+        guard = None
+        exprs = exprs_of(s)
+        if isinstance(s, t.IfThenElse) and isinstance(s.then_body, t.BufferStore):
+            guard = s.cond
+            exprs = exprs_of(s.then_body)
+        for e in exprs:
             for sel, ld in _masked_loads(e):
+                if guard is not None:
+                    if sel is not None:
+                        continue
+                    sel = _Guard(guard)
                 buf = ld.buffer
                 if buf.scope not in ("global", "shared") or buf in written:
                     continue
@@ -295,7 +336,7 @@ def _plan_vectors(ctx, p, env, inner_var, g):
                 pre.append(th.LocalDecl(tmp))
                 pre.append(th.VecCopy(tmp, E.as_expr(0), fb, off, g, pred))
                 env.vec_loads[id(ld)] = tmp
-                if sel is not None:
+                if sel is not None and not isinstance(sel, _Guard):
                     env.vec_loads[id(sel)] = tmp  # the whole masked read is the zero-filled vector
     # stores
     for s in stmts:
@@ -320,6 +361,13 @@ def _plan_vectors(ctx, p, env, inner_var, g):
         vec_stores[id(s)] = tmp
     del sym_inner
     return pre, post, vec_stores
+
+
+class _Guard:
+    """A store's guard used as the predicate of the vector loads feeding it."""
+
+    def __init__(self, cond):
+        self.cond = cond
 
 
 def _masked_loads(e) -> list:
@@ -355,7 +403,12 @@ def _lower_body(ctx, body, env, lower_stmt, vec_stores, k) -> list:
         if id(s) in vec_stores:
             store = s if isinstance(s, t.BufferStore) else s.then_body
             tmp = vec_stores[id(s)]
-            out.append(t.BufferStore(tmp, (E.as_expr(k),), lower_expr(ctx, store.value, env, s.loc), loc=s.loc))
+            st = t.BufferStore(tmp, (E.as_expr(k),), lower_expr(ctx, store.value, env, s.loc), loc=s.loc)
+            if isinstance(s, t.IfThenElse):
+                # the value may read out of bounds where the guard is false: compute it under the guard
+                # (the vector store after the group carries the same, group-uniform guard)
+                st = t.IfThenElse(lower_expr(ctx, s.cond, env, s.loc), st, None, loc=s.loc)
+            out.append(st)
             continue
         if isinstance(s, t.LetStmt):
             v = E.Var(ctx.fresh(s.var.name), s.var.dtype, kind="let")

@@ -76,7 +76,12 @@ def lower_reduce(ctx: LoweringContext, s: t.Reduce, env: Env) -> list:
                 v = E.select(valid, v, _identity(s.op, acc_t))
             acc = v if acc is None else _combine(s.op, acc, v)
         out.append(t.BufferStore(part, (E.as_expr(r2),), acc))
-    masks = sharing_masks(dst_l)
+    from .lower_parallel import replication_bits
+
+    # threads that are replicas of one another in the source hold identical partials: folding
+    # them together would count their elements twice
+    src_replicas = set(replication_bits(src_l, ctx.nthreads))
+    masks = [m for m in sharing_masks(dst_l) if m not in src_replicas]
     tab = dst_l.table
     tids = ctx.tid_np
     for m in masks:  # partners must hold the same element in the same register
@@ -93,8 +98,9 @@ def lower_reduce(ctx: LoweringContext, s: t.Reduce, env: Env) -> list:
             out.append(t.BufferStore(part, (E.as_expr(r2),), _combine(s.op, cur, E.Shuffle(cur, m, ws))))
     if cross:
         nreg = dst_l.num_regs
-        scratch = ctx.alloc_shared(ctx.fresh("red_scratch"), ctx.nthreads * nreg, acc_t)
-        out.append(th.SharedDecl(scratch, ctx.shared_offsets[scratch]))
+        ctx.begin_scratch()
+        scratch = ctx.alloc_scratch(ctx.fresh("red_scratch"), ctx.nthreads * nreg, acc_t)
+        out.append(ctx.scratch_decl(scratch))
         out.append(th.Barrier())
         for r2 in range(nreg):
             out.append(t.BufferStore(scratch, (ctx.tid * nreg + r2,), E.Load(part, (E.as_expr(r2),))))
@@ -106,10 +112,17 @@ def lower_reduce(ctx: LoweringContext, s: t.Reduce, env: Env) -> list:
                 for m in sub:
                     x |= m
                 combos.append(x)
+        # fold the partners' partials in one fixed order (lowest thread first), so that every
+        # thread holding the result computes bit-identical values
+        all_cross = 0
+        for m in cross:
+            all_cross |= m
+        base = ctx.tid & ~all_cross
         for r2 in range(nreg):
-            acc = E.Load(part, (E.as_expr(r2),))
-            for x in combos:
-                acc = _combine(s.op, acc, E.Load(scratch, ((ctx.tid ^ x) * nreg + r2,)))
+            acc = None
+            for x in sorted([0] + combos):
+                v = E.Load(scratch, ((base | x) * nreg + r2,))
+                acc = v if acc is None else _combine(s.op, acc, v)
             out.append(t.BufferStore(part, (E.as_expr(r2),), acc))
         out.append(th.Barrier())
     for r2 in range(dst_l.num_regs):
@@ -128,8 +141,9 @@ def _move_through_shared(ctx, buf, src_local, src_l, dst_local, dst_l) -> list:
     numel = 1
     for x in buf.shape:
         numel *= x
-    scratch = ctx.alloc_shared(ctx.fresh(f"{buf.name}_xchg"), numel, buf.dtype)
-    out = [th.SharedDecl(scratch, ctx.shared_offsets[scratch]), th.Barrier()]
+    ctx.begin_scratch()
+    scratch = ctx.alloc_scratch(ctx.fresh(f"{buf.name}_xchg"), numel, buf.dtype)
+    out = [ctx.scratch_decl(scratch), th.Barrier()]
 
     def flat(idx):
         off = E.as_expr(0)

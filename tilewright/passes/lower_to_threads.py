@@ -35,6 +35,7 @@ def lower_to_threads(func: t.PrimFunc, pctx) -> th.ThreadKernel:
     lower = _StmtLowering(ctx)
     prologue, block_vars = _block_remap(kernel)
     body = prologue + lower.stmts(kernel.body, Env())
+    ctx.shared_top = ctx.finish_shared()
     if ctx.shared_top > pctx.target.max_shared_bytes:
         raise CompileError(
             f"the kernel needs {ctx.shared_top} bytes of shared memory; {pctx.target} allows "
@@ -93,6 +94,20 @@ def _block_remap(kernel: t.Kernel):
     return pro, raw
 
 
+def _thread_dependent(e) -> bool:
+    """An expression whose value may differ between the threads of a block."""
+    found = [False]
+
+    def f(x):
+        if isinstance(x, E.Var) and x.kind == "thread":
+            found[0] = True
+        if isinstance(x, E.Load) and x.buffer.scope in ("local", "var", "fragment"):
+            found[0] = True
+
+    walk_expr(e, f)
+    return found[0]
+
+
 def _uses_thread(s) -> bool:
     from ..ir.verifier import exprs_of
 
@@ -138,13 +153,17 @@ class _StmtLowering:
             return self.store(s, env)
         if isinstance(s, t.IfThenElse):
             cond = lower_expr(ctx, s.cond, env, s.loc)
-            then_b = self.block(s.then_body, env.child())
-            else_b = self.block(s.else_body, env.child()) if s.else_body is not None else None
+            inner = env.child()
+            inner.thread_dep = env.thread_dep or _thread_dependent(s.cond)
+            then_b = self.block(s.then_body, inner)
+            else_b = self.block(s.else_body, inner.child()) if s.else_body is not None else None
             if isinstance(cond, E.Const):
                 return [then_b] if cond.value else ([else_b] if else_b is not None else [])
             return [t.IfThenElse(cond, then_b, else_b, loc=s.loc)]
         if isinstance(s, t.For):
-            body = self.block(s.body, env.child())
+            inner = env.child()
+            inner.thread_dep = env.thread_dep or _thread_dependent(s.start) or _thread_dependent(s.extent)
+            body = self.block(s.body, inner)
             return [t.For(s.var, lower_expr(ctx, s.start, env), lower_expr(ctx, s.extent, env), body,
                           "unroll" if s.kind == "unroll" else "serial", loc=s.loc, attrs=dict(s.attrs))]
         if isinstance(s, t.ParallelFor):
@@ -201,11 +220,11 @@ class _StmtLowering:
         value = lower_expr(ctx, s.value, env, s.loc)
         idx = tuple(lower_expr(ctx, i, env, s.loc) for i in s.indices)
         if b.scope == "fragment":
-            reg = ctx.frag_register(b, idx, {ctx.tid: ctx.tid_np}, s.loc)
+            reg = ctx.frag_register(b, idx, {ctx.tid: ctx.tid_np}, s.loc, env.active)
             return [t.BufferStore(ctx.local_of[b], (E.as_expr(reg),), value, loc=s.loc)]
         fb, off = ctx.flat_access(b, idx)
         st = t.BufferStore(fb, (off,), value, loc=s.loc)
-        if b.scope in ("shared", "global") and not getattr(env, "in_parallel", False) and not _uses_thread(s):
+        if b.scope in ("shared", "global") and not env.in_parallel and not env.thread_dep and not _uses_thread(s):
             return [t.IfThenElse(ctx.tid == 0, st, None, loc=s.loc)]
         return [st]
 
@@ -216,6 +235,9 @@ class _StmtLowering:
         idx = tuple(lower_expr(ctx, i, env, s.loc) for i in s.dst.starts)
         fb, off = ctx.flat_access(s.dst.buffer, idx)
         op = th.AtomicRMW(s.op, fb, off, lower_expr(ctx, s.value, env, s.loc), loc=s.loc)
-        if not getattr(env, "in_parallel", False) and not _uses_thread(s):
+        if env.in_parallel:
+            # one replica of a replicated loop position performs the update
+            return [op] if env.replica_guard is None else [t.IfThenElse(env.replica_guard, op, None, loc=s.loc)]
+        if not env.thread_dep and not _uses_thread(s):
             return [t.IfThenElse(ctx.tid == 0, op, None, loc=s.loc)]
         return [op]

@@ -41,6 +41,10 @@ class LoweringContext:
         self.shared_top = 0
         self.counter = itertools.count()
         self.prefetch_frags: dict = {}  # id(gemm) -> double-buffered operand fragments
+        self.scratch_cursor = 0
+        self.scratch_top = 0
+        self.scratch_offsets: dict = {}
+        self.scratch_decls: list = []
         self.tid_np = np.arange(self.nthreads)
 
     # ---------------------------------------------------------------- names and buffers
@@ -58,6 +62,38 @@ class LoweringContext:
         self.shared_offsets[buf] = off
         self.shared_top = off + numel * dt.nbytes(dtype)
         return buf
+
+    def alloc_scratch(self, name: str, numel: int, dtype: str) -> t.Buffer:
+        """Shared scratch for one exchange (reductions across warps, layout conversions).  Every
+        user starts with a barrier and is done by the next user's barrier, so all users share one
+        pool placed after the named shared buffers; ``begin_scratch`` starts a new user."""
+        from ..ir import dtype as dt
+
+        buf = t.Buffer(name, (numel,), dtype, "shared")
+        off = (self.scratch_cursor + 15) // 16 * 16
+        self.scratch_cursor = off + numel * dt.nbytes(dtype)
+        self.scratch_top = max(self.scratch_top, self.scratch_cursor)
+        self.scratch_offsets[buf] = off
+        return buf
+
+    def begin_scratch(self) -> None:
+        self.scratch_cursor = 0
+
+    def scratch_decl(self, buf):
+        from ..ir import thread as th
+
+        decl = th.SharedDecl(buf, self.scratch_offsets[buf])
+        self.scratch_decls.append(decl)  # offsets are rebased onto the pool once its place is known
+        return decl
+
+    def finish_shared(self) -> int:
+        """Place the scratch pool after the named buffers; returns the total shared bytes."""
+        base = (self.shared_top + 127) // 128 * 128
+        if self.scratch_top:
+            for d in self.scratch_decls:
+                d.offset = base + self.scratch_offsets[d.buffer]
+            return base + self.scratch_top
+        return self.shared_top
 
     def shared_flat(self, buf: t.Buffer) -> t.Buffer:
         if buf not in self.shared_of:
@@ -97,9 +133,10 @@ class LoweringContext:
         raise InternalError(f"flat access to {buf.scope} buffer {buf.name}", "lower_to_threads")
 
     # ---------------------------------------------------------------- fragments
-    def frag_register(self, buf: t.Buffer, idx, np_env: dict, loc=None) -> int:
+    def frag_register(self, buf: t.Buffer, idx, np_env: dict, loc=None, active=None) -> int:
         """The register (same in every thread) holding ``buf[idx]`` where ``np_env`` binds the
-        variables of ``idx`` to per-thread NumPy values."""
+        variables of ``idx`` to per-thread NumPy values; ``active`` (a bool per thread) leaves out
+        threads that do not execute the access (padding positions of a layout)."""
         lay = self.layouts[buf]
         try:
             vals = [np.broadcast_to(np.asarray(eval_expr(x, np_env), dtype=np.int64), (self.nthreads,))
@@ -110,26 +147,30 @@ class LoweringContext:
                 f"other than the T.Parallel loop variables ({e})", loc,
                 hint="index fragments by the loop variables of the enclosing T.Parallel (or constants); "
                 "a fragment's elements live in registers of fixed threads") from None
+        act = np.ones(self.nthreads, dtype=bool) if active is None else np.asarray(active, dtype=bool)
+        if not act.any():
+            return 0
         flat = np.zeros(self.nthreads, dtype=np.int64)
         for v, n, s in zip(vals, buf.shape, buf.strides):
-            if np.any((v < 0) | (v >= n)):
+            if np.any(((v < 0) | (v >= n)) & act):
                 raise CompileError(f"fragment {buf.name} index out of range (dimension size {n})", loc)
-            flat = flat + v * s
-        regs = lay.reg_of[self.tid_np, flat]
-        if np.any(regs < 0):
-            bad = int(np.nonzero(regs < 0)[0][0])
+            flat = flat + np.where(act, v, 0) * s
+        regs = np.where(act, lay.reg_of[self.tid_np, flat], -2)
+        first = int(np.nonzero(act)[0][0])
+        if np.any(regs == -1):
+            bad = int(np.nonzero(regs == -1)[0][0])
             raise CompileError(
                 f"fragment {buf.name} element {tuple(int(v[bad]) for v in vals)} is needed by thread {bad}, which "
                 f"does not hold it in layout {lay}", loc,
                 hint="fragments used together in one T.Parallel loop must be laid out alike; copy one of them "
                 "through shared memory (T.alloc_shared + T.copy) to change its layout")
-        if np.any(regs != regs[0]):
+        if np.any((regs != regs[first]) & act):
             raise CompileError(
                 f"fragment {buf.name} is accessed at a position held in different registers by different "
                 f"threads (layout {lay})", loc,
                 hint="index the fragment by the T.Parallel loop variables in the same order as its other uses, "
                 "or copy it through shared memory")
-        return int(regs[0])
+        return int(regs[first])
 
     def substitute_vars(self, e, env: dict):
         return rewrite_expr(e, lambda x: env.get(x) if isinstance(x, E.Var) else None)
