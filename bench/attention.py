@@ -11,9 +11,10 @@ import torch
 sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 
-import tilewright  # noqa: E402
-from common import bench_ms, save  # noqa: E402
-from tilewright.kernels import flash_attention  # noqa: E402
+from common import bench_ms, save
+
+import tilewright
+from tilewright.kernels import flash_attention
 
 SHAPES = [(16, 16, 1024, 128, False), (16, 16, 1024, 128, True), (4, 16, 4096, 128, False),
           (4, 16, 4096, 128, True), (4, 16, 4096, 64, False), (4, 16, 4096, 64, True)]

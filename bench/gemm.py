@@ -7,16 +7,16 @@ import os
 import subprocess
 import sys
 import tempfile
-import time
 
 import torch
 
 sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 
-import tilewright  # noqa: E402
-from common import bench_ms, save  # noqa: E402
-from tilewright.kernels import matmul  # noqa: E402
+from common import bench_ms, save
+
+import tilewright
+from tilewright.kernels import matmul
 
 SHAPES = [(4096, 4096, 4096), (8192, 8192, 8192), (16, 8192, 8192), (128, 8192, 8192), (8192, 8192, 1024),
           (2000, 3000, 1000)]

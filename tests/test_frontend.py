@@ -41,7 +41,7 @@ def test_closure_constants_fold_and_python_if():
     def build(relu):
         @T.prim_func
         def k(A: T.Tensor((128,), "float32")):
-            with T.Kernel(1, threads=128) as bx:
+            with T.Kernel(1, threads=128):
                 for i in T.Parallel(128):
                     if relu:
                         A[i] = T.max(A[i], 0.0)

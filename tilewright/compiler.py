@@ -55,7 +55,7 @@ def _canonical_text(func: t.PrimFunc) -> str:
     return text
 
 
-def compile(func, out_idx=None, target="auto", pass_configs=None, optimize_level: int = 2,  # noqa: A001
+def compile(func, out_idx=None, target="auto", pass_configs=None, optimize_level: int = 2,
             execution_backend: str | None = None, target_host=None, verbose: bool = False) -> JITKernel:
     """Compile a prim_func for ``target`` and return a callable ``JITKernel``.
 
@@ -161,7 +161,7 @@ def _print(thread_kernel, tgt: Target) -> str:
     return print_hip(thread_kernel)
 
 
-@functools.lru_cache(maxsize=None)
+@functools.cache
 def _toolchain_version(tgt: Target) -> str:
     if tgt.is_cuda:
         from .toolchain.nvrtc import nvrtc_version

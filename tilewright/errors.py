@@ -57,7 +57,7 @@ class CompileError(TilewrightError):
             parts.append(f"hint: {self.hint}")
         return "\n".join(parts)
 
-    def with_loc(self, loc: SourceLocation | None) -> "CompileError":
+    def with_loc(self, loc: SourceLocation | None) -> CompileError:
         if self.loc is None and loc is not None:
             return CompileError(self.message, loc, self.hint)
         return self

@@ -102,7 +102,7 @@ class Printer:
         return "\n".join(self.lines) + "\n"
 
     # ------------------------------------------------------------------ statements
-    def stmt(self, s, d: int) -> None:  # noqa: C901 - one branch per node type
+    def stmt(self, s, d: int) -> None:
         if s is None:
             return
         if isinstance(s, t.SeqStmt):
@@ -218,7 +218,7 @@ class Printer:
             return str(c.value) if c.value >= -(2**31) + 1 else f"(int)({c.value}LL)"
         return f"(({self.ctype(c.dtype)}){c.value})"
 
-    def expr(self, e, prec: int = 0) -> str:  # noqa: C901 - one branch per node type
+    def expr(self, e, prec: int = 0) -> str:
         if isinstance(e, (int, float)):
             return self.expr(E.as_expr(e), prec)
         if isinstance(e, E.Var):
@@ -309,7 +309,7 @@ class Printer:
             return inner if e.dtype == "float32" else f"{self.ctype(e.dtype)}({inner})"
         fn = self.math_fn(name)
         if e.dtype == "float64":
-            fn = fn[:-1] if fn.endswith("f") else fn
+            fn = fn.removesuffix("f")
             return f"{fn}({', '.join(self.expr(a) for a in e.args)})"
         args = ", ".join(f"(float)({self.expr(a)})" if a.dtype != "float32" else self.expr(a) for a in e.args)
         out = f"{fn}({args})"

@@ -28,11 +28,13 @@ template <typename T> __device__ __forceinline__ T tw_floormod(T a, T b) {
   T r = a % b; return (r != 0 && ((r < 0) != (b < 0))) ? r + b : r; }
 __device__ __forceinline__ void tw_atomic_max(float* p, float v) {
   int* ip = reinterpret_cast<int*>(p); int old = *ip;
-  while (__int_as_float(old) < v) { int prev = atomicCAS(ip, old, __float_as_int(v)); if (prev == old) break; old = prev; }
+  while (__int_as_float(old) < v) {
+    int prev = atomicCAS(ip, old, __float_as_int(v)); if (prev == old) break; old = prev; }
 }
 __device__ __forceinline__ void tw_atomic_min(float* p, float v) {
   int* ip = reinterpret_cast<int*>(p); int old = *ip;
-  while (__int_as_float(old) > v) { int prev = atomicCAS(ip, old, __float_as_int(v)); if (prev == old) break; old = prev; }
+  while (__int_as_float(old) > v) {
+    int prev = atomicCAS(ip, old, __float_as_int(v)); if (prev == old) break; old = prev; }
 }
 __device__ __forceinline__ void tw_atomic_max(int* p, int v) { atomicMax(p, v); }
 __device__ __forceinline__ void tw_atomic_min(int* p, int v) { atomicMin(p, v); }

@@ -10,7 +10,7 @@ import itertools
 
 from ..errors import CompileError, SourceLocation
 
-_active: list["Builder"] = []
+_active: list[Builder] = []
 
 
 class Builder:

@@ -9,7 +9,7 @@ width, kind and NumPy equivalent (``ml_dtypes`` for bfloat16 and the fp8 types).
 from __future__ import annotations
 
 from dataclasses import dataclass
-from functools import lru_cache
+from functools import cache
 
 import numpy as np
 
@@ -70,11 +70,10 @@ class DTypeError(ValueError):
     pass
 
 
-@lru_cache(maxsize=None)
+@cache
 def _canon_str(s: str) -> str:
     s0 = s.strip()
-    if s0.startswith("torch."):
-        s0 = s0[len("torch.") :]
+    s0 = s0.removeprefix("torch.")
     s0 = _ALIASES.get(s0, s0)
     if s0 not in _INFOS:
         raise DTypeError(f"unknown dtype {s!r}; supported: {', '.join(sorted(_INFOS))}")
@@ -133,7 +132,7 @@ def is_low_precision_float(dtype: str) -> bool:
     return is_float(dtype) and bits(dtype) < 32
 
 
-@lru_cache(maxsize=None)
+@cache
 def to_numpy(dtype: str) -> np.dtype:
     """NumPy dtype (ml_dtypes for bfloat16 / fp8)."""
     d = canon(dtype)

@@ -121,7 +121,7 @@ class Expr:
     def __ge__(self, o):
         return binary(">=", self, o)
 
-    def __eq__(self, o):  # noqa: D105 - builds IR, see module docstring
+    def __eq__(self, o):
         return binary("==", self, o)
 
     def __ne__(self, o):
@@ -159,7 +159,7 @@ def _both_bool(a, b) -> bool:
 class Var(Expr):
     """A named scalar.  ``kind``: "loop", "let", "param", "block" (block index), "thread", "dyn" (symbolic dim)."""
 
-    __slots__ = ("name", "kind")
+    __slots__ = ("kind", "name")
 
     def __init__(self, name: str, dtype: str = "int32", kind: str = "let"):
         self.name = name
@@ -181,7 +181,7 @@ class Const(Expr):
 
 
 class BinOp(Expr):
-    __slots__ = ("op", "a", "b")
+    __slots__ = ("a", "b", "op")
 
     def __init__(self, op: str, a: Expr, b: Expr, dtype: str):
         self.op = op
@@ -191,7 +191,7 @@ class BinOp(Expr):
 
 
 class UnOp(Expr):
-    __slots__ = ("op", "a")
+    __slots__ = ("a", "op")
 
     def __init__(self, op: str, a: Expr, dtype: str):
         self.op = op
@@ -202,7 +202,7 @@ class UnOp(Expr):
 class Call(Expr):
     """An intrinsic math call (``exp``, ``exp2``, ``log``, ``sqrt``, ``rsqrt``, ``tanh``, ``abs``, ...)."""
 
-    __slots__ = ("name", "args")
+    __slots__ = ("args", "name")
 
     def __init__(self, name: str, args: tuple, dtype: str):
         self.name = name
@@ -219,7 +219,7 @@ class Cast(Expr):
 
 
 class Select(Expr):
-    __slots__ = ("cond", "a", "b")
+    __slots__ = ("a", "b", "cond")
 
     def __init__(self, cond: Expr, a: Expr, b: Expr, dtype: str):
         self.cond = cond
@@ -243,7 +243,7 @@ class Load(Expr):
 class Shuffle(Expr):
     """Thread IR only: the value of ``value`` held by lane ``lane ^ mask`` of the same warp/wave."""
 
-    __slots__ = ("value", "mask", "width")
+    __slots__ = ("mask", "value", "width")
 
     def __init__(self, value: Expr, mask: int, width: int):
         self.value = value

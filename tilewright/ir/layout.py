@@ -30,7 +30,7 @@ class FragmentLayout:
 
     def valid(self, r: int):
         """Registers past the end of a padded layout hold nothing (None means all valid)."""
-        return None
+        return
 
     # ---------------------------------------------------------------- tables
     @cached_property
@@ -263,7 +263,7 @@ class ReducedLayout(FragmentLayout):
         # the grouping must be consistent: registers of different groups never share a reduced
         # index in any thread
         rep = [g[0] for g in groups]
-        for gi, g in enumerate(groups):
+        for gi in range(len(groups)):
             for gj in range(gi + 1, len(groups)):
                 if np.any((red[:, rep[gi]] == red[:, rep[gj]]) & (red[:, rep[gi]] >= 0)):
                     raise ValueError("reduction grouping differs between threads")

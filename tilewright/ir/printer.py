@@ -80,7 +80,7 @@ class _TilePrinter:
     def emit(self, depth: int, text: str) -> None:
         self.lines.append("    " * depth + text)
 
-    def stmt(self, s, d: int) -> None:  # noqa: C901 - one branch per node type
+    def stmt(self, s, d: int) -> None:
         from . import tile as t
 
         if s is None:

@@ -32,7 +32,7 @@ class Buffer:
     ``strides`` (elements) are derived row-major unless given.
     """
 
-    __slots__ = ("name", "shape", "dtype", "scope", "strides", "uid", "loc", "attrs")
+    __slots__ = ("attrs", "dtype", "loc", "name", "scope", "shape", "strides", "uid")
     __hash__ = object.__hash__
 
     def __init__(self, name: str, shape, dtype: str, scope: str, strides=None, loc=None):
@@ -101,7 +101,7 @@ class Region:
         return tuple(e for d, e in enumerate(self.extents) if d not in self.squeezed)
 
     @staticmethod
-    def full(buf: Buffer) -> "Region":
+    def full(buf: Buffer) -> Region:
         return Region(buf, tuple(as_expr(0) for _ in buf.shape), tuple(buf.shape), ())
 
     def is_full(self) -> bool:

@@ -94,9 +94,7 @@ def exprs_of(s) -> list:
         out.append(s.value)
     elif isinstance(s, t.IfThenElse):
         out.append(s.cond)
-    elif isinstance(s, t.Fill):
-        out.append(s.value)
-    elif isinstance(s, t.Atomic) and not isinstance(s.value, t.Region):
+    elif isinstance(s, t.Fill) or isinstance(s, t.Atomic) and not isinstance(s.value, t.Region):
         out.append(s.value)
     elif isinstance(s, t.Alloc) and s.init is not None:
         out.append(s.init)

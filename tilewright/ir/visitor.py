@@ -8,7 +8,7 @@ no change here.  ``rewrite_expr`` rebuilds an expression bottom-up through a cal
 from __future__ import annotations
 
 import dataclasses
-from typing import Callable
+from collections.abc import Callable
 
 from .expr import BinOp, Call, Cast, Const, Expr, Load, Select, Shuffle, UnOp, Var, binary, call, select, unary
 

@@ -14,9 +14,8 @@ from ..frontend.regions import to_region as _to_region
 from ..ir import dtype as _dt
 from ..ir import expr as _e
 from ..ir import tile as _t
-from ..ir.expr import Expr as PrimExpr  # noqa: F401 - re-exported name used in annotations
-from ..ir.expr import Var  # noqa: F401
-
+from ..ir.expr import Expr as PrimExpr
+from ..ir.expr import Var
 
 # --------------------------------------------------------------------------------------------
 # dtypes: strings that can also build constants / casts, e.g. T.float32(0) or T.float16(x)
@@ -52,7 +51,7 @@ boolean = DType("bool")
 float8_e4m3fn = DType("float8_e4m3fn")
 float8_e5m2 = DType("float8_e5m2")
 half = float16
-float = float32  # noqa: A001 - TileLang spelling
+float = float32
 double = float64
 
 
@@ -151,7 +150,7 @@ def unroll(*args, step=1, explicit=False):
     return _LoopSpec("unroll", lo, hi, step=step)
 
 
-def Pipelined(*args, num_stages=0, order=None, stage=None, sync=None, group=None):  # noqa: N802
+def Pipelined(*args, num_stages=0, order=None, stage=None, sync=None, group=None):
     lo, hi = _bounds(args)
     return _LoopSpec("pipelined", lo, hi, num_stages=_builtins.int(num_stages))
 
@@ -283,7 +282,8 @@ def gemm(A, B, C, transpose_A=False, transpose_B=False, policy=GemmWarpPolicy.Sq
     if policy not in ("square", "fullrow", "fullcol"):
         raise _b.error(f"unknown GemmWarpPolicy {policy!r}")
     b.emit(_t.Gemm(_to_region(A, what="gemm A"), _to_region(B, what="gemm B"), _to_region(C, what="gemm C"),
-                   _builtins.bool(transpose_A), _builtins.bool(transpose_B), policy, _builtins.bool(clear_accum), _builtins.int(k_pack)))
+                   _builtins.bool(transpose_A), _builtins.bool(transpose_B), policy, _builtins.bool(clear_accum),
+                   _builtins.int(k_pack)))
 
 
 def _reduce(op, src, dst, dim, clear):
@@ -396,17 +396,17 @@ cos = _unary("cos")
 erf = _unary("erf")
 floor = _unary("floor")
 ceil = _unary("ceil")
-round = _unary("round")  # noqa: A001
+round = _unary("round")
 trunc = _unary("trunc")
 isnan = _unary("isnan")
 isinf = _unary("isinf")
 
 
-def abs(x):  # noqa: A001
+def abs(x):
     return _e.call("abs", [x]) if isinstance(x, PrimExpr) else _builtins.abs(x)
 
 
-def pow(x, y):  # noqa: A001
+def pow(x, y):
     if not isinstance(x, PrimExpr) and not isinstance(y, PrimExpr):
         return x**y
     return _e.call("pow", [x, y])
@@ -416,14 +416,14 @@ def fma(a, b, c):
     return _e.call("fma", [a, b, c])
 
 
-def max(a, b, *rest):  # noqa: A001
+def max(a, b, *rest):
     r = _e.emax(a, b)
     for x in rest:
         r = _e.emax(r, x)
     return r
 
 
-def min(a, b, *rest):  # noqa: A001
+def min(a, b, *rest):
     r = _e.emin(a, b)
     for x in rest:
         r = _e.emin(r, x)

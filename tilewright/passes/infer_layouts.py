@@ -28,8 +28,7 @@ from ..errors import CompileError
 from ..ir import dtype as dt
 from ..ir import expr as E
 from ..ir import tile as t
-from ..ir.layout import (MmaAccumLayout, MmaOperandLayout, ReducedLayout, SharedLayout, SimtAccumLayout,
-                         StripedLayout)
+from ..ir.layout import MmaAccumLayout, MmaOperandLayout, ReducedLayout, SharedLayout, SimtAccumLayout, StripedLayout
 from ..ir.verifier import exprs_of
 from ..ir.visitor import loads_in, walk
 

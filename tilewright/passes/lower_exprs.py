@@ -27,7 +27,7 @@ class Env:
         self.replica_guard = None  # condition selecting one replica of a replicated loop position
         self.thread_dep = False  # under control flow that differs between threads
 
-    def child(self) -> "Env":
+    def child(self) -> Env:
         e = Env(self.sym)
         e.vec_loads = dict(self.vec_loads)
         e.k = self.k

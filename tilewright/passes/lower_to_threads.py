@@ -143,7 +143,7 @@ class _StmtLowering:
         body = self.stmts(s, env)
         return t.SeqStmt(body) if len(body) != 1 else body[0]
 
-    def stmt(self, s, env: Env) -> list:  # noqa: C901 - one branch per node type
+    def stmt(self, s, env: Env) -> list:
         ctx = self.ctx
         if isinstance(s, t.Alloc):
             return self.alloc(s, env)

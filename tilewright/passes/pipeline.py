@@ -55,17 +55,17 @@ def run_pipeline(func: t.PrimFunc, ctx: PassContext):
             work = p(work, ctx)
         except TilewrightError:
             raise
-        except Exception as e:  # noqa: BLE001 - a bug of ours: say so and name the pass
+        except Exception as e:
             raise InternalError(f"{type(e).__name__}: {e}", p.__name__) from e
         if ctx.dump is not None:
             ctx.dump(f"after_{p.__name__}.py", print_func(work))
-    for name, step in (("lower_to_threads", lambda: lower_to_threads(work, ctx)),
-                       ("simplify_ranges", lambda: simplify_ranges(kernel))):
+    kernel = work
+    for name, step in (("lower_to_threads", lambda f: lower_to_threads(f, ctx)), ("simplify_ranges", simplify_ranges)):
         try:
-            kernel = step()
+            kernel = step(kernel)
         except TilewrightError:
             raise
-        except Exception as e:  # noqa: BLE001
+        except Exception as e:  # a bug of ours: say so and name the pass
             raise InternalError(f"{type(e).__name__}: {e}", name) from e
     if ctx.dump is not None:
         from ..ir.thread_printer import print_thread_kernel

@@ -61,9 +61,7 @@ def _defined_in(body) -> set:
     out: set = set()
 
     def f(s):
-        if isinstance(s, t.LetStmt):
-            out.add(s.var)
-        elif isinstance(s, (t.For,)):
+        if isinstance(s, t.LetStmt) or isinstance(s, (t.For,)):
             out.add(s.var)
         elif isinstance(s, t.ParallelFor):
             out.update(s.vars)

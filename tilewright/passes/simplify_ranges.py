@@ -68,7 +68,8 @@ class _Simplifier:
             if op == "-":
                 return (a[0] - b[1], a[1] - b[0])
             if op == "*":
-                cands = [x * y for x in a for y in b if not (x in (INF, -INF) and y == 0 or y in (INF, -INF) and x == 0)]
+                cands = [x * y for x in a for y in b
+                         if not (x in (INF, -INF) and y == 0 or y in (INF, -INF) and x == 0)]
                 return (min(cands), max(cands)) if cands else None
             if op == "//" and b[0] > 0 and a[0] >= 0:
                 return (a[0] // b[1] if b[1] != INF else 0, a[1] // b[0] if a[1] != INF else INF)
@@ -177,7 +178,7 @@ class _Simplifier:
         return None
 
     # ---------------------------------------------------------------- statements
-    def stmt(self, s):  # noqa: C901 - one branch per node type
+    def stmt(self, s):
         if s is None:
             return None
         if isinstance(s, t.SeqStmt):

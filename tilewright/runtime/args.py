@@ -76,7 +76,8 @@ def _check_tensor(p: t.Buffer, ta: TensorArg, dyn: dict, kname: str, align: int)
         raise ArgumentError(f"{kname}: argument {p.name} is not contiguous (strides {tuple(ta.strides)} in elements); "
                             "pass a contiguous tensor, e.g. x.contiguous()")
     if ta.device_type != "cpu" and ta.ptr % align and ta.numel:
-        raise ArgumentError(f"{kname}: argument {p.name} is not {align}-byte aligned (address {ta.ptr:#x}); kernels use "
+        raise ArgumentError(f"{kname}: argument {p.name} is not {align}-byte aligned (address {ta.ptr:#x}); "
+                            "kernels use "
                             "vector accesses, so pass a tensor with an aligned start (e.g. x.clone())")
 
 

@@ -141,7 +141,8 @@ def _grid(func):
 def _build_script(kernel, hip: bool) -> str:
     arch = kernel.target.arch
     if hip:
-        flags = f'extra_cflags=["-O3", "--offload-arch={arch}"], extra_cuda_cflags=["-O3", "--offload-arch={arch}"],\n' \
+        flags = f'extra_cflags=["-O3", "--offload-arch={arch}"], ' \
+                f'extra_cuda_cflags=["-O3", "--offload-arch={arch}"],\n' \
                 '        extra_ldflags=[f"-L{os.environ.get(\'ROCM_PATH\', \'/opt/rocm\')}/lib", "-lamdhip64"],'
         src = "launcher.cpp"
     else:

@@ -45,7 +45,7 @@ class JITKernel:
 
     # ------------------------------------------------------------------ build results
     def _adopt_binary(self, binary) -> None:
-        self.code_object = getattr(binary, "cubin", None) or getattr(binary, "code_object")
+        self.code_object = getattr(binary, "cubin", None) or binary.code_object
         self.resources = dict(binary.resources.get(self.kernel_name, {}))
         self.toolchain = binary.toolchain
         if "registers" not in self.resources and "vgpr" in self.resources:

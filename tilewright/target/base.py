@@ -70,14 +70,14 @@ class Target:
             return "interpret"
         return f"{self.kind} -arch={self.arch}"
 
-    def with_options(self, **opts: str) -> "Target":
+    def with_options(self, **opts: str) -> Target:
         merged = dict(self.options)
         merged.update({k: str(v) for k, v in opts.items()})
         return replace(self, options=tuple(sorted(merged.items())))
 
     # ------------------------------------------------------------------ construction
     @staticmethod
-    def parse(spec) -> "Target":
+    def parse(spec) -> Target:
         """Parse ``"auto"``, ``"cuda"``, ``"cuda -arch=sm_90a"``, ``"hip -arch=gfx942"``, ``"rocm"``,
         ``"interpret"``, a dict ``{"kind": "hip", "arch": "gfx942"}`` or a ``Target``."""
         if isinstance(spec, Target):
@@ -109,7 +109,7 @@ class Target:
         return _build(kind, arch, opts, spec)
 
     @staticmethod
-    def current() -> "Target":
+    def current() -> Target:
         """The target of the local GPU, or the CPU interpreter when there is none."""
         from .detect import detect_target
 

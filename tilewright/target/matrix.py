@@ -14,8 +14,9 @@ takes them in its registers (for 16-bit types, two elements per 32-bit register,
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import dataclass, field
-from typing import Any, Callable
+from typing import Any
 
 IndexFn = Callable[[Any, int], tuple]
 
