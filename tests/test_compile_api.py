@@ -137,3 +137,14 @@ def test_target_parsing():
     assert Target.parse("rocm -arch=gfx1100").warp_size == 32
     with pytest.raises(tilewright.TilewrightError):
         Target.parse("cuda -arch=sm_70")
+
+
+def test_optimize_level_trades_prefetch_for_registers():
+    from tilewright.ir.thread_printer import print_thread_kernel
+
+    f = matmul(256, 256, 256, 128, 128, 32)
+    fast = print_thread_kernel(tilewright.lower(f, target="cuda -arch=sm_90a", optimize_level=2))
+    lean = print_thread_kernel(tilewright.lower(f, target="cuda -arch=sm_90a", optimize_level=1))
+    assert fast.count("ldmatrix") > lean.count("ldmatrix")  # the prefetch loads the next K step too
+    with pytest.raises(tilewright.CompileError):
+        tilewright.compile(f, optimize_level=7, target="interpret")

@@ -140,3 +140,23 @@ def test_flash_attention(causal, S, D):
         q.double().transpose(1, 2), kk.double().transpose(1, 2), v.double().transpose(1, 2), is_causal=causal
     ).transpose(1, 2)
     torch.testing.assert_close(o.double(), ref, rtol=1e-2, atol=1e-2)
+
+
+def test_export_builds_a_torch_extension(tmp_path):
+    import importlib.util
+    import shutil
+
+    if shutil.which("nvcc") is None:
+        pytest.skip("exported extensions are built with nvcc, which is not on PATH")
+    m = T.dynamic("m")
+    k = tilewright.compile(matmul(m, 256, 128, 64, 64, 32), target="cuda")
+    out = k.export(str(tmp_path / "ext"))
+    spec = importlib.util.spec_from_file_location("tw_build", f"{out}/build.py")
+    mod = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(mod)
+    ext = mod.load()
+    a = torch.randn(200, 128, device="cuda", dtype=torch.float16)
+    b = torch.randn(128, 256, device="cuda", dtype=torch.float16)
+    c = _poison(torch.empty(200, 256, device="cuda", dtype=torch.float16))
+    ext.run(a, b, c)
+    torch.testing.assert_close(c.double(), a.double() @ b.double(), rtol=2e-2, atol=0.2)

@@ -27,7 +27,9 @@ from .analysis import eval_expr  # noqa: F401 - kept for symmetry with other pas
 
 
 def pipeline_loops(func: t.PrimFunc, ctx=None) -> t.PrimFunc:
-    no_prefetch = bool(ctx is not None and ctx.options.get("tw.disable_gemm_prefetch"))
+    # optimize_level <= 1 trades speed for register pressure and compile time: no operand prefetch
+    no_prefetch = bool(ctx is not None and (ctx.options.get("tw.disable_gemm_prefetch")
+                                            or ctx.options.get("optimize_level", 2) <= 1))
     allocs: dict = {}
     walk(func.body, lambda s: allocs.__setitem__(s.buffer, s) if isinstance(s, t.Alloc) else None)
     restaged: dict = {}  # old buffer -> new staged buffer
