@@ -20,6 +20,7 @@ from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, replace
 
 import pytest
+from zoo import column_sum, elementwise_activation, flash_attention, int8_gemm, matmul, rmsnorm, splitk_gemm, tiled_copy
 
 import tilewright.language as T
 from tilewright.codegen.hip import print_hip
@@ -29,6 +30,7 @@ from tilewright.ir import thread as th
 from tilewright.ir import tile as t
 from tilewright.ir.expr import FLOAT_INTRINSICS
 from tilewright.ir.visitor import walk
+from tilewright.kernels import softmax
 from tilewright.passes.pipeline import PassContext, run_pipeline
 from tilewright.target.base import Target
 from tilewright.toolchain.hip import compile_hip, disassemble, find_hip_compiler, find_llvm_tool
@@ -37,205 +39,8 @@ ARCHS = ("gfx90a", "gfx942", "gfx1100", "gfx1201")
 CDNA = ("gfx90a", "gfx942")
 
 # ---------------------------------------------------------------------------------------------
-# Kernels, written as TileLang users write them.
+# Kernels (from zoo.py, shared with the interpreter and emulator tests; row softmax is the library's)
 # ---------------------------------------------------------------------------------------------
-
-
-def elementwise_ragged(N, block):
-    @T.prim_func
-    def ew(A: T.Tensor((N,), "float16"), B: T.Tensor((N,), "float32"), C: T.Tensor((N,), "float16")):
-        with T.Kernel(T.ceildiv(N, block), threads=128) as bx:
-            for i in T.Parallel(block):
-                if bx * block + i < N:
-                    x = T.cast(A[bx * block + i], "float32")
-                    C[bx * block + i] = T.cast(T.tanh(x) * T.sigmoid(B[bx * block + i]) + T.max(x, 0.0), "float16")
-
-    return ew
-
-
-def copy_through_shared(M, N, bm, bn):
-    @T.prim_func
-    def copy(A: T.Tensor((M, N), "float32"), B: T.Tensor((M, N), "float32")):
-        with T.Kernel(T.ceildiv(N, bn), T.ceildiv(M, bm), threads=128) as (bx, by):
-            tile = T.alloc_shared((bm, bn), "float32")
-            T.copy(A[by * bm, bx * bn], tile)
-            T.copy(tile, B[by * bm:(by + 1) * bm, bx * bn:(bx + 1) * bn])
-
-    return copy
-
-
-def matmul(M, N, K, bm, bn, bk, dtype, accum="float32", out_dtype=None, trans_a=False, trans_b=False, stages=0,
-           epilogue=None, threads=128):
-    out_dtype = out_dtype or dtype
-    as_shape = (bk, bm) if trans_a else (bm, bk)
-    bs_shape = (bn, bk) if trans_b else (bk, bn)
-
-    @T.prim_func
-    def gemm(A: T.Tensor((K, M) if trans_a else (M, K), dtype), B: T.Tensor((N, K) if trans_b else (K, N), dtype),
-             bias: T.Tensor((N,), "float32"), C: T.Tensor((M, N), out_dtype)):
-        with T.Kernel(T.ceildiv(N, bn), T.ceildiv(M, bm), threads=threads) as (bx, by):
-            A_s = T.alloc_shared(as_shape, dtype)
-            B_s = T.alloc_shared(bs_shape, dtype)
-            C_f = T.alloc_fragment((bm, bn), accum)
-            T.clear(C_f)
-            for k in T.Pipelined(T.ceildiv(K, bk), num_stages=stages):
-                if trans_a:
-                    T.copy(A[k * bk, by * bm], A_s)
-                else:
-                    T.copy(A[by * bm, k * bk], A_s)
-                if trans_b:
-                    T.copy(B[bx * bn, k * bk], B_s)
-                else:
-                    T.copy(B[k * bk, bx * bn], B_s)
-                T.gemm(A_s, B_s, C_f, transpose_A=trans_a, transpose_B=trans_b)
-            if epilogue == "bias_relu":
-                for i, j in T.Parallel(bm, bn):
-                    C_f[i, j] = T.max(C_f[i, j] + T.if_then_else(bx * bn + j < N, bias[bx * bn + j], 0.0), 0.0)
-            T.copy(C_f, C[by * bm, bx * bn])
-
-    return gemm
-
-
-def splitk_gemm(M, N, K, bm, bn, bk, splits):
-    @T.prim_func
-    def gemm(A: T.Tensor((M, K), "float16"), B: T.Tensor((K, N), "float16"), C: T.Tensor((M, N), "float32")):
-        with T.Kernel(T.ceildiv(N, bn), T.ceildiv(M, bm), splits, threads=128) as (bx, by, bz):
-            A_s = T.alloc_shared((bm, bk), "float16")
-            B_s = T.alloc_shared((bk, bn), "float16")
-            C_f = T.alloc_fragment((bm, bn), "float32")
-            T.clear(C_f)
-            for k in T.Pipelined(K // splits // bk, num_stages=2):
-                T.copy(A[by * bm, bz * (K // splits) + k * bk], A_s)
-                T.copy(B[bz * (K // splits) + k * bk, bx * bn], B_s)
-                T.gemm(A_s, B_s, C_f)
-            T.atomic_add(C[by * bm, bx * bn], C_f)
-
-    return gemm
-
-
-def row_softmax(M, N, bm):
-    @T.prim_func
-    def softmax(X: T.Tensor((M, N), "float32"), Y: T.Tensor((M, N), "float32")):
-        with T.Kernel(T.ceildiv(M, bm), threads=128) as bx:
-            x = T.alloc_fragment((bm, N), "float32")
-            row_max = T.alloc_fragment((bm,), "float32")
-            row_sum = T.alloc_fragment((bm,), "float32")
-            T.copy(X[bx * bm, 0], x)
-            T.reduce_max(x, row_max, dim=1)
-            for i, j in T.Parallel(bm, N):
-                x[i, j] = T.exp(x[i, j] - row_max[i])
-            T.reduce_sum(x, row_sum, dim=1)
-            for i, j in T.Parallel(bm, N):
-                x[i, j] = x[i, j] / row_sum[i]
-            T.copy(x, Y[bx * bm, 0])
-
-    return softmax
-
-
-def rmsnorm(M, N, bm, eps=1e-6):
-    @T.prim_func
-    def norm(X: T.Tensor((M, N), "float16"), W: T.Tensor((N,), "float16"), Y: T.Tensor((M, N), "float16")):
-        with T.Kernel(T.ceildiv(M, bm), threads=128) as bx:
-            x = T.alloc_fragment((bm, N), "float32")
-            sq = T.alloc_fragment((bm, N), "float32")
-            ss = T.alloc_fragment((bm,), "float32")
-            T.copy(X[bx * bm, 0], x)
-            for i, j in T.Parallel(bm, N):
-                sq[i, j] = x[i, j] * x[i, j]
-            T.reduce_sum(sq, ss, dim=1)
-            for i, j in T.Parallel(bm, N):
-                x[i, j] = x[i, j] * T.rsqrt(ss[i] / N + eps) * W[j]
-            T.copy(x, Y[bx * bm, 0])
-
-    return norm
-
-
-def column_sum(M, N, bm, bn):
-    # The first tile is reduced with clear=True outside the loop: that gives `part` its layout from
-    # the reduction (a T.clear(part) first would lay it out on its own, which the reduction rejects).
-    @T.prim_func
-    def colsum(X: T.Tensor((M, N), "float32"), S: T.Tensor((N,), "float32")):
-        with T.Kernel(T.ceildiv(N, bn), threads=128) as bx:
-            x = T.alloc_fragment((bm, bn), "float32")
-            part = T.alloc_fragment((bn,), "float32")
-            T.copy(X[0, bx * bn], x)
-            T.reduce_sum(x, part, dim=0)
-            for k in T.serial(1, T.ceildiv(M, bm)):
-                T.copy(X[k * bm, bx * bn], x)  # rows past M read as zero
-                T.reduce_sum(x, part, dim=0, clear=False)
-            T.copy(part, S[bx * bn])
-
-    return colsum
-
-
-def flash_attention(S, D, bm, bn, p_in_registers, threads=128):
-    """Forward attention as in TileLang's example: S = Q K^T in a fragment (FullRow), online softmax in
-    base 2, then P @ V with P either a float16 fragment (TileLang's way) or staged in shared memory."""
-    scale = 1.0 / math.sqrt(D) * 1.44269504
-
-    @T.prim_func
-    def attn(Q: T.Tensor((S, D), "float16"), K: T.Tensor((S, D), "float16"), V: T.Tensor((S, D), "float16"),
-             Out: T.Tensor((S, D), "float16")):
-        with T.Kernel(T.ceildiv(S, bm), threads=threads) as bx:
-            Q_s = T.alloc_shared((bm, D), "float16")
-            K_s = T.alloc_shared((bn, D), "float16")
-            V_s = T.alloc_shared((bn, D), "float16")
-            s = T.alloc_fragment((bm, bn), "float32")
-            if p_in_registers:
-                p = T.alloc_fragment((bm, bn), "float16")
-            else:
-                p = T.alloc_shared((bm, bn), "float16")
-            acc = T.alloc_fragment((bm, D), "float32")
-            m_prev = T.alloc_fragment((bm,), "float32")
-            m_cur = T.alloc_fragment((bm,), "float32")
-            rescale = T.alloc_fragment((bm,), "float32")
-            l_sum = T.alloc_fragment((bm,), "float32")
-            l_cur = T.alloc_fragment((bm,), "float32")
-            T.copy(Q[bx * bm, 0], Q_s)
-            T.fill(acc, 0)
-            T.fill(l_sum, 0)
-            T.fill(m_cur, -T.infinity("float32"))
-            for k in T.Pipelined(T.ceildiv(S, bn), num_stages=2):
-                T.copy(K[k * bn, 0], K_s)
-                T.copy(V[k * bn, 0], V_s)
-                T.gemm(Q_s, K_s, s, transpose_B=True, clear_accum=True, policy=T.GemmWarpPolicy.FullRow)
-                for i, j in T.Parallel(bm, bn):
-                    s[i, j] = T.if_then_else(k * bn + j < S, s[i, j], -T.infinity("float32"))
-                T.copy(m_cur, m_prev)
-                T.reduce_max(s, m_cur, dim=1, clear=False)
-                for i in T.Parallel(bm):
-                    rescale[i] = T.exp2(m_prev[i] * scale - m_cur[i] * scale)
-                for i, j in T.Parallel(bm, bn):
-                    s[i, j] = T.exp2(s[i, j] * scale - m_cur[i] * scale)
-                T.reduce_sum(s, l_cur, dim=1)
-                for i in T.Parallel(bm):
-                    l_sum[i] = l_sum[i] * rescale[i] + l_cur[i]
-                for i, j in T.Parallel(bm, D):
-                    acc[i, j] *= rescale[i]
-                T.copy(s, p)
-                T.gemm(p, V_s, acc, policy=T.GemmWarpPolicy.FullRow)
-            for i, j in T.Parallel(bm, D):
-                acc[i, j] /= l_sum[i]
-            T.copy(acc, Out[bx * bm, 0])
-
-    return attn
-
-
-def int8_gemm(M, N, K, bm, bn, bk):
-    @T.prim_func
-    def gemm(A: T.Tensor((M, K), "int8"), B: T.Tensor((N, K), "int8"), C: T.Tensor((M, N), "int32")):
-        with T.Kernel(T.ceildiv(N, bn), T.ceildiv(M, bm), threads=128) as (bx, by):
-            A_s = T.alloc_shared((bm, bk), "int8")
-            B_s = T.alloc_shared((bn, bk), "int8")
-            C_f = T.alloc_fragment((bm, bn), "int32")
-            T.clear(C_f)
-            for k in T.serial(T.ceildiv(K, bk)):
-                T.copy(A[by * bm, k * bk], A_s)
-                T.copy(B[bx * bn, k * bk], B_s)
-                T.gemm(A_s, B_s, C_f, transpose_B=True)
-            T.copy(C_f, C[by * bm, bx * bn])
-
-    return gemm
 
 
 @dataclass(frozen=True)
@@ -244,10 +49,15 @@ class Case:
     mma_types: tuple = ()  # (a, b, acc) dtypes of its T.gemm: a matrix instruction is required where one exists
 
 
+def tilelang_attention(p_in_registers):
+    """Attention as in TileLang's example: both gemms FullRow, the V tile loaded with the K tile."""
+    return flash_attention(200, 64, 64, 64, p_in_registers, policy=T.GemmWarpPolicy.FullRow, v_with_k=True)
+
+
 F16, BF16 = ("float16", "float16", "float32"), ("bfloat16", "bfloat16", "float32")
 CASES = {
-    "elementwise_ragged": Case(lambda: elementwise_ragged(1000, 128)),
-    "copy_shared_ragged": Case(lambda: copy_through_shared(1000, 500, 128, 64)),
+    "elementwise_ragged": Case(lambda: elementwise_activation(1000, 128)),
+    "copy_shared_ragged": Case(lambda: tiled_copy(1000, 500, 128, 64)),
     "gemm_f16_nn": Case(lambda: matmul(100, 72, 40, 64, 64, 32, "float16"), F16),
     "gemm_f16_nt": Case(lambda: matmul(100, 72, 40, 64, 64, 32, "float16", trans_b=True), F16),
     "gemm_f16_tn": Case(lambda: matmul(100, 72, 40, 64, 64, 32, "float16", trans_a=True), F16),
@@ -261,12 +71,13 @@ CASES = {
     "gemm_f32": Case(lambda: matmul(100, 72, 40, 64, 64, 32, "float32"), ("float32", "float32", "float32")),
     "gemm_int8": Case(lambda: int8_gemm(70, 50, 96, 64, 32, 32), ("int8", "int8", "int32")),
     "splitk_gemm_atomic": Case(lambda: splitk_gemm(90, 80, 128, 64, 64, 32, 2), F16),
-    "row_softmax": Case(lambda: row_softmax(64, 1024, 4)),
+    "row_softmax": Case(lambda: softmax(64, 1024, 4)),
     "rmsnorm": Case(lambda: rmsnorm(37, 256, 8)),
-    "column_sum": Case(lambda: column_sum(333, 100, 64, 32)),
-    "attention_p_shared": Case(lambda: flash_attention(200, 64, 64, 64, p_in_registers=False), F16),
-    "attention_p_fragment": Case(lambda: flash_attention(200, 64, 64, 64, p_in_registers=True), F16),
+    "column_sum": Case(lambda: column_sum(333, 100, 64, 32, "peeled")),
+    "attention_p_shared": Case(lambda: tilelang_attention(p_in_registers=False), F16),
+    "attention_p_fragment": Case(lambda: tilelang_attention(p_in_registers=True), F16),
 }
+
 
 def _params():
     return [pytest.param(name, arch, id=f"{name}-{arch}") for name in CASES for arch in ARCHS]

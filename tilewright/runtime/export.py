@@ -147,7 +147,12 @@ def _build_script(kernel, hip: bool) -> str:
         src = "launcher.cpp"
     else:
         gencode = arch.replace("sm_", "")
-        flags = f'extra_cuda_cflags=["-O3", "-std=c++17", "-gencode=arch=compute_{gencode},code=sm_{gencode}"],'
+        # PyTorch's build defines __CUDA_NO_HALF_OPERATORS__ and friends; the generated kernel uses
+        # the half/bfloat16 operators and conversions, so undo them (nvcc applies -U after -D)
+        flags = ('extra_cuda_cflags=["-O3", "-std=c++17", '
+                 f'"-gencode=arch=compute_{gencode},code=sm_{gencode}",\n'
+                 '            "-U__CUDA_NO_HALF_OPERATORS__", "-U__CUDA_NO_HALF_CONVERSIONS__",\n'
+                 '            "-U__CUDA_NO_BFLOAT16_CONVERSIONS__", "-U__CUDA_NO_HALF2_OPERATORS__"],')
         src = "launcher.cu"
     return f'''"""Build and load the exported tilewright kernel as a PyTorch extension.
 
