@@ -417,10 +417,10 @@ def flash_attention(S, D, bm, bn, p_in_registers=True, policy=T.GemmWarpPolicy.S
 # reductions, atomics, dynamic shapes
 
 
-def column_sum(M, N, bm, bn, style="clear"):
+def column_sum(M, N, bm, bn, style="idiomatic"):
     """``S = X.sum(axis=0)`` (float32), folding (bm, bn) row tiles into a per-block partial:
 
-    - ``"clear"``: the TileLang idiom, ``T.clear`` an accumulator and fold each tile in with ``clear=False``;
+    - ``"idiomatic"``: the TileLang idiom, ``T.clear`` an accumulator and fold each tile in with ``clear=False``;
     - ``"peeled"``: the first tile reduced with ``clear=True`` before the loop, the rest with ``clear=False``
       (the partial takes its layout from the reduction rather than from a ``T.clear`` of its own);
     - ``"fresh"``: each tile reduced into a fresh fragment, accumulated elementwise.
