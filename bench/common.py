@@ -32,6 +32,9 @@ def bench_ms(fn, warmup=25, rep=100) -> float:
 
 
 def commit() -> str:
+    """The commit measured: git when the tree has it, else TW_COMMIT (the device copy has no .git)."""
+    if os.environ.get("TW_COMMIT"):
+        return os.environ["TW_COMMIT"]
     try:
         return subprocess.check_output(["git", "rev-parse", "--short", "HEAD"], text=True,
                                        stderr=subprocess.DEVNULL).strip()
