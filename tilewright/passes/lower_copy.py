@@ -65,6 +65,12 @@ def lower_copy_g2s(ctx: LoweringContext, s: t.Copy, env: Env) -> list:
     flat_dst = ctx.shared_flat(dst.buffer)
     out: list = [th.Comment(f"copy {src.buffer.name} -> {dst.buffer.name} ({'async' if use_async else 'sync'}, "
                             f"{v} x {src.buffer.dtype} per chunk)")]
+    # register prefetch (targets without async copies): a pipelined copy loads into registers where
+    # it stands and writes shared memory at the end of the loop body, so the loads' latency overlaps
+    # the iteration's compute; the pipeline's barrier at the next iteration orders the stores.  Only
+    # when the registers fit next to the fragments (else the compiler spills).
+    defer_all = (s.mode == "async" and not use_async and ctx.deferred is not None
+                 and ctx.prefetch_fits(v * esize * rounds))
     for rnd in range(rounds):
         c = ctx.tid + rnd * ctx.nthreads
         row = c // chunks_per_row
@@ -89,22 +95,32 @@ def lower_copy_g2s(ctx: LoweringContext, s: t.Copy, env: Env) -> list:
         goff = ctx.global_offset(src.buffer, sidx)
         soff = ctx.shared_offset(dst.buffer, didx)
         stmts: list = []
+        stores: list = []
         if use_async:
             stmts.append(th.AsyncCopy(flat_dst, soff, src.buffer, goff, v * esize, pred, loc=s.loc))
         else:
             tmp = ctx.local_buffer(ctx.fresh("ld"), v, src.buffer.dtype)
-            stmts.append(th.LocalDecl(tmp))
+            # a deferred store must see the registers: declare them at the top of the loop body,
+            # outside the pipeline's guard around this copy
+            (ctx.loop_prelude if defer_all else out).append(th.LocalDecl(tmp))
             stmts.append(th.VecCopy(tmp, E.as_expr(0), src.buffer, goff, v, pred, loc=s.loc))
             if same_type:
-                stmts.append(th.VecCopy(flat_dst, soff, tmp, E.as_expr(0), v, loc=s.loc))
+                stores.append(th.VecCopy(flat_dst, soff, tmp, E.as_expr(0), v, loc=s.loc))
             else:
                 for k in range(v):
-                    stmts.append(t.BufferStore(flat_dst, (soff + k,),
-                                               E.cast(dst.buffer.dtype, E.Load(tmp, (E.as_expr(k),)))))
-        if total % ctx.nthreads and rnd == rounds - 1:
-            out.append(t.IfThenElse(c < total, t.SeqStmt(stmts), None))
-        else:
-            out.extend(stmts)
+                    stores.append(t.BufferStore(flat_dst, (soff + k,),
+                                                E.cast(dst.buffer.dtype, E.Load(tmp, (E.as_expr(k),)))))
+        guarded = total % ctx.nthreads and rnd == rounds - 1
+        if not defer_all:
+            stmts.extend(stores)
+            stores = []
+        for part, sink in ((stmts, out), (stores, ctx.deferred)):
+            if not part:
+                continue
+            if guarded:
+                sink.append(t.IfThenElse(c < total, t.SeqStmt(part), None))
+            else:
+                sink.extend(part)
     if use_async and s.mode != "async":
         out.append(th.AsyncCommit())
         out.append(th.AsyncWait(0))

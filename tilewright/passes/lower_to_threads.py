@@ -163,7 +163,14 @@ class _StmtLowering:
         if isinstance(s, t.For):
             inner = env.child()
             inner.thread_dep = env.thread_dep or _thread_dependent(s.start) or _thread_dependent(s.extent)
-            body = self.block(s.body, inner)
+            saved = ctx.deferred, ctx.loop_prelude
+            ctx.deferred, ctx.loop_prelude = [], []
+            try:
+                body_stmts = self.stmts(s.body, inner)
+                body_stmts = ctx.loop_prelude + body_stmts + ctx.deferred
+            finally:
+                ctx.deferred, ctx.loop_prelude = saved
+            body = t.SeqStmt(body_stmts) if len(body_stmts) != 1 else body_stmts[0]
             return [t.For(s.var, lower_expr(ctx, s.start, env), lower_expr(ctx, s.extent, env), body,
                           "unroll" if s.kind == "unroll" else "serial", loc=s.loc, attrs=dict(s.attrs))]
         if isinstance(s, t.ParallelFor):
@@ -183,8 +190,12 @@ class _StmtLowering:
         if isinstance(s, t.GemmStep):
             if prefetch_supported(ctx, s.gemm):
                 return lower_gemm_step(ctx, s, env)
-            # plain gemm, then the wait + barrier the next iteration relies on
-            return lower_gemm(ctx, s.gemm, env) + [th.AsyncWait(s.pending), th.Barrier()]
+            # plain gemm, then the wait + barrier the next iteration relies on; register-prefetched
+            # copies must land in shared memory before that barrier
+            flushed = []
+            if ctx.deferred:
+                flushed, ctx.deferred[:] = list(ctx.deferred), []
+            return lower_gemm(ctx, s.gemm, env) + flushed + [th.AsyncWait(s.pending), th.Barrier()]
         if isinstance(s, t.Reduce):
             return lower_reduce(ctx, s, env)
         if isinstance(s, t.Atomic):

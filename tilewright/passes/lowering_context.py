@@ -41,6 +41,10 @@ class LoweringContext:
         self.shared_top = 0
         self.counter = itertools.count()
         self.prefetch_frags: dict = {}  # id(gemm) -> double-buffered operand fragments
+        self.deferred: list | None = None  # statements to run at the end of the enclosing loop body
+        self.loop_prelude: list | None = None  # declarations for the start of the enclosing loop body
+        self.frag_regs: int | None = None
+        self.prefetch_regs = 0
         self.scratch_cursor = 0
         self.scratch_top = 0
         self.scratch_offsets: dict = {}
@@ -62,6 +66,19 @@ class LoweringContext:
         self.shared_offsets[buf] = off
         self.shared_top = off + numel * dt.nbytes(dtype)
         return buf
+
+    def prefetch_fits(self, nbytes: int) -> bool:
+        """Whether ``nbytes`` more of prefetch registers per thread fit beside the fragments within
+        a conservative share of the register file (the rest is the compiler's working space)."""
+        from ..ir import dtype as dt
+
+        if self.frag_regs is None:
+            self.frag_regs = sum(lay.num_regs * max(dt.bits(b.dtype), 32) // 32 for b, lay in self.layouts.items())
+        need = self.frag_regs + self.prefetch_regs + (nbytes + 3) // 4
+        if need > 0.4 * self.target.registers_per_thread:
+            return False
+        self.prefetch_regs += (nbytes + 3) // 4
+        return True
 
     def alloc_scratch(self, name: str, numel: int, dtype: str) -> t.Buffer:
         """Shared scratch for one exchange (reductions across warps, layout conversions).  Every
