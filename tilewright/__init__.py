@@ -3,10 +3,8 @@
 ``import tilewright as tilelang`` / ``import tilewright.language as T`` run TileLang-style kernels.
 """
 
-from . import (
-    language,  # noqa: F401
-    target,  # noqa: F401
-)
+from . import language, layout, target  # noqa: F401
+from .compat import PassConfigKey, TensorSupplyType, disable_cache, enable_cache  # noqa: F401
 from .compiler import compile, jit, lower  # noqa: F401
 from .errors import ArgumentError, CompileError, InternalError, TilewrightError, ToolchainError  # noqa: F401
 from .profiler import Profiler  # noqa: F401

@@ -461,6 +461,15 @@ def ceildiv(a, b):
     return (a + b - 1) // b
 
 
+def Cast(dtype, x):  # noqa: N802 - TVM/TileLang spelling: T.Cast(dtype, value)
+    return _e.cast(_dt.canon(dtype), x)
+
+
+def vectorized(*args):
+    """Accepted for TileLang compatibility: an unrolled loop (the compiler vectorizes T.Parallel)."""
+    return unroll(*args)
+
+
 def floordiv(a, b):
     return a // b
 
