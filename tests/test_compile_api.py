@@ -148,3 +148,18 @@ def test_optimize_level_trades_prefetch_for_registers():
     assert fast.count("ldmatrix") > lean.count("ldmatrix")  # the prefetch loads the next K step too
     with pytest.raises(tilewright.CompileError):
         tilewright.compile(f, optimize_level=7, target="interpret")
+
+
+def test_reduction_of_rows_not_split_by_thread_bits():
+    """Rows of 192 elements over 128 threads: the shuffle tree does not apply, the reduction goes
+    through shared memory, on every target."""
+    from zoo import layernorm, layernorm_ref
+
+    M, N = 40, 192
+    rng = np.random.default_rng(3)
+    x = rng.standard_normal((M, N)).astype(np.float32)
+    g, b = rng.standard_normal(N).astype(np.float32), rng.standard_normal(N).astype(np.float32)
+    for tgt in ("cuda -arch=sm_90a", "hip -arch=gfx942", "hip -arch=gfx1100"):
+        y = np.full((M, N), np.nan, np.float32)
+        tilewright.compile(layernorm(M, N, 16), target=tgt, execution_backend="emulator")(x, g, b, y)
+        np.testing.assert_allclose(y, layernorm_ref(x, g, b), rtol=1e-4, atol=1e-4, err_msg=tgt)

@@ -16,30 +16,8 @@ import time
 
 import numpy as np
 import pytest
-from zoo import (
-    GEMM_TOL,
-    NP,
-    atomic_sum,
-    attention_ref,
-    close,
-    column_sum,
-    dynamic_rows,
-    elementwise,
-    elementwise_fragments,
-    f64,
-    flash_attention,
-    gemm_ref,
-    int8_gemm,
-    matmul,
-    poisoned,
-    rand,
-    rmsnorm,
-    rmsnorm_ref,
-    softmax_ref,
-    splitk_gemm,
-    tiled_copy,
-    transpose,
-)
+import zoo
+from zoo import GEMM_TOL, NP, close, f64, poisoned, rand
 
 import tilewright.language as T
 from tilewright.errors import ArgumentError
@@ -78,26 +56,6 @@ def rng():
 # attention, ...) and their references are in zoo.py; these probe one lowering behaviour each
 
 
-def small_reductions(M, N):
-    @T.prim_func
-    def red(X: T.Tensor((M, N), "float32"), R: T.Tensor((2, M), "float32"), Tot: T.Tensor((1,), "float32")):
-        with T.Kernel(1, threads=128):
-            x = T.alloc_fragment((M, N), "float32")
-            r = T.alloc_fragment((M,), "float32")
-            flat = T.alloc_fragment((N,), "float32")
-            one = T.alloc_fragment((1,), "float32")
-            T.copy(X, x)
-            T.reduce_max(x, r, dim=1)
-            T.copy(r, R[0, 0])
-            T.reduce_sum(x, r, dim=1)
-            T.copy(r, R[1, 0])
-            T.copy(X[0, 0:N], flat)
-            T.reduce_sum(flat, one, dim=0)
-            T.copy(one, Tot)
-
-    return red
-
-
 def thread_guarded_writes(nthreads):
     @T.prim_func
     def kern(Out: T.Tensor((2,), "float32")):
@@ -133,7 +91,7 @@ def scale_rows(M, N, bm):
 @pytest.mark.parametrize("target", TARGETS)
 def test_elementwise_ragged_guarded(rng, target):
     N = 1000
-    k = lower(elementwise(N, 128, op="fma"), target)
+    k = lower(zoo.elementwise(N, 128, op="fma"), target)
     a, b, c = rand(rng, N), rand(rng, N), poisoned(N)
     run_thread_kernel(k, [a, b, c], check_races=True)
     close(c, f64(a) * f64(b) + 1.0, rtol=1e-6, atol=1e-6)
@@ -142,7 +100,7 @@ def test_elementwise_ragged_guarded(rng, target):
 @pytest.mark.parametrize("target", TARGETS)
 @pytest.mark.parametrize("N,block", [(1000, 128), (3000, 1024)])
 def test_elementwise_ragged_fragments(rng, target, N, block):
-    k = lower(elementwise_fragments(N, block), target)
+    k = lower(zoo.elementwise_fragments(N, block), target)
     a, b, c = rand(rng, N), rand(rng, N), poisoned(N)
     run_thread_kernel(k, [a, b, c], check_races=True)
     close(c, f64(a) * f64(b) + np.exp(f64(b)), rtol=1e-6, atol=1e-6)
@@ -152,7 +110,7 @@ def test_elementwise_ragged_fragments(rng, target, N, block):
 @pytest.mark.parametrize("dtype", ["float32", "float16"])
 def test_copy_through_shared_ragged(rng, target, dtype):
     M, N = 333, 200
-    k = lower(tiled_copy(M, N, 64, 64, dtype, sliced=False), target)
+    k = lower(zoo.tiled_copy(M, N, 64, 64, dtype, sliced=False), target)
     a, b = rand(rng, (M, N), dtype), poisoned((M, N), dtype)
     run_thread_kernel(k, [a, b], check_races=True)
     np.testing.assert_array_equal(b, a)
@@ -161,7 +119,7 @@ def test_copy_through_shared_ragged(rng, target, dtype):
 @pytest.mark.parametrize("target", TARGETS)
 def test_transpose_through_shared(rng, target):
     M, N = 300, 200
-    k = lower(transpose(M, N, 64, 32), target)
+    k = lower(zoo.transpose(M, N, 64, 32), target)
     a, b = rand(rng, (M, N), "float16"), poisoned((N, M), "float16")
     run_thread_kernel(k, [a, b], check_races=True)
     np.testing.assert_array_equal(b, a.T)
@@ -172,48 +130,48 @@ def test_transpose_through_shared(rng, target):
 @pytest.mark.parametrize("trans_a,trans_b", [(False, False), (False, True), (True, False), (True, True)])
 def test_gemm_ragged(rng, target, dtype, trans_a, trans_b):
     M, N, K = 100, 72, 40
-    k = lower(matmul(M, N, K, 64, 64, 32, dtype, trans_a=trans_a, trans_b=trans_b), target)
+    k = lower(zoo.matmul(M, N, K, 64, 64, 32, dtype, trans_a=trans_a, trans_b=trans_b), target)
     a = rand(rng, (K, M) if trans_a else (M, K), dtype)
     b = rand(rng, (N, K) if trans_b else (K, N), dtype)
     c = poisoned((M, N), dtype)
     run_thread_kernel(k, [a, b, rand(rng, N), c], check_races=True)
-    close(c, gemm_ref(a, b, trans_a, trans_b), *GEMM_TOL[dtype])
+    close(c, zoo.gemm_ref(a, b, trans_a, trans_b), *GEMM_TOL[dtype])
 
 
 @pytest.mark.parametrize("target", TARGETS)
 @pytest.mark.parametrize("M,N,K,bm,bn", [(33, 45, 50, 64, 64), (70, 40, 36, 32, 32)])
 def test_gemm_odd_shapes_and_small_tiles(rng, target, M, N, K, bm, bn):
     # 32x32 tiles over 128 threads take the 16x16 MFMA on CDNA (the 32x32 one needs 64-wide tiles)
-    k = lower(matmul(M, N, K, bm, bn, 32, "float16", trans_b=True), target)
+    k = lower(zoo.matmul(M, N, K, bm, bn, 32, "float16", trans_b=True), target)
     a, b, c = rand(rng, (M, K), "float16"), rand(rng, (N, K), "float16"), poisoned((M, N), "float16")
     run_thread_kernel(k, [a, b, rand(rng, N), c], check_races=True)
-    close(c, gemm_ref(a, b, trans_b=True), *GEMM_TOL["float16"])
+    close(c, zoo.gemm_ref(a, b, trans_b=True), *GEMM_TOL["float16"])
 
 
 @pytest.mark.parametrize("target", TARGETS)
 def test_pipelined_gemm_256(rng, target):
     M = N = 256
     K = 128
-    k = lower(matmul(M, N, K, 128, 128, 32, "float16", stages=3, swizzle=2), target)
+    k = lower(zoo.matmul(M, N, K, 128, 128, 32, "float16", stages=3, swizzle=2), target)
     a, b, c = rand(rng, (M, K), "float16"), rand(rng, (K, N), "float16"), poisoned((M, N), "float16")
     start = time.perf_counter()
     run_thread_kernel(k, [a, b, rand(rng, N), c])
     elapsed = time.perf_counter() - start
-    close(c, gemm_ref(a, b), rtol=1e-2, atol=5e-2)
+    close(c, zoo.gemm_ref(a, b), rtol=1e-2, atol=5e-2)
     assert elapsed < 10.0, f"emulating a 256x256x128 GEMM took {elapsed:.1f} s"
     c[:] = np.nan
     run_thread_kernel(k, [a, b, rand(rng, N), c], check_races=True)
-    close(c, gemm_ref(a, b), rtol=1e-2, atol=5e-2)
+    close(c, zoo.gemm_ref(a, b), rtol=1e-2, atol=5e-2)
 
 
 @pytest.mark.parametrize("target", TARGETS)
 def test_gemm_bias_relu_epilogue(rng, target):
     M, N, K = 100, 72, 64
-    k = lower(matmul(M, N, K, 64, 64, 32, "float16", stages=2, epilogue="bias_relu"), target)
+    k = lower(zoo.matmul(M, N, K, 64, 64, 32, "float16", stages=2, epilogue="bias_relu"), target)
     a, b, bias = rand(rng, (M, K), "float16"), rand(rng, (K, N), "float16"), rand(rng, N)
     c = poisoned((M, N), "float16")
     run_thread_kernel(k, [a, b, bias, c], check_races=True)
-    close(c, gemm_ref(a, b, bias=bias, epilogue="bias_relu"), rtol=1e-2, atol=2e-2)
+    close(c, zoo.gemm_ref(a, b, bias=bias, epilogue="bias_relu"), rtol=1e-2, atol=2e-2)
     assert (f64(c) == 0).any() and (f64(c) > 0).any()
 
 
@@ -221,16 +179,16 @@ def test_gemm_bias_relu_epilogue(rng, target):
 def test_fp32_gemm(rng, target):
     # no fp32 matrix instruction on sm_90a / gfx1100: the SIMT path; MFMA 16x16x4 f32 on CDNA
     M, N, K = 100, 72, 40
-    k = lower(matmul(M, N, K, 64, 64, 32, "float32"), target)
+    k = lower(zoo.matmul(M, N, K, 64, 64, 32, "float32"), target)
     a, b, c = rand(rng, (M, K)), rand(rng, (K, N)), poisoned((M, N))
     run_thread_kernel(k, [a, b, rand(rng, N), c], check_races=True)
-    close(c, gemm_ref(a, b), *GEMM_TOL["float32"])
+    close(c, zoo.gemm_ref(a, b), *GEMM_TOL["float32"])
 
 
 @pytest.mark.parametrize("target", TARGETS)
 def test_int8_gemm_exact(rng, target):
     M, N, K = 70, 50, 96
-    k = lower(int8_gemm(M, N, K, 64, 32, 32), target)
+    k = lower(zoo.int8_gemm(M, N, K, 64, 32, 32), target)
     a = rng.integers(-128, 128, (M, K)).astype(np.int8)
     b = rng.integers(-128, 128, (N, K)).astype(np.int8)
     c = np.full((M, N), -7, np.int32)
@@ -241,11 +199,11 @@ def test_int8_gemm_exact(rng, target):
 @pytest.mark.parametrize("target", TARGETS)
 def test_split_k_gemm_atomic_add(rng, target):
     M, N, K = 90, 80, 128
-    k = lower(splitk_gemm(M, N, K, 64, 64, 32, 2), target)
+    k = lower(zoo.splitk_gemm(M, N, K, 64, 64, 32, 2), target)
     a, b = rand(rng, (M, K), "float16"), rand(rng, (K, N), "float16")
     c = np.zeros((M, N), np.float32)
     run_thread_kernel(k, [a, b, c], check_races=True)
-    close(c, gemm_ref(a, b), rtol=1e-4, atol=1e-4)
+    close(c, zoo.gemm_ref(a, b), rtol=1e-4, atol=1e-4)
 
 
 @pytest.mark.parametrize("target", TARGETS)
@@ -253,16 +211,16 @@ def test_row_softmax(rng, target):
     k = lower(softmax(64, 1024, 4), target)
     x, y = rand(rng, (64, 1024), lo=-5, hi=5), poisoned((64, 1024))
     run_thread_kernel(k, [x, y], check_races=True)
-    close(y, softmax_ref(x), rtol=1e-5, atol=1e-7)
+    close(y, zoo.softmax_ref(x), rtol=1e-5, atol=1e-7)
 
 
 @pytest.mark.parametrize("target", TARGETS)
 def test_rmsnorm(rng, target):
     M, N = 37, 256
-    k = lower(rmsnorm(M, N, 8), target)
+    k = lower(zoo.rmsnorm(M, N, 8), target)
     x, w, y = rand(rng, (M, N), "float16"), rand(rng, N, "float16"), poisoned((M, N), "float16")
     run_thread_kernel(k, [x, w, y], check_races=True)
-    close(y, rmsnorm_ref(x, w), rtol=1e-2, atol=1e-2)
+    close(y, zoo.rmsnorm_ref(x, w), rtol=1e-2, atol=1e-2)
 
 
 
@@ -270,11 +228,11 @@ def test_rmsnorm(rng, target):
 @pytest.mark.parametrize("target", TARGETS)
 def test_flash_attention(rng, target):
     S, D = 200, 64
-    k = lower(flash_attention(S, D, 64, 64), target)
+    k = lower(zoo.flash_attention(S, D, 64, 64), target)
     q, kk, v = (rand(rng, (S, D), "float16") for _ in range(3))
     o = poisoned((S, D), "float16")
     run_thread_kernel(k, [q, kk, v, o], check_races=True)
-    close(o, attention_ref(q, kk, v), rtol=2e-2, atol=5e-3)
+    close(o, zoo.attention_ref(q, kk, v), rtol=2e-2, atol=5e-3)
 
 
 
@@ -283,7 +241,7 @@ def test_flash_attention(rng, target):
 @pytest.mark.parametrize("style", ["idiomatic", "fresh"])
 def test_column_reduction(rng, target, style):
     M, N = 333, 100
-    k = lower(column_sum(M, N, 64, 32, style), target)
+    k = lower(zoo.column_sum(M, N, 64, 32, style), target)
     x, s = rand(rng, (M, N)), poisoned(N)
     run_thread_kernel(k, [x, s])
     close(s, f64(x).sum(axis=0), rtol=1e-5, atol=1e-4)
@@ -301,7 +259,7 @@ REPLICATED_SUM_BUG = ("lower_reduce uses sharing_masks(dst layout), which also c
 @pytest.mark.parametrize("target", TARGETS)
 def test_reductions_of_replicated_fragments(rng, target):
     M, N = 8, 16
-    k = lower(small_reductions(M, N), target)
+    k = lower(zoo.row_reductions(M, N, (("max", 1), ("sum", 1))), target)
     x, r, tot = rand(rng, (M, N), lo=-3, hi=3), poisoned((2, M)), poisoned(1)
     run_thread_kernel(k, [x, r, tot], check_races=True)
     close(r[0], f64(x).max(axis=1), rtol=1e-6, atol=1e-6)
@@ -314,7 +272,7 @@ def test_reductions_of_replicated_fragments(rng, target):
 @pytest.mark.parametrize("target", TARGETS)
 def test_atomics_in_parallel(rng, target):
     N = 1000
-    k = lower(atomic_sum(N, 128), target)
+    k = lower(zoo.atomic_sum(N, 128), target)
     a, tot, hist = rand(rng, N), np.zeros(1, np.float32), np.zeros(4, np.int32)
     run_thread_kernel(k, [a, tot, hist], check_races=True)
     np.testing.assert_array_equal(hist, [250, 250, 250, 250])
@@ -382,7 +340,7 @@ def test_scalar_params_and_arguments(rng, target):
 
 
 def test_dynamic_dimension_inferred_and_explicit(rng):
-    k = lower(dynamic_rows(64, 16), CUDA)
+    k = lower(zoo.dynamic_rows(64, 16), CUDA)
     for rows in (100, 37):
         x, y = rand(rng, (rows, 64)), poisoned((rows, 64))
         run_thread_kernel(k, [x, y])
@@ -669,7 +627,7 @@ def _mutate(kernel, fn):
 
 
 def test_missing_barrier_is_a_race(rng):
-    k = lower(transpose(128, 64, 64, 32), CUDA)
+    k = lower(zoo.transpose(128, 64, 64, 32), CUDA)
     a = rand(rng, (128, 64), "float16")
     run_thread_kernel(k, [a, poisoned((64, 128), "float16")], check_races=True)
     broken = _mutate(k, lambda s: [] if isinstance(s, th.Barrier) else None)
@@ -680,7 +638,7 @@ def test_missing_barrier_is_a_race(rng):
 def test_weakened_async_wait_is_caught(rng):
     M = N = 128
     K = 256
-    k = lower(matmul(M, N, K, 64, 64, 32, "float16", stages=3), CUDA)
+    k = lower(zoo.matmul(M, N, K, 64, 64, 32, "float16", stages=3), CUDA)
     waits = []
     walk(k.body, lambda s: waits.append(s) if isinstance(s, th.AsyncWait) else None)
     assert waits, "the pipelined loop should wait for its async copies"
@@ -688,9 +646,9 @@ def test_weakened_async_wait_is_caught(rng):
     a, b, bias = rand(rng, (M, K), "float16"), rand(rng, (K, N), "float16"), rand(rng, N)
     good, bad = poisoned((M, N), "float16"), poisoned((M, N), "float16")
     run_thread_kernel(k, [a, b, bias, good])
-    close(good, gemm_ref(a, b), rtol=1e-2, atol=5e-2)
+    close(good, zoo.gemm_ref(a, b), rtol=1e-2, atol=5e-2)
     run_thread_kernel(broken, [a, b, bias, bad])  # reads stages whose copies have not landed
-    assert not np.allclose(f64(bad), gemm_ref(a, b), rtol=1e-2, atol=5e-2, equal_nan=False)
+    assert not np.allclose(f64(bad), zoo.gemm_ref(a, b), rtol=1e-2, atol=5e-2, equal_nan=False)
     with pytest.raises(RaceError, match="async copy"):
         run_thread_kernel(broken, [a, b, bias, poisoned((M, N), "float16")], check_races=True)
 
@@ -698,7 +656,7 @@ def test_weakened_async_wait_is_caught(rng):
 def test_compiled_program_is_cached(rng):
     from tilewright.interp import emulator
 
-    k = lower(tiled_copy(64, 64, 64, 64, sliced=False), CUDA)
+    k = lower(zoo.tiled_copy(64, 64, 64, 64, sliced=False), CUDA)
     a = rand(rng, (64, 64))
     run_thread_kernel(k, [a, poisoned((64, 64))])
     prog = emulator._program(k)

@@ -160,3 +160,63 @@ def test_export_builds_a_torch_extension(tmp_path):
     c = _poison(torch.empty(200, 256, device="cuda", dtype=torch.float16))
     ext.run(a, b, c)
     torch.testing.assert_close(c.double(), a.double() @ b.double(), rtol=2e-2, atol=0.2)
+
+
+# ---- more programs of the kinds users write, from the shared test zoo, on the GPU
+
+
+def _np(t):
+    return t.detach().cpu().numpy()
+
+
+def test_fp32_simt_gemm_with_bias_relu():
+    from zoo import gemm_ref
+    from zoo import matmul as zmatmul
+
+    M, N, K = 200, 136, 72
+    f = zmatmul(M, N, K, 64, 64, 32, "float32", stages=2, epilogue="bias_relu")
+    a, b = torch.randn(M, K, device="cuda"), torch.randn(K, N, device="cuda")
+    bias = torch.randn(N, device="cuda")
+    c = _poison(torch.empty(M, N, device="cuda"))
+    tilewright.compile(f, target="cuda")(a, b, bias, c)
+    ref = gemm_ref(_np(a), _np(b), bias=_np(bias), epilogue="bias_relu")
+    torch.testing.assert_close(c.double(), torch.from_numpy(ref).cuda(), rtol=1e-4, atol=1e-3)
+
+
+def test_layernorm_192_columns():
+    from zoo import layernorm, layernorm_ref
+
+    M, N = 45, 192
+    x = torch.randn(M, N, device="cuda") * 2 + 1
+    g, b = torch.randn(N, device="cuda"), torch.randn(N, device="cuda")
+    y = _poison(torch.empty(M, N, device="cuda"))
+    tilewright.compile(layernorm(M, N, 16), target="cuda")(x, g, b, y)
+    torch.testing.assert_close(y.double(), torch.from_numpy(layernorm_ref(_np(x), _np(g), _np(b))).cuda(),
+                               rtol=1e-4, atol=1e-4)
+
+
+@pytest.mark.parametrize("style", ["idiomatic", "fresh"])
+def test_column_sum(style):
+    from zoo import column_sum
+
+    M, N = 333, 100
+    x = torch.randn(M, N, device="cuda")
+    s = _poison(torch.empty(N, device="cuda"))
+    tilewright.compile(column_sum(M, N, 64, 32, style), target="cuda")(x, s)
+    torch.testing.assert_close(s.double(), x.double().sum(0), rtol=1e-5, atol=1e-4)
+
+
+def test_online_softmax_and_casts():
+    from zoo import convert_copy, online_softmax
+
+    M, N = 70, 1000
+    x = torch.randn(M, N, device="cuda", dtype=torch.float16)
+    y = _poison(torch.empty(M, N, device="cuda", dtype=torch.float16))
+    tilewright.compile(online_softmax(M, N, 16, 128), target="cuda")(x, y)
+    torch.testing.assert_close(y.double(), torch.softmax(x.double(), -1), rtol=1e-2, atol=1e-3)
+    X = torch.randn(100, 72, device="cuda") * 100
+    Y = _poison(torch.empty(100, 72, device="cuda", dtype=torch.float16))
+    Z = _poison(torch.empty(100, 72, device="cuda", dtype=torch.float16))
+    tilewright.compile(convert_copy(100, 72, 32, 32), target="cuda")(X, Y, Z)
+    torch.testing.assert_close(Y, X.half())
+    torch.testing.assert_close(Z, X.half())

@@ -20,7 +20,7 @@ from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, replace
 
 import pytest
-from zoo import column_sum, elementwise_activation, flash_attention, int8_gemm, matmul, rmsnorm, splitk_gemm, tiled_copy
+import zoo
 
 import tilewright.language as T
 from tilewright.codegen.hip import print_hip
@@ -51,29 +51,29 @@ class Case:
 
 def tilelang_attention(p_in_registers):
     """Attention as in TileLang's example: both gemms FullRow, the V tile loaded with the K tile."""
-    return flash_attention(200, 64, 64, 64, p_in_registers, policy=T.GemmWarpPolicy.FullRow, v_with_k=True)
+    return zoo.flash_attention(200, 64, 64, 64, p_in_registers, policy=T.GemmWarpPolicy.FullRow, v_with_k=True)
 
 
 F16, BF16 = ("float16", "float16", "float32"), ("bfloat16", "bfloat16", "float32")
 CASES = {
-    "elementwise_ragged": Case(lambda: elementwise_activation(1000, 128)),
-    "copy_shared_ragged": Case(lambda: tiled_copy(1000, 500, 128, 64)),
-    "gemm_f16_nn": Case(lambda: matmul(100, 72, 40, 64, 64, 32, "float16"), F16),
-    "gemm_f16_nt": Case(lambda: matmul(100, 72, 40, 64, 64, 32, "float16", trans_b=True), F16),
-    "gemm_f16_tn": Case(lambda: matmul(100, 72, 40, 64, 64, 32, "float16", trans_a=True), F16),
+    "elementwise_ragged": Case(lambda: zoo.elementwise_activation(1000, 128)),
+    "copy_shared_ragged": Case(lambda: zoo.tiled_copy(1000, 500, 128, 64)),
+    "gemm_f16_nn": Case(lambda: zoo.matmul(100, 72, 40, 64, 64, 32, "float16"), F16),
+    "gemm_f16_nt": Case(lambda: zoo.matmul(100, 72, 40, 64, 64, 32, "float16", trans_b=True), F16),
+    "gemm_f16_tn": Case(lambda: zoo.matmul(100, 72, 40, 64, 64, 32, "float16", trans_a=True), F16),
     "gemm_f16_tt_bias_relu": Case(
-        lambda: matmul(100, 72, 40, 64, 64, 32, "float16", trans_a=True, trans_b=True, epilogue="bias_relu"), F16),
-    "gemm_bf16_nn_bias_relu": Case(lambda: matmul(100, 72, 40, 64, 64, 32, "bfloat16", epilogue="bias_relu"), BF16),
-    "gemm_bf16_tt": Case(lambda: matmul(100, 72, 40, 64, 64, 32, "bfloat16", trans_a=True, trans_b=True), BF16),
-    "gemm_f16_pipelined2": Case(lambda: matmul(256, 256, 256, 128, 128, 32, "float16", stages=2), F16),
+        lambda: zoo.matmul(100, 72, 40, 64, 64, 32, "float16", trans_a=True, trans_b=True, epilogue="bias_relu"), F16),
+    "gemm_bf16_nn_bias_relu": Case(lambda: zoo.matmul(100, 72, 40, 64, 64, 32, "bfloat16", epilogue="bias_relu"), BF16),
+    "gemm_bf16_tt": Case(lambda: zoo.matmul(100, 72, 40, 64, 64, 32, "bfloat16", trans_a=True, trans_b=True), BF16),
+    "gemm_f16_pipelined2": Case(lambda: zoo.matmul(256, 256, 256, 128, 128, 32, "float16", stages=2), F16),
     "gemm_f16_pipelined3": Case(
-        lambda: matmul(512, 512, 512, 128, 128, 32, "float16", out_dtype="float32", stages=3, threads=256), F16),
-    "gemm_f32": Case(lambda: matmul(100, 72, 40, 64, 64, 32, "float32"), ("float32", "float32", "float32")),
-    "gemm_int8": Case(lambda: int8_gemm(70, 50, 96, 64, 32, 32), ("int8", "int8", "int32")),
-    "splitk_gemm_atomic": Case(lambda: splitk_gemm(90, 80, 128, 64, 64, 32, 2), F16),
+        lambda: zoo.matmul(512, 512, 512, 128, 128, 32, "float16", out_dtype="float32", stages=3, threads=256), F16),
+    "gemm_f32": Case(lambda: zoo.matmul(100, 72, 40, 64, 64, 32, "float32"), ("float32", "float32", "float32")),
+    "gemm_int8": Case(lambda: zoo.int8_gemm(70, 50, 96, 64, 32, 32), ("int8", "int8", "int32")),
+    "splitk_gemm_atomic": Case(lambda: zoo.splitk_gemm(90, 80, 128, 64, 64, 32, 2), F16),
     "row_softmax": Case(lambda: softmax(64, 1024, 4)),
-    "rmsnorm": Case(lambda: rmsnorm(37, 256, 8)),
-    "column_sum": Case(lambda: column_sum(333, 100, 64, 32, "peeled")),
+    "rmsnorm": Case(lambda: zoo.rmsnorm(37, 256, 8)),
+    "column_sum": Case(lambda: zoo.column_sum(333, 100, 64, 32, "peeled")),
     "attention_p_shared": Case(lambda: tilelang_attention(p_in_registers=False), F16),
     "attention_p_fragment": Case(lambda: tilelang_attention(p_in_registers=True), F16),
 }
@@ -260,7 +260,7 @@ def test_async_copy_fallback_is_synchronous(hip_toolchain):
     # No AMD target has cp.async; pretend one does to get AsyncCopy/AsyncCommit/AsyncWait nodes.
     base = Target.parse("hip -arch=gfx942")
     target = replace(base, features=(*base.features, "cp.async"))
-    kernel = run_pipeline(matmul(256, 256, 256, 64, 64, 32, "float16", stages=3), PassContext(target))
+    kernel = run_pipeline(zoo.matmul(256, 256, 256, 64, 64, 32, "float16", stages=3), PassContext(target))
     nodes = []
     walk(kernel.body, lambda s: nodes.append(type(s).__name__))
     assert "AsyncCopy" in nodes and "AsyncWait" in nodes
@@ -277,7 +277,7 @@ def test_async_copy_fallback_is_synchronous(hip_toolchain):
 
 
 def test_printed_source_uses_the_prelude():
-    kernel = run_pipeline(matmul(100, 72, 40, 64, 64, 32, "float16"), PassContext(Target.parse("hip -arch=gfx942")))
+    kernel = run_pipeline(zoo.matmul(100, 72, 40, 64, 64, 32, "float16"), PassContext(Target.parse("hip -arch=gfx942")))
     src = print_hip(kernel)
     head, body = src.split("// ---- end of printer helpers ----")
     assert "TILEWRIGHT_HIP_PRELUDE" in head

@@ -11,32 +11,8 @@ import time
 
 import numpy as np
 import pytest
-from zoo import (
-    GEMM_TOL,
-    atomic_sum,
-    attention_ref,
-    close,
-    column_sum,
-    convert_copy,
-    dynamic_rows,
-    elementwise,
-    f64,
-    flash_attention,
-    gemm_ref,
-    int8_gemm,
-    layernorm,
-    layernorm_ref,
-    matmul,
-    online_softmax,
-    poisoned,
-    rand,
-    rmsnorm,
-    rmsnorm_ref,
-    softmax_ref,
-    splitk_gemm,
-    tiled_copy,
-    transpose,
-)
+import zoo
+from zoo import GEMM_TOL, close, f64, poisoned, rand
 
 import tilewright.language as T
 from tilewright.errors import ArgumentError, TilewrightError
@@ -54,7 +30,7 @@ def rng():
 
 
 def test_elementwise_add_ragged(rng):
-    f = elementwise(1000, 128)
+    f = zoo.elementwise(1000, 128)
     a, b = rand(rng, 1000), rand(rng, 1000)
     c = poisoned(1000)
     run_tile_ir(f, [a, b, c])
@@ -63,7 +39,7 @@ def test_elementwise_add_ragged(rng):
 
 @pytest.mark.parametrize("via", ["shared", "fragment"])
 def test_tiled_copy_ragged(rng, via):
-    f = tiled_copy(1000, 500, 128, 64, via=via)
+    f = zoo.tiled_copy(1000, 500, 128, 64, via=via)
     a = rand(rng, (1000, 500))
     b = poisoned((1000, 500))
     run_tile_ir(f, [a, b])
@@ -71,7 +47,7 @@ def test_tiled_copy_ragged(rng, via):
 
 
 def test_transpose_via_shared(rng):
-    f = transpose(300, 200, 64, 32)
+    f = zoo.transpose(300, 200, 64, 32)
     a = rand(rng, (300, 200), "float16")
     b = poisoned((200, 300), "float16")
     run_tile_ir(f, [a, b])
@@ -79,7 +55,7 @@ def test_transpose_via_shared(rng):
 
 
 def test_dtype_converting_copy(rng):
-    f = convert_copy(130, 70, 64, 32)
+    f = zoo.convert_copy(130, 70, 64, 32)
     x = rand(rng, (130, 70), lo=-70000.0, hi=70000.0)
     with np.errstate(over="ignore"):
         want = x.astype(np.float16)
@@ -97,29 +73,29 @@ def test_dtype_converting_copy(rng):
 @pytest.mark.parametrize("trans_a,trans_b", [(False, False), (False, True), (True, False), (True, True)])
 def test_gemm_ragged(rng, dtype, trans_a, trans_b):
     M, N, K = 100, 72, 40
-    f = matmul(M, N, K, 64, 64, 32, dtype, trans_a=trans_a, trans_b=trans_b)
+    f = zoo.matmul(M, N, K, 64, 64, 32, dtype, trans_a=trans_a, trans_b=trans_b)
     a = rand(rng, (K, M) if trans_a else (M, K), dtype)
     b = rand(rng, (N, K) if trans_b else (K, N), dtype)
     bias = rand(rng, N)
     c = poisoned((M, N), dtype)
     run_tile_ir(f, [a, b, bias, c])
     rtol, atol = GEMM_TOL[dtype]
-    close(c, gemm_ref(a, b, trans_a, trans_b), rtol=rtol, atol=atol)
+    close(c, zoo.gemm_ref(a, b, trans_a, trans_b), rtol=rtol, atol=atol)
 
 
 def test_gemm_bias_relu_epilogue(rng):
     M, N, K = 100, 72, 40
-    f = matmul(M, N, K, 64, 64, 32, "float16", epilogue="bias_relu")
+    f = zoo.matmul(M, N, K, 64, 64, 32, "float16", epilogue="bias_relu")
     a, b, bias = rand(rng, (M, K), "float16"), rand(rng, (K, N), "float16"), rand(rng, N)
     c = poisoned((M, N), "float16")
     run_tile_ir(f, [a, b, bias, c])
-    close(c, gemm_ref(a, b, bias=bias, epilogue="bias_relu"), rtol=1e-2, atol=2e-2)
+    close(c, zoo.gemm_ref(a, b, bias=bias, epilogue="bias_relu"), rtol=1e-2, atol=2e-2)
     assert (f64(c) == 0).any() and (f64(c) > 0).any()
 
 
 def test_pipelined_gemm_512_is_fast(rng):
     M = N = K = 512
-    f = matmul(M, N, K, 128, 128, 32, "float16", stages=3)
+    f = zoo.matmul(M, N, K, 128, 128, 32, "float16", stages=3)
     a, b, bias = rand(rng, (M, K), "float16"), rand(rng, (K, N), "float16"), rand(rng, N)
     c = poisoned((M, N), "float16")
     start = time.perf_counter()
@@ -131,7 +107,7 @@ def test_pipelined_gemm_512_is_fast(rng):
 
 def test_int8_gemm_exact(rng):
     M, N, K = 70, 50, 96
-    f = int8_gemm(M, N, K, 64, 32, 32)
+    f = zoo.int8_gemm(M, N, K, 64, 32, 32)
     a = rng.integers(-128, 128, (M, K)).astype(np.int8)
     b = rng.integers(-128, 128, (N, K)).astype(np.int8)
     c = np.full((M, N), -7, np.int32)
@@ -141,7 +117,7 @@ def test_int8_gemm_exact(rng):
 
 def test_split_k_gemm_tile_atomic_add(rng):
     M, N, K = 90, 80, 128
-    f = splitk_gemm(M, N, K, 64, 64, 32, 2)
+    f = zoo.splitk_gemm(M, N, K, 64, 64, 32, 2)
     a, b = rand(rng, (M, K), "float16"), rand(rng, (K, N), "float16")
     c = np.zeros((M, N), np.float32)
     run_tile_ir(f, [a, b, c])
@@ -159,81 +135,56 @@ def test_row_softmax_64x1024(rng):
     start = time.perf_counter()
     run_tile_ir(f, [x, y])
     assert time.perf_counter() - start < 0.5
-    close(y, softmax_ref(x), rtol=1e-5, atol=1e-7)
+    close(y, zoo.softmax_ref(x), rtol=1e-5, atol=1e-7)
 
 
 def test_online_softmax_running_max(rng):
-    f = online_softmax(50, 300, 16, 64)
+    f = zoo.online_softmax(50, 300, 16, 64)
     x = rand(rng, (50, 300), "float16", lo=-8, hi=8)
     y = poisoned((50, 300), "float16")
     run_tile_ir(f, [x, y])
-    close(y, softmax_ref(x), rtol=1e-2, atol=1e-4)
+    close(y, zoo.softmax_ref(x), rtol=1e-2, atol=1e-4)
 
 
 def test_flash_attention_online_softmax(rng):
     S, D = 200, 64
-    f = flash_attention(S, D, 64, 64)
+    f = zoo.flash_attention(S, D, 64, 64)
     q, k, v = (rand(rng, (S, D), "float16") for _ in range(3))
     o = poisoned((S, D), "float16")
     run_tile_ir(f, [q, k, v, o])
-    close(o, attention_ref(q, k, v), rtol=2e-2, atol=5e-3)
+    close(o, zoo.attention_ref(q, k, v), rtol=2e-2, atol=5e-3)
 
 
 def test_rmsnorm(rng):
     M, N = 37, 256
-    f = rmsnorm(M, N, 8)
+    f = zoo.rmsnorm(M, N, 8)
     x, w = rand(rng, (M, N), "float16"), rand(rng, N, "float16")
     y = poisoned((M, N), "float16")
     run_tile_ir(f, [x, w, y])
-    close(y, rmsnorm_ref(x, w), rtol=1e-2, atol=1e-2)
+    close(y, zoo.rmsnorm_ref(x, w), rtol=1e-2, atol=1e-2)
 
 
 def test_layernorm(rng):
     M, N = 45, 192
-    f = layernorm(M, N, 16)
+    f = zoo.layernorm(M, N, 16)
     x, g, b = rand(rng, (M, N), lo=-3, hi=5), rand(rng, N), rand(rng, N)
     y = poisoned((M, N))
     run_tile_ir(f, [x, g, b, y])
-    close(y, layernorm_ref(x, g, b), rtol=1e-4, atol=1e-4)
+    close(y, zoo.layernorm_ref(x, g, b), rtol=1e-4, atol=1e-4)
 
 
 def test_column_reduction_dim0(rng):
     M, N = 333, 100
-    f = column_sum(M, N, 64, 32)
+    f = zoo.column_sum(M, N, 64, 32)
     x = rand(rng, (M, N))
     s = poisoned(N)
     run_tile_ir(f, [x, s])
     close(s, f64(x).sum(axis=0), rtol=1e-5, atol=1e-4)
 
 
-def reduce_variants(M, N):
-    @T.prim_func
-    def red(X: T.Tensor((M, N), "float32"), R: T.Tensor((4, M), "float32"), Tot: T.Tensor((1,), "float32")):
-        with T.Kernel(1, threads=128):
-            x = T.alloc_fragment((M, N), "float32")
-            r = T.alloc_fragment((M,), "float32")
-            flat = T.alloc_fragment((N,), "float32")
-            one = T.alloc_fragment((1,), "float32")
-            T.copy(X, x)
-            T.reduce_min(x, r, dim=1)
-            T.copy(r, R[0, 0])
-            T.reduce_absmax(x, r, dim=1)
-            T.copy(r, R[1, 0])
-            T.reduce_abssum(x, r, dim=-1)
-            T.copy(r, R[2, 0])
-            T.fill(r, 100.0)
-            T.reduce_max(x, r, dim=1, clear=False)  # folds the old 100 in
-            T.copy(r, R[3, 0])
-            T.copy(X[0, 0:N], flat)
-            T.reduce_sum(flat, one, dim=0)
-            T.copy(one, Tot)
-
-    return red
-
-
 def test_reduce_ops_and_clear_false(rng):
     M, N = 8, 16
-    f = reduce_variants(M, N)
+    f = zoo.row_reductions(M, N, (("min", 1), ("absmax", 1), ("abssum", -1), ("max", 1, 100.0)))  # the last folds 100 in
     x = rand(rng, (M, N), lo=-3, hi=3)
     r, tot = poisoned((4, M)), poisoned(1)
     run_tile_ir(f, [x, r, tot])
@@ -270,7 +221,7 @@ def test_scalar_parameters(rng):
 
 
 def test_dynamic_m_two_sizes(rng):
-    f = dynamic_rows(48, 16)
+    f = zoo.dynamic_rows(48, 16)
     assert [v.name for v in f.dyn_vars] == ["m"]
     for m in (100, 37):
         x = rand(rng, (m, 48))
@@ -323,7 +274,7 @@ def test_alloc_var_accumulations(rng):
 
 def test_atomic_add_scalar_in_parallel(rng):
     N = 1000
-    f = atomic_sum(N, 128, with_max=True)
+    f = zoo.atomic_sum(N, 128, with_max=True)
     a = rand(rng, N)
     tot = np.array([0.0, -np.inf], np.float32)
     hist = np.zeros(4, np.int32)
@@ -513,7 +464,7 @@ def test_racy_store_is_an_error(rng):
 
 
 def test_argument_checks(rng):
-    f = elementwise(100, 64)
+    f = zoo.elementwise(100, 64)
     with pytest.raises(ArgumentError):
         run_tile_ir(f, [rand(rng, 100), rand(rng, 100)])
     with pytest.raises(ArgumentError):

@@ -455,6 +455,35 @@ def column_sum(M, N, bm, bn, style="idiomatic"):
     return colsum
 
 
+def row_reductions(M, N, ops):
+    """Reductions of one (M, N) float32 tile, all through the same (M,) fragment: ``R[n]`` is row
+    reduction ``ops[n]``, an ``(op, dim)`` or ``(op, dim, init)`` pair (``T.reduce_<op>`` along ``dim``;
+    with ``init``, the fragment is filled with it first and folded in with ``clear=False``); ``Tot[0]``
+    is the sum of row 0, a 1-D reduction to a single element."""
+    steps = [(n, getattr(T, "reduce_" + op[0]), op[1], op[2] if len(op) > 2 else None) for n, op in enumerate(ops)]
+
+    @T.prim_func
+    def red(X: T.Tensor((M, N), "float32"), R: T.Tensor((len(ops), M), "float32"), Tot: T.Tensor((1,), "float32")):
+        with T.Kernel(1, threads=128):
+            x = T.alloc_fragment((M, N), "float32")
+            r = T.alloc_fragment((M,), "float32")
+            flat = T.alloc_fragment((N,), "float32")
+            one = T.alloc_fragment((1,), "float32")
+            T.copy(X, x)
+            for n, reduce, dim, init in steps:  # unrolled while the kernel is read
+                if init is not None:
+                    T.fill(r, init)
+                    reduce(x, r, dim=dim, clear=False)
+                else:
+                    reduce(x, r, dim=dim)
+                T.copy(r, R[n, 0])
+            T.copy(X[0, 0:N], flat)
+            T.reduce_sum(flat, one, dim=0)
+            T.copy(one, Tot)
+
+    return red
+
+
 def atomic_sum(N, block, with_max=False):
     """Per-element atomics from a guarded parallel loop: ``Tot[0] += A``, ``Tot[1] = max(Tot[1], A)``
     when ``with_max`` (Tot then has 2 elements), and an int32 ``Hist[i % 4] += 1``."""

@@ -84,11 +84,14 @@ def lower_reduce(ctx: LoweringContext, s: t.Reduce, env: Env) -> list:
     masks = [m for m in sharing_masks(dst_l) if m not in src_replicas]
     tab = dst_l.table
     tids = ctx.tid_np
-    for m in masks:  # partners must hold the same element in the same register
-        if m >= ctx.nthreads or not (tab[tids, :] == tab[tids ^ m, :]).all():
-            raise CompileError(f"cannot reduce {s.src.name} along dim {s.dim}: threads sharing a result are not "
-                               f"paired by thread-index bits in layout {src_l}", s.loc,
-                               hint="use a tile shape whose rows are spread over a power-of-two number of threads")
+    if not _xor_structured(dst_l, masks, tab, tids, ctx.nthreads):
+        # threads sharing a result are not paired by thread-index bits (e.g. rows of 192 elements
+        # over 128 threads): reduce through shared memory instead
+        out.extend(_reduce_through_shared(ctx, s, src_l, src_local, dst_l, part))
+        out.extend(_finish(ctx, s, dst_l, part, dst_local))
+        if final_dst is not None:
+            out.extend(_move_through_shared(ctx, s.dst, dst_local, dst_l, final_dst[0], final_dst[1]))
+        return out
     ws = ctx.target.warp_size
     inner = [m for m in masks if m < ws]
     cross = [m for m in masks if m >= ws]
@@ -125,14 +128,85 @@ def lower_reduce(ctx: LoweringContext, s: t.Reduce, env: Env) -> list:
                 acc = v if acc is None else _combine(s.op, acc, v)
             out.append(t.BufferStore(part, (E.as_expr(r2),), acc))
         out.append(th.Barrier())
+    out.extend(_finish(ctx, s, dst_l, part, dst_local))
+    if final_dst is not None:
+        out.extend(_move_through_shared(ctx, s.dst, dst_local, dst_l, final_dst[0], final_dst[1]))
+    return out
+
+
+def _finish(ctx, s, dst_l, part, dst_local) -> list:
+    """Store the reduced values, folding in the old destination when ``clear=False``."""
+    out = []
     for r2 in range(dst_l.num_regs):
         v = E.Load(part, (E.as_expr(r2),))
         if not s.clear:
             v = _combine(s.op if s.op in ("sum", "max", "min") else {"abssum": "sum", "absmax": "max"}[s.op],
                          E.Load(dst_local, (E.as_expr(r2),)), v)
         out.append(t.BufferStore(dst_local, (E.as_expr(r2),), E.cast(s.dst.dtype, v)))
-    if final_dst is not None:
-        out.extend(_move_through_shared(ctx, s.dst, dst_local, dst_l, final_dst[0], final_dst[1]))
+    return out
+
+
+def _xor_structured(dst_l, masks, tab, tids, nthreads) -> bool:
+    """Every set of threads holding one result element is {t ^ combination of masks}, with the
+    element in the same register in each (what the shuffle / exchange tree needs)."""
+    import numpy as np
+
+    for m in masks:
+        if m >= nthreads or not (tab[tids, :] == tab[tids ^ m, :]).all():
+            return False
+    span = 0
+    for m in masks:
+        span |= m
+    reg_of = dst_l.reg_of
+    for f in range(reg_of.shape[1]):
+        holders = np.nonzero(reg_of[:, f] >= 0)[0]
+        if len(holders) and len({int(h) & ~span for h in holders}) * (1 << len(masks)) != len(holders):
+            return False
+    return True
+
+
+def _reduce_through_shared(ctx, s, src_l, src_local, dst_l, part) -> list:
+    """General reduction: the whole source tile goes to shared memory (row-major), then each
+    thread folds the row (or column) of each result element it holds with a loop over the
+    reduced dimension."""
+    from .lower_parallel import _valid_expr
+
+    src = s.src
+    acc_t = s.dst.dtype
+    numel = 1
+    for x in src.shape:
+        numel *= x
+    ctx.begin_scratch()
+    scratch = ctx.alloc_scratch(ctx.fresh(f"{src.name}_red"), numel, acc_t)
+    out = [th.Comment("reduction through shared memory"), ctx.scratch_decl(scratch), th.Barrier()]
+
+    def flat(idx):
+        off = E.as_expr(0)
+        for x, st in zip(idx, src.strides):
+            off = off + x * st
+        return off
+
+    for r in range(src_l.num_regs):
+        st = t.BufferStore(scratch, (flat(src_l.index(ctx.tid, r)),),
+                           E.cast(acc_t, E.Load(src_local, (E.as_expr(r),))))
+        valid = _valid_expr(src_l, ctx, r)
+        out.append(st if valid is None else t.IfThenElse(valid, st, None))
+    out.append(th.Barrier())
+    extent = src.shape[s.dim]
+    for r2 in range(dst_l.num_regs):
+        j = E.Var(ctx.fresh("rj"), "int32", kind="loop")
+        full = list(src_l.index(ctx.tid, dst_l.rep[r2]))
+        full[s.dim] = j
+        v = E.Load(scratch, (flat(full),))
+        if s.op in ("abssum", "absmax"):
+            v = E.call("abs", [v])
+        init = t.BufferStore(part, (E.as_expr(r2),), _identity(s.op, acc_t))
+        step = t.BufferStore(part, (E.as_expr(r2),), _combine(s.op, E.Load(part, (E.as_expr(r2),)), v))
+        loop = t.For(j, E.as_expr(0), E.as_expr(extent), step, "serial")
+        body = t.SeqStmt([init, loop])
+        valid = _valid_expr(dst_l, ctx, r2)
+        out.append(body if valid is None else t.IfThenElse(valid, body, None))
+    out.append(th.Barrier())
     return out
 
 
