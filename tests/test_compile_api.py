@@ -163,3 +163,15 @@ def test_reduction_of_rows_not_split_by_thread_bits():
         y = np.full((M, N), np.nan, np.float32)
         tilewright.compile(layernorm(M, N, 16), target=tgt, execution_backend="emulator")(x, g, b, y)
         np.testing.assert_allclose(y, layernorm_ref(x, g, b), rtol=1e-4, atol=1e-4, err_msg=tgt)
+
+
+def test_dump_dir_writes_ir_after_every_pass_and_the_source(tmp_path, monkeypatch):
+    monkeypatch.setenv("TILEWRIGHT_DUMP_DIR", str(tmp_path))
+    monkeypatch.setenv("TILEWRIGHT_DISABLE_CACHE", "1")
+    f = matmul(128, 128, 64, 64, 64, 32)
+    tilewright.compile(f, target="hip -arch=gfx942", execution_backend="emulator")
+    files = set(os.listdir(tmp_path / f.name))
+    for name in ("after_pipeline_loops.py", "after_expand_tile_ops.py", "after_infer_layouts.py",
+                 "after_insert_barriers.py", "thread_ir.txt", "kernel.hip"):
+        assert name in files, files
+    assert "T.prim_func" in (tmp_path / f.name / "after_pipeline_loops.py").read_text()

@@ -188,13 +188,13 @@ class _StmtLowering:
                 return lower_gemm_prefetch(ctx, s, env)
             return []
         if isinstance(s, t.GemmStep):
-            if prefetch_supported(ctx, s.gemm):
-                return lower_gemm_step(ctx, s, env)
-            # plain gemm, then the wait + barrier the next iteration relies on; register-prefetched
-            # copies must land in shared memory before that barrier
+            # register-prefetched copies (targets or copies without cp.async) must land in shared
+            # memory before the step's closing barrier, which the next iteration's reads rely on
             flushed = []
             if ctx.deferred:
                 flushed, ctx.deferred[:] = list(ctx.deferred), []
+            if prefetch_supported(ctx, s.gemm):
+                return lower_gemm_step(ctx, s, env, flushed)
             return lower_gemm(ctx, s.gemm, env) + flushed + [th.AsyncWait(s.pending), th.Barrier()]
         if isinstance(s, t.Reduce):
             return lower_reduce(ctx, s, env)

@@ -1,0 +1,67 @@
+"""Assorted user programs on the interpreter and on the emulator (NVIDIA and AMD lowering)."""
+
+from __future__ import annotations
+
+import numpy as np
+import programs
+import pytest
+
+import tilewright
+
+TARGETS = ["interpret", "cuda -arch=sm_90a", "hip -arch=gfx942"]
+
+
+def _run(f, args, target):
+    args = [a.copy() for a in args]
+    tilewright.compile(f, target=target, execution_backend=None if target == "interpret" else "emulator")(*args)
+    return args
+
+
+@pytest.fixture
+def rng():
+    return np.random.default_rng(0)
+
+
+@pytest.mark.parametrize("target", TARGETS)
+def test_dynamic_k_gemm(rng, target):
+    M, N, K = 100, 72, 70
+    a, b = rng.standard_normal((M, K)).astype(np.float16), rng.standard_normal((K, N)).astype(np.float16)
+    out = _run(programs.dyn_k_gemm(M, N), [a, b, np.full((M, N), np.nan, np.float32)], target)
+    np.testing.assert_allclose(out[2], a.astype(np.float64) @ b.astype(np.float64), atol=1e-2)
+
+
+@pytest.mark.parametrize("target", TARGETS)
+def test_integer_floor_division(rng, target):
+    x = rng.integers(-50, 50, 1000).astype(np.int32)
+    out = _run(programs.int_ops(), [x, np.full(1000, -7, np.int32)], target)
+    np.testing.assert_array_equal(out[1], x // 3 + x % 5 * 2)
+
+
+@pytest.mark.parametrize("target", TARGETS)
+def test_three_dimensional_parallel(rng, target):
+    y = rng.standard_normal((4, 8, 32)).astype(np.float32)
+    i, j, k = np.meshgrid(np.arange(4), np.arange(8), np.arange(32), indexing="ij")
+    out = _run(programs.par3(), [y, np.full_like(y, np.nan)], target)
+    np.testing.assert_allclose(out[1], y * (i + 1) + j - k, rtol=1e-6, atol=1e-5)
+
+
+@pytest.mark.parametrize("target", TARGETS)
+def test_per_thread_local_accumulation(rng, target):
+    z = rng.standard_normal(1024).astype(np.float32)
+    out = _run(programs.per_thread_local(), [z, np.full(128, np.nan, np.float32)], target)
+    np.testing.assert_allclose(out[1], z.reshape(8, 128).astype(np.float64).sum(0), atol=1e-5)
+
+
+@pytest.mark.parametrize("target", TARGETS)
+def test_fragment_transpose(rng, target):
+    w = rng.standard_normal((64, 32)).astype(np.float32)
+    out = _run(programs.frag_transpose(), [w, np.full((32, 64), np.nan, np.float32)], target)
+    np.testing.assert_array_equal(out[1], w.T)
+
+
+@pytest.mark.parametrize("target", TARGETS)
+def test_absmax_rows_and_atomic_max(rng, target):
+    v = rng.standard_normal((16, 256)).astype(np.float32)
+    out = _run(programs.absmax_rows(), [v, np.full(16, np.nan, np.float32), np.full(1, -1.0, np.float32)], target)
+    np.testing.assert_allclose(out[1], np.abs(v).max(1))
+    assert out[2][0] == np.abs(v).max()
