@@ -16,12 +16,12 @@ signature and each launch is a single ``struct.pack_into`` plus one ``cuLaunchKe
 
 from __future__ import annotations
 
-import struct
 import sys
 import threading
 from contextlib import contextmanager, suppress
 
 from ..errors import ArgumentError, RuntimeLaunchError
+from .launch_args import ARG_TYPES, ArgPacker
 
 __all__ = [
     "ARG_TYPES",
@@ -42,17 +42,7 @@ __all__ = [
     "synchronize",
 ]
 
-# Argument kinds of CudaFunction.launch -> (struct code, size in bytes).  Every kind is naturally
-# aligned in the parameter buffer.
-ARG_TYPES: dict[str, tuple[str, int]] = {
-    "ptr": ("Q", 8),
-    "i32": ("i", 4),
-    "u32": ("I", 4),
-    "i64": ("q", 8),
-    "u64": ("Q", 8),
-    "f32": ("f", 4),
-    "f64": ("d", 8),
-}
+# Argument kinds (ARG_TYPES) and their packing are shared with the other vendor: launch_args.py.
 
 _lock = threading.Lock()
 _state: dict = {"driver": None, "init_error": None, "initialized": False}
@@ -311,70 +301,11 @@ def _safe_cc(index: int) -> tuple[int, int]:
         return (0, 0)
 
 
-class _ArgPacker:
-    """Lays out one launch signature: a parameter buffer and the ``void*[]`` that points into it.
+class _ArgPacker(ArgPacker):
+    """The shared packer (``launch_args``); ``pack`` returns what this runtime's launch call takes."""
 
-    Buffers are per thread (cuLaunchKernel copies the values before returning, so a buffer can be
-    reused by the next launch of the same thread, but not shared with a concurrent one).
-    """
-
-    __slots__ = ("_tls", "arg_types", "offsets", "size", "struct")
-
-    def __init__(self, arg_types: tuple[str, ...]):
-        fmt = ["<"]
-        offsets = []
-        pos = 0
-        for t in arg_types:
-            try:
-                code, size = ARG_TYPES[t]
-            except (KeyError, TypeError):
-                raise ArgumentError(
-                    f"unknown kernel argument type {t!r}; use one of {', '.join(ARG_TYPES)}"
-                ) from None
-            pad = -pos % size
-            if pad:
-                fmt.append(f"{pad}x")
-            pos += pad
-            offsets.append(pos)
-            fmt.append(code)
-            pos += size
-        self.arg_types = arg_types
-        self.struct = struct.Struct("".join(fmt))
-        self.offsets = tuple(offsets)
-        self.size = pos
-        self._tls = threading.local()
-
-    def _buffers(self):
-        import ctypes
-
-        data = (ctypes.c_uint64 * max((self.size + 7) // 8, 1))()  # 8-byte aligned storage
-        base = ctypes.addressof(data)
-        ptrs = (ctypes.c_void_p * max(len(self.offsets), 1))(*[base + off for off in self.offsets])
-        bufs = (memoryview(data).cast("B"), ctypes.addressof(ptrs), data, ptrs)
-        self._tls.bufs = bufs
-        return bufs
-
-    def pack(self, values) -> int:
-        """Write ``values`` into this thread's buffer; returns the ``void**`` address for cuLaunchKernel."""
-        try:
-            bufs = self._tls.bufs
-        except AttributeError:
-            bufs = self._buffers()
-        try:
-            self.struct.pack_into(bufs[0], 0, *values)
-        except struct.error as exc:
-            raise self._explain(values, exc) from None
-        return bufs[1]
-
-    def _explain(self, values, exc) -> ArgumentError:
-        if len(values) != len(self.arg_types):
-            return ArgumentError(f"kernel takes {len(self.arg_types)} argument(s) {self.arg_types}, got {len(values)}")
-        for i, (t, v) in enumerate(zip(self.arg_types, values, strict=True)):
-            try:
-                struct.pack("<" + ARG_TYPES[t][0], v)
-            except struct.error as e:
-                return ArgumentError(f"kernel argument {i} ({t}) cannot take {v!r}: {e}")
-        return ArgumentError(f"cannot pack kernel arguments {values!r} as {self.arg_types}: {exc}")
+    __slots__ = ()
+    pack = ArgPacker.pack_address
 
 
 class CudaFunction:

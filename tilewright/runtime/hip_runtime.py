@@ -25,11 +25,11 @@ import importlib.util
 import operator
 import os
 import re
-import struct
 import sys
 import threading
 
 from ..errors import ArgumentError, RuntimeLaunchError
+from .launch_args import ARG_TYPES, ArgPacker
 
 __all__ = [
     "ARG_TYPES",
@@ -45,16 +45,7 @@ __all__ = [
 
 ENV_RUNTIME_LIB = "TILEWRIGHT_HIP_RUNTIME_LIB"
 
-# Argument kinds of HipFunction.launch -> (struct code, size in bytes); same names as the CUDA layer.
-ARG_TYPES: dict[str, tuple[str, int]] = {
-    "ptr": ("Q", 8),
-    "i32": ("i", 4),
-    "u32": ("I", 4),
-    "i64": ("q", 8),
-    "u64": ("Q", 8),
-    "f32": ("f", 4),
-    "f64": ("d", 8),
-}
+# Argument kinds (ARG_TYPES) and their packing are shared with the other vendor: launch_args.py.
 
 # Enum values from hip_runtime_api.h / driver_types.h (ROCm 6.x; stable since ROCm 5).
 HIP_SUCCESS = 0
@@ -437,64 +428,11 @@ def _safe_target_id(rt: HipRuntime, index: int) -> str:
         return "of unknown architecture"
 
 
-class _ArgPacker:
-    """One launch signature: a parameter buffer and the ``void*[]`` whose entries point into it.
+class _ArgPacker(ArgPacker):
+    """The shared packer (``launch_args``); ``pack`` returns what this runtime's launch call takes."""
 
-    Buffers are per thread (hipModuleLaunchKernel copies the values before returning, so the next
-    launch of the same thread may reuse them, but a concurrent one may not).
-    """
-
-    __slots__ = ("_tls", "arg_types", "offsets", "size", "struct")
-
-    def __init__(self, arg_types: tuple[str, ...]):
-        fmt, offsets, pos = ["<"], [], 0
-        for t in arg_types:
-            try:
-                code, size = ARG_TYPES[t]
-            except (KeyError, TypeError):
-                raise ArgumentError(f"unknown kernel argument type {t!r}; use one of {', '.join(ARG_TYPES)}") from None
-            pad = -pos % size  # natural alignment
-            if pad:
-                fmt.append(f"{pad}x")
-            pos += pad
-            offsets.append(pos)
-            fmt.append(code)
-            pos += size
-        self.arg_types = arg_types
-        self.struct = struct.Struct("".join(fmt))
-        self.offsets = tuple(offsets)
-        self.size = pos
-        self._tls = threading.local()
-
-    def _buffers(self):
-        data = (ctypes.c_uint64 * max((self.size + 7) // 8, 1))()  # 8-byte aligned storage
-        base = ctypes.addressof(data)
-        ptrs = (ctypes.c_void_p * max(len(self.offsets), 1))(*[base + off for off in self.offsets])
-        bufs = (memoryview(data).cast("B"), ptrs, data)
-        self._tls.bufs = bufs
-        return bufs
-
-    def pack(self, values):
-        """Write ``values`` into this thread's buffer; returns the ``void*[]`` for hipModuleLaunchKernel."""
-        if len(values) != len(self.arg_types):
-            raise ArgumentError(f"kernel takes {len(self.arg_types)} argument(s) {self.arg_types}, got {len(values)}")
-        try:
-            bufs = self._tls.bufs
-        except AttributeError:
-            bufs = self._buffers()
-        try:
-            self.struct.pack_into(bufs[0], 0, *values)
-        except struct.error as exc:
-            raise self._explain(values, exc) from None
-        return bufs[1]
-
-    def _explain(self, values, exc) -> ArgumentError:
-        for i, (t, v) in enumerate(zip(self.arg_types, values)):
-            try:
-                struct.pack("<" + ARG_TYPES[t][0], v)
-            except struct.error as e:
-                return ArgumentError(f"kernel argument {i} ({t}) cannot take {v!r}: {e}")
-        return ArgumentError(f"cannot pack kernel arguments {values!r} as {self.arg_types}: {exc}")
+    __slots__ = ()
+    pack = ArgPacker.pack_array
 
 
 def _dims(value, what: str) -> tuple[int, int, int]:

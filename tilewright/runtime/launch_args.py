@@ -1,0 +1,88 @@
+"""Kernel-argument packing shared by the CUDA and HIP launch layers (pure ctypes/struct, loads no
+vendor library).
+
+A launch takes a ``void*[]`` whose entries point at each argument's bytes.  ``ArgPacker`` lays out
+one signature once (natural alignment, as the kernel ABI expects) and keeps a per-thread buffer,
+so a launch only packs values: the launch calls copy the values before returning, which makes
+reusing the buffer safe for the next launch of the same thread but not for a concurrent one.
+"""
+
+from __future__ import annotations
+
+import ctypes
+import struct
+import threading
+
+from ..errors import ArgumentError
+
+# our argument type names -> (struct code, size in bytes)
+ARG_TYPES: dict[str, tuple[str, int]] = {
+    "ptr": ("Q", 8),
+    "i32": ("i", 4),
+    "u32": ("I", 4),
+    "i64": ("q", 8),
+    "u64": ("Q", 8),
+    "f32": ("f", 4),
+    "f64": ("d", 8),
+}
+
+
+class ArgPacker:
+    __slots__ = ("_tls", "arg_types", "offsets", "size", "struct")
+
+    def __init__(self, arg_types: tuple[str, ...]):
+        fmt, offsets, pos = ["<"], [], 0
+        for t in arg_types:
+            try:
+                code, size = ARG_TYPES[t]
+            except (KeyError, TypeError):
+                raise ArgumentError(f"unknown kernel argument type {t!r}; use one of {', '.join(ARG_TYPES)}") from None
+            pad = -pos % size  # natural alignment
+            if pad:
+                fmt.append(f"{pad}x")
+            pos += pad
+            offsets.append(pos)
+            fmt.append(code)
+            pos += size
+        self.arg_types = tuple(arg_types)
+        self.struct = struct.Struct("".join(fmt))
+        self.offsets = tuple(offsets)
+        self.size = pos
+        self._tls = threading.local()
+
+    def _buffers(self):
+        data = (ctypes.c_uint64 * max((self.size + 7) // 8, 1))()  # 8-byte aligned storage
+        base = ctypes.addressof(data)
+        ptrs = (ctypes.c_void_p * max(len(self.offsets), 1))(*[base + off for off in self.offsets])
+        bufs = (memoryview(data).cast("B"), ctypes.addressof(ptrs), ptrs, data)
+        self._tls.bufs = bufs
+        return bufs
+
+    def _pack(self, values):
+        if len(values) != len(self.arg_types):
+            raise ArgumentError(f"kernel takes {len(self.arg_types)} argument(s) {self.arg_types}, got {len(values)}")
+        try:
+            bufs = self._tls.bufs
+        except AttributeError:
+            bufs = self._buffers()
+        try:
+            self.struct.pack_into(bufs[0], 0, *values)
+        except struct.error as exc:
+            raise self._explain(values, exc) from None
+        return bufs
+
+    def pack_address(self, values) -> int:
+        """Pack ``values``; returns the address of the ``void*[]`` (for cuLaunchKernel)."""
+        return self._pack(values)[1]
+
+    def pack_array(self, values):
+        """Pack ``values``; returns the ``void*[]`` ctypes array (for hipModuleLaunchKernel)."""
+        return self._pack(values)[2]
+
+    def _explain(self, values, exc) -> ArgumentError:
+        for i, (t, v) in enumerate(zip(self.arg_types, values)):
+            try:
+                struct.pack("<" + ARG_TYPES[t][0], v)
+            except struct.error as e:
+                return ArgumentError(f"kernel argument {i} ({t}) cannot take {v!r}: {e}")
+        return ArgumentError(f"cannot pack kernel arguments {values!r} as {self.arg_types}: {exc}")
