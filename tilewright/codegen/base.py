@@ -53,7 +53,9 @@ class Printer:
         return f"((int)blockIdx.{'xyz'[d]})"
 
     def kernel_attrs(self) -> str:
-        return f'extern "C" __global__ void __launch_bounds__({self.k.num_threads})'
+        min_blocks = self.k.attrs.get("min_blocks_per_sm")
+        bounds = f"{self.k.num_threads}, {min_blocks}" if min_blocks else f"{self.k.num_threads}"
+        return f'extern "C" __global__ void __launch_bounds__({bounds})'
 
     def smem_decl(self) -> str:
         return "extern __shared__ __align__(128) unsigned char tw_smem[];"

@@ -162,7 +162,11 @@ def prefetch_supported(ctx: LoweringContext, s: t.Gemm) -> bool:
     acc = lay.num_regs * dt.bits(s.c.buffer.dtype) // 32
     frags = (lay.atoms_m * instr.a_elems * dt.bits(instr.a_dtype) + lay.atoms_n * instr.b_elems
              * dt.bits(instr.b_dtype)) // 32
-    return acc + 2 * frags + 48 <= ctx.target.registers_per_thread
+    budget = ctx.target.registers_per_thread
+    min_blocks = ctx.options.get("tw.min_blocks_per_sm") if ctx.options else None
+    if min_blocks:  # an occupancy request caps the registers of each thread
+        budget = min(budget, ctx.target.register_file_per_sm // (ctx.nthreads * int(min_blocks)))
+    return acc + 2 * frags + 48 <= budget
 
 
 def lower_gemm_prefetch(ctx: LoweringContext, node, env: Env) -> list:

@@ -53,7 +53,7 @@ def lower_to_threads(func: t.PrimFunc, pctx) -> th.ThreadKernel:
         thread_var=ctx.tid,
         block_vars=block_vars,
         target=pctx.target,
-        attrs={"source_func": func.name},
+        attrs={"source_func": func.name, "min_blocks_per_sm": pctx.options.get("tw.min_blocks_per_sm")},
     )
 
 
