@@ -11,8 +11,9 @@ import torch
 sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 
-import tilewright  # noqa: E402
 from common import bench_ms  # noqa: E402
+
+import tilewright  # noqa: E402
 from tilewright.kernels import matmul  # noqa: E402
 
 m = n = k = 4096
