@@ -17,7 +17,7 @@ from ..ir import expr as E
 from ..ir import thread as th
 from ..ir import tile as t
 from ..ir.visitor import loads_in, walk
-from .analysis import affine_coeffs, is_nonnegative
+from .analysis import affine_coeffs
 from .lower_exprs import Env, lower_expr
 from .lowering_context import LoweringContext
 
@@ -296,7 +296,6 @@ def _plan_vectors(ctx, p, env, inner_var, g):
     stmts = p.body.stmts if isinstance(p.body, t.SeqStmt) else [p.body]
     written = {s.buffer for s in stmts if isinstance(s, t.BufferStore)} | \
         {s.then_body.buffer for s in stmts if isinstance(s, t.IfThenElse)}
-    sym_inner = env.sym[inner_var]
     # positions in terms of a symbolic innermost index, to check affinity in it
     jvar = E.Var("__j", "int32", kind="loop")
     probe = env.child()
@@ -359,7 +358,6 @@ def _plan_vectors(ctx, p, env, inner_var, g):
         pre.append(th.LocalDecl(tmp))
         post.append(th.VecCopy(fb, off, tmp, E.as_expr(0), g, pred))
         vec_stores[id(s)] = tmp
-    del sym_inner
     return pre, post, vec_stores
 
 
@@ -417,7 +415,3 @@ def _lower_body(ctx, body, env, lower_stmt, vec_stores, k) -> list:
             continue
         out.extend(lower_stmt(s, env))
     return out
-
-
-def is_nonneg(e) -> bool:
-    return is_nonnegative(e)
