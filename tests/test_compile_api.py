@@ -175,3 +175,23 @@ def test_dump_dir_writes_ir_after_every_pass_and_the_source(tmp_path, monkeypatc
                  "after_insert_barriers.py", "thread_ir.txt", "kernel.hip"):
         assert name in files, files
     assert "T.prim_func" in (tmp_path / f.name / "after_pipeline_loops.py").read_text()
+
+
+def test_fp8_gemm_on_amd_uses_mfma_and_emulates_correctly():
+    import ml_dtypes
+
+    rng = np.random.default_rng(5)
+    f = matmul(128, 128, 128, 64, 64, 32, dtype="float8_e4m3fnuz", out_dtype="float32", num_stages=2)
+    a = rng.standard_normal((128, 128)).astype(ml_dtypes.float8_e4m3fnuz)
+    b = rng.standard_normal((128, 128)).astype(ml_dtypes.float8_e4m3fnuz)
+    k = tilewright.compile(f, out_idx=[-1], target="hip -arch=gfx942", execution_backend="emulator")
+    np.testing.assert_allclose(k(a, b), a.astype(np.float64) @ b.astype(np.float64), rtol=1e-5, atol=1e-4)
+    assert "__builtin_amdgcn_mfma_f32_" in k.get_kernel_source() and "fp8" in k.get_kernel_source()
+    try:
+        from tilewright.toolchain.hip import disassemble
+
+        co = k.get_code_object()
+    except tilewright.ToolchainError:
+        pytest.skip("no HIP-capable compiler here")
+    assert any("v_mfma" in line and "fp8" in line for line in disassemble(co).splitlines())
+    assert k.resource_usage["spills"] == 0

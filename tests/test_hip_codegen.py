@@ -24,7 +24,7 @@ import zoo
 
 import tilewright.language as T
 from tilewright.codegen.hip import print_hip
-from tilewright.errors import CompileError, InternalError, TilewrightError, ToolchainError
+from tilewright.errors import InternalError, TilewrightError, ToolchainError
 from tilewright.ir import expr as E
 from tilewright.ir import thread as th
 from tilewright.ir import tile as t
@@ -298,9 +298,22 @@ def test_load_matrix_is_an_internal_error():
         print_hip(kernel)
 
 
-def test_fp8_is_a_clear_compile_error():
+def test_fp8_values_print_as_bytes_with_conversions():
+    import ml_dtypes
+    import numpy as np
+
     x = t.Buffer("x", (64,), "float8_e4m3fnuz", "global")
-    kernel = _hand_kernel("f8", [x], t.SeqStmt([]))
+    y = t.Buffer("y", (64,), "float32", "global")
+    body = t.SeqStmt([
+        t.BufferStore(x, (E.as_expr(0),), E.cast("float8_e4m3fnuz", 1.5)),
+        t.BufferStore(y, (E.as_expr(1),), E.cast("float32", E.Load(x, (E.as_expr(2),)) * E.Load(x, (E.as_expr(3),)))),
+    ])
+    kernel = _hand_kernel("f8", [x, y], body)
     kernel.target = Target.parse("hip -arch=gfx942")
-    with pytest.raises(CompileError, match="float8_e4m3fnuz is not supported by the HIP backend"):
-        print_hip(kernel)
+    src = print_hip(kernel)
+    byte = int(np.array([1.5], np.float32).astype(ml_dtypes.float8_e4m3fnuz).view(np.uint8)[0])
+    assert f"((unsigned char){byte:#04x})" in src  # constants are pre-encoded bytes
+    assert "tw_e4m3fnuz_to_f32(" in src and "tw_f32_to_e4m3fnuz(" in src  # math goes through float32
+    assert "unsigned char* __restrict__ x" in src
+
+

@@ -46,6 +46,8 @@ DTYPE_ITEMSIZE: dict[str, int] = {
     "bool": 1,
     "float8_e4m3fn": 1,
     "float8_e5m2": 1,
+    "float8_e4m3fnuz": 1,
+    "float8_e5m2fnuz": 1,
 }
 
 
@@ -114,7 +116,7 @@ def _byte_strides_to_elements(byte_strides, itemsize: int, what: str) -> tuple:
 # ---------------------------------------------------------------- torch
 _TORCH_NAMES = (
     "float16", "bfloat16", "float32", "float64", "int8", "uint8", "int16", "int32", "int64", "bool",
-    "float8_e4m3fn", "float8_e5m2",
+    "float8_e4m3fn", "float8_e5m2", "float8_e4m3fnuz", "float8_e5m2fnuz",
 )  # fmt: skip
 _torch_to_name: dict = {}
 
