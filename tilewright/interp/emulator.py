@@ -117,10 +117,31 @@ def run_thread_kernel(kernel: th.ThreadKernel, args: list, *, dyn: dict | None =
         per_batch = max(1, MAX_LANES // T)
         if S:
             per_batch = max(1, min(per_batch, (_MAX_SMEM_BATCH >> (3 if check_races else 0)) // S))
+        if _block_dependent_loops(kernel):
+            # loop bounds that differ between blocks (causal attention's trip count) would make the
+            # lanes of a multi-block batch diverge around barriers and async-copy waits: one block
+            # per batch keeps every loop uniform
+            per_batch = 1
         for first in range(0, nblocks, per_batch):
             nb = min(per_batch, nblocks - first)
             st = _State(prog, kernel, grid, first, nb, globals_, scalars, check_races)
             prog.body(st)
+
+
+def _block_dependent_loops(kernel) -> bool:
+    from ..ir import tile as t
+    from ..ir.visitor import free_vars, walk
+
+    found = [False]
+
+    def f(st):
+        if isinstance(st, t.For):
+            for v in free_vars(st.start) | free_vars(st.extent):
+                if v.kind not in ("dyn", "param"):
+                    found[0] = True
+
+    walk(kernel.body, f)
+    return found[0]
 
 
 _PROGRAMS: dict = {}
