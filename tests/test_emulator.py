@@ -2,9 +2,9 @@
 RDNA3 (WMMA, wave 32), executed on the CPU against float64 NumPy references.
 
 Outputs are poisoned with NaN before each run, so an element a kernel forgets to write fails the
-comparison.  Most runs enable the shared-memory race detector.  Tests marked ``xfail(strict=True)``
-pin lowering bugs the emulator found (the reason says which pass and what is wrong); they start
-failing as XPASS once the lowering is fixed, which is the cue to drop the mark.
+comparison.  Most runs enable the shared-memory race detector.  Several tests pin lowering bugs the
+emulator found (guarded vector stores, replicated layouts, thread-dependent guards, padded layouts,
+signed loop variables, cross-warp fold order, shared-memory budget); all are fixed.
 
 The second half checks the emulator itself: every matrix instruction record against ``A @ B + C``
 with hand-built thread IR, ldmatrix, and that it refuses what a GPU would do wrong (missing barriers
