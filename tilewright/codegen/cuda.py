@@ -112,7 +112,7 @@ class CudaPrinter(Printer):
             c_regs = ", ".join(f"%{idx + i}" for i in range(nc))
             outs = ", ".join(f'"=f"({dn}[{do + i}])' for i in range(nc))
             ins = ", ".join(a_ops + b_ops + [f'"f"({cn}[{co + i}])' for i in range(nc)])
-        self.emit(d, f'asm volatile("{mi.mnemonic} {{{d_regs}}}, {{{a_regs}}}, {{{b_regs}}}, {{{c_regs}}};\\n" '
+        self.emit(d, f'asm("{mi.mnemonic} {{{d_regs}}}, {{{a_regs}}}, {{{b_regs}}}, {{{c_regs}}};\\n" '
                      f": {outs} : {ins});")
 
     def atomic(self, s: th.AtomicRMW, d: int) -> None:
