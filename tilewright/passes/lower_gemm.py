@@ -107,15 +107,20 @@ class _MmaGemm:
     def mma(self, kk: int, a_frag, b_frag) -> list:
         lay, instr, s = self.lay, self.instr, self.s
         out = []
-        for mi in range(lay.atoms_m):
+        pairs = [(mi, nj) for mi in range(lay.atoms_m) for nj in range(lay.atoms_n)]
+        if (self.ctx.options or {}).get("tw.mma_order") == "serpentine":
+            # walk B atoms back and forth so consecutive instructions share an operand either way
+            pairs = [(mi, nj if mi % 2 == 0 else lay.atoms_n - 1 - nj) for mi, nj in pairs]
+        elif (self.ctx.options or {}).get("tw.mma_order") == "n_outer":
+            pairs = [(mi, nj) for nj in range(lay.atoms_n) for mi in range(lay.atoms_m)]
+        for mi, nj in pairs:
             if self.a_in_regs:
                 a_op = (self.ctx.local_of[s.a.buffer], self.ctx.layouts[s.a.buffer].reg(mi, kk, 0))
             else:
                 a_op = (a_frag, mi * instr.a_elems)
-            for nj in range(lay.atoms_n):
-                creg = lay.reg(mi, nj, 0)
-                out.append(th.MatrixMultiply(instr, (self.c_local, creg), a_op, (b_frag, nj * instr.b_elems),
-                                             (self.c_local, creg), loc=s.loc))
+            creg = lay.reg(mi, nj, 0)
+            out.append(th.MatrixMultiply(instr, (self.c_local, creg), a_op, (b_frag, nj * instr.b_elems),
+                                         (self.c_local, creg), loc=s.loc))
         return out
 
 
