@@ -213,3 +213,14 @@ def test_causal_flash_attention_on_the_emulator():
         tilewright.compile(flash_attention(1, 1, S, D, is_causal=True), target=tgt, execution_backend="emulator")(
             q, k, v, o)
         np.testing.assert_allclose(o[0, :, 0, :].astype(np.float64), ref, atol=2e-3, err_msg=tgt)
+
+
+def test_cli_info_and_source(capsys):
+    from tilewright.cli.main import main
+
+    assert main(["info"]) == 0
+    assert "detected target" in capsys.readouterr().out
+    path = os.path.join(os.path.dirname(__file__), "tilelang_quickstart.py")
+    assert main(["source", f"{path}:matmul", "128", "128", "64", "64", "64", "32", "--target", "hip -arch=gfx1100"]) == 0
+    out = capsys.readouterr().out
+    assert "gemm_kernel" in out and "__builtin_amdgcn_wmma" in out
