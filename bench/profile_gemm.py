@@ -1,4 +1,4 @@
-"""Run one 4096^3 GEMM launch for Nsight Compute: ``ncu --clock-control none --section WarpStateStats
+"""Run one GEMM launch (4096^3, or TW_SHAPE="M,N,K") for Nsight Compute: ``ncu --clock-control none --section WarpStateStats
 --section ComputeWorkloadAnalysis -k regex:gemm -c 1 python bench/profile_gemm.py`` (diagnosis aid)."""
 
 from __future__ import annotations
@@ -14,9 +14,10 @@ import tilewright  # noqa: E402
 from tilewright.kernels import matmul  # noqa: E402
 
 bm, bn, bk, st, thr = (int(x) for x in (sys.argv[1:6] if len(sys.argv) > 5 else (128, 128, 32, 4, 128)))
-a = torch.randn(4096, 4096, device="cuda", dtype=torch.float16)
-b = torch.randn(4096, 4096, device="cuda", dtype=torch.float16)
-k = tilewright.compile(matmul(4096, 4096, 4096, bm, bn, bk, num_stages=st, threads=thr), out_idx=[-1], target="cuda")
+M, N, K = (int(x) for x in os.environ.get("TW_SHAPE", "4096,4096,4096").split(","))
+a = torch.randn(M, K, device="cuda", dtype=torch.float16)
+b = torch.randn(K, N, device="cuda", dtype=torch.float16)
+k = tilewright.compile(matmul(M, N, K, bm, bn, bk, num_stages=st, threads=thr), out_idx=[-1], target="cuda")
 c = k(a, b)
 torch.cuda.synchronize()
 print("ok", k.resource_usage)
