@@ -1,4 +1,5 @@
-"""Run one GEMM launch (4096^3, or TW_SHAPE="M,N,K") for Nsight Compute: ``ncu --clock-control none --section WarpStateStats
+"""Run one GEMM launch (4096^3, or TW_SHAPE="M,N,K") for Nsight Compute:
+``ncu --clock-control none --section WarpStateStats
 --section ComputeWorkloadAnalysis -k regex:gemm -c 1 python bench/profile_gemm.py`` (diagnosis aid)."""
 
 from __future__ import annotations
