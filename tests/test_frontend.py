@@ -176,3 +176,25 @@ def test_regions_with_symbolic_dims():
 
     assert "T.copy" in k.script()
     assert not t.Region.full(k.params[0]).is_full() or True
+
+
+def test_error_fragment_far_beyond_the_register_file():
+    @T.prim_func
+    def k(A: T.Tensor((1024, 1024), "float32")):
+        with T.Kernel(1, threads=32):
+            f = T.alloc_fragment((1024, 1024), "float32")
+            T.copy(A, f)
+            T.copy(f, A)
+
+    with pytest.raises(CompileError, match="registers per thread"):
+        tilewright.lower(k, target="cuda -arch=sm_90a")
+
+
+def test_error_empty_parallel_extent():
+    _expect_error("""
+        @T.prim_func
+        def bad(A: T.Tensor((64,), "float32")):
+            with T.Kernel(1, threads=64):
+                for i in T.Parallel(0):
+                    A[i] = 1.0
+        """, "positive")

@@ -162,8 +162,8 @@ class Parallel:
         if not extents:
             raise _b.error("T.Parallel needs at least one extent")
         for x in extents:
-            if not isinstance(x, _builtins.int):
-                raise _b.error(f"T.Parallel extents must be compile-time ints, got {x!r}",
+            if not isinstance(x, _builtins.int) or isinstance(x, _builtins.bool) or x <= 0:
+                raise _b.error(f"T.Parallel extents must be positive compile-time ints, got {x!r}",
                                hint="tile sizes are Python ints from the enclosing function")
         self.extents = tuple(extents)
 

@@ -117,6 +117,7 @@ def infer_layouts(func: t.PrimFunc, ctx) -> t.PrimFunc:
             raise CompileError(f"fragment {b.name}{tuple(b.shape)} cannot be spread over {nthreads} threads "
                                f"({lay})", b.loc, hint="use a tile size that the thread count divides") from None
 
+    _check_register_budget(layouts, nthreads, target)
     par_layouts = {}
     for p in parallels:
         drive = _driving(p, layouts)
@@ -142,6 +143,29 @@ def infer_layouts(func: t.PrimFunc, ctx) -> t.PrimFunc:
     func.attrs["parallel_layouts"] = par_layouts
     func.attrs["shared_layouts"] = shared
     return func
+
+
+def _check_register_budget(layouts: dict, nthreads: int, target) -> None:
+    """Refuse fragments that cannot live in registers: more than twice the per-thread register file
+    for one fragment, or three times it for all of them together (the device compiler would spill
+    nearly everything, or take very long to try).  Smaller overshoots compile, with spills that
+    ``resource_usage`` reports."""
+    limit = target.registers_per_thread if not target.is_interpret else None
+    if limit is None:
+        return
+    total = 0
+    for buf, lay in layouts.items():
+        regs = lay.num_regs * max(dt.bits(buf.dtype), 32) // 32
+        total += regs
+        if regs > 2 * limit:
+            raise CompileError(
+                f"fragment {buf.name}{tuple(buf.shape)} needs {regs} registers per thread with {nthreads} threads; "
+                f"{target} has at most {limit}", buf.loc,
+                hint="use more threads (T.Kernel(threads=...)), a smaller tile, or shared memory for this buffer")
+    if total > 3 * limit:
+        raise CompileError(
+            f"the kernel's fragments need {total} registers per thread with {nthreads} threads; {target} has at "
+            f"most {limit}", None, hint="use more threads or smaller tiles")
 
 
 def _kernel(func) -> t.Kernel:
