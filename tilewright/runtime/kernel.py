@@ -34,7 +34,11 @@ class JITKernel:
         self.source = ""
         self.code_object = b""
         self.kernel_name = ""
-        self.num_threads = _kernel_of(func).num_threads
+        kernel_node = _kernel_of(func)  # found once: walking the IR on every launch cost ~150 us
+        self.num_threads = kernel_node.num_threads
+        self._grid = tuple(kernel_node.grid)
+        consts = [g.value if hasattr(g, "value") and isinstance(g.value, int) else None for g in self._grid]
+        self._static_grid = None if None in consts else tuple(consts) + (1,) * (3 - len(consts))
         self.shared_bytes = 0
         self.resources: dict = {}
         self.toolchain = ""
@@ -184,20 +188,22 @@ class JITKernel:
                 break
         dev = 0 if dev is None else dev
         fn = self._function(dev, vendor)
-        env = dict(bound.dyn)
-        for p, v in zip(self.params, bound.values):
-            if isinstance(p, Var):
-                env[p] = v
-        grid = [int(eval_expr(g, env)) for g in _kernel_of(self.func).grid]
-        for g in grid:
-            if g <= 0:
+        if self._static_grid is not None:
+            grid = self._static_grid
+        else:
+            env = dict(bound.dyn)
+            for p, v in zip(self.params, bound.values):
+                if isinstance(p, Var):
+                    env[p] = v
+            grid = [int(eval_expr(g, env)) for g in self._grid]
+            if any(g <= 0 for g in grid):
                 return  # nothing to do (an empty dynamic size)
-        grid += [1] * (3 - len(grid))
+            grid = tuple(grid) + (1,) * (3 - len(grid))
         values = [v.ptr if not isinstance(p, Var) else v for p, v in zip(self.params, bound.values)]
         values += [bound.dyn[v] for v in self.func.dyn_vars]
         if stream is None:
             stream = _current_stream(vendor, dev)
-        fn.launch(tuple(grid), (self.num_threads, 1, 1), self.shared_bytes, stream, self._arg_types, tuple(values))
+        fn.launch(grid, (self.num_threads, 1, 1), self.shared_bytes, stream, self._arg_types, tuple(values))
 
     def _function(self, dev: int, vendor: str):
         fn = self._modules.get(dev)
