@@ -44,6 +44,7 @@ class JITKernel:
         self.toolchain = ""
         self.compile_seconds = 0.0
         self._modules: dict = {}
+        self._fast_spec = None
         self._arg_types = tuple("ptr" if isinstance(p, t.Buffer) else _ARG_TYPES.get(p.dtype, "f32")
                                 for p in self.params) + tuple("i32" for _ in func.dyn_vars)
 
@@ -175,8 +176,31 @@ class JITKernel:
 
     def _launch(self, full, stream) -> None:
         vendor = "hip" if self.target.is_hip else "cuda"
-        bound = bind_arguments(self.params, self.func.dyn_vars, full, kernel_name=self.func.name,
-                               device_type=None)
+        fast = self._fast_torch_bind(full)
+        if fast is not None:
+            values, dyn, dev = fast
+        else:
+            values, dyn, dev = self._checked_bind(full)
+        fn = self._function(dev, vendor)
+        if self._static_grid is not None:
+            grid = self._static_grid
+        else:
+            env = dict(dyn)
+            for p, v in zip(self.params, values):
+                if isinstance(p, Var):
+                    env[p] = v
+            grid = [int(eval_expr(g, env)) for g in self._grid]
+            if any(g <= 0 for g in grid):
+                return  # nothing to do (an empty dynamic size)
+            grid = tuple(grid) + (1,) * (3 - len(grid))
+        values = list(values) + [dyn[v] for v in self.func.dyn_vars]
+        if stream is None:
+            stream = _current_stream(vendor, dev)
+        fn.launch(grid, (self.num_threads, 1, 1), self.shared_bytes, stream, self._arg_types, tuple(values))
+
+    def _checked_bind(self, full):
+        """The general path: every argument described and checked, errors naming the parameter."""
+        bound = bind_arguments(self.params, self.func.dyn_vars, full, kernel_name=self.func.name, device_type=None)
         dev = None
         for ta in bound.tensors:
             if ta is not None:
@@ -186,24 +210,54 @@ class JITKernel:
                                         "target='interpret' to run on the CPU")
                 dev = ta.device_index
                 break
-        dev = 0 if dev is None else dev
-        fn = self._function(dev, vendor)
-        if self._static_grid is not None:
-            grid = self._static_grid
-        else:
-            env = dict(bound.dyn)
-            for p, v in zip(self.params, bound.values):
-                if isinstance(p, Var):
-                    env[p] = v
-            grid = [int(eval_expr(g, env)) for g in self._grid]
-            if any(g <= 0 for g in grid):
-                return  # nothing to do (an empty dynamic size)
-            grid = tuple(grid) + (1,) * (3 - len(grid))
         values = [v.ptr if not isinstance(p, Var) else v for p, v in zip(self.params, bound.values)]
-        values += [bound.dyn[v] for v in self.func.dyn_vars]
-        if stream is None:
-            stream = _current_stream(vendor, dev)
-        fn.launch(grid, (self.num_threads, 1, 1), self.shared_bytes, stream, self._arg_types, tuple(values))
+        return values, bound.dyn, 0 if dev is None else dev
+
+    def _fast_torch_bind(self, full):
+        """The common case in a few attribute reads per tensor: GPU torch tensors of exactly the
+        expected dtype and shape, contiguous and aligned, on one device.  Anything else returns None
+        and goes through ``_checked_bind``, which explains what is wrong."""
+        import sys
+
+        torch = sys.modules.get("torch")
+        if torch is None:
+            return None
+        spec = self._fast_spec
+        if spec is None:
+            spec = self._fast_spec = _fast_spec(self.params)
+        values, dyn, dev = [], {}, None
+        for (kind, want_dtype, dims), a in zip(spec, full):
+            if kind == "scalar":
+                if not isinstance(a, (int, float)) or isinstance(a, bool):
+                    return None
+                values.append(a if want_dtype == "int" and isinstance(a, int) else
+                              float(a) if want_dtype == "float" else None)
+                if values[-1] is None:
+                    return None
+                continue
+            if not isinstance(a, torch.Tensor) or a.dtype is not want_dtype or not a.is_cuda:
+                return None
+            shape = a.shape
+            if len(shape) != len(dims):
+                return None
+            for want, got in zip(dims, shape):
+                if isinstance(want, int):
+                    if want != got:
+                        return None
+                elif dyn.setdefault(want, got) != got:
+                    return None
+            ptr = a.data_ptr()
+            if ptr % 16 or not a.is_contiguous():
+                return None
+            d = a.device.index
+            if dev is None:
+                dev = d
+            elif d != dev:
+                return None
+            values.append(ptr)
+        if any(not (0 < v < 2**31) for v in dyn.values()):
+            return None
+        return values, dyn, 0 if dev is None else dev
 
     def _function(self, dev: int, vendor: str):
         fn = self._modules.get(dev)
@@ -223,6 +277,23 @@ class JITKernel:
             fn.set_max_dynamic_shared(self.shared_bytes)
         self._modules[dev] = fn
         return fn
+
+
+def _fast_spec(params) -> list:
+    """Per parameter: ("buffer", torch dtype, dims with Vars for symbolic sizes) or ("scalar", kind)."""
+    from .tensor_args import to_torch_dtype
+
+    out = []
+    for p in params:
+        if isinstance(p, t.Buffer):
+            out.append(("buffer", to_torch_dtype(p.dtype), tuple(p.shape)))
+        elif p.dtype in ("int32", "int64"):
+            out.append(("scalar", "int", None))
+        elif p.dtype in ("float32", "float64"):
+            out.append(("scalar", "float", None))
+        else:
+            out.append(("scalar", "other", None))  # checked on the general path
+    return out
 
 
 def _kernel_of(func) -> t.Kernel:
