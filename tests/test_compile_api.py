@@ -224,3 +224,46 @@ def test_cli_info_and_source(capsys):
     assert main(["source", f"{path}:matmul", "128", "128", "64", "64", "64", "32", "--target", "hip -arch=gfx1100"]) == 0
     out = capsys.readouterr().out
     assert "gemm_kernel" in out and "__builtin_amdgcn_wmma" in out
+
+
+@needs_nvrtc
+def test_fast_argument_path_matches_the_checked_one(monkeypatch):
+    """GPU torch tensors take a short path to the launch; exercised here with CPU tensors that report
+    is_cuda, and a recording stand-in for the launch."""
+    torch = pytest.importorskip("torch")
+    import tilewright.runtime.kernel as kmod
+
+    m = T.dynamic("m")
+
+    @T.prim_func
+    def scale(A: T.Tensor((m, 64), "float32"), B: T.Tensor((m, 64), "float32"), s: T.float32):
+        with T.Kernel(T.ceildiv(m, 16), threads=64) as bx:
+            for i, j in T.Parallel(16, 64):
+                if bx * 16 + i < m:
+                    B[bx * 16 + i, j] = A[bx * 16 + i, j] * s
+
+    k = tilewright.compile(scale, target="cuda -arch=sm_90a")
+    launches = []
+
+    class Recorder:
+        def launch(self, *args):
+            launches.append(args)
+
+    monkeypatch.setattr(k, "_function", lambda dev, vendor: Recorder())
+    monkeypatch.setattr(kmod, "_current_stream", lambda vendor, dev: 0)
+
+    class ClaimsCuda(torch.Tensor):
+        @property
+        def is_cuda(self):
+            return True
+
+    a = torch.randn(40, 64).as_subclass(ClaimsCuda)
+    b = torch.empty(40, 64).as_subclass(ClaimsCuda)
+    k(a, b, 2)
+    grid, block, smem, stream, types, values = launches[-1]
+    assert grid == (3, 1, 1) and block == (64, 1, 1)
+    assert types == ("ptr", "ptr", "f32", "i32")
+    assert values == (a.data_ptr(), b.data_ptr(), 2.0, 40)
+    # a mismatch leaves the short path; the checked path names the problem
+    with pytest.raises(tilewright.ArgumentError, match="dtype"):
+        k(a, torch.empty(40, 64, dtype=torch.float16).as_subclass(ClaimsCuda), 2.0)
