@@ -264,6 +264,12 @@ def test_fast_argument_path_matches_the_checked_one(monkeypatch):
     assert grid == (3, 1, 1) and block == (64, 1, 1)
     assert types == ("ptr", "ptr", "f32", "i32")
     assert values == (a.data_ptr(), b.data_ptr(), 2.0, 40)
+    synced = []
+    monkeypatch.setattr(kmod, "_synchronize", lambda vendor, dev: synced.append((vendor, dev)))
+    monkeypatch.setenv("TILEWRIGHT_SYNC_LAUNCH", "1")
+    k(a, b, 2)
+    assert synced == [("cuda", a.device.index or 0)]
+    monkeypatch.delenv("TILEWRIGHT_SYNC_LAUNCH")
     # a mismatch leaves the short path; the checked path names the problem
     with pytest.raises(tilewright.ArgumentError, match="dtype"):
         k(a, torch.empty(40, 64, dtype=torch.float16).as_subclass(ClaimsCuda), 2.0)

@@ -41,6 +41,9 @@ KNOBS = {
                          "Force the HIP compiler: 'hiprtc', 'clang' or a path to a clang binary."),
     "verify_launch": Knob("TILEWRIGHT_SYNC_LAUNCH", bool, False,
                           "Synchronize after every launch and raise on a device error (debugging)."),
+    "hip_runtime_lib": Knob("TILEWRIGHT_HIP_RUNTIME_LIB", str, "",
+                            "Path of libamdhip64 to load (otherwise ROCM_PATH/HIP_PATH, /opt/rocm, the rocm "
+                            "packages or a ROCm PyTorch are searched)."),
 }
 
 

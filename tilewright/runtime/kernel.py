@@ -197,6 +197,8 @@ class JITKernel:
         if stream is None:
             stream = _current_stream(vendor, dev)
         fn.launch(grid, (self.num_threads, 1, 1), self.shared_bytes, stream, self._arg_types, tuple(values))
+        if _sync_after_launch():
+            _synchronize(vendor, dev)
 
     def _checked_bind(self, full):
         """The general path: every argument described and checked, errors naming the parameter."""
@@ -277,6 +279,24 @@ class JITKernel:
             fn.set_max_dynamic_shared(self.shared_bytes)
         self._modules[dev] = fn
         return fn
+
+
+def _sync_after_launch() -> bool:
+    from .. import config
+
+    return bool(config.get("verify_launch"))
+
+
+def _synchronize(vendor: str, dev: int) -> None:
+    """TILEWRIGHT_SYNC_LAUNCH=1: wait for the kernel and raise here if it faulted (debugging)."""
+    if vendor == "cuda":
+        from .cuda_driver import synchronize
+
+        synchronize(dev)
+    else:
+        from .hip_runtime import get_runtime
+
+        get_runtime().synchronize()
 
 
 def _fast_spec(params) -> list:
