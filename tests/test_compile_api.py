@@ -273,3 +273,10 @@ def test_fast_argument_path_matches_the_checked_one(monkeypatch):
     # a mismatch leaves the short path; the checked path names the problem
     with pytest.raises(tilewright.ArgumentError, match="dtype"):
         k(a, torch.empty(40, 64, dtype=torch.float16).as_subclass(ClaimsCuda), 2.0)
+
+
+def test_pass_config_enum_keys_mean_their_value():
+    f = matmul(256, 256, 256, 128, 128, 32)
+    k = tilewright.compile(f, target="cuda -arch=sm_90a", execution_backend="emulator",
+                           pass_configs={tilewright.PassConfigKey.TW_DISABLE_GEMM_PREFETCH: True})
+    assert k.options["tw.disable_gemm_prefetch"] is True

@@ -8,6 +8,7 @@ canonical text) and on disk (code objects), so repeating a compile costs well un
 
 from __future__ import annotations
 
+import enum
 import functools
 import os
 import time
@@ -72,7 +73,7 @@ def compile(func, out_idx=None, target="auto", pass_configs=None, optimize_level
     outs = _normalize_out_idx(func, out_idx)
     opts = {"optimize_level": optimize_level, "backend": execution_backend or "device"}
     for k, v in (pass_configs or {}).items():
-        opts[str(k)] = v
+        opts[k.value if isinstance(k, enum.Enum) else str(k)] = v  # PassConfigKey members by their value
     opt_key = repr(sorted((k, repr(v)) for k, v in opts.items()))
     memo_key = (id(func), tgt.key(), outs, opt_key)
     hit = _memo_by_obj.get(memo_key)
