@@ -76,3 +76,28 @@ def absmax_rows(M=16, N=256):
             for i in T.Parallel(M):
                 T.atomic_max(G[0], r[i])
     return f
+
+
+def relu(x):
+    return T.max(x, 0.0)
+
+
+def multi_output(N=256):
+    """Two outputs (out_idx), a Python helper in the body, an alloc_var counted with ``+=`` and an
+    atomic done once per block."""
+
+    @T.prim_func
+    def k(A: T.Tensor((N,), "float32"), B: T.Tensor((N,), "float32"), C: T.Tensor((N,), "float32"),
+          D: T.Tensor((1,), "float32")):
+        with T.Kernel(N // 128, threads=128) as bx:
+            cnt = T.alloc_var("float32", 0)
+            s = T.alloc_shared((128,), "float32")
+            T.copy(A[bx * 128:(bx + 1) * 128], s)
+            for i in T.Parallel(128):
+                B[bx * 128 + i] = relu(s[i])
+                C[bx * 128 + i] = s[i] * 2
+            for _ in T.serial(4):
+                cnt += 1.0
+            T.atomic_add(D[0], cnt)
+
+    return k

@@ -65,3 +65,15 @@ def test_absmax_rows_and_atomic_max(rng, target):
     out = _run(programs.absmax_rows(), [v, np.full(16, np.nan, np.float32), np.full(1, -1.0, np.float32)], target)
     np.testing.assert_allclose(out[1], np.abs(v).max(1))
     assert out[2][0] == np.abs(v).max()
+
+
+@pytest.mark.parametrize("target", TARGETS)
+def test_multiple_outputs_helper_and_augmented_var(rng, target):
+    a = rng.standard_normal(256).astype(np.float32)
+    kern = tilewright.compile(programs.multi_output(), out_idx=[1, 2], target=target,
+                              execution_backend=None if target == "interpret" else "emulator")
+    d = np.zeros(1, np.float32)
+    b, c = kern(a, d)
+    np.testing.assert_array_equal(b, np.maximum(a, 0))
+    np.testing.assert_array_equal(c, a * 2)
+    assert d[0] == 8.0  # 2 blocks x 4 increments, added once per block

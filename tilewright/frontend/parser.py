@@ -180,7 +180,13 @@ class Translator:
 
     # ---------------------------------------------------------------- evaluation
     def eval(self, node):
-        code = _compile_expr(node, self.filename)
+        try:
+            code = _compile_expr(node, self.filename)
+        except (SyntaxError, ValueError, TypeError) as e:  # our AST rewrite produced something invalid
+            from ..errors import InternalError
+
+            raise InternalError(f"could not compile the expression {ast.unparse(node)!r}: {e}", "frontend",
+                                self.loc(node)) from e
         try:
             return eval(code, self.gscope, self.scope)
         except CompileError as e:
@@ -436,7 +442,7 @@ class Translator:
             cur = buf[idx] if buf.scope != "var" or isinstance(idx, tuple) else E.Load(buf, (E.as_expr(idx),))
             self.store(buf, idx, E.binary(op, cur, rhs), s)
         elif isinstance(s.target, ast.Name):
-            cur = self.eval(ast.Name(s.target.id, ast.Load(), lineno=s.lineno, col_offset=s.col_offset))
+            cur = self.eval(ast.copy_location(ast.Name(s.target.id, ast.Load()), s.target))
             self.assign(s.target, E.binary(op, cur, rhs) if isinstance(cur, E.Expr) or isinstance(rhs, E.Expr)
                         else E._fold_py(op, cur, rhs), s)
         else:
