@@ -101,3 +101,21 @@ def multi_output(N=256):
             T.atomic_add(D[0], cnt)
 
     return k
+
+
+def python_forms(N=300):
+    """Chained comparisons, ``not``, a conditional expression on kernel values, an annotated
+    assignment, tuple assignment of constants and ``A.shape`` inside the body."""
+
+    @T.prim_func
+    def k(A: T.Tensor((N,), "float32"), B: T.Tensor((N,), "float32"), lo: T.float32):
+        with T.Kernel(T.ceildiv(N, 128), threads=128) as bx:
+            bm, half = 128, 64
+            scale: T.float32 = 2.0
+            for i in T.Parallel(bm):
+                g = bx * bm + i
+                if 0 <= g < A.shape[0] and not (g == 5):
+                    x = A[g]
+                    B[g] = (x * scale if x > lo else lo) + T.if_then_else(i < half, 1.0, -1.0)
+
+    return k

@@ -12,7 +12,7 @@ TARGETS = ["interpret", "cuda -arch=sm_90a", "hip -arch=gfx942"]
 
 
 def _run(f, args, target):
-    args = [a.copy() for a in args]
+    args = [a.copy() if hasattr(a, "copy") else a for a in args]
     tilewright.compile(f, target=target, execution_backend=None if target == "interpret" else "emulator")(*args)
     return args
 
@@ -77,3 +77,13 @@ def test_multiple_outputs_helper_and_augmented_var(rng, target):
     np.testing.assert_array_equal(b, np.maximum(a, 0))
     np.testing.assert_array_equal(c, a * 2)
     assert d[0] == 8.0  # 2 blocks x 4 increments, added once per block
+
+
+@pytest.mark.parametrize("target", TARGETS)
+def test_python_forms_on_kernel_values(rng, target):
+    a = rng.standard_normal(300).astype(np.float32)
+    i = np.arange(300) % 128
+    ref = np.where(a > 0.1, a * 2, np.float32(0.1)) + np.where(i < 64, 1.0, -1.0)
+    b = _run(programs.python_forms(), [a, np.full(300, -7.0, np.float32), 0.1], target)[1]
+    np.testing.assert_allclose(np.delete(b, 5), np.delete(ref, 5), rtol=1e-6)
+    assert b[5] == -7.0  # excluded by `not (g == 5)`: never written
