@@ -119,3 +119,25 @@ def python_forms(N=300):
                     B[g] = (x * scale if x > lo else lo) + T.if_then_else(i < half, 1.0, -1.0)
 
     return k
+
+
+def sliced_gemm(M=64, N=64, K=64):
+    """Gemms on slices of shared tiles chosen by a serial loop variable, then ``clear_accum``."""
+
+    @T.prim_func
+    def k(A: T.Tensor((M, K), "float16"), B: T.Tensor((K, N), "float16"), C: T.Tensor((M, N), "float32"),
+          D: T.Tensor((M, N), "float32")):
+        with T.Kernel(1, threads=128):
+            As = T.alloc_shared((M, K), "float16")
+            Bs = T.alloc_shared((K, N), "float16")
+            acc = T.alloc_fragment((M, N), "float32")
+            T.copy(A, As)
+            T.copy(B, Bs)
+            T.clear(acc)
+            for kk in T.serial(K // 16):
+                T.gemm(As[:, kk * 16:(kk + 1) * 16], Bs[kk * 16:(kk + 1) * 16, :], acc)
+            T.copy(acc, C)
+            T.gemm(As[:, 0:16], Bs[0:16, :], acc, clear_accum=True)
+            T.copy(acc, D)
+
+    return k

@@ -87,3 +87,14 @@ def test_python_forms_on_kernel_values(rng, target):
     b = _run(programs.python_forms(), [a, np.full(300, -7.0, np.float32), 0.1], target)[1]
     np.testing.assert_allclose(np.delete(b, 5), np.delete(ref, 5), rtol=1e-6)
     assert b[5] == -7.0  # excluded by `not (g == 5)`: never written
+
+
+@pytest.mark.parametrize("target", TARGETS + ["hip -arch=gfx1100"])
+def test_gemm_on_shared_slices_and_clear_accum(rng, target):
+    a = rng.standard_normal((64, 64)).astype(np.float16)
+    b = rng.standard_normal((64, 64)).astype(np.float16)
+    out = _run(programs.sliced_gemm(), [a, b, np.full((64, 64), np.nan, np.float32),
+                                       np.full((64, 64), np.nan, np.float32)], target)
+    a64, b64 = a.astype(np.float64), b.astype(np.float64)
+    np.testing.assert_allclose(out[2], a64 @ b64, atol=1e-4)
+    np.testing.assert_allclose(out[3], a64[:, :16] @ b64[:16], atol=1e-4)
