@@ -141,3 +141,34 @@ def sliced_gemm(M=64, N=64, K=64):
             T.copy(acc, D)
 
     return k
+
+
+def swapped_loop_order(M=32, N=48):
+    """A T.Parallel whose variables run in the other order than the fragment's dimensions."""
+
+    @T.prim_func
+    def k(A: T.Tensor((M, N), "float32"), B: T.Tensor((M, N), "float16")):
+        with T.Kernel(1, threads=128):
+            f = T.alloc_fragment((M, N), "float32")
+            T.copy(A, f)
+            for j, i in T.Parallel(N, M):
+                B[i, j] = T.cast(f[i, j] * 3.0, "float16")
+
+    return k
+
+
+def fragment_3d(D0=2, D1=16, D2=32):
+    """A 3-D fragment squared elementwise and reduced along its last dimension."""
+
+    @T.prim_func
+    def k(A: T.Tensor((D0, D1, D2), "float32"), S: T.Tensor((D0, D1), "float32")):
+        with T.Kernel(1, threads=128):
+            f = T.alloc_fragment((D0, D1, D2), "float32")
+            s = T.alloc_fragment((D0, D1), "float32")
+            T.copy(A, f)
+            for a, b, c in T.Parallel(D0, D1, D2):
+                f[a, b, c] = f[a, b, c] * f[a, b, c]
+            T.reduce_sum(f, s, dim=2)
+            T.copy(s, S)
+
+    return k

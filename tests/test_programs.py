@@ -98,3 +98,13 @@ def test_gemm_on_shared_slices_and_clear_accum(rng, target):
     a64, b64 = a.astype(np.float64), b.astype(np.float64)
     np.testing.assert_allclose(out[2], a64 @ b64, atol=1e-4)
     np.testing.assert_allclose(out[3], a64[:, :16] @ b64[:16], atol=1e-4)
+
+
+@pytest.mark.parametrize("target", TARGETS)
+def test_swapped_loop_order_and_3d_fragment(rng, target):
+    a = rng.standard_normal((32, 48)).astype(np.float32)
+    out = _run(programs.swapped_loop_order(), [a, np.full((32, 48), np.nan, np.float16)], target)
+    np.testing.assert_array_equal(out[1], (a * 3).astype(np.float16))
+    x = rng.standard_normal((2, 16, 32)).astype(np.float32)
+    out = _run(programs.fragment_3d(), [x, np.full((2, 16), np.nan, np.float32)], target)
+    np.testing.assert_allclose(out[1], (x.astype(np.float64) ** 2).sum(2), rtol=1e-5)
