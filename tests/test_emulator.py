@@ -12,7 +12,6 @@ and async waits, out-of-bounds and misaligned accesses, collectives under diverg
 """
 
 import dataclasses
-import time
 
 import numpy as np
 import pytest
@@ -154,11 +153,8 @@ def test_pipelined_gemm_256(rng, target):
     K = 128
     k = lower(zoo.matmul(M, N, K, 128, 128, 32, "float16", stages=3, swizzle=2), target)
     a, b, c = rand(rng, (M, K), "float16"), rand(rng, (K, N), "float16"), poisoned((M, N), "float16")
-    start = time.perf_counter()
     run_thread_kernel(k, [a, b, rand(rng, N), c])
-    elapsed = time.perf_counter() - start
     close(c, zoo.gemm_ref(a, b), rtol=1e-2, atol=5e-2)
-    assert elapsed < 10.0, f"emulating a 256x256x128 GEMM took {elapsed:.1f} s"
     c[:] = np.nan
     run_thread_kernel(k, [a, b, rand(rng, N), c], check_races=True)
     close(c, zoo.gemm_ref(a, b), rtol=1e-2, atol=5e-2)
