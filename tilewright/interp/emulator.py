@@ -60,6 +60,7 @@ from ..ir.printer import expr_str, print_stmt
 from ..ir.thread_printer import thread_stmt_lines
 from ..ir.visitor import walk, walk_expr
 from ..passes.analysis import is_nonnegative
+from .bind import check_array, given_dyn, require_bound
 from .tile import InterpError, OutOfBoundsError
 
 __all__ = [
@@ -165,35 +166,14 @@ def _bind_args(kernel: th.ThreadKernel, args: list, dyn: dict | None):
     if len(args) != len(params):
         names = ", ".join(p.name for p in params)
         raise ArgumentError(f"{kernel.name} takes {len(params)} argument(s) ({names}), got {len(args)}")
-    dyn_vals: dict = {}
-    by_name = {v.name: v for v in kernel.dyn_vars}
-    for k, v in (dyn or {}).items():
-        var = by_name.get(k) if isinstance(k, str) else k
-        if var is None or all(var is not d for d in kernel.dyn_vars):
-            raise ArgumentError(f"{k!r} is not a symbolic dimension of {kernel.name} "
-                                f"(those are: {', '.join(by_name) or 'none'})")
-        dyn_vals[var] = int(v)
+    dyn_vals = given_dyn(kernel.name, kernel.dyn_vars, dyn)
     globals_: dict = {}
     scalars: dict = {}
     for p, a in zip(params, args):
         if isinstance(p, t.Buffer):
-            if not isinstance(a, np.ndarray):
-                raise ArgumentError(f"argument {p.name} must be a NumPy array, got {type(a).__name__}")
-            if a.dtype != dt.to_numpy(p.dtype):
-                raise ArgumentError(f"argument {p.name} has dtype {a.dtype}, the kernel expects {p.dtype}")
+            check_array(p, a, dyn_vals)
             if not a.flags.c_contiguous:
                 raise ArgumentError(f"argument {p.name} must be C-contiguous (it is written in place)")
-            if a.ndim != len(p.shape):
-                raise ArgumentError(f"argument {p.name} has shape {a.shape}, the kernel expects {len(p.shape)} "
-                                    "dimension(s)")
-            for d, (want, got) in enumerate(zip(p.shape, a.shape)):
-                if isinstance(want, E.Var):
-                    seen = dyn_vals.setdefault(want, got)
-                    if seen != got:
-                        raise ArgumentError(f"symbolic dimension {want.name} is {seen} but argument {p.name} "
-                                            f"has size {got} in dimension {d}")
-                elif isinstance(want, int) and want != got:
-                    raise ArgumentError(f"argument {p.name} has shape {a.shape}, the kernel expects {p.shape}")
             globals_[p] = a.reshape(-1)
         else:
             if isinstance(a, np.ndarray) and a.ndim == 0:
@@ -201,9 +181,8 @@ def _bind_args(kernel: th.ThreadKernel, args: list, dyn: dict | None):
             if not isinstance(a, (bool, int, float, np.generic)):
                 raise ArgumentError(f"argument {p.name} must be a number ({p.dtype}), got {a!r}")
             scalars[p] = dt.to_numpy(p.dtype).type(a)
+    require_bound(kernel.name, kernel.dyn_vars, dyn_vals)
     for v in kernel.dyn_vars:
-        if v not in dyn_vals:
-            raise ArgumentError(f"symbolic dimension {v.name} of {kernel.name} is not bound")
         scalars[v] = dt.to_numpy(v.dtype).type(dyn_vals[v])
     return globals_, scalars
 

@@ -48,6 +48,7 @@ from ..ir import dtype as dt
 from ..ir import expr as E
 from ..ir import tile as t
 from ..ir.visitor import child_stmts, walk, walk_expr
+from .bind import as_int, check_array, given_dyn, require_bound
 
 __all__ = ["InterpError", "OutOfBoundsError", "run_tile_ir"]
 
@@ -91,53 +92,19 @@ def _bind_args(func: t.PrimFunc, args: list, dyn: dict | None):
     if len(args) != len(params):
         names = ", ".join(p.name for p in params)
         raise ArgumentError(f"{func.name} takes {len(params)} argument(s) ({names}), got {len(args)}")
-    dyn_vals: dict = {}
-    by_name = {v.name: v for v in func.dyn_vars}
-    for k, v in (dyn or {}).items():
-        var = by_name.get(k) if isinstance(k, str) else k
-        if var is None or all(var is not d for d in func.dyn_vars):
-            raise ArgumentError(f"{k!r} is not a symbolic dimension of {func.name} "
-                                f"(those are: {', '.join(by_name) or 'none'})")
-        dyn_vals[var] = _as_int(v, f"dyn[{var.name}]")
+    dyn_vals = given_dyn(func.name, func.dyn_vars, dyn)
     env: dict = {}
     bufs: dict = {}
     for p, a in zip(params, args):
         if isinstance(p, t.Buffer):
-            if not isinstance(a, np.ndarray):
-                raise ArgumentError(f"argument {p.name} must be a NumPy array, got {type(a).__name__}")
-            want = dt.to_numpy(p.dtype)
-            if a.dtype != want:
-                raise ArgumentError(f"argument {p.name} has dtype {a.dtype}, the kernel expects {p.dtype}")
-            if a.ndim != p.ndim:
-                raise ArgumentError(f"argument {p.name} has {a.ndim} dimension(s) {a.shape}, the kernel expects "
-                                    f"{p.ndim}: {_shape_text(p.shape)}")
-            for d, (want_n, got) in enumerate(zip(p.shape, a.shape)):
-                if isinstance(want_n, E.Var):
-                    seen = dyn_vals.setdefault(want_n, got)
-                    if seen != got:
-                        raise ArgumentError(f"symbolic dimension {want_n.name} is {seen} but argument {p.name} has "
-                                            f"size {got} in dimension {d}")
-                elif want_n != got:
-                    raise ArgumentError(f"argument {p.name} has shape {a.shape}, the kernel expects "
-                                        f"{_shape_text(p.shape)} (dimension {d})")
+            check_array(p, a, dyn_vals)
             bufs[p] = a
         else:
             env[p] = _scalar_arg(p, a)
+    require_bound(func.name, func.dyn_vars, dyn_vals)
     for v in func.dyn_vars:
-        if v not in dyn_vals:
-            raise ArgumentError(f"symbolic dimension {v.name} of {func.name} is not bound")
         env[v] = dyn_vals[v]
     return env, bufs
-
-
-def _shape_text(shape) -> str:
-    return "(" + ", ".join(s.name if isinstance(s, E.Var) else str(s) for s in shape) + ")"
-
-
-def _as_int(v, what: str) -> int:
-    if isinstance(v, (bool, np.bool_)) or not isinstance(v, (int, np.integer)):
-        raise ArgumentError(f"{what} must be an int, got {v!r}")
-    return int(v)
 
 
 def _scalar_arg(p: E.Var, a):
@@ -151,7 +118,7 @@ def _scalar_arg(p: E.Var, a):
         if not isinstance(a, (bool, np.bool_, int, np.integer)):
             raise ArgumentError(f"argument {p.name} must be a bool, got {a!r}")
         return bool(a)
-    return _as_int(a, f"argument {p.name} ({p.dtype})")
+    return as_int(a, f"argument {p.name} ({p.dtype})")
 
 
 # --------------------------------------------------------------------------------------------

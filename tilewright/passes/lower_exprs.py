@@ -53,10 +53,7 @@ def lower_expr(ctx: LoweringContext, e, env: Env, loc=None):
         idx = tuple(lower_expr(ctx, i, env, loc) for i in e.indices)
         buf = e.buffer
         if buf.scope == "fragment" and buf in env.frag_redirect:
-            off = E.as_expr(0)
-            for x, st in zip(idx, buf.strides):
-                off = off + x * st
-            return E.Load(env.frag_redirect[buf], (off,))
+            return E.Load(env.frag_redirect[buf], (ctx.strided_offset(buf, idx),))
         if buf.scope == "fragment":
             reg = ctx.frag_register(buf, idx, {ctx.tid: ctx.tid_np}, loc, env.active)
             return E.Load(ctx.local_of[buf], (E.as_expr(reg),))

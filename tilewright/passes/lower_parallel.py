@@ -162,10 +162,7 @@ def _convert_through_shared(ctx, buf, env, loc) -> list:
            ctx.scratch_decl(scratch), th.Barrier()]
     local = ctx.local_of[buf]
     for r in range(lay.num_regs):
-        idx = lay.index(ctx.tid, r)
-        off = E.as_expr(0)
-        for x, st in zip(idx, buf.strides):
-            off = off + x * st
+        off = ctx.strided_offset(buf, lay.index(ctx.tid, r))
         store = t.BufferStore(scratch, (off,), E.Load(local, (E.as_expr(r),)), loc=loc)
         valid = _valid_expr(lay, ctx, r)
         out.append(store if valid is None else t.IfThenElse(valid, store, None, loc=loc))

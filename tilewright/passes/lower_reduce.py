@@ -181,10 +181,7 @@ def _reduce_through_shared(ctx, s, src_l, src_local, dst_l, part) -> list:
     out = [th.Comment("reduction through shared memory"), ctx.scratch_decl(scratch), th.Barrier()]
 
     def flat(idx):
-        off = E.as_expr(0)
-        for x, st in zip(idx, src.strides):
-            off = off + x * st
-        return off
+        return ctx.strided_offset(src, idx)
 
     for r in range(src_l.num_regs):
         st = t.BufferStore(scratch, (flat(src_l.index(ctx.tid, r)),),
@@ -220,10 +217,7 @@ def _move_through_shared(ctx, buf, src_local, src_l, dst_local, dst_l) -> list:
     out = [ctx.scratch_decl(scratch), th.Barrier()]
 
     def flat(idx):
-        off = E.as_expr(0)
-        for x, st in zip(idx, buf.strides):
-            off = off + x * st
-        return off
+        return ctx.strided_offset(buf, idx)
 
     valid_src = src_l.table >= 0
     for r in range(src_l.num_regs):

@@ -120,11 +120,17 @@ class LoweringContext:
         return self.shared_of[buf]
 
     # ---------------------------------------------------------------- addresses
-    def global_offset(self, buf: t.Buffer, idx) -> E.Expr:
+    @staticmethod
+    def strided_offset(buf: t.Buffer, idx) -> E.Expr:
+        """Element offset of ``buf[idx]`` from the buffer's strides (row-major unless given): global
+        buffers, per-thread arrays, and fragments or tiles laid out row-major in a shared scratch."""
         off = E.as_expr(0)
         for x, s in zip(idx, buf.strides):
             off = off + x * s
         return off
+
+    global_offset = strided_offset
+    local_offset = strided_offset
 
     def shared_offset(self, buf: t.Buffer, idx) -> E.Expr:
         lay = self.shared_layouts.get(buf)
@@ -132,12 +138,6 @@ class LoweringContext:
             self.shared_flat(buf)
             lay = self.shared_layouts[buf]
         return E.as_expr(lay.offset(tuple(idx)))
-
-    def local_offset(self, buf: t.Buffer, idx) -> E.Expr:
-        off = E.as_expr(0)
-        for x, s in zip(idx, buf.strides):
-            off = off + x * s
-        return off
 
     def flat_access(self, buf: t.Buffer, idx):
         """(thread IR buffer, flat index expression) for a non-fragment access."""
