@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from ..ir.expr import BinOp, Call, Cast, Const, Expr, Select, UnOp, Var
+from ..ir.expr import BinOp, Call, Cast, Const, Select, UnOp, Var
 
 
 def affine_coeffs(e):
@@ -141,7 +141,3 @@ def uses_var(e, var) -> bool:
 
     walk_expr(e, f)
     return found[0]
-
-
-def is_expr(x) -> bool:
-    return isinstance(x, Expr)

@@ -26,7 +26,6 @@ from dataclasses import dataclass
 
 from ..errors import CompileError
 from ..ir import dtype as dt
-from ..ir import expr as E
 from ..ir import tile as t
 from ..ir.layout import MmaAccumLayout, MmaOperandLayout, ReducedLayout, SharedLayout, SimtAccumLayout, StripedLayout
 from ..ir.verifier import exprs_of
@@ -363,11 +362,3 @@ def _warp_grid(m, n, nwarps, instr, policy):
         return (abs(tile_m - tile_n), 0 if (tile_n // instr.n) % 2 == 0 else 1, -tile_m)
 
     return min(options, key=score)
-
-
-def uses_thread_var(e) -> bool:
-    from ..ir.visitor import walk_expr
-
-    found = [False]
-    walk_expr(e, lambda x: found.__setitem__(0, True) if isinstance(x, E.Var) and x.kind == "thread" else None)
-    return found[0]

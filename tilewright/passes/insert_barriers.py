@@ -94,7 +94,8 @@ def _seq(s, state: _State):
         return t.Kernel(s.grid, s.threads, s.block_vars, body, s.loc, dict(s.attrs)), st
     if isinstance(s, t.For):
         # pass 1 finds the state at the end of the body; pass 2 starts from pre-loop + that state
-        _, end1 = _seq(_clone_shallow(s.body), state.copy())
+        # (_seq rebuilds containers and never mutates leaves, so analysing the body twice is safe)
+        _, end1 = _seq(s.body, state.copy())
         start = state.copy()
         start.merge(end1)
         body, end = _seq(s.body, start)
@@ -118,10 +119,6 @@ def _seq(s, state: _State):
     state.reads |= reads
     state.writes |= writes
     return s, state
-
-
-def _clone_shallow(s):
-    return s  # _seq rebuilds containers without mutating leaves, so analysing the same tree twice is safe
 
 
 def _uniform(cond) -> bool:

@@ -23,7 +23,6 @@ from ..ir import expr as E
 from ..ir import thread as th
 from ..ir import tile as t
 from ..ir.visitor import free_vars, map_stmt, rewrite_expr, substitute, walk
-from .analysis import eval_expr  # noqa: F401 - kept for symmetry with other passes
 
 
 def pipeline_loops(func: t.PrimFunc, ctx=None) -> t.PrimFunc:
