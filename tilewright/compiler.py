@@ -28,6 +28,25 @@ _memo_by_text: dict = {}
 _VERSION = "0.1.0"
 
 
+@functools.cache
+def _compiler_fingerprint() -> str:
+    """A hash of the compiler's own source files, part of every disk-cache key: a changed pass or
+    printer must never be answered with code an older compiler made under the same version."""
+    import hashlib
+
+    root = os.path.dirname(os.path.abspath(__file__))
+    h = hashlib.sha256(_VERSION.encode())
+    for dirpath, dirnames, filenames in os.walk(root):
+        dirnames[:] = sorted(d for d in dirnames if d != "__pycache__")
+        for name in sorted(filenames):
+            if name.endswith(".py"):
+                path = os.path.join(dirpath, name)
+                h.update(os.path.relpath(path, root).encode())
+                with open(path, "rb") as f:
+                    h.update(f.read())
+    return h.hexdigest()[:16]
+
+
 def _normalize_out_idx(func: t.PrimFunc, out_idx) -> tuple:
     n = len(func.params)
     if out_idx is None:
@@ -124,7 +143,7 @@ def _build(func: t.PrimFunc, tgt: Target, outs: tuple, opts: dict, verbose: bool
     t0 = time.perf_counter()
     toolchain_version = _toolchain_version(tgt) if backend == "device" else "none"
     key = disk_cache.cache_key(_canonical_text(func), tgt.key(), repr(sorted(opts.items())), toolchain_version,
-                               _VERSION)
+                               _compiler_fingerprint())
     if backend == "device":
         entry = disk_cache.load(key)
         if entry is not None:

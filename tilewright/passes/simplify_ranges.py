@@ -3,19 +3,25 @@
 Needs: a ``ThreadKernel``.
 Guarantees: the same behaviour, with comparisons whose outcome is decided by the value ranges of
 their operands folded to constants, ``x % m`` and ``x // m`` simplified when ``0 <= x < m``,
-branches on constant conditions removed and always-true predicates of vector/async copies
-dropped.  Ranges come from the thread index ([0, threads)), block indices ([0, grid) when the grid
-is static), loop variables and let-bound values, by interval arithmetic on non-negative integer
-expressions.  This is what removes the bounds masks of tiles that divide the problem evenly.
+``x // d`` and ``x % d`` split over sums (``(tid + 128) // 4`` becomes ``tid // 4 + 32``, see
+``index_algebra``) so that per-chunk addresses share one base, branches on constant conditions
+removed and always-true predicates of vector/async copies dropped.  Ranges come from the thread
+index ([0, threads)), block indices ([0, grid) when the grid is static), loop variables, let-bound
+values and, inside an ``if``, the upper bounds its condition implies (``k + 3 < 128``), by interval
+arithmetic on non-negative integer expressions.  This is what removes the bounds masks of tiles
+that divide the problem evenly, including those of the prefetching stages of a pipelined loop.
 """
 
 from __future__ import annotations
 
+from contextlib import contextmanager
 from dataclasses import replace
 
 from ..ir import expr as E
 from ..ir import thread as th
 from ..ir import tile as t
+from .analysis import affine_coeffs
+from .index_algebra import split_div_mod
 
 INF = float("inf")
 
@@ -28,6 +34,12 @@ def simplify_ranges(kernel: th.ThreadKernel) -> th.ThreadKernel:
     s = _Simplifier(ranges)
     kernel.body = s.stmt(kernel.body)
     return kernel
+
+
+def _conjuncts(cond):
+    if isinstance(cond, E.BinOp) and cond.op == "and":
+        return _conjuncts(cond.a) + _conjuncts(cond.b)
+    return [cond]
 
 
 def _add(a, b):
@@ -116,6 +128,10 @@ class _Simplifier:
                 ra, rb = self.rng(a), self.rng(b)
                 if ra is not None and rb is not None and ra[0] >= 0 and rb[0] > 0 and ra[1] < rb[0]:
                     return a if e.op == "%" else E.Const(0, e.dtype)
+                if isinstance(b, E.Const) and isinstance(b.value, int) and not isinstance(b.value, bool):
+                    split = split_div_mod(e.op, a, b.value, self.rng)
+                    if split is not None:
+                        return self.expr(split)
             if e.op == "and":
                 if isinstance(a, E.Const):
                     return b if a.value else a
@@ -177,6 +193,38 @@ class _Simplifier:
             return op == "!="
         return None
 
+    # ---------------------------------------------------------------- branch facts
+    @contextmanager
+    def _assuming(self, cond):
+        """Within the block: variable bounds implied by ``cond`` (upper bounds from ``v*a + c < n``
+        conjuncts).  Cached ranges are set aside, since they may have been computed without it."""
+        saved_ranges, saved_cache = dict(self.ranges), self.cache
+        self.cache = {}
+        for conj in _conjuncts(cond):
+            bound = self._upper_bound(conj)
+            if bound is not None:
+                var, hi = bound
+                lo, old_hi = self.ranges[var]
+                self.ranges[var] = (lo, min(old_hi, hi))
+        try:
+            yield
+        finally:
+            self.ranges, self.cache = saved_ranges, saved_cache
+
+    def _upper_bound(self, cond):
+        if not isinstance(cond, E.BinOp) or cond.op not in ("<", "<="):
+            return None
+        coeffs = affine_coeffs(cond.a)
+        limit = self.rng(cond.b)
+        if coeffs is None or limit is None or limit[1] == INF:
+            return None
+        vars_ = [v for v in coeffs if v is not None and coeffs[v] != 0]
+        if len(vars_) != 1 or coeffs[vars_[0]] <= 0 or vars_[0] not in self.ranges:
+            return None
+        var, scale = vars_[0], coeffs[vars_[0]]
+        top = limit[1] - coeffs[None] - (1 if cond.op == "<" else 0)  # scale * var <= top
+        return var, top // scale
+
     # ---------------------------------------------------------------- statements
     def stmt(self, s):
         if s is None:
@@ -210,7 +258,9 @@ class _Simplifier:
             c = self.expr(s.cond)
             if isinstance(c, E.Const):
                 return self.stmt(s.then_body) if c.value else self.stmt(s.else_body)
-            return t.IfThenElse(c, self.stmt(s.then_body), self.stmt(s.else_body), s.loc)
+            with self._assuming(c):
+                then_body = self.stmt(s.then_body)
+            return t.IfThenElse(c, then_body, self.stmt(s.else_body), s.loc)
         if isinstance(s, t.BufferStore):
             return t.BufferStore(s.buffer, tuple(self.expr(i) for i in s.indices), self.expr(s.value), s.loc)
         if isinstance(s, (th.VecCopy, th.AsyncCopy)):

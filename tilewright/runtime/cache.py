@@ -1,7 +1,7 @@
 """The on-disk kernel cache.
 
 An entry is a folder named by the SHA-256 of (canonical IR text, target, options, toolchain
-version, tilewright version) holding the generated source, the code object and a small JSON
+version, a hash of the compiler's own source files) holding the generated source, the code object and a small JSON
 record (kernel name, launch facts, resource usage).  Entries are written to a temporary folder and
 renamed into place, so concurrent processes never see half an entry.
 """
