@@ -5,7 +5,8 @@ to cubins on the CPU machine (where the SASS can be read) and carried to the GPU
 a JSON list of ``{"name", "cubin", "grid", "block", "shared_bytes", "shape": [M, N, K], "dtype"}``;
 every kernel takes ``(A, B, C)`` row-major.  Each result is checked against a float32 matmul on
 fresh random inputs with C poisoned first; entries marked ``"diagnostic": true`` (a barrier or a
-load removed on purpose, to price it) are timed even when wrong, and their error is shown.  ``python bench/cubin_variants.py manifest.json``.
+load removed on purpose, to price it) are timed even when wrong, and their error is shown.
+``python bench/cubin_variants.py manifest.json``.
 """
 
 from __future__ import annotations
