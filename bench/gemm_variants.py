@@ -1,7 +1,7 @@
 """GEMM code-generation variants side by side with cuBLAS, at one shape (4096^3 unless TW_SHAPE=M,N,K).
 
 Each variant is a block configuration plus pass configs (``tw.min_blocks_per_sm``, ``tw.mma_order``,
-``tw.disable_gemm_prefetch``) or a rasterization panel; the table gives TFLOP/s, the ratio to cuBLAS
+``tw.disable_gemm_prefetch``, ``tw.disable_tma``) or a rasterization panel; the table gives TFLOP/s, the ratio to cuBLAS
 measured in the same process, registers and spills.  ``python bench/gemm_variants.py [--save NAME]``
 on a GPU; with ``--save`` the table goes to bench/results/.
 """
@@ -24,12 +24,14 @@ from tilewright.kernels import matmul  # noqa: E402
 # ((block_M, block_N, block_K, stages, threads), pass configs; "panel" is the rasterization panel)
 VARIANTS = [
     ((128, 128, 32, 4, 128), {}),
-    ((128, 128, 32, 4, 128), {"tw.disable_gemm_prefetch": True}),
+    ((128, 128, 32, 4, 128), {"tw.disable_tma": True}),
+    ((128, 128, 32, 3, 128), {"tw.min_blocks_per_sm": 3}),
+    ((128, 128, 32, 4, 128), {"tw.min_blocks_per_sm": 3}),
     ((128, 128, 64, 3, 128), {}),
     ((128, 256, 32, 3, 256), {}),
     ((256, 128, 32, 3, 256), {}),
     ((128, 256, 64, 3, 256), {}),
-    ((128, 128, 32, 3, 128), {"tw.min_blocks_per_sm": 3}),
+    ((128, 128, 32, 4, 256), {"tw.min_blocks_per_sm": 2}),
 ]
 
 

@@ -634,7 +634,7 @@ def test_missing_barrier_is_a_race(rng):
 def test_weakened_async_wait_is_caught(rng):
     M = N = 128
     K = 256
-    k = lower(zoo.matmul(M, N, K, 64, 64, 32, "float16", stages=3), CUDA)
+    k = lower(zoo.matmul(M, N, K, 64, 64, 32, "float16", stages=3), "cuda -arch=sm_80")  # cp.async (no TMA)
     waits = []
     walk(k.body, lambda s: waits.append(s) if isinstance(s, th.AsyncWait) else None)
     assert waits, "the pipelined loop should wait for its async copies"
@@ -647,6 +647,30 @@ def test_weakened_async_wait_is_caught(rng):
     assert not np.allclose(f64(bad), zoo.gemm_ref(a, b), rtol=1e-2, atol=5e-2, equal_nan=False)
     with pytest.raises(RaceError, match="async copy"):
         run_thread_kernel(broken, [a, b, bias, poisoned((M, N), "float16")], check_races=True)
+
+
+def test_tma_pipeline_runs_and_its_waits_are_checked(rng):
+    """sm_90 pipelines load through TMA: the emulator runs them (zero-filling ragged boxes), and a
+    wait with the wrong phase parity (the GPU would hang) or a missing wait is reported."""
+    from tilewright.interp.emulator import EmulatorError
+
+    M, N, K = 72, 136, 200  # ragged in every dimension; rows stay 16-byte aligned for TMA
+    k = lower(zoo.matmul(M, N, K, 64, 64, 32, "float16", stages=3), CUDA)
+    assert k.tensor_maps, "an sm_90 pipelined GEMM should load its tiles through TMA"
+    waits = []
+    walk(k.body, lambda s: waits.append(s) if isinstance(s, th.MbarrierWait) else None)
+    assert waits
+    a, b, bias = rand(rng, (M, K), "float16"), rand(rng, (K, N), "float16"), rand(rng, N)
+    out = poisoned((M, N), "float16")
+    run_thread_kernel(k, [a, b, bias, out], check_races=True)
+    close(out, zoo.gemm_ref(a, b), rtol=1e-2, atol=5e-2)
+    flipped = _mutate(k, lambda s: th.MbarrierWait(s.bar, s.index, 1 - s.parity) if isinstance(s, th.MbarrierWait)
+                      else None)
+    with pytest.raises(EmulatorError, match="would hang"):
+        run_thread_kernel(flipped, [a, b, bias, poisoned((M, N), "float16")])
+    unwaited = _mutate(k, lambda s: [] if isinstance(s, th.MbarrierWait) else None)
+    with pytest.raises(RaceError):
+        run_thread_kernel(unwaited, [a, b, bias, poisoned((M, N), "float16")], check_races=True)
 
 
 def test_compiled_program_is_cached(rng):

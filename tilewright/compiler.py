@@ -161,6 +161,10 @@ def _build(func: t.PrimFunc, tgt: Target, outs: tuple, opts: dict, verbose: bool
     k.kernel_name = thread_kernel.name
     k.num_threads = thread_kernel.num_threads
     k.shared_bytes = thread_kernel.shared_bytes
+    if thread_kernel.tensor_maps:
+        from .runtime.tensor_maps import specs_of
+
+        k._use_tensor_maps(specs_of(thread_kernel))
     if backend == "device":
         binary = _toolchain_compile(source, tgt, thread_kernel.name, dump)
         k._adopt_binary(binary)

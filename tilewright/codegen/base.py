@@ -60,6 +60,12 @@ class Printer:
     def smem_decl(self) -> str:
         return "extern __shared__ __align__(128) unsigned char tw_smem[];"
 
+    def tensor_map_param(self, index: int) -> str:
+        raise NotImplementedError(f"{type(self).__name__} has no tensor memory accelerator (TMA) parameters")
+
+    def tma(self, s, d: int) -> None:
+        raise NotImplementedError(f"{type(self).__name__} cannot print {type(s).__name__} (TMA is NVIDIA sm_90+)")
+
     # ------------------------------------------------------------------ names
     def name(self, obj, base: str) -> str:
         n = self.names.get(obj)
@@ -95,6 +101,8 @@ class Printer:
                 params.append(f"{self.ctype(p.dtype)} {self.name(p, p.name)}")
         for v in k.dyn_vars:
             params.append(f"int {self.name(v, v.name)}")
+        for i, _ in enumerate(k.tensor_maps):
+            params.append(self.tensor_map_param(i))
         self.lines.append(self.prelude())
         self.emit(0, f"{self.kernel_attrs()} {k.name}({', '.join(params)}) {{")
         if k.shared_bytes:
@@ -156,6 +164,8 @@ class Printer:
             self.matrix_multiply(s, d)
         elif isinstance(s, th.AtomicRMW):
             self.atomic(s, d)
+        elif isinstance(s, (th.MbarrierInit, th.TmaLoad, th.MbarrierWait)):
+            self.tma(s, d)
         else:
             raise NotImplementedError(f"{type(self).__name__} cannot print {type(s).__name__}")
 

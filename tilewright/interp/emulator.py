@@ -36,6 +36,11 @@ Guarantees:
   operands (gfx11 WMMA) must hold identical values in every replica.
 * ``AsyncCopy`` is deferred: copies are buffered per commit group and land in shared memory at the
   ``AsyncWait`` that retires their group, so a missing or too-weak wait reads stale data.
+* ``TmaLoad`` (block-level) reads its box when issued, zero-filling what lies outside the tensor,
+  and arrives on its mbarrier; the bytes land at the first ``MbarrierWait`` that sees the phase
+  complete.  A wait on a phase that too few loads arrive on (the GPU would hang), more arrivals
+  than the barrier's count, a TMA destination that is not 128-byte aligned, and a TMA load over
+  bytes accessed since the last barrier are errors.
 * With ``check_races=True``: per block, a shared-memory access raises ``RaceError`` when another
   thread changed the same byte since the last barrier (read-after-write, write-after-write), when a
   thread changes a byte another thread read since the last barrier (write-after-read), when one
@@ -206,6 +211,7 @@ class _State:
         "T",
         "async_groups",
         "async_open",
+        "mbar",
         "block",
         "cache",
         "first",
@@ -256,6 +262,7 @@ class _State:
             self.smem = None
         self.async_open: list = []
         self.async_groups: list = []
+        self.mbar: dict = {}
         self.races = _Races(self) if check_races and self.S else None
 
     def where(self, lane: int) -> str:
@@ -891,6 +898,12 @@ class _Program:
             return self.matrix_multiply(s)
         if isinstance(s, th.AtomicRMW):
             return self.atomic(s)
+        if isinstance(s, th.MbarrierInit):
+            return self.mbarrier_init(s)
+        if isinstance(s, th.TmaLoad):
+            return self.tma_load(s)
+        if isinstance(s, th.MbarrierWait):
+            return self.mbarrier_wait(s)
         raise EmulatorError(f"the emulator cannot execute {type(s).__name__} (not a thread IR statement)",
                             getattr(s, "loc", None))
 
@@ -1207,6 +1220,137 @@ class _Program:
             while len(st.async_groups) > keep:
                 for dst_mem, pos, vals, lanes, w in st.async_groups.pop(0):
                     dst_mem.land(st, pos, vals, lanes, w)
+
+        return wait
+
+    # ---------------------------------------------------------------- TMA and mbarriers
+    # Per block and mbarrier: the arrivals a phase expects, the arrivals so far, the number of
+    # completed phases, and the TMA writes not yet landed (each tagged with its phase).  A TMA load
+    # reads global memory when issued; its bytes land in shared memory at the first wait that
+    # observes its phase complete, so a missing or wrong-parity wait reads stale data, and a wait
+    # on a phase no load will complete is reported instead of hanging.
+
+    def _block_values(self, st, f):
+        v = f(st, None)
+        return np.broadcast_to(v, (st.L,))[np.arange(st.nb) * st.T].astype(np.int64)
+
+    def mbarrier_init(self, s: th.MbarrierInit):
+        where = _Where(s)
+        place, off, _ = self._shared_of(s.bar, where)
+        count = int(s.count)
+
+        def init(st):
+            if st.mask is not None:
+                raise where.error(DivergenceError, "mbarrier init under thread-dependent control flow")
+            for i in range(int(s.bar.shape[0])):
+                st.mbar[(place, i)] = {"count": count, "arrived": np.zeros(st.nb, np.int64),
+                                       "phase": np.zeros(st.nb, np.int64), "pending": []}
+
+        return init
+
+    def _mbar(self, st, place, index, bar, where):
+        state = st.mbar.get((place, int(index)))
+        if state is None:
+            raise where.error(EmulatorError, f"mbarrier {bar.name}[{int(index)}] is used before MbarrierInit")
+        return state
+
+    def tma_load(self, s: th.TmaLoad):
+        where = _Where(s)
+        if s.dst.scope != "shared" or s.tmap.param.scope != "global":
+            raise where.error(EmulatorError, "TMA loads go from a global tensor to shared memory")
+        src = s.tmap.param
+        gi = self._global_of(src, where)
+        nd = dt.to_numpy(src.dtype)
+        if s.dst.dtype != src.dtype:
+            raise where.error(EmulatorError, f"TMA load between different dtypes ({src.dtype} -> {s.dst.dtype})")
+        box = tuple(int(x) for x in s.tmap.box)
+        if len(box) != len(s.coords) or len(box) != src.ndim or not all(0 < x <= 256 for x in box):
+            raise where.error(EmulatorError, f"TMA box {box} does not fit tensor {src.name} of rank {src.ndim}")
+        lay = s.layout
+        rows = int(np.prod(box[:-1]))
+        if tuple(lay.shape) != (rows, box[-1]):
+            raise where.error(EmulatorError, f"TMA box {box} written with a layout of shape {lay.shape}")
+        grid = np.indices(box).reshape(len(box), -1)  # box element -> coordinate offsets per dim
+        r, c = np.divmod(np.arange(rows * box[-1]), box[-1])
+        dst_off = np.asarray(lay.offset((r, c)), np.int64)  # box element -> element offset in shared
+        nbytes = rows * box[-1] * nd.itemsize
+        fcoords = [self.cexpr(E.as_expr(x), where) for x in s.coords]
+        fshape = [self.cexpr(E.as_expr(x), where) for x in src.shape]
+        fstrides = [self.cexpr(E.as_expr(x), where) for x in src.strides]
+        fdi, fbi = self.cexpr(s.dst_index, where), self.cexpr(s.bar_index, where)
+        dplace, doff, dnd = self._shared_of(s.dst, where)
+        bplace, _, _ = self._shared_of(s.bar, where)
+        ndst = s.dst.shape[0]
+
+        def tma(st):
+            if st.mask is not None:
+                raise where.error(DivergenceError, "TMA load under thread-dependent control flow")
+            coords = [self._block_values(st, f) for f in fcoords]
+            shape = [self._block_values(st, f) for f in fshape]
+            strides = [self._block_values(st, f) for f in fstrides]
+            di, bi = self._block_values(st, fdi), self._block_values(st, fbi)
+            mem = st.glob[gi]
+            for j in range(st.nb):
+                if (doff + int(di[j]) * nd.itemsize) % 128:
+                    raise where.error(MisalignedAccessError, f"TMA destination {s.dst.name}[{int(di[j])}] is not "
+                                                             "128-byte aligned")
+                if int(di[j]) < 0 or int(di[j]) + int(dst_off.max()) >= ndst:
+                    raise where.error(EmulatorOutOfBoundsError, f"TMA box {box} at {s.dst.name}[{int(di[j])}] "
+                                                                f"overruns its {ndst} elements")
+                g = [coords[d][j] + grid[d] for d in range(len(box))]
+                inside = np.ones(grid.shape[1], bool)
+                flat = np.zeros(grid.shape[1], np.int64)
+                for d in range(len(box)):
+                    inside &= (g[d] >= 0) & (g[d] < shape[d][j])
+                    flat += g[d] * strides[d][j]
+                vals = np.zeros(grid.shape[1], nd)
+                vals[inside] = mem[flat[inside]]
+                pos = st.sbase[dplace][j * st.T] + int(di[j]) + dst_off
+                state = self._mbar(st, bplace, bi[j], s.bar, where)
+                if st.races is not None:
+                    st.races.overwrite_check(pos, dnd.itemsize, where, s.dst.name, j)
+                    st.races.issue(pos, dnd.itemsize)
+                state["pending"].append((j, int(state["phase"][j]), pos, vals, nbytes))
+                state["arrived"][j] += 1
+                if state["arrived"][j] > state["count"]:
+                    raise where.error(EmulatorError, f"mbarrier {s.bar.name}[{int(bi[j])}] gets more arrivals than "
+                                                     f"the {state['count']} it was initialised for")
+                if state["arrived"][j] == state["count"]:
+                    state["arrived"][j] = 0
+                    state["phase"][j] += 1
+
+        return tma
+
+    def mbarrier_wait(self, s: th.MbarrierWait):
+        where = _Where(s)
+        fi, fp = self.cexpr(s.index, where), self.cexpr(s.parity, where)
+        bplace, _, _ = self._shared_of(s.bar, where)
+
+        def wait(st):
+            if st.mask is not None:
+                raise where.error(DivergenceError, "mbarrier wait under thread-dependent control flow is not "
+                                                   "supported by the emulator")
+            idx, par = self._block_values(st, fi), self._block_values(st, fp)
+            for j in range(st.nb):
+                state = self._mbar(st, bplace, idx[j], s.bar, where)
+                done = int(state["phase"][j])
+                # the hardware returns once the phase of this parity has completed: the current
+                # phase (index `done`) has parity done % 2; waiting on it waits for loads to come
+                if done % 2 == int(par[j]) % 2:
+                    raise where.error(EmulatorError, f"waiting on phase parity {int(par[j])} of mbarrier "
+                                                     f"{s.bar.name}[{int(idx[j])}] in block {st.first + j}, whose "
+                                                     f"phase {done} has {int(state['arrived'][j])} of "
+                                                     f"{state['count']} arrivals: the kernel would hang")
+                keep = []
+                for entry in state["pending"]:
+                    b, phase, pos, vals, _ = entry
+                    if b == j and phase < done:
+                        if st.races is not None:
+                            st.races.retire(pos, vals.dtype.itemsize)
+                        st.sviews[vals.dtype][pos] = vals
+                    else:
+                        keep.append(entry)
+                state["pending"] = keep
 
         return wait
 
@@ -1629,6 +1773,17 @@ class _Races:
 
     def issue(self, pos, sz):
         np.add.at(self.pending, self._bytes(pos, sz), 1)
+
+    def overwrite_check(self, pos, sz, where, name, block):
+        """A TMA load about to overwrite bytes: no thread may have read or written them since the
+        last barrier (the copy is not ordered after those accesses)."""
+        byts = self._bytes(pos, sz)
+        touched = (self.rmax[byts] >= 0) | (self.wmax[byts] >= 0) | (self.pending[byts] > 0)
+        if touched.any():
+            i = int(np.flatnonzero(touched)[0])
+            raise where.error(RaceError, f"a TMA load overwrites {self._describe(byts[i], name)}, which a thread "
+                                         "accessed since the last barrier or a copy still targets (missing barrier "
+                                         "or wait?)")
 
     def retire(self, pos, sz):
         np.subtract.at(self.pending, self._bytes(pos, sz), 1)

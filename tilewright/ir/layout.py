@@ -312,21 +312,41 @@ def sharing_masks(layout: FragmentLayout) -> list[int]:
 class SharedLayout:
     """Element offset of ``[stage,] row, col`` in a shared tile, with an optional XOR swizzle of
     16-byte chunks: chunk' = chunk ^ ((row // rep) % period), chosen so that 8 consecutive rows read
-    at the same column fall into 8 different 16-byte bank groups (conflict-free ldmatrix)."""
+    at the same column fall into 8 different 16-byte bank groups (conflict-free ldmatrix).
 
-    def __init__(self, shape, dtype: str, swizzle: bool = False):
+    With ``tma`` the layout is the one the tensor memory accelerator writes: rows of 32, 64 or 128
+    bytes use the TMA swizzle of that width (the same XOR pattern as above, which is why the two
+    agree), and wider rows are cut into column blocks of 128 bytes stored one after the other
+    (one TMA box each).  ``tma_swizzle`` is the TMA swizzle mode in bytes (0: none)."""
+
+    def __init__(self, shape, dtype: str, swizzle: bool = False, tma: bool = False):
         self.shape = tuple(shape)
         self.dtype = dtype
         self.elem_bytes = dt.nbytes(dtype)
         self.swizzle = False
         self.chunk_elems = max(16 // self.elem_bytes, 1)
-        if swizzle and len(self.shape) >= 2:
-            row_bytes = self.shape[-1] * self.elem_bytes
+        self.block_cols = None  # columns per 128-byte column block (wide TMA rows)
+        self.tma = tma
+        self.tma_swizzle = 0
+        row_bytes = self.shape[-1] * self.elem_bytes if len(self.shape) >= 2 else 0
+        if tma and row_bytes > 128:
+            self.block_cols = 128 // self.elem_bytes
+            row_bytes = 128
+        if (swizzle or tma) and len(self.shape) >= 2:
             if row_bytes % 16 == 0 and row_bytes >= 32:
                 chunks = row_bytes // 16
                 self.period = min(chunks, 8)
                 self.rep = max(8 // chunks, 1)
                 self.swizzle = True
+                self.tma_swizzle = row_bytes if tma else 0
+
+    @staticmethod
+    def tma_compatible(shape, dtype: str) -> bool:
+        """Whether a tile of this shape can be written by TMA boxes in the ``tma`` layout."""
+        if len(shape) < 2:
+            return False
+        row_bytes = shape[-1] * dt.nbytes(dtype)
+        return row_bytes in (16, 32, 64, 128) or (row_bytes > 128 and row_bytes % 128 == 0)
 
     @property
     def numel(self) -> int:
@@ -335,7 +355,7 @@ class SharedLayout:
     def offset(self, idx):
         """Flat element offset for a logical index tuple (IR exprs or ints or NumPy arrays)."""
         strides = _strides(self.shape)
-        if not self.swizzle:
+        if not self.swizzle and self.block_cols is None:
             off = 0
             for x, s in zip(idx, strides):
                 off = off + x * s if s != 1 else off + x
@@ -344,13 +364,33 @@ class SharedLayout:
         off = 0
         for x, s in zip(lead, strides[:-2]):
             off = off + x * s
+        width = self.shape[-1]
+        if self.block_cols is not None:
+            width = self.block_cols
+            off = off + (col // width) * (self.shape[-2] * width)
+            col = col % width
+        if not self.swizzle:
+            return off + row * width + col
         ce = self.chunk_elems
         chunk = col // ce
         sw = (row // self.rep) % self.period if self.rep > 1 else row % self.period
-        return off + row * self.shape[-1] + (chunk ^ sw) * ce + col % ce
+        return off + row * width + (chunk ^ sw) * ce + col % ce
 
     def __repr__(self):
-        return f"Shared{self.shape}({self.dtype}{', swizzled' if self.swizzle else ''})"
+        extra = ", swizzled" if self.swizzle else ""
+        extra += ", tma" if self.tma else ""
+        return f"Shared{self.shape}({self.dtype}{extra})"
+
+
+def tma_boxes(tile_shape, dtype: str) -> tuple[int, int]:
+    """(number of TMA boxes, columns per box) that write a 2-D shared tile in the ``tma`` layout:
+    rows of more than 128 bytes take one box per 128-byte column block."""
+    cols = tile_shape[-1]
+    row_bytes = cols * dt.nbytes(dtype)
+    if row_bytes > 128:
+        per = 128 // dt.nbytes(dtype)
+        return cols // per, per
+    return 1, cols
 
 
 class SimtAccumLayout(FragmentLayout):

@@ -93,6 +93,58 @@ class AsyncWait(Stmt):
     loc: Any = None
 
 
+@dataclass(frozen=True)
+class TensorMap:
+    """A tensor-memory-accelerator (TMA) descriptor the kernel receives as an extra parameter:
+    global tensor ``param`` read in boxes of ``box`` elements (outermost dimension first), written
+    to shared memory with the ``swizzle`` pattern of that many bytes (0, 32, 64 or 128).  The
+    runtime encodes one per launch from the argument bound to ``param``."""
+
+    param: Any  # a global Buffer among ThreadKernel.params
+    box: tuple
+    swizzle: int
+
+
+@dataclass(eq=False)
+class MbarrierInit(Stmt):
+    """Block-level: thread 0 initialises the ``bar.shape[0]`` mbarriers of shared buffer ``bar``
+    (uint64) to expect ``count`` arrivals per phase, then makes that visible to the async proxy.
+    A ``Barrier`` must follow before any thread waits on them."""
+
+    bar: Buffer
+    count: int
+    loc: Any = None
+
+
+@dataclass(eq=False)
+class TmaLoad(Stmt):
+    """Block-level: one thread has the TMA copy the box of ``tmap`` whose first element is at
+    ``coords`` (element coordinates, outermost first; may lie partly or wholly outside the tensor,
+    those elements read as zero) into shared ``dst`` starting at element ``dst_index``, in the
+    layout ``layout`` (a ``SharedLayout`` of the box shape whose swizzle matches ``tmap.swizzle``),
+    and arrives on mbarrier ``bar[bar_index]`` expecting the box's bytes."""
+
+    dst: Buffer
+    dst_index: Any
+    layout: Any
+    tmap: TensorMap
+    coords: tuple
+    bar: Buffer
+    bar_index: Any
+    loc: Any = None
+
+
+@dataclass(eq=False)
+class MbarrierWait(Stmt):
+    """Every thread waits until the phase of parity ``parity`` (0/1) of mbarrier ``bar[index]``
+    has completed, i.e. the TMA loads that arrived on it have landed in shared memory."""
+
+    bar: Buffer
+    index: Any
+    parity: Any
+    loc: Any = None
+
+
 @dataclass(eq=False)
 class LoadMatrix(Stmt):
     """ldmatrix: the warp loads ``num`` (1, 2, 4) 8x8 matrices of 16-bit elements from shared memory.
@@ -156,3 +208,4 @@ class ThreadKernel:
     block_vars: tuple
     target: Any = None
     attrs: dict = field(default_factory=dict)
+    tensor_maps: list = field(default_factory=list)  # TensorMap, passed after params and dyn_vars

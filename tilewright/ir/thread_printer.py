@@ -39,6 +39,14 @@ def thread_stmt_lines(s) -> list[str]:
         return [f"atomic_{s.op}({s.buffer.name}[{expr_str(s.index)}], {expr_str(s.value)})"]
     if isinstance(s, th.Comment):
         return [f"# {s.text}"]
+    if isinstance(s, th.MbarrierInit):
+        return [f"mbarrier_init({s.bar.name}[0:{s.bar.shape[0]}], arrivals={s.count})"]
+    if isinstance(s, th.TmaLoad):
+        coords = ", ".join(expr_str(c) for c in s.coords)
+        return [f"{s.dst.name}[{expr_str(s.dst_index)} +: {s.tmap.box}] = tma_load({s.tmap.param.name}[{coords}], "
+                f"swizzle={s.tmap.swizzle}B, mbarrier={s.bar.name}[{expr_str(s.bar_index)}])"]
+    if isinstance(s, th.MbarrierWait):
+        return [f"mbarrier_wait({s.bar.name}[{expr_str(s.index)}], parity={expr_str(s.parity)})"]
     return [f"<{name}>"]
 
 

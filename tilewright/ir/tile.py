@@ -209,12 +209,15 @@ class LetStmt(Stmt):
 @dataclass(eq=False)
 class Copy(Stmt):
     """Copy a tile.  ``mode`` is "sync", or "async" for a global -> shared copy issued by a
-    software pipeline (completion is then managed by explicit AsyncCommit/AsyncWait)."""
+    software pipeline (completion is then managed by explicit AsyncCommit/AsyncWait), or "tma" for
+    one issued as tensor-memory-accelerator loads that arrive on mbarrier ``barrier`` =
+    (buffer, index) (completion: ``MbarrierWait``)."""
 
     src: Region
     dst: Region
     loc: Any = None
     mode: str = "sync"
+    barrier: Any = None
 
 
 @dataclass(eq=False)
@@ -259,6 +262,7 @@ class GemmStep(Stmt):
     next_slot: Any
     pending: int
     loc: Any = None
+    wait: Any = None  # the statement that waits for next_slot's copies, when not AsyncWait(pending)
 
 
 @dataclass(eq=False)

@@ -14,7 +14,8 @@ Guarantees, recorded in ``func.attrs``:
      earliest-used first, and propagation runs again.
 * ``gemm_plans[id(gemm)]``: the instruction and warp grid (or SIMT thread grid) of each ``T.gemm``.
 * ``parallel_layouts[id(loop)]``: the layout each ``T.Parallel`` loop iterates by.
-* ``shared_layouts[buffer]``: row-major, XOR-swizzled for tiles read by matrix loads.
+* ``shared_layouts[buffer]``: row-major, XOR-swizzled for tiles read by matrix loads; the TMA
+  layout (``SharedLayout(tma=True)``) for ring buffers ``pipeline_loops`` marked for TMA.
 
 Errors name the gemm or loop and say what to change (tile too small for the warps, transposed
 fragment operands, conflicting layouts).
@@ -136,7 +137,9 @@ def infer_layouts(func: t.PrimFunc, ctx) -> t.PrimFunc:
     for s in stmts:
         if isinstance(s, t.Alloc) and s.buffer.scope == "shared":
             b = s.buffer
-            shared[b] = SharedLayout(b.shape, b.dtype, swizzle=b in gemm_operands and target.vendor == "nvidia")
+            # ring buffers filled by TMA take the layout the TMA writes (swizzled like the ldmatrix one)
+            shared[b] = SharedLayout(b.shape, b.dtype, swizzle=b in gemm_operands and target.vendor == "nvidia",
+                                     tma=bool(b.attrs.get("tma")))
     func.attrs["layouts"] = layouts
     func.attrs["gemm_plans"] = plans
     func.attrs["parallel_layouts"] = par_layouts

@@ -48,7 +48,7 @@ def _accesses(s) -> tuple[set, set]:
     reads, writes = set(), set()
 
     def f(x):
-        if isinstance(x, t.Copy) and x.mode == "async":
+        if isinstance(x, t.Copy) and x.mode in ("async", "tma"):
             return
         for r in regions_of(x):
             is_write = (isinstance(x, t.Copy) and r is x.dst) or isinstance(x, t.Fill) or \

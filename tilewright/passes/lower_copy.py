@@ -125,3 +125,32 @@ def lower_copy_g2s(ctx: LoweringContext, s: t.Copy, env: Env) -> list:
         out.append(th.AsyncCommit())
         out.append(th.AsyncWait(0))
     return out
+
+
+def lower_copy_tma(ctx: LoweringContext, s: t.Copy, env: Env) -> list:
+    """A ``mode="tma"`` copy (made by ``pipeline_loops``): one ``TmaLoad`` per 128-byte column block
+    of the shared tile, arriving on the copy's ring-slot mbarrier.  Out-of-bounds parts of the box
+    are zero-filled by the hardware, so ragged tiles need no mask."""
+    from ..ir.layout import SharedLayout, tma_boxes
+
+    src, dst = s.src, s.dst
+    bar, bar_index = s.barrier
+    starts = [lower_expr(ctx, x, env) for x in src.starts]
+    dst_starts = [lower_expr(ctx, x, env) for x in dst.starts]
+    flat_dst = ctx.shared_flat(dst.buffer)
+    lay = ctx.shared_layouts[dst.buffer]
+    rows, cols = (int(x) for x in dst.buffer.shape[-2:])
+    nboxes, box_cols = tma_boxes((rows, cols), dst.buffer.dtype)
+    box_layout = SharedLayout((rows, box_cols), dst.buffer.dtype, tma=True)
+    box = tuple(int(x) for x in src.extents[:-1]) + (box_cols,)
+    tmap = ctx.tensor_map(src.buffer, box, box_layout.tma_swizzle)
+    bar_flat = ctx.shared_flat(bar)
+    bar_idx = lower_expr(ctx, bar_index, env)
+    out: list = [th.Comment(f"copy {src.buffer.name} -> {dst.buffer.name} (TMA, {nboxes} box(es) of {box})")]
+    for h in range(nboxes):
+        # the box starts at row 0, column h * box_cols of the tile (the start of a column block)
+        lead = dst_starts[:-2]
+        dst_index = lay.offset(tuple(lead) + (E.as_expr(0), E.as_expr(h * box_cols)))
+        coords = tuple(starts[:-1]) + (starts[-1] + h * box_cols,)
+        out.append(th.TmaLoad(flat_dst, E.as_expr(dst_index), box_layout, tmap, coords, bar_flat, bar_idx, loc=s.loc))
+    return out

@@ -189,11 +189,12 @@ def lower_gemm_prefetch(ctx: LoweringContext, node, env: Env) -> list:
             *g.load(0, a0, b0, g.starts(s.a, slot), g.starts(s.b, slot))]
 
 
-def lower_gemm_step(ctx: LoweringContext, node, env: Env, before_barrier=()) -> list:
+def lower_gemm_step(ctx: LoweringContext, node, env: Env, before_barrier=(), wait=None) -> list:
     """One iteration of a prefetching mainloop: K steps alternate between the two fragment buffers;
     while step kk computes, step kk+1 loads; the last step waits for the next ring slot, synchronizes
     (which also frees the slot read in this iteration for the copies of the next one) and loads the
-    next iteration's first step."""
+    next iteration's first step.  ``wait`` (lowered statements) replaces the cp.async group wait
+    when the ring is filled by TMA."""
     s = node.gemm
     g = _MmaGemm(ctx, s, env)
     bufs = ctx.prefetch_frags[id(s)]
@@ -208,7 +209,7 @@ def lower_gemm_step(ctx: LoweringContext, node, env: Env, before_barrier=()) -> 
             out.extend(g.load(kk + 1, na, nb, *cur))
         else:
             out.extend(before_barrier)
-            out.append(th.AsyncWait(node.pending))
+            out.extend(wait if wait is not None else [th.AsyncWait(node.pending)])
             out.append(th.Barrier())
             out.extend(g.load(0, na, nb, *nxt))
         out.extend(g.mma(kk, fa, fb))

@@ -6,7 +6,8 @@ Guarantees: a ``ThreadKernel`` whose body is per-thread code: fragments are regi
 shared buffers are placed in the block's dynamic shared memory, ``T.Parallel`` loops are unrolled
 over each thread's registers (vectorized where contiguous), gemms are matrix instructions (or SIMT
 multiply-adds), reductions are register folds plus shuffles / shared-memory exchange, global ->
-shared copies are async copies or vector moves.  Scalar statements outside ``T.Parallel`` that do
+shared copies are async copies, TMA loads (with the kernel's ``tensor_maps``) or vector
+moves.  Scalar statements outside ``T.Parallel`` that do
 not depend on the thread index run in every thread for registers, and in thread 0 only for
 stores and atomics to shared/global memory (they would otherwise be repeated per thread).
 Shared memory over the target's budget is refused with a hint.
@@ -19,7 +20,7 @@ from ..ir import expr as E
 from ..ir import thread as th
 from ..ir import tile as t
 from ..ir.visitor import walk, walk_expr
-from .lower_copy import lower_copy_g2s
+from .lower_copy import lower_copy_g2s, lower_copy_tma
 from .lower_exprs import Env, lower_expr
 from .lower_gemm import lower_gemm, lower_gemm_prefetch, lower_gemm_step, prefetch_supported
 from .lower_parallel import lower_parallel
@@ -54,6 +55,7 @@ def lower_to_threads(func: t.PrimFunc, pctx) -> th.ThreadKernel:
         block_vars=block_vars,
         target=pctx.target,
         attrs={"source_func": func.name, "min_blocks_per_sm": pctx.options.get("tw.min_blocks_per_sm")},
+        tensor_maps=list(ctx.tensor_maps),
     )
 
 
@@ -178,6 +180,8 @@ class _StmtLowering:
             e.in_parallel = True
             return lower_parallel(ctx, s, e, lambda st, en: self.stmt(st, en))
         if isinstance(s, t.Copy):
+            if s.mode == "tma":
+                return lower_copy_tma(ctx, s, env)
             if s.src.buffer.scope == "global" and s.dst.buffer.scope == "shared":
                 return lower_copy_g2s(ctx, s, env)
             raise CompileError("internal: copy not expanded", s.loc)
@@ -193,9 +197,11 @@ class _StmtLowering:
             flushed = []
             if ctx.deferred:
                 flushed, ctx.deferred[:] = list(ctx.deferred), []
+            wait = self.stmts(s.wait, env) if s.wait is not None else None
             if prefetch_supported(ctx, s.gemm):
-                return lower_gemm_step(ctx, s, env, flushed)
-            return lower_gemm(ctx, s.gemm, env) + flushed + [th.AsyncWait(s.pending), th.Barrier()]
+                return lower_gemm_step(ctx, s, env, flushed, wait)
+            return (lower_gemm(ctx, s.gemm, env) + flushed + (wait if wait is not None else [th.AsyncWait(s.pending)])
+                    + [th.Barrier()])
         if isinstance(s, t.Reduce):
             return lower_reduce(ctx, s, env)
         if isinstance(s, t.Atomic):
@@ -204,6 +210,11 @@ class _StmtLowering:
             return []
         if isinstance(s, (th.Barrier, th.AsyncCommit, th.AsyncWait, th.Comment)):
             return [s]
+        if isinstance(s, th.MbarrierInit):
+            return [th.MbarrierInit(ctx.shared_flat(s.bar), s.count, loc=s.loc)]
+        if isinstance(s, th.MbarrierWait):
+            return [th.MbarrierWait(ctx.shared_flat(s.bar), lower_expr(ctx, s.index, env),
+                                    lower_expr(ctx, s.parity, env), loc=s.loc)]
         if isinstance(s, t.Kernel):
             raise CompileError("nested kernels are not supported", s.loc)
         raise CompileError(f"internal: cannot lower {type(s).__name__}", s.loc)

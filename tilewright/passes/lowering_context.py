@@ -45,6 +45,7 @@ class LoweringContext:
         self.loop_prelude: list | None = None  # declarations for the start of the enclosing loop body
         self.frag_regs: int | None = None
         self.prefetch_regs = 0
+        self.tensor_maps: list = []  # th.TensorMap, in kernel-parameter order
         self.scratch_cursor = 0
         self.scratch_top = 0
         self.scratch_offsets: dict = {}
@@ -58,11 +59,11 @@ class LoweringContext:
     def local_buffer(self, name: str, n: int, dtype: str) -> t.Buffer:
         return t.Buffer(name, (n,), dtype, "local")
 
-    def alloc_shared(self, name: str, numel: int, dtype: str) -> t.Buffer:
+    def alloc_shared(self, name: str, numel: int, dtype: str, align: int = 128) -> t.Buffer:
         from ..ir import dtype as dt
 
         buf = t.Buffer(name, (numel,), dtype, "shared")
-        off = (self.shared_top + 127) // 128 * 128
+        off = (self.shared_top + align - 1) // align * align
         self.shared_offsets[buf] = off
         self.shared_top = off + numel * dt.nbytes(dtype)
         return buf
@@ -116,8 +117,18 @@ class LoweringContext:
         if buf not in self.shared_of:
             lay = self.shared_layouts.get(buf) or SharedLayout(buf.shape, buf.dtype)
             self.shared_layouts[buf] = lay
-            self.shared_of[buf] = self.alloc_shared(buf.name, lay.numel, buf.dtype)
+            # TMA swizzles by shared-address bits: a tile starts on the pattern's 1 KiB period
+            self.shared_of[buf] = self.alloc_shared(buf.name, lay.numel, buf.dtype, 1024 if lay.tma else 128)
         return self.shared_of[buf]
+
+    def tensor_map(self, param: t.Buffer, box: tuple, swizzle: int):
+        """The kernel's TMA descriptor for boxes ``box`` of global ``param`` (one per distinct use)."""
+        from ..ir import thread as th
+
+        tm = th.TensorMap(param, tuple(box), swizzle)
+        if tm not in self.tensor_maps:
+            self.tensor_maps.append(tm)
+        return tm
 
     # ---------------------------------------------------------------- addresses
     @staticmethod

@@ -15,13 +15,23 @@ buffer) is used nowhere outside the loop, is issued ``num_stages - 1`` iteration
 The barrier at the top of iteration k also guarantees that every thread is done with slot
 (k - 1) % S before it is overwritten.  Copies marked ``mode="async"`` are left out of the generic
 barrier analysis; their ordering is this structure.
+
+On targets with a tensor memory accelerator (sm_90), when every such copy is a plain 2-D tile of a
+tensor TMA can describe (``tma_eligible``), the copies become ``mode="tma"``: one thread issues
+bulk tensor loads that arrive on one mbarrier per ring slot, and "wait until the copy for k has
+landed" is a wait on slot k % S's mbarrier for phase parity (k // S) % 2.  The ring buffers are
+marked for the TMA shared layout.  This takes the per-thread copy instructions out of the loop
+(on the H200 they, not the bytes, were what cp.async cost a GEMM).  ``tw.disable_tma`` (or
+TileLang's ``tl.disable_tma_lower``) keeps cp.async.
 """
 
 from __future__ import annotations
 
+from ..ir import dtype as dt
 from ..ir import expr as E
 from ..ir import thread as th
 from ..ir import tile as t
+from ..ir.layout import SharedLayout, tma_boxes
 from ..ir.visitor import free_vars, map_stmt, rewrite_expr, substitute, walk
 
 
@@ -29,13 +39,15 @@ def pipeline_loops(func: t.PrimFunc, ctx=None) -> t.PrimFunc:
     # optimize_level <= 1 trades speed for register pressure and compile time: no operand prefetch
     no_prefetch = bool(ctx is not None and (ctx.options.get("tw.disable_gemm_prefetch")
                                             or ctx.options.get("optimize_level", 2) <= 1))
+    tma = bool(ctx is not None and ctx.target.has("tma") and ctx.options.get("optimize_level", 2) >= 2
+               and not ctx.options.get("tw.disable_tma") and not ctx.options.get("tl.disable_tma_lower"))
     allocs: dict = {}
     walk(func.body, lambda s: allocs.__setitem__(s.buffer, s) if isinstance(s, t.Alloc) else None)
     restaged: dict = {}  # old buffer -> new staged buffer
 
     def rewrite(s):
         if isinstance(s, t.For) and s.kind == "pipelined":
-            return _pipeline(s, func, allocs, restaged, no_prefetch)
+            return _pipeline(s, func, allocs, restaged, no_prefetch, tma)
         return None
 
     func.body = map_stmt(func.body, rewrite)
@@ -94,7 +106,27 @@ def _buffers_touched(stmt) -> list:
     return out
 
 
-def _pipeline(loop: t.For, func, allocs, restaged, no_prefetch=False):
+def tma_eligible(c: t.Copy) -> bool:
+    """A global -> shared tile copy that TMA boxes can do: same dtype, the tensor contiguous in its
+    last dimension with other strides static multiples of 16 bytes, at most 5 dimensions, box
+    extents static and at most 256, the shared tile 2-D (after dropping the copy's unit dims)
+    with rows TMA can swizzle."""
+    src, dst = c.src, c.dst
+    buf = src.buffer
+    if buf.dtype != dst.buffer.dtype or dt.nbytes(buf.dtype) not in (1, 2, 4) or buf.ndim > 5:
+        return False
+    esize = dt.nbytes(buf.dtype)
+    if buf.strides[-1] != 1 or not all(isinstance(x, int) and x * esize % 16 == 0 for x in buf.strides[:-1]):
+        return False
+    if not all(isinstance(x, int) and 0 < x <= 256 for x in src.extents):
+        return False
+    kept = [x for d, x in enumerate(src.extents) if d not in src.squeezed]
+    if len(kept) != 2 or tuple(kept) != tuple(dst.buffer.shape) or src.squeezed and max(src.squeezed) >= buf.ndim - 1:
+        return False
+    return SharedLayout.tma_compatible(dst.buffer.shape, buf.dtype)
+
+
+def _pipeline(loop: t.For, func, allocs, restaged, no_prefetch=False, tma=False):
     stages = loop.num_stages
     serial = t.For(loop.var, loop.start, loop.extent, loop.body, "serial", 0, loop.loc, dict(loop.attrs))
     if stages < 2:
@@ -127,14 +159,21 @@ def _pipeline(loop: t.For, func, allocs, restaged, no_prefetch=False):
     if not candidates:
         return serial
 
+    use_tma = tma and all(tma_eligible(c) for c in candidates)
     new_bufs = {}
     for c in candidates:
         old = c.dst.buffer
         nb = t.Buffer(old.name, (stages,) + tuple(old.shape), old.dtype, "shared", loc=old.loc)
         nb.attrs.update(old.attrs)
         nb.attrs["stages"] = stages
+        if use_tma:
+            nb.attrs["tma"] = True
         new_bufs[old] = nb
         restaged[old] = nb
+    bar = None
+    if use_tma:
+        bar = t.Buffer(f"{loop.var.name}_mbar", (stages,), "uint64", "shared", loc=loop.loc)
+        arrivals = sum(tma_boxes(c.dst.buffer.shape, c.dst.buffer.dtype)[0] for c in candidates)
 
     rel = loop.var - loop.start  # iteration number 0, 1, ...
 
@@ -147,19 +186,29 @@ def _pipeline(loop: t.For, func, allocs, restaged, no_prefetch=False):
         slot = it % stages
         dst = t.Region(nb, (E.as_expr(slot),) + tuple(c.dst.starts), (1,) + tuple(c.dst.extents),
                        (0,) + tuple(d + 1 for d in c.dst.squeezed))
-        cp = t.Copy(src, dst, c.loc, mode="async")
+        cp = t.Copy(src, dst, c.loc, mode="tma", barrier=(bar, slot)) if use_tma else \
+            t.Copy(src, dst, c.loc, mode="async")
         guard = it < loop.extent
         if isinstance(guard, E.Const):
             return cp if guard.value else t.SeqStmt([])
         return t.IfThenElse(guard, cp, None, loc=c.loc)
 
-    prologue = []
+    def wait_for(it):
+        """Wait until the copies of iteration ``it`` have landed (before the block barrier)."""
+        if use_tma:
+            return th.MbarrierWait(bar, it % stages, (it // stages) % 2, loc=loop.loc)
+        return th.AsyncWait(stages - 2, loc=loop.loc)
+
+    prologue = [t.Alloc(bar, loc=loop.loc), th.MbarrierInit(bar, arrivals, loc=loop.loc),
+                th.Barrier(loc=loop.loc)] if use_tma else []
     for s_ in range(stages - 1):
         for c in candidates:
             # in the prologue rel is 0: substitute the loop variable by start
             st = issue(c, s_)
             prologue.append(map_stmt(st, lambda x: _subst_stmt(x, {loop.var: loop.start})))
-        prologue.append(th.AsyncCommit(loc=loop.loc))
+        if not use_tma:
+            prologue.append(th.AsyncCommit(loc=loop.loc))
+    drain = [] if use_tma else [th.AsyncWait(0, loc=loop.loc)]
 
     rest = [s for s in body if s not in candidates]
     slot_now = rel % stages
@@ -169,22 +218,28 @@ def _pipeline(loop: t.For, func, allocs, restaged, no_prefetch=False):
         # the GEMM mainloop shape: [copies..., gemm] -> operand loads overlap the previous K step
         gemm = rest_stmt.stmts[0]
         first_slot = substitute(slot_now, {loop.var: loop.start})
-        pre = [th.AsyncWait(stages - 2, loc=loop.loc), th.Barrier(loc=loop.loc),
-               t.GemmPrefetch(gemm, first_slot, loc=gemm.loc)]
+        pre = [wait_for(E.as_expr(0)), th.Barrier(loc=loop.loc), t.GemmPrefetch(gemm, first_slot, loc=gemm.loc)]
         new_body = [issue(c, stages - 1) for c in candidates]
-        new_body.append(th.AsyncCommit(loc=loop.loc))
-        new_body.append(t.GemmStep(gemm, (rel + 1) % stages, stages - 2, loc=gemm.loc))
+        step_wait = None
+        if use_tma:
+            new_body.append(th.Comment("copies issued by the tensor memory accelerator"))
+            # the last iteration has no next slot to wait for: an mbarrier phase nobody fills would hang
+            step_wait = t.IfThenElse(rel + 1 < loop.extent, wait_for(rel + 1), None, loc=loop.loc)
+        else:
+            new_body.append(th.AsyncCommit(loc=loop.loc))
+        new_body.append(t.GemmStep(gemm, (rel + 1) % stages, stages - 2, loc=gemm.loc, wait=step_wait))
         new_loop = t.For(loop.var, loop.start, loop.extent, t.SeqStmt(new_body), "serial", 0, loop.loc,
                          dict(loop.attrs, pipelined=stages))
-        return [*prologue, *pre, new_loop, th.AsyncWait(0, loc=loop.loc)]
-    new_body = [th.AsyncWait(stages - 2, loc=loop.loc), th.Barrier(loc=loop.loc)]
+        return [*prologue, *pre, new_loop, *drain]
+    new_body = [wait_for(rel), th.Barrier(loc=loop.loc)]
     for c in candidates:
         new_body.append(issue(c, stages - 1))
-    new_body.append(th.AsyncCommit(loc=loop.loc))
+    if not use_tma:
+        new_body.append(th.AsyncCommit(loc=loop.loc))
     new_body.append(rest_stmt)
     new_loop = t.For(loop.var, loop.start, loop.extent, t.SeqStmt(new_body), "serial", 0, loop.loc,
                      dict(loop.attrs, pipelined=stages))
-    return [*prologue, new_loop, th.AsyncWait(0, loc=loop.loc)]
+    return [*prologue, new_loop, *drain]
 
 
 def _prefetchable(rest, new_bufs) -> bool:
@@ -233,7 +288,8 @@ def _subst_stmt(s, mapping):
         return t.Region(r.buffer, tuple(substitute(x, mapping) for x in r.starts), r.extents, r.squeezed)
 
     if isinstance(s, t.Copy):
-        return t.Copy(sub_region(s.src), sub_region(s.dst), s.loc, s.mode)
+        bar = None if s.barrier is None else (s.barrier[0], substitute(s.barrier[1], mapping))
+        return t.Copy(sub_region(s.src), sub_region(s.dst), s.loc, s.mode, bar)
     if isinstance(s, t.IfThenElse):
         return t.IfThenElse(substitute(s.cond, mapping), s.then_body, s.else_body, s.loc)
     return None
@@ -257,7 +313,7 @@ def _restage(stmt, new_bufs: dict, slot):
 
     def f(s):
         if isinstance(s, t.Copy):
-            return t.Copy(fix_region(s.src), fix_region(s.dst), s.loc, s.mode)
+            return t.Copy(fix_region(s.src), fix_region(s.dst), s.loc, s.mode, s.barrier)
         if isinstance(s, t.Gemm):
             return t.Gemm(fix_region(s.a), fix_region(s.b), fix_region(s.c), s.trans_a, s.trans_b, s.policy,
                           s.clear_accum, s.k_pack, s.loc)

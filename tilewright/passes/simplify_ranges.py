@@ -273,6 +273,11 @@ class _Simplifier:
             return replace(s, dst_index=self.expr(s.dst_index), src_index=self.expr(s.src_index), pred=pred)
         if isinstance(s, th.LoadMatrix):
             return replace(s, src_index=self.expr(s.src_index))
+        if isinstance(s, th.TmaLoad):
+            return replace(s, dst_index=self.expr(s.dst_index), coords=tuple(self.expr(c) for c in s.coords),
+                           bar_index=self.expr(s.bar_index))
+        if isinstance(s, th.MbarrierWait):
+            return replace(s, index=self.expr(s.index), parity=self.expr(s.parity))
         if isinstance(s, th.AtomicRMW):
             return replace(s, index=self.expr(s.index), value=self.expr(s.value))
         return s

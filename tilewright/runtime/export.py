@@ -43,6 +43,9 @@ class _GridPrinter(Printer):
 def export_kernel(kernel, path: str) -> str:
     if kernel.backend == "interpret" or not kernel.source:
         raise TilewrightError("export needs a kernel compiled for a GPU target (cuda or hip), not the interpreter")
+    if kernel._tma is not None:
+        raise TilewrightError("export does not write the host-side TMA descriptor setup yet; compile the kernel "
+                              "with pass_configs={'tw.disable_tma': True} to export it (its copies then use cp.async)")
     os.makedirs(path, exist_ok=True)
     hip = kernel.target.is_hip
     src_name = "kernel.hip" if hip else "kernel.cu"

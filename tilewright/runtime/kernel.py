@@ -47,6 +47,15 @@ class JITKernel:
         self._fast_spec = None
         self._arg_types = tuple("ptr" if isinstance(p, t.Buffer) else _ARG_TYPES.get(p.dtype, "f32")
                                 for p in self.params) + tuple("i32" for _ in func.dyn_vars)
+        self._tma = None  # TensorMapEncoder when the kernel loads tiles through TMA
+
+    def _use_tensor_maps(self, specs) -> None:
+        """The kernel takes TMA descriptors after its arguments: encode them at every launch."""
+        from .tensor_maps import TensorMapEncoder
+
+        if specs:
+            self._tma = TensorMapEncoder(list(specs), self.params, self.func.name)
+            self._arg_types = self._arg_types[:len(self.params) + len(self.func.dyn_vars)] + ("tmap",) * len(specs)
 
     # ------------------------------------------------------------------ build results
     def _adopt_binary(self, binary) -> None:
@@ -61,7 +70,8 @@ class JITKernel:
 
     def _cache_meta(self) -> dict:
         return {"kernel_name": self.kernel_name, "num_threads": self.num_threads, "shared_bytes": self.shared_bytes,
-                "resources": self.resources, "toolchain": self.toolchain}
+                "resources": self.resources, "toolchain": self.toolchain,
+                "tensor_maps": [sp.to_json() for sp in (self._tma.specs if self._tma else [])]}
 
     def _adopt_cached(self, entry: dict) -> None:
         self.kernel_name = entry["kernel_name"]
@@ -71,6 +81,9 @@ class JITKernel:
         self.toolchain = entry["toolchain"]
         self.code_object = entry["code_object"]
         self.source = entry["source"]
+        from .tensor_maps import TensorMapSpec
+
+        self._use_tensor_maps([TensorMapSpec.from_json(v) for v in entry.get("tensor_maps", [])])
 
     # ------------------------------------------------------------------ inspection
     @property
@@ -193,7 +206,10 @@ class JITKernel:
             if any(g <= 0 for g in grid):
                 return  # nothing to do (an empty dynamic size)
             grid = tuple(grid) + (1,) * (3 - len(grid))
-        values = list(values) + [dyn[v] for v in self.func.dyn_vars]
+        if self._tma is not None:
+            values = list(values) + [dyn[v] for v in self.func.dyn_vars] + self._tma.encode(values, dyn)
+        else:
+            values = list(values) + [dyn[v] for v in self.func.dyn_vars]
         if stream is None:
             stream = _current_stream(vendor, dev)
         fn.launch(grid, (self.num_threads, 1, 1), self.shared_bytes, stream, self._arg_types, tuple(values))

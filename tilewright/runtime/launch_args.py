@@ -24,6 +24,7 @@ ARG_TYPES: dict[str, tuple[str, int]] = {
     "u64": ("Q", 8),
     "f32": ("f", 4),
     "f64": ("d", 8),
+    "tmap": ("128s", 128),  # a TMA descriptor (CUtensorMap), passed by value
 }
 
 

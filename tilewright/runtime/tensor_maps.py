@@ -1,0 +1,113 @@
+"""TMA descriptors (``CUtensorMap``) for the kernels that load through the tensor memory
+accelerator: one per ``TensorMap`` of the kernel, encoded on the host from the argument bound to
+its parameter and passed by value (128 bytes) after the other kernel arguments.
+
+Encoding needs the CUDA driver (``cuTensorMapEncodeTiled``) but no GPU work; the 128 bytes are
+cached per (argument address, shape), so a launch with the same tensors costs a dict lookup.
+"""
+
+from __future__ import annotations
+
+import ctypes
+
+from ..errors import ArgumentError
+from ..ir import dtype as dt
+from ..passes.analysis import eval_expr
+
+TENSOR_MAP_BYTES = 128
+_CACHE_LIMIT = 4096
+
+# tilewright dtype -> CUtensorMapDataType member name (fp8 and other byte types move as bytes)
+_DATA_TYPES = {
+    "float16": "FLOAT16", "bfloat16": "BFLOAT16", "float32": "FLOAT32", "float64": "FLOAT64",
+    "int32": "INT32", "uint32": "UINT32", "int64": "INT64", "uint64": "UINT64", "int16": "UINT16",
+    "uint16": "UINT16", "int8": "UINT8", "uint8": "UINT8", "float8_e4m3fn": "UINT8", "float8_e5m2": "UINT8",
+}
+_SWIZZLES = {0: "NONE", 32: "32B", 64: "64B", 128: "128B"}
+
+
+class TensorMapSpec:
+    """What a kernel needs encoded: parameter index, its dtype, box (outermost first), swizzle."""
+
+    __slots__ = ("box", "dtype", "param_index", "swizzle")
+
+    def __init__(self, param_index: int, dtype: str, box, swizzle: int):
+        self.param_index, self.dtype, self.box, self.swizzle = int(param_index), dtype, tuple(box), int(swizzle)
+
+    def to_json(self) -> list:
+        return [self.param_index, self.dtype, list(self.box), self.swizzle]
+
+    @classmethod
+    def from_json(cls, v) -> TensorMapSpec:
+        return cls(v[0], v[1], v[2], v[3])
+
+
+def specs_of(thread_kernel) -> list[TensorMapSpec]:
+    params = list(thread_kernel.params)
+    return [TensorMapSpec(params.index(tm.param), tm.param.dtype, tm.box, tm.swizzle)
+            for tm in thread_kernel.tensor_maps]
+
+
+class TensorMapEncoder:
+    """Encodes a kernel's descriptors for one launch's arguments."""
+
+    def __init__(self, specs: list[TensorMapSpec], params: list, kernel_name: str):
+        self.specs = specs
+        self.params = params
+        self.kernel_name = kernel_name
+        self._cache: dict = {}
+
+    def encode(self, values: list, dyn: dict) -> list[bytes]:
+        out = []
+        for spec in self.specs:
+            p = self.params[spec.param_index]
+            ptr = values[spec.param_index]
+            shape = tuple(int(eval_expr(x, dyn)) for x in p.shape)
+            key = (spec.param_index, ptr, shape)
+            raw = self._cache.get(key)
+            if raw is None:
+                strides = tuple(int(eval_expr(x, dyn)) for x in p.strides)
+                raw = self._encode(spec, p.name, ptr, shape, strides)
+                if len(self._cache) >= _CACHE_LIMIT:
+                    self._cache.clear()
+                self._cache[key] = raw
+            out.append(raw)
+        return out
+
+    def _encode(self, spec: TensorMapSpec, name: str, ptr: int, shape, strides) -> bytes:
+        esize = dt.nbytes(spec.dtype)
+        where = f"{self.kernel_name}: argument {name!r}"
+        if ptr % 16:
+            raise ArgumentError(f"{where} starts at an address that is not 16-byte aligned; its tile loads go "
+                                "through the tensor memory accelerator, which needs that. Pass a tensor that "
+                                "starts on a 16-byte boundary, or compile with pass_configs={'tw.disable_tma': True}")
+        bad = [s for s in strides[:-1] if (s * esize) % 16]
+        if strides[-1] != 1 or bad:
+            raise ArgumentError(f"{where} has strides {strides} (elements); TMA needs a unit last stride and the "
+                                "others multiples of 16 bytes. Pass a contiguous tensor, or compile with "
+                                "pass_configs={'tw.disable_tma': True}")
+        if any(d <= 0 for d in shape):
+            return bytes(TENSOR_MAP_BYTES)  # an empty tensor: the kernel has no tiles to load
+        return _encode_tiled(spec, ptr, shape, strides, where)
+
+
+def _encode_tiled(spec: TensorMapSpec, ptr: int, shape, strides, where: str) -> bytes:
+    from cuda.bindings import driver as cu
+
+    esize = dt.nbytes(spec.dtype)
+    rank = len(shape)
+    dtype = getattr(cu.CUtensorMapDataType, "CU_TENSOR_MAP_DATA_TYPE_" + _DATA_TYPES[spec.dtype])
+    swizzle = getattr(cu.CUtensorMapSwizzle, "CU_TENSOR_MAP_SWIZZLE_" + _SWIZZLES[spec.swizzle])
+    # the driver lists dimensions innermost first; strides (bytes) of all but the innermost
+    dims = [cu.cuuint64_t(d) for d in reversed(shape)]
+    gstrides = [cu.cuuint64_t(s * esize) for s in reversed(strides[:-1])]
+    box = [cu.cuuint32_t(b) for b in reversed(spec.box)]
+    ones = [cu.cuuint32_t(1)] * rank
+    err, tmap = cu.cuTensorMapEncodeTiled(
+        dtype, rank, ptr, dims, gstrides, box, ones, cu.CUtensorMapInterleave.CU_TENSOR_MAP_INTERLEAVE_NONE,
+        swizzle, cu.CUtensorMapL2promotion.CU_TENSOR_MAP_L2_PROMOTION_L2_128B,
+        cu.CUtensorMapFloatOOBfill.CU_TENSOR_MAP_FLOAT_OOB_FILL_NONE)
+    if err != cu.CUresult.CUDA_SUCCESS:
+        raise ArgumentError(f"{where}: cuTensorMapEncodeTiled failed ({err.name}) for shape {shape}, strides "
+                            f"{strides}, box {spec.box}, swizzle {spec.swizzle}B")
+    return ctypes.string_at(tmap.getPtr(), TENSOR_MAP_BYTES)
