@@ -46,17 +46,17 @@ def main():
         best = None
         for (bm, bn, st, thr) in CONFIGS:
             try:
-                kern = tilewright.compile(flash_attention(b, h, s, d, causal, bm, bn, st, thr), out_idx=[-1],
-                                          target="cuda")
+                kern = tilewright.compile(flash_attention(b, h, s, d, causal, bm, bn, st, thr), target="cuda")
             except tilewright.TilewrightError as e:
                 print(f"config {(bm, bn, st, thr)} failed: {str(e).splitlines()[0]}", flush=True)
                 continue
-            o = kern(q, k, v)
+            o = torch.full_like(q, float("nan"))  # poisoned: every element must be written
+            kern(q, k, v, o)
             err = (o.float() - ref.float()).abs().max().item()
             if not err < 2e-2:
                 print(f"WRONG RESULT {(b, h, s, d, causal)} config {(bm, bn, st, thr)} err {err}", flush=True)
                 continue
-            ms = bench_ms(lambda: kern(q, k, v))
+            ms = bench_ms(lambda: kern(q, k, v, o))
             if best is None or ms < best[0]:
                 best = (ms, (bm, bn, st, thr))
         tw = flops / best[0] / 1e9 if best else float("nan")

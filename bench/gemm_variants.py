@@ -50,13 +50,14 @@ def main():
             pc = dict(opts)
             panel = pc.pop("panel", 8)
             kern = tilewright.compile(matmul(m, n, k, bm, bn, bk, dtype=dtype, num_stages=st, threads=thr,
-                                             swizzle_panel=panel), out_idx=[-1], target="cuda", pass_configs=pc)
-            out = kern(a, b)
+                                             swizzle_panel=panel), target="cuda", pass_configs=pc)
+            out = torch.full((m, n), float("nan"), device="cuda", dtype=td)  # poisoned
+            kern(a, b, out)
             err = (out.float() - ref).abs().max().item() / ref.abs().max().item()
             if not err < 2e-2:
                 rows.append(f"| {dtype} | {(bm, bn, bk, st, thr)} | {opts} | WRONG (rel err {err:.3g}) | | | |")
                 continue
-            tf = 2 * m * n * k / bench_ms(lambda: kern(a, b)) / 1e9
+            tf = 2 * m * n * k / bench_ms(lambda: kern(a, b, out)) / 1e9
             res = kern.resource_usage
             rows.append(f"| {dtype} | {(bm, bn, bk, st, thr)} | {opts or ''} | {tf:.0f} | {tf / ref_tflops:.3f} | "
                         f"{res['registers']} | {res['spills']} |")

@@ -8,6 +8,7 @@ import numpy as np
 
 from ..ir import dtype as dt
 from ..ir import thread as th
+from ..ir import tile as t
 from ..ir.visitor import walk
 from .base import Printer
 
@@ -48,6 +49,14 @@ __device__ __forceinline__ unsigned tw_smem_addr(const void* p) {
 # parameters and the mbarrier helpers.  The descriptor is opaque, 128 bytes, 64-byte aligned.
 _TMA_HELPERS = r"""
 struct __align__(64) tw_tensor_map_t { unsigned long long opaque[16]; };
+// the warp index, broadcast from lane 0 so that the compiler knows it is the same in the whole warp
+__device__ __forceinline__ int tw_warp_uniform() { return __shfl_sync(0xffffffffu, (int)threadIdx.x >> 5, 0); }
+// one lane of the (converged) warp: lets the compiler issue TMA without looping over lanes
+__device__ __forceinline__ bool tw_elect_one() {
+  unsigned pred = 0;
+  asm volatile("{\n .reg .pred p;\n elect.sync _|p, 0xffffffff;\n selp.u32 %0, 1, 0, p;\n}\n" : "=r"(pred));
+  return pred != 0;
+}
 __device__ __forceinline__ void tw_mbar_wait(unsigned bar, unsigned parity) {
   unsigned done = 0;
   while (!done) {
@@ -89,7 +98,7 @@ class CudaPrinter(Printer):
     def tma(self, s, d: int) -> None:
         if isinstance(s, th.MbarrierInit):
             bar = self.name(s.bar, s.bar.name)
-            self.emit(d, "if (threadIdx.x == 0) {")
+            self.emit(d, "if (tw_warp_uniform() == 0 && threadIdx.x == 0) {")
             for i in range(int(s.bar.shape[0])):
                 self.emit(d + 1, f'asm volatile("mbarrier.init.shared::cta.b64 [%0], %1;\\n" :: '
                                  f'"r"(tw_smem_addr(&{bar}[{i}])), "r"({int(s.count)}));')
@@ -101,7 +110,34 @@ class CudaPrinter(Printer):
             bar = f"tw_smem_addr(&{self.ref(s.bar, s.index)})"
             self.emit(d, f"tw_mbar_wait({bar}, {self.expr(s.parity)});")
         else:
-            self.tma_load(s, d)
+            self.tma_loads([s], d)
+
+    def stmt(self, s, d: int) -> None:
+        # consecutive TMA loads (one pipeline stage's copies) are issued by one thread in one block
+        if isinstance(s, t.SeqStmt) and any(isinstance(x, th.TmaLoad) for x in s.stmts):
+            run: list = []
+            for x in s.stmts + [None]:
+                if isinstance(x, th.TmaLoad):
+                    run.append(x)
+                    continue
+                if run and isinstance(x, th.Comment):
+                    continue
+                if run:
+                    self.tma_loads(run, d)
+                    run = []
+                if x is not None:
+                    super().stmt(x, d)
+            return
+        super().stmt(s, d)
+
+    def tma_loads(self, loads: list, d: int) -> None:
+        # a warp-uniform branch first: the other warps jump over the issue sequence
+        self.emit(d, "if (tw_warp_uniform() == 0) {")
+        self.emit(d + 1, "if (tw_elect_one()) {")
+        for s in loads:
+            self.tma_load(s, d + 2)
+        self.emit(d + 1, "}")
+        self.emit(d, "}")
 
     def tma_load(self, s: th.TmaLoad, d: int) -> None:
         index = self.k.tensor_maps.index(s.tmap)
@@ -112,13 +148,11 @@ class CudaPrinter(Printer):
         # PTX lists coordinates innermost first
         coords = ", ".join(f"%{3 + i}" for i in range(rank))
         ops = ", ".join(f'"r"((int)({self.expr(c)}))' for c in reversed(s.coords))
-        self.emit(d, "if (threadIdx.x == 0) {")
-        self.emit(d + 1, f'asm volatile("mbarrier.arrive.expect_tx.shared::cta.b64 _, [%0], %1;\\n" :: '
-                         f'"r"({bar}), "r"({nbytes}) : "memory");')
+        self.emit(d, f'asm volatile("mbarrier.arrive.expect_tx.shared::cta.b64 _, [%0], %1;\\n" :: '
+                     f'"r"({bar}), "r"({nbytes}) : "memory");')
         op = f"cp.async.bulk.tensor.{rank}d.shared::cluster.global.tile.mbarrier::complete_tx::bytes"
-        self.emit(d + 1, f'asm volatile("{op} [%0], [%1, {{{coords}}}], [%2];\\n" :: "r"({dst}), '
-                         f'"l"(reinterpret_cast<unsigned long long>(&tw_tmap{index})), "r"({bar}), {ops} : "memory");')
-        self.emit(d, "}")
+        self.emit(d, f'asm volatile("{op} [%0], [%1, {{{coords}}}], [%2];\\n" :: "r"({dst}), '
+                     f'"l"(reinterpret_cast<unsigned long long>(&tw_tmap{index})), "r"({bar}), {ops} : "memory");')
 
     def async_copy(self, s: th.AsyncCopy, d: int) -> None:
         dst = f"tw_smem_addr(&{self.ref(s.dst, s.dst_index)})"

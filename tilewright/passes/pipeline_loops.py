@@ -177,8 +177,17 @@ def _pipeline(loop: t.For, func, allocs, restaged, no_prefetch=False, tma=False)
 
     rel = loop.var - loop.start  # iteration number 0, 1, ...
 
+    def issue_stage(ahead) -> t.Stmt:
+        """Every copy of iteration rel + ahead into its ring slot, under one guard rel + ahead < extent
+        (one block of code: with TMA, one thread's issue sequence)."""
+        copies = [issue(c, ahead) for c in candidates]
+        guard = rel + ahead < loop.extent
+        if isinstance(guard, E.Const):
+            return t.SeqStmt(copies if guard.value else [])
+        return t.IfThenElse(guard, t.SeqStmt(copies), None, loc=loop.loc)
+
     def issue(c: t.Copy, ahead) -> t.Stmt:
-        """The copy of iteration rel + ahead into its ring slot, guarded by rel + ahead < extent."""
+        """The copy of iteration rel + ahead into its ring slot."""
         it = rel + ahead
         src_starts = tuple(substitute(x, {loop.var: loop.start + it}) for x in c.src.starts)
         src = t.Region(c.src.buffer, src_starts, c.src.extents, c.src.squeezed)
@@ -186,12 +195,9 @@ def _pipeline(loop: t.For, func, allocs, restaged, no_prefetch=False, tma=False)
         slot = it % stages
         dst = t.Region(nb, (E.as_expr(slot),) + tuple(c.dst.starts), (1,) + tuple(c.dst.extents),
                        (0,) + tuple(d + 1 for d in c.dst.squeezed))
-        cp = t.Copy(src, dst, c.loc, mode="tma", barrier=(bar, slot)) if use_tma else \
-            t.Copy(src, dst, c.loc, mode="async")
-        guard = it < loop.extent
-        if isinstance(guard, E.Const):
-            return cp if guard.value else t.SeqStmt([])
-        return t.IfThenElse(guard, cp, None, loc=c.loc)
+        if use_tma:
+            return t.Copy(src, dst, c.loc, mode="tma", barrier=(bar, slot))
+        return t.Copy(src, dst, c.loc, mode="async")
 
     def wait_for(it):
         """Wait until the copies of iteration ``it`` have landed (before the block barrier)."""
@@ -202,10 +208,8 @@ def _pipeline(loop: t.For, func, allocs, restaged, no_prefetch=False, tma=False)
     prologue = [t.Alloc(bar, loc=loop.loc), th.MbarrierInit(bar, arrivals, loc=loop.loc),
                 th.Barrier(loc=loop.loc)] if use_tma else []
     for s_ in range(stages - 1):
-        for c in candidates:
-            # in the prologue rel is 0: substitute the loop variable by start
-            st = issue(c, s_)
-            prologue.append(map_stmt(st, lambda x: _subst_stmt(x, {loop.var: loop.start})))
+        # in the prologue rel is 0: substitute the loop variable by start
+        prologue.append(map_stmt(issue_stage(s_), lambda x: _subst_stmt(x, {loop.var: loop.start})))
         if not use_tma:
             prologue.append(th.AsyncCommit(loc=loop.loc))
     drain = [] if use_tma else [th.AsyncWait(0, loc=loop.loc)]
@@ -219,7 +223,7 @@ def _pipeline(loop: t.For, func, allocs, restaged, no_prefetch=False, tma=False)
         gemm = rest_stmt.stmts[0]
         first_slot = substitute(slot_now, {loop.var: loop.start})
         pre = [wait_for(E.as_expr(0)), th.Barrier(loc=loop.loc), t.GemmPrefetch(gemm, first_slot, loc=gemm.loc)]
-        new_body = [issue(c, stages - 1) for c in candidates]
+        new_body = [issue_stage(stages - 1)]
         step_wait = None
         if use_tma:
             new_body.append(th.Comment("copies issued by the tensor memory accelerator"))
@@ -231,9 +235,7 @@ def _pipeline(loop: t.For, func, allocs, restaged, no_prefetch=False, tma=False)
         new_loop = t.For(loop.var, loop.start, loop.extent, t.SeqStmt(new_body), "serial", 0, loop.loc,
                          dict(loop.attrs, pipelined=stages))
         return [*prologue, *pre, new_loop, *drain]
-    new_body = [wait_for(rel), th.Barrier(loc=loop.loc)]
-    for c in candidates:
-        new_body.append(issue(c, stages - 1))
+    new_body = [wait_for(rel), th.Barrier(loc=loop.loc), issue_stage(stages - 1)]
     if not use_tma:
         new_body.append(th.AsyncCommit(loc=loop.loc))
     new_body.append(rest_stmt)
