@@ -17,7 +17,8 @@ from ..ir import expr as E
 from ..ir import thread as th
 from ..ir import tile as t
 from ..ir.visitor import loads_in, walk
-from .analysis import affine_coeffs
+from .analysis import uses_var
+from .index_algebra import linear_terms
 from .lower_exprs import Env, lower_expr
 from .lowering_context import LoweringContext
 
@@ -215,7 +216,7 @@ def _vectorizable_body(body) -> bool:
 def _group_uniform(ctx, cond, inner_var, g) -> bool:
     """True if ``cond`` (lowered, in terms of the group's first position) has the same value at
     every position of the group: each comparison involving the innermost index is ``x < n`` with
-    x affine, its innermost coefficient 1, everything else a multiple of g, and n a multiple of g."""
+    x the innermost index plus a multiple of g, and n a multiple of g."""
     if cond is None:
         return True
     terms = _conjuncts(cond)
@@ -224,18 +225,9 @@ def _group_uniform(ctx, cond, inner_var, g) -> bool:
             continue
         if not (isinstance(c, E.BinOp) and c.op == "<"):
             return False
-        coeffs = affine_coeffs(c.a)
-        if coeffs is None:
-            return False
         n = E.const_value(c.b)
-        if n is None or n % g:
+        if n is None or n % g or not _unit_step_from_aligned(c.a, inner_var, g):
             return False
-        for k, v in coeffs.items():
-            if k is inner_var:
-                if v != 1:
-                    return False
-            elif v % g:
-                return False
     return True
 
 
@@ -246,8 +238,6 @@ def _conjuncts(c) -> list:
 
 
 def _mentions(e, var) -> bool:
-    from .analysis import uses_var
-
     return uses_var(e, var)
 
 
@@ -266,23 +256,34 @@ def _address_ok(ctx, buf, idx, inner_var, g) -> bool:
     if strides[-1] != 1:
         return False
     for d, x in enumerate(idx):
-        coeffs = affine_coeffs(x)
-        if coeffs is None:
-            return False
         if d == len(idx) - 1:
-            for k, v in coeffs.items():
-                if k is inner_var:
-                    if v != 1:
-                        return False
-                elif v % g:
-                    return False
+            if not _unit_step_from_aligned(x, inner_var, g):
+                return False
         else:
-            if inner_var in coeffs and coeffs[inner_var] != 0:
+            if uses_var(x, inner_var):
                 return False
             s = strides[d]
             if not isinstance(s, int) or s % g:
                 return False
     return True
+
+
+def _unit_step_from_aligned(x, inner_var, g) -> bool:
+    """``x == inner_var + (a multiple of g)``: ``inner_var`` once with coefficient 1 and every other
+    term a multiple of g.  The other terms need not be affine (a fragment layout's ``(lane % 4) * 2``
+    is a multiple of 2 whatever the lane)."""
+    terms, const = linear_terms(x)
+    if const % g:
+        return False
+    seen = False
+    for coef, atom in terms:
+        if atom is inner_var:
+            if coef != 1 or seen:
+                return False
+            seen = True
+        elif uses_var(atom, inner_var) or coef % g:
+            return False
+    return seen
 
 
 def _plan_vectors(ctx, p, env, inner_var, g):
