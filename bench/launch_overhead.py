@@ -36,7 +36,8 @@ ga, gb = torch.randn(256, 256, device="cuda", dtype=torch.float16), torch.randn(
 gc = torch.empty(256, 256, device="cuda", dtype=torch.float16)
 kg = tilewright.compile(matmul(256, 256, 256, 128, 128, 32, num_stages=3), target="cuda")
 rows = ["| call | host time per call (us) |", "|---|---|"]
-for name, fn in [("tilewright add (all args)", lambda: k(a, b, c)), ("tilewright add (out_idx alloc)", lambda: k2(a, b)),
+for name, fn in [("tilewright add (all args)", lambda: k(a, b, c)),
+                 ("tilewright add (out_idx alloc)", lambda: k2(a, b)),
                  (f"tilewright 256^3 GEMM ({'TMA' if kg._tma else 'cp.async'})", lambda: kg(ga, gb, gc)),
                  ("torch.add(out=)", lambda: torch.add(a, b, out=c)),
                  ("torch.matmul(out=) 256^3", lambda: torch.matmul(ga, gb, out=gc))]:
