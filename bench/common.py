@@ -44,12 +44,13 @@ def commit() -> str:
 
 def save(name: str, lines: list[str]) -> str:
     gpu = torch.cuda.get_device_name(0).replace(" ", "-")
-    day = datetime.date.today().isoformat()
-    header = [f"# {name}: {day}, {gpu}, commit {commit()}", ""]
+    now = datetime.datetime.now(datetime.timezone.utc)
+    day, hhmm = now.date().isoformat(), now.strftime("%H%M")
+    header = [f"# {name}: {day} {hhmm} UTC, {gpu}, commit {commit()}", ""]
     text = "\n".join(header + lines) + "\n"
     folder = os.path.join(os.path.dirname(__file__), "results")
     os.makedirs(folder, exist_ok=True)
-    path = os.path.join(folder, f"{day}-{name}-{gpu}.md")
+    path = os.path.join(folder, f"{day}-{hhmm}-{name}-{gpu}.md")  # several runs a day keep their tables
     with open(path, "w") as f:
         f.write(text)
     out = os.environ.get("OUT")
