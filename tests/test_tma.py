@@ -118,3 +118,34 @@ def test_tma_kernel_compiles_and_caches_its_descriptors(tmp_path, monkeypatch):
     k2 = tilewright.compile(f, target=SM90)  # from the disk cache
     assert k2._arg_types == k1._arg_types and [s.to_json() for s in k2._tma.specs] == \
         [s.to_json() for s in k1._tma.specs]
+
+
+@pytest.mark.parametrize("case", ["fp32_simt", "dynamic_m", "tile_larger_than_tensor", "fp8"])
+def test_tma_gemms_match_float64_on_the_emulator(case):
+    """Kernels whose pipelined copies take TMA on sm_90, run per thread on the CPU (race checks on)."""
+    import ml_dtypes
+
+    import tilewright.language as T
+    from tilewright.interp.emulator import run_thread_kernel
+
+    rng = np.random.default_rng(7)
+    if case == "fp32_simt":
+        M, N, K, f, dtype, out = 128, 128, 96, matmul(128, 128, 96, 64, 64, 32, dtype="float32", num_stages=3), \
+            np.float32, np.float32
+    elif case == "dynamic_m":
+        M, N, K = 100, 128, 128
+        f, dtype, out = matmul(T.dynamic("m"), N, K, 64, 64, 32, num_stages=3), np.float16, np.float16
+    elif case == "tile_larger_than_tensor":
+        M, N, K, f, dtype, out = 40, 48, 64, matmul(40, 48, 64, 128, 128, 32, num_stages=2), np.float16, np.float16
+    else:
+        M, N, K = 64, 64, 128
+        f = matmul(M, N, K, 64, 64, 64, dtype="float8_e4m3fn", out_dtype="float32", num_stages=2)
+        dtype, out = ml_dtypes.float8_e4m3fn, np.float32
+    k = lower(f, SM90)
+    assert k.tensor_maps
+    a = rng.standard_normal((M, K)).astype(dtype)
+    b = rng.standard_normal((K, N)).astype(dtype)
+    c = np.full((M, N), np.nan, out)
+    run_thread_kernel(k, [a, b, c], check_races=True)
+    ref = a.astype(np.float64) @ b.astype(np.float64)
+    assert np.abs(c.astype(np.float64) - ref).max() <= 1e-2 * np.abs(ref).max()
