@@ -149,3 +149,37 @@ def test_tma_gemms_match_float64_on_the_emulator(case):
     run_thread_kernel(k, [a, b, c], check_races=True)
     ref = a.astype(np.float64) @ b.astype(np.float64)
     assert np.abs(c.astype(np.float64) - ref).max() <= 1e-2 * np.abs(ref).max()
+
+
+def _pipelined_row_sum(M, N, bm, stages=3):
+    """``out[j] = sum_i A[i, j]`` streaming (bm, N) tiles of A through a pipelined shared ring."""
+    import tilewright.language as T
+
+    @T.prim_func
+    def colsum(A: T.Tensor((M, N), "float16"), out: T.Tensor((N,), "float32")):
+        with T.Kernel(1, threads=128):
+            tile = T.alloc_shared((bm, N), "float16")
+            acc = T.alloc_fragment((N,), "float32")
+            part = T.alloc_fragment((bm, N), "float32")
+            T.clear(acc)
+            for k in T.Pipelined(T.ceildiv(M, bm), num_stages=stages):
+                T.copy(A[k * bm, 0], tile)
+                T.copy(tile, part)
+                T.reduce_sum(part, acc, dim=0, clear=False)
+            T.copy(acc, out)
+
+    return colsum
+
+
+@pytest.mark.parametrize("bm,uses_tma", [(8, True), (4, False)])
+def test_tiles_of_fewer_than_8_rows_stay_on_cp_async(bm, uses_tma):
+    """TMA swizzles by address bits with an 8-row period: shorter tiles would land misplaced."""
+    from tilewright.interp.emulator import run_thread_kernel
+
+    M, N = 40, 64
+    k = lower(_pipelined_row_sum(M, N, bm), SM90)
+    assert bool(k.tensor_maps) == uses_tma
+    a = np.random.default_rng(3).standard_normal((M, N)).astype(np.float16)
+    out = np.full(N, np.nan, np.float32)
+    run_thread_kernel(k, [a, out], check_races=True)
+    np.testing.assert_allclose(out, a.astype(np.float64).sum(0), rtol=1e-3, atol=1e-3)

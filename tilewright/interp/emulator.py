@@ -1291,9 +1291,12 @@ class _Program:
             di, bi = self._block_values(st, fdi), self._block_values(st, fbi)
             mem = st.glob[gi]
             for j in range(st.nb):
-                if (doff + int(di[j]) * nd.itemsize) % 128:
+                # the hardware swizzles by address bits with a period of 8 rows of the swizzle width;
+                # a box starting elsewhere would not land in the layout the kernel reads
+                period = max(128, 8 * lay.tma_swizzle)
+                if (doff + int(di[j]) * nd.itemsize) % period:
                     raise where.error(MisalignedAccessError, f"TMA destination {s.dst.name}[{int(di[j])}] is not "
-                                                             "128-byte aligned")
+                                                             f"{period}-byte aligned (its swizzle period)")
                 if int(di[j]) < 0 or int(di[j]) + int(dst_off.max()) >= ndst:
                     raise where.error(EmulatorOutOfBoundsError, f"TMA box {box} at {s.dst.name}[{int(di[j])}] "
                                                                 f"overruns its {ndst} elements")
