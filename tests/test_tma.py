@@ -183,3 +183,20 @@ def test_tiles_of_fewer_than_8_rows_stay_on_cp_async(bm, uses_tma):
     out = np.full(N, np.nan, np.float32)
     run_thread_kernel(k, [a, out], check_races=True)
     np.testing.assert_allclose(out, a.astype(np.float64).sum(0), rtol=1e-3, atol=1e-3)
+
+
+def test_descriptors_of_a_dynamic_shape_follow_the_bound_size(monkeypatch):
+    import tilewright.language as T
+    from tilewright.runtime import tensor_maps as tmod
+
+    m = T.dynamic("m")
+    k = lower(matmul(m, 256, 128, 64, 64, 32, num_stages=3), SM90)
+    calls = []
+    monkeypatch.setattr(tmod, "_encode_tiled", lambda spec, ptr, shape, strides, where:
+                        calls.append(shape) or bytes(128))
+    enc = TensorMapEncoder(specs_of(k), k.params, "gemm")
+    assert not enc._static
+    enc.encode([4096, 8192, 0], {m: 200})
+    enc.encode([4096, 8192, 0], {m: 200})
+    enc.encode([4096, 8192, 0], {m: 300})  # same buffer, new size: A's descriptor is encoded again
+    assert calls == [(200, 128), (128, 256), (300, 128)]
