@@ -342,8 +342,10 @@ class SharedLayout:
 
     @staticmethod
     def tma_compatible(shape, dtype: str) -> bool:
-        """Whether a tile of this shape can be written by TMA boxes in the ``tma`` layout."""
-        if len(shape) < 2:
+        """Whether a tile of this shape can be written by TMA boxes in the ``tma`` layout.  The TMA
+        swizzles by shared-address bits, repeating every 8 rows: every box (one per stage and
+        128-byte column block) starts on that period only when the tile has a multiple of 8 rows."""
+        if len(shape) < 2 or shape[-2] % 8:
             return False
         row_bytes = shape[-1] * dt.nbytes(dtype)
         return row_bytes in (16, 32, 64, 128) or (row_bytes > 128 and row_bytes % 128 == 0)

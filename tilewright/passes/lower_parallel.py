@@ -221,7 +221,7 @@ def _group_uniform(ctx, cond, inner_var, g) -> bool:
         return True
     terms = _conjuncts(cond)
     for c in terms:
-        if not _mentions(c, inner_var):
+        if not uses_var(c, inner_var):
             continue
         if not (isinstance(c, E.BinOp) and c.op == "<"):
             return False
@@ -235,10 +235,6 @@ def _conjuncts(c) -> list:
     if isinstance(c, E.BinOp) and c.op == "and":
         return _conjuncts(c.a) + _conjuncts(c.b)
     return [c]
-
-
-def _mentions(e, var) -> bool:
-    return uses_var(e, var)
 
 
 def _address_ok(ctx, buf, idx, inner_var, g) -> bool:

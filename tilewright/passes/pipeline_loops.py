@@ -110,7 +110,7 @@ def tma_eligible(c: t.Copy) -> bool:
     """A global -> shared tile copy that TMA boxes can do: same dtype, the tensor contiguous in its
     last dimension with other strides static multiples of 16 bytes, at most 5 dimensions, box
     extents static and at most 256, the shared tile 2-D (after dropping the copy's unit dims)
-    with a multiple of 8 rows, each of a width TMA can swizzle."""
+    that the TMA layout can hold (``SharedLayout.tma_compatible``)."""
     src, dst = c.src, c.dst
     buf = src.buffer
     if buf.dtype != dst.buffer.dtype or dt.nbytes(buf.dtype) not in (1, 2, 4) or buf.ndim > 5:
@@ -122,10 +122,6 @@ def tma_eligible(c: t.Copy) -> bool:
         return False
     kept = [x for d, x in enumerate(src.extents) if d not in src.squeezed]
     if len(kept) != 2 or tuple(kept) != tuple(dst.buffer.shape) or src.squeezed and max(src.squeezed) >= buf.ndim - 1:
-        return False
-    # the TMA swizzles by shared-address bits, repeating every 8 rows: every box (one per stage and
-    # 128-byte column block) must start on that period for the pattern to be the layout's
-    if dst.buffer.shape[0] % 8:
         return False
     return SharedLayout.tma_compatible(dst.buffer.shape, buf.dtype)
 
