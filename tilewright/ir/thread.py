@@ -146,6 +146,66 @@ class MbarrierWait(Stmt):
 
 
 @dataclass(eq=False)
+class MbarrierArrive(Stmt):
+    """The executing threads arrive on mbarrier ``bar[index]``: ``count`` arrivals per executing
+    thread (or, with ``elected``, by one elected thread of the executing set).  With
+    ``expect_tx`` (bytes) the arrival also raises the phase's expected transaction count
+    (``mbarrier.arrive.expect_tx``): the phase then completes once both the arrivals and that many
+    bytes of asynchronous copies have landed."""
+
+    bar: Buffer
+    index: Any
+    count: int = 1
+    expect_tx: Any = None
+    elected: bool = False
+    loc: Any = None
+
+
+@dataclass(eq=False)
+class MbarrierExpectTx(Stmt):
+    """Raise the expected transaction bytes of the current phase of ``bar[index]`` by ``nbytes``
+    without arriving (``mbarrier.expect_tx``); issued by one elected thread of the executing set."""
+
+    bar: Buffer
+    index: Any
+    nbytes: Any
+    loc: Any = None
+
+
+@dataclass(eq=False)
+class NamedBarrier(Stmt):
+    """Hardware named barrier ``barrier_id`` (1..15 on NVIDIA; 0 is ``__syncthreads``) over
+    ``count`` threads (a multiple of the warp size).  ``arrive_only``: the executing threads
+    arrive without waiting (``bar.arrive``, a producer signalling consumers); otherwise they
+    arrive and wait until ``count`` threads have arrived (``bar.sync``).  Orders shared memory
+    among the threads that sync on it."""
+
+    barrier_id: Any
+    count: int
+    arrive_only: bool = False
+    loc: Any = None
+
+
+@dataclass(eq=False)
+class SetMaxNReg(Stmt):
+    """``setmaxnreg.{inc,dec}.sync.aligned.u32 count``: the executing warpgroup's per-thread
+    register budget becomes ``count`` (24..256, a multiple of 8).  sm_90a only; every warp of the
+    warpgroup executes it together."""
+
+    count: int
+    increase: bool
+    loc: Any = None
+
+
+@dataclass(eq=False)
+class FenceProxyAsync(Stmt):
+    """``fence.proxy.async.shared::cta``: orders the executing threads' generic-proxy shared-memory
+    writes before later async-proxy accesses (TMA stores, wgmma operand reads) of the same data."""
+
+    loc: Any = None
+
+
+@dataclass(eq=False)
 class LoadMatrix(Stmt):
     """ldmatrix: the warp loads ``num`` (1, 2, 4) 8x8 matrices of 16-bit elements from shared memory.
     Lane ``l`` supplies ``src_index`` = the element offset of row ``l % 8`` of matrix ``l // 8``.
@@ -178,13 +238,20 @@ class MatrixMultiply(Stmt):
 
 @dataclass(eq=False)
 class AtomicRMW(Stmt):
-    """``buffer[index] = op(buffer[index], value)`` atomically (op: add, max, min)."""
+    """``buffer[index] = op(buffer[index], value)`` atomically (op: add, max, min, and, or, xor,
+    exch).  ``scope`` is the set of threads the atomicity and ordering hold for ("gpu", "cta",
+    "sys"); ``order`` the memory order ("relaxed", "acquire", "release", "acq_rel", "seq_cst").
+    With ``result`` (a local buffer and element offset) the value before the update is stored
+    there."""
 
     op: str
     buffer: Buffer
     index: Any
     value: Any
     loc: Any = None
+    scope: str = "gpu"
+    order: str = "relaxed"
+    result: Any = None  # (local Buffer, index) or None
 
 
 @dataclass(eq=False)
