@@ -467,7 +467,7 @@ class Translator:
                 raise CompileError("a serial/pipelined loop binds one name", self.loc(s))
             start, stop = E.as_expr(it.start), E.as_expr(it.stop)
             extent = stop - start
-            from ..passes.analysis import is_nonnegative
+            from ..ir.analysis import is_nonnegative
 
             # a loop starting below zero makes its variable signed (floor division must then be exact)
             v = E.Var(self.b.fresh(names[0]), "int32", kind="loop" if is_nonnegative(start) else "sloop")

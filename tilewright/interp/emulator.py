@@ -61,10 +61,10 @@ from ..ir import dtype as dt
 from ..ir import expr as E
 from ..ir import thread as th
 from ..ir import tile as t
+from ..ir.analysis import is_nonnegative
 from ..ir.printer import expr_str, print_stmt
 from ..ir.thread_printer import thread_stmt_lines
 from ..ir.visitor import walk, walk_expr
-from ..passes.analysis import is_nonnegative
 from .bind import check_array, given_dyn, require_bound
 from .tile import InterpError, OutOfBoundsError
 

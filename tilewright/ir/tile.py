@@ -65,10 +65,16 @@ class Buffer:
         return n
 
     # kernel-code conveniences ------------------------------------------------------------
-    def __getitem__(self, idx):
-        from ..frontend.regions import subscript
+    # What ``buf[i, j]`` means in kernel source (a ``Load``, or a ``Region`` when a slice is
+    # involved) is the frontend's rule; the frontend installs it here when imported, so that the
+    # IR never imports the layer above it.
+    subscript_rule = None
 
-        return subscript(self, idx)
+    def __getitem__(self, idx):
+        rule = Buffer.subscript_rule
+        if rule is None:
+            raise TypeError(f"subscripting buffer {self.name} needs the frontend: import tilewright first")
+        return rule(self, idx)
 
     def __repr__(self) -> str:
         return f"Buffer({self.name}, {self.shape}, {self.dtype}, {self.scope})"
