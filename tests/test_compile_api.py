@@ -7,24 +7,12 @@ import os
 
 import numpy as np
 import pytest
+from toolchains import needs_nvrtc
 
 import tilewright
 import tilewright.language as T
 from tilewright import compiler
 from tilewright.kernels import matmul, softmax
-
-
-def _nvrtc_available() -> bool:
-    try:
-        from tilewright.toolchain.nvrtc import nvrtc_version
-
-        nvrtc_version()
-        return True
-    except Exception:  # noqa: BLE001
-        return False
-
-
-needs_nvrtc = pytest.mark.skipif(not _nvrtc_available(), reason="NVRTC wheel not installed")
 
 
 def test_interpret_out_idx_numpy():
