@@ -91,9 +91,7 @@ def compile(func, out_idx=None, target="auto", pass_configs=None, optimize_level
     if execution_backend not in (None, "emulator", "interpret"):
         raise CompileError(f"unknown execution_backend {execution_backend!r}; use None or 'emulator'")
     outs = _normalize_out_idx(func, out_idx)
-    opts = {"optimize_level": optimize_level, "backend": execution_backend or "device"}
-    for k, v in (pass_configs or {}).items():
-        opts[k.value if isinstance(k, enum.Enum) else str(k)] = v  # PassConfigKey members by their value
+    opts = _options(pass_configs, optimize_level, execution_backend)
     opt_key = repr(sorted((k, repr(v)) for k, v in opts.items()))
     memo_key = (id(func), tgt.key(), outs, opt_key)
     hit = _memo_by_obj.get(memo_key)
@@ -109,6 +107,22 @@ def compile(func, out_idx=None, target="auto", pass_configs=None, optimize_level
         _memo_by_obj[memo_key] = kernel
         _memo_by_text[text_key] = kernel
     return kernel
+
+
+def _options(pass_configs, optimize_level: int, execution_backend) -> dict:
+    opts = {"optimize_level": optimize_level, "backend": execution_backend or "device"}
+    for k, v in (pass_configs or {}).items():
+        opts[k.value if isinstance(k, enum.Enum) else str(k)] = v  # PassConfigKey members by their value
+    return opts
+
+
+def kernel_from_spec(func: t.PrimFunc, spec: LaunchSpec, out_idx=None, target="auto", pass_configs=None,
+                     optimize_level: int = 2) -> JITKernel:
+    """A callable GPU kernel around a ``LaunchSpec`` that another process compiled from the same
+    ``func`` and options (the autotuner's compile workers)."""
+    tgt = Target.parse(target)
+    return JITKernel(func, tgt, _normalize_out_idx(func, out_idx), _options(pass_configs, optimize_level, None),
+                     backend="device", spec=spec)
 
 
 def lower(func, target="auto", optimize_level: int = 2):

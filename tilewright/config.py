@@ -44,6 +44,8 @@ KNOBS = {
     "hip_runtime_lib": Knob("TILEWRIGHT_HIP_RUNTIME_LIB", str, "",
                             "Path of libamdhip64 to load (otherwise ROCM_PATH/HIP_PATH, /opt/rocm, the rocm "
                             "packages or a ROCm PyTorch are searched)."),
+    "autotune_workers": Knob("TILEWRIGHT_AUTOTUNE_WORKERS", int, 0,
+                             "Processes compiling autotuning candidates at once (0: one per CPU core, at most 16)."),
 }
 
 
