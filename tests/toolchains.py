@@ -16,3 +16,16 @@ def nvrtc_available() -> bool:
 
 
 needs_nvrtc = pytest.mark.skipif(not nvrtc_available(), reason="NVRTC wheel not installed")
+
+
+def hip_compiler_available() -> bool:
+    try:
+        from tilewright.toolchain.hip import find_hip_compiler
+
+        find_hip_compiler()
+        return True
+    except Exception:  # noqa: BLE001
+        return False
+
+
+needs_hip_compiler = pytest.mark.skipif(not hip_compiler_available(), reason="no HIP device compiler (clang-19)")
