@@ -74,7 +74,8 @@ _UNARY = {"exp": (T.exp, np.exp), "sigmoid": (T.sigmoid, lambda x: 1 / (1 + np.e
 
 def _draw_elementwise(rng):
     return {"n": int(rng.choice(SIZES + (1000, 4097))), "block": int(rng.choice((32, 64, 128, 256, 512))),
-            "threads": int(rng.choice((32, 64, 128, 256))), "dtype": str(rng.choice(("float32", "float16", "bfloat16"))),
+            "threads": int(rng.choice((32, 64, 128, 256))),
+            "dtype": str(rng.choice(("float32", "float16", "bfloat16"))),
             "op": str(rng.choice(("fma", "max", "exp", "sigmoid", "abs", "tanh", "sub"))),
             "style": str(rng.choice(("guard", "copy")))}
 
@@ -250,7 +251,7 @@ def _make_online(p) -> Case:
 
     @T.prim_func
     def online(Q: T.Tensor((bm, D), "float16"), Kt: T.Tensor((S, D), "float16"), V: T.Tensor((S, D), "float16"),
-               O: T.Tensor((bm, D), "float32"), L: T.Tensor((bm,), "float32")):
+               Out: T.Tensor((bm, D), "float32"), L: T.Tensor((bm,), "float32")):
         with T.Kernel(1, threads=p["threads"]):
             q = T.alloc_shared((bm, D), "float16")
             k_s = T.alloc_shared((bn, D), "float16")
@@ -285,7 +286,7 @@ def _make_online(p) -> Case:
                     l_[i] = l_[i] * sc[i] + rs[i]
                 T.copy(s, s16)
                 T.gemm(s16, v_s, o)
-            T.copy(o, O)
+            T.copy(o, Out)
             T.copy(l_, L)
 
     rng = np.random.default_rng(p.get("seed", 0))
