@@ -68,6 +68,11 @@ def plan_gemm(g: t.Gemm, nthreads: int, target, options=None) -> GemmPlan:
     if wg is not None and options.get(WGMMA_OPTION):
         return GemmPlan("wgmma", wg.instr, wg.warpgroups_m, wg.warpgroups_n, policy=policy, a_source=wg.a_source,
                         b_source=SMEM_DESC, wgmma=wg, reason=f"{WGMMA_OPTION} is set")
+    if wg is not None:
+        reason = (f"wgmma is possible ({wg.warpgroups_m}x{wg.warpgroups_n} warpgroups of {wg.instr.name}, A from "
+                  f"{wg.a_source}) but not lowered yet; set {WGMMA_OPTION} to choose it")
+    else:
+        reason = f"no wgmma: {why_not}"
     instrs = target.matrix_instr_for(a_dt, b_dt, c_dt) if not target.is_interpret else []
     k = _k_extent(g)
     for instr in instrs:
@@ -75,11 +80,6 @@ def plan_gemm(g: t.Gemm, nthreads: int, target, options=None) -> GemmPlan:
             continue
         grid = _warp_grid(m, n, nthreads // instr.group_size, instr, policy)
         if grid is not None:
-            if wg is not None:
-                reason = (f"wgmma is possible ({wg.warpgroups_m}x{wg.warpgroups_n} warpgroups of {wg.instr.name}, "
-                          f"A from {wg.a_source}) but not lowered yet; set {WGMMA_OPTION} to choose it")
-            else:
-                reason = f"no wgmma: {why_not}"
             return GemmPlan(instr.family, instr, grid[0], grid[1], policy=policy, a_source=a_source,
                             wgmma=wg, reason=reason)
     if instrs:
@@ -89,7 +89,9 @@ def plan_gemm(g: t.Gemm, nthreads: int, target, options=None) -> GemmPlan:
             f"{instr.group_size} lanes with {instr.name} ({instr.m}x{instr.n}x{instr.k} per instruction)", g.loc,
             hint=f"make M a multiple of {instr.m}*warps_m and N of {instr.n}*warps_n, K a multiple of {instr.k}, "
             "or use fewer threads")
-    return _simt_plan(g, m, n, nthreads, policy)
+    plan = _simt_plan(g, m, n, nthreads, policy)
+    plan.wgmma, plan.reason = wg, f"no matrix instruction for the types; {reason}"
+    return plan
 
 
 def _simt_plan(g, m, n, nthreads, policy) -> GemmPlan:
@@ -108,7 +110,7 @@ def _simt_plan(g, m, n, nthreads, policy) -> GemmPlan:
     if best is None:
         raise CompileError(f"T.gemm tile {m}x{n} cannot be spread over {nthreads} threads", g.loc,
                            hint="use a thread count that divides M*N evenly (e.g. 128 for a 64x64 tile)")
-    return GemmPlan("simt", None, tm=best[1], tn=best[2], policy=policy, reason="no matrix instruction for the types")
+    return GemmPlan("simt", None, tm=best[1], tn=best[2], policy=policy)
 
 
 def _warp_grid(m, n, nwarps, instr, policy):
