@@ -210,6 +210,8 @@ def test_plans_survive_a_node_rebuild_and_a_fresh_node_is_an_internal_error():
         f.plans.gemms[fresh]
     with pytest.raises(InternalError, match="infer_layouts"):
         f.plans.parallel_layouts[t.ParallelFor((), (), t.SeqStmt([]))]
+    with pytest.raises(InternalError, match="infer_layouts"):
+        f.plans.fragment_layouts[t.Buffer("stray", (16, 16), "float32", "fragment")]
 
 
 def test_a_pass_rebuilding_nodes_keeps_their_plans_and_the_code(monkeypatch):
@@ -240,6 +242,9 @@ def test_tile_ir_holds_no_mma_sync_schedule():
         g = [s for s in body if isinstance(s, t.Gemm)][0]
         ml = f.plans.mainloops[g]
         assert (ml.stages, ml.tma) == (3, tma)
+        for ring in (g.a.buffer, g.b.buffer):
+            assert (f.plans.rings[ring].stages, f.plans.rings[ring].tma) == (3, tma)
+            assert f.plans.shared_layouts[ring].tma is tma
         assert isinstance(body[-1], th.Barrier) and body[-3] is g  # gemm; wait for the next slot; barrier
 
 

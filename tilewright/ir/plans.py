@@ -8,9 +8,9 @@ that rebuilt a node (``dataclasses.replace``, a fresh constructor call) silently
   ``Stmt.__post_init__``); ``ir.visitor.rebuild`` and ``map_stmt`` carry it over to the rebuilt
   node, so a rewrite keeps the node's identity for planning purposes;
 * a ``Plans`` record holds one typed map per kind of result.  Node-keyed maps (``PlanMap``) take the
-  node itself and key by its uid; a missing entry is an ``InternalError`` naming the pass that
-  should have produced it.  Maps whose key is a ``Buffer`` (stable objects, never rebuilt) stay
-  plain dicts.
+  node itself and key by its uid; maps whose key is a ``Buffer`` (stable objects, never rebuilt)
+  are dicts keyed by the buffer (``BufferPlans``).  Either way a missing entry is an
+  ``InternalError`` naming the pass that should have produced it.
 
 The plan record types of more than one pass live here too (``GemmPlan``, ``GemmMainloop``), so that
 ``ir`` owns the vocabulary and passes only produce and consume it.
@@ -61,6 +61,19 @@ class PlanMap:
 
     def values(self):
         return self._items.values()
+
+
+class BufferPlans(dict):
+    """A dict from ``Buffer`` to one kind of plan, produced by the pass ``producer``; ``[]`` of a
+    missing buffer is an ``InternalError`` (``get`` and ``in`` work as for any dict)."""
+
+    def __init__(self, what: str, producer: str):
+        super().__init__()
+        self.what, self.producer = what, producer
+
+    def __missing__(self, buf):
+        raise InternalError(f"no {self.what} for buffer {getattr(buf, 'name', buf)} (it should have been recorded "
+                            f"by '{self.producer}')", self.producer, getattr(buf, "loc", None))
 
 
 @dataclass
@@ -124,6 +137,17 @@ class GemmMainloop:
     tma: bool = False
 
 
+@dataclass(frozen=True)
+class PipelineRing:
+    """A shared buffer that ``pipeline_loops`` turned into a ring of ``stages`` slots (a new leading
+    dimension) filled ``stages - 1`` iterations ahead; ``tma``: filled by the tensor memory
+    accelerator, arriving on mbarrier ``barrier`` (one per slot), else by cp.async groups."""
+
+    stages: int
+    tma: bool = False
+    barrier: Any = None
+
+
 @dataclass
 class Plans:
     """Everything passes decide about one function, for later passes and the lowering."""
@@ -131,11 +155,6 @@ class Plans:
     gemms: PlanMap = field(default_factory=lambda: PlanMap("gemm plan", "plan_gemms"))
     mainloops: PlanMap = field(default_factory=lambda: PlanMap("pipelined mainloop", "pipeline_loops"))
     parallel_layouts: PlanMap = field(default_factory=lambda: PlanMap("T.Parallel layout", "infer_layouts"))
-    fragment_layouts: dict = field(default_factory=dict)  # Buffer -> FragmentLayout (infer_layouts)
-    shared_layouts: dict = field(default_factory=dict)  # Buffer -> SharedLayout (infer_layouts)
-
-    def fragment_layout(self, buf):
-        try:
-            return self.fragment_layouts[buf]
-        except KeyError:
-            raise InternalError(f"no layout for fragment {buf.name}", "infer_layouts", buf.loc) from None
+    rings: BufferPlans = field(default_factory=lambda: BufferPlans("pipeline ring", "pipeline_loops"))
+    fragment_layouts: BufferPlans = field(default_factory=lambda: BufferPlans("fragment layout", "infer_layouts"))
+    shared_layouts: BufferPlans = field(default_factory=lambda: BufferPlans("shared layout", "infer_layouts"))

@@ -126,9 +126,9 @@ def infer_layouts(func: t.PrimFunc, ctx) -> t.PrimFunc:
             b = s.buffer
             # ring buffers filled by TMA take the layout the TMA writes (swizzled like the ldmatrix one)
             shared[b] = SharedLayout(b.shape, b.dtype, swizzle=b in gemm_operands and target.vendor == "nvidia",
-                                     tma=bool(b.attrs.get("tma")))
-    func.plans.fragment_layouts = layouts
-    func.plans.shared_layouts = shared
+                                     tma=b in func.plans.rings and func.plans.rings[b].tma)
+    func.plans.fragment_layouts.update(layouts)
+    func.plans.shared_layouts.update(shared)
     return func
 
 

@@ -29,7 +29,8 @@ On targets with a tensor memory accelerator (sm_90), when every such copy is a p
 tensor TMA can describe (``tma_eligible``), the copies become ``mode="tma"``: one thread issues
 bulk tensor loads that arrive on one mbarrier per ring slot, and "wait until the copy for k has
 landed" is a wait on slot k % S's mbarrier for phase parity (k // S) % 2.  The ring buffers are
-marked for the TMA shared layout.  This takes the per-thread copy instructions out of the loop
+recorded in ``func.plans.rings`` (``PipelineRing``: stages, TMA or not, the slot mbarriers), which
+gives TMA-filled ones the TMA shared layout.  This takes the per-thread copy instructions out of the loop
 (on the H200 they, not the bytes, were what cp.async cost a GEMM).  ``tw.disable_tma`` (or
 TileLang's ``tl.disable_tma_lower``) keeps cp.async.
 """
@@ -41,7 +42,7 @@ from ..ir import expr as E
 from ..ir import thread as th
 from ..ir import tile as t
 from ..ir.layout import SharedLayout, tma_boxes
-from ..ir.plans import GemmMainloop
+from ..ir.plans import GemmMainloop, PipelineRing
 from ..ir.visitor import free_vars, map_stmt, rebuild, rewrite_expr, substitute, walk
 
 
@@ -170,20 +171,18 @@ def _pipeline(loop: t.For, func, allocs, restaged, no_prefetch=False, tma=False,
         return serial
 
     use_tma = tma and all(tma_eligible(c) for c in candidates)
+    bar = None
+    if use_tma:
+        bar = t.Buffer(f"{loop.var.name}_mbar", (stages,), "uint64", "shared", loc=loop.loc)
+        arrivals = sum(tma_boxes(c.dst.buffer.shape, c.dst.buffer.dtype)[0] for c in candidates)
     new_bufs = {}
     for c in candidates:
         old = c.dst.buffer
         nb = t.Buffer(old.name, (stages,) + tuple(old.shape), old.dtype, "shared", loc=old.loc)
         nb.attrs.update(old.attrs)
-        nb.attrs["stages"] = stages
-        if use_tma:
-            nb.attrs["tma"] = True
+        plans.rings[nb] = PipelineRing(stages, use_tma, bar)
         new_bufs[old] = nb
         restaged[old] = nb
-    bar = None
-    if use_tma:
-        bar = t.Buffer(f"{loop.var.name}_mbar", (stages,), "uint64", "shared", loc=loop.loc)
-        arrivals = sum(tma_boxes(c.dst.buffer.shape, c.dst.buffer.dtype)[0] for c in candidates)
 
     rel = loop.var - loop.start  # iteration number 0, 1, ...
 
