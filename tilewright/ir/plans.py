@@ -62,6 +62,10 @@ class PlanMap:
     def values(self):
         return self._items.values()
 
+    def items(self):
+        """(uid, plan) pairs."""
+        return self._items.items()
+
 
 class BufferPlans(dict):
     """A dict from ``Buffer`` to one kind of plan, produced by the pass ``producer``; ``[]`` of a
@@ -158,3 +162,22 @@ class Plans:
     rings: BufferPlans = field(default_factory=lambda: BufferPlans("pipeline ring", "pipeline_loops"))
     fragment_layouts: BufferPlans = field(default_factory=lambda: BufferPlans("fragment layout", "infer_layouts"))
     shared_layouts: BufferPlans = field(default_factory=lambda: BufferPlans("shared layout", "infer_layouts"))
+
+    def summary(self) -> str:
+        """A readable listing (written to ``plans.txt`` by ``TILEWRIGHT_DUMP_DIR``)."""
+        lines = []
+        for uid, p in self.gemms.items():
+            unit = "warpgroups" if p.family == "wgmma" else "waves" if p.family in ("mfma", "wmma") else "warps"
+            grid = f"{p.tm}x{p.tn} threads" if p.family == "simt" else f"{p.warps_m}x{p.warps_n} {unit}"
+            name = p.instr.name if p.instr is not None else "scalar FMA"
+            lines.append(f"gemm #{uid}: {p.family} {name}, {grid} ({p.policy}), A {p.a_source}, B {p.b_source}"
+                         + (f"; {p.reason}" if p.reason else ""))
+        for uid, ml in self.mainloops.items():
+            lines.append(f"mainloop of gemm #{uid}: {ml.stages} stages{' (TMA)' if ml.tma else ''}, slot {ml.slot}")
+        for buf, ring in self.rings.items():
+            lines.append(f"ring {buf.name}: {ring.stages} stages, filled by {'TMA' if ring.tma else 'cp.async'}")
+        for buf, lay in self.fragment_layouts.items():
+            lines.append(f"fragment {buf.name}: {lay}")
+        for buf, lay in self.shared_layouts.items():
+            lines.append(f"shared {buf.name}: {lay}")
+        return "\n".join(lines) + "\n"

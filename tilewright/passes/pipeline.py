@@ -61,6 +61,8 @@ def run_pipeline(func: t.PrimFunc, ctx: PassContext):
             raise InternalError(f"{type(e).__name__}: {e}", p.__name__) from e
         if ctx.dump is not None:
             ctx.dump(f"after_{p.__name__}.py", print_func(work))
+    if ctx.dump is not None:
+        ctx.dump("plans.txt", work.plans.summary())
     kernel = work
     for name, step in (("lower_to_threads", lambda f: lower_to_threads(f, ctx)), ("simplify_ranges", simplify_ranges)):
         try:
