@@ -163,9 +163,10 @@ def test_dump_dir_writes_ir_after_every_pass_and_the_source(tmp_path, monkeypatc
     tilewright.compile(f, target="hip -arch=gfx942", execution_backend="emulator")
     files = set(os.listdir(tmp_path / f.name))
     for name in ("after_pipeline_loops.py", "after_expand_tile_ops.py", "after_infer_layouts.py",
-                 "after_insert_barriers.py", "thread_ir.txt", "kernel.hip"):
+                 "after_insert_barriers.py", "plans.txt", "thread_ir.txt", "kernel.hip"):
         assert name in files, files
     assert "T.prim_func" in (tmp_path / f.name / "after_pipeline_loops.py").read_text()
+    assert "mfma" in (tmp_path / f.name / "plans.txt").read_text()
 
 
 def test_fp8_gemm_on_amd_uses_mfma_and_emulates_correctly():

@@ -20,6 +20,7 @@ class PassConfigKey(str, enum.Enum):
     TL_CONFIG_INDEX_BITWIDTH = "tl.config_index_bitwidth"
     TW_DISABLE_GEMM_PREFETCH = "tw.disable_gemm_prefetch"
     TW_DISABLE_TMA = "tw.disable_tma"
+    TW_ENABLE_WGMMA = "tw.enable_wgmma"
     TW_MIN_BLOCKS_PER_SM = "tw.min_blocks_per_sm"
 
 

@@ -19,6 +19,7 @@ from typing import Any
 from ..errors import SourceLocation
 from . import dtype as dt
 from .expr import Expr, Load, Var, as_expr, const_value
+from .plans import Plans, new_uid
 
 SCOPES = ("global", "shared", "fragment", "local", "var")
 
@@ -130,7 +131,13 @@ def same_dims(a, b) -> bool:
 
 
 class Stmt:
+    """Base of every statement node.  ``uid`` (assigned at construction, carried over by
+    ``ir.visitor.rebuild``) is the key of the node's entries in ``ir.plans.Plans``."""
+
     loc: SourceLocation | None = None
+
+    def __post_init__(self):
+        self.uid = new_uid()
 
 
 @dataclass(eq=False)
@@ -249,29 +256,6 @@ class Gemm(Stmt):
 
 
 @dataclass(eq=False)
-class GemmPrefetch(Stmt):
-    """Made by ``pipeline_loops`` before a prefetching GEMM mainloop: load the first K step of
-    ``gemm``'s operands from ring slot ``slot`` into registers."""
-
-    gemm: Gemm
-    slot: Any
-    loc: Any = None
-
-
-@dataclass(eq=False)
-class GemmStep(Stmt):
-    """Made by ``pipeline_loops``: one iteration of a prefetching GEMM mainloop; the last K step
-    waits for the copies of ring slot ``next_slot`` (``pending`` groups may stay in flight),
-    synchronizes the block and preloads that slot's first K step."""
-
-    gemm: Gemm
-    next_slot: Any
-    pending: int
-    loc: Any = None
-    wait: Any = None  # the statement that waits for next_slot's copies, when not AsyncWait(pending)
-
-
-@dataclass(eq=False)
 class Reduce(Stmt):
     """``dst = op over dim of src`` (``clear=False`` folds the old ``dst`` in)."""
 
@@ -316,6 +300,7 @@ class PrimFunc:
     dyn_vars: list = field(default_factory=list)  # symbolic dims appearing in param shapes
     attrs: dict = field(default_factory=dict)
     loc: Any = None
+    plans: Plans = field(default_factory=Plans)  # what the passes decided (ir.plans)
 
     def buffer_params(self) -> list:
         return [p for p in self.params if isinstance(p, Buffer)]

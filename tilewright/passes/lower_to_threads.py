@@ -22,7 +22,7 @@ from ..ir import tile as t
 from ..ir.visitor import walk, walk_expr
 from .lower_copy import lower_copy_g2s, lower_copy_tma
 from .lower_exprs import Env, lower_expr
-from .lower_gemm import lower_gemm, lower_gemm_prefetch, lower_gemm_step, prefetch_supported
+from .lower_gemm import lower_gemm, lower_mainloop_body, lower_mainloop_prefetch, mainloop_gemm
 from .lower_parallel import lower_parallel
 from .lower_reduce import lower_reduce
 from .lowering_context import LoweringContext
@@ -165,16 +165,21 @@ class _StmtLowering:
         if isinstance(s, t.For):
             inner = env.child()
             inner.thread_dep = env.thread_dep or _thread_dependent(s.start) or _thread_dependent(s.extent)
+            gemm = mainloop_gemm(ctx, s)  # a pipelined gemm mainloop: the gemm lowering schedules it
+            pre = lower_mainloop_prefetch(ctx, gemm, env) if gemm is not None else []
             saved = ctx.deferred, ctx.loop_prelude
             ctx.deferred, ctx.loop_prelude = [], []
             try:
-                body_stmts = self.stmts(s.body, inner)
+                if gemm is not None:
+                    body_stmts = lower_mainloop_body(ctx, s.body, gemm, inner, self.stmts)
+                else:
+                    body_stmts = self.stmts(s.body, inner)
                 body_stmts = ctx.loop_prelude + body_stmts + ctx.deferred
             finally:
                 ctx.deferred, ctx.loop_prelude = saved
             body = t.SeqStmt(body_stmts) if len(body_stmts) != 1 else body_stmts[0]
-            return [t.For(s.var, lower_expr(ctx, s.start, env), lower_expr(ctx, s.extent, env), body,
-                          "unroll" if s.kind == "unroll" else "serial", loc=s.loc, attrs=dict(s.attrs))]
+            return pre + [t.For(s.var, lower_expr(ctx, s.start, env), lower_expr(ctx, s.extent, env), body,
+                                "unroll" if s.kind == "unroll" else "serial", loc=s.loc, attrs=dict(s.attrs))]
         if isinstance(s, t.ParallelFor):
             e = env.child()
             e.in_parallel = True
@@ -187,21 +192,6 @@ class _StmtLowering:
             raise CompileError("internal: copy not expanded", s.loc)
         if isinstance(s, t.Gemm):
             return lower_gemm(ctx, s, env)
-        if isinstance(s, t.GemmPrefetch):
-            if prefetch_supported(ctx, s.gemm):
-                return lower_gemm_prefetch(ctx, s, env)
-            return []
-        if isinstance(s, t.GemmStep):
-            # register-prefetched copies (targets or copies without cp.async) must land in shared
-            # memory before the step's closing barrier, which the next iteration's reads rely on
-            flushed = []
-            if ctx.deferred:
-                flushed, ctx.deferred[:] = list(ctx.deferred), []
-            wait = self.stmts(s.wait, env) if s.wait is not None else None
-            if prefetch_supported(ctx, s.gemm):
-                return lower_gemm_step(ctx, s, env, flushed, wait)
-            return (lower_gemm(ctx, s.gemm, env) + flushed + (wait if wait is not None else [th.AsyncWait(s.pending)])
-                    + [th.Barrier()])
         if isinstance(s, t.Reduce):
             return lower_reduce(ctx, s, env)
         if isinstance(s, t.Atomic):
