@@ -50,7 +50,7 @@ def _nodes(root, cls):
 
 
 def _source(func, target, **options):
-    from tilewright.compiler import _print
+    from tilewright.compiler import print_source as _print
 
     tgt = Target.parse(target)
     return _print(run_pipeline(func, PassContext(tgt, dict(options))), tgt)

@@ -78,8 +78,9 @@ def judge(case, results) -> Outcome:
         if got.shape != want.shape:
             return Outcome("wrong", f"output {index}: shape {got.shape}, expected {want.shape}")
         unwritten = ~np.isfinite(got) & np.isfinite(want)
-        if np.issubdtype(np.asarray(case.args[index]).dtype, np.integer):
-            unwritten = got == -12345
+        out_dtype = np.asarray(case.args[index]).dtype
+        if np.issubdtype(out_dtype, np.integer):
+            unwritten = got == np.iinfo(out_dtype).min
         if unwritten.any():
             where = tuple(int(v) for v in np.argwhere(unwritten)[0])
             return Outcome("wrong", f"output {index}: {int(unwritten.sum())} elements never written (first {where})")

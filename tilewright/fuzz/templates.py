@@ -45,10 +45,14 @@ def _rand(rng, shape, dtype, lo=-1.0, hi=1.0):
     return x.astype(dt.to_numpy(dtype))
 
 
+def sentinel(dtype: str):
+    """The value outputs start with: NaN, or the most negative integer (never a template's result)."""
+    nd = np.dtype(dt.to_numpy(dtype))
+    return np.iinfo(nd).min if np.issubdtype(nd, np.integer) else np.nan
+
+
 def _poison(shape, dtype):
-    if dtype.startswith("int"):
-        return np.full(shape, -12345, dtype=dt.to_numpy(dtype))
-    return np.full(shape, np.nan, dtype=dt.to_numpy(dtype))
+    return np.full(shape, sentinel(dtype), dtype=dt.to_numpy(dtype))
 
 
 def _f64(x):
