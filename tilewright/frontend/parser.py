@@ -461,7 +461,8 @@ class Translator:
                 raise CompileError(f"T.Parallel has {len(it.extents)} extents but the loop binds {len(names)} names",
                                    self.loc(s))
             vs = tuple(E.Var(self.b.fresh(n), "int32", kind="loop") for n in names)
-            self.run_loop_body(names, vs, s, lambda body: t.ParallelFor(vs, it.extents, body, loc=self.loc(s)))
+            self.run_loop_body(names, vs, s, lambda body: t.ParallelFor(vs, it.extents, body, loc=self.loc(s),
+                                                                      coalesced_width=it.coalesced_width))
         elif isinstance(it, T._LoopSpec):
             if len(names) != 1:
                 raise CompileError("a serial/pipelined loop binds one name", self.loc(s))

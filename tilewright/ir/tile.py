@@ -179,6 +179,7 @@ class ParallelFor(Stmt):
     extents: tuple  # ints
     body: Any
     loc: Any = None
+    coalesced_width: int | None = None  # most elements per vector access (``coalesced_width=``)
 
 
 @dataclass(eq=False)
@@ -218,6 +219,8 @@ class Copy(Stmt):
     loc: Any = None
     mode: str = "sync"
     barrier: Any = None
+    disable_tma: bool = False  # ``T.copy(disable_tma=True)``: never issued as TMA loads
+    coalesced_width: int | None = None  # most elements per vector access
 
 
 @dataclass(eq=False)
@@ -285,6 +288,8 @@ class Atomic(Stmt):
     dst: Region
     value: Any  # Expr (scalar form) or Region (tile form)
     loc: Any = None
+    order: str = "relaxed"  # memory order: relaxed, acquire, release, acq_rel, seq_cst
+    result: Var | None = None  # scalar form: bound to the value before the update, like a LetStmt
 
 
 @dataclass(eq=False)

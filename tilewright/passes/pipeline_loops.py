@@ -159,7 +159,7 @@ def _pipeline(loop: t.For, func, allocs, restaged, no_prefetch=False, tma=False)
     if not candidates:
         return serial
 
-    use_tma = tma and all(tma_eligible(c) for c in candidates)
+    use_tma = tma and all(tma_eligible(c) and not c.disable_tma for c in candidates)
     new_bufs = {}
     for c in candidates:
         old = c.dst.buffer
@@ -196,8 +196,8 @@ def _pipeline(loop: t.For, func, allocs, restaged, no_prefetch=False, tma=False)
         dst = t.Region(nb, (E.as_expr(slot),) + tuple(c.dst.starts), (1,) + tuple(c.dst.extents),
                        (0,) + tuple(d + 1 for d in c.dst.squeezed))
         if use_tma:
-            return t.Copy(src, dst, c.loc, mode="tma", barrier=(bar, slot))
-        return t.Copy(src, dst, c.loc, mode="async")
+            return t.Copy(src, dst, c.loc, mode="tma", barrier=(bar, slot), coalesced_width=c.coalesced_width)
+        return t.Copy(src, dst, c.loc, mode="async", disable_tma=c.disable_tma, coalesced_width=c.coalesced_width)
 
     def wait_for(it):
         """Wait until the copies of iteration ``it`` have landed (before the block barrier)."""
@@ -291,7 +291,7 @@ def _subst_stmt(s, mapping):
 
     if isinstance(s, t.Copy):
         bar = None if s.barrier is None else (s.barrier[0], substitute(s.barrier[1], mapping))
-        return t.Copy(sub_region(s.src), sub_region(s.dst), s.loc, s.mode, bar)
+        return t.Copy(sub_region(s.src), sub_region(s.dst), s.loc, s.mode, bar, s.disable_tma, s.coalesced_width)
     if isinstance(s, t.IfThenElse):
         return t.IfThenElse(substitute(s.cond, mapping), s.then_body, s.else_body, s.loc)
     return None
@@ -315,7 +315,8 @@ def _restage(stmt, new_bufs: dict, slot):
 
     def f(s):
         if isinstance(s, t.Copy):
-            return t.Copy(fix_region(s.src), fix_region(s.dst), s.loc, s.mode, s.barrier)
+            return t.Copy(fix_region(s.src), fix_region(s.dst), s.loc, s.mode, s.barrier, s.disable_tma,
+                          s.coalesced_width)
         if isinstance(s, t.Gemm):
             return t.Gemm(fix_region(s.a), fix_region(s.b), fix_region(s.c), s.trans_a, s.trans_b, s.policy,
                           s.clear_accum, s.k_pack, s.loc)
@@ -323,7 +324,7 @@ def _restage(stmt, new_bufs: dict, slot):
             return t.Fill(fix_region(s.dst), fix_expr(s.value), s.loc)
         if isinstance(s, t.Atomic):
             v = fix_region(s.value) if isinstance(s.value, t.Region) else fix_expr(s.value)
-            return t.Atomic(s.op, fix_region(s.dst), v, s.loc)
+            return t.Atomic(s.op, fix_region(s.dst), v, s.loc, s.order, s.result)
         if isinstance(s, t.BufferStore):
             if s.buffer in new_bufs:
                 return t.BufferStore(new_bufs[s.buffer], (slot,) + tuple(fix_expr(i) for i in s.indices),
