@@ -65,7 +65,7 @@ from ..ir.printer import expr_str, print_stmt
 from ..ir.thread_printer import thread_stmt_lines
 from ..ir.visitor import walk, walk_expr
 from ..passes.analysis import is_nonnegative
-from .bind import check_array, given_dyn, require_bound
+from .bind import check_array, given_dyn, require_bound, strided_span
 from .tile import InterpError, OutOfBoundsError
 
 __all__ = [
@@ -177,6 +177,9 @@ def _bind_args(kernel: th.ThreadKernel, args: list, dyn: dict | None):
     for p, a in zip(params, args):
         if isinstance(p, t.Buffer):
             check_array(p, a, dyn_vals)
+            if p.attrs.get("explicit_strides"):  # T.Tensor(strides=...): addressed through its own strides
+                globals_[p] = strided_span(a)
+                continue
             if not a.flags.c_contiguous:
                 raise ArgumentError(f"argument {p.name} must be C-contiguous (it is written in place)")
             globals_[p] = a.reshape(-1)

@@ -172,7 +172,8 @@ def print_func(f) -> str:
     params = []
     for prm in f.params:
         if isinstance(prm, Buffer):
-            params.append(f"{prm.name}: T.Tensor({_shape_str(prm.shape)}, {prm.dtype!r})")
+            strides = f", strides={_shape_str(prm.strides)}" if prm.attrs.get("explicit_strides") else ""
+            params.append(f"{prm.name}: T.Tensor({_shape_str(prm.shape)}, {prm.dtype!r}{strides})")
         else:
             params.append(f"{prm.name}: T.{prm.dtype}")
     p.emit(0, "@T.prim_func")

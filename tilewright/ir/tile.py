@@ -74,6 +74,28 @@ class Buffer:
         return f"Buffer({self.name}, {self.shape}, {self.dtype}, {self.scope})"
 
 
+def stride_mismatch(buf: Buffer, strides: tuple, bound: dict) -> str | None:
+    """For a parameter declared with ``T.Tensor(strides=...)``: None when an argument's element
+    ``strides`` fit the declared ones (size-1 dimensions excepted), binding symbolic strides into
+    ``bound``; otherwise what is wrong (the caller names the argument).  The one copy of this rule
+    for the GPU runtime and the CPU backends."""
+    if not buf.attrs.get("explicit_strides"):
+        return None
+    for d, (want, got, n) in enumerate(zip(buf.strides, strides, buf.shape)):
+        got = int(got)
+        if isinstance(want, Var):
+            if not 0 < got < 2**31:
+                return f"has stride {got} in dimension {d}; the kernel needs a positive stride that fits in int32"
+            if bound.setdefault(want, got) != got:
+                return (f"has stride {got} in dimension {d}, but the symbolic stride {want.name} was already bound "
+                        f"to {bound[want]}")
+        elif want != got and n != 1:
+            declared = ", ".join(getattr(x, "name", str(x)) for x in buf.strides)
+            return (f"has strides {tuple(int(x) for x in strides)} (elements), the kernel expects ({declared}) "
+                    "(T.Tensor(strides=...)); pass a tensor with those strides")
+    return None
+
+
 def row_major_strides(shape) -> tuple:
     strides = []
     acc: Any = 1

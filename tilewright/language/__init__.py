@@ -87,13 +87,26 @@ def _no_effect(argument: str, why: str, todo: str) -> None:
 
 
 class Tensor:
-    """Parameter annotation ``A: T.Tensor((M, K), "float16")`` (``T.Buffer`` is the same)."""
+    """Parameter annotation ``A: T.Tensor((M, K), "float16")`` (``T.Buffer`` is the same).
+
+    ``strides=`` (elements, one per dimension: positive ints or ``T.dynamic`` names) addresses the
+    tensor with those strides instead of row-major ones; arguments must have exactly those strides
+    (a symbolic stride is read from the argument)."""
 
     def __init__(self, shape, dtype="float32", strides=None):
         if isinstance(shape, (_builtins.int, PrimExpr)):
             shape = (shape,)
         self.shape = tuple(shape)
         self.dtype = _dt.canon(dtype)
+        if strides is not None:
+            strides = (strides,) if isinstance(strides, (_builtins.int, PrimExpr)) else tuple(strides)
+            if len(strides) != len(self.shape):
+                raise _b.error(f"T.Tensor(strides={strides!r}) gives {len(strides)} strides for "
+                               f"{len(self.shape)} dimensions", hint="give one stride (in elements) per dimension")
+            for s in strides:
+                is_int = isinstance(s, _builtins.int) and not isinstance(s, _builtins.bool)
+                if not (isinstance(s, Var) or is_int and s > 0):
+                    raise _b.error(f"T.Tensor(strides=...) entries must be positive ints or T.dynamic names, got {s!r}")
         self.strides = strides
 
     def __class_getitem__(cls, item):

@@ -321,7 +321,9 @@ def _fast_spec(params) -> list:
 
     out = []
     for p in params:
-        if isinstance(p, t.Buffer):
+        if isinstance(p, t.Buffer) and p.attrs.get("explicit_strides"):
+            out.append(("scalar", "other", None))  # strides are checked on the general path
+        elif isinstance(p, t.Buffer):
             out.append(("buffer", to_torch_dtype(p.dtype), tuple(p.shape)))
         elif p.dtype in ("int32", "int64"):
             out.append(("scalar", "int", None))
