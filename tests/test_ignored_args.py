@@ -480,3 +480,22 @@ def test_honoured_pass_configs_do_not_warn():
 def test_jit_arguments_without_effect_warn():
     with pytest.warns(TilewrightWarning, match=r"argument debug_root_path= has no effect"):
         tilewright.jit(out_idx=[-1], debug_root_path="/tmp/x")
+
+
+def test_alloc_scope_other_than_the_calls_own_is_refused(rng):
+    with pytest.raises(CompileError, match=r"T\.alloc_shared\(scope='local'\) is not supported"):
+        @T.prim_func
+        def kern(X: T.Tensor((64,), "float32")):
+            with T.Kernel(1, threads=64):
+                T.alloc_shared((64,), "float32", scope="local")
+
+    @T.prim_func
+    def fine(X: T.Tensor((64,), "float32"), Y: T.Tensor((64,), "float32")):
+        with T.Kernel(1, threads=64):
+            S = T.alloc_shared((64,), "float32", scope="shared")
+            T.copy(X, S)
+            T.copy(S, Y)
+
+    x, y = rand(rng, (64,)), poisoned((64,))
+    build(fine, "interpret", None)(x, y)
+    close(y, f64(x), 0, 0)

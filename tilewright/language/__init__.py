@@ -290,19 +290,32 @@ def _alloc(shape, dtype, scope, name):
     return buf
 
 
+def _check_scope(call: str, scope, allowed: tuple) -> None:
+    """TileLang's ``scope=`` names; another scope would put the buffer somewhere else."""
+    if scope not in allowed:
+        takes = " or ".join(map(repr, allowed))
+        raise _b.error(f"{call}(scope={scope!r}) is not supported here; it takes scope {takes}",
+                       hint="use the T.alloc_* call of the memory you want (alloc_shared, alloc_fragment, "
+                       "alloc_local, alloc_var)")
+
+
 def alloc_shared(shape, dtype, scope="shared.dyn"):
+    _check_scope("T.alloc_shared", scope, ("shared.dyn", "shared"))
     return _alloc(shape, dtype, "shared", "shared")
 
 
 def alloc_fragment(shape, dtype, scope="local.fragment"):
+    _check_scope("T.alloc_fragment", scope, ("local.fragment",))
     return _alloc(shape, dtype, "fragment", "frag")
 
 
 def alloc_local(shape, dtype, scope="local"):
+    _check_scope("T.alloc_local", scope, ("local",))
     return _alloc(shape, dtype, "local", "local")
 
 
 def alloc_var(dtype, init=None, scope="local.var"):
+    _check_scope("T.alloc_var", scope, ("local.var",))
     b = _b.current()
     if b.kernel is None:
         raise _b.error("T.alloc_var must be called inside `with T.Kernel(...)`")

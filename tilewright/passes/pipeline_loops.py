@@ -78,6 +78,8 @@ def _defined_in(body) -> set:
             out.add(s.var)
         elif isinstance(s, t.ParallelFor):
             out.update(s.vars)
+        elif isinstance(s, t.Atomic) and s.result is not None:  # return_prev binds a value
+            out.add(s.result)
 
     walk(body, f)
     return out
