@@ -499,3 +499,29 @@ def test_alloc_scope_other_than_the_calls_own_is_refused(rng):
     x, y = rand(rng, (64,)), poisoned((64,))
     build(fine, "interpret", None)(x, y)
     close(y, f64(x), 0, 0)
+
+
+def test_compile_target_host_warns():
+    with pytest.warns(TilewrightWarning, match=r"argument target_host= has no effect"):
+        tilewright.compile(small_copy(), target=CUDA, execution_backend="emulator", target_host="llvm")
+
+
+@pytest.mark.parametrize("target,backend", BACKENDS, ids=BACKEND_IDS)
+def test_tile_atomic_memory_order(rng, target, backend):
+    M, N = 64, 32
+
+    @T.prim_func
+    def kern(X: T.Tensor((M, N), "float32"), Y: T.Tensor((M, N), "float32")):
+        with T.Kernel(2, threads=128):
+            X_f = T.alloc_fragment((M, N), "float32")
+            T.copy(X, X_f)
+            T.atomic_add(Y, X_f, memory_order="release")
+
+    k = build(kern, target, backend)
+    if backend is not None:
+        atomics = thread_stmts(k, th.AtomicRMW)
+        assert atomics and all(a.order == "release" for a in atomics)
+    x, y = rand(rng, (M, N)), rand(rng, (M, N))
+    y0 = y.copy()
+    k(x, y)
+    close(y, f64(y0) + 2 * f64(x))
