@@ -14,6 +14,7 @@ import os
 import time
 
 from . import config
+from .compat import check_pass_configs
 from .errors import CompileError
 from .frontend.parser import parse_prim_func
 from .ir import tile as t
@@ -92,6 +93,8 @@ def compile(func, out_idx=None, target="auto", pass_configs=None, optimize_level
         raise CompileError(f"unknown execution_backend {execution_backend!r}; use None or 'emulator'")
     outs = _normalize_out_idx(func, out_idx)
     opts = _options(pass_configs, optimize_level, execution_backend)
+    if target_host is not None:
+        _warn_unused("target_host", "the host side is tilewright's own launcher; remove the argument")
     opt_key = repr(sorted((k, repr(v)) for k, v in opts.items()))
     memo_key = (id(func), tgt.key(), outs, opt_key)
     hit = _memo_by_obj.get(memo_key)
@@ -113,6 +116,8 @@ def _options(pass_configs, optimize_level: int, execution_backend) -> dict:
     opts = {"optimize_level": optimize_level, "backend": execution_backend or "device"}
     for k, v in (pass_configs or {}).items():
         opts[k.value if isinstance(k, enum.Enum) else str(k)] = v  # PassConfigKey members by their value
+    if pass_configs:
+        check_pass_configs(opts)
     return opts
 
 
@@ -276,9 +281,22 @@ class _JitFunction:
         return self.builder(*args, **kwargs)
 
 
+def _warn_unused(name: str, why: str) -> None:
+    import warnings
+
+    from .errors import TilewrightWarning
+
+    warnings.warn(f"argument {name}= has no effect in tilewright: {why}", TilewrightWarning, stacklevel=3)
+
+
 def jit(func=None, *, out_idx=None, target="auto", pass_configs=None, optimize_level: int = 2,
-        execution_backend=None, **_ignored):
-    """Decorator for a builder function returning a prim_func; see ``_JitFunction``."""
+        execution_backend=None, **ignored):
+    """Decorator for a builder function returning a prim_func; see ``_JitFunction``.  TileLang's
+    other ``jit`` arguments (``verbose``, ``debug_root_path``, ``compile_flags``...) are accepted
+    with a warning naming them."""
+    for name in ignored:
+        _warn_unused(name, "tilewright.jit reads out_idx, target, pass_configs, optimize_level and "
+                     "execution_backend; remove it")
     def wrap(f):
         return _JitFunction(f, out_idx, target, pass_configs, optimize_level, execution_backend)
 

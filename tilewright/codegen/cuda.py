@@ -29,18 +29,20 @@ template <typename T> __device__ __forceinline__ T tw_floordiv(T a, T b) {
   T q = a / b; return (q * b != a && ((a < 0) != (b < 0))) ? q - 1 : q; }
 template <typename T> __device__ __forceinline__ T tw_floormod(T a, T b) {
   T r = a % b; return (r != 0 && ((r < 0) != (b < 0))) ? r + b : r; }
-__device__ __forceinline__ void tw_atomic_max(float* p, float v) {
+__device__ __forceinline__ float tw_atomic_max(float* p, float v) {
   int* ip = reinterpret_cast<int*>(p); int old = *ip;
   while (__int_as_float(old) < v) {
     int prev = atomicCAS(ip, old, __float_as_int(v)); if (prev == old) break; old = prev; }
+  return __int_as_float(old);
 }
-__device__ __forceinline__ void tw_atomic_min(float* p, float v) {
+__device__ __forceinline__ float tw_atomic_min(float* p, float v) {
   int* ip = reinterpret_cast<int*>(p); int old = *ip;
   while (__int_as_float(old) > v) {
     int prev = atomicCAS(ip, old, __float_as_int(v)); if (prev == old) break; old = prev; }
+  return __int_as_float(old);
 }
-__device__ __forceinline__ void tw_atomic_max(int* p, int v) { atomicMax(p, v); }
-__device__ __forceinline__ void tw_atomic_min(int* p, int v) { atomicMin(p, v); }
+__device__ __forceinline__ int tw_atomic_max(int* p, int v) { return atomicMax(p, v); }
+__device__ __forceinline__ int tw_atomic_min(int* p, int v) { return atomicMin(p, v); }
 __device__ __forceinline__ unsigned tw_smem_addr(const void* p) {
   return static_cast<unsigned>(__cvta_generic_to_shared(p)); }
 """
@@ -208,15 +210,25 @@ class CudaPrinter(Printer):
                      f": {outs} : {ins});")
 
     def atomic(self, s: th.AtomicRMW, d: int) -> None:
+        """A relaxed atomic (atomicAdd and the CAS loops return the old value); a stronger memory
+        order is made with fences of the atomic's scope around it: a release fence before, an
+        acquire fence after (the fence-and-relaxed-atomic patterns of the PTX memory model)."""
         ptr = f"&{self.ref(s.buffer, s.index)}"
         val = self.expr(s.value)
-        if s.op == "add":
-            self.emit(d, f"atomicAdd({ptr}, {val});")
-        else:
-            self.emit(d, f"tw_atomic_{s.op}({ptr}, {val});")
+        call = f"atomicAdd({ptr}, {val})" if s.op == "add" else f"tw_atomic_{s.op}({ptr}, {val})"
+        fence = _CUDA_FENCE[s.scope]
+        if s.order in ("release", "acq_rel", "seq_cst"):
+            self.emit(d, f"{fence};")
+        self.emit(d, f"{call};" if s.result is None else f"{self.ref(*s.result)} = {call};")
+        if s.order in ("acquire", "acq_rel", "seq_cst"):
+            self.emit(d, f"{fence};")
 
     def shuffle(self, e) -> str:
         return f"__shfl_xor_sync(0xffffffffu, {self.expr(e.value)}, {e.mask}, {e.width})"
+
+
+# __threadfence* are fence.sc at their scope: strong enough for every memory order
+_CUDA_FENCE = {"cta": "__threadfence_block()", "gpu": "__threadfence()", "sys": "__threadfence_system()"}
 
 
 def print_cuda(kernel: th.ThreadKernel) -> str:

@@ -427,22 +427,38 @@ class HipPrinter(Printer):
         return target_t, f"tw_bits({target_t}, ({init}))"  # () : tw_bits is a macro
 
     def atomic(self, s: th.AtomicRMW, d: int) -> None:
+        """``__hip_atomic_fetch_*`` with the atomic's memory order and scope; the float32 helpers
+        (relaxed, device scope) get a stronger order from fences around them."""
         ptr = f"&{self.ref(s.buffer, s.index)}"
         val = self.expr(s.value)
         dtype = s.buffer.dtype
+        assign = "" if s.result is None else f"{self.ref(*s.result)} = "
+        scope = _HIP_SCOPE[s.scope]
         if dtype == "float32" and s.op in ("add", "max", "min"):
-            self.emit(d, f"tw_atomic_{s.op}_f32({ptr}, {val});")
+            fence = f'__builtin_amdgcn_fence(__ATOMIC_SEQ_CST, "{_HIP_FENCE_SCOPE[s.scope]}");'
+            if s.order in ("release", "acq_rel", "seq_cst"):
+                self.emit(d, fence)
+            self.emit(d, f"{assign}tw_atomic_{s.op}_f32({ptr}, {val});")
+            if s.order in ("acquire", "acq_rel", "seq_cst"):
+                self.emit(d, fence)
         elif (dtype == "float64" and s.op == "add") or (dt.is_int(dtype) and dt.bits(dtype) >= 32):
             fn = {"add": "__hip_atomic_fetch_add", "max": "__hip_atomic_fetch_max", "min": "__hip_atomic_fetch_min"}
             if s.op not in fn:
                 raise CompileError(f"atomic {s.op} is not supported in the HIP backend")
-            self.emit(d, f"{fn[s.op]}({ptr}, ({self.ctype(dtype)})({val}), __ATOMIC_RELAXED, "
-                         "__HIP_MEMORY_SCOPE_AGENT);")
+            self.emit(d, f"{assign}{fn[s.op]}({ptr}, ({self.ctype(dtype)})({val}), {_HIP_ORDER[s.order]}, "
+                         f"{scope});")
         else:
             raise CompileError(
                 f"atomic {s.op} on {dtype} is not supported in the HIP backend",
                 hint="accumulate in a float32 or int32 buffer",
             )
+
+
+_HIP_ORDER = {"relaxed": "__ATOMIC_RELAXED", "acquire": "__ATOMIC_ACQUIRE", "release": "__ATOMIC_RELEASE",
+              "acq_rel": "__ATOMIC_ACQ_REL", "seq_cst": "__ATOMIC_SEQ_CST"}
+_HIP_SCOPE = {"cta": "__HIP_MEMORY_SCOPE_WORKGROUP", "gpu": "__HIP_MEMORY_SCOPE_AGENT",
+              "sys": "__HIP_MEMORY_SCOPE_SYSTEM"}
+_HIP_FENCE_SCOPE = {"cta": "workgroup", "gpu": "agent", "sys": ""}
 
 
 def print_hip(kernel: th.ThreadKernel) -> str:

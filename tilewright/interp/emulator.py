@@ -65,7 +65,7 @@ from ..ir.analysis import is_nonnegative
 from ..ir.printer import expr_str, print_stmt
 from ..ir.thread_printer import thread_stmt_lines
 from ..ir.visitor import walk, walk_expr
-from .bind import check_array, given_dyn, require_bound
+from .bind import check_array, given_dyn, require_bound, strided_span
 from .tile import InterpError, OutOfBoundsError
 
 __all__ = [
@@ -177,6 +177,9 @@ def _bind_args(kernel: th.ThreadKernel, args: list, dyn: dict | None):
     for p, a in zip(params, args):
         if isinstance(p, t.Buffer):
             check_array(p, a, dyn_vals)
+            if p.attrs.get("explicit_strides"):  # T.Tensor(strides=...): addressed through its own strides
+                globals_[p] = strided_span(a)
+                continue
             if not a.flags.c_contiguous:
                 raise ArgumentError(f"argument {p.name} must be C-contiguous (it is written in place)")
             globals_[p] = a.reshape(-1)
@@ -1494,6 +1497,8 @@ class _Program:
         if op not in ("add", "max", "min"):
             raise where.error(EmulatorError, f"unknown atomic operation {op!r}")
         what = f"atomic {op} on {b.scope} {b.name}"
+        prev_slot = None if s.result is None else self._reg(s.result[0])
+        prev_reg = None if s.result is None else int(E.const_value(s.result[1]))
 
         def atomic(st):
             m = st.mask
@@ -1504,6 +1509,17 @@ class _Program:
             pos = np.broadcast_to(pos, vals.shape)
             if st.races is not None and b.scope == "shared":
                 st.races.access(pos, nd.itemsize, None, where, b.name, st.tid[lanes], atomic=True)
+            if prev_slot is not None:  # return_prev: lanes update one at a time, in lane order
+                regs = st.regs[prev_slot]
+                got = np.broadcast_to(np.asarray(regs[prev_reg], dtype=nd), (st.L,)).copy()
+                for n, (p, x) in enumerate(zip(pos.tolist(), vals)):
+                    got[lanes[n]] = arr[p]
+                    if op == "add":
+                        arr[p] = arr[p] + x
+                    elif not (_is_float_np(nd) and np.isnan(x)):
+                        arr[p] = max(arr[p], x) if op == "max" else min(arr[p], x)
+                regs[prev_reg] = got
+                return
             if op == "add":
                 np.add.at(arr, pos, vals)
             else:

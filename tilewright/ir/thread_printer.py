@@ -36,7 +36,8 @@ def thread_stmt_lines(s) -> list[str]:
 
         return [f"{op(s.d)} = {s.instr.name}({op(s.a)}, {op(s.b)}, {op(s.c)})"]
     if isinstance(s, th.AtomicRMW):
-        return [f"atomic_{s.op}({s.buffer.name}[{expr_str(s.index)}], {expr_str(s.value)})"]
+        call = f"atomic_{s.op}({s.buffer.name}[{expr_str(s.index)}], {expr_str(s.value)}, {s.scope}, {s.order})"
+        return [call if s.result is None else f"{s.result[0].name}[{expr_str(s.result[1])}] = {call}"]
     if isinstance(s, th.Comment):
         return [f"# {s.text}"]
     if isinstance(s, th.MbarrierInit):

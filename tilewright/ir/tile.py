@@ -81,6 +81,28 @@ class Buffer:
         return f"Buffer({self.name}, {self.shape}, {self.dtype}, {self.scope})"
 
 
+def stride_mismatch(buf: Buffer, strides: tuple, bound: dict) -> str | None:
+    """For a parameter declared with ``T.Tensor(strides=...)``: None when an argument's element
+    ``strides`` fit the declared ones (size-1 dimensions excepted), binding symbolic strides into
+    ``bound``; otherwise what is wrong (the caller names the argument).  The one copy of this rule
+    for the GPU runtime and the CPU backends."""
+    if not buf.attrs.get("explicit_strides"):
+        return None
+    for d, (want, got, n) in enumerate(zip(buf.strides, strides, buf.shape)):
+        got = int(got)
+        if isinstance(want, Var):
+            if not 0 < got < 2**31:
+                return f"has stride {got} in dimension {d}; the kernel needs a positive stride that fits in int32"
+            if bound.setdefault(want, got) != got:
+                return (f"has stride {got} in dimension {d}, but the symbolic stride {want.name} was already bound "
+                        f"to {bound[want]}")
+        elif want != got and n != 1:
+            declared = ", ".join(getattr(x, "name", str(x)) for x in buf.strides)
+            return (f"has strides {tuple(int(x) for x in strides)} (elements), the kernel expects ({declared}) "
+                    "(T.Tensor(strides=...)); pass a tensor with those strides")
+    return None
+
+
 def row_major_strides(shape) -> tuple:
     strides = []
     acc: Any = 1
@@ -192,6 +214,7 @@ class ParallelFor(Stmt):
     extents: tuple  # ints
     body: Any
     loc: Any = None
+    coalesced_width: int | None = None  # most elements per vector access (``coalesced_width=``)
 
 
 @dataclass(eq=False)
@@ -231,6 +254,8 @@ class Copy(Stmt):
     loc: Any = None
     mode: str = "sync"
     barrier: Any = None
+    disable_tma: bool = False  # ``T.copy(disable_tma=True)``: never issued as TMA loads
+    coalesced_width: int | None = None  # most elements per vector access
 
 
 @dataclass(eq=False)
@@ -275,6 +300,8 @@ class Atomic(Stmt):
     dst: Region
     value: Any  # Expr (scalar form) or Region (tile form)
     loc: Any = None
+    order: str = "relaxed"  # memory order: relaxed, acquire, release, acq_rel, seq_cst
+    result: Var | None = None  # scalar form: bound to the value before the update, like a LetStmt
 
 
 @dataclass(eq=False)

@@ -110,7 +110,10 @@ def infer_layouts(func: t.PrimFunc, ctx) -> t.PrimFunc:
         drive = _driving(p, layouts)
         if drive is None:
             dtypes = [b.dtype for b in _buffers_in(p)] or ["float32"]
-            drive = StripedLayout(p.extents, nthreads, _vec_for(p.extents, dtypes))
+            vec = _vec_for(p.extents, dtypes)
+            if p.coalesced_width is not None:  # the author's bound on the elements per vector access
+                vec = min(vec, p.coalesced_width)
+            drive = StripedLayout(p.extents, nthreads, vec)
         par_layouts[p] = drive
 
     shared = {}

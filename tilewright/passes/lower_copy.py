@@ -55,6 +55,8 @@ def lower_copy_g2s(ctx: LoweringContext, s: t.Copy, env: Env) -> list:
     src_l = t.Region(src.buffer, src_starts, src.extents, src.squeezed)
     dst_l = t.Region(dst.buffer, dst_starts, dst.extents, dst.squeezed)
     v = _chunk_width(ctx, src, src_starts, shape)
+    if s.coalesced_width is not None:  # the author's bound on the vector width
+        v = min(v, s.coalesced_width)
     esize = dt.nbytes(src.buffer.dtype)
     same_type = src.buffer.dtype == dst.buffer.dtype
     use_async = ctx.target.has("cp.async") and same_type and v * esize in (4, 8, 16)

@@ -15,7 +15,7 @@ Shared memory over the target's budget is refused with a hint.
 
 from __future__ import annotations
 
-from ..errors import CompileError
+from ..errors import CompileError, InternalError
 from ..ir import expr as E
 from ..ir import thread as th
 from ..ir import tile as t
@@ -241,15 +241,53 @@ class _StmtLowering:
         return [st]
 
     def atomic(self, s: t.Atomic, env: Env) -> list:
+        """One ``AtomicRMW`` with the scope of the memory (a shared buffer is the block's) and the
+        memory order asked for.  With ``return_prev`` the previous value lands in a register that
+        ``s.result`` reads from for the statements that follow; a block-uniform atomic (done by
+        thread 0 only) broadcasts that value to every thread through shared memory."""
         ctx = self.ctx
         if isinstance(s.value, t.Region):
-            raise CompileError("internal: tile atomic not expanded", s.loc)
+            raise InternalError("tile atomic not expanded", "lower_to_threads", s.loc)
         idx = tuple(lower_expr(ctx, i, env, s.loc) for i in s.dst.starts)
         fb, off = ctx.flat_access(s.dst.buffer, idx)
-        op = th.AtomicRMW(s.op, fb, off, lower_expr(ctx, s.value, env, s.loc), loc=s.loc)
+        out: list = []
+        result = None
+        if s.result is not None:
+            prev = ctx.local_buffer(ctx.fresh(s.result.name), 1, s.dst.buffer.dtype)
+            out.append(th.LocalDecl(prev, loc=s.loc))
+            result = (prev, E.as_expr(0))
+        op = th.AtomicRMW(s.op, fb, off, lower_expr(ctx, s.value, env, s.loc), loc=s.loc,
+                          scope="cta" if fb.scope == "shared" else "gpu", order=s.order, result=result)
         if env.in_parallel:
-            # one replica of a replicated loop position performs the update
-            return [op] if env.replica_guard is None else [t.IfThenElse(env.replica_guard, op, None, loc=s.loc)]
-        if not env.thread_dep and not _uses_thread(s):
-            return [t.IfThenElse(ctx.tid == 0, op, None, loc=s.loc)]
-        return [op]
+            if env.replica_guard is None:
+                out.append(op)
+            elif result is not None:
+                raise CompileError(
+                    f"T.atomic_{s.op}(..., return_prev=True) in a T.Parallel loop whose positions are held by "
+                    "several threads each: only one of them performs the update, the others would have no "
+                    "previous value", s.loc,
+                    hint="give each thread its own positions: a loop of at least threads x vector-width positions, "
+                    "T.Parallel(..., coalesced_width=1), or a thread-indexed `if T.get_thread_binding() < n:`")
+            else:
+                out.append(t.IfThenElse(env.replica_guard, op, None, loc=s.loc))
+        elif not env.thread_dep and not _uses_thread(s):
+            # a block-uniform scalar atomic happens once, in thread 0
+            if result is None:
+                out.append(t.IfThenElse(ctx.tid == 0, op, None, loc=s.loc))
+            else:
+                out += self._broadcast_from_thread0(op, result[0], s.loc)
+        else:
+            out.append(op)
+        if s.result is not None:
+            env.sym[s.result] = E.Load(result[0], (E.as_expr(0),))
+        return out
+
+    def _broadcast_from_thread0(self, op: th.AtomicRMW, prev: t.Buffer, loc) -> list:
+        """Thread 0 performs ``op`` and every thread receives its previous value (``prev``)."""
+        ctx = self.ctx
+        ctx.begin_scratch()
+        slot = ctx.alloc_scratch(ctx.fresh("prev_bcast"), 1, prev.dtype)
+        zero = E.as_expr(0)
+        in_thread0 = t.SeqStmt([op, t.BufferStore(slot, (zero,), E.Load(prev, (zero,)), loc=loc)])
+        return [ctx.scratch_decl(slot), th.Barrier(loc=loc), t.IfThenElse(ctx.tid == 0, in_thread0, None, loc=loc),
+                th.Barrier(loc=loc), t.BufferStore(prev, (zero,), E.Load(slot, (zero,)), loc=loc)]

@@ -89,6 +89,8 @@ def _defined_in(body) -> set:
             out.add(s.var)
         elif isinstance(s, t.ParallelFor):
             out.update(s.vars)
+        elif isinstance(s, t.Atomic) and s.result is not None:  # return_prev binds a value
+            out.add(s.result)
 
     walk(body, f)
     return out
@@ -170,7 +172,7 @@ def _pipeline(loop: t.For, func, allocs, restaged, no_prefetch=False, tma=False,
     if not candidates:
         return serial
 
-    use_tma = tma and all(tma_eligible(c) for c in candidates)
+    use_tma = tma and all(tma_eligible(c) and not c.disable_tma for c in candidates)
     bar = None
     if use_tma:
         bar = t.Buffer(f"{loop.var.name}_mbar", (stages,), "uint64", "shared", loc=loop.loc)
@@ -205,8 +207,8 @@ def _pipeline(loop: t.For, func, allocs, restaged, no_prefetch=False, tma=False,
         dst = t.Region(nb, (E.as_expr(slot),) + tuple(c.dst.starts), (1,) + tuple(c.dst.extents),
                        (0,) + tuple(d + 1 for d in c.dst.squeezed))
         if use_tma:
-            return t.Copy(src, dst, c.loc, mode="tma", barrier=(bar, slot))
-        return t.Copy(src, dst, c.loc, mode="async")
+            return t.Copy(src, dst, c.loc, mode="tma", barrier=(bar, slot), coalesced_width=c.coalesced_width)
+        return t.Copy(src, dst, c.loc, mode="async", disable_tma=c.disable_tma, coalesced_width=c.coalesced_width)
 
     def wait_for(it):
         """Wait until the copies of iteration ``it`` have landed (before the block barrier)."""
@@ -301,7 +303,7 @@ def _subst_stmt(s, mapping):
 
     if isinstance(s, t.Copy):
         bar = None if s.barrier is None else (s.barrier[0], substitute(s.barrier[1], mapping))
-        return t.Copy(sub_region(s.src), sub_region(s.dst), s.loc, s.mode, bar)
+        return t.Copy(sub_region(s.src), sub_region(s.dst), s.loc, s.mode, bar, s.disable_tma, s.coalesced_width)
     if isinstance(s, t.IfThenElse):
         return t.IfThenElse(substitute(s.cond, mapping), s.then_body, s.else_body, s.loc)
     return None
@@ -325,14 +327,14 @@ def _restage(stmt, new_bufs: dict, slot):
 
     def f(s):
         if isinstance(s, t.Copy):
-            return t.Copy(fix_region(s.src), fix_region(s.dst), s.loc, s.mode, s.barrier)
+            return rebuild(s, src=fix_region(s.src), dst=fix_region(s.dst))
         if isinstance(s, t.Gemm):
             return rebuild(s, a=fix_region(s.a), b=fix_region(s.b), c=fix_region(s.c))
         if isinstance(s, t.Fill):
-            return t.Fill(fix_region(s.dst), fix_expr(s.value), s.loc)
+            return rebuild(s, dst=fix_region(s.dst), value=fix_expr(s.value))
         if isinstance(s, t.Atomic):
             v = fix_region(s.value) if isinstance(s.value, t.Region) else fix_expr(s.value)
-            return t.Atomic(s.op, fix_region(s.dst), v, s.loc)
+            return rebuild(s, dst=fix_region(s.dst), value=v)
         if isinstance(s, t.BufferStore):
             if s.buffer in new_bufs:
                 return t.BufferStore(new_bufs[s.buffer], (slot,) + tuple(fix_expr(i) for i in s.indices),

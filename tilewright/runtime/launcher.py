@@ -147,7 +147,7 @@ def _fast_spec(params) -> list:
     out = []
     for p in params:
         if isinstance(p, t.Buffer):
-            if tuple(p.strides) != t.row_major_strides(p.shape):
+            if p.attrs.get("explicit_strides"):
                 out.append(("scalar", "other", None))  # declared strides: checked on the general path
                 continue
             out.append(("buffer", to_torch_dtype(p.dtype), tuple(p.shape)))
