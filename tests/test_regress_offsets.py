@@ -76,3 +76,156 @@ def test_odd_width_softmax_is_right(rng, target, M, N, bm):
     x, y = rand(rng, (M, N), lo=-5, hi=5), poisoned((M, N))
     run_thread_kernel(k, [x, y], check_races=True)
     close(y, zoo.softmax_ref(x), rtol=1e-5, atol=1e-7)
+
+
+# ============================================================================================
+# item 5: element offsets past 2^31
+
+
+BIG = 2**31 + 2**20  # elements: past int32 (4 GiB of float16, 8 GiB of float32)
+
+
+def global_offsets(kernel: th.ThreadKernel) -> list:
+    """(buffer name, offset expression) of every global access in the thread code."""
+    from tilewright.ir import expr as E
+    from tilewright.ir.visitor import walk, walk_expr
+
+    found = []
+
+    def on_expr(x):
+        if isinstance(x, E.Load) and x.buffer.scope == "global":
+            found.append((x.buffer.name, x.indices[0]))
+
+    def on_stmt(s):
+        for f in ("indices", "src_index", "dst_index", "index", "value", "cond", "pred"):
+            v = getattr(s, f, None)
+            for x in (v if isinstance(v, tuple) else (v,)):
+                if isinstance(x, E.Expr):
+                    walk_expr(x, on_expr)
+        if isinstance(s, t.BufferStore) and s.buffer.scope == "global":
+            found.append((s.buffer.name, s.indices[0]))
+        for buf, f in (("src", "src_index"), ("dst", "dst_index"), ("buffer", "index")):
+            b = getattr(s, buf, None)
+            if isinstance(s, (th.VecCopy, th.AsyncCopy, th.AtomicRMW)) and b is not None and b.scope == "global":
+                found.append((b.name, getattr(s, f)))
+
+    walk(kernel.body, on_stmt)
+    return found
+
+
+SMALL_STATIC = {
+    "elementwise": lambda: zoo.elementwise(1000, 128),
+    "copy": lambda: zoo.tiled_copy(1000, 500, 128, 64),
+    "gemm": lambda: zoo.matmul(256, 256, 256, 128, 128, 32, "float16", stages=2),
+    "softmax": lambda: softmax(64, 1024, 4),
+    # 2^31 - 2^20 elements: below the limit, and every masked-out position too
+    "copy_near_limit": lambda: zoo.tiled_copy(2**15, 2**16 - 32, 64, 64),
+}
+
+
+@pytest.mark.parametrize("target", [CUDA, "cuda -arch=sm_80", GFX942, GFX1100])
+@pytest.mark.parametrize("name", SMALL_STATIC)
+def test_small_static_shapes_keep_32_bit_offsets(target, name):
+    k = lower(SMALL_STATIC[name](), target)
+    offs = global_offsets(k)
+    assert offs
+    assert all(off.dtype == "int32" for _, off in offs), [(n, str(o)) for n, o in offs if o.dtype != "int32"]
+    assert "long long)" not in _print(k, Target.parse(target))
+
+
+@pytest.mark.parametrize("target", [CUDA, GFX942, GFX1100])
+def test_large_static_tensor_gets_64_bit_offsets(target):
+    k = lower(zoo.elementwise_activation(BIG + 5, 1024), target)  # ragged: the bound check too
+    offs = global_offsets(k)
+    assert {n for n, _ in offs} == {"A", "B", "C"}
+    assert all(off.dtype == "int64" for _, off in offs)
+    src = _print(k, Target.parse(target))
+    assert f"{BIG + 5}LL" in src  # the bound is a 64-bit constant compared in 64 bits
+    assert ")) * 1024LL)" in src  # the block's start: block index (converted to 64 bits) times 1024
+
+
+@pytest.mark.parametrize("target", [CUDA, GFX942])
+def test_dynamic_shape_gets_64_bit_offsets_and_is_right(rng, target):
+    k = lower(zoo.dynamic_rows(64, 16), target)
+    offs = global_offsets(k)
+    assert offs and all(off.dtype == "int64" for _, off in offs)
+    m = 37
+    x, y = rand(rng, (m, 64)), poisoned((m, 64))
+    run_thread_kernel(k, [x, y], check_races=True)
+    close(y, 2.0 * x.astype(np.float64) + m)
+
+
+def gather_rows(rows):
+    """``Y[i, j] = X[row * 4096 + i * 64 + j]`` for a scalar ``row``: a 32-bit offset whose range the
+    compiler cannot bound (X is small and static, so it stays 32-bit)."""
+    import tilewright.language as T
+
+    @T.prim_func
+    def gather(X: T.Tensor((rows * 4096,), "float32"), Y: T.Tensor((64, 64), "float32"), row: T.int32):
+        with T.Kernel(1, threads=128):
+            for i, j in T.Parallel(64, 64):
+                Y[i, j] = X[row * 4096 + i * 64 + j]
+
+    return gather
+
+
+@pytest.mark.parametrize("target", [CUDA, GFX942])
+def test_emulator_flags_32_bit_overflow(rng, target):
+    from tilewright.interp.emulator import EmulatorError
+
+    k = lower(gather_rows(4), target)
+    x = rand(rng, (4 * 4096,))
+    y = poisoned((64, 64))
+    run_thread_kernel(k, [x, y, 3])
+    close(y, x[3 * 4096:4 * 4096].reshape(64, 64).astype(np.float64))
+    # row * 4096 = 2^32 wraps to 0 in a C int: an in-bounds, wrong address.  The emulator evaluates
+    # exactly and refuses instead of reading X[0..4095]
+    with pytest.raises(EmulatorError, match="32-bit integer overflow"):
+        run_thread_kernel(k, [x, poisoned((64, 64)), 2**20])
+
+
+def tail_copy(n, block):
+    """``Y[i] = 2 * X[n - 4 * block + i]``: the last ``4 * block`` elements of a large X."""
+    import tilewright.language as T
+
+    @T.prim_func
+    def tail(X: T.Tensor((n,), "float16"), Y: T.Tensor((4 * block,), "float32")):
+        with T.Kernel(4, threads=128) as bx:
+            for i in T.Parallel(block):
+                Y[bx * block + i] = T.cast(X[n - 4 * block + bx * block + i], "float32") * 2.0
+
+    return tail
+
+
+def test_emulator_reads_past_2_31_elements(tmp_path, rng):
+    """A 4 GiB float16 tensor, as a sparse file (only the pages read are real): the emulator addresses
+    its last elements with 64-bit offsets."""
+    k = lower(tail_copy(BIG, 256), CUDA)
+    assert all(off.dtype == "int64" for n, off in global_offsets(k) if n == "X")
+    x = np.memmap(tmp_path / "big.f16", dtype=np.float16, mode="w+", shape=(BIG,))
+    tail = rand(rng, (1024,), "float16")
+    x[BIG - 1024:] = tail
+    x[:1024] = rand(rng, (1024,), "float16")  # what a wrapped offset would read
+    y = poisoned((1024,))
+    run_thread_kernel(k, [x, y])
+    close(y, 2.0 * tail.astype(np.float64))
+    del x
+
+
+def test_launch_refuses_dynamic_size_past_int32():
+    import tilewright
+    from tilewright.errors import ArgumentError
+    from tilewright.runtime.kernel import _check_dynamic_sizes
+
+    f = zoo.dynamic_rows(64, 16)
+    kern = tilewright.compile(f, target=CUDA, execution_backend="emulator")
+    m = f.dyn_vars[0] if hasattr(f, "dyn_vars") else None
+    with pytest.raises(ArgumentError, match="dimension 0 of argument X.*0..2147483647"):
+        _check_dynamic_sizes(kern.func, {m: 2**31})
+    _check_dynamic_sizes(kern.func, {m: 2**31 - 1})
+    # end to end (the binder refuses it first): 8 GiB of address space, never touched
+    g = zoo.dynamic_rows(1, 16)
+    kern = tilewright.compile(g, target=CUDA, execution_backend="emulator")
+    big = np.empty((2**31, 1), np.float32)
+    with pytest.raises(ArgumentError, match="2147483648"):
+        kern(big, big)

@@ -183,7 +183,8 @@ class JITKernel:
         from ..interp.emulator import run_thread_kernel
 
         arrays, backs = _to_numpy_args(self.params, full)
-        bind_arguments(self.params, self.func.dyn_vars, arrays, kernel_name=self.func.name, device_type=None)
+        bound = bind_arguments(self.params, self.func.dyn_vars, arrays, kernel_name=self.func.name, device_type=None)
+        _check_dynamic_sizes(self.func, bound.dyn)
         run_thread_kernel(self.thread_kernel, arrays)
         _copy_back(backs)
 
@@ -194,6 +195,7 @@ class JITKernel:
             values, dyn, dev = fast
         else:
             values, dyn, dev = self._checked_bind(full)
+            _check_dynamic_sizes(self.func, dyn)
         fn = self._function(dev, vendor)
         if self._static_grid is not None:
             grid = self._static_grid
@@ -396,3 +398,16 @@ def _to_numpy_args(params, full):
 def _copy_back(backs) -> None:
     for src, dst in backs:
         dst[...] = src
+
+
+def _check_dynamic_sizes(func, dyn: dict) -> None:
+    """Refuse a dynamic size the compiled code cannot address: sizes are passed as 32-bit ``int``
+    parameters and the code's index arithmetic is proven against sizes in [0, 2^31 - 1] (see
+    ``passes/offset_width.py``).  Static shapes need no check: the argument must match them."""
+    for var, value in dyn.items():
+        if 0 <= value <= 2**31 - 1:
+            continue
+        where = next((f"dimension {d} of argument {p.name}" for p in func.params if isinstance(p, t.Buffer)
+                      for d, s in enumerate(p.shape) if s is var), "a dynamic size")
+        raise ArgumentError(f"{func.name}: {where} is {value}; the dynamic size {var.name} must lie in "
+                            f"0..{2**31 - 1} for the compiled code (declare a static size to go beyond)")
