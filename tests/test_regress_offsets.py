@@ -229,3 +229,14 @@ def test_launch_refuses_dynamic_size_past_int32():
     big = np.empty((2**31, 1), np.float32)
     with pytest.raises(ArgumentError, match="2147483648"):
         kern(big, big)
+
+
+def test_tma_copy_refuses_a_dimension_past_its_coordinates():
+    from tilewright.errors import CompileError
+    from tilewright.kernels import matmul
+
+    # K = 2^31 + 64 along A's rows: TMA box coordinates are signed 32-bit
+    with pytest.raises(CompileError, match="32-bit coordinates"):
+        lower(matmul(128, 64, 2**31 + 64, 128, 64, 32), CUDA)
+    k = lower(matmul(128, 64, 2**31 + 64, 128, 64, 32), "cuda -arch=sm_80")  # cp.async: 64-bit offsets
+    assert any(off.dtype == "int64" for n, off in global_offsets(k) if n == "A")

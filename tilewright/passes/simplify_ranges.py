@@ -267,8 +267,10 @@ class _Simplifier:
             r = self.rng(v)
             if r is not None:
                 self.ranges[s.var] = r
-            v = fit(v, self.rng)
-            return t.LetStmt(s.var, v if v.dtype == s.var.dtype else E.cast(s.var.dtype, v), s.loc)
+            wide = fit(v, self.rng)
+            # a value that needs 64 bits cannot live in its 32-bit variable: leave it as written (the
+            # emulator flags the overflow) rather than narrow a widened value in silence
+            return t.LetStmt(s.var, wide if wide.dtype == v.dtype else v, s.loc)
         if isinstance(s, t.For):
             start, extent = self.expr(s.start), self.expr(s.extent)
             rs, re_ = self.rng(start), self.rng(extent)
