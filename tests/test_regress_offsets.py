@@ -118,6 +118,14 @@ SMALL_STATIC = {
     "copy": lambda: zoo.tiled_copy(1000, 500, 128, 64),
     "gemm": lambda: zoo.matmul(256, 256, 256, 128, 128, 32, "float16", stages=2),
     "softmax": lambda: softmax(64, 1024, 4),
+    "transpose": lambda: zoo.transpose(300, 200, 64, 32),
+    "convert": lambda: zoo.convert_copy(130, 70, 64, 32),
+    "gemm_int8": lambda: zoo.int8_gemm(70, 50, 96, 64, 32, 32),
+    "splitk_atomic": lambda: zoo.splitk_gemm(90, 80, 128, 64, 64, 32, 2),
+    "online_softmax": lambda: zoo.online_softmax(50, 300, 16, 64),
+    "rmsnorm": lambda: zoo.rmsnorm(37, 256, 8),
+    "column_sum": lambda: zoo.column_sum(333, 100, 64, 32, "peeled"),
+    "attention": lambda: zoo.flash_attention(200, 64, 64, 64),
     # 2^31 - 2^20 elements: below the limit, and every masked-out position too
     "copy_near_limit": lambda: zoo.tiled_copy(2**15, 2**16 - 32, 64, 64),
 }
