@@ -248,6 +248,12 @@ class _Simplifier:
         large = buf.scope == "global" and is_large(buf)
         return fit_index(self.expr(e), self.rng, large)
 
+    def value(self, e, dtype):
+        """A value stored or bound: its offsets and comparisons fitted (see ``index``); arithmetic
+        widened on the way is converted back to ``dtype``, as C converts on assignment."""
+        w = fit(e, self.rng)
+        return w if not isinstance(w, E.Expr) or w.dtype == dtype else E.cast(dtype, w)
+
     def stmt(self, s):
         if s is None:
             return None
@@ -267,10 +273,7 @@ class _Simplifier:
             r = self.rng(v)
             if r is not None:
                 self.ranges[s.var] = r
-            wide = fit(v, self.rng)
-            # a value that needs 64 bits cannot live in its 32-bit variable: leave it as written (the
-            # emulator flags the overflow) rather than narrow a widened value in silence
-            return t.LetStmt(s.var, wide if wide.dtype == v.dtype else v, s.loc)
+            return t.LetStmt(s.var, self.value(v, s.var.dtype), s.loc)
         if isinstance(s, t.For):
             start, extent = self.expr(s.start), self.expr(s.extent)
             rs, re_ = self.rng(start), self.rng(extent)
@@ -287,8 +290,9 @@ class _Simplifier:
                 then_body = self.stmt(s.then_body)
             return t.IfThenElse(fit(c, self.rng), then_body, self.stmt(s.else_body), s.loc)
         if isinstance(s, t.BufferStore):
+            v = self.expr(s.value)
             return t.BufferStore(s.buffer, tuple(self.index(s.buffer, i) for i in s.indices),
-                                 fit(self.expr(s.value), self.rng), s.loc)
+                                 self.value(v, getattr(v, "dtype", None)), s.loc)
         if isinstance(s, (th.VecCopy, th.AsyncCopy)):
             pred = self.expr(s.pred) if s.pred is not None else None
             if isinstance(pred, E.Const):
@@ -306,5 +310,6 @@ class _Simplifier:
         if isinstance(s, th.MbarrierWait):
             return replace(s, index=self.expr(s.index), parity=self.expr(s.parity))
         if isinstance(s, th.AtomicRMW):
-            return replace(s, index=self.index(s.buffer, s.index), value=fit(self.expr(s.value), self.rng))
+            v = self.expr(s.value)
+            return replace(s, index=self.index(s.buffer, s.index), value=self.value(v, v.dtype))
         return s
