@@ -17,6 +17,7 @@ from ..ir import dtype as dt
 from ..ir import tile as t
 from ..ir.expr import Var
 from ..runtime.args import bind_arguments
+from ..runtime.launcher import check_dynamic_sizes
 
 
 class JITKernel:
@@ -183,7 +184,8 @@ class JITKernel:
         from ..interp.emulator import run_thread_kernel
 
         arrays, backs = _to_numpy_args(self.params, full)
-        bind_arguments(self.params, self.func.dyn_vars, arrays, kernel_name=self.func.name, device_type=None)
+        bound = bind_arguments(self.params, self.func.dyn_vars, arrays, kernel_name=self.func.name, device_type=None)
+        check_dynamic_sizes(self.func.name, self.params, bound.dyn)
         run_thread_kernel(self.thread_kernel, arrays)
         _copy_back(backs)
 

@@ -137,6 +137,14 @@ def lower_copy_tma(ctx: LoweringContext, s: t.Copy, env: Env) -> list:
 
     src, dst = s.src, s.dst
     bar, bar_index = s.barrier
+    too_big = [n for n in src.buffer.shape if isinstance(E.const_value(n), int) and E.const_value(n) >= 2**31]
+    if too_big:  # box coordinates are signed 32-bit operands of the instruction
+        from ..errors import CompileError
+
+        raise CompileError(f"T.copy from {src.buffer.name}: a dimension of {too_big[0]} elements is past the "
+                           "tensor memory accelerator's 32-bit coordinates", s.loc,
+                           hint="split the dimension (a reshape to two dimensions), or pipeline the loop on a "
+                           "target without TMA")
     starts = [lower_expr(ctx, x, env) for x in src.starts]
     dst_starts = [lower_expr(ctx, x, env) for x in dst.starts]
     flat_dst = ctx.shared_flat(dst.buffer)

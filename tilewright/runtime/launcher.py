@@ -93,6 +93,7 @@ class Launcher:
                                         "target='interpret' to run on the CPU")
                 dev = ta.device_index
                 break
+        check_dynamic_sizes(spec.func_name, spec.params, bound.dyn)
         values = [v.ptr if not isinstance(p, Var) else v for p, v in zip(spec.params, bound.values)]
         return values, bound.dyn, 0 if dev is None else dev
 
@@ -158,3 +159,16 @@ def _fast_spec(params) -> list:
         else:
             out.append(("scalar", "other", None))  # checked on the general path
     return out
+
+
+def check_dynamic_sizes(func_name: str, params, dyn: dict) -> None:
+    """Refuse a dynamic size the compiled code cannot address: sizes are passed as 32-bit ``int``
+    parameters and the code's index arithmetic is proven against sizes in [0, 2^31 - 1] (see
+    ``passes/offset_width.py``).  Static shapes need no check: the argument must match them."""
+    for var, value in dyn.items():
+        if 0 <= value <= 2**31 - 1:
+            continue
+        where = next((f"dimension {d} of argument {p.name}" for p in params if isinstance(p, t.Buffer)
+                      for d, s in enumerate(p.shape) if s is var), "a dynamic size")
+        raise ArgumentError(f"{func_name}: {where} is {value}; the dynamic size {var.name} must lie in "
+                            f"0..{2**31 - 1} for the compiled code (declare a static size to go beyond)")
