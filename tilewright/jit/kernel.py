@@ -223,9 +223,9 @@ def _to_numpy_args(params, full):
                 raise ArgumentError(f"argument {p.name} is on {a.device}; the CPU backends take CPU tensors or NumPy "
                                     "arrays")
             if a.dtype.is_floating_point and a.element_size() == 2 and str(a.dtype) == "torch.bfloat16":
-                view = a.view(dtype=__import__("torch").int16).numpy().view(dt.to_numpy("bfloat16"))
+                view = a.detach().view(dtype=__import__("torch").int16).numpy().view(dt.to_numpy("bfloat16"))
             else:
-                view = a.numpy()
+                view = a.detach().numpy()
             arrays.append(view)
         elif isinstance(a, np.ndarray):
             arrays.append(a)

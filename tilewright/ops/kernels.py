@@ -1,0 +1,137 @@
+"""The kernels behind ``tilewright.ops``, in tilewright's own language.
+
+Row counts are symbolic (``T.dynamic``): one compiled kernel serves every batch size, which is
+what a model needs (the number of tokens changes from call to call); column counts and the
+reduction length are static, so rows live in registers and loops are fully known.
+"""
+
+from __future__ import annotations
+
+from .. import language as T
+
+ACTIVATIONS = ("none", "relu", "gelu_tanh", "silu")
+
+
+def _activate(x, activation: str):
+    if activation == "relu":
+        return T.max(x, 0.0)
+    if activation == "silu":
+        return x * T.sigmoid(x)
+    if activation == "gelu_tanh":
+        return 0.5 * x * (1.0 + T.tanh(0.7978845608028654 * (x + 0.044715 * x * x * x)))
+    return x
+
+
+def linear(N, K, dtype, out_dtype, trans_a, trans_b, has_bias, activation, block_M, block_N, block_K, stages,
+           threads):
+    """``C[m, N] = act(op(A) @ op(B) + bias)``; A is (K, m) when ``trans_a``, B is (N, K) when ``trans_b``."""
+    M = T.dynamic("m")
+    a_shape = (K, M) if trans_a else (M, K)
+    b_shape = (N, K) if trans_b else (K, N)
+    a_tile = (block_K, block_M) if trans_a else (block_M, block_K)
+    b_tile = (block_N, block_K) if trans_b else (block_K, block_N)
+    bias_len = N if has_bias else 1
+
+    @T.prim_func
+    def linear_kernel(A: T.Tensor(a_shape, dtype), B: T.Tensor(b_shape, dtype), Bias: T.Tensor((bias_len,), dtype),
+                      C: T.Tensor((M, N), out_dtype)):
+        with T.Kernel(T.ceildiv(N, block_N), T.ceildiv(M, block_M), threads=threads) as (bx, by):
+            A_s = T.alloc_shared(a_tile, dtype)
+            B_s = T.alloc_shared(b_tile, dtype)
+            acc = T.alloc_fragment((block_M, block_N), "float32")
+            T.use_swizzle(panel_size=8)
+            T.clear(acc)
+            for k in T.Pipelined(T.ceildiv(K, block_K), num_stages=stages):
+                if trans_a:
+                    T.copy(A[k * block_K, by * block_M], A_s)
+                else:
+                    T.copy(A[by * block_M, k * block_K], A_s)
+                if trans_b:
+                    T.copy(B[bx * block_N, k * block_K], B_s)
+                else:
+                    T.copy(B[k * block_K, bx * block_N], B_s)
+                T.gemm(A_s, B_s, acc, transpose_A=trans_a, transpose_B=trans_b)
+            if has_bias or activation != "none":
+                for i, j in T.Parallel(block_M, block_N):
+                    v = acc[i, j]
+                    if has_bias:
+                        v = v + T.cast(Bias[T.min(bx * block_N + j, N - 1)], "float32")
+                    acc[i, j] = _activate(v, activation)
+            T.copy(acc, C[by * block_M, bx * block_N])
+
+    return linear_kernel
+
+
+def softmax(N, dtype, block_M, threads):
+    M = T.dynamic("m")
+
+    @T.prim_func
+    def softmax_kernel(X: T.Tensor((M, N), dtype), Y: T.Tensor((M, N), dtype)):
+        with T.Kernel(T.ceildiv(M, block_M), threads=threads) as bx:
+            x = T.alloc_fragment((block_M, N), "float32")
+            mx = T.alloc_fragment((block_M,), "float32")
+            sm = T.alloc_fragment((block_M,), "float32")
+            T.copy(X[bx * block_M, 0], x)
+            T.reduce_max(x, mx, dim=1)
+            for i, j in T.Parallel(block_M, N):
+                x[i, j] = T.exp(x[i, j] - mx[i])
+            T.reduce_sum(x, sm, dim=1)
+            for i, j in T.Parallel(block_M, N):
+                x[i, j] = x[i, j] / sm[i]
+            T.copy(x, Y[bx * block_M, 0])
+
+    return softmax_kernel
+
+
+def rms_norm(N, dtype, eps, block_M, threads, has_residual):
+    """``Y = X / sqrt(mean(X^2) + eps) * W``; with a residual, ``X`` is ``X + R`` and the sum is
+    also written to ``Rout`` (the fused residual-add + RMSNorm of transformer blocks)."""
+    M = T.dynamic("m")
+
+    @T.prim_func
+    def rms_norm_kernel(X: T.Tensor((M, N), dtype), R: T.Tensor((M, N), dtype), W: T.Tensor((N,), dtype),
+                        Y: T.Tensor((M, N), dtype), Rout: T.Tensor((M, N), dtype)):
+        with T.Kernel(T.ceildiv(M, block_M), threads=threads) as bx:
+            x = T.alloc_fragment((block_M, N), "float32")
+            sq = T.alloc_fragment((block_M, N), "float32")
+            ss = T.alloc_fragment((block_M,), "float32")
+            T.copy(X[bx * block_M, 0], x)
+            if has_residual:
+                r = T.alloc_fragment((block_M, N), "float32")
+                T.copy(R[bx * block_M, 0], r)
+                for i, j in T.Parallel(block_M, N):
+                    x[i, j] = x[i, j] + r[i, j]
+                T.copy(x, Rout[bx * block_M, 0])
+            for i, j in T.Parallel(block_M, N):
+                sq[i, j] = x[i, j] * x[i, j]
+            T.reduce_sum(sq, ss, dim=1)
+            for i, j in T.Parallel(block_M, N):
+                x[i, j] = x[i, j] * T.rsqrt(ss[i] / N + eps) * T.cast(W[j], "float32")
+            T.copy(x, Y[bx * block_M, 0])
+
+    return rms_norm_kernel
+
+
+def layer_norm(N, dtype, eps, block_M, threads):
+    """``Y = (X - mean) / sqrt(var + eps) * W + B`` over the last dimension."""
+    M = T.dynamic("m")
+
+    @T.prim_func
+    def layer_norm_kernel(X: T.Tensor((M, N), dtype), W: T.Tensor((N,), dtype), Bv: T.Tensor((N,), dtype),
+                          Y: T.Tensor((M, N), dtype)):
+        with T.Kernel(T.ceildiv(M, block_M), threads=threads) as bx:
+            x = T.alloc_fragment((block_M, N), "float32")
+            d = T.alloc_fragment((block_M, N), "float32")
+            mean = T.alloc_fragment((block_M,), "float32")
+            var = T.alloc_fragment((block_M,), "float32")
+            T.copy(X[bx * block_M, 0], x)
+            T.reduce_sum(x, mean, dim=1)
+            for i, j in T.Parallel(block_M, N):
+                d[i, j] = (x[i, j] - mean[i] / N) * (x[i, j] - mean[i] / N)
+            T.reduce_sum(d, var, dim=1)
+            for i, j in T.Parallel(block_M, N):
+                x[i, j] = (x[i, j] - mean[i] / N) * T.rsqrt(var[i] / N + eps) * T.cast(W[j], "float32") + \
+                    T.cast(Bv[j], "float32")
+            T.copy(x, Y[bx * block_M, 0])
+
+    return layer_norm_kernel
