@@ -46,6 +46,7 @@ import numpy as np
 from ..errors import ArgumentError, SourceLocation, TilewrightError
 from ..ir import dtype as dt
 from ..ir import expr as E
+from ..ir import thread as th
 from ..ir import tile as t
 from ..ir.visitor import child_stmts, walk, walk_expr
 from .bind import as_int, check_array, given_dyn, require_bound
@@ -656,7 +657,10 @@ class _Interpreter:
             t.ParallelFor: self.x_parallel, t.IfThenElse: self.x_if, t.BufferStore: self.x_store,
             t.LetStmt: self.x_let, t.Copy: self.x_copy, t.Fill: self.x_fill, t.Gemm: self.x_gemm,
             t.Reduce: self.x_reduce, t.Atomic: self.x_atomic, t.Annotate: self.x_nothing,
-            t.Evaluate: self.x_evaluate,
+            t.Evaluate: self.x_evaluate, t.ThreadPartition: self.x_partition,
+            th.Barrier: self.x_nothing, th.MbarrierInit: self.x_nothing, th.FenceProxyAsync: self.x_nothing,
+            th.SetMaxNReg: self.x_nothing, th.MbarrierArrive: self.x_mbarrier, th.MbarrierWait: self.x_mbarrier,
+            th.MbarrierExpectTx: self.x_mbarrier, th.NamedBarrier: self.x_mbarrier,
         }
         self.par_info: dict = {}
         self.aranges: dict = {}
@@ -771,6 +775,32 @@ class _Interpreter:
                 self.exec(body, c)
             finally:
                 c.mask = saved
+
+    def x_partition(self, s: t.ThreadPartition, c: _Ctx) -> None:
+        """Threads base..base+count-1 run the body: per-thread state is narrowed to those threads (the
+        thread axis of per-thread values and the thread index), so tile operations inside run once,
+        for that set, and scalar code runs in each of its threads."""
+        if c.tid is None:  # block mode: every thread is alike, the set performs the tile ops once
+            self.exec(s.body, c)
+            return
+        if c.mask is not None:
+            raise InterpError(f"thread partition {s.role} under a thread-dependent condition")
+        sel = slice(s.base, s.base + s.count)
+        nt = c.nt
+        saved_env, saved_tid = c.env, c.tid
+        c.env = {k: (v[sel] if isinstance(v, np.ndarray) and v.ndim == 1 and v.shape[0] == nt else v)
+                 for k, v in saved_env.items()}
+        c.tid = saved_tid[sel]
+        try:
+            self.exec(s.body, c)
+        finally:
+            c.env, c.tid = saved_env, saved_tid
+
+    def x_mbarrier(self, s, c: _Ctx) -> None:
+        raise InterpError(
+            f"the tile interpreter runs a block's statements one after another, so it cannot run code that hands "
+            f"data between threads through mbarriers or named barriers ({type(s).__name__}); run it on the GPU or "
+            "on the emulator: tilewright.compile(func, target='cuda', execution_backend='emulator')")
 
     def x_for(self, s: t.For, c: _Ctx) -> None:
         start = self.comp(s.start)(c)

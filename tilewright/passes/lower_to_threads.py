@@ -19,7 +19,7 @@ from ..errors import CompileError
 from ..ir import expr as E
 from ..ir import thread as th
 from ..ir import tile as t
-from ..ir.visitor import walk, walk_expr
+from ..ir.visitor import map_stmt, walk, walk_expr
 from .lower_copy import lower_copy_g2s, lower_copy_tma
 from .lower_exprs import Env, lower_expr
 from .lower_gemm import lower_gemm, lower_gemm_prefetch, lower_gemm_step, prefetch_supported
@@ -96,6 +96,13 @@ def _block_remap(kernel: t.Kernel):
     return pro, raw
 
 
+def _has_barrier(stmts) -> bool:
+    found = []
+    for x in stmts:
+        walk(x, lambda n: found.append(n) if isinstance(n, th.Barrier) else None)
+    return bool(found)
+
+
 def _thread_dependent(e) -> bool:
     """An expression whose value may differ between the threads of a block."""
     found = [False]
@@ -162,6 +169,8 @@ class _StmtLowering:
             if isinstance(cond, E.Const):
                 return [then_b] if cond.value else ([else_b] if else_b is not None else [])
             return [t.IfThenElse(cond, then_b, else_b, loc=s.loc)]
+        if isinstance(s, t.ThreadPartition):
+            return self.partition(s, env)
         if isinstance(s, t.For):
             inner = env.child()
             inner.thread_dep = env.thread_dep or _thread_dependent(s.start) or _thread_dependent(s.extent)
@@ -208,8 +217,16 @@ class _StmtLowering:
             return self.atomic(s, env)
         if isinstance(s, (t.Annotate, t.Evaluate)):
             return []
-        if isinstance(s, (th.Barrier, th.AsyncCommit, th.AsyncWait, th.Comment)):
+        if isinstance(s, (th.Barrier, th.AsyncCommit, th.AsyncWait, th.Comment, th.FenceProxyAsync, th.SetMaxNReg,
+                          th.NamedBarrier)):
             return [s]
+        if isinstance(s, th.MbarrierArrive):
+            return [th.MbarrierArrive(ctx.shared_flat(s.bar), lower_expr(ctx, s.index, env),
+                                      s.count, None if s.expect_tx is None else lower_expr(ctx, s.expect_tx, env),
+                                      s.elected, loc=s.loc)]
+        if isinstance(s, th.MbarrierExpectTx):
+            return [th.MbarrierExpectTx(ctx.shared_flat(s.bar), lower_expr(ctx, s.index, env),
+                                        lower_expr(ctx, s.nbytes, env), loc=s.loc)]
         if isinstance(s, th.MbarrierInit):
             return [th.MbarrierInit(ctx.shared_flat(s.bar), s.count, loc=s.loc)]
         if isinstance(s, th.MbarrierWait):
@@ -218,6 +235,28 @@ class _StmtLowering:
         if isinstance(s, t.Kernel):
             raise CompileError("nested kernels are not supported", s.loc)
         raise CompileError(f"internal: cannot lower {type(s).__name__}", s.loc)
+
+    def partition(self, s: t.ThreadPartition, env: Env) -> list:
+        """Threads base..base+count-1 run the body, planned for that set (``ctx.thread_set``); its
+        barriers become a named barrier over those threads."""
+        ctx = self.ctx
+        if s.base == ctx.base and s.count == ctx.nthreads:
+            return self.stmts(s.body, env)
+        local = E.Var(ctx.fresh("ptid"), "int32", kind="let")
+        with ctx.thread_set(s.base, s.count, local):
+            body = [t.LetStmt(local, ctx.block_tid - s.base, loc=s.loc)] + self.stmts(s.body, env)
+        if _has_barrier(body):
+            if ctx.target.vendor != "nvidia":
+                raise CompileError(
+                    f"thread partition {s.role} needs a barrier over its {s.count} threads; {ctx.target} has no "
+                    "named barriers", s.loc,
+                    hint="on AMD GPUs let the whole block perform the tile operations (no `if` on the thread index "
+                    "around them)")
+            bar_id = ctx.named_barrier_id(s.base, s.count, s.loc)
+            body = [map_stmt(x, lambda n: th.NamedBarrier(bar_id, s.count, loc=n.loc)
+                             if isinstance(n, th.Barrier) else None) for x in body]
+        return [th.Comment(f"thread partition {s.role}: threads {s.base}..{s.base + s.count - 1}"),
+                t.IfThenElse(s.cond(ctx.block_tid), t.SeqStmt(body), None, loc=s.loc)]
 
     def alloc(self, s: t.Alloc, env: Env) -> list:
         ctx, b = self.ctx, s.buffer

@@ -11,6 +11,7 @@ explanation rather than compiled into something wrong.
 
 from __future__ import annotations
 
+import contextlib
 import itertools
 
 import numpy as np
@@ -29,8 +30,14 @@ class LoweringContext:
         self.kernel = kernel
         self.target = target
         self.options = options
+        # the thread set being lowered: threads base .. base+nthreads-1 of the block (the whole block,
+        # or a ThreadPartition); ``tid`` numbers them from 0 (inside a partition a let-bound
+        # ``block_tid - base``), so copies, layouts, gemms and reductions plan for that set alone
+        self.base = 0
         self.nthreads = kernel.num_threads
-        self.tid = kernel.attrs["thread_var"]
+        self.block_tid = kernel.attrs["thread_var"]
+        self.tid = self.block_tid
+        self.named_barriers: dict = {}  # (base, count) -> hardware barrier id
         self.layouts = func.attrs["layouts"]
         self.shared_layouts: dict = func.attrs["shared_layouts"]
         self.gemm_plans = func.attrs["gemm_plans"]
@@ -51,6 +58,28 @@ class LoweringContext:
         self.scratch_offsets: dict = {}
         self.scratch_decls: list = []
         self.tid_np = np.arange(self.nthreads)
+
+    @contextlib.contextmanager
+    def thread_set(self, base: int, count: int, local_tid):
+        """Lower the enclosed statements for threads ``base .. base+count-1`` numbered by ``local_tid``."""
+        saved = self.base, self.nthreads, self.tid, self.tid_np
+        self.base, self.nthreads, self.tid = base, count, local_tid
+        self.tid_np = np.arange(count)
+        try:
+            yield
+        finally:
+            self.base, self.nthreads, self.tid, self.tid_np = saved
+
+    def named_barrier_id(self, base: int, count: int, loc=None) -> int:
+        """The hardware barrier (1..15; 0 is the block's) that synchronizes threads base..base+count-1."""
+        key = (base, count)
+        if key not in self.named_barriers:
+            if len(self.named_barriers) >= 15:
+                raise CompileError("the kernel synchronizes more than 15 different thread partitions; the GPU has "
+                                   "16 named barriers (one is the block's)", loc,
+                                   hint="use fewer distinct thread ranges")
+            self.named_barriers[key] = len(self.named_barriers) + 1
+        return self.named_barriers[key]
 
     # ---------------------------------------------------------------- names and buffers
     def fresh(self, base: str) -> str:
@@ -166,6 +195,12 @@ class LoweringContext:
         variables of ``idx`` to per-thread NumPy values; ``active`` (a bool per thread) leaves out
         threads that do not execute the access (padding positions of a layout)."""
         lay = self.layouts[buf]
+        if lay.num_threads != self.nthreads:
+            raise CompileError(f"fragment {buf.name} is laid out over {lay.num_threads} threads but used by a set of "
+                               f"{self.nthreads} threads", loc, hint="use one fragment per thread partition and "
+                               "exchange data through shared memory")
+        if self.block_tid is not self.tid and self.block_tid not in np_env:
+            np_env = {**np_env, self.block_tid: self.tid_np + self.base}
         try:
             vals = [np.broadcast_to(np.asarray(eval_expr(x, np_env), dtype=np.int64), (self.nthreads,))
                     for x in idx]
