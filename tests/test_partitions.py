@@ -430,3 +430,98 @@ def test_alloc_barrier_checks():
 def test_hip_partition_with_barrier_refused():
     with pytest.raises(CompileError, match="named barriers"):
         _lower(chained_copies(), "hip -arch=gfx942")
+
+
+# --------------------------------------------------------------------------------------------
+# scalar atomics: once per block when uniform, once per thread when per-thread (same rule everywhere)
+
+
+def atomic_kernel(per_thread: bool):
+    @T.prim_func
+    def k(A: T.Tensor((4,), "float32"), Out: T.Tensor((1,), "float32"), Mark: T.Tensor((4, 64), "float32")):
+        with T.Kernel(4, threads=64) as (bx,):
+            tx = T.get_thread_binding()
+            v = T.alloc_var("float32", 0)
+            if per_thread:
+                v = A[bx] * T.cast(tx, "float32")
+            else:
+                v = A[bx]
+            Mark[bx, tx] = v
+            T.atomic_add(Out[0], v)
+
+    return k
+
+
+@pytest.mark.parametrize("per_thread", [False, True])
+def test_scalar_atomic_uniformity(rng, per_thread):
+    def args():
+        return [rand(rng, (4,)), np.zeros((1,), np.float32), poisoned((4, 64))]
+
+    def check(a):
+        want = f64(a[0]).sum() * (np.arange(64).sum() if per_thread else 1.0)
+        close(a[1], [want], rtol=1e-4, atol=1e-4)
+
+    _run_both(atomic_kernel(per_thread), args, check)
+
+
+# --------------------------------------------------------------------------------------------
+# layouts, gemms and reductions planned for the partition's threads
+
+
+def ws_gemm_kernel(M=64, N=64, K=32):
+    @T.prim_func
+    def k(A: T.Tensor((M, K), "float16"), B: T.Tensor((K, N), "float16"), C: T.Tensor((M, N), "float32"),
+          R: T.Tensor((M,), "float32"), X: T.Tensor((M, N), "float32"), Y: T.Tensor((M, N), "float32")):
+        with T.Kernel(1, threads=256) as (bx,):
+            As = T.alloc_shared((M, K), "float16")
+            Bs = T.alloc_shared((K, N), "float16")
+            Xs = T.alloc_shared((M, N), "float32")
+            acc = T.alloc_fragment((M, N), "float32")
+            rows = T.alloc_fragment((M,), "float32")
+            with T.ws(0):
+                T.copy(X, Xs)
+                T.copy(Xs, Y)
+            with T.ws(1):
+                T.copy(A, As)
+                T.copy(B, Bs)
+                T.clear(acc)
+                T.gemm(As, Bs, acc)
+                T.reduce_sum(acc, rows, dim=1)
+                T.copy(acc, C)
+                T.copy(rows, R)
+
+    return k
+
+
+def test_gemm_and_reduce_in_a_partition(rng):
+    M, N, K = 64, 64, 32
+    kern = _lower(ws_gemm_kernel())
+    assert {b.count for b in _nodes(kern, th.NamedBarrier)} == {128}
+
+    def args():
+        return [rand(rng, (M, K), "float16"), rand(rng, (K, N), "float16"), poisoned((M, N)), poisoned((M,)),
+                rand(rng, (M, N)), poisoned((M, N))]
+
+    def check(a):
+        want = f64(a[0]) @ f64(a[1])
+        close(a[2], want, rtol=1e-3, atol=1e-3)
+        close(a[3], want.sum(axis=1), rtol=1e-3, atol=1e-3)
+        close(a[5], f64(a[4]))
+
+    _run_both(ws_gemm_kernel(), args, check)
+
+
+def test_fragment_shared_between_thread_sets_refused():
+    def build():
+        @T.prim_func
+        def k(A: T.Tensor((64, 64), "float32")):
+            with T.Kernel(1, threads=256) as (bx,):
+                f = T.alloc_fragment((64, 64), "float32")
+                T.fill(f, 1.0)
+                with T.ws(1):
+                    T.copy(f, A)
+
+        return k
+
+    with pytest.raises(CompileError, match="fragment"):
+        _lower(build())

@@ -19,7 +19,7 @@ from ..errors import CompileError
 from ..ir import expr as E
 from ..ir import thread as th
 from ..ir import tile as t
-from ..ir.visitor import map_stmt, walk, walk_expr
+from ..ir.visitor import map_stmt, walk
 from .lower_copy import lower_copy_g2s, lower_copy_tma
 from .lower_exprs import Env, lower_expr
 from .lower_gemm import lower_gemm, lower_gemm_prefetch, lower_gemm_step, prefetch_supported
@@ -103,35 +103,18 @@ def _has_barrier(stmts) -> bool:
     return bool(found)
 
 
-def _thread_dependent(e) -> bool:
-    """An expression whose value may differ between the threads of a block."""
-    found = [False]
-
-    def f(x):
-        if isinstance(x, E.Var) and x.kind == "thread":
-            found[0] = True
-        if isinstance(x, E.Load) and x.buffer.scope in ("local", "var", "fragment"):
-            found[0] = True
-
-    walk_expr(e, f)
-    return found[0]
+def _thread_dependent(ctx: LoweringContext, e) -> bool:
+    """An expression whose value may differ between the threads of the set being lowered (the
+    ``ir.uniformity`` analysis: thread index, per-thread vars and locals, fragments)."""
+    return not ctx.uniformity.is_uniform(e, ctx.region)
 
 
-def _uses_thread(s) -> bool:
+def _uses_thread(ctx: LoweringContext, s) -> bool:
     from ..ir.verifier import exprs_of
 
-    found = [False]
-
-    def fe(x):
-        if isinstance(x, E.Var) and x.kind == "thread":
-            found[0] = True
-
-    def fs(st):
-        for e in exprs_of(st):
-            walk_expr(e, fe)
-
-    walk(s, fs)
-    return found[0]
+    found = []
+    walk(s, lambda st: found.extend(e for e in exprs_of(st) if _thread_dependent(ctx, e)))
+    return bool(found)
 
 
 class _StmtLowering:
@@ -163,7 +146,7 @@ class _StmtLowering:
         if isinstance(s, t.IfThenElse):
             cond = lower_expr(ctx, s.cond, env, s.loc)
             inner = env.child()
-            inner.thread_dep = env.thread_dep or _thread_dependent(s.cond)
+            inner.thread_dep = env.thread_dep or _thread_dependent(ctx, s.cond)
             then_b = self.block(s.then_body, inner)
             else_b = self.block(s.else_body, inner.child()) if s.else_body is not None else None
             if isinstance(cond, E.Const):
@@ -173,7 +156,7 @@ class _StmtLowering:
             return self.partition(s, env)
         if isinstance(s, t.For):
             inner = env.child()
-            inner.thread_dep = env.thread_dep or _thread_dependent(s.start) or _thread_dependent(s.extent)
+            inner.thread_dep = env.thread_dep or _thread_dependent(ctx, s.start) or _thread_dependent(ctx, s.extent)
             saved = ctx.deferred, ctx.loop_prelude
             ctx.deferred, ctx.loop_prelude = [], []
             try:
@@ -243,7 +226,7 @@ class _StmtLowering:
         if s.base == ctx.base and s.count == ctx.nthreads:
             return self.stmts(s.body, env)
         local = E.Var(ctx.fresh("ptid"), "int32", kind="let")
-        with ctx.thread_set(s.base, s.count, local):
+        with ctx.thread_set(s.base, s.count, local, s):
             body = [t.LetStmt(local, ctx.block_tid - s.base, loc=s.loc)] + self.stmts(s.body, env)
         if _has_barrier(body):
             if ctx.target.vendor != "nvidia":
@@ -285,7 +268,7 @@ class _StmtLowering:
             return [t.BufferStore(ctx.local_of[b], (E.as_expr(reg),), value, loc=s.loc)]
         fb, off = ctx.flat_access(b, idx)
         st = t.BufferStore(fb, (off,), value, loc=s.loc)
-        if b.scope in ("shared", "global") and not env.in_parallel and not env.thread_dep and not _uses_thread(s):
+        if b.scope in ("shared", "global") and not env.in_parallel and not env.thread_dep and not _uses_thread(ctx, s):
             return [t.IfThenElse(ctx.tid == 0, st, None, loc=s.loc)]
         return [st]
 
@@ -299,6 +282,6 @@ class _StmtLowering:
         if env.in_parallel:
             # one replica of a replicated loop position performs the update
             return [op] if env.replica_guard is None else [t.IfThenElse(env.replica_guard, op, None, loc=s.loc)]
-        if not env.thread_dep and not _uses_thread(s):
+        if not env.thread_dep and not _uses_thread(ctx, s):
             return [t.IfThenElse(ctx.tid == 0, op, None, loc=s.loc)]
         return [op]

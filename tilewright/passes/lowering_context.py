@@ -20,6 +20,7 @@ from ..errors import CompileError, InternalError
 from ..ir import expr as E
 from ..ir import tile as t
 from ..ir.layout import SharedLayout
+from ..ir.uniformity import Uniformity
 from ..ir.visitor import rewrite_expr
 from .analysis import eval_expr
 
@@ -38,6 +39,8 @@ class LoweringContext:
         self.block_tid = kernel.attrs["thread_var"]
         self.tid = self.block_tid
         self.named_barriers: dict = {}  # (base, count) -> hardware barrier id
+        self.region = None  # the ThreadPartition being lowered (None: the whole block)
+        self.uniformity = Uniformity(func)
         self.layouts = func.attrs["layouts"]
         self.shared_layouts: dict = func.attrs["shared_layouts"]
         self.gemm_plans = func.attrs["gemm_plans"]
@@ -60,15 +63,16 @@ class LoweringContext:
         self.tid_np = np.arange(self.nthreads)
 
     @contextlib.contextmanager
-    def thread_set(self, base: int, count: int, local_tid):
-        """Lower the enclosed statements for threads ``base .. base+count-1`` numbered by ``local_tid``."""
-        saved = self.base, self.nthreads, self.tid, self.tid_np
-        self.base, self.nthreads, self.tid = base, count, local_tid
+    def thread_set(self, base: int, count: int, local_tid, region=None):
+        """Lower the enclosed statements for threads ``base .. base+count-1`` numbered by ``local_tid``
+        (``region``: the ThreadPartition they run)."""
+        saved = self.base, self.nthreads, self.tid, self.tid_np, self.region
+        self.base, self.nthreads, self.tid, self.region = base, count, local_tid, region
         self.tid_np = np.arange(count)
         try:
             yield
         finally:
-            self.base, self.nthreads, self.tid, self.tid_np = saved
+            self.base, self.nthreads, self.tid, self.tid_np, self.region = saved
 
     def named_barrier_id(self, base: int, count: int, loc=None) -> int:
         """The hardware barrier (1..15; 0 is the block's) that synchronizes threads base..base+count-1."""
