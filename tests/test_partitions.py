@@ -427,9 +427,38 @@ def test_alloc_barrier_checks():
     _refused(build, "holds 2 barriers")
 
 
-def test_hip_partition_with_barrier_refused():
+@pytest.mark.parametrize("target", ["hip -arch=gfx942", "hip -arch=gfx1100"])
+def test_hip_partition_runs_block_barriers_outside_the_guard(rng, target):
+    """No named barriers on AMD: the partition's work is guarded by its thread range, its barriers are
+    block barriers every thread runs."""
+    kern = _lower(chained_copies(), target)
+    assert not _nodes(kern, th.NamedBarrier) and _nodes(kern, th.Barrier)
+    for b in _nodes(kern, th.Barrier):
+        inside = []
+        for g in _nodes(kern, t.IfThenElse):
+            walk(g.then_body, lambda x, b=b: inside.append(g) if x is b else None)
+        assert not inside, "a block barrier under the partition's guard would deadlock"
+    a, out = rand(rng, (4, 64)), poisoned((4, 64))
+    run_thread_kernel(kern, [a, out], check_races=True)
+    close(out, f64(a)[:, ::-1] * 2.0)
+
+
+def test_hip_partition_with_divergent_barrier_refused():
+    @T.prim_func
+    def k(A: T.Tensor((4, 64), "float32"), B: T.Tensor((4, 64), "float32"), n: T.int32):
+        with T.Kernel(4, threads=256) as (bx,):
+            tx = T.get_thread_binding()
+            S = T.alloc_shared((64,), "float32")
+            with T.ws(0):
+                v = T.alloc_var("int32", 0)
+                v = n
+                for _r in T.serial(v):
+                    T.copy(A[bx, 0:64], S)
+                    T.copy(S, B[bx, 0:64])
+            B[bx, tx % 64] = 0.0
+
     with pytest.raises(CompileError, match="named barriers"):
-        _lower(chained_copies(), "hip -arch=gfx942")
+        _lower(k, "hip -arch=gfx942")
 
 
 # --------------------------------------------------------------------------------------------

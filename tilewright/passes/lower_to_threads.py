@@ -19,7 +19,7 @@ from ..errors import CompileError
 from ..ir import expr as E
 from ..ir import thread as th
 from ..ir import tile as t
-from ..ir.visitor import map_stmt, walk
+from ..ir.visitor import free_vars, loads_in, map_stmt, walk
 from .lower_copy import lower_copy_g2s, lower_copy_tma
 from .lower_exprs import Env, lower_expr
 from .lower_gemm import lower_gemm, lower_gemm_prefetch, lower_gemm_step, prefetch_supported
@@ -94,6 +94,52 @@ def _block_remap(kernel: t.Kernel):
     pro = [t.LetStmt(v, e) for v, e in binds]
     pro += [t.LetStmt(u, r) for u, r in zip(user[2:], raw[2:])]
     return pro, raw
+
+
+def _sink_guard(stmts: list, cond, part: t.ThreadPartition, ctx: LoweringContext) -> list:
+    """``stmts`` run by the whole block with everything but barriers (and the declarations and
+    lets later statements see) guarded by ``cond``.  Loops and branches that hold a barrier stay
+    unguarded, so their bounds and conditions must be the same for every thread of the block."""
+    out: list = []
+    run: list = []
+
+    def flush():
+        if run:
+            out.append(t.IfThenElse(cond, t.SeqStmt(list(run)) if len(run) > 1 else run[0], None))
+            run.clear()
+
+    def block_uniform(e) -> bool:
+        return not any(isinstance(v, E.Var) and (v.kind == "thread" or v.name.startswith("ptid"))
+                       for v in free_vars(e)) and not any(ld.buffer.scope == "local" for ld in loads_in(e))
+
+    for x in stmts:
+        if isinstance(x, t.SeqStmt):
+            flush()
+            out.extend(_sink_guard(x.stmts, cond, part, ctx))
+        elif isinstance(x, (t.LetStmt, th.LocalDecl, th.SharedDecl, th.Comment)):
+            flush()
+            out.append(x)
+        elif not _has_barrier([x]):
+            run.append(x)
+        elif isinstance(x, th.Barrier):
+            flush()
+            out.append(x)
+        elif isinstance(x, t.For) and block_uniform(x.start) and block_uniform(x.extent):
+            flush()
+            out.append(t.For(x.var, x.start, x.extent, t.SeqStmt(_sink_guard([x.body], cond, part, ctx)), x.kind,
+                             x.num_stages, x.loc, dict(x.attrs)))
+        elif isinstance(x, t.IfThenElse) and block_uniform(x.cond):
+            flush()
+            els = None if x.else_body is None else t.SeqStmt(_sink_guard([x.else_body], cond, part, ctx))
+            out.append(t.IfThenElse(x.cond, t.SeqStmt(_sink_guard([x.then_body], cond, part, ctx)), els, x.loc))
+        else:
+            raise CompileError(
+                f"thread partition {part.role} synchronizes its threads inside control flow that differs between "
+                f"threads; {ctx.target} has no named barriers for a subset of the block", part.loc,
+                hint="on AMD GPUs let the whole block perform these tile operations (no `if` on the thread index or "
+                "T.ws around them)")
+    flush()
+    return out
 
 
 def _has_barrier(stmts) -> bool:
@@ -230,11 +276,10 @@ class _StmtLowering:
             body = [t.LetStmt(local, ctx.block_tid - s.base, loc=s.loc)] + self.stmts(s.body, env)
         if _has_barrier(body):
             if ctx.target.vendor != "nvidia":
-                raise CompileError(
-                    f"thread partition {s.role} needs a barrier over its {s.count} threads; {ctx.target} has no "
-                    "named barriers", s.loc,
-                    hint="on AMD GPUs let the whole block perform the tile operations (no `if` on the thread index "
-                    "around them)")
+                # no named barriers: every thread of the block runs the partition's barriers (block
+                # barriers), only the work between them is guarded by the thread range
+                return [th.Comment(f"thread partition {s.role}: threads {s.base}..{s.base + s.count - 1}")] + \
+                    _sink_guard(body, s.cond(ctx.block_tid), s, ctx)
             bar_id = ctx.named_barrier_id(s.base, s.count, s.loc)
             body = [map_stmt(x, lambda n: th.NamedBarrier(bar_id, s.count, loc=n.loc)
                              if isinstance(n, th.Barrier) else None) for x in body]
