@@ -554,3 +554,49 @@ def test_fragment_shared_between_thread_sets_refused():
 
     with pytest.raises(CompileError, match="fragment"):
         _lower(build())
+
+
+def test_uniformity_levels():
+    from tilewright.ir import expr as E
+    from tilewright.ir.uniformity import Uniformity
+
+    @T.prim_func
+    def k(A: T.Tensor((256,), "float32"), n: T.int32):
+        with T.Kernel(1, threads=256) as (bx,):
+            tx = T.get_thread_binding()
+            u = T.alloc_var("int32", 0)
+            u = n * 2
+            p = T.alloc_var("int32", 0)
+            p = tx % 7
+            A[tx] = T.cast(u + p, "float32")
+
+    u = Uniformity(k)
+    tx = k.body.attrs["thread_var"]
+    allocs = {}
+    walk(k.body, lambda s: allocs.setdefault(s.buffer.name, s.buffer) if isinstance(s, t.Alloc) else None)
+    load = lambda name: E.Load(allocs[name], (E.as_expr(0),))  # noqa: E731
+    assert u.level(load("u")) == "block"
+    assert u.level(load("p")) == "thread" and "per-thread" in u.reason(load("p"))
+    assert u.level(tx // 128) == "warpgroup"
+    assert u.level(tx // 32 + bx_of(k)) == "thread"  # with the block index: conservatively per-thread
+    assert u.level(tx // 64) == "warp"
+    assert u.level(tx) == "thread"
+
+
+def bx_of(k):
+    return k.body.block_vars[0]
+
+
+def test_set_max_nreg_needs_a_warpgroup():
+    def build():
+        @T.prim_func
+        def k(A: T.Tensor((64,), "float32")):
+            with T.Kernel(1, threads=256) as (bx,):
+                tx = T.get_thread_binding()
+                if tx < 64:
+                    T.set_max_nreg(40, 0)
+                    T.fill(A[0:64], 0.0)
+
+        return k
+
+    _refused(build, "whole warpgroups")

@@ -14,6 +14,8 @@ set performs them), barrier insertion and lowering all ask the same questions, a
   only (and constants) over threads ``base .. base+count-1`` and returns the contiguous range
   ``(first, n)`` it selects, ``(0, 0)`` for none, or None when the selection is not contiguous or
   the condition depends on anything else.
+* ``Uniformity.level(e, region)``: "block", "warpgroup" (the same in each aligned group of 128
+  threads: ``tx // 128``), "warp" (each aligned 32: ``tx // 32``) or "thread".
 * ``warp_aligned(first, n, warp)``: a range named barriers can synchronize.
 """
 
@@ -69,6 +71,9 @@ class Uniformity:
 
     def __init__(self, func_or_body):
         body = func_or_body.body if isinstance(func_or_body, t.PrimFunc) else func_or_body
+        kernels = [s for s in (body.stmts if isinstance(body, t.SeqStmt) else [body]) if isinstance(s, t.Kernel)]
+        self.tid = kernels[0].attrs.get("thread_var") if kernels else None
+        self.nthreads = kernels[0].num_threads if kernels else 0
         self.per_thread: dict = {}  # buffer or let Var -> reason
         self.written_in: dict = {}  # var/local buffer -> set of ThreadPartition nodes (None: block level)
         changed = True
@@ -107,6 +112,23 @@ class Uniformity:
 
     def is_uniform(self, e, region=None) -> bool:
         return self.reason(e, region) is None
+
+    def level(self, e, region=None) -> str:
+        """The widest aligned thread group within which ``e`` is the same: "block", "warpgroup",
+        "warp" or "thread" (warp/warpgroup levels are found for expressions of the thread index alone)."""
+        if self.is_uniform(e, region):
+            return "block"
+        if self.tid is None:
+            return "thread"
+        ids = np.arange(self.nthreads, dtype=np.int64)
+        try:
+            vals = np.broadcast_to(np.asarray(_eval(e, self.tid, ids)), ids.shape)
+        except _NotStatic:
+            return "thread"
+        for name, size in (("warpgroup", 128), ("warp", 32)):
+            if self.nthreads % size == 0 and (vals.reshape(-1, size) == vals.reshape(-1, size)[:, :1]).all():
+                return name
+        return "thread"
 
     # ---------------------------------------------------------------- fixpoint
     def _mark(self, key, why: str) -> None:

@@ -69,6 +69,7 @@ def check_thread_sets(func: t.PrimFunc) -> None:
     """Every tile operation and barrier has a set of threads that performs it: the block, or a
     ``ThreadPartition`` (a warp-aligned range inside its parent's).  Refused: such a statement under a
     condition (or in a loop whose bounds) differ between the threads of its set."""
+    from . import thread as th
     from .uniformity import Uniformity, collective_kind, first_collective, warp_aligned
 
     u = Uniformity(func)
@@ -99,6 +100,9 @@ def check_thread_sets(func: t.PrimFunc) -> None:
                     hint="use warp-aligned ranges (multiples of 32 threads) inside the enclosing thread set")
             visit(s.body, s, s.base, s.count)
             return
+        if isinstance(s, th.SetMaxNReg) and (base % 128 or count % 128):
+            raise CompileError(f"T.set_max_nreg is run by threads {base}..{base + count - 1}, not whole warpgroups",
+                               s.loc, hint="call it inside `with T.ws(i):` (every warp of a warpgroup runs it)")
         if isinstance(s, t.IfThenElse):
             why = u.reason(s.cond, region)
             if why:

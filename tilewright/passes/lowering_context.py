@@ -1,5 +1,6 @@
 """State shared by the pieces of the ``lower_to_threads`` pass: the buffer mapping from Tile IR
-to thread IR, address computation, fragment register lookup and fresh names.
+to thread IR, address computation, fragment register lookup, fresh names, and the thread set
+being lowered (``base``, ``nthreads``, a thread index ``tid`` numbering that set from 0).
 
 Fragment lookups are table-driven: for an access ``frag[idx]`` at a point where every thread
 evaluates ``idx`` to known values (loop variables bound to layout positions), the index is
