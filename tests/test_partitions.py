@@ -600,3 +600,66 @@ def test_set_max_nreg_needs_a_warpgroup():
         return k
 
     _refused(build, "whole warpgroups")
+
+
+# --------------------------------------------------------------------------------------------
+# pipelined loops and partitions
+
+
+def pipelined_kernel(mode: str, M=64, N=64, K=128):
+    @T.prim_func
+    def k(A: T.Tensor((M, K), "float16"), B: T.Tensor((K, N), "float16"), C: T.Tensor((M, N), "float32")):
+        with T.Kernel(1, threads=256) as (bx,):
+            tx = T.get_thread_binding()
+            As = T.alloc_shared((M, 32), "float16")
+            Bs = T.alloc_shared((32, N), "float16")
+            acc = T.alloc_fragment((M, N), "float32")
+            if mode == "loop_in_partition":
+                with T.ws(1):
+                    T.clear(acc)
+                    for ko in T.Pipelined(K // 32, num_stages=2):
+                        T.copy(A[0, ko * 32], As)
+                        T.copy(B[ko * 32, 0], Bs)
+                        T.gemm(As, Bs, acc)
+                    T.copy(acc, C)
+            else:
+                T.clear(acc)
+                for ko in T.Pipelined(K // 32, num_stages=2):
+                    if tx < 128:
+                        T.copy(A[0, ko * 32], As)
+                        T.copy(B[ko * 32, 0], Bs)
+                    T.gemm(As, Bs, acc)
+                T.copy(acc, C)
+
+    return k
+
+
+@pytest.mark.parametrize("mode", ["loop_in_partition", "partition_in_loop"])
+@pytest.mark.parametrize("target", [CUDA, "cuda -arch=sm_80", "hip -arch=gfx942"])
+def test_pipelined_loops_and_partitions(rng, mode, target):
+    """A pipelined loop inside T.ws keeps cp.async (TMA issue and mbarrier init are block-level)."""
+    M, N, K = 64, 64, 128
+    a, b = rand(rng, (M, K), "float16"), rand(rng, (K, N), "float16")
+    want = f64(a) @ f64(b)
+    kern = tw.compile(pipelined_kernel(mode), target=target, execution_backend="emulator").thread_kernel
+    if mode == "loop_in_partition":
+        assert not _nodes(kern, th.TmaLoad) and not _nodes(kern, th.MbarrierInit)
+    c = poisoned((M, N))
+    run_thread_kernel(kern, [a, b, c], check_races=True)
+    close(c, want, rtol=1e-3, atol=1e-3)
+    if target == CUDA:
+        c = poisoned((M, N))
+        tw.compile(pipelined_kernel(mode), target="interpret")(a, b, c)
+        close(c, want, rtol=1e-3, atol=1e-3)
+
+
+@pytest.mark.parametrize("build", [chained_copies, ws_gemm_kernel, lambda: pipelined_kernel("loop_in_partition")])
+def test_partition_kernels_compile_with_nvrtc(build):
+    pytest.importorskip("cuda.bindings.nvrtc")
+    from tilewright.codegen.cuda import print_cuda
+    from tilewright.toolchain.nvrtc import compile_cuda
+
+    kern = _lower(build())
+    src = print_cuda(kern)
+    assert "bar.sync" in src
+    assert compile_cuda(src, "sm_90a", [kern.name]).arch == "sm_90a"

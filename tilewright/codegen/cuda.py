@@ -126,7 +126,7 @@ class CudaPrinter(Printer):
                     self.tma_loads(run, d)
                     run = []
                 if x is not None:
-                    super().stmt(x, d)
+                    self.stmt(x, d)
             return
         if isinstance(s, th.NamedBarrier) and not s.arrive_only:
             # bar.sync over the partition's threads (0 would be the block's __syncthreads barrier)

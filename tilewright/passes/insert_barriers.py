@@ -61,17 +61,16 @@ class _State:
 
 
 def insert_barriers(func: t.PrimFunc) -> t.PrimFunc:
-    global _uniformity
-    _uniformity = Uniformity(func)
-    try:
-        func.body = _seq(func.body, _State())[0]
-    finally:
-        _uniformity = None
+    func.body = _seq(func.body, _State(), _Where(Uniformity(func), None))[0]
     return func
 
 
-_uniformity: Uniformity | None = None
-_region = None  # the ThreadPartition being analysed (None: the whole block)
+class _Where:
+    """The uniformity analysis and the ThreadPartition being analysed (None: the whole block)."""
+
+    def __init__(self, uniformity: Uniformity, region):
+        self.uniformity = uniformity
+        self.region = region
 
 
 def _accesses(s) -> tuple[set, set]:
@@ -109,27 +108,27 @@ def _conflict(state: _State, reads: set, writes: set) -> bool:
     return any(b in state.writes for b in reads)
 
 
-def _seq(s, state: _State):
+def _seq(s, state: _State, w: _Where):
     """Returns (new statement, state after it)."""
     if isinstance(s, t.SeqStmt):
         out = []
         for x in s.stmts:
-            nx, state = _seq(x, state)
+            nx, state = _seq(x, state, w)
             out.append(nx)
         return t.SeqStmt(out, s.loc), state
     if isinstance(s, th.Barrier):
         state.clear()
         return s, state
     if isinstance(s, t.Kernel):
-        body, st = _seq(s.body, state)
+        body, st = _seq(s.body, state, w)
         return t.Kernel(s.grid, s.threads, s.block_vars, body, s.loc, dict(s.attrs)), st
     if isinstance(s, t.For):
         # pass 1 finds the state at the end of the body; pass 2 starts from pre-loop + that state
         # (_seq rebuilds containers and never mutates leaves, so analysing the body twice is safe)
-        _, end1 = _seq(s.body, state.copy())
+        _, end1 = _seq(s.body, state.copy(), w)
         start = state.copy()
         start.merge(end1)
-        body, end = _seq(s.body, start)
+        body, end = _seq(s.body, start, w)
         return t.For(s.var, s.start, s.extent, body, s.kind, s.num_stages, s.loc, s.attrs), end
     if isinstance(s, t.ThreadPartition):
         reads, writes = _accesses(s.body)
@@ -140,20 +139,15 @@ def _seq(s, state: _State):
         if _conflict(state, reads, writes):
             out.append(th.Barrier(loc=s.loc))
             state = _State()
-        global _region
-        outer, _region = _region, s
-        try:
-            body, _ = _seq(s.body, _State())
-        finally:
-            _region = outer
+        body, _ = _seq(s.body, _State(), _Where(w.uniformity, s))
         (state.synced_reads if synced else state.reads).update(reads)
         (state.synced_writes if synced else state.writes).update(writes)
         out.append(t.ThreadPartition(s.base, s.count, s.role, body, s.loc))
         return (t.SeqStmt(out) if len(out) > 1 else out[0]), state
-    if isinstance(s, t.IfThenElse) and _uniformity.is_uniform(s.cond, _region) and _has_tile_ops(s):
-        a, sa = _seq(s.then_body, state.copy())
+    if isinstance(s, t.IfThenElse) and w.uniformity.is_uniform(s.cond, w.region) and _has_tile_ops(s):
+        a, sa = _seq(s.then_body, state.copy(), w)
         if s.else_body is not None:
-            b, sb = _seq(s.else_body, state.copy())
+            b, sb = _seq(s.else_body, state.copy(), w)
         else:
             b, sb = None, state.copy()
         sa.merge(sb)
