@@ -663,3 +663,31 @@ def test_partition_kernels_compile_with_nvrtc(build):
     src = print_cuda(kern)
     assert "bar.sync" in src
     assert compile_cuda(src, "sm_90a", [kern.name]).arch == "sm_90a"
+
+
+def test_compile_verifies_hand_built_functions(rng):
+    """compile() runs the partition forming and the verifier also on a PrimFunc built without the frontend."""
+    from tilewright.ir import expr as E
+
+    def build(cond_of):
+        A = t.Buffer("A", (64,), "float32", "global")
+        B = t.Buffer("B", (64,), "float32", "global")
+        S = t.Buffer("S", (64,), "float32", "shared")
+        S2 = t.Buffer("S2", (64,), "float32", "shared")
+        tx = E.Var("tx", "int32", kind="thread")
+        bx = E.Var("bx", "int32", kind="block")
+        body = t.SeqStmt([t.Alloc(S), t.Alloc(S2), t.IfThenElse(cond_of(tx, A), t.SeqStmt([
+            t.Copy(t.Region.full(A), t.Region.full(S)), t.Copy(t.Region.full(S), t.Region.full(S2)),
+            t.Copy(t.Region.full(S2), t.Region.full(B))]))])
+        k = t.Kernel((E.as_expr(1),), (128,), (bx,), body)
+        k.attrs["thread_var"] = tx
+        return t.PrimFunc("hand", [A, B], k)
+
+    f = build(lambda tx, A: tx < 64)
+    kern = tw.compile(f, target=CUDA, execution_backend="emulator").thread_kernel
+    assert {b.count for b in _nodes(kern, th.NamedBarrier)} == {64}
+    a, b = rand(rng, (64,)), poisoned((64,))
+    run_thread_kernel(kern, [a, b], check_races=True)
+    close(b, f64(a))
+    with pytest.raises(CompileError, match="depends on the thread index"):
+        tw.compile(build(lambda tx, A: E.Load(A, (tx,)) > 0.0), target=CUDA, execution_backend="emulator")
