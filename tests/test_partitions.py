@@ -691,3 +691,31 @@ def test_compile_verifies_hand_built_functions(rng):
     close(b, f64(a))
     with pytest.raises(CompileError, match="depends on the thread index"):
         tw.compile(build(lambda tx, A: E.Load(A, (tx,)) > 0.0), target=CUDA, execution_backend="emulator")
+
+
+def test_tile_op_in_loop_with_per_thread_bounds_refused():
+    def build():
+        @T.prim_func
+        def k(A: T.Tensor((64,), "float32"), B: T.Tensor((64,), "float32")):
+            with T.Kernel(1, threads=128) as (bx,):
+                tx = T.get_thread_binding()
+                for _i in T.serial(tx % 2):
+                    T.copy(A[0:64], B[0:64])
+
+        return k
+
+    _refused(build, "loop whose bounds", "thread index")
+
+
+def test_non_contiguous_warp_selection_refused():
+    def build():
+        @T.prim_func
+        def k(A: T.Tensor((64,), "float32"), B: T.Tensor((64,), "float32")):
+            with T.Kernel(1, threads=128) as (bx,):
+                tx = T.get_thread_binding()
+                if (tx // 32) % 2 == 0:
+                    T.copy(A[0:64], B[0:64])
+
+        return k
+
+    _refused(build, "T.copy", "thread index")
