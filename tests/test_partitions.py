@@ -719,3 +719,18 @@ def test_non_contiguous_warp_selection_refused():
         return k
 
     _refused(build, "T.copy", "thread index")
+
+
+def test_alloc_barrier_inside_partition_refused():
+    def build():
+        @T.prim_func
+        def k(A: T.Tensor((64,), "float32")):
+            with T.Kernel(1, threads=256) as (bx,):
+                with T.ws(1):
+                    bars = T.alloc_barrier(128)
+                    T.mbarrier_arrive(bars[0])
+                    T.fill(A[0:64], 0.0)
+
+        return k
+
+    _refused(build, "T.alloc_barrier inside a thread partition")

@@ -100,6 +100,10 @@ def check_thread_sets(func: t.PrimFunc) -> None:
                     hint="use warp-aligned ranges (multiples of 32 threads) inside the enclosing thread set")
             visit(s.body, s, s.base, s.count)
             return
+        if isinstance(s, th.MbarrierInit) and region is not None:
+            raise CompileError("T.alloc_barrier inside a thread partition: mbarriers are initialised once for the "
+                               "whole block", s.loc, hint="allocate the barriers before `with T.ws(...)` / the `if` "
+                               "on the thread index")
         if isinstance(s, th.SetMaxNReg) and (base % 128 or count % 128):
             raise CompileError(f"T.set_max_nreg is run by threads {base}..{base + count - 1}, not whole warpgroups",
                                s.loc, hint="call it inside `with T.ws(i):` (every warp of a warpgroup runs it)")
