@@ -734,3 +734,24 @@ def test_alloc_barrier_inside_partition_refused():
         return k
 
     _refused(build, "T.alloc_barrier inside a thread partition")
+
+
+def test_per_thread_code_inside_a_partition(rng):
+    """Scalar code of each thread (indexed by the block's thread index) between the partition's tile ops."""
+    n = 128
+
+    @T.prim_func
+    def k(A: T.Tensor((n,), "float32"), B: T.Tensor((n,), "float32")):
+        with T.Kernel(1, threads=256) as (bx,):
+            tx = T.get_thread_binding()
+            S = T.alloc_shared((n,), "float32")
+            S2 = T.alloc_shared((n,), "float32")
+            if tx >= 128:
+                T.copy(A[0:n], S)
+                S2[255 - tx] = S[tx - 128] * 3.0
+                T.copy(S2, B[0:n])
+
+    def args():
+        return [rand(rng, (n,)), poisoned((n,))]
+
+    _run_both(k, args, lambda a: close(a[1], f64(a[0])[::-1] * 3.0))

@@ -75,6 +75,13 @@ class LoweringContext:
         finally:
             self.base, self.nthreads, self.tid, self.tid_np, self.region = saved
 
+    def thread_values(self) -> dict:
+        """Per-thread NumPy values of the thread indices, for evaluating index expressions of the set."""
+        env = {self.tid: self.tid_np}
+        if self.block_tid is not self.tid:
+            env[self.block_tid] = self.tid_np + self.base
+        return env
+
     def named_barrier_id(self, base: int, count: int, loc=None) -> int:
         """The hardware barrier (1..15; 0 is the block's) that synchronizes threads base..base+count-1."""
         key = (base, count)
@@ -204,8 +211,7 @@ class LoweringContext:
             raise CompileError(f"fragment {buf.name} is laid out over {lay.num_threads} threads but used by a set of "
                                f"{self.nthreads} threads", loc, hint="use one fragment per thread partition and "
                                "exchange data through shared memory")
-        if self.block_tid is not self.tid and self.block_tid not in np_env:
-            np_env = {**np_env, self.block_tid: self.tid_np + self.base}
+        np_env = {**self.thread_values(), **np_env}
         try:
             vals = [np.broadcast_to(np.asarray(eval_expr(x, np_env), dtype=np.int64), (self.nthreads,))
                     for x in idx]
