@@ -105,6 +105,7 @@ def compile(func, out_idx=None, target="auto", pass_configs=None, optimize_level
     if hit is not None and not config.get("disable_cache"):
         _memo_by_obj[memo_key] = hit
         return hit
+    _verify(func)
     kernel = _build(func, tgt, outs, opts, verbose)
     if not config.get("disable_cache"):
         _memo_by_obj[memo_key] = kernel
@@ -130,12 +131,25 @@ def kernel_from_spec(func: t.PrimFunc, spec: LaunchSpec, out_idx=None, target="a
                      backend="device", spec=spec)
 
 
+def _verify(func: t.PrimFunc) -> None:
+    """The Tile IR checks, also for functions built without the frontend (which runs them itself):
+    thread partitions from `if`s on the thread index, then the verifier."""
+    if func.attrs.get("_verified"):
+        return
+    from .frontend.partitions import form_partitions
+    from .ir.verifier import verify
+
+    verify(form_partitions(func))
+    func.attrs["_verified"] = True
+
+
 def lower(func, target="auto", optimize_level: int = 2):
     """Run the pass pipeline only; returns the thread-level ``ThreadKernel`` (for inspection)."""
     from .passes.pipeline import PassContext, run_pipeline
 
     if not isinstance(func, t.PrimFunc):
         func = parse_prim_func(func)
+    _verify(func)
     return run_pipeline(func, PassContext(Target.parse(target), {"optimize_level": optimize_level}))
 
 

@@ -128,7 +128,12 @@ class CudaPrinter(Printer):
                     self.tma_loads(run, d)
                     run = []
                 if x is not None:
-                    super().stmt(x, d)
+                    self.stmt(x, d)
+            return
+        if isinstance(s, th.NamedBarrier) and not s.arrive_only:
+            # bar.sync over the partition's threads (0 would be the block's __syncthreads barrier)
+            self.emit(d, f'asm volatile("bar.sync %0, %1;" :: "r"({self.expr(s.barrier_id)}), "r"({int(s.count)}) '
+                         ': "memory");')
             return
         super().stmt(s, d)
 

@@ -508,6 +508,8 @@ class Translator:
             raise CompileError("only `with T.Kernel(...) as (...)` is supported", self.loc(s))
         item = s.items[0]
         spec = self.eval(item.context_expr)
+        if isinstance(spec, T.ws):
+            return self.ws_region(spec, s)
         if not isinstance(spec, T.Kernel):
             raise CompileError("only `with T.Kernel(...) as (...)` is supported", self.loc(s))
         if self.b.kernel is not None:
@@ -533,6 +535,20 @@ class Translator:
             self.b.kernel = None
         kernel.attrs["thread_var"] = tx
         self.b.emit(kernel)
+
+    def ws_region(self, spec, s) -> None:
+        """``with T.ws(i):``: a ``ThreadPartition`` over warpgroup(s) ``i``."""
+        k = self.b.kernel
+        if k is None:
+            raise CompileError("`with T.ws(...)` must be inside `with T.Kernel(...)`", self.loc(s))
+        if spec.base + spec.count > k.num_threads:
+            raise CompileError(f"T.ws{spec.ids} names threads {spec.base}..{spec.base + spec.count - 1} but the "
+                               f"kernel has {k.num_threads} threads", self.loc(s),
+                               hint="launch 128 threads per warpgroup: T.Kernel(..., threads=128 * groups)")
+        part = t.ThreadPartition(spec.base, spec.count, f"warpgroup {','.join(map(str, spec.ids))}", None,
+                                 loc=self.loc(s))
+        part.body = self.block(s.body)
+        self.b.emit(part)
 
     # ---------------------------------------------------------------- macros
     def inline_macro(self, macro: Macro, args, kwargs):
@@ -630,8 +646,10 @@ def parse_prim_func(fn, outer_scope: dict | None = None) -> t.PrimFunc:
     func.attrs["source_file"] = filename
     func.attrs["source_line"] = first
     from ..ir.verifier import verify
+    from .partitions import form_partitions
 
-    verify(func)
+    verify(form_partitions(func))
+    func.attrs["_verified"] = True
     if memo_key is not None:
         _func_memo[memo_key] = func
     return func

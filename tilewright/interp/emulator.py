@@ -95,6 +95,12 @@ class MisalignedAccessError(EmulatorError):
     """A vector access is not aligned to its width."""
 
 
+class _AsyncGroup(list):
+    """One committed group of async copies, with the lanes that committed it (None: all)."""
+
+    mask = None
+
+
 class RaceError(EmulatorError):
     """Two threads of a block touch the same shared memory without a barrier between them."""
 
@@ -920,6 +926,8 @@ class _Program:
             return self.vec_copy(s)
         if isinstance(s, th.Barrier):
             return self.barrier(s)
+        if isinstance(s, th.NamedBarrier):
+            return self.named_barrier(s)
         if isinstance(s, th.AsyncCopy):
             return self.async_copy(s)
         if isinstance(s, th.AsyncCommit):
@@ -1190,6 +1198,27 @@ class _Program:
 
         return barrier
 
+    def named_barrier(self, s: th.NamedBarrier):
+        """Lanes run in lockstep, so a ``bar.sync`` only has to be reached by exactly ``count`` threads of
+        each block that reaches it (a thread partition)."""
+        where = _Where(s)
+        if s.arrive_only:
+            raise where.error(EmulatorError, "named-barrier arrive without wait needs the cooperative emulator")
+
+        def named_barrier(st):
+            m = st.mask
+            per_block = np.ones((st.nb, st.T), dtype=bool) if m is None else m.reshape(st.nb, st.T)
+            counts = per_block.sum(axis=1)
+            bad = np.flatnonzero((counts != 0) & (counts != s.count))
+            if bad.size:
+                b = int(bad[0])
+                raise where.error(DivergenceError, f"named barrier {s.barrier_id} expects {s.count} threads but "
+                                                   f"{int(counts[b])} threads of block {b} reach it")
+            if st.races is not None:
+                st.races.barrier(counts > 0)
+
+        return named_barrier
+
     def async_copy(self, s: th.AsyncCopy):
         where = _Where(s)
         if s.dst.scope != "shared" or s.src.scope != "global":
@@ -1232,13 +1261,11 @@ class _Program:
         return acopy
 
     def async_commit(self, s: th.AsyncCommit):
-        where = _Where(s)
-
         def commit(st):
-            if st.mask is not None:
-                raise where.error(DivergenceError, "async commit under thread-dependent control flow is not "
-                                                   "supported by the emulator")
-            st.async_groups.append(st.async_open)
+            # a thread partition commits its own groups: remember which lanes did (see wait)
+            group = _AsyncGroup(st.async_open)
+            group.mask = None if st.mask is None else np.array(st.mask, dtype=bool)
+            st.async_groups.append(group)
             st.async_open = []
 
         return commit
@@ -1249,8 +1276,11 @@ class _Program:
 
         def wait(st):
             if st.mask is not None:
-                raise where.error(DivergenceError, "async wait under thread-dependent control flow is not "
-                                                   "supported by the emulator")
+                for g in st.async_groups[:max(len(st.async_groups) - keep, 0)]:
+                    if g.mask is None or not np.array_equal(g.mask, st.mask):
+                        raise where.error(DivergenceError, "async wait under thread-dependent control flow for "
+                                                           "copies other threads committed is not supported by the "
+                                                           "emulator")
             while len(st.async_groups) > keep:
                 for dst_mem, pos, vals, lanes, w in st.async_groups.pop(0):
                     dst_mem.land(st, pos, vals, lanes, w)

@@ -25,9 +25,13 @@ refuses, with a clear error, what a GPU would do wrong silently.  Guarantees:
   exact integers for int8) and rounds into C's dtype.  ``Reduce`` works in float32 (float64 / int64)
   and folds the old destination in when ``clear=False``.  ``Annotate`` has no effect.
 * Atomics: the tile form updates each element once.  The scalar form inside ``T.Parallel`` is done
-  once per active iteration.  Outside it, it is done once per block -- unless (thread mode) its index
-  or value depends on per-thread state (the thread index, a ``local``/``var`` buffer) or it sits under
-  a thread-dependent ``if``: then every active thread does it, as each thread's own atomic would.
+  once per active iteration.  Outside it, it is done once per block (or thread partition) -- unless
+  (thread mode) its index or value is per-thread by the ``ir.uniformity`` analysis (the thread index,
+  a ``local``/``var`` buffer holding per-thread values) or it sits under a thread-dependent ``if``:
+  then every active thread does it, as each thread's own atomic would.
+* Thread partitions (``if`` on the thread index around tile operations, ``T.ws``): the body runs for
+  those threads only; tile operations inside run once, for that set.  Code that hands data between
+  threads through mbarriers or named barriers is refused (it needs the emulator).
 * Races the interpreter can see cheaply are errors: threads (or ``T.Parallel`` iterations) storing
   different values to one element, reading a per-thread value inside ``T.Parallel`` when the threads
   disagree on it (which thread runs an iteration is the compiler's choice), tile operations under a
@@ -46,6 +50,7 @@ import numpy as np
 from ..errors import ArgumentError, SourceLocation, TilewrightError
 from ..ir import dtype as dt
 from ..ir import expr as E
+from ..ir import thread as th
 from ..ir import tile as t
 from ..ir.visitor import child_stmts, walk, walk_expr
 from .bind import as_int, check_array, given_dyn, require_bound
@@ -656,9 +661,14 @@ class _Interpreter:
             t.ParallelFor: self.x_parallel, t.IfThenElse: self.x_if, t.BufferStore: self.x_store,
             t.LetStmt: self.x_let, t.Copy: self.x_copy, t.Fill: self.x_fill, t.Gemm: self.x_gemm,
             t.Reduce: self.x_reduce, t.Atomic: self.x_atomic, t.Annotate: self.x_nothing,
-            t.Evaluate: self.x_evaluate,
+            t.Evaluate: self.x_evaluate, t.ThreadPartition: self.x_partition,
+            th.Barrier: self.x_nothing, th.MbarrierInit: self.x_nothing, th.FenceProxyAsync: self.x_nothing,
+            th.SetMaxNReg: self.x_nothing, th.MbarrierArrive: self.x_mbarrier, th.MbarrierWait: self.x_mbarrier,
+            th.MbarrierExpectTx: self.x_mbarrier, th.NamedBarrier: self.x_mbarrier,
         }
         self.par_info: dict = {}
+        self.uniformity = None  # ir.uniformity analysis, made on first use
+        self.region = None  # the ThreadPartition being run
         self.aranges: dict = {}
         self.full_regions: dict = {}
 
@@ -771,6 +781,45 @@ class _Interpreter:
                 self.exec(body, c)
             finally:
                 c.mask = saved
+
+    def x_partition(self, s: t.ThreadPartition, c: _Ctx) -> None:
+        """Threads base..base+count-1 run the body: per-thread state is narrowed to those threads (the
+        thread axis of per-thread values and the thread index), so tile operations inside run once,
+        for that set, and scalar code runs in each of its threads."""
+        if c.tid is None:  # block mode: every thread is alike, the set performs the tile ops once
+            saved_region, self.region = self.region, s
+            try:
+                self.exec(s.body, c)
+            finally:
+                self.region = saved_region
+            return
+        if c.mask is not None:
+            raise InterpError(f"thread partition {s.role} under a thread-dependent condition")
+        sel = slice(s.base, s.base + s.count)
+        nt = c.nt
+        saved_env, saved_tid = c.env, c.tid
+        c.env = {k: (v[sel] if isinstance(v, np.ndarray) and v.ndim == 1 and v.shape[0] == nt else v)
+                 for k, v in saved_env.items()}
+        c.tid = saved_tid[sel]
+        saved_region, self.region = self.region, s
+        try:
+            self.exec(s.body, c)
+        finally:
+            c.env, c.tid, self.region = saved_env, saved_tid, saved_region
+
+    def _uniform(self, s) -> bool:
+        from ..ir.uniformity import Uniformity
+        from ..ir.verifier import exprs_of
+
+        if self.uniformity is None:
+            self.uniformity = Uniformity(self.func)
+        return all(self.uniformity.is_uniform(e, self.region) for e in exprs_of(s))
+
+    def x_mbarrier(self, s, c: _Ctx) -> None:
+        raise InterpError(
+            f"the tile interpreter runs a block's statements one after another, so it cannot run code that hands "
+            f"data between threads through mbarriers or named barriers ({type(s).__name__}); run it on the GPU or "
+            "on the emulator: tilewright.compile(func, target='cuda', execution_backend='emulator')")
 
     def x_for(self, s: t.For, c: _Ctx) -> None:
         start = self.comp(s.start)(c)
@@ -1036,6 +1085,11 @@ class _Interpreter:
             raise InterpError(f"buffer {buf.name} is used before it is allocated")
         idx = [self.comp(x)(c) for x in s.dst.starts]
         val = self.comp(s.value)(c)
+        if not c.in_par and c.mask is None and self._uniform(s):
+            # the same update in every thread of the set (ir.uniformity): done once, as compiled
+            idx = [_uniform_over_threads(x, None, "the atomic's index") if isinstance(x, np.ndarray) else x
+                   for x in idx]
+            val = _uniform_over_threads(val, None, "the atomic's value") if isinstance(val, np.ndarray) else val
         skip = 0
         if buf in c.tbufs:
             idx = [c.tid] + idx

@@ -122,6 +122,9 @@ class _TilePrinter:
             if s.else_body is not None:
                 self.emit(d, "else:")
                 self.stmt(s.else_body, d + 1)
+        elif isinstance(s, t.ThreadPartition):
+            self.emit(d, f"with T.thread_partition({s.base}, {s.count}, {s.role!r}):")
+            self.stmt(s.body, d + 1)
         elif isinstance(s, t.BufferStore):
             idx = ", ".join(expr_str(i) for i in s.indices)
             self.emit(d, f"{s.buffer.name}[{idx}] = {expr_str(s.value)}")

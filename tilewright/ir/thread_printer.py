@@ -48,6 +48,18 @@ def thread_stmt_lines(s) -> list[str]:
                 f"swizzle={s.tmap.swizzle}B, mbarrier={s.bar.name}[{expr_str(s.bar_index)}])"]
     if isinstance(s, th.MbarrierWait):
         return [f"mbarrier_wait({s.bar.name}[{expr_str(s.index)}], parity={expr_str(s.parity)})"]
+    if isinstance(s, th.MbarrierArrive):
+        tx = f", expect_tx={expr_str(s.expect_tx)}" if s.expect_tx is not None else ""
+        return [f"mbarrier_arrive({s.bar.name}[{expr_str(s.index)}], count={s.count}{tx}"
+                f"{', elected' if s.elected else ''})"]
+    if isinstance(s, th.MbarrierExpectTx):
+        return [f"mbarrier_expect_tx({s.bar.name}[{expr_str(s.index)}], {expr_str(s.nbytes)})"]
+    if isinstance(s, th.NamedBarrier):
+        return [f"named_barrier{'_arrive' if s.arrive_only else ''}(id={expr_str(s.barrier_id)}, threads={s.count})"]
+    if isinstance(s, th.SetMaxNReg):
+        return [f"set_max_nreg({s.count}, {'inc' if s.increase else 'dec'})"]
+    if isinstance(s, th.FenceProxyAsync):
+        return ["fence_proxy_async()"]
     return [f"<{name}>"]
 
 

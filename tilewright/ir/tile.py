@@ -226,6 +226,30 @@ class IfThenElse(Stmt):
 
 
 @dataclass(eq=False)
+class ThreadPartition(Stmt):
+    """A region run by threads ``base .. base+count-1`` of the block only (a warp-aligned range:
+    producer / consumer warps or warpgroups).  Tile operations inside are performed by those
+    threads between them, and barriers inside synchronize those threads only (a named barrier).
+    ``role`` names the region ("producer", "consumer", "ws1", "threads 0..63", ...) for printing
+    and errors.  Made by the frontend from ``T.ws(id)`` and from ``if`` on the thread index that
+    selects such a range."""
+
+    base: int
+    count: int
+    role: str
+    body: Any
+    loc: Any = None
+
+    def cond(self, tid):
+        """The thread-IR guard ``base <= tid < base + count`` (simplified at the block's edges)."""
+        from .expr import binary
+
+        lo = binary(">=", tid, self.base) if self.base else None
+        hi = binary("<", tid, self.base + self.count)
+        return hi if lo is None else binary("and", lo, hi)
+
+
+@dataclass(eq=False)
 class BufferStore(Stmt):
     buffer: Buffer
     indices: tuple

@@ -62,6 +62,64 @@ def verify(func: t.PrimFunc) -> None:
                     raise CompileError(f"buffer {ld.buffer.name} is read before it is allocated", s.loc)
 
     visit(func.body)
+    check_thread_sets(func)
+
+
+def check_thread_sets(func: t.PrimFunc) -> None:
+    """Every tile operation and barrier has a set of threads that performs it: the block, or a
+    ``ThreadPartition`` (a warp-aligned range inside its parent's).  Refused: such a statement under a
+    condition (or in a loop whose bounds) differ between the threads of its set."""
+    from . import thread as th
+    from .uniformity import Uniformity, collective_kind, first_collective, warp_aligned
+
+    u = Uniformity(func)
+
+    def refuse(body, why: str, construct: str):
+        what = first_collective(body)
+        if what is None:
+            return
+        raise CompileError(
+            f"{collective_kind(what)} under {construct} that depends on {why}: the threads would not all "
+            "perform it together", what.loc,
+            hint="make the condition the same for every thread (compute it from block indices, parameters or "
+            "shared/global memory), select a warp-aligned range of the thread index (e.g. `if tx < 128:`) or "
+            "use `with T.ws(i):`, or move the tile operation / barrier out of the branch")
+
+    def visit(s, region, base, count):
+        if s is None or isinstance(s, t.ParallelFor):
+            return
+        if isinstance(s, t.Kernel):
+            visit(s.body, None, 0, s.num_threads)
+            return
+        if isinstance(s, t.ThreadPartition):
+            inside = base <= s.base and s.base + s.count <= base + count
+            if not inside or not warp_aligned(s.base, s.count):
+                raise CompileError(
+                    f"thread partition {s.role} (threads {s.base}..{s.base + s.count - 1}) must be a whole number "
+                    f"of warps within threads {base}..{base + count - 1}", s.loc,
+                    hint="use warp-aligned ranges (multiples of 32 threads) inside the enclosing thread set")
+            visit(s.body, s, s.base, s.count)
+            return
+        if isinstance(s, th.MbarrierInit) and region is not None:
+            raise CompileError("T.alloc_barrier inside a thread partition: mbarriers are initialised once for the "
+                               "whole block", s.loc, hint="allocate the barriers before `with T.ws(...)` / the `if` "
+                               "on the thread index")
+        if isinstance(s, th.SetMaxNReg) and (base % 128 or count % 128):
+            raise CompileError(f"T.set_max_nreg is run by threads {base}..{base + count - 1}, not whole warpgroups",
+                               s.loc, hint="call it inside `with T.ws(i):` (every warp of a warpgroup runs it)")
+        if isinstance(s, t.IfThenElse):
+            why = u.reason(s.cond, region)
+            if why:
+                refuse(s.then_body, why, "an `if`")
+                refuse(s.else_body, why, "an `if`")
+        elif isinstance(s, t.For):
+            why = u.reason(s.start, region) or u.reason(s.extent, region)
+            if why:
+                refuse(s.body, why, "a loop whose bounds")
+        for c in t_children(s):
+            visit(c, region, base, count)
+
+    visit(func.body, None, 0, 0)
 
 
 def t_children(s):

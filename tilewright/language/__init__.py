@@ -506,6 +506,145 @@ def no_set_max_nreg():
 
 
 # --------------------------------------------------------------------------------------------
+# thread partitions and synchronization (TileLang's warp-specialization spellings)
+
+
+class ws:  # noqa: N801 - TileLang spelling: ``with T.ws(1):``
+    """``with T.ws(i, ...):`` a region run by warpgroup(s) ``i`` only (threads ``128 i .. 128 i + 127``;
+    several indices must be consecutive).  Tile operations inside are performed by those threads
+    between them, and barriers inside synchronize only them."""
+
+    WARPGROUP = 128
+
+    def __init__(self, *warp_group_idx):
+        ids = sorted(_builtins.int(i) for i in warp_group_idx)
+        if not ids or ids != list(range(ids[0], ids[0] + len(ids))) or ids[0] < 0:
+            raise _b.error(f"T.ws needs one or more consecutive warpgroup indices, got {warp_group_idx!r}")
+        self.ids = tuple(ids)
+        self.base = ids[0] * self.WARPGROUP
+        self.count = len(ids) * self.WARPGROUP
+
+    def __enter__(self):  # only meaningful through the frontend
+        raise _b.error("`with T.ws(...)` can only be used inside a @T.prim_func body")
+
+    def __exit__(self, *a):
+        return False
+
+
+WarpSpecialize = ws
+
+
+def alloc_barrier(arrive_count):
+    """Shared-memory mbarriers, one per entry of ``arrive_count`` (an int: one barrier), each
+    completing a phase after that many arrivals (plus the bytes of the TMA copies it expects).
+    Initialized by one thread, then the block synchronizes.  Index the result: ``bars[i]``."""
+    b = _b.current()
+    if b.kernel is None:
+        raise _b.error("T.alloc_barrier must be called inside `with T.Kernel(...)`")
+    counts = [arrive_count] if isinstance(arrive_count, (_builtins.int, _e.Const)) else list(arrive_count)
+    counts = [c.value if isinstance(c, _e.Const) else c for c in counts]
+    if not counts or not all(isinstance(c, _builtins.int) and c > 0 for c in counts):
+        raise _b.error(f"T.alloc_barrier takes positive compile-time arrive counts, got {arrive_count!r}")
+    if len(set(counts)) != 1:
+        raise _b.error(f"T.alloc_barrier with different arrive counts {counts} is not supported",
+                       hint="allocate one T.alloc_barrier([...]) per arrive count")
+    from ..ir import thread as _th
+
+    buf = _t.Buffer(b.fresh("mbar"), (len(counts),), "uint64", "shared", loc=b.loc)
+    buf.attrs["auto_name"] = True
+    buf.attrs["mbarrier"] = True
+    b.emit(_t.Alloc(buf))
+    b.emit(_th.MbarrierInit(buf, counts[0]))
+    b.emit(_th.Barrier())
+    return buf
+
+
+def _mbar(x, what: str):
+    """(barrier buffer, index expression) of ``bars[i]`` or of a one-barrier buffer."""
+    if isinstance(x, _e.Load) and x.buffer.attrs.get("mbarrier"):
+        return x.buffer, x.indices[0]
+    if isinstance(x, _t.Buffer) and x.attrs.get("mbarrier"):
+        if x.shape != (1,):
+            raise _b.error(f"{what}: {x.name} holds {x.shape[0]} barriers; say which one",
+                           hint=f"index the barrier: {x.name}[i]")
+        return x, _e.as_expr(0)
+    raise _b.error(f"{what} takes a barrier from T.alloc_barrier (e.g. bars[i]), got {x!r}",
+                   hint="allocate barriers with `bars = T.alloc_barrier([count] * n)`")
+
+
+def mbarrier_wait_parity(mbarrier, parity):
+    """Wait until the phase of parity ``parity`` (0/1) of ``mbarrier`` has completed."""
+    from ..ir import thread as _th
+
+    bar, idx = _mbar(mbarrier, "T.mbarrier_wait_parity")
+    _b.current().emit(_th.MbarrierWait(bar, idx, _e.as_expr(parity)))
+
+
+def mbarrier_arrive(mbarrier, cta_id=None):
+    """Each executing thread arrives once on ``mbarrier``."""
+    from ..ir import thread as _th
+
+    if cta_id is not None:
+        raise _b.error("T.mbarrier_arrive(cta_id=...) arrives on another block of a cluster; thread-block "
+                       "clusters are not supported", hint="leave out cta_id")
+    bar, idx = _mbar(mbarrier, "T.mbarrier_arrive")
+    _b.current().emit(_th.MbarrierArrive(bar, idx))
+
+
+def mbarrier_expect_tx(mbarrier, tx):
+    """Raise the bytes the current phase of ``mbarrier`` waits for by ``tx`` (no arrival)."""
+    from ..ir import thread as _th
+
+    bar, idx = _mbar(mbarrier, "T.mbarrier_expect_tx")
+    _b.current().emit(_th.MbarrierExpectTx(bar, idx, _e.as_expr(tx)))
+
+
+def mbarrier_arrive_expect_tx(mbarrier, tx):
+    """Each executing thread arrives on ``mbarrier`` and raises its expected bytes by ``tx``."""
+    from ..ir import thread as _th
+
+    bar, idx = _mbar(mbarrier, "T.mbarrier_arrive_expect_tx")
+    _b.current().emit(_th.MbarrierArrive(bar, idx, expect_tx=_e.as_expr(tx)))
+
+
+def barrier_wait(barrier_id, parity=None):
+    """TileLang's alias of ``T.mbarrier_wait_parity``."""
+    if parity is None:
+        raise _b.error("T.barrier_wait needs the parity to wait for", hint="T.barrier_wait(bars[i], parity)")
+    mbarrier_wait_parity(barrier_id, parity)
+
+
+def barrier_arrive(barrier_id):
+    """TileLang's alias of ``T.mbarrier_arrive``."""
+    mbarrier_arrive(barrier_id)
+
+
+def fence_proxy_async():
+    """Order this thread's shared-memory writes before later asynchronous-proxy (TMA) accesses."""
+    from ..ir import thread as _th
+
+    _b.current().emit(_th.FenceProxyAsync())
+
+
+def set_max_nreg(reg_count, is_inc):
+    """The executing warpgroup's per-thread register budget becomes ``reg_count`` (24..256, a
+    multiple of 8); ``is_inc`` 1 raises it, 0 lowers it (sm_90a)."""
+    from ..ir import thread as _th
+
+    if not isinstance(reg_count, _builtins.int) or not 24 <= reg_count <= 256 or reg_count % 8:
+        raise _b.error(f"T.set_max_nreg: reg_count must be a multiple of 8 in 24..256, got {reg_count!r}")
+    _b.current().emit(_th.SetMaxNReg(reg_count, _builtins.bool(is_inc)))
+
+
+def inc_max_nreg(reg_count):
+    set_max_nreg(reg_count, 1)
+
+
+def dec_max_nreg(reg_count):
+    set_max_nreg(reg_count, 0)
+
+
+# --------------------------------------------------------------------------------------------
 # scalar math
 
 

@@ -27,7 +27,8 @@ from ..errors import CompileError
 from ..ir import dtype as dt
 from ..ir import tile as t
 from ..ir.layout import MmaAccumLayout, MmaOperandLayout, ReducedLayout, SharedLayout, SimtAccumLayout, StripedLayout
-from ..ir.verifier import exprs_of
+from ..ir.uniformity import thread_sets
+from ..ir.verifier import exprs_of, regions_of
 from ..ir.visitor import loads_in, walk
 
 
@@ -37,6 +38,13 @@ def infer_layouts(func: t.PrimFunc, ctx) -> t.PrimFunc:
     nthreads = kernel.num_threads
     stmts: list = []
     walk(func.body, stmts.append)
+    # each statement is planned for the threads that execute it (the block or a thread partition)
+    sets = thread_sets(func.body, nthreads)
+
+    def count(s) -> int:
+        return sets.get(s, (0, nthreads))[1]
+
+    frag_counts = _fragment_thread_counts(stmts, count)
     frags = [s.buffer for s in stmts if isinstance(s, t.Alloc) and s.buffer.scope == "fragment"]
     layouts: dict = {}
     plans = func.plans.gemms
@@ -58,9 +66,9 @@ def infer_layouts(func: t.PrimFunc, ctx) -> t.PrimFunc:
             plan = plans[s]
             shape = tuple(s.c.shape)
             if plan.kind == "mma":
-                lay = MmaAccumLayout(shape, plan.instr, plan.warps_m, plan.warps_n, nthreads)
+                lay = MmaAccumLayout(shape, plan.instr, plan.warps_m, plan.warps_n, count(s))
             else:
-                lay = SimtAccumLayout(shape, plan.tm, plan.tn, nthreads)
+                lay = SimtAccumLayout(shape, plan.tm, plan.tn, count(s))
             if s.c.buffer.scope == "fragment":
                 if not s.c.is_full():
                     raise CompileError(f"T.gemm accumulator {s.c.buffer.name} must be used whole", s.loc)
@@ -73,7 +81,7 @@ def infer_layouts(func: t.PrimFunc, ctx) -> t.PrimFunc:
                     raise CompileError(f"T.gemm with A in a fragment needs a matrix instruction for "
                                        f"{s.a.buffer.dtype} on {target}", s.loc, hint="stage A in shared memory")
                 assign(s.a.buffer, MmaOperandLayout(tuple(s.a.shape), plan.instr, plan.warps_m, plan.warps_n,
-                                                    nthreads), "a T.gemm A operand", s.loc)
+                                                    count(s)), "a T.gemm A operand", s.loc)
             if s.b.buffer.scope == "fragment":
                 raise CompileError("T.gemm operand B must be in shared memory", s.loc,
                                    hint="T.copy it into a T.alloc_shared buffer first")
@@ -95,7 +103,7 @@ def infer_layouts(func: t.PrimFunc, ctx) -> t.PrimFunc:
         if not missing:
             break
         buf = _first_use_order(missing, stmts)
-        layouts[buf] = StripedLayout(buf.shape, nthreads, _vec_for(buf.shape, [buf.dtype]))
+        layouts[buf] = StripedLayout(buf.shape, frag_counts.get(buf, nthreads), _vec_for(buf.shape, [buf.dtype]))
 
     for b, lay in layouts.items():
         try:
@@ -113,7 +121,7 @@ def infer_layouts(func: t.PrimFunc, ctx) -> t.PrimFunc:
             vec = _vec_for(p.extents, dtypes)
             if p.coalesced_width is not None:  # the author's bound on the elements per vector access
                 vec = min(vec, p.coalesced_width)
-            drive = StripedLayout(p.extents, nthreads, vec)
+            drive = StripedLayout(p.extents, count(p), vec)
         par_layouts[p] = drive
 
     shared = {}
@@ -133,6 +141,25 @@ def infer_layouts(func: t.PrimFunc, ctx) -> t.PrimFunc:
     func.plans.fragment_layouts.update(layouts)
     func.plans.shared_layouts.update(shared)
     return func
+
+
+def _fragment_thread_counts(stmts, count) -> dict:
+    """Fragment -> the size of the thread set that uses it; a fragment used by thread sets of
+    different sizes has no one layout (its elements live in registers of fixed threads)."""
+    out: dict = {}
+    for s in stmts:
+        bufs = [r.buffer for r in regions_of(s)] + [ld.buffer for e in exprs_of(s) for ld in loads_in(e)]
+        if isinstance(s, t.BufferStore):
+            bufs.append(s.buffer)
+        for b in bufs:
+            if b.scope != "fragment":
+                continue
+            old = out.setdefault(b, count(s))
+            if old != count(s):
+                raise CompileError(f"fragment {b.name} is used by a set of {old} threads and by one of {count(s)} "
+                                   "threads", s.loc, hint="use one fragment per thread partition and exchange data "
+                                   "through shared memory")
+    return out
 
 
 def _check_register_budget(layouts: dict, nthreads: int, target) -> None:

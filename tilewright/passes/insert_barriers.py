@@ -1,4 +1,4 @@
-"""Pass ``insert_barriers``: block-wide barriers between tile statements that share memory.
+"""Pass ``insert_barriers``: barriers between tile statements that share memory.
 
 Needs: Tile IR after ``expand_tile_ops`` (tile statements: Copy, Gemm, Reduce, ParallelFor,
 BufferStore, ...), with pipelines already structured by ``pipeline_loops``.
@@ -7,14 +7,20 @@ other reads or writes, a ``Barrier`` executes — also across loop iterations (t
 analysed as if it followed itself) and after either branch of an ``if``.  Statements are
 treated as executed by different threads (a conservative but simple rule).  Async copies issued
 by a software pipeline are excluded: the pipeline's own wait + barrier order them.  Barriers are
-never placed inside a ``T.Parallel`` body or a branch on a per-thread condition.
+never placed inside a ``T.Parallel`` body or a branch on a per-thread condition (the
+``ir.uniformity`` analysis decides which conditions are per-thread).
+
+Per region: inside a ``ThreadPartition`` the barriers between its own statements synchronize its
+threads only (lowering makes them named barriers over the partition); a partition whose accesses
+conflict with what the block did before gets a block barrier in front of it, and everything it
+accessed counts as unordered for the block until the next block barrier after it.
 """
 
 from __future__ import annotations
 
-from ..ir import expr as E
 from ..ir import thread as th
 from ..ir import tile as t
+from ..ir.uniformity import Uniformity
 from ..ir.verifier import exprs_of, regions_of
 from ..ir.visitor import loads_in, walk
 
@@ -22,25 +28,49 @@ _TRACKED = ("shared", "global")
 
 
 class _State:
-    def __init__(self, reads=(), writes=()):
+    """Buffers accessed since the last barrier.  ``synced_*``: accessed by thread partitions that
+    order their hand-offs with mbarriers (producer/consumer): unordered for the block, but not for
+    the sibling partitions, which must not be separated by a block barrier (they run concurrently
+    and wait on each other, so one would deadlock)."""
+
+    def __init__(self, reads=(), writes=(), synced_reads=(), synced_writes=()):
         self.reads = set(reads)
         self.writes = set(writes)
+        self.synced_reads = set(synced_reads)
+        self.synced_writes = set(synced_writes)
 
     def copy(self):
-        return _State(self.reads, self.writes)
+        return _State(self.reads, self.writes, self.synced_reads, self.synced_writes)
 
     def merge(self, o):
         self.reads |= o.reads
         self.writes |= o.writes
+        self.synced_reads |= o.synced_reads
+        self.synced_writes |= o.synced_writes
 
     def clear(self):
-        self.reads.clear()
-        self.writes.clear()
+        for x in (self.reads, self.writes, self.synced_reads, self.synced_writes):
+            x.clear()
+
+    def flush(self):
+        """The mbarrier-ordered partitions are over: their accesses count for the block."""
+        self.reads |= self.synced_reads
+        self.writes |= self.synced_writes
+        self.synced_reads.clear()
+        self.synced_writes.clear()
 
 
 def insert_barriers(func: t.PrimFunc) -> t.PrimFunc:
-    func.body = _seq(func.body, _State())[0]
+    func.body = _seq(func.body, _State(), _Where(Uniformity(func), None))[0]
     return func
+
+
+class _Where:
+    """The uniformity analysis and the ThreadPartition being analysed (None: the whole block)."""
+
+    def __init__(self, uniformity: Uniformity, region):
+        self.uniformity = uniformity
+        self.region = region
 
 
 def _accesses(s) -> tuple[set, set]:
@@ -78,32 +108,46 @@ def _conflict(state: _State, reads: set, writes: set) -> bool:
     return any(b in state.writes for b in reads)
 
 
-def _seq(s, state: _State):
+def _seq(s, state: _State, w: _Where):
     """Returns (new statement, state after it)."""
     if isinstance(s, t.SeqStmt):
         out = []
         for x in s.stmts:
-            nx, state = _seq(x, state)
+            nx, state = _seq(x, state, w)
             out.append(nx)
         return t.SeqStmt(out, s.loc), state
     if isinstance(s, th.Barrier):
         state.clear()
         return s, state
     if isinstance(s, t.Kernel):
-        body, st = _seq(s.body, state)
+        body, st = _seq(s.body, state, w)
         return t.Kernel(s.grid, s.threads, s.block_vars, body, s.loc, dict(s.attrs)), st
     if isinstance(s, t.For):
         # pass 1 finds the state at the end of the body; pass 2 starts from pre-loop + that state
         # (_seq rebuilds containers and never mutates leaves, so analysing the body twice is safe)
-        _, end1 = _seq(s.body, state.copy())
+        _, end1 = _seq(s.body, state.copy(), w)
         start = state.copy()
         start.merge(end1)
-        body, end = _seq(s.body, start)
+        body, end = _seq(s.body, start, w)
         return t.For(s.var, s.start, s.extent, body, s.kind, s.num_stages, s.loc, s.attrs), end
-    if isinstance(s, t.IfThenElse) and _uniform(s.cond) and _has_tile_ops(s):
-        a, sa = _seq(s.then_body, state.copy())
+    if isinstance(s, t.ThreadPartition):
+        reads, writes = _accesses(s.body)
+        synced = _uses_mbarriers(s.body)
+        if not synced:
+            state.flush()
+        out = []
+        if _conflict(state, reads, writes):
+            out.append(th.Barrier(loc=s.loc))
+            state = _State()
+        body, _ = _seq(s.body, _State(), _Where(w.uniformity, s))
+        (state.synced_reads if synced else state.reads).update(reads)
+        (state.synced_writes if synced else state.writes).update(writes)
+        out.append(t.ThreadPartition(s.base, s.count, s.role, body, s.loc))
+        return (t.SeqStmt(out) if len(out) > 1 else out[0]), state
+    if isinstance(s, t.IfThenElse) and w.uniformity.is_uniform(s.cond, w.region) and _has_tile_ops(s):
+        a, sa = _seq(s.then_body, state.copy(), w)
         if s.else_body is not None:
-            b, sb = _seq(s.else_body, state.copy())
+            b, sb = _seq(s.else_body, state.copy(), w)
         else:
             b, sb = None, state.copy()
         sa.merge(sb)
@@ -111,6 +155,7 @@ def _seq(s, state: _State):
     reads, writes = _accesses(s)
     if not reads and not writes:
         return s, state
+    state.flush()
     if _conflict(state, reads, writes):
         state = _State()
         state.reads |= reads
@@ -121,20 +166,10 @@ def _seq(s, state: _State):
     return s, state
 
 
-def _uniform(cond) -> bool:
-    """A condition every thread of the block evaluates alike (no thread index in it)."""
-    from ..ir.visitor import walk_expr
-
-    ok = [True]
-
-    def f(x):
-        if isinstance(x, E.Var) and x.kind == "thread":
-            ok[0] = False
-        if isinstance(x, E.Load) and x.buffer.scope in ("fragment", "local"):
-            ok[0] = False
-
-    walk_expr(cond, f)
-    return ok[0]
+def _uses_mbarriers(s) -> bool:
+    found = []
+    walk(s, lambda x: found.append(x) if isinstance(x, (th.MbarrierWait, th.MbarrierArrive)) else None)
+    return bool(found)
 
 
 def _has_tile_ops(s) -> bool:

@@ -2,7 +2,8 @@
 
 The tile is cut into chunks of ``v`` consecutive elements along its last dimension (``v`` as large
 as 16 bytes allows, given the last extent, the global strides, the alignment of the start and, when
-the chunk must be masked, the global extent).  Chunk ``c`` goes to thread ``c % threads``.
+the chunk must be masked, the global extent).  Chunk ``c`` goes to thread ``c % threads`` of the thread
+set being lowered (the block, or a thread partition: ``ctx.tid`` / ``ctx.nthreads``).
 On targets with cp.async each chunk is one asynchronous copy (zero-filled when out of bounds);
 a synchronous copy then commits and waits for its group at once.  Elsewhere a chunk travels
 through registers: a vector load (zero when out of bounds) and a vector store to shared memory.

@@ -78,6 +78,6 @@ def numeric(ctx: LoweringContext, e):
     from .analysis import eval_expr
 
     try:
-        return np.broadcast_to(np.asarray(eval_expr(e, {ctx.tid: ctx.tid_np}), dtype=np.int64), (ctx.nthreads,))
+        return np.broadcast_to(np.asarray(eval_expr(e, ctx.thread_values()), dtype=np.int64), (ctx.nthreads,))
     except (KeyError, ValueError):
         return None

@@ -190,7 +190,7 @@ def prefetch_supported(ctx: LoweringContext, s: t.Gemm) -> bool:
     budget = ctx.target.registers_per_thread
     min_blocks = ctx.options.get("tw.min_blocks_per_sm") if ctx.options else None
     if min_blocks:  # an occupancy request caps the registers of each thread
-        budget = min(budget, ctx.target.register_file_per_sm // (ctx.nthreads * int(min_blocks)))
+        budget = min(budget, ctx.target.register_file_per_sm // (ctx.kernel.num_threads * int(min_blocks)))
     # ~48 registers of addresses and loop state, a few more per unrolled K step (seen: 128x128x64 with
     # 4 K steps spilled at 255 registers while 128x128x32 fit)
     return acc + 2 * frags + 48 + 4 * (k_total // plan.instr.k) <= budget

@@ -11,6 +11,11 @@ moves.  Scalar statements outside ``T.Parallel`` that do
 not depend on the thread index run in every thread for registers, and in thread 0 only for
 stores and atomics to shared/global memory (they would otherwise be repeated per thread).
 Shared memory over the target's budget is refused with a hint.
+A ``ThreadPartition`` becomes a branch on its thread range whose body is lowered for that thread
+set (``LoweringContext.thread_set``: a partition-local thread index, so copies, layouts, gemms
+and reductions are spread over those threads only); its barriers become a named barrier over its
+threads (NVIDIA), or stay block barriers outside the range guard (AMD, no named barriers).
+Which values are per-thread is the ``ir.uniformity`` analysis.
 """
 
 from __future__ import annotations
@@ -19,7 +24,7 @@ from ..errors import CompileError, InternalError
 from ..ir import expr as E
 from ..ir import thread as th
 from ..ir import tile as t
-from ..ir.visitor import walk, walk_expr
+from ..ir.visitor import free_vars, loads_in, map_stmt, walk
 from .lower_copy import lower_copy_g2s, lower_copy_tma
 from .lower_exprs import Env, lower_expr
 from .lower_gemm import lower_gemm, lower_mainloop_body, lower_mainloop_prefetch, mainloop_gemm
@@ -96,35 +101,71 @@ def _block_remap(kernel: t.Kernel):
     return pro, raw
 
 
-def _thread_dependent(e) -> bool:
-    """An expression whose value may differ between the threads of a block."""
-    found = [False]
+def _sink_guard(stmts: list, cond, part: t.ThreadPartition, ctx: LoweringContext) -> list:
+    """``stmts`` run by the whole block with everything but barriers (and the declarations and
+    lets later statements see) guarded by ``cond``.  Loops and branches that hold a barrier stay
+    unguarded, so their bounds and conditions must be the same for every thread of the block."""
+    out: list = []
+    run: list = []
 
-    def f(x):
-        if isinstance(x, E.Var) and x.kind == "thread":
-            found[0] = True
-        if isinstance(x, E.Load) and x.buffer.scope in ("local", "var", "fragment"):
-            found[0] = True
+    def flush():
+        if run:
+            out.append(t.IfThenElse(cond, t.SeqStmt(list(run)) if len(run) > 1 else run[0], None))
+            run.clear()
 
-    walk_expr(e, f)
-    return found[0]
+    def block_uniform(e) -> bool:
+        return not any(isinstance(v, E.Var) and (v.kind == "thread" or v.name.startswith("ptid"))
+                       for v in free_vars(e)) and not any(ld.buffer.scope == "local" for ld in loads_in(e))
+
+    for x in stmts:
+        if isinstance(x, t.SeqStmt):
+            flush()
+            out.extend(_sink_guard(x.stmts, cond, part, ctx))
+        elif isinstance(x, (t.LetStmt, th.LocalDecl, th.SharedDecl, th.Comment)):
+            flush()
+            out.append(x)
+        elif not _has_barrier([x]):
+            run.append(x)
+        elif isinstance(x, th.Barrier):
+            flush()
+            out.append(x)
+        elif isinstance(x, t.For) and block_uniform(x.start) and block_uniform(x.extent):
+            flush()
+            out.append(t.For(x.var, x.start, x.extent, t.SeqStmt(_sink_guard([x.body], cond, part, ctx)), x.kind,
+                             x.num_stages, x.loc, dict(x.attrs)))
+        elif isinstance(x, t.IfThenElse) and block_uniform(x.cond):
+            flush()
+            els = None if x.else_body is None else t.SeqStmt(_sink_guard([x.else_body], cond, part, ctx))
+            out.append(t.IfThenElse(x.cond, t.SeqStmt(_sink_guard([x.then_body], cond, part, ctx)), els, x.loc))
+        else:
+            raise CompileError(
+                f"thread partition {part.role} synchronizes its threads inside control flow that differs between "
+                f"threads; {ctx.target} has no named barriers for a subset of the block", part.loc,
+                hint="on AMD GPUs let the whole block perform these tile operations (no `if` on the thread index or "
+                "T.ws around them)")
+    flush()
+    return out
 
 
-def _uses_thread(s) -> bool:
+def _has_barrier(stmts) -> bool:
+    found = []
+    for x in stmts:
+        walk(x, lambda n: found.append(n) if isinstance(n, th.Barrier) else None)
+    return bool(found)
+
+
+def _thread_dependent(ctx: LoweringContext, e) -> bool:
+    """An expression whose value may differ between the threads of the set being lowered (the
+    ``ir.uniformity`` analysis: thread index, per-thread vars and locals, fragments)."""
+    return not ctx.uniformity.is_uniform(e, ctx.region)
+
+
+def _uses_thread(ctx: LoweringContext, s) -> bool:
     from ..ir.verifier import exprs_of
 
-    found = [False]
-
-    def fe(x):
-        if isinstance(x, E.Var) and x.kind == "thread":
-            found[0] = True
-
-    def fs(st):
-        for e in exprs_of(st):
-            walk_expr(e, fe)
-
-    walk(s, fs)
-    return found[0]
+    found = []
+    walk(s, lambda st: found.extend(e for e in exprs_of(st) if _thread_dependent(ctx, e)))
+    return bool(found)
 
 
 class _StmtLowering:
@@ -156,15 +197,17 @@ class _StmtLowering:
         if isinstance(s, t.IfThenElse):
             cond = lower_expr(ctx, s.cond, env, s.loc)
             inner = env.child()
-            inner.thread_dep = env.thread_dep or _thread_dependent(s.cond)
+            inner.thread_dep = env.thread_dep or _thread_dependent(ctx, s.cond)
             then_b = self.block(s.then_body, inner)
             else_b = self.block(s.else_body, inner.child()) if s.else_body is not None else None
             if isinstance(cond, E.Const):
                 return [then_b] if cond.value else ([else_b] if else_b is not None else [])
             return [t.IfThenElse(cond, then_b, else_b, loc=s.loc)]
+        if isinstance(s, t.ThreadPartition):
+            return self.partition(s, env)
         if isinstance(s, t.For):
             inner = env.child()
-            inner.thread_dep = env.thread_dep or _thread_dependent(s.start) or _thread_dependent(s.extent)
+            inner.thread_dep = env.thread_dep or _thread_dependent(ctx, s.start) or _thread_dependent(ctx, s.extent)
             gemm = mainloop_gemm(ctx, s)  # a pipelined gemm mainloop: the gemm lowering schedules it
             pre = lower_mainloop_prefetch(ctx, gemm, env) if gemm is not None else []
             saved = ctx.deferred, ctx.loop_prelude
@@ -198,8 +241,16 @@ class _StmtLowering:
             return self.atomic(s, env)
         if isinstance(s, (t.Annotate, t.Evaluate)):
             return []
-        if isinstance(s, (th.Barrier, th.AsyncCommit, th.AsyncWait, th.Comment)):
+        if isinstance(s, (th.Barrier, th.AsyncCommit, th.AsyncWait, th.Comment, th.FenceProxyAsync, th.SetMaxNReg,
+                          th.NamedBarrier)):
             return [s]
+        if isinstance(s, th.MbarrierArrive):
+            return [th.MbarrierArrive(ctx.shared_flat(s.bar), lower_expr(ctx, s.index, env),
+                                      s.count, None if s.expect_tx is None else lower_expr(ctx, s.expect_tx, env),
+                                      s.elected, loc=s.loc)]
+        if isinstance(s, th.MbarrierExpectTx):
+            return [th.MbarrierExpectTx(ctx.shared_flat(s.bar), lower_expr(ctx, s.index, env),
+                                        lower_expr(ctx, s.nbytes, env), loc=s.loc)]
         if isinstance(s, th.MbarrierInit):
             return [th.MbarrierInit(ctx.shared_flat(s.bar), s.count, loc=s.loc)]
         if isinstance(s, th.MbarrierWait):
@@ -208,6 +259,27 @@ class _StmtLowering:
         if isinstance(s, t.Kernel):
             raise CompileError("nested kernels are not supported", s.loc)
         raise CompileError(f"internal: cannot lower {type(s).__name__}", s.loc)
+
+    def partition(self, s: t.ThreadPartition, env: Env) -> list:
+        """Threads base..base+count-1 run the body, planned for that set (``ctx.thread_set``); its
+        barriers become a named barrier over those threads."""
+        ctx = self.ctx
+        if s.base == ctx.base and s.count == ctx.nthreads:
+            return self.stmts(s.body, env)
+        local = E.Var(ctx.fresh("ptid"), "int32", kind="let")
+        with ctx.thread_set(s.base, s.count, local, s):
+            body = [t.LetStmt(local, ctx.block_tid - s.base, loc=s.loc)] + self.stmts(s.body, env)
+        if _has_barrier(body):
+            if ctx.target.vendor != "nvidia":
+                # no named barriers: every thread of the block runs the partition's barriers (block
+                # barriers), only the work between them is guarded by the thread range
+                return [th.Comment(f"thread partition {s.role}: threads {s.base}..{s.base + s.count - 1}")] + \
+                    _sink_guard(body, s.cond(ctx.block_tid), s, ctx)
+            bar_id = ctx.named_barrier_id(s.base, s.count, s.loc)
+            body = [map_stmt(x, lambda n: th.NamedBarrier(bar_id, s.count, loc=n.loc)
+                             if isinstance(n, th.Barrier) else None) for x in body]
+        return [th.Comment(f"thread partition {s.role}: threads {s.base}..{s.base + s.count - 1}"),
+                t.IfThenElse(s.cond(ctx.block_tid), t.SeqStmt(body), None, loc=s.loc)]
 
     def alloc(self, s: t.Alloc, env: Env) -> list:
         ctx, b = self.ctx, s.buffer
@@ -236,7 +308,7 @@ class _StmtLowering:
             return [t.BufferStore(ctx.local_of[b], (E.as_expr(reg),), value, loc=s.loc)]
         fb, off = ctx.flat_access(b, idx)
         st = t.BufferStore(fb, (off,), value, loc=s.loc)
-        if b.scope in ("shared", "global") and not env.in_parallel and not env.thread_dep and not _uses_thread(s):
+        if b.scope in ("shared", "global") and not env.in_parallel and not env.thread_dep and not _uses_thread(ctx, s):
             return [t.IfThenElse(ctx.tid == 0, st, None, loc=s.loc)]
         return [st]
 
@@ -270,7 +342,7 @@ class _StmtLowering:
                     "T.Parallel(..., coalesced_width=1), or a thread-indexed `if T.get_thread_binding() < n:`")
             else:
                 out.append(t.IfThenElse(env.replica_guard, op, None, loc=s.loc))
-        elif not env.thread_dep and not _uses_thread(s):
+        elif not env.thread_dep and not _uses_thread(ctx, s):
             # a block-uniform scalar atomic happens once, in thread 0
             if result is None:
                 out.append(t.IfThenElse(ctx.tid == 0, op, None, loc=s.loc))

@@ -1,5 +1,6 @@
 """State shared by the pieces of the ``lower_to_threads`` pass: the buffer mapping from Tile IR
-to thread IR, address computation, fragment register lookup and fresh names.
+to thread IR, address computation, fragment register lookup, fresh names, and the thread set
+being lowered (``base``, ``nthreads``, a thread index ``tid`` numbering that set from 0).
 
 Fragment lookups are table-driven: for an access ``frag[idx]`` at a point where every thread
 evaluates ``idx`` to known values (loop variables bound to layout positions), the index is
@@ -11,6 +12,7 @@ explanation rather than compiled into something wrong.
 
 from __future__ import annotations
 
+import contextlib
 import itertools
 
 import numpy as np
@@ -19,6 +21,7 @@ from ..errors import CompileError, InternalError
 from ..ir import expr as E
 from ..ir import tile as t
 from ..ir.layout import SharedLayout
+from ..ir.uniformity import Uniformity
 from ..ir.visitor import rewrite_expr
 from .analysis import eval_expr
 
@@ -29,8 +32,16 @@ class LoweringContext:
         self.kernel = kernel
         self.target = target
         self.options = options
+        # the thread set being lowered: threads base .. base+nthreads-1 of the block (the whole block,
+        # or a ThreadPartition); ``tid`` numbers them from 0 (inside a partition a let-bound
+        # ``block_tid - base``), so copies, layouts, gemms and reductions plan for that set alone
+        self.base = 0
         self.nthreads = kernel.num_threads
-        self.tid = kernel.attrs["thread_var"]
+        self.block_tid = kernel.attrs["thread_var"]
+        self.tid = self.block_tid
+        self.named_barriers: dict = {}  # (base, count) -> hardware barrier id
+        self.region = None  # the ThreadPartition being lowered (None: the whole block)
+        self.uniformity = Uniformity(func)
         self.plans = func.plans
         self.layouts = func.plans.fragment_layouts
         self.shared_layouts: dict = func.plans.shared_layouts
@@ -52,6 +63,36 @@ class LoweringContext:
         self.scratch_offsets: dict = {}
         self.scratch_decls: list = []
         self.tid_np = np.arange(self.nthreads)
+
+    @contextlib.contextmanager
+    def thread_set(self, base: int, count: int, local_tid, region=None):
+        """Lower the enclosed statements for threads ``base .. base+count-1`` numbered by ``local_tid``
+        (``region``: the ThreadPartition they run)."""
+        saved = self.base, self.nthreads, self.tid, self.tid_np, self.region
+        self.base, self.nthreads, self.tid, self.region = base, count, local_tid, region
+        self.tid_np = np.arange(count)
+        try:
+            yield
+        finally:
+            self.base, self.nthreads, self.tid, self.tid_np, self.region = saved
+
+    def thread_values(self) -> dict:
+        """Per-thread NumPy values of the thread indices, for evaluating index expressions of the set."""
+        env = {self.tid: self.tid_np}
+        if self.block_tid is not self.tid:
+            env[self.block_tid] = self.tid_np + self.base
+        return env
+
+    def named_barrier_id(self, base: int, count: int, loc=None) -> int:
+        """The hardware barrier (1..15; 0 is the block's) that synchronizes threads base..base+count-1."""
+        key = (base, count)
+        if key not in self.named_barriers:
+            if len(self.named_barriers) >= 15:
+                raise CompileError("the kernel synchronizes more than 15 different thread partitions; the GPU has "
+                                   "16 named barriers (one is the block's)", loc,
+                                   hint="use fewer distinct thread ranges")
+            self.named_barriers[key] = len(self.named_barriers) + 1
+        return self.named_barriers[key]
 
     # ---------------------------------------------------------------- names and buffers
     def fresh(self, base: str) -> str:
@@ -167,6 +208,11 @@ class LoweringContext:
         variables of ``idx`` to per-thread NumPy values; ``active`` (a bool per thread) leaves out
         threads that do not execute the access (padding positions of a layout)."""
         lay = self.layouts[buf]
+        if lay.num_threads != self.nthreads:
+            raise CompileError(f"fragment {buf.name} is laid out over {lay.num_threads} threads but used by a set of "
+                               f"{self.nthreads} threads", loc, hint="use one fragment per thread partition and "
+                               "exchange data through shared memory")
+        np_env = {**self.thread_values(), **np_env}
         try:
             vals = [np.broadcast_to(np.asarray(eval_expr(x, np_env), dtype=np.int64), (self.nthreads,))
                     for x in idx]

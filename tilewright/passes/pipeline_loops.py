@@ -43,6 +43,7 @@ from ..ir import thread as th
 from ..ir import tile as t
 from ..ir.layout import SharedLayout, tma_boxes
 from ..ir.plans import GemmMainloop, PipelineRing
+from ..ir.uniformity import thread_sets
 from ..ir.visitor import free_vars, map_stmt, rebuild, rewrite_expr, substitute, walk
 
 
@@ -56,9 +57,13 @@ def pipeline_loops(func: t.PrimFunc, ctx=None) -> t.PrimFunc:
     walk(func.body, lambda s: allocs.__setitem__(s.buffer, s) if isinstance(s, t.Alloc) else None)
     restaged: dict = {}  # old buffer -> new staged buffer
 
+    # TMA issue and mbarrier initialisation are block-level (one thread of the block does them):
+    # loops run by a thread partition keep cp.async
+    in_partition = {s for s, ts in thread_sets(func.body, 1 << 30).items() if ts != (0, 1 << 30)}
+
     def rewrite(s):
         if isinstance(s, t.For) and s.kind == "pipelined":
-            return _pipeline(s, func, allocs, restaged, no_prefetch, tma, func.plans)
+            return _pipeline(s, func, allocs, restaged, no_prefetch, tma and s not in in_partition, func.plans)
         return None
 
     func.body = map_stmt(func.body, rewrite)

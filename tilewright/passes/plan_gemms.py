@@ -27,6 +27,7 @@ from __future__ import annotations
 from ..errors import CompileError
 from ..ir import tile as t
 from ..ir.plans import GemmPlan, WgmmaPlan
+from ..ir.uniformity import thread_sets
 from ..ir.visitor import walk
 from ..target.matrix import REGISTERS, SMEM_DESC
 
@@ -47,8 +48,9 @@ def plan_gemms(func: t.PrimFunc, ctx) -> t.PrimFunc:
     if not gemms:
         return func
     nthreads = kernels[0].num_threads
+    sets = thread_sets(func.body, nthreads)  # a gemm inside a thread partition is planned for its threads
     for g in gemms:
-        func.plans.gemms[g] = plan_gemm(g, nthreads, ctx.target, ctx.options)
+        func.plans.gemms[g] = plan_gemm(g, sets.get(g, (0, nthreads))[1], ctx.target, ctx.options)
     return func
 
 

@@ -7,7 +7,7 @@ their operands folded to constants, ``x % m`` and ``x // m`` simplified when ``0
 ``index_algebra``) so that per-chunk addresses share one base, branches on constant conditions
 removed and always-true predicates of vector/async copies dropped.  Ranges come from the thread
 index ([0, threads)), block indices ([0, grid) when the grid is static), loop variables, let-bound
-values and, inside an ``if``, the upper bounds its condition implies (``k + 3 < 128``), by interval
+values and, inside an ``if``, the bounds its condition implies (``k + 3 < 128``, ``tx >= 128``), by interval
 arithmetic on non-negative integer expressions.  This is what removes the bounds masks of tiles
 that divide the problem evenly, including those of the prefetching stages of a pipelined loop.
 Last, integer arithmetic whose range may leave 32 bits is done in 64 (``offset_width``): element
@@ -223,6 +223,11 @@ class _Simplifier:
                 var, hi = bound
                 lo, old_hi = self.ranges[var]
                 self.ranges[var] = (lo, min(old_hi, hi))
+            bound = self._lower_bound(conj)
+            if bound is not None:  # the thread range of a partition: ``tx >= 128``
+                var, lo = bound
+                old_lo, hi = self.ranges[var]
+                self.ranges[var] = (max(old_lo, lo), hi)
         try:
             yield
         finally:
@@ -241,6 +246,15 @@ class _Simplifier:
         var, scale = vars_[0], coeffs[vars_[0]]
         top = limit[1] - coeffs[None] - (1 if cond.op == "<" else 0)  # scale * var <= top
         return var, top // scale
+
+    def _lower_bound(self, cond):
+        """``var >= c`` / ``var > c`` for a variable with a known range and a constant ``c``."""
+        if not isinstance(cond, E.BinOp) or cond.op not in (">=", ">") or not isinstance(cond.a, E.Var):
+            return None
+        c = E.const_value(cond.b)
+        if not isinstance(c, int) or isinstance(c, bool) or cond.a not in self.ranges:
+            return None
+        return cond.a, c + (1 if cond.op == ">" else 0)
 
     # ---------------------------------------------------------------- statements
     def index(self, buf, e):

@@ -1,0 +1,88 @@
+"""Thread partitions from TileLang's spellings: ``if`` on the thread index around tile operations.
+
+In TileLang, ``if tx < 128: T.copy(...)`` means that threads 0..127 perform the copy between them
+(and only they synchronize afterwards).  ``form_partitions`` turns each ``if`` whose condition
+depends on the thread index alone and whose branch holds a tile operation or a barrier into a
+``ThreadPartition`` over the threads the branch selects (its ``else`` over the rest), nested
+partitions relative to their parent.  Other ``if``s are left alone; the verifier refuses tile
+operations under any remaining per-thread condition, with the line and what to change.
+"""
+
+from __future__ import annotations
+
+from ..errors import CompileError
+from ..ir import expr as E
+from ..ir import tile as t
+from ..ir.uniformity import collective_kind, first_collective, thread_range, warp_aligned
+from ..ir.visitor import child_stmts
+
+
+def form_partitions(func: t.PrimFunc) -> t.PrimFunc:
+    kernels = [s for s in _flatten(func.body) if isinstance(s, t.Kernel)]
+    for k in kernels:
+        tid = k.attrs.get("thread_var")
+        k.body = _form(k.body, tid, 0, k.num_threads)
+    return func
+
+
+def _flatten(s):
+    return s.stmts if isinstance(s, t.SeqStmt) else [s]
+
+
+def _form(s, tid, base: int, count: int):
+    if s is None:
+        return None
+    if isinstance(s, t.SeqStmt):
+        return t.SeqStmt([_form(x, tid, base, count) for x in s.stmts], s.loc)
+    if isinstance(s, t.ThreadPartition):
+        s.body = _form(s.body, tid, s.base, s.count)
+        return s
+    if isinstance(s, t.IfThenElse) and tid is not None and _collective_inside(s):
+        rng = thread_range(s.cond, tid, base, count)
+        if rng is not None:
+            out = []
+            for body, r in ((s.then_body, rng), (s.else_body, _complement(s.cond, tid, base, count))):
+                if body is None or first_collective(body) is None:
+                    if body is not None:  # per-thread code: keep it under its own condition
+                        cond = s.cond if body is s.then_body else E.unary("not", s.cond)
+                        out.append(t.IfThenElse(cond, _form(body, tid, base, count), None, s.loc))
+                    continue
+                out.append(_partition(body, r, tid, base, count, s))
+            return t.SeqStmt(out, s.loc) if len(out) != 1 else out[0]
+    for name in ("body", "then_body", "else_body"):
+        if hasattr(s, name) and getattr(s, name) is not None and not isinstance(s, t.Kernel):
+            setattr(s, name, _form(getattr(s, name), tid, base, count))
+    return s
+
+
+def _collective_inside(s) -> bool:
+    return any(first_collective(c) is not None for c in child_stmts(s))
+
+
+def _complement(cond, tid, base, count):
+    return thread_range(E.unary("not", cond), tid, base, count)
+
+
+def _partition(body, rng, tid, base, count, node):
+    what = first_collective(body)
+    kind = collective_kind(what)
+    if rng is None:
+        raise CompileError(
+            f"{kind} in the else branch of `if` on the thread index: the threads that take it are not one "
+            "contiguous range", what.loc,
+            hint="write the condition so that each branch selects one contiguous, warp-aligned range of threads, "
+            "e.g. `if tx < 128: ... else: ...`")
+    first, n = rng
+    if n == 0:
+        return t.SeqStmt([])  # no thread takes this branch
+    if first == base and n == count:
+        return _form(body, tid, base, count)  # every thread of the enclosing set takes it
+    if not warp_aligned(first, n):
+        raise CompileError(
+            f"{kind} under a condition that selects threads {first}..{first + n - 1}, which is not a whole "
+            "number of warps: a tile operation or barrier is performed by a set of whole warps together", what.loc,
+            hint="select a warp-aligned range of threads (a multiple of 32, e.g. `if tx < 64:`), or move the "
+            "tile operation out of the `if`")
+    p = t.ThreadPartition(first, n, f"threads {first}..{first + n - 1}", None, node.loc)
+    p.body = _form(body, tid, first, n)
+    return p
