@@ -9,4 +9,6 @@ from .compiler import compile, jit, lower  # noqa: F401
 from .errors import ArgumentError, CompileError, InternalError, TilewrightError, ToolchainError  # noqa: F401
 from .profiler import Profiler  # noqa: F401
 
+# The one version string: pyproject.toml reads it from this line (setuptools dynamic version); the
+# disk-cache keys and `tilewright --version` use it.
 __version__ = "0.1.0"

@@ -25,7 +25,6 @@ __all__ = ["compile", "jit", "lower"]
 
 _memo_by_obj: dict = {}
 _memo_by_text: dict = {}
-_VERSION = "0.1.0"
 
 
 @functools.cache
@@ -34,8 +33,10 @@ def _compiler_fingerprint() -> str:
     printer must never be answered with code an older compiler made under the same version."""
     import hashlib
 
+    from . import __version__
+
     root = os.path.dirname(os.path.abspath(__file__))
-    h = hashlib.sha256(_VERSION.encode())
+    h = hashlib.sha256(__version__.encode())
     for dirpath, dirnames, filenames in os.walk(root):
         dirnames[:] = sorted(d for d in dirnames if d != "__pycache__")
         for name in sorted(filenames):
