@@ -2,7 +2,7 @@
 # The test command of the README: installs what the tests need into the project's virtual environment
 # (.venv, created on first use; nothing is installed outside it except, as root, the optional AMD
 # toolchain), then runs the tests.  Arguments are passed to pytest.  Works as a normal user on a fresh
-# Debian/Ubuntu machine with Python >= 3.10.
+# Debian/Ubuntu machine with Python >= 3.10.  e.g. bash scripts/test.sh tests/test_interp.py -x
 set -euo pipefail
 cd "$(dirname "$0")/.."
 . scripts/venv.sh
@@ -32,7 +32,8 @@ if [ -z "${TILEWRIGHT_NO_TORCH:-}" ] && ! "$PY" -c "import torch" >/dev/null 2>&
 fi
 
 rc=0
-"$PY" -m pytest -q -p no:cacheprovider tests "$@" || rc=$?
+# no path among the arguments: pytest runs tests/ (testpaths in pyproject.toml)
+"$PY" -m pytest -q -p no:cacheprovider "$@" || rc=$?
 if [ "$rc" = 5 ]; then
   tw_say "error: pytest collected no tests (exit status 5); that is a failure, not a pass"
   exit 1

@@ -30,22 +30,27 @@ tw_venv_package() {
 }
 
 tw_venv_create() {
-  local base="$1" venv="$2"
-  tw_say "creating the virtual environment $venv (python: $(command -v "$base"))"
-  if [ -z "${TILEWRIGHT_VENV_WITHOUT_ENSUREPIP:-}" ] && "$base" -m venv --clear "$venv" >/dev/null 2>&1 \
-      && "$venv/bin/python" -m pip --version >/dev/null 2>&1; then
-    return 0
-  fi
-  # No ensurepip (stock Debian/Ubuntu without python3.X-venv): an environment without pip, then pip
-  # from the package index with the standard library only.  TILEWRIGHT_VENV_WITHOUT_ENSUREPIP=1 forces
-  # this path (to test it on machines that have ensurepip).
-  local pkg
+  local base="$1" venv="$2" out pkg
   pkg="$(tw_venv_package "$base")"
-  tw_say "python's ensurepip is missing (Debian/Ubuntu package $pkg); installing pip into $venv from the index"
-  if ! "$base" -m venv --clear --without-pip "$venv"; then
+  tw_say "creating the virtual environment $venv (python: $(command -v "$base"))"
+  if [ -z "${TILEWRIGHT_VENV_WITHOUT_ENSUREPIP:-}" ]; then
+    if out="$("$base" -m venv --clear "$venv" 2>&1)" && "$venv/bin/python" -m pip --version >/dev/null 2>&1; then
+      return 0
+    fi
+    if [ ! -f "$venv/pyvenv.cfg" ] && ! "$base" -m venv --clear --without-pip "$venv" >/dev/null 2>&1; then
+      tw_say "error: could not create $venv:"
+      echo "$out" >&2
+      return 1
+    fi
+  elif ! "$base" -m venv --clear --without-pip "$venv"; then
     tw_say "error: '$base -m venv' does not work here; install it with: sudo apt-get install $pkg"
     return 1
   fi
+  # The environment exists without pip: python's ensurepip is missing (stock Debian/Ubuntu without
+  # python3.X-venv).  Fetch pip from the package index with the standard library only.
+  # TILEWRIGHT_VENV_WITHOUT_ENSUREPIP=1 takes this path on machines that have ensurepip (to test it).
+  tw_say "python's ensurepip is missing (Debian/Ubuntu package $pkg); installing pip into $venv from the index"
+  "$base" -m venv --clear --without-pip "$venv" >/dev/null 2>&1 || true  # drop a half-made environment's leftovers
   if ! "$venv/bin/python" scripts/bootstrap_pip.py; then
     tw_say "error: could not install pip into $venv (no network access to the package index?);"
     tw_say "       install python's venv support and run this command again: sudo apt-get install $pkg"
