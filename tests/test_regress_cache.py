@@ -279,3 +279,24 @@ def test_gfx942_code_objects_are_reproducible(tmp_path, monkeypatch):
     # ... and different sources still get different compilation-unit ids
     other = compile_hip(source + "\n// another unit\n", "gfx942", [k.kernel_name]).code_object
     assert other != objects[0]
+
+
+def test_compile_recovers_from_a_record_the_kernel_cannot_use(cache_dir, monkeypatch, fresh_memo):
+    """An intact entry (checksums right) whose record the kernel cannot take, e.g. a malformed tensor-map
+    list: a miss, compiled and stored again -- never an exception on every later compile."""
+    target = _device_target()
+    if target is None:
+        pytest.skip("neither NVRTC nor an AMD clang is installed: no device code objects to cache")
+    func = matmul(64, 64, 64, 64, 64, 32)
+    k1 = tilewright.compile(func, target=target)
+    (key,) = [e.name for e in cache_dir.glob("??/*") if e.is_dir()]
+    entry = cache.load(key)
+    meta = {k: v for k, v in entry.items() if k not in ("code_object", "source")}
+    cache.discard(key)
+    cache.store(key, dict(meta, tensor_maps=[[0]]), entry["code_object"], entry["source"])
+    assert cache.load(key) is not None
+    compiler._memo_by_obj.clear()
+    compiler._memo_by_text.clear()
+    k2 = tilewright.compile(func, target=target)
+    assert k2.get_code_object() == k1.get_code_object()
+    assert cache.load(key)["tensor_maps"] == meta["tensor_maps"]  # replaced by a good record

@@ -149,9 +149,13 @@ def _build(func: t.PrimFunc, tgt: Target, outs: tuple, opts: dict, verbose: bool
         entry = disk_cache.load(key)
         if entry is not None:
             k = JITKernel(func, tgt, outs, opts, backend=backend)
-            k._adopt_cached(entry)
-            k.compile_seconds = time.perf_counter() - t0
-            return k
+            try:
+                k._adopt_cached(entry)
+            except (KeyError, IndexError, TypeError, ValueError):
+                disk_cache.discard(key)  # a record the kernel cannot use is a miss: compile it again
+            else:
+                k.compile_seconds = time.perf_counter() - t0
+                return k
     thread_kernel = run_pipeline(func, PassContext(tgt, opts, dump))
     source = _print(thread_kernel, tgt)
     if dump is not None:
