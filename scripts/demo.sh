@@ -1,7 +1,10 @@
 #!/usr/bin/env bash
-# The demo command of the README: installs tilewright, then compiles and runs kernels on the local
-# GPU (or the CPU interpreter when there is none) and shows the CUDA and HIP code it made.
+# The demo command of the README: installs tilewright into the project's virtual environment (.venv,
+# created on first use), then compiles and runs kernels on the local GPU (or the CPU interpreter when
+# there is none) and shows the CUDA and HIP code it made.  Works as a normal user; installs nothing
+# outside .venv.
 set -euo pipefail
 cd "$(dirname "$0")/.."
-python3 -m pip install -q --disable-pip-version-check -e ".[cuda]"
-python3 -m tilewright.demo "$@"
+. scripts/venv.sh
+tw_venv_setup "cuda"
+exec "$PY" -m tilewright.demo "$@"

@@ -17,6 +17,8 @@ from .errors import (  # noqa: F401
 )
 from .profiler import Profiler  # noqa: F401
 
+# The one version string: pyproject.toml reads it from this line (setuptools dynamic version); the
+# disk-cache keys and `tilewright --version` use it.
 __version__ = "0.1.0"
 
 config.configure_logging()

@@ -27,7 +27,6 @@ __all__ = ["compile", "jit", "lower", "print_source"]
 
 _memo_by_obj: dict = {}
 _memo_by_text: dict = {}
-_VERSION = "0.1.0"
 
 
 @functools.cache
@@ -36,8 +35,10 @@ def _compiler_fingerprint() -> str:
     printer must never be answered with code an older compiler made under the same version."""
     import hashlib
 
+    from . import __version__
+
     root = os.path.dirname(os.path.abspath(__file__))
-    h = hashlib.sha256(_VERSION.encode())
+    h = hashlib.sha256(__version__.encode())
     for dirpath, dirnames, filenames in os.walk(root):
         dirnames[:] = sorted(d for d in dirnames if d != "__pycache__")
         for name in sorted(filenames):
@@ -183,9 +184,14 @@ def _build(func: t.PrimFunc, tgt: Target, outs: tuple, opts: dict, verbose: bool
     if backend == "device":
         entry = disk_cache.load(key)
         if entry is not None:
-            k = JITKernel(func, tgt, outs, opts, backend=backend, spec=_spec_from_cache(func, tgt, entry))
-            k.compile_seconds = time.perf_counter() - t0
-            return k
+            try:
+                spec = _spec_from_cache(func, tgt, entry)
+            except (KeyError, IndexError, TypeError, ValueError):
+                disk_cache.discard(key)  # a record the kernel cannot use is a miss: compile it again
+            else:
+                k = JITKernel(func, tgt, outs, opts, backend=backend, spec=spec)
+                k.compile_seconds = time.perf_counter() - t0
+                return k
     thread_kernel = run_pipeline(func, PassContext(tgt, opts, dump))
     source = vendor.print_source(thread_kernel)
     if dump is not None:

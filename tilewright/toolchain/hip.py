@@ -20,11 +20,13 @@ Which compiler (:func:`find_hip_compiler`, first usable one wins, cached):
 a path to a ``libhiprtc.so*`` or to a clang/hipcc executable uses exactly that.
 
 Clang is run as ``clang -x hip --cuda-device-only --offload-arch=ARCH -nogpuinc -nogpulib -O3
--std=c++17 --no-gpu-bundle-output -c -o OUT SRC``: the driver compiles, then links with lld
+-std=c++17 --no-gpu-bundle-output -cuid=ID -c -o OUT SRC``: the driver compiles, then links with lld
 (``-shared``) into the loadable code object (checked: ``ET_DYN``, ``EM_AMDGPU``, one ``<kernel>.kd``
 kernel descriptor per kernel); ``--no-gpu-bundle-output`` keeps it out of an offload bundle.
 ``-nogpuinc -nogpulib`` mean no ROCm headers or device libraries are needed, which is why the
-generated code starts with :data:`tilewright.codegen.hip_prelude.HIP_PRELUDE`.
+generated code starts with :data:`tilewright.codegen.hip_prelude.HIP_PRELUDE`.  ``-cuid=ID`` (a hash of
+the source text, arch and flags) makes the code object reproducible: byte-identical whatever folder the
+source was compiled in.
 
 Nothing is cached here: the caller keys its cache on the source, the arch, the options and
 ``HipBinary.toolchain``.
@@ -34,6 +36,7 @@ from __future__ import annotations
 
 import ctypes
 import glob
+import hashlib
 import importlib.util
 import os
 import re
@@ -380,8 +383,21 @@ def _write_source(source: str, directory: str | None, filename: str) -> str:
 def _clang_command(compiler: HipCompiler, arch: str, src: str, out: str, options: tuple[str, ...]) -> list[str]:
     cmd = [compiler.path, "-x", "hip", "--cuda-device-only", f"--offload-arch={arch}", "-nogpuinc", "-nogpulib"]
     # -fno-crash-diagnostics: a backend failure must not leave reproducer files in /tmp.
-    cmd += ["-O3", "-std=c++17", "--no-gpu-bundle-output", "-fno-crash-diagnostics", *options, "-c", "-o", out, src]
+    # -cuid: clang names a symbol (__hip_cuid_<id>) after the compilation unit, by default a hash of the
+    # source file's path -- a fresh temporary folder each time, so no two code objects were identical.
+    # An id derived from the source text and the flags keeps units apart and the output reproducible.
+    cmd += ["-O3", "-std=c++17", "--no-gpu-bundle-output", "-fno-crash-diagnostics"]
+    cmd += [f"-cuid={_unit_id(src, arch, options)}", *options, "-c", "-o", out, src]
     return cmd
+
+
+def _unit_id(src: str, arch: str, options: tuple[str, ...]) -> str:
+    """A compilation-unit id that depends on what is compiled (source text, arch, flags), never on where."""
+    h = hashlib.sha256()
+    with open(src, "rb") as f:
+        h.update(f.read())
+    h.update("\0".join((arch, *options)).encode())
+    return h.hexdigest()[:16]
 
 
 def _python_repro(path: str, arch: str, options: tuple[str, ...], compiler: HipCompiler) -> str:
