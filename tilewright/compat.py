@@ -36,12 +36,14 @@ class PassConfigKey(str, enum.Enum):
     TW_DISABLE_TMA = "tw.disable_tma"
     TW_ENABLE_WGMMA = "tw.enable_wgmma"
     TW_MIN_BLOCKS_PER_SM = "tw.min_blocks_per_sm"
+    TW_WARP_SPECIALIZE = "tw.warp_specialize"
     TW_MMA_ORDER = "tw.mma_order"
 
 
 HONOURED: dict[str, str] = {
     "tw.disable_gemm_prefetch": "turn off the operand-prefetching GEMM mainloop",
     "tw.disable_tma": "pipelined global -> shared copies use cp.async instead of TMA",
+    "tw.warp_specialize": "a TMA GEMM mainloop runs as a producer warpgroup and consumer threads (sm_90)",
     "tw.enable_wgmma": "plan gemms on sm_90a as wgmma (its lowering is not there yet: a clear error)",
     "tw.min_blocks_per_sm": "the occupancy the register budget is planned for (__launch_bounds__)",
     "tw.mma_order": "order of the matrix instructions of a gemm ('serpentine', 'n_outer')",
