@@ -22,6 +22,7 @@ from ..errors import CompileError, SourceLocation, TilewrightError
 from ..ir import expr as E
 from ..ir import tile as t
 from . import builder as B
+from .checks import check_prim_func
 
 _MISSING = object()
 
@@ -92,6 +93,40 @@ def _tw_max(*args, **kw):
 
 def _tw_range(*args):
     return T.serial(*args)
+
+
+def _tw_print(*args, **kwargs):
+    b = B.current_or_none()
+    if b is not None and b.kernel is not None:
+        raise B.error("print() inside a kernel body would run once, on the CPU, while the kernel is traced -- "
+                      "not on the GPU for each thread",
+                      hint="to inspect values, write them to an output tensor and print that after the call; "
+                      "a print() before `with T.Kernel(...)` runs at trace time")
+    return builtins.print(*args, **kwargs)
+
+
+class _DeadLoopVar:
+    """What a loop variable's name holds after its loop: using it is refused (kernel loops are not
+    Python loops, so the name has no last value)."""
+
+    def __init__(self, name: str, loop_line: int):
+        self.name = name
+        self.loop_line = loop_line
+
+
+_COMPREHENSIONS = (ast.ListComp, ast.SetComp, ast.DictComp, ast.GeneratorExp, ast.Lambda)
+_names_of_node: dict = {}
+
+
+def _load_names(node) -> tuple:
+    """(names read by the expression, whether it contains a comprehension or lambda), cached per node."""
+    hit = _names_of_node.get(id(node))
+    if hit is None or hit[0] is not node:
+        names = frozenset(n.id for n in ast.walk(node) if isinstance(n, ast.Name) and isinstance(n.ctx, ast.Load))
+        comp = any(isinstance(n, _COMPREHENSIONS) for n in ast.walk(node))
+        hit = (node, names, comp)
+        _names_of_node[id(node)] = hit
+    return hit[1], hit[2]
 
 
 _HELPERS = {"__tw_and": _tw_and, "__tw_or": _tw_or, "__tw_not": _tw_not, "__tw_ifexp": _tw_ifexp}
@@ -170,6 +205,7 @@ class Translator:
         self.bind_depth: dict[str, int] = {}
         self.loop_depth = 0
         self.var_counter = itertools.count()
+        self.dead_loop_vars = 0  # how many _DeadLoopVar markers were placed (none: skip the check)
 
     # ---------------------------------------------------------------- locations / errors
     def loc(self, node) -> SourceLocation:
@@ -187,6 +223,14 @@ class Translator:
 
             raise InternalError(f"could not compile the expression {ast.unparse(node)!r}: {e}", "frontend",
                                 self.loc(node)) from e
+        names, has_comprehension = _load_names(node)
+        if self.dead_loop_vars:
+            for n in names:
+                dead = self.scope.get(n)
+                if isinstance(dead, _DeadLoopVar):
+                    raise CompileError(f"loop variable {n!r} is used after its loop (line {dead.loop_line}) ended",
+                                       self.loc(node), hint="a kernel loop variable exists only inside its loop; "
+                                       "to keep a value for later, store it in a T.alloc_var inside the loop")
         try:
             return eval(code, self.gscope, self.scope)
         except CompileError as e:
@@ -194,6 +238,13 @@ class Translator:
         except TilewrightError:
             raise
         except NameError as e:
+            missing = getattr(e, "name", None)
+            if has_comprehension and missing in self.scope:
+                raise CompileError(
+                    f"a comprehension or lambda inside a kernel cannot use the kernel name {missing!r}: Python "
+                    "evaluates it in a scope of its own, which sees only globals and closure variables",
+                    self.loc(node), hint="write the loop out (T.Parallel, T.serial or T.unroll), or build the list "
+                    "outside the prim_func from compile-time values") from None
             raise CompileError(f"{e}", self.loc(node),
                                hint="kernel code may use the function's parameters, closure variables, "
                                "globals and names assigned earlier in the body") from None
@@ -358,6 +409,8 @@ class Translator:
         if isinstance(target, ast.Name):
             name = target.id
             old = self.scope.get(name, _MISSING)
+            if isinstance(old, _DeadLoopVar):
+                old = _MISSING
             if isinstance(old, E.Load) and old.buffer.scope == "var" and not isinstance(value, t.Buffer):
                 # a T.alloc_var name reads as its value and assigning to it stores
                 self.b.emit(t.BufferStore(old.buffer, (E.as_expr(0),), E.cast(old.dtype, value), loc=self.loc(node)))
@@ -493,6 +546,9 @@ class Translator:
         finally:
             self.loop_depth -= 1
         self.b.emit(make(body))
+        for n in names:
+            self.scope[n] = _DeadLoopVar(n, self.loc(s).lineno)
+            self.dead_loop_vars += 1
 
     # ---------------------------------------------------------------- kernel
     def with_stmt(self, s) -> None:
@@ -511,6 +567,12 @@ class Translator:
         if len(names) > len(spec.grid):
             raise CompileError(f"T.Kernel has {len(spec.grid)} grid dimension(s) but binds {len(names)} names",
                                self.loc(s))
+        if names and len(names) < len(spec.grid):
+            want = ", ".join(dims[:len(spec.grid)])
+            raise CompileError(f"T.Kernel has {len(spec.grid)} grid dimensions but binds only {len(names)} name(s) "
+                               f"({', '.join(names)}): the blocks along the other dimension(s) could not tell "
+                               "themselves apart", self.loc(s), hint=f"bind one name per grid dimension: "
+                               f"`as ({want}):`")
         bvars = tuple(E.Var(names[i] if i < len(names) else dims[i], "int32", kind="block")
                       for i in range(len(spec.grid)))
         for n, v in zip(names, bvars):
@@ -598,6 +660,7 @@ def _global_scope(fn, outer_scope: dict | None = None) -> dict:
     g["min"] = _tw_min
     g["max"] = _tw_max
     g["range"] = _tw_range
+    g["print"] = _tw_print
     return g
 
 
@@ -624,6 +687,7 @@ def parse_prim_func(fn, outer_scope: dict | None = None) -> t.PrimFunc:
     from ..ir.verifier import verify
 
     verify(func)
+    check_prim_func(func)
     if memo_key is not None:
         _func_memo[memo_key] = func
     return func

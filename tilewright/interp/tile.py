@@ -48,6 +48,7 @@ from ..ir import dtype as dt
 from ..ir import expr as E
 from ..ir import tile as t
 from ..ir.visitor import child_stmts, walk, walk_expr
+from ..passes.check_target_limits import check_launch_grid
 from .bind import as_int, check_array, given_dyn, require_bound
 
 __all__ = ["InterpError", "OutOfBoundsError", "run_tile_ir"]
@@ -130,7 +131,7 @@ class _Ctx:
     bool array broadcastable against the current values; ``tid`` indexes the thread axis of
     per-thread buffers (shaped to broadcast against T.Parallel values inside a parallel loop)."""
 
-    __slots__ = ("bufs", "env", "in_par", "mask", "nt", "poff", "prank", "tbufs", "tid")
+    __slots__ = ("bufs", "env", "in_par", "mask", "nt", "poff", "prank", "pshape", "tbufs", "tid")
 
     def __init__(self, env: dict, bufs: dict):
         self.env = env
@@ -139,6 +140,7 @@ class _Ctx:
         self.in_par = False
         self.prank = 0  # rank of the iteration space of the enclosing T.Parallel nest
         self.poff = 0  # next free axis of that space
+        self.pshape: list = []  # extents of the T.Parallel axes entered so far (1 for the others)
         self.tid = None
         self.tbufs: set = set()  # buffers with a leading thread axis
         self.nt = 1
@@ -711,6 +713,7 @@ class _Interpreter:
             if isinstance(v, np.ndarray):
                 raise InterpError(f"grid extent {g} is not a scalar")
             grid.append(int(v))
+        check_launch_grid(grid, self.func.name)
         tx = k.attrs.get("thread_var")
         threaded = tx is not None and tx in _vars_in_stmt_tree(k.body)
         nt = k.num_threads
@@ -835,11 +838,11 @@ class _Interpreter:
                                       "which thread runs an iteration is the compiler's choice")
                 env[var] = first
             c.tid = c.tid.reshape((-1,) + (1,) * rank)
-        c.env, c.in_par, c.prank, c.poff = env, True, rank, 0
+        c.env, c.in_par, c.prank, c.poff, c.pshape = env, True, rank, 0, [1] * rank
         try:
             self._run_parallel(s, extents, c)
         finally:
-            c.env, c.in_par, c.prank, c.poff, c.tid = saved_env, False, 0, 0, saved_tid
+            c.env, c.in_par, c.prank, c.poff, c.tid, c.pshape = saved_env, False, 0, 0, saved_tid, []
 
     def _run_parallel(self, s: t.ParallelFor, extents: list, c: _Ctx) -> None:
         off, rank = c.poff, c.prank
@@ -855,11 +858,14 @@ class _Interpreter:
                 a.flags.writeable = False
                 self.aranges[key] = a
             c.env[var] = a
+            c.pshape[off + k] = n
         c.poff = off + len(extents)
         try:
             self.exec(s.body, c)
         finally:
             c.poff = off
+            for k in range(len(extents)):
+                c.pshape[off + k] = 1
 
     # element stores -----------------------------------------------------------------------
     def x_store(self, s: t.BufferStore, c: _Ctx) -> None:
@@ -1044,12 +1050,15 @@ class _Interpreter:
         if mask is False:
             return
         arrays = [x for x in idx + [val] if isinstance(x, np.ndarray)]
-        if not arrays and mask is None:
+        if not arrays and mask is None and not c.in_par:
             _check_indices(idx, arr.shape, None, buf, skip, "updated atomically")
             key = tuple(idx)
             arr[key] = _combine(s.op, arr[key], val, arr.dtype)
             return
-        shape = np.broadcast_shapes(*(np.shape(x) for x in idx), np.shape(val), np.shape(mask))
+        # inside T.Parallel every active iteration does its own atomic, even when neither the index
+        # nor the value mentions the loop variables
+        par = tuple(c.pshape) if c.in_par else ()
+        shape = np.broadcast_shapes(*(np.shape(x) for x in idx), np.shape(val), np.shape(mask), par)
         if mask is None:
             sel = [np.broadcast_to(i, shape).reshape(-1) for i in idx]
             v = np.broadcast_to(val, shape).reshape(-1)

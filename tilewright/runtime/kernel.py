@@ -16,6 +16,7 @@ from ..ir import dtype as dt
 from ..ir import tile as t
 from ..ir.expr import Var
 from ..passes.analysis import eval_expr
+from ..passes.check_target_limits import check_launch_grid
 from .args import bind_arguments
 
 _ARG_TYPES = {"float32": "f32", "float64": "f64", "int32": "i32", "int64": "i64", "uint32": "u32", "bool": "i32",
@@ -183,7 +184,10 @@ class JITKernel:
         from ..interp.emulator import run_thread_kernel
 
         arrays, backs = _to_numpy_args(self.params, full)
-        bind_arguments(self.params, self.func.dyn_vars, arrays, kernel_name=self.func.name, device_type=None)
+        bound = bind_arguments(self.params, self.func.dyn_vars, arrays, kernel_name=self.func.name, device_type=None)
+        if self._static_grid is None:
+            env = dict(bound.dyn, **{p: v for p, v in zip(self.params, bound.values) if isinstance(p, Var)})
+            check_launch_grid([int(eval_expr(g, env)) for g in self._grid], self.func.name)
         run_thread_kernel(self.thread_kernel, arrays)
         _copy_back(backs)
 
@@ -203,6 +207,7 @@ class JITKernel:
                 if isinstance(p, Var):
                     env[p] = v
             grid = [int(eval_expr(g, env)) for g in self._grid]
+            check_launch_grid(grid, self.func.name)
             if any(g <= 0 for g in grid):
                 return  # nothing to do (an empty dynamic size)
             grid = tuple(grid) + (1,) * (3 - len(grid))

@@ -1,0 +1,329 @@
+"""Regressions of issue 11, items 3, 4, 8 and 9: programs that were accepted and computed something
+wrong (or failed with a misleading error) are refused at the right line with a hint, atomics count
+every iteration on every CPU backend, and one argument binder serves every backend."""
+
+from __future__ import annotations
+
+import importlib.util
+import re
+import textwrap
+
+import numpy as np
+import pytest
+from zoo import poisoned, rand
+
+import tilewright
+import tilewright.language as T
+from tilewright.errors import CompileError
+
+EMULATED = ["cuda -arch=sm_90a", "hip -arch=gfx942", "hip -arch=gfx1100"]
+
+
+@pytest.fixture
+def rng():
+    return np.random.default_rng()  # fresh inputs on every run
+
+
+def _refused(tmp_path, src: str, *needles: str) -> str:
+    """Load ``src`` as a module; its kernel must be refused with a CompileError at the line marked
+    ``# <-- here`` whose text holds every needle (message and hint)."""
+    src = textwrap.dedent(src)
+    want = next(i for i, line in enumerate(src.splitlines(), 1) if "# <-- here" in line) + 2
+    path = tmp_path / "bad_kernel.py"
+    path.write_text("import tilewright.language as T\nimport tilewright\n" + src)
+    spec = importlib.util.spec_from_file_location("bad_kernel", path)
+    mod = importlib.util.module_from_spec(spec)
+    with pytest.raises(CompileError) as ei:
+        spec.loader.exec_module(mod)
+    text = str(ei.value)
+    assert f'bad_kernel.py", line {want},' in text, text
+    assert "# <-- here" in text and "^" in text, text
+    for n in needles:
+        assert n in text, (n, text)
+    assert "hint:" in text, text
+    return text
+
+
+# ---------------------------------------------------------------- item 3: atomics and races
+def _atomic_counts(n, m):
+    @T.prim_func
+    def k(X: T.Tensor((n,), "float32"), H: T.Tensor((2,), "int32"), S: T.Tensor((1,), "float32")):
+        with T.Kernel(3, threads=128):
+            for i, _j in T.Parallel(n, m):
+                T.atomic_add(H[0], 1)
+                T.atomic_add(S[0], X[i])
+                if i % 3 == 0:
+                    T.atomic_add(H[1], 2)
+
+    return k
+
+
+@pytest.mark.parametrize("target", ["interpret"] + EMULATED)
+def test_atomic_add_in_parallel_counts_every_iteration(rng, target):
+    n, m = 100, 10
+    k = tilewright.compile(_atomic_counts(n, m), target=target,
+                           execution_backend=None if target == "interpret" else "emulator")
+    base = rng.integers(-50, 50, size=2).astype(np.int32)
+    x = rand(rng, n)
+    s0 = rand(rng, 1)
+    h, s = base.copy(), s0.copy()
+    k(x, h, s)
+    assert h.tolist() == [base[0] + 3 * n * m, base[1] + 3 * 2 * m * len(range(0, n, 3))]
+    want = float(s0[0]) + 3 * m * x.astype(np.float64).sum()
+    assert abs(float(s[0]) - want) <= 1e-4 * (1 + abs(want))
+
+
+def test_atomic_add_of_one_thousand(rng):
+    @T.prim_func
+    def k(H: T.Tensor((1,), "int32")):
+        with T.Kernel(1, threads=128):
+            for _i in T.Parallel(1000):
+                T.atomic_add(H[0], 1)
+
+    for target in ["interpret"] + EMULATED:
+        h = np.array([7], np.int32)
+        tilewright.compile(k, target=target, execution_backend=None if target == "interpret" else "emulator")(h)
+        assert h[0] == 1007, (target, h)
+
+
+def test_read_modify_write_across_parallel_is_refused(tmp_path):
+    _refused(tmp_path, """
+        @T.prim_func
+        def bad(X: T.Tensor((64,), "float32"), S: T.Tensor((1,), "float32")):
+            with T.Kernel(1, threads=32):
+                acc = T.alloc_fragment((1,), "float32")
+                T.fill(acc, 0)
+                for i in T.Parallel(64):
+                    acc[0] = acc[0] + X[i]  # <-- here
+                T.copy(acc, S)
+        """, "acc is read and written at the same element", "loop over i", "T.atomic_add", "T.reduce_sum")
+
+
+def test_read_modify_write_of_global_over_inner_parallel_axis_is_refused(tmp_path):
+    _refused(tmp_path, """
+        @T.prim_func
+        def bad(X: T.Tensor((8, 16), "float32"), S: T.Tensor((8,), "float32")):
+            with T.Kernel(1, threads=32):
+                for i, j in T.Parallel(8, 16):
+                    v = X[i, j] * 2
+                    S[i] += v  # <-- here
+        """, "S is read and written", "loop over j", "T.reduce_sum")
+
+
+def test_differing_stores_to_one_shared_element_are_refused(tmp_path):
+    _refused(tmp_path, """
+        @T.prim_func
+        def bad(X: T.Tensor((64,), "float32"), Y: T.Tensor((64,), "float32")):
+            with T.Kernel(1, threads=32):
+                tmp = T.alloc_shared((1,), "float32")
+                for i in T.Parallel(64):
+                    tmp[0] = X[i]  # <-- here
+                    Y[i] = tmp[0]
+        """, "stores a different value to the same element of tmp", "index the destination")
+
+
+def _guarded_and_private(n):
+    @T.prim_func
+    def ok(X: T.Tensor((n,), "float32"), Y: T.Tensor((n,), "float32"), S: T.Tensor((2,), "float32")):
+        with T.Kernel(1, threads=64):
+            for i in T.Parallel(n):
+                if i == 0:
+                    S[0] = S[0] + X[0]  # one iteration only: no race
+                Y[i] = X[i] * 3
+            for k in T.serial(n):  # a serial loop may accumulate
+                S[1] = S[1] + X[k]
+
+    return ok
+
+
+@pytest.mark.parametrize("target", ["interpret"] + EMULATED)
+def test_guarded_single_iteration_update_and_serial_accumulation_still_compile(rng, target):
+    n = 37
+    x, s0 = rand(rng, n), rand(rng, 2)
+    y, s = poisoned(n), s0.copy()
+    tilewright.compile(_guarded_and_private(n), target=target,
+                       execution_backend=None if target == "interpret" else "emulator")(x, y, s)
+    np.testing.assert_allclose(y, 3 * x.astype(np.float64), rtol=1e-6)
+    np.testing.assert_allclose(s, [s0[0] + x[0], s0[1] + x.astype(np.float64).sum()], rtol=1e-5, atol=1e-5)
+
+
+def test_alloc_reducer_is_refused_not_ignored(tmp_path):
+    _refused(tmp_path, """
+        @T.prim_func
+        def bad(X: T.Tensor((64,), "float32")):
+            with T.Kernel(1, threads=32):
+                r = T.alloc_reducer((1,), "float32", op="sum")  # <-- here
+        """, "T.alloc_reducer is not supported yet", "T.reduce_sum", "T.atomic_add")
+
+
+def test_finalize_reducer_is_refused(tmp_path):
+    _refused(tmp_path, """
+        @T.prim_func
+        def bad(X: T.Tensor((64,), "float32")):
+            with T.Kernel(1, threads=32):
+                f = T.alloc_fragment((64,), "float32")
+                T.finalize_reducer(f)  # <-- here
+        """, "T.finalize_reducer is not supported yet", "T.reduce_sum")
+
+
+# ---------------------------------------------------------------- item 4: launch shapes and print
+def test_one_name_for_two_grid_dimensions_is_refused(tmp_path):
+    _refused(tmp_path, """
+        @T.prim_func
+        def bad(A: T.Tensor((4, 4), "float32")):
+            with T.Kernel(2, 2, threads=32) as bx:  # <-- here
+                A[bx, 0] = 1.0
+        """, "2 grid dimensions but binds only 1 name", "as (bx, by)")
+
+
+def test_too_few_names_for_three_grid_dimensions_is_refused(tmp_path):
+    _refused(tmp_path, """
+        @T.prim_func
+        def bad(A: T.Tensor((4, 4), "float32")):
+            with T.Kernel(2, 2, 2, threads=32) as (bx, by):  # <-- here
+                A[bx, by] = 1.0
+        """, "3 grid dimensions but binds only 2", "as (bx, by, bz)")
+
+
+@pytest.mark.parametrize(("grid", "axis", "limit"), [("2, 70000", "y", 65535), ("1, 1, 65536", "z", 65535),
+                                                     ("2**31", "x", 2**31 - 1)])
+def test_static_grid_over_the_gpu_limit_is_refused(tmp_path, grid, axis, limit):
+    _refused(tmp_path, f"""
+        @T.prim_func
+        def bad(A: T.Tensor((4,), "float32")):
+            with T.Kernel({grid}, threads=32):  # <-- here
+                A[0] = 1.0
+        """, f"grid dimension {axis} of T.Kernel", f"at most {limit}", "T.serial")
+
+
+def test_dynamic_grid_over_the_gpu_limit_is_refused_at_launch(rng):
+    from tilewright.errors import ArgumentError
+
+    M = T.dynamic("M")
+
+    @T.prim_func
+    def k(A: T.Tensor((M, 4), "float32")):
+        with T.Kernel(1, M, threads=32) as (bx, by):
+            for j in T.Parallel(4):
+                A[by, j] = A[by, j] * 2
+
+    for target in ["interpret", "cuda -arch=sm_90a"]:
+        kern = tilewright.compile(k, target=target, execution_backend=None if target == "interpret" else "emulator")
+        a = np.zeros((65536, 4), np.float32)
+        with pytest.raises(ArgumentError, match=r"grid dimension y .*65536.* at most 65535"):
+            kern(a)
+        small = rand(rng, (5, 4))
+        out = small.copy()
+        kern(out)
+        np.testing.assert_allclose(out, 2 * small.astype(np.float64))
+
+
+def test_print_in_kernel_is_refused(tmp_path):
+    _refused(tmp_path, """
+        @T.prim_func
+        def bad(A: T.Tensor((4,), "float32")):
+            with T.Kernel(1, threads=32):
+                print("value", A[0])  # <-- here
+                A[0] = 1.0
+        """, "print() inside a kernel body", "output tensor")
+
+
+def test_print_before_the_kernel_block_runs_at_trace_time(capsys):
+    @T.prim_func
+    def ok(A: T.Tensor((4,), "float32")):
+        print("tracing ok")
+        with T.Kernel(1, threads=32):
+            A[0] = 1.0
+
+    assert "tracing ok" in capsys.readouterr().out
+
+
+# ---------------------------------------------------------------- item 8: invalid programs at the right line
+def test_float_index_is_refused(tmp_path):
+    _refused(tmp_path, """
+        @T.prim_func
+        def bad(A: T.Tensor((8,), "float32"), B: T.Tensor((8,), "float32")):
+            with T.Kernel(1, threads=32):
+                for i in T.Parallel(8):
+                    B[i] = A[i * 0.5]  # <-- here
+        """, "an index of A is the float32 expression", "indices must be integers", "//")
+
+
+def test_float_store_index_is_refused(tmp_path):
+    _refused(tmp_path, """
+        @T.prim_func
+        def bad(A: T.Tensor((8,), "float32")):
+            with T.Kernel(1, threads=32):
+                A[A[0]] = 1.0  # <-- here
+        """, "an index of A", "indices must be integers")
+
+
+def test_loop_variable_after_its_loop_is_refused(tmp_path):
+    _refused(tmp_path, """
+        @T.prim_func
+        def bad(A: T.Tensor((8,), "float32")):
+            with T.Kernel(1, threads=32):
+                for i in T.serial(8):
+                    A[i] = 1.0
+                A[i] = 2.0  # <-- here
+        """, "loop variable 'i' is used after its loop", "T.alloc_var")
+
+
+def test_parallel_variable_after_its_loop_is_refused(tmp_path):
+    _refused(tmp_path, """
+        @T.prim_func
+        def bad(A: T.Tensor((8, 8), "float32")):
+            with T.Kernel(1, threads=32):
+                for i, j in T.Parallel(8, 8):
+                    A[i, j] = 1.0
+                x = j + 1  # <-- here
+        """, "loop variable 'j' is used after its loop")
+
+
+def test_loop_name_can_be_reused_by_a_new_loop_or_assignment(rng):
+    @T.prim_func
+    def ok(A: T.Tensor((8,), "float32"), B: T.Tensor((8,), "float32")):
+        with T.Kernel(1, threads=32):
+            for i in T.serial(8):
+                B[i] = A[i]
+            for i in T.Parallel(8):
+                B[i] = B[i] + A[i]
+            i = 3
+            B[i] = 0.0
+
+    a, b = rand(rng, 8), poisoned(8)
+    tilewright.compile(ok, target="interpret")(a, b)
+    want = 2 * a.astype(np.float64)
+    want[3] = 0
+    np.testing.assert_allclose(b, want, rtol=1e-6)
+
+
+def test_list_comprehension_gives_the_real_reason(tmp_path):
+    text = _refused(tmp_path, """
+        @T.prim_func
+        def bad(A: T.Tensor((8,), "float32")):
+            with T.Kernel(1, threads=32):
+                vals = [A[k] for k in (0, 1, 2)]  # <-- here
+        """, "comprehension", "kernel name 'A'", "T.unroll")
+    assert "is not defined" not in text
+
+
+def test_shared_memory_overflow_names_the_allocations(tmp_path):
+    # each buffer fits alone (sm_90a allows 227 KiB), together they do not
+    text = _refused(tmp_path, """
+        @T.prim_func
+        def bad(A: T.Tensor((1024, 1024), "float32"), B: T.Tensor((1024, 1024), "float32")):
+            with T.Kernel(1, threads=128):
+                small = T.alloc_shared((16, 16), "float32")
+                big = T.alloc_shared((256, 160), "float32")  # <-- here
+                mid = T.alloc_shared((160, 128), "float32")
+                T.copy(A[0:256, 0:160], big)
+                T.copy(A[0:160, 0:128], mid)
+                T.copy(A[0:16, 0:16], small)
+                T.copy(big, B[0:256, 0:160])
+                T.copy(mid, B[256:416, 0:128])
+                T.copy(small, B[512:528, 0:16])
+
+        tilewright.lower(bad, target="cuda -arch=sm_90a")
+        """, "shared memory", "big (163840 bytes, line", "mid (81920 bytes, line", "smaller tiles")
+    assert re.search(r"needs \d+ bytes of shared memory; .* allows \d+", text), text

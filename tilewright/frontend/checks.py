@@ -1,0 +1,147 @@
+"""Checks on a freshly translated prim_func that every backend must refuse in the same way.
+
+Needs: the Tile IR straight from the parser (before any pass).
+Guarantees, each refusal a ``CompileError`` at the offending kernel line with what to do instead:
+
+* grid extents known at compile time are within the launch limits of a GPU (x < 2**31, y and z at
+  most 65535: CUDA's limits, applied to every backend so that a program means the same everywhere);
+* every index (element loads and stores, tile region starts, atomics) is an integer expression --
+  a float index would otherwise reach the C++ compiler as invalid code;
+* no store inside ``T.Parallel`` reads and writes one element from many iterations (a
+  read-modify-write such as ``acc[0] = acc[0] + x[i]``), and none stores values that differ between
+  iterations to one element of a shared, global or fragment buffer: the iterations run on different
+  threads at once, so the result would depend on timing.  A location is "one element for many iterations"
+  when its indices do not depend on some variable of the enclosing ``T.Parallel`` nest (directly,
+  or through ``let`` names), unless the store sits under an ``if`` on that variable, which may
+  select a single iteration.  Buffers allocated inside the loop body are private to an iteration.
+"""
+
+from __future__ import annotations
+
+from ..errors import CompileError
+from ..ir import dtype as dt
+from ..ir import expr as E
+from ..ir import tile as t
+from ..ir.verifier import exprs_of, regions_of
+from ..ir.visitor import child_stmts, walk, walk_expr
+from ..passes.check_target_limits import GRID_HINT, grid_limit_error
+
+
+def check_prim_func(func: t.PrimFunc) -> None:
+    walk(func.body, _check_static_grid)
+    walk(func.body, _check_integer_indices)
+    _RaceCheck().stmt(func.body, frozenset(), frozenset())
+
+
+def _check_static_grid(s) -> None:
+    if not isinstance(s, t.Kernel):
+        return
+    for axis, g in enumerate(s.grid):
+        v = E.const_value(g) if isinstance(g, E.Const) else None
+        if isinstance(v, int):
+            msg = grid_limit_error(axis, v)
+            if msg:
+                raise CompileError(msg, s.loc, hint=GRID_HINT)
+
+
+def _float_index_error(buf_name: str, idx, loc) -> CompileError:
+    return CompileError(
+        f"an index of {buf_name} is the {idx.dtype} expression {idx}; indices must be integers", loc,
+        hint="use integer arithmetic (// for division) or convert explicitly with T.cast(..., 'int32')")
+
+
+def _check_integer_indices(s) -> None:
+    loc = getattr(s, "loc", None)
+    if isinstance(s, t.BufferStore):
+        for i in s.indices:
+            if isinstance(i, E.Expr) and dt.is_float(i.dtype):
+                raise _float_index_error(s.buffer.name, i, loc)
+    for r in regions_of(s):
+        for i in r.starts:
+            if isinstance(i, E.Expr) and dt.is_float(i.dtype):
+                raise _float_index_error(r.buffer.name, i, loc)
+
+    def on_expr(x):
+        if isinstance(x, E.Load):
+            for i in x.indices:
+                if isinstance(i, E.Expr) and dt.is_float(i.dtype):
+                    raise _float_index_error(x.buffer.name, i, loc)
+
+    for e in exprs_of(s):
+        walk_expr(e, on_expr)
+    if isinstance(s, t.For):
+        walk_expr(s.start, on_expr)
+        walk_expr(s.extent, on_expr)
+
+
+class _RaceCheck:
+    """Walks the statements with the variables of the enclosing T.Parallel nest in scope."""
+
+    def __init__(self):
+        self.deps: dict = {}  # let Var -> the T.Parallel variables its value depends on
+        self.private: set = set()  # buffers allocated inside a T.Parallel body
+
+    def par_deps(self, e, pvars) -> set:
+        out: set = set()
+
+        def f(x):
+            if isinstance(x, E.Var):
+                if x in pvars:
+                    out.add(x)
+                elif x in self.deps:
+                    out.update(self.deps[x])
+
+        walk_expr(e, f)
+        return out
+
+    def stmt(self, s, pvars: frozenset, guarded: frozenset) -> None:
+        if s is None:
+            return
+        if isinstance(s, t.ParallelFor):
+            inner = pvars | frozenset(s.vars)
+            self.stmt(s.body, inner, guarded)
+            return
+        if pvars:
+            if isinstance(s, t.Alloc):
+                self.private.add(s.buffer)
+            elif isinstance(s, t.LetStmt):
+                self.deps[s.var] = self.par_deps(s.value, pvars)
+            elif isinstance(s, t.IfThenElse):
+                cond = frozenset(self.par_deps(s.cond, pvars))
+                self.stmt(s.then_body, pvars, guarded | cond)
+                self.stmt(s.else_body, pvars, guarded | cond)
+                return
+            elif isinstance(s, t.BufferStore):
+                self.store(s, pvars, guarded)
+        for ch in child_stmts(s):
+            self.stmt(ch, pvars, guarded)
+
+    def store(self, s: t.BufferStore, pvars, guarded) -> None:
+        buf = s.buffer
+        if buf in self.private:
+            return
+        at = set()
+        for i in s.indices:
+            at |= self.par_deps(i, pvars)
+        missing = set(pvars) - at - set(guarded)
+        if not missing:
+            return
+        reads_itself = []
+        walk_expr(s.value, lambda x: reads_itself.append(x) if isinstance(x, E.Load) and x.buffer is buf else None)
+        names = ", ".join(sorted(v.name for v in missing))
+        if not reads_itself:
+            # a plain store: a race when the iterations store different values to memory that threads
+            # share (a local/var buffer is each thread's own scratch, so there it is well defined)
+            if buf.scope in ("local", "var") or not (self.par_deps(s.value, pvars) & missing):
+                return
+            raise CompileError(
+                f"every iteration of the T.Parallel loop over {names} stores a different value to the same "
+                f"element of {buf.name}: the iterations run on different threads at once, so which value "
+                "remains is a matter of timing", s.loc,
+                hint="index the destination by the loop variable, or combine the values with T.atomic_* or "
+                "T.reduce_*")
+        raise CompileError(
+            f"{buf.name} is read and written at the same element by every iteration of the T.Parallel loop over "
+            f"{names}: the iterations run on different threads at once, so updates would be lost", s.loc,
+            hint="sum (or max/min) into one place with T.atomic_add / T.atomic_max / T.atomic_min, or store the "
+            "values into a fragment and combine them with T.reduce_sum / T.reduce_max / T.reduce_min")
