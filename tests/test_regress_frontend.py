@@ -327,3 +327,122 @@ def test_shared_memory_overflow_names_the_allocations(tmp_path):
         tilewright.lower(bad, target="cuda -arch=sm_90a")
         """, "shared memory", "big (163840 bytes, line", "mid (81920 bytes, line", "smaller tiles")
     assert re.search(r"needs \d+ bytes of shared memory; .* allows \d+", text), text
+
+
+# ---------------------------------------------------------------- item 9: one argument binder
+M_DYN = T.dynamic("M")
+
+
+@T.prim_func
+def _scale_rows(A: T.Tensor((M_DYN, 4), "float32"), B: T.Tensor((M_DYN, 4), "float32"), n: T.int32):
+    with T.Kernel(T.ceildiv(M_DYN, 4), threads=64) as bx:
+        for i, j in T.Parallel(4, 4):
+            if bx * 4 + i < M_DYN:
+                B[bx * 4 + i, j] = A[bx * 4 + i, j] * n
+
+
+class _FakeCudaArray:
+    def __init__(self, shape, typestr="<f4", ptr=0x7F0000001000, readonly=False):
+        self.__cuda_array_interface__ = {"shape": shape, "typestr": typestr, "data": (ptr, readonly), "version": 3}
+
+
+def _messages(args_cpu, args_gpu) -> dict:
+    """The ArgumentError text of one bad call on every backend (None where it was accepted)."""
+    from tilewright.errors import ArgumentError
+    from tilewright.interp.emulator import run_thread_kernel
+    from tilewright.interp.tile import run_tile_ir
+    from tilewright.runtime.args import bind_arguments
+
+    emu = tilewright.compile(_scale_rows, target="cuda -arch=sm_90a", execution_backend="emulator")
+    calls = {
+        "interpret": lambda: tilewright.compile(_scale_rows, target="interpret")(*args_cpu),
+        "emulator": lambda: emu(*args_cpu),
+        "run_tile_ir": lambda: run_tile_ir(_scale_rows, list(args_cpu)),
+        "run_thread_kernel": lambda: run_thread_kernel(emu.thread_kernel, list(args_cpu)),
+        "gpu": lambda: bind_arguments(_scale_rows.params, _scale_rows.dyn_vars, list(args_gpu),
+                                      kernel_name=_scale_rows.name, device_type="gpu"),
+    }
+    out = {}
+    for name, call in calls.items():
+        try:
+            call()
+            out[name] = None
+        except ArgumentError as e:
+            out[name] = str(e)
+    return out
+
+
+def _good_cpu(rng, m=8):
+    return rand(rng, (m, 4)), poisoned((m, 4))
+
+
+def _good_gpu(m=8):
+    return _FakeCudaArray((m, 4)), _FakeCudaArray((m, 4), ptr=0x7F0000002000)
+
+
+@pytest.mark.parametrize(("bad_b", "bad_b_gpu", "needle"), [
+    (np.zeros((8, 4), np.complex64), _FakeCudaArray((8, 4), typestr="<c8"), "supported"),
+    (np.zeros((8, 4), ">f4"), _FakeCudaArray((8, 4), typestr=">f4"), "big-endian"),
+    ([[0.0] * 4] * 8, [[0.0] * 4] * 8, ""),
+    (3.0, 3.0, ""),
+    (object(), object(), ""),
+    (np.zeros((8, 4), np.float16), _FakeCudaArray((8, 4), typestr="<f2"), "dtype float16, expected float32"),
+    (np.zeros((8, 8), np.float32)[:, ::2], None, "is not contiguous"),
+    (np.zeros((8, 5), np.float32), _FakeCudaArray((8, 5)), "has shape (8, 5), expected (M, 4)"),
+])
+def test_bad_tensor_argument_names_the_parameter_on_every_backend(rng, bad_b, bad_b_gpu, needle):
+    a, _ = _good_cpu(rng)
+    ga, _ = _good_gpu()
+    msgs = _messages((a, bad_b, 2), (ga, bad_b if bad_b_gpu is None else bad_b_gpu, 2))
+    for backend, text in msgs.items():
+        assert text is not None, f"{backend} accepted a bad argument"
+        assert "_scale_rows: argument B" in text and needle in text, (backend, text)
+
+
+def test_read_only_output_is_refused_and_read_only_input_accepted(rng):
+    a, b = _good_cpu(rng, 7)
+    ro = b.copy()
+    ro.flags.writeable = False
+    msgs = _messages((a, ro, 3), (_good_gpu(7)[0], _FakeCudaArray((7, 4), ptr=0x7F0000002000, readonly=True), 3))
+    for backend, text in msgs.items():
+        assert text is not None and "argument B is read-only, but the kernel writes it" in text, (backend, text)
+    a.flags.writeable = False
+    for target in ("interpret", "cuda -arch=sm_90a", "hip -arch=gfx942"):
+        out = poisoned((7, 4))
+        k = tilewright.compile(_scale_rows, target=target, execution_backend=None if target == "interpret"
+                               else "emulator")
+        k(a, out, 3)
+        np.testing.assert_allclose(out, 3 * a.astype(np.float64), rtol=1e-6)
+
+
+@pytest.mark.parametrize(("n", "needle"), [(2**40, "scalar argument n=1099511627776 does not fit in int32"),
+                                           (True, "scalar argument n expects int32, got a bool"),
+                                           (2.5, "scalar argument n expects an int (int32), got 2.5"),
+                                           ("3", "scalar argument n expects an int (int32)")])
+def test_bad_scalar_is_refused_alike_on_every_backend(rng, n, needle):
+    a, b = _good_cpu(rng)
+    msgs = _messages((a, b, n), (*_good_gpu(), n))
+    for backend, text in msgs.items():
+        assert text is not None and needle in text, (backend, text)
+
+
+def test_negative_dynamic_size_is_refused(rng):
+    from tilewright.errors import ArgumentError
+    from tilewright.interp.emulator import run_thread_kernel
+    from tilewright.interp.tile import run_tile_ir
+
+    a, b = _good_cpu(rng)
+    emu = tilewright.compile(_scale_rows, target="hip -arch=gfx1100", execution_backend="emulator")
+    for run in (lambda: run_tile_ir(_scale_rows, [a, b, 2], dyn={"M": -3}),
+                lambda: run_thread_kernel(emu.thread_kernel, [a, b, 2], dyn={"M": -3})):
+        with pytest.raises(ArgumentError, match="symbolic dimension M .* is -3; sizes cannot be negative"):
+            run()
+
+
+def test_numpy_integer_scalars_are_accepted_everywhere(rng):
+    a = rand(rng, (9, 4))
+    for target in ("interpret", "cuda -arch=sm_90a"):
+        out = poisoned((9, 4))
+        tilewright.compile(_scale_rows, target=target, execution_backend=None if target == "interpret"
+                           else "emulator")(a, out, np.int64(-2))
+        np.testing.assert_allclose(out, -2 * a.astype(np.float64), rtol=1e-6)

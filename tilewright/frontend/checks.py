@@ -31,6 +31,28 @@ def check_prim_func(func: t.PrimFunc) -> None:
     walk(func.body, _check_static_grid)
     walk(func.body, _check_integer_indices)
     _RaceCheck().stmt(func.body, frozenset(), frozenset())
+    mark_written_params(func)
+
+
+def mark_written_params(func: t.PrimFunc) -> None:
+    """Sets ``attrs["written"]`` on each tensor parameter: whether the kernel may write it (the
+    argument binder refuses a read-only array for such a parameter)."""
+    written: set = set()
+
+    def f(s):
+        if isinstance(s, t.BufferStore):
+            written.add(s.buffer)
+        for name in ("dst", "c"):
+            d = getattr(s, name, None)
+            if isinstance(d, t.Region):
+                written.add(d.buffer)
+            elif isinstance(d, t.Buffer):
+                written.add(d)
+
+    walk(func.body, f)
+    for p in func.params:
+        if isinstance(p, t.Buffer):
+            p.attrs["written"] = p in written
 
 
 def _check_static_grid(s) -> None:

@@ -43,13 +43,13 @@ from collections.abc import Callable
 
 import numpy as np
 
-from ..errors import ArgumentError, SourceLocation, TilewrightError
+from ..errors import SourceLocation, TilewrightError
 from ..ir import dtype as dt
 from ..ir import expr as E
 from ..ir import tile as t
 from ..ir.visitor import child_stmts, walk, walk_expr
 from ..passes.check_target_limits import check_launch_grid
-from .bind import as_int, check_array, given_dyn, require_bound
+from .bind import bind_host_call
 
 __all__ = ["InterpError", "OutOfBoundsError", "run_tile_ir"]
 
@@ -89,37 +89,12 @@ def run_tile_ir(func: t.PrimFunc, args: list, *, dyn: dict | None = None) -> Non
 
 
 def _bind_args(func: t.PrimFunc, args: list, dyn: dict | None):
-    params = func.params
-    if len(args) != len(params):
-        names = ", ".join(p.name for p in params)
-        raise ArgumentError(f"{func.name} takes {len(params)} argument(s) ({names}), got {len(args)}")
-    dyn_vals = given_dyn(func.name, func.dyn_vars, dyn)
-    env: dict = {}
-    bufs: dict = {}
-    for p, a in zip(params, args):
-        if isinstance(p, t.Buffer):
-            check_array(p, a, dyn_vals)
-            bufs[p] = a
-        else:
-            env[p] = _scalar_arg(p, a)
-    require_bound(func.name, func.dyn_vars, dyn_vals)
-    for v in func.dyn_vars:
-        env[v] = dyn_vals[v]
+    """Checked by the binder every backend uses (``runtime.args``), so the interpreter accepts
+    exactly the calls the compiled kernels accept."""
+    bufs, values, dyn_vals = bind_host_call(func.name, func.params, func.dyn_vars, args, dyn)
+    env = {p: dt.to_numpy(p.dtype).type(v) if dt.is_float(p.dtype) else v for p, v in values.items()}
+    env.update(dyn_vals)
     return env, bufs
-
-
-def _scalar_arg(p: E.Var, a):
-    if isinstance(a, np.ndarray) and a.ndim == 0:
-        a = a.item()
-    if dt.is_float(p.dtype):
-        if not isinstance(a, (int, float, np.integer, np.floating)) or isinstance(a, bool):
-            raise ArgumentError(f"argument {p.name} must be a number ({p.dtype}), got {a!r}")
-        return dt.to_numpy(p.dtype).type(a)
-    if p.dtype == "bool":
-        if not isinstance(a, (bool, np.bool_, int, np.integer)):
-            raise ArgumentError(f"argument {p.name} must be a bool, got {a!r}")
-        return bool(a)
-    return as_int(a, f"argument {p.name} ({p.dtype})")
 
 
 # --------------------------------------------------------------------------------------------

@@ -184,9 +184,11 @@ class JITKernel:
         from ..interp.emulator import run_thread_kernel
 
         arrays, backs = _to_numpy_args(self.params, full)
-        bound = bind_arguments(self.params, self.func.dyn_vars, arrays, kernel_name=self.func.name, device_type=None)
+        bound = bind_arguments(self.params, self.func.dyn_vars, arrays, kernel_name=self.func.name, device_type="cpu",
+                               host_arrays=True)
         if self._static_grid is None:
-            env = dict(bound.dyn, **{p: v for p, v in zip(self.params, bound.values) if isinstance(p, Var)})
+            env = dict(bound.dyn)
+            env.update((p, v) for p, v in zip(self.params, bound.values) if isinstance(p, Var))
             check_launch_grid([int(eval_expr(g, env)) for g in self._grid], self.func.name)
         run_thread_kernel(self.thread_kernel, arrays)
         _copy_back(backs)
@@ -223,7 +225,7 @@ class JITKernel:
 
     def _checked_bind(self, full):
         """The general path: every argument described and checked, errors naming the parameter."""
-        bound = bind_arguments(self.params, self.func.dyn_vars, full, kernel_name=self.func.name, device_type=None)
+        bound = bind_arguments(self.params, self.func.dyn_vars, full, kernel_name=self.func.name, device_type="gpu")
         dev = None
         for ta in bound.tensors:
             if ta is not None:
@@ -390,11 +392,8 @@ def _to_numpy_args(params, full):
             else:
                 view = a.numpy()
             arrays.append(view)
-        elif isinstance(a, np.ndarray):
-            arrays.append(a)
         else:
-            raise ArgumentError(f"argument {p.name}: the CPU backends take NumPy arrays or CPU torch tensors, got "
-                                f"{type(a).__name__}")
+            arrays.append(a)  # NumPy arrays; anything else is explained by the argument binder
     return arrays, backs
 
 
