@@ -446,3 +446,58 @@ def test_numpy_integer_scalars_are_accepted_everywhere(rng):
         tilewright.compile(_scale_rows, target=target, execution_backend=None if target == "interpret"
                            else "emulator")(a, out, np.int64(-2))
         np.testing.assert_allclose(out, -2 * a.astype(np.float64), rtol=1e-6)
+
+
+def test_read_modify_write_under_a_data_dependent_if_is_still_refused(tmp_path):
+    _refused(tmp_path, """
+        @T.prim_func
+        def bad(X: T.Tensor((64,), "float32"), C: T.Tensor((1,), "int32")):
+            with T.Kernel(1, threads=64):
+                for i in T.Parallel(64):
+                    if X[i] > 0:
+                        C[0] = C[0] + 1  # <-- here
+        """, "C is read and written at the same element", "T.atomic_add")
+
+
+def _scratch_kernels(m, n):
+    @T.prim_func
+    def scratch(X: T.Tensor((m, n), "float32"), Y: T.Tensor((m,), "float32"), Z: T.Tensor((m,), "float32")):
+        with T.Kernel(1, threads=64):
+            tmp = T.alloc_local((1,), "float32")  # per-thread scratch, written before it is read
+            acc = T.alloc_var("float32")
+            for i in T.Parallel(m):
+                tmp[0] = X[i, 0] * 2
+                acc = 0.0
+                for k in T.serial(n):
+                    acc += X[i, k] * tmp[0]
+                Y[i] = acc
+            for i in T.Parallel(m):
+                own = T.alloc_var("float32", 1.5)  # allocated in the body: one per iteration
+                own = own + X[i, n - 1]
+                Z[i] = own
+
+    return scratch
+
+
+@pytest.mark.parametrize("target", ["interpret"] + EMULATED)
+def test_per_thread_scratch_inside_parallel_agrees_everywhere(rng, target):
+    m, n = 100, 7
+    x = rand(rng, (m, n))
+    y, z = poisoned(m), poisoned(m)
+    tilewright.compile(_scratch_kernels(m, n), target=target,
+                       execution_backend=None if target == "interpret" else "emulator")(x, y, z)
+    xd = x.astype(np.float64)
+    np.testing.assert_allclose(y, (xd * (2 * xd[:, :1])).sum(1), rtol=1e-5, atol=1e-5)
+    np.testing.assert_allclose(z, 1.5 + xd[:, n - 1], rtol=1e-6)
+
+
+def test_carried_update_of_a_per_thread_buffer_is_refused(tmp_path):
+    _refused(tmp_path, """
+        @T.prim_func
+        def bad(X: T.Tensor((64,), "float32"), Y: T.Tensor((64,), "float32")):
+            with T.Kernel(1, threads=64):
+                run = T.alloc_var("float32", 0)
+                for i in T.Parallel(64):
+                    run += X[i]  # <-- here
+                    Y[i] = run
+        """, "run is one per thread", "loop over i", "allocate run inside the T.Parallel body")

@@ -9,11 +9,14 @@ Guarantees, each refusal a ``CompileError`` at the offending kernel line with wh
   a float index would otherwise reach the C++ compiler as invalid code;
 * no store inside ``T.Parallel`` reads and writes one element from many iterations (a
   read-modify-write such as ``acc[0] = acc[0] + x[i]``), and none stores values that differ between
-  iterations to one element of a shared, global or fragment buffer: the iterations run on different
-  threads at once, so the result would depend on timing.  A location is "one element for many iterations"
-  when its indices do not depend on some variable of the enclosing ``T.Parallel`` nest (directly,
-  or through ``let`` names), unless the store sits under an ``if`` on that variable, which may
-  select a single iteration.  Buffers allocated inside the loop body are private to an iteration.
+  iterations to one element: the iterations run on different threads at once, so the result would
+  depend on timing.  A location is "one element for many iterations" when its indices do not
+  depend on some variable of the enclosing ``T.Parallel`` nest (directly, or through ``let``
+  names), unless the store sits under an ``if`` that fixes that variable (``if i == 0:``), which
+  selects a single iteration.  Buffers allocated inside the loop body are private to an iteration.
+  A per-thread (local/var) buffer from outside the nest may serve as each iteration's scratch when
+  the iteration writes it (unconditionally) before it updates it; a read-modify-write of a value
+  left by other iterations is refused, as it would depend on which iterations a thread runs.
 """
 
 from __future__ import annotations
@@ -102,6 +105,10 @@ class _RaceCheck:
     def __init__(self):
         self.deps: dict = {}  # let Var -> the T.Parallel variables its value depends on
         self.private: set = set()  # buffers allocated inside a T.Parallel body
+        # per-thread buffers from outside the T.Parallel nest that its body has written (unconditionally)
+        # so far: the iteration's own value, which a later read-modify-write may use
+        self.defined: set = set()
+        self.cond_depth = 0
 
     def par_deps(self, e, pvars) -> set:
         out: set = set()
@@ -116,11 +123,24 @@ class _RaceCheck:
         walk_expr(e, f)
         return out
 
+    def pinned(self, cond, pvars) -> set:
+        """The loop variables ``cond`` fixes to one value: conjuncts ``v == e`` with ``e`` free of ``v``."""
+        if isinstance(cond, E.BinOp) and cond.op == "and":
+            return self.pinned(cond.a, pvars) | self.pinned(cond.b, pvars)
+        if isinstance(cond, E.BinOp) and cond.op == "==":
+            for v, other in ((cond.a, cond.b), (cond.b, cond.a)):
+                if isinstance(v, E.Var) and v in pvars and v not in self.par_deps(other, pvars):
+                    return {v}
+        return set()
+
     def stmt(self, s, pvars: frozenset, guarded: frozenset) -> None:
         if s is None:
             return
         if isinstance(s, t.ParallelFor):
-            inner = pvars | frozenset(s.vars)
+            if not pvars:
+                self.defined = set()
+            # a variable of extent 1 has one iteration: nothing to race with
+            inner = pvars | frozenset(v for v, n in zip(s.vars, s.extents) if not (isinstance(n, int) and n == 1))
             self.stmt(s.body, inner, guarded)
             return
         if pvars:
@@ -129,9 +149,13 @@ class _RaceCheck:
             elif isinstance(s, t.LetStmt):
                 self.deps[s.var] = self.par_deps(s.value, pvars)
             elif isinstance(s, t.IfThenElse):
-                cond = frozenset(self.par_deps(s.cond, pvars))
-                self.stmt(s.then_body, pvars, guarded | cond)
-                self.stmt(s.else_body, pvars, guarded | cond)
+                pinned = frozenset(self.pinned(s.cond, pvars))
+                self.cond_depth += 1
+                try:
+                    self.stmt(s.then_body, pvars, guarded | pinned)
+                    self.stmt(s.else_body, pvars, guarded)
+                finally:
+                    self.cond_depth -= 1
                 return
             elif isinstance(s, t.BufferStore):
                 self.store(s, pvars, guarded)
@@ -151,11 +175,20 @@ class _RaceCheck:
         reads_itself = []
         walk_expr(s.value, lambda x: reads_itself.append(x) if isinstance(x, E.Load) and x.buffer is buf else None)
         names = ", ".join(sorted(v.name for v in missing))
+        if buf.scope in ("local", "var"):
+            if not reads_itself or buf in self.defined:
+                if not reads_itself and not self.cond_depth:
+                    self.defined.add(buf)
+                return  # each iteration writes the buffer before using it: its own scratch
+            raise CompileError(
+                f"{buf.name} is one per thread, but the T.Parallel loop over {names} spreads its iterations over "
+                f"the threads and each of them {'updates' if reads_itself else 'overwrites'} the same element: "
+                "the result would depend on which iterations a thread runs", s.loc,
+                hint=f"allocate {buf.name} inside the T.Parallel body to get one per iteration; to combine values "
+                "across iterations use T.reduce_* on a fragment or T.atomic_* on shared/global memory")
+        if not reads_itself and not (self.par_deps(s.value, pvars) & missing):
+            return  # every iteration stores the same value
         if not reads_itself:
-            # a plain store: a race when the iterations store different values to memory that threads
-            # share (a local/var buffer is each thread's own scratch, so there it is well defined)
-            if buf.scope in ("local", "var") or not (self.par_deps(s.value, pvars) & missing):
-                return
             raise CompileError(
                 f"every iteration of the T.Parallel loop over {names} stores a different value to the same "
                 f"element of {buf.name}: the iterations run on different threads at once, so which value "

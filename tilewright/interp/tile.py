@@ -24,8 +24,14 @@ refuses, with a clear error, what a GPU would do wrong silently.  Guarantees:
   it; on-chip regions must be in bounds.  ``Gemm`` multiplies in float32 (float64 for float64 inputs,
   exact integers for int8) and rounds into C's dtype.  ``Reduce`` works in float32 (float64 / int64)
   and folds the old destination in when ``clear=False``.  ``Annotate`` has no effect.
+* Inside ``T.Parallel`` a ``local``/``var`` buffer is per iteration -- allocated in the body, or
+  allocated before the loop and written by it (each iteration starts from the value before the
+  loop; the frontend refuses loops that update a value left by other iterations).  After the loop
+  it holds the value every iteration left, or poison when they differ (a GPU thread would hold its
+  last iteration's).
 * Atomics: the tile form updates each element once.  The scalar form inside ``T.Parallel`` is done
-  once per active iteration.  Outside it, it is done once per block -- unless (thread mode) its index
+  once per active iteration, even when neither its index nor its value mentions the loop
+  variables.  Outside it, it is done once per block -- unless (thread mode) its index
   or value depends on per-thread state (the thread index, a ``local``/``var`` buffer) or it sits under
   a thread-dependent ``if``: then every active thread does it, as each thread's own atomic would.
 * Races the interpreter can see cheaply are errors: threads (or ``T.Parallel`` iterations) storing
@@ -106,7 +112,7 @@ class _Ctx:
     bool array broadcastable against the current values; ``tid`` indexes the thread axis of
     per-thread buffers (shaped to broadcast against T.Parallel values inside a parallel loop)."""
 
-    __slots__ = ("bufs", "env", "in_par", "mask", "nt", "poff", "prank", "pshape", "tbufs", "tid")
+    __slots__ = ("bufs", "env", "in_par", "mask", "nt", "pbufs", "poff", "prank", "pshape", "tbufs", "tid")
 
     def __init__(self, env: dict, bufs: dict):
         self.env = env
@@ -118,6 +124,9 @@ class _Ctx:
         self.pshape: list = []  # extents of the T.Parallel axes entered so far (1 for the others)
         self.tid = None
         self.tbufs: set = set()  # buffers with a leading thread axis
+        # local/var buffers allocated inside T.Parallel: one copy per iteration (as each GPU thread
+        # has its own for the iterations it runs); buffer -> index arrays of the leading axes
+        self.pbufs: dict = {}
         self.nt = 1
 
 
@@ -474,6 +483,9 @@ class _ExprCompiler:
             except KeyError:
                 raise InterpError(f"buffer {buf.name} is read before it is allocated") from None
             idx = [g(c) for g in fidx]
+            pre = c.pbufs.get(buf)
+            if pre is not None:
+                return _gather(arr, pre + idx, c.mask, buf, len(pre))
             if buf in c.tbufs:
                 out = _gather(arr, [c.tid] + idx, c.mask, buf, 1)
                 if c.in_par:
@@ -636,6 +648,7 @@ class _Interpreter:
             t.Evaluate: self.x_evaluate,
         }
         self.par_info: dict = {}
+        self.par_stored: dict = {}  # T.Parallel -> per-thread buffers from outside that it writes
         self.aranges: dict = {}
         self.full_regions: dict = {}
 
@@ -698,6 +711,7 @@ class _Interpreter:
         if threaded:
             walk(k.body, lambda s: tbufs.add(s.buffer) if isinstance(s, t.Alloc) and s.buffer.scope in (
                 "local", "var") else None)
+            tbufs -= _allocated_in_parallel(k.body)
         ranges = [range(n) for n in reversed(grid)]  # x varies fastest
         for idx in itertools.product(*ranges):
             bc = _Ctx(dict(base_env), dict(base_bufs))
@@ -719,18 +733,36 @@ class _Interpreter:
             shape = tuple(int(self.comp(x)(c)) if isinstance(x, E.Expr) else x for x in buf.shape)
             if buf in c.tbufs:
                 shape = (c.nt,) + shape
+            elif c.in_par and buf.scope in ("local", "var"):
+                c.pbufs[buf] = self._iteration_index(c)
+                shape = tuple(c.pshape) + shape
             npdt = dt.to_numpy(buf.dtype)
             arr = np.full(shape, _poison(npdt), dtype=npdt)
             c.bufs[buf] = arr
         if s.init is not None:
             v = self.comp(s.init)(c)
-            if buf in c.tbufs:
+            if buf in c.pbufs:
+                pre = c.pbufs[buf]
+                _scatter(arr, pre + [0] * buf.ndim, v, c.mask, buf, len(pre))
+            elif buf in c.tbufs:
                 if c.in_par:
                     arr[...] = np.reshape(v, -1)[0] if isinstance(v, np.ndarray) else v
                 else:
                     _scatter(arr, [c.tid] + [0] * buf.ndim, v, c.mask, buf, 1)
             else:
                 _scatter(arr, [0] * buf.ndim, v, c.mask, buf, 0)
+
+    def _iteration_index(self, c: _Ctx) -> list:
+        """Index arrays that pick the current T.Parallel iteration along each axis of the nest."""
+        out = []
+        for k, n in enumerate(c.pshape):
+            if n == 1:
+                out.append(0)
+            else:
+                shape = [1] * len(c.pshape)
+                shape[k] = n
+                out.append(np.arange(n, dtype=np.intp).reshape(shape))
+        return out
 
     def x_if(self, s: t.IfThenElse, c: _Ctx) -> None:
         cond = self.comp(s.cond)(c)
@@ -835,12 +867,55 @@ class _Interpreter:
             c.env[var] = a
             c.pshape[off + k] = n
         c.poff = off + len(extents)
+        private = self._privatize(s, c) if off == 0 else None
         try:
             self.exec(s.body, c)
         finally:
             c.poff = off
             for k in range(len(extents)):
                 c.pshape[off + k] = 1
+            if private:
+                self._unprivatize(private, c)
+
+    def _privatize(self, s: t.ParallelFor, c: _Ctx) -> list:
+        """Per-thread (local/var) buffers allocated before the loop and written in it: on a GPU each
+        thread runs its iterations one after another with its own copy, so an iteration that writes
+        the buffer before reading it sees only its own values (the frontend refuses the other kind).
+        Give each iteration a copy, starting from the value before the loop."""
+        names = self.par_stored.get(s)
+        if names is None:
+            stored: set = set()
+            walk(s.body, lambda x: stored.add(x.buffer) if isinstance(x, t.BufferStore) and x.buffer.scope in (
+                "local", "var") else None)
+            names = self.par_stored[s] = stored - {x.buffer for x in _allocs_in(s.body)}
+        out = []
+        for buf in names:
+            arr = c.bufs.get(buf)
+            if arr is None or buf in c.pbufs:
+                continue
+            threaded = buf in c.tbufs
+            start = arr
+            if threaded:
+                first = arr[0]
+                start = first if np.all(_same(arr, first)) else np.full_like(first, _poison(arr.dtype))
+            copy = np.empty(tuple(c.pshape) + start.shape, dtype=arr.dtype)
+            copy[...] = start
+            out.append((buf, arr, threaded))
+            c.bufs[buf] = copy
+            c.pbufs[buf] = self._iteration_index(c)
+        return out
+
+    def _unprivatize(self, private: list, c: _Ctx) -> None:
+        """After the loop a thread holds what its last iteration left: one value if every iteration
+        left the same, else garbage (poison here)."""
+        for buf, arr, threaded in private:
+            copy = c.bufs[buf]
+            del c.pbufs[buf]
+            c.bufs[buf] = arr
+            lead = copy.ndim - (arr.ndim - (1 if threaded else 0))
+            flat = copy.reshape((-1,) + copy.shape[lead:])
+            first = flat[0]
+            arr[...] = first if np.all(_same(flat, first)) else _poison(arr.dtype)
 
     # element stores -----------------------------------------------------------------------
     def x_store(self, s: t.BufferStore, c: _Ctx) -> None:
@@ -851,7 +926,10 @@ class _Interpreter:
         comp = self.comp
         idx = [comp(i)(c) for i in s.indices]
         val = comp(s.value)(c)
-        if buf in c.tbufs:
+        if buf in c.pbufs:
+            pre = c.pbufs[buf]
+            _scatter(arr, pre + idx, val, c.mask, buf, len(pre))
+        elif buf in c.tbufs:
             _scatter(arr, [c.tid] + idx, val, c.mask, buf, 1)
         else:
             _scatter(arr, idx, val, c.mask, buf, 0)
@@ -1018,7 +1096,10 @@ class _Interpreter:
         idx = [self.comp(x)(c) for x in s.dst.starts]
         val = self.comp(s.value)(c)
         skip = 0
-        if buf in c.tbufs:
+        if buf in c.pbufs:
+            idx = c.pbufs[buf] + idx
+            skip = len(c.pbufs[buf])
+        elif buf in c.tbufs:
             idx = [c.tid] + idx
             skip = 1
         mask = c.mask
@@ -1113,6 +1194,24 @@ def _atomic_many(op: str, arr: np.ndarray, idx: list, vals: np.ndarray) -> None:
     ufunc = np.maximum if op == "max" else np.minimum
     ufunc.at(acc, inv, vals.astype(work))
     arr[where] = ufunc(cur.astype(work), acc).astype(npdt)
+
+
+def _allocs_in(body) -> list:
+    out: list = []
+    walk(body, lambda s: out.append(s) if isinstance(s, t.Alloc) else None)
+    return out
+
+
+def _allocated_in_parallel(body) -> set:
+    """Buffers whose ``Alloc`` sits inside a T.Parallel body."""
+    out: set = set()
+
+    def inner(s):
+        if isinstance(s, t.Alloc):
+            out.add(s.buffer)
+
+    walk(body, lambda s: walk(s.body, inner) if isinstance(s, t.ParallelFor) else None)
+    return out
 
 
 def _parallel_rank(s: t.ParallelFor) -> int:
