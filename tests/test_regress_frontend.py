@@ -501,3 +501,80 @@ def test_carried_update_of_a_per_thread_buffer_is_refused(tmp_path):
                     run += X[i]  # <-- here
                     Y[i] = run
         """, "run is one per thread", "loop over i", "allocate run inside the T.Parallel body")
+
+
+# ---------------------------------------------------------------- the same on an NVIDIA GPU (skipped without one)
+def _cuda_available() -> bool:
+    try:
+        import torch
+    except ImportError:
+        return False
+    return torch.cuda.is_available() and not getattr(torch.version, "hip", None)
+
+
+gpu = pytest.mark.skipif(not _cuda_available(), reason="needs an NVIDIA GPU with a CUDA build of PyTorch")
+
+
+@gpu
+def test_gpu_atomics_scratch_and_guarded_updates(rng):
+    import torch
+
+    n, m = 100, 10
+    x = torch.from_numpy(rand(rng, n)).cuda()
+    h = torch.tensor([5, -3], dtype=torch.int32, device="cuda")
+    s = torch.tensor([0.25], dtype=torch.float32, device="cuda")
+    tilewright.compile(_atomic_counts(n, m), target="cuda")(x, h, s)
+    assert h.tolist() == [5 + 3 * n * m, -3 + 3 * 2 * m * len(range(0, n, 3))]
+    want = 0.25 + 3 * m * x.double().sum().item()
+    assert abs(s.item() - want) <= 1e-4 * (1 + abs(want))
+
+    xs = torch.from_numpy(rand(rng, (100, 7))).cuda()
+    y = torch.full((100,), float("nan"), device="cuda")
+    z = torch.full((100,), float("nan"), device="cuda")
+    tilewright.compile(_scratch_kernels(100, 7), target="cuda")(xs, y, z)
+    xd = xs.double()
+    torch.testing.assert_close(y.double(), (xd * (2 * xd[:, :1])).sum(1), rtol=1e-5, atol=1e-5)
+    torch.testing.assert_close(z.double(), 1.5 + xd[:, 6], rtol=1e-6, atol=1e-6)
+
+    xg = torch.from_numpy(rand(rng, 37)).cuda()
+    yg = torch.full((37,), float("nan"), device="cuda")
+    sg0 = rand(rng, 2)
+    sg = torch.from_numpy(sg0.copy()).cuda()
+    tilewright.compile(_guarded_and_private(37), target="cuda")(xg, yg, sg)
+    torch.testing.assert_close(yg.double(), 3 * xg.double(), rtol=1e-6, atol=1e-6)
+    xgd = xg.double().cpu().numpy()
+    np.testing.assert_allclose(sg.cpu().numpy(), [sg0[0] + xgd[0], sg0[1] + xgd.sum()], rtol=1e-5, atol=1e-5)
+
+
+@gpu
+def test_gpu_argument_errors_name_the_parameter(rng):
+    import torch
+
+    from tilewright.errors import ArgumentError
+
+    k = tilewright.compile(_scale_rows, target="cuda")
+    a = torch.from_numpy(rand(rng, (8, 4))).cuda()
+    b = torch.full((8, 4), float("nan"), device="cuda")
+    for bad, needle in [((a, b.half(), 2), "argument B has dtype float16"),
+                        ((a, [[0.0] * 4] * 8, 2), "argument B: expected a tensor but got a list"),
+                        ((a, b.cpu(), 2), "argument B is on the CPU"),
+                        ((a, torch.zeros(8, 4, dtype=torch.complex64, device="cuda"), 2), "argument B: "),
+                        ((a, b, 2**40), "scalar argument n=1099511627776 does not fit in int32"),
+                        ((a, b, True), "scalar argument n expects int32, got a bool"),
+                        ((a, b[:, ::2].contiguous().t(), 2), "argument B")]:
+        with pytest.raises(ArgumentError, match=re.escape(needle)):
+            k(*bad)
+    k(a, b, 3)
+    torch.testing.assert_close(b.double(), 3 * a.double(), rtol=1e-6, atol=1e-6)
+    big = torch.zeros((65536, 4), device="cuda")
+
+    M = T.dynamic("M")
+
+    @T.prim_func
+    def rows(A: T.Tensor((M, 4), "float32")):
+        with T.Kernel(1, M, threads=32) as (bx, by):
+            for j in T.Parallel(4):
+                A[by, j] = A[by, j] + 1
+
+    with pytest.raises(ArgumentError, match="grid dimension y of T.Kernel is 65536 blocks"):
+        tilewright.compile(rows, target="cuda")(big)

@@ -257,8 +257,8 @@ class JITKernel:
                     return None
                 values.append(a if want_dtype == "int" and isinstance(a, int) else
                               float(a) if want_dtype == "float" else None)
-                if values[-1] is None:
-                    return None
+                if values[-1] is None or (dims is not None and not dims[0] <= a <= dims[1]):
+                    return None  # the checked path says what is wrong
                 continue
             if not isinstance(a, torch.Tensor) or a.dtype is not want_dtype or not a.is_cuda:
                 return None
@@ -331,7 +331,7 @@ def _fast_spec(params) -> list:
         if isinstance(p, t.Buffer):
             out.append(("buffer", to_torch_dtype(p.dtype), tuple(p.shape)))
         elif p.dtype in ("int32", "int64"):
-            out.append(("scalar", "int", None))
+            out.append(("scalar", "int", (dt.min_value(p.dtype), dt.max_value(p.dtype))))
         elif p.dtype in ("float32", "float64"):
             out.append(("scalar", "float", None))
         else:
