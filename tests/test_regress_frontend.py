@@ -329,6 +329,64 @@ def test_shared_memory_overflow_names_the_allocations(tmp_path):
     assert re.search(r"needs \d+ bytes of shared memory; .* allows \d+", text), text
 
 
+@pytest.mark.parametrize(("stmt", "needles"), [
+    ("A[-1] = 1.0", ("index -1 is outside dimension 0 of A", "do not count from the end")),
+    ("A[0] = A[8]", ("index 8 is outside dimension 0 of A, which has extent 8",)),
+    ("A[A[0] > 0] = 1.0", ("indices must be integers (there is no mask indexing)", "`if`")),
+    ("vals = sum(A[j] for j in range(2))", ("cannot iterate over range()", "T.unroll")),
+    ("T.copyy(A, A)", ("no attribute 'copyy'", "not part of tilewright's language")),
+])
+def test_more_broken_statements_are_refused_at_the_line(tmp_path, stmt, needles):
+    _refused(tmp_path, f"""
+        @T.prim_func
+        def bad(A: T.Tensor((8,), "float32")):
+            with T.Kernel(1, threads=32):
+                {stmt}  # <-- here
+        """, *needles)
+
+
+def test_lambda_using_a_kernel_name_gives_the_real_reason(tmp_path):
+    _refused(tmp_path, """
+        @T.prim_func
+        def bad(A: T.Tensor((8,), "float32")):
+            with T.Kernel(1, threads=32):
+                f = lambda j: A[j]
+                A[0] = f(1)  # <-- here
+        """, "cannot use the kernel name 'A'")
+
+
+@pytest.mark.parametrize(("grid", "needle"), [("0", "grid dimension x of T.Kernel is 0"),
+                                              ("4, -1", "grid dimension y of T.Kernel is -1"),
+                                              ("2.5", "grid extents must be integers")])
+def test_grid_of_no_block_or_float_blocks_is_refused(tmp_path, grid, needle):
+    _refused(tmp_path, f"""
+        @T.prim_func
+        def bad(A: T.Tensor((8,), "float32")):
+            with T.Kernel({grid}, threads=32):  # <-- here
+                A[0] = 1.0
+        """, needle)
+
+
+def test_float_loop_bound_is_refused(tmp_path):
+    _refused(tmp_path, """
+        @T.prim_func
+        def bad(A: T.Tensor((8,), "float32")):
+            with T.Kernel(1, threads=32):
+                for k in T.serial(8 / 2):  # <-- here
+                    A[k] = 1.0
+        """, "bounds of a kernel loop must be integers")
+
+
+def test_kernel_inside_a_loop_is_refused(tmp_path):
+    _refused(tmp_path, """
+        @T.prim_func
+        def bad(A: T.Tensor((8,), "float32")):
+            for q in T.serial(2):
+                with T.Kernel(1, threads=32):  # <-- here
+                    A[q] = 1.0
+        """, "must be at the top level of the prim_func body", "larger grid")
+
+
 # ---------------------------------------------------------------- item 9: one argument binder
 M_DYN = T.dynamic("M")
 

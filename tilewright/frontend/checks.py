@@ -5,8 +5,10 @@ Guarantees, each refusal a ``CompileError`` at the offending kernel line with wh
 
 * grid extents known at compile time are within the launch limits of a GPU (x < 2**31, y and z at
   most 65535: CUDA's limits, applied to every backend so that a program means the same everywhere);
-* every index (element loads and stores, tile region starts, atomics) is an integer expression --
-  a float index would otherwise reach the C++ compiler as invalid code;
+* every index (element loads and stores, tile region starts, atomics) and every loop bound is an
+  integer expression -- a float index would otherwise reach the C++ compiler as invalid code --
+  and a constant index lies inside its (static) dimension (a negative one does not count from the
+  end as in Python); grid extents are integers of at least 1;
 * no store inside ``T.Parallel`` reads and writes one element from many iterations (a
   read-modify-write such as ``acc[0] = acc[0] + x[i]``), and none stores values that differ between
   iterations to one element: the iterations run on different threads at once, so the result would
@@ -62,41 +64,69 @@ def _check_static_grid(s) -> None:
     if not isinstance(s, t.Kernel):
         return
     for axis, g in enumerate(s.grid):
+        if isinstance(g, E.Expr) and not dt.is_int(g.dtype):
+            raise CompileError(f"grid dimension {'xyz'[axis]} of T.Kernel is the {g.dtype} value {g}; grid extents "
+                               "must be integers", s.loc, hint="use T.ceildiv(n, block) or // to count blocks")
         v = E.const_value(g) if isinstance(g, E.Const) else None
         if isinstance(v, int):
+            if v < 1:
+                raise CompileError(f"grid dimension {'xyz'[axis]} of T.Kernel is {v}: the kernel would run no block",
+                                   s.loc, hint="give every grid dimension at least 1 block")
             msg = grid_limit_error(axis, v)
             if msg:
                 raise CompileError(msg, s.loc, hint=GRID_HINT)
 
 
-def _float_index_error(buf_name: str, idx, loc) -> CompileError:
-    return CompileError(
-        f"an index of {buf_name} is the {idx.dtype} expression {idx}; indices must be integers", loc,
-        hint="use integer arithmetic (// for division) or convert explicitly with T.cast(..., 'int32')")
+def _bad_index_error(buf: t.Buffer, d: int, idx, loc) -> CompileError | None:
+    """Why index ``idx`` of dimension ``d`` of ``buf`` cannot be right, as an error (None if it may be)."""
+    if not isinstance(idx, E.Expr):
+        return None
+    if dt.is_float(idx.dtype):
+        return CompileError(
+            f"an index of {buf.name} is the {idx.dtype} expression {idx}; indices must be integers", loc,
+            hint="use integer arithmetic (// for division) or convert explicitly with T.cast(..., 'int32')")
+    if idx.dtype == "bool":
+        return CompileError(
+            f"an index of {buf.name} is the condition {idx}; indices must be integers (there is no mask indexing)",
+            loc, hint="guard the access with an `if` (or T.if_then_else) instead")
+    v = E.const_value(idx) if isinstance(idx, E.Const) else None
+    n = buf.shape[d] if d < len(buf.shape) else None
+    if isinstance(v, int) and isinstance(n, int) and buf.scope != "var" and not 0 <= v < n:
+        hint = ("negative indices do not count from the end in kernel code; write the index out (e.g. n - 1)"
+                if v < 0 else "check the index against the buffer's shape")
+        return CompileError(f"index {v} is outside dimension {d} of {buf.name}, which has extent {n}", loc, hint=hint)
+    return None
 
 
 def _check_integer_indices(s) -> None:
     loc = getattr(s, "loc", None)
+
+    def check(buf, indices):
+        for d, i in enumerate(indices):
+            err = _bad_index_error(buf, d, i, loc)
+            if err is not None:
+                raise err
+
     if isinstance(s, t.BufferStore):
-        for i in s.indices:
-            if isinstance(i, E.Expr) and dt.is_float(i.dtype):
-                raise _float_index_error(s.buffer.name, i, loc)
+        check(s.buffer, s.indices)
     for r in regions_of(s):
         for i in r.starts:
-            if isinstance(i, E.Expr) and dt.is_float(i.dtype):
-                raise _float_index_error(r.buffer.name, i, loc)
+            err = _bad_index_error(r.buffer, 0, i, loc) if isinstance(i, E.Expr) and not dt.is_int(i.dtype) else None
+            if err is not None:
+                raise err
 
     def on_expr(x):
         if isinstance(x, E.Load):
-            for i in x.indices:
-                if isinstance(i, E.Expr) and dt.is_float(i.dtype):
-                    raise _float_index_error(x.buffer.name, i, loc)
+            check(x.buffer, x.indices)
 
     for e in exprs_of(s):
         walk_expr(e, on_expr)
     if isinstance(s, t.For):
-        walk_expr(s.start, on_expr)
-        walk_expr(s.extent, on_expr)
+        for e in (s.start, s.extent):
+            walk_expr(e, on_expr)
+            if isinstance(e, E.Expr) and not dt.is_int(e.dtype):
+                raise CompileError(f"the bounds of a kernel loop must be integers, got the {e.dtype} value {e}", loc,
+                                   hint="use integer arithmetic (// for division) or T.cast(..., 'int32')")
 
 
 class _RaceCheck:

@@ -234,12 +234,17 @@ class Translator:
         try:
             return eval(code, self.gscope, self.scope)
         except CompileError as e:
+            if has_comprehension and "kernel loops can only be used" in str(e):
+                raise CompileError("a comprehension or generator expression inside a kernel cannot iterate over "
+                                   "range() / T.serial: in kernel code those are kernel loops", self.loc(node),
+                                   hint="write the loop out (`for j in T.unroll(n):`), or iterate over a tuple of "
+                                   "compile-time values") from None
             raise e.with_loc(self.loc(node)) from None
         except TilewrightError:
             raise
         except NameError as e:
             missing = getattr(e, "name", None)
-            if has_comprehension and missing in self.scope:
+            if missing in self.scope:  # defined here, yet unseen: the code runs in a nested Python scope
                 raise CompileError(
                     f"a comprehension or lambda inside a kernel cannot use the kernel name {missing!r}: Python "
                     "evaluates it in a scope of its own, which sees only globals and closure variables",
@@ -248,6 +253,12 @@ class Translator:
             raise CompileError(f"{e}", self.loc(node),
                                hint="kernel code may use the function's parameters, closure variables, "
                                "globals and names assigned earlier in the body") from None
+        except AttributeError as e:
+            hint = None
+            if getattr(e, "obj", None) is T:
+                hint = (f"T.{e.name} is not part of tilewright's language; docs/language.md lists what is "
+                        "(check the spelling)")
+            raise CompileError(f"AttributeError: {e}", self.loc(node), hint=hint) from None
         except Exception as e:  # noqa: BLE001 - report any Python error in the user's expression at its line
             raise CompileError(f"{type(e).__name__}: {e}", self.loc(node)) from None
 
@@ -560,6 +571,11 @@ class Translator:
             raise CompileError("only `with T.Kernel(...) as (...)` is supported", self.loc(s))
         if self.b.kernel is not None:
             raise CompileError("nested T.Kernel blocks are not supported", self.loc(s))
+        if self.loop_depth or len(self.b.blocks) > 1:
+            raise CompileError("`with T.Kernel(...)` must be at the top level of the prim_func body, not inside a "
+                               "loop or an `if`", self.loc(s),
+                               hint="launch one kernel with a larger grid (use the block index where you used the "
+                               "loop variable), or put the loop inside the kernel")
         dims = ("bx", "by", "bz")
         names = _target_names(item.optional_vars) if item.optional_vars is not None else []
         if names is None:
