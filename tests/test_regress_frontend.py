@@ -636,3 +636,12 @@ def test_gpu_argument_errors_name_the_parameter(rng):
 
     with pytest.raises(ArgumentError, match="grid dimension y of T.Kernel is 65536 blocks"):
         tilewright.compile(rows, target="cuda")(big)
+
+
+def test_too_many_threads_is_refused_on_every_backend(tmp_path):
+    _refused(tmp_path, """
+        @T.prim_func
+        def bad(A: T.Tensor((8,), "float32")):
+            with T.Kernel(1, threads=2048):  # <-- here
+                A[0] = 1.0
+        """, "2048 threads", "at most 1024")

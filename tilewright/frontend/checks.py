@@ -4,7 +4,8 @@ Needs: the Tile IR straight from the parser (before any pass).
 Guarantees, each refusal a ``CompileError`` at the offending kernel line with what to do instead:
 
 * grid extents known at compile time are within the launch limits of a GPU (x < 2**31, y and z at
-  most 65535: CUDA's limits, applied to every backend so that a program means the same everywhere);
+  most 65535: CUDA's limits, applied to every backend so that a program means the same everywhere),
+  and a block has at most 1024 threads;
 * every index (element loads and stores, tile region starts, atomics) and every loop bound is an
   integer expression -- a float index would otherwise reach the C++ compiler as invalid code --
   and a constant index lies inside its (static) dimension (a negative one does not count from the
@@ -60,9 +61,15 @@ def mark_written_params(func: t.PrimFunc) -> None:
             p.attrs["written"] = p in written
 
 
+MAX_THREADS_PER_BLOCK = 1024  # every GPU target's limit; targets check their own stricter rules later
+
+
 def _check_static_grid(s) -> None:
     if not isinstance(s, t.Kernel):
         return
+    if s.num_threads > MAX_THREADS_PER_BLOCK:
+        raise CompileError(f"T.Kernel asks for {s.num_threads} threads; GPUs allow at most {MAX_THREADS_PER_BLOCK} "
+                           "per block", s.loc, hint="use fewer threads and let each handle more elements")
     for axis, g in enumerate(s.grid):
         if isinstance(g, E.Expr) and not dt.is_int(g.dtype):
             raise CompileError(f"grid dimension {'xyz'[axis]} of T.Kernel is the {g.dtype} value {g}; grid extents "
