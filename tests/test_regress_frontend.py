@@ -495,6 +495,9 @@ def test_negative_dynamic_size_is_refused(rng):
                 lambda: run_thread_kernel(emu.thread_kernel, [a, b, 2], dyn={"M": -3})):
         with pytest.raises(ArgumentError, match="symbolic dimension M .* is -3; sizes cannot be negative"):
             run()
+    # a device array that claims a negative size (the GPU path used to launch an empty grid)
+    msgs = _messages((a, b, 2), (_FakeCudaArray((-3, 4)), _FakeCudaArray((-3, 4), ptr=0x7F0000002000), 2))
+    assert "symbolic dimension M (dimension 0 of argument A) is -3" in msgs["gpu"], msgs["gpu"]
 
 
 def test_numpy_integer_scalars_are_accepted_everywhere(rng):
