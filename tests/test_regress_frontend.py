@@ -648,3 +648,22 @@ def test_too_many_threads_is_refused_on_every_backend(tmp_path):
             with T.Kernel(1, threads=2048):  # <-- here
                 A[0] = 1.0
         """, "2048 threads", "at most 1024")
+
+
+def _guarded_constant_index():
+    @T.prim_func
+    def k(A: T.Tensor((8,), "float32"), B: T.Tensor((8,), "float32"), n: T.int32):
+        with T.Kernel(1, threads=64):
+            if n > 8:
+                B[7] = A[8]  # never runs for n <= 8: a constant index may be guarded
+            B[0] = T.if_then_else(n > 8, A[8], A[1] * 2)
+
+    return k
+
+
+@pytest.mark.parametrize("target", ["interpret"] + EMULATED)
+def test_guarded_constant_index_outside_the_buffer_is_accepted(rng, target):
+    a, b = rand(rng, 8), poisoned(8)
+    tilewright.compile(_guarded_constant_index(), target=target,
+                       execution_backend=None if target == "interpret" else "emulator")(a, b, 8)
+    assert b[0] == np.float32(a[1] * 2) and np.isnan(b[1:]).all()

@@ -29,13 +29,13 @@ from ..ir import dtype as dt
 from ..ir import expr as E
 from ..ir import tile as t
 from ..ir.verifier import exprs_of, regions_of
-from ..ir.visitor import child_stmts, walk, walk_expr
+from ..ir.visitor import child_stmts, expr_children, walk, walk_expr
 from ..passes.check_target_limits import GRID_HINT, grid_limit_error
 
 
 def check_prim_func(func: t.PrimFunc) -> None:
     walk(func.body, _check_static_grid)
-    walk(func.body, _check_integer_indices)
+    _check_indices(func.body)
     _RaceCheck().stmt(func.body, frozenset(), frozenset())
     mark_written_params(func)
 
@@ -84,8 +84,10 @@ def _check_static_grid(s) -> None:
                 raise CompileError(msg, s.loc, hint=GRID_HINT)
 
 
-def _bad_index_error(buf: t.Buffer, d: int, idx, loc) -> CompileError | None:
-    """Why index ``idx`` of dimension ``d`` of ``buf`` cannot be right, as an error (None if it may be)."""
+def _bad_index_error(buf: t.Buffer, d: int, idx, loc, guarded: bool) -> CompileError | None:
+    """Why index ``idx`` of dimension ``d`` of ``buf`` cannot be right, as an error (None if it may
+    be).  A constant index outside the buffer is an error only where nothing may guard it (``guarded``:
+    under an ``if``, a ``T.if_then_else`` branch or the right side of ``and``/``or``)."""
     if not isinstance(idx, E.Expr):
         return None
     if dt.is_float(idx.dtype):
@@ -98,42 +100,57 @@ def _bad_index_error(buf: t.Buffer, d: int, idx, loc) -> CompileError | None:
             loc, hint="guard the access with an `if` (or T.if_then_else) instead")
     v = E.const_value(idx) if isinstance(idx, E.Const) else None
     n = buf.shape[d] if d < len(buf.shape) else None
-    if isinstance(v, int) and isinstance(n, int) and buf.scope != "var" and not 0 <= v < n:
+    if not guarded and isinstance(v, int) and isinstance(n, int) and buf.scope != "var" and not 0 <= v < n:
         hint = ("negative indices do not count from the end in kernel code; write the index out (e.g. n - 1)"
                 if v < 0 else "check the index against the buffer's shape")
         return CompileError(f"index {v} is outside dimension {d} of {buf.name}, which has extent {n}", loc, hint=hint)
     return None
 
 
-def _check_integer_indices(s) -> None:
+def _check_indices(s, guarded: bool = False) -> None:
+    """Indices and loop bounds of ``s`` and the statements inside it (see the module docstring)."""
     loc = getattr(s, "loc", None)
 
-    def check(buf, indices):
+    def check(buf, indices, g):
         for d, i in enumerate(indices):
-            err = _bad_index_error(buf, d, i, loc)
+            err = _bad_index_error(buf, d, i, loc, g)
             if err is not None:
                 raise err
+
+    def expr(e, g):
+        if not isinstance(e, E.Expr):
+            return
+        if isinstance(e, E.Load):
+            check(e.buffer, e.indices, g)
+        if isinstance(e, E.Select):
+            expr(e.cond, g)
+            expr(e.a, True)
+            expr(e.b, True)
+            return
+        if isinstance(e, E.BinOp) and e.op in ("and", "or"):
+            expr(e.a, g)
+            expr(e.b, True)
+            return
+        for ch in expr_children(e):
+            expr(ch, g)
 
     if isinstance(s, t.BufferStore):
-        check(s.buffer, s.indices)
+        check(s.buffer, s.indices, guarded)
     for r in regions_of(s):
         for i in r.starts:
-            err = _bad_index_error(r.buffer, 0, i, loc) if isinstance(i, E.Expr) and not dt.is_int(i.dtype) else None
-            if err is not None:
-                raise err
-
-    def on_expr(x):
-        if isinstance(x, E.Load):
-            check(x.buffer, x.indices)
-
+            if isinstance(i, E.Expr) and not dt.is_int(i.dtype):
+                check(r.buffer, (i,), True)
     for e in exprs_of(s):
-        walk_expr(e, on_expr)
+        expr(e, guarded)
     if isinstance(s, t.For):
         for e in (s.start, s.extent):
-            walk_expr(e, on_expr)
+            expr(e, guarded)
             if isinstance(e, E.Expr) and not dt.is_int(e.dtype):
                 raise CompileError(f"the bounds of a kernel loop must be integers, got the {e.dtype} value {e}", loc,
                                    hint="use integer arithmetic (// for division) or T.cast(..., 'int32')")
+    inner = guarded or isinstance(s, t.IfThenElse)
+    for ch in child_stmts(s):
+        _check_indices(ch, inner)
 
 
 class _RaceCheck:
