@@ -260,7 +260,10 @@ class Translator:
                         "(check the spelling)")
             raise CompileError(f"AttributeError: {e}", self.loc(node), hint=hint) from None
         except Exception as e:  # noqa: BLE001 - report any Python error in the user's expression at its line
-            raise CompileError(f"{type(e).__name__}: {e}", self.loc(node)) from None
+            raise CompileError(f"{type(e).__name__}: {e}", self.loc(node),
+                               hint="kernel expressions are evaluated once, by Python, while the kernel is traced: "
+                               "check the operands (a tensor is used through elements, A[i, j], or T.* tile "
+                               "operations)") from None
 
     # ---------------------------------------------------------------- entry
     def translate(self) -> t.PrimFunc:
@@ -280,7 +283,7 @@ class Translator:
                                hint="wrap the kernel body in `with T.Kernel(grid..., threads=128) as (bx, by):`")
         if len(kernels) > 1:
             raise CompileError(f"prim_func {self.tree.name} has {len(kernels)} T.Kernel blocks; one is supported",
-                               kernels[1].loc)
+                               kernels[1].loc, hint="write one prim_func per kernel and call them one after another")
         others = [s for s in stmts if not isinstance(s, (t.Kernel, t.LetStmt))]
         if others:
             raise CompileError("statements outside `with T.Kernel(...)` are not supported", others[0].loc,
@@ -292,11 +295,14 @@ class Translator:
         params, dyn = [], []
         args = self.tree.args
         if args.vararg or args.kwarg or args.kwonlyargs or args.posonlyargs:
-            raise CompileError("prim_func parameters must be plain positional parameters", self.loc(self.tree))
+            raise CompileError("prim_func parameters must be plain positional parameters", self.loc(self.tree),
+                               hint="drop *args, **kwargs, keyword-only and positional-only markers; pass compile-time "
+                               "values through a closure (a function that returns the prim_func)")
         for a in args.args:
             if a.annotation is None:
                 raise CompileError(f"parameter {a.arg!r} needs an annotation such as T.Tensor((M, K), 'float16') "
-                                   "or T.int32", self.loc(a))
+                                   "or T.int32", self.loc(a), hint=f"write `{a.arg}: T.Tensor(shape, dtype)` for a "
+                                   f"tensor or `{a.arg}: T.int32` / `T.float32` for a scalar")
             ann = self.eval(a.annotation)
             if isinstance(ann, T.Tensor):
                 shape = []
@@ -311,10 +317,12 @@ class Translator:
                         shape.append(s)
                     elif isinstance(s, E.Expr):
                         raise CompileError(f"shape entry {s} of {a.arg!r} must be an int or a single T.dynamic(...) "
-                                           "name", self.loc(a))
+                                           "name", self.loc(a), hint="give the dimension its own T.dynamic name and "
+                                           "compute derived sizes inside the kernel")
                     else:
                         raise CompileError(f"shape entry {s!r} of {a.arg!r} must be a positive int or T.dynamic",
-                                           self.loc(a))
+                                           self.loc(a), hint="use a positive int, or M = T.dynamic('M') for a size "
+                                           "known only at the call")
                 buf = t.Buffer(a.arg, shape, ann.dtype, "global", loc=self.loc(a))
                 params.append(buf)
                 self.scope[a.arg] = buf
@@ -368,7 +376,8 @@ class Translator:
                 self.assign(target, value, s)
         elif isinstance(s, ast.AnnAssign):
             if s.value is None:
-                raise CompileError("annotated declarations without a value are not supported", self.loc(s))
+                raise CompileError("annotated declarations without a value are not supported", self.loc(s),
+                                   hint="give it a value (x: T.float32 = 0), or use T.alloc_var(dtype, init)")
             value = self.eval(s.value)
             ann = self.eval(s.annotation)
             if isinstance(ann, str) and isinstance(value, (int, float, E.Expr)):
@@ -399,7 +408,8 @@ class Translator:
             cond = self.eval(s.test)
             if isinstance(cond, E.Expr):
                 raise CompileError("assert on a kernel value is not supported; assert on compile-time values only",
-                                   self.loc(s))
+                                   self.loc(s), hint="check the condition on the host before the call, or guard the "
+                                   "code with an `if`")
             if not cond:
                 msg = self.eval(s.msg) if s.msg is not None else "assertion failed"
                 raise CompileError(f"assertion failed: {msg}", self.loc(s))
@@ -413,7 +423,9 @@ class Translator:
             raise CompileError(f"{type(s).__name__} is not allowed inside a prim_func body", self.loc(s),
                                hint="define helpers outside the kernel (use @T.macro for inlined helpers)")
         else:
-            raise CompileError(f"unsupported statement ({type(s).__name__}) in a prim_func", self.loc(s))
+            raise CompileError(f"unsupported statement ({type(s).__name__}) in a prim_func", self.loc(s),
+                               hint="kernel code is assignments, `for` over T.Parallel/T.serial/T.Pipelined/T.unroll, "
+                               "`if`, `with T.Kernel(...)` and calls of T.* functions")
 
     # ---------------------------------------------------------------- assignment
     def assign(self, target, value, node) -> None:
@@ -453,7 +465,8 @@ class Translator:
             self.bind_depth[name] = self.loop_depth
         elif isinstance(target, (ast.Tuple, ast.List)):
             if isinstance(value, E.Expr) or not hasattr(value, "__iter__"):
-                raise CompileError("cannot unpack a kernel value into several names", self.loc(node))
+                raise CompileError("cannot unpack a kernel value into several names", self.loc(node),
+                                   hint="assign each element separately, e.g. a = A[0] and b = A[1]")
             vals = list(value)
             if len(vals) != len(target.elts):
                 raise CompileError(f"cannot unpack {len(vals)} values into {len(target.elts)} names", self.loc(node))
@@ -464,13 +477,15 @@ class Translator:
             idx = self.eval(target.slice)
             self.store(buf, idx, value, node)
         elif isinstance(target, ast.Attribute):
-            raise CompileError("assigning to attributes is not supported in a prim_func", self.loc(node))
+            raise CompileError("assigning to attributes is not supported in a prim_func", self.loc(node),
+                               hint="store into a buffer element (buf[i] = ...) or bind a plain name")
         else:
             raise CompileError(f"unsupported assignment target {ast.unparse(target)}", self.loc(node))
 
     def store(self, buf, idx, value, node) -> None:
         if not isinstance(buf, t.Buffer):
-            raise CompileError(f"cannot assign into {buf!r}; only buffers can be indexed for stores", self.loc(node))
+            raise CompileError(f"cannot assign into {buf!r}; only buffers can be indexed for stores", self.loc(node),
+                               hint="store into a buffer from T.alloc_fragment / T.alloc_shared / T.alloc_local")
         if not isinstance(idx, tuple):
             idx = (idx,)
         if any(isinstance(i, slice) for i in idx):
@@ -481,7 +496,7 @@ class Translator:
             pass
         elif len(idx) != buf.ndim:
             raise CompileError(f"{buf.name} has {buf.ndim} dimension(s) but the store gives {len(idx)} indices",
-                               self.loc(node))
+                               self.loc(node), hint=f"index every dimension of {buf.name}: shape {buf.shape}")
         if isinstance(value, (t.Buffer, t.Region)):
             raise CompileError(f"cannot store a whole tile into an element of {buf.name}", self.loc(node),
                                hint="use T.copy for tiles")
@@ -515,20 +530,23 @@ class Translator:
     # ---------------------------------------------------------------- loops
     def for_stmt(self, s) -> None:
         if s.orelse:
-            raise CompileError("for ... else is not supported", self.loc(s))
+            raise CompileError("for ... else is not supported", self.loc(s),
+                               hint="move the else part after the loop")
         it = self.eval(s.iter)
         names = _target_names(s.target)
         if names is None:
-            raise CompileError("loop targets must be names", self.loc(s))
+            raise CompileError("loop targets must be names", self.loc(s),
+                               hint="bind plain names: `for i, j in T.Parallel(M, N):`")
         if isinstance(it, T.Parallel):
             if len(names) != len(it.extents):
                 raise CompileError(f"T.Parallel has {len(it.extents)} extents but the loop binds {len(names)} names",
-                                   self.loc(s))
+                                   self.loc(s), hint="bind one name per extent: `for i, j in T.Parallel(M, N):`")
             vs = tuple(E.Var(self.b.fresh(n), "int32", kind="loop") for n in names)
             self.run_loop_body(names, vs, s, lambda body: t.ParallelFor(vs, it.extents, body, loc=self.loc(s)))
         elif isinstance(it, T._LoopSpec):
             if len(names) != 1:
-                raise CompileError("a serial/pipelined loop binds one name", self.loc(s))
+                raise CompileError("a serial/pipelined loop binds one name", self.loc(s),
+                                   hint="use `for k in T.serial(n):`; for several indices nest loops or use T.Parallel")
             start, stop = E.as_expr(it.start), E.as_expr(it.stop)
             extent = stop - start
             from ..passes.analysis import is_nonnegative
@@ -536,7 +554,8 @@ class Translator:
             # a loop starting below zero makes its variable signed (floor division must then be exact)
             v = E.Var(self.b.fresh(names[0]), "int32", kind="loop" if is_nonnegative(start) else "sloop")
             if it.kind == "pipelined" and it.num_stages < 0:
-                raise CompileError("num_stages must be >= 0", self.loc(s))
+                raise CompileError("num_stages must be >= 0", self.loc(s),
+                                   hint="use num_stages=2 or 3 (0: no pipelining)")
             self.run_loop_body(names, (v,), s, lambda body: t.For(v, start, extent, body, it.kind, it.num_stages,
                                                                    loc=self.loc(s)))
         elif isinstance(it, (list, tuple)) or (hasattr(it, "__iter__") and not isinstance(it, (E.Expr, t.Buffer))):
@@ -564,13 +583,16 @@ class Translator:
     # ---------------------------------------------------------------- kernel
     def with_stmt(self, s) -> None:
         if len(s.items) != 1:
-            raise CompileError("only `with T.Kernel(...) as (...)` is supported", self.loc(s))
+            raise CompileError("only `with T.Kernel(...) as (...)` is supported", self.loc(s),
+                               hint="use a single `with T.Kernel(grid..., threads=128) as (bx, by):`")
         item = s.items[0]
         spec = self.eval(item.context_expr)
         if not isinstance(spec, T.Kernel):
-            raise CompileError("only `with T.Kernel(...) as (...)` is supported", self.loc(s))
+            raise CompileError("only `with T.Kernel(...) as (...)` is supported", self.loc(s),
+                               hint="use a single `with T.Kernel(grid..., threads=128) as (bx, by):`")
         if self.b.kernel is not None:
-            raise CompileError("nested T.Kernel blocks are not supported", self.loc(s))
+            raise CompileError("nested T.Kernel blocks are not supported", self.loc(s),
+                               hint="one T.Kernel per prim_func; put the inner code directly in the outer kernel")
         if self.loop_depth or len(self.b.blocks) > 1:
             raise CompileError("`with T.Kernel(...)` must be at the top level of the prim_func body, not inside a "
                                "loop or an `if`", self.loc(s),
@@ -579,10 +601,11 @@ class Translator:
         dims = ("bx", "by", "bz")
         names = _target_names(item.optional_vars) if item.optional_vars is not None else []
         if names is None:
-            raise CompileError("T.Kernel binds block indices to names: `as (bx, by)`", self.loc(s))
+            raise CompileError("T.Kernel binds block indices to names: `as (bx, by)`", self.loc(s),
+                               hint="write `as bx` for one grid dimension, `as (bx, by)` for two")
         if len(names) > len(spec.grid):
             raise CompileError(f"T.Kernel has {len(spec.grid)} grid dimension(s) but binds {len(names)} names",
-                               self.loc(s))
+                               self.loc(s), hint="bind one name per grid dimension")
         if names and len(names) < len(spec.grid):
             want = ", ".join(dims[:len(spec.grid)])
             raise CompileError(f"T.Kernel has {len(spec.grid)} grid dimensions but binds only {len(names)} name(s) "
