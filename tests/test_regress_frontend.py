@@ -667,3 +667,25 @@ def test_guarded_constant_index_outside_the_buffer_is_accepted(rng, target):
     tilewright.compile(_guarded_constant_index(), target=target,
                        execution_backend=None if target == "interpret" else "emulator")(a, b, 8)
     assert b[0] == np.float32(a[1] * 2) and np.isnan(b[1:]).all()
+
+
+def _local_indexed_by_iteration(n):
+    @T.prim_func
+    def k(X: T.Tensor((n,), "float32"), Y: T.Tensor((n,), "float32")):
+        with T.Kernel(1, threads=64):
+            loc = T.alloc_local((n,), "float32")
+            for i in T.Parallel(n):
+                loc[i] = X[i] * 2
+            for i in T.Parallel(n):
+                Y[i] = loc[i] + 1
+
+    return k
+
+
+@pytest.mark.parametrize("target", ["interpret"] + EMULATED)
+@pytest.mark.parametrize("n", [8, 256])
+def test_local_buffer_indexed_by_the_iteration_stays_shared_across_parallel_loops(rng, target, n):
+    x, y = rand(rng, n), poisoned(n)
+    tilewright.compile(_local_indexed_by_iteration(n), target=target,
+                       execution_backend=None if target == "interpret" else "emulator")(x, y)
+    np.testing.assert_allclose(y, 2 * x.astype(np.float64) + 1, rtol=1e-6)

@@ -24,11 +24,13 @@ refuses, with a clear error, what a GPU would do wrong silently.  Guarantees:
   it; on-chip regions must be in bounds.  ``Gemm`` multiplies in float32 (float64 for float64 inputs,
   exact integers for int8) and rounds into C's dtype.  ``Reduce`` works in float32 (float64 / int64)
   and folds the old destination in when ``clear=False``.  ``Annotate`` has no effect.
-* Inside ``T.Parallel`` a ``local``/``var`` buffer is per iteration -- allocated in the body, or
-  allocated before the loop and written by it (each iteration starts from the value before the
-  loop; the frontend refuses loops that update a value left by other iterations).  After the loop
-  it holds the value every iteration left, or poison when they differ (a GPU thread would hold its
-  last iteration's).
+* Inside ``T.Parallel`` a ``local``/``var`` buffer is per iteration when it is allocated in the
+  body, or allocated before the loop and stored to at an element not tied to the iteration (scratch:
+  each iteration starts from the value before the loop; the frontend refuses loops that update a
+  value left by other iterations).  After the loop such scratch holds the value every iteration
+  left, or poison when they differ (a GPU thread would hold its last iteration's).  Elements
+  indexed by the iteration (``loc[i]``) stay shared, as the same thread runs iteration i in every
+  T.Parallel over the same range.
 * Atomics: the tile form updates each element once.  The scalar form inside ``T.Parallel`` is done
   once per active iteration, even when neither its index nor its value mentions the loop
   variables.  Outside it, it is done once per block -- unless (thread mode) its index
@@ -884,10 +886,7 @@ class _Interpreter:
         Give each iteration a copy, starting from the value before the loop."""
         names = self.par_stored.get(s)
         if names is None:
-            stored: set = set()
-            walk(s.body, lambda x: stored.add(x.buffer) if isinstance(x, t.BufferStore) and x.buffer.scope in (
-                "local", "var") else None)
-            names = self.par_stored[s] = stored - {x.buffer for x in _allocs_in(s.body)}
+            names = self.par_stored[s] = _scratch_buffers(s)
         out = []
         for buf in names:
             arr = c.bufs.get(buf)
@@ -1196,10 +1195,41 @@ def _atomic_many(op: str, arr: np.ndarray, idx: list, vals: np.ndarray) -> None:
     arr[where] = ufunc(cur.astype(work), acc).astype(npdt)
 
 
-def _allocs_in(body) -> list:
-    out: list = []
-    walk(body, lambda s: out.append(s) if isinstance(s, t.Alloc) else None)
-    return out
+def _scratch_buffers(s: t.ParallelFor) -> set:
+    """Per-thread (local/var) buffers allocated outside ``s`` that its body stores to at an element
+    that is not tied to the iteration (the index misses one of ``s``'s variables, directly and
+    through ``let`` names): each iteration's scratch.  A store indexed by the iteration (``loc[i]``)
+    keeps the buffer shared, as on a GPU, where the same thread runs iteration i in every
+    T.Parallel over the same range."""
+    own = set(s.vars)
+    deps: dict = {}
+    found: set = set()
+    allocated: set = set()
+
+    def par_vars(e) -> set:
+        out: set = set()
+
+        def f(x):
+            if isinstance(x, E.Var):
+                out.update((x,) if x in own else deps.get(x, ()))
+
+        walk_expr(e, f)
+        return out
+
+    def visit(x):
+        if isinstance(x, t.Alloc):
+            allocated.add(x.buffer)
+        elif isinstance(x, t.LetStmt):
+            deps[x.var] = par_vars(x.value)
+        elif isinstance(x, t.BufferStore) and x.buffer.scope in ("local", "var"):
+            at: set = set()
+            for i in x.indices:
+                at |= par_vars(i)
+            if own - at:
+                found.add(x.buffer)
+
+    walk(s.body, visit)
+    return found - allocated
 
 
 def _allocated_in_parallel(body) -> set:
