@@ -22,6 +22,7 @@ from ..errors import CompileError, SourceLocation, TilewrightError
 from ..ir import expr as E
 from ..ir import tile as t
 from . import builder as B
+from .checks import check_prim_func
 
 _MISSING = object()
 
@@ -92,6 +93,40 @@ def _tw_max(*args, **kw):
 
 def _tw_range(*args):
     return T.serial(*args)
+
+
+def _tw_print(*args, **kwargs):
+    b = B.current_or_none()
+    if b is not None and b.kernel is not None:
+        raise B.error("print() inside a kernel body would run once, on the CPU, while the kernel is traced -- "
+                      "not on the GPU for each thread",
+                      hint="to inspect values, write them to an output tensor and print that after the call; "
+                      "a print() before `with T.Kernel(...)` runs at trace time")
+    return builtins.print(*args, **kwargs)
+
+
+class _DeadLoopVar:
+    """What a loop variable's name holds after its loop: using it is refused (kernel loops are not
+    Python loops, so the name has no last value)."""
+
+    def __init__(self, name: str, loop_line: int):
+        self.name = name
+        self.loop_line = loop_line
+
+
+_COMPREHENSIONS = (ast.ListComp, ast.SetComp, ast.DictComp, ast.GeneratorExp, ast.Lambda)
+_names_of_node: dict = {}
+
+
+def _load_names(node) -> tuple:
+    """(names read by the expression, whether it contains a comprehension or lambda), cached per node."""
+    hit = _names_of_node.get(id(node))
+    if hit is None or hit[0] is not node:
+        names = frozenset(n.id for n in ast.walk(node) if isinstance(n, ast.Name) and isinstance(n.ctx, ast.Load))
+        comp = any(isinstance(n, _COMPREHENSIONS) for n in ast.walk(node))
+        hit = (node, names, comp)
+        _names_of_node[id(node)] = hit
+    return hit[1], hit[2]
 
 
 _HELPERS = {"__tw_and": _tw_and, "__tw_or": _tw_or, "__tw_not": _tw_not, "__tw_ifexp": _tw_ifexp}
@@ -170,6 +205,7 @@ class Translator:
         self.bind_depth: dict[str, int] = {}
         self.loop_depth = 0
         self.var_counter = itertools.count()
+        self.dead_loop_vars = 0  # how many _DeadLoopVar markers were placed (none: skip the check)
 
     # ---------------------------------------------------------------- locations / errors
     def loc(self, node) -> SourceLocation:
@@ -187,18 +223,47 @@ class Translator:
 
             raise InternalError(f"could not compile the expression {ast.unparse(node)!r}: {e}", "frontend",
                                 self.loc(node)) from e
+        names, has_comprehension = _load_names(node)
+        if self.dead_loop_vars:
+            for n in names:
+                dead = self.scope.get(n)
+                if isinstance(dead, _DeadLoopVar):
+                    raise CompileError(f"loop variable {n!r} is used after its loop (line {dead.loop_line}) ended",
+                                       self.loc(node), hint="a kernel loop variable exists only inside its loop; "
+                                       "to keep a value for later, store it in a T.alloc_var inside the loop")
         try:
             return eval(code, self.gscope, self.scope)
         except CompileError as e:
+            if has_comprehension and "kernel loops can only be used" in str(e):
+                raise CompileError("a comprehension or generator expression inside a kernel cannot iterate over "
+                                   "range() / T.serial: in kernel code those are kernel loops", self.loc(node),
+                                   hint="write the loop out (`for j in T.unroll(n):`), or iterate over a tuple of "
+                                   "compile-time values") from None
             raise e.with_loc(self.loc(node)) from None
         except TilewrightError:
             raise
         except NameError as e:
+            missing = getattr(e, "name", None)
+            if missing in self.scope:  # defined here, yet unseen: the code runs in a nested Python scope
+                raise CompileError(
+                    f"a comprehension or lambda inside a kernel cannot use the kernel name {missing!r}: Python "
+                    "evaluates it in a scope of its own, which sees only globals and closure variables",
+                    self.loc(node), hint="write the loop out (T.Parallel, T.serial or T.unroll), or build the list "
+                    "outside the prim_func from compile-time values") from None
             raise CompileError(f"{e}", self.loc(node),
                                hint="kernel code may use the function's parameters, closure variables, "
                                "globals and names assigned earlier in the body") from None
+        except AttributeError as e:
+            hint = None
+            if getattr(e, "obj", None) is T:
+                hint = (f"T.{e.name} is not part of tilewright's language; docs/language.md lists what is "
+                        "(check the spelling)")
+            raise CompileError(f"AttributeError: {e}", self.loc(node), hint=hint) from None
         except Exception as e:  # noqa: BLE001 - report any Python error in the user's expression at its line
-            raise CompileError(f"{type(e).__name__}: {e}", self.loc(node)) from None
+            raise CompileError(f"{type(e).__name__}: {e}", self.loc(node),
+                               hint="kernel expressions are evaluated once, by Python, while the kernel is traced: "
+                               "check the operands (a tensor is used through elements, A[i, j], or T.* tile "
+                               "operations)") from None
 
     # ---------------------------------------------------------------- entry
     def translate(self) -> t.PrimFunc:
@@ -218,7 +283,7 @@ class Translator:
                                hint="wrap the kernel body in `with T.Kernel(grid..., threads=128) as (bx, by):`")
         if len(kernels) > 1:
             raise CompileError(f"prim_func {self.tree.name} has {len(kernels)} T.Kernel blocks; one is supported",
-                               kernels[1].loc)
+                               kernels[1].loc, hint="write one prim_func per kernel and call them one after another")
         others = [s for s in stmts if not isinstance(s, (t.Kernel, t.LetStmt))]
         if others:
             raise CompileError("statements outside `with T.Kernel(...)` are not supported", others[0].loc,
@@ -230,11 +295,14 @@ class Translator:
         params, dyn = [], []
         args = self.tree.args
         if args.vararg or args.kwarg or args.kwonlyargs or args.posonlyargs:
-            raise CompileError("prim_func parameters must be plain positional parameters", self.loc(self.tree))
+            raise CompileError("prim_func parameters must be plain positional parameters", self.loc(self.tree),
+                               hint="drop *args, **kwargs, keyword-only and positional-only markers; pass compile-time "
+                               "values through a closure (a function that returns the prim_func)")
         for a in args.args:
             if a.annotation is None:
                 raise CompileError(f"parameter {a.arg!r} needs an annotation such as T.Tensor((M, K), 'float16') "
-                                   "or T.int32", self.loc(a))
+                                   "or T.int32", self.loc(a), hint=f"write `{a.arg}: T.Tensor(shape, dtype)` for a "
+                                   f"tensor or `{a.arg}: T.int32` / `T.float32` for a scalar")
             ann = self.eval(a.annotation)
             if isinstance(ann, T.Tensor):
                 shape = []
@@ -249,10 +317,12 @@ class Translator:
                         shape.append(s)
                     elif isinstance(s, E.Expr):
                         raise CompileError(f"shape entry {s} of {a.arg!r} must be an int or a single T.dynamic(...) "
-                                           "name", self.loc(a))
+                                           "name", self.loc(a), hint="give the dimension its own T.dynamic name and "
+                                           "compute derived sizes inside the kernel")
                     else:
                         raise CompileError(f"shape entry {s!r} of {a.arg!r} must be a positive int or T.dynamic",
-                                           self.loc(a))
+                                           self.loc(a), hint="use a positive int, or M = T.dynamic('M') for a size "
+                                           "known only at the call")
                 for s in ann.strides or ():  # a symbolic stride is bound from the argument like a size
                     if isinstance(s, E.Var):
                         s.kind = "dyn"
@@ -313,7 +383,8 @@ class Translator:
                 self.assign(target, value, s)
         elif isinstance(s, ast.AnnAssign):
             if s.value is None:
-                raise CompileError("annotated declarations without a value are not supported", self.loc(s))
+                raise CompileError("annotated declarations without a value are not supported", self.loc(s),
+                                   hint="give it a value (x: T.float32 = 0), or use T.alloc_var(dtype, init)")
             value = self.eval(s.value)
             ann = self.eval(s.annotation)
             if isinstance(ann, str) and isinstance(value, (int, float, E.Expr)):
@@ -344,7 +415,8 @@ class Translator:
             cond = self.eval(s.test)
             if isinstance(cond, E.Expr):
                 raise CompileError("assert on a kernel value is not supported; assert on compile-time values only",
-                                   self.loc(s))
+                                   self.loc(s), hint="check the condition on the host before the call, or guard the "
+                                   "code with an `if`")
             if not cond:
                 msg = self.eval(s.msg) if s.msg is not None else "assertion failed"
                 raise CompileError(f"assertion failed: {msg}", self.loc(s))
@@ -358,13 +430,17 @@ class Translator:
             raise CompileError(f"{type(s).__name__} is not allowed inside a prim_func body", self.loc(s),
                                hint="define helpers outside the kernel (use @T.macro for inlined helpers)")
         else:
-            raise CompileError(f"unsupported statement ({type(s).__name__}) in a prim_func", self.loc(s))
+            raise CompileError(f"unsupported statement ({type(s).__name__}) in a prim_func", self.loc(s),
+                               hint="kernel code is assignments, `for` over T.Parallel/T.serial/T.Pipelined/T.unroll, "
+                               "`if`, `with T.Kernel(...)` and calls of T.* functions")
 
     # ---------------------------------------------------------------- assignment
     def assign(self, target, value, node) -> None:
         if isinstance(target, ast.Name):
             name = target.id
             old = self.scope.get(name, _MISSING)
+            if isinstance(old, _DeadLoopVar):
+                old = _MISSING
             if isinstance(old, E.Load) and old.buffer.scope == "var" and not isinstance(value, t.Buffer):
                 # a T.alloc_var name reads as its value and assigning to it stores
                 self.b.emit(t.BufferStore(old.buffer, (E.as_expr(0),), E.cast(old.dtype, value), loc=self.loc(node)))
@@ -396,7 +472,8 @@ class Translator:
             self.bind_depth[name] = self.loop_depth
         elif isinstance(target, (ast.Tuple, ast.List)):
             if isinstance(value, E.Expr) or not hasattr(value, "__iter__"):
-                raise CompileError("cannot unpack a kernel value into several names", self.loc(node))
+                raise CompileError("cannot unpack a kernel value into several names", self.loc(node),
+                                   hint="assign each element separately, e.g. a = A[0] and b = A[1]")
             vals = list(value)
             if len(vals) != len(target.elts):
                 raise CompileError(f"cannot unpack {len(vals)} values into {len(target.elts)} names", self.loc(node))
@@ -407,13 +484,15 @@ class Translator:
             idx = self.eval(target.slice)
             self.store(buf, idx, value, node)
         elif isinstance(target, ast.Attribute):
-            raise CompileError("assigning to attributes is not supported in a prim_func", self.loc(node))
+            raise CompileError("assigning to attributes is not supported in a prim_func", self.loc(node),
+                               hint="store into a buffer element (buf[i] = ...) or bind a plain name")
         else:
             raise CompileError(f"unsupported assignment target {ast.unparse(target)}", self.loc(node))
 
     def store(self, buf, idx, value, node) -> None:
         if not isinstance(buf, t.Buffer):
-            raise CompileError(f"cannot assign into {buf!r}; only buffers can be indexed for stores", self.loc(node))
+            raise CompileError(f"cannot assign into {buf!r}; only buffers can be indexed for stores", self.loc(node),
+                               hint="store into a buffer from T.alloc_fragment / T.alloc_shared / T.alloc_local")
         if not isinstance(idx, tuple):
             idx = (idx,)
         if any(isinstance(i, slice) for i in idx):
@@ -424,7 +503,7 @@ class Translator:
             pass
         elif len(idx) != buf.ndim:
             raise CompileError(f"{buf.name} has {buf.ndim} dimension(s) but the store gives {len(idx)} indices",
-                               self.loc(node))
+                               self.loc(node), hint=f"index every dimension of {buf.name}: shape {buf.shape}")
         if isinstance(value, (t.Buffer, t.Region)):
             raise CompileError(f"cannot store a whole tile into an element of {buf.name}", self.loc(node),
                                hint="use T.copy for tiles")
@@ -458,21 +537,24 @@ class Translator:
     # ---------------------------------------------------------------- loops
     def for_stmt(self, s) -> None:
         if s.orelse:
-            raise CompileError("for ... else is not supported", self.loc(s))
+            raise CompileError("for ... else is not supported", self.loc(s),
+                               hint="move the else part after the loop")
         it = self.eval(s.iter)
         names = _target_names(s.target)
         if names is None:
-            raise CompileError("loop targets must be names", self.loc(s))
+            raise CompileError("loop targets must be names", self.loc(s),
+                               hint="bind plain names: `for i, j in T.Parallel(M, N):`")
         if isinstance(it, T.Parallel):
             if len(names) != len(it.extents):
                 raise CompileError(f"T.Parallel has {len(it.extents)} extents but the loop binds {len(names)} names",
-                                   self.loc(s))
+                                   self.loc(s), hint="bind one name per extent: `for i, j in T.Parallel(M, N):`")
             vs = tuple(E.Var(self.b.fresh(n), "int32", kind="loop") for n in names)
             self.run_loop_body(names, vs, s, lambda body: t.ParallelFor(vs, it.extents, body, loc=self.loc(s),
                                                                       coalesced_width=it.coalesced_width))
         elif isinstance(it, T._LoopSpec):
             if len(names) != 1:
-                raise CompileError("a serial/pipelined loop binds one name", self.loc(s))
+                raise CompileError("a serial/pipelined loop binds one name", self.loc(s),
+                                   hint="use `for k in T.serial(n):`; for several indices nest loops or use T.Parallel")
             start, stop = E.as_expr(it.start), E.as_expr(it.stop)
             extent = stop - start
             from ..ir.analysis import is_nonnegative
@@ -480,7 +562,8 @@ class Translator:
             # a loop starting below zero makes its variable signed (floor division must then be exact)
             v = E.Var(self.b.fresh(names[0]), "int32", kind="loop" if is_nonnegative(start) else "sloop")
             if it.kind == "pipelined" and it.num_stages < 0:
-                raise CompileError("num_stages must be >= 0", self.loc(s))
+                raise CompileError("num_stages must be >= 0", self.loc(s),
+                                   hint="use num_stages=2 or 3 (0: no pipelining)")
             self.run_loop_body(names, (v,), s, lambda body: t.For(v, start, extent, body, it.kind, it.num_stages,
                                                                    loc=self.loc(s)))
         elif isinstance(it, (list, tuple)) or (hasattr(it, "__iter__") and not isinstance(it, (E.Expr, t.Buffer))):
@@ -501,26 +584,44 @@ class Translator:
         finally:
             self.loop_depth -= 1
         self.b.emit(make(body))
+        for n in names:
+            self.scope[n] = _DeadLoopVar(n, self.loc(s).lineno)
+            self.dead_loop_vars += 1
 
     # ---------------------------------------------------------------- kernel
     def with_stmt(self, s) -> None:
         if len(s.items) != 1:
-            raise CompileError("only `with T.Kernel(...) as (...)` is supported", self.loc(s))
+            raise CompileError("only `with T.Kernel(...) as (...)` is supported", self.loc(s),
+                               hint="use a single `with T.Kernel(grid..., threads=128) as (bx, by):`")
         item = s.items[0]
         spec = self.eval(item.context_expr)
         if isinstance(spec, T.ws):
             return self.ws_region(spec, s)
         if not isinstance(spec, T.Kernel):
-            raise CompileError("only `with T.Kernel(...) as (...)` is supported", self.loc(s))
+            raise CompileError("only `with T.Kernel(...) as (...)` is supported", self.loc(s),
+                               hint="use a single `with T.Kernel(grid..., threads=128) as (bx, by):`")
         if self.b.kernel is not None:
-            raise CompileError("nested T.Kernel blocks are not supported", self.loc(s))
+            raise CompileError("nested T.Kernel blocks are not supported", self.loc(s),
+                               hint="one T.Kernel per prim_func; put the inner code directly in the outer kernel")
+        if self.loop_depth or len(self.b.blocks) > 1:
+            raise CompileError("`with T.Kernel(...)` must be at the top level of the prim_func body, not inside a "
+                               "loop or an `if`", self.loc(s),
+                               hint="launch one kernel with a larger grid (use the block index where you used the "
+                               "loop variable), or put the loop inside the kernel")
         dims = ("bx", "by", "bz")
         names = _target_names(item.optional_vars) if item.optional_vars is not None else []
         if names is None:
-            raise CompileError("T.Kernel binds block indices to names: `as (bx, by)`", self.loc(s))
+            raise CompileError("T.Kernel binds block indices to names: `as (bx, by)`", self.loc(s),
+                               hint="write `as bx` for one grid dimension, `as (bx, by)` for two")
         if len(names) > len(spec.grid):
             raise CompileError(f"T.Kernel has {len(spec.grid)} grid dimension(s) but binds {len(names)} names",
-                               self.loc(s))
+                               self.loc(s), hint="bind one name per grid dimension")
+        if names and len(names) < len(spec.grid):
+            want = ", ".join(dims[:len(spec.grid)])
+            raise CompileError(f"T.Kernel has {len(spec.grid)} grid dimensions but binds only {len(names)} name(s) "
+                               f"({', '.join(names)}): the blocks along the other dimension(s) could not tell "
+                               "themselves apart", self.loc(s), hint=f"bind one name per grid dimension: "
+                               f"`as ({want}):`")
         bvars = tuple(E.Var(names[i] if i < len(names) else dims[i], "int32", kind="block")
                       for i in range(len(spec.grid)))
         for n, v in zip(names, bvars):
@@ -622,6 +723,7 @@ def _global_scope(fn, outer_scope: dict | None = None) -> dict:
     g["min"] = _tw_min
     g["max"] = _tw_max
     g["range"] = _tw_range
+    g["print"] = _tw_print
     return g
 
 
@@ -650,6 +752,7 @@ def parse_prim_func(fn, outer_scope: dict | None = None) -> t.PrimFunc:
 
     verify(form_partitions(func))
     func.attrs["_verified"] = True
+    check_prim_func(func)
     if memo_key is not None:
         _func_memo[memo_key] = func
     return func

@@ -1,15 +1,16 @@
-"""Argument binding shared by the two CPU backends (the tile interpreter and the thread-IR
-emulator): symbolic sizes given by name or Var, NumPy buffers checked against their parameters
-(dtype, rank, static sizes, one value per symbolic size), every symbolic size bound."""
+"""Argument binding for the two CPU backends (the tile interpreter and the thread-IR emulator).
+
+The checks themselves are ``runtime.args`` (the binder every backend uses), so a call is accepted
+or refused, with the same words, whichever backend runs it; this module adapts them to the
+emulator's incremental use (one array at a time, sizes collected in a dict)."""
 
 from __future__ import annotations
 
 import numpy as np
 
 from ..errors import ArgumentError
-from ..ir import dtype as dt
 from ..ir import expr as E
-from ..ir.tile import stride_mismatch
+from ..runtime import args as _args
 
 
 def as_int(v, what: str) -> int:
@@ -23,43 +24,15 @@ def shape_text(shape) -> str:
 
 
 def given_dyn(name: str, dyn_vars, dyn: dict | None) -> dict:
-    """``dyn`` (keys: Vars or their names) as a Var -> int dict, refusing unknown keys."""
-    out: dict = {}
-    by_name = {v.name: v for v in dyn_vars}
-    for k, v in (dyn or {}).items():
-        var = by_name.get(k) if isinstance(k, str) else k
-        if var is None or all(var is not d for d in dyn_vars):
-            raise ArgumentError(f"{k!r} is not a symbolic dimension of {name} "
-                                f"(those are: {', '.join(by_name) or 'none'})")
-        out[var] = as_int(v, f"dyn[{var.name}]")
-    return out
+    """``dyn`` (keys: Vars or their names) as a Var -> int dict, refusing unknown keys and sizes
+    that are not non-negative int32 values."""
+    return _args.given_dyn(name, dyn_vars, dyn)
 
 
-def check_array(p, a, dyn_vals: dict) -> None:
+def check_array(p, a, dyn_vals: dict, kernel_name: str = "kernel") -> None:
     """``a`` fits buffer parameter ``p``; binds the symbolic sizes its shape fixes."""
-    if not isinstance(a, np.ndarray):
-        raise ArgumentError(f"argument {p.name} must be a NumPy array, got {type(a).__name__}")
-    if a.dtype != dt.to_numpy(p.dtype):
-        raise ArgumentError(f"argument {p.name} has dtype {a.dtype}, the kernel expects {p.dtype}")
-    if a.ndim != len(p.shape):
-        raise ArgumentError(f"argument {p.name} has {a.ndim} dimension(s) {a.shape}, the kernel expects "
-                            f"{len(p.shape)}: {shape_text(p.shape)}")
-    for d, (want, got) in enumerate(zip(p.shape, a.shape)):
-        if isinstance(want, E.Var):
-            seen = dyn_vals.setdefault(want, got)
-            if seen != got:
-                raise ArgumentError(f"symbolic dimension {want.name} is {seen} but argument {p.name} has "
-                                    f"size {got} in dimension {d}")
-        elif want != got:
-            raise ArgumentError(f"argument {p.name} has shape {a.shape}, the kernel expects "
-                                f"{shape_text(p.shape)} (dimension {d})")
-    if p.attrs.get("explicit_strides"):
-        if any(s % a.itemsize or s <= 0 for s in a.strides):
-            raise ArgumentError(f"argument {p.name} has byte strides {a.strides}; the kernel needs positive strides "
-                                "that are whole elements")
-        wrong = stride_mismatch(p, tuple(s // a.itemsize for s in a.strides), dyn_vals)
-        if wrong:
-            raise ArgumentError(f"argument {p.name} {wrong}")
+    ta = _args.describe_param(p, a, kernel_name, host_arrays=True)
+    _args.check_tensor(p, ta, dyn_vals, kernel_name, 1)
 
 
 def strided_span(a: np.ndarray) -> np.ndarray:
@@ -75,4 +48,20 @@ def strided_span(a: np.ndarray) -> np.ndarray:
 def require_bound(name: str, dyn_vars, dyn_vals: dict) -> None:
     for v in dyn_vars:
         if v not in dyn_vals:
-            raise ArgumentError(f"symbolic dimension {v.name} of {name} is not bound")
+            raise ArgumentError(f"{name}: could not infer dynamic dimension(s) {[v.name]} from the arguments")
+
+
+def bind_host_call(kernel_name: str, params, dyn_vars, args: list, dyn: dict | None):
+    """Check a CPU-backend call with the binder every backend uses; returns (buffer param -> NumPy
+    array, scalar param -> Python value, symbolic size Var -> int)."""
+    from ..ir import tile as t
+
+    bound = _args.bind_arguments(list(params), list(dyn_vars), list(args), kernel_name=kernel_name, device_type="cpu",
+                                 dyn=dyn, host_arrays=True)
+    bufs, scalars = {}, {}
+    for p, a, v in zip(params, args, bound.values):
+        if isinstance(p, t.Buffer):
+            bufs[p] = a
+        else:
+            scalars[p] = v
+    return bufs, scalars, bound.dyn

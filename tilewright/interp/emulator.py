@@ -56,7 +56,6 @@ from collections.abc import Callable
 
 import numpy as np
 
-from ..errors import ArgumentError
 from ..ir import dtype as dt
 from ..ir import expr as E
 from ..ir import thread as th
@@ -65,7 +64,7 @@ from ..ir.analysis import is_nonnegative
 from ..ir.printer import expr_str, print_stmt
 from ..ir.thread_printer import thread_stmt_lines
 from ..ir.visitor import walk, walk_expr
-from .bind import check_array, given_dyn, require_bound, strided_span
+from .bind import bind_host_call, strided_span
 from .tile import InterpError, OutOfBoundsError
 
 __all__ = [
@@ -173,29 +172,12 @@ def _program(kernel: th.ThreadKernel) -> _Program:
 
 
 def _bind_args(kernel: th.ThreadKernel, args: list, dyn: dict | None):
-    params = kernel.params
-    if len(args) != len(params):
-        names = ", ".join(p.name for p in params)
-        raise ArgumentError(f"{kernel.name} takes {len(params)} argument(s) ({names}), got {len(args)}")
-    dyn_vals = given_dyn(kernel.name, kernel.dyn_vars, dyn)
-    globals_: dict = {}
-    scalars: dict = {}
-    for p, a in zip(params, args):
-        if isinstance(p, t.Buffer):
-            check_array(p, a, dyn_vals)
-            if p.attrs.get("explicit_strides"):  # T.Tensor(strides=...): addressed through its own strides
-                globals_[p] = strided_span(a)
-                continue
-            if not a.flags.c_contiguous:
-                raise ArgumentError(f"argument {p.name} must be C-contiguous (it is written in place)")
-            globals_[p] = a.reshape(-1)
-        else:
-            if isinstance(a, np.ndarray) and a.ndim == 0:
-                a = a.item()
-            if not isinstance(a, (bool, int, float, np.generic)):
-                raise ArgumentError(f"argument {p.name} must be a number ({p.dtype}), got {a!r}")
-            scalars[p] = dt.to_numpy(p.dtype).type(a)
-    require_bound(kernel.name, kernel.dyn_vars, dyn_vals)
+    # the binder of every backend (runtime.args), so a call is refused here exactly as elsewhere
+    bufs, values, dyn_vals = bind_host_call(kernel.attrs.get("source_func") or kernel.name, kernel.params,
+                                            kernel.dyn_vars, args, dyn)
+    globals_ = {p: strided_span(a) if p.attrs.get("explicit_strides") else a.reshape(-1)  # strided: own strides
+                for p, a in bufs.items()}
+    scalars = {p: dt.to_numpy(p.dtype).type(v) for p, v in values.items()}
     for v in kernel.dyn_vars:
         scalars[v] = dt.to_numpy(v.dtype).type(dyn_vals[v])
     return globals_, scalars

@@ -24,6 +24,13 @@ refuses, with a clear error, what a GPU would do wrong silently.  Guarantees:
   it; on-chip regions must be in bounds.  ``Gemm`` multiplies in float32 (float64 for float64 inputs,
   exact integers for int8) and rounds into C's dtype.  ``Reduce`` works in float32 (float64 / int64)
   and folds the old destination in when ``clear=False``.  ``Annotate`` has no effect.
+* Inside ``T.Parallel`` a ``local``/``var`` buffer is per iteration when it is allocated in the
+  body, or allocated before the loop and stored to at an element not tied to the iteration (scratch:
+  each iteration starts from the value before the loop; the frontend refuses loops that update a
+  value left by other iterations).  After the loop such scratch holds the value every iteration
+  left, or poison when they differ (a GPU thread would hold its last iteration's).  Elements
+  indexed by the iteration (``loc[i]``) stay shared, as the same thread runs iteration i in every
+  T.Parallel over the same range.
 * Atomics: the tile form updates each element once.  The scalar form inside ``T.Parallel`` is done
   once per active iteration.  Outside it, it is done once per block (or thread partition) -- unless
   (thread mode) its index or value is per-thread by the ``ir.uniformity`` analysis (the thread index,
@@ -47,13 +54,14 @@ from collections.abc import Callable
 
 import numpy as np
 
-from ..errors import ArgumentError, SourceLocation, TilewrightError
+from ..errors import SourceLocation, TilewrightError
 from ..ir import dtype as dt
 from ..ir import expr as E
 from ..ir import thread as th
 from ..ir import tile as t
 from ..ir.visitor import child_stmts, walk, walk_expr
-from .bind import as_int, check_array, given_dyn, require_bound
+from ..target.grid import check_launch_grid
+from .bind import bind_host_call
 
 __all__ = ["InterpError", "OutOfBoundsError", "run_tile_ir"]
 
@@ -93,37 +101,12 @@ def run_tile_ir(func: t.PrimFunc, args: list, *, dyn: dict | None = None) -> Non
 
 
 def _bind_args(func: t.PrimFunc, args: list, dyn: dict | None):
-    params = func.params
-    if len(args) != len(params):
-        names = ", ".join(p.name for p in params)
-        raise ArgumentError(f"{func.name} takes {len(params)} argument(s) ({names}), got {len(args)}")
-    dyn_vals = given_dyn(func.name, func.dyn_vars, dyn)
-    env: dict = {}
-    bufs: dict = {}
-    for p, a in zip(params, args):
-        if isinstance(p, t.Buffer):
-            check_array(p, a, dyn_vals)
-            bufs[p] = a
-        else:
-            env[p] = _scalar_arg(p, a)
-    require_bound(func.name, func.dyn_vars, dyn_vals)
-    for v in func.dyn_vars:
-        env[v] = dyn_vals[v]
+    """Checked by the binder every backend uses (``runtime.args``), so the interpreter accepts
+    exactly the calls the compiled kernels accept."""
+    bufs, values, dyn_vals = bind_host_call(func.name, func.params, func.dyn_vars, args, dyn)
+    env = {p: dt.to_numpy(p.dtype).type(v) if dt.is_float(p.dtype) else v for p, v in values.items()}
+    env.update(dyn_vals)
     return env, bufs
-
-
-def _scalar_arg(p: E.Var, a):
-    if isinstance(a, np.ndarray) and a.ndim == 0:
-        a = a.item()
-    if dt.is_float(p.dtype):
-        if not isinstance(a, (int, float, np.integer, np.floating)) or isinstance(a, bool):
-            raise ArgumentError(f"argument {p.name} must be a number ({p.dtype}), got {a!r}")
-        return dt.to_numpy(p.dtype).type(a)
-    if p.dtype == "bool":
-        if not isinstance(a, (bool, np.bool_, int, np.integer)):
-            raise ArgumentError(f"argument {p.name} must be a bool, got {a!r}")
-        return bool(a)
-    return as_int(a, f"argument {p.name} ({p.dtype})")
 
 
 # --------------------------------------------------------------------------------------------
@@ -135,7 +118,7 @@ class _Ctx:
     bool array broadcastable against the current values; ``tid`` indexes the thread axis of
     per-thread buffers (shaped to broadcast against T.Parallel values inside a parallel loop)."""
 
-    __slots__ = ("bufs", "env", "in_par", "mask", "nt", "poff", "prank", "tbufs", "tid")
+    __slots__ = ("bufs", "env", "in_par", "mask", "nt", "pbufs", "poff", "prank", "pshape", "tbufs", "tid")
 
     def __init__(self, env: dict, bufs: dict):
         self.env = env
@@ -144,8 +127,12 @@ class _Ctx:
         self.in_par = False
         self.prank = 0  # rank of the iteration space of the enclosing T.Parallel nest
         self.poff = 0  # next free axis of that space
+        self.pshape: list = []  # extents of the T.Parallel axes entered so far (1 for the others)
         self.tid = None
         self.tbufs: set = set()  # buffers with a leading thread axis
+        # local/var buffers allocated inside T.Parallel: one copy per iteration (as each GPU thread
+        # has its own for the iterations it runs); buffer -> index arrays of the leading axes
+        self.pbufs: dict = {}
         self.nt = 1
 
 
@@ -502,6 +489,9 @@ class _ExprCompiler:
             except KeyError:
                 raise InterpError(f"buffer {buf.name} is read before it is allocated") from None
             idx = [g(c) for g in fidx]
+            pre = c.pbufs.get(buf)
+            if pre is not None:
+                return _gather(arr, pre + idx, c.mask, buf, len(pre))
             if buf in c.tbufs:
                 out = _gather(arr, [c.tid] + idx, c.mask, buf, 1)
                 if c.in_par:
@@ -669,6 +659,7 @@ class _Interpreter:
         self.par_info: dict = {}
         self.uniformity = None  # ir.uniformity analysis, made on first use
         self.region = None  # the ThreadPartition being run
+        self.par_stored: dict = {}  # T.Parallel -> per-thread buffers from outside that it writes
         self.aranges: dict = {}
         self.full_regions: dict = {}
 
@@ -721,6 +712,7 @@ class _Interpreter:
             if isinstance(v, np.ndarray):
                 raise InterpError(f"grid extent {g} is not a scalar")
             grid.append(int(v))
+        check_launch_grid(grid, self.func.name)
         tx = k.attrs.get("thread_var")
         threaded = tx is not None and tx in _vars_in_stmt_tree(k.body)
         nt = k.num_threads
@@ -730,6 +722,7 @@ class _Interpreter:
         if threaded:
             walk(k.body, lambda s: tbufs.add(s.buffer) if isinstance(s, t.Alloc) and s.buffer.scope in (
                 "local", "var") else None)
+            tbufs -= _allocated_in_parallel(k.body)
         ranges = [range(n) for n in reversed(grid)]  # x varies fastest
         for idx in itertools.product(*ranges):
             bc = _Ctx(dict(base_env), dict(base_bufs))
@@ -751,18 +744,36 @@ class _Interpreter:
             shape = tuple(int(self.comp(x)(c)) if isinstance(x, E.Expr) else x for x in buf.shape)
             if buf in c.tbufs:
                 shape = (c.nt,) + shape
+            elif c.in_par and buf.scope in ("local", "var"):
+                c.pbufs[buf] = self._iteration_index(c)
+                shape = tuple(c.pshape) + shape
             npdt = dt.to_numpy(buf.dtype)
             arr = np.full(shape, _poison(npdt), dtype=npdt)
             c.bufs[buf] = arr
         if s.init is not None:
             v = self.comp(s.init)(c)
-            if buf in c.tbufs:
+            if buf in c.pbufs:
+                pre = c.pbufs[buf]
+                _scatter(arr, pre + [0] * buf.ndim, v, c.mask, buf, len(pre))
+            elif buf in c.tbufs:
                 if c.in_par:
                     arr[...] = np.reshape(v, -1)[0] if isinstance(v, np.ndarray) else v
                 else:
                     _scatter(arr, [c.tid] + [0] * buf.ndim, v, c.mask, buf, 1)
             else:
                 _scatter(arr, [0] * buf.ndim, v, c.mask, buf, 0)
+
+    def _iteration_index(self, c: _Ctx) -> list:
+        """Index arrays that pick the current T.Parallel iteration along each axis of the nest."""
+        out = []
+        for k, n in enumerate(c.pshape):
+            if n == 1:
+                out.append(0)
+            else:
+                shape = [1] * len(c.pshape)
+                shape[k] = n
+                out.append(np.arange(n, dtype=np.intp).reshape(shape))
+        return out
 
     def x_if(self, s: t.IfThenElse, c: _Ctx) -> None:
         cond = self.comp(s.cond)(c)
@@ -884,11 +895,11 @@ class _Interpreter:
                                       "which thread runs an iteration is the compiler's choice")
                 env[var] = first
             c.tid = c.tid.reshape((-1,) + (1,) * rank)
-        c.env, c.in_par, c.prank, c.poff = env, True, rank, 0
+        c.env, c.in_par, c.prank, c.poff, c.pshape = env, True, rank, 0, [1] * rank
         try:
             self._run_parallel(s, extents, c)
         finally:
-            c.env, c.in_par, c.prank, c.poff, c.tid = saved_env, False, 0, 0, saved_tid
+            c.env, c.in_par, c.prank, c.poff, c.tid, c.pshape = saved_env, False, 0, 0, saved_tid, []
 
     def _run_parallel(self, s: t.ParallelFor, extents: list, c: _Ctx) -> None:
         off, rank = c.poff, c.prank
@@ -904,11 +915,54 @@ class _Interpreter:
                 a.flags.writeable = False
                 self.aranges[key] = a
             c.env[var] = a
+            c.pshape[off + k] = n
         c.poff = off + len(extents)
+        private = self._privatize(s, c) if off == 0 else None
         try:
             self.exec(s.body, c)
         finally:
             c.poff = off
+            for k in range(len(extents)):
+                c.pshape[off + k] = 1
+            if private:
+                self._unprivatize(private, c)
+
+    def _privatize(self, s: t.ParallelFor, c: _Ctx) -> list:
+        """Per-thread (local/var) buffers allocated before the loop and written in it: on a GPU each
+        thread runs its iterations one after another with its own copy, so an iteration that writes
+        the buffer before reading it sees only its own values (the frontend refuses the other kind).
+        Give each iteration a copy, starting from the value before the loop."""
+        names = self.par_stored.get(s)
+        if names is None:
+            names = self.par_stored[s] = _scratch_buffers(s)
+        out = []
+        for buf in names:
+            arr = c.bufs.get(buf)
+            if arr is None or buf in c.pbufs:
+                continue
+            threaded = buf in c.tbufs
+            start = arr
+            if threaded:
+                first = arr[0]
+                start = first if np.all(_same(arr, first)) else np.full_like(first, _poison(arr.dtype))
+            copy = np.empty(tuple(c.pshape) + start.shape, dtype=arr.dtype)
+            copy[...] = start
+            out.append((buf, arr, threaded))
+            c.bufs[buf] = copy
+            c.pbufs[buf] = self._iteration_index(c)
+        return out
+
+    def _unprivatize(self, private: list, c: _Ctx) -> None:
+        """After the loop a thread holds what its last iteration left: one value if every iteration
+        left the same, else garbage (poison here)."""
+        for buf, arr, threaded in private:
+            copy = c.bufs[buf]
+            del c.pbufs[buf]
+            c.bufs[buf] = arr
+            lead = copy.ndim - (arr.ndim - (1 if threaded else 0))
+            flat = copy.reshape((-1,) + copy.shape[lead:])
+            first = flat[0]
+            arr[...] = first if np.all(_same(flat, first)) else _poison(arr.dtype)
 
     # element stores -----------------------------------------------------------------------
     def x_store(self, s: t.BufferStore, c: _Ctx) -> None:
@@ -919,7 +973,10 @@ class _Interpreter:
         comp = self.comp
         idx = [comp(i)(c) for i in s.indices]
         val = comp(s.value)(c)
-        if buf in c.tbufs:
+        if buf in c.pbufs:
+            pre = c.pbufs[buf]
+            _scatter(arr, pre + idx, val, c.mask, buf, len(pre))
+        elif buf in c.tbufs:
             _scatter(arr, [c.tid] + idx, val, c.mask, buf, 1)
         else:
             _scatter(arr, idx, val, c.mask, buf, 0)
@@ -1091,7 +1148,10 @@ class _Interpreter:
                    for x in idx]
             val = _uniform_over_threads(val, None, "the atomic's value") if isinstance(val, np.ndarray) else val
         skip = 0
-        if buf in c.tbufs:
+        if buf in c.pbufs:
+            idx = c.pbufs[buf] + idx
+            skip = len(c.pbufs[buf])
+        elif buf in c.tbufs:
             idx = [c.tid] + idx
             skip = 1
         mask = c.mask
@@ -1099,7 +1159,7 @@ class _Interpreter:
             return
         arrays = [x for x in idx + [val] if isinstance(x, np.ndarray)]
         # inside T.Parallel every active iteration updates, even where index and value are the same
-        pshape = _iteration_shape(c) if c.in_par else ()
+        pshape = tuple(c.pshape) if c.in_par else ()
         if not arrays and mask is None and not pshape:
             _check_indices(idx, arr.shape, None, buf, skip, "updated atomically")
             key = tuple(idx)
@@ -1199,13 +1259,6 @@ def _atomic_many(op: str, arr: np.ndarray, idx: list, vals: np.ndarray) -> None:
     arr[where] = ufunc(cur.astype(work), acc).astype(npdt)
 
 
-def _iteration_shape(c: _Ctx) -> tuple:
-    """The shape of the iteration space of the enclosing T.Parallel nest(s) bound so far."""
-    loops = [a.shape for v, a in c.env.items()
-             if isinstance(a, np.ndarray) and getattr(v, "kind", None) == "loop" and a.ndim == c.prank]
-    return np.broadcast_shapes(*loops) if loops else ()
-
-
 def _atomic_many_prev(op: str, arr: np.ndarray, idx: list, vals: np.ndarray) -> np.ndarray:
     """Apply the updates one at a time (in lane order, one of the orders the hardware may pick) and
     return the value each one found (``return_prev``)."""
@@ -1215,6 +1268,55 @@ def _atomic_many_prev(op: str, arr: np.ndarray, idx: list, vals: np.ndarray) -> 
         prev[n] = arr[key]
         arr[key] = _combine(op, arr[key], vals[n], arr.dtype)
     return prev
+
+
+def _scratch_buffers(s: t.ParallelFor) -> set:
+    """Per-thread (local/var) buffers allocated outside ``s`` that its body stores to at an element
+    that is not tied to the iteration (the index misses one of ``s``'s variables, directly and
+    through ``let`` names): each iteration's scratch.  A store indexed by the iteration (``loc[i]``)
+    keeps the buffer shared, as on a GPU, where the same thread runs iteration i in every
+    T.Parallel over the same range."""
+    own = set(s.vars)
+    deps: dict = {}
+    found: set = set()
+    allocated: set = set()
+
+    def par_vars(e) -> set:
+        out: set = set()
+
+        def f(x):
+            if isinstance(x, E.Var):
+                out.update((x,) if x in own else deps.get(x, ()))
+
+        walk_expr(e, f)
+        return out
+
+    def visit(x):
+        if isinstance(x, t.Alloc):
+            allocated.add(x.buffer)
+        elif isinstance(x, t.LetStmt):
+            deps[x.var] = par_vars(x.value)
+        elif isinstance(x, t.BufferStore) and x.buffer.scope in ("local", "var"):
+            at: set = set()
+            for i in x.indices:
+                at |= par_vars(i)
+            if own - at:
+                found.add(x.buffer)
+
+    walk(s.body, visit)
+    return found - allocated
+
+
+def _allocated_in_parallel(body) -> set:
+    """Buffers whose ``Alloc`` sits inside a T.Parallel body."""
+    out: set = set()
+
+    def inner(s):
+        if isinstance(s, t.Alloc):
+            out.add(s.buffer)
+
+    walk(body, lambda s: walk(s.body, inner) if isinstance(s, t.ParallelFor) else None)
+    return out
 
 
 def _parallel_rank(s: t.ParallelFor) -> int:

@@ -15,9 +15,11 @@ import numpy as np
 from ..errors import ArgumentError
 from ..ir import dtype as dt
 from ..ir import tile as t
+from ..ir.analysis import eval_expr
 from ..ir.expr import Var
 from ..runtime.args import bind_arguments
 from ..runtime.launcher import check_dynamic_sizes
+from ..target.grid import check_launch_grid
 
 
 class JITKernel:
@@ -184,8 +186,13 @@ class JITKernel:
         from ..interp.emulator import run_thread_kernel
 
         arrays, backs = _to_numpy_args(self.params, full)
-        bound = bind_arguments(self.params, self.func.dyn_vars, arrays, kernel_name=self.func.name, device_type=None)
+        bound = bind_arguments(self.params, self.func.dyn_vars, arrays, kernel_name=self.func.name, device_type="cpu",
+                               host_arrays=True)
         check_dynamic_sizes(self.func.name, self.params, bound.dyn)
+        if self.spec.static_grid is None:
+            env = dict(bound.dyn)
+            env.update((p, v) for p, v in zip(self.params, bound.values) if isinstance(p, Var))
+            check_launch_grid([int(eval_expr(g, env)) for g in self.spec.grid], self.func.name)
         run_thread_kernel(self.thread_kernel, arrays)
         _copy_back(backs)
 
@@ -227,11 +234,8 @@ def _to_numpy_args(params, full):
             else:
                 view = a.detach().numpy()
             arrays.append(view)
-        elif isinstance(a, np.ndarray):
-            arrays.append(a)
         else:
-            raise ArgumentError(f"argument {p.name}: the CPU backends take NumPy arrays or CPU torch tensors, got "
-                                f"{type(a).__name__}")
+            arrays.append(a)  # NumPy arrays; anything else is explained by the argument binder
     return arrays, backs
 
 

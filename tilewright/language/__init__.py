@@ -325,8 +325,18 @@ def alloc_var(dtype, init=None, scope="local.var"):
     return buf
 
 
+_REDUCER_HINT = ("accumulate per-thread partials in a T.alloc_fragment buffer and combine them with "
+                 "T.reduce_sum / T.reduce_max / T.reduce_min, or update a shared/global buffer with "
+                 "T.atomic_add / T.atomic_max / T.atomic_min")
+
+
 def alloc_reducer(shape, dtype, op="sum", replication=None):
-    return _alloc(shape, dtype, "fragment", "reducer")
+    # refused rather than treated as a plain fragment: its per-thread partials would never be combined
+    raise _b.error("T.alloc_reducer is not supported yet", hint=_REDUCER_HINT)
+
+
+def finalize_reducer(reducer):
+    raise _b.error("T.finalize_reducer is not supported yet (nor is T.alloc_reducer)", hint=_REDUCER_HINT)
 
 
 # --------------------------------------------------------------------------------------------

@@ -21,10 +21,12 @@ Which values are per-thread is the ``ir.uniformity`` analysis.
 from __future__ import annotations
 
 from ..errors import CompileError, InternalError
+from ..ir import dtype as dt
 from ..ir import expr as E
 from ..ir import thread as th
 from ..ir import tile as t
 from ..ir.visitor import free_vars, loads_in, map_stmt, walk
+from .check_target_limits import shared_overflow_error
 from .lower_copy import lower_copy_g2s, lower_copy_tma
 from .lower_exprs import Env, lower_expr
 from .lower_gemm import lower_gemm, lower_mainloop_body, lower_mainloop_prefetch, mainloop_gemm
@@ -43,10 +45,8 @@ def lower_to_threads(func: t.PrimFunc, pctx) -> th.ThreadKernel:
     body = prologue + lower.stmts(kernel.body, Env())
     ctx.shared_top = ctx.finish_shared()
     if ctx.shared_top > pctx.target.max_shared_bytes:
-        raise CompileError(
-            f"the kernel needs {ctx.shared_top} bytes of shared memory; {pctx.target} allows "
-            f"{pctx.target.max_shared_bytes} per block", kernel.loc,
-            hint="use smaller tiles or fewer pipeline stages (num_stages)")
+        sizes = [(b, flat.shape[0] * dt.nbytes(flat.dtype)) for b, flat in ctx.shared_of.items()]
+        raise shared_overflow_error(kernel, sizes, ctx.shared_top, pctx.target)
     name = (func.name if func.name.isidentifier() else "tw") + "_kernel"
     return th.ThreadKernel(
         name=name,

@@ -18,8 +18,8 @@ from .insert_barriers import insert_barriers
 from .lower_to_threads import lower_to_threads
 from .pipeline_loops import pipeline_loops
 from .plan_gemms import plan_gemms
-from .warp_specialize import warp_specialize
 from .simplify_ranges import simplify_ranges
+from .warp_specialize import warp_specialize
 
 
 @dataclass

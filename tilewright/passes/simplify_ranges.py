@@ -23,6 +23,7 @@ from dataclasses import replace
 from ..ir import expr as E
 from ..ir import thread as th
 from ..ir import tile as t
+from ..target.grid import GRID_LIMITS
 from .analysis import affine_coeffs
 from .index_algebra import split_div_mod
 from .offset_width import fit, fit_index, is_large
@@ -33,7 +34,6 @@ INF = float("inf")
 # the launch refuses dynamic sizes outside [0, 2^31 - 1] (they are ``int`` kernel parameters); block
 # indices stay below the hardware's grid limits (x: 2^31 - 1 blocks, y and z: 65535)
 DYN_MAX = 2**31 - 1
-_GRID_MAX = (2**31 - 1, 65535, 65535)
 
 
 def simplify_ranges(kernel: th.ThreadKernel) -> th.ThreadKernel:
@@ -47,7 +47,7 @@ def simplify_ranges(kernel: th.ThreadKernel) -> th.ThreadKernel:
             ranges[v] = (0, gv - 1)
         else:
             r = s.rng(E.as_expr(g))
-            ranges[v] = (0, min(r[1], _GRID_MAX[d]) - 1) if r is not None else (0, _GRID_MAX[d] - 1)
+            ranges[v] = (0, min(r[1], GRID_LIMITS[d]) - 1) if r is not None else (0, GRID_LIMITS[d] - 1)
     s.cache = {}
     kernel.body = s.stmt(kernel.body)
     return kernel

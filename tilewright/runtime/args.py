@@ -1,9 +1,12 @@
-"""Argument checking and binding for a kernel call, before anything is launched.
+"""The one argument binder of a kernel call, for every backend (GPU, emulator, tile interpreter).
 
-Every tensor argument is checked against its parameter: dtype, number of dimensions, each static
-dimension, consistent values for symbolic dimensions (``T.dynamic``), device, row-major
-contiguity and 16-byte alignment (vector accesses assume it).  Errors name the parameter and say
-what was expected and what was given.
+Every tensor argument is checked against its parameter: what it is (``describe_arg``), dtype,
+number of dimensions, each static dimension, consistent values for symbolic dimensions
+(``T.dynamic``: non-negative, below 2**31), device, row-major contiguity, 16-byte alignment on
+GPUs (vector accesses assume it) and, for a parameter the kernel writes, that it is writable.
+Scalars are checked against their dtype (an int parameter takes an int that fits, not a bool or a
+float).  Every error is an ``ArgumentError`` that names the kernel and the parameter and says what
+was expected and what was given -- the same text whichever backend runs the call.
 """
 
 from __future__ import annotations
@@ -15,6 +18,8 @@ from ..ir import tile as t
 from ..ir.expr import Var
 from .tensor_args import TensorArg, describe_arg
 
+_INT32_MAX = 2**31 - 1
+
 
 @dataclass
 class BoundArgs:
@@ -24,19 +29,26 @@ class BoundArgs:
 
 
 def bind_arguments(params: list, dyn_vars: list, args: list, *, kernel_name: str, device_type: str | None,
-                   require_alignment: int = 16) -> BoundArgs:
+                   require_alignment: int = 16, dyn: dict | None = None, host_arrays: bool = False) -> BoundArgs:
+    """Check ``args`` against ``params``.  ``device_type``: None (any device, one for all), "gpu"
+    (refuse host memory) or a device type all tensors must be on.  ``dyn``: symbolic sizes given
+    explicitly (keys: Vars or their names).  ``host_arrays``: the CPU backends, which take NumPy
+    arrays only."""
     if len(args) != len(params):
         names = ", ".join(p.name for p in params)
         raise ArgumentError(f"{kernel_name} takes {len(params)} arguments ({names}); {len(args)} were given")
-    dyn: dict = {}
+    bound_dyn = given_dyn(kernel_name, dyn_vars, dyn)
     values, tensors = [], []
     device = None
     for p, a in zip(params, args):
         if isinstance(p, t.Buffer):
-            ta = a if isinstance(a, TensorArg) else describe_arg(a)
-            _check_tensor(p, ta, dyn, kernel_name, require_alignment)
+            ta = describe_param(p, a, kernel_name, host_arrays)
+            check_tensor(p, ta, bound_dyn, kernel_name, require_alignment)
             dev = (ta.device_type, ta.device_index)
-            if device_type is not None and ta.device_type != device_type:
+            if device_type == "gpu" and ta.device_type == "cpu":
+                raise ArgumentError(f"{kernel_name}: argument {p.name} is on the CPU; this kernel runs on the GPU. "
+                                    "Move it with .cuda(), or compile with target='interpret' to run on the CPU")
+            if device_type not in (None, "gpu") and ta.device_type != device_type:
                 raise ArgumentError(f"{kernel_name}: argument {p.name} is on {ta.device_type}, but this kernel runs on "
                                     f"{device_type}; move it with .to(...) first")
             if device is None:
@@ -47,15 +59,62 @@ def bind_arguments(params: list, dyn_vars: list, args: list, *, kernel_name: str
             values.append(ta)
             tensors.append(ta)
         else:
-            values.append(_check_scalar(p, a, kernel_name))
+            values.append(check_scalar(p, a, kernel_name))
             tensors.append(None)
-    missing = [v.name for v in dyn_vars if v not in dyn]
+    missing = [v.name for v in dyn_vars if v not in bound_dyn]
     if missing:
         raise ArgumentError(f"{kernel_name}: could not infer dynamic dimension(s) {missing} from the arguments")
-    return BoundArgs(tensors, values, dyn)
+    return BoundArgs(tensors, values, bound_dyn)
 
 
-def _check_tensor(p: t.Buffer, ta: TensorArg, dyn: dict, kname: str, align: int) -> None:
+def given_dyn(kernel_name: str, dyn_vars, dyn: dict | None) -> dict:
+    """Explicitly given symbolic sizes as a Var -> int dict: known names, ints, 0 <= size < 2**31."""
+    out: dict = {}
+    by_name = {v.name: v for v in dyn_vars}
+    for k, v in (dyn or {}).items():
+        var = by_name.get(k) if isinstance(k, str) else k
+        if var is None or all(var is not d for d in dyn_vars):
+            raise ArgumentError(f"{kernel_name}: {k!r} is not a symbolic dimension of the kernel "
+                                f"(those are: {', '.join(by_name) or 'none'})")
+        out[var] = _dim_value(kernel_name, var, v, "given in dyn")
+    return out
+
+
+def _dim_value(kernel_name: str, var: Var, v, where: str) -> int:
+    import numpy as np
+
+    if isinstance(v, (bool, np.bool_)) or not isinstance(v, (int, np.integer)):
+        raise ArgumentError(f"{kernel_name}: the symbolic dimension {var.name} ({where}) must be an int, got {v!r}")
+    v = int(v)
+    if v < 0:
+        raise ArgumentError(f"{kernel_name}: the symbolic dimension {var.name} ({where}) is {v}; sizes cannot be "
+                            "negative")
+    if v > _INT32_MAX:
+        raise ArgumentError(f"{kernel_name}: the symbolic dimension {var.name}={v} ({where}) does not fit in int32")
+    return v
+
+
+def describe_param(p: t.Buffer, a, kernel_name: str, host_arrays: bool = False) -> TensorArg:
+    """``describe_arg`` whose errors name the parameter."""
+    if isinstance(a, TensorArg):
+        ta = a
+    else:
+        try:
+            ta = describe_arg(a)
+        except ArgumentError as e:
+            raise ArgumentError(f"{kernel_name}: argument {p.name}: {e}") from None
+    if host_arrays and ta.device_type != "cpu":
+        raise ArgumentError(f"{kernel_name}: argument {p.name} is on {ta.device_type}:{ta.device_index}; the CPU "
+                            "backends take CPU tensors or NumPy arrays")
+    if host_arrays and type(ta.obj).__module__ != "numpy":
+        raise ArgumentError(f"{kernel_name}: argument {p.name} must be a NumPy array here, got "
+                            f"{type(ta.obj).__name__}; call a compiled kernel (tilewright.compile) to pass CPU "
+                            "torch tensors")
+    return ta
+
+
+def check_tensor(p: t.Buffer, ta: TensorArg, dyn: dict, kname: str, align: int) -> None:
+    """``ta`` fits buffer parameter ``p``; binds (in ``dyn``) the symbolic sizes its shape fixes."""
     if ta.dtype != p.dtype:
         raise ArgumentError(f"{kname}: argument {p.name} has dtype {ta.dtype}, expected {p.dtype}")
     if len(ta.shape) != p.ndim:
@@ -65,10 +124,8 @@ def _check_tensor(p: t.Buffer, ta: TensorArg, dyn: dict, kname: str, align: int)
         if isinstance(want, Var):
             if want in dyn and dyn[want] != got:
                 raise ArgumentError(f"{kname}: argument {p.name} dimension {d} is {got}, but the dynamic size "
-                                    f"{want.name} was already bound to {dyn[want]} by an earlier argument")
-            if got >= 2**31:
-                raise ArgumentError(f"{kname}: dimension {want.name}={got} does not fit in int32")
-            dyn[want] = int(got)
+                                    f"{want.name} was already bound to {dyn[want]}")
+            dyn[want] = _dim_value(kname, want, got, f"dimension {d} of argument {p.name}")
         elif want != got:
             raise ArgumentError(f"{kname}: argument {p.name} has shape {tuple(ta.shape)}, expected "
                                 f"{_shape_text(p.shape)} (dimension {d} is {got}, expected {want})")
@@ -78,34 +135,44 @@ def _check_tensor(p: t.Buffer, ta: TensorArg, dyn: dict, kname: str, align: int)
             raise ArgumentError(f"{kname}: argument {p.name} {wrong}")
     elif ta.numel and not ta.is_contiguous():
         raise ArgumentError(f"{kname}: argument {p.name} is not contiguous (strides {tuple(ta.strides)} in elements); "
-                            "pass a contiguous tensor, e.g. x.contiguous()")
+                            "pass a contiguous tensor, e.g. x.contiguous() or np.ascontiguousarray(x)")
+    if ta.readonly and p.attrs.get("written", False):
+        raise ArgumentError(f"{kname}: argument {p.name} is read-only, but the kernel writes it; pass a writable "
+                            "array (e.g. a copy)")
     if ta.device_type != "cpu" and ta.ptr % align and ta.numel:
         raise ArgumentError(f"{kname}: argument {p.name} is not {align}-byte aligned (address {ta.ptr:#x}); "
                             "kernels use "
                             "vector accesses, so pass a tensor with an aligned start (e.g. x.clone())")
 
 
-def _check_scalar(p: Var, a, kname: str):
+def check_scalar(p: Var, a, kname: str):
+    """The Python value (int, float or bool) of scalar argument ``a`` for parameter ``p``."""
+    import numpy as np
+
     from ..ir import dtype as dt
 
-    if hasattr(a, "item") and callable(a.item) and getattr(a, "ndim", 0) == 0:
-        a = a.item()
-    if isinstance(a, bool) and p.dtype != "bool":
+    if hasattr(a, "item") and callable(a.item) and getattr(a, "ndim", None) == 0:
+        a = a.item()  # 0-d arrays and tensors, NumPy scalars
+    is_bool = isinstance(a, (bool, np.bool_))
+    if p.dtype == "bool":
+        if not (is_bool or isinstance(a, (int, np.integer)) and a in (0, 1)):
+            raise ArgumentError(f"{kname}: scalar argument {p.name} expects a bool, got {a!r}")
+        return bool(a)
+    if is_bool:
         raise ArgumentError(f"{kname}: scalar argument {p.name} expects {p.dtype}, got a bool")
     if dt.is_float(p.dtype):
-        if not isinstance(a, (int, float)):
+        if not isinstance(a, (int, float, np.integer, np.floating)):
             raise ArgumentError(f"{kname}: scalar argument {p.name} expects a number ({p.dtype}), got "
                                 f"{type(a).__name__}")
         return float(a)
     if dt.is_int(p.dtype):
-        if not isinstance(a, int) or isinstance(a, bool):
+        if not isinstance(a, (int, np.integer)):
             raise ArgumentError(f"{kname}: scalar argument {p.name} expects an int ({p.dtype}), got {a!r}")
+        a = int(a)
         info_min, info_max = dt.min_value(p.dtype), dt.max_value(p.dtype)
         if not info_min <= a <= info_max:
             raise ArgumentError(f"{kname}: scalar argument {p.name}={a} does not fit in {p.dtype}")
-        return int(a)
-    if p.dtype == "bool":
-        return bool(a)
+        return a
     raise ArgumentError(f"{kname}: unsupported scalar parameter type {p.dtype}")
 
 

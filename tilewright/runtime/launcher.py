@@ -15,9 +15,11 @@ from __future__ import annotations
 import sys
 
 from ..errors import ArgumentError
+from ..ir import dtype as dt
 from ..ir import tile as t
 from ..ir.analysis import eval_expr
 from ..ir.expr import Var
+from ..target.grid import check_launch_grid
 from .args import bind_arguments
 from .launch_spec import LaunchSpec
 
@@ -74,6 +76,7 @@ class Launcher:
             if isinstance(p, Var):
                 env[p] = v
         grid = [int(eval_expr(g, env)) for g in self.spec.grid]
+        check_launch_grid(grid, self.spec.func_name)
         if any(g <= 0 for g in grid):
             return None
         return tuple(grid) + (1,) * (3 - len(grid))
@@ -83,7 +86,7 @@ class Launcher:
         """The general path: every argument described and checked, errors naming the parameter."""
         spec = self.spec
         bound = bind_arguments(list(spec.params), list(spec.dyn_vars), args, kernel_name=spec.func_name,
-                               device_type=None)
+                               device_type="gpu")
         dev = None
         for ta in bound.tensors:
             if ta is not None:
@@ -113,8 +116,8 @@ class Launcher:
                     return None
                 values.append(a if want_dtype == "int" and isinstance(a, int) else
                               float(a) if want_dtype == "float" else None)
-                if values[-1] is None:
-                    return None
+                if values[-1] is None or (dims is not None and not dims[0] <= a <= dims[1]):
+                    return None  # the checked path says what is wrong
                 continue
             if not isinstance(a, torch.Tensor) or a.dtype is not want_dtype or not a.is_cuda:
                 return None
@@ -153,7 +156,7 @@ def _fast_spec(params) -> list:
                 continue
             out.append(("buffer", to_torch_dtype(p.dtype), tuple(p.shape)))
         elif p.dtype in ("int32", "int64"):
-            out.append(("scalar", "int", None))
+            out.append(("scalar", "int", (dt.min_value(p.dtype), dt.max_value(p.dtype))))
         elif p.dtype in ("float32", "float64"):
             out.append(("scalar", "float", None))
         else:

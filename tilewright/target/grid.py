@@ -1,0 +1,30 @@
+"""The limits on a launch grid, one rule for every backend.
+
+CUDA's limits on gridDim (x, y, z) are applied everywhere — by the frontend to a static grid, by
+every launcher (GPU, emulator, interpreter) to a grid computed from dynamic sizes — so that a
+program means the same on every target and backend.
+"""
+
+from __future__ import annotations
+
+from ..errors import ArgumentError
+
+GRID_LIMITS = (2**31 - 1, 65535, 65535)
+GRID_HINT = ("put the largest extent first (x allows up to 2**31-1 blocks), or let each block handle several "
+             "tiles with a T.serial loop")
+
+
+def grid_limit_error(axis: int, extent: int) -> str | None:
+    """The complaint about ``extent`` blocks along grid axis ``axis`` (0, 1, 2), or None if it fits."""
+    if extent > GRID_LIMITS[axis]:
+        return (f"grid dimension {'xyz'[axis]} of T.Kernel is {extent} blocks; GPUs allow at most "
+                f"{GRID_LIMITS[axis]} along {'xyz'[axis]}")
+    return None
+
+
+def check_launch_grid(grid, kernel_name: str) -> None:
+    """At launch, for a grid computed from dynamic sizes: ArgumentError when it is over the limits."""
+    for axis, n in enumerate(grid):
+        msg = grid_limit_error(axis, int(n))
+        if msg:
+            raise ArgumentError(f"{kernel_name}: {msg} with these argument sizes; {GRID_HINT}")
