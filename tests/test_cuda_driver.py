@@ -381,7 +381,7 @@ def test_shares_memory_and_streams_with_torch(module):
     torch = pytest.importorskip("torch")
     if not torch.cuda.is_available():
         pytest.skip("torch has no CUDA here")
-    from tilewright.runtime.tensor_args import describe_arg
+    from tilewright.binding.tensor_args import describe_arg
 
     x = torch.arange(1000, device="cuda", dtype=torch.float32)
     y = torch.zeros(1000, device="cuda", dtype=torch.float32)

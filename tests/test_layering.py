@@ -9,7 +9,7 @@ import os
 import tilewright
 
 ROOT = os.path.dirname(os.path.abspath(tilewright.__file__))
-FOUNDATION = {"errors", "config"}  # shared by every layer: error types and the option registry
+FOUNDATION = {"errors", "config", "binding"}  # shared by every layer: error types, options, argument checks
 
 # layer -> the other layers (besides the foundation) it may import; None: no restriction
 ALLOWED = {
@@ -19,6 +19,7 @@ ALLOWED = {
     "passes": {"ir", "target"},
     "codegen": {"ir", "target"},
     "interp": {"ir", "target"},
+    "binding": {"ir"},
 }
 RUNTIME_FORBIDDEN = {"passes", "codegen", "interp", "frontend", "profiler", "compiler", "jit", "backends", "language",
                      "kernels", "autotune", "cli"}

@@ -406,10 +406,10 @@ class _FakeCudaArray:
 
 def _messages(args_cpu, args_gpu) -> dict:
     """The ArgumentError text of one bad call on every backend (None where it was accepted)."""
+    from tilewright.binding.args import bind_arguments
     from tilewright.errors import ArgumentError
     from tilewright.interp.emulator import run_thread_kernel
     from tilewright.interp.tile import run_tile_ir
-    from tilewright.runtime.args import bind_arguments
 
     emu = tilewright.compile(_scale_rows, target="cuda -arch=sm_90a", execution_backend="emulator")
     calls = {

@@ -8,8 +8,7 @@ import ml_dtypes
 import numpy as np
 import pytest
 
-from tilewright.errors import ArgumentError
-from tilewright.runtime.tensor_args import (
+from tilewright.binding.tensor_args import (
     DTYPE_ITEMSIZE,
     TensorArg,
     describe_arg,
@@ -17,6 +16,7 @@ from tilewright.runtime.tensor_args import (
     to_torch_dtype,
     torch_dtype_name,
 )
+from tilewright.errors import ArgumentError
 
 
 # ---------------------------------------------------------------- NumPy

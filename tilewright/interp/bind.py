@@ -1,6 +1,6 @@
 """Argument binding for the two CPU backends (the tile interpreter and the thread-IR emulator).
 
-The checks themselves are ``runtime.args`` (the binder every backend uses), so a call is accepted
+The checks themselves are ``binding.args`` (the binder every backend uses), so a call is accepted
 or refused, with the same words, whichever backend runs it; this module adapts them to the
 emulator's incremental use (one array at a time, sizes collected in a dict)."""
 
@@ -8,9 +8,9 @@ from __future__ import annotations
 
 import numpy as np
 
+from ..binding import args as _args
 from ..errors import ArgumentError
 from ..ir import expr as E
-from ..runtime import args as _args
 
 
 def as_int(v, what: str) -> int:

@@ -172,7 +172,7 @@ def _program(kernel: th.ThreadKernel) -> _Program:
 
 
 def _bind_args(kernel: th.ThreadKernel, args: list, dyn: dict | None):
-    # the binder of every backend (runtime.args), so a call is refused here exactly as elsewhere
+    # the binder of every backend (binding.args), so a call is refused here exactly as elsewhere
     bufs, values, dyn_vals = bind_host_call(kernel.attrs.get("source_func") or kernel.name, kernel.params,
                                             kernel.dyn_vars, args, dyn)
     globals_ = {p: strided_span(a) if p.attrs.get("explicit_strides") else a.reshape(-1)  # strided: own strides

@@ -101,7 +101,7 @@ def run_tile_ir(func: t.PrimFunc, args: list, *, dyn: dict | None = None) -> Non
 
 
 def _bind_args(func: t.PrimFunc, args: list, dyn: dict | None):
-    """Checked by the binder every backend uses (``runtime.args``), so the interpreter accepts
+    """Checked by the binder every backend uses (``binding.args``), so the interpreter accepts
     exactly the calls the compiled kernels accept."""
     bufs, values, dyn_vals = bind_host_call(func.name, func.params, func.dyn_vars, args, dyn)
     env = {p: dt.to_numpy(p.dtype).type(v) if dt.is_float(p.dtype) else v for p, v in values.items()}

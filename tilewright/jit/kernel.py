@@ -12,12 +12,12 @@ from __future__ import annotations
 
 import numpy as np
 
+from ..binding.args import bind_arguments
 from ..errors import ArgumentError
 from ..ir import dtype as dt
 from ..ir import tile as t
 from ..ir.analysis import eval_expr
 from ..ir.expr import Var
-from ..runtime.args import bind_arguments
 from ..runtime.launcher import check_dynamic_sizes
 from ..target.grid import check_launch_grid
 
@@ -208,7 +208,7 @@ def _empty_like(like, shape, dtype: str, backend: str):
     if mod.startswith("torch"):
         import torch
 
-        from ..runtime.tensor_args import to_torch_dtype
+        from ..binding.tensor_args import to_torch_dtype
 
         return torch.empty(shape, dtype=to_torch_dtype(dtype), device=like.device)
     if backend == "device":

@@ -37,7 +37,7 @@ class Profiler:
                 continue
             shape = tuple(s if isinstance(s, int) else dyn_default for s in p.shape)
             if use_torch:
-                from ..runtime.tensor_args import to_torch_dtype
+                from ..binding.tensor_args import to_torch_dtype
 
                 td = to_torch_dtype(p.dtype)
                 if p.dtype.startswith(("float", "bfloat")):

@@ -20,6 +20,7 @@ import sys
 import threading
 from contextlib import contextmanager, suppress
 
+from ..binding import tensor_args as _tensor_args
 from ..errors import ArgumentError, RuntimeLaunchError
 from .launch_args import ARG_TYPES, ArgPacker
 
@@ -528,3 +529,6 @@ def load_function(code_object: bytes, name: str, device_index: int) -> CudaFunct
 
 def current_stream(device_index: int) -> int:
     return current_stream_of_torch(device_index)
+
+
+_tensor_args.pointer_device_resolvers.append(pointer_device_index)  # CAI arguments: which GPU holds them

@@ -14,13 +14,13 @@ from __future__ import annotations
 
 import sys
 
+from ..binding.args import bind_arguments
 from ..errors import ArgumentError
 from ..ir import dtype as dt
 from ..ir import tile as t
 from ..ir.analysis import eval_expr
 from ..ir.expr import Var
 from ..target.grid import check_launch_grid
-from .args import bind_arguments
 from .launch_spec import LaunchSpec
 
 
@@ -146,7 +146,7 @@ class Launcher:
 
 def _fast_spec(params) -> list:
     """Per parameter: ("buffer", torch dtype, dims with Vars for symbolic sizes) or ("scalar", kind)."""
-    from .tensor_args import to_torch_dtype
+    from ..binding.tensor_args import to_torch_dtype
 
     out = []
     for p in params:

@@ -292,14 +292,20 @@ def _from_cai(obj, cai) -> TensorArg:
     )
 
 
+# The GPU runtime that can tell which device a raw pointer lives on registers itself here
+# (runtime.cuda_driver does, on import), so describing an argument never loads a vendor library.
+pointer_device_resolvers: list = []
+
+
 def _cuda_pointer_device(ptr: int) -> int:
     """The interface does not say which GPU the data is on; ask the driver (0 if it cannot tell)."""
     if not ptr:
         return 0
-    from .cuda_driver import pointer_device_index
-
-    index = pointer_device_index(ptr)
-    return index if index is not None else 0
+    for resolve in pointer_device_resolvers:
+        index = resolve(ptr)
+        if index is not None:
+            return index
+    return 0
 
 
 # ---------------------------------------------------------------- DLPack
