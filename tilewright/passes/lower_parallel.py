@@ -57,6 +57,9 @@ def lower_parallel(ctx: LoweringContext, p: t.ParallelFor, env: Env, lower_stmt)
     out: list = []
     inner_var = p.vars[-1]
     env = env.child()
+    # fragments converted through shared memory are read from the scratch in this loop only: the
+    # scratch is reused by later statements, and the registers stay the fragment's home
+    env.frag_redirect = dict(env.frag_redirect)
     env.replica_guard = replica_guard(ctx, layout)
     ctx.begin_scratch()
     for buf in _mismatched_fragments(ctx, p, layout, env):
