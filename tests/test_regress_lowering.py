@@ -159,6 +159,62 @@ def test_row_statistics_after_gemm_siblings(target, bm, bn, D, S, threads, op, c
     check_online_row_stats(target, bm, bn, D, S, threads, op, clear, pv, seed=bm + bn + D)
 
 
+def column_stats(bm, bn, D, S, threads):
+    """The column-vector sibling: per K block, ``sc`` from the column maxima of ``s = Q K^T`` scales
+    the columns of a (D, bn) fragment, then ``c = c * sc + colsum(s)``."""
+
+    @T.prim_func
+    def col_stats(Q: T.Tensor((bm, D), "float16"), K: T.Tensor((S, D), "float16"), W0: T.Tensor((D, bn), "float32"),
+                  W: T.Tensor((D, bn), "float32"), C: T.Tensor((bn,), "float32")):
+        with T.Kernel(1, threads=threads):
+            q = T.alloc_shared((bm, D), "float16")
+            ks = T.alloc_shared((bn, D), "float16")
+            s = T.alloc_fragment((bm, bn), "float32")
+            w = T.alloc_fragment((D, bn), "float32")
+            m = T.alloc_fragment((bn,), "float32")
+            sc = T.alloc_fragment((bn,), "float32")
+            cs = T.alloc_fragment((bn,), "float32")
+            c = T.alloc_fragment((bn,), "float32")
+            T.copy(Q, q)
+            T.copy(W0, w)
+            T.fill(c, 1)
+            for k in T.serial(S // bn):
+                T.copy(K[k * bn, 0], ks)
+                T.clear(s)
+                T.gemm(q, ks, s, transpose_B=True)
+                T.reduce_max(s, m, dim=0)
+                for j in T.Parallel(bn):
+                    sc[j] = T.exp(-T.abs(m[j]) * 0.25)
+                for i, j in T.Parallel(D, bn):
+                    w[i, j] *= sc[j]
+                T.reduce_sum(s, cs, dim=0)
+                for j in T.Parallel(bn):
+                    c[j] = c[j] * sc[j] + cs[j]
+            T.copy(w, W)
+            T.copy(c, C)
+
+    return col_stats
+
+
+@pytest.mark.parametrize("target", BACKENDS)
+def test_column_statistics_after_gemm(target):
+    bm, bn, D, S = 64, 32, 64, 96
+    rng = np.random.default_rng(3)
+    q = rng.uniform(-1, 1, (bm, D)).astype(np.float16)
+    k = rng.uniform(-1, 1, (S, D)).astype(np.float16)
+    w0 = rng.uniform(-1, 1, (D, bn)).astype(np.float32)
+    w, c = poisoned((D, bn)), poisoned((bn,))
+    run(column_stats(bm, bn, D, S, 256), target, q, k, w0, w, c)
+    w_ref, c_ref = f64(w0).copy(), np.ones(bn)
+    for kb in range(S // bn):
+        s = f64(q) @ f64(k[kb * bn:(kb + 1) * bn]).T
+        sc = np.exp(-np.abs(s.max(axis=0)) * 0.25)
+        w_ref *= sc[None, :]
+        c_ref = c_ref * sc + s.sum(axis=0)
+    close(w, w_ref, rtol=1e-5, atol=1e-5)
+    close(c, c_ref, rtol=1e-4, atol=1e-4)
+
+
 # ============================================================================================
 # 2. flash attention on CDNA
 
