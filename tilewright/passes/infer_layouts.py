@@ -11,7 +11,11 @@ Guarantees, recorded in ``func.attrs``:
      in a ``T.Parallel`` loop, fragments indexed exactly by the loop variables share one layout,
      and fragments indexed by a subset of them take the projection of it.
   3. Fragments still without a layout get a striped layout (vectorized chunks per thread), the
-     earliest-used first, and propagation runs again.
+     earliest-used first, and propagation runs again.  A reduction source whose rows (slices along
+     the reduced dimension) the striped layout splits differently in different threads gets a
+     ``SlicedLayout`` instead; a reduction or projection that still has no register grouping common
+     to all threads leaves its destination to a default layout (``lower_reduce`` / ``lower_parallel``
+     then go through shared memory).
 * ``gemm_plans[id(gemm)]``: the instruction and warp grid (or SIMT thread grid) of each ``T.gemm``.
 * ``parallel_layouts[id(loop)]``: the layout each ``T.Parallel`` loop iterates by.
 * ``shared_layouts[buffer]``: row-major, XOR-swizzled for tiles read by matrix loads; the TMA
