@@ -335,6 +335,53 @@ def test_rows_and_columns_of_one_fragment(target, M, N, threads, op, clear):
     close(c, want_c, rtol=1e-5, atol=1e-5)
 
 
+def reduce_then_broadcast(M, N, threads, op, dim, clear):
+    """One reduction of a ragged (M, N) fragment along ``dim`` (into a vector starting at 0.5 for
+    ``clear=False``), then ``x - r`` broadcast back over the tile."""
+    L = N if dim == 0 else M
+
+    @T.prim_func
+    def red_bcast(X: T.Tensor((M, N), "float32"), R: T.Tensor((L,), "float32"), Y: T.Tensor((M, N), "float32")):
+        with T.Kernel(1, threads=threads):
+            x = T.alloc_fragment((M, N), "float32")
+            r = T.alloc_fragment((L,), "float32")
+            T.copy(X, x)
+            T.fill(r, 0.5)
+            if op == "sum":
+                T.reduce_sum(x, r, dim=dim, clear=clear)
+            elif op == "max":
+                T.reduce_max(x, r, dim=dim, clear=clear)
+            elif op == "min":
+                T.reduce_min(x, r, dim=dim, clear=clear)
+            else:
+                T.reduce_abssum(x, r, dim=dim, clear=clear)
+            for i, j in T.Parallel(M, N):
+                if dim == 1:
+                    x[i, j] = x[i, j] - r[i]
+                else:
+                    x[i, j] = x[i, j] - r[j]
+            T.copy(r, R)
+            T.copy(x, Y)
+
+    return red_bcast
+
+
+@pytest.mark.parametrize("target", BACKENDS)
+@pytest.mark.parametrize("M, N, threads, op, dim, clear", [
+    (5, 64, 64, "sum", 0, False), (9, 64, 128, "abssum", 0, False), (16, 227, 128, "max", 1, True),
+    (2, 297, 256, "min", 1, False), (9, 69, 64, "sum", 1, True), (4, 209, 64, "abssum", 1, True)])
+def test_reduce_then_broadcast_ragged(target, M, N, threads, op, dim, clear):
+    x = np.random.default_rng(M + N).standard_normal((M, N)).astype(np.float32)
+    r, y = poisoned((N if dim == 0 else M,)), poisoned((M, N))
+    run(reduce_then_broadcast(M, N, threads, op, dim, clear), target, x, r, y)
+    red = {"sum": np.sum, "max": np.max, "min": np.min, "abssum": lambda a, axis: np.abs(a).sum(axis=axis)}[op]
+    want = red(f64(x), axis=dim)
+    if not clear:
+        want = (np.add if op in ("sum", "abssum") else np.maximum if op == "max" else np.minimum)(want, 0.5)
+    close(r, want, rtol=1e-5, atol=1e-5)
+    close(y, f64(x) - (want[:, None] if dim == 1 else want[None, :]), rtol=1e-5, atol=1e-5)
+
+
 def row_scale(M, N, threads):
     """A row vector used against a ragged (M, N) fragment (it cannot take the projection of its layout)."""
 
