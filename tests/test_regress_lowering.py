@@ -272,8 +272,10 @@ def rms64(x, eps=1e-6):
 
 @pytest.mark.parametrize("target", BACKENDS)
 @pytest.mark.parametrize("N, block_M, threads", [(640, 1, 128), (129, 1, 128), (255, 2, 128), (1152, 1, 128),
-                                                 (65, 2, 64), (100, 3, 64)])
+                                                 (65, 2, 64), (100, 3, 64), (384, 1, 192), (640, 1, 192)])
 def test_softmax_ragged_rows(target, N, block_M, threads):
+    """Rows the threads do not divide evenly; 192 threads: a thread count that is not a power of two
+    (the shuffle tree's partner ``tid ^ 64`` does not exist for every thread)."""
     M = 2 * block_M + 1  # a ragged last row block
     x = np.random.default_rng(N).standard_normal((M, N)).astype(np.float32)
     y = poisoned((M, N))

@@ -175,7 +175,8 @@ def _xor_structured(dst_l, masks, tab, tids, nthreads) -> bool:
     import numpy as np
 
     for m in masks:
-        if m >= nthreads or not (tab[tids, :] == tab[tids ^ m, :]).all():
+        # with a thread count that is not a power of two, some threads have no partner tid ^ m
+        if m >= nthreads or ((tids ^ m) >= nthreads).any() or not (tab[tids, :] == tab[tids ^ m, :]).all():
             return False
     span = 0
     for m in masks:
