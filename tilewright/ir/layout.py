@@ -153,6 +153,81 @@ def _unflatten(f, shape):
     return tuple(idx)
 
 
+class SlicedLayout(FragmentLayout):
+    """A tile reduced along ``dim``, dealt slice by slice (a slice: the elements that share every
+    other index, e.g. one row for ``dim = 1``).  Threads form ``G = T / P`` groups of ``P``
+    (a power of two, at most the slice's chunk count, so that the first round fills every lane);
+    group ``g`` takes slices ``g, g + G, ...``, and deals each slice's chunks of ``vec`` elements to
+    its lanes round by round:
+
+        slice = sr * G + t // P,  position along dim = (rd * P + t % P) * vec + e,
+        r = (sr * rounds + rd) * vec + e.
+
+    Every register then holds one slice in every thread, so a reduction folds a fixed set of
+    registers per result (what ``ReducedLayout`` needs) whatever the extents.  ``StripedLayout``
+    is preferred where it already has that property (it vectorizes better across rows)."""
+
+    kind = "sliced"
+
+    def __init__(self, shape, dim: int, num_threads: int, vec: int = 1):
+        self.shape = tuple(shape)
+        self.dim = dim
+        self.num_threads = num_threads
+        extent = self.shape[dim]
+        if dim != len(self.shape) - 1 or extent % vec:
+            vec = 1
+        self.vec = vec
+        self.kept = tuple(x for d, x in enumerate(self.shape) if d != dim)
+        self.slices = int(np.prod(self.kept)) if self.kept else 1
+        self.chunks = extent // vec
+        lanes = 1
+        while lanes * 2 <= min(self.chunks, num_threads) and num_threads % (lanes * 2) == 0:
+            lanes *= 2
+        self.lanes = lanes
+        self.groups = num_threads // lanes
+        self.rounds = -(-self.chunks // lanes)
+        self.slice_rounds = -(-self.slices // self.groups)
+        self.num_regs = self.slice_rounds * self.rounds * vec
+
+    def _coords(self, tid, r):
+        e = r % self.vec
+        q = r // self.vec
+        rd, sr = q % self.rounds, q // self.rounds
+        lane = tid if self.groups == 1 else tid % self.lanes
+        s = sr if self.groups == 1 else tid // self.lanes + sr * self.groups
+        return s, rd * self.lanes + lane, e
+
+    def index(self, tid, r):
+        s, chunk, e = self._coords(tid, r)
+        pos = chunk * self.vec + e if self.vec > 1 else chunk
+        kept = _unflatten(s, self.kept) if self.kept else ()
+        return tuple(kept[: self.dim]) + (pos,) + tuple(kept[self.dim:])
+
+    def valid(self, r):
+        return "padded" if self.valid_np(np.arange(self.num_threads), r) is not None else None
+
+    def valid_expr(self, tid, r):
+        """Predicate expression (or None) for register r holding a real element."""
+        q = r // self.vec
+        rd, sr = q % self.rounds, q // self.rounds
+        s, chunk, _ = self._coords(tid, r)
+        conds = []
+        if (sr + 1) * self.groups > self.slices:
+            conds.append(s < self.slices)
+        if (rd + 1) * self.lanes > self.chunks:
+            conds.append(chunk < self.chunks)
+        if not conds:
+            return None
+        return conds[0] if len(conds) == 1 else conds[0] & conds[1]
+
+    def valid_np(self, tids, r):
+        v = self.valid_expr(tids, r)
+        return None if v is None else np.asarray(v)
+
+    def __repr__(self):
+        return f"Sliced{self.shape}(dim={self.dim}, T={self.num_threads}, lanes={self.lanes}, vec={self.vec})"
+
+
 class MmaAccumLayout(FragmentLayout):
     """Accumulator of a warp-tiled matrix product: warps on a ``warps_m x warps_n`` grid, each warp
     covering a ``(M / warps_m) x (N / warps_n)`` sub-tile made of ``instr.m x instr.n`` atoms laid
@@ -226,6 +301,13 @@ class MmaOperandLayout(FragmentLayout):
         return f"MmaA{self.shape}({self.instr.name}, warps={self.warps_m}x{self.warps_n})"
 
 
+def _covers(rep, col) -> bool:
+    """Register ``col`` holds, in every thread where it holds anything, the reduced element that
+    register ``rep`` holds there (so it can be folded into ``rep``'s group, whose validity is ``rep``'s)."""
+    filled = col >= 0
+    return bool(np.array_equal(rep[filled], col[filled]))
+
+
 class ReducedLayout(FragmentLayout):
     """The layout of ``reduce(src, dim)``: each thread holds the reduced elements its source
     registers cover.  ``groups[r']`` lists the source registers folded into register ``r'``; the
@@ -251,15 +333,20 @@ class ReducedLayout(FragmentLayout):
             acc *= src_shape[d]
         red[tab < 0] = -1
         groups: list[list[int]] = []
-        first_key: dict[tuple, int] = {}
+        first_key: dict[bytes, int] = {}
         for r in range(src.num_regs):
-            key = tuple(red[:, r])
-            if key in first_key:
-                groups[first_key[key]].append(r)
-            else:
-                # a new group only if in every thread this value is new
-                first_key[key] = len(groups)
-                groups.append([r])
+            col = red[:, r]
+            gi = first_key.get(col.tobytes())
+            if gi is None and (col < 0).any():
+                # a register a padded layout fills in some threads only (the last round of a row
+                # that the threads do not divide) folds into the group of an earlier register that
+                # holds the same reduced element wherever it is filled
+                gi = next((g for g in range(len(groups)) if _covers(red[:, groups[g][0]], col)), None)
+            if gi is not None:
+                groups[gi].append(r)
+                continue
+            first_key[col.tobytes()] = len(groups)
+            groups.append([r])
         # the grouping must be consistent: registers of different groups never share a reduced
         # index in any thread
         rep = [g[0] for g in groups]

@@ -12,7 +12,11 @@ Guarantees, recorded in ``func.plans`` (``ir.plans.Plans``):
      in a ``T.Parallel`` loop, fragments indexed exactly by the loop variables share one layout,
      and fragments indexed by a subset of them take the projection of it.
   3. Fragments still without a layout get a striped layout (vectorized chunks per thread), the
-     earliest-used first, and propagation runs again.
+     earliest-used first, and propagation runs again.  A reduction source whose rows (slices along
+     the reduced dimension) the striped layout splits differently in different threads gets a
+     ``SlicedLayout`` instead; a reduction or projection that still has no register grouping common
+     to all threads leaves its destination to a default layout (``lower_reduce`` / ``lower_parallel``
+     then go through shared memory).
 * ``parallel_layouts[loop]``: the layout each ``T.Parallel`` loop iterates by.
 * ``shared_layouts[buffer]``: row-major, XOR-swizzled for tiles read by matrix loads; the TMA
   layout (``SharedLayout(tma=True)``) for ring buffers ``pipeline_loops`` marked for TMA.
@@ -26,7 +30,15 @@ from __future__ import annotations
 from ..errors import CompileError
 from ..ir import dtype as dt
 from ..ir import tile as t
-from ..ir.layout import MmaAccumLayout, MmaOperandLayout, ReducedLayout, SharedLayout, SimtAccumLayout, StripedLayout
+from ..ir.layout import (
+    MmaAccumLayout,
+    MmaOperandLayout,
+    ReducedLayout,
+    SharedLayout,
+    SimtAccumLayout,
+    SlicedLayout,
+    StripedLayout,
+)
 from ..ir.uniformity import thread_sets
 from ..ir.verifier import exprs_of, regions_of
 from ..ir.visitor import loads_in, walk
@@ -95,15 +107,17 @@ def infer_layouts(func: t.PrimFunc, ctx) -> t.PrimFunc:
             for s in stmts:
                 if isinstance(s, t.Reduce) and s.src in layouts and s.dst.scope == "fragment" \
                         and s.dst not in layouts and s.src.scope == "fragment":
-                    layouts[s.dst] = ReducedLayout(layouts[s.src], s.dim, s.dst.shape)
-                    changed = True
+                    red = _reduced(layouts[s.src], s.dim, s.dst.shape)
+                    if red is not None:  # else the destination gets a default layout of its own
+                        layouts[s.dst] = red
+                        changed = True
                 elif isinstance(s, t.ParallelFor):
                     changed |= _propagate_parallel(s, layouts, assign)
         missing = [b for b in frags if b not in layouts]
         if not missing:
             break
         buf = _first_use_order(missing, stmts)
-        layouts[buf] = StripedLayout(buf.shape, frag_counts.get(buf, nthreads), _vec_for(buf.shape, [buf.dtype]))
+        layouts[buf] = _default_layout(buf, frag_counts.get(buf, nthreads), stmts)
 
     for b, lay in layouts.items():
         try:
@@ -160,6 +174,30 @@ def _fragment_thread_counts(stmts, count) -> dict:
                                    "threads", s.loc, hint="use one fragment per thread partition and exchange data "
                                    "through shared memory")
     return out
+
+
+def _reduced(src, dim, shape):
+    """The layout ``reduce(src, dim)`` has, or None when threads group the source registers of one
+    result differently (``lower_reduce`` then reduces through shared memory)."""
+    try:
+        return ReducedLayout(src, dim, shape)
+    except ValueError:
+        return None
+
+
+def _default_layout(buf, nthreads, stmts):
+    """Striped, unless the fragment is reduced along a dimension whose slices the striped layout
+    splits unevenly between threads (e.g. rows of 65 over 64 threads): then slice by slice."""
+    vec = _vec_for(buf.shape, [buf.dtype])
+    striped = StripedLayout(buf.shape, nthreads, vec)
+    uses = {(s.dim, tuple(s.dst.shape)) for s in stmts
+            if isinstance(s, t.Reduce) and s.src is buf and s.dst.scope == "fragment"}
+    if all(_reduced(striped, dim, shape) is not None for dim, shape in uses):
+        return striped
+    if len({dim for dim, _ in uses}) != 1:
+        return striped  # reduced along several dimensions: lower_reduce goes through shared memory
+    sliced = SlicedLayout(buf.shape, next(iter(uses))[0], nthreads, vec)
+    return sliced if all(_reduced(sliced, dim, shape) is not None for dim, shape in uses) else striped
 
 
 def _check_register_budget(layouts: dict, nthreads: int, target) -> None:
@@ -269,11 +307,12 @@ def _propagate_parallel(p, layouts, assign) -> bool:
             lay = drive
             # drop the loop dims the fragment is not indexed by, highest first
             for d in reversed(range(len(p.vars))):
-                if d not in keep:
+                if d not in keep and lay is not None:
                     shape = tuple(x for k, x in enumerate(lay.shape) if k != d)
-                    lay = ReducedLayout(lay, d, shape)
-            layouts[buf] = lay
-            changed = True
+                    lay = _reduced(lay, d, shape)
+            if lay is not None:  # else a default layout, converted through shared memory in this loop
+                layouts[buf] = lay
+                changed = True
     return changed
 
 

@@ -25,7 +25,9 @@ from .lowering_context import LoweringContext
 
 def contiguity(layout, max_group: int) -> int:
     """Largest g (power of two, <= max_group) such that registers r0..r0+g-1 (r0 % g == 0) hold
-    consecutive positions along the last dimension in every thread, starting at a multiple of g."""
+    consecutive positions along the last dimension in every thread that holds any of them, starting
+    at a multiple of g (a padded layout's last round is empty in some threads: the whole group is,
+    and the loop skips it there)."""
     tab = layout.table
     shape = layout.shape
     inner = shape[-1]
@@ -34,12 +36,13 @@ def contiguity(layout, max_group: int) -> int:
         cand = g * 2
         ok = True
         for r0 in range(0, layout.num_regs, cand):
-            base = tab[:, r0]
-            if np.any(base < 0) or np.any((base % inner) % cand != 0):
+            filled = tab[:, r0] >= 0
+            base = tab[filled, r0]
+            if np.any((base % inner) % cand != 0):
                 ok = False
                 break
             for k in range(1, cand):
-                if np.any(tab[:, r0 + k] != base + k):
+                if np.any((tab[:, r0 + k] >= 0) != filled) or np.any(tab[filled, r0 + k] != base + k):
                     ok = False
                     break
             if not ok:
@@ -60,6 +63,9 @@ def lower_parallel(ctx: LoweringContext, p: t.ParallelFor, env: Env, lower_stmt)
     out: list = []
     inner_var = p.vars[-1]
     env = env.child()
+    # fragments converted through shared memory are read from the scratch in this loop only: the
+    # scratch is reused by later statements, and the registers stay the fragment's home
+    env.frag_redirect = dict(env.frag_redirect)
     env.replica_guard = replica_guard(ctx, layout)
     ctx.begin_scratch()
     for buf in _mismatched_fragments(ctx, p, layout, env):

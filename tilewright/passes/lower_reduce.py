@@ -8,7 +8,10 @@
    thread folds in the partials of its partners ``tid ^ m`` for every combination of the
    cross-warp bits, and a second barrier before the scratch can be reused.
 3. With ``clear=False`` the old destination value is folded in last.
-Registers a padded layout does not fill contribute the operation's identity.
+Registers a padded layout does not fill contribute the operation's identity.  When the holders of
+one result are not paired by thread-index bits, or the source layout groups its registers
+differently in different threads (no ``ReducedLayout``), the source goes through shared memory and
+each thread folds the results it holds with a loop.
 """
 
 from __future__ import annotations
@@ -48,7 +51,18 @@ def lower_reduce(ctx: LoweringContext, s: t.Reduce, env: Env) -> list:
     src_l, dst_l = ctx.layouts[s.src], ctx.layouts[s.dst]
     src_local, dst_local = ctx.local_of[s.src], ctx.local_of[s.dst]
     final_dst = None
-    if not (isinstance(dst_l, ReducedLayout) and dst_l.src is src_l and dst_l.dim == s.dim):
+    natural = isinstance(dst_l, ReducedLayout) and dst_l.src is src_l and dst_l.dim == s.dim
+    if not natural and not _groups_registers(src_l, s):
+        # threads group the source registers of one result differently (a padded layout whose rows
+        # straddle rounds differently per thread): fold each result from shared memory, straight into
+        # the destination's own layout
+        out = [th.Comment(f"reduce_{s.op} {s.src.name} dim={s.dim} -> {s.dst.name}")]
+        part = ctx.local_buffer(ctx.fresh("red"), dst_l.num_regs, s.dst.dtype)
+        out.append(th.LocalDecl(part))
+        out.extend(_reduce_through_shared(ctx, s, src_l, src_local, dst_l, part))
+        out.extend(_finish(ctx, s, dst_l, part, dst_local))
+        return out
+    if not natural:
         # the destination is laid out differently (set by other uses): reduce into a temporary in the
         # natural layout, then move the values over through shared memory
         final_dst = (dst_local, dst_l)
@@ -134,6 +148,15 @@ def lower_reduce(ctx: LoweringContext, s: t.Reduce, env: Env) -> list:
     return out
 
 
+def _groups_registers(src_l, s) -> bool:
+    """Whether ``ReducedLayout(src_l, dim)`` exists (one register grouping for every thread)."""
+    try:
+        ReducedLayout(src_l, s.dim, s.dst.shape)
+    except ValueError:
+        return False
+    return True
+
+
 def _finish(ctx, s, dst_l, part, dst_local) -> list:
     """Store the reduced values, folding in the old destination when ``clear=False``."""
     out = []
@@ -152,7 +175,8 @@ def _xor_structured(dst_l, masks, tab, tids, nthreads) -> bool:
     import numpy as np
 
     for m in masks:
-        if m >= nthreads or not (tab[tids, :] == tab[tids ^ m, :]).all():
+        # with a thread count that is not a power of two, some threads have no partner tid ^ m
+        if m >= nthreads or ((tids ^ m) >= nthreads).any() or not (tab[tids, :] == tab[tids ^ m, :]).all():
             return False
     span = 0
     for m in masks:
@@ -168,7 +192,8 @@ def _xor_structured(dst_l, masks, tab, tids, nthreads) -> bool:
 def _reduce_through_shared(ctx, s, src_l, src_local, dst_l, part) -> list:
     """General reduction: the whole source tile goes to shared memory (row-major); then each result
     element is folded once, by one thread (result ``q`` by thread ``q % threads``), with a loop over
-    the reduced dimension into a second scratch; then every thread reads the results it holds.
+    the reduced dimension into a second scratch; then every thread reads the results it holds (in
+    ``dst_l``, whatever layout that is).
 
     Folding each result once (not once per register that holds it, in every thread that holds it)
     keeps the code at one loop per ``ceil(results / threads)`` instead of one per register: a
@@ -233,7 +258,10 @@ def _reduce_through_shared(ctx, s, src_l, src_local, dst_l, part) -> list:
         out.append(t.IfThenElse(q < nres, body, None) if last else body)
     out.append(th.Barrier())
     for r2 in range(dst_l.num_regs):
-        st = t.BufferStore(part, (E.as_expr(r2),), E.Load(results, (result_flat(src_l.index(ctx.tid, dst_l.rep[r2])),)))
+        # the result this register holds, in the destination's own layout (whatever layout that is)
+        kept = list(dst_l.index(ctx.tid, r2))[: len(src.shape) - 1]
+        at = result_flat(kept[: s.dim] + [zero] + kept[s.dim:])
+        st = t.BufferStore(part, (E.as_expr(r2),), E.Load(results, (at,)))
         valid = _valid_expr(dst_l, ctx, r2)
         out.append(st if valid is None else t.IfThenElse(valid, st, None))
     out.append(th.Barrier())
