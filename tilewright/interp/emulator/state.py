@@ -1,0 +1,122 @@
+"""Binding kernel arguments, and the runtime state of one batch of blocks (or of one warp in
+cooperative mode) that the compiled closures read and write."""
+
+from __future__ import annotations
+
+import numpy as np
+
+from ...errors import ArgumentError
+from ...ir import dtype as dt
+from ...ir import thread as th
+from ...ir import tile as t
+from ..bind import check_array, given_dyn, require_bound
+from .races import _Races
+
+
+def _bind_args(kernel: th.ThreadKernel, args: list, dyn: dict | None):
+    params = kernel.params
+    if len(args) != len(params):
+        names = ", ".join(p.name for p in params)
+        raise ArgumentError(f"{kernel.name} takes {len(params)} argument(s) ({names}), got {len(args)}")
+    dyn_vals = given_dyn(kernel.name, kernel.dyn_vars, dyn)
+    globals_: dict = {}
+    scalars: dict = {}
+    for p, a in zip(params, args):
+        if isinstance(p, t.Buffer):
+            check_array(p, a, dyn_vals)
+            if not a.flags.c_contiguous:
+                raise ArgumentError(f"argument {p.name} must be C-contiguous (it is written in place)")
+            globals_[p] = a.reshape(-1)
+        else:
+            if isinstance(a, np.ndarray) and a.ndim == 0:
+                a = a.item()
+            if not isinstance(a, (bool, int, float, np.generic)):
+                raise ArgumentError(f"argument {p.name} must be a number ({p.dtype}), got {a!r}")
+            scalars[p] = dt.to_numpy(p.dtype).type(a)
+    require_bound(kernel.name, kernel.dyn_vars, dyn_vals)
+    for v in kernel.dyn_vars:
+        scalars[v] = dt.to_numpy(v.dtype).type(dyn_vals[v])
+    return globals_, scalars
+
+
+# --------------------------------------------------------------------------------------------
+# runtime state of one batch of blocks
+
+
+class _State:
+    """What the compiled closures see.  ``mask`` is None (every lane of the batch active) or a bool
+    array ``[L]`` with at least one lane set.
+
+    ``regs[slot]`` is a local buffer as a list of per-register values (an array ``[L]`` or a scalar
+    when all lanes agree).  Values are never modified in place, so a value read from a register (or
+    bound by a ``LetStmt``) stays valid after the register is overwritten, and uniform values such as
+    cleared accumulators cost nothing until lanes diverge."""
+
+    __slots__ = (
+        "L",
+        "S",
+        "T",
+        "async_groups",
+        "async_open",
+        "mbar",
+        "block",
+        "cache",
+        "first",
+        "glob",
+        "grid",
+        "lane",
+        "mask",
+        "memo",
+        "nb",
+        "races",
+        "regs",
+        "sbase",
+        "smem",
+        "sviews",
+        "tid",
+        "vars",
+    )
+
+    def __init__(self, prog, kernel, grid, first: int, nb: int, globals_: dict, scalars: dict,
+                 check_races: bool):
+        T = kernel.num_threads
+        self.T, self.S, self.nb, self.first, self.grid = T, kernel.shared_bytes, nb, first, grid
+        self.L = L = nb * T
+        self.lane = np.arange(L)
+        self.tid = (self.lane % T).astype(np.int32)
+        self.block = self.lane // T  # block of each lane within the batch
+        self.vars = [None] * prog.nvars
+        self.regs = [None] * prog.nregs
+        self.cache = [None] * prog.ncache
+        self.memo: dict = {}
+        self.mask = None
+        for v, slot in prog.var_slots.items():
+            if v in scalars:
+                self.vars[slot] = scalars[v]
+        self.vars[prog.var_slots[kernel.thread_var]] = self.tid
+        lin = self.block + first
+        gx, gy = grid[0], grid[1]
+        coords = (lin % gx, (lin // gx) % gy, lin // (gx * gy))
+        for d, bv in enumerate(kernel.block_vars):
+            if bv in prog.var_slots:
+                self.vars[prog.var_slots[bv]] = coords[d].astype(dt.to_numpy(bv.dtype))
+        self.glob = [globals_[p] for p in prog.global_params]
+        if self.S:
+            self.smem = np.full(nb * self.S, 0xFF, np.uint8)
+            self.sviews = {d: self.smem.view(d) for d in prog.shared_dtypes}
+            self.sbase = [self.block * (self.S // sz) + off // sz for off, sz in prog.shared_places]
+        else:
+            self.smem = None
+        self.async_open: list = []
+        self.async_groups: list = []
+        self.mbar: dict = {}
+        self.races = _Races(self) if check_races and self.S else None
+
+    def where(self, lane: int) -> str:
+        b = self.first + lane // self.T
+        gx, gy = self.grid[0], self.grid[1]
+        return f"block ({b % gx}, {(b // gx) % gy}, {b // (gx * gy)}) thread {lane % self.T}"
+
+
+# --------------------------------------------------------------------------------------------
+# small helpers
