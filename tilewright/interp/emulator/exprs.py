@@ -101,7 +101,8 @@ class ExprCompiler:
                 if not isinstance(a, np.ndarray):
                     if bool(a) != is_and:  # short circuit, as C does
                         return np.bool_(not is_and)
-                    return np.bool_(bool(fb(st, need)))
+                    b = fb(st, need)  # the right side alone decides; it may differ between lanes
+                    return b.astype(np.bool_) if isinstance(b, np.ndarray) else np.bool_(bool(b))
                 # the right side runs only where the left does not decide (C short-circuit)
                 b = fb(st, _and(need, a if is_and else ~a) if lazy else need)
                 return np.logical_and(a, b) if is_and else np.logical_or(a, b)
