@@ -426,23 +426,51 @@ class HipPrinter(Printer):
         # Same bits, different declared type (bf16 as short, int8 packed into int/long): free.
         return target_t, f"tw_bits({target_t}, ({init}))"  # () : tw_bits is a macro
 
+    _ORDER = {"relaxed": "__ATOMIC_RELAXED", "acquire": "__ATOMIC_ACQUIRE", "release": "__ATOMIC_RELEASE",
+              "acq_rel": "__ATOMIC_ACQ_REL", "seq_cst": "__ATOMIC_SEQ_CST"}
+    _SCOPE = {"cta": "__HIP_MEMORY_SCOPE_WORKGROUP", "gpu": "__HIP_MEMORY_SCOPE_AGENT",
+              "sys": "__HIP_MEMORY_SCOPE_SYSTEM"}
+
     def atomic(self, s: th.AtomicRMW, d: int) -> None:
         ptr = f"&{self.ref(s.buffer, s.index)}"
         val = self.expr(s.value)
         dtype = s.buffer.dtype
-        if dtype == "float32" and s.op in ("add", "max", "min"):
-            self.emit(d, f"tw_atomic_{s.op}_f32({ptr}, {val});")
-        elif (dtype == "float64" and s.op == "add") or (dt.is_int(dtype) and dt.bits(dtype) >= 32):
-            fn = {"add": "__hip_atomic_fetch_add", "max": "__hip_atomic_fetch_max", "min": "__hip_atomic_fetch_min"}
-            if s.op not in fn:
-                raise CompileError(f"atomic {s.op} is not supported in the HIP backend")
-            self.emit(d, f"{fn[s.op]}({ptr}, ({self.ctype(dtype)})({val}), __ATOMIC_RELAXED, "
-                         "__HIP_MEMORY_SCOPE_AGENT);")
+        res = "" if s.result is None else f"{self.ref(s.result[0], s.result[1])} = "
+        default = s.scope == "gpu" and s.order == "relaxed"
+        order, scope = self._ORDER[s.order], self._SCOPE[s.scope]
+        if dtype == "float32" and s.op in ("add", "max", "min") and default:
+            self.emit(d, f"{res}tw_atomic_{s.op}_f32({ptr}, {val});")
+        elif dtype == "float32" and s.op == "add" or dtype == "float64" and s.op == "add" or \
+                dt.is_int(dtype) and dt.bits(dtype) >= 32:
+            fn = {"add": "__hip_atomic_fetch_add", "max": "__hip_atomic_fetch_max", "min": "__hip_atomic_fetch_min",
+                  "and": "__hip_atomic_fetch_and", "or": "__hip_atomic_fetch_or", "xor": "__hip_atomic_fetch_xor",
+                  "exch": "__hip_atomic_exchange"}
+            if s.op not in fn or (s.op != "add" and not dt.is_int(dtype)):
+                raise CompileError(f"atomic {s.op} on {dtype} is not supported in the HIP backend", s.loc)
+            self.emit(d, f"{res}{fn[s.op]}({ptr}, ({self.ctype(dtype)})({val}), {order}, {scope});")
+        elif dtype == "float32" and s.op in ("max", "min"):
+            raise CompileError(f"atomic {s.op} on float32 with scope {s.scope!r} / order {s.order!r} is not "
+                               "supported in the HIP backend", s.loc, hint="use the default scope and order")
         else:
             raise CompileError(
-                f"atomic {s.op} on {dtype} is not supported in the HIP backend",
+                f"atomic {s.op} on {dtype} is not supported in the HIP backend", s.loc,
                 hint="accumulate in a float32 or int32 buffer",
             )
+
+    def sync(self, s, d: int) -> None:
+        if isinstance(s, th.FenceProxyAsync):
+            # AMD has no separate async proxy: LDS writes are ordered for later reads without a fence
+            self.emit(d, "// fence.proxy.async: nothing to order on AMD")
+            return
+        what = {th.MbarrierArrive: ("mbarrier arrive", "use block barriers (__syncthreads) for producer/consumer "
+                                    "hand-off on AMD"),
+                th.MbarrierExpectTx: ("mbarrier expect-tx", "AMD has no transaction-counting barriers"),
+                th.NamedBarrier: ("named barrier (bar.sync/bar.arrive with an id)", "AMD has only the block "
+                                  "barrier: keep warp specialisation for NVIDIA sm_90"),
+                th.SetMaxNReg: ("setmaxnreg", "register budgets are fixed per kernel on AMD")}
+        name, hint = what.get(type(s), (type(s).__name__, None))
+        raise CompileError(f"{name} ({type(s).__name__}) has no AMD equivalent ({self.k.target})",
+                           getattr(s, "loc", None), hint=hint)
 
 
 def print_hip(kernel: th.ThreadKernel) -> str:

@@ -56,6 +56,7 @@ import numpy as np
 from ...ir import thread as th
 from ...ir import tile as t
 from ...ir.visitor import free_vars, walk
+from .coop import CoopBlock
 from .errors import (
     DeadlockError,
     DivergenceError,
@@ -64,6 +65,7 @@ from .errors import (
     MisalignedAccessError,
     RaceError,
 )
+from .mode import needs_cooperation
 from .program import _program
 from .state import _bind_args, _State
 
@@ -103,6 +105,12 @@ def run_thread_kernel(kernel: th.ThreadKernel, args: list, *, dyn: dict | None =
             # lanes of a multi-block batch diverge around barriers and async-copy waits: one block
             # per batch keeps every loop uniform
             per_batch = 1
+        if needs_cooperation(kernel):
+            # synchronisation under divergent control flow: every block warp by warp
+            W = kernel.target.warp_size if kernel.target is not None else 32
+            for first in range(nblocks):
+                CoopBlock(prog, kernel, grid, first, globals_, scalars, W).run(prog.body)
+            return
         for first in range(0, nblocks, per_batch):
             nb = min(per_batch, nblocks - first)
             st = _State(prog, kernel, grid, first, nb, globals_, scalars, check_races)

@@ -93,12 +93,22 @@ class AsyncCompiler:
         v = f(st, None)
         return np.broadcast_to(v, (st.L,))[np.arange(st.nb) * st.T].astype(np.int64)
 
+    def _first_active(self, st, f):
+        """The value of ``f`` at the first active lane (a warp-level operand in cooperative mode)."""
+        v = f(st, st.mask)
+        if not isinstance(v, np.ndarray):
+            return v
+        return v[0 if st.mask is None else int(np.flatnonzero(st.mask)[0])]
+
     def mbarrier_init(self, s: th.MbarrierInit):
         where = _Where(s)
         place, off, _ = self._shared_of(s.bar, where)
         count = int(s.count)
 
         def init(st):
+            if st.coop is not None:
+                st.coop.mbar_init(st, place, s.bar.name, int(s.bar.shape[0]), count, where)
+                return
             if st.mask is not None:
                 raise where.error(DivergenceError, "mbarrier init under thread-dependent control flow")
             for i in range(int(s.bar.shape[0])):
@@ -141,33 +151,49 @@ class AsyncCompiler:
         bplace, _, _ = self._shared_of(s.bar, where)
         ndst = s.dst.shape[0]
 
+        def read_box(st, j, coords, shape, strides, di):
+            """Block ``j``'s box: its shared positions and the values read from global memory."""
+            # the hardware swizzles by address bits with a period of 8 rows of the swizzle width;
+            # a box starting elsewhere would not land in the layout the kernel reads
+            period = max(128, 8 * lay.tma_swizzle)
+            if (doff + int(di[j]) * nd.itemsize) % period:
+                raise where.error(MisalignedAccessError, f"TMA destination {s.dst.name}[{int(di[j])}] is not "
+                                                         f"{period}-byte aligned (its swizzle period)")
+            if int(di[j]) < 0 or int(di[j]) + int(dst_off.max()) >= ndst:
+                raise where.error(EmulatorOutOfBoundsError, f"TMA box {box} at {s.dst.name}[{int(di[j])}] "
+                                                            f"overruns its {ndst} elements")
+            g = [coords[d][j] + grid[d] for d in range(len(box))]
+            inside = np.ones(grid.shape[1], bool)
+            flat = np.zeros(grid.shape[1], np.int64)
+            for d in range(len(box)):
+                inside &= (g[d] >= 0) & (g[d] < shape[d][j])
+                flat += g[d] * strides[d][j]
+            vals = np.zeros(grid.shape[1], nd)
+            vals[inside] = st.glob[gi][flat[inside]]
+            return st.sbase[dplace][j * st.T if st.coop is None else 0] + int(di[j]) + dst_off, vals
+
+        def tma_coop(st):
+            if st.warp != 0:  # printed as issued by warp 0's elected lane
+                st.coop.mbar((bplace, int(self._first_active(st, fbi))), where).skipped_tma += 1
+                return
+            vals_of = [np.atleast_1d(self._first_active(st, f)) for f in fcoords], \
+                [np.atleast_1d(self._first_active(st, f)) for f in fshape], \
+                [np.atleast_1d(self._first_active(st, f)) for f in fstrides]
+            di = np.atleast_1d(self._first_active(st, fdi))
+            pos, vals = read_box(st, 0, *vals_of, di)
+            st.coop.tma_issue(st, (bplace, int(self._first_active(st, fbi))), pos, vals, where, s.dst.name)
+
         def tma(st):
+            if st.coop is not None:
+                return tma_coop(st)
             if st.mask is not None:
                 raise where.error(DivergenceError, "TMA load under thread-dependent control flow")
             coords = [self._block_values(st, f) for f in fcoords]
             shape = [self._block_values(st, f) for f in fshape]
             strides = [self._block_values(st, f) for f in fstrides]
             di, bi = self._block_values(st, fdi), self._block_values(st, fbi)
-            mem = st.glob[gi]
             for j in range(st.nb):
-                # the hardware swizzles by address bits with a period of 8 rows of the swizzle width;
-                # a box starting elsewhere would not land in the layout the kernel reads
-                period = max(128, 8 * lay.tma_swizzle)
-                if (doff + int(di[j]) * nd.itemsize) % period:
-                    raise where.error(MisalignedAccessError, f"TMA destination {s.dst.name}[{int(di[j])}] is not "
-                                                             f"{period}-byte aligned (its swizzle period)")
-                if int(di[j]) < 0 or int(di[j]) + int(dst_off.max()) >= ndst:
-                    raise where.error(EmulatorOutOfBoundsError, f"TMA box {box} at {s.dst.name}[{int(di[j])}] "
-                                                                f"overruns its {ndst} elements")
-                g = [coords[d][j] + grid[d] for d in range(len(box))]
-                inside = np.ones(grid.shape[1], bool)
-                flat = np.zeros(grid.shape[1], np.int64)
-                for d in range(len(box)):
-                    inside &= (g[d] >= 0) & (g[d] < shape[d][j])
-                    flat += g[d] * strides[d][j]
-                vals = np.zeros(grid.shape[1], nd)
-                vals[inside] = mem[flat[inside]]
-                pos = st.sbase[dplace][j * st.T] + int(di[j]) + dst_off
+                pos, vals = read_box(st, j, coords, shape, strides, di)
                 state = self._mbar(st, bplace, bi[j], s.bar, where)
                 if st.races is not None:
                     st.races.overwrite_check(pos, dnd.itemsize, where, s.dst.name, j)
@@ -189,6 +215,10 @@ class AsyncCompiler:
         bplace, _, _ = self._shared_of(s.bar, where)
 
         def wait(st):
+            if st.coop is not None:
+                st.coop.mbar_wait(st, (bplace, int(self._first_active(st, fi))), int(self._first_active(st, fp)),
+                                  where)
+                return
             if st.mask is not None:
                 raise where.error(DivergenceError, "mbarrier wait under thread-dependent control flow is not "
                                                    "supported by the emulator")

@@ -15,6 +15,7 @@ from .errors import EmulatorError
 from .exprs import ExprCompiler
 from .matrix import MatrixCompiler
 from .stmts import StmtCompiler
+from .sync import SyncCompiler
 
 _PROGRAMS: dict = {}
 
@@ -36,7 +37,7 @@ def _program(kernel: th.ThreadKernel) -> _Program:
 # compilation
 
 
-class _Program(ExprCompiler, StmtCompiler, AsyncCompiler, MatrixCompiler):
+class _Program(ExprCompiler, StmtCompiler, AsyncCompiler, MatrixCompiler, SyncCompiler):
     """A ``ThreadKernel`` compiled to closures."""
 
     def __init__(self, kernel: th.ThreadKernel):

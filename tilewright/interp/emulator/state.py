@@ -50,7 +50,11 @@ class _State:
     ``regs[slot]`` is a local buffer as a list of per-register values (an array ``[L]`` or a scalar
     when all lanes agree).  Values are never modified in place, so a value read from a register (or
     bound by a ``LetStmt``) stays valid after the register is overwritten, and uniform values such as
-    cleared accumulators cost nothing until lanes diverge."""
+    cleared accumulators cost nothing until lanes diverge.
+
+    In cooperative mode (``coop``, see ``coop.py``) a state holds one warp of one block: its lanes are
+    threads ``warp * W .. warp * W + W - 1``; the block's shared memory is shared between its warps,
+    and ``coop`` is the block's scheduler and synchronisation state."""
 
     __slots__ = (
         "L",
@@ -61,6 +65,7 @@ class _State:
         "mbar",
         "block",
         "cache",
+        "coop",
         "first",
         "glob",
         "grid",
@@ -75,16 +80,24 @@ class _State:
         "sviews",
         "tid",
         "vars",
+        "warp",
     )
 
     def __init__(self, prog, kernel, grid, first: int, nb: int, globals_: dict, scalars: dict,
-                 check_races: bool):
+                 check_races: bool, coop=None, warp: int = 0, warp_size: int = 0, smem=None):
         T = kernel.num_threads
         self.T, self.S, self.nb, self.first, self.grid = T, kernel.shared_bytes, nb, first, grid
-        self.L = L = nb * T
-        self.lane = np.arange(L)
-        self.tid = (self.lane % T).astype(np.int32)
-        self.block = self.lane // T  # block of each lane within the batch
+        self.coop, self.warp = coop, warp
+        if coop is None:
+            self.L = L = nb * T
+            self.lane = np.arange(L)
+            self.tid = (self.lane % T).astype(np.int32)
+            self.block = self.lane // T  # block of each lane within the batch
+        else:
+            self.L = L = warp_size
+            self.lane = np.arange(L)
+            self.tid = (warp * warp_size + self.lane).astype(np.int32)
+            self.block = np.zeros(L, np.int64)
         self.vars = [None] * prog.nvars
         self.regs = [None] * prog.nregs
         self.cache = [None] * prog.ncache
@@ -102,7 +115,7 @@ class _State:
                 self.vars[prog.var_slots[bv]] = coords[d].astype(dt.to_numpy(bv.dtype))
         self.glob = [globals_[p] for p in prog.global_params]
         if self.S:
-            self.smem = np.full(nb * self.S, 0xFF, np.uint8)
+            self.smem = np.full(nb * self.S, 0xFF, np.uint8) if smem is None else smem
             self.sviews = {d: self.smem.view(d) for d in prog.shared_dtypes}
             self.sbase = [self.block * (self.S // sz) + off // sz for off, sz in prog.shared_places]
         else:
@@ -110,12 +123,15 @@ class _State:
         self.async_open: list = []
         self.async_groups: list = []
         self.mbar: dict = {}
-        self.races = _Races(self) if check_races and self.S else None
+        if coop is not None:
+            self.races = coop.races_of(warp) if check_races and self.S else None
+        else:
+            self.races = _Races(self) if check_races and self.S else None
 
     def where(self, lane: int) -> str:
-        b = self.first + lane // self.T
+        b = self.first + int(self.block[lane])
         gx, gy = self.grid[0], self.grid[1]
-        return f"block ({b % gx}, {(b // gx) % gy}, {b // (gx * gy)}) thread {lane % self.T}"
+        return f"block ({b % gx}, {(b // gx) % gy}, {b // (gx * gy)}) thread {int(self.tid[lane])}"
 
 
 # --------------------------------------------------------------------------------------------

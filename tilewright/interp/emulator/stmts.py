@@ -68,6 +68,16 @@ class StmtCompiler:
             return self.tma_load(s)
         if isinstance(s, th.MbarrierWait):
             return self.mbarrier_wait(s)
+        if isinstance(s, th.MbarrierArrive):
+            return self.mbarrier_arrive(s)
+        if isinstance(s, th.MbarrierExpectTx):
+            return self.mbarrier_expect_tx(s)
+        if isinstance(s, th.NamedBarrier):
+            return self.named_barrier(s)
+        if isinstance(s, th.SetMaxNReg):
+            return self.set_max_nreg(s)
+        if isinstance(s, th.FenceProxyAsync):
+            return self.fence_proxy_async(s)
         raise EmulatorError(f"the emulator cannot execute {type(s).__name__} (not a thread IR statement)",
                             getattr(s, "loc", None))
 
@@ -304,6 +314,9 @@ class StmtCompiler:
         where = _Where(s)
 
         def barrier(st):
+            if st.coop is not None:
+                st.coop.barrier(st, 0, st.T, False, where, kind="barrier")
+                return
             m = st.mask
             active = None
             if m is not None:
@@ -328,9 +341,26 @@ class StmtCompiler:
         fi = self.cexpr(s.index, where)
         fv = self.cexpr(s.value, where)
         op = s.op
-        if op not in ("add", "max", "min"):
+        if op not in _ATOMIC_OPS:
             raise where.error(EmulatorError, f"unknown atomic operation {op!r}")
+        if op in ("and", "or", "xor") and nd.kind not in "iu":
+            raise where.error(EmulatorError, f"atomic {op} needs an integer buffer, not {b.dtype}")
+        if s.scope not in ("cta", "gpu", "sys"):
+            raise where.error(EmulatorError, f"atomic scope {s.scope!r}: use 'cta', 'gpu' or 'sys'")
+        if s.order not in ("relaxed", "acquire", "release", "acq_rel", "seq_cst"):
+            raise where.error(EmulatorError, f"atomic memory order {s.order!r}: use relaxed, acquire, release, "
+                                             "acq_rel or seq_cst")
+        fn = _ATOMIC_OPS[op]
         what = f"atomic {op} on {b.scope} {b.name}"
+        result = None
+        if s.result is not None:
+            rbuf, ridx = s.result
+            c = E.const_value(E.as_expr(ridx))
+            if rbuf.scope != "local" or rbuf.dtype != b.dtype or c is None or not 0 <= int(c) < rbuf.shape[0]:
+                raise where.error(EmulatorError, f"the previous value of an atomic goes to a {b.dtype} register at "
+                                                 f"a constant index, not {rbuf.scope} {rbuf.dtype} {rbuf.name}[{ridx}]")
+            result = (self._reg(rbuf), int(c))
+        skip_nan = _is_float_np(nd) and op in ("max", "min")  # the printers' CAS loops never store NaN
 
         def atomic(st):
             m = st.mask
@@ -341,13 +371,36 @@ class StmtCompiler:
             pos = np.broadcast_to(pos, vals.shape)
             if st.races is not None and b.scope == "shared":
                 st.races.access(pos, nd.itemsize, None, where, b.name, st.tid[lanes], atomic=True)
-            if op == "add":
-                np.add.at(arr, pos, vals)
-            else:
-                if _is_float_np(nd):  # the CAS loops of the printers never store a NaN operand
-                    keep = ~np.isnan(vals.astype(_F32))
-                    pos, vals = pos[keep], vals[keep]
-                (np.maximum if op == "max" else np.minimum).at(arr, pos, vals)
+            if result is not None:
+                # each lane gets the value its update replaced: lanes hitting one element apply in lane order
+                prev = arr[pos].copy()
+                if len(np.unique(pos)) != len(pos):
+                    for i in range(len(pos)):
+                        p = pos[i]
+                        prev[i] = arr[p]
+                        if not (skip_nan and np.isnan(np.float32(vals[i]))):
+                            arr[p] = fn(arr[p], vals[i])
+                else:
+                    keep = ~np.isnan(vals.astype(_F32)) if skip_nan else slice(None)
+                    arr[pos[keep]] = fn(prev[keep], vals[keep])
+                slot, c = result
+                full = np.zeros(st.L, nd)
+                full[lanes] = prev
+                regs = st.regs[slot]
+                regs[c] = full if m is None else np.where(m, full, regs[c])
+                return
+            if op == "exch":
+                arr[pos] = vals
+                return
+            if skip_nan:
+                keep = ~np.isnan(vals.astype(_F32))
+                pos, vals = pos[keep], vals[keep]
+            fn.at(arr, pos, vals)
 
         return atomic
 
+
+_ATOMIC_OPS = {
+    "add": np.add, "max": np.maximum, "min": np.minimum, "and": np.bitwise_and, "or": np.bitwise_or,
+    "xor": np.bitwise_xor, "exch": lambda old, new: new,
+}
