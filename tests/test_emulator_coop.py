@@ -65,9 +65,12 @@ def _mutate(k, fn):
 # a producer warp and a consumer warpgroup around a 2-slot ring
 
 
-def ring_kernel(*, consumer_warps=4, tma=False):
+def ring_kernel(*, consumer_warps=4, fill="store"):
     """Warp 0 streams STEPS chunks of A into a 2-slot shared ring; warps 1.. (a warpgroup) each
     accumulate ``acc += ring[slot][c] * (k + 1)`` for their column ``c``, then write Out.
+
+    ``fill``: how the producer fills a slot: "store" (plain stores), "cp.async" (async copies it waits
+    for before arriving) or "tma" (a TMA load that arrives on ``full`` itself).
 
     Slot s: ``full[s]`` (1 arrival: the producer's elected lane, or its TMA load) says it is
     filled; ``empty[s]`` (one elected arrival per consumer warp) says it was read.  Round r of a
@@ -77,6 +80,7 @@ def ring_kernel(*, consumer_warps=4, tma=False):
     k = E.Var("k", "int32", kind="loop")
     threads = 32 * (1 + consumer_warps)
     nconsumer = 32 * consumer_warps
+    tma = fill == "tma"
     if tma:
         A = t.Buffer("A", (STEPS * 8, 4), "float32", "global")  # 16-byte rows: an unswizzled box
         slot_elems = 32
@@ -97,9 +101,12 @@ def ring_kernel(*, consumer_warps=4, tma=False):
         tmaps.append(tmap)
         produce = [th.TmaLoad(ring, s * slot_elems, SharedLayout((8, 4), "float32", tma=True), tmap, (k * 8, 0),
                               full, s, loc=loc(20, "T.tma_copy(A[k * 8, 0], ring[k % 2], full[k % 2])"))]
+    elif fill == "cp.async":
+        produce = [th.AsyncCopy(ring, s * CH + tx * 2, A, k * CH + tx * 2, 8, loc=loc(20, "T.copy(A[...], ring[...])")),
+                   th.AsyncCommit(), th.AsyncWait(0)]
+        produce.append(th.MbarrierArrive(full, s, elected=True, loc=loc(22, "T.mbarrier_arrive(full[k % 2])")))
     else:
-        lane = tx
-        produce = [store(ring, s * CH + lane * 2 + j, load(A, k * CH + lane * 2 + j), line=20 + j) for j in range(2)]
+        produce = [store(ring, s * CH + tx * 2 + j, load(A, k * CH + tx * 2 + j), line=20 + j) for j in range(2)]
         produce.append(th.MbarrierArrive(full, s, elected=True, loc=loc(22, "T.mbarrier_arrive(full[k % 2])")))
     producer = t.For(k, 0, STEPS, t.SeqStmt(
         [th.MbarrierWait(empty, s, (rnd + 1) % 2, loc=loc(18, "T.mbarrier_wait_parity(empty[k % 2], (k // 2 + 1) % 2)"))]
@@ -130,10 +137,11 @@ def ring_reference(a, nconsumer, slot_elems):
     return sum(a[k, c] * (k + 1) for k in range(STEPS))
 
 
-@pytest.mark.parametrize("tma", [False, True])
-def test_producer_warp_and_consumer_warpgroup_share_a_ring(tma):
+@pytest.mark.parametrize("fill", ["store", "cp.async", "tma"])
+def test_producer_warp_and_consumer_warpgroup_share_a_ring(fill):
     rng = np.random.default_rng(11)
-    k = ring_kernel(tma=tma)
+    tma = fill == "tma"
+    k = ring_kernel(fill=fill)
     assert needs_cooperation(k)
     shape = (STEPS * 8, 4) if tma else (STEPS * CH,)
     a = rng.standard_normal(shape).astype(np.float32)
@@ -197,8 +205,8 @@ def test_wrong_parity_wait_that_would_hang_is_named():
     assert "line 140" in str(e.value)
 
 
-@pytest.mark.parametrize("tma", [False, True])
-def test_early_slot_reuse_is_a_race_at_the_overwrite(tma):
+@pytest.mark.parametrize("fill", ["store", "cp.async", "tma"])
+def test_early_slot_reuse_is_a_race_at_the_overwrite(fill):
     """The consumers release a slot (arrive on 'empty') before reading it: the producer's next fill
     overwrites bytes a consumer still reads."""
     def early(s):
@@ -206,7 +214,8 @@ def test_early_slot_reuse_is_a_race_at_the_overwrite(tma):
             return t.SeqStmt([s.stmts[0], s.stmts[2], s.stmts[1]])
         return None
 
-    k = _mutate(ring_kernel(tma=tma), early)
+    tma = fill == "tma"
+    k = _mutate(ring_kernel(fill=fill), early)
     shape = (STEPS * 8, 4) if tma else (STEPS * CH,)
     a = np.random.default_rng(3).standard_normal(shape).astype(np.float32)
     with pytest.raises(RaceError, match="ring slot reused before its consumer released it") as e:

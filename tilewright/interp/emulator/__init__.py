@@ -9,6 +9,19 @@ most ``MAX_LANES`` lanes; the grid is linearised x fastest.  All lanes run in lo
 that differs between lanes is executed under an active-lane mask.  The IR tree is compiled once per
 kernel into nested Python closures (cached), then run per batch.
 
+Cooperative mode.  A kernel that synchronises under control flow that differs between the threads
+of a block (warp-specialised producer/consumer kernels), or that uses warp-level synchronisation
+(mbarrier arrives, named barriers, ``setmaxnreg``), runs block by block and warp by warp instead:
+each warp advances until it blocks on a barrier or an mbarrier wait (``coop.py``; the choice is in
+``mode.py``).  Deadlocks, wrong-parity waits, ring slots reused before their consumer released them
+and barrier counts that never complete are reported with the statement's source line.
+
+Modules: ``errors`` (what is raised), ``program`` (the compiled closures and their cache) with its
+compilers ``exprs``, ``stmts``, ``memory``, ``async_ops`` (cp.async, TMA, mbarriers), ``matrix``
+(ldmatrix, mma), ``sync`` (warp-level synchronisation); ``state`` (argument binding and the per-
+batch or per-warp state), ``races`` (the lockstep race detector), ``mathfns``, ``support`` (value and
+check helpers), ``coop`` and ``mode``.
+
 Guarantees:
 
 * Arithmetic follows the node dtypes: each result is rounded to its dtype (float16 / bfloat16 / fp8

@@ -51,7 +51,7 @@ class AsyncCompiler:
             pos, lanes = dst_mem.positions(st, fdi(st, m), k, m, what_dst, where, s.nbytes)
             vals = vals[:, lanes]
             if st.races is not None:
-                st.races.issue(pos, nd.itemsize)
+                st.races.issue(pos, nd.itemsize, where, s.dst.name)
             st.async_open.append((dst_mem, pos, vals, lanes, where))
 
         return acopy

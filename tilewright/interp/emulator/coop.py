@@ -553,7 +553,11 @@ class _WarpRaces:
     def write(self, pos, nd, vals, tids, where, name):
         self.t.write(self.w, pos, nd, vals, tids, where, name)
 
-    def issue(self, pos, sz):
+    def issue(self, pos, sz, where=None, name=None):
+        if where is not None:  # an async copy: its bytes must be free for this warp when it is issued
+            byts = self.t._bytes(pos, sz)
+            self.t._unordered_writer(byts, self.w, "issues an async copy over", where, name)
+            self.t._unreleased_readers(byts, self.w, f"an async copy issued by warp {self.w}", where, name)
         self.t.issue(pos, sz)
 
     def retire(self, pos, sz):

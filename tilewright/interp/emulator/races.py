@@ -94,7 +94,7 @@ class _Races:
         np.minimum.at(self.wmin, byts, tb)
         np.maximum.at(self.wmax, byts, tb)
 
-    def issue(self, pos, sz):
+    def issue(self, pos, sz, where=None, name=None):
         np.add.at(self.pending, self._bytes(pos, sz), 1)
 
     def overwrite_check(self, pos, sz, where, name, block):
