@@ -422,6 +422,17 @@ def _sync_kernel():
     return kernel([H, F], body, 256, 16, tx=tx)
 
 
+def test_thread_ir_dumps_show_the_synchronisation_nodes():
+    from tilewright.ir.thread_printer import print_thread_kernel
+
+    text = print_thread_kernel(_sync_kernel())
+    for want in ("setmaxnreg.dec(40)", "mbarrier_expect_tx(bar[1], 256)", "mbarrier_arrive(bar[0], elected)",
+                 "mbarrier_arrive(bar[1], expect_tx=128, elected)", "mbarrier_arrive(bar[0], count=2, expect_tx=64)",
+                 "named_barrier_arrive(id=1, threads=256)", "named_barrier_sync(id=1, threads=256)",
+                 "fence_proxy_async()", "r[0] = atomic_add(H[0], tx, scope=cta, order=release)"):
+        assert want in text, want
+
+
 def test_cuda_prints_the_synchronisation_nodes():
     from tilewright.codegen.cuda import print_cuda
 

@@ -118,7 +118,10 @@ def run_thread_kernel(kernel: th.ThreadKernel, args: list, *, dyn: dict | None =
             # lanes of a multi-block batch diverge around barriers and async-copy waits: one block
             # per batch keeps every loop uniform
             per_batch = 1
-        if needs_cooperation(kernel):
+        coop = prog.cooperative
+        if coop is None:
+            coop = prog.cooperative = needs_cooperation(kernel)
+        if coop:
             # synchronisation under divergent control flow: every block warp by warp
             W = kernel.target.warp_size if kernel.target is not None else 32
             for first in range(nblocks):

@@ -54,6 +54,7 @@ class _Program(ExprCompiler, StmtCompiler, AsyncCompiler, MatrixCompiler, SyncCo
         self.shared_places: list = []
         self.shared_dtypes: set = set()
         self.invariant_vars: set = set()
+        self.cooperative: bool | None = None  # run warp by warp (mode.needs_cooperation), decided on first run
         self.let_count: dict = {}
         for p in kernel.params:
             if isinstance(p, E.Var):
