@@ -355,6 +355,19 @@ def test_block_barrier_split_inside_a_warp_is_divergence():
         run_thread_kernel(k, [np.full(64, np.nan, np.float32)])
 
 
+def test_elected_arrive_needs_the_whole_warp():
+    bar = t.Buffer("bar", (1,), "uint64", "shared")
+
+    def build(tx, Out):  # elect.sync under `if tx == 0` would hang the printed code
+        return [th.SharedDecl(bar, 0), th.MbarrierInit(bar, 1), th.Barrier(),
+                t.IfThenElse(tx == 0, th.MbarrierArrive(bar, 0, elected=True, loc=loc(150, "arrive")))]
+
+    k, _ = _two_warp_kernel(build)
+    with pytest.raises(DivergenceError, match="elect.sync") as e:
+        run_thread_kernel(k, [np.full(64, np.nan, np.float32)])
+    assert "line 150" in str(e.value)
+
+
 def test_atomic_returns_the_previous_value():
     rng = np.random.default_rng(5)
     H = t.Buffer("H", (2,), "int32", "global")

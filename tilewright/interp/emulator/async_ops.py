@@ -176,6 +176,9 @@ class AsyncCompiler:
             if st.warp != 0:  # printed as issued by warp 0's elected lane
                 st.coop.mbar((bplace, int(self._first_active(st, fbi))), where).skipped_tma += 1
                 return
+            if st.mask is not None and not st.mask.all():
+                raise where.error(DivergenceError, "a TMA load is issued by an elect.sync lane of warp 0, which needs "
+                                                   "the whole warp; here control flow splits it")
             vals_of = [np.atleast_1d(self._first_active(st, f)) for f in fcoords], \
                 [np.atleast_1d(self._first_active(st, f)) for f in fshape], \
                 [np.atleast_1d(self._first_active(st, f)) for f in fstrides]

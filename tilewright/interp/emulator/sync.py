@@ -7,7 +7,7 @@ from __future__ import annotations
 import numpy as np
 
 from ...ir import thread as th
-from .errors import EmulatorError
+from .errors import DivergenceError, EmulatorError
 from .support import _Where
 
 # the statements only the cooperative mode executes
@@ -20,6 +20,12 @@ class SyncCompiler:
     def _coop_only(self, st, where, what: str):
         if st.coop is None:  # run_thread_kernel routes every kernel containing these to coop.py
             raise where.error(EmulatorError, f"{what} reached outside cooperative emulation (emulator bug)")
+
+    def _elect(self, st, where, what: str) -> None:
+        """``elect.sync`` (how the printers pick the elected lane) needs every lane of the warp."""
+        if st.mask is not None and not st.mask.all():
+            raise where.error(DivergenceError, f"{what} elects one lane with elect.sync, which needs the whole warp; "
+                                               "here control flow splits it")
 
     def _active(self, st) -> int:
         return st.L if st.mask is None else int(np.count_nonzero(st.mask))
@@ -35,6 +41,8 @@ class SyncCompiler:
 
         def arrive(st):
             self._coop_only(st, where, "mbarrier arrive")
+            if s.elected:
+                self._elect(st, where, "an elected mbarrier arrive")
             threads = 1 if s.elected else self._active(st)
             tx = 0 if ftx is None else int(self._first_active(st, ftx)) * threads
             st.coop.mbar_arrive(st, (place, int(self._first_active(st, fi))), threads * count, tx, where)
@@ -48,6 +56,7 @@ class SyncCompiler:
 
         def expect_tx(st):
             self._coop_only(st, where, "mbarrier expect-tx")
+            self._elect(st, where, "mbarrier expect-tx")
             st.coop.mbar_expect_tx(st, (place, int(self._first_active(st, fi))), int(self._first_active(st, fn)),
                                    where)
 
