@@ -20,7 +20,8 @@ Modules: ``errors`` (what is raised), ``program`` (the compiled closures and the
 compilers ``exprs``, ``stmts``, ``memory``, ``async_ops`` (cp.async, TMA, mbarriers), ``matrix``
 (ldmatrix, mma), ``sync`` (warp-level synchronisation); ``state`` (argument binding and the per-
 batch or per-warp state), ``races`` (the lockstep race detector), ``mathfns``, ``support`` (value and
-check helpers), ``coop`` and ``mode``.
+check helpers), ``coop`` (the warp scheduler, barriers, mbarriers), ``coop_races`` (ordering between
+warps) and ``mode``.
 
 Guarantees:
 
