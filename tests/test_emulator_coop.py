@@ -150,6 +150,53 @@ def test_producer_warp_and_consumer_warpgroup_share_a_ring(fill):
     np.testing.assert_allclose(out, ring_reference(a, 128, 32 if tma else CH), rtol=1e-5, atol=1e-5)
 
 
+def test_warp_specialised_gemm_with_a_tma_producer():
+    """C (16x8) = A (16xK) @ B (Kx8): warp 0 loads swizzled (16x8) A and (8x8) B boxes with TMA into a
+    2-stage ring (both loads arrive on the stage's 'full' barrier, initialised for 2); a consumer
+    warpgroup (one C element per thread) accumulates from the swizzled tiles and releases the stage."""
+    M, N, BK, KT = 16, 8, 8, 6
+    K = BK * KT
+    tx = E.Var("tx", "int32", kind="thread")
+    k = E.Var("k", "int32", kind="loop")
+    kk = E.Var("kk", "int32", kind="loop")
+    A = t.Buffer("A", (M, K), "float32", "global")
+    B = t.Buffer("B", (K, N), "float32", "global")
+    C = t.Buffer("C", (M * N,), "float32", "global")
+    a_s = t.Buffer("a_s", (2 * M * BK,), "float32", "shared")
+    b_s = t.Buffer("b_s", (2 * BK * N,), "float32", "shared")
+    full = t.Buffer("full", (2,), "uint64", "shared")
+    empty = t.Buffer("empty", (2,), "uint64", "shared")
+    acc = t.Buffer("acc", (1,), "float32", "local")
+    lay_a, lay_b = SharedLayout((M, BK), "float32", tma=True), SharedLayout((BK, N), "float32", tma=True)
+    assert lay_a.tma_swizzle == lay_b.tma_swizzle == 32  # 32-byte rows: the consumers read through the swizzle
+    ta, tb = th.TensorMap(A, (M, BK), 32), th.TensorMap(B, (BK, N), 32)
+    s, rnd = k % 2, fdiv(k, 2)
+    producer = t.For(k, 0, KT, t.SeqStmt([
+        th.MbarrierWait(empty, s, (rnd + 1) % 2),
+        th.TmaLoad(a_s, s * (M * BK), lay_a, ta, (0, k * BK), full, s),
+        th.TmaLoad(b_s, s * (BK * N), lay_b, tb, (k * BK, 0), full, s),
+    ]))
+    c = tx - 32
+    i, j = fdiv(c, N), c % N
+    step = store(acc, 0, load(acc, 0) + load(a_s, s * (M * BK) + lay_a.offset((i, kk)))
+                 * load(b_s, s * (BK * N) + lay_b.offset((kk, j))))
+    consumer = t.SeqStmt([
+        th.LocalDecl(acc, init=0.0),
+        t.For(k, 0, KT, t.SeqStmt([th.MbarrierWait(full, s, rnd % 2), t.For(kk, 0, BK, step),
+                                   th.MbarrierArrive(empty, s, elected=True)])),
+        store(C, c, load(acc, 0)),
+    ])
+    body = [th.SharedDecl(a_s, 0), th.SharedDecl(b_s, 1024), th.SharedDecl(full, 1536), th.SharedDecl(empty, 1552),
+            th.MbarrierInit(full, 2), th.MbarrierInit(empty, 4), th.Barrier(),
+            t.IfThenElse(tx < 32, producer, consumer)]
+    kern = kernel([A, B, C], body, 160, 1568, tx=tx, tensor_maps=[ta, tb])
+    rng = np.random.default_rng(12)
+    a, b = rng.standard_normal((M, K)).astype(np.float32), rng.standard_normal((K, N)).astype(np.float32)
+    out = np.full(M * N, np.nan, np.float32)
+    run_thread_kernel(kern, [a, b, out], check_races=True)
+    np.testing.assert_allclose(out.reshape(M, N), a.astype(np.float64) @ b.astype(np.float64), rtol=1e-5, atol=1e-5)
+
+
 def test_missing_arrive_is_a_deadlock_listing_every_wait():
     k = _mutate(ring_kernel(), lambda s: [] if isinstance(s, th.MbarrierArrive) and s.bar.name == "empty" else None)
     a = np.random.default_rng(1).standard_normal(STEPS * CH).astype(np.float32)
