@@ -103,7 +103,8 @@ def run_thread_kernel(kernel: th.ThreadKernel, args: list, *, dyn: dict | None =
     """Execute ``kernel`` on ``args`` (NumPy arrays for buffer parameters, C-contiguous, written in
     place; Python scalars for scalar parameters).  ``dyn`` maps ``kernel.dyn_vars`` (or their names)
     to ints; missing ones are read from the argument shapes.  ``check_races`` enables the shared
-    memory race detector (slower)."""
+    memory race detector (slower); kernels run cooperatively (see ``mode.py``) always track the
+    ordering of shared memory between warps."""
     prog = _program(kernel)
     globals_, scalars = _bind_args(kernel, list(args), dyn)
     with np.errstate(all="ignore"):  # inactive lanes may divide by zero or overflow; ignored
