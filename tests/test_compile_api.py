@@ -7,24 +7,12 @@ import os
 
 import numpy as np
 import pytest
+from toolchains import needs_nvrtc
 
 import tilewright
 import tilewright.language as T
 from tilewright import compiler
 from tilewright.kernels import matmul, softmax
-
-
-def _nvrtc_available() -> bool:
-    try:
-        from tilewright.toolchain.nvrtc import nvrtc_version
-
-        nvrtc_version()
-        return True
-    except Exception:  # noqa: BLE001
-        return False
-
-
-needs_nvrtc = pytest.mark.skipif(not _nvrtc_available(), reason="NVRTC wheel not installed")
 
 
 def test_interpret_out_idx_numpy():
@@ -90,7 +78,7 @@ def test_disk_cache_hit_skips_compilation(tmp_path, monkeypatch):
     compiler._memo_by_obj.clear()
     compiler._memo_by_text.clear()
     called = []
-    monkeypatch.setattr(compiler, "_toolchain_compile", lambda *a, **kw: called.append(1))
+    monkeypatch.setattr(compiler, "fill_code_object", lambda *a, **kw: called.append(1))
     k2 = tilewright.compile(f, target="cuda -arch=sm_80")
     assert not called and k2.get_code_object() == k1.get_code_object()
     assert k2.resource_usage == k1.resource_usage
@@ -175,9 +163,10 @@ def test_dump_dir_writes_ir_after_every_pass_and_the_source(tmp_path, monkeypatc
     tilewright.compile(f, target="hip -arch=gfx942", execution_backend="emulator")
     files = set(os.listdir(tmp_path / f.name))
     for name in ("after_pipeline_loops.py", "after_expand_tile_ops.py", "after_infer_layouts.py",
-                 "after_insert_barriers.py", "thread_ir.txt", "kernel.hip"):
+                 "after_insert_barriers.py", "plans.txt", "thread_ir.txt", "kernel.hip"):
         assert name in files, files
     assert "T.prim_func" in (tmp_path / f.name / "after_pipeline_loops.py").read_text()
+    assert "mfma" in (tmp_path / f.name / "plans.txt").read_text()
 
 
 def test_fp8_gemm_on_amd_uses_mfma_and_emulates_correctly():
@@ -234,7 +223,7 @@ def test_fast_argument_path_matches_the_checked_one(monkeypatch):
     """GPU torch tensors take a short path to the launch; exercised here with CPU tensors that report
     is_cuda, and a recording stand-in for the launch."""
     torch = pytest.importorskip("torch")
-    import tilewright.runtime.kernel as kmod
+    from tilewright.runtime.launcher import Launcher
 
     m = T.dynamic("m")
 
@@ -246,14 +235,24 @@ def test_fast_argument_path_matches_the_checked_one(monkeypatch):
                     B[bx * 16 + i, j] = A[bx * 16 + i, j] * s
 
     k = tilewright.compile(scale, target="cuda -arch=sm_90a")
-    launches = []
+    launches, synced = [], []
 
     class Recorder:
         def launch(self, *args):
             launches.append(args)
 
-    monkeypatch.setattr(k, "_function", lambda dev, vendor: Recorder())
-    monkeypatch.setattr(kmod, "_current_stream", lambda vendor, dev: 0)
+    class FakeRuntime:  # stands in for runtime.cuda_driver: what the launcher asks of a vendor
+        def load_function(self, code_object, name, dev):
+            assert code_object == k.code_object and name == k.kernel_name
+            return Recorder()
+
+        def current_stream(self, dev):
+            return 0
+
+        def synchronize(self, dev):
+            synced.append(dev)
+
+    k._launcher = Launcher(k.spec, FakeRuntime())
 
     class ClaimsCuda(torch.Tensor):
         @property
@@ -267,11 +266,9 @@ def test_fast_argument_path_matches_the_checked_one(monkeypatch):
     assert grid == (3, 1, 1) and block == (64, 1, 1)
     assert types == ("ptr", "ptr", "f32", "i32")
     assert values == (a.data_ptr(), b.data_ptr(), 2.0, 40)
-    synced = []
-    monkeypatch.setattr(kmod, "_synchronize", lambda vendor, dev: synced.append((vendor, dev)))
     monkeypatch.setenv("TILEWRIGHT_SYNC_LAUNCH", "1")
     k(a, b, 2)
-    assert synced == [("cuda", a.device.index or 0)]
+    assert synced == [a.device.index or 0]
     monkeypatch.delenv("TILEWRIGHT_SYNC_LAUNCH")
     # a mismatch leaves the short path; the checked path names the problem
     with pytest.raises(tilewright.ArgumentError, match="dtype"):

@@ -489,7 +489,7 @@ def test_thread_ir_dumps_show_the_synchronisation_nodes():
     for want in ("setmaxnreg.dec(40)", "mbarrier_expect_tx(bar[1], 256)", "mbarrier_arrive(bar[0], elected)",
                  "mbarrier_arrive(bar[1], expect_tx=128, elected)", "mbarrier_arrive(bar[0], count=2, expect_tx=64)",
                  "named_barrier_arrive(id=1, threads=256)", "named_barrier_sync(id=1, threads=256)",
-                 "fence_proxy_async()", "r[0] = atomic_add(H[0], tx, scope=cta, order=release)"):
+                 "fence_proxy_async()", "r[0] = atomic_add(H[0], tx, cta, release)"):
         assert want in text, want
 
 
@@ -501,8 +501,8 @@ def test_cuda_prints_the_synchronisation_nodes():
                  "mbarrier.expect_tx.relaxed.cta.shared::cta.b64", "mbarrier.arrive.shared::cta.b64 _, [%0], %1;",
                  "tw_elect_one()", "bar.arrive %0, %1;", "bar.sync %0, %1;", "setmaxnreg.dec.sync.aligned.u32 40;",
                  "setmaxnreg.inc.sync.aligned.u32 232;", "fence.proxy.async.shared::cta;",
-                 "atom.release.cta.add.u32", "fence.sc.sys;", "atom.acq_rel.sys.max.s32", "= atomicXor(",
-                 "atom.acquire.gpu.exch.b32", "atom.relaxed.cta.add.f32", "atomicCAS("):
+                 "__threadfence_block();\n  r[0] = atomicAdd(", "__threadfence_system();", "tw_atomic_max(&H[1]",
+                 "r[0] = atomicXor(", "r[0] = atomicExch(", "fr[0] = tw_atomic_max(&F[0]"):
         assert want in src, want
 
 

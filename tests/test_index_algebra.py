@@ -62,7 +62,8 @@ def test_split_pulls_out_multiples():
 
 
 def _mainloop_source(func) -> str:
-    from tilewright.compiler import _print, lower
+    from tilewright.compiler import lower
+    from tilewright.compiler import print_source as _print
     from tilewright.target import Target
 
     src = _print(lower(func, target="cuda"), Target.parse("cuda"))

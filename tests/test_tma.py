@@ -9,7 +9,8 @@ import pytest
 
 import tilewright
 from tilewright import compiler
-from tilewright.compiler import _print, lower
+from tilewright.compiler import lower
+from tilewright.compiler import print_source as _print
 from tilewright.errors import ArgumentError, TilewrightError
 from tilewright.ir import thread as th
 from tilewright.ir.layout import SharedLayout, tma_boxes

@@ -3,10 +3,20 @@
 ``import tilewright as tilelang`` / ``import tilewright.language as T`` run TileLang-style kernels.
 """
 
-from . import language, layout, target  # noqa: F401
+from . import config, language, layout, target  # noqa: F401
+from .autotune import AutoTuner, autotune, set_autotune_inputs  # noqa: F401
 from .compat import PassConfigKey, TensorSupplyType, disable_cache, enable_cache  # noqa: F401
 from .compiler import compile, jit, lower  # noqa: F401
-from .errors import ArgumentError, CompileError, InternalError, TilewrightError, ToolchainError  # noqa: F401
+from .errors import (  # noqa: F401
+    ArgumentError,
+    CompileError,
+    InternalError,
+    TilewrightError,
+    TilewrightWarning,
+    ToolchainError,
+)
 from .profiler import Profiler  # noqa: F401
 
 __version__ = "0.1.0"
+
+config.configure_logging()

@@ -14,14 +14,16 @@ import os
 import time
 
 from . import config
+from .compat import check_pass_configs
 from .errors import CompileError
 from .frontend.parser import parse_prim_func
 from .ir import tile as t
+from .jit.kernel import JITKernel
 from .runtime import cache as disk_cache
-from .runtime.kernel import JITKernel
+from .runtime.launch_spec import LaunchSpec
 from .target.base import Target
 
-__all__ = ["compile", "jit", "lower"]
+__all__ = ["compile", "jit", "lower", "print_source"]
 
 _memo_by_obj: dict = {}
 _memo_by_text: dict = {}
@@ -90,9 +92,9 @@ def compile(func, out_idx=None, target="auto", pass_configs=None, optimize_level
     if execution_backend not in (None, "emulator", "interpret"):
         raise CompileError(f"unknown execution_backend {execution_backend!r}; use None or 'emulator'")
     outs = _normalize_out_idx(func, out_idx)
-    opts = {"optimize_level": optimize_level, "backend": execution_backend or "device"}
-    for k, v in (pass_configs or {}).items():
-        opts[k.value if isinstance(k, enum.Enum) else str(k)] = v  # PassConfigKey members by their value
+    opts = _options(pass_configs, optimize_level, execution_backend)
+    if target_host is not None:
+        _warn_unused("target_host", "the host side is tilewright's own launcher; remove the argument")
     opt_key = repr(sorted((k, repr(v)) for k, v in opts.items()))
     memo_key = (id(func), tgt.key(), outs, opt_key)
     hit = _memo_by_obj.get(memo_key)
@@ -108,6 +110,24 @@ def compile(func, out_idx=None, target="auto", pass_configs=None, optimize_level
         _memo_by_obj[memo_key] = kernel
         _memo_by_text[text_key] = kernel
     return kernel
+
+
+def _options(pass_configs, optimize_level: int, execution_backend) -> dict:
+    opts = {"optimize_level": optimize_level, "backend": execution_backend or "device"}
+    for k, v in (pass_configs or {}).items():
+        opts[k.value if isinstance(k, enum.Enum) else str(k)] = v  # PassConfigKey members by their value
+    if pass_configs:
+        check_pass_configs(opts)
+    return opts
+
+
+def kernel_from_spec(func: t.PrimFunc, spec: LaunchSpec, out_idx=None, target="auto", pass_configs=None,
+                     optimize_level: int = 2) -> JITKernel:
+    """A callable GPU kernel around a ``LaunchSpec`` that another process compiled from the same
+    ``func`` and options (the autotuner's compile workers)."""
+    tgt = Target.parse(target)
+    return JITKernel(func, tgt, _normalize_out_idx(func, out_idx), _options(pass_configs, optimize_level, None),
+                     backend="device", spec=spec)
 
 
 def lower(func, target="auto", optimize_level: int = 2):
@@ -136,78 +156,94 @@ def _dumper(func_name: str):
 def _build(func: t.PrimFunc, tgt: Target, outs: tuple, opts: dict, verbose: bool) -> JITKernel:
     if tgt.is_interpret:
         return JITKernel(func, tgt, outs, opts, backend="interpret")
+    from .backends import backend_for
     from .passes.pipeline import PassContext, run_pipeline
 
+    vendor = backend_for(tgt)
     dump = _dumper(func.name)
     backend = "emulator" if opts["backend"] == "emulator" else "device"
     t0 = time.perf_counter()
-    toolchain_version = _toolchain_version(tgt) if backend == "device" else "none"
+    toolchain_version = vendor.toolchain_version() if backend == "device" else "none"
     key = disk_cache.cache_key(_canonical_text(func), tgt.key(), repr(sorted(opts.items())), toolchain_version,
                                _compiler_fingerprint())
     if backend == "device":
         entry = disk_cache.load(key)
         if entry is not None:
-            k = JITKernel(func, tgt, outs, opts, backend=backend)
-            k._adopt_cached(entry)
+            k = JITKernel(func, tgt, outs, opts, backend=backend, spec=_spec_from_cache(func, tgt, entry))
             k.compile_seconds = time.perf_counter() - t0
             return k
     thread_kernel = run_pipeline(func, PassContext(tgt, opts, dump))
-    source = _print(thread_kernel, tgt)
+    source = vendor.print_source(thread_kernel)
     if dump is not None:
-        dump("kernel.cu" if tgt.is_cuda else "kernel.hip", source)
-    k = JITKernel(func, tgt, outs, opts, backend=backend)
-    k.thread_kernel = thread_kernel
-    k.source = source
-    k.kernel_name = thread_kernel.name
-    k.num_threads = thread_kernel.num_threads
-    k.shared_bytes = thread_kernel.shared_bytes
-    if thread_kernel.tensor_maps:
-        from .runtime.tensor_maps import specs_of
-
-        k._use_tensor_maps(specs_of(thread_kernel))
+        dump(vendor.source_name, source)
+    spec = _spec_of(func, tgt, thread_kernel, source)
     if backend == "device":
-        binary = _toolchain_compile(source, tgt, thread_kernel.name, dump)
-        k._adopt_binary(binary)
-        disk_cache.store(key, k._cache_meta(), k.code_object, source)
+        fill_code_object(spec, tgt, dump_dir=os.path.join(config.get("dump_dir"), "toolchain") if dump else None)
+        disk_cache.store(key, _cache_meta(spec), spec.code_object, source)
+    k = JITKernel(func, tgt, outs, opts, backend=backend, spec=spec, thread_kernel=thread_kernel)
     k.compile_seconds = time.perf_counter() - t0
     if verbose:
         print(f"[tilewright] compiled {func.name} for {tgt} in {k.compile_seconds:.3f}s")
     return k
 
 
-def _print(thread_kernel, tgt: Target) -> str:
-    if tgt.is_cuda:
-        from .codegen.cuda import print_cuda
+def print_source(thread_kernel, target) -> str:
+    """The CUDA or HIP source of a lowered kernel (``lower``'s result) for ``target``."""
+    from .backends import backend_for
 
-        return print_cuda(thread_kernel)
-    from .codegen.hip import print_hip
-
-    return print_hip(thread_kernel)
+    return backend_for(Target.parse(target) if isinstance(target, str) else target).print_source(thread_kernel)
 
 
-@functools.cache
-def _toolchain_version(tgt: Target) -> str:
-    if tgt.is_cuda:
-        from .toolchain.nvrtc import nvrtc_version
+def _spec_of(func: t.PrimFunc, tgt: Target, thread_kernel, source: str) -> LaunchSpec:
+    from .runtime.tensor_maps import specs_of
 
-        return nvrtc_version()
-    from .toolchain.hip import find_hip_compiler
-
-    c = find_hip_compiler()
-    return f"{c.kind}:{getattr(c, 'version', '')}"
+    return LaunchSpec(vendor=tgt.kind, arch=tgt.arch, func_name=func.name, kernel_name=thread_kernel.name,
+                      code_object=b"", source=source, num_threads=thread_kernel.num_threads,
+                      shared_bytes=thread_kernel.shared_bytes, grid=kernel_of(func).grid, params=tuple(func.params),
+                      dyn_vars=tuple(func.dyn_vars), tensor_maps=tuple(specs_of(thread_kernel)),
+                      resources={"shared_bytes": thread_kernel.shared_bytes})
 
 
-def _toolchain_compile(source: str, tgt: Target, name: str, dump):
-    dump_dir = None
-    if dump is not None:
-        dump_dir = os.path.join(config.get("dump_dir"), "toolchain")
-    if tgt.is_cuda:
-        from .toolchain.nvrtc import compile_cuda
+def fill_code_object(spec: LaunchSpec, tgt: Target, dump_dir=None) -> None:
+    """Compile ``spec.source`` with the vendor toolchain into ``spec``: code object and resources."""
+    from .backends import backend_for
 
-        return compile_cuda(source, tgt.arch, [name], dump_dir=dump_dir)
-    from .toolchain.hip import compile_hip
+    binary = backend_for(tgt).compile(spec.source, tgt.arch, [spec.kernel_name], dump_dir=dump_dir)
+    spec.code_object = getattr(binary, "cubin", None) or binary.code_object
+    spec.toolchain = binary.toolchain
+    res = dict(binary.resources.get(spec.kernel_name, {}))
+    if "registers" not in res and "vgpr" in res:
+        res["registers"] = res["vgpr"]
+    res["shared_bytes"] = int(res.get("shared_bytes", 0)) + spec.shared_bytes  # static + dynamic
+    res.setdefault("local_bytes", res.get("scratch_bytes", 0))
+    spec.resources = res
 
-    return compile_hip(source, tgt.arch, [name], dump_dir=dump_dir)
+
+def _cache_meta(spec: LaunchSpec) -> dict:
+    return {"kernel_name": spec.kernel_name, "num_threads": spec.num_threads, "shared_bytes": spec.shared_bytes,
+            "resources": spec.resources, "toolchain": spec.toolchain,
+            "tensor_maps": [tm.to_json() for tm in spec.tensor_maps]}
+
+
+def _spec_from_cache(func: t.PrimFunc, tgt: Target, entry: dict) -> LaunchSpec:
+    from .runtime.tensor_maps import TensorMapSpec
+
+    return LaunchSpec(vendor=tgt.kind, arch=tgt.arch, func_name=func.name, kernel_name=entry["kernel_name"],
+                      code_object=entry["code_object"], source=entry["source"], num_threads=entry["num_threads"],
+                      shared_bytes=entry["shared_bytes"], grid=kernel_of(func).grid, params=tuple(func.params),
+                      dyn_vars=tuple(func.dyn_vars),
+                      tensor_maps=tuple(TensorMapSpec.from_json(v) for v in entry.get("tensor_maps", [])),
+                      resources=entry["resources"], toolchain=entry["toolchain"])
+
+
+def kernel_of(func: t.PrimFunc) -> t.Kernel:
+    from .ir.visitor import walk
+
+    found = []
+    walk(func.body, lambda s: found.append(s) if isinstance(s, t.Kernel) else None)
+    if not found:
+        raise CompileError(f"{func.name} has no T.Kernel")
+    return found[0]
 
 
 # --------------------------------------------------------------------------------------------
@@ -245,9 +281,22 @@ class _JitFunction:
         return self.builder(*args, **kwargs)
 
 
+def _warn_unused(name: str, why: str) -> None:
+    import warnings
+
+    from .errors import TilewrightWarning
+
+    warnings.warn(f"argument {name}= has no effect in tilewright: {why}", TilewrightWarning, stacklevel=3)
+
+
 def jit(func=None, *, out_idx=None, target="auto", pass_configs=None, optimize_level: int = 2,
-        execution_backend=None, **_ignored):
-    """Decorator for a builder function returning a prim_func; see ``_JitFunction``."""
+        execution_backend=None, **ignored):
+    """Decorator for a builder function returning a prim_func; see ``_JitFunction``.  TileLang's
+    other ``jit`` arguments (``verbose``, ``debug_root_path``, ``compile_flags``...) are accepted
+    with a warning naming them."""
+    for name in ignored:
+        _warn_unused(name, "tilewright.jit reads out_idx, target, pass_configs, optimize_level and "
+                     "execution_backend; remove it")
     def wrap(f):
         return _JitFunction(f, out_idx, target, pass_configs, optimize_level, execution_backend)
 

@@ -44,11 +44,30 @@ KNOBS = {
     "hip_runtime_lib": Knob("TILEWRIGHT_HIP_RUNTIME_LIB", str, "",
                             "Path of libamdhip64 to load (otherwise ROCM_PATH/HIP_PATH, /opt/rocm, the rocm "
                             "packages or a ROCm PyTorch are searched)."),
+    "autotune_workers": Knob("TILEWRIGHT_AUTOTUNE_WORKERS", int, 0,
+                             "Processes compiling autotuning candidates at once (0: one per CPU core, at most 16)."),
+    "log": Knob("TILEWRIGHT_LOG", str, "",
+                "Log level of the 'tilewright' logger (debug, info, warning); unset: Python's defaults."),
 }
 
 
 def get(name: str):
     return KNOBS[name].get()
+
+
+def configure_logging() -> None:
+    """Apply ``TILEWRIGHT_LOG``: a level and a stderr handler for the ``tilewright`` logger."""
+    import logging
+
+    level = str(get("log")).strip().upper()
+    if not level:
+        return
+    logger = logging.getLogger("tilewright")
+    logger.setLevel(getattr(logging, level, logging.INFO))
+    if not logger.handlers:
+        handler = logging.StreamHandler()
+        handler.setFormatter(logging.Formatter("[%(name)s] %(levelname)s %(message)s"))
+        logger.addHandler(handler)
 
 
 def markdown() -> str:

@@ -63,6 +63,11 @@ class CompileError(TilewrightError):
         return self
 
 
+class TilewrightWarning(UserWarning):
+    """An argument or setting that tilewright accepts for TileLang compatibility but does not act on
+    (a performance hint): the warning names it, says that it has no effect here and what to do."""
+
+
 class InternalError(TilewrightError):
     """A bug in tilewright itself (not in the user's kernel)."""
 

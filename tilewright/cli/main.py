@@ -1,11 +1,22 @@
-"""``tilewright`` command line: ``tilewright info`` (target and toolchains found on this machine),
-``tilewright demo`` (the README's demo), ``tilewright source FILE.py:BUILDER ARGS... --target T``
-(print the generated CUDA/HIP source of a kernel builder)."""
+"""``tilewright`` command line.
+
+    tilewright doctor                      what this machine has; the command for each missing piece
+    tilewright info                        detected target and toolchains, in two lines
+    tilewright compile FILE.py[:BUILDER ARGS...] --target hip --arch gfx942 -o OUT
+                                           code object + source + resource report per kernel
+    tilewright source FILE.py[:BUILDER ARGS...] --target T
+                                           print the generated CUDA / HIP source
+    tilewright cache info|clear            the on-disk kernel and tuning cache
+    tilewright demo                        the README's demo
+    tilewright --version
+
+Logging goes through the ``logging`` module (logger ``tilewright``); ``TILEWRIGHT_LOG`` sets its
+level (debug, info, warning).
+"""
 
 from __future__ import annotations
 
 import argparse
-import importlib.util
 import sys
 
 
@@ -20,53 +31,69 @@ def _info() -> int:
 
         print(f"CUDA compiler: {nvrtc_version()} (pip wheels)")
     except Exception as e:  # noqa: BLE001 - report what is missing, keep going
-        print(f"CUDA compiler: not available ({str(e).splitlines()[0]})")
+        print(f"CUDA compiler: not available ({str(e).splitlines()[0]}); run 'tilewright doctor' for the fix")
     try:
         from tilewright.toolchain.hip import find_hip_compiler
 
         print(f"HIP compiler: {find_hip_compiler().description}")
     except Exception as e:  # noqa: BLE001
-        print(f"HIP compiler: not available ({str(e).splitlines()[0]})")
+        print(f"HIP compiler: not available ({str(e).splitlines()[0]}); run 'tilewright doctor' for the fix")
     return 0
 
 
-def _source(spec: str, args: list[str], target: str) -> int:
+def _parser() -> argparse.ArgumentParser:
     import tilewright
 
-    path, _, name = spec.partition(":")
-    mod_spec = importlib.util.spec_from_file_location("tw_user_module", path)
-    if mod_spec is None or not name:
-        print("expected FILE.py:BUILDER", file=sys.stderr)
-        return 2
-    mod = importlib.util.module_from_spec(mod_spec)
-    mod_spec.loader.exec_module(mod)
-    builder = getattr(mod, name)
-    values = [int(a) if a.lstrip("-").isdigit() else a for a in args]
-    # a @tilewright.jit builder gives its prim_func through get_tir; a plain builder returns it
-    func = builder.get_tir(*values) if hasattr(builder, "get_tir") else builder(*values)
-    kernel = tilewright.compile(func, target=target, execution_backend=None if target.startswith("cuda") else
-                                "emulator")
-    print(kernel.get_kernel_source())
-    return 0
+    p = argparse.ArgumentParser(prog="tilewright", description="tile-level GPU kernels for NVIDIA and AMD",
+                                formatter_class=argparse.RawDescriptionHelpFormatter, epilog=__doc__)
+    p.add_argument("--version", action="version", version=f"tilewright {tilewright.__version__}")
+    sub = p.add_subparsers(dest="cmd", required=True)
+    sub.add_parser("doctor", help="check drivers, GPUs, toolchains, PyTorch and the cache; say what to install")
+    sub.add_parser("info", help="show the detected target and the toolchains found")
+    sub.add_parser("demo", help="compile and run the demo kernels")
+    for name, helptext in (("compile", "write code objects, sources and resource reports"),
+                           ("source", "print the generated source of a kernel")):
+        s = sub.add_parser(name, help=helptext)
+        s.add_argument("spec", help="FILE.py (its module-level prim_funcs) or FILE.py:BUILDER")
+        s.add_argument("args", nargs="*", help="arguments for the builder (ints, floats, strings)")
+        s.add_argument("--target", default="cuda" if name == "compile" else "cuda -arch=sm_90a",
+                       help="cuda, hip, or a full target string such as 'hip -arch=gfx942'")
+        s.add_argument("--arch", default=None, help="sm_80, sm_90a, gfx90a, gfx942, gfx1100, ...")
+        if name == "compile":
+            s.add_argument("-o", "--output", default=".", help="folder for the outputs (default: here)")
+    c = sub.add_parser("cache", help="the on-disk kernel and tuning cache")
+    c.add_argument("action", choices=["info", "clear"])
+    return p
 
 
 def main(argv=None) -> int:
-    p = argparse.ArgumentParser(prog="tilewright", description=__doc__)
-    sub = p.add_subparsers(dest="cmd", required=True)
-    sub.add_parser("info", help="show the detected target and the toolchains found")
-    sub.add_parser("demo", help="compile and run the demo kernels")
-    s = sub.add_parser("source", help="print the generated source of a kernel builder")
-    s.add_argument("spec", help="FILE.py:BUILDER (a function returning a @T.prim_func)")
-    s.add_argument("args", nargs="*", help="integer / string arguments for the builder")
-    s.add_argument("--target", default="cuda -arch=sm_90a")
-    a = p.parse_args(argv)
-    if a.cmd == "info":
-        return _info()
-    if a.cmd == "demo":
-        from tilewright.demo import main as demo_main
+    from tilewright.errors import TilewrightError
 
-        return demo_main()
-    return _source(a.spec, a.args, a.target)
+    from .commands import UsageError, cache_command, compile_command, source_command, user_error_text
+
+    a = _parser().parse_args(argv)
+    try:
+        if a.cmd == "doctor":
+            from .doctor import run_doctor
+
+            return run_doctor()
+        if a.cmd == "info":
+            return _info()
+        if a.cmd == "demo":
+            from tilewright.demo import main as demo_main
+
+            return demo_main()
+        if a.cmd == "compile":
+            return compile_command(a.spec, a.args, a.target, a.arch, a.output)
+        if a.cmd == "source":
+            return source_command(a.spec, a.args, a.target, a.arch)
+        return cache_command(a.action)
+    except UsageError as e:
+        print(f"tilewright {a.cmd}: {e}", file=sys.stderr)
+        return 2
+    except TilewrightError as e:
+        print(user_error_text(e), file=sys.stderr)
+        return 1
 
 
 if __name__ == "__main__":

@@ -14,7 +14,7 @@ from ..ir import dtype as dt
 from ..ir import expr as E
 from ..ir import thread as th
 from ..ir import tile as t
-from ..passes.analysis import is_nonnegative
+from ..ir.analysis import is_nonnegative
 
 _CPP_KEYWORDS = {
     "auto", "break", "case", "char", "const", "continue", "default", "do", "double", "else", "enum", "extern",

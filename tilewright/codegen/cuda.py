@@ -6,7 +6,6 @@ from __future__ import annotations
 
 import numpy as np
 
-from ..errors import CompileError
 from ..ir import dtype as dt
 from ..ir import thread as th
 from ..ir import tile as t
@@ -30,18 +29,20 @@ template <typename T> __device__ __forceinline__ T tw_floordiv(T a, T b) {
   T q = a / b; return (q * b != a && ((a < 0) != (b < 0))) ? q - 1 : q; }
 template <typename T> __device__ __forceinline__ T tw_floormod(T a, T b) {
   T r = a % b; return (r != 0 && ((r < 0) != (b < 0))) ? r + b : r; }
-__device__ __forceinline__ void tw_atomic_max(float* p, float v) {
+__device__ __forceinline__ float tw_atomic_max(float* p, float v) {
   int* ip = reinterpret_cast<int*>(p); int old = *ip;
   while (__int_as_float(old) < v) {
     int prev = atomicCAS(ip, old, __float_as_int(v)); if (prev == old) break; old = prev; }
+  return __int_as_float(old);
 }
-__device__ __forceinline__ void tw_atomic_min(float* p, float v) {
+__device__ __forceinline__ float tw_atomic_min(float* p, float v) {
   int* ip = reinterpret_cast<int*>(p); int old = *ip;
   while (__int_as_float(old) > v) {
     int prev = atomicCAS(ip, old, __float_as_int(v)); if (prev == old) break; old = prev; }
+  return __int_as_float(old);
 }
-__device__ __forceinline__ void tw_atomic_max(int* p, int v) { atomicMax(p, v); }
-__device__ __forceinline__ void tw_atomic_min(int* p, int v) { atomicMin(p, v); }
+__device__ __forceinline__ int tw_atomic_max(int* p, int v) { return atomicMax(p, v); }
+__device__ __forceinline__ int tw_atomic_min(int* p, int v) { return atomicMin(p, v); }
 __device__ __forceinline__ unsigned tw_smem_addr(const void* p) {
   return static_cast<unsigned>(__cvta_generic_to_shared(p)); }
 """
@@ -209,69 +210,19 @@ class CudaPrinter(Printer):
                      f": {outs} : {ins});")
 
     def atomic(self, s: th.AtomicRMW, d: int) -> None:
+        """A relaxed atomic (atomicAdd and the CAS loops return the old value); a stronger memory
+        order is made with fences of the atomic's scope around it: a release fence before, an
+        acquire fence after (the fence-and-relaxed-atomic patterns of the PTX memory model)."""
         ptr = f"&{self.ref(s.buffer, s.index)}"
         val = self.expr(s.value)
-        dtype = s.buffer.dtype
-        res = "" if s.result is None else f"{self.ref(s.result[0], s.result[1])} = "
-        if s.scope != "gpu" or s.order != "relaxed":
-            self.atomic_ptx(s, ptr, val, res, d)
-        elif s.op == "add":
-            self.emit(d, f"{res}atomicAdd({ptr}, {val});")
-        elif s.op in ("max", "min") and dt.is_float(dtype):
-            if res:
-                self.float_minmax_cas(s, ptr, val, res, "atomicCAS", d)
-            else:
-                self.emit(d, f"tw_atomic_{s.op}({ptr}, {val});")
-        else:
-            fn = {"max": "atomicMax", "min": "atomicMin", "and": "atomicAnd", "or": "atomicOr", "xor": "atomicXor",
-                  "exch": "atomicExch"}[s.op]
-            self.emit(d, f"{res}{fn}({ptr}, {val});")
-
-    # PTX spellings of the thread IR's memory orders and scopes
-    _SEM = {"relaxed": "relaxed", "acquire": "acquire", "release": "release", "acq_rel": "acq_rel",
-            "seq_cst": "acq_rel"}
-    _FENCE = {"cta": "__threadfence_block()", "gpu": "__threadfence()", "sys": "__threadfence_system()"}
-
-    def atomic_ptx(self, s: th.AtomicRMW, ptr: str, val: str, res: str, d: int) -> None:
-        """``atom.<sem>.<scope>.<op>.<type>``: an atomic with an explicit scope and memory order,
-        whose result register receives the previous value."""
-        dtype = s.buffer.dtype
-        if s.op in ("max", "min") and dt.is_float(dtype):
-            # no float atom.max/min: a compare-and-swap loop of that scope between the order's fences
-            cas = {"cta": "atomicCAS_block", "gpu": "atomicCAS", "sys": "atomicCAS_system"}[s.scope]
-            fence = self._FENCE[s.scope]
-            if s.order in ("release", "acq_rel", "seq_cst"):
-                self.emit(d, f"{fence};")
-            self.float_minmax_cas(s, ptr, val, res or "(void)", cas, d)
-            if s.order in ("acquire", "acq_rel", "seq_cst"):
-                self.emit(d, f"{fence};")
-            return
-        bits = dt.bits(dtype)
-        if bits not in (32, 64):
-            raise CompileError(f"atomic {s.op} with scope/order on {dtype}: only 32- and 64-bit types", s.loc)
-        if s.op == "add":
-            ty = {"float32": "f32", "float64": "f64"}.get(dtype, f"u{bits}")
-        elif s.op in ("max", "min"):
-            ty = f"{'s' if dt.is_signed_int(dtype) else 'u'}{bits}"
-        else:
-            ty = f"b{bits}"
-        reg = {"float32": "f", "float64": "d"}.get(dtype, "r" if bits == 32 else "l")
-        ct = self.ctype(dtype)
-        pre = f"fence.sc.{s.scope};\\n " if s.order == "seq_cst" else ""
-        asm = f"{pre}atom.{self._SEM[s.order]}.{s.scope}.{s.op}.{ty} %0, [%1], %2;\\n"
-        self.emit(d, f"{{ {ct} tw_old; asm volatile(\"{asm}\" : \"={reg}\"(tw_old) : \"l\"({ptr}), "
-                     f"\"{reg}\"(({ct})({val})) : \"memory\"); {res}tw_old; }}")
-
-    def float_minmax_cas(self, s: th.AtomicRMW, ptr: str, val: str, res: str, cas: str, d: int) -> None:
-        """A float max/min by compare-and-swap that keeps the value it replaced (NaN operands are
-        never stored, as in ``tw_atomic_max``)."""
-        ib, fb, it = ("__float_as_int", "__int_as_float", "int") if s.buffer.dtype == "float32" else \
-            ("__double_as_longlong", "__longlong_as_double", "unsigned long long")
-        cmp = "<" if s.op == "max" else ">"
-        self.emit(d, f"{{ {it}* tw_p = reinterpret_cast<{it}*>({ptr}); auto tw_v = {val}; {it} tw_o = *tw_p;")
-        self.emit(d + 1, f"while ({fb}(tw_o) {cmp} tw_v) {{ {it} tw_q = {cas}(tw_p, tw_o, {ib}(tw_v)); "
-                         "if (tw_q == tw_o) break; tw_o = tw_q; }")
-        self.emit(d + 1, f"{res}{fb}(tw_o); }}")
+        fn = {"add": "atomicAdd", "and": "atomicAnd", "or": "atomicOr", "xor": "atomicXor", "exch": "atomicExch"}
+        call = f"{fn[s.op]}({ptr}, {val})" if s.op in fn else f"tw_atomic_{s.op}({ptr}, {val})"
+        fence = _CUDA_FENCE[s.scope]
+        if s.order in ("release", "acq_rel", "seq_cst"):
+            self.emit(d, f"{fence};")
+        self.emit(d, f"{call};" if s.result is None else f"{self.ref(*s.result)} = {call};")
+        if s.order in ("acquire", "acq_rel", "seq_cst"):
+            self.emit(d, f"{fence};")
 
     def sync(self, s, d: int) -> None:
         if isinstance(s, th.MbarrierArrive):
@@ -333,6 +284,10 @@ def _uses_warp_sync(kernel) -> bool:
 
     walk(kernel.body, f)
     return found
+
+
+# __threadfence* are fence.sc at their scope: strong enough for every memory order
+_CUDA_FENCE = {"cta": "__threadfence_block()", "gpu": "__threadfence()", "sys": "__threadfence_system()"}
 
 
 def print_cuda(kernel: th.ThreadKernel) -> str:

@@ -426,31 +426,29 @@ class HipPrinter(Printer):
         # Same bits, different declared type (bf16 as short, int8 packed into int/long): free.
         return target_t, f"tw_bits({target_t}, ({init}))"  # () : tw_bits is a macro
 
-    _ORDER = {"relaxed": "__ATOMIC_RELAXED", "acquire": "__ATOMIC_ACQUIRE", "release": "__ATOMIC_RELEASE",
-              "acq_rel": "__ATOMIC_ACQ_REL", "seq_cst": "__ATOMIC_SEQ_CST"}
-    _SCOPE = {"cta": "__HIP_MEMORY_SCOPE_WORKGROUP", "gpu": "__HIP_MEMORY_SCOPE_AGENT",
-              "sys": "__HIP_MEMORY_SCOPE_SYSTEM"}
-
     def atomic(self, s: th.AtomicRMW, d: int) -> None:
+        """``__hip_atomic_fetch_*`` with the atomic's memory order and scope; the float32 helpers
+        (relaxed, device scope) get a stronger order from fences around them."""
         ptr = f"&{self.ref(s.buffer, s.index)}"
         val = self.expr(s.value)
         dtype = s.buffer.dtype
-        res = "" if s.result is None else f"{self.ref(s.result[0], s.result[1])} = "
-        default = s.scope == "gpu" and s.order == "relaxed"
-        order, scope = self._ORDER[s.order], self._SCOPE[s.scope]
-        if dtype == "float32" and s.op in ("add", "max", "min") and default:
-            self.emit(d, f"{res}tw_atomic_{s.op}_f32({ptr}, {val});")
-        elif dtype == "float32" and s.op == "add" or dtype == "float64" and s.op == "add" or \
-                dt.is_int(dtype) and dt.bits(dtype) >= 32:
+        assign = "" if s.result is None else f"{self.ref(*s.result)} = "
+        scope = _HIP_SCOPE[s.scope]
+        if dtype == "float32" and s.op in ("add", "max", "min"):
+            fence = f'__builtin_amdgcn_fence(__ATOMIC_SEQ_CST, "{_HIP_FENCE_SCOPE[s.scope]}");'
+            if s.order in ("release", "acq_rel", "seq_cst"):
+                self.emit(d, fence)
+            self.emit(d, f"{assign}tw_atomic_{s.op}_f32({ptr}, {val});")
+            if s.order in ("acquire", "acq_rel", "seq_cst"):
+                self.emit(d, fence)
+        elif (dtype == "float64" and s.op == "add") or (dt.is_int(dtype) and dt.bits(dtype) >= 32):
             fn = {"add": "__hip_atomic_fetch_add", "max": "__hip_atomic_fetch_max", "min": "__hip_atomic_fetch_min",
                   "and": "__hip_atomic_fetch_and", "or": "__hip_atomic_fetch_or", "xor": "__hip_atomic_fetch_xor",
                   "exch": "__hip_atomic_exchange"}
-            if s.op not in fn or (s.op != "add" and not dt.is_int(dtype)):
+            if s.op not in fn or (s.op not in ("add", "max", "min") and not dt.is_int(dtype)):
                 raise CompileError(f"atomic {s.op} on {dtype} is not supported in the HIP backend", s.loc)
-            self.emit(d, f"{res}{fn[s.op]}({ptr}, ({self.ctype(dtype)})({val}), {order}, {scope});")
-        elif dtype == "float32" and s.op in ("max", "min"):
-            raise CompileError(f"atomic {s.op} on float32 with scope {s.scope!r} / order {s.order!r} is not "
-                               "supported in the HIP backend", s.loc, hint="use the default scope and order")
+            self.emit(d, f"{assign}{fn[s.op]}({ptr}, ({self.ctype(dtype)})({val}), {_HIP_ORDER[s.order]}, "
+                         f"{scope});")
         else:
             raise CompileError(
                 f"atomic {s.op} on {dtype} is not supported in the HIP backend", s.loc,
@@ -471,6 +469,13 @@ class HipPrinter(Printer):
         name, hint = what.get(type(s), (type(s).__name__, None))
         raise CompileError(f"{name} ({type(s).__name__}) has no AMD equivalent ({self.k.target})",
                            getattr(s, "loc", None), hint=hint)
+
+
+_HIP_ORDER = {"relaxed": "__ATOMIC_RELAXED", "acquire": "__ATOMIC_ACQUIRE", "release": "__ATOMIC_RELEASE",
+              "acq_rel": "__ATOMIC_ACQ_REL", "seq_cst": "__ATOMIC_SEQ_CST"}
+_HIP_SCOPE = {"cta": "__HIP_MEMORY_SCOPE_WORKGROUP", "gpu": "__HIP_MEMORY_SCOPE_AGENT",
+              "sys": "__HIP_MEMORY_SCOPE_SYSTEM"}
+_HIP_FENCE_SCOPE = {"cta": "workgroup", "gpu": "agent", "sys": ""}
 
 
 def print_hip(kernel: th.ThreadKernel) -> str:

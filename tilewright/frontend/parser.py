@@ -253,7 +253,14 @@ class Translator:
                     else:
                         raise CompileError(f"shape entry {s!r} of {a.arg!r} must be a positive int or T.dynamic",
                                            self.loc(a))
-                buf = t.Buffer(a.arg, shape, ann.dtype, "global", loc=self.loc(a))
+                for s in ann.strides or ():  # a symbolic stride is bound from the argument like a size
+                    if isinstance(s, E.Var):
+                        s.kind = "dyn"
+                        if all(s is not d for d in dyn):
+                            dyn.append(s)
+                buf = t.Buffer(a.arg, shape, ann.dtype, "global", strides=ann.strides, loc=self.loc(a))
+                if ann.strides is not None:
+                    buf.attrs["explicit_strides"] = True
                 params.append(buf)
                 self.scope[a.arg] = buf
             elif isinstance(ann, str):
@@ -461,13 +468,14 @@ class Translator:
                 raise CompileError(f"T.Parallel has {len(it.extents)} extents but the loop binds {len(names)} names",
                                    self.loc(s))
             vs = tuple(E.Var(self.b.fresh(n), "int32", kind="loop") for n in names)
-            self.run_loop_body(names, vs, s, lambda body: t.ParallelFor(vs, it.extents, body, loc=self.loc(s)))
+            self.run_loop_body(names, vs, s, lambda body: t.ParallelFor(vs, it.extents, body, loc=self.loc(s),
+                                                                      coalesced_width=it.coalesced_width))
         elif isinstance(it, T._LoopSpec):
             if len(names) != 1:
                 raise CompileError("a serial/pipelined loop binds one name", self.loc(s))
             start, stop = E.as_expr(it.start), E.as_expr(it.stop)
             extent = stop - start
-            from ..passes.analysis import is_nonnegative
+            from ..ir.analysis import is_nonnegative
 
             # a loop starting below zero makes its variable signed (floor division must then be exact)
             v = E.Var(self.b.fresh(names[0]), "int32", kind="loop" if is_nonnegative(start) else "sloop")

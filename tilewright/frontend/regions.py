@@ -69,7 +69,7 @@ def _extent(buf, d, lo, hi):
 
 def _affine_difference(lo, hi):
     """hi - lo for affine integer expressions (k+1)*32 - k*32 -> 32."""
-    from ..passes.analysis import affine_coeffs
+    from ..ir.analysis import affine_coeffs
 
     a, b = affine_coeffs(as_expr(hi)), affine_coeffs(as_expr(lo))
     if a is None or b is None:
@@ -103,3 +103,6 @@ def to_region(x, other_shape=None, what="operand") -> Region:
         squeezed = tuple(range(nd - len(other)))
         return Region(buf, x.indices, tuple(ext), squeezed)
     raise error(f"cannot use {x!r} as a tile {what}; pass a buffer, a slice of one, or a start element A[i, j]")
+
+
+Buffer.subscript_rule = subscript  # buf[...] in kernel code builds loads and regions by these rules

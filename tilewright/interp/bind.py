@@ -9,6 +9,7 @@ import numpy as np
 from ..errors import ArgumentError
 from ..ir import dtype as dt
 from ..ir import expr as E
+from ..ir.tile import stride_mismatch
 
 
 def as_int(v, what: str) -> int:
@@ -52,6 +53,23 @@ def check_array(p, a, dyn_vals: dict) -> None:
         elif want != got:
             raise ArgumentError(f"argument {p.name} has shape {a.shape}, the kernel expects "
                                 f"{shape_text(p.shape)} (dimension {d})")
+    if p.attrs.get("explicit_strides"):
+        if any(s % a.itemsize or s <= 0 for s in a.strides):
+            raise ArgumentError(f"argument {p.name} has byte strides {a.strides}; the kernel needs positive strides "
+                                "that are whole elements")
+        wrong = stride_mismatch(p, tuple(s // a.itemsize for s in a.strides), dyn_vals)
+        if wrong:
+            raise ArgumentError(f"argument {p.name} {wrong}")
+
+
+def strided_span(a: np.ndarray) -> np.ndarray:
+    """A flat view of the memory an array with positive strides spans, from its first element, so
+    that flat element offsets computed from its strides address it (writes go to ``a``'s memory)."""
+    if a.size == 0:
+        return a.reshape(-1)
+    step = a.itemsize
+    span = 1 + sum((n - 1) * (s // step) for n, s in zip(a.shape, a.strides))
+    return np.lib.stride_tricks.as_strided(a, shape=(span,), strides=(step,))
 
 
 def require_bound(name: str, dyn_vars, dyn_vals: dict) -> None:

@@ -1044,13 +1044,18 @@ class _Interpreter:
         if mask is False:
             return
         arrays = [x for x in idx + [val] if isinstance(x, np.ndarray)]
-        if not arrays and mask is None:
+        # inside T.Parallel every active iteration updates, even where index and value are the same
+        pshape = _iteration_shape(c) if c.in_par else ()
+        if not arrays and mask is None and not pshape:
             _check_indices(idx, arr.shape, None, buf, skip, "updated atomically")
             key = tuple(idx)
+            if s.result is not None:  # return_prev: the value before the update
+                c.env[s.result] = arr.dtype.type(arr[key])
             arr[key] = _combine(s.op, arr[key], val, arr.dtype)
             return
-        shape = np.broadcast_shapes(*(np.shape(x) for x in idx), np.shape(val), np.shape(mask))
+        shape = np.broadcast_shapes(*(np.shape(x) for x in idx), np.shape(val), np.shape(mask), pshape)
         if mask is None:
+            m = None
             sel = [np.broadcast_to(i, shape).reshape(-1) for i in idx]
             v = np.broadcast_to(val, shape).reshape(-1)
         else:
@@ -1058,7 +1063,16 @@ class _Interpreter:
             sel = [np.broadcast_to(i, shape)[m] for i in idx]
             v = np.broadcast_to(val, shape)[m]
         _check_indices(sel, arr.shape, None, buf, skip, "updated atomically")
-        _atomic_many(s.op, arr, sel, v)
+        if s.result is None:
+            _atomic_many(s.op, arr, sel, v)
+            return
+        prev = np.zeros(shape, dtype=arr.dtype)  # lanes that do not take part read 0
+        got = _atomic_many_prev(s.op, arr, sel, v)
+        if m is None:
+            prev = got.reshape(shape)
+        else:
+            prev[m] = got
+        c.env[s.result] = prev
 
 
 def _squeeze(shape) -> tuple:
@@ -1129,6 +1143,24 @@ def _atomic_many(op: str, arr: np.ndarray, idx: list, vals: np.ndarray) -> None:
     ufunc = np.maximum if op == "max" else np.minimum
     ufunc.at(acc, inv, vals.astype(work))
     arr[where] = ufunc(cur.astype(work), acc).astype(npdt)
+
+
+def _iteration_shape(c: _Ctx) -> tuple:
+    """The shape of the iteration space of the enclosing T.Parallel nest(s) bound so far."""
+    loops = [a.shape for v, a in c.env.items()
+             if isinstance(a, np.ndarray) and getattr(v, "kind", None) == "loop" and a.ndim == c.prank]
+    return np.broadcast_shapes(*loops) if loops else ()
+
+
+def _atomic_many_prev(op: str, arr: np.ndarray, idx: list, vals: np.ndarray) -> np.ndarray:
+    """Apply the updates one at a time (in lane order, one of the orders the hardware may pick) and
+    return the value each one found (``return_prev``)."""
+    prev = np.empty(vals.size, dtype=arr.dtype)
+    keys = list(zip(*(np.asarray(i, dtype=np.intp).tolist() for i in idx)))
+    for n, key in enumerate(keys):
+        prev[n] = arr[key]
+        arr[key] = _combine(op, arr[key], vals[n], arr.dtype)
+    return prev
 
 
 def _parallel_rank(s: t.ParallelFor) -> int:

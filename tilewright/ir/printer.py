@@ -113,7 +113,8 @@ class _TilePrinter:
             self.stmt(s.body, d + 1)
         elif isinstance(s, t.ParallelFor):
             names = ", ".join(v.name for v in s.vars)
-            self.emit(d, f"for {names} in T.Parallel({', '.join(str(e) for e in s.extents)}):")
+            cw = "" if s.coalesced_width is None else f", coalesced_width={s.coalesced_width}"
+            self.emit(d, f"for {names} in T.Parallel({', '.join(str(e) for e in s.extents)}{cw}):")
             self.stmt(s.body, d + 1)
         elif isinstance(s, t.IfThenElse):
             self.emit(d, f"if {expr_str(s.cond)}:")
@@ -127,7 +128,9 @@ class _TilePrinter:
         elif isinstance(s, t.LetStmt):
             self.emit(d, f"{s.var.name} = {expr_str(s.value)}")
         elif isinstance(s, t.Copy):
-            self.emit(d, f"T.copy({region_str(s.src)}, {region_str(s.dst)})")
+            extra = (", disable_tma=True" if s.disable_tma else "") + (
+                "" if s.coalesced_width is None else f", coalesced_width={s.coalesced_width}")
+            self.emit(d, f"T.copy({region_str(s.src)}, {region_str(s.dst)}{extra})")
         elif isinstance(s, t.Fill):
             self.emit(d, f"T.fill({region_str(s.dst)}, {expr_str(s.value)})")
         elif isinstance(s, t.Gemm):
@@ -142,7 +145,9 @@ class _TilePrinter:
             self.emit(d, f"T.reduce_{s.op}({s.src.name}, {s.dst.name}, dim={s.dim}, clear={s.clear})")
         elif isinstance(s, t.Atomic):
             val = region_str(s.value) if isinstance(s.value, t.Region) else expr_str(s.value)
-            self.emit(d, f"T.atomic_{s.op}({region_str(s.dst)}, {val})")
+            order = "" if s.order == "relaxed" else f", memory_order={s.order!r}"
+            call = f"T.atomic_{s.op}({region_str(s.dst)}, {val}{order}"
+            self.emit(d, f"{s.result.name} = {call}, return_prev=True)" if s.result is not None else f"{call})")
         elif isinstance(s, t.Annotate):
             if s.kind == "swizzle":
                 self.emit(d, f"T.use_swizzle(panel_size={s.attrs['panel_size']}, order={s.attrs['order']!r})")
@@ -167,7 +172,8 @@ def print_func(f) -> str:
     params = []
     for prm in f.params:
         if isinstance(prm, Buffer):
-            params.append(f"{prm.name}: T.Tensor({_shape_str(prm.shape)}, {prm.dtype!r})")
+            strides = f", strides={_shape_str(prm.strides)}" if prm.attrs.get("explicit_strides") else ""
+            params.append(f"{prm.name}: T.Tensor({_shape_str(prm.shape)}, {prm.dtype!r}{strides})")
         else:
             params.append(f"{prm.name}: T.{prm.dtype}")
     p.emit(0, "@T.prim_func")

@@ -36,13 +36,8 @@ def thread_stmt_lines(s) -> list[str]:
 
         return [f"{op(s.d)} = {s.instr.name}({op(s.a)}, {op(s.b)}, {op(s.c)})"]
     if isinstance(s, th.AtomicRMW):
-        text = f"atomic_{s.op}({s.buffer.name}[{expr_str(s.index)}], {expr_str(s.value)}"
-        if s.scope != "gpu" or s.order != "relaxed":
-            text += f", scope={s.scope}, order={s.order}"
-        text += ")"
-        if s.result is not None:
-            text = f"{s.result[0].name}[{expr_str(s.result[1])}] = {text}"
-        return [text]
+        call = f"atomic_{s.op}({s.buffer.name}[{expr_str(s.index)}], {expr_str(s.value)}, {s.scope}, {s.order})"
+        return [call if s.result is None else f"{s.result[0].name}[{expr_str(s.result[1])}] = {call}"]
     if isinstance(s, th.MbarrierArrive):
         extra = "".join([f", count={s.count}" if s.count != 1 else "",
                          f", expect_tx={expr_str(s.expect_tx)}" if s.expect_tx is not None else "",

@@ -19,6 +19,7 @@ from typing import Any
 from ..errors import SourceLocation
 from . import dtype as dt
 from .expr import Expr, Load, Var, as_expr, const_value
+from .plans import Plans, new_uid
 
 SCOPES = ("global", "shared", "fragment", "local", "var")
 
@@ -65,13 +66,41 @@ class Buffer:
         return n
 
     # kernel-code conveniences ------------------------------------------------------------
-    def __getitem__(self, idx):
-        from ..frontend.regions import subscript
+    # What ``buf[i, j]`` means in kernel source (a ``Load``, or a ``Region`` when a slice is
+    # involved) is the frontend's rule; the frontend installs it here when imported, so that the
+    # IR never imports the layer above it.
+    subscript_rule = None
 
-        return subscript(self, idx)
+    def __getitem__(self, idx):
+        rule = Buffer.subscript_rule
+        if rule is None:
+            raise TypeError(f"subscripting buffer {self.name} needs the frontend: import tilewright first")
+        return rule(self, idx)
 
     def __repr__(self) -> str:
         return f"Buffer({self.name}, {self.shape}, {self.dtype}, {self.scope})"
+
+
+def stride_mismatch(buf: Buffer, strides: tuple, bound: dict) -> str | None:
+    """For a parameter declared with ``T.Tensor(strides=...)``: None when an argument's element
+    ``strides`` fit the declared ones (size-1 dimensions excepted), binding symbolic strides into
+    ``bound``; otherwise what is wrong (the caller names the argument).  The one copy of this rule
+    for the GPU runtime and the CPU backends."""
+    if not buf.attrs.get("explicit_strides"):
+        return None
+    for d, (want, got, n) in enumerate(zip(buf.strides, strides, buf.shape)):
+        got = int(got)
+        if isinstance(want, Var):
+            if not 0 < got < 2**31:
+                return f"has stride {got} in dimension {d}; the kernel needs a positive stride that fits in int32"
+            if bound.setdefault(want, got) != got:
+                return (f"has stride {got} in dimension {d}, but the symbolic stride {want.name} was already bound "
+                        f"to {bound[want]}")
+        elif want != got and n != 1:
+            declared = ", ".join(getattr(x, "name", str(x)) for x in buf.strides)
+            return (f"has strides {tuple(int(x) for x in strides)} (elements), the kernel expects ({declared}) "
+                    "(T.Tensor(strides=...)); pass a tensor with those strides")
+    return None
 
 
 def row_major_strides(shape) -> tuple:
@@ -124,7 +153,13 @@ def same_dims(a, b) -> bool:
 
 
 class Stmt:
+    """Base of every statement node.  ``uid`` (assigned at construction, carried over by
+    ``ir.visitor.rebuild``) is the key of the node's entries in ``ir.plans.Plans``."""
+
     loc: SourceLocation | None = None
+
+    def __post_init__(self):
+        self.uid = new_uid()
 
 
 @dataclass(eq=False)
@@ -179,6 +214,7 @@ class ParallelFor(Stmt):
     extents: tuple  # ints
     body: Any
     loc: Any = None
+    coalesced_width: int | None = None  # most elements per vector access (``coalesced_width=``)
 
 
 @dataclass(eq=False)
@@ -218,6 +254,8 @@ class Copy(Stmt):
     loc: Any = None
     mode: str = "sync"
     barrier: Any = None
+    disable_tma: bool = False  # ``T.copy(disable_tma=True)``: never issued as TMA loads
+    coalesced_width: int | None = None  # most elements per vector access
 
 
 @dataclass(eq=False)
@@ -243,29 +281,6 @@ class Gemm(Stmt):
 
 
 @dataclass(eq=False)
-class GemmPrefetch(Stmt):
-    """Made by ``pipeline_loops`` before a prefetching GEMM mainloop: load the first K step of
-    ``gemm``'s operands from ring slot ``slot`` into registers."""
-
-    gemm: Gemm
-    slot: Any
-    loc: Any = None
-
-
-@dataclass(eq=False)
-class GemmStep(Stmt):
-    """Made by ``pipeline_loops``: one iteration of a prefetching GEMM mainloop; the last K step
-    waits for the copies of ring slot ``next_slot`` (``pending`` groups may stay in flight),
-    synchronizes the block and preloads that slot's first K step."""
-
-    gemm: Gemm
-    next_slot: Any
-    pending: int
-    loc: Any = None
-    wait: Any = None  # the statement that waits for next_slot's copies, when not AsyncWait(pending)
-
-
-@dataclass(eq=False)
 class Reduce(Stmt):
     """``dst = op over dim of src`` (``clear=False`` folds the old ``dst`` in)."""
 
@@ -285,6 +300,8 @@ class Atomic(Stmt):
     dst: Region
     value: Any  # Expr (scalar form) or Region (tile form)
     loc: Any = None
+    order: str = "relaxed"  # memory order: relaxed, acquire, release, acq_rel, seq_cst
+    result: Var | None = None  # scalar form: bound to the value before the update, like a LetStmt
 
 
 @dataclass(eq=False)
@@ -310,6 +327,7 @@ class PrimFunc:
     dyn_vars: list = field(default_factory=list)  # symbolic dims appearing in param shapes
     attrs: dict = field(default_factory=dict)
     loc: Any = None
+    plans: Plans = field(default_factory=Plans)  # what the passes decided (ir.plans)
 
     def buffer_params(self) -> list:
         return [p for p in self.params if isinstance(p, Buffer)]

@@ -77,8 +77,6 @@ def regions_of(s) -> list:
         return [s.dst]
     if isinstance(s, t.Gemm):
         return [s.a, s.b, s.c]
-    if isinstance(s, (t.GemmPrefetch, t.GemmStep)):
-        return [s.gemm.a, s.gemm.b, s.gemm.c]
     if isinstance(s, t.Atomic):
         return [s.dst] + ([s.value] if isinstance(s.value, t.Region) else [])
     if isinstance(s, t.Reduce):

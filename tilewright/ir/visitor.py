@@ -2,7 +2,9 @@
 
 Statement nodes are dataclasses; their children are found by field type, so a new node type needs
 no change here.  ``rewrite_expr`` rebuilds an expression bottom-up through a callback;
-``substitute`` replaces variables; ``walk`` visits every statement.
+``substitute`` replaces variables; ``walk`` visits every statement.  Rewrites keep a statement's
+``uid`` (its key in ``ir.plans.Plans``): ``map_stmt`` does so for the containers it rebuilds, and a
+pass that rebuilds a node itself uses ``rebuild``.
 """
 
 from __future__ import annotations
@@ -140,6 +142,15 @@ def walk(s, fn: Callable) -> None:
         stack.extend(reversed(child_stmts(x)))
 
 
+def rebuild(node, **changes):
+    """A copy of statement ``node`` with some fields changed, keeping its ``uid`` (so the plans
+    recorded for ``node`` apply to the copy)."""
+    new = dataclasses.replace(node, **changes)
+    if hasattr(node, "uid"):
+        new.uid = node.uid
+    return new
+
+
 def map_stmt(s, fn: Callable):
     """Post-order statement rewrite: children first, then ``fn(node)`` returns a replacement
     (a statement, a list of statements to splice, or None to keep)."""
@@ -173,6 +184,6 @@ def map_stmt(s, fn: Callable):
                     changed = True
             if changed:
                 changes[name] = nl
-    node = dataclasses.replace(s, **changes) if changes else s
+    node = rebuild(s, **changes) if changes else s
     r = fn(node)
     return node if r is None else r

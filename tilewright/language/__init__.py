@@ -8,7 +8,9 @@ from __future__ import annotations
 
 import builtins as _builtins
 import math as _math
+import warnings as _warnings
 
+from ..errors import TilewrightWarning
 from ..frontend import builder as _b
 from ..frontend.regions import to_region as _to_region
 from ..ir import dtype as _dt
@@ -60,17 +62,51 @@ def dtype(name) -> DType:
 
 
 # --------------------------------------------------------------------------------------------
+# arguments accepted for TileLang compatibility that change nothing here
+
+
+def _no_effect(argument: str, why: str, todo: str) -> None:
+    """Warn (once per kernel and argument) that ``argument`` is a performance hint tilewright does
+    not act on: the results are the same with or without it.  The warning points at the kernel line."""
+    b = _b.current_or_none()
+    seen = None if b is None else b.__dict__.setdefault("_no_effect_warned", set())
+    if seen is not None:
+        if argument in seen:
+            return
+        seen.add(argument)
+    message = f"{argument} has no effect in tilewright: {why}; {todo}"
+    loc = b.loc if b is not None else None
+    if loc is not None:
+        _warnings.warn_explicit(message, TilewrightWarning, loc.filename, loc.lineno)
+    else:
+        _warnings.warn(message, TilewrightWarning, stacklevel=3)
+
+
+# --------------------------------------------------------------------------------------------
 # parameters
 
 
 class Tensor:
-    """Parameter annotation ``A: T.Tensor((M, K), "float16")`` (``T.Buffer`` is the same)."""
+    """Parameter annotation ``A: T.Tensor((M, K), "float16")`` (``T.Buffer`` is the same).
+
+    ``strides=`` (elements, one per dimension: positive ints or ``T.dynamic`` names) addresses the
+    tensor with those strides instead of row-major ones; arguments must have exactly those strides
+    (a symbolic stride is read from the argument)."""
 
     def __init__(self, shape, dtype="float32", strides=None):
         if isinstance(shape, (_builtins.int, PrimExpr)):
             shape = (shape,)
         self.shape = tuple(shape)
         self.dtype = _dt.canon(dtype)
+        if strides is not None:
+            strides = (strides,) if isinstance(strides, (_builtins.int, PrimExpr)) else tuple(strides)
+            if len(strides) != len(self.shape):
+                raise _b.error(f"T.Tensor(strides={strides!r}) gives {len(strides)} strides for "
+                               f"{len(self.shape)} dimensions", hint="give one stride (in elements) per dimension")
+            for s in strides:
+                is_int = isinstance(s, _builtins.int) and not isinstance(s, _builtins.bool)
+                if not (isinstance(s, Var) or is_int and s > 0):
+                    raise _b.error(f"T.Tensor(strides=...) entries must be positive ints or T.dynamic names, got {s!r}")
         self.strides = strides
 
     def __class_getitem__(cls, item):
@@ -102,6 +138,13 @@ class Kernel:
     def __init__(self, *grid, threads=128, cluster_dims=None, prelude=None, is_cpu=False):
         if not 1 <= len(grid) <= 3:
             raise _b.error(f"T.Kernel takes 1 to 3 grid dimensions, got {len(grid)}")
+        if prelude is not None:
+            raise _b.error("T.Kernel(prelude=...) (source text pasted before the kernel) is not supported",
+                           hint="write the helper as a @T.macro or with T.* functions inside the kernel")
+        if is_cpu:
+            raise _b.error("T.Kernel(is_cpu=True) is not supported: tilewright compiles GPU kernels",
+                           hint="use target='interpret' to run a GPU kernel on the CPU")
+        _check_cluster_dims(cluster_dims)
         self.grid = tuple(_e.as_expr(g) for g in grid)
         if isinstance(threads, _builtins.int):
             threads = (threads,)
@@ -115,6 +158,21 @@ class Kernel:
 
     def __exit__(self, *a):
         return False
+
+
+def _check_cluster_dims(cluster_dims) -> None:
+    """Thread-block clusters do not exist here yet: a cluster of one block is the plain launch; a
+    larger one only groups blocks for scheduling unless the kernel uses cluster features (which
+    would not compile), so it is a hint without effect."""
+    if cluster_dims is None:
+        return
+    dims = (cluster_dims,) if isinstance(cluster_dims, _builtins.int) else tuple(cluster_dims)
+    if not 1 <= len(dims) <= 3 or not all(isinstance(d, _builtins.int) and d > 0 for d in dims):
+        raise _b.error(f"T.Kernel(cluster_dims=...) must be a positive int or 1 to 3 of them, got {cluster_dims!r}")
+    if _math.prod(dims) != 1:
+        _no_effect("T.Kernel(cluster_dims=...)",
+                   f"thread-block clusters are not implemented, the blocks of cluster {dims} launch independently",
+                   "remove cluster_dims (the results are the same)")
 
 
 class _LoopSpec:
@@ -151,7 +209,17 @@ def unroll(*args, step=1, explicit=False):
 
 
 def Pipelined(*args, num_stages=0, order=None, stage=None, sync=None, group=None):
+    """``for k in T.Pipelined(n, num_stages=s):`` — a software-pipelined loop.  TileLang's explicit
+    schedule (``order``, ``stage``, ``sync``, ``group``) is not implemented: tilewright plans the
+    pipeline from ``num_stages``; the loop computes the same either way, so those are warned about."""
     lo, hi = _bounds(args)
+    if not isinstance(num_stages, _builtins.int) or isinstance(num_stages, _builtins.bool):
+        raise _b.error(f"T.Pipelined(num_stages=...) must be an int, got {num_stages!r}")
+    for name, v in (("order", order), ("stage", stage), ("sync", sync), ("group", group)):
+        if v is not None:
+            _no_effect(f"T.Pipelined({name}=...)",
+                       "explicit pipeline schedules are not implemented; the pipeline is planned from num_stages",
+                       f"remove {name}= (the loop computes the same) and tune num_stages instead")
     return _LoopSpec("pipelined", lo, hi, num_stages=_builtins.int(num_stages))
 
 
@@ -161,6 +229,7 @@ class Parallel:
     def __init__(self, *extents, coalesced_width=None):
         if not extents:
             raise _b.error("T.Parallel needs at least one extent")
+        self.coalesced_width = _coalesced_width(coalesced_width, "T.Parallel")
         for x in extents:
             if not isinstance(x, _builtins.int) or isinstance(x, _builtins.bool) or x <= 0:
                 raise _b.error(f"T.Parallel extents must be positive compile-time ints, got {x!r}",
@@ -169,6 +238,16 @@ class Parallel:
 
     def __iter__(self):
         raise _b.error("T.Parallel can only be used as `for i, j in T.Parallel(...)` inside a @T.prim_func body")
+
+
+def _coalesced_width(w, what: str):
+    """``coalesced_width=``: the most elements one thread moves per vector access (a power of two)."""
+    if w is None:
+        return None
+    if not isinstance(w, _builtins.int) or isinstance(w, _builtins.bool) or w <= 0 or w & (w - 1):
+        raise _b.error(f"{what}(coalesced_width=...) must be a positive power of two, got {w!r}",
+                       hint="it bounds the elements per vector access (1 disables vectorization)")
+    return w
 
 
 def get_thread_binding(dim: int = 0):
@@ -211,19 +290,32 @@ def _alloc(shape, dtype, scope, name):
     return buf
 
 
+def _check_scope(call: str, scope, allowed: tuple) -> None:
+    """TileLang's ``scope=`` names; another scope would put the buffer somewhere else."""
+    if scope not in allowed:
+        takes = " or ".join(map(repr, allowed))
+        raise _b.error(f"{call}(scope={scope!r}) is not supported here; it takes scope {takes}",
+                       hint="use the T.alloc_* call of the memory you want (alloc_shared, alloc_fragment, "
+                       "alloc_local, alloc_var)")
+
+
 def alloc_shared(shape, dtype, scope="shared.dyn"):
+    _check_scope("T.alloc_shared", scope, ("shared.dyn", "shared"))
     return _alloc(shape, dtype, "shared", "shared")
 
 
 def alloc_fragment(shape, dtype, scope="local.fragment"):
+    _check_scope("T.alloc_fragment", scope, ("local.fragment",))
     return _alloc(shape, dtype, "fragment", "frag")
 
 
 def alloc_local(shape, dtype, scope="local"):
+    _check_scope("T.alloc_local", scope, ("local",))
     return _alloc(shape, dtype, "local", "local")
 
 
 def alloc_var(dtype, init=None, scope="local.var"):
+    _check_scope("T.alloc_var", scope, ("local.var",))
     b = _b.current()
     if b.kernel is None:
         raise _b.error("T.alloc_var must be called inside `with T.Kernel(...)`")
@@ -253,10 +345,19 @@ def _regions_for_copy(src, dst):
 
 def copy(src, dst, coalesced_width=None, disable_tma=False, eviction_policy=None):
     """Copy a tile between global, shared and fragment memory (any direction, dtype-converting).
-    Out-of-bounds parts of a global tile are not read (zero-filled) and not written."""
+    Out-of-bounds parts of a global tile are not read (zero-filled) and not written.
+    ``disable_tma=True`` keeps this copy off the TMA path (a pipelined loop holding it uses cp.async
+    for all its copies); ``coalesced_width`` bounds the elements per vector access."""
     b = _b.current()
+    width = _coalesced_width(coalesced_width, "T.copy")
+    if eviction_policy is not None:
+        if eviction_policy not in ("evict_normal", "evict_first", "evict_last"):
+            raise _b.error(f"T.copy(eviction_policy=...) must be 'evict_normal', 'evict_first' or 'evict_last', "
+                           f"got {eviction_policy!r}")
+        _no_effect("T.copy(eviction_policy=...)", "cache eviction hints are not emitted",
+                   "remove eviction_policy (the copy is the same)")
     s, d = _regions_for_copy(src, dst)
-    b.emit(_t.Copy(s, d))
+    b.emit(_t.Copy(s, d, disable_tma=_builtins.bool(disable_tma), coalesced_width=width))
 
 
 def fill(buf, value):
@@ -281,6 +382,20 @@ def gemm(A, B, C, transpose_A=False, transpose_B=False, policy=GemmWarpPolicy.Sq
     b = _b.current()
     if policy not in ("square", "fullrow", "fullcol"):
         raise _b.error(f"unknown GemmWarpPolicy {policy!r}")
+    if k_pack not in (1, 2) or isinstance(k_pack, _builtins.bool):
+        raise _b.error(f"T.gemm(k_pack={k_pack!r}) is not supported; TileLang's k_pack is 1 or 2",
+                       hint="leave k_pack at 1: the gemm planner chooses the instruction's K width itself")
+    if k_pack == 2:
+        _no_effect("T.gemm(k_pack=2)", "the gemm planner chooses how many K elements a lane packs per "
+                   "MFMA/mma instruction", "remove k_pack (the product is the same)")
+    if use_wgmma:
+        _no_effect("T.gemm(use_wgmma=True)", "wgmma is not implemented yet; the gemm uses mma.sync / MFMA / WMMA",
+                   "remove use_wgmma (the product is the same)")
+    if wg_wait != 0:
+        if not isinstance(wg_wait, _builtins.int) or isinstance(wg_wait, _builtins.bool) or wg_wait < -1:
+            raise _b.error(f"T.gemm(wg_wait=...) must be an int >= -1, got {wg_wait!r}")
+        _no_effect("T.gemm(wg_wait=...)", "the gemm is synchronous: its result is complete when T.gemm returns",
+                   "remove wg_wait (the product is the same)")
     b.emit(_t.Gemm(_to_region(A, what="gemm A"), _to_region(B, what="gemm B"), _to_region(C, what="gemm C"),
                    _builtins.bool(transpose_A), _builtins.bool(transpose_B), policy, _builtins.bool(clear_accum),
                    _builtins.int(k_pack)))
@@ -318,30 +433,53 @@ def reduce_absmax(buffer, out, dim=-1, clear=True):
     _reduce("absmax", buffer, out, dim, clear)
 
 
-def _atomic(op, dst, value, memory_order=None):
+_MEMORY_ORDERS = ("relaxed", "consume", "acquire", "release", "acq_rel", "seq_cst")
+
+
+def _memory_order(op: str, memory_order) -> str:
+    if memory_order is None:
+        return "relaxed"
+    if memory_order not in _MEMORY_ORDERS:
+        raise _b.error(f"T.atomic_{op}(memory_order={memory_order!r}) is not a memory order",
+                       hint=f"use one of {', '.join(repr(m) for m in _MEMORY_ORDERS)}")
+    return "acquire" if memory_order == "consume" else memory_order  # consume is promoted, as C++ compilers do
+
+
+def _atomic(op, dst, value, memory_order=None, return_prev=False):
+    """Scalar form ``T.atomic_add(A[i, j], v)`` (one element; with ``return_prev=True`` it returns the
+    element's value before the update) or tile form ``T.atomic_add(A[i:i+m, :], tile)``."""
     b = _b.current()
+    order = _memory_order(op, memory_order)
     if isinstance(dst, _e.Load) and not isinstance(value, (_t.Buffer, _t.Region)):
         r = _t.Region(dst.buffer, dst.indices, tuple(1 for _ in dst.indices), tuple(range(len(dst.indices))))
-        b.emit(_t.Atomic(op, r, _e.cast(dst.buffer.dtype, value)))
-        return
+        prev = _e.Var(b.fresh("prev"), dst.buffer.dtype, kind="let") if return_prev else None
+        b.emit(_t.Atomic(op, r, _e.cast(dst.buffer.dtype, value), order=order, result=prev))
+        return prev
     if isinstance(value, (_t.Buffer, _t.Region)):
+        if return_prev:
+            raise _b.error(f"T.atomic_{op}(..., return_prev=True) needs an element destination such as A[i, j]; "
+                           "a tile update has no single previous value",
+                           hint="update elements in a T.Parallel loop: prev = T.atomic_add(A[i, j], v, "
+                           "return_prev=True)")
         v = _to_region(value, what="atomic value")
         d = _to_region(dst, v.shape, "atomic destination")
-        b.emit(_t.Atomic(op, d, v))
-        return
+        b.emit(_t.Atomic(op, d, v, order=order))
+        return None
     raise _b.error(f"T.atomic_{op}: the destination must be an element A[i, j] or a region, got {dst!r}")
 
 
 def atomic_add(dst, value, memory_order=None, return_prev=False):
-    _atomic("add", dst, value)
+    """``dst += value`` atomically; ``memory_order`` as in C++ (default relaxed); with
+    ``return_prev=True`` returns the value ``dst`` held before (element form)."""
+    return _atomic("add", dst, value, memory_order, return_prev)
 
 
 def atomic_max(dst, value, memory_order=None, return_prev=False):
-    _atomic("max", dst, value)
+    return _atomic("max", dst, value, memory_order, return_prev)
 
 
 def atomic_min(dst, value, memory_order=None, return_prev=False):
-    _atomic("min", dst, value)
+    return _atomic("min", dst, value, memory_order, return_prev)
 
 
 def use_swizzle(panel_size: int = 10, order: str = "row", enable: bool = True):

@@ -87,7 +87,7 @@ def copy_as_parallel(s: t.Copy) -> t.ParallelFor:
     store = t.BufferStore(s.dst.buffer, didx, value, loc=s.loc)
     dp = in_bounds(s.dst.buffer, didx)
     body = store if dp is None else t.IfThenElse(dp, store, None, loc=s.loc)
-    return t.ParallelFor(tuple(vs), shape, body, loc=s.loc)
+    return t.ParallelFor(tuple(vs), shape, body, loc=s.loc, coalesced_width=s.coalesced_width)
 
 
 def fill_as_parallel(s: t.Fill) -> t.ParallelFor:
@@ -110,7 +110,7 @@ def atomic_as_parallel(s: t.Atomic) -> t.ParallelFor:
     if sp is not None:
         value = E.select(sp, value, E.Const(0, s.value.buffer.dtype))
     dst_elem = t.Region(s.dst.buffer, didx, tuple(1 for _ in didx), tuple(range(len(didx))))
-    op = t.Atomic(s.op, dst_elem, E.cast(s.dst.buffer.dtype, value), loc=s.loc)
+    op = t.Atomic(s.op, dst_elem, E.cast(s.dst.buffer.dtype, value), loc=s.loc, order=s.order)
     dp = in_bounds(s.dst.buffer, didx)
     body = op if dp is None else t.IfThenElse(dp, op, None, loc=s.loc)
     return t.ParallelFor(tuple(vs), shape, body, loc=s.loc)

@@ -1,19 +1,19 @@
 """Pass ``infer_layouts``: decide where every fragment element lives and how shared tiles are laid out.
 
-Needs: Tile IR after ``expand_tile_ops`` (elementwise work is in ``ParallelFor`` loops), a target.
-Guarantees, recorded in ``func.attrs``:
+Needs: Tile IR after ``expand_tile_ops`` (elementwise work is in ``ParallelFor`` loops) and
+``plan_gemms`` (``func.plans.gemms``), a target.
+Guarantees, recorded in ``func.plans`` (``ir.plans.Plans``):
 
-* ``layouts[buffer]``: a ``FragmentLayout`` for every fragment, found in this order:
+* ``fragment_layouts[buffer]``: a ``FragmentLayout`` for every fragment, found in this order:
   1. ``T.gemm`` accumulators take the matrix instruction's accumulator layout over a warp grid
-     chosen by the warp policy (a SIMT layout when the target has no matrix instruction for the
-     operand types); a fragment A operand takes the matching operand layout.
+     of the gemm's plan (a SIMT layout when the plan is SIMT); a fragment A operand takes the
+     matching operand layout.
   2. Propagation to a fixpoint: ``T.reduce`` gives its destination the reduced source layout;
      in a ``T.Parallel`` loop, fragments indexed exactly by the loop variables share one layout,
      and fragments indexed by a subset of them take the projection of it.
   3. Fragments still without a layout get a striped layout (vectorized chunks per thread), the
      earliest-used first, and propagation runs again.
-* ``gemm_plans[id(gemm)]``: the instruction and warp grid (or SIMT thread grid) of each ``T.gemm``.
-* ``parallel_layouts[id(loop)]``: the layout each ``T.Parallel`` loop iterates by.
+* ``parallel_layouts[loop]``: the layout each ``T.Parallel`` loop iterates by.
 * ``shared_layouts[buffer]``: row-major, XOR-swizzled for tiles read by matrix loads; the TMA
   layout (``SharedLayout(tma=True)``) for ring buffers ``pipeline_loops`` marked for TMA.
 
@@ -23,24 +23,12 @@ fragment operands, conflicting layouts).
 
 from __future__ import annotations
 
-from dataclasses import dataclass
-
 from ..errors import CompileError
 from ..ir import dtype as dt
 from ..ir import tile as t
 from ..ir.layout import MmaAccumLayout, MmaOperandLayout, ReducedLayout, SharedLayout, SimtAccumLayout, StripedLayout
 from ..ir.verifier import exprs_of
 from ..ir.visitor import loads_in, walk
-
-
-@dataclass
-class GemmPlan:
-    kind: str  # "mma" or "simt"
-    instr: object = None
-    warps_m: int = 1
-    warps_n: int = 1
-    tm: int = 1
-    tn: int = 1
 
 
 def infer_layouts(func: t.PrimFunc, ctx) -> t.PrimFunc:
@@ -51,7 +39,7 @@ def infer_layouts(func: t.PrimFunc, ctx) -> t.PrimFunc:
     walk(func.body, stmts.append)
     frags = [s.buffer for s in stmts if isinstance(s, t.Alloc) and s.buffer.scope == "fragment"]
     layouts: dict = {}
-    plans: dict = {}
+    plans = func.plans.gemms
 
     def assign(buf, layout, why, loc):
         old = layouts.get(buf)
@@ -67,8 +55,7 @@ def infer_layouts(func: t.PrimFunc, ctx) -> t.PrimFunc:
     # 1. gemm constraints
     for s in stmts:
         if isinstance(s, t.Gemm):
-            plan = plan_gemm(s, nthreads, target)
-            plans[id(s)] = plan
+            plan = plans[s]
             shape = tuple(s.c.shape)
             if plan.kind == "mma":
                 lay = MmaAccumLayout(shape, plan.instr, plan.warps_m, plan.warps_n, nthreads)
@@ -118,19 +105,22 @@ def infer_layouts(func: t.PrimFunc, ctx) -> t.PrimFunc:
                                f"({lay})", b.loc, hint="use a tile size that the thread count divides") from None
 
     _check_register_budget(layouts, nthreads, target)
-    par_layouts = {}
+    par_layouts = func.plans.parallel_layouts
     for p in parallels:
         drive = _driving(p, layouts)
         if drive is None:
             dtypes = [b.dtype for b in _buffers_in(p)] or ["float32"]
-            drive = StripedLayout(p.extents, nthreads, _vec_for(p.extents, dtypes))
-        par_layouts[id(p)] = drive
+            vec = _vec_for(p.extents, dtypes)
+            if p.coalesced_width is not None:  # the author's bound on the elements per vector access
+                vec = min(vec, p.coalesced_width)
+            drive = StripedLayout(p.extents, nthreads, vec)
+        par_layouts[p] = drive
 
     shared = {}
     gemm_operands = set()
     for s in stmts:
         if isinstance(s, t.Gemm):
-            plan = plans[id(s)]
+            plan = plans[s]
             for r in (s.a, s.b):
                 if r.buffer.scope == "shared" and plan.kind == "mma":
                     gemm_operands.add(r.buffer)
@@ -139,11 +129,9 @@ def infer_layouts(func: t.PrimFunc, ctx) -> t.PrimFunc:
             b = s.buffer
             # ring buffers filled by TMA take the layout the TMA writes (swizzled like the ldmatrix one)
             shared[b] = SharedLayout(b.shape, b.dtype, swizzle=b in gemm_operands and target.vendor == "nvidia",
-                                     tma=bool(b.attrs.get("tma")))
-    func.attrs["layouts"] = layouts
-    func.attrs["gemm_plans"] = plans
-    func.attrs["parallel_layouts"] = par_layouts
-    func.attrs["shared_layouts"] = shared
+                                     tma=b in func.plans.rings and func.plans.rings[b].tma)
+    func.plans.fragment_layouts.update(layouts)
+    func.plans.shared_layouts.update(shared)
     return func
 
 
@@ -293,75 +281,3 @@ def _first_use_candidates(bufs, stmts, wanted):
             if b in wanted:
                 yield b
     yield bufs[0]
-
-
-# --------------------------------------------------------------------------------------------
-# gemm planning
-
-
-def plan_gemm(g: t.Gemm, nthreads: int, target) -> GemmPlan:
-    m, n = g.c.shape
-    a_dt, b_dt, c_dt = g.a.buffer.dtype, g.b.buffer.dtype, g.c.buffer.dtype
-    instrs = target.matrix_instr_for(a_dt, b_dt, c_dt) if not target.is_interpret else []
-    gs = target.warp_size
-    for instr in instrs:
-        if nthreads % instr.group_size:
-            continue
-        nwarps = nthreads // instr.group_size
-        k = g.a.shape[0] if g.trans_a else g.a.shape[1]
-        if k % instr.k:
-            continue
-        grid = _warp_grid(m, n, nwarps, instr, g.policy)
-        if grid is not None:
-            return GemmPlan("mma", instr, grid[0], grid[1])
-    if instrs:
-        k = g.a.shape[0] if g.trans_a else g.a.shape[1]
-        instr = instrs[0]
-        raise CompileError(
-            f"T.gemm tile {m}x{n}x{k} cannot be split over {nthreads // max(instr.group_size, 1)} warps of "
-            f"{instr.group_size} lanes with {instr.name} ({instr.m}x{instr.n}x{instr.k} per instruction)", g.loc,
-            hint=f"make M a multiple of {instr.m}*warps_m and N of {instr.n}*warps_n, K a multiple of {instr.k}, "
-            "or use fewer threads")
-    # SIMT fallback (fp32 and other types without a matrix instruction)
-    best = None
-    for tm in range(1, nthreads + 1):
-        if nthreads % tm:
-            continue
-        tn = nthreads // tm
-        if m % tm or n % tn:
-            continue
-        score = abs((m // tm) - (n // tn))
-        if best is None or score < best[0]:
-            best = (score, tm, tn)
-    if best is None:
-        raise CompileError(f"T.gemm tile {m}x{n} cannot be spread over {nthreads} threads", g.loc,
-                           hint="use a thread count that divides M*N evenly (e.g. 128 for a 64x64 tile)")
-    del gs
-    return GemmPlan("simt", None, tm=best[1], tn=best[2])
-
-
-def _warp_grid(m, n, nwarps, instr, policy):
-    options = []
-    for wm in range(1, nwarps + 1):
-        if nwarps % wm:
-            continue
-        wn = nwarps // wm
-        if m % (instr.m * wm) or n % (instr.n * wn):
-            continue
-        options.append((wm, wn))
-    if not options:
-        return None
-    if policy == "fullrow":
-        full = [o for o in options if o[1] == 1]
-        return full[0] if full else max(options, key=lambda o: o[0])
-    if policy == "fullcol":
-        full = [o for o in options if o[0] == 1]
-        return full[0] if full else max(options, key=lambda o: o[1])
-
-    def score(o):
-        wm, wn = o
-        tile_m, tile_n = m // wm, n // wn
-        # prefer square warp tiles, then warp tiles whose N holds pairs of atoms (ldmatrix.x4)
-        return (abs(tile_m - tile_n), 0 if (tile_n // instr.n) % 2 == 0 else 1, -tile_m)
-
-    return min(options, key=score)

@@ -55,6 +55,8 @@ def lower_copy_g2s(ctx: LoweringContext, s: t.Copy, env: Env) -> list:
     src_l = t.Region(src.buffer, src_starts, src.extents, src.squeezed)
     dst_l = t.Region(dst.buffer, dst_starts, dst.extents, dst.squeezed)
     v = _chunk_width(ctx, src, src_starts, shape)
+    if s.coalesced_width is not None:  # the author's bound on the vector width
+        v = min(v, s.coalesced_width)
     esize = dt.nbytes(src.buffer.dtype)
     same_type = src.buffer.dtype == dst.buffer.dtype
     use_async = ctx.target.has("cp.async") and same_type and v * esize in (4, 8, 16)
@@ -135,6 +137,14 @@ def lower_copy_tma(ctx: LoweringContext, s: t.Copy, env: Env) -> list:
 
     src, dst = s.src, s.dst
     bar, bar_index = s.barrier
+    too_big = [n for n in src.buffer.shape if isinstance(E.const_value(n), int) and E.const_value(n) >= 2**31]
+    if too_big:  # box coordinates are signed 32-bit operands of the instruction
+        from ..errors import CompileError
+
+        raise CompileError(f"T.copy from {src.buffer.name}: a dimension of {too_big[0]} elements is past the "
+                           "tensor memory accelerator's 32-bit coordinates", s.loc,
+                           hint="split the dimension (a reshape to two dimensions), or pipeline the loop on a "
+                           "target without TMA")
     starts = [lower_expr(ctx, x, env) for x in src.starts]
     dst_starts = [lower_expr(ctx, x, env) for x in dst.starts]
     flat_dst = ctx.shared_flat(dst.buffer)

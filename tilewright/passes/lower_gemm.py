@@ -10,6 +10,17 @@ Operand loads from shared memory use ``ldmatrix`` where the target has it and th
 the instruction's lane layout, with runs of consecutive elements fetched as one vector.  A fragment
 A operand (``MmaOperandLayout``) is used in place.
 
+Pipelined mainloops (``plans.mainloops``, recorded by ``pipeline_loops``): the loop body ends with
+``gemm; wait for the next ring slot; barrier``.  For mma.sync, when the double-buffered operands fit
+in registers (``prefetch_supported``), the schedule is: before the loop, declare two sets of operand
+fragments and load K step 0 from the first slot; in each iteration K steps alternate between the
+two sets — while step kk computes, step kk+1 loads — and the last step waits for the next slot,
+synchronizes (which also frees the slot just read for the copies of the next iteration) and loads
+the next iteration's first step before issuing its own instructions.  Otherwise the gemm is lowered
+as usual, followed by the wait and the barrier.
+
+wgmma plans (``tw.enable_wgmma``) are refused here: their lowering is not written yet.
+
 SIMT path (no matrix instruction for the types): thread (ti, tj) of a ``tm x tn`` grid accumulates its
 strided rows/columns with scalar multiply-adds, reading A and B from shared memory.
 """
@@ -18,6 +29,7 @@ from __future__ import annotations
 
 import numpy as np
 
+from ..errors import CompileError, InternalError
 from ..ir import dtype as dt
 from ..ir import expr as E
 from ..ir import thread as th
@@ -40,11 +52,11 @@ def _tile_index(region: t.Region, starts, pos):
 class _MmaGemm:
     """The pieces of one matrix-instruction gemm: operand loads for a K step into given fragment
     buffers, and the instructions of a K step.  Used whole by ``lower_gemm`` and split across loop
-    iterations by ``lower_gemm_prefetch`` / ``lower_gemm_step``."""
+    iterations by ``lower_mainloop``."""
 
     def __init__(self, ctx: LoweringContext, s: t.Gemm, env: Env):
         self.ctx, self.s = ctx, s
-        self.plan = plan = ctx.gemm_plans[id(s)]
+        self.plan = plan = ctx.gemm_plans[s]
         self.instr = instr = plan.instr
         self.lay = ctx.layouts[s.c.buffer]
         self.c_local = ctx.local_of[s.c.buffer]
@@ -130,8 +142,16 @@ def _clear(s, lay, c_local) -> list:
     return [t.BufferStore(c_local, (E.as_expr(r),), E.Const(0, c_local.dtype)) for r in range(lay.num_regs)]
 
 
+def _refuse_unlowered(plan, s) -> None:
+    if plan.family == "wgmma":
+        raise CompileError(
+            f"T.gemm was planned as wgmma ({plan.instr.name}, {plan.warps_m}x{plan.warps_n} warpgroups), which "
+            "tilewright cannot lower yet", s.loc, hint="remove the pass config tw.enable_wgmma (mma.sync is used then)")
+
+
 def lower_gemm(ctx: LoweringContext, s: t.Gemm, env: Env) -> list:
-    plan = ctx.gemm_plans[id(s)]
+    plan = ctx.gemm_plans[s]
+    _refuse_unlowered(plan, s)
     out: list = [th.Comment(f"gemm {s.a.buffer.name} x {s.b.buffer.name} -> {s.c.buffer.name} ({plan.kind})")]
     c_local = ctx.local_of[s.c.buffer]
     lay = ctx.layouts[s.c.buffer]
@@ -152,8 +172,8 @@ def lower_gemm(ctx: LoweringContext, s: t.Gemm, env: Env) -> list:
 
 
 def prefetch_supported(ctx: LoweringContext, s: t.Gemm) -> bool:
-    plan = ctx.gemm_plans.get(id(s))
-    if plan is None or plan.kind != "mma" or s.a.buffer.scope != "shared" or s.clear_accum:
+    plan = ctx.gemm_plans.get(s)
+    if plan is None or plan.family != "mma.sync" or s.a.buffer.scope != "shared" or s.clear_accum:
         return False
     if ctx.target.vendor != "nvidia":
         # on CDNA the double-buffered loop made the compiler shuttle accumulators between AGPRs and
@@ -176,30 +196,67 @@ def prefetch_supported(ctx: LoweringContext, s: t.Gemm) -> bool:
     return acc + 2 * frags + 48 + 4 * (k_total // plan.instr.k) <= budget
 
 
-def lower_gemm_prefetch(ctx: LoweringContext, node, env: Env) -> list:
+def mainloop_gemm(ctx: LoweringContext, loop: t.For):
+    """The gemm of ``loop``'s body that ``pipeline_loops`` recorded as a pipelined mainloop, or None."""
+    body = loop.body.stmts if isinstance(loop.body, t.SeqStmt) else [loop.body]
+    for s in body:
+        if isinstance(s, t.Gemm) and s in ctx.plans.mainloops:
+            return s
+    return None
+
+
+def lower_mainloop_prefetch(ctx: LoweringContext, s: t.Gemm, env: Env) -> list:
     """Before a prefetching mainloop: declare double-buffered operand fragments and load the first
-    K step from ring slot 0 (the caller has already waited and synchronized)."""
-    s = node.gemm
+    K step from the first ring slot (the statements before the loop have already waited for it and
+    synchronized).  Nothing when the gemm is not prefetched."""
+    if not prefetch_supported(ctx, s):
+        return []
+    ml = ctx.plans.mainloops[s]
     g = _MmaGemm(ctx, s, env)
     a0, b0, d0 = g.new_frags()
     a1, b1, d1 = g.new_frags()
-    ctx.prefetch_frags[id(s)] = ((a0, b0), (a1, b1))
-    slot = lower_expr(ctx, node.slot, env)
+    ctx.prefetch_frags[s.uid] = ((a0, b0), (a1, b1))
+    slot = lower_expr(ctx, ml.first_slot, env)
     return [th.Comment(f"gemm {s.a.buffer.name} x {s.b.buffer.name}: operand prefetch"), *d0, *d1,
             *g.load(0, a0, b0, g.starts(s.a, slot), g.starts(s.b, slot))]
 
 
-def lower_gemm_step(ctx: LoweringContext, node, env: Env, before_barrier=(), wait=None) -> list:
+def lower_mainloop_body(ctx: LoweringContext, body, s: t.Gemm, env: Env, lower_stmts) -> list:
+    """The body of a pipelined mainloop: ``[..., s, wait for the next slot, barrier, ...]``; the
+    statements other than these three are lowered by ``lower_stmts(stmt, env)``."""
+    stmts = body.stmts if isinstance(body, t.SeqStmt) else [body]
+    i = next(k for k, x in enumerate(stmts) if x is s)
+    if i + 2 >= len(stmts) or not isinstance(stmts[i + 2], th.Barrier):
+        raise InternalError(f"the mainloop gemm {s.a.buffer.name} x {s.b.buffer.name} is not followed by a wait "
+                            "and a barrier", "pipeline_loops", s.loc)
+    out: list = []
+    for x in stmts[:i]:
+        out.extend(lower_stmts(x, env))
+    # register-prefetched copies (targets or copies without cp.async) must land in shared memory
+    # before the closing barrier, which the next iteration's reads rely on
+    flushed: list = []
+    if ctx.deferred:
+        flushed, ctx.deferred[:] = list(ctx.deferred), []
+    wait = lower_stmts(stmts[i + 1], env)
+    if prefetch_supported(ctx, s):
+        out.extend(_prefetching_step(ctx, s, env, flushed, wait, stmts[i + 2]))
+    else:
+        out.extend(lower_gemm(ctx, s, env) + flushed + wait + [stmts[i + 2]])
+    for x in stmts[i + 3:]:
+        out.extend(lower_stmts(x, env))
+    return out
+
+
+def _prefetching_step(ctx: LoweringContext, s: t.Gemm, env: Env, before_barrier, wait, barrier) -> list:
     """One iteration of a prefetching mainloop: K steps alternate between the two fragment buffers;
-    while step kk computes, step kk+1 loads; the last step waits for the next ring slot, synchronizes
-    (which also frees the slot read in this iteration for the copies of the next one) and loads the
-    next iteration's first step.  ``wait`` (lowered statements) replaces the cp.async group wait
-    when the ring is filled by TMA."""
-    s = node.gemm
+    while step kk computes, step kk+1 loads; the last step waits for the next ring slot (``wait``,
+    lowered), synchronizes (which also frees the slot read in this iteration for the copies of the
+    next one) and loads the next iteration's first step."""
+    ml = ctx.plans.mainloops[s]
     g = _MmaGemm(ctx, s, env)
-    bufs = ctx.prefetch_frags[id(s)]
+    bufs = ctx.prefetch_frags[s.uid]
     cur = (g.starts(s.a), g.starts(s.b))
-    nxt_slot = lower_expr(ctx, node.next_slot, env)
+    nxt_slot = lower_expr(ctx, ml.next_slot, env)
     nxt = (g.starts(s.a, nxt_slot), g.starts(s.b, nxt_slot))
     out: list = [th.Comment(f"gemm {s.a.buffer.name} x {s.b.buffer.name} (prefetching mainloop)")]
     for kk in range(g.ksteps):
@@ -209,8 +266,8 @@ def lower_gemm_step(ctx: LoweringContext, node, env: Env, before_barrier=(), wai
             out.extend(g.load(kk + 1, na, nb, *cur))
         else:
             out.extend(before_barrier)
-            out.extend(wait if wait is not None else [th.AsyncWait(node.pending)])
-            out.append(th.Barrier())
+            out.extend(wait)
+            out.append(barrier)
             out.extend(g.load(0, na, nb, *nxt))
         out.extend(g.mma(kk, fa, fb))
     return out

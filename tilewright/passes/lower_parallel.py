@@ -51,9 +51,12 @@ def contiguity(layout, max_group: int) -> int:
 
 
 def lower_parallel(ctx: LoweringContext, p: t.ParallelFor, env: Env, lower_stmt) -> list:
-    layout = ctx.parallel_layouts[id(p)]
+    layout = ctx.parallel_layouts[p]
     widest = max([dt.nbytes(b.dtype) for b in _mem_buffers(p)] or [4])
-    g = contiguity(layout, max(16 // widest, 1)) if _vectorizable_body(p.body) else 1
+    most = max(16 // widest, 1)
+    if p.coalesced_width is not None:  # the author's bound on the vector width
+        most = min(most, p.coalesced_width)
+    g = contiguity(layout, most) if _vectorizable_body(p.body) else 1
     out: list = []
     inner_var = p.vars[-1]
     env = env.child()

@@ -166,9 +166,14 @@ def _xor_structured(dst_l, masks, tab, tids, nthreads) -> bool:
 
 
 def _reduce_through_shared(ctx, s, src_l, src_local, dst_l, part) -> list:
-    """General reduction: the whole source tile goes to shared memory (row-major), then each
-    thread folds the row (or column) of each result element it holds with a loop over the
-    reduced dimension."""
+    """General reduction: the whole source tile goes to shared memory (row-major); then each result
+    element is folded once, by one thread (result ``q`` by thread ``q % threads``), with a loop over
+    the reduced dimension into a second scratch; then every thread reads the results it holds.
+
+    Folding each result once (not once per register that holds it, in every thread that holds it)
+    keeps the code at one loop per ``ceil(results / threads)`` instead of one per register: a
+    (32, 127) tile over 128 threads has 32 registers a thread, and 32 loops of 127 that NVRTC
+    unrolls took it seconds to compile.  The fold order (index 0 upwards) is the same."""
     from .lower_parallel import _valid_expr
 
     src = s.src
@@ -176,12 +181,23 @@ def _reduce_through_shared(ctx, s, src_l, src_local, dst_l, part) -> list:
     numel = 1
     for x in src.shape:
         numel *= x
+    extent = src.shape[s.dim]
+    nres = numel // extent
     ctx.begin_scratch()
     scratch = ctx.alloc_scratch(ctx.fresh(f"{src.name}_red"), numel, acc_t)
-    out = [th.Comment("reduction through shared memory"), ctx.scratch_decl(scratch), th.Barrier()]
+    results = ctx.alloc_scratch(ctx.fresh(f"{src.name}_res"), nres, acc_t)
+    out = [th.Comment("reduction through shared memory"), ctx.scratch_decl(scratch), ctx.scratch_decl(results),
+           th.Barrier()]
 
     def flat(idx):
         return ctx.strided_offset(src, idx)
+
+    def result_flat(idx):  # row-major position among the results of a full source index
+        off = E.as_expr(0)
+        for d, x in enumerate(idx):
+            if d != s.dim:
+                off = off * src.shape[d] + x
+        return off
 
     for r in range(src_l.num_regs):
         st = t.BufferStore(scratch, (flat(src_l.index(ctx.tid, r)),),
@@ -189,20 +205,37 @@ def _reduce_through_shared(ctx, s, src_l, src_local, dst_l, part) -> list:
         valid = _valid_expr(src_l, ctx, r)
         out.append(st if valid is None else t.IfThenElse(valid, st, None))
     out.append(th.Barrier())
-    extent = src.shape[s.dim]
-    for r2 in range(dst_l.num_regs):
+    acc = ctx.local_buffer(ctx.fresh("fold"), 1, acc_t)
+    out.append(th.LocalDecl(acc))
+    zero = E.as_expr(0)
+    for k in range(-(-nres // ctx.nthreads)):
+        q = ctx.tid + k * ctx.nthreads
+        full, rem = [], q
+        for d in reversed(range(len(src.shape))):
+            if d == s.dim:
+                continue
+            n = src.shape[d]
+            full.append(rem % n if n > 1 else zero)
+            rem = rem // n
+        full.reverse()
         j = E.Var(ctx.fresh("rj"), "int32", kind="loop")
-        full = list(src_l.index(ctx.tid, dst_l.rep[r2]))
-        full[s.dim] = j
+        full.insert(s.dim, j)
         v = E.Load(scratch, (flat(full),))
         if s.op in ("abssum", "absmax"):
             v = E.call("abs", [v])
-        init = t.BufferStore(part, (E.as_expr(r2),), _identity(s.op, acc_t))
-        step = t.BufferStore(part, (E.as_expr(r2),), _combine(s.op, E.Load(part, (E.as_expr(r2),)), v))
-        loop = t.For(j, E.as_expr(0), E.as_expr(extent), step, "serial")
-        body = t.SeqStmt([init, loop])
+        body = t.SeqStmt([
+            t.BufferStore(acc, (zero,), _identity(s.op, acc_t)),
+            t.For(j, zero, E.as_expr(extent), t.BufferStore(acc, (zero,), _combine(s.op, E.Load(acc, (zero,)), v)),
+                  "serial"),
+            t.BufferStore(results, (q,), E.Load(acc, (zero,))),
+        ])
+        last = (k + 1) * ctx.nthreads > nres
+        out.append(t.IfThenElse(q < nres, body, None) if last else body)
+    out.append(th.Barrier())
+    for r2 in range(dst_l.num_regs):
+        st = t.BufferStore(part, (E.as_expr(r2),), E.Load(results, (result_flat(src_l.index(ctx.tid, dst_l.rep[r2])),)))
         valid = _valid_expr(dst_l, ctx, r2)
-        out.append(body if valid is None else t.IfThenElse(valid, body, None))
+        out.append(st if valid is None else t.IfThenElse(valid, st, None))
     out.append(th.Barrier())
     return out
 

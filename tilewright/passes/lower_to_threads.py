@@ -15,14 +15,14 @@ Shared memory over the target's budget is refused with a hint.
 
 from __future__ import annotations
 
-from ..errors import CompileError
+from ..errors import CompileError, InternalError
 from ..ir import expr as E
 from ..ir import thread as th
 from ..ir import tile as t
 from ..ir.visitor import walk, walk_expr
 from .lower_copy import lower_copy_g2s, lower_copy_tma
 from .lower_exprs import Env, lower_expr
-from .lower_gemm import lower_gemm, lower_gemm_prefetch, lower_gemm_step, prefetch_supported
+from .lower_gemm import lower_gemm, lower_mainloop_body, lower_mainloop_prefetch, mainloop_gemm
 from .lower_parallel import lower_parallel
 from .lower_reduce import lower_reduce
 from .lowering_context import LoweringContext
@@ -165,16 +165,21 @@ class _StmtLowering:
         if isinstance(s, t.For):
             inner = env.child()
             inner.thread_dep = env.thread_dep or _thread_dependent(s.start) or _thread_dependent(s.extent)
+            gemm = mainloop_gemm(ctx, s)  # a pipelined gemm mainloop: the gemm lowering schedules it
+            pre = lower_mainloop_prefetch(ctx, gemm, env) if gemm is not None else []
             saved = ctx.deferred, ctx.loop_prelude
             ctx.deferred, ctx.loop_prelude = [], []
             try:
-                body_stmts = self.stmts(s.body, inner)
+                if gemm is not None:
+                    body_stmts = lower_mainloop_body(ctx, s.body, gemm, inner, self.stmts)
+                else:
+                    body_stmts = self.stmts(s.body, inner)
                 body_stmts = ctx.loop_prelude + body_stmts + ctx.deferred
             finally:
                 ctx.deferred, ctx.loop_prelude = saved
             body = t.SeqStmt(body_stmts) if len(body_stmts) != 1 else body_stmts[0]
-            return [t.For(s.var, lower_expr(ctx, s.start, env), lower_expr(ctx, s.extent, env), body,
-                          "unroll" if s.kind == "unroll" else "serial", loc=s.loc, attrs=dict(s.attrs))]
+            return pre + [t.For(s.var, lower_expr(ctx, s.start, env), lower_expr(ctx, s.extent, env), body,
+                                "unroll" if s.kind == "unroll" else "serial", loc=s.loc, attrs=dict(s.attrs))]
         if isinstance(s, t.ParallelFor):
             e = env.child()
             e.in_parallel = True
@@ -187,21 +192,6 @@ class _StmtLowering:
             raise CompileError("internal: copy not expanded", s.loc)
         if isinstance(s, t.Gemm):
             return lower_gemm(ctx, s, env)
-        if isinstance(s, t.GemmPrefetch):
-            if prefetch_supported(ctx, s.gemm):
-                return lower_gemm_prefetch(ctx, s, env)
-            return []
-        if isinstance(s, t.GemmStep):
-            # register-prefetched copies (targets or copies without cp.async) must land in shared
-            # memory before the step's closing barrier, which the next iteration's reads rely on
-            flushed = []
-            if ctx.deferred:
-                flushed, ctx.deferred[:] = list(ctx.deferred), []
-            wait = self.stmts(s.wait, env) if s.wait is not None else None
-            if prefetch_supported(ctx, s.gemm):
-                return lower_gemm_step(ctx, s, env, flushed, wait)
-            return (lower_gemm(ctx, s.gemm, env) + flushed + (wait if wait is not None else [th.AsyncWait(s.pending)])
-                    + [th.Barrier()])
         if isinstance(s, t.Reduce):
             return lower_reduce(ctx, s, env)
         if isinstance(s, t.Atomic):
@@ -251,15 +241,53 @@ class _StmtLowering:
         return [st]
 
     def atomic(self, s: t.Atomic, env: Env) -> list:
+        """One ``AtomicRMW`` with the scope of the memory (a shared buffer is the block's) and the
+        memory order asked for.  With ``return_prev`` the previous value lands in a register that
+        ``s.result`` reads from for the statements that follow; a block-uniform atomic (done by
+        thread 0 only) broadcasts that value to every thread through shared memory."""
         ctx = self.ctx
         if isinstance(s.value, t.Region):
-            raise CompileError("internal: tile atomic not expanded", s.loc)
+            raise InternalError("tile atomic not expanded", "lower_to_threads", s.loc)
         idx = tuple(lower_expr(ctx, i, env, s.loc) for i in s.dst.starts)
         fb, off = ctx.flat_access(s.dst.buffer, idx)
-        op = th.AtomicRMW(s.op, fb, off, lower_expr(ctx, s.value, env, s.loc), loc=s.loc)
+        out: list = []
+        result = None
+        if s.result is not None:
+            prev = ctx.local_buffer(ctx.fresh(s.result.name), 1, s.dst.buffer.dtype)
+            out.append(th.LocalDecl(prev, loc=s.loc))
+            result = (prev, E.as_expr(0))
+        op = th.AtomicRMW(s.op, fb, off, lower_expr(ctx, s.value, env, s.loc), loc=s.loc,
+                          scope="cta" if fb.scope == "shared" else "gpu", order=s.order, result=result)
         if env.in_parallel:
-            # one replica of a replicated loop position performs the update
-            return [op] if env.replica_guard is None else [t.IfThenElse(env.replica_guard, op, None, loc=s.loc)]
-        if not env.thread_dep and not _uses_thread(s):
-            return [t.IfThenElse(ctx.tid == 0, op, None, loc=s.loc)]
-        return [op]
+            if env.replica_guard is None:
+                out.append(op)
+            elif result is not None:
+                raise CompileError(
+                    f"T.atomic_{s.op}(..., return_prev=True) in a T.Parallel loop whose positions are held by "
+                    "several threads each: only one of them performs the update, the others would have no "
+                    "previous value", s.loc,
+                    hint="give each thread its own positions: a loop of at least threads x vector-width positions, "
+                    "T.Parallel(..., coalesced_width=1), or a thread-indexed `if T.get_thread_binding() < n:`")
+            else:
+                out.append(t.IfThenElse(env.replica_guard, op, None, loc=s.loc))
+        elif not env.thread_dep and not _uses_thread(s):
+            # a block-uniform scalar atomic happens once, in thread 0
+            if result is None:
+                out.append(t.IfThenElse(ctx.tid == 0, op, None, loc=s.loc))
+            else:
+                out += self._broadcast_from_thread0(op, result[0], s.loc)
+        else:
+            out.append(op)
+        if s.result is not None:
+            env.sym[s.result] = E.Load(result[0], (E.as_expr(0),))
+        return out
+
+    def _broadcast_from_thread0(self, op: th.AtomicRMW, prev: t.Buffer, loc) -> list:
+        """Thread 0 performs ``op`` and every thread receives its previous value (``prev``)."""
+        ctx = self.ctx
+        ctx.begin_scratch()
+        slot = ctx.alloc_scratch(ctx.fresh("prev_bcast"), 1, prev.dtype)
+        zero = E.as_expr(0)
+        in_thread0 = t.SeqStmt([op, t.BufferStore(slot, (zero,), E.Load(prev, (zero,)), loc=loc)])
+        return [ctx.scratch_decl(slot), th.Barrier(loc=loc), t.IfThenElse(ctx.tid == 0, in_thread0, None, loc=loc),
+                th.Barrier(loc=loc), t.BufferStore(prev, (zero,), E.Load(slot, (zero,)), loc=loc)]

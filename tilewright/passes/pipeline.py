@@ -10,12 +10,14 @@ from dataclasses import dataclass, field
 
 from ..errors import InternalError, TilewrightError
 from ..ir import tile as t
+from ..ir.plans import Plans
 from .check_target_limits import check_target_limits
 from .expand_tile_ops import expand_tile_ops
 from .infer_layouts import infer_layouts
 from .insert_barriers import insert_barriers
 from .lower_to_threads import lower_to_threads
 from .pipeline_loops import pipeline_loops
+from .plan_gemms import plan_gemms
 from .simplify_ranges import simplify_ranges
 
 
@@ -36,11 +38,10 @@ def _tile(fn):
 
 # Tile IR -> Tile IR passes, then the lowering to thread IR.  The list is the same for CUDA and
 # HIP today: the target-specific choices (matrix instructions, async copies, wave size) are made
-# inside the passes from the target record.
-TILE_PASSES = {
-    "cuda": [check_target_limits, pipeline_loops, _tile(expand_tile_ops), infer_layouts, _tile(insert_barriers)],
-    "hip": [check_target_limits, pipeline_loops, _tile(expand_tile_ops), infer_layouts, _tile(insert_barriers)],
-}
+# inside the passes from the target record.  Passes record their decisions in ``func.plans``.
+_PASSES = [check_target_limits, pipeline_loops, _tile(expand_tile_ops), plan_gemms, infer_layouts,
+           _tile(insert_barriers)]
+TILE_PASSES = {"cuda": _PASSES, "hip": _PASSES}
 
 
 def run_pipeline(func: t.PrimFunc, ctx: PassContext):
@@ -49,6 +50,7 @@ def run_pipeline(func: t.PrimFunc, ctx: PassContext):
 
     work = copy.copy(func)
     work.attrs = dict(func.attrs)
+    work.plans = Plans()  # the user's function keeps no plans: each compile makes its own
     passes = TILE_PASSES[ctx.target.kind]
     for p in passes:
         try:
@@ -59,6 +61,8 @@ def run_pipeline(func: t.PrimFunc, ctx: PassContext):
             raise InternalError(f"{type(e).__name__}: {e}", p.__name__) from e
         if ctx.dump is not None:
             ctx.dump(f"after_{p.__name__}.py", print_func(work))
+    if ctx.dump is not None:
+        ctx.dump("plans.txt", work.plans.summary())
     kernel = work
     for name, step in (("lower_to_threads", lambda f: lower_to_threads(f, ctx)), ("simplify_ranges", simplify_ranges)):
         try:

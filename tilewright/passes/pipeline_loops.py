@@ -13,14 +13,24 @@ buffer) is used nowhere outside the loop, is issued ``num_stages - 1`` iteration
               the rest of the body, reading slot k % S
 
 The barrier at the top of iteration k also guarantees that every thread is done with slot
-(k - 1) % S before it is overwritten.  Copies marked ``mode="async"`` are left out of the generic
+(k - 1) % S before it is overwritten.
+
+When the rest of the body is a single ``T.gemm`` reading only ring buffers (the GEMM mainloop), the
+wait and barrier move to the end of the iteration instead — wait for slot k + 1, barrier — with one
+wait + barrier for slot 0 before the loop, and ``func.plans.mainloops[gemm]`` records that the gemm
+is the body of a pipelined mainloop over the ring (``GemmMainloop``: its slot, the next slot, the
+first slot).  That shape lets the gemm lowering overlap operand loads with the barrier wait (for
+mma.sync: the next iteration's first K step is loaded right after it); the schedule itself is the
+lowering's (``lower_gemm``), not Tile IR's.  ``tw.disable_gemm_prefetch`` and ``optimize_level <= 1``
+keep the plain shape.  Copies marked ``mode="async"`` are left out of the generic
 barrier analysis; their ordering is this structure.
 
 On targets with a tensor memory accelerator (sm_90), when every such copy is a plain 2-D tile of a
 tensor TMA can describe (``tma_eligible``), the copies become ``mode="tma"``: one thread issues
 bulk tensor loads that arrive on one mbarrier per ring slot, and "wait until the copy for k has
 landed" is a wait on slot k % S's mbarrier for phase parity (k // S) % 2.  The ring buffers are
-marked for the TMA shared layout.  This takes the per-thread copy instructions out of the loop
+recorded in ``func.plans.rings`` (``PipelineRing``: stages, TMA or not, the slot mbarriers), which
+gives TMA-filled ones the TMA shared layout.  This takes the per-thread copy instructions out of the loop
 (on the H200 they, not the bytes, were what cp.async cost a GEMM).  ``tw.disable_tma`` (or
 TileLang's ``tl.disable_tma_lower``) keeps cp.async.
 """
@@ -32,7 +42,8 @@ from ..ir import expr as E
 from ..ir import thread as th
 from ..ir import tile as t
 from ..ir.layout import SharedLayout, tma_boxes
-from ..ir.visitor import free_vars, map_stmt, rewrite_expr, substitute, walk
+from ..ir.plans import GemmMainloop, PipelineRing
+from ..ir.visitor import free_vars, map_stmt, rebuild, rewrite_expr, substitute, walk
 
 
 def pipeline_loops(func: t.PrimFunc, ctx=None) -> t.PrimFunc:
@@ -47,7 +58,7 @@ def pipeline_loops(func: t.PrimFunc, ctx=None) -> t.PrimFunc:
 
     def rewrite(s):
         if isinstance(s, t.For) and s.kind == "pipelined":
-            return _pipeline(s, func, allocs, restaged, no_prefetch, tma)
+            return _pipeline(s, func, allocs, restaged, no_prefetch, tma, func.plans)
         return None
 
     func.body = map_stmt(func.body, rewrite)
@@ -78,6 +89,8 @@ def _defined_in(body) -> set:
             out.add(s.var)
         elif isinstance(s, t.ParallelFor):
             out.update(s.vars)
+        elif isinstance(s, t.Atomic) and s.result is not None:  # return_prev binds a value
+            out.add(s.result)
 
     walk(body, f)
     return out
@@ -126,7 +139,7 @@ def tma_eligible(c: t.Copy) -> bool:
     return SharedLayout.tma_compatible(dst.buffer.shape, buf.dtype)
 
 
-def _pipeline(loop: t.For, func, allocs, restaged, no_prefetch=False, tma=False):
+def _pipeline(loop: t.For, func, allocs, restaged, no_prefetch=False, tma=False, plans=None):
     stages = loop.num_stages
     serial = t.For(loop.var, loop.start, loop.extent, loop.body, "serial", 0, loop.loc, dict(loop.attrs))
     if stages < 2:
@@ -159,21 +172,19 @@ def _pipeline(loop: t.For, func, allocs, restaged, no_prefetch=False, tma=False)
     if not candidates:
         return serial
 
-    use_tma = tma and all(tma_eligible(c) for c in candidates)
+    use_tma = tma and all(tma_eligible(c) and not c.disable_tma for c in candidates)
+    bar = None
+    if use_tma:
+        bar = t.Buffer(f"{loop.var.name}_mbar", (stages,), "uint64", "shared", loc=loop.loc)
+        arrivals = sum(tma_boxes(c.dst.buffer.shape, c.dst.buffer.dtype)[0] for c in candidates)
     new_bufs = {}
     for c in candidates:
         old = c.dst.buffer
         nb = t.Buffer(old.name, (stages,) + tuple(old.shape), old.dtype, "shared", loc=old.loc)
         nb.attrs.update(old.attrs)
-        nb.attrs["stages"] = stages
-        if use_tma:
-            nb.attrs["tma"] = True
+        plans.rings[nb] = PipelineRing(stages, use_tma, bar)
         new_bufs[old] = nb
         restaged[old] = nb
-    bar = None
-    if use_tma:
-        bar = t.Buffer(f"{loop.var.name}_mbar", (stages,), "uint64", "shared", loc=loop.loc)
-        arrivals = sum(tma_boxes(c.dst.buffer.shape, c.dst.buffer.dtype)[0] for c in candidates)
 
     rel = loop.var - loop.start  # iteration number 0, 1, ...
 
@@ -196,8 +207,8 @@ def _pipeline(loop: t.For, func, allocs, restaged, no_prefetch=False, tma=False)
         dst = t.Region(nb, (E.as_expr(slot),) + tuple(c.dst.starts), (1,) + tuple(c.dst.extents),
                        (0,) + tuple(d + 1 for d in c.dst.squeezed))
         if use_tma:
-            return t.Copy(src, dst, c.loc, mode="tma", barrier=(bar, slot))
-        return t.Copy(src, dst, c.loc, mode="async")
+            return t.Copy(src, dst, c.loc, mode="tma", barrier=(bar, slot), coalesced_width=c.coalesced_width)
+        return t.Copy(src, dst, c.loc, mode="async", disable_tma=c.disable_tma, coalesced_width=c.coalesced_width)
 
     def wait_for(it):
         """Wait until the copies of iteration ``it`` have landed (before the block barrier)."""
@@ -219,19 +230,20 @@ def _pipeline(loop: t.For, func, allocs, restaged, no_prefetch=False, tma=False)
     rest_stmt = t.SeqStmt(rest)
     rest_stmt = _restage(rest_stmt, new_bufs, slot_now)
     if _prefetchable(rest_stmt, new_bufs) and not no_prefetch:
-        # the GEMM mainloop shape: [copies..., gemm] -> operand loads overlap the previous K step
+        # the GEMM mainloop shape: [copies..., gemm, wait for the next slot, barrier]
         gemm = rest_stmt.stmts[0]
-        first_slot = substitute(slot_now, {loop.var: loop.start})
-        pre = [wait_for(E.as_expr(0)), th.Barrier(loc=loop.loc), t.GemmPrefetch(gemm, first_slot, loc=gemm.loc)]
+        pre = [wait_for(E.as_expr(0)), th.Barrier(loc=loop.loc)]
         new_body = [issue_stage(stages - 1)]
-        step_wait = None
         if use_tma:
             new_body.append(th.Comment("copies issued by the tensor memory accelerator"))
             # the last iteration has no next slot to wait for: an mbarrier phase nobody fills would hang
             step_wait = t.IfThenElse(rel + 1 < loop.extent, wait_for(rel + 1), None, loc=loop.loc)
         else:
             new_body.append(th.AsyncCommit(loc=loop.loc))
-        new_body.append(t.GemmStep(gemm, (rel + 1) % stages, stages - 2, loc=gemm.loc, wait=step_wait))
+            step_wait = th.AsyncWait(stages - 2, loc=loop.loc)
+        new_body += [gemm, step_wait, th.Barrier(loc=loop.loc)]
+        plans.mainloops[gemm] = GemmMainloop(stages, slot_now, (rel + 1) % stages,
+                                             substitute(slot_now, {loop.var: loop.start}), use_tma)
         new_loop = t.For(loop.var, loop.start, loop.extent, t.SeqStmt(new_body), "serial", 0, loop.loc,
                          dict(loop.attrs, pipelined=stages))
         return [*prologue, *pre, new_loop, *drain]
@@ -291,7 +303,7 @@ def _subst_stmt(s, mapping):
 
     if isinstance(s, t.Copy):
         bar = None if s.barrier is None else (s.barrier[0], substitute(s.barrier[1], mapping))
-        return t.Copy(sub_region(s.src), sub_region(s.dst), s.loc, s.mode, bar)
+        return t.Copy(sub_region(s.src), sub_region(s.dst), s.loc, s.mode, bar, s.disable_tma, s.coalesced_width)
     if isinstance(s, t.IfThenElse):
         return t.IfThenElse(substitute(s.cond, mapping), s.then_body, s.else_body, s.loc)
     return None
@@ -315,15 +327,14 @@ def _restage(stmt, new_bufs: dict, slot):
 
     def f(s):
         if isinstance(s, t.Copy):
-            return t.Copy(fix_region(s.src), fix_region(s.dst), s.loc, s.mode, s.barrier)
+            return rebuild(s, src=fix_region(s.src), dst=fix_region(s.dst))
         if isinstance(s, t.Gemm):
-            return t.Gemm(fix_region(s.a), fix_region(s.b), fix_region(s.c), s.trans_a, s.trans_b, s.policy,
-                          s.clear_accum, s.k_pack, s.loc)
+            return rebuild(s, a=fix_region(s.a), b=fix_region(s.b), c=fix_region(s.c))
         if isinstance(s, t.Fill):
-            return t.Fill(fix_region(s.dst), fix_expr(s.value), s.loc)
+            return rebuild(s, dst=fix_region(s.dst), value=fix_expr(s.value))
         if isinstance(s, t.Atomic):
             v = fix_region(s.value) if isinstance(s.value, t.Region) else fix_expr(s.value)
-            return t.Atomic(s.op, fix_region(s.dst), v, s.loc)
+            return rebuild(s, dst=fix_region(s.dst), value=v)
         if isinstance(s, t.BufferStore):
             if s.buffer in new_bufs:
                 return t.BufferStore(new_bufs[s.buffer], (slot,) + tuple(fix_expr(i) for i in s.indices),

@@ -10,6 +10,9 @@ index ([0, threads)), block indices ([0, grid) when the grid is static), loop va
 values and, inside an ``if``, the upper bounds its condition implies (``k + 3 < 128``), by interval
 arithmetic on non-negative integer expressions.  This is what removes the bounds masks of tiles
 that divide the problem evenly, including those of the prefetching stages of a pipelined loop.
+Last, integer arithmetic whose range may leave 32 bits is done in 64 (``offset_width``): element
+offsets of tensors of 2^31 elements or more, or of dynamic shapes; static shapes below 2^31 elements
+keep their 32-bit code.  Dynamic sizes are taken to lie in [0, 2^31 - 1] (the launch refuses others).
 """
 
 from __future__ import annotations
@@ -22,16 +25,30 @@ from ..ir import thread as th
 from ..ir import tile as t
 from .analysis import affine_coeffs
 from .index_algebra import split_div_mod
+from .offset_width import fit, fit_index, is_large
 
 INF = float("inf")
 
 
+# the launch refuses dynamic sizes outside [0, 2^31 - 1] (they are ``int`` kernel parameters); block
+# indices stay below the hardware's grid limits (x: 2^31 - 1 blocks, y and z: 65535)
+DYN_MAX = 2**31 - 1
+_GRID_MAX = (2**31 - 1, 65535, 65535)
+
+
 def simplify_ranges(kernel: th.ThreadKernel) -> th.ThreadKernel:
     ranges: dict = {kernel.thread_var: (0, kernel.num_threads - 1)}
-    for v, g in zip(kernel.block_vars, kernel.grid):
-        gv = E.const_value(g)
-        ranges[v] = (0, gv - 1) if isinstance(gv, int) else (0, INF)
+    for v in kernel.dyn_vars:
+        ranges[v] = (0, DYN_MAX)
     s = _Simplifier(ranges)
+    for d, (v, g) in enumerate(zip(kernel.block_vars, kernel.grid)):
+        gv = E.const_value(g)
+        if isinstance(gv, int):
+            ranges[v] = (0, gv - 1)
+        else:
+            r = s.rng(E.as_expr(g))
+            ranges[v] = (0, min(r[1], _GRID_MAX[d]) - 1) if r is not None else (0, _GRID_MAX[d] - 1)
+    s.cache = {}
     kernel.body = s.stmt(kernel.body)
     return kernel
 
@@ -226,6 +243,17 @@ class _Simplifier:
         return var, top // scale
 
     # ---------------------------------------------------------------- statements
+    def index(self, buf, e):
+        """An element offset into ``buf``, simplified, in 64 bits where 32 may not hold it."""
+        large = buf.scope == "global" and is_large(buf)
+        return fit_index(self.expr(e), self.rng, large)
+
+    def value(self, e, dtype):
+        """A value stored or bound: its offsets and comparisons fitted (see ``index``); arithmetic
+        widened on the way is converted back to ``dtype``, as C converts on assignment."""
+        w = fit(e, self.rng)
+        return w if not isinstance(w, E.Expr) or w.dtype == dtype else E.cast(dtype, w)
+
     def stmt(self, s):
         if s is None:
             return None
@@ -245,7 +273,7 @@ class _Simplifier:
             r = self.rng(v)
             if r is not None:
                 self.ranges[s.var] = r
-            return t.LetStmt(s.var, v, s.loc)
+            return t.LetStmt(s.var, self.value(v, s.var.dtype), s.loc)
         if isinstance(s, t.For):
             start, extent = self.expr(s.start), self.expr(s.extent)
             rs, re_ = self.rng(start), self.rng(extent)
@@ -260,9 +288,11 @@ class _Simplifier:
                 return self.stmt(s.then_body) if c.value else self.stmt(s.else_body)
             with self._assuming(c):
                 then_body = self.stmt(s.then_body)
-            return t.IfThenElse(c, then_body, self.stmt(s.else_body), s.loc)
+            return t.IfThenElse(fit(c, self.rng), then_body, self.stmt(s.else_body), s.loc)
         if isinstance(s, t.BufferStore):
-            return t.BufferStore(s.buffer, tuple(self.expr(i) for i in s.indices), self.expr(s.value), s.loc)
+            v = self.expr(s.value)
+            return t.BufferStore(s.buffer, tuple(self.index(s.buffer, i) for i in s.indices),
+                                 self.value(v, getattr(v, "dtype", None)), s.loc)
         if isinstance(s, (th.VecCopy, th.AsyncCopy)):
             pred = self.expr(s.pred) if s.pred is not None else None
             if isinstance(pred, E.Const):
@@ -270,7 +300,8 @@ class _Simplifier:
                     pred = None
                 elif isinstance(s, th.VecCopy) and s.dst.scope != "local":
                     return None
-            return replace(s, dst_index=self.expr(s.dst_index), src_index=self.expr(s.src_index), pred=pred)
+            return replace(s, dst_index=self.index(s.dst, s.dst_index), src_index=self.index(s.src, s.src_index),
+                           pred=fit(pred, self.rng))
         if isinstance(s, th.LoadMatrix):
             return replace(s, src_index=self.expr(s.src_index))
         if isinstance(s, th.TmaLoad):
@@ -279,5 +310,6 @@ class _Simplifier:
         if isinstance(s, th.MbarrierWait):
             return replace(s, index=self.expr(s.index), parity=self.expr(s.parity))
         if isinstance(s, th.AtomicRMW):
-            return replace(s, index=self.expr(s.index), value=self.expr(s.value))
+            v = self.expr(s.value)
+            return replace(s, index=self.index(s.buffer, s.index), value=self.value(v, v.dtype))
         return s

@@ -1,8 +1,9 @@
 """Timing and checking helpers for a compiled kernel (TileLang's ``get_profiler()`` surface).
 
-``do_bench`` times back-to-back launches between CUDA events on the kernel's stream (after a
-warm-up); ``assert_allclose`` runs the kernel and a reference on fresh random inputs and compares.
-Timing belongs in ``bench/`` scripts, never in tests.
+``do_bench`` times the kernel with GPU events (CUDA or ROCm, through PyTorch) or the CPU clock on
+the CPU backends, with the L2 cache flushed before every timed call, warm-up and measurement given
+as time budgets, and quantiles on request (``timing.py``); ``assert_allclose`` runs the kernel and a
+reference on fresh random inputs and compares.  Timing belongs in ``bench/`` scripts, never in tests.
 """
 
 from __future__ import annotations
@@ -70,24 +71,39 @@ class Profiler:
                 raise AssertionError(f"{bad.sum()} of {bad.size} elements differ beyond rtol={rtol}, atol={atol}; "
                                      f"first at {tuple(idx)}: {a[tuple(idx)]} vs reference {b[tuple(idx)]}")
 
-    # ------------------------------------------------------------------ timing
-    def do_bench(self, func=None, warmup: int = 25, rep: int = 100, input_tensors=None, **_ignored) -> float:
-        """Milliseconds per call: ``rep`` back-to-back calls between two CUDA events, after ``warmup``
-        calls (host overhead overlaps the GPU work, as it does in a real program)."""
-        import torch
+    # ------------------------------------------------------------------ running and timing
+    def run_once(self, func=None):
+        """Run the kernel (or ``func``) once on fresh random inputs; returns its outputs."""
+        return (func or self.kernel)(*self.random_inputs())
 
+    def do_bench(self, func=None, warmup: float = 25, rep: float = 100, n_warmup: int = 0, n_repeat: int = 0,
+                 input_tensors=None, backend: str = "event", quantiles=None, return_mode: str = "mean",
+                 l2_flush: bool = True):
+        """Milliseconds per call of the kernel (or ``func``) on ``input_tensors`` (default: fresh
+        random inputs).  ``warmup``/``rep`` are time budgets in milliseconds (``n_warmup``/``n_repeat``,
+        when given, are call counts instead); each call is timed on its own with the L2 cache flushed
+        before it.  ``backend``: "event" (GPU events; the CPU clock for the CPU backends) or
+        "cudagraph" (replay of a captured graph: no host launch cost in the figure).  Returns the
+        ``return_mode`` statistic ("mean", "median", "min", "max", "all"), or the ``quantiles``."""
+        from .timing import check_return_mode, measure
+
+        check_return_mode(return_mode)
+        if backend not in ("event", "cudagraph"):
+            raise ValueError(f"do_bench backend {backend!r} is not available here; use 'event' or 'cudagraph'")
         fn = func or self.kernel
-        ins = input_tensors if input_tensors is not None else self.random_inputs()
-        for _ in range(max(warmup, 1)):
-            fn(*ins)
-        torch.cuda.synchronize()
-        s, e = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
-        s.record()
-        for _ in range(rep):
-            fn(*ins)
-        e.record()
-        torch.cuda.synchronize()
-        return float(s.elapsed_time(e)) / rep
+        ins = list(input_tensors) if input_tensors is not None else self.random_inputs()
+        on_device = self.kernel.backend == "device"
+        if on_device and backend == "cudagraph" and self.kernel.target.kind != "cuda":
+            raise ValueError("cudagraph timing needs a CUDA target")
+        est = None
+        if n_warmup or n_repeat:  # call counts: turn them into budgets from one timed call
+            est = measure(lambda: fn(*ins), 0, 1e-9, device=on_device, l2_flush=False, max_calls=3).stat("median")
+            warmup, rep = est * max(n_warmup, 1), est * max(n_repeat, 3)
+        timing = measure(lambda: fn(*ins), warmup, rep, device=on_device, l2_flush=l2_flush,
+                         cuda_graph=backend == "cudagraph")
+        if quantiles is not None:
+            return timing.quantiles(quantiles)
+        return timing.stat(return_mode)
 
 
 def _to_np(x):

@@ -72,7 +72,11 @@ def _check_tensor(p: t.Buffer, ta: TensorArg, dyn: dict, kname: str, align: int)
         elif want != got:
             raise ArgumentError(f"{kname}: argument {p.name} has shape {tuple(ta.shape)}, expected "
                                 f"{_shape_text(p.shape)} (dimension {d} is {got}, expected {want})")
-    if ta.numel and not ta.is_contiguous():
+    if p.attrs.get("explicit_strides"):  # T.Tensor(strides=...): the argument must have exactly those strides
+        wrong = t.stride_mismatch(p, tuple(ta.strides), dyn)
+        if wrong:
+            raise ArgumentError(f"{kname}: argument {p.name} {wrong}")
+    elif ta.numel and not ta.is_contiguous():
         raise ArgumentError(f"{kname}: argument {p.name} is not contiguous (strides {tuple(ta.strides)} in elements); "
                             "pass a contiguous tensor, e.g. x.contiguous()")
     if ta.device_type != "cpu" and ta.ptr % align and ta.numel:

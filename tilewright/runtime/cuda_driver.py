@@ -515,3 +515,16 @@ def pointer_device_index(ptr: int) -> int | None:
     except Exception:  # noqa: BLE001 - unknown pointers are an answer, not an error
         return None
     return int(value) if err == driver.CUresult.CUDA_SUCCESS else None
+
+
+# ---------------------------------------------------------------- what runtime.launcher needs of a vendor
+def load_function(code_object: bytes, name: str, device_index: int) -> CudaFunction:
+    """Load ``code_object`` on device ``device_index`` and return its kernel ``name``."""
+    module = CudaModule(code_object, device_index)
+    fn = module.function(name)
+    fn._module_ref = module  # the module lives as long as the function
+    return fn
+
+
+def current_stream(device_index: int) -> int:
+    return current_stream_of_torch(device_index)

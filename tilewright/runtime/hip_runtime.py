@@ -539,3 +539,29 @@ class HipFunction:
                 "(1024 by default, less with __launch_bounds__), and dynamic LDS + static LDS must fit the device"
             )
         return msg
+
+
+# ---------------------------------------------------------------- what runtime.launcher needs of a vendor
+def load_function(code_object: bytes, name: str, device_index: int) -> HipFunction:
+    """Load ``code_object`` on device ``device_index`` and return its kernel ``name``."""
+    module = HipModule(code_object, device_index)
+    fn = module.function(name)
+    fn._module_ref = module  # the module lives as long as the function
+    return fn
+
+
+def current_stream(device_index: int) -> int:
+    """PyTorch's current stream on a ROCm build of torch (which calls its devices "cuda"), else 0."""
+    torch = sys.modules.get("torch")
+    if torch is None or not getattr(torch.version, "hip", None):
+        return 0
+    try:
+        return int(torch.cuda.current_stream(device_index).cuda_stream)
+    except Exception:  # noqa: BLE001 - a broken torch install must not break launching
+        return 0
+
+
+def synchronize(device_index: int = 0) -> None:
+    rt = get_runtime()
+    with _on_device(rt, device_index):
+        rt.synchronize()

@@ -12,7 +12,7 @@ import ctypes
 
 from ..errors import ArgumentError
 from ..ir import dtype as dt
-from ..passes.analysis import eval_expr
+from ..ir.analysis import eval_expr
 
 TENSOR_MAP_BYTES = 128
 _CACHE_LIMIT = 4096

@@ -53,12 +53,21 @@ class Target:
         return feature in self.features
 
     def matrix_instr_for(self, a_dtype: str, b_dtype: str, acc_dtype: str) -> list[MatrixInstr]:
-        """Matrix instructions taking these operand types, preferred first."""
+        """Warp-level matrix instructions (operands in registers: mma.sync, MFMA, WMMA) taking these
+        operand types, preferred first.  Warpgroup instructions: ``wgmma_instrs``."""
         return [
             mi
             for mi in self.matrix_instrs
             if mi.a_dtype == a_dtype and mi.b_dtype == b_dtype and mi.acc_dtype == acc_dtype
         ]
+
+    def wgmma_instrs(self, a_dtype: str, b_dtype: str, acc_dtype: str) -> tuple[MatrixInstr, ...]:
+        """The wgmma N-family for these operand types (largest N first), on targets with wgmma."""
+        from .matrix import wgmma_instrs
+
+        if not self.has("wgmma") or a_dtype != b_dtype:
+            return ()
+        return tuple(mi for mi in wgmma_instrs(a_dtype) if mi.acc_dtype == acc_dtype)
 
     def key(self) -> str:
         """A stable string for cache keys."""

@@ -10,6 +10,13 @@ evaluated
 
 Element ``e`` always counts the operand's elements within one lane in the order the instruction
 takes them in its registers (for 16-bit types, two elements per 32-bit register, low half first).
+
+Instructions differ in where they read their operands (``a_sources`` / ``b_sources``): from
+registers (mma.sync, MFMA, WMMA: every lane loads its elements first), or through a shared-memory
+matrix descriptor (Hopper's wgmma reads B, and optionally A, straight from shared memory).  An
+operand read through a descriptor has no lane layout.  wgmma comes in an N-family per operand type
+(m64nNk16 for N = 8, 16, ..., 256 with 16-bit inputs): ``n_family`` lists the N of the family an
+instruction belongs to, and ``wgmma_instr(dtype, n)`` builds one member.
 """
 
 from __future__ import annotations
@@ -19,6 +26,10 @@ from dataclasses import dataclass, field
 from typing import Any
 
 IndexFn = Callable[[Any, int], tuple]
+
+REGISTERS = "registers"  # the lanes hold the operand in registers (loaded by per-lane code)
+SMEM_DESC = "smem_desc"  # the instruction reads the operand through a shared-memory matrix descriptor
+FAMILIES = ("mma.sync", "wgmma", "mfma", "wmma")
 
 
 @dataclass(frozen=True)
@@ -50,12 +61,29 @@ class MatrixInstr:
     mnemonic: str = ""
     # extra, printer-specific facts (operand vector types, builtin modifiers)
     extra: tuple = ()
+    # "mma.sync", "wgmma", "mfma" or "wmma"; read from the name when not given
+    family: str = ""
+    a_sources: tuple = (REGISTERS,)  # where the instruction can read A from, preferred first
+    b_sources: tuple = (REGISTERS,)
+    n_family: tuple = ()  # the N values of this instruction's family (wgmma); () for a single shape
+    transposable: bool = True  # may read operands stored M/N-major from shared (else K-major only)
+
+    def __post_init__(self):
+        if not self.family:
+            object.__setattr__(self, "family", _family_of(self.name))
 
     def extra_dict(self) -> dict:
         return dict(self.extra)
 
     def __hash__(self) -> int:
         return hash(self.name)
+
+
+def _family_of(name: str) -> str:
+    for fam in ("mma", "wgmma", "mfma", "wmma"):
+        if name.startswith(fam + "."):
+            return "mma.sync" if fam == "mma" else fam
+    raise ValueError(f"cannot tell the instruction family of {name!r}; pass family=")
 
 
 # ---------------------------------------------------------------------------------------------
@@ -100,3 +128,85 @@ def mma_sync_m16n8k16(in_dtype: str) -> MatrixInstr:
         c_index=_mma16816_c,
         mnemonic=f"mma.sync.aligned.m16n8k16.row.col.f32.{ptx_type}.{ptx_type}.f32",
     )
+
+
+# ---------------------------------------------------------------------------------------------
+# NVIDIA wgmma.mma_async m64nNk* (sm_90a only), executed by a warpgroup (4 consecutive warps, 128
+# lanes).  B is always read through a shared-memory descriptor; A through a descriptor or from
+# registers.  Facts from the PTX ISA, "Asynchronous Warpgroup Level Matrix Multiply-Accumulate":
+#   16-bit inputs (f16, bf16): K = 16, N = 8, 16, ..., 256; both operands may be stored M/N-major
+#   8-bit floats (e4m3, e5m2): K = 32, same N; operands K-major only
+#   8-bit integers (s8, u8):   K = 32, N = 8, 16, 24, 32, 48, ..., 256 (multiples of 16 past 32)
+# Accumulator D (64 x N, N/2 elements per lane): warp w = lane // 32 of the warpgroup holds rows
+# 16w .. 16w+15, laid out per 8-column chunk j as mma.m16n8's C:
+#   row = 16 * (lane // 32) + (lane % 32) // 4 + 8 * ((e // 2) % 2), col = 8 * (e // 4) + (lane % 4) * 2 + e % 2
+# A from registers (64 x K, 16-bit: 8 elements per lane): warp w holds rows 16w .. 16w+15 as mma.m16n8k16's A.
+# ---------------------------------------------------------------------------------------------
+
+_WGMMA_TYPES = {  # input dtype -> (ptx type, accumulator dtype, K, transposable)
+    "float16": ("f16", "float32", 16, True),
+    "bfloat16": ("bf16", "float32", 16, True),
+    "float8_e4m3fn": ("e4m3", "float32", 32, False),
+    "float8_e5m2": ("e5m2", "float32", 32, False),
+    "int8": ("s8", "int32", 32, False),
+}
+_N_DENSE = tuple(range(8, 257, 8))
+_N_INT = (8, 16, 24) + tuple(range(32, 257, 16))
+
+
+def wgmma_n_family(in_dtype: str) -> tuple:
+    """The N of wgmma m64nNk* with ``in_dtype`` inputs (() when wgmma does not take the type)."""
+    if in_dtype not in _WGMMA_TYPES:
+        return ()
+    return _N_INT if in_dtype == "int8" else _N_DENSE
+
+
+def _wgmma_a(lane, e):
+    return (16 * (lane // 32) + (lane % 32) // 4 + 8 * ((e // 2) % 2), (lane % 4) * 2 + (e % 2) + 8 * (e // 4))
+
+
+def _wgmma_c(lane, e):
+    return (16 * (lane // 32) + (lane % 32) // 4 + 8 * ((e // 2) % 2), 8 * (e // 4) + (lane % 4) * 2 + (e % 2))
+
+
+def _no_lane_layout(lane, e):
+    raise ValueError("wgmma reads B through a shared-memory descriptor: no lane holds B")
+
+
+def wgmma_instr(in_dtype: str, n: int) -> MatrixInstr:
+    """``wgmma.mma_async.m64n{n}k*`` for ``in_dtype`` inputs; ``n`` must be in the type's N-family."""
+    ptx, acc, k, transposable = _WGMMA_TYPES[in_dtype]
+    family = wgmma_n_family(in_dtype)
+    if n not in family:
+        raise ValueError(f"wgmma with {in_dtype} inputs has no N = {n}; N is one of {family}")
+    acc_ptx = "s32" if acc == "int32" else "f32"
+    bits = 16 if k == 16 else 8
+    return MatrixInstr(
+        name=f"wgmma.m64n{n}k{k}.{acc_ptx}.{ptx}",
+        vendor="nvidia",
+        m=64,
+        n=n,
+        k=k,
+        a_dtype=in_dtype,
+        b_dtype=in_dtype,
+        acc_dtype=acc,
+        group_size=128,
+        a_elems=64 * k // 128,  # when A comes from registers
+        b_elems=0,
+        c_elems=64 * n // 128,
+        a_index=_wgmma_a if bits == 16 else _no_lane_layout,
+        b_index=_no_lane_layout,
+        c_index=_wgmma_c,
+        mnemonic=f"wgmma.mma_async.sync.aligned.m64n{n}k{k}.{acc_ptx}.{ptx}.{ptx}",
+        family="wgmma",
+        # 8-bit A from registers has its own fragment layout; only the 16-bit one is described here
+        a_sources=(SMEM_DESC, REGISTERS) if bits == 16 else (SMEM_DESC,),
+        b_sources=(SMEM_DESC,),
+        n_family=family,
+        transposable=transposable,
+    )
+
+
+def wgmma_instrs(in_dtype: str) -> tuple:
+    """The whole N-family of wgmma for ``in_dtype``, largest N first."""
+    return tuple(wgmma_instr(in_dtype, n) for n in reversed(wgmma_n_family(in_dtype)))

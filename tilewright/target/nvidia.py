@@ -1,4 +1,13 @@
-"""NVIDIA architectures: sm_80 (A100), sm_86/sm_89 (Ampere/Ada consumer), sm_90/sm_90a (H100/H200)."""
+"""NVIDIA architectures: sm_80 (A100), sm_86/sm_89 (Ampere/Ada consumer), sm_90/sm_90a (H100/H200),
+sm_100a (B200) and sm_120a (RTX 50) as far as the sm_80/sm_90 paths go.
+
+Feature flags follow the PTX ISA's requirements exactly:
+
+* ``tma`` (cp.async.bulk.tensor) and ``mbarrier`` transaction counts: sm_90 and newer;
+* ``wgmma`` and ``setmaxnreg``: sm_90a only (architecture-specific features of Hopper, not carried
+  forward: sm_100a has ``tcgen05`` instead and sm_120a has neither);
+* ``tcgen05`` (fifth-generation tensor cores, tensor memory): sm_100a / sm_101a / sm_103a.
+"""
 
 from __future__ import annotations
 
@@ -24,11 +33,14 @@ def nvidia_target(arch: str) -> Target:
         )
     features = ["mma.sync", "ldmatrix", "cp.async"]
     async_copy = ["cp.async"]
+    arch_specific = m.group(2) == "a"
     if cc >= 90:
         features += ["tma", "mbarrier"]
         async_copy.append("tma")
-        if m.group(2) == "a":
-            features.append("wgmma")
+    if cc == 90 and arch_specific:
+        features += ["wgmma", "setmaxnreg"]
+    if cc in (100, 101, 103) and arch_specific:
+        features.append("tcgen05")
     return Target(
         kind="cuda",
         arch=arch,

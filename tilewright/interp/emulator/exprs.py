@@ -7,10 +7,10 @@ import numpy as np
 
 from ...ir import dtype as dt
 from ...ir import expr as E
+from ...ir.analysis import is_nonnegative
 from ...ir.visitor import walk_expr
-from ...passes.analysis import is_nonnegative
 from .errors import DivergenceError, EmulatorError, EmulatorOutOfBoundsError
-from .mathfns import _BINOPS, _MATH, _check_division, _float_to_int, _fma, _trunc_div
+from .mathfns import _BINOPS, _MATH, _check_division, _check_int32, _float_to_int, _fma, _trunc_div
 from .memory import _GlobalMem, _SharedMem
 from .support import _F32, _F64, _and, _check_range, _first, _fix, _is_float_np, _rows, _Where
 
@@ -130,6 +130,16 @@ class ExprCompiler:
                 return _fix(fn(a, b), nd)
 
             return checked_division, inv, key
+
+        if e.dtype == "int32" and op in ("+", "-", "*") and where is not None:
+            # the generated code computes this in a 32-bit int: evaluate exactly (64 bits) and refuse
+            # a result that int would not hold, on the lanes that use it
+            def checked_int32(st, need):
+                r = fn(np.asarray(fa(st, need), np.int64), np.asarray(fb(st, need), np.int64))
+                _check_int32(st, r, need, e, where)
+                return _fix(r, nd)
+
+            return checked_int32, inv, key
 
         def binary(st, need):
             return _fix(fn(fa(st, need), fb(st, need)), nd)

@@ -74,6 +74,27 @@ def _check_division(st, a, b, need, assumed_nonneg: bool, op: str, where):
     raise where.error(EmulatorError, f"{who}: integer {int(av)} {op} {int(bv)}: {why}")
 
 
+def _check_int32(st, r, need, e, where):
+    """A 32-bit signed result ``r`` (computed in int64) that leaves int32 on a lane that uses it is
+    an error: the generated code would overflow there (an element offset past 2^31, say)."""
+    bad = (r < -(2**31)) | (r > 2**31 - 1)
+    if not bad.any():
+        return
+    if bad.ndim:
+        if need is not None:
+            bad = bad & need
+        if not bad.any():
+            return
+        lane = _first(bad)
+        val, who = int(np.broadcast_to(r, bad.shape)[lane]), st.where(lane)
+    else:
+        if need is not None and not need.any():
+            return
+        val, who = int(r), "every thread"
+    raise where.error(EmulatorError, f"{who}: 32-bit integer overflow: {e} is {val} here, which a C int cannot "
+                                     f"hold (the generated code computes it in 32 bits)")
+
+
 def _float_to_int(x, nd: np.dtype):
     info = np.iinfo(nd)
     x = np.nan_to_num(np.trunc(np.asarray(x, np.float64)), nan=0.0)

@@ -9,7 +9,7 @@ from ...errors import ArgumentError
 from ...ir import dtype as dt
 from ...ir import thread as th
 from ...ir import tile as t
-from ..bind import check_array, given_dyn, require_bound
+from ..bind import check_array, given_dyn, require_bound, strided_span
 from .races import _Races
 
 
@@ -24,6 +24,9 @@ def _bind_args(kernel: th.ThreadKernel, args: list, dyn: dict | None):
     for p, a in zip(params, args):
         if isinstance(p, t.Buffer):
             check_array(p, a, dyn_vals)
+            if p.attrs.get("explicit_strides"):  # T.Tensor(strides=...): addressed through its own strides
+                globals_[p] = strided_span(a)
+                continue
             if not a.flags.c_contiguous:
                 raise ArgumentError(f"argument {p.name} must be C-contiguous (it is written in place)")
             globals_[p] = a.reshape(-1)

@@ -356,10 +356,10 @@ class StmtCompiler:
         if s.result is not None:
             rbuf, ridx = s.result
             c = E.const_value(E.as_expr(ridx))
-            if rbuf.scope != "local" or rbuf.dtype != b.dtype or c is None or not 0 <= int(c) < rbuf.shape[0]:
-                raise where.error(EmulatorError, f"the previous value of an atomic goes to a {b.dtype} register at "
-                                                 f"a constant index, not {rbuf.scope} {rbuf.dtype} {rbuf.name}[{ridx}]")
-            result = (self._reg(rbuf), int(c))
+            if rbuf.scope != "local" or c is None or not 0 <= int(c) < rbuf.shape[0]:
+                raise where.error(EmulatorError, f"the previous value of an atomic goes to a register at a constant "
+                                                 f"index, not {rbuf.scope} {rbuf.name}[{ridx}]")
+            result = (self._reg(rbuf), int(c), dt.to_numpy(rbuf.dtype))
         skip_nan = _is_float_np(nd) and op in ("max", "min")  # the printers' CAS loops never store NaN
 
         def atomic(st):
@@ -383,9 +383,9 @@ class StmtCompiler:
                 else:
                     keep = ~np.isnan(vals.astype(_F32)) if skip_nan else slice(None)
                     arr[pos[keep]] = fn(prev[keep], vals[keep])
-                slot, c = result
-                full = np.zeros(st.L, nd)
-                full[lanes] = prev
+                slot, c, rnd = result
+                full = np.zeros(st.L, rnd)
+                full[lanes] = _fix(prev, rnd)
                 regs = st.regs[slot]
                 regs[c] = full if m is None else np.where(m, full, regs[c])
                 return

@@ -90,7 +90,7 @@ def _launcher(kernel, src_name: str, hip: bool) -> str:
             kargs.append(f"({gp_scalar(p.dtype)}){name}")
     for v in func.dyn_vars:
         kargs.append(f"(int){gp.name(v, v.name)}")
-    grid = [gp.expr(g) for g in _grid(func)]
+    grid = [gp.expr(g) for g in kernel.spec.grid]
     grid += ["1"] * (3 - len(grid))
     stream = "at::cuda::getCurrentCUDAStream()"
     set_smem = ("hipFuncSetAttribute((const void*){k}, hipFuncAttributeMaxDynamicSharedMemorySize, {s});" if hip
@@ -133,12 +133,6 @@ def gp_ctype(dtype: str, hip: bool) -> str:
 def gp_scalar(dtype: str) -> str:
     return {"float32": "float", "float64": "double", "int32": "int", "int64": "long long", "bool": "bool"}.get(
         dtype, "float")
-
-
-def _grid(func):
-    from .kernel import _kernel_of
-
-    return _kernel_of(func).grid
 
 
 def _build_script(kernel, hip: bool) -> str:

@@ -1,0 +1,66 @@
+"""The differential fuzzer: random kernels from templates, run on the tile interpreter, on the
+emulator for several targets and on the local GPU, each against a float64 reference.
+
+``python -m tilewright.fuzz --cases 500 --seed 1`` runs cases and prints a table; failing cases are
+shrunk and saved as standalone repro scripts (``--out``).  ``fuzz(...)`` is the same from Python.
+"""
+
+from __future__ import annotations
+
+import time
+from collections import Counter
+from dataclasses import dataclass, field
+
+import numpy as np
+
+from .runner import ACCEPTABLE, run_case
+from .shrink import shrink, write_repro
+from .templates import TEMPLATES
+
+DEFAULT_BACKENDS = ("interpret", "emulator:sm_90a", "emulator:gfx942", "emulator:gfx1100")
+
+
+@dataclass
+class Report:
+    cases: int = 0
+    runs: int = 0
+    counts: Counter = field(default_factory=Counter)  # (template, backend, status) -> n
+    findings: list = field(default_factory=list)  # (template, backend, status, detail, params, repro path)
+    seconds: float = 0.0
+
+    def table(self) -> str:
+        statuses = ("ok", "refused", "wrong", "internal", "crash")
+        lines = ["| template | backend | " + " | ".join(statuses) + " |", "|---|---|" + "---|" * len(statuses)]
+        keys = sorted({(t, b) for t, b, _ in self.counts})
+        for t, b in keys:
+            lines.append(f"| {t} | {b} | " + " | ".join(str(self.counts[(t, b, s)]) for s in statuses) + " |")
+        total = {s: sum(n for (_, _, st), n in self.counts.items() if st == s) for s in statuses}
+        lines.append("| all | all | " + " | ".join(str(total[s]) for s in statuses) + " |")
+        return "\n".join(lines)
+
+
+def fuzz(cases: int, seed: int = 0, backends=DEFAULT_BACKENDS, templates=None, out_dir: str | None = None,
+         shrink_budget: int = 30, log=None) -> Report:
+    rng = np.random.default_rng(seed)
+    names = list(templates or TEMPLATES)
+    report = Report()
+    t0 = time.perf_counter()
+    for n in range(cases):
+        name = names[int(rng.integers(len(names)))]
+        tpl = TEMPLATES[name]
+        params = dict(tpl.draw(rng), seed=int(rng.integers(2**31)))
+        case = tpl.make(params)
+        report.cases += 1
+        for backend in backends:
+            outcome = run_case(case, backend)
+            report.runs += 1
+            report.counts[(name, backend, outcome.status)] += 1
+            if outcome.status in ACCEPTABLE:
+                continue
+            small = shrink(name, params, backend, outcome.status, shrink_budget) if shrink_budget else params
+            path = write_repro(out_dir, name, small, backend, outcome.status, outcome.detail) if out_dir else ""
+            report.findings.append((name, backend, outcome.status, outcome.detail, small, path))
+            if log:
+                log(f"case {n}: {outcome.status} on {backend} ({name}): {outcome.detail} {path}")
+    report.seconds = time.perf_counter() - t0
+    return report

@@ -1,0 +1,36 @@
+"""``python -m tilewright.fuzz --cases N [--seed S] [--backends a,b] [--gpu] [--out DIR]``."""
+
+from __future__ import annotations
+
+import argparse
+import sys
+
+from . import DEFAULT_BACKENDS, fuzz
+from .templates import TEMPLATES
+
+
+def main(argv=None) -> int:
+    p = argparse.ArgumentParser(prog="python -m tilewright.fuzz", description=__doc__)
+    p.add_argument("--cases", type=int, default=100)
+    p.add_argument("--seed", type=int, default=0)
+    p.add_argument("--backends", default=",".join(DEFAULT_BACKENDS),
+                   help="comma-separated: interpret, emulator:<arch> (sm_80, sm_90a, gfx90a, gfx942, gfx1100), gpu")
+    p.add_argument("--gpu", action="store_true", help="also run every case on the local GPU")
+    p.add_argument("--templates", default="", help=f"comma-separated subset of {', '.join(TEMPLATES)}")
+    p.add_argument("--out", default="fuzz-findings", help="folder for shrunk repro scripts")
+    p.add_argument("--no-shrink", action="store_true")
+    a = p.parse_args(argv)
+    backends = [b for b in a.backends.split(",") if b] + (["gpu"] if a.gpu else [])
+    templates = [t for t in a.templates.split(",") if t] or None
+    unknown = [t for t in templates or () if t not in TEMPLATES]
+    if unknown:
+        p.error(f"unknown templates {unknown}; choose from {', '.join(TEMPLATES)}")
+    report = fuzz(a.cases, a.seed, backends, templates, a.out, 0 if a.no_shrink else 30,
+                  log=lambda s: print(s, flush=True))
+    print(report.table())
+    print(f"{report.cases} cases, {report.runs} runs, {len(report.findings)} findings in {report.seconds:.0f} s")
+    return 1 if report.findings else 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,240 @@
+"""``JITKernel``: a compiled kernel you call like a function.
+
+Calling it with the input tensors allocates the ``out_idx`` outputs (on the inputs' device, or as
+NumPy arrays for the CPU backends), checks every argument against its parameter and runs it on one
+of three backends: ``device`` (the GPU: the compiler's ``LaunchSpec`` launched by
+``runtime.launcher`` through the vendor's runtime), ``emulator`` (the lowered thread code executed
+on the CPU) or ``interpret`` (the tile interpreter).  This is the JIT layer: it sits above the
+runtime, the interpreters and the compiler, and none of them imports it.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+
+from ..errors import ArgumentError
+from ..ir import dtype as dt
+from ..ir import tile as t
+from ..ir.expr import Var
+from ..runtime.args import bind_arguments
+from ..runtime.launcher import check_dynamic_sizes
+
+
+class JITKernel:
+    def __init__(self, func: t.PrimFunc, target, out_idx: tuple, options: dict, backend: str, spec=None,
+                 thread_kernel=None):
+        self.func = func
+        self.target = target
+        self.out_idx = out_idx
+        self.options = options
+        self.backend = backend
+        self.params = list(func.params)
+        self.spec = spec  # runtime.launch_spec.LaunchSpec (GPU targets), None for the interpreter
+        self.thread_kernel = thread_kernel  # the lowered kernel (None when served from the disk cache)
+        self.compile_seconds = 0.0
+        self._launcher = None
+        from ..compiler import kernel_of
+
+        self._interpret_threads = kernel_of(func).num_threads
+
+    # ------------------------------------------------------------------ what was built
+    @property
+    def source(self) -> str:
+        return self.spec.source if self.spec is not None else ""
+
+    @property
+    def code_object(self) -> bytes:
+        return self.spec.code_object if self.spec is not None else b""
+
+    @property
+    def kernel_name(self) -> str:
+        return self.spec.kernel_name if self.spec is not None else ""
+
+    @property
+    def num_threads(self) -> int:
+        return self.spec.num_threads if self.spec is not None else self._interpret_threads
+
+    @property
+    def shared_bytes(self) -> int:
+        return self.spec.shared_bytes if self.spec is not None else 0
+
+    @property
+    def toolchain(self) -> str:
+        return self.spec.toolchain if self.spec is not None else ""
+
+    @property
+    def resources(self) -> dict:
+        return self.spec.resources if self.spec is not None else {}
+
+    @property
+    def resource_usage(self) -> dict:
+        """Registers, shared memory, local (scratch) bytes and spills of the compiled kernel."""
+        return dict(self.resources)
+
+    @property
+    def launcher(self):
+        """The ``runtime.launcher.Launcher`` of the device backend (made on first use)."""
+        if self._launcher is None:
+            from ..backends import backend_for
+            from ..runtime.launcher import Launcher
+
+            self._launcher = Launcher(self.spec, backend_for(self.target).device_runtime())
+        return self._launcher
+
+    @property
+    def _tma(self):
+        """The TMA descriptor encoder when the kernel loads tiles through TMA, else None."""
+        if self.spec is None or not self.spec.tensor_maps:
+            return None
+        return self.launcher.tensor_maps
+
+    @property
+    def _arg_types(self) -> tuple:
+        return self.spec.arg_types
+
+    def get_kernel_source(self) -> str:
+        if self.backend == "interpret":
+            return self.func.script()
+        return self.source
+
+    def get_code_object(self) -> bytes:
+        if not self.spec.code_object and self.backend == "emulator" and self.spec.source:
+            from ..compiler import fill_code_object
+
+            fill_code_object(self.spec, self.target)
+        return self.spec.code_object
+
+    def get_host_source(self) -> str:
+        return ""
+
+    def get_profiler(self, tensor_supply_type=None):
+        from ..profiler import Profiler
+
+        return Profiler(self)
+
+    def export(self, path: str) -> str:
+        from .export import export_kernel
+
+        return export_kernel(self, path)
+
+    def __repr__(self) -> str:
+        return f"<JITKernel {self.func.name} target={self.target} backend={self.backend}>"
+
+    # ------------------------------------------------------------------ calling
+    def __call__(self, *args, stream=None):
+        n_in = len(self.params) - len(self.out_idx)
+        if len(args) == n_in and self.out_idx:
+            full = self._with_outputs(args)
+        elif len(args) == len(self.params):
+            full = list(args)
+        else:
+            raise ArgumentError(f"{self.func.name} takes {n_in} input(s)" + (
+                f" (or all {len(self.params)} arguments)" if self.out_idx else "") + f"; {len(args)} were given")
+        if self.backend == "interpret":
+            self._run_interpret(full)
+        elif self.backend == "emulator":
+            self._run_emulator(full)
+        else:
+            self.launcher.launch(full, stream, sync=_sync_after_launch())
+        outs = [full[i] for i in self.out_idx]
+        if not outs:
+            return None
+        return outs[0] if len(outs) == 1 else outs
+
+    def _with_outputs(self, inputs) -> list:
+        in_params = [i for i in range(len(self.params)) if i not in self.out_idx]
+        full = [None] * len(self.params)
+        for i, a in zip(in_params, inputs):
+            full[i] = a
+        dyn: dict = {}
+        like = None
+        for i in in_params:
+            p, a = self.params[i], full[i]
+            if isinstance(p, t.Buffer):
+                shape = tuple(a.shape) if hasattr(a, "shape") else None
+                if shape is None:
+                    raise ArgumentError(f"{self.func.name}: argument {p.name} is not a tensor")
+                if len(shape) == p.ndim:
+                    for want, got in zip(p.shape, shape):
+                        if isinstance(want, Var):
+                            dyn.setdefault(want, int(got))
+                like = like if like is not None else a
+        for i in self.out_idx:
+            p = self.params[i]
+            shape = []
+            for s in p.shape:
+                if isinstance(s, Var):
+                    if s not in dyn:
+                        raise ArgumentError(f"{self.func.name}: the size {s.name} of output {p.name} is not given "
+                                            "by any input; pass the output tensor explicitly")
+                    shape.append(dyn[s])
+                else:
+                    shape.append(s)
+            full[i] = _empty_like(like, tuple(shape), p.dtype, self.backend)
+        return full
+
+    def _run_interpret(self, full) -> None:
+        from ..interp.tile import run_tile_ir
+
+        arrays, backs = _to_numpy_args(self.params, full)
+        run_tile_ir(self.func, arrays)
+        _copy_back(backs)
+
+    def _run_emulator(self, full) -> None:
+        from ..interp.emulator import run_thread_kernel
+
+        arrays, backs = _to_numpy_args(self.params, full)
+        bound = bind_arguments(self.params, self.func.dyn_vars, arrays, kernel_name=self.func.name, device_type=None)
+        check_dynamic_sizes(self.func.name, self.params, bound.dyn)
+        run_thread_kernel(self.thread_kernel, arrays)
+        _copy_back(backs)
+
+
+def _sync_after_launch() -> bool:
+    from .. import config
+
+    return bool(config.get("verify_launch"))
+
+
+def _empty_like(like, shape, dtype: str, backend: str):
+    mod = type(like).__module__ if like is not None else ""
+    if mod.startswith("torch"):
+        import torch
+
+        from ..runtime.tensor_args import to_torch_dtype
+
+        return torch.empty(shape, dtype=to_torch_dtype(dtype), device=like.device)
+    if backend == "device":
+        raise ArgumentError("cannot allocate outputs on the GPU without torch tensors among the inputs; pass the "
+                            "outputs explicitly")
+    return np.empty(shape, dtype=dt.to_numpy(dtype))
+
+
+def _to_numpy_args(params, full):
+    """NumPy views of the arguments for the CPU backends (torch CPU tensors are viewed, not copied)."""
+    arrays, backs = [], []
+    for p, a in zip(params, full):
+        if not isinstance(p, t.Buffer):
+            arrays.append(a.item() if hasattr(a, "item") and not isinstance(a, (int, float)) else a)
+            continue
+        mod = type(a).__module__
+        if mod.startswith("torch"):
+            if a.device.type != "cpu":
+                raise ArgumentError(f"argument {p.name} is on {a.device}; the CPU backends take CPU tensors or NumPy "
+                                    "arrays")
+            if a.dtype.is_floating_point and a.element_size() == 2 and str(a.dtype) == "torch.bfloat16":
+                view = a.view(dtype=__import__("torch").int16).numpy().view(dt.to_numpy("bfloat16"))
+            else:
+                view = a.numpy()
+            arrays.append(view)
+        elif isinstance(a, np.ndarray):
+            arrays.append(a)
+        else:
+            raise ArgumentError(f"argument {p.name}: the CPU backends take NumPy arrays or CPU torch tensors, got "
+                                f"{type(a).__name__}")
+    return arrays, backs
+
+
+def _copy_back(backs) -> None:
+    for src, dst in backs:
+        dst[...] = src

@@ -1,0 +1,194 @@
+"""Pass ``plan_gemms``: choose, for every ``T.gemm``, the instruction family and the partition of C
+over the executing warps (or warpgroups).
+
+Needs: Tile IR after ``pipeline_loops`` and ``expand_tile_ops``; a target.
+Guarantees: ``func.plans.gemms[gemm]`` holds a ``GemmPlan`` for every ``Gemm`` node:
+
+* the family: ``mma.sync`` (NVIDIA), ``mfma`` (CDNA), ``wmma`` (RDNA), ``wgmma`` (sm_90a only, see
+  below) or ``simt`` (no matrix instruction for the operand types: fp32, the CPU interpreter);
+* the instruction, and the warp grid ``warps_m x warps_n`` over C chosen by the gemm's warp policy
+  (Square: warp tiles as square as possible; FullRow: warps stacked along M, each owning whole
+  rows; FullCol: warps side by side along N) — or the SIMT thread grid;
+* where the instruction reads A and B (registers or a shared-memory descriptor);
+* where wgmma is possible (sm_90a, 16-bit or 8-bit inputs, whole warpgroups, M a multiple of 64 per
+  warpgroup, N per warpgroup in the type's N-family), the warpgroup partition (``plan.wgmma``).
+
+wgmma is *recorded* but not yet lowered: the family is ``wgmma`` only when the pass config
+``tw.enable_wgmma`` is set (the lowering then refuses it, naming the option), and otherwise stays
+``mma.sync`` with ``plan.reason`` saying so — the generated code is unchanged until the wgmma
+lowering exists.
+
+Errors (``CompileError`` at the gemm's line): a tile the warps cannot split evenly, with the
+multiples to use.
+"""
+
+from __future__ import annotations
+
+from ..errors import CompileError
+from ..ir import tile as t
+from ..ir.plans import GemmPlan, WgmmaPlan
+from ..ir.visitor import walk
+from ..target.matrix import REGISTERS, SMEM_DESC
+
+WGMMA_OPTION = "tw.enable_wgmma"
+
+
+def plan_gemms(func: t.PrimFunc, ctx) -> t.PrimFunc:
+    kernels: list = []
+    gemms: list = []
+
+    def visit(s):
+        if isinstance(s, t.Kernel):
+            kernels.append(s)
+        elif isinstance(s, t.Gemm):
+            gemms.append(s)
+
+    walk(func.body, visit)
+    if not gemms:
+        return func
+    nthreads = kernels[0].num_threads
+    for g in gemms:
+        func.plans.gemms[g] = plan_gemm(g, nthreads, ctx.target, ctx.options)
+    return func
+
+
+def _k_extent(g: t.Gemm) -> int:
+    return g.a.shape[0] if g.trans_a else g.a.shape[1]
+
+
+def plan_gemm(g: t.Gemm, nthreads: int, target, options=None) -> GemmPlan:
+    """The plan of one gemm executed by ``nthreads`` threads on ``target``."""
+    options = options or {}
+    m, n = g.c.shape
+    a_dt, b_dt, c_dt = g.a.buffer.dtype, g.b.buffer.dtype, g.c.buffer.dtype
+    policy = g.policy
+    a_source = REGISTERS
+    wg, why_not = (None, "the CPU interpreter runs gemms as whole-tile products") if target.is_interpret \
+        else _wgmma_partition(g, nthreads, target)
+    if wg is not None and options.get(WGMMA_OPTION):
+        return GemmPlan("wgmma", wg.instr, wg.warpgroups_m, wg.warpgroups_n, policy=policy, a_source=wg.a_source,
+                        b_source=SMEM_DESC, wgmma=wg, reason=f"{WGMMA_OPTION} is set")
+    if wg is not None:
+        reason = (f"wgmma is possible ({wg.warpgroups_m}x{wg.warpgroups_n} warpgroups of {wg.instr.name}, A from "
+                  f"{wg.a_source}) but not lowered yet; set {WGMMA_OPTION} to choose it")
+    else:
+        reason = f"no wgmma: {why_not}"
+    instrs = target.matrix_instr_for(a_dt, b_dt, c_dt) if not target.is_interpret else []
+    k = _k_extent(g)
+    for instr in instrs:
+        if nthreads % instr.group_size or k % instr.k:
+            continue
+        grid = _warp_grid(m, n, nthreads // instr.group_size, instr, policy)
+        if grid is not None:
+            return GemmPlan(instr.family, instr, grid[0], grid[1], policy=policy, a_source=a_source,
+                            wgmma=wg, reason=reason)
+    if instrs:
+        instr = instrs[0]
+        raise CompileError(
+            f"T.gemm tile {m}x{n}x{k} cannot be split over {nthreads // max(instr.group_size, 1)} warps of "
+            f"{instr.group_size} lanes with {instr.name} ({instr.m}x{instr.n}x{instr.k} per instruction)", g.loc,
+            hint=f"make M a multiple of {instr.m}*warps_m and N of {instr.n}*warps_n, K a multiple of {instr.k}, "
+            "or use fewer threads")
+    plan = _simt_plan(g, m, n, nthreads, policy)
+    plan.wgmma, plan.reason = wg, f"no matrix instruction for the types; {reason}"
+    return plan
+
+
+def _simt_plan(g, m, n, nthreads, policy) -> GemmPlan:
+    """Scalar multiply-adds (types without a matrix instruction): a ``tm x tn`` thread grid with
+    per-thread tiles as square as possible."""
+    best = None
+    for tm in range(1, nthreads + 1):
+        if nthreads % tm:
+            continue
+        tn = nthreads // tm
+        if m % tm or n % tn:
+            continue
+        score = abs((m // tm) - (n // tn))
+        if best is None or score < best[0]:
+            best = (score, tm, tn)
+    if best is None:
+        raise CompileError(f"T.gemm tile {m}x{n} cannot be spread over {nthreads} threads", g.loc,
+                           hint="use a thread count that divides M*N evenly (e.g. 128 for a 64x64 tile)")
+    return GemmPlan("simt", None, tm=best[1], tn=best[2], policy=policy)
+
+
+def _warp_grid(m, n, nwarps, instr, policy):
+    """(warps_m, warps_n) with ``warps_m * warps_n == nwarps`` whose warp tiles ``instr`` atoms fill."""
+    options = []
+    for wm in range(1, nwarps + 1):
+        if nwarps % wm:
+            continue
+        wn = nwarps // wm
+        if m % (instr.m * wm) or n % (instr.n * wn):
+            continue
+        options.append((wm, wn))
+    if not options:
+        return None
+    if policy == "fullrow":
+        full = [o for o in options if o[1] == 1]
+        return full[0] if full else max(options, key=lambda o: o[0])
+    if policy == "fullcol":
+        full = [o for o in options if o[0] == 1]
+        return full[0] if full else max(options, key=lambda o: o[1])
+
+    def score(o):
+        wm, wn = o
+        tile_m, tile_n = m // wm, n // wn
+        # prefer square warp tiles, then warp tiles whose N holds pairs of atoms (ldmatrix.x4)
+        return (abs(tile_m - tile_n), 0 if (tile_n // instr.n) % 2 == 0 else 1, -tile_m)
+
+    return min(options, key=score)
+
+
+def _wgmma_partition(g: t.Gemm, nthreads: int, target):
+    """(WgmmaPlan, "") where wgmma can compute the gemm, else (None, why not)."""
+    if not target.has("wgmma"):
+        return None, f"{target.arch} has no wgmma (sm_90a only)"
+    m, n = g.c.shape
+    a_dt, b_dt, c_dt = g.a.buffer.dtype, g.b.buffer.dtype, g.c.buffer.dtype
+    family = target.wgmma_instrs(a_dt, b_dt, c_dt)
+    if not family:
+        return None, f"wgmma does not take {a_dt} x {b_dt} -> {c_dt}"
+    if nthreads % 128:
+        return None, f"{nthreads} threads are not whole warpgroups of 128"
+    if g.b.buffer.scope != "shared":
+        return None, "wgmma reads B from shared memory"
+    if g.a.buffer.scope == "fragment":
+        a_source = REGISTERS
+        if REGISTERS not in family[0].a_sources:
+            return None, f"wgmma cannot take {a_dt} A from registers"
+    elif g.a.buffer.scope == "shared":
+        a_source = SMEM_DESC
+    else:
+        return None, f"A is in {g.a.buffer.scope} memory"
+    if not family[0].transposable and (g.trans_a or not g.trans_b):
+        return None, f"wgmma reads {a_dt} operands K-major only (A not transposed, B transposed)"
+    k = _k_extent(g)
+    if k % family[0].k:
+        return None, f"K = {k} is not a multiple of {family[0].k}"
+    nwg = nthreads // 128
+    by_n = {mi.n: mi for mi in family}
+    options = []
+    for wgm in range(1, nwg + 1):
+        if nwg % wgm:
+            continue
+        wgn = nwg // wgm
+        if m % (64 * wgm) or n % wgn:
+            continue
+        # the widest family member dividing the warpgroup's N (N itself up to 256)
+        per_n = n // wgn
+        instr = next((by_n[x] for x in sorted(by_n, reverse=True) if per_n % x == 0), None)
+        if instr is None:
+            continue
+        options.append((wgm, wgn, instr))
+    if not options:
+        return None, f"a {m}x{n} tile does not split into {nwg} warpgroup tiles of 64*i rows and a wgmma N"
+    if g.policy == "fullrow":
+        pick = max(options, key=lambda o: (o[1] == 1, o[0]))
+    elif g.policy == "fullcol":
+        pick = max(options, key=lambda o: (o[0] == 1, o[1]))
+    else:  # Square: warpgroup tiles as square as possible, then the widest instruction
+        pick = min(options, key=lambda o: (abs(m // o[0] - n // o[1]), -o[2].n))
+    wgm, wgn, instr = pick
+    return WgmmaPlan(instr, wgm, wgn, m // (64 * wgm), a_source), ""

@@ -1,0 +1,174 @@
+"""``Launcher``: binds a call's arguments to a ``LaunchSpec`` and launches it on a GPU.
+
+The vendor is chosen once, by whoever makes the launcher: it receives the vendor's runtime module
+(``cuda_driver`` or ``hip_runtime``), which provides ``load_function(code_object, name, device)``,
+``current_stream(device)`` and ``synchronize(device)``.  Nothing here imports either runtime, so
+the AMD path never loads a CUDA library and the other way round.
+
+Two argument paths: a fast one for the common case (GPU torch tensors of exactly the expected dtype
+and shape, contiguous, aligned, on one device: a few attribute reads per tensor) and the general
+checked one (``args.bind_arguments``), which explains what is wrong with an argument and names it.
+"""
+
+from __future__ import annotations
+
+import sys
+
+from ..errors import ArgumentError
+from ..ir import tile as t
+from ..ir.analysis import eval_expr
+from ..ir.expr import Var
+from .args import bind_arguments
+from .launch_spec import LaunchSpec
+
+
+class Launcher:
+    def __init__(self, spec: LaunchSpec, device_runtime):
+        self.spec = spec
+        self.runtime = device_runtime
+        self.arg_types = spec.arg_types
+        self._static_grid = spec.static_grid
+        self._functions: dict = {}  # device index -> loaded function
+        self._fast_spec = None
+        self.tensor_maps = None
+        if spec.tensor_maps:
+            from .tensor_maps import TensorMapEncoder
+
+            self.tensor_maps = TensorMapEncoder(list(spec.tensor_maps), list(spec.params), spec.func_name)
+
+    def launch(self, args: list, stream=None, sync: bool = False) -> None:
+        """Check ``args`` (one per parameter), evaluate the grid and launch on ``stream`` (default:
+        torch's current stream of the arguments' device)."""
+        spec = self.spec
+        fast = self._fast_torch_bind(args)
+        values, dyn, dev = fast if fast is not None else self._checked_bind(args)
+        grid = self._grid(values, dyn)
+        if grid is None:
+            return  # an empty dynamic size: nothing to do
+        values = list(values) + [dyn[v] for v in spec.dyn_vars]
+        if self.tensor_maps is not None:
+            values += self.tensor_maps.encode(values, dyn)
+        fn = self.function(dev)
+        if stream is None:
+            stream = self.runtime.current_stream(dev)
+        fn.launch(grid, (spec.num_threads, 1, 1), spec.shared_bytes, stream, self.arg_types, tuple(values))
+        if sync:
+            self.runtime.synchronize(dev)
+
+    def function(self, dev: int):
+        """The kernel loaded on device ``dev`` (loaded once per device)."""
+        fn = self._functions.get(dev)
+        if fn is None:
+            fn = self.runtime.load_function(self.spec.code_object, self.spec.kernel_name, dev)
+            if self.spec.shared_bytes > 48 * 1024:
+                fn.set_max_dynamic_shared(self.spec.shared_bytes)
+            self._functions[dev] = fn
+        return fn
+
+    # ------------------------------------------------------------------ grid
+    def _grid(self, values, dyn) -> tuple | None:
+        if self._static_grid is not None:
+            return self._static_grid
+        env = dict(dyn)
+        for p, v in zip(self.spec.params, values):
+            if isinstance(p, Var):
+                env[p] = v
+        grid = [int(eval_expr(g, env)) for g in self.spec.grid]
+        if any(g <= 0 for g in grid):
+            return None
+        return tuple(grid) + (1,) * (3 - len(grid))
+
+    # ------------------------------------------------------------------ arguments
+    def _checked_bind(self, args):
+        """The general path: every argument described and checked, errors naming the parameter."""
+        spec = self.spec
+        bound = bind_arguments(list(spec.params), list(spec.dyn_vars), args, kernel_name=spec.func_name,
+                               device_type=None)
+        dev = None
+        for ta in bound.tensors:
+            if ta is not None:
+                if ta.device_type == "cpu":
+                    raise ArgumentError(f"{spec.func_name}: argument tensors are on the CPU; this kernel runs on the "
+                                        f"GPU ({spec.vendor} {spec.arch}). Move them with .cuda(), or compile with "
+                                        "target='interpret' to run on the CPU")
+                dev = ta.device_index
+                break
+        check_dynamic_sizes(spec.func_name, spec.params, bound.dyn)
+        values = [v.ptr if not isinstance(p, Var) else v for p, v in zip(spec.params, bound.values)]
+        return values, bound.dyn, 0 if dev is None else dev
+
+    def _fast_torch_bind(self, args):
+        """The common case in a few attribute reads per tensor; anything else returns None and goes
+        through ``_checked_bind``, which explains what is wrong."""
+        torch = sys.modules.get("torch")
+        if torch is None:
+            return None
+        fast = self._fast_spec
+        if fast is None:
+            fast = self._fast_spec = _fast_spec(self.spec.params)
+        values, dyn, dev = [], {}, None
+        for (kind, want_dtype, dims), a in zip(fast, args):
+            if kind == "scalar":
+                if not isinstance(a, (int, float)) or isinstance(a, bool):
+                    return None
+                values.append(a if want_dtype == "int" and isinstance(a, int) else
+                              float(a) if want_dtype == "float" else None)
+                if values[-1] is None:
+                    return None
+                continue
+            if not isinstance(a, torch.Tensor) or a.dtype is not want_dtype or not a.is_cuda:
+                return None
+            shape = a.shape
+            if len(shape) != len(dims):
+                return None
+            for want, got in zip(dims, shape):
+                if isinstance(want, int):
+                    if want != got:
+                        return None
+                elif dyn.setdefault(want, got) != got:
+                    return None
+            ptr = a.data_ptr()
+            if ptr % 16 or not a.is_contiguous():
+                return None
+            d = a.device.index
+            if dev is None:
+                dev = d
+            elif d != dev:
+                return None
+            values.append(ptr)
+        if any(not (0 < v < 2**31) for v in dyn.values()):
+            return None
+        return values, dyn, 0 if dev is None else dev
+
+
+def _fast_spec(params) -> list:
+    """Per parameter: ("buffer", torch dtype, dims with Vars for symbolic sizes) or ("scalar", kind)."""
+    from .tensor_args import to_torch_dtype
+
+    out = []
+    for p in params:
+        if isinstance(p, t.Buffer):
+            if p.attrs.get("explicit_strides"):
+                out.append(("scalar", "other", None))  # declared strides: checked on the general path
+                continue
+            out.append(("buffer", to_torch_dtype(p.dtype), tuple(p.shape)))
+        elif p.dtype in ("int32", "int64"):
+            out.append(("scalar", "int", None))
+        elif p.dtype in ("float32", "float64"):
+            out.append(("scalar", "float", None))
+        else:
+            out.append(("scalar", "other", None))  # checked on the general path
+    return out
+
+
+def check_dynamic_sizes(func_name: str, params, dyn: dict) -> None:
+    """Refuse a dynamic size the compiled code cannot address: sizes are passed as 32-bit ``int``
+    parameters and the code's index arithmetic is proven against sizes in [0, 2^31 - 1] (see
+    ``passes/offset_width.py``).  Static shapes need no check: the argument must match them."""
+    for var, value in dyn.items():
+        if 0 <= value <= 2**31 - 1:
+            continue
+        where = next((f"dimension {d} of argument {p.name}" for p in params if isinstance(p, t.Buffer)
+                      for d, s in enumerate(p.shape) if s is var), "a dynamic size")
+        raise ArgumentError(f"{func_name}: {where} is {value}; the dynamic size {var.name} must lie in "
+                            f"0..{2**31 - 1} for the compiled code (declare a static size to go beyond)")
