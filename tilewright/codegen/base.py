@@ -9,6 +9,7 @@ from __future__ import annotations
 import math
 import re
 
+from ..errors import CompileError
 from ..ir import dtype as dt
 from ..ir import expr as E
 from ..ir import thread as th
@@ -166,11 +167,19 @@ class Printer:
             self.atomic(s, d)
         elif isinstance(s, (th.MbarrierInit, th.TmaLoad, th.MbarrierWait)):
             self.tma(s, d)
+        elif isinstance(s, (th.MbarrierArrive, th.MbarrierExpectTx, th.NamedBarrier, th.SetMaxNReg,
+                            th.FenceProxyAsync)):
+            self.sync(s, d)
         else:
             raise NotImplementedError(f"{type(self).__name__} cannot print {type(s).__name__}")
 
     def barrier(self) -> str:
         return "__syncthreads();"
+
+    def sync(self, s, d: int) -> None:
+        """Warp-level synchronisation (mbarrier arrive / expect-tx, named barriers, setmaxnreg, async
+        fences): each printer prints what its vendor has and refuses the rest."""
+        raise CompileError(f"{type(self).__name__} cannot print {type(s).__name__}", getattr(s, "loc", None))
 
     def ref(self, buf, index) -> str:
         return f"{self.name(buf, buf.name)}[{self.expr(index)}]"

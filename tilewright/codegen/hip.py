@@ -442,16 +442,33 @@ class HipPrinter(Printer):
             if s.order in ("acquire", "acq_rel", "seq_cst"):
                 self.emit(d, fence)
         elif (dtype == "float64" and s.op == "add") or (dt.is_int(dtype) and dt.bits(dtype) >= 32):
-            fn = {"add": "__hip_atomic_fetch_add", "max": "__hip_atomic_fetch_max", "min": "__hip_atomic_fetch_min"}
-            if s.op not in fn:
-                raise CompileError(f"atomic {s.op} is not supported in the HIP backend")
+            fn = {"add": "__hip_atomic_fetch_add", "max": "__hip_atomic_fetch_max", "min": "__hip_atomic_fetch_min",
+                  "and": "__hip_atomic_fetch_and", "or": "__hip_atomic_fetch_or", "xor": "__hip_atomic_fetch_xor",
+                  "exch": "__hip_atomic_exchange"}
+            if s.op not in fn or (s.op not in ("add", "max", "min") and not dt.is_int(dtype)):
+                raise CompileError(f"atomic {s.op} on {dtype} is not supported in the HIP backend", s.loc)
             self.emit(d, f"{assign}{fn[s.op]}({ptr}, ({self.ctype(dtype)})({val}), {_HIP_ORDER[s.order]}, "
                          f"{scope});")
         else:
             raise CompileError(
-                f"atomic {s.op} on {dtype} is not supported in the HIP backend",
+                f"atomic {s.op} on {dtype} is not supported in the HIP backend", s.loc,
                 hint="accumulate in a float32 or int32 buffer",
             )
+
+    def sync(self, s, d: int) -> None:
+        if isinstance(s, th.FenceProxyAsync):
+            # AMD has no separate async proxy: LDS writes are ordered for later reads without a fence
+            self.emit(d, "// fence.proxy.async: nothing to order on AMD")
+            return
+        what = {th.MbarrierArrive: ("mbarrier arrive", "use block barriers (__syncthreads) for producer/consumer "
+                                    "hand-off on AMD"),
+                th.MbarrierExpectTx: ("mbarrier expect-tx", "AMD has no transaction-counting barriers"),
+                th.NamedBarrier: ("named barrier (bar.sync/bar.arrive with an id)", "AMD has only the block "
+                                  "barrier: keep warp specialisation for NVIDIA sm_90"),
+                th.SetMaxNReg: ("setmaxnreg", "register budgets are fixed per kernel on AMD")}
+        name, hint = what.get(type(s), (type(s).__name__, None))
+        raise CompileError(f"{name} ({type(s).__name__}) has no AMD equivalent ({self.k.target})",
+                           getattr(s, "loc", None), hint=hint)
 
 
 _HIP_ORDER = {"relaxed": "__ATOMIC_RELAXED", "acquire": "__ATOMIC_ACQUIRE", "release": "__ATOMIC_RELEASE",

@@ -148,7 +148,7 @@ class MbarrierWait(Stmt):
 @dataclass(eq=False)
 class MbarrierArrive(Stmt):
     """The executing threads arrive on mbarrier ``bar[index]``: ``count`` arrivals per executing
-    thread (or, with ``elected``, by one elected thread of the executing set).  With
+    thread (or, with ``elected``, by one elected lane of each executing warp: ``elect.sync``).  With
     ``expect_tx`` (bytes) the arrival also raises the phase's expected transaction count
     (``mbarrier.arrive.expect_tx``): the phase then completes once both the arrivals and that many
     bytes of asynchronous copies have landed."""

@@ -38,6 +38,20 @@ def thread_stmt_lines(s) -> list[str]:
     if isinstance(s, th.AtomicRMW):
         call = f"atomic_{s.op}({s.buffer.name}[{expr_str(s.index)}], {expr_str(s.value)}, {s.scope}, {s.order})"
         return [call if s.result is None else f"{s.result[0].name}[{expr_str(s.result[1])}] = {call}"]
+    if isinstance(s, th.MbarrierArrive):
+        extra = "".join([f", count={s.count}" if s.count != 1 else "",
+                         f", expect_tx={expr_str(s.expect_tx)}" if s.expect_tx is not None else "",
+                         ", elected" if s.elected else ""])
+        return [f"mbarrier_arrive({s.bar.name}[{expr_str(s.index)}]{extra})"]
+    if isinstance(s, th.MbarrierExpectTx):
+        return [f"mbarrier_expect_tx({s.bar.name}[{expr_str(s.index)}], {expr_str(s.nbytes)})"]
+    if isinstance(s, th.NamedBarrier):
+        op = "named_barrier_arrive" if s.arrive_only else "named_barrier_sync"
+        return [f"{op}(id={expr_str(s.barrier_id)}, threads={s.count})"]
+    if isinstance(s, th.SetMaxNReg):
+        return [f"setmaxnreg.{'inc' if s.increase else 'dec'}({s.count})"]
+    if isinstance(s, th.FenceProxyAsync):
+        return ["fence_proxy_async()"]
     if isinstance(s, th.Comment):
         return [f"# {s.text}"]
     if isinstance(s, th.MbarrierInit):

@@ -1,0 +1,414 @@
+"""Cooperative execution of one block, for kernels whose control flow diverges around
+synchronisation (warp-specialised producer/consumer kernels).
+
+Each warp (``W`` lanes: 32 on NVIDIA and gfx11, 64 on CDNA) is one ``_State`` and runs the compiled
+program in its own Python thread; exactly one thread runs at a time (a baton passed through a
+condition variable), so execution is deterministic.  A warp advances until it blocks on a block
+barrier, a named barrier (``bar.sync``), a warpgroup's ``setmaxnreg`` or an mbarrier wait whose
+phase has not completed; then the next runnable warp (round robin) runs.  When no warp can run
+and some have not finished, the block would hang on a GPU: ``DeadlockError`` lists every warp's
+wait site (statement and source line) and the state of what it waits for.
+
+Synchronisation semantics:
+
+* Barriers (``Barrier`` = barrier 0 over every thread, ``NamedBarrier(id, count)``) count whole
+  warps (a warp arrives with ``W`` threads; a warp split by control flow is a ``DivergenceError``).
+  The phase completes when ``count`` threads arrived.  A warp arriving twice in one phase (more
+  threads than ``count``), two counts for one id in one phase, and arrivals left over when the
+  block ends are errors.
+* mbarriers: ``MbarrierInit`` runs on warp 0's thread 0 (as the CUDA printer emits it); a phase
+  completes when its arrivals reach the initialised count and its transaction bytes are zero.
+  ``MbarrierArrive`` arrives once per executing thread (once per warp with ``elected``); arrivals
+  beyond what the phase still expects are an error.  ``TmaLoad`` is issued by warp 0's elected lane
+  (as printed; other warps skip it, which a deadlock report mentions); it reads global memory when
+  issued and its bytes land in shared memory when its phase completes.  ``MbarrierWait`` blocks
+  until the phase of its parity completed; a wait that returns on a phase this warp already waited
+  for, or that skips (or blocks behind) a completed phase it never waited for, is a wrong-parity
+  error.  A phase left incomplete when the block ends (an arrive count that never completes) is
+  an error.
+* Shared memory ordering (always on in this mode): vector clocks per warp, and one per mbarrier
+  for the bytes its TMA loads land.  A release (any arrive) publishes the warp's clock to the
+  barrier phase, an acquire (a completed wait) joins it.  A read of bytes whose last writer is
+  not ordered before it, a write over bytes another warp read or wrote without being ordered
+  after that access (a ring slot reused while its consumer has not released it), and a TMA load
+  over such bytes are ``RaceError``.  Within a warp, lanes are treated as one agent (warp-
+  synchronous), except that one statement's lanes may not store different values to one byte.
+"""
+
+from __future__ import annotations
+
+import threading
+
+import numpy as np
+
+from ...ir import thread as th
+from ...ir.visitor import walk
+from .coop_races import _CoopRaces, _loc_text, _WarpRaces
+from .errors import DeadlockError, DivergenceError, EmulatorError
+
+_COORDINATOR = -1
+
+
+class _Abort(BaseException):
+    """Unwinds a warp's thread when the block failed elsewhere."""
+
+
+class _Barrier:
+    """A hardware barrier (id 0: the block barrier) in its current phase."""
+
+    def __init__(self, name: str):
+        self.name = name
+        self.gen = 0
+        self.count = 0
+        self.arrived: dict = {}  # warp -> where it arrived
+        self.vc = None
+        self.done_vc: dict = {}  # generation -> joined clocks of its arrivals
+        self.extra = None  # setmaxnreg: (count, increase) the warpgroup agreed on
+
+
+class _Mbar:
+    """One mbarrier: the current phase's arrivals and transaction bytes, completed phases, the
+    clocks each completed phase publishes, TMA bytes waiting for the phase to land."""
+
+    def __init__(self, name: str, count: int, agent: int, nagents: int):
+        self.name, self.count, self.agent = name, count, agent
+        self.arrived = 0
+        self.tx = 0
+        self.phase = 0  # completed phases
+        self.vc = np.zeros(nagents, np.int64)
+        self.phase_vc: dict = {}
+        self.landings: list = []  # (positions, values) of TMA loads of the current phase
+        self.observed: dict = {}  # warp -> last phase its waits observed
+        self.last = None  # where the latest arrival happened
+        self.skipped_tma = 0  # TmaLoads that warps other than warp 0 executed (not issued)
+
+
+class CoopBlock:
+    """One block run cooperatively: its warps' states, scheduler and synchronisation objects."""
+
+    def __init__(self, prog, kernel, grid, first: int, globals_: dict, scalars: dict, warp_size: int):
+        from .state import _State
+
+        T = kernel.num_threads
+        if T % warp_size:
+            raise EmulatorError(f"{T} threads are not whole warps of {warp_size}: cooperative emulation needs "
+                                "whole warps")
+        self.W, self.T, self.S = warp_size, T, kernel.shared_bytes
+        self.nwarps = n = T // warp_size
+        self.first, self.grid = first, grid
+        self.mbar_agents = _mbarrier_agents(prog, kernel)
+        self.nagents = n + len(self.mbar_agents)
+        self.agent_names = [f"warp {w}" for w in range(n)] + [f"the TMA loads landing on mbarrier {name}"
+                                                               for name in self.mbar_agents.values()]
+        self.agent_index = {key: n + i for i, key in enumerate(self.mbar_agents)}
+        self.vc = np.zeros((n, self.nagents), np.int64)
+        self.vc[np.arange(n), np.arange(n)] = 1
+        self.named: dict = {}
+        self.mbars: dict = {}
+        self.initial_passes: list = [[] for _ in range(n)]  # per warp: waits that passed a fresh barrier
+        self.tracker = _CoopRaces(self) if self.S else None
+        smem = np.full(self.S, 0xFF, np.uint8) if self.S else None
+        self.states = [_State(prog, kernel, grid, first, 1, globals_, scalars, True, coop=self, warp=w,
+                              warp_size=warp_size, smem=smem) for w in range(n)]
+        self.sviews = self.states[0].sviews if self.S else None
+        # scheduler
+        self.cv = threading.Condition()
+        self.turn = _COORDINATOR
+        self.done = [False] * n
+        self.waiting: list = [None] * n  # (ready, describe, where) of a blocked warp
+        self.failure: BaseException | None = None
+        self.aborting = False
+
+    def races_of(self, warp: int):
+        return _WarpRaces(self.tracker, warp) if self.tracker is not None else None
+
+    def block_name(self) -> str:
+        b, (gx, gy) = self.first, self.grid[:2]
+        return f"block ({b % gx}, {(b // gx) % gy}, {b // (gx * gy)})"
+
+    def warp_name(self, w: int) -> str:
+        return f"warp {w} (threads {w * self.W}..{w * self.W + self.W - 1})"
+
+    # ------------------------------------------------------------------ scheduler
+    def run(self, body) -> None:
+        threads = [threading.Thread(target=self._warp_main, args=(w, body), daemon=True,
+                                    name=f"tilewright-emulator-warp{w}") for w in range(self.nwarps)]
+        for t in threads:
+            t.start()
+        last = self.nwarps - 1
+        try:
+            while self.failure is None:
+                w = self._pick(last)
+                if w is None:
+                    break
+                last = w
+                self._switch_to(w)
+            if self.failure is None and not all(self.done):
+                self.failure = self._deadlock()
+        finally:
+            self.aborting = True
+            for w, t in enumerate(threads):
+                if not self.done[w]:
+                    self._switch_to(w)
+                t.join()
+        if self.failure is not None:
+            raise self.failure
+        self._check_end()
+
+    def _pick(self, last: int):
+        n = self.nwarps
+        for k in range(1, n + 1):
+            w = (last + k) % n
+            if self.done[w]:
+                continue
+            waiting = self.waiting[w]
+            if waiting is None or waiting[0]():
+                return w
+        return None
+
+    def _switch_to(self, w: int) -> None:
+        with self.cv:
+            self.turn = w
+            self.cv.notify_all()
+            while self.turn != _COORDINATOR:
+                self.cv.wait()
+
+    def _warp_main(self, w: int, body) -> None:
+        with self.cv:
+            while self.turn != w:
+                self.cv.wait()
+        try:
+            if not self.aborting:
+                with np.errstate(all="ignore"):  # inactive lanes may divide by zero or overflow
+                    body(self.states[w])
+        except _Abort:
+            pass
+        except BaseException as e:  # noqa: BLE001 - handed to the coordinator, which re-raises it
+            if self.failure is None:
+                self.failure = e
+        finally:
+            with self.cv:
+                self.done[w] = True
+                self.turn = _COORDINATOR
+                self.cv.notify_all()
+
+    def block(self, w: int, ready, describe, where) -> None:
+        """Block warp ``w`` until ``ready()``; ``describe()`` says what it waits for."""
+        if ready():
+            return
+        self.waiting[w] = (ready, describe, where)
+        with self.cv:
+            self.turn = _COORDINATOR
+            self.cv.notify_all()
+            while self.turn != w:
+                self.cv.wait()
+        self.waiting[w] = None
+        if self.aborting:
+            raise _Abort
+
+    def _deadlock(self) -> EmulatorError:
+        lines, loc, wrong = [], None, None
+        for w in range(self.nwarps):
+            if self.done[w]:
+                lines.append(f"  {self.warp_name(w)} has finished")
+                continue
+            _, describe, where = self.waiting[w]
+            if loc is None:
+                loc = where.loc
+            text, parity_problem = describe()
+            if parity_problem and wrong is None:
+                wrong = f"wrong-parity mbarrier wait: {self.warp_name(w)} {parity_problem}"
+                loc = where.loc
+            lines.append(f"  {self.warp_name(w)} waits {text}\n{_loc_text(where)}")
+        head = wrong or f"deadlock in {self.block_name()}: every warp that has not finished is blocked"
+        if wrong:
+            head += f"\ndeadlock in {self.block_name()}:"
+        return DeadlockError(head + "\n" + "\n".join(lines), loc)
+
+    def _check_end(self) -> None:
+        for b in self.named.values():
+            if b.arrived:
+                w, where = next(iter(b.arrived.items()))
+                raise where.error(DeadlockError, f"{self.block_name()} ends with {len(b.arrived) * self.W} of "
+                                                 f"{b.count} threads arrived at {b.name} (first: {self.warp_name(w)}): "
+                                                 "its count never completes")
+        for m in self.mbars.values():
+            if m.arrived or m.tx or m.landings:
+                msg = (f"{self.block_name()} ends with phase {m.phase} of mbarrier {m.name} incomplete: "
+                       f"{m.arrived} of {m.count} arrivals, {m.tx} transaction bytes outstanding: its arrive count "
+                       "never completes")
+                if m.last is not None:
+                    raise m.last.error(EmulatorError, msg)
+                raise EmulatorError(msg)
+
+    # ------------------------------------------------------------------ barriers
+    def _whole_warp(self, st, where, what: str) -> None:
+        if st.mask is not None and not st.mask.all():
+            lane = int(np.flatnonzero(~st.mask)[0])
+            raise where.error(DivergenceError, f"{st.where(lane)} skips a {what} that other threads of its warp "
+                                               "execute (control flow splits the warp)")
+
+    def barrier(self, st, bid, count: int, arrive_only: bool, where, kind: str = "named barrier", extra=None):
+        w = st.warp
+        what = "barrier" if kind == "barrier" else f"{kind} {bid[1] if isinstance(bid, tuple) else bid}"
+        self._whole_warp(st, where, what)
+        if count <= 0 or count % self.W or count > self.T:
+            raise where.error(EmulatorError, f"{what} over {count} threads: the count must be a positive multiple "
+                                             f"of the warp size {self.W}, at most the block's {self.T} threads")
+        b = self.named.get(bid)
+        if b is None:
+            b = self.named[bid] = _Barrier(what)
+        if b.arrived and b.count != count:
+            other = next(iter(b.arrived))
+            raise where.error(EmulatorError, f"{self.warp_name(w)} arrives at {what} counting {count} threads, "
+                                             f"while {self.warp_name(other)} arrived in the same phase counting "
+                                             f"{b.count}")
+        if w in b.arrived:
+            raise where.error(EmulatorError, f"{self.warp_name(w)} arrives twice at {what} in one phase: more "
+                                             f"threads arrive than its count {count} (a bar.arrive not matched by "
+                                             "the other side's bar.sync?)")
+        if extra is not None:
+            if b.arrived and b.extra != extra:
+                raise where.error(EmulatorError, f"the warps of one warpgroup execute {what} with different "
+                                                 f"values ({b.extra} and {extra})")
+            b.extra = extra
+        b.count = count
+        b.arrived[w] = where
+        b.vc = self.vc[w].copy() if b.vc is None else np.maximum(b.vc, self.vc[w])
+        gen = b.gen
+        if len(b.arrived) * self.W == count:
+            b.done_vc[gen] = b.vc
+            b.done_vc.pop(gen - 2, None)
+            b.gen += 1
+            b.arrived = {}
+            b.vc = None
+        self.vc[w, w] += 1  # later accesses of this warp are not covered by what it published
+        if arrive_only:
+            return
+
+        def describe():
+            ws = ", ".join(str(x) for x in sorted(b.arrived))
+            return (f"at {what} ({len(b.arrived) * self.W} of {count} threads arrived in this phase; warps: "
+                    f"{ws or 'none'})"), None
+
+        self.block(w, lambda: b.gen > gen, describe, where)
+        np.maximum(self.vc[w], b.done_vc[gen], out=self.vc[w])
+
+    # ------------------------------------------------------------------ mbarriers
+    def mbar_init(self, st, key, name: str, n: int, count: int, where) -> None:
+        if st.warp != 0 or (st.mask is not None and not st.mask[0]):
+            return  # printed as `if (warp == 0 && threadIdx.x == 0)`
+        for i in range(n):
+            agent = self.agent_index[(key, i)]
+            self.mbars[(key, i)] = _Mbar(f"{name}[{i}]", count, agent, self.nagents)
+
+    def mbar(self, key, where) -> _Mbar:
+        m = self.mbars.get(key)
+        if m is None:
+            raise where.error(EmulatorError, f"mbarrier {self.mbar_agents.get(key, key)} is used before its "
+                                             "MbarrierInit (or before the barrier that publishes it)")
+        return m
+
+    def mbar_arrive(self, st, key, arrivals: int, tx: int, where) -> None:
+        w = st.warp
+        m = self.mbar(key, where)
+        left = m.count - m.arrived
+        if arrivals > left:
+            raise where.error(EmulatorError, f"{self.warp_name(w)} brings {arrivals} arrivals to mbarrier {m.name}, "
+                                             f"whose phase {m.phase} expects only {left} more (initialised for "
+                                             f"{m.count}): over-arrival (arrive from one elected thread?)")
+        m.arrived += arrivals
+        m.tx += tx
+        m.last = where
+        np.maximum(m.vc, self.vc[w], out=m.vc)
+        self._try_complete(m)
+        self.vc[w, w] += 1
+
+    def mbar_expect_tx(self, st, key, nbytes: int, where) -> None:
+        m = self.mbar(key, where)
+        m.tx += nbytes
+        m.last = where
+
+    def tma_issue(self, st, key, pos, vals, where, name: str) -> None:
+        m = self.mbar(key, where)
+        if self.tracker is not None:
+            self.tracker.tma_issue(st.warp, pos, vals.dtype.itemsize, where, name)
+        m.landings.append((pos, vals))
+        nbytes = vals.size * vals.dtype.itemsize
+        # mbarrier.arrive.expect_tx(bytes), then the copy's complete_tx(bytes) when it lands
+        self.mbar_arrive(st, key, 1, nbytes, where)
+        m.tx -= nbytes
+        self._try_complete(m)
+
+    def _try_complete(self, m: _Mbar) -> None:
+        if m.arrived != m.count or m.tx != 0:
+            return
+        clock = m.phase + 1
+        for pos, vals in m.landings:
+            self.sviews[vals.dtype][pos] = vals
+            if self.tracker is not None:
+                self.tracker.tma_land(pos, vals.dtype.itemsize, m.agent, clock)
+        vc = m.vc.copy()
+        vc[m.agent] = clock
+        m.phase_vc[m.phase] = vc
+        m.phase_vc.pop(m.phase - 2, None)
+        m.phase += 1
+        m.arrived, m.tx, m.landings = 0, 0, []
+        m.vc[:] = 0
+
+    def mbar_wait(self, st, key, parity: int, where) -> None:
+        w = st.warp
+        m = self.mbar(key, where)
+        par = parity & 1
+        last = m.observed.get(w)
+
+        def parity_problem():
+            # the newest completed phase this warp never waited for, while it waits on another parity
+            seen = -1 if last is None else last
+            if m.phase - 1 > seen and (m.phase - 1) % 2 != par:
+                return (f"waits for parity {par} of mbarrier {m.name}, but phase {m.phase - 1} (parity "
+                        f"{(m.phase - 1) % 2}), which it never waited for, has completed")
+            return None
+
+        def describe():
+            tma = (f"; {m.skipped_tma} TMA load(s) executed by warps other than warp 0 were not issued (TMA is "
+                   "issued from warp 0)") if m.skipped_tma else ""
+            return (f"for parity {par} of mbarrier {m.name}: its phase {m.phase} has {m.arrived} of {m.count} "
+                    f"arrivals and {m.tx} transaction bytes outstanding{tma}"), parity_problem()
+
+        self.block(w, lambda: m.phase % 2 != par, describe, where)
+        seen = m.phase - 1
+        if last is not None and seen <= last:
+            raise where.error(EmulatorError, f"wrong-parity mbarrier wait: {self.warp_name(w)} waits for parity "
+                                             f"{par} of mbarrier {m.name} and returns at once on phase {seen}, which "
+                                             f"it already waited for (phase {m.phase} has not completed)")
+        if last is not None and seen > last + 1 or last is None and seen > 0:
+            skipped = 0 if last is None else last + 1
+            raise where.error(EmulatorError, f"wrong-parity mbarrier wait: {self.warp_name(w)} waits for parity "
+                                             f"{par} of mbarrier {m.name} and observes phase {seen}, skipping phase "
+                                             f"{skipped}, which it never waited for")
+        m.observed[w] = seen
+        if seen < 0:
+            # passed on a fresh barrier's 'previous phase': right for a producer's first wait on an
+            # 'empty' barrier, a wrong parity for a consumer's wait on a 'full' one; races name it
+            self.initial_passes[w].append((m.name, par, where))
+        if seen >= 0:
+            np.maximum(self.vc[w], m.phase_vc[seen], out=self.vc[w])
+
+
+def _mbarrier_agents(prog, kernel) -> dict:
+    """(shared place, index) -> printable name, for every mbarrier the kernel initialises."""
+    cached = getattr(prog, "_mbar_agents", None)
+    if cached is not None:
+        return cached
+    out: dict = {}
+
+    def f(s):
+        if isinstance(s, th.MbarrierInit) and s.bar in prog.shared:
+            place = prog.shared[s.bar][0]
+            for i in range(int(s.bar.shape[0])):
+                out[(place, i)] = f"{s.bar.name}[{i}]"
+
+    walk(kernel.body, f)
+    prog._mbar_agents = out
+    return out

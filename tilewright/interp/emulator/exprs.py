@@ -1,0 +1,349 @@
+"""Compiling expressions to closures ``f(st, need) -> value`` (values: per-lane arrays or scalars when
+uniform), with loads, shuffles and per-batch caching of invariant subexpressions."""
+
+from __future__ import annotations
+
+import numpy as np
+
+from ...ir import dtype as dt
+from ...ir import expr as E
+from ...ir.analysis import is_nonnegative
+from ...ir.visitor import walk_expr
+from .errors import DivergenceError, EmulatorError, EmulatorOutOfBoundsError
+from .mathfns import _BINOPS, _MATH, _check_division, _check_int32, _float_to_int, _fma, _trunc_div
+from .memory import _GlobalMem, _SharedMem
+from .support import _F32, _F64, _and, _check_range, _first, _fix, _is_float_np, _rows, _Where
+
+
+class ExprCompiler:
+    """Mixin of ``_Program``: expressions."""
+
+    # ---------------------------------------------------------------- expressions
+    # An expression compiles to ``f(st, need) -> value`` where ``need`` is the mask of lanes whose
+    # value is used (None: the statement's active lanes): loads check bounds only for those lanes.
+    # ``expr`` returns (closure, invariant, structural key); invariant means it depends only on
+    # values fixed for a batch, and ``_cached`` then evaluates it once per batch.
+
+    def cexpr(self, e, where: _Where | None):
+        f, inv, key = self.expr(E.as_expr(e), where)
+        return self._cached(f, inv, key)
+
+    def _cached(self, f, inv, key):
+        if not inv or key is None or key[0] in ("c", "v"):
+            return f
+        slot = self.cache_keys.get(key)
+        if slot is None:
+            slot = self.cache_keys[key] = self.ncache
+            self.ncache += 1
+
+        def cached(st, need):
+            v = st.cache[slot]
+            if v is None:
+                v = st.cache[slot] = f(st, need)
+            return v
+
+        return cached
+
+    def expr(self, e, where):
+        nd = dt.to_numpy(e.dtype)
+        if isinstance(e, E.Const):
+            v = nd.type(e.value)
+            return (lambda st, need: v), True, ("c", e.dtype, e.value)
+        if isinstance(e, E.Var):
+            if e not in self.var_slots:
+                raise EmulatorError(f"variable {e.name} is used but never bound")
+            slot = self.var_slots[e]
+            return (lambda st, need: st.vars[slot]), e in self.invariant_vars, ("v", slot)
+        if isinstance(e, E.Load):
+            return self.load(e, where), False, None
+        if isinstance(e, E.BinOp):
+            return self.binop(e, nd, where)
+        if isinstance(e, E.UnOp):
+            fa, inv, ka = self.expr(e.a, where)
+            fa = self._cached(fa, inv, ka) if not inv else fa
+            ufunc = {"neg": np.negative, "not": np.logical_not, "bitnot": np.invert}[e.op]
+
+            def unop(st, need):
+                return _fix(ufunc(fa(st, need)), nd)
+
+            return unop, inv, (e.op, e.dtype, ka)
+        if isinstance(e, E.Cast):
+            return self.cast(e, nd, where)
+        if isinstance(e, E.Select):
+            return self.select(e, nd, where)
+        if isinstance(e, E.Call):
+            return self.call(e, nd, where)
+        if isinstance(e, E.Shuffle):
+            return self.shuffle(e, where), False, None
+        raise EmulatorError(f"the emulator cannot evaluate {type(e).__name__}")
+
+    def _children(self, es, where):
+        parts = [self.expr(x, where) for x in es]
+        inv = all(p[1] for p in parts)
+        keys = tuple(p[2] for p in parts)
+        if any(k is None for k in keys):
+            keys = None
+        fs = [p[0] if inv else self._cached(*p) for p in parts]
+        return fs, inv, keys
+
+    def binop(self, e: E.BinOp, nd, where):
+        op = e.op
+        (fa, fb), inv, keys = self._children((e.a, e.b), where)
+        key = None if keys is None else (op, e.dtype) + keys
+        wd = dt.to_numpy(e.a.dtype)
+        is_float = _is_float_np(wd)
+        if op in ("and", "or"):
+            lazy = _has_effects(e.b)
+            is_and = op == "and"
+
+            def logical(st, need):
+                a = fa(st, need)
+                if not isinstance(a, np.ndarray):
+                    if bool(a) != is_and:  # short circuit, as C does
+                        return np.bool_(not is_and)
+                    b = fb(st, need)  # the right side alone decides; it may differ between lanes
+                    return b.astype(np.bool_) if isinstance(b, np.ndarray) else np.bool_(bool(b))
+                # the right side runs only where the left does not decide (C short-circuit)
+                b = fb(st, _and(need, a if is_and else ~a) if lazy else need)
+                return np.logical_and(a, b) if is_and else np.logical_or(a, b)
+
+            return logical, inv, key
+        if op in ("min", "max"):
+            fn = np.minimum if op == "min" else np.maximum  # NaN-propagating on purpose
+        elif op == "/":
+            fn = np.true_divide if is_float else _trunc_div
+        elif op == "//":
+            fn = (lambda a, b: np.floor(np.true_divide(a, b))) if is_float else np.floor_divide
+        elif op == "%":
+            fn = np.fmod if is_float else np.remainder
+        else:
+            fn = _BINOPS[op]
+
+        if op in ("/", "//", "%") and not is_float and not inv and where is not None:
+            # the printers emit C's truncating '/' and '%' when analysis proves both sides
+            # non-negative: check that assumption (and division by zero) on the lanes that need it
+            assumed = dt.is_signed_int(e.dtype) and is_nonnegative(e.a) and is_nonnegative(e.b)
+
+            def checked_division(st, need):
+                a, b = fa(st, need), fb(st, need)
+                _check_division(st, a, b, need, assumed, op, where)
+                return _fix(fn(a, b), nd)
+
+            return checked_division, inv, key
+
+        if e.dtype == "int32" and op in ("+", "-", "*") and where is not None:
+            # the generated code computes this in a 32-bit int: evaluate exactly (64 bits) and refuse
+            # a result that int would not hold, on the lanes that use it
+            def checked_int32(st, need):
+                r = fn(np.asarray(fa(st, need), np.int64), np.asarray(fb(st, need), np.int64))
+                _check_int32(st, r, need, e, where)
+                return _fix(r, nd)
+
+            return checked_int32, inv, key
+
+        def binary(st, need):
+            return _fix(fn(fa(st, need), fb(st, need)), nd)
+
+        return binary, inv, key
+
+    def cast(self, e: E.Cast, nd, where):
+        fa, inv, ka = self.expr(e.a, where)
+        fa = fa if inv else self._cached(fa, inv, ka)
+        src = dt.to_numpy(e.a.dtype)
+        key = None if ka is None else ("cast", e.dtype, ka)
+        if _is_float_np(src) and nd.kind in "iu":
+            def to_int(st, need):
+                return _float_to_int(fa(st, need), nd)
+
+            return to_int, inv, key
+        if nd.kind == "b":
+            def to_bool(st, need):
+                v = fa(st, need)
+                return v != 0 if isinstance(v, np.ndarray) else np.bool_(v != 0)
+
+            return to_bool, inv, key
+
+        def conv(st, need):
+            return _fix(fa(st, need), nd)
+
+        return conv, inv, key
+
+    def select(self, e: E.Select, nd, where):
+        (fc, fa, fb), inv, keys = self._children((e.cond, e.a, e.b), where)
+        key = None if keys is None else ("sel", e.dtype) + keys
+        lazy_a, lazy_b = _has_effects(e.a), _has_effects(e.b)
+
+        def sel(st, need):
+            c = fc(st, need)
+            if not isinstance(c, np.ndarray):
+                return _fix(fa(st, need) if c else fb(st, need), nd)
+            # each side is needed only where it is chosen (C's ?: evaluates one side)
+            a = fa(st, _and(need, c)) if lazy_a else fa(st, need)
+            b = fb(st, _and(need, ~c)) if lazy_b else fb(st, need)
+            return _fix(np.where(c, a, b), nd)
+
+        return sel, inv, key
+
+    def call(self, e: E.Call, nd, where):
+        name = e.name
+        fs, inv, keys = self._children(e.args, where)
+        key = None if keys is None else ("call", name, e.dtype) + keys
+        if name in ("isnan", "isinf"):
+            fn = np.isnan if name == "isnan" else np.isinf
+            f0 = fs[0]
+
+            def test(st, need):
+                return fn(np.asarray(f0(st, need), np.float32))
+
+            return test, inv, key
+        if name in ("min", "max"):
+            fn2 = np.minimum if name == "min" else np.maximum
+            fa, fb = fs
+
+            def mm(st, need):
+                return _fix(fn2(fa(st, need), fb(st, need)), nd)
+
+            return mm, inv, key
+        if name == "abs" and not _is_float_np(nd):
+            f0 = fs[0]
+
+            def iabs(st, need):
+                return _fix(np.abs(f0(st, need)), nd)
+
+            return iabs, inv, key
+        if name == "fma":
+            math_fn = _fma
+        elif name in _MATH:
+            math_fn = _MATH[name]
+        else:
+            raise EmulatorError(f"the emulator does not know the math function {name!r}")
+        work = _F64 if nd == _F64 else _F32  # 16-bit and 8-bit floats compute in float32, then round
+
+        def mathcall(st, need):
+            args = [_fix(f(st, need), work) for f in fs]
+            return _fix(_fix(math_fn(*args), work), nd)
+
+        return mathcall, inv, key
+
+    def shuffle(self, e: E.Shuffle, where):
+        fv = self.cexpr(e.value, where)
+        xor, width = int(e.mask), int(e.width)
+        memo_key = ("shfl", xor, width)
+
+        def shfl(st, need):
+            v = fv(st, need)
+            if not isinstance(v, np.ndarray):
+                return v
+            src = st.memo.get(memo_key)
+            if src is None:
+                tid = st.tid
+                s = tid ^ xor
+                ok = (s // width == tid // width) & (s < st.T)
+                src = st.memo[memo_key] = st.lane - tid + np.where(ok, s, tid)
+            if st.mask is not None:
+                bad = ~st.mask[src]
+                if need is not None:
+                    bad &= need
+                else:
+                    bad &= st.mask
+                if bad.any():
+                    lane = _first(bad)
+                    raise where.error(DivergenceError, f"{st.where(lane)}: shuffle reads lane "
+                                                       f"{int(src[lane]) % st.T}, which is not executing it")
+            return v[src]
+
+        return shfl
+
+    # ---------------------------------------------------------------- memory
+    def load(self, e: E.Load, where):
+        b = e.buffer
+        fi = self.cexpr(e.indices[0], where)
+        if b.scope == "local":
+            return self._load_local(b, fi, e.indices[0], where)
+        if b.scope == "shared":
+            place, _, nd = self._shared_of(b, where)
+            n = b.shape[0]
+            what = f"load of shared {b.name}"
+            sz = nd.itemsize
+
+            def load_shared(st, need):
+                idx = _check_range(st, fi(st, need), 0, n - 1, need, what, where)
+                pos = st.sbase[place] + idx
+                if st.races is not None:
+                    st.races.access(pos, sz, need, where, b.name, None)
+                return st.sviews[nd][pos]
+
+            return load_shared
+        if b.scope == "global":
+            gi = self._global_of(b, where)
+            what = f"load of global {b.name}"
+
+            def load_global(st, need):
+                arr = st.glob[gi]
+                idx = _check_range(st, fi(st, need), 0, arr.size - 1, need, what, where)
+                return arr[idx]
+
+            return load_global
+        raise EmulatorError(f"cannot load from a {b.scope} buffer ({b.name}) in thread IR")
+
+    def _load_local(self, b, fi, idx_expr, where):
+        slot = self._reg(b)
+        n = b.shape[0]
+        c = E.const_value(idx_expr)
+        if c is not None:
+            c = int(c)
+            if not 0 <= c < n:
+                def bad_reg(st, need):
+                    raise where.error(EmulatorOutOfBoundsError, f"register {b.name}[{c}] is out of bounds "
+                                                                f"({n} registers)")
+
+                return bad_reg
+
+            def load_reg(st, need):
+                return st.regs[slot][c]
+
+            return load_reg
+        nd = dt.to_numpy(b.dtype)
+
+        def load_reg_dyn(st, need):
+            idx = _check_range(st, fi(st, need), 0, n - 1, need, f"register {b.name}", where)
+            rows = _rows(st.regs[slot], st.L, nd)
+            return rows[idx, st.lane] if isinstance(idx, np.ndarray) else rows[int(idx)]
+
+        return load_reg_dyn
+
+    def _shared_of(self, b, where):
+        if b not in self.shared:
+            raise (where.error(EmulatorError, f"shared buffer {b.name} has no SharedDecl") if where
+                   else EmulatorError(f"shared buffer {b.name} has no SharedDecl"))
+        return self.shared[b]
+
+    def _global_of(self, b, where) -> int:
+        if b not in self.global_index:
+            raise EmulatorError(f"global buffer {b.name} is not a kernel parameter")
+        return self.global_index[b]
+
+    def _mem(self, b, where):
+        """(kind, ...) description of a memory (global/shared) buffer for vector accesses."""
+        if b.scope == "shared":
+            place, off, nd = self._shared_of(b, where)
+            return _SharedMem(b, place, off, nd)
+        if b.scope == "global":
+            return _GlobalMem(b, self._global_of(b, where))
+        raise EmulatorError(f"buffer {b.name} of scope {b.scope} is not memory")
+
+
+
+def _has_effects(e) -> bool:
+    """Whether evaluating ``e`` on lanes that do not need it could fail (loads, shuffles)."""
+    found = False
+
+    def f(x):
+        nonlocal found
+        if isinstance(x, (E.Load, E.Shuffle)):
+            found = True
+
+    walk_expr(e, f)
+    return found
+
+

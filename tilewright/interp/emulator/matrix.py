@@ -1,0 +1,183 @@
+"""Compiling warp-collective matrix instructions: ldmatrix and mma.sync / MFMA / WMMA, gathered
+from and scattered to the lanes' registers through the instruction's lane layouts."""
+
+from __future__ import annotations
+
+import numpy as np
+
+from ...ir import dtype as dt
+from ...ir import expr as E
+from ...ir import thread as th
+from .errors import DivergenceError, EmulatorError, EmulatorOutOfBoundsError
+from .support import _F32, _and, _check_align, _check_range, _rows, _uint_of, _Where
+
+
+class MatrixCompiler:
+    """Mixin of ``_Program``: matrix instructions."""
+
+    def load_matrix(self, s: th.LoadMatrix):
+        where = _Where(s)
+        if s.src.scope != "shared" or s.dst.scope != "local":
+            raise where.error(EmulatorError, "ldmatrix reads shared memory into registers")
+        nd = dt.to_numpy(s.src.dtype)
+        if nd.itemsize != 2 or s.dst.dtype != s.src.dtype:
+            raise where.error(EmulatorError, f"ldmatrix moves 16-bit elements, not {s.src.dtype} -> {s.dst.dtype}")
+        if self.k.num_threads % 32:
+            raise where.error(EmulatorError, "ldmatrix needs whole warps of 32 threads")
+        num, trans, di = int(s.num), bool(s.trans), int(s.dst_index)
+        slot = self._reg(s.dst)
+        if di < 0 or di + 2 * num > s.dst.shape[0]:
+            raise where.error(EmulatorOutOfBoundsError, f"ldmatrix writes registers {s.dst.name}[{di}:{di + 2 * num}] "
+                                                        f"of {s.dst.shape[0]}")
+        place, off, _ = self._shared_of(s.src, where)
+        n = s.src.shape[0]
+        fi = self.cexpr(s.src_index, where)
+        # where lane l's element (q, j) comes from: (lane of the warp supplying the row, column offset)
+        ln = np.arange(32)
+        plan = []
+        for q in range(num):
+            for j in range(2):
+                if trans:
+                    plan.append((8 * q + 2 * (ln % 4) + j, ln // 4))
+                else:
+                    plan.append((8 * q + ln // 4, 2 * (ln % 4) + j))
+        supplier = ln < 8 * num
+
+        def ldmatrix(st):
+            m = st.mask
+            warps = st.L // 32
+            if m is not None:
+                pw = m.reshape(warps, 32)
+                if (pw.any(axis=1) & ~pw.all(axis=1)).any():
+                    raise where.error(DivergenceError, "ldmatrix runs under control flow that splits a warp")
+            sup = np.tile(supplier, warps)
+            need = _and(m, sup) if m is not None else sup
+            idx = np.broadcast_to(fi(st, need), (st.L,))
+            idx = _check_range(st, idx, 0, n - 8, need, f"ldmatrix row of shared {s.src.name}", where)
+            _check_align(st, off + idx * 2, 16, need, f"ldmatrix row of shared {s.src.name}", where)
+            base = st.sbase[place]
+            view = st.sviews[nd]
+            if st.races is not None:
+                rows = (base + idx)[:, None] + np.arange(8)
+                st.races.access(rows[need].reshape(-1), 2, None, where, s.src.name, np.repeat(st.tid[need], 8))
+            wbase = st.lane - st.lane % 32
+            regs = st.regs[slot]
+            for r, (src_lane, col) in enumerate(plan):
+                lane = wbase + np.tile(src_lane, warps)
+                v = view[base + idx[lane] + np.tile(col, warps)]
+                regs[di + r] = v if m is None else np.where(m, v, regs[di + r])
+
+        return ldmatrix
+
+    def matrix_multiply(self, s: th.MatrixMultiply):
+        where = _Where(s)
+        mi = s.instr
+        G = mi.group_size
+        if self.k.num_threads % G:
+            raise where.error(EmulatorError, f"{mi.name} runs on groups of {G} lanes; the block has "
+                                             f"{self.k.num_threads} threads")
+        ops = {}
+        for name, (buf, off), elems, want in (("a", s.a, mi.a_elems, mi.a_dtype), ("b", s.b, mi.b_elems, mi.b_dtype),
+                                              ("c", s.c, mi.c_elems, mi.acc_dtype),
+                                              ("d", s.d, mi.c_elems, mi.acc_dtype)):
+            if buf.scope != "local":
+                raise where.error(EmulatorError, f"operand {name} of {mi.name} must be registers, not {buf.scope}")
+            if buf.dtype != want:
+                raise where.error(EmulatorError, f"operand {name} of {mi.name} is {buf.dtype}, the instruction "
+                                                 f"takes {want}")
+            off = int(E.const_value(off) if isinstance(off, E.Expr) else off)
+            if off < 0 or off + elems > buf.shape[0]:
+                raise where.error(EmulatorOutOfBoundsError, f"operand {name} of {mi.name}: registers "
+                                                            f"{buf.name}[{off}:{off + elems}] of {buf.shape[0]}")
+            ops[name] = (self._reg(buf), off, elems, dt.to_numpy(buf.dtype))
+        a_plan = _gather_plan(mi, "a", mi.a_index, mi.m, mi.k, mi.a_elems, where)
+        b_plan = _gather_plan(mi, "b", mi.b_index, mi.k, mi.n, mi.b_elems, where)
+        c_plan = _gather_plan(mi, "c", mi.c_index, mi.m, mi.n, mi.c_elems, where, unique=True)
+        d_pos = c_plan[2]  # [c_elems * G] positions in the flat m x n result, e-major
+        integer = mi.acc_dtype.startswith("int")
+        acc_nd = dt.to_numpy(mi.acc_dtype)
+        m_, n_, ce = mi.m, mi.n, mi.c_elems
+
+        def operand(st, name, plan, ng, active):
+            slot, off, elems, nd = ops[name]
+            rows = _rows(st.regs[slot][off:off + elems], st.L, nd).reshape(elems, ng, G)
+            e_idx, l_idx, _, replicas = plan
+            mat = rows[e_idx, :, l_idx]  # [rows*cols, groups]
+            for (re, rl), (fe, fl) in replicas:
+                # hardware reads one copy; which one is unspecified, so the copies must agree
+                differ = rows[re, :, rl].view(_uint_of(nd)) != rows[fe, :, fl].view(_uint_of(nd))
+                if active is not None:
+                    differ &= active[None, :]
+                if differ.any():
+                    i, g = np.argwhere(differ)[0]
+                    raise where.error(EmulatorError, f"{mi.name}: operand {name} is replicated, but lane {int(rl[i])} "
+                                                     f"and lane {int(fl[i])} of group {int(g)} hold different values "
+                                                     f"for the same element")
+            return mat
+
+        def mma(st):
+            m = st.mask
+            ng = st.L // G
+            active = None
+            if m is not None:
+                pg = m.reshape(ng, G)
+                full, some = pg.all(axis=1), pg.any(axis=1)
+                if (some & ~full).any():
+                    raise where.error(DivergenceError, f"{mi.name} runs under control flow that splits a "
+                                                       f"{G}-lane group")
+                active = full
+            A = operand(st, "a", a_plan, ng, active).T.reshape(ng, m_, mi.k)
+            B = operand(st, "b", b_plan, ng, active).T.reshape(ng, mi.k, n_)
+            C = operand(st, "c", c_plan, ng, None).T.reshape(ng, m_, n_)
+            if integer:
+                D = (np.matmul(A.astype(np.int64), B.astype(np.int64)) + C).astype(acc_nd)
+            else:
+                D = (np.matmul(A.astype(_F32), B.astype(_F32)) + C.astype(_F32)).astype(acc_nd)
+            out = D.reshape(ng, m_ * n_)[:, d_pos].reshape(ng, ce, G).transpose(1, 0, 2).reshape(ce, st.L)
+            slot, off, _, _ = ops["d"]
+            regs = st.regs[slot]
+            for e in range(ce):
+                regs[off + e] = out[e] if m is None else np.where(m, out[e], regs[off + e])
+
+        return mma
+
+
+
+def _gather_plan(mi, name: str, index_fn, rows: int, cols: int, elems: int, where: _Where, unique: bool = False):
+    """Where each element of operand ``name`` lives: for every (row, col), row-major, the register
+    ``e`` and lane ``l`` of its first holder (lowest lane, then lowest register), the flat positions
+    of every (e, l) (e-major) and the extra holders of replicated elements."""
+    G = mi.group_size
+    lane = np.arange(G)
+    pos = np.empty((elems, G), np.int64)
+    for e in range(elems):
+        r, c = index_fn(lane, e)
+        r, c = np.broadcast_to(np.asarray(r), (G,)), np.broadcast_to(np.asarray(c), (G,))
+        if (r < 0).any() or (r >= rows).any() or (c < 0).any() or (c >= cols).any():
+            raise where.error(EmulatorError, f"{mi.name}: the {name} layout maps register {e} outside the "
+                                             f"{rows}x{cols} matrix")
+        pos[e] = r * cols + c
+    flat = pos.T.reshape(-1)  # lane-major order, so the first hit is the lowest lane
+    order = np.argsort(flat, kind="stable")
+    sorted_pos = flat[order]
+    firsts = np.ones(len(sorted_pos), bool)
+    firsts[1:] = sorted_pos[1:] != sorted_pos[:-1]
+    covered = sorted_pos[firsts]
+    if len(covered) != rows * cols:
+        raise where.error(EmulatorError, f"{mi.name}: the {name} layout leaves {rows * cols - len(covered)} of "
+                                         f"{rows}x{cols} elements unheld")
+    if unique and not firsts.all():
+        raise where.error(EmulatorError, f"{mi.name}: the {name} layout gives an element to two lanes")
+    first_idx = order[firsts]  # lane-major flat index (l * elems + e) of each element's first holder
+    l_idx, e_idx = first_idx // elems, first_idx % elems
+    replicas = []
+    if not firsts.all():
+        group_start = np.cumsum(firsts) - 1
+        extra = ~firsts
+        other = order[extra]
+        first_of = first_idx[group_start[extra]]
+        replicas.append(((other % elems, other // elems), (first_of % elems, first_of // elems)))
+    return e_idx, l_idx, pos.reshape(-1), replicas
+
+
+# --------------------------------------------------------------------------------------------
