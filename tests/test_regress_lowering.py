@@ -429,3 +429,39 @@ def test_power_of_two_rows_keep_the_striped_layout():
                 break
         kinds = {b.name: lay.kind for b, lay in work.plans.fragment_layouts.items()}
         assert set(kinds.values()) == {"striped", "reduced"}, kinds
+
+
+def _inplace_update(n=256, threads=128):
+    @T.prim_func
+    def f(A: T.Tensor((n,), "float32"), B: T.Tensor((n,), "float32")):
+        with T.Kernel(1, threads=threads):
+            S = T.alloc_shared((n,), "float32")
+            T.copy(A, S)
+            for i in T.Parallel(n):
+                S[i] = S[i] * 2.0
+            T.copy(S, B)
+
+    return f
+
+
+@pytest.mark.parametrize("n, threads", [(256, 128), (64, 128), (1024, 512)])
+def test_inplace_update_over_a_replicated_layout_is_done_once(n, threads):
+    """Positions held by two replicas (threads t and t + 64 when 256 floats are spread 4 a thread):
+    only one replica may store, or the other reads the updated value and doubles it again (a race
+    on the GPU; the lockstep emulator happened to read first)."""
+    import re
+
+    f = _inplace_update(n, threads)
+    for target in (CUDA, GFX942):
+        k = tilewright.compile(f, target=target, execution_backend="emulator")
+        a = np.random.default_rng(n).standard_normal(n).astype(np.float32)
+        b = np.full(n, np.nan, np.float32)
+        k(a, b)
+        np.testing.assert_allclose(b, 2 * a.astype(np.float64), rtol=1e-6)
+    src = tilewright.compile(f, target=CUDA, execution_backend="emulator").get_kernel_source()
+    body = src[src.index("__global__"):]
+    stores = [m.start() for m in re.finditer(r"\*reinterpret_cast<uint4\*>\(&S\[|\n\s*S\[[^\n]*\] = ", body)]
+    guards = [m.start() for m in re.finditer(r"if \(\(\(\(\(int\)threadIdx\.x\) & \d+\) == 0\)\)", body)]
+    assert stores, body
+    if n * 1 < threads * 4:  # replicated: every shared store sits right under a replica guard
+        assert guards and all(any(0 < s - g < 80 for g in guards) for s in stores), body

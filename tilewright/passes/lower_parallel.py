@@ -16,7 +16,7 @@ from ..ir import dtype as dt
 from ..ir import expr as E
 from ..ir import thread as th
 from ..ir import tile as t
-from ..ir.visitor import loads_in, walk
+from ..ir.visitor import loads_in, map_stmt, walk
 from .analysis import uses_var
 from .index_algebra import linear_terms
 from .lower_exprs import Env, lower_expr
@@ -86,6 +86,8 @@ def lower_parallel(ctx: LoweringContext, p: t.ParallelFor, env: Env, lower_stmt)
                 e.sym[inner_var] = group_env.sym[inner_var] + k
             body.extend(_lower_body(ctx, p.body, e, lower_stmt, vec_stores, k))
         body.extend(post)
+        if env.replica_guard is not None:
+            body = _stores_by_one_replica(body, env.replica_guard)
         valid = _valid_expr(layout, ctx, r0)
         if valid is not None:
             out.append(t.IfThenElse(valid, t.SeqStmt(body), None, loc=p.loc))
@@ -119,6 +121,21 @@ def replica_guard(ctx, layout):
     for b in bits:
         mask |= b
     return E.binary("==", ctx.tid & mask, 0)
+
+
+def _stores_by_one_replica(body: list, guard) -> list:
+    """Stores to shared or global memory done by one replica of each loop position only: replicas
+    hold the same positions, so an in-place update (``S[i] = S[i] * 2``) done by two of them would
+    read what the other already wrote and apply twice; registers stay per-thread."""
+    def memory(b) -> bool:
+        return b.scope in ("shared", "global")
+
+    def f(s):
+        if isinstance(s, t.BufferStore) and memory(s.buffer) or isinstance(s, th.VecCopy) and memory(s.dst):
+            return t.IfThenElse(guard, s, None, loc=s.loc)
+        return None
+
+    return [map_stmt(s, f) for s in body]
 
 
 def _fragment_loads(p) -> list:
