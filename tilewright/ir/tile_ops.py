@@ -10,6 +10,7 @@ once here with ``declare``:
 * ``rebuild(s, region_fn, expr_fn)``: a copy (same ``uid``) with every region and expression mapped,
   or ``s`` itself when nothing changed;
 * ``text(s)``: its printed form (``T.name(...)``, read back by the frontend for the built-in ops);
+* ``binds(s)``: variables it defines for the statements after it (``return_prev``);
 * ``collective(s)``: how errors name it when the whole thread set must perform it together, or
   None when one thread may (a scalar atomic); ``in_parallel``: allowed inside a ``T.Parallel``
   body; ``check(s)``: extra verifier checks (a ``CompileError`` with the kernel line).
@@ -67,6 +68,7 @@ class TileOpDecl:
     collective: Callable | None = None  # s -> str | None; default "T.<name>"
     in_parallel: bool = False
     check: Callable = _no_check  # s -> None, raising CompileError
+    binds: Callable = _no_exprs  # s -> [Var, ...] it defines for the statements after it
 
 
 _decls: dict = {}
@@ -135,6 +137,12 @@ def op_exprs(s) -> list:
     """Scalar expressions a tile op holds besides its region starts ([] for other statements)."""
     d = _decls.get(type(s))
     return d.exprs(s) if d is not None else []
+
+
+def op_binds(s) -> list:
+    """Variables a tile op defines for the statements after it ([] for other statements)."""
+    d = _decls.get(type(s))
+    return d.binds(s) if d is not None else []
 
 
 def buffer_accesses(s) -> list:
@@ -270,4 +278,5 @@ def _atomic_text(s: t.Atomic) -> str:
 declare(t.Atomic, TileOpDecl(
     "atomic", regions=lambda s: [(s.dst, "w")] + ([(s.value, "r")] if _atomic_tile(s) else []),
     exprs=lambda s: [] if _atomic_tile(s) else [s.value], rebuild=_atomic_rebuild, text=_atomic_text,
-    collective=lambda s: "a tile T.atomic" if _atomic_tile(s) else None, in_parallel=True))
+    collective=lambda s: "a tile T.atomic" if _atomic_tile(s) else None, in_parallel=True,
+    binds=lambda s: [] if s.result is None else [s.result]))  # return_prev binds the old value

@@ -43,7 +43,7 @@ from ..ir import thread as th
 from ..ir import tile as t
 from ..ir.layout import SharedLayout, tma_boxes
 from ..ir.plans import GemmMainloop, PipelineRing
-from ..ir.tile_ops import buffer_accesses, decl_of, rebuild_op
+from ..ir.tile_ops import buffer_accesses, decl_of, op_binds, rebuild_op
 from ..ir.uniformity import thread_sets
 from ..ir.visitor import free_vars, map_stmt, rewrite_expr, substitute, walk
 
@@ -95,8 +95,8 @@ def _defined_in(body) -> set:
             out.add(s.var)
         elif isinstance(s, t.ParallelFor):
             out.update(s.vars)
-        elif isinstance(s, t.Atomic) and s.result is not None:  # return_prev binds a value
-            out.add(s.result)
+        else:
+            out.update(op_binds(s))  # tile ops: as their declarations say (return_prev)
 
     walk(body, f)
     return out
