@@ -47,6 +47,7 @@ refuses, with a clear error, what a GPU would do wrong silently.  Guarantees:
 
 from __future__ import annotations
 
+import functools
 import itertools
 import math
 import operator
@@ -59,6 +60,7 @@ from ..ir import dtype as dt
 from ..ir import expr as E
 from ..ir import thread as th
 from ..ir import tile as t
+from ..ir.tile_ops import hooks, register
 from ..ir.visitor import child_stmts, walk, walk_expr
 from ..target.grid import check_launch_grid
 from .bind import bind_host_call
@@ -649,13 +651,15 @@ class _Interpreter:
         self.dispatch = {
             t.SeqStmt: self.x_seq, t.Kernel: self.x_kernel, t.Alloc: self.x_alloc, t.For: self.x_for,
             t.ParallelFor: self.x_parallel, t.IfThenElse: self.x_if, t.BufferStore: self.x_store,
-            t.LetStmt: self.x_let, t.Copy: self.x_copy, t.Fill: self.x_fill, t.Gemm: self.x_gemm,
-            t.Reduce: self.x_reduce, t.Atomic: self.x_atomic, t.Annotate: self.x_nothing,
+            t.LetStmt: self.x_let, t.Annotate: self.x_nothing,
             t.Evaluate: self.x_evaluate, t.ThreadPartition: self.x_partition,
             th.Barrier: self.x_nothing, th.MbarrierInit: self.x_nothing, th.FenceProxyAsync: self.x_nothing,
             th.SetMaxNReg: self.x_nothing, th.MbarrierArrive: self.x_mbarrier, th.MbarrierWait: self.x_mbarrier,
             th.MbarrierExpectTx: self.x_mbarrier, th.NamedBarrier: self.x_mbarrier,
         }
+        # tile ops: each one's execution as registered in ir.tile_ops (the built-in ones at the end of this file)
+        for op_type, run in hooks("interp").items():
+            self.dispatch[op_type] = functools.partial(run, self)
         self.par_info: dict = {}
         self.uniformity = None  # ir.uniformity analysis, made on first use
         self.region = None  # the ThreadPartition being run
@@ -1330,3 +1334,10 @@ def _parallel_rank(s: t.ParallelFor) -> int:
 
     return len(s.vars) + inner(s.body)
 
+
+# the execution of each tile op (ir.tile_ops): a new op registers its own the same way
+register(t.Copy, "interp", _Interpreter.x_copy)
+register(t.Fill, "interp", _Interpreter.x_fill)
+register(t.Gemm, "interp", _Interpreter.x_gemm)
+register(t.Reduce, "interp", _Interpreter.x_reduce)
+register(t.Atomic, "interp", _Interpreter.x_atomic)

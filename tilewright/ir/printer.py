@@ -82,6 +82,7 @@ class _TilePrinter:
 
     def stmt(self, s, d: int) -> None:
         from . import tile as t
+        from . import tile_ops
 
         if s is None:
             return
@@ -130,27 +131,8 @@ class _TilePrinter:
             self.emit(d, f"{s.buffer.name}[{idx}] = {expr_str(s.value)}")
         elif isinstance(s, t.LetStmt):
             self.emit(d, f"{s.var.name} = {expr_str(s.value)}")
-        elif isinstance(s, t.Copy):
-            extra = (", disable_tma=True" if s.disable_tma else "") + (
-                "" if s.coalesced_width is None else f", coalesced_width={s.coalesced_width}")
-            self.emit(d, f"T.copy({region_str(s.src)}, {region_str(s.dst)}{extra})")
-        elif isinstance(s, t.Fill):
-            self.emit(d, f"T.fill({region_str(s.dst)}, {expr_str(s.value)})")
-        elif isinstance(s, t.Gemm):
-            pol = {"square": "Square", "fullrow": "FullRow", "fullcol": "FullCol"}[s.policy]
-            self.emit(
-                d,
-                f"T.gemm({region_str(s.a)}, {region_str(s.b)}, {region_str(s.c)}, transpose_A={s.trans_a}, "
-                f"transpose_B={s.trans_b}, policy=T.GemmWarpPolicy.{pol}, clear_accum={s.clear_accum}, "
-                f"k_pack={s.k_pack})",
-            )
-        elif isinstance(s, t.Reduce):
-            self.emit(d, f"T.reduce_{s.op}({s.src.name}, {s.dst.name}, dim={s.dim}, clear={s.clear})")
-        elif isinstance(s, t.Atomic):
-            val = region_str(s.value) if isinstance(s.value, t.Region) else expr_str(s.value)
-            order = "" if s.order == "relaxed" else f", memory_order={s.order!r}"
-            call = f"T.atomic_{s.op}({region_str(s.dst)}, {val}{order}"
-            self.emit(d, f"{s.result.name} = {call}, return_prev=True)" if s.result is not None else f"{call})")
+        elif tile_ops.decl_of(s) is not None:
+            self.emit(d, tile_ops.op_text(s))
         elif isinstance(s, t.Annotate):
             if s.kind == "swizzle":
                 self.emit(d, f"T.use_swizzle(panel_size={s.attrs['panel_size']}, order={s.attrs['order']!r})")

@@ -4,8 +4,9 @@ A ``PrimFunc`` holds parameters (global ``Buffer``s and scalar ``Var``s) and a b
 ``Kernel`` launch.  Inside it, buffers live in a scope: ``global`` (parameters), ``shared`` (one copy
 per block), ``fragment`` (a tile spread over the block's threads, layout inferred by the compiler),
 ``local`` (per-thread array) or ``var`` (a per-thread scalar).  Tile operations (``Copy``, ``Fill``,
-``Gemm``, ``Reduce``, ``Atomic``) act on whole regions; ``ParallelFor`` is an elementwise loop nest
-over a tile that the compiler partitions over threads.
+``Gemm``, ``Reduce``, ``Atomic``) act on whole regions (each is declared in ``ir.tile_ops``, which
+the generic passes ask about it); ``ParallelFor`` is an elementwise loop nest over a tile that the
+compiler partitions over threads.
 
 Nodes are plain mutable objects; passes build new trees rather than editing shared ones.
 """

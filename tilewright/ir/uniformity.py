@@ -25,10 +25,8 @@ import numpy as np
 
 from . import expr as E
 from . import tile as t
+from . import tile_ops
 from .visitor import child_stmts, walk_expr
-
-# statements that every thread of the executing set must reach together
-TILE_OPS = (t.Copy, t.Fill, t.Gemm, t.Reduce, t.ParallelFor)
 
 
 def collective_kind(s) -> str | None:
@@ -36,10 +34,11 @@ def collective_kind(s) -> str | None:
     block/named barriers, register rebalancing), else None."""
     from . import thread as th
 
-    if isinstance(s, TILE_OPS):
-        return f"T.{type(s).__name__.lower()}" if not isinstance(s, t.ParallelFor) else "T.Parallel"
-    if isinstance(s, t.Atomic) and isinstance(s.value, t.Region):
-        return "a tile T.atomic"
+    if isinstance(s, t.ParallelFor):
+        return "T.Parallel"
+    name = tile_ops.collective_name(s)  # tile ops: their declarations say
+    if name is not None:
+        return name
     if isinstance(s, th.Barrier):
         return "a barrier"
     if isinstance(s, th.NamedBarrier):

@@ -10,6 +10,7 @@ from __future__ import annotations
 from ..errors import CompileError
 from . import dtype as dt
 from . import tile as t
+from . import tile_ops
 from .expr import Load
 from .visitor import loads_in, walk
 
@@ -24,7 +25,6 @@ def shapes_match(a, b) -> bool:
 
 def verify(func: t.PrimFunc) -> None:
     known = {id(p) for p in func.params if isinstance(p, t.Buffer)}
-    in_parallel = [0]
 
     def visit(s, depth_parallel=0):
         if isinstance(s, t.Alloc):
@@ -33,8 +33,8 @@ def verify(func: t.PrimFunc) -> None:
             for x in t_children(s):
                 visit_all(x, depth_parallel + 1)
             return
-        elif isinstance(s, (t.Copy, t.Gemm, t.Reduce, t.Fill)) and depth_parallel:
-            raise CompileError(f"T.{type(s).__name__.lower()} cannot be used inside a T.Parallel loop", s.loc,
+        elif depth_parallel and (d := tile_ops.decl_of(s)) is not None and not d.in_parallel:
+            raise CompileError(f"T.{d.name} cannot be used inside a T.Parallel loop", s.loc,
                                hint="tile operations act on whole tiles; put them outside the T.Parallel loop")
         check(s)
         for x in t_children(s):
@@ -47,15 +47,9 @@ def verify(func: t.PrimFunc) -> None:
         for r in regions_of(s):
             if id(r.buffer) not in known:
                 raise CompileError(f"buffer {r.buffer.name} is used before it is allocated", s.loc)
-        if isinstance(s, t.Copy):
-            check_copy(s)
-        elif isinstance(s, t.Gemm):
-            check_gemm(s)
-        elif isinstance(s, t.Reduce):
-            check_reduce(s)
-        elif isinstance(s, t.BufferStore):
-            if s.buffer.scope == "global" and in_parallel[0] < 0:
-                pass
+        d = tile_ops.decl_of(s)
+        if d is not None:
+            d.check(s)
         for e in exprs_of(s):
             for ld in loads_in(e):
                 if id(ld.buffer) not in known:
@@ -129,20 +123,12 @@ def t_children(s):
 
 
 def regions_of(s) -> list:
-    if isinstance(s, t.Copy):
-        return [s.src, s.dst]
-    if isinstance(s, t.Fill):
-        return [s.dst]
-    if isinstance(s, t.Gemm):
-        return [s.a, s.b, s.c]
-    if isinstance(s, t.Atomic):
-        return [s.dst] + ([s.value] if isinstance(s.value, t.Region) else [])
-    if isinstance(s, t.Reduce):
-        return [t.Region.full(s.src), t.Region.full(s.dst)]
-    return []
+    """The regions a tile op touches (its declaration in ``ir.tile_ops``); [] for other statements."""
+    return tile_ops.regions_of(s)
 
 
 def exprs_of(s) -> list:
+    """Every expression a statement holds directly: its own, then its regions' starts."""
     out = []
     if isinstance(s, t.BufferStore):
         out += list(s.indices) + [s.value]
@@ -150,10 +136,9 @@ def exprs_of(s) -> list:
         out.append(s.value)
     elif isinstance(s, t.IfThenElse):
         out.append(s.cond)
-    elif isinstance(s, t.Fill) or isinstance(s, t.Atomic) and not isinstance(s.value, t.Region):
-        out.append(s.value)
     elif isinstance(s, t.Alloc) and s.init is not None:
         out.append(s.init)
+    out += tile_ops.op_exprs(s)
     for r in regions_of(s):
         out += list(r.starts)
     return out

@@ -3,7 +3,8 @@
 Needs: a verified Tile IR function (after ``pipeline_loops``).
 Guarantees: every ``Copy`` except global -> shared ones, every ``Fill`` and every tile-form
 ``Atomic`` is replaced by a ``ParallelFor`` over the tile whose body reads and writes single
-elements.  Global accesses are masked: out-of-bounds elements of a global source read as zero,
+elements (the ``"expand"`` hooks of ``ir.tile_ops``: a tile op registered there is expanded too).
+Global accesses are masked: out-of-bounds elements of a global source read as zero,
 out-of-bounds elements of a global destination are not written.  Global -> shared copies stay
 ``Copy`` nodes so that lowering can issue them as asynchronous copies; their masks are applied
 there the same way.
@@ -13,24 +14,28 @@ from __future__ import annotations
 
 from ..ir import expr as E
 from ..ir import tile as t
+from ..ir.tile_ops import hook, register
 from ..ir.visitor import map_stmt
 from .analysis import is_nonnegative
 
 
 def expand_tile_ops(func: t.PrimFunc) -> t.PrimFunc:
     def rewrite(s):
-        if isinstance(s, t.Copy):
-            if s.src.buffer.scope == "global" and s.dst.buffer.scope == "shared":
-                return None
-            return copy_as_parallel(s)
-        if isinstance(s, t.Fill):
-            return fill_as_parallel(s)
-        if isinstance(s, t.Atomic) and isinstance(s.value, t.Region):
-            return atomic_as_parallel(s)
-        return None
+        expand = hook(type(s), "expand")  # each tile op's expansion, registered below (ir.tile_ops)
+        return expand(s) if expand is not None else None
 
     func.body = map_stmt(func.body, rewrite)
     return func
+
+
+def _expand_copy(s: t.Copy):
+    if s.src.buffer.scope == "global" and s.dst.buffer.scope == "shared":
+        return None  # lowered as an asynchronous copy
+    return copy_as_parallel(s)
+
+
+def _expand_atomic(s: t.Atomic):
+    return atomic_as_parallel(s) if isinstance(s.value, t.Region) else None
 
 
 def iteration_shape(src: t.Region, dst: t.Region) -> tuple:
@@ -114,3 +119,8 @@ def atomic_as_parallel(s: t.Atomic) -> t.ParallelFor:
     dp = in_bounds(s.dst.buffer, didx)
     body = op if dp is None else t.IfThenElse(dp, op, None, loc=s.loc)
     return t.ParallelFor(tuple(vs), shape, body, loc=s.loc)
+
+
+register(t.Copy, "expand", _expand_copy)
+register(t.Fill, "expand", fill_as_parallel)
+register(t.Atomic, "expand", _expand_atomic)

@@ -20,8 +20,9 @@ from __future__ import annotations
 
 from ..ir import thread as th
 from ..ir import tile as t
+from ..ir.tile_ops import buffer_accesses, collective_name
 from ..ir.uniformity import Uniformity
-from ..ir.verifier import exprs_of, regions_of
+from ..ir.verifier import exprs_of
 from ..ir.visitor import loads_in, walk
 
 _TRACKED = ("shared", "global")
@@ -80,12 +81,8 @@ def _accesses(s) -> tuple[set, set]:
     def f(x):
         if isinstance(x, t.Copy) and x.mode in ("async", "tma"):
             return
-        for r in regions_of(x):
-            is_write = (isinstance(x, t.Copy) and r is x.dst) or isinstance(x, t.Fill) or \
-                (isinstance(x, t.Gemm) and r is x.c) or (isinstance(x, t.Atomic) and r is x.dst)
-            (writes if is_write else reads).add(r.buffer)
-        if isinstance(x, t.Reduce):
-            writes.add(x.dst)
+        for buf, is_write in buffer_accesses(x):  # tile ops: as their declarations say
+            (writes if is_write else reads).add(buf)
         if isinstance(x, t.BufferStore):
             writes.add(x.buffer)
         for e in exprs_of(x):
@@ -176,7 +173,7 @@ def _has_tile_ops(s) -> bool:
     found = [False]
 
     def f(x):
-        if isinstance(x, (t.Copy, t.Gemm, t.Reduce, t.ParallelFor)):
+        if isinstance(x, t.ParallelFor) or collective_name(x) is not None:
             found[0] = True
 
     walk(s, f)

@@ -25,6 +25,7 @@ from ..ir import dtype as dt
 from ..ir import expr as E
 from ..ir import thread as th
 from ..ir import tile as t
+from ..ir.tile_ops import hook, register
 from ..ir.visitor import free_vars, loads_in, map_stmt, walk
 from .check_target_limits import shared_overflow_error
 from .lower_copy import lower_copy_g2s, lower_copy_tma
@@ -227,18 +228,9 @@ class _StmtLowering:
             e = env.child()
             e.in_parallel = True
             return lower_parallel(ctx, s, e, lambda st, en: self.stmt(st, en))
-        if isinstance(s, t.Copy):
-            if s.mode == "tma":
-                return lower_copy_tma(ctx, s, env)
-            if s.src.buffer.scope == "global" and s.dst.buffer.scope == "shared":
-                return lower_copy_g2s(ctx, s, env)
-            raise CompileError("internal: copy not expanded", s.loc)
-        if isinstance(s, t.Gemm):
-            return lower_gemm(ctx, s, env)
-        if isinstance(s, t.Reduce):
-            return lower_reduce(ctx, s, env)
-        if isinstance(s, t.Atomic):
-            return self.atomic(s, env)
+        lower_op = hook(type(s), "lower")  # tile ops: their lowerings, registered at the end of this file
+        if lower_op is not None:
+            return lower_op(self, s, env)
         if isinstance(s, (t.Annotate, t.Evaluate)):
             return []
         if isinstance(s, (th.Barrier, th.AsyncCommit, th.AsyncWait, th.Comment, th.FenceProxyAsync, th.SetMaxNReg,
@@ -363,3 +355,18 @@ class _StmtLowering:
         in_thread0 = t.SeqStmt([op, t.BufferStore(slot, (zero,), E.Load(prev, (zero,)), loc=loc)])
         return [ctx.scratch_decl(slot), th.Barrier(loc=loc), t.IfThenElse(ctx.tid == 0, in_thread0, None, loc=loc),
                 th.Barrier(loc=loc), t.BufferStore(prev, (zero,), E.Load(slot, (zero,)), loc=loc)]
+
+
+def _lower_copy(lowering: _StmtLowering, s: t.Copy, env: Env) -> list:
+    if s.mode == "tma":
+        return lower_copy_tma(lowering.ctx, s, env)
+    if s.src.buffer.scope == "global" and s.dst.buffer.scope == "shared":
+        return lower_copy_g2s(lowering.ctx, s, env)
+    raise CompileError("internal: copy not expanded", s.loc)
+
+
+# the lowering of each tile op (ir.tile_ops): a new op registers its own the same way
+register(t.Copy, "lower", _lower_copy)
+register(t.Gemm, "lower", lambda lowering, s, env: lower_gemm(lowering.ctx, s, env))
+register(t.Reduce, "lower", lambda lowering, s, env: lower_reduce(lowering.ctx, s, env))
+register(t.Atomic, "lower", lambda lowering, s, env: lowering.atomic(s, env))

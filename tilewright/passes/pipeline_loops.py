@@ -43,8 +43,9 @@ from ..ir import thread as th
 from ..ir import tile as t
 from ..ir.layout import SharedLayout, tma_boxes
 from ..ir.plans import GemmMainloop, PipelineRing
+from ..ir.tile_ops import buffer_accesses, decl_of, op_binds, rebuild_op
 from ..ir.uniformity import thread_sets
-from ..ir.visitor import free_vars, map_stmt, rebuild, rewrite_expr, substitute, walk
+from ..ir.visitor import free_vars, map_stmt, rewrite_expr, substitute, walk
 
 
 def pipeline_loops(func: t.PrimFunc, ctx=None) -> t.PrimFunc:
@@ -94,8 +95,8 @@ def _defined_in(body) -> set:
             out.add(s.var)
         elif isinstance(s, t.ParallelFor):
             out.update(s.vars)
-        elif isinstance(s, t.Atomic) and s.result is not None:  # return_prev binds a value
-            out.add(s.result)
+        else:
+            out.update(op_binds(s))  # tile ops: as their declarations say (return_prev)
 
     walk(body, f)
     return out
@@ -103,18 +104,13 @@ def _defined_in(body) -> set:
 
 def _buffers_touched(stmt) -> list:
     """(buffer, is_write) pairs of every access in a statement tree."""
-    from ..ir.verifier import exprs_of, regions_of
+    from ..ir.verifier import exprs_of
     from ..ir.visitor import loads_in
 
     out = []
 
     def f(s):
-        for r in regions_of(s):
-            write = (isinstance(s, t.Copy) and r is s.dst) or (isinstance(s, t.Fill)) or \
-                (isinstance(s, t.Gemm) and r is s.c) or (isinstance(s, t.Atomic) and r is s.dst)
-            out.append((r.buffer, write))
-        if isinstance(s, t.Reduce):
-            out.append((s.dst, True))
+        out.extend(buffer_accesses(s))  # tile ops: as their declarations say
         if isinstance(s, t.BufferStore):
             out.append((s.buffer, True))
         for e in exprs_of(s):
@@ -288,12 +284,10 @@ def _buffers_touched_outside(root, loop) -> set:
 
 
 def _buffers_touched_shallow(s) -> list:
-    from ..ir.verifier import exprs_of, regions_of
+    from ..ir.verifier import exprs_of
     from ..ir.visitor import loads_in
 
-    out = [(r.buffer, False) for r in regions_of(s)]
-    if isinstance(s, t.Reduce):
-        out.append((s.dst, True))
+    out = list(buffer_accesses(s))
     if isinstance(s, t.BufferStore):
         out.append((s.buffer, True))
     for e in exprs_of(s):
@@ -331,15 +325,13 @@ def _restage(stmt, new_bufs: dict, slot):
         return t.Region(r.buffer, tuple(fix_expr(x) for x in r.starts), r.extents, r.squeezed)
 
     def f(s):
-        if isinstance(s, t.Copy):
-            return rebuild(s, src=fix_region(s.src), dst=fix_region(s.dst))
-        if isinstance(s, t.Gemm):
-            return rebuild(s, a=fix_region(s.a), b=fix_region(s.b), c=fix_region(s.c))
-        if isinstance(s, t.Fill):
-            return rebuild(s, dst=fix_region(s.dst), value=fix_expr(s.value))
-        if isinstance(s, t.Atomic):
-            v = fix_region(s.value) if isinstance(s.value, t.Region) else fix_expr(s.value)
-            return rebuild(s, dst=fix_region(s.dst), value=v)
+        if isinstance(s, t.Reduce) and (s.src in new_bufs or s.dst in new_bufs):
+            from ..errors import CompileError
+
+            raise CompileError("a pipelined shared buffer cannot be reduced directly", s.loc,
+                               hint="copy it to a fragment first")
+        if decl_of(s) is not None:  # tile ops: their declarations rebuild them
+            return rebuild_op(s, fix_region, fix_expr)
         if isinstance(s, t.BufferStore):
             if s.buffer in new_bufs:
                 return t.BufferStore(new_bufs[s.buffer], (slot,) + tuple(fix_expr(i) for i in s.indices),
@@ -349,11 +341,6 @@ def _restage(stmt, new_bufs: dict, slot):
             return t.LetStmt(s.var, fix_expr(s.value), s.loc)
         if isinstance(s, t.IfThenElse):
             return t.IfThenElse(fix_expr(s.cond), s.then_body, s.else_body, s.loc)
-        if isinstance(s, t.Reduce) and (s.src in new_bufs or s.dst in new_bufs):
-            from ..errors import CompileError
-
-            raise CompileError("a pipelined shared buffer cannot be reduced directly", s.loc,
-                               hint="copy it to a fragment first")
         return None
 
     return map_stmt(stmt, f)
