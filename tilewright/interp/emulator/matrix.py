@@ -142,6 +142,133 @@ class MatrixCompiler:
         return mma
 
 
+    # ------------------------------------------------------------------ wgmma (sm_90a)
+    def wgmma(self, s: th.Wgmma):
+        """One warpgroup instruction per group of 128 lanes: A and B read from shared memory
+        through the descriptor the printer would build (encoded from the operand's shared address
+        and fields, decoded, swizzled by address bits), or A from registers; the accumulator
+        gathered and scattered through the instruction's C lane layout.  The asynchronous
+        instruction is modelled as completing when it is issued (wait_group orders nothing more)."""
+        where = _Where(s)
+        mi = s.instr
+        G = mi.group_size
+        if self.k.num_threads % G:
+            raise where.error(EmulatorError, f"{mi.name} runs on warpgroups of {G} threads; the block has "
+                                             f"{self.k.num_threads}")
+        dbuf, doff = s.d
+        doff = int(E.const_value(doff) if isinstance(doff, E.Expr) else doff)
+        if dbuf.scope != "local" or dbuf.dtype != mi.acc_dtype:
+            raise where.error(EmulatorError, f"the accumulator of {mi.name} must be {mi.acc_dtype} registers, not "
+                                             f"{dbuf.scope} {dbuf.dtype}")
+        if doff < 0 or doff + mi.c_elems > dbuf.shape[0]:
+            raise where.error(EmulatorOutOfBoundsError, f"{mi.name} accumulator registers {dbuf.name}[{doff}:"
+                                                        f"{doff + mi.c_elems}] of {dbuf.shape[0]}")
+        d_slot, d_nd = self._reg(dbuf), dt.to_numpy(dbuf.dtype)
+        c_plan = _gather_plan(mi, "c", mi.c_index, mi.m, mi.n, mi.c_elems, where, unique=True)
+        a_reg = isinstance(s.a, tuple)
+        if a_reg:
+            abuf, aoff = s.a
+            aoff = int(E.const_value(aoff) if isinstance(aoff, E.Expr) else aoff)
+            if abuf.scope != "local" or abuf.dtype != mi.a_dtype or aoff < 0 or aoff + mi.a_elems > abuf.shape[0]:
+                raise where.error(EmulatorError, f"register A of {mi.name}: {abuf.scope} {abuf.dtype} "
+                                                 f"{abuf.name}[{aoff}:{aoff + mi.a_elems}]")
+            a_slot, a_nd = self._reg(abuf), dt.to_numpy(abuf.dtype)
+            a_plan = _gather_plan(mi, "a", mi.a_index, mi.m, mi.k, mi.a_elems, where)
+        a_read = None if a_reg else self._descriptor_reader(s.a, mi.m, mi, where, "A")
+        b_read = self._descriptor_reader(s.b, mi.n, mi, where, "B")
+        integer = mi.acc_dtype.startswith("int")
+        m_, n_, ce = mi.m, mi.n, mi.c_elems
+        scale_d = int(s.scale_d)
+
+        def wgmma(st):
+            if st.coop is not None:
+                raise where.error(EmulatorError, "wgmma in a kernel the emulator runs warp by warp (warp "
+                                                 "specialization) is not emulated yet")
+            m = st.mask
+            ng = st.L // G
+            active = np.ones(ng, bool)
+            if m is not None:
+                pg = m.reshape(ng, G)
+                full, some = pg.all(axis=1), pg.any(axis=1)
+                if (some & ~full).any():
+                    raise where.error(DivergenceError, f"{mi.name} runs under control flow that splits a warpgroup")
+                active = full
+            groups = np.flatnonzero(active)
+            if not len(groups):
+                return
+            B = b_read(st, groups).transpose(0, 2, 1)  # [g, k, n]
+            if a_reg:
+                rows = _rows(st.regs[a_slot][aoff:aoff + mi.a_elems], st.L, a_nd).reshape(mi.a_elems, ng, G)
+                e_idx, l_idx, _, replicas = a_plan
+                if replicas:
+                    raise where.error(EmulatorError, f"{mi.name}: replicated register A layouts are not expected")
+                A = rows[e_idx, :, l_idx][:, groups].T.reshape(len(groups), m_, mi.k)
+            else:
+                A = a_read(st, groups)  # [g, m, k]
+            regs = st.regs[d_slot]
+            crow = _rows(regs[doff:doff + ce], st.L, d_nd).reshape(ce, ng, G)
+            e_idx, l_idx, d_pos, _ = c_plan
+            C = crow[e_idx, :, l_idx][:, groups].T.reshape(len(groups), m_, n_)
+            if integer:
+                D = np.matmul(A.astype(np.int64), B.astype(np.int64)) + (C if scale_d else 0)
+            else:
+                D = np.matmul(A.astype(_F32), B.astype(_F32)) + (C.astype(_F32) if scale_d else _F32.type(0))
+            D = D.astype(d_nd)
+            out = crow.copy()
+            out[:, groups, :] = D.reshape(len(groups), m_ * n_)[:, d_pos].reshape(len(groups), ce, G) \
+                .transpose(1, 0, 2)
+            out = out.reshape(ce, st.L)
+            for e in range(ce):
+                regs[doff + e] = out[e] if m is None else np.where(m, out[e], regs[doff + e])
+
+        return wgmma
+
+    def _descriptor_reader(self, op: th.WgmmaOperand, rows: int, mi, where, name: str):
+        """A function (state, active groups) -> the operand tile [groups, rows, k] read through the
+        descriptor of ``op``, with bounds (the operand's buffer), uniformity and race checks."""
+        from ...target.matrix import wgmma_descriptor, wgmma_operand_addresses
+
+        buf = op.buffer
+        if buf.scope != "shared":
+            raise where.error(EmulatorError, f"wgmma operand {name} must be in shared memory, not {buf.scope}")
+        want = mi.a_dtype if name == "A" else mi.b_dtype
+        if buf.dtype != want:
+            raise where.error(EmulatorError, f"wgmma operand {name} is {buf.dtype}, {mi.name} takes {want}")
+        place, off, nd = self._shared_of(buf, where)
+        fi = self.cexpr(op.index, where)
+        eb = nd.itemsize
+        lo, hi = off, off + buf.shape[0] * eb
+        k = mi.k
+        S = self.k.shared_bytes
+
+        def read(st, groups):
+            idx = np.broadcast_to(np.asarray(fi(st, None)), (st.L,)).reshape(-1, mi.group_size)[groups]
+            if (idx != idx[:, :1]).any():
+                g = int(np.flatnonzero((idx != idx[:, :1]).any(axis=1))[0])
+                raise where.error(EmulatorError, f"wgmma operand {name}: the threads of warpgroup {int(groups[g])} "
+                                                 "give different descriptor addresses")
+            out = np.empty((len(groups), rows, k), nd)
+            for j, g in enumerate(groups):
+                addr = off + int(idx[j, 0]) * eb
+                try:
+                    desc = wgmma_descriptor(addr, op.lbo, op.sbo, op.swizzle)
+                    addrs = wgmma_operand_addresses(desc, op.major, rows, k, eb)
+                except ValueError as e:
+                    raise where.error(EmulatorError, f"wgmma operand {name}: {e}") from None
+                if addrs.min() < lo or addrs.max() + eb > hi:
+                    raise where.error(EmulatorOutOfBoundsError, f"wgmma operand {name} reads shared bytes "
+                                                                f"{int(addrs.min())}..{int(addrs.max()) + eb} outside "
+                                                                f"{buf.name} ({lo}..{hi})")
+                lane0 = int(g) * mi.group_size
+                pos = int(st.block[lane0]) * (S // eb) + addrs // eb
+                if st.races is not None:
+                    st.races.access(pos.reshape(-1), eb, None, where, buf.name,
+                                    np.full(pos.size, int(st.tid[lane0])))
+                out[j] = st.sviews[nd][pos]
+            return out
+
+        return read
+
 
 def _gather_plan(mi, name: str, index_fn, rows: int, cols: int, elems: int, where: _Where, unique: bool = False):
     """Where each element of operand ``name`` lives: for every (row, col), row-major, the register

@@ -78,6 +78,10 @@ class StmtCompiler:
             return self.set_max_nreg(s)
         if isinstance(s, th.FenceProxyAsync):
             return self.fence_proxy_async(s)
+        if isinstance(s, th.Wgmma):
+            return self.wgmma(s)
+        if isinstance(s, (th.WgmmaFence, th.WgmmaCommit, th.WgmmaWait)):
+            return None  # wgmma completes when issued here (see MatrixCompiler.wgmma)
         raise EmulatorError(f"the emulator cannot execute {type(s).__name__} (not a thread IR statement)",
                             getattr(s, "loc", None))
 
