@@ -156,8 +156,8 @@ def _wgmma_operand(ctx: LoweringContext, region: t.Region, starts, k_major: bool
     lay = ctx.shared_layouts[buf]
     swizzle = lay.tma_swizzle
     if not lay.tma or swizzle not in (32, 64, 128):
-        raise InternalError(f"wgmma operand {buf.name} has layout {lay}, which no descriptor describes", "infer_layouts",
-                            region.buffer.loc)
+        raise InternalError(f"wgmma operand {buf.name} has layout {lay}, which no descriptor describes",
+                            "infer_layouts", buf.loc)
     pos = (mn0, k0) if k_major else (k0, mn0)
     index = ctx.shared_offset(buf, _tile_index(region, starts, pos))
     rows = buf.shape[-2]
