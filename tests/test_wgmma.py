@@ -141,6 +141,31 @@ def test_wgmma_gemm_matches_float64(M, N, K, bm, bn, bk, dtype, threads, trans_B
     assert all(x.b.swizzle == min(128, (bk if trans_B else bn) * 2) for x in mm)
 
 
+def test_wgmma_gemm_fp8_k_major():
+    """8-bit inputs: K = 32 per instruction, both operands K-major (B transposed), no transpose bits."""
+    M = N = K = 128
+    f = matmul(M, N, K, 64, 64, 64, dtype="float8_e4m3fn", out_dtype="float32", trans_B=True, num_stages=2)
+    k = lower_wgmma(f)
+    mm = nodes(k, th.Wgmma)
+    assert {x.instr.name for x in mm} == {"wgmma.m64n64k32.f32.e4m3"} and len(mm) == 64 // 32
+    rng = np.random.default_rng(2)
+    a = rng.uniform(-1, 1, (M, K)).astype(ml_dtypes.float8_e4m3fn)
+    b = rng.uniform(-1, 1, (N, K)).astype(ml_dtypes.float8_e4m3fn)
+    c = np.full((M, N), np.nan, np.float32)
+    run_thread_kernel(k, [a, b, c], check_races=True)
+    ref = a.astype(np.float64) @ b.astype(np.float64).T
+    assert np.abs(c - ref).max() / np.abs(ref).max() < 1e-5
+
+
+def test_a_gemm_off_the_warpgroup_boundary_is_not_planned_as_wgmma():
+    from test_gemm_planner import _gemm
+
+    from tilewright.passes.plan_gemms import plan_gemm
+
+    plan = plan_gemm(_gemm(64, 64, 32), 128, Target.parse(SM90A), WGMMA, first_thread=32)
+    assert plan.family == "mma.sync" and "warpgroup boundary" in plan.reason
+
+
 def test_wgmma_gemm_with_relu_epilogue():
     _run_gemm(128, 256, 64, 128, 256, 32, "float16", 256, relu=True, seed=3)
 
@@ -216,6 +241,26 @@ def test_a_wrong_descriptor_gives_a_wrong_answer_or_an_error():
     assert np.abs(c - a.astype(np.float64) @ b.astype(np.float64)).max() > 1e-1
 
 
+def test_the_accumulator_is_poison_until_wait_group_retires_the_wgmma():
+    """The emulator writes a wgmma's result at the wait_group that retires it: a wait that leaves
+    the last group in flight lets the epilogue read poison (NaN), which a test would see."""
+    M = N = K = 64
+    k = lower_wgmma(matmul(M, N, K, 64, 64, 32, out_dtype="float32", num_stages=2))
+    waits = nodes(k, th.WgmmaWait)
+    assert [w.pending for w in waits] == [0]
+    rng = np.random.default_rng(4)
+    a = rng.uniform(-1, 1, (M, K)).astype(np.float16)
+    b = rng.uniform(-1, 1, (K, N)).astype(np.float16)
+    c = np.full((M, N), np.nan, np.float32)
+    run_thread_kernel(k, [a, b, c])
+    assert np.abs(c - a.astype(np.float64) @ b.astype(np.float64)).max() < 1e-2
+    k = lower_wgmma(matmul(M, N, K, 64, 64, 32, out_dtype="float32", num_stages=2))  # (programs are cached)
+    nodes(k, th.WgmmaWait)[0].pending = 1
+    c[:] = 0
+    run_thread_kernel(k, [a, b, c])
+    assert np.isnan(c).all()
+
+
 def test_without_the_option_mma_sync_is_used():
     f = matmul(128, 128, 64, 128, 128, 32, out_dtype="float32")
     _verify(f)
@@ -257,6 +302,7 @@ NVRTC_GEMMS = [
     (1024, 1024, 1024, 128, 256, 64, "float16", 256, True),
     (1024, 1024, 1024, 128, 256, 64, "bfloat16", 256, False),
     (1000, 1000, 1000, 128, 128, 32, "float16", 256, False),
+    (1024, 1024, 1024, 128, 128, 64, "float8_e4m3fn", 128, True),
 ]
 
 
@@ -266,7 +312,8 @@ def test_wgmma_gemm_compiles_for_sm_90a_without_spills(M, N, K, bm, bn, bk, dtyp
     from tilewright.codegen.cuda import print_cuda
     from tilewright.toolchain import nvrtc
 
-    f = matmul(M, N, K, bm, bn, bk, dtype=dtype, out_dtype=dtype, trans_B=trans_B, num_stages=3, threads=threads)
+    out = "float16" if dtype.startswith("float8") else dtype
+    f = matmul(M, N, K, bm, bn, bk, dtype=dtype, out_dtype=out, trans_B=trans_B, num_stages=3, threads=threads)
     k = lower_wgmma(f)
     src = print_cuda(k)
     assert "wgmma.mma_async.sync.aligned" in src and "mma.sync" not in src
@@ -279,4 +326,4 @@ def test_wgmma_gemm_compiles_for_sm_90a_without_spills(M, N, K, bm, bn, bk, dtyp
     path = tmp_path / "k.cubin"
     path.write_bytes(binary.cubin)
     sass = subprocess.run([tool, "-c", str(path)], capture_output=True, text=True, check=True).stdout
-    assert "HGMMA." in sass
+    assert ("QGMMA." if dtype.startswith("float8") else "HGMMA.") in sass  # the tensor-core warpgroup MMA

@@ -52,7 +52,8 @@ def plan_gemms(func: t.PrimFunc, ctx) -> t.PrimFunc:
     nthreads = kernels[0].num_threads
     sets = thread_sets(func.body, nthreads)  # a gemm inside a thread partition is planned for its threads
     for g in gemms:
-        func.plans.gemms[g] = plan_gemm(g, sets.get(g, (0, nthreads))[1], ctx.target, ctx.options)
+        first, count = sets.get(g, (0, nthreads))
+        func.plans.gemms[g] = plan_gemm(g, count, ctx.target, ctx.options, first_thread=first)
     return func
 
 
@@ -60,15 +61,15 @@ def _k_extent(g: t.Gemm) -> int:
     return g.a.shape[0] if g.trans_a else g.a.shape[1]
 
 
-def plan_gemm(g: t.Gemm, nthreads: int, target, options=None) -> GemmPlan:
-    """The plan of one gemm executed by ``nthreads`` threads on ``target``."""
+def plan_gemm(g: t.Gemm, nthreads: int, target, options=None, first_thread: int = 0) -> GemmPlan:
+    """The plan of one gemm executed by ``nthreads`` threads (from thread ``first_thread`` on) on ``target``."""
     options = options or {}
     m, n = g.c.shape
     a_dt, b_dt, c_dt = g.a.buffer.dtype, g.b.buffer.dtype, g.c.buffer.dtype
     policy = g.policy
     a_source = REGISTERS
     wg, why_not = (None, "the CPU interpreter runs gemms as whole-tile products") if target.is_interpret \
-        else _wgmma_partition(g, nthreads, target)
+        else _wgmma_partition(g, nthreads, target, first_thread)
     if wg is not None and options.get(WGMMA_OPTION):
         return GemmPlan("wgmma", wg.instr, wg.warpgroups_m, wg.warpgroups_n, policy=policy, a_source=wg.a_source,
                         b_source=SMEM_DESC, wgmma=wg, reason=f"{WGMMA_OPTION} is set")
@@ -145,7 +146,7 @@ def _warp_grid(m, n, nwarps, instr, policy):
     return min(options, key=score)
 
 
-def _wgmma_partition(g: t.Gemm, nthreads: int, target):
+def _wgmma_partition(g: t.Gemm, nthreads: int, target, first_thread: int = 0):
     """(WgmmaPlan, "") where wgmma can compute the gemm, else (None, why not)."""
     if not target.has("wgmma"):
         return None, f"{target.arch} has no wgmma (sm_90a only)"
@@ -156,6 +157,8 @@ def _wgmma_partition(g: t.Gemm, nthreads: int, target):
         return None, f"wgmma does not take {a_dt} x {b_dt} -> {c_dt}"
     if nthreads % 128:
         return None, f"{nthreads} threads are not whole warpgroups of 128"
+    if first_thread % 128:
+        return None, f"the gemm's threads start at thread {first_thread}, not on a warpgroup boundary"
     if g.b.buffer.scope != "shared":
         return None, "wgmma reads B from shared memory"
     if g.a.buffer.scope == "fragment":

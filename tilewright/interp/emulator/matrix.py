@@ -9,7 +9,7 @@ from ...ir import dtype as dt
 from ...ir import expr as E
 from ...ir import thread as th
 from .errors import DivergenceError, EmulatorError, EmulatorOutOfBoundsError
-from .support import _F32, _and, _check_align, _check_range, _rows, _uint_of, _Where
+from .support import _F32, _and, _check_align, _check_range, _poison, _rows, _uint_of, _Where
 
 
 class MatrixCompiler:
@@ -147,8 +147,9 @@ class MatrixCompiler:
         """One warpgroup instruction per group of 128 lanes: A and B read from shared memory
         through the descriptor the printer would build (encoded from the operand's shared address
         and fields, decoded, swizzled by address bits), or A from registers; the accumulator
-        gathered and scattered through the instruction's C lane layout.  The asynchronous
-        instruction is modelled as completing when it is issued (wait_group orders nothing more)."""
+        gathered and scattered through the instruction's C lane layout.  Asynchrony: the result is
+        computed at issue (operands read then) but written to the accumulator registers only by the
+        ``wait_group`` that retires its commit group; in between the registers hold poison."""
         where = _Where(s)
         mi = s.instr
         G = mi.group_size
@@ -206,7 +207,10 @@ class MatrixCompiler:
             else:
                 A = a_read(st, groups)  # [g, m, k]
             regs = st.regs[d_slot]
-            crow = _rows(regs[doff:doff + ce], st.L, d_nd).reshape(ce, ng, G)
+            pend = _pending(st)
+            key = (d_slot, doff)
+            src = pend["result"][key][0] if key in pend["result"] else regs[doff:doff + ce]
+            crow = _rows(src, st.L, d_nd).reshape(ce, ng, G)
             e_idx, l_idx, d_pos, _ = c_plan
             C = crow[e_idx, :, l_idx][:, groups].T.reshape(len(groups), m_, n_)
             if integer:
@@ -218,10 +222,42 @@ class MatrixCompiler:
             out[:, groups, :] = D.reshape(len(groups), m_ * n_)[:, d_pos].reshape(len(groups), ce, G) \
                 .transpose(1, 0, 2)
             out = out.reshape(ce, st.L)
+            # the result lands at the wait_group that retires this wgmma; until then the
+            # accumulator registers read as poison (reading them early is a bug the tests then see)
+            issued = np.ones(st.L, bool) if m is None else m.copy()
+            pend["result"][key] = (out, issued)
+            pend["open"].append(key)
+            poison = _poison(d_nd)
             for e in range(ce):
-                regs[doff + e] = out[e] if m is None else np.where(m, out[e], regs[doff + e])
+                regs[doff + e] = np.where(issued, poison, regs[doff + e])
 
         return wgmma
+
+    def wgmma_commit(self, s: th.WgmmaCommit):
+        def commit(st):
+            pend = _pending(st)
+            pend["groups"].append(pend["open"])
+            pend["open"] = []
+
+        return commit
+
+    def wgmma_wait(self, s: th.WgmmaWait):
+        keep = int(s.pending)
+
+        def wait(st):
+            pend = _pending(st)
+            while len(pend["groups"]) > keep:
+                for key in pend["groups"].pop(0):
+                    later = any(key in g for g in pend["groups"]) or key in pend["open"]
+                    if later or key not in pend["result"]:
+                        continue  # a later wgmma on the same registers is still in flight
+                    out, issued = pend["result"].pop(key)
+                    slot, off = key
+                    regs = st.regs[slot]
+                    for e in range(out.shape[0]):
+                        regs[off + e] = np.where(issued, out[e], regs[off + e])
+
+        return wait
 
     def _descriptor_reader(self, op: th.WgmmaOperand, rows: int, mi, where, name: str):
         """A function (state, active groups) -> the operand tile [groups, rows, k] read through the
@@ -268,6 +304,18 @@ class MatrixCompiler:
             return out
 
         return read
+
+
+_PENDING = ("wgmma in flight",)
+
+
+def _pending(st) -> dict:
+    """The state's wgmmas issued and not yet retired by a wait_group: open (uncommitted) results,
+    committed groups (lists of accumulator keys), and each accumulator's latest result."""
+    pend = st.memo.get(_PENDING)
+    if pend is None:
+        pend = st.memo[_PENDING] = {"open": [], "groups": [], "result": {}}
+    return pend
 
 
 def _gather_plan(mi, name: str, index_fn, rows: int, cols: int, elems: int, where: _Where, unique: bool = False):
