@@ -9,7 +9,9 @@ shared memory / LDS at ``SharedDecl.offset`` bytes) and ``local`` (a per-thread 
 Matrix and async-copy instructions are structured nodes, never opaque strings: the CUDA and HIP
 printers print them, and the emulator executes them, from the same fields.  ``MatrixMultiply``
 carries a ``MatrixInstr`` from ``target/`` whose lane layouts say which lane holds which element,
-so mma.sync (warp of 32), MFMA (wave of 64) and WMMA (wave of 32) are one node type.
+so mma.sync (warp of 32), MFMA (wave of 64) and WMMA (wave of 32) are one node type.  Hopper's
+warpgroup instruction is ``Wgmma`` (operands through shared-memory descriptors, ``WgmmaOperand``),
+with ``WgmmaFence`` / ``WgmmaCommit`` / ``WgmmaWait`` around it; only the CUDA printer prints them.
 
 Special variables: ``ThreadKernel.thread_var`` is ``threadIdx.x`` (threads are numbered linearly);
 ``block_vars`` are ``blockIdx.x/y/z``.
