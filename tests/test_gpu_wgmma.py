@@ -78,8 +78,7 @@ def test_wgmma_with_half_output_on_gpu():
 
 
 def test_wgmma_under_warp_specialization_on_gpu():
-    """Both options together: producer warpgroup + consumer warpgroups issuing wgmma (the emulator
-    does not run wgmma in warp-by-warp mode yet, so this is checked on the GPU only)."""
+    """Both options together: a TMA producer warpgroup and consumer warpgroups issuing wgmma."""
     M, N, K = 1024, 1024, 1024
     k = tilewright.compile(matmul(M, N, K, 128, 256, 64, out_dtype="float32", num_stages=3, threads=256),
                            target="cuda", pass_configs={**WGMMA, "tw.warp_specialize": True})

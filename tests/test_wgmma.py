@@ -241,6 +241,23 @@ def test_a_wrong_descriptor_gives_a_wrong_answer_or_an_error():
     assert np.abs(c - a.astype(np.float64) @ b.astype(np.float64)).max() > 1e-1
 
 
+@pytest.mark.parametrize("M, N, K, bm, bn, bk, threads, trans_B", [
+    (256, 256, 256, 128, 256, 64, 256, False), (200, 136, 200, 128, 128, 64, 128, True)])
+def test_wgmma_under_warp_specialization(M, N, K, bm, bn, bk, threads, trans_B):
+    """With tw.warp_specialize too: a TMA producer warpgroup and consumer warpgroups issuing wgmma,
+    run warp by warp by the emulator (each warp computes its 16 rows of every atom)."""
+    f = matmul(M, N, K, bm, bn, bk, out_dtype="float32", num_stages=3, threads=threads, trans_B=trans_B)
+    k = lower_wgmma(f, **{"tw.warp_specialize": True})
+    assert k.num_threads == threads + 128 and nodes(k, th.Wgmma)
+    rng = np.random.default_rng(6)
+    a = rng.uniform(-1, 1, (M, K)).astype(np.float16)
+    b = rng.uniform(-1, 1, (N, K) if trans_B else (K, N)).astype(np.float16)
+    c = np.full((M, N), np.nan, np.float32)
+    run_thread_kernel(k, [a, b, c], check_races=True)
+    ref = a.astype(np.float64) @ (b.T if trans_B else b).astype(np.float64)
+    assert np.abs(c - ref).max() / np.abs(ref).max() < 2e-3
+
+
 def test_the_accumulator_is_poison_until_wait_group_retires_the_wgmma():
     """The emulator writes a wgmma's result at the wait_group that retires it: a wait that leaves
     the last group in flight lets the epilogue read poison (NaN), which a test would see."""
@@ -307,14 +324,15 @@ NVRTC_GEMMS = [
 
 
 @needs_nvrtc
-@pytest.mark.parametrize("M, N, K, bm, bn, bk, dtype, threads, trans_B", NVRTC_GEMMS)
-def test_wgmma_gemm_compiles_for_sm_90a_without_spills(M, N, K, bm, bn, bk, dtype, threads, trans_B, tmp_path):
+@pytest.mark.parametrize("M, N, K, bm, bn, bk, dtype, threads, trans_B, ws", [
+    g + (False,) for g in NVRTC_GEMMS] + [(1024, 1024, 1024, 128, 256, 64, "bfloat16", 256, False, True)])
+def test_wgmma_gemm_compiles_for_sm_90a_without_spills(M, N, K, bm, bn, bk, dtype, threads, trans_B, ws, tmp_path):
     from tilewright.codegen.cuda import print_cuda
     from tilewright.toolchain import nvrtc
 
     out = "float16" if dtype.startswith("float8") else dtype
     f = matmul(M, N, K, bm, bn, bk, dtype=dtype, out_dtype=out, trans_B=trans_B, num_stages=3, threads=threads)
-    k = lower_wgmma(f)
+    k = lower_wgmma(f, **({"tw.warp_specialize": True} if ws else {}))
     src = print_cuda(k)
     assert "wgmma.mma_async.sync.aligned" in src and "mma.sync" not in src
     binary = nvrtc.compile_cuda(src, "sm_90a", [k.name])

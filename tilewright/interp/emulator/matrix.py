@@ -144,12 +144,15 @@ class MatrixCompiler:
 
     # ------------------------------------------------------------------ wgmma (sm_90a)
     def wgmma(self, s: th.Wgmma):
-        """One warpgroup instruction per group of 128 lanes: A and B read from shared memory
-        through the descriptor the printer would build (encoded from the operand's shared address
-        and fields, decoded, swizzled by address bits), or A from registers; the accumulator
-        gathered and scattered through the instruction's C lane layout.  Asynchrony: the result is
-        computed at issue (operands read then) but written to the accumulator registers only by the
-        ``wait_group`` that retires its commit group; in between the registers hold poison."""
+        """A warpgroup instruction: A and B read from shared memory through the descriptor the
+        printer would build (encoded from the operand's shared address and fields, decoded,
+        swizzled by address bits), or A from the lanes' registers through the A lane layout; each
+        lane's accumulator elements (C lane layout) get their entries of A @ B.  Warp w of a
+        warpgroup holds rows 16w..16w+15 of D and of a register A, so a warp computes its part on
+        its own: the same code runs in lockstep (whole warpgroups) and warp by warp (cooperative
+        mode).  Asynchrony: the result is computed at issue (operands read then) but written to the
+        accumulator registers only by the ``wait_group`` that retires its commit group; in between
+        the registers hold poison."""
         where = _Where(s)
         mi = s.instr
         G = mi.group_size
@@ -165,7 +168,7 @@ class MatrixCompiler:
             raise where.error(EmulatorOutOfBoundsError, f"{mi.name} accumulator registers {dbuf.name}[{doff}:"
                                                         f"{doff + mi.c_elems}] of {dbuf.shape[0]}")
         d_slot, d_nd = self._reg(dbuf), dt.to_numpy(dbuf.dtype)
-        c_plan = _gather_plan(mi, "c", mi.c_index, mi.m, mi.n, mi.c_elems, where, unique=True)
+        _gather_plan(mi, "c", mi.c_index, mi.m, mi.n, mi.c_elems, where, unique=True)  # checks the layout
         a_reg = isinstance(s.a, tuple)
         if a_reg:
             abuf, aoff = s.a
@@ -174,62 +177,64 @@ class MatrixCompiler:
                 raise where.error(EmulatorError, f"register A of {mi.name}: {abuf.scope} {abuf.dtype} "
                                                  f"{abuf.name}[{aoff}:{aoff + mi.a_elems}]")
             a_slot, a_nd = self._reg(abuf), dt.to_numpy(abuf.dtype)
-            a_plan = _gather_plan(mi, "a", mi.a_index, mi.m, mi.k, mi.a_elems, where)
+            _gather_plan(mi, "a", mi.a_index, mi.m, mi.k, mi.a_elems, where)
         a_read = None if a_reg else self._descriptor_reader(s.a, mi.m, mi, where, "A")
         b_read = self._descriptor_reader(s.b, mi.n, mi, where, "B")
         integer = mi.acc_dtype.startswith("int")
-        m_, n_, ce = mi.m, mi.n, mi.c_elems
+        ce = mi.c_elems
         scale_d = int(s.scale_d)
+        es = np.arange(ce)[:, None]
 
         def wgmma(st):
-            if st.coop is not None:
-                raise where.error(EmulatorError, "wgmma in a kernel the emulator runs warp by warp (warp "
-                                                 "specialization) is not emulated yet")
             m = st.mask
-            ng = st.L // G
-            active = np.ones(ng, bool)
+            L = st.L
+            unit = G if st.coop is None else L  # lanes that execute together here: a warpgroup, or a warp
+            ng = L // unit
             if m is not None:
-                pg = m.reshape(ng, G)
-                full, some = pg.all(axis=1), pg.any(axis=1)
-                if (some & ~full).any():
+                pg = m.reshape(ng, unit)
+                if (pg.any(axis=1) & ~pg.all(axis=1)).any():
                     raise where.error(DivergenceError, f"{mi.name} runs under control flow that splits a warpgroup")
-                active = full
+                active = pg.all(axis=1)
+            else:
+                active = np.ones(ng, bool)
             groups = np.flatnonzero(active)
             if not len(groups):
                 return
-            B = b_read(st, groups).transpose(0, 2, 1)  # [g, k, n]
+            lane0 = groups * unit
+            group_of = np.full(ng, -1)
+            group_of[groups] = np.arange(len(groups))
+            gl = np.repeat(group_of, unit)  # each lane's row in the per-group operands (-1: inactive)
+            on = gl >= 0
+            lg = st.tid % G  # lane within the warpgroup
+            B = b_read(st, lane0).astype(np.int64 if integer else _F32)  # [g, n, k]
             if a_reg:
-                rows = _rows(st.regs[a_slot][aoff:aoff + mi.a_elems], st.L, a_nd).reshape(mi.a_elems, ng, G)
-                e_idx, l_idx, _, replicas = a_plan
-                if replicas:
-                    raise where.error(EmulatorError, f"{mi.name}: replicated register A layouts are not expected")
-                A = rows[e_idx, :, l_idx][:, groups].T.reshape(len(groups), m_, mi.k)
+                A = np.zeros((len(groups), mi.m, mi.k), np.int64 if integer else _F32)
+                vals = _rows(st.regs[a_slot][aoff:aoff + mi.a_elems], L, a_nd)
+                for e in range(mi.a_elems):
+                    r, c = mi.a_index(lg, e)
+                    A[gl[on], np.asarray(r)[on], np.asarray(c)[on]] = vals[e][on]
             else:
-                A = a_read(st, groups)  # [g, m, k]
+                A = a_read(st, lane0).astype(np.int64 if integer else _F32)  # [g, m, k]
+            P = np.matmul(A, B.transpose(0, 2, 1))  # [g, m, n]
             regs = st.regs[d_slot]
             pend = _pending(st)
             key = (d_slot, doff)
             src = pend["result"][key][0] if key in pend["result"] else regs[doff:doff + ce]
-            crow = _rows(src, st.L, d_nd).reshape(ce, ng, G)
-            e_idx, l_idx, d_pos, _ = c_plan
-            C = crow[e_idx, :, l_idx][:, groups].T.reshape(len(groups), m_, n_)
-            if integer:
-                D = np.matmul(A.astype(np.int64), B.astype(np.int64)) + (C if scale_d else 0)
-            else:
-                D = np.matmul(A.astype(_F32), B.astype(_F32)) + (C.astype(_F32) if scale_d else _F32.type(0))
-            D = D.astype(d_nd)
-            out = crow.copy()
-            out[:, groups, :] = D.reshape(len(groups), m_ * n_)[:, d_pos].reshape(len(groups), ce, G) \
-                .transpose(1, 0, 2)
-            out = out.reshape(ce, st.L)
+            C = _rows(src, L, d_nd)
+            r, c = mi.c_index(lg[None, :], es)
+            r, c = np.broadcast_to(r, (ce, L)), np.broadcast_to(c, (ce, L))
+            prod = np.zeros((ce, L), P.dtype)
+            prod[:, on] = P[gl[on][None, :], r[:, on], c[:, on]]
+            if scale_d:
+                prod = prod + (C.astype(np.int64) if integer else C.astype(_F32))
+            out = np.where(on[None, :], prod.astype(d_nd), C)
             # the result lands at the wait_group that retires this wgmma; until then the
             # accumulator registers read as poison (reading them early is a bug the tests then see)
-            issued = np.ones(st.L, bool) if m is None else m.copy()
-            pend["result"][key] = (out, issued)
+            pend["result"][key] = (out, on.copy())
             pend["open"].append(key)
             poison = _poison(d_nd)
             for e in range(ce):
-                regs[doff + e] = np.where(issued, poison, regs[doff + e])
+                regs[doff + e] = np.where(on, poison, regs[doff + e])
 
         return wgmma
 
@@ -260,7 +265,7 @@ class MatrixCompiler:
         return wait
 
     def _descriptor_reader(self, op: th.WgmmaOperand, rows: int, mi, where, name: str):
-        """A function (state, active groups) -> the operand tile [groups, rows, k] read through the
+        """A function (state, first lane of each executing group) -> the operand tile [groups, rows, k] read through the
         descriptor of ``op``, with bounds (the operand's buffer), uniformity and race checks."""
         from ...target.matrix import wgmma_descriptor, wgmma_operand_addresses
 
@@ -277,14 +282,15 @@ class MatrixCompiler:
         k = mi.k
         S = self.k.shared_bytes
 
-        def read(st, groups):
-            idx = np.broadcast_to(np.asarray(fi(st, None)), (st.L,)).reshape(-1, mi.group_size)[groups]
+        def read(st, lane0):
+            unit = mi.group_size if st.coop is None else st.L
+            idx = np.broadcast_to(np.asarray(fi(st, None)), (st.L,)).reshape(-1, unit)[lane0 // unit]
             if (idx != idx[:, :1]).any():
-                g = int(np.flatnonzero((idx != idx[:, :1]).any(axis=1))[0])
-                raise where.error(EmulatorError, f"wgmma operand {name}: the threads of warpgroup {int(groups[g])} "
-                                                 "give different descriptor addresses")
-            out = np.empty((len(groups), rows, k), nd)
-            for j, g in enumerate(groups):
+                j = int(np.flatnonzero((idx != idx[:, :1]).any(axis=1))[0])
+                raise where.error(EmulatorError, f"wgmma operand {name}: the threads of the warpgroup of thread "
+                                                 f"{int(st.tid[lane0[j]])} give different descriptor addresses")
+            out = np.empty((len(lane0), rows, k), nd)
+            for j, l0 in enumerate(lane0):
                 addr = off + int(idx[j, 0]) * eb
                 try:
                     desc = wgmma_descriptor(addr, op.lbo, op.sbo, op.swizzle)
@@ -295,11 +301,9 @@ class MatrixCompiler:
                     raise where.error(EmulatorOutOfBoundsError, f"wgmma operand {name} reads shared bytes "
                                                                 f"{int(addrs.min())}..{int(addrs.max()) + eb} outside "
                                                                 f"{buf.name} ({lo}..{hi})")
-                lane0 = int(g) * mi.group_size
-                pos = int(st.block[lane0]) * (S // eb) + addrs // eb
+                pos = int(st.block[l0]) * (S // eb) + addrs // eb
                 if st.races is not None:
-                    st.races.access(pos.reshape(-1), eb, None, where, buf.name,
-                                    np.full(pos.size, int(st.tid[lane0])))
+                    st.races.access(pos.reshape(-1), eb, None, where, buf.name, np.full(pos.size, int(st.tid[l0])))
                 out[j] = st.sviews[nd][pos]
             return out
 
