@@ -56,6 +56,15 @@ def test_wgmma_gemm_on_gpu(M, N, K, bm, bn, bk, dtype, threads, trans_B, stages)
     _check(k, M, N, K, dtype, trans_B)
 
 
+@pytest.mark.parametrize("trans_B", [False, True])
+def test_wgmma_gemm_fed_by_cp_async_on_gpu(trans_B):
+    M, N, K = 1000, 1000, 1000
+    k = tilewright.compile(matmul(M, N, K, 128, 128, 32, out_dtype="float32", num_stages=3, threads=256,
+                                  trans_B=trans_B), target="cuda", pass_configs={**WGMMA, "tw.disable_tma": True})
+    _uses_wgmma(k)
+    _check(k, M, N, K, trans_B=trans_B)
+
+
 def test_wgmma_gemm_with_relu_on_gpu():
     M, N, K = 1000, 1000, 512
     k = tilewright.compile(matmul(M, N, K, 128, 256, 64, out_dtype="float32", threads=256, relu=True),

@@ -100,10 +100,11 @@ def test_swizzle_is_an_xor_of_address_bits():
 # the lowering, run by the emulator
 
 
-def _run_gemm(M, N, K, bm, bn, bk, dtype="float16", threads=128, trans_B=False, relu=False, stages=2, seed=0):
+def _run_gemm(M, N, K, bm, bn, bk, dtype="float16", threads=128, trans_B=False, relu=False, stages=2, seed=0,
+              **options):
     f = matmul(M, N, K, bm, bn, bk, dtype=dtype, out_dtype="float32", trans_B=trans_B, num_stages=stages,
                threads=threads, relu=relu)
-    k = lower_wgmma(f)
+    k = lower_wgmma(f, **options)
     mm = nodes(k, th.Wgmma)
     assert mm and not nodes(k, th.MatrixMultiply) and not nodes(k, th.LoadMatrix)
     rng = np.random.default_rng(seed)
@@ -164,6 +165,14 @@ def test_a_gemm_off_the_warpgroup_boundary_is_not_planned_as_wgmma():
 
     plan = plan_gemm(_gemm(64, 64, 32), 128, Target.parse(SM90A), WGMMA, first_thread=32)
     assert plan.family == "mma.sync" and "warpgroup boundary" in plan.reason
+
+
+@pytest.mark.parametrize("trans_B", [False, True])
+def test_wgmma_gemm_fed_by_cp_async(trans_B):
+    """Without TMA the operands are written by cp.async (the generic proxy): each thread fences
+    them to the async proxy and a barrier hands them over before the wgmmas."""
+    k, _ = _run_gemm(200, 136, 96, 128, 128, 32, "bfloat16", 256, trans_B, stages=3, **{"tw.disable_tma": True})
+    assert not k.tensor_maps and nodes(k, th.AsyncCopy) and nodes(k, th.FenceProxyAsync)
 
 
 def test_wgmma_gemm_with_relu_epilogue():

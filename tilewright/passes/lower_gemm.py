@@ -168,8 +168,8 @@ def _wgmma_operand(ctx: LoweringContext, region: t.Region, starts, k_major: bool
 def _lower_wgmma(ctx: LoweringContext, s: t.Gemm, plan, lay, c_local, env: Env) -> list:
     """fence; per K step, one wgmma per (64-row atom, N atom) of the warpgroup's tile; commit; wait
     for it (the accumulator is complete when the gemm statement ends).  ``clear_accum`` is the first
-    K step's scale-d = 0.  The proxy fence makes shared-memory writes by ordinary stores and cp.async
-    (the generic proxy) visible to wgmma's operand reads (the async proxy)."""
+    K step's scale-d = 0.  Operands not filled by TMA are first handed from the generic proxy to the
+    async proxy (wgmma's operand reads): proxy fence, then barrier."""
     instr = plan.instr
     wg = ctx.tid // instr.group_size
     wmi, wni = wg // plan.warps_n, wg % plan.warps_n
@@ -178,7 +178,15 @@ def _lower_wgmma(ctx: LoweringContext, s: t.Gemm, plan, lay, c_local, env: Env) 
     b_starts = tuple(lower_expr(ctx, x, env) for x in s.b.starts)
     a_in_regs = s.a.buffer.scope == "fragment"
     fenced = (c_local,) + ((ctx.local_of[s.a.buffer],) if a_in_regs else ())
-    out: list = [th.FenceProxyAsync(loc=s.loc), th.WgmmaFence(fenced, loc=s.loc)]
+    out: list = []
+    rings = ctx.plans.rings
+    if any(r.buffer.scope == "shared" and not (r.buffer in rings and rings[r.buffer].tma) for r in (s.a, s.b)):
+        # an operand written by ordinary stores or cp.async (the generic proxy): every thread orders
+        # its own writes before the async proxy's reads (the proxy fence), then the barrier hands
+        # them to the issuing warpgroups (a named barrier inside a thread partition); TMA-filled
+        # rings are written by the async proxy and need neither
+        out += [th.FenceProxyAsync(loc=s.loc), th.Barrier(loc=s.loc)]
+    out.append(th.WgmmaFence(fenced, loc=s.loc))
     for kk in range(k_total // instr.k):
         k0 = kk * instr.k
         b_ops = [_wgmma_operand(ctx, s.b, b_starts, bool(s.trans_b), wni * lay.wn + ni * instr.n, k0)
