@@ -354,3 +354,25 @@ def test_wgmma_gemm_compiles_for_sm_90a_without_spills(M, N, K, bm, bn, bk, dtyp
     path.write_bytes(binary.cubin)
     sass = subprocess.run([tool, "-c", str(path)], capture_output=True, text=True, check=True).stdout
     assert ("QGMMA." if dtype.startswith("float8") else "HGMMA.") in sass  # the tensor-core warpgroup MMA
+
+
+@needs_nvrtc
+@pytest.mark.parametrize("variant", ["a_in_registers", "cp_async"])
+def test_other_wgmma_variants_compile_without_spills(variant, tmp_path):
+    from tilewright.codegen.cuda import print_cuda
+    from tilewright.toolchain import nvrtc
+
+    if variant == "a_in_registers":
+        k = lower_wgmma(_gemm_serial(1024, 1024, 1024, 128, 128, 32, 256))
+    else:
+        k = lower_wgmma(matmul(1000, 1000, 1000, 128, 256, 32, out_dtype="float32", num_stages=3, threads=256),
+                        **{"tw.disable_tma": True})
+    binary = nvrtc.compile_cuda(print_cuda(k), "sm_90a", [k.name])
+    res = binary.resources[k.name]
+    assert res["spills"] == 0 and res["local_bytes"] == 0, res
+    tool = _nvdisasm()
+    if tool is None:
+        pytest.skip("compiled without spills; no nvdisasm here to look for HGMMA in the SASS")
+    path = tmp_path / "k.cubin"
+    path.write_bytes(binary.cubin)
+    assert "HGMMA." in subprocess.run([tool, "-c", str(path)], capture_output=True, text=True, check=True).stdout
