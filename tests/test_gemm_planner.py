@@ -138,7 +138,7 @@ def test_wgmma_is_recorded_but_mma_sync_is_used_without_the_option():
     assert plan.family == "mma.sync" and plan.instr.name == "mma.m16n8k16.f16"
     assert (plan.wgmma.instr.name, plan.wgmma.warpgroups_m, plan.wgmma.warpgroups_n) == ("wgmma.m64n128k16.f32.f16", 1, 1)
     assert plan.wgmma.atoms_m == 2 and plan.wgmma.a_source == SMEM_DESC
-    assert "tw.enable_wgmma" in plan.reason and "not lowered" in plan.reason
+    assert "tw.enable_wgmma" in plan.reason and "not enabled" in plan.reason
     chosen = plan_gemm(g, 128, Target.parse("cuda -arch=sm_90a"), {"tw.enable_wgmma": True})
     assert chosen.family == "wgmma" and chosen.b_source == SMEM_DESC and chosen.a_source == SMEM_DESC
     assert chosen.instr is plan.wgmma.instr or chosen.instr == plan.wgmma.instr
@@ -180,10 +180,10 @@ def test_tile_the_warps_cannot_split_is_a_compile_error():
         _plan("cuda -arch=sm_80", _gemm(16, 8, 16))
 
 
-def test_enabling_wgmma_stops_at_the_missing_lowering_naming_the_option():
-    with pytest.raises(CompileError, match="tw.enable_wgmma"):
-        _source(zoo.matmul(128, 128, 64, 128, 128, 32, "float16", stages=2), "cuda -arch=sm_90a",
-                **{"tw.enable_wgmma": True})
+def test_enabling_wgmma_lowers_to_wgmma_mma_async():
+    src = _source(zoo.matmul(128, 128, 64, 128, 128, 32, "float16", stages=2), "cuda -arch=sm_90a",
+                  **{"tw.enable_wgmma": True})
+    assert "wgmma.mma_async.sync.aligned.m64n128k16.f32.f16.f16" in src and "mma.sync" not in src
 
 
 # ---------------------------------------------------------------------------------------------

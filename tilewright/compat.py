@@ -44,7 +44,7 @@ HONOURED: dict[str, str] = {
     "tw.disable_gemm_prefetch": "turn off the operand-prefetching GEMM mainloop",
     "tw.disable_tma": "pipelined global -> shared copies use cp.async instead of TMA",
     "tw.warp_specialize": "a TMA GEMM mainloop runs as a producer warpgroup and consumer threads (sm_90)",
-    "tw.enable_wgmma": "plan gemms on sm_90a as wgmma (its lowering is not there yet: a clear error)",
+    "tw.enable_wgmma": "lower gemms on sm_90a to wgmma.mma_async (operands through shared-memory descriptors)",
     "tw.min_blocks_per_sm": "the occupancy the register budget is planned for (__launch_bounds__)",
     "tw.mma_order": "order of the matrix instructions of a gemm ('serpentine', 'n_outer')",
     "tl.disable_tma_lower": "same as tw.disable_tma",

@@ -170,6 +170,8 @@ class Printer:
         elif isinstance(s, (th.MbarrierArrive, th.MbarrierExpectTx, th.NamedBarrier, th.SetMaxNReg,
                             th.FenceProxyAsync)):
             self.sync(s, d)
+        elif isinstance(s, (th.Wgmma, th.WgmmaFence, th.WgmmaCommit, th.WgmmaWait)):
+            self.wgmma(s, d)
         else:
             raise NotImplementedError(f"{type(self).__name__} cannot print {type(s).__name__}")
 
@@ -180,6 +182,12 @@ class Printer:
         """Warp-level synchronisation (mbarrier arrive / expect-tx, named barriers, setmaxnreg, async
         fences): each printer prints what its vendor has and refuses the rest."""
         raise CompileError(f"{type(self).__name__} cannot print {type(s).__name__}", getattr(s, "loc", None))
+
+    def wgmma(self, s, d: int) -> None:
+        """Warpgroup matrix instructions (NVIDIA sm_90a); other printers refuse them."""
+        raise CompileError(f"{type(s).__name__}: wgmma is an NVIDIA sm_90a instruction, which {type(self).__name__} "
+                           f"cannot print (the gemm was planned for sm_90a, not for {self.k.target})",
+                           getattr(s, "loc", None), hint="compile for the target the kernel runs on")
 
     def ref(self, buf, index) -> str:
         return f"{self.name(buf, buf.name)}[{self.expr(index)}]"

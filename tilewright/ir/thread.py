@@ -9,7 +9,9 @@ shared memory / LDS at ``SharedDecl.offset`` bytes) and ``local`` (a per-thread 
 Matrix and async-copy instructions are structured nodes, never opaque strings: the CUDA and HIP
 printers print them, and the emulator executes them, from the same fields.  ``MatrixMultiply``
 carries a ``MatrixInstr`` from ``target/`` whose lane layouts say which lane holds which element,
-so mma.sync (warp of 32), MFMA (wave of 64) and WMMA (wave of 32) are one node type.
+so mma.sync (warp of 32), MFMA (wave of 64) and WMMA (wave of 32) are one node type.  Hopper's
+warpgroup instruction is ``Wgmma`` (operands through shared-memory descriptors, ``WgmmaOperand``),
+with ``WgmmaFence`` / ``WgmmaCommit`` / ``WgmmaWait`` around it; only the CUDA printer prints them.
 
 Special variables: ``ThreadKernel.thread_var`` is ``threadIdx.x`` (threads are numbered linearly);
 ``block_vars`` are ``blockIdx.x/y/z``.
@@ -233,6 +235,70 @@ class MatrixMultiply(Stmt):
     a: tuple
     b: tuple
     c: tuple
+    loc: Any = None
+
+
+@dataclass(frozen=True)
+class WgmmaOperand:
+    """A wgmma operand read through a shared-memory matrix descriptor: the tile of shared ``buffer``
+    (flat) whose canonical layout starts at element ``index`` (the atom's first row/column, where
+    the swizzle is the identity), stored ``major`` (``"k"``: K contiguous; ``"mn"``: M/N contiguous,
+    which sets the instruction's transpose bit), with a ``swizzle``-byte swizzle (32, 64, 128) and
+    the leading / stride byte offsets ``lbo`` / ``sbo`` of ``target.matrix`` (see there).  The
+    printer builds the 64-bit descriptor from the buffer's shared address; the emulator encodes and
+    decodes the same value."""
+
+    buffer: Buffer
+    index: Any
+    major: str
+    swizzle: int
+    lbo: int
+    sbo: int
+
+
+@dataclass(eq=False)
+class Wgmma(Stmt):
+    """``wgmma.mma_async`` by one warpgroup (128 consecutive threads, all executing it): D += A @ B
+    with D the ``instr.c_elems`` accumulator registers ``d = (local buffer, offset)`` in the
+    instruction's C lane layout.  ``a`` is a ``WgmmaOperand`` or registers ``(local buffer, offset)``
+    holding ``instr.a_elems`` elements in the A lane layout; ``b`` is a ``WgmmaOperand``.
+    ``scale_d``: 1 accumulates into D, 0 overwrites it (D = A @ B).  Asynchronous: the registers of D
+    (and of a register A) may be touched again only after a ``WgmmaWait`` that covers its group;
+    a ``WgmmaFence`` must precede the first wgmma that uses registers written by other code."""
+
+    instr: MatrixInstr
+    d: tuple
+    a: Any
+    b: WgmmaOperand
+    scale_d: int = 1
+    loc: Any = None
+
+
+@dataclass(eq=False)
+class WgmmaFence(Stmt):
+    """``wgmma.fence.sync.aligned``: orders the warpgroup's earlier register (and shared) accesses
+    before the wgmma instructions that follow.  ``fenced``: local buffers (the accumulators) whose
+    registers the device compiler must not move accesses to across this point."""
+
+    fenced: tuple = ()
+    loc: Any = None
+
+
+@dataclass(eq=False)
+class WgmmaCommit(Stmt):
+    """``wgmma.commit_group.sync.aligned``: the wgmmas issued since the last commit form a group."""
+
+    loc: Any = None
+
+
+@dataclass(eq=False)
+class WgmmaWait(Stmt):
+    """``wgmma.wait_group.sync.aligned pending``: wait until at most ``pending`` groups are in flight.
+    ``fenced``: local buffers (accumulators, register A operands) that the finished groups wrote or
+    read; the device compiler must not move their accesses above the wait."""
+
+    pending: int
+    fenced: tuple = ()
     loc: Any = None
 
 

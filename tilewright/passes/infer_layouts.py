@@ -19,7 +19,10 @@ Guarantees, recorded in ``func.plans`` (``ir.plans.Plans``):
      then go through shared memory).
 * ``parallel_layouts[loop]``: the layout each ``T.Parallel`` loop iterates by.
 * ``shared_layouts[buffer]``: row-major, XOR-swizzled for tiles read by matrix loads; the TMA
-  layout (``SharedLayout(tma=True)``) for ring buffers ``pipeline_loops`` marked for TMA.
+  layout (``SharedLayout(tma=True)``) for ring buffers ``pipeline_loops`` marked for TMA and for
+  operands of wgmma gemms (the layout a wgmma matrix descriptor describes).  A wgmma accumulator
+  takes ``MmaAccumLayout`` over the warpgroup grid with the m64nN instruction's C layout (warp w of
+  a warpgroup owns rows 16w..16w+15 of each 64-row atom), a fragment A the m64nNk16 A layout.
 
 Errors name the gemm or loop and say what to change (tile too small for the warps, transposed
 fragment operands, conflicting layouts).
@@ -139,19 +142,25 @@ def infer_layouts(func: t.PrimFunc, ctx) -> t.PrimFunc:
         par_layouts[p] = drive
 
     shared = {}
-    gemm_operands = set()
+    gemm_operands, wgmma_operands = set(), set()
     for s in stmts:
         if isinstance(s, t.Gemm):
             plan = plans[s]
             for r in (s.a, s.b):
                 if r.buffer.scope == "shared" and plan.kind == "mma":
                     gemm_operands.add(r.buffer)
+                    if plan.family == "wgmma":
+                        wgmma_operands.add(r.buffer)
     for s in stmts:
         if isinstance(s, t.Alloc) and s.buffer.scope == "shared":
             b = s.buffer
-            # ring buffers filled by TMA take the layout the TMA writes (swizzled like the ldmatrix one)
+            # ring buffers filled by TMA take the layout the TMA writes (swizzled like the ldmatrix one);
+            # wgmma operands take it too: its swizzles (32/64/128-byte rows, 128-byte column blocks,
+            # 1 KiB aligned) are the canonical layouts a wgmma descriptor describes, so a TMA-filled
+            # ring feeds wgmma directly
+            tma = (b in func.plans.rings and func.plans.rings[b].tma) or b in wgmma_operands
             shared[b] = SharedLayout(b.shape, b.dtype, swizzle=b in gemm_operands and target.vendor == "nvidia",
-                                     tma=b in func.plans.rings and func.plans.rings[b].tma)
+                                     tma=tma)
     func.plans.fragment_layouts.update(layouts)
     func.plans.shared_layouts.update(shared)
     return func

@@ -19,7 +19,11 @@ synchronizes (which also frees the slot just read for the copies of the next ite
 the next iteration's first step before issuing its own instructions.  Otherwise the gemm is lowered
 as usual, followed by the wait and the barrier.
 
-wgmma plans (``tw.enable_wgmma``) are refused here: their lowering is not written yet.
+wgmma plans (``tw.enable_wgmma``, sm_90a): each warpgroup of the plan's grid issues, per K step,
+one ``wgmma.mma_async`` per 64-row atom of its tile, B (and A unless it is a fragment) read
+through shared-memory matrix descriptors of the TMA-swizzled operand layouts; the gemm is fenced
+before, committed and waited for (``wait_group 0``) after — overlapping the next K step's copies
+with the current wgmma is later work.
 
 SIMT path (no matrix instruction for the types): thread (ti, tj) of a ``tm x tn`` grid accumulates its
 strided rows/columns with scalar multiply-adds, reading A and B from shared memory.
@@ -29,7 +33,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from ..errors import CompileError, InternalError
+from ..errors import InternalError
 from ..ir import dtype as dt
 from ..ir import expr as E
 from ..ir import thread as th
@@ -142,19 +146,70 @@ def _clear(s, lay, c_local) -> list:
     return [t.BufferStore(c_local, (E.as_expr(r),), E.Const(0, c_local.dtype)) for r in range(lay.num_regs)]
 
 
-def _refuse_unlowered(plan, s) -> None:
-    if plan.family == "wgmma":
-        raise CompileError(
-            f"T.gemm was planned as wgmma ({plan.instr.name}, {plan.warps_m}x{plan.warps_n} warpgroups), which "
-            "tilewright cannot lower yet", s.loc, hint="remove the pass config tw.enable_wgmma (mma.sync is used then)")
+def _wgmma_operand(ctx: LoweringContext, region: t.Region, starts, k_major: bool, mn0: int, k0: int):
+    """The descriptor operand of the instruction atom whose first M/N index is ``mn0`` and first K
+    index ``k0``, in a shared tile laid out by the TMA layout (``infer_layouts``): ``W``-byte
+    swizzled rows (``W`` = the row, or a 128-byte column block of it), 8-row groups ``8 W`` apart,
+    column blocks one after the other (``rows * W`` apart)."""
+    buf = region.buffer
+    ctx.shared_flat(buf)
+    lay = ctx.shared_layouts[buf]
+    swizzle = lay.tma_swizzle
+    if not lay.tma or swizzle not in (32, 64, 128):
+        raise InternalError(f"wgmma operand {buf.name} has layout {lay}, which no descriptor describes",
+                            "infer_layouts", buf.loc)
+    pos = (mn0, k0) if k_major else (k0, mn0)
+    index = ctx.shared_offset(buf, _tile_index(region, starts, pos))
+    rows = buf.shape[-2]
+    lbo = 16 if k_major else rows * swizzle  # K-major swizzled layouts do not use LBO
+    return th.WgmmaOperand(ctx.shared_flat(buf), index, "k" if k_major else "mn", swizzle, lbo, 8 * swizzle)
+
+
+def _lower_wgmma(ctx: LoweringContext, s: t.Gemm, plan, lay, c_local, env: Env) -> list:
+    """fence; per K step, one wgmma per (64-row atom, N atom) of the warpgroup's tile; commit; wait
+    for it (the accumulator is complete when the gemm statement ends).  ``clear_accum`` is the first
+    K step's scale-d = 0.  Operands not filled by TMA are first handed from the generic proxy to the
+    async proxy (wgmma's operand reads): proxy fence, then barrier."""
+    instr = plan.instr
+    wg = ctx.tid // instr.group_size
+    wmi, wni = wg // plan.warps_n, wg % plan.warps_n
+    k_total = s.a.shape[0] if s.trans_a else s.a.shape[1]
+    a_starts = tuple(lower_expr(ctx, x, env) for x in s.a.starts)
+    b_starts = tuple(lower_expr(ctx, x, env) for x in s.b.starts)
+    a_in_regs = s.a.buffer.scope == "fragment"
+    fenced = (c_local,) + ((ctx.local_of[s.a.buffer],) if a_in_regs else ())
+    out: list = []
+    rings = ctx.plans.rings
+    if any(r.buffer.scope == "shared" and not (r.buffer in rings and rings[r.buffer].tma) for r in (s.a, s.b)):
+        # an operand written by ordinary stores or cp.async (the generic proxy): every thread orders
+        # its own writes before the async proxy's reads (the proxy fence), then the barrier hands
+        # them to the issuing warpgroups (a named barrier inside a thread partition); TMA-filled
+        # rings are written by the async proxy and need neither
+        out += [th.FenceProxyAsync(loc=s.loc), th.Barrier(loc=s.loc)]
+    out.append(th.WgmmaFence(fenced, loc=s.loc))
+    for kk in range(k_total // instr.k):
+        k0 = kk * instr.k
+        b_ops = [_wgmma_operand(ctx, s.b, b_starts, bool(s.trans_b), wni * lay.wn + ni * instr.n, k0)
+                 for ni in range(lay.atoms_n)]
+        for mi in range(lay.atoms_m):
+            if a_in_regs:
+                a_op = (ctx.local_of[s.a.buffer], ctx.layouts[s.a.buffer].reg(mi, kk, 0))
+            else:
+                a_op = _wgmma_operand(ctx, s.a, a_starts, not s.trans_a, wmi * lay.wm + mi * instr.m, k0)
+            for ni, b_op in enumerate(b_ops):
+                scale_d = 0 if s.clear_accum and kk == 0 else 1
+                out.append(th.Wgmma(instr, (c_local, lay.reg(mi, ni, 0)), a_op, b_op, scale_d, loc=s.loc))
+    out += [th.WgmmaCommit(loc=s.loc), th.WgmmaWait(0, fenced, loc=s.loc)]
+    return out
 
 
 def lower_gemm(ctx: LoweringContext, s: t.Gemm, env: Env) -> list:
     plan = ctx.gemm_plans[s]
-    _refuse_unlowered(plan, s)
     out: list = [th.Comment(f"gemm {s.a.buffer.name} x {s.b.buffer.name} -> {s.c.buffer.name} ({plan.kind})")]
     c_local = ctx.local_of[s.c.buffer]
     lay = ctx.layouts[s.c.buffer]
+    if plan.family == "wgmma":
+        return out + _lower_wgmma(ctx, s, plan, lay, c_local, env)
     out.extend(_clear(s, lay, c_local))
     if plan.kind == "simt":
         a_starts = tuple(lower_expr(ctx, x, env) for x in s.a.starts)

@@ -13,10 +13,10 @@ Guarantees: ``func.plans.gemms[gemm]`` holds a ``GemmPlan`` for every ``Gemm`` n
 * where wgmma is possible (sm_90a, 16-bit or 8-bit inputs, whole warpgroups, M a multiple of 64 per
   warpgroup, N per warpgroup in the type's N-family), the warpgroup partition (``plan.wgmma``).
 
-wgmma is *recorded* but not yet lowered: the family is ``wgmma`` only when the pass config
-``tw.enable_wgmma`` is set (the lowering then refuses it, naming the option), and otherwise stays
-``mma.sync`` with ``plan.reason`` saying so — the generated code is unchanged until the wgmma
-lowering exists.
+The family is ``wgmma`` only when the pass config ``tw.enable_wgmma`` is set (off by default while
+the wgmma path is young); otherwise it stays ``mma.sync`` with ``plan.reason`` saying that wgmma
+was possible.  wgmma also needs its shared operands to be whole tiles that a matrix descriptor can
+describe (``_descriptor_problem``; ``infer_layouts`` then gives them the swizzled TMA layout).
 
 Errors (``CompileError`` at the gemm's line): a tile the warps cannot split evenly, with the
 multiples to use.
@@ -25,7 +25,9 @@ multiples to use.
 from __future__ import annotations
 
 from ..errors import CompileError
+from ..ir import dtype as dt
 from ..ir import tile as t
+from ..ir.layout import SharedLayout
 from ..ir.plans import GemmPlan, WgmmaPlan
 from ..ir.uniformity import thread_sets
 from ..ir.visitor import walk
@@ -50,7 +52,8 @@ def plan_gemms(func: t.PrimFunc, ctx) -> t.PrimFunc:
     nthreads = kernels[0].num_threads
     sets = thread_sets(func.body, nthreads)  # a gemm inside a thread partition is planned for its threads
     for g in gemms:
-        func.plans.gemms[g] = plan_gemm(g, sets.get(g, (0, nthreads))[1], ctx.target, ctx.options)
+        first, count = sets.get(g, (0, nthreads))
+        func.plans.gemms[g] = plan_gemm(g, count, ctx.target, ctx.options, first_thread=first)
     return func
 
 
@@ -58,21 +61,21 @@ def _k_extent(g: t.Gemm) -> int:
     return g.a.shape[0] if g.trans_a else g.a.shape[1]
 
 
-def plan_gemm(g: t.Gemm, nthreads: int, target, options=None) -> GemmPlan:
-    """The plan of one gemm executed by ``nthreads`` threads on ``target``."""
+def plan_gemm(g: t.Gemm, nthreads: int, target, options=None, first_thread: int = 0) -> GemmPlan:
+    """The plan of one gemm executed by ``nthreads`` threads (from thread ``first_thread`` on) on ``target``."""
     options = options or {}
     m, n = g.c.shape
     a_dt, b_dt, c_dt = g.a.buffer.dtype, g.b.buffer.dtype, g.c.buffer.dtype
     policy = g.policy
     a_source = REGISTERS
     wg, why_not = (None, "the CPU interpreter runs gemms as whole-tile products") if target.is_interpret \
-        else _wgmma_partition(g, nthreads, target)
+        else _wgmma_partition(g, nthreads, target, first_thread)
     if wg is not None and options.get(WGMMA_OPTION):
         return GemmPlan("wgmma", wg.instr, wg.warpgroups_m, wg.warpgroups_n, policy=policy, a_source=wg.a_source,
                         b_source=SMEM_DESC, wgmma=wg, reason=f"{WGMMA_OPTION} is set")
     if wg is not None:
         reason = (f"wgmma is possible ({wg.warpgroups_m}x{wg.warpgroups_n} warpgroups of {wg.instr.name}, A from "
-                  f"{wg.a_source}) but not lowered yet; set {WGMMA_OPTION} to choose it")
+                  f"{wg.a_source}) but not enabled; set {WGMMA_OPTION} to choose it")
     else:
         reason = f"no wgmma: {why_not}"
     instrs = target.matrix_instr_for(a_dt, b_dt, c_dt) if not target.is_interpret else []
@@ -143,7 +146,7 @@ def _warp_grid(m, n, nwarps, instr, policy):
     return min(options, key=score)
 
 
-def _wgmma_partition(g: t.Gemm, nthreads: int, target):
+def _wgmma_partition(g: t.Gemm, nthreads: int, target, first_thread: int = 0):
     """(WgmmaPlan, "") where wgmma can compute the gemm, else (None, why not)."""
     if not target.has("wgmma"):
         return None, f"{target.arch} has no wgmma (sm_90a only)"
@@ -154,6 +157,8 @@ def _wgmma_partition(g: t.Gemm, nthreads: int, target):
         return None, f"wgmma does not take {a_dt} x {b_dt} -> {c_dt}"
     if nthreads % 128:
         return None, f"{nthreads} threads are not whole warpgroups of 128"
+    if first_thread % 128:
+        return None, f"the gemm's threads start at thread {first_thread}, not on a warpgroup boundary"
     if g.b.buffer.scope != "shared":
         return None, "wgmma reads B from shared memory"
     if g.a.buffer.scope == "fragment":
@@ -169,6 +174,10 @@ def _wgmma_partition(g: t.Gemm, nthreads: int, target):
     k = _k_extent(g)
     if k % family[0].k:
         return None, f"K = {k} is not a multiple of {family[0].k}"
+    for name, region in (("A", g.a), ("B", g.b)):
+        why = _descriptor_problem(region) if region.buffer.scope == "shared" else ""
+        if why:
+            return None, f"{name} cannot be read through a wgmma descriptor: {why}"
     nwg = nthreads // 128
     by_n = {mi.n: mi for mi in family}
     options = []
@@ -194,3 +203,18 @@ def _wgmma_partition(g: t.Gemm, nthreads: int, target):
         pick = min(options, key=lambda o: (abs(m // o[0] - n // o[1]), -o[2].n))
     wgm, wgn, instr = pick
     return WgmmaPlan(instr, wgm, wgn, m // (64 * wgm), a_source), ""
+
+
+def _descriptor_problem(region) -> str:
+    """Why a shared operand tile cannot be described to wgmma ("" when it can): the gemm must read
+    whole 2-D tiles (one ring slot of a pipelined buffer) laid out in a swizzled layout the
+    descriptor can express — rows of 32, 64 or 128 bytes, or 128-byte column blocks, 8 rows apart."""
+    buf = region.buffer
+    if tuple(region.extents[-2:]) != tuple(buf.shape[-2:]) or any(int(x) != 1 for x in region.extents[:-2]):
+        return f"the gemm reads part of {buf.name}{tuple(buf.shape)}, not a whole tile"
+    rows, cols = buf.shape[-2:]
+    row_bytes = cols * dt.nbytes(buf.dtype)
+    if not SharedLayout.tma_compatible((rows, cols), buf.dtype) or row_bytes < 32:
+        return (f"a {rows}x{cols} {buf.dtype} tile has no swizzled layout (rows of 32/64/128 bytes or 128-byte "
+                "column blocks, a multiple of 8 rows)")
+    return ""

@@ -210,3 +210,69 @@ def wgmma_instr(in_dtype: str, n: int) -> MatrixInstr:
 def wgmma_instrs(in_dtype: str) -> tuple:
     """The whole N-family of wgmma for ``in_dtype``, largest N first."""
     return tuple(wgmma_instr(in_dtype, n) for n in reversed(wgmma_n_family(in_dtype)))
+
+
+# ---------------------------------------------------------------------------------------------
+# wgmma shared-memory matrix descriptors (PTX ISA, "Matrix Descriptor Format" of the asynchronous
+# warpgroup matrix instructions).  A 64-bit value:
+#   bits  0-13: start address >> 4 (shared window byte address)
+#   bits 16-29: leading-dimension byte offset >> 4 (LBO)
+#   bits 32-45: stride-dimension byte offset >> 4 (SBO)
+#   bits 49-51: base offset (0 here: every operand tile starts on its swizzle period)
+#   bits 62-63: layout type: 0 no swizzle (interleaved), 1 128-byte, 2 64-byte, 3 32-byte swizzle
+# Canonical layouts read through a descriptor with a W-byte swizzle (W = 32, 64, 128), T = 16 bytes:
+#   K-major  (rows = M or N, K contiguous): rows r at (r // 8) * SBO + (r % 8) * W, K bytes contiguous
+#            within the W-byte row (the instruction's K fits inside one row; LBO is not used);
+#   MN-major (K rows, M/N contiguous): element mn at (mn // (W / e)) * LBO + (mn % (W / e)) * e, k at
+#            (k // 8) * SBO + (k % 8) * W.
+# The swizzle applies to the final shared address: bits [4, 4 + b) ^= bits [7, 7 + b), b = log2(W / 16)
+# (the pattern repeats every 8 W bytes, so tiles must start on such a boundary).
+# ---------------------------------------------------------------------------------------------
+
+WGMMA_LAYOUT_TYPE = {0: 0, 128: 1, 64: 2, 32: 3}  # swizzle bytes -> descriptor layout type
+_SWIZZLE_OF_TYPE = {v: k for k, v in WGMMA_LAYOUT_TYPE.items()}
+K_MAJOR, MN_MAJOR = "k", "mn"
+
+
+def wgmma_descriptor(addr: int, lbo: int, sbo: int, swizzle: int) -> int:
+    """The 64-bit descriptor of an operand at shared byte address ``addr`` (16-byte aligned)."""
+    if addr % 16 or lbo % 16 or sbo % 16:
+        raise ValueError(f"wgmma descriptor fields must be 16-byte multiples (address {addr}, LBO {lbo}, SBO {sbo})")
+    return ((addr & 0x3FFFF) >> 4) | ((lbo >> 4) & 0x3FFF) << 16 | ((sbo >> 4) & 0x3FFF) << 32 \
+        | WGMMA_LAYOUT_TYPE[swizzle] << 62
+
+
+def decode_wgmma_descriptor(desc: int) -> tuple[int, int, int, int]:
+    """(start address, LBO, SBO, swizzle bytes) of a descriptor."""
+    desc = int(desc)
+    return ((desc & 0x3FFF) << 4, ((desc >> 16) & 0x3FFF) << 4, ((desc >> 32) & 0x3FFF) << 4,
+            _SWIZZLE_OF_TYPE[(desc >> 62) & 3])
+
+
+def swizzle_address(addr, swizzle: int):
+    """The shared address the hardware accesses for the canonical address ``addr`` (ints or arrays)."""
+    if swizzle == 0:
+        return addr
+    bits = {32: 1, 64: 2, 128: 3}[swizzle]
+    mask = (1 << bits) - 1
+    return addr ^ (((addr >> 7) & mask) << 4)
+
+
+def wgmma_operand_addresses(desc: int, major: str, rows: int, k: int, elem_bytes: int):
+    """Shared byte addresses [rows, k] of an instruction operand (A: rows = 64, B: rows = N, both
+    indexed (row, kk)) read through ``desc`` in the ``major`` canonical layout."""
+    import numpy as np
+
+    start, lbo, sbo, swizzle = decode_wgmma_descriptor(desc)
+    if swizzle == 0:
+        raise ValueError("the no-swizzle (interleaved) wgmma layout is not produced by tilewright")
+    r = np.arange(rows)[:, None]
+    kk = np.arange(k)[None, :]
+    if major == K_MAJOR:
+        if k * elem_bytes > swizzle:
+            raise ValueError(f"a K-major operand's K step ({k * elem_bytes} bytes) must fit in one {swizzle}-byte row")
+        canon = (r // 8) * sbo + (r % 8) * swizzle + kk * elem_bytes
+    else:
+        per = swizzle // elem_bytes
+        canon = (r // per) * lbo + (r % per) * elem_bytes + (kk // 8) * sbo + (kk % 8) * swizzle
+    return swizzle_address(start + canon, swizzle)

@@ -9,7 +9,7 @@ from ...ir import dtype as dt
 from ...ir import expr as E
 from ...ir import thread as th
 from .errors import DivergenceError, EmulatorError, EmulatorOutOfBoundsError
-from .support import _F32, _and, _check_align, _check_range, _rows, _uint_of, _Where
+from .support import _F32, _and, _check_align, _check_range, _poison, _rows, _uint_of, _Where
 
 
 class MatrixCompiler:
@@ -141,6 +141,185 @@ class MatrixCompiler:
 
         return mma
 
+
+    # ------------------------------------------------------------------ wgmma (sm_90a)
+    def wgmma(self, s: th.Wgmma):
+        """A warpgroup instruction: A and B read from shared memory through the descriptor the
+        printer would build (encoded from the operand's shared address and fields, decoded,
+        swizzled by address bits), or A from the lanes' registers through the A lane layout; each
+        lane's accumulator elements (C lane layout) get their entries of A @ B.  Warp w of a
+        warpgroup holds rows 16w..16w+15 of D and of a register A, so a warp computes its part on
+        its own: the same code runs in lockstep (whole warpgroups) and warp by warp (cooperative
+        mode).  Asynchrony: the result is computed at issue (operands read then) but written to the
+        accumulator registers only by the ``wait_group`` that retires its commit group; in between
+        the registers hold poison."""
+        where = _Where(s)
+        mi = s.instr
+        G = mi.group_size
+        if self.k.num_threads % G:
+            raise where.error(EmulatorError, f"{mi.name} runs on warpgroups of {G} threads; the block has "
+                                             f"{self.k.num_threads}")
+        dbuf, doff = s.d
+        doff = int(E.const_value(doff) if isinstance(doff, E.Expr) else doff)
+        if dbuf.scope != "local" or dbuf.dtype != mi.acc_dtype:
+            raise where.error(EmulatorError, f"the accumulator of {mi.name} must be {mi.acc_dtype} registers, not "
+                                             f"{dbuf.scope} {dbuf.dtype}")
+        if doff < 0 or doff + mi.c_elems > dbuf.shape[0]:
+            raise where.error(EmulatorOutOfBoundsError, f"{mi.name} accumulator registers {dbuf.name}[{doff}:"
+                                                        f"{doff + mi.c_elems}] of {dbuf.shape[0]}")
+        d_slot, d_nd = self._reg(dbuf), dt.to_numpy(dbuf.dtype)
+        _gather_plan(mi, "c", mi.c_index, mi.m, mi.n, mi.c_elems, where, unique=True)  # checks the layout
+        a_reg = isinstance(s.a, tuple)
+        if a_reg:
+            abuf, aoff = s.a
+            aoff = int(E.const_value(aoff) if isinstance(aoff, E.Expr) else aoff)
+            if abuf.scope != "local" or abuf.dtype != mi.a_dtype or aoff < 0 or aoff + mi.a_elems > abuf.shape[0]:
+                raise where.error(EmulatorError, f"register A of {mi.name}: {abuf.scope} {abuf.dtype} "
+                                                 f"{abuf.name}[{aoff}:{aoff + mi.a_elems}]")
+            a_slot, a_nd = self._reg(abuf), dt.to_numpy(abuf.dtype)
+            _gather_plan(mi, "a", mi.a_index, mi.m, mi.k, mi.a_elems, where)
+        a_read = None if a_reg else self._descriptor_reader(s.a, mi.m, mi, where, "A")
+        b_read = self._descriptor_reader(s.b, mi.n, mi, where, "B")
+        integer = mi.acc_dtype.startswith("int")
+        ce = mi.c_elems
+        scale_d = int(s.scale_d)
+        es = np.arange(ce)[:, None]
+
+        def wgmma(st):
+            m = st.mask
+            L = st.L
+            unit = G if st.coop is None else L  # lanes that execute together here: a warpgroup, or a warp
+            ng = L // unit
+            if m is not None:
+                pg = m.reshape(ng, unit)
+                if (pg.any(axis=1) & ~pg.all(axis=1)).any():
+                    raise where.error(DivergenceError, f"{mi.name} runs under control flow that splits a warpgroup")
+                active = pg.all(axis=1)
+            else:
+                active = np.ones(ng, bool)
+            groups = np.flatnonzero(active)
+            if not len(groups):
+                return
+            lane0 = groups * unit
+            group_of = np.full(ng, -1)
+            group_of[groups] = np.arange(len(groups))
+            gl = np.repeat(group_of, unit)  # each lane's row in the per-group operands (-1: inactive)
+            on = gl >= 0
+            lg = st.tid % G  # lane within the warpgroup
+            B = b_read(st, lane0).astype(np.int64 if integer else _F32)  # [g, n, k]
+            if a_reg:
+                A = np.zeros((len(groups), mi.m, mi.k), np.int64 if integer else _F32)
+                vals = _rows(st.regs[a_slot][aoff:aoff + mi.a_elems], L, a_nd)
+                for e in range(mi.a_elems):
+                    r, c = mi.a_index(lg, e)
+                    A[gl[on], np.asarray(r)[on], np.asarray(c)[on]] = vals[e][on]
+            else:
+                A = a_read(st, lane0).astype(np.int64 if integer else _F32)  # [g, m, k]
+            P = np.matmul(A, B.transpose(0, 2, 1))  # [g, m, n]
+            regs = st.regs[d_slot]
+            pend = _pending(st)
+            key = (d_slot, doff)
+            src = pend["result"][key][0] if key in pend["result"] else regs[doff:doff + ce]
+            C = _rows(src, L, d_nd)
+            r, c = mi.c_index(lg[None, :], es)
+            r, c = np.broadcast_to(r, (ce, L)), np.broadcast_to(c, (ce, L))
+            prod = np.zeros((ce, L), P.dtype)
+            prod[:, on] = P[gl[on][None, :], r[:, on], c[:, on]]
+            if scale_d:
+                prod = prod + (C.astype(np.int64) if integer else C.astype(_F32))
+            out = np.where(on[None, :], prod.astype(d_nd), C)
+            # the result lands at the wait_group that retires this wgmma; until then the
+            # accumulator registers read as poison (reading them early is a bug the tests then see)
+            pend["result"][key] = (out, on.copy())
+            pend["open"].append(key)
+            poison = _poison(d_nd)
+            for e in range(ce):
+                regs[doff + e] = np.where(on, poison, regs[doff + e])
+
+        return wgmma
+
+    def wgmma_commit(self, s: th.WgmmaCommit):
+        def commit(st):
+            pend = _pending(st)
+            pend["groups"].append(pend["open"])
+            pend["open"] = []
+
+        return commit
+
+    def wgmma_wait(self, s: th.WgmmaWait):
+        keep = int(s.pending)
+
+        def wait(st):
+            pend = _pending(st)
+            while len(pend["groups"]) > keep:
+                for key in pend["groups"].pop(0):
+                    later = any(key in g for g in pend["groups"]) or key in pend["open"]
+                    if later or key not in pend["result"]:
+                        continue  # a later wgmma on the same registers is still in flight
+                    out, issued = pend["result"].pop(key)
+                    slot, off = key
+                    regs = st.regs[slot]
+                    for e in range(out.shape[0]):
+                        regs[off + e] = np.where(issued, out[e], regs[off + e])
+
+        return wait
+
+    def _descriptor_reader(self, op: th.WgmmaOperand, rows: int, mi, where, name: str):
+        """A function (state, first lane of each executing group) -> the operand tile [groups, rows, k] read through the
+        descriptor of ``op``, with bounds (the operand's buffer), uniformity and race checks."""
+        from ...target.matrix import wgmma_descriptor, wgmma_operand_addresses
+
+        buf = op.buffer
+        if buf.scope != "shared":
+            raise where.error(EmulatorError, f"wgmma operand {name} must be in shared memory, not {buf.scope}")
+        want = mi.a_dtype if name == "A" else mi.b_dtype
+        if buf.dtype != want:
+            raise where.error(EmulatorError, f"wgmma operand {name} is {buf.dtype}, {mi.name} takes {want}")
+        place, off, nd = self._shared_of(buf, where)
+        fi = self.cexpr(op.index, where)
+        eb = nd.itemsize
+        lo, hi = off, off + buf.shape[0] * eb
+        k = mi.k
+        S = self.k.shared_bytes
+
+        def read(st, lane0):
+            unit = mi.group_size if st.coop is None else st.L
+            idx = np.broadcast_to(np.asarray(fi(st, None)), (st.L,)).reshape(-1, unit)[lane0 // unit]
+            if (idx != idx[:, :1]).any():
+                j = int(np.flatnonzero((idx != idx[:, :1]).any(axis=1))[0])
+                raise where.error(EmulatorError, f"wgmma operand {name}: the threads of the warpgroup of thread "
+                                                 f"{int(st.tid[lane0[j]])} give different descriptor addresses")
+            out = np.empty((len(lane0), rows, k), nd)
+            for j, l0 in enumerate(lane0):
+                addr = off + int(idx[j, 0]) * eb
+                try:
+                    desc = wgmma_descriptor(addr, op.lbo, op.sbo, op.swizzle)
+                    addrs = wgmma_operand_addresses(desc, op.major, rows, k, eb)
+                except ValueError as e:
+                    raise where.error(EmulatorError, f"wgmma operand {name}: {e}") from None
+                if addrs.min() < lo or addrs.max() + eb > hi:
+                    raise where.error(EmulatorOutOfBoundsError, f"wgmma operand {name} reads shared bytes "
+                                                                f"{int(addrs.min())}..{int(addrs.max()) + eb} outside "
+                                                                f"{buf.name} ({lo}..{hi})")
+                pos = int(st.block[l0]) * (S // eb) + addrs // eb
+                if st.races is not None:
+                    st.races.access(pos.reshape(-1), eb, None, where, buf.name, np.full(pos.size, int(st.tid[l0])))
+                out[j] = st.sviews[nd][pos]
+            return out
+
+        return read
+
+
+_PENDING = ("wgmma in flight",)
+
+
+def _pending(st) -> dict:
+    """The state's wgmmas issued and not yet retired by a wait_group: open (uncommitted) results,
+    committed groups (lists of accumulator keys), and each accumulator's latest result."""
+    pend = st.memo.get(_PENDING)
+    if pend is None:
+        pend = st.memo[_PENDING] = {"open": [], "groups": [], "result": {}}
+    return pend
 
 
 def _gather_plan(mi, name: str, index_fn, rows: int, cols: int, elems: int, where: _Where, unique: bool = False):

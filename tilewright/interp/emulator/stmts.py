@@ -78,6 +78,14 @@ class StmtCompiler:
             return self.set_max_nreg(s)
         if isinstance(s, th.FenceProxyAsync):
             return self.fence_proxy_async(s)
+        if isinstance(s, th.Wgmma):
+            return self.wgmma(s)
+        if isinstance(s, th.WgmmaCommit):
+            return self.wgmma_commit(s)
+        if isinstance(s, th.WgmmaWait):
+            return self.wgmma_wait(s)
+        if isinstance(s, th.WgmmaFence):
+            return None  # orders register accesses on the GPU; the emulator executes in order
         raise EmulatorError(f"the emulator cannot execute {type(s).__name__} (not a thread IR statement)",
                             getattr(s, "loc", None))
 

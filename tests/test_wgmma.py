@@ -1,0 +1,378 @@
+"""wgmma on sm_90a (pass config ``tw.enable_wgmma``): descriptors and swizzles, the lowering run by
+the emulator against float64, NVRTC compiles without spills, HGMMA in the SASS where nvdisasm is
+available, and HIP refusing warpgroup instructions."""
+
+from __future__ import annotations
+
+import glob
+import os
+import shutil
+import subprocess
+import sys
+
+import ml_dtypes
+import numpy as np
+import pytest
+from toolchains import needs_nvrtc
+
+import tilewright.language as T
+from tilewright.compiler import _verify
+from tilewright.errors import CompileError
+from tilewright.interp.emulator import run_thread_kernel
+from tilewright.interp.emulator.errors import EmulatorError
+from tilewright.ir import thread as th
+from tilewright.ir.layout import SharedLayout
+from tilewright.ir.visitor import walk
+from tilewright.kernels import matmul
+from tilewright.passes.pipeline import PassContext, run_pipeline
+from tilewright.target import Target
+from tilewright.target.matrix import (
+    decode_wgmma_descriptor,
+    swizzle_address,
+    wgmma_descriptor,
+    wgmma_operand_addresses,
+)
+
+SM90A = "cuda -arch=sm_90a"
+WGMMA = {"tw.enable_wgmma": True}
+NP = {"float16": np.float16, "bfloat16": ml_dtypes.bfloat16}
+
+
+def lower_wgmma(func, target=SM90A, **options):
+    _verify(func)
+    return run_pipeline(func, PassContext(Target.parse(target), {"optimize_level": 2, **WGMMA, **options}))
+
+
+def nodes(kernel, cls) -> list:
+    out = []
+    walk(kernel.body, lambda s: out.append(s) if isinstance(s, cls) else None)
+    return out
+
+
+# ---------------------------------------------------------------------------------------------
+# descriptors and swizzles
+
+
+def test_descriptor_fields_round_trip():
+    for addr, lbo, sbo, sw in [(0, 16, 1024, 128), (4096 + 96, 8192, 512, 64), (227 * 1024 - 16, 16, 256, 32)]:
+        d = wgmma_descriptor(addr, lbo, sbo, sw)
+        assert decode_wgmma_descriptor(d) == (addr, lbo, sbo, sw)
+        assert d >> 62 == {128: 1, 64: 2, 32: 3}[sw]
+    with pytest.raises(ValueError):
+        wgmma_descriptor(8, 16, 1024, 128)
+
+
+@pytest.mark.parametrize("rows, cols, dtype", [(64, 64, "float16"), (128, 32, "bfloat16"), (64, 16, "float16"),
+                                                (64, 128, "float16"), (32, 256, "bfloat16"), (64, 64, "int8")])
+def test_descriptor_addresses_agree_with_the_tma_layout(rows, cols, dtype):
+    """Every instruction atom read through the descriptor the lowering builds lands on the element
+    the shared layout (the one TMA writes) puts there — two independent formulas."""
+    lay = SharedLayout((rows, cols), dtype, tma=True)
+    eb = lay.elem_bytes
+    sw = lay.tma_swizzle
+    base = 2048  # a 1 KiB-aligned buffer start
+    k = 32 // eb  # the instruction's K: 16 (16-bit), 32 (8-bit)
+    # K-major: rows are M/N, columns K; atoms of 8 rows x k at every (row0, k0)
+    for r0 in range(0, rows, 8):
+        for k0 in range(0, cols, k):
+            start = base + int(lay.offset((r0, k0))) * eb
+            got = wgmma_operand_addresses(wgmma_descriptor(start, 16, 8 * sw, sw), "k", 8, k, eb)
+            want = base + np.array([[int(lay.offset((r0 + r, k0 + c))) * eb for c in range(k)] for r in range(8)])
+            np.testing.assert_array_equal(got, want)
+    # M/N-major (16-bit only): rows are K, columns M/N; an atom covers 16 K rows x the whole row
+    if eb == 2 and rows % 16 == 0:
+        for k0 in range(0, rows, 16):
+            start = base + int(lay.offset((k0, 0))) * eb
+            got = wgmma_operand_addresses(wgmma_descriptor(start, rows * sw, 8 * sw, sw), "mn", cols, 16, eb)
+            want = base + np.array([[int(lay.offset((k0 + c, n))) * eb for c in range(16)] for n in range(cols)])
+            np.testing.assert_array_equal(got, want)
+
+
+def test_swizzle_is_an_xor_of_address_bits():
+    a = np.arange(0, 4096, 16)
+    for sw, bits in ((32, 1), (64, 2), (128, 3)):
+        s = swizzle_address(a, sw)
+        assert sorted(s.tolist()) == a.tolist()  # a permutation within every period
+        np.testing.assert_array_equal(s ^ a, ((a >> 7) & ((1 << bits) - 1)) << 4)
+
+
+# ---------------------------------------------------------------------------------------------
+# the lowering, run by the emulator
+
+
+def _run_gemm(M, N, K, bm, bn, bk, dtype="float16", threads=128, trans_B=False, relu=False, stages=2, seed=0,
+              **options):
+    f = matmul(M, N, K, bm, bn, bk, dtype=dtype, out_dtype="float32", trans_B=trans_B, num_stages=stages,
+               threads=threads, relu=relu)
+    k = lower_wgmma(f, **options)
+    mm = nodes(k, th.Wgmma)
+    assert mm and not nodes(k, th.MatrixMultiply) and not nodes(k, th.LoadMatrix)
+    rng = np.random.default_rng(seed)
+    a = rng.uniform(-1, 1, (M, K)).astype(NP[dtype])
+    b = rng.uniform(-1, 1, (N, K) if trans_B else (K, N)).astype(NP[dtype])
+    c = np.full((M, N), np.nan, np.float32)
+    run_thread_kernel(k, [a, b, c], check_races=True)
+    ref = a.astype(np.float64) @ (b.T if trans_B else b).astype(np.float64)
+    if relu:
+        ref = np.maximum(ref, 0)
+    assert not np.isnan(c).any()
+    err = np.abs(c.astype(np.float64) - ref).max() / np.abs(ref).max()
+    assert err < 2e-3, err
+    return k, mm
+
+
+GEMMS = [
+    # M, N, K, bm, bn, bk, dtype, threads, trans_B
+    (128, 128, 64, 64, 64, 32, "float16", 128, False),
+    (128, 128, 64, 64, 64, 32, "bfloat16", 128, True),
+    (128, 128, 128, 128, 128, 64, "bfloat16", 128, False),
+    (128, 128, 128, 128, 128, 32, "float16", 256, True),
+    (256, 256, 128, 128, 256, 64, "float16", 256, True),
+    (128, 256, 96, 128, 256, 32, "bfloat16", 256, False),
+    (100, 72, 80, 64, 64, 32, "float16", 256, False),  # ragged M, N, K; 2 warpgroups side by side on N
+    (200, 136, 88, 128, 128, 64, "bfloat16", 256, True),  # ragged, 128-byte column blocks of A and B
+    (130, 260, 72, 128, 256, 32, "float16", 128, False),  # one warpgroup with two 64-row atoms, N = 256
+]
+
+
+@pytest.mark.parametrize("M, N, K, bm, bn, bk, dtype, threads, trans_B", GEMMS)
+def test_wgmma_gemm_matches_float64(M, N, K, bm, bn, bk, dtype, threads, trans_B):
+    k, mm = _run_gemm(M, N, K, bm, bn, bk, dtype, threads, trans_B)
+    assert {x.b.major for x in mm} == {"k" if trans_B else "mn"} and {x.a.major for x in mm} == {"k"}
+    assert all(x.b.swizzle == min(128, (bk if trans_B else bn) * 2) for x in mm)
+
+
+def test_wgmma_gemm_fp8_k_major():
+    """8-bit inputs: K = 32 per instruction, both operands K-major (B transposed), no transpose bits."""
+    M = N = K = 128
+    f = matmul(M, N, K, 64, 64, 64, dtype="float8_e4m3fn", out_dtype="float32", trans_B=True, num_stages=2)
+    k = lower_wgmma(f)
+    mm = nodes(k, th.Wgmma)
+    assert {x.instr.name for x in mm} == {"wgmma.m64n64k32.f32.e4m3"} and len(mm) == 64 // 32
+    rng = np.random.default_rng(2)
+    a = rng.uniform(-1, 1, (M, K)).astype(ml_dtypes.float8_e4m3fn)
+    b = rng.uniform(-1, 1, (N, K)).astype(ml_dtypes.float8_e4m3fn)
+    c = np.full((M, N), np.nan, np.float32)
+    run_thread_kernel(k, [a, b, c], check_races=True)
+    ref = a.astype(np.float64) @ b.astype(np.float64).T
+    assert np.abs(c - ref).max() / np.abs(ref).max() < 1e-5
+
+
+def test_a_gemm_off_the_warpgroup_boundary_is_not_planned_as_wgmma():
+    from test_gemm_planner import _gemm
+
+    from tilewright.passes.plan_gemms import plan_gemm
+
+    plan = plan_gemm(_gemm(64, 64, 32), 128, Target.parse(SM90A), WGMMA, first_thread=32)
+    assert plan.family == "mma.sync" and "warpgroup boundary" in plan.reason
+
+
+@pytest.mark.parametrize("trans_B", [False, True])
+def test_wgmma_gemm_fed_by_cp_async(trans_B):
+    """Without TMA the operands are written by cp.async (the generic proxy): each thread fences
+    them to the async proxy and a barrier hands them over before the wgmmas."""
+    k, _ = _run_gemm(200, 136, 96, 128, 128, 32, "bfloat16", 256, trans_B, stages=3, **{"tw.disable_tma": True})
+    assert not k.tensor_maps and nodes(k, th.AsyncCopy) and nodes(k, th.FenceProxyAsync)
+
+
+def test_wgmma_gemm_with_relu_epilogue():
+    _run_gemm(128, 256, 64, 128, 256, 32, "float16", 256, relu=True, seed=3)
+
+
+def test_wgmma_partition_of_two_warpgroups():
+    """128 x 256 with 256 threads (the TileLang config on which mma.sync runs out of registers): two
+    consumer warpgroups, each issuing per K step one instruction per 64-row atom of its 128 x 128
+    tile (the Square policy), 128 accumulator registers per thread."""
+    f = matmul(256, 256, 64, 128, 256, 64, out_dtype="float32", threads=256)
+    k = lower_wgmma(f)
+    mm = nodes(k, th.Wgmma)
+    assert {x.instr.name for x in mm} == {"wgmma.m64n128k16.f32.f16"}
+    assert len(mm) == (64 // 16) * 2  # K steps x 64-row atoms of one warpgroup's tile
+    assert {x.d[0].shape[0] for x in mm} == {128 * 256 // 256}
+    assert [type(x) for x in nodes(k, (th.WgmmaFence, th.WgmmaCommit, th.WgmmaWait))] == \
+        [th.WgmmaFence, th.WgmmaCommit, th.WgmmaWait]
+
+
+def _gemm_serial(M, N, K, bm, bn, bk, threads, a_in_registers=True):
+    """A gemm over a plain serial K loop (no TMA), A staged in a fragment or in shared memory."""
+
+    @T.prim_func
+    def gemm(A: T.Tensor((M, K), "float16"), B: T.Tensor((K, N), "float16"), C: T.Tensor((M, N), "float32")):
+        with T.Kernel(T.ceildiv(N, bn), T.ceildiv(M, bm), threads=threads) as (bx, by):
+            if a_in_registers:
+                A_local = T.alloc_fragment((bm, bk), "float16")
+            else:
+                A_local = T.alloc_shared((bm, bk), "float16")
+            B_shared = T.alloc_shared((bk, bn), "float16")
+            C_local = T.alloc_fragment((bm, bn), "float32")
+            T.clear(C_local)
+            for ko in T.serial(T.ceildiv(K, bk)):
+                T.copy(A[by * bm, ko * bk], A_local)
+                T.copy(B[ko * bk, bx * bn], B_shared)
+                T.gemm(A_local, B_shared, C_local)
+            T.copy(C_local, C[by * bm, bx * bn])
+
+    return gemm
+
+
+def test_wgmma_with_a_from_registers():
+    M, N, K = 128, 128, 96
+    k = lower_wgmma(_gemm_serial(M, N, K, 128, 128, 32, 256))
+    mm = nodes(k, th.Wgmma)
+    assert mm and all(isinstance(x.a, tuple) for x in mm)
+    rng = np.random.default_rng(5)
+    a = rng.uniform(-1, 1, (M, K)).astype(np.float16)
+    b = rng.uniform(-1, 1, (K, N)).astype(np.float16)
+    c = np.full((M, N), np.nan, np.float32)
+    run_thread_kernel(k, [a, b, c], check_races=True)
+    ref = a.astype(np.float64) @ b.astype(np.float64)
+    assert np.abs(c - ref).max() / np.abs(ref).max() < 2e-3
+
+
+def test_a_wrong_descriptor_gives_a_wrong_answer_or_an_error():
+    """The emulator reads operands through the descriptor, not through the layout: a descriptor
+    with another swizzle mode reads other elements (so a descriptor bug cannot pass unseen)."""
+    import dataclasses
+
+    M = N = K = 64
+    f = matmul(M, N, K, 64, 64, 64, out_dtype="float32", num_stages=1)
+    k = lower_wgmma(f)
+    for x in nodes(k, th.Wgmma):
+        x.b = dataclasses.replace(x.b, swizzle=64, sbo=512)
+    rng = np.random.default_rng(1)
+    a = rng.uniform(-1, 1, (M, K)).astype(np.float16)
+    b = rng.uniform(-1, 1, (K, N)).astype(np.float16)
+    c = np.full((M, N), np.nan, np.float32)
+    try:
+        run_thread_kernel(k, [a, b, c])
+    except EmulatorError:
+        return
+    assert np.abs(c - a.astype(np.float64) @ b.astype(np.float64)).max() > 1e-1
+
+
+@pytest.mark.parametrize("M, N, K, bm, bn, bk, threads, trans_B", [
+    (256, 256, 256, 128, 256, 64, 256, False), (200, 136, 200, 128, 128, 64, 128, True)])
+def test_wgmma_under_warp_specialization(M, N, K, bm, bn, bk, threads, trans_B):
+    """With tw.warp_specialize too: a TMA producer warpgroup and consumer warpgroups issuing wgmma,
+    run warp by warp by the emulator (each warp computes its 16 rows of every atom)."""
+    f = matmul(M, N, K, bm, bn, bk, out_dtype="float32", num_stages=3, threads=threads, trans_B=trans_B)
+    k = lower_wgmma(f, **{"tw.warp_specialize": True})
+    assert k.num_threads == threads + 128 and nodes(k, th.Wgmma)
+    rng = np.random.default_rng(6)
+    a = rng.uniform(-1, 1, (M, K)).astype(np.float16)
+    b = rng.uniform(-1, 1, (N, K) if trans_B else (K, N)).astype(np.float16)
+    c = np.full((M, N), np.nan, np.float32)
+    run_thread_kernel(k, [a, b, c], check_races=True)
+    ref = a.astype(np.float64) @ (b.T if trans_B else b).astype(np.float64)
+    assert np.abs(c - ref).max() / np.abs(ref).max() < 2e-3
+
+
+def test_the_accumulator_is_poison_until_wait_group_retires_the_wgmma():
+    """The emulator writes a wgmma's result at the wait_group that retires it: a wait that leaves
+    the last group in flight lets the epilogue read poison (NaN), which a test would see."""
+    M = N = K = 64
+    k = lower_wgmma(matmul(M, N, K, 64, 64, 32, out_dtype="float32", num_stages=2))
+    waits = nodes(k, th.WgmmaWait)
+    assert [w.pending for w in waits] == [0]
+    rng = np.random.default_rng(4)
+    a = rng.uniform(-1, 1, (M, K)).astype(np.float16)
+    b = rng.uniform(-1, 1, (K, N)).astype(np.float16)
+    c = np.full((M, N), np.nan, np.float32)
+    run_thread_kernel(k, [a, b, c])
+    assert np.abs(c - a.astype(np.float64) @ b.astype(np.float64)).max() < 1e-2
+    k = lower_wgmma(matmul(M, N, K, 64, 64, 32, out_dtype="float32", num_stages=2))  # (programs are cached)
+    nodes(k, th.WgmmaWait)[0].pending = 1
+    c[:] = 0
+    run_thread_kernel(k, [a, b, c])
+    assert np.isnan(c).all()
+
+
+def test_without_the_option_mma_sync_is_used():
+    f = matmul(128, 128, 64, 128, 128, 32, out_dtype="float32")
+    _verify(f)
+    k = run_pipeline(f, PassContext(Target.parse(SM90A), {"optimize_level": 2}))
+    assert not nodes(k, th.Wgmma) and nodes(k, th.MatrixMultiply)
+
+
+def test_tiles_no_descriptor_describes_stay_on_mma_sync():
+    # B rows of 16 bytes (N = 8 halves) have no swizzled layout: mma.sync, with the reason recorded
+    f = matmul(64, 8, 64, 64, 8, 32, out_dtype="float32")
+    k = lower_wgmma(f)
+    assert not nodes(k, th.Wgmma) and nodes(k, th.MatrixMultiply)
+
+
+def test_hip_printer_refuses_wgmma():
+    from tilewright.codegen.hip import print_hip
+
+    k = lower_wgmma(_gemm_serial(64, 64, 64, 64, 64, 32, 128, a_in_registers=False))
+    assert nodes(k, th.Wgmma)
+    with pytest.raises(CompileError, match="wgmma is an NVIDIA sm_90a instruction"):
+        print_hip(k)
+
+
+# ---------------------------------------------------------------------------------------------
+# the device compiler
+
+
+def _nvdisasm():
+    """nvdisasm from PATH, $TW_NVDISASM or a pip-installed nvidia-cuda-nvdisasm, or None."""
+    cands = [os.environ.get("TW_NVDISASM"), shutil.which("nvdisasm")]
+    for site in sys.path:
+        cands += glob.glob(os.path.join(site, "nvidia", "*", "bin", "nvdisasm"))
+    return next((c for c in cands if c and os.access(c, os.X_OK)), None)
+
+
+NVRTC_GEMMS = [
+    (1024, 1024, 1024, 64, 64, 32, "float16", 128, False),
+    (1024, 1024, 1024, 128, 128, 64, "bfloat16", 128, True),
+    (1024, 1024, 1024, 128, 256, 64, "float16", 256, True),
+    (1024, 1024, 1024, 128, 256, 64, "bfloat16", 256, False),
+    (1000, 1000, 1000, 128, 128, 32, "float16", 256, False),
+    (1024, 1024, 1024, 128, 128, 64, "float8_e4m3fn", 128, True),
+]
+
+
+@needs_nvrtc
+@pytest.mark.parametrize("M, N, K, bm, bn, bk, dtype, threads, trans_B, ws", [
+    g + (False,) for g in NVRTC_GEMMS] + [(1024, 1024, 1024, 128, 256, 64, "bfloat16", 256, False, True)])
+def test_wgmma_gemm_compiles_for_sm_90a_without_spills(M, N, K, bm, bn, bk, dtype, threads, trans_B, ws, tmp_path):
+    from tilewright.codegen.cuda import print_cuda
+    from tilewright.toolchain import nvrtc
+
+    out = "float16" if dtype.startswith("float8") else dtype
+    f = matmul(M, N, K, bm, bn, bk, dtype=dtype, out_dtype=out, trans_B=trans_B, num_stages=3, threads=threads)
+    k = lower_wgmma(f, **({"tw.warp_specialize": True} if ws else {}))
+    src = print_cuda(k)
+    assert "wgmma.mma_async.sync.aligned" in src and "mma.sync" not in src
+    binary = nvrtc.compile_cuda(src, "sm_90a", [k.name])
+    res = binary.resources[k.name]
+    assert res["spills"] == 0 and res["local_bytes"] == 0, res
+    tool = _nvdisasm()
+    if tool is None:
+        pytest.skip("compiled without spills; no nvdisasm here to look for HGMMA in the SASS")
+    path = tmp_path / "k.cubin"
+    path.write_bytes(binary.cubin)
+    sass = subprocess.run([tool, "-c", str(path)], capture_output=True, text=True, check=True).stdout
+    assert ("QGMMA." if dtype.startswith("float8") else "HGMMA.") in sass  # the tensor-core warpgroup MMA
+
+
+@needs_nvrtc
+@pytest.mark.parametrize("variant", ["a_in_registers", "cp_async"])
+def test_other_wgmma_variants_compile_without_spills(variant, tmp_path):
+    from tilewright.codegen.cuda import print_cuda
+    from tilewright.toolchain import nvrtc
+
+    if variant == "a_in_registers":
+        k = lower_wgmma(_gemm_serial(1024, 1024, 1024, 128, 128, 32, 256))
+    else:
+        k = lower_wgmma(matmul(1000, 1000, 1000, 128, 256, 32, out_dtype="float32", num_stages=3, threads=256),
+                        **{"tw.disable_tma": True})
+    binary = nvrtc.compile_cuda(print_cuda(k), "sm_90a", [k.name])
+    res = binary.resources[k.name]
+    assert res["spills"] == 0 and res["local_bytes"] == 0, res
+    tool = _nvdisasm()
+    if tool is None:
+        pytest.skip("compiled without spills; no nvdisasm here to look for HGMMA in the SASS")
+    path = tmp_path / "k.cubin"
+    path.write_bytes(binary.cubin)
+    assert "HGMMA." in subprocess.run([tool, "-c", str(path)], capture_output=True, text=True, check=True).stdout
