@@ -23,12 +23,12 @@ import re
 from dataclasses import dataclass, field
 
 from .. import language as T
-from ..errors import ArgumentError, CompileError, SourceLocation
+from ..errors import ArgumentError, CompileError, SourceLocation, TilewrightError
 from ..ir import dtype as dt
 from ..ir import expr as E
 from ..ir import tile as t
 from . import builder as B
-from .parser import Translator, _global_scope, _source_of
+from .parser import Translator, _active_translators, _global_scope, _source_of
 
 NOT_GIVEN = type("NotGiven", (), {"__repr__": lambda self: "<not given>"})()
 _NAMES = re.compile(r"^\s*[A-Za-z_]\w*(\s*[,\s]\s*[A-Za-z_]\w*)*\s*,?\s*$")
@@ -65,8 +65,8 @@ def new_output(shape, dtype):
     return tr.output(shape, dtype)
 
 
-class _Stop(Exception):
-    """Size discovery has seen what it needs."""
+class _Stop(TilewrightError):
+    """Size discovery has seen what it needs (a TilewrightError so that expression evaluation passes it on)."""
 
 
 @dataclass
@@ -190,7 +190,7 @@ class EagerTranslator(Translator):
         if isinstance(ann, str):  # a scalar passed at run time: `n: T.int32`
             if is_tensor_like(value):
                 raise ArgumentError(f"argument {name} is a tensor but is declared as a scalar {ann} (line "
-                                    f"{loc.lineno}: {loc.text.strip()})")
+                                    f"{loc.lineno}: {loc.line_text.strip()})")
             try:
                 v = E.Var(name, dt.canon(ann), kind="param")
             except ValueError as e:
@@ -222,19 +222,19 @@ class EagerTranslator(Translator):
     def bind(self, name: str, ann, value, loc: SourceLocation) -> None:
         """Check an argument against its declaration and bind the T.const sizes it uses."""
         if not is_tensor_like(value):
-            raise ArgumentError(f"argument {name} is declared as a tensor (line {loc.lineno}: {loc.text.strip()}) but "
+            raise ArgumentError(f"argument {name} is declared as a tensor (line {loc.lineno}: {loc.line_text.strip()}) but "
                                 f"got {type(value).__name__}")
         got = tuple(value.shape)
         if len(got) != len(ann.shape):
             raise ArgumentError(f"argument {name} has shape {tuple(got)} ({len(got)} dimensions); its declaration at "
-                                f"line {loc.lineno} has {len(ann.shape)}: {loc.text.strip()}")
+                                f"line {loc.lineno} has {len(ann.shape)}: {loc.line_text.strip()}")
         try:
             got_dtype = dt.canon(value.dtype)
         except ValueError:
             got_dtype = None
         if got_dtype is not None and got_dtype != ann.dtype:
             raise ArgumentError(f"argument {name} has dtype {got_dtype}; its declaration at line {loc.lineno} says "
-                                f"{ann.dtype}: {loc.text.strip()}")
+                                f"{ann.dtype}: {loc.line_text.strip()}")
         symbols = {id(v): n for n, (v, _) in self.symbols.items()}
         for i, (want, g) in enumerate(zip(ann.shape, got)):
             if not isinstance(g, int):
@@ -251,7 +251,7 @@ class EagerTranslator(Translator):
                 self.bound_at.setdefault(size, (name, i, loc.lineno))
             elif isinstance(want, E.Const) and want.value != g or isinstance(want, int) and want != g:
                 raise ArgumentError(f"argument {name} has shape {got}; its declaration at line {loc.lineno} needs "
-                                    f"dimension {i} to be {want}: {loc.text.strip()}")
+                                    f"dimension {i} to be {want}: {loc.line_text.strip()}")
 
     # ---------------------------------------------------------------- statements
     def stmt(self, s) -> None:
@@ -320,6 +320,7 @@ def discover_sizes(fn, arguments: dict, sizes: dict) -> dict:
     def go():
         tr.params()
         B._active.append(tr.b)
+        _active_translators.append(tr)
         try:
             tr.b.loc = tr.loc(tr.tree)
             tr.body(tr.tree.body)
@@ -327,6 +328,7 @@ def discover_sizes(fn, arguments: dict, sizes: dict) -> dict:
             pass
         finally:
             B._active.pop()
+            _active_translators.pop()
 
     _run(tr, go)
     for name, (_, loc) in tr.symbols.items():

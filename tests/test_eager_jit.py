@@ -1,0 +1,313 @@
+"""The eager-JIT style (TileLang >= 0.1.8): ``@tilewright.jit`` on a function that is the kernel.
+
+Sizes come from ``T.const("M, N, K")`` and are bound from the arguments' shapes, tensors are declared
+in the body, outputs are made with ``T.empty`` and returned.  Each program runs in the tile
+interpreter and on the emulator of the lowered thread code for a CUDA and an AMD target, against a
+float64 NumPy reference on fresh random inputs; outputs passed in are poisoned with NaN first.
+"""
+
+import numpy as np
+import pytest
+
+import tilewright
+import tilewright.language as T
+from tilewright.errors import ArgumentError, CompileError
+
+CONFIGS = [
+    pytest.param(dict(target="interpret"), id="interpret"),
+    pytest.param(dict(target="cuda -arch=sm_90a", execution_backend="emulator"), id="emu-sm90a"),
+    pytest.param(dict(target="hip -arch=gfx942", execution_backend="emulator"), id="emu-gfx942"),
+]
+
+
+def _rng(seed):
+    return np.random.default_rng(seed)
+
+
+def make_gemm(**jit_kw):
+    @tilewright.jit(**jit_kw)
+    def gemm(A, B, block_M: int = 32, block_N: int = 32, block_K: int = 16, dtype=T.float16):
+        M, N, K = T.const("M, N, K")
+        A: T.Tensor((M, K), dtype)
+        B: T.Tensor((K, N), dtype)
+        C = T.empty((M, N), T.float32)
+        with T.Kernel(T.ceildiv(N, block_N), T.ceildiv(M, block_M), threads=128) as (bx, by):
+            A_s = T.alloc_shared((block_M, block_K), dtype)
+            B_s = T.alloc_shared((block_K, block_N), dtype)
+            C_l = T.alloc_fragment((block_M, block_N), T.float32)
+            T.clear(C_l)
+            for k in T.Pipelined(T.ceildiv(K, block_K), num_stages=2):
+                T.copy(A[by * block_M, k * block_K], A_s)
+                T.copy(B[k * block_K, bx * block_N], B_s)
+                T.gemm(A_s, B_s, C_l)
+            T.copy(C_l, C[by * block_M, bx * block_N])
+        return C
+
+    return gemm
+
+
+def make_gemm_in_place(**jit_kw):
+    """The output is a parameter (nothing returned); sizes written `M N K` with spaces."""
+    @tilewright.jit(**jit_kw)
+    def gemm(A, B, C, block: int = 32):
+        M, N, K = T.const("M N K")
+        A: T.Tensor[[M, K], T.float32]
+        B: T.Tensor[[K, N], T.float32]
+        C: T.Tensor[[M, N], T.float32]
+        with T.Kernel(T.ceildiv(N, block), T.ceildiv(M, block), threads=128) as (bx, by):
+            A_s = T.alloc_shared((block, block), T.float32)
+            B_s = T.alloc_shared((block, block), T.float32)
+            C_l = T.alloc_fragment((block, block), T.float32)
+            T.clear(C_l)
+            for k in T.serial(T.ceildiv(K, block)):
+                T.copy(A[by * block, k * block], A_s)
+                T.copy(B[k * block, bx * block], B_s)
+                T.gemm(A_s, B_s, C_l)
+            T.copy(C_l, C[by * block, bx * block])
+
+    return gemm
+
+
+@pytest.mark.parametrize("kw", CONFIGS)
+def test_gemm_returns_its_output(kw):
+    gemm = make_gemm(**kw)
+    a = _rng(1).standard_normal((64, 32)).astype(np.float16)
+    b = _rng(2).standard_normal((32, 96)).astype(np.float16)
+    c = gemm(a, b)
+    assert c.shape == (64, 96) and c.dtype == np.float32
+    ref = a.astype(np.float64) @ b.astype(np.float64)
+    np.testing.assert_allclose(c, ref, rtol=1e-3, atol=1e-3)
+
+
+@pytest.mark.parametrize("kw", CONFIGS)
+def test_gemm_in_place_with_poisoned_output(kw):
+    gemm = make_gemm_in_place(**kw)
+    a = _rng(3).standard_normal((64, 64)).astype(np.float32)
+    b = _rng(4).standard_normal((64, 32)).astype(np.float32)
+    c = np.full((64, 32), np.nan, np.float32)
+    assert gemm(a, b, c) is None
+    np.testing.assert_allclose(c, a.astype(np.float64) @ b, rtol=1e-4, atol=1e-4)
+
+
+def make_add_sub(**jit_kw):
+    @tilewright.jit(**jit_kw)
+    def add_sub(X, Y, block: int = 64):
+        M, N = T.const("M, N")
+        X: T.Tensor((M, N), T.float32)
+        Y: T.Tensor((M, N), T.float32)
+        S = T.empty((M, N), T.float32)
+        D = T.empty(M, N, dtype=T.float32)
+        with T.Kernel(T.ceildiv(N, block), M, threads=64) as (bx, by):
+            for j in T.Parallel(block):
+                S[by, bx * block + j] = X[by, bx * block + j] + Y[by, bx * block + j]
+                D[by, bx * block + j] = X[by, bx * block + j] - 2.0 * Y[by, bx * block + j]
+        return S, D
+
+    return add_sub
+
+
+@pytest.mark.parametrize("kw", CONFIGS)
+def test_two_outputs(kw):
+    f = make_add_sub(**kw)
+    x = _rng(5).standard_normal((3, 128)).astype(np.float32)
+    y = _rng(6).standard_normal((3, 128)).astype(np.float32)
+    out = f(x, y)
+    assert isinstance(out, tuple) and len(out) == 2
+    s, d = out
+    np.testing.assert_allclose(s, x.astype(np.float64) + y, rtol=1e-6, atol=1e-6)
+    np.testing.assert_allclose(d, x.astype(np.float64) - 2.0 * y, rtol=1e-6, atol=1e-6)
+
+
+def make_axpy(**jit_kw):
+    @tilewright.jit(**jit_kw)
+    def axpy(alpha: T.float32, X, Y, block: int = 128):
+        N = T.const("N")
+        X: T.Tensor((N,), T.float32)
+        Y: T.Tensor((N,), T.float32)
+        Z = T.empty((N,), T.float32)
+        with T.Kernel(T.ceildiv(N, block), threads=128) as bx:
+            for i in T.Parallel(block):
+                Z[bx * block + i] = alpha * X[bx * block + i] + Y[bx * block + i]
+        return Z
+
+    return axpy
+
+
+@pytest.mark.parametrize("kw", CONFIGS)
+def test_scalar_parameter_is_passed_at_run_time(kw):
+    f = make_axpy(**kw)
+    x = _rng(7).standard_normal(256).astype(np.float32)
+    y = _rng(8).standard_normal(256).astype(np.float32)
+    for alpha in (1.5, -0.25):
+        np.testing.assert_allclose(f(alpha, x, y), alpha * x.astype(np.float64) + y, rtol=1e-6, atol=1e-6)
+    assert f.compile(1.5, x, y) is f.compile(-0.25, x, y)  # one kernel: alpha is a kernel parameter
+
+
+def make_row_scale(**jit_kw):
+    @tilewright.jit(**jit_kw)
+    def row_scale(X, W):
+        R = T.dynamic("R")
+        C = T.const("C")
+        X: T.Tensor((R, C), T.float32)
+        W: T.Tensor((C,), T.float32)
+        Y = T.empty((R, C), T.float32)
+        with T.Kernel(R, threads=64) as bx:
+            for j in T.Parallel(C):
+                Y[bx, j] = X[bx, j] * W[j]
+        return Y
+
+    return row_scale
+
+
+@pytest.mark.parametrize("kw", CONFIGS)
+def test_dynamic_size_shares_one_kernel(kw):
+    f = make_row_scale(**kw)
+    w = _rng(9).standard_normal(32).astype(np.float32)
+    xs = [_rng(10 + r).standard_normal((r, 32)).astype(np.float32) for r in (3, 5)]
+    for x in xs:
+        np.testing.assert_allclose(f(x, w), x.astype(np.float64) * w, rtol=1e-6, atol=1e-6)
+    assert f.compile(xs[0], w) is f.compile(xs[1], w)
+    w16 = _rng(11).standard_normal(16).astype(np.float32)
+    assert f.compile(xs[0][:, :16].copy(), w16) is not f.compile(xs[0], w)  # C is a compile-time size
+
+
+def test_compile_with_sizes_and_kernel_source():
+    gemm = make_gemm(target="cuda -arch=sm_90a", execution_backend="emulator")
+    k = gemm.compile(M=64, N=32, K=32, block_N=32)
+    a = _rng(12).standard_normal((64, 32)).astype(np.float16)
+    b = _rng(13).standard_normal((32, 32)).astype(np.float16)
+    np.testing.assert_allclose(k(a, b), a.astype(np.float64) @ b.astype(np.float64), rtol=1e-3, atol=1e-3)
+    src = gemm.get_kernel_source(M=64, N=32, K=32, block_N=32)
+    assert "__global__" in src and src == k.get_kernel_source()
+    assert gemm.compile(a, b, block_N=32) is k  # the same kernel from the tensors' shapes
+    assert gemm.compile(M=64, N=64, K=32) is not k
+    func = gemm.get_tir(T.Tensor((64, 32), T.float16), T.Tensor((32, 32), T.float16))
+    assert [p.shape for p in func.params] == [(64, 32), (32, 32), (64, 32)]
+
+
+def test_compile_time_values_and_memo():
+    gemm = make_gemm(target="interpret")
+    a = _rng(14).standard_normal((64, 32)).astype(np.float16)
+    b = _rng(15).standard_normal((32, 64)).astype(np.float16)
+    assert gemm.compile(a, b) is gemm.compile(a.copy(), b.copy())
+    k16 = gemm.compile(a, b, block_M=16)
+    assert k16 is not gemm.compile(a, b)
+    assert "16" in k16.get_kernel_source()
+    np.testing.assert_allclose(gemm(a, b, block_M=16), a.astype(np.float64) @ b.astype(np.float64),
+                               rtol=1e-3, atol=1e-3)
+
+
+@T.macro
+def _copy_rows(A):
+    M, N = A.shape
+    B = T.empty((M, N), A.dtype)
+    with T.Kernel(M, threads=64) as bx:
+        for j in T.Parallel(N):
+            B[bx, j] = A[bx, j] + 1.0
+    return B
+
+
+def make_signature_annotated(**jit_kw):
+    @tilewright.jit(**jit_kw)
+    def plus_one(A: T.Tensor((4, 32), T.float32)):
+        return _copy_rows(A)
+
+    return plus_one
+
+
+@pytest.mark.parametrize("kw", CONFIGS[:2])
+def test_signature_annotation_and_macro_output(kw):
+    f = make_signature_annotated(**kw)
+    a = _rng(16).standard_normal((4, 32)).astype(np.float32)
+    np.testing.assert_allclose(f(a), a.astype(np.float64) + 1.0, rtol=1e-6, atol=1e-6)
+    with pytest.raises(ArgumentError, match="A"):
+        f(np.zeros((4, 16), np.float32))
+
+
+def test_torch_tensors_on_the_interpreter():
+    torch = pytest.importorskip("torch")
+    f = make_add_sub(target="interpret")
+    x = torch.randn(2, 64, generator=torch.Generator().manual_seed(0))
+    y = torch.randn(2, 64, generator=torch.Generator().manual_seed(1))
+    s, d = f(x, y)
+    assert isinstance(s, torch.Tensor)
+    np.testing.assert_allclose(s.numpy(), x.double().numpy() + y.double().numpy(), rtol=1e-6, atol=1e-6)
+    np.testing.assert_allclose(d.numpy(), x.double().numpy() - 2 * y.double().numpy(), rtol=1e-6, atol=1e-6)
+
+
+# ------------------------------------------------------------------------------ errors
+
+
+def test_unbound_size_is_an_error_at_its_line():
+    @tilewright.jit(target="interpret")
+    def f(X):
+        M, N = T.const("M, N")
+        X: T.Tensor((M,), T.float32)
+        Y = T.empty((N,), T.float32)
+        with T.Kernel(1, threads=64):
+            for i in T.Parallel(64):
+                Y[i] = X[i]
+        return Y
+
+    with pytest.raises(CompileError, match="'N' is not bound") as e:
+        f(np.zeros(64, np.float32))
+    assert 'T.const("M, N")' in str(e.value)
+
+
+def test_conflicting_bindings_are_an_error_at_the_declaration():
+    gemm = make_gemm(target="interpret")
+    a = np.zeros((32, 16), np.float16)
+    b = np.zeros((32, 32), np.float16)
+    with pytest.raises(CompileError, match="size K is bound twice") as e:
+        gemm(a, b)
+    assert "B: T.Tensor((K, N), dtype)" in str(e.value)
+
+
+def test_argument_dtype_mismatch_names_the_parameter():
+    gemm = make_gemm(target="interpret")
+    with pytest.raises(ArgumentError, match="argument B has dtype float32"):
+        gemm(np.zeros((32, 16), np.float16), np.zeros((16, 32), np.float32))
+
+
+def test_unsupported_construct_is_an_error_at_its_line():
+    @tilewright.jit(target="interpret")
+    def f(X):
+        N = T.const("N")
+        X: T.Tensor((N,), T.float32)
+        with T.Kernel(1, threads=64):
+            while True:
+                X[0] = 1.0
+
+    with pytest.raises(CompileError, match="`while` loops are not supported") as e:
+        f(np.zeros(64, np.float32))
+    assert "while True:" in str(e.value)
+
+
+def test_returning_an_input_is_refused():
+    @tilewright.jit(target="interpret")
+    def f(X):
+        N = T.const("N")
+        X: T.Tensor((N,), T.float32)
+        with T.Kernel(1, threads=64):
+            for i in T.Parallel(64):
+                X[i] = X[i] * 2.0
+        return X
+
+    with pytest.raises(CompileError, match="returns the tensors it made with T.empty") as e:
+        f(np.zeros(64, np.float32))
+    assert "return X" in str(e.value)
+
+
+def test_builder_style_jit_is_unchanged():
+    @tilewright.jit(target="interpret", out_idx=[-1])
+    def builder(n, block):
+        @T.prim_func
+        def k(X: T.Tensor((n,), T.float32), Y: T.Tensor((n,), T.float32)):
+            with T.Kernel(T.ceildiv(n, block), threads=block) as bx:
+                for i in T.Parallel(block):
+                    Y[bx * block + i] = X[bx * block + i] * 3.0
+
+        return k
+
+    x = _rng(17).standard_normal(64).astype(np.float32)
+    np.testing.assert_allclose(builder(64, 32)(x), x.astype(np.float64) * 3.0, rtol=1e-6)
