@@ -10,7 +10,7 @@ arguments, ``name: T.Tensor(...)`` declares a tensor parameter, and ``return`` n
 Sizes are compile-time constants, so a function is read twice per new binding:
 
 1. ``discover_sizes`` runs the body with each ``T.const`` name as a symbol, up to the first
-   top-level ``with`` (the kernel), and binds every symbol from the shape of the argument whose
+   top-level ``with`` (the kernel) or ``return``, and binds every symbol from the shape of the argument whose
    annotation uses it (a conflict is an error at the annotation's line);
 2. ``read_eager`` reads the whole body with those symbols replaced by the bound ints.
 ``T.dynamic`` sizes stay symbolic: one kernel serves every value.
@@ -91,6 +91,7 @@ class EagerTranslator(Translator):
         self.runtime_names: list = []  # tensor and scalar parameters, signature order
         self.decl: dict = {}  # parameter name -> Buffer / Var
         self.implicit: set = set()
+        self.compile_time: set = set()  # parameters whose values are folded in
         self.outputs: list = []
         self.returned = None
         self.returns_tuple = False
@@ -145,6 +146,7 @@ class EagerTranslator(Translator):
                 self.runtime_names.append(name)  # a tensor declared in the body (parameter-only compile)
             else:
                 self.scope[name] = value  # a compile-time value: folded into the kernel
+                self.compile_time.add(name)
         return [], []
 
     def _annotation(self, a):
@@ -173,7 +175,16 @@ class EagerTranslator(Translator):
         self.implicit.add(name)
 
     def declare(self, s) -> bool:
-        if not isinstance(s.target, ast.Name) or s.target.id not in self.runtime_names:
+        if not isinstance(s.target, ast.Name):
+            return False
+        if s.target.id in self.compile_time:
+            ann = self.eval(s.annotation)
+            value = self.arguments[s.target.id]
+            if isinstance(ann, T.Tensor):
+                raise ArgumentError(f"argument {s.target.id} is declared as a tensor (line {self.loc(s).lineno}: "
+                                    f"{self.loc(s).line_text.strip()}) but got {type(value).__name__} {value!r}")
+            return False
+        if s.target.id not in self.runtime_names:
             return False
         if self.loop_depth or len(self.b.blocks) > 1 or self.b.kernel is not None:
             raise CompileError(f"the tensor parameter {s.target.id!r} must be declared at the top of the function, "
@@ -222,8 +233,8 @@ class EagerTranslator(Translator):
     def bind(self, name: str, ann, value, loc: SourceLocation) -> None:
         """Check an argument against its declaration and bind the T.const sizes it uses."""
         if not is_tensor_like(value):
-            raise ArgumentError(f"argument {name} is declared as a tensor (line {loc.lineno}: {loc.line_text.strip()}) but "
-                                f"got {type(value).__name__}")
+            raise ArgumentError(f"argument {name} is declared as a tensor (line {loc.lineno}: "
+                                f"{loc.line_text.strip()}) but got {type(value).__name__}")
         got = tuple(value.shape)
         if len(got) != len(ann.shape):
             raise ArgumentError(f"argument {name} has shape {tuple(got)} ({len(got)} dimensions); its declaration at "
@@ -256,14 +267,13 @@ class EagerTranslator(Translator):
     # ---------------------------------------------------------------- statements
     def stmt(self, s) -> None:
         top = self.loop_depth == 0 and len(self.b.blocks) == 1 and self.b.kernel is None
-        if self.discovering and top and (isinstance(s, ast.With) or self._all_bound()):
-            raise _Stop
+        if self.discovering and top and isinstance(s, (ast.With, ast.Return)):
+            raise _Stop  # tensors are declared before the kernel: every binding (and conflict) is seen
         super().stmt(s)
 
-    def _all_bound(self) -> bool:
-        return bool(self.symbols) and all(n in self.sizes for n in self.symbols)
-
     def return_stmt(self, s) -> bool:
+        if self.discovering:
+            raise _Stop
         if self.loop_depth or len(self.b.blocks) > 1:
             raise CompileError("`return` must be the last statement of the function, at its top level", self.loc(s))
         value = self.eval(s.value)
