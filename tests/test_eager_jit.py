@@ -311,3 +311,38 @@ def test_builder_style_jit_is_unchanged():
 
     x = _rng(17).standard_normal(64).astype(np.float32)
     np.testing.assert_allclose(builder(64, 32)(x), x.astype(np.float64) * 3.0, rtol=1e-6)
+
+
+def make_scaled_copy(**jit_kw):
+    """Sizes checked by an `assert` before every size is bound; the output is a parameter named by
+    out_idx (the function returns nothing)."""
+    @tilewright.jit(out_idx=[-1], **jit_kw)
+    def scaled_copy(X, Y, block: int = 64):
+        M, N = T.const("M, N")
+        assert N % block == 0, "N must be a multiple of the block"
+        X: T.Tensor((M, N), T.float32)
+        Y: T.Tensor((M, N), T.float32)
+        with T.Kernel(N // block, M, threads=64) as (bx, by):
+            for j in T.Parallel(block):
+                Y[by, bx * block + j] = X[by, bx * block + j] * 0.5
+
+    return scaled_copy
+
+
+@pytest.mark.parametrize("kw", CONFIGS)
+def test_out_idx_output_parameter_and_assert_on_sizes(kw):
+    f = make_scaled_copy(**kw)
+    x = _rng(18).standard_normal((2, 128)).astype(np.float32)
+    np.testing.assert_allclose(f(x), x.astype(np.float64) * 0.5, rtol=1e-6)
+    y = np.full((2, 128), np.nan, np.float32)
+    f(x, y)
+    np.testing.assert_allclose(y, x.astype(np.float64) * 0.5, rtol=1e-6)
+    with pytest.raises(CompileError, match="N must be a multiple of the block") as e:
+        f(np.zeros((2, 96), np.float32))
+    assert "assert N % block == 0" in str(e.value)
+
+
+def test_passing_a_number_for_a_declared_tensor_names_the_parameter():
+    f = make_add_sub(target="interpret")
+    with pytest.raises(ArgumentError, match="argument Y is declared as a tensor"):
+        f(np.zeros((2, 64), np.float32), 3)

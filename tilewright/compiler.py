@@ -324,7 +324,8 @@ def jit(func=None, *, out_idx=None, target="auto", pass_configs=None, optimize_l
         if is_eager_function(f):  # the function is the kernel (TileLang's eager style): jit/eager.py
             from .jit.eager import EagerJitFunction
 
-            return EagerJitFunction(f, dict(target=target, pass_configs=pass_configs, optimize_level=optimize_level,
+            return EagerJitFunction(f, dict(out_idx=out_idx, target=target, pass_configs=pass_configs,
+                                            optimize_level=optimize_level,
                                             execution_backend=execution_backend))
         return _JitFunction(f, out_idx, target, pass_configs, optimize_level, execution_backend)
 

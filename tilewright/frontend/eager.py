@@ -19,6 +19,7 @@ Sizes are compile-time constants, so a function is read twice per new binding:
 from __future__ import annotations
 
 import ast
+import inspect
 import re
 from dataclasses import dataclass, field
 
@@ -92,6 +93,7 @@ class EagerTranslator(Translator):
         self.decl: dict = {}  # parameter name -> Buffer / Var
         self.implicit: set = set()
         self.compile_time: set = set()  # parameters whose values are folded in
+        self.skipped: list = []  # errors of statements skipped while discovering sizes
         self.outputs: list = []
         self.returned = None
         self.returns_tuple = False
@@ -267,9 +269,18 @@ class EagerTranslator(Translator):
     # ---------------------------------------------------------------- statements
     def stmt(self, s) -> None:
         top = self.loop_depth == 0 and len(self.b.blocks) == 1 and self.b.kernel is None
-        if self.discovering and top and isinstance(s, (ast.With, ast.Return)):
+        if not (self.discovering and top):
+            return super().stmt(s)
+        if isinstance(s, (ast.With, ast.Return)):
             raise _Stop  # tensors are declared before the kernel: every binding (and conflict) is seen
-        super().stmt(s)
+        if isinstance(s, ast.AnnAssign) and s.value is None:
+            return super().stmt(s)  # a declaration: its errors (conflicts, bad arguments) are the user's
+        try:
+            super().stmt(s)
+        except CompileError as e:
+            # other statements may need sizes not bound yet (`assert K % block_K == 0` before B's
+            # declaration); the second reading, with every size an int, reports real errors
+            self.skipped.append(e)
 
     def return_stmt(self, s) -> bool:
         if self.discovering:
@@ -343,6 +354,8 @@ def discover_sizes(fn, arguments: dict, sizes: dict) -> dict:
     _run(tr, go)
     for name, (_, loc) in tr.symbols.items():
         if name not in tr.sizes:
+            if tr.skipped:
+                raise tr.skipped[0]
             raise CompileError(f"T.const size {name!r} is not bound by any argument", loc,
                                hint=f"use {name} in the T.Tensor declaration of a tensor parameter, pass the tensor, "
                                f"or give it when compiling: .compile({name}=...)")
@@ -364,6 +377,8 @@ def is_eager_function(fn) -> bool:
     """Whether a ``@jit`` function is written in the eager style (it is the kernel) rather than as a
     builder returning a ``@T.prim_func``: its body, outside nested functions, has ``with T.Kernel``,
     ``T.const("names")`` or ``T.empty``, or a parameter is annotated ``T.Tensor``."""
+    if not inspect.isfunction(fn):
+        return False
     try:
         _, _, _, tree = _source_of(fn)
     except CompileError:
@@ -376,6 +391,8 @@ def is_eager_function(fn) -> bool:
         node = stack.pop()
         if isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef, ast.Lambda, ast.ClassDef)):
             continue
+        if isinstance(node, ast.AnnAssign) and node.value is None and _mentions_tensor(node.annotation):
+            return True
         if isinstance(node, ast.Call) and isinstance(node.func, ast.Attribute):
             attr = node.func.attr
             if attr == "Kernel" or attr == "empty" or (

@@ -22,7 +22,9 @@ class EagerJitFunction:
     def __init__(self, fn, compile_kw: dict):
         self.fn = fn
         self.kw = dict(compile_kw)
-        self.kw.pop("out_idx", None)  # outputs are the returned T.empty tensors
+        # outputs are the returned T.empty tensors; out_idx names output parameters of a function
+        # that returns nothing (they are then allocated by the call, as with a prim_func)
+        self.out_idx = self.kw.pop("out_idx", None)
         self.signature = inspect.signature(fn)
         self._memo: dict = {}
         functools.update_wrapper(self, fn)
@@ -68,15 +70,21 @@ class EagerJitFunction:
     def _kernel(self, func, info):
         from ..compiler import compile
 
-        return compile(func, out_idx=info.out_idx, **self.kw)
+        return compile(func, out_idx=self._out_idx(info), **self.kw)
+
+    def _out_idx(self, info):
+        return info.out_idx if info.out_idx or self.out_idx is None else self.out_idx
 
     # ------------------------------------------------------------------ the API
     def __call__(self, *args, **kwargs):
         arguments, func, info = self._specialize(args, kwargs)
         kernel = self._kernel(func, info)
+        outs = kernel.out_idx  # normalized by compile
         runtime = []
-        for n in info.runtime_names:
+        for i, n in enumerate(info.runtime_names):
             v = arguments[n]
+            if v is NOT_GIVEN and i in outs:
+                continue  # allocated by the kernel call
             if v is NOT_GIVEN:
                 raise ArgumentError(f"{self.fn.__name__}: missing argument {n}")
             if isinstance(v, Tensor):
@@ -86,7 +94,7 @@ class EagerJitFunction:
         result = kernel(*runtime)
         if info.returns_tuple:
             return tuple(result) if isinstance(result, list) else (result,)
-        return result if info.out_idx else None
+        return result if outs else None
 
     def compile(self, *args, **kwargs):
         """The compiled ``JITKernel`` for these arguments: tensors (or ``T.Tensor`` specs, or left out
@@ -116,3 +124,4 @@ def _arg_key(v):
             shape = tuple(repr(s) for s in v.shape)
         return ("tensor", shape, str(v.dtype))
     return ("value", type(v).__name__, v)
+
