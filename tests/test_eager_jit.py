@@ -346,3 +346,35 @@ def test_passing_a_number_for_a_declared_tensor_names_the_parameter():
     f = make_add_sub(target="interpret")
     with pytest.raises(ArgumentError, match="argument Y is declared as a tensor"):
         f(np.zeros((2, 64), np.float32), 3)
+
+
+@T.macro
+def _shift_rows(A, B):
+    M, N = A.shape
+    M_, N_ = B.shape
+    assert M == M_ and N == N_, "shapes differ"
+    with T.Kernel(M, threads=64) as bx:
+        for j in T.Parallel(N):
+            B[bx, j] = A[bx, j] - 1.0
+
+
+def make_dynamic_macro(**jit_kw):
+    @tilewright.jit(**jit_kw)
+    def shift(A, B):
+        R = T.dynamic("R")
+        C = T.const("C")
+        A: T.Tensor[[R, C], T.float32]
+        B: T.Tensor[[R, C], T.float32]
+        _shift_rows(A, B)
+
+    return shift
+
+
+@pytest.mark.parametrize("kw", CONFIGS)
+def test_macro_asserting_equal_dynamic_sizes(kw):
+    f = make_dynamic_macro(**kw)
+    for rows in (2, 3):
+        a = _rng(19 + rows).standard_normal((rows, 64)).astype(np.float32)
+        b = np.full((rows, 64), np.nan, np.float32)
+        f(a, b)
+        np.testing.assert_allclose(b, a.astype(np.float64) - 1.0, rtol=1e-6)

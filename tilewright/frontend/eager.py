@@ -268,6 +268,8 @@ class EagerTranslator(Translator):
 
     # ---------------------------------------------------------------- statements
     def stmt(self, s) -> None:
+        if isinstance(s, ast.Assert) and self._assert_always_holds(s):
+            return  # `assert M == M_` where both are one T.dynamic size: true for every value
         top = self.loop_depth == 0 and len(self.b.blocks) == 1 and self.b.kernel is None
         if not (self.discovering and top):
             return super().stmt(s)
@@ -281,6 +283,12 @@ class EagerTranslator(Translator):
             # other statements may need sizes not bound yet (`assert K % block_K == 0` before B's
             # declaration); the second reading, with every size an int, reports real errors
             self.skipped.append(e)
+
+    def _assert_always_holds(self, s) -> bool:
+        try:
+            return _same_on_both_sides(self.eval(s.test))
+        except CompileError:
+            return False  # reported (or, while discovering sizes, skipped) by the statement itself
 
     def return_stmt(self, s) -> bool:
         if self.discovering:
@@ -324,6 +332,32 @@ class EagerTranslator(Translator):
                     raise CompileError(f"the size {s.name} of output {o.name} is not the size of any input tensor",
                                        o.loc, hint="use sizes that an input's declaration binds")
         return out, dyn
+
+
+def _same_on_both_sides(cond) -> bool:
+    """A comparison ``a == b`` (or ``<=``, ``>=``) of one and the same size expression, or an ``and``
+    of such comparisons and true constants."""
+    if isinstance(cond, bool) or isinstance(cond, E.Const):
+        return bool(cond.value if isinstance(cond, E.Const) else cond)
+    if not isinstance(cond, E.BinOp):
+        return False
+    if cond.op == "and":
+        return _same_on_both_sides(cond.a) and _same_on_both_sides(cond.b)
+    return cond.op in ("==", "<=", ">=") and isinstance(cond.a, E.Expr) and str(cond.a) == str(cond.b) \
+        and _is_size_expr(cond.a)
+
+
+def _is_size_expr(e) -> bool:
+    from ..ir.visitor import walk_expr
+
+    ok = [True]
+
+    def f(x):
+        if isinstance(x, E.Load) or (isinstance(x, E.Var) and x.kind != "dyn"):
+            ok[0] = False
+
+    walk_expr(e, f)
+    return ok[0]
 
 
 def _run(tr: EagerTranslator, action):
