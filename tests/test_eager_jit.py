@@ -378,3 +378,28 @@ def test_macro_asserting_equal_dynamic_sizes(kw):
         b = np.full((rows, 64), np.nan, np.float32)
         f(a, b)
         np.testing.assert_allclose(b, a.astype(np.float64) - 1.0, rtol=1e-6)
+
+
+def test_const_outside_an_eager_function():
+    assert T.const(2).value == 2 and T.const(1.5, "float32").dtype == "float32"  # a constant, as before
+    n = T.const("n")  # a symbolic size, as T.dynamic
+
+    @T.prim_func
+    def double(X: T.Tensor((n,), T.float32), Y: T.Tensor((n,), T.float32)):
+        with T.Kernel(T.ceildiv(n, 64), threads=64) as bx:
+            for i in T.Parallel(64):
+                if bx * 64 + i < n:
+                    Y[bx * 64 + i] = X[bx * 64 + i] * 2.0
+
+    k = tilewright.compile(double, target="interpret")
+    x = _rng(30).standard_normal(100).astype(np.float32)
+    y = np.full(100, np.nan, np.float32)
+    k(x, y)
+    np.testing.assert_allclose(y, x.astype(np.float64) * 2.0, rtol=1e-6)
+    with pytest.raises(CompileError, match="T.empty creates an output"):
+        @T.prim_func
+        def bad(X: T.Tensor((64,), T.float32)):
+            Y = T.empty((64,), T.float32)  # noqa: F841
+            with T.Kernel(1, threads=64):
+                for i in T.Parallel(64):
+                    X[i] = 0.0
