@@ -403,3 +403,27 @@ def test_const_outside_an_eager_function():
             with T.Kernel(1, threads=64):
                 for i in T.Parallel(64):
                     X[i] = 0.0
+
+
+def make_offset(**jit_kw):
+    @tilewright.jit(**jit_kw)
+    def offset(X, n):
+        N = T.const("N")
+        X: T.Tensor((N,), T.int32)
+        n: T.int32
+        Y = T.empty((N,), T.int32)
+        with T.Kernel(T.ceildiv(N, 64), threads=64) as bx:
+            for i in T.Parallel(64):
+                Y[bx * 64 + i] = X[bx * 64 + i] + n * 3
+        return Y
+
+    return offset
+
+
+@pytest.mark.parametrize("kw", CONFIGS)
+def test_scalar_declared_in_the_body(kw):
+    f = make_offset(**kw)
+    x = _rng(31).integers(-1000, 1000, 128).astype(np.int32)
+    for n in (5, -7):
+        np.testing.assert_array_equal(f(x, n), x.astype(np.int64) + 3 * n)
+    assert f.compile(x, 5) is f.compile(x, -7)

@@ -185,7 +185,13 @@ class EagerTranslator(Translator):
             if isinstance(ann, T.Tensor):
                 raise ArgumentError(f"argument {s.target.id} is declared as a tensor (line {self.loc(s).lineno}: "
                                     f"{self.loc(s).line_text.strip()}) but got {type(value).__name__} {value!r}")
-            return False
+            if not isinstance(ann, str):
+                return False
+            # `n: T.int32` in the body: the number is passed at run time, not folded in
+            self.compile_time.discard(s.target.id)
+            order = [a.arg for a in self.tree.args.args]
+            self.runtime_names.append(s.target.id)
+            self.runtime_names.sort(key=order.index)
         if s.target.id not in self.runtime_names:
             return False
         if self.loop_depth or len(self.b.blocks) > 1 or self.b.kernel is not None:
