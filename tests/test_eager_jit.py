@@ -427,3 +427,20 @@ def test_scalar_declared_in_the_body(kw):
     for n in (5, -7):
         np.testing.assert_array_equal(f(x, n), x.astype(np.int64) + 3 * n)
     assert f.compile(x, 5) is f.compile(x, -7)
+
+
+def make_iota(**jit_kw):
+    @tilewright.jit(**jit_kw)
+    def iota(start: T.int32):
+        Y = T.empty((256,), T.int32)
+        with T.Kernel(4, threads=64) as bx:
+            for i in T.Parallel(64):
+                Y[bx * 64 + i] = bx * 64 + i + start
+        return Y
+
+    return iota
+
+
+@pytest.mark.parametrize("kw", CONFIGS)
+def test_output_without_tensor_inputs(kw):
+    np.testing.assert_array_equal(make_iota(**kw)(7), np.arange(256) + 7)

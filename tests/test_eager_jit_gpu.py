@@ -69,3 +69,20 @@ def test_out_idx_and_macro():
     b = torch.full((3, 64), float("nan"), device="cuda")
     make_dynamic_macro(target="cuda")(a, b)
     _close(b, a.double() - 1.0, 1e-6)
+
+
+def test_outputs_without_tensor_inputs():
+    import tilewright
+    import tilewright.language as T
+
+    @tilewright.jit(target="cuda")
+    def iota(start: T.int32):
+        Y = T.empty((256,), T.int32)
+        with T.Kernel(4, threads=64) as bx:
+            for i in T.Parallel(64):
+                Y[bx * 64 + i] = bx * 64 + i + start
+        return Y
+
+    y = iota(7)
+    assert y.device.type == "cuda"
+    np.testing.assert_array_equal(y.cpu().numpy(), np.arange(256) + 7)
