@@ -444,3 +444,30 @@ def make_iota(**jit_kw):
 @pytest.mark.parametrize("kw", CONFIGS)
 def test_output_without_tensor_inputs(kw):
     np.testing.assert_array_equal(make_iota(**kw)(7), np.arange(256) + 7)
+
+
+def test_keyword_only_compile_time_values_and_varargs_refused():
+    @tilewright.jit(target="interpret")
+    def scale(X, *, factor: float = 2.0):
+        N = T.const("N")
+        X: T.Tensor((N,), T.float32)
+        Y = T.empty((N,), T.float32)
+        with T.Kernel(T.ceildiv(N, 64), threads=64) as bx:
+            for i in T.Parallel(64):
+                Y[bx * 64 + i] = X[bx * 64 + i] * factor
+        return Y
+
+    x = _rng(32).standard_normal(128).astype(np.float32)
+    np.testing.assert_allclose(scale(x, factor=-3.0), x.astype(np.float64) * -3.0, rtol=1e-6)
+
+    @tilewright.jit(target="interpret")
+    def bad(*tensors):
+        N = T.const("N")
+        Y = T.empty((N,), T.float32)
+        with T.Kernel(1, threads=64):
+            for i in T.Parallel(64):
+                Y[i] = 0.0
+        return Y
+
+    with pytest.raises(CompileError, match=r"\*args and \*\*kwargs are not supported"):
+        bad(x)

@@ -133,8 +133,15 @@ class EagerTranslator(Translator):
         return tuple(out)
 
     # ---------------------------------------------------------------- parameters
+    def _signature(self) -> list:
+        args = self.tree.args
+        if args.vararg or args.kwarg:
+            raise CompileError("*args and **kwargs are not supported in an eager @jit function", self.loc(self.tree),
+                               hint="name every tensor and compile-time value as a parameter")
+        return args.posonlyargs + args.args + args.kwonlyargs
+
     def params(self):
-        for a in self.tree.args.args:
+        for a in self._signature():
             name = a.arg
             value = self.arguments.get(name, NOT_GIVEN)
             ann = self._annotation(a)
@@ -189,7 +196,7 @@ class EagerTranslator(Translator):
                 return False
             # `n: T.int32` in the body: the number is passed at run time, not folded in
             self.compile_time.discard(s.target.id)
-            order = [a.arg for a in self.tree.args.args]
+            order = [a.arg for a in self._signature()]
             self.runtime_names.append(s.target.id)
             self.runtime_names.sort(key=order.index)
         if s.target.id not in self.runtime_names:
@@ -423,7 +430,7 @@ def is_eager_function(fn) -> bool:
         _, _, _, tree = _source_of(fn)
     except CompileError:
         return False
-    for a in tree.args.args:
+    for a in tree.args.posonlyargs + tree.args.args + tree.args.kwonlyargs:
         if a.annotation is not None and _mentions_tensor(a.annotation):
             return True
     stack = list(tree.body)
