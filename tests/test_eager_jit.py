@@ -471,3 +471,20 @@ def test_keyword_only_compile_time_values_and_varargs_refused():
 
     with pytest.raises(CompileError, match=r"\*args and \*\*kwargs are not supported"):
         bad(x)
+
+
+def test_int_entries_take_sizes_from_the_argument():
+    @tilewright.jit(target="interpret")
+    def negate(A: T.Tensor[[int, 64], T.float32]):
+        M, N = A.shape
+        B = T.empty((M, N), A.dtype)
+        with T.Kernel(M, threads=64) as bx:
+            for j in T.Parallel(N):
+                B[bx, j] = -A[bx, j]
+        return B
+
+    for rows in (2, 5):
+        a = _rng(33 + rows).standard_normal((rows, 64)).astype(np.float32)
+        np.testing.assert_array_equal(negate(a), -a)
+    with pytest.raises(ArgumentError, match="dimension 1 to be 64"):
+        negate(np.zeros((2, 32), np.float32))

@@ -227,6 +227,13 @@ class EagerTranslator(Translator):
         if not isinstance(ann, T.Tensor):
             raise CompileError(f"cannot read the annotation of parameter {name!r} ({ann!r})", loc,
                                hint=f"declare it as `{name}: T.Tensor((M, K), dtype)` or as a scalar `{name}: T.int32`")
+        if any(d is int for d in ann.shape):  # `T.Tensor[[int, int], dtype]`: sizes taken from the argument
+            if not is_tensor_like(value):
+                raise CompileError(f"the declaration of {name!r} leaves sizes to the argument (`int`), but no tensor "
+                                   "is given", loc, hint="pass the tensor (or a T.Tensor spec), or name the sizes "
+                                   "with T.const")
+            if len(value.shape) == len(ann.shape):
+                ann = T.Tensor(tuple(int(g) if d is int else d for d, g in zip(ann.shape, value.shape)), ann.dtype)
         if value is not NOT_GIVEN:
             self.bind(name, ann, value, loc)
         shape = list(self._shape_at(ann.shape, name, loc))
