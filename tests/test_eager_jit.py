@@ -138,7 +138,7 @@ def test_scalar_parameter_is_passed_at_run_time(kw):
     f = make_axpy(**kw)
     x = _rng(7).standard_normal(256).astype(np.float32)
     y = _rng(8).standard_normal(256).astype(np.float32)
-    for alpha in (1.5, -0.25):
+    for alpha in (1.5, -0.25, np.float32(0.75)):
         np.testing.assert_allclose(f(alpha, x, y), alpha * x.astype(np.float64) + y, rtol=1e-6, atol=1e-6)
     assert f.compile(1.5, x, y) is f.compile(-0.25, x, y)  # one kernel: alpha is a kernel parameter
 
@@ -488,3 +488,24 @@ def test_int_entries_take_sizes_from_the_argument():
         np.testing.assert_array_equal(negate(a), -a)
     with pytest.raises(ArgumentError, match="dimension 1 to be 64"):
         negate(np.zeros((2, 32), np.float32))
+
+
+def test_numpy_scalar_compile_time_values_are_keyed_by_value():
+    f = make_scaled_copy_by(target="interpret")
+    x = _rng(40).standard_normal(64).astype(np.float32)
+    for factor in (np.float32(2.0), np.float32(3.0)):
+        np.testing.assert_allclose(f(x, factor), x.astype(np.float64) * float(factor), rtol=1e-6)
+
+
+def make_scaled_copy_by(**jit_kw):
+    @tilewright.jit(**jit_kw)
+    def scaled(X, factor):
+        N = T.const("N")
+        X: T.Tensor((N,), T.float32)
+        Y = T.empty((N,), T.float32)
+        with T.Kernel(T.ceildiv(N, 64), threads=64) as bx:
+            for i in T.Parallel(64):
+                Y[bx * 64 + i] = X[bx * 64 + i] * factor
+        return Y
+
+    return scaled

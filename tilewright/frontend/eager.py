@@ -43,8 +43,11 @@ def is_size_names(text) -> bool:
 
 
 def is_tensor_like(value) -> bool:
-    return value is not NOT_GIVEN and hasattr(value, "shape") and hasattr(value, "dtype") \
-        and not isinstance(value, (E.Expr, t.Buffer))
+    """A tensor, an array or a ``T.Tensor`` spec (a NumPy or torch scalar of no dimensions is a number)."""
+    if value is NOT_GIVEN or isinstance(value, (E.Expr, t.Buffer)):
+        return False
+    shape = getattr(value, "shape", None)
+    return shape is not None and hasattr(value, "dtype") and len(tuple(shape)) > 0
 
 
 def declare_sizes(text: str, dtype: str = "int32"):

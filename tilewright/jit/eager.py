@@ -14,7 +14,7 @@ import functools
 import inspect
 
 from ..errors import ArgumentError
-from ..frontend.eager import NOT_GIVEN, discover_sizes, read_eager
+from ..frontend.eager import NOT_GIVEN, discover_sizes, is_tensor_like, read_eager
 from ..language import Tensor
 
 
@@ -136,12 +136,14 @@ class EagerJitFunction:
 def _arg_key(v):
     if v is NOT_GIVEN:
         return ("-",)
-    if hasattr(v, "shape") and hasattr(v, "dtype") and not isinstance(v, (int, float)):
+    if is_tensor_like(v):
         try:
             shape = tuple(int(s) for s in v.shape)
         except (TypeError, ValueError):
             shape = tuple(repr(s) for s in v.shape)
         return ("tensor", shape, str(v.dtype))
+    if hasattr(v, "item") and getattr(v, "shape", None) == ():
+        v = v.item()  # a NumPy scalar: keyed by its value
     return ("value", type(v).__name__, v)
 
 
