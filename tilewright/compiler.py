@@ -311,13 +311,22 @@ def _warn_unused(name: str, why: str) -> None:
 
 def jit(func=None, *, out_idx=None, target="auto", pass_configs=None, optimize_level: int = 2,
         execution_backend=None, **ignored):
-    """Decorator for a builder function returning a prim_func; see ``_JitFunction``.  TileLang's
+    """Decorator for a builder function returning a prim_func (see ``_JitFunction``), or for an
+    eager-style function that is the kernel itself (see ``jit/eager.py``).  TileLang's
     other ``jit`` arguments (``verbose``, ``debug_root_path``, ``compile_flags``...) are accepted
     with a warning naming them."""
     for name in ignored:
         _warn_unused(name, "tilewright.jit reads out_idx, target, pass_configs, optimize_level and "
                      "execution_backend; remove it")
     def wrap(f):
+        from .frontend.eager import is_eager_function
+
+        if is_eager_function(f):  # the function is the kernel (TileLang's eager style): jit/eager.py
+            from .jit.eager import EagerJitFunction
+
+            return EagerJitFunction(f, dict(out_idx=out_idx, target=target, pass_configs=pass_configs,
+                                            optimize_level=optimize_level,
+                                            execution_backend=execution_backend))
         return _JitFunction(f, out_idx, target, pass_configs, optimize_level, execution_backend)
 
     return wrap(func) if func is not None else wrap

@@ -314,7 +314,12 @@ class Translator:
             raise CompileError("statements outside `with T.Kernel(...)` are not supported", others[0].loc,
                                hint="move them inside the kernel block")
         body = t.SeqStmt(stmts) if len(stmts) > 1 else stmts[0]
+        params, dyn_vars = self.finish_params(params, dyn_vars)
         return t.PrimFunc(self.tree.name, params, body, dyn_vars, loc=self.loc(self.tree))
+
+    def finish_params(self, params, dyn_vars):
+        """Hook: the final parameter list (the eager-JIT reader adds tensors declared in the body)."""
+        return params, dyn_vars
 
     def params(self):
         params, dyn = [], []
@@ -407,6 +412,8 @@ class Translator:
             for target in s.targets:
                 self.assign(target, value, s)
         elif isinstance(s, ast.AnnAssign):
+            if s.value is None and self.declare(s):
+                return
             if s.value is None:
                 raise CompileError("annotated declarations without a value are not supported", self.loc(s),
                                    hint="give it a value (x: T.float32 = 0), or use T.alloc_var(dtype, init)")
@@ -433,6 +440,8 @@ class Translator:
         elif isinstance(s, ast.Pass):
             pass
         elif isinstance(s, ast.Return):
+            if s.value is not None and self.return_stmt(s):
+                return
             if s.value is not None:
                 raise CompileError("a prim_func returns nothing; outputs are written to its tensor parameters",
                                    self.loc(s), hint="use out_idx=... in tilewright.compile to get outputs back")
@@ -458,6 +467,15 @@ class Translator:
             raise CompileError(f"unsupported statement ({type(s).__name__}) in a prim_func", self.loc(s),
                                hint="kernel code is assignments, `for` over T.Parallel/T.serial/T.Pipelined/T.unroll, "
                                "`if`, `with T.Kernel(...)` and calls of T.* functions")
+
+    def declare(self, s) -> bool:
+        """Hook: ``name: annotation`` without a value; True when handled (the eager-JIT reader
+        declares its tensor parameters this way)."""
+        return False
+
+    def return_stmt(self, s) -> bool:
+        """Hook: ``return value``; True when handled (the eager-JIT reader's outputs)."""
+        return False
 
     # ---------------------------------------------------------------- assignment
     def assign(self, target, value, node) -> None:

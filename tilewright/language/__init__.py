@@ -773,8 +773,33 @@ def truncmod(a, b):
     return a % b
 
 
+# ---- the eager-JIT style: size names and outputs of an `@jit` function that is the kernel
+
+
 def const(value, dtype="int32"):
+    """``T.const(1.5, "float32")``: a constant.  ``T.const("M, N, K")`` (names separated by commas or
+    spaces): the sizes of an eager ``@tilewright.jit`` function, compile-time ints bound from the
+    shapes of the arguments whose ``T.Tensor`` declarations use them (one name gives one size, several a
+    tuple).  Outside such a function the names are symbolic sizes, as with ``T.dynamic``."""
+    from ..frontend.eager import declare_sizes, is_size_names
+
+    if is_size_names(value):
+        return declare_sizes(value, dtype)
     return _e.cast(_dt.canon(dtype), value)
+
+
+def empty(*shape, dtype=None):
+    """``C = T.empty((M, N), dtype)`` (or ``T.empty(M, N, dtype=...)``): a new output tensor of an eager
+    ``@tilewright.jit`` function, allocated at each call and returned by ``return C``."""
+    from ..frontend.eager import new_output
+
+    if shape and dtype is None and isinstance(shape[-1], str):
+        shape, dtype = shape[:-1], shape[-1]
+    if len(shape) == 1 and isinstance(shape[0], (tuple, list)):
+        shape = tuple(shape[0])
+    if not shape:
+        raise _b.error("T.empty needs a shape: T.empty((M, N), dtype)")
+    return new_output(shape, _dt.canon(dtype if dtype is not None else "float32"))
 
 
 def evaluate(value):
