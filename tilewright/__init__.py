@@ -22,3 +22,4 @@ from .profiler import Profiler  # noqa: F401
 __version__ = "0.1.0"
 
 config.configure_logging()
+lazy_jit = jit  # TileLang's name for the eager-JIT decorator
