@@ -576,6 +576,7 @@ def _scatter(arr: np.ndarray, idx: list, val, mask, buf: t.Buffer, skip: int) ->
         shape = np.broadcast_shapes(ishape, np.shape(val))
         if shape == ishape:  # the common case: NumPy broadcasts the value into the fancy index
             _check_indices(idx, arr.shape, None, buf, skip, "written")
+            _check_collisions(arr.shape, [np.broadcast_to(i, shape) for i in idx], np.broadcast_to(val, shape), buf)
             arr[tuple(idx)] = val
             return
         sel = [np.broadcast_to(i, shape) for i in idx]
@@ -586,7 +587,25 @@ def _scatter(arr: np.ndarray, idx: list, val, mask, buf: t.Buffer, skip: int) ->
         sel = [np.broadcast_to(i, shape)[m] for i in idx]
         v = np.broadcast_to(val, shape)[m]
     _check_indices(sel, arr.shape, None, buf, skip, "written")
+    _check_collisions(arr.shape, sel, v, buf)
     arr[tuple(sel)] = v
+
+
+def _check_collisions(shape, sel: list, v, buf: t.Buffer) -> None:
+    """Lanes (threads or ``T.Parallel`` iterations) of one store that hit one element must store
+    the same value: iterations that update one element (``acc[i // 2] += x[i]``) race on a GPU."""
+    if np.size(v) < 2:
+        return
+    lin = np.ravel_multi_index(tuple(np.asarray(i, np.int64).reshape(-1) for i in sel), shape, mode="clip")
+    if lin.size <= int(np.prod(shape)) * 4:
+        if np.bincount(lin).max() < 2:
+            return
+    order = np.argsort(lin, kind="stable")
+    ls, vs = lin[order], np.ascontiguousarray(v).reshape(-1)[order]
+    dup = ls[1:] == ls[:-1]
+    if dup.any() and not np.all(_same(vs[1:][dup], vs[:-1][dup])):
+        raise InterpError(f"data race: several threads (or T.Parallel iterations) store different values to "
+                          f"the same element of {buf.name}")
 
 
 def _one_value(val: np.ndarray, mask, buf: t.Buffer):
