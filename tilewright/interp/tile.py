@@ -30,7 +30,8 @@ refuses, with a clear error, what a GPU would do wrong silently.  Guarantees:
   value left by other iterations).  After the loop such scratch holds the value every iteration
   left, or poison when they differ (a GPU thread would hold its last iteration's).  Elements
   indexed by the iteration (``loc[i]``) stay shared, as the same thread runs iteration i in every
-  T.Parallel over the same range.
+  T.Parallel over the same range; read outside T.Parallel they would have no single value (only
+  the thread that ran the iteration holds it), which the verifier refuses at compile time.
 * Atomics: the tile form updates each element once.  The scalar form inside ``T.Parallel`` is done
   once per active iteration.  Outside it, it is done once per block (or thread partition) -- unless
   (thread mode) its index or value is per-thread by the ``ir.uniformity`` analysis (the thread index,
@@ -40,9 +41,9 @@ refuses, with a clear error, what a GPU would do wrong silently.  Guarantees:
   those threads only; tile operations inside run once, for that set.  Code that hands data between
   threads through mbarriers or named barriers is refused (it needs the emulator).
 * Races the interpreter can see cheaply are errors: threads (or ``T.Parallel`` iterations) storing
-  different values to one element, reading a per-thread value inside ``T.Parallel`` when the threads
-  disagree on it (which thread runs an iteration is the compiler's choice), tile operations under a
-  thread-dependent condition.
+  different values to one element (also colliding indices such as ``acc[i // 2] += x[i]``),
+  reading a per-thread value inside ``T.Parallel`` when the threads disagree on it (which thread
+  runs an iteration is the compiler's choice), tile operations under a thread-dependent condition.
 """
 
 from __future__ import annotations
