@@ -644,7 +644,7 @@ def test_weakened_async_wait_is_caught(rng):
     good, bad = poisoned((M, N), "float16"), poisoned((M, N), "float16")
     run_thread_kernel(k, [a, b, bias, good])
     close(good, zoo.gemm_ref(a, b), rtol=1e-2, atol=5e-2)
-    run_thread_kernel(broken, [a, b, bias, bad])  # reads stages whose copies have not landed
+    run_thread_kernel(broken, [a, b, bias, bad], check_races=False)  # reads stages whose copies have not landed
     assert not np.allclose(f64(bad), zoo.gemm_ref(a, b), rtol=1e-2, atol=5e-2, equal_nan=False)
     with pytest.raises(RaceError, match="async copy"):
         run_thread_kernel(broken, [a, b, bias, poisoned((M, N), "float16")], check_races=True)

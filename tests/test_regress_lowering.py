@@ -463,5 +463,6 @@ def test_inplace_update_over_a_replicated_layout_is_done_once(n, threads):
     stores = [m.start() for m in re.finditer(r"\*reinterpret_cast<uint4\*>\(&S\[|\n\s*S\[[^\n]*\] = ", body)]
     guards = [m.start() for m in re.finditer(r"if \(\(\(\(\(int\)threadIdx\.x\) & \d+\) == 0\)\)", body)]
     assert stores, body
-    if n * 1 < threads * 4:  # replicated: every shared store sits right under a replica guard
-        assert guards and all(any(0 < s - g < 80 for g in guards) for s in stores), body
+    if n * 1 < threads * 4:  # replicated: every shared store sits inside a replica guard's block
+        assert guards and all(any(0 < s - g and body[g:s].count("{") > body[g:s].count("}") for g in guards)
+                              for s in stores), body

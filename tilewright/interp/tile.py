@@ -30,7 +30,8 @@ refuses, with a clear error, what a GPU would do wrong silently.  Guarantees:
   value left by other iterations).  After the loop such scratch holds the value every iteration
   left, or poison when they differ (a GPU thread would hold its last iteration's).  Elements
   indexed by the iteration (``loc[i]``) stay shared, as the same thread runs iteration i in every
-  T.Parallel over the same range.
+  T.Parallel over the same range; read outside T.Parallel they would have no single value (only
+  the thread that ran the iteration holds it), which the verifier refuses at compile time.
 * Atomics: the tile form updates each element once.  The scalar form inside ``T.Parallel`` is done
   once per active iteration.  Outside it, it is done once per block (or thread partition) -- unless
   (thread mode) its index or value is per-thread by the ``ir.uniformity`` analysis (the thread index,
@@ -40,9 +41,9 @@ refuses, with a clear error, what a GPU would do wrong silently.  Guarantees:
   those threads only; tile operations inside run once, for that set.  Code that hands data between
   threads through mbarriers or named barriers is refused (it needs the emulator).
 * Races the interpreter can see cheaply are errors: threads (or ``T.Parallel`` iterations) storing
-  different values to one element, reading a per-thread value inside ``T.Parallel`` when the threads
-  disagree on it (which thread runs an iteration is the compiler's choice), tile operations under a
-  thread-dependent condition.
+  different values to one element (also colliding indices such as ``acc[i // 2] += x[i]``),
+  reading a per-thread value inside ``T.Parallel`` when the threads disagree on it (which thread
+  runs an iteration is the compiler's choice), tile operations under a thread-dependent condition.
 """
 
 from __future__ import annotations
@@ -578,6 +579,7 @@ def _scatter(arr: np.ndarray, idx: list, val, mask, buf: t.Buffer, skip: int) ->
         shape = np.broadcast_shapes(ishape, np.shape(val))
         if shape == ishape:  # the common case: NumPy broadcasts the value into the fancy index
             _check_indices(idx, arr.shape, None, buf, skip, "written")
+            _check_collisions(arr.shape, [np.broadcast_to(i, shape) for i in idx], np.broadcast_to(val, shape), buf)
             arr[tuple(idx)] = val
             return
         sel = [np.broadcast_to(i, shape) for i in idx]
@@ -588,7 +590,25 @@ def _scatter(arr: np.ndarray, idx: list, val, mask, buf: t.Buffer, skip: int) ->
         sel = [np.broadcast_to(i, shape)[m] for i in idx]
         v = np.broadcast_to(val, shape)[m]
     _check_indices(sel, arr.shape, None, buf, skip, "written")
+    _check_collisions(arr.shape, sel, v, buf)
     arr[tuple(sel)] = v
+
+
+def _check_collisions(shape, sel: list, v, buf: t.Buffer) -> None:
+    """Lanes (threads or ``T.Parallel`` iterations) of one store that hit one element must store
+    the same value: iterations that update one element (``acc[i // 2] += x[i]``) race on a GPU."""
+    if np.size(v) < 2:
+        return
+    lin = np.ravel_multi_index(tuple(np.asarray(i, np.int64).reshape(-1) for i in sel), shape, mode="clip")
+    if lin.size <= int(np.prod(shape)) * 4:
+        if np.bincount(lin).max() < 2:
+            return
+    order = np.argsort(lin, kind="stable")
+    ls, vs = lin[order], np.ascontiguousarray(v).reshape(-1)[order]
+    dup = ls[1:] == ls[:-1]
+    if dup.any() and not np.all(_same(vs[1:][dup], vs[:-1][dup])):
+        raise InterpError(f"data race: several threads (or T.Parallel iterations) store different values to "
+                          f"the same element of {buf.name}")
 
 
 def _one_value(val: np.ndarray, mask, buf: t.Buffer):

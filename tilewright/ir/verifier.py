@@ -57,6 +57,49 @@ def verify(func: t.PrimFunc) -> None:
 
     visit(func.body)
     check_thread_sets(func)
+    check_per_thread_locals(func)
+
+
+def check_per_thread_locals(func: t.PrimFunc) -> None:
+    """A ``T.alloc_local`` buffer is per-thread and ``T.Parallel`` spreads its iterations over the
+    threads, so an element stored at an iteration-dependent index (``loc[i] = ...``) exists only in
+    the thread that ran that iteration.  Read outside ``T.Parallel`` (by every thread), such a buffer
+    has no single value: refused."""
+    from .visitor import free_vars
+
+    spread: dict = {}  # buffer -> the first T.Parallel store that spreads it over the threads
+
+    def find(s, pvars: frozenset):
+        if s is None:
+            return
+        if isinstance(s, t.ParallelFor):
+            pvars = pvars | frozenset(s.vars)
+        elif isinstance(s, t.BufferStore) and s.buffer.scope == "local" and pvars:
+            if any(free_vars(i) & pvars for i in s.indices):
+                spread.setdefault(s.buffer, s)
+        for c in t_children(s):
+            find(c, pvars)
+
+    def outside(s):
+        if s is None or isinstance(s, t.ParallelFor):
+            return
+        for e in exprs_of(s):
+            for ld in loads_in(e):
+                w = spread.get(ld.buffer)
+                if w is not None:
+                    line = f" at line {w.loc.lineno}" if w.loc is not None else ""
+                    raise CompileError(
+                        f"{ld.buffer.name} is per-thread (T.alloc_local), and its store inside T.Parallel{line} "
+                        f"spreads its elements over the threads: outside the loop, {ld.buffer.name}[...] holds a "
+                        "value only in the thread that stored it", s.loc,
+                        hint=f"allocate {ld.buffer.name} with T.alloc_fragment or T.alloc_shared, or read it inside "
+                        "a T.Parallel loop over the same range")
+        for c in t_children(s):
+            outside(c)
+
+    find(func.body, frozenset())
+    if spread:
+        outside(func.body)
 
 
 def check_thread_sets(func: t.PrimFunc) -> None:

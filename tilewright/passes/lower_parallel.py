@@ -87,7 +87,7 @@ def lower_parallel(ctx: LoweringContext, p: t.ParallelFor, env: Env, lower_stmt)
             body.extend(_lower_body(ctx, p.body, e, lower_stmt, vec_stores, k))
         body.extend(post)
         if env.replica_guard is not None:
-            body = _stores_by_one_replica(body, env.replica_guard)
+            body = _by_one_replica(p, body, env.replica_guard)
         valid = _valid_expr(layout, ctx, r0)
         if valid is not None:
             out.append(t.IfThenElse(valid, t.SeqStmt(body), None, loc=p.loc))
@@ -121,6 +121,16 @@ def replica_guard(ctx, layout):
     for b in bits:
         mask |= b
     return E.binary("==", ctx.tid & mask, 0)
+
+
+def _by_one_replica(p: t.ParallelFor, body: list, guard) -> list:
+    """A body that writes memory only (no registers the replicas keep) runs in one replica: the
+    others would only read what it stores, racing with the store; else its stores are guarded."""
+    stores = []
+    walk(p.body, lambda s: stores.append(s) if isinstance(s, t.BufferStore) else None)
+    if stores and all(s.buffer.scope in ("shared", "global") for s in stores):
+        return [t.IfThenElse(guard, t.SeqStmt(body), None, loc=p.loc)]
+    return _stores_by_one_replica(body, guard)
 
 
 def _stores_by_one_replica(body: list, guard) -> list:
@@ -353,7 +363,7 @@ def _plan_vectors(ctx, p, env, inner_var, g):
                 fb, off = ctx.flat_access(buf, idx0)
                 pred = lower_expr(ctx, sel.cond, env) if sel is not None else None
                 pre.append(th.LocalDecl(tmp))
-                pre.append(th.VecCopy(tmp, E.as_expr(0), fb, off, g, pred))
+                pre.append(th.VecCopy(tmp, E.as_expr(0), fb, off, g, pred, loc=s.loc))
                 env.vec_loads[id(ld)] = tmp
                 if sel is not None and not isinstance(sel, _Guard):
                     env.vec_loads[id(sel)] = tmp  # the whole masked read is the zero-filled vector
@@ -376,7 +386,7 @@ def _plan_vectors(ctx, p, env, inner_var, g):
         fb, off = ctx.flat_access(store.buffer, idx0)
         pred = lower_expr(ctx, cond, env) if cond is not None else None
         pre.append(th.LocalDecl(tmp))
-        post.append(th.VecCopy(fb, off, tmp, E.as_expr(0), g, pred))
+        post.append(th.VecCopy(fb, off, tmp, E.as_expr(0), g, pred, loc=s.loc))
         vec_stores[id(s)] = tmp
     return pre, post, vec_stores
 

@@ -55,12 +55,16 @@ Guarantees:
   complete.  A wait on a phase that too few loads arrive on (the GPU would hang), more arrivals
   than the barrier's count, a TMA destination that is not 128-byte aligned, and a TMA load over
   bytes accessed since the last barrier are errors.
-* With ``check_races=True``: per block, a shared-memory access raises ``RaceError`` when another
-  thread changed the same byte since the last barrier (read-after-write, write-after-write), when a
-  thread changes a byte another thread read since the last barrier (write-after-read), when one
-  statement's lanes store different values to one byte, or when a byte is accessed while an async
-  copy to it is still pending.  Writes that leave a byte's value unchanged are benign and ignored.
-  For global memory, one statement's lanes storing different values to one element is a race.
+* With ``check_races=True`` (the default, and what ``execution_backend="emulator"`` runs): per
+  block, a shared-memory access raises ``RaceError`` when another thread changed the same byte since
+  the last barrier (read-after-write, write-after-write), when a thread changes a byte another
+  thread read since the last barrier (write-after-read), when one statement's lanes store different
+  values to one byte, or when a byte is accessed while an async copy to it is still pending.  Writes
+  that leave a byte's value unchanged are benign and ignored.  Global memory is tracked the same way
+  per element between the threads of one block (``races._GlobalRaces``; blocks are not compared),
+  and one statement's lanes storing different values to one element is a race.  Threads of one warp
+  are not taken as ordered either (independent thread scheduling: only a barrier orders them here).
+  The error names the kernel line.
 """
 
 from __future__ import annotations
@@ -81,6 +85,7 @@ from .errors import (
 )
 from .mode import needs_cooperation
 from .program import _program
+from .races import _GlobalRaces
 from .state import _bind_args, _State
 
 __all__ = [
@@ -99,11 +104,12 @@ _MAX_SMEM_BATCH = 64 << 20  # bytes of shared memory per batch (and 8 MiB when t
 
 
 def run_thread_kernel(kernel: th.ThreadKernel, args: list, *, dyn: dict | None = None,
-                      check_races: bool = False) -> None:
+                      check_races: bool = True) -> None:
     """Execute ``kernel`` on ``args`` (NumPy arrays for buffer parameters, C-contiguous, written in
     place; Python scalars for scalar parameters).  ``dyn`` maps ``kernel.dyn_vars`` (or their names)
-    to ints; missing ones are read from the argument shapes.  ``check_races`` enables the shared
-    memory race detector (slower); kernels run cooperatively (see ``mode.py``) always track the
+    to ints; missing ones are read from the argument shapes.  ``check_races`` (default on) runs the
+    shared and global memory race detectors (off: faster, and a race shows only as a wrong
+    answer); kernels run cooperatively (see ``mode.py``) always track the
     ordering of shared memory between warps."""
     prog = _program(kernel)
     globals_, scalars = _bind_args(kernel, list(args), dyn)
@@ -129,9 +135,10 @@ def run_thread_kernel(kernel: th.ThreadKernel, args: list, *, dyn: dict | None =
             for first in range(nblocks):
                 CoopBlock(prog, kernel, grid, first, globals_, scalars, W).run(prog.body)
             return
+        graces = _GlobalRaces() if check_races else None  # one for every batch: made once
         for first in range(0, nblocks, per_batch):
             nb = min(per_batch, nblocks - first)
-            st = _State(prog, kernel, grid, first, nb, globals_, scalars, check_races)
+            st = _State(prog, kernel, grid, first, nb, globals_, scalars, check_races, graces=graces)
             prog.body(st)
 
 

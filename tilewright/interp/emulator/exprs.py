@@ -276,11 +276,14 @@ class ExprCompiler:
             return load_shared
         if b.scope == "global":
             gi = self._global_of(b, where)
+            mem = self._mem(b, where)
             what = f"load of global {b.name}"
 
             def load_global(st, need):
                 arr = st.glob[gi]
                 idx = _check_range(st, fi(st, need), 0, arr.size - 1, need, what, where)
+                if st.graces is not None:
+                    mem.track_read(st, idx, None, need, where)
                 return arr[idx]
 
             return load_global

@@ -40,11 +40,25 @@ class _GlobalMem:
             if need is None or need.any():
                 _check_range(st, idx, 0, arr.size - w, need, what, where)
                 _check_align(st, idx * self.nd.itemsize, nbytes, need, what, where)
+                if st.graces is not None:
+                    self.track_read(st, np.full(st.L, int(idx)), w, need, where)
                 return [arr[int(idx) + j] for j in range(w)]
             return [self.nd.type(0)] * w
         idx = _check_range(st, idx, 0, arr.size - w, need, what, where)
         _check_align(st, idx * self.nd.itemsize, nbytes, need, what, where)
+        if st.graces is not None:
+            self.track_read(st, idx, w, need, where)
         return arr[idx[None, :] + np.arange(w)[:, None]]
+
+    def track_read(self, st, idx, w, need, where):
+        """Record a read of ``w`` (None: one) elements at ``idx`` by the lanes in ``need``."""
+        lanes = st.lane if need is None else np.flatnonzero(need)
+        if not len(lanes):
+            return
+        pos = np.broadcast_to(idx, (st.L,))[lanes]
+        if w is not None:
+            pos = pos[None, :] + np.arange(w)[:, None]
+        st.graces.read(self.gi, pos, lanes, where, self.b.name)
 
     def write(self, st, idx, vals, need, w, what, where, nbytes=None):
         arr = st.glob[self.gi]
@@ -52,8 +66,11 @@ class _GlobalMem:
         if not len(lanes):
             return
         vals = np.broadcast_to(vals, (st.L,) if w is None else (w, st.L))[..., lanes]
-        if st.races is not None:
+        if st.graces is not None or st.races is not None:
             _check_duplicate_stores(st, pos, vals, lanes, where, self.b.name)
+        if st.graces is not None:
+            st.graces.write(self.gi, pos, arr[pos], _fix(vals, self.nd), np.broadcast_to(lanes, pos.shape), where,
+                            self.b.name)
         arr[pos] = vals
 
 

@@ -118,3 +118,123 @@ class _Races:
                 arr.fill(v)
             else:
                 arr.reshape(-1, S)[active_blocks] = v
+
+
+class _GlobalRaces:
+    """Per batch of blocks (lockstep mode): who read and changed each element of the global buffers
+    since the last barrier, so that an access by one thread to an element another thread of the
+    same block changed (or a change of an element another thread read) is a ``RaceError`` — the
+    replicated in-place update ``B[i] = B[i] * 2``, where a second replica may read the first one's
+    result on a GPU.
+
+    Accesses are recorded by lane (``block * T + thread``, unique in the batch) and only accesses of
+    one block are compared: blocks are not ordered by barriers, but kernels order them by other
+    means (atomics, flags), which this detector does not model.  An element touched by lanes of two
+    blocks since the last barrier is left alone.  Buffers of more than ``MAX_ELEMENTS`` elements are
+    not tracked (the bookkeeping is four int32 arrays per buffer, made once per run and cleared
+    where touched when a batch starts)."""
+
+    MAX_ELEMENTS = 1 << 22
+    NONE_MIN = np.iinfo(np.int32).max
+
+    def __init__(self):
+        self.st = None
+        self.bufs: dict = {}
+
+    def begin(self, st):
+        """A new batch of blocks: nothing it does is ordered with the last batch's accesses, which
+        were other blocks'."""
+        self.barrier(None)
+        self.st = st
+
+    def _of(self, gi):
+        rec = self.bufs.get(gi)
+        if rec is None:
+            n = self.st.glob[gi].size
+            if n > self.MAX_ELEMENTS:
+                rec = False
+            else:
+                rec = [np.full(n, self.NONE_MIN, np.int32), np.full(n, -1, np.int32),
+                       np.full(n, self.NONE_MIN, np.int32), np.full(n, -1, np.int32), [], 0]
+            self.bufs[gi] = rec
+        return rec
+
+    def _others(self, lo, hi, lanes):
+        """Which accesses were made since the last barrier by a thread other than ``lanes`` of the
+        same block (``lo``/``hi``: smallest/largest lane that made them)."""
+        T = self.st.T
+        return (hi >= 0) & (lo // T == lanes // T) & (hi // T == lanes // T) & ~((lo == lanes) & (hi == lanes))
+
+    def _record(self, rec, lo, hi, pos, lanes):
+        np.minimum.at(rec[lo], pos, lanes)
+        np.maximum.at(rec[hi], pos, lanes)
+        n = rec[0].size
+        if rec[5] < n:  # past n positions the next barrier clears everything: stop listing them
+            rec[4].append(pos)
+            rec[5] += pos.size
+            if rec[5] >= n:
+                rec[4].clear()
+
+    def _who(self, lanes_i, lo_i, hi_i) -> int:
+        o = int(hi_i) if int(hi_i) != int(lanes_i) else int(lo_i)
+        return o % self.st.T
+
+    def read(self, gi, pos, lanes, where, name):
+        """Lanes ``lanes`` read elements ``pos`` (same shape, or ``pos`` [w, n] for ``lanes`` [n])."""
+        rec = self._of(gi)
+        if rec is False:
+            return
+        pos = np.asarray(pos)
+        lanes = np.broadcast_to(np.asarray(lanes, np.int32), pos.shape).reshape(-1)
+        pos = pos.reshape(-1)
+        wmin, wmax = rec[0][pos], rec[1][pos]
+        bad = self._others(wmin, wmax, lanes)
+        if bad.any():
+            i = int(np.flatnonzero(bad)[0])
+            raise where.error(RaceError, f"{self.st.where(int(lanes[i]))} reads {name}[{int(pos[i])}], which thread "
+                                         f"{self._who(lanes[i], wmin[i], wmax[i])} of its block changed since the "
+                                         "last barrier (missing barrier, or a store done by several threads?)")
+        self._record(rec, 2, 3, pos, lanes)
+
+    def write(self, gi, pos, old, new, lanes, where, name):
+        """Lanes ``lanes`` store ``new`` over ``old`` at ``pos`` (all the same shape); stores that
+        leave an element's bits unchanged are benign and ignored."""
+        rec = self._of(gi)
+        if rec is False:
+            return
+        pos = np.asarray(pos).reshape(-1)
+        lanes = np.broadcast_to(np.asarray(lanes, np.int32), np.shape(old)).reshape(-1)
+        old = np.ascontiguousarray(old).reshape(-1)
+        new = np.ascontiguousarray(new, dtype=old.dtype).reshape(-1)
+        changed = old.view(np.uint8).reshape(len(old), -1) != new.view(np.uint8).reshape(len(new), -1)
+        changed = changed.any(axis=1)
+        if not changed.any():
+            return
+        pos, lanes = pos[changed], lanes[changed]
+        rmin, rmax, wmin, wmax = rec[2][pos], rec[3][pos], rec[0][pos], rec[1][pos]
+        other_r, other_w = self._others(rmin, rmax, lanes), self._others(wmin, wmax, lanes)
+        bad = other_r | other_w
+        if bad.any():
+            i = int(np.flatnonzero(bad)[0])
+            kind = "read" if other_r[i] else "changed"
+            lo, hi = (rmin[i], rmax[i]) if other_r[i] else (wmin[i], wmax[i])
+            raise where.error(RaceError, f"{self.st.where(int(lanes[i]))} changes {name}[{int(pos[i])}], which thread "
+                                         f"{self._who(lanes[i], lo, hi)} of its block {kind} since the last barrier "
+                                         "(missing barrier, or a store done by several threads?)")
+        self._record(rec, 0, 1, pos, lanes)
+
+    def barrier(self, active_blocks):
+        # every element touched since the last barrier is forgotten (also those of blocks that did
+        # not take part: fewer reports, never a false one)
+        for rec in self.bufs.values():
+            if rec is False or not rec[5]:
+                continue
+            if rec[5] >= rec[0].size:
+                for arr, v in zip(rec[:4], (self.NONE_MIN, -1, self.NONE_MIN, -1)):
+                    arr.fill(v)
+            else:
+                touched = np.concatenate(rec[4])
+                for arr, v in zip(rec[:4], (self.NONE_MIN, -1, self.NONE_MIN, -1)):
+                    arr[touched] = v
+            rec[4].clear()
+            rec[5] = 0

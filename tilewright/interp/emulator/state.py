@@ -8,7 +8,7 @@ import numpy as np
 from ...ir import dtype as dt
 from ...ir import thread as th
 from ..bind import bind_host_call, strided_span
-from .races import _Races
+from .races import _GlobalRaces, _Races
 
 
 def _bind_args(kernel: th.ThreadKernel, args: list, dyn: dict | None):
@@ -52,6 +52,7 @@ class _State:
         "coop",
         "first",
         "glob",
+        "graces",
         "grid",
         "lane",
         "mask",
@@ -68,7 +69,7 @@ class _State:
     )
 
     def __init__(self, prog, kernel, grid, first: int, nb: int, globals_: dict, scalars: dict,
-                 check_races: bool, coop=None, warp: int = 0, warp_size: int = 0, smem=None):
+                 check_races: bool, coop=None, warp: int = 0, warp_size: int = 0, smem=None, graces=None):
         T = kernel.num_threads
         self.T, self.S, self.nb, self.first, self.grid = T, kernel.shared_bytes, nb, first, grid
         self.coop, self.warp = coop, warp
@@ -109,8 +110,12 @@ class _State:
         self.mbar: dict = {}
         if coop is not None:
             self.races = coop.races_of(warp) if check_races and self.S else None
+            self.graces = None  # the warps of a block run one at a time: see coop_races.py
         else:
             self.races = _Races(self) if check_races and self.S else None
+            self.graces = (graces or _GlobalRaces()) if check_races else None
+            if self.graces is not None:
+                self.graces.begin(self)
 
     def where(self, lane: int) -> str:
         b = self.first + int(self.block[lane])

@@ -338,6 +338,8 @@ class StmtCompiler:
                 active = full
             if st.races is not None:
                 st.races.barrier(active)
+            if st.graces is not None:
+                st.graces.barrier(active)
 
         return barrier
 
