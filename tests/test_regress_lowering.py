@@ -466,3 +466,23 @@ def test_inplace_update_over_a_replicated_layout_is_done_once(n, threads):
     if n * 1 < threads * 4:  # replicated: every shared store sits inside a replica guard's block
         assert guards and all(any(0 < s - g and body[g:s].count("{") > body[g:s].count("}") for g in guards)
                               for s in stores), body
+
+
+def test_inplace_update_beside_register_writes_over_replicas_is_refused():
+    """Replicas must all run a body that writes registers, and would read S while one of them
+    stores it: no thread order gives that one meaning, so the kernel is refused with a hint."""
+    @T.prim_func
+    def f(A: T.Tensor((256,), "float32"), B: T.Tensor((256,), "float32"), C: T.Tensor((256,), "float32")):
+        with T.Kernel(1, threads=128):
+            S = T.alloc_shared((256,), "float32")
+            F = T.alloc_fragment((256,), "float32")
+            T.copy(A, S)
+            for i in T.Parallel(256):
+                F[i] = S[i] + 1.0
+                S[i] = S[i] * 2.0
+            T.copy(S, B)
+            T.copy(F, C)
+
+    with pytest.raises(tilewright.CompileError, match="updates S in place") as e:
+        tilewright.compile(f, target=CUDA, execution_backend="emulator")
+    assert "T.Parallel loop of its own" in str(e.value)

@@ -12,10 +12,12 @@ from __future__ import annotations
 
 import numpy as np
 
+from ..errors import CompileError
 from ..ir import dtype as dt
 from ..ir import expr as E
 from ..ir import thread as th
 from ..ir import tile as t
+from ..ir.verifier import exprs_of
 from ..ir.visitor import loads_in, map_stmt, walk
 from .analysis import uses_var
 from .index_algebra import linear_terms
@@ -130,6 +132,17 @@ def _by_one_replica(p: t.ParallelFor, body: list, guard) -> list:
     walk(p.body, lambda s: stores.append(s) if isinstance(s, t.BufferStore) else None)
     if stores and all(s.buffer.scope in ("shared", "global") for s in stores):
         return [t.IfThenElse(guard, t.SeqStmt(body), None, loc=p.loc)]
+    updated = {s.buffer for s in stores if s.buffer.scope in ("shared", "global")}
+    read = set()
+    walk(p.body, lambda s: read.update(ld.buffer for e in exprs_of(s) for ld in loads_in(e)))
+    if updated & read:
+        # the replicas must all run the body for their registers, and would read the buffer while
+        # the storing replica updates it: no order of the threads makes that well-defined
+        names = ", ".join(sorted(b.name for b in updated & read))
+        raise CompileError(f"this T.Parallel loop updates {names} in place and also writes registers, over a "
+                           "layout where several threads hold each position: they would read it while one of "
+                           "them writes it", p.loc,
+                           hint=f"update {names} in a T.Parallel loop of its own (or copy it to a fragment first)")
     return _stores_by_one_replica(body, guard)
 
 
