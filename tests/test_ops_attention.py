@@ -242,3 +242,13 @@ def test_broadcast_kv_heads_by_expand():
     q, k, v = _rand(g, 1, 4, 9, 32), _rand(g, 1, 1, 12, 32), _rand(g, 1, 1, 12, 32)
     out = ops.attention(q, k.expand(1, 2, 12, 32), v.expand(1, 2, 12, 32))
     _close(out, reference(q, k, v, False)[0])
+
+
+def test_no_backward_is_an_error_not_a_silent_detach():
+    g = torch.Generator().manual_seed(18)
+    q = _rand(g, 1, 2, 8, 32).requires_grad_()
+    k, v = _rand(g, 1, 2, 8, 32), _rand(g, 1, 2, 8, 32)
+    out = ops.attention(q, k, v)
+    _close(out.detach(), reference(q.detach(), k, v, False)[0])
+    with pytest.raises(RuntimeError):
+        out.float().sum().backward()

@@ -143,23 +143,28 @@ def attention_combine(splits, dim, dtype, block_R, threads):
     def attention_combine_kernel(Opart: T.Tensor((splits, R, dim), accum), Lpart: T.Tensor((splits, R), accum),
                                  Out: T.Tensor((R, dim), dtype), L: T.Tensor((R,), accum)):
         with T.Kernel(T.ceildiv(R, block_R), threads=threads) as bx:
-            lse = T.alloc_fragment((splits, block_R), accum)
-            weight = T.alloc_fragment((splits, block_R), accum)
+            lse = T.alloc_fragment((block_R,), accum)
+            weight = T.alloc_fragment((block_R,), accum)
             part = T.alloc_fragment((block_R, dim), accum)
             acc = T.alloc_fragment((block_R, dim), accum)
             m = T.alloc_fragment((block_R,), accum)
             total = T.alloc_fragment((block_R,), accum)
-            T.copy(Lpart[0, bx * block_R], lse)
-            T.reduce_max(lse, m, dim=0)
-            for s, i in T.Parallel(splits, block_R):
-                weight[s, i] = T.if_then_else(lse[s, i] == -T.infinity(accum), 0,
-                                              T.exp2((lse[s, i] - m[i]) * LOG2E))
-            T.reduce_sum(weight, total, dim=0)
+            T.fill(m, -T.infinity(accum))
+            for s in T.serial(splits):
+                T.copy(Lpart[s, bx * block_R], lse)
+                for i in T.Parallel(block_R):
+                    m[i] = T.max(m[i], lse[i])
+            T.fill(total, 0)
             T.fill(acc, 0)
-            for s in T.unroll(splits):
+            for s in T.serial(splits):
+                T.copy(Lpart[s, bx * block_R], lse)
                 T.copy(Opart[s, bx * block_R, 0], part)
+                for i in T.Parallel(block_R):
+                    # an empty split (lse -inf) weighs 0, also when every split is empty (m = -inf)
+                    weight[i] = T.if_then_else(lse[i] == -T.infinity(accum), 0, T.exp2((lse[i] - m[i]) * LOG2E))
+                    total[i] = total[i] + weight[i]
                 for i, j in T.Parallel(block_R, dim):
-                    acc[i, j] += part[i, j] * weight[s, i]
+                    acc[i, j] += part[i, j] * weight[i]
             for i, j in T.Parallel(block_R, dim):
                 acc[i, j] = T.if_then_else(total[i] > 0, acc[i, j] / total[i], 0)
             for i in T.Parallel(block_R):
