@@ -59,7 +59,33 @@ def _config(dim: int, rows: int) -> tuple:
         return 128, 64, 2, 256  # 128 threads spill at dim 128 (sm_90, measured by resource_usage)
     if dim <= 128:
         return 64, 64, 2, 128
-    return 64, 32, 2, 128
+    return 64, 32, 2, 256  # dim 256: 128 threads spill
+
+
+def _fit_shared(cfg: tuple, dim: int, smem: int) -> tuple:
+    """Shrink stages, then block_N, then block_M until Q, the K/V ring and the score tile fit
+    in ``smem`` bytes of shared memory (AMD's 64 KiB LDS, smaller NVIDIA parts)."""
+    bM, bN, stages, threads = cfg
+    while (bM + 2 * stages * bN) * dim * 2 + 2 * bM * bN * 4 > smem:  # scores: fp32 tile + layout scratch
+        if stages > 1:
+            stages -= 1
+        elif bN > 32:
+            bN //= 2
+        elif bM > 16:
+            bM, threads = bM // 2, 128  # fewer rows: 4 warps (8 would split N below the MMA size)
+        else:
+            break
+    return bM, bN, stages, threads
+
+
+def _shared_bytes(t) -> int:
+    """Shared memory per block the device allows; CPU tensors (the interpreter) plan for an H200."""
+    torch = _torch()
+    if t.device.type == "cpu":
+        return 232448
+    props = torch.cuda.get_device_properties(t.device)
+    optin = getattr(props, "shared_memory_per_block_optin", 0)
+    return optin or (65536 if torch.version.hip else 101376)
 
 
 def _check_int(name: str, t, n=None):
@@ -186,7 +212,7 @@ def attention_impl(q, k, v, causal, scale, cu_q, cu_k, max_q, cache_lens, num_sp
         ov = ov.view(nseq, Hkv, group, D)
         lv = lv.view(nseq, Hkv, group)
         H, max_q, causal, group = Hkv, group, False, 1
-    bM, bN, stages, threads = _config(D, max_q)
+    bM, bN, stages, threads = _fit_shared(_config(D, max_q), D, _shared_bytes(q))
     splits = _splits(nseq * H * -(-max_q // bM), -(-Sk_blocks_hint // bN), num_splits)
     dtype = _dtype_name(q)
     target = _target_of(q)
