@@ -99,6 +99,10 @@ def test_flash_attn_layout_read_in_place_and_scale():
     out = ops.attention(q.transpose(1, 2), k.transpose(1, 2), v.transpose(1, 2), scale=0.3)
     want, _ = reference(q.transpose(1, 2), k.transpose(1, 2), v.transpose(1, 2), False, scale=0.3)
     _close(out, want)
+    compiled = len(ops.dispatch._kernels)
+    out = ops.attention(q.transpose(1, 2), k.transpose(1, 2), v.transpose(1, 2), scale=0.05)
+    _close(out, reference(q.transpose(1, 2), k.transpose(1, 2), v.transpose(1, 2), False, scale=0.05)[0])
+    assert len(ops.dispatch._kernels) == compiled  # the scale is a kernel argument: no new compile
 
 
 def _varlen_case(g, lens_q, lens_k, H, Hkv, D):

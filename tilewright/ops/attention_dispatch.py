@@ -196,11 +196,11 @@ def attention_impl(q, k, v, causal, scale, cu_q, cu_k, max_q, cache_lens, num_sp
         qv, kv, vv = (_readable(t).transpose(0, 1).unsqueeze(0) for t in (q, k, v))
         ov = out.transpose(0, 1).unsqueeze(0)
         lv = lse.unsqueeze(0)
-        Sk_blocks_hint = k.shape[0] // max(nseq, 1)
+        keys_hint = k.shape[0] // max(nseq, 1)
     else:
         nseq, max_q = q.shape[0], q.shape[2]
         qv, kv, vv, ov, lv = _readable(q), _readable(k), _readable(v), out, lse
-        Sk_blocks_hint = k.shape[2]
+        keys_hint = k.shape[2]
     if out.numel() == 0 or nseq == 0 or max_q == 0 or k.numel() == 0:
         lse.fill_(-math.inf)
         return out.zero_(), lse
@@ -213,19 +213,18 @@ def attention_impl(q, k, v, causal, scale, cu_q, cu_k, max_q, cache_lens, num_sp
         lv = lv.view(nseq, Hkv, group)
         H, max_q, causal, group = Hkv, group, False, 1
     bM, bN, stages, threads = _fit_shared(_config(D, max_q), D, _shared_bytes(q))
-    splits = _splits(nseq * H * -(-max_q // bM), -(-Sk_blocks_hint // bN), num_splits)
+    splits = _splits(nseq * H * -(-max_q // bM), -(-keys_hint // bN), num_splits)
     dtype = _dtype_name(q)
     target = _target_of(q)
     dummy = torch.zeros(1, dtype=torch.int32, device=q.device)
     cu_q_arg = cu_q.contiguous() if varlen else dummy
     cu_k_arg = cu_k.contiguous() if varlen else (cache_lens.contiguous() if cache_lens is not None else dummy)
     out_dtype = dtype if splits == 1 else "float32"
-    key = ("attention", H, Hkv, D, dtype, causal, varlen, cache_lens is not None, splits, scale, bM, bN, stages,
-           threads)
+    key = ("attention", H, Hkv, D, dtype, causal, varlen, cache_lens is not None, splits, bM, bN, stages, threads)
     fwd = _kernel(key, lambda: ak.attention_fwd(H, Hkv, D, dtype, out_dtype, causal, varlen, cache_lens is not None,
-                                                splits, scale, bM, bN, stages, threads), target)
+                                                splits, bM, bN, stages, threads), target)
     if splits == 1:
-        fwd(qv, kv, vv, ov.unsqueeze(0), lv.unsqueeze(0), cu_q_arg, cu_k_arg, nseq, max_q)
+        fwd(qv, kv, vv, ov.unsqueeze(0), lv.unsqueeze(0), cu_q_arg, cu_k_arg, nseq, max_q, scale)
         return out, lse
     # split-KV: partials laid out like the output (so the combine reads rows in its memory order)
     opart = torch.empty((splits,) + tuple(out.shape), dtype=torch.float32, device=q.device)
@@ -236,7 +235,7 @@ def attention_impl(q, k, v, causal, scale, cu_q, cu_k, max_q, cache_lens, num_sp
     else:
         op_v = opart.view((splits,) + tuple(ov.shape))
         lp_v = lpart.view((splits,) + tuple(lv.shape))
-    fwd(qv, kv, vv, op_v, lp_v, cu_q_arg, cu_k_arg, nseq, max_q)
+    fwd(qv, kv, vv, op_v, lp_v, cu_q_arg, cu_k_arg, nseq, max_q, scale)
     rows = out.numel() // D
     bR, cthreads = 16, 128
     comb = _kernel(("attention_combine", splits, D, dtype, bR, cthreads),

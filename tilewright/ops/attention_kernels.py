@@ -15,7 +15,8 @@ mode of the operator, chosen by closure constants:
 GQA/MQA: query head ``h`` reads key/value head ``h // group``.  Causal masking aligns the ends of
 the query and key sequences (query ``i`` sees keys ``j <= i + Sk - Sq``), as flash-attn does; a row
 that sees no key gets output 0 and log-sum-exp -inf.  Sizes that change from call to call (batch,
-sequence lengths, strides) are symbolic, so one compiled kernel serves every such shape.
+sequence lengths, strides) are symbolic and the scale is a kernel argument, so one compiled kernel
+serves every such call.
 """
 
 from __future__ import annotations
@@ -26,10 +27,9 @@ LOG2E = 1.4426950408889634
 LN2 = 0.6931471805599453
 
 
-def attention_fwd(heads, kv_heads, dim, dtype, out_dtype, causal, varlen, cache_lens, splits, scale,
-                  block_M, block_N, stages, threads):
+def attention_fwd(heads, kv_heads, dim, dtype, out_dtype, causal, varlen, cache_lens, splits, block_M, block_N,
+                  stages, threads):
     group = heads // kv_heads
-    scale_log2 = scale * LOG2E  # exp(x * scale) = exp2(x * scale * log2(e))
     accum = "float32"
     B, Sq, Sk, NB, NL = T.dynamic("b"), T.dynamic("sq"), T.dynamic("sk"), T.dynamic("nb"), T.dynamic("nl")
     qs = (T.dynamic("q_sb"), T.dynamic("q_sh"), T.dynamic("q_ss"), 1)
@@ -45,7 +45,7 @@ def attention_fwd(heads, kv_heads, dim, dtype, out_dtype, causal, varlen, cache_
                              Out: T.Tensor((splits, B, heads, Sq, dim), out_dtype, strides=os_),
                              L: T.Tensor((splits, B, heads, Sq), accum, strides=ls),
                              CuQ: T.Tensor((NB,), "int32"), CuK: T.Tensor((NL,), "int32"),
-                             nseq: T.int32, max_q: T.int32):
+                             nseq: T.int32, max_q: T.int32, scale: T.float32):
         with T.Kernel(T.ceildiv(max_q, block_M), heads, nseq * splits, threads=threads) as (bx, by, bz):
             Q_s = T.alloc_shared((block_M, dim), dtype)
             K_s = T.alloc_shared((block_N, dim), dtype)
@@ -61,6 +61,8 @@ def attention_fwd(heads, kv_heads, dim, dtype, out_dtype, causal, varlen, cache_
             denom = T.alloc_fragment((block_M,), accum)
 
             seq = bz // splits
+            scale_log2 = T.alloc_var(accum, 0)
+            scale_log2 = scale * LOG2E  # exp(x * scale) = exp2(x * scale * log2(e))
             part = bz % splits
             tb = T.alloc_var("int32", 0)  # the tensor's batch index (0 for packed sequences)
             q0 = T.alloc_var("int32", 0)  # first row of this sequence in Q/O/L
