@@ -97,12 +97,19 @@ def _check_int(name: str, t, n=None):
         raise ArgumentError(f"{name} has {t.shape[0]} elements; expected {n}")
 
 
-def _readable(t):
-    """A view the kernel reads through its strides: unit stride in the last dimension and positive
-    strides elsewhere (a broadcast ``expand`` is copied)."""
-    if t.stride(-1) == 1 and all(s > 0 or n == 1 for s, n in zip(t.stride(), t.shape)):
-        return t
-    return t.contiguous()
+def _rows(t, packed: bool) -> tuple:
+    """(2-D view, heads in the columns?, rows per batch, rows per head) of q, k or v, with static
+    strides so that the kernels load whole vectors: a (batch, heads, seq, dim) tensor is
+    (batch*heads*seq, dim); a (batch, seq, heads, dim) one seen through ``transpose(1, 2)`` and a
+    packed (total, heads, dim) one are (rows, heads*dim).  Other layouts (and broadcasts) are copied."""
+    if packed:
+        t = t if t.is_contiguous() else t.contiguous()
+        return t.view(t.shape[0], t.shape[1] * t.shape[2]), True, 0, 0
+    B, H, S, D = t.shape
+    if not t.is_contiguous() and t.transpose(1, 2).is_contiguous():
+        return t.transpose(1, 2).reshape(B * S, H * D), True, S, 0
+    t = t if t.is_contiguous() else t.contiguous()
+    return t.view(B * H * S, D), False, H * S, S
 
 
 def _check(q, k, v, causal, scale, cu_q, cu_k, max_q, cache_lens, num_splits):
@@ -192,26 +199,25 @@ def attention_impl(q, k, v, causal, scale, cu_q, cu_k, max_q, cache_lens, num_sp
         nseq = cu_q.shape[0] - 1
         if max_q is None:
             max_q = int((cu_q[1:] - cu_q[:-1]).max().item()) if nseq > 0 else 0
-        # packed (total, heads, dim) viewed as one batch of (heads, total, dim): no copies
-        qv, kv, vv = (_readable(t).transpose(0, 1).unsqueeze(0) for t in (q, k, v))
-        ov = out.transpose(0, 1).unsqueeze(0)
-        lv = lse.unsqueeze(0)
-        keys_hint = k.shape[0] // max(nseq, 1)
+        keys_hint, seq_k = k.shape[0] // max(nseq, 1), 0
     else:
         nseq, max_q = q.shape[0], q.shape[2]
-        qv, kv, vv, ov, lv = _readable(q), _readable(k), _readable(v), out, lse
-        keys_hint = k.shape[2]
+        keys_hint = seq_k = k.shape[2]
     if out.numel() == 0 or nseq == 0 or max_q == 0 or k.numel() == 0:
         lse.fill_(-math.inf)
         return out.zero_(), lse
     group = H // Hkv
+    qx = q
     if not varlen and max_q == 1 and group > 1:
         # decoding with GQA/MQA: the group's query heads become the rows of one kv head's block
         # (one query row: causal masks nothing).
-        qv = qv.as_strided((nseq, Hkv, group, D), (qv.stride(0), qv.stride(1) * group, qv.stride(1), 1))
-        ov = ov.view(nseq, Hkv, group, D)
-        lv = lv.view(nseq, Hkv, group)
+        qx = q.reshape(nseq, Hkv, group, D)
         H, max_q, causal, group = Hkv, group, False, 1
+    seq_q = 0 if varlen else max_q
+    (qv, q_hc, q_rb, q_rh), (kv, k_hc, k_rb, k_rh), (vv, v_hc, v_rb, v_rh) = (_rows(t, varlen) for t in (qx, k, v))
+    # the output: (batch, heads, seq, dim) or packed (total, heads, dim), contiguous
+    o_hc, o_rb, o_rh = (True, 0, 0) if varlen else (False, H * max_q, max_q)
+    o_rows = out.numel() // (out.shape[1] * D if varlen else D)
     bM, bN, stages, threads = _fit_shared(_config(D, max_q), D, _shared_bytes(q))
     splits = _splits(nseq * H * -(-max_q // bM), -(-keys_hint // bN), num_splits)
     dtype = _dtype_name(q)
@@ -220,22 +226,22 @@ def attention_impl(q, k, v, causal, scale, cu_q, cu_k, max_q, cache_lens, num_sp
     cu_q_arg = cu_q.contiguous() if varlen else dummy
     cu_k_arg = cu_k.contiguous() if varlen else (cache_lens.contiguous() if cache_lens is not None else dummy)
     out_dtype = dtype if splits == 1 else "float32"
-    key = ("attention", H, Hkv, D, dtype, causal, varlen, cache_lens is not None, splits, bM, bN, stages, threads)
-    fwd = _kernel(key, lambda: ak.attention_fwd(H, Hkv, D, dtype, out_dtype, causal, varlen, cache_lens is not None,
-                                                splits, bM, bN, stages, threads), target)
+    flags = (causal, varlen, cache_lens is not None, splits, q_hc, k_hc, v_hc, o_hc, bM, bN, stages, threads)
+    fwd = _kernel(("attention", H, Hkv, D, dtype, out_dtype) + flags,
+                  lambda: ak.attention_fwd(H, Hkv, D, dtype, out_dtype, *flags), target)
+    # the LSE: (batch, heads, seq) or (heads, total); split partials in the output's row order
+    l_rb, l_rh, l_rs = (0, lse.shape[1], 1) if varlen else (H * max_q, max_q, 1)
+    head = (nseq, max_q, seq_q, seq_k, scale, q_rb, q_rh, k_rb, k_rh, v_rb, v_rh)
     if splits == 1:
-        fwd(qv, kv, vv, ov.unsqueeze(0), lv.unsqueeze(0), cu_q_arg, cu_k_arg, nseq, max_q, scale)
+        ov = out.view(o_rows, -1)
+        fwd(qv, kv, vv, ov, lse.view(-1), cu_q_arg, cu_k_arg, *head, 0, o_rb, o_rh, 0, l_rb, l_rh, l_rs)
         return out, lse
-    # split-KV: partials laid out like the output (so the combine reads rows in its memory order)
     opart = torch.empty((splits,) + tuple(out.shape), dtype=torch.float32, device=q.device)
     lpart = torch.empty((splits,) + tuple(out.shape[:-1]), dtype=torch.float32, device=q.device)
-    if varlen:  # out (total, H, D): rows in (token, head) order
-        op_v = opart.transpose(1, 2).unsqueeze(1)
-        lp_v = lpart.transpose(1, 2).unsqueeze(1)
-    else:
-        op_v = opart.view((splits,) + tuple(ov.shape))
-        lp_v = lpart.view((splits,) + tuple(lv.shape))
-    fwd(qv, kv, vv, op_v, lp_v, cu_q_arg, cu_k_arg, nseq, max_q, scale)
+    if varlen:  # partial LSEs in (token, head) order, like the output rows
+        l_rb, l_rh, l_rs = 0, 1, out.shape[1]
+    fwd(qv, kv, vv, opart.view(splits * o_rows, -1), lpart.view(-1), cu_q_arg, cu_k_arg, *head, o_rows, o_rb, o_rh,
+        lpart[0].numel(), l_rb, l_rh, l_rs)
     rows = out.numel() // D
     bR, cthreads = 16, 128
     comb = _kernel(("attention_combine", splits, D, dtype, bR, cthreads),

@@ -27,25 +27,29 @@ LOG2E = 1.4426950408889634
 LN2 = 0.6931471805599453
 
 
-def attention_fwd(heads, kv_heads, dim, dtype, out_dtype, causal, varlen, cache_lens, splits, block_M, block_N,
-                  stages, threads):
+def attention_fwd(heads, kv_heads, dim, dtype, out_dtype, causal, varlen, cache_lens, splits, q_hc, k_hc, v_hc,
+                  o_hc, block_M, block_N, stages, threads):
+    """Tensors are 2-D row views with static strides, so that their tiles load with 16-byte
+    vectors and cp.async: element (batch b, head h, position s, d) of Q is row
+    ``b * q_rb + h * q_rh + s``, column ``h * dim + d`` when ``q_hc`` (heads in the columns: a
+    (batch, seq, heads, dim) or packed tensor) else ``d`` (a (batch, heads, seq, dim) tensor);
+    likewise K, V and the output O (whose split ``p`` starts at row ``p * o_rp``).  The LSE is a
+    flat float32 tensor indexed ``p * l_rp + b * l_rb + h * l_rh + s * l_rs``."""
     group = heads // kv_heads
     accum = "float32"
-    B, Sq, Sk, NB, NL = T.dynamic("b"), T.dynamic("sq"), T.dynamic("sk"), T.dynamic("nb"), T.dynamic("nl")
-    qs = (T.dynamic("q_sb"), T.dynamic("q_sh"), T.dynamic("q_ss"), 1)
-    ks = (T.dynamic("k_sb"), T.dynamic("k_sh"), T.dynamic("k_ss"), 1)
-    vs = (T.dynamic("v_sb"), T.dynamic("v_sh"), T.dynamic("v_ss"), 1)
-    os_ = (T.dynamic("o_sp"), T.dynamic("o_sb"), T.dynamic("o_sh"), T.dynamic("o_ss"), 1)
-    ls = (T.dynamic("l_sp"), T.dynamic("l_sb"), T.dynamic("l_sh"), T.dynamic("l_ss"))
+    RQ, RK, RV, RO, RL = (T.dynamic(n) for n in ("rq", "rk", "rv", "ro", "rl"))
+    NB, NL = T.dynamic("nb"), T.dynamic("nl")
+    q_cols, k_cols, v_cols, o_cols = (heads * dim if q_hc else dim, kv_heads * dim if k_hc else dim,
+                                      kv_heads * dim if v_hc else dim, heads * dim if o_hc else dim)
 
     @T.prim_func
-    def attention_fwd_kernel(Q: T.Tensor((B, heads, Sq, dim), dtype, strides=qs),
-                             K: T.Tensor((B, kv_heads, Sk, dim), dtype, strides=ks),
-                             V: T.Tensor((B, kv_heads, Sk, dim), dtype, strides=vs),
-                             Out: T.Tensor((splits, B, heads, Sq, dim), out_dtype, strides=os_),
-                             L: T.Tensor((splits, B, heads, Sq), accum, strides=ls),
-                             CuQ: T.Tensor((NB,), "int32"), CuK: T.Tensor((NL,), "int32"),
-                             nseq: T.int32, max_q: T.int32, scale: T.float32):
+    def attention_fwd_kernel(Q: T.Tensor((RQ, q_cols), dtype), K: T.Tensor((RK, k_cols), dtype),
+                             V: T.Tensor((RV, v_cols), dtype), Out: T.Tensor((RO, o_cols), out_dtype),
+                             L: T.Tensor((RL,), accum), CuQ: T.Tensor((NB,), "int32"), CuK: T.Tensor((NL,), "int32"),
+                             nseq: T.int32, max_q: T.int32, seq_q: T.int32, seq_k: T.int32, scale: T.float32,
+                             q_rb: T.int32, q_rh: T.int32, k_rb: T.int32, k_rh: T.int32, v_rb: T.int32,
+                             v_rh: T.int32, o_rp: T.int32, o_rb: T.int32, o_rh: T.int32, l_rp: T.int32,
+                             l_rb: T.int32, l_rh: T.int32, l_rs: T.int32):
         with T.Kernel(T.ceildiv(max_q, block_M), heads, nseq * splits, threads=threads) as (bx, by, bz):
             Q_s = T.alloc_shared((block_M, dim), dtype)
             K_s = T.alloc_shared((block_N, dim), dtype)
@@ -61,12 +65,13 @@ def attention_fwd(heads, kv_heads, dim, dtype, out_dtype, causal, varlen, cache_
             denom = T.alloc_fragment((block_M,), accum)
 
             seq = bz // splits
+            part = bz % splits
+            kvh = by // group
             scale_log2 = T.alloc_var(accum, 0)
             scale_log2 = scale * LOG2E  # exp(x * scale) = exp2(x * scale * log2(e))
-            part = bz % splits
             tb = T.alloc_var("int32", 0)  # the tensor's batch index (0 for packed sequences)
-            q0 = T.alloc_var("int32", 0)  # first row of this sequence in Q/O/L
-            k0 = T.alloc_var("int32", 0)  # first row of this sequence in K/V
+            q0 = T.alloc_var("int32", 0)  # first position of this sequence in Q/O/L
+            k0 = T.alloc_var("int32", 0)  # first position of this sequence in K/V
             len_q = T.alloc_var("int32", 0)
             len_k = T.alloc_var("int32", 0)
             if varlen:
@@ -76,8 +81,8 @@ def attention_fwd(heads, kv_heads, dim, dtype, out_dtype, causal, varlen, cache_
                 len_k = CuK[seq + 1] - CuK[seq]
             else:
                 tb = seq
-                len_q = Sq
-                len_k = CuK[seq] if cache_lens else Sk
+                len_q = seq_q
+                len_k = CuK[seq] if cache_lens else seq_k
             shift = len_k - len_q  # causal: query i sees keys j <= i + shift
             key_end = T.alloc_var("int32", 0)
             key_end = T.max(T.min(len_k, (bx + 1) * block_M + shift), 0) if causal else len_k
@@ -86,13 +91,21 @@ def attention_fwd(heads, kv_heads, dim, dtype, out_dtype, causal, varlen, cache_
             hi = T.alloc_var("int32", 0)
             lo = part * per_part
             hi = T.max(T.min(lo + per_part, T.ceildiv(key_end, block_N)), lo)
+            q_row = T.alloc_var("int32", 0)
+            k_row = T.alloc_var("int32", 0)
+            v_row = T.alloc_var("int32", 0)
+            q_row = tb * q_rb + by * q_rh + q0 + bx * block_M
+            k_row = tb * k_rb + kvh * k_rh + k0
+            v_row = tb * v_rb + kvh * v_rh + k0
 
-            T.copy(Q[tb, by, q0 + bx * block_M, 0], Q_s)
+            # rows past this sequence (another head's or sequence's) are read but never used:
+            # their scores are masked and their outputs not stored
+            T.copy(Q[q_row, by * dim if q_hc else 0], Q_s)
             T.fill(acc_o, 0)
             T.fill(denom, 0)
             T.fill(m_cur, -T.infinity(accum))
             for kb in T.Pipelined(lo, hi, num_stages=stages):
-                T.copy(K[tb, by // group, k0 + kb * block_N, 0], K_s)
+                T.copy(K[k_row + kb * block_N, kvh * dim if k_hc else 0], K_s)
                 for i, j in T.Parallel(block_M, block_N):
                     if causal:
                         acc_s[i, j] = T.if_then_else(
@@ -112,7 +125,7 @@ def attention_fwd(heads, kv_heads, dim, dtype, out_dtype, causal, varlen, cache_
                 for i, j in T.Parallel(block_M, block_N):
                     acc_s[i, j] = T.exp2(acc_s[i, j] * scale_log2 - m_use[i] * scale_log2)
                 T.copy(acc_s, acc_s_cast)
-                T.copy(V[tb, by // group, k0 + kb * block_N, 0], V_s)
+                T.copy(V[v_row + kb * block_N, kvh * dim if v_hc else 0], V_s)
                 T.gemm(acc_s_cast, V_s, acc_o, policy=T.GemmWarpPolicy.FullRow)
                 T.reduce_sum(acc_s, row_sum, dim=1)
                 for i in T.Parallel(block_M):
@@ -122,15 +135,14 @@ def attention_fwd(heads, kv_heads, dim, dtype, out_dtype, causal, varlen, cache_
             for i in T.Parallel(block_M):
                 m_use[i] = T.if_then_else(denom[i] > 0, (m_cur[i] * scale_log2 + T.log2(denom[i])) * LN2,
                                           -T.infinity(accum))
-            if varlen:  # rows past this sequence belong to the next one: store row by row
-                for i, j in T.Parallel(block_M, dim):
-                    if bx * block_M + i < len_q:
-                        Out[part, 0, by, q0 + bx * block_M + i, j] = acc_o[i, j]
-            else:
-                T.copy(acc_o, Out[part, tb, by, bx * block_M:(bx + 1) * block_M, :])
+            o_row = T.alloc_var("int32", 0)
+            o_row = part * o_rp + tb * o_rb + by * o_rh + q0 + bx * block_M
+            for i, j in T.Parallel(block_M, dim):
+                if bx * block_M + i < len_q:  # rows past this sequence belong to another one
+                    Out[o_row + i, (by * dim if o_hc else 0) + j] = acc_o[i, j]
             for i in T.Parallel(block_M):
                 if bx * block_M + i < len_q:
-                    L[part, tb, by, q0 + bx * block_M + i] = m_use[i]
+                    L[part * l_rp + tb * l_rb + by * l_rh + (q0 + bx * block_M + i) * l_rs] = m_use[i]
 
     return attention_fwd_kernel
 

@@ -1,7 +1,8 @@
 """``torch.ops.tilewright.*``: the operators registered with ``torch.library.custom_op``, each with a
 fake (meta) implementation giving the output's shape and dtype, so that ``torch.compile`` traces
 through them without running a kernel and without a graph break; ``matmul`` also has autograd
-(its gradients are matmuls too).  Registration happens once, when torch is importable."""
+(its gradients are matmuls too); ``attention`` returns (out, lse) and has no backward.
+Registration happens once, when torch is importable."""
 
 # no "from __future__ import annotations": torch.library reads the annotations as real types
 from typing import Optional
