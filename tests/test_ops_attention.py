@@ -289,3 +289,15 @@ def test_gpu_lowering_on_the_cpu_emulator(monkeypatch, target, case):
             want, _ = reference(q[qs].transpose(0, 1)[None], k[ks].transpose(0, 1)[None],
                                 v[ks].transpose(0, 1)[None], True)
             _close(out[qs], want[0].transpose(0, 1))
+
+
+def test_mixed_layouts_and_copied_views():
+    """q as a (b, s, h, d) view, k contiguous (b, h, s, d), v a non-contiguous slice (copied)."""
+    g = torch.Generator().manual_seed(20)
+    q = _rand(g, 2, 23, 4, 64).transpose(1, 2)
+    k = _rand(g, 2, 2, 31, 64)
+    v = _rand(g, 2, 2, 31, 128)[..., ::2]
+    out, lse = ops.attention(q, k, v, causal=True, return_lse=True)
+    want, want_lse = reference(q, k, v, True)
+    _close(out, want)
+    _close_lse(lse, want_lse)

@@ -3,9 +3,9 @@
 ``attention_fwd`` is one flash-attention forward (online softmax over key blocks) that serves every
 mode of the operator, chosen by closure constants:
 
-- dense batches: Q (B, H, Sq, D), K/V (B, Hkv, Sk, D), read through their strides (so
-  ``(batch, seq, heads, dim)`` tensors are read in place through a transposed view);
-- variable-length batches (``varlen``): packed tensors viewed as batch 1, each block's sequence
+- dense batches: Q (B, H, Sq, D), K/V (B, Hkv, Sk, D), contiguous or (batch, seq, heads, dim)
+  tensors seen through ``transpose(1, 2)``, both read in place as 2-D row views;
+- variable-length batches (``varlen``): packed (total, heads, dim) tensors, each block's sequence
   given by ``cu_seqlens`` (start offsets; sequence ``b`` is rows ``cu[b] .. cu[b+1]``);
 - a padded KV cache (``cache_lens``): the keys of batch ``b`` are its first ``lens[b]`` rows;
 - split-KV (``splits > 1``, flash-decoding): the key blocks are cut into ``splits`` ranges, each
@@ -15,8 +15,8 @@ mode of the operator, chosen by closure constants:
 GQA/MQA: query head ``h`` reads key/value head ``h // group``.  Causal masking aligns the ends of
 the query and key sequences (query ``i`` sees keys ``j <= i + Sk - Sq``), as flash-attn does; a row
 that sees no key gets output 0 and log-sum-exp -inf.  Sizes that change from call to call (batch,
-sequence lengths, strides) are symbolic and the scale is a kernel argument, so one compiled kernel
-serves every such call.
+sequence lengths, row offsets) and the scale are kernel arguments, so one compiled kernel serves
+every such call.
 """
 
 from __future__ import annotations
