@@ -301,3 +301,28 @@ def test_mixed_layouts_and_copied_views():
     want, want_lse = reference(q, k, v, True)
     _close(out, want)
     _close_lse(lse, want_lse)
+
+
+def test_symbolic_innermost_stride_is_stored_element_by_element():
+    """Regression (lower_parallel's vector planner): a T.Tensor whose innermost stride is a
+    T.dynamic name crashed the lowering for AMD targets ("l_ss != 1 has no truth value")."""
+    import numpy as np
+
+    from tilewright import language as T
+
+    n, s = T.dynamic("n"), T.dynamic("s")
+
+    @T.prim_func
+    def scatter(X: T.Tensor((64,), "float32"), Y: T.Tensor((n,), "float32", strides=(s,))):
+        with T.Kernel(1, threads=64) as _bx:
+            x = T.alloc_fragment((64,), "float32")
+            T.copy(X[0], x)
+            for i in T.Parallel(64):
+                if i < n:
+                    Y[i] = x[i] * 2
+
+    x = np.random.default_rng(0).standard_normal(64).astype(np.float32)
+    y = np.full(192, np.nan, dtype=np.float32)
+    tilewright.compile(scatter, target="hip -arch=gfx942", execution_backend="emulator")(x, y[::3])
+    np.testing.assert_array_equal(y[::3], x * 2)
+    assert np.isnan(y[1::3]).all() and np.isnan(y[2::3]).all()
