@@ -1,5 +1,6 @@
 """Ready operators on torch tensors: ``matmul``, ``softmax``, ``rms_norm`` (with an optional fused
-residual add) and ``layer_norm``, written in tilewright's language (``ops/kernels.py``).
+residual add), ``layer_norm`` and ``attention`` (flash attention: GQA/MQA, causal, varlen, KV cache,
+split-KV decoding), written in tilewright's language (``ops/kernels.py``).
 
 Each call checks its arguments (``ArgumentError`` naming the argument), picks a configuration from
 the shapes, compiles once per configuration (row counts are symbolic, so a new batch size reuses
@@ -12,6 +13,7 @@ directly, which keeps the host cost of a call small.
 
 from __future__ import annotations
 
+from .attention_dispatch import attention  # noqa: F401
 from .dispatch import layer_norm, matmul, rms_norm, softmax  # noqa: F401
 from .registry import register  # noqa: F401
 

@@ -1,7 +1,8 @@
 """``torch.ops.tilewright.*``: the operators registered with ``torch.library.custom_op``, each with a
 fake (meta) implementation giving the output's shape and dtype, so that ``torch.compile`` traces
 through them without running a kernel and without a graph break; ``matmul`` also has autograd
-(its gradients are matmuls too).  Registration happens once, when torch is importable."""
+(its gradients are matmuls too); ``attention`` returns (out, lse) and has no backward.
+Registration happens once, when torch is importable."""
 
 # no "from __future__ import annotations": torch.library reads the annotations as real types
 from typing import Optional
@@ -76,3 +77,17 @@ def register() -> None:
     @layer_norm_op.register_fake
     def _(x, weight, bias, eps):
         return torch.empty_like(x)
+
+    from . import attention_dispatch as attention_mod
+
+    @torch.library.custom_op("tilewright::attention", mutates_args=())
+    def attention_op(q: Tensor, k: Tensor, v: Tensor, causal: bool, scale: Optional[float],
+                     cu_seqlens_q: Optional[Tensor], cu_seqlens_k: Optional[Tensor], max_seqlen_q: Optional[int],
+                     cache_seqlens: Optional[Tensor], num_splits: Optional[int]) -> tuple[Tensor, Tensor]:
+        return attention_mod.attention_impl(q, k, v, causal, scale, cu_seqlens_q, cu_seqlens_k, max_seqlen_q,
+                                            cache_seqlens, num_splits)
+
+    @attention_op.register_fake
+    def _(q, k, v, causal, scale, cu_seqlens_q, cu_seqlens_k, max_seqlen_q, cache_seqlens, num_splits):
+        out_shape, lse_shape = attention_mod.output_shapes(q, cu_seqlens_q)
+        return q.new_empty(out_shape), q.new_empty(lse_shape, dtype=torch.float32)

@@ -298,7 +298,7 @@ def _address_ok(ctx, buf, idx, inner_var, g) -> bool:
         strides = buf.strides
     else:
         return False
-    if strides[-1] != 1:
+    if not isinstance(strides[-1], int) or strides[-1] != 1:  # a symbolic innermost stride: element by element
         return False
     for d, x in enumerate(idx):
         if d == len(idx) - 1:

@@ -1,0 +1,255 @@
+"""``tilewright.ops.attention``: argument checks, configuration choice and launches of the
+attention kernels (``ops/attention_kernels.py``)."""
+
+from __future__ import annotations
+
+import math
+
+from ..errors import ArgumentError
+from . import attention_kernels as ak
+from .dispatch import _check_tensor, _dtype_name, _kernel, _same_device, _target_of, _torch
+
+_NUM_SMS = 132  # the split-KV heuristic aims at filling an H200; a guess elsewhere, and only a speed matter
+
+
+def attention(q, k, v, causal: bool = False, scale=None, return_lse: bool = False, *, cu_seqlens_q=None,
+              cu_seqlens_k=None, max_seqlen_q=None, cache_seqlens=None, num_splits=None):
+    """Scaled dot-product attention ``softmax(q k^T * scale) v`` (forward only).
+
+    Dense: ``q`` (batch, heads, seq_q, dim), ``k``/``v`` (batch, kv_heads, seq_k, dim), as
+    ``torch.nn.functional.scaled_dot_product_attention``; flash-attn's (batch, seq, heads, dim)
+    tensors are read in place through ``x.transpose(1, 2)``.  ``kv_heads`` divides ``heads``
+    (MHA, GQA, MQA).  Returns (batch, heads, seq_q, dim) in q's dtype (fp16 or bf16).
+
+    Varlen (``cu_seqlens_q``, ``cu_seqlens_k``: int32 (n + 1,) cumulative lengths): packed
+    ``q`` (total_q, heads, dim), ``k``/``v`` (total_k, kv_heads, dim), as flash_attn_varlen_func;
+    returns (total_q, heads, dim).  ``max_seqlen_q`` avoids reading the lengths back to the host.
+
+    ``cache_seqlens`` (int32 (batch,)): k/v are a padded KV cache and batch ``b`` uses its first
+    ``cache_seqlens[b]`` keys.  ``causal`` aligns the ends (query i sees keys j <= i + Sk - Sq).
+    ``scale`` defaults to 1/sqrt(dim).  ``return_lse`` also returns the float32 log-sum-exp of the
+    scaled scores, (batch, heads, seq_q) ((heads, total_q) for varlen); rows without keys give
+    output 0 and lse -inf.  ``num_splits`` forces the number of split-KV ranges (flash-decoding);
+    by default it is chosen from the shapes."""
+    torch = _torch()
+    if torch.compiler.is_compiling() or (torch.is_grad_enabled() and any(
+            isinstance(t, torch.Tensor) and t.requires_grad for t in (q, k, v))):
+        # traced, or under autograd (which then says there is no backward instead of dropping the graph)
+        out, lse = torch.ops.tilewright.attention(q, k, v, causal, scale, cu_seqlens_q, cu_seqlens_k, max_seqlen_q,
+                                                  cache_seqlens, num_splits)
+    else:
+        out, lse = attention_impl(q, k, v, causal, scale, cu_seqlens_q, cu_seqlens_k, max_seqlen_q, cache_seqlens,
+                                  num_splits)
+    return (out, lse) if return_lse else out
+
+
+def output_shapes(q, cu_seqlens_q):
+    """(output shape, lse shape): for the fake implementation and the launches alike."""
+    if cu_seqlens_q is not None:
+        return tuple(q.shape), (q.shape[1], q.shape[0])
+    return tuple(q.shape), tuple(q.shape[:3])
+
+
+def _config(dim: int, rows: int) -> tuple:
+    """(block_M, block_N, stages, threads) by head dim (the register file holds a block_M x dim
+    float accumulator); few query rows (decoding) take thin blocks."""
+    if rows <= 16:
+        return 16, 64 if dim <= 128 else 32, 2, 128
+    if dim <= 128 and rows > 64:
+        return 128, 64, 2, 256  # 128 threads spill at dim 128 (sm_90, measured by resource_usage)
+    if dim <= 128:
+        return 64, 64, 2, 128
+    return 64, 32, 2, 256  # dim 256: 128 threads spill
+
+
+def _fit_shared(cfg: tuple, dim: int, smem: int) -> tuple:
+    """Shrink stages, then block_N, then block_M until Q, the K/V ring and the score tile fit
+    in ``smem`` bytes of shared memory (AMD's 64 KiB LDS, smaller NVIDIA parts)."""
+    bM, bN, stages, threads = cfg
+    while (bM + 2 * stages * bN) * dim * 2 + 2 * bM * bN * 4 > smem:  # scores: fp32 tile + layout scratch
+        if stages > 1:
+            stages -= 1
+        elif bN > 32:
+            bN //= 2
+        elif bM > 16:
+            bM, threads = bM // 2, 128  # fewer rows: 4 warps (8 would split N below the MMA size)
+        else:
+            break
+    return bM, bN, stages, threads
+
+
+def _shared_bytes(t) -> int:
+    """Shared memory per block the device allows; CPU tensors (the interpreter) plan for an H200."""
+    torch = _torch()
+    if t.device.type == "cpu":
+        return 232448
+    props = torch.cuda.get_device_properties(t.device)
+    optin = getattr(props, "shared_memory_per_block_optin", 0)
+    return optin or (65536 if torch.version.hip else 101376)
+
+
+def _check_int(name: str, t, n=None):
+    torch = _torch()
+    if not isinstance(t, torch.Tensor) or t.dtype != torch.int32 or t.dim() != 1:
+        raise ArgumentError(f"{name} must be a 1-D torch.int32 tensor, got "
+                            f"{getattr(t, 'dtype', type(t).__name__)} of shape {tuple(getattr(t, 'shape', ()))}")
+    if n is not None and t.shape[0] != n:
+        raise ArgumentError(f"{name} has {t.shape[0]} elements; expected {n}")
+
+
+def _rows(t, packed: bool) -> tuple:
+    """(2-D view, heads in the columns?, rows per batch, rows per head) of q, k or v, with static
+    strides so that the kernels load whole vectors: a (batch, heads, seq, dim) tensor is
+    (batch*heads*seq, dim); a (batch, seq, heads, dim) one seen through ``transpose(1, 2)`` and a
+    packed (total, heads, dim) one are (rows, heads*dim).  Other layouts (and broadcasts) are copied."""
+    if packed:
+        t = t if t.is_contiguous() else t.contiguous()
+        return t.view(t.shape[0], t.shape[1] * t.shape[2]), True, 0, 0
+    B, H, S, D = t.shape
+    if not t.is_contiguous() and t.transpose(1, 2).is_contiguous():
+        return t.transpose(1, 2).reshape(B * S, H * D), True, S, 0
+    t = t if t.is_contiguous() else t.contiguous()
+    return t.view(B * H * S, D), False, H * S, S
+
+
+def _check(q, k, v, causal, scale, cu_q, cu_k, max_q, cache_lens, num_splits):
+    varlen = cu_q is not None or cu_k is not None
+    nd = 3 if varlen else 4
+    names = "(total, heads, dim)" if varlen else "(batch, heads, seq, dim)"
+    for name, t in (("q", q), ("k", k), ("v", v)):
+        _check_tensor(name, t, None, ("float16", "bfloat16"))
+        if t.dim() != nd:
+            raise ArgumentError(f"{name} must be {names}, got shape {tuple(t.shape)}"
+                                + ("" if varlen else " (packed tensors need cu_seqlens_q and cu_seqlens_k)"))
+    if not (q.dtype == k.dtype == v.dtype):
+        raise ArgumentError(f"q, k and v must have one dtype; got {q.dtype}, {k.dtype}, {v.dtype}")
+    if k.shape != v.shape:
+        raise ArgumentError(f"k has shape {tuple(k.shape)} and v {tuple(v.shape)}; they must match")
+    hd = 1
+    H, Hkv, D = q.shape[hd], k.shape[hd], q.shape[-1]
+    if not varlen and (k.shape[0] != q.shape[0]):
+        raise ArgumentError(f"q has batch {q.shape[0]} and k {k.shape[0]}; they must match")
+    if k.shape[-1] != D:
+        raise ArgumentError(f"q has head dim {D} and k {k.shape[-1]}; they must match")
+    if D % 16 or not 16 <= D <= 256:
+        raise ArgumentError(f"head dim {D} is not supported: use a multiple of 16 from 16 to 256 (64, 128, 256)")
+    if Hkv == 0 or H % Hkv:
+        raise ArgumentError(f"k/v have {Hkv} heads, which must divide q's {H} heads (GQA/MQA)")
+    if not isinstance(causal, bool):
+        raise ArgumentError(f"causal must be a bool, got {causal!r}")
+    if scale is not None and not (isinstance(scale, (int, float)) and math.isfinite(scale) and scale > 0):
+        raise ArgumentError(f"scale must be a positive finite number or None, got {scale!r}")
+    if num_splits is not None and not (isinstance(num_splits, int) and 1 <= num_splits <= 128):
+        raise ArgumentError(f"num_splits must be an int from 1 to 128 or None, got {num_splits!r}")
+    if varlen:
+        if cu_q is None or cu_k is None:
+            raise ArgumentError("variable-length attention needs both cu_seqlens_q and cu_seqlens_k")
+        if cache_lens is not None:
+            raise ArgumentError("cache_seqlens applies to dense (batch, heads, seq, dim) tensors, not with cu_seqlens")
+        _check_int("cu_seqlens_q", cu_q)
+        _check_int("cu_seqlens_k", cu_k, cu_q.shape[0])
+        if cu_q.shape[0] < 1:
+            raise ArgumentError("cu_seqlens_q must have at least one element (0)")
+        if max_q is not None and not (isinstance(max_q, int) and max_q >= 0):
+            raise ArgumentError(f"max_seqlen_q must be a non-negative int or None, got {max_q!r}")
+    else:
+        if max_q is not None:
+            raise ArgumentError("max_seqlen_q is for variable-length batches (with cu_seqlens_q)")
+        if cache_lens is not None:
+            _check_int("cache_seqlens", cache_lens, q.shape[0])
+    _same_device(q=q, k=k, v=v, cu_seqlens_q=cu_q, cu_seqlens_k=cu_k, cache_seqlens=cache_lens)
+
+
+def _check_lengths(q, k, cu_q, cu_k, cache_lens):
+    """Values of the length tensors (host reads: skipped while tracing and on GPU tensors, where a
+    read would synchronize; the kernels then trust them, as flash-attn does)."""
+    torch = _torch()
+    if q.device.type != "cpu" or torch.compiler.is_compiling():
+        return
+    for name, cu, total in (("cu_seqlens_q", cu_q, q.shape[0]), ("cu_seqlens_k", cu_k, k.shape[0])):
+        if cu is not None:
+            if cu[0].item() != 0 or bool((cu[1:] < cu[:-1]).any()) or cu[-1].item() > total:
+                raise ArgumentError(f"{name} must start at 0, never decrease and end at most at {total} "
+                                    f"(the packed length); got {cu.tolist()}")
+    if cache_lens is not None and (bool((cache_lens < 0).any()) or bool((cache_lens > k.shape[2]).any())):
+        raise ArgumentError(f"cache_seqlens must lie in 0..{k.shape[2]} (the cache length); got {cache_lens.tolist()}")
+
+
+def _splits(blocks: int, key_blocks: int, forced) -> int:
+    """Split-KV ranges: enough blocks to fill the GPU when the (batch, head, query block) grid is
+    small and the keys are long (decoding), each range at least 4 key blocks long."""
+    if forced is not None:
+        return max(1, min(forced, key_blocks))
+    if blocks >= _NUM_SMS or key_blocks < 8:
+        return 1
+    return max(1, min(2 * _NUM_SMS // blocks, key_blocks // 4, 64))
+
+
+def attention_impl(q, k, v, causal, scale, cu_q, cu_k, max_q, cache_lens, num_splits):
+    torch = _torch()
+    _check(q, k, v, causal, scale, cu_q, cu_k, max_q, cache_lens, num_splits)
+    _check_lengths(q, k, cu_q, cu_k, cache_lens)
+    varlen = cu_q is not None
+    out_shape, lse_shape = output_shapes(q, cu_q)
+    out = torch.empty(out_shape, dtype=q.dtype, device=q.device)
+    lse = torch.empty(lse_shape, dtype=torch.float32, device=q.device)
+    H, Hkv, D = q.shape[1], k.shape[1], q.shape[-1]
+    scale = float(scale) if scale is not None else 1.0 / math.sqrt(D)
+    if varlen:
+        nseq = cu_q.shape[0] - 1
+        if max_q is None:
+            max_q = int((cu_q[1:] - cu_q[:-1]).max().item()) if nseq > 0 else 0
+        keys_hint, seq_k = k.shape[0] // max(nseq, 1), 0
+    else:
+        nseq, max_q = q.shape[0], q.shape[2]
+        keys_hint = seq_k = k.shape[2]
+    if out.numel() == 0 or nseq == 0 or max_q == 0 or k.numel() == 0:
+        lse.fill_(-math.inf)
+        return out.zero_(), lse
+    group = H // Hkv
+    qx = q
+    if not varlen and max_q == 1 and group > 1:
+        # decoding with GQA/MQA: the group's query heads become the rows of one kv head's block
+        # (one query row: causal masks nothing).
+        qx = q.reshape(nseq, Hkv, group, D)
+        H, max_q, causal, group = Hkv, group, False, 1
+    seq_q = 0 if varlen else max_q
+    (qv, q_hc, q_rb, q_rh), (kv, k_hc, k_rb, k_rh), (vv, v_hc, v_rb, v_rh) = (_rows(t, varlen) for t in (qx, k, v))
+    # the output: (batch, heads, seq, dim) or packed (total, heads, dim), contiguous
+    o_hc, o_rb, o_rh = (True, 0, 0) if varlen else (False, H * max_q, max_q)
+    o_rows = out.numel() // (out.shape[1] * D if varlen else D)
+    bM, bN, stages, threads = _fit_shared(_config(D, max_q), D, _shared_bytes(q))
+    splits = _splits(nseq * H * -(-max_q // bM), -(-keys_hint // bN), num_splits)
+    dtype = _dtype_name(q)
+    target = _target_of(q)
+    dummy = torch.zeros(1, dtype=torch.int32, device=q.device)
+    cu_q_arg = cu_q.contiguous() if varlen else dummy
+    cu_k_arg = cu_k.contiguous() if varlen else (cache_lens.contiguous() if cache_lens is not None else dummy)
+    out_dtype = dtype if splits == 1 else "float32"
+    flags = (causal, varlen, cache_lens is not None, splits, q_hc, k_hc, v_hc, o_hc, bM, bN, stages, threads)
+    fwd = _kernel(("attention", H, Hkv, D, dtype, out_dtype) + flags,
+                  lambda: ak.attention_fwd(H, Hkv, D, dtype, out_dtype, *flags), target)
+    # the LSE: (batch, heads, seq) or (heads, total); split partials in the output's row order
+    l_rb, l_rh, l_rs = (0, lse.shape[1], 1) if varlen else (H * max_q, max_q, 1)
+    head = (nseq, max_q, seq_q, seq_k, scale, q_rb, q_rh, k_rb, k_rh, v_rb, v_rh)
+    if splits == 1:
+        ov = out.view(o_rows, -1)
+        fwd(qv, kv, vv, ov, lse.view(-1), cu_q_arg, cu_k_arg, *head, 0, o_rb, o_rh, 0, l_rb, l_rh, l_rs)
+        return out, lse
+    opart = torch.empty((splits,) + tuple(out.shape), dtype=torch.float32, device=q.device)
+    lpart = torch.empty((splits,) + tuple(out.shape[:-1]), dtype=torch.float32, device=q.device)
+    if varlen:  # partial LSEs in (token, head) order, like the output rows
+        l_rb, l_rh, l_rs = 0, 1, out.shape[1]
+    fwd(qv, kv, vv, opart.view(splits * o_rows, -1), lpart.view(-1), cu_q_arg, cu_k_arg, *head, o_rows, o_rb, o_rh,
+        lpart[0].numel(), l_rb, l_rh, l_rs)
+    rows = out.numel() // D
+    bR, cthreads = 16, 128
+    comb = _kernel(("attention_combine", splits, D, dtype, bR, cthreads),
+                   lambda: ak.attention_combine(splits, D, dtype, bR, cthreads), target)
+    lse_rows = torch.empty(rows, dtype=torch.float32, device=q.device)
+    comb(opart.view(splits, rows, D), lpart.view(splits, rows), out.view(rows, D), lse_rows)
+    if varlen:
+        lse.copy_(lse_rows.view(out.shape[0], out.shape[1]).t())
+    else:
+        lse.copy_(lse_rows.view(lse.shape))
+    return out, lse

@@ -1,0 +1,189 @@
+"""The kernels behind ``tilewright.ops.attention``, in tilewright's own language.
+
+``attention_fwd`` is one flash-attention forward (online softmax over key blocks) that serves every
+mode of the operator, chosen by closure constants:
+
+- dense batches: Q (B, H, Sq, D), K/V (B, Hkv, Sk, D), contiguous or (batch, seq, heads, dim)
+  tensors seen through ``transpose(1, 2)``, both read in place as 2-D row views;
+- variable-length batches (``varlen``): packed (total, heads, dim) tensors, each block's sequence
+  given by ``cu_seqlens`` (start offsets; sequence ``b`` is rows ``cu[b] .. cu[b+1]``);
+- a padded KV cache (``cache_lens``): the keys of batch ``b`` are its first ``lens[b]`` rows;
+- split-KV (``splits > 1``, flash-decoding): the key blocks are cut into ``splits`` ranges, each
+  block writes its normalized partial output (float32) and log-sum-exp, and ``attention_combine``
+  merges them.
+
+GQA/MQA: query head ``h`` reads key/value head ``h // group``.  Causal masking aligns the ends of
+the query and key sequences (query ``i`` sees keys ``j <= i + Sk - Sq``), as flash-attn does; a row
+that sees no key gets output 0 and log-sum-exp -inf.  Sizes that change from call to call (batch,
+sequence lengths, row offsets) and the scale are kernel arguments, so one compiled kernel serves
+every such call.
+"""
+
+from __future__ import annotations
+
+from .. import language as T
+
+LOG2E = 1.4426950408889634
+LN2 = 0.6931471805599453
+
+
+def attention_fwd(heads, kv_heads, dim, dtype, out_dtype, causal, varlen, cache_lens, splits, q_hc, k_hc, v_hc,
+                  o_hc, block_M, block_N, stages, threads):
+    """Tensors are 2-D row views with static strides, so that their tiles load with 16-byte
+    vectors and cp.async: element (batch b, head h, position s, d) of Q is row
+    ``b * q_rb + h * q_rh + s``, column ``h * dim + d`` when ``q_hc`` (heads in the columns: a
+    (batch, seq, heads, dim) or packed tensor) else ``d`` (a (batch, heads, seq, dim) tensor);
+    likewise K, V and the output O (whose split ``p`` starts at row ``p * o_rp``).  The LSE is a
+    flat float32 tensor indexed ``p * l_rp + b * l_rb + h * l_rh + s * l_rs``."""
+    group = heads // kv_heads
+    accum = "float32"
+    RQ, RK, RV, RO, RL = (T.dynamic(n) for n in ("rq", "rk", "rv", "ro", "rl"))
+    NB, NL = T.dynamic("nb"), T.dynamic("nl")
+    q_cols, k_cols, v_cols, o_cols = (heads * dim if q_hc else dim, kv_heads * dim if k_hc else dim,
+                                      kv_heads * dim if v_hc else dim, heads * dim if o_hc else dim)
+
+    @T.prim_func
+    def attention_fwd_kernel(Q: T.Tensor((RQ, q_cols), dtype), K: T.Tensor((RK, k_cols), dtype),
+                             V: T.Tensor((RV, v_cols), dtype), Out: T.Tensor((RO, o_cols), out_dtype),
+                             L: T.Tensor((RL,), accum), CuQ: T.Tensor((NB,), "int32"), CuK: T.Tensor((NL,), "int32"),
+                             nseq: T.int32, max_q: T.int32, seq_q: T.int32, seq_k: T.int32, scale: T.float32,
+                             q_rb: T.int32, q_rh: T.int32, k_rb: T.int32, k_rh: T.int32, v_rb: T.int32,
+                             v_rh: T.int32, o_rp: T.int32, o_rb: T.int32, o_rh: T.int32, l_rp: T.int32,
+                             l_rb: T.int32, l_rh: T.int32, l_rs: T.int32):
+        with T.Kernel(T.ceildiv(max_q, block_M), heads, nseq * splits, threads=threads) as (bx, by, bz):
+            Q_s = T.alloc_shared((block_M, dim), dtype)
+            K_s = T.alloc_shared((block_N, dim), dtype)
+            V_s = T.alloc_shared((block_N, dim), dtype)
+            acc_s = T.alloc_fragment((block_M, block_N), accum)
+            acc_s_cast = T.alloc_fragment((block_M, block_N), dtype)
+            acc_o = T.alloc_fragment((block_M, dim), accum)
+            m_cur = T.alloc_fragment((block_M,), accum)
+            m_prev = T.alloc_fragment((block_M,), accum)
+            m_use = T.alloc_fragment((block_M,), accum)
+            rescale = T.alloc_fragment((block_M,), accum)
+            row_sum = T.alloc_fragment((block_M,), accum)
+            denom = T.alloc_fragment((block_M,), accum)
+
+            seq = bz // splits
+            part = bz % splits
+            kvh = by // group
+            scale_log2 = T.alloc_var(accum, 0)
+            scale_log2 = scale * LOG2E  # exp(x * scale) = exp2(x * scale * log2(e))
+            tb = T.alloc_var("int32", 0)  # the tensor's batch index (0 for packed sequences)
+            q0 = T.alloc_var("int32", 0)  # first position of this sequence in Q/O/L
+            k0 = T.alloc_var("int32", 0)  # first position of this sequence in K/V
+            len_q = T.alloc_var("int32", 0)
+            len_k = T.alloc_var("int32", 0)
+            if varlen:
+                q0 = CuQ[seq]
+                k0 = CuK[seq]
+                len_q = CuQ[seq + 1] - CuQ[seq]
+                len_k = CuK[seq + 1] - CuK[seq]
+            else:
+                tb = seq
+                len_q = seq_q
+                len_k = CuK[seq] if cache_lens else seq_k
+            shift = len_k - len_q  # causal: query i sees keys j <= i + shift
+            key_end = T.alloc_var("int32", 0)
+            key_end = T.max(T.min(len_k, (bx + 1) * block_M + shift), 0) if causal else len_k
+            per_part = T.ceildiv(T.ceildiv(len_k, block_N), splits)
+            lo = T.alloc_var("int32", 0)
+            hi = T.alloc_var("int32", 0)
+            lo = part * per_part
+            hi = T.max(T.min(lo + per_part, T.ceildiv(key_end, block_N)), lo)
+            q_row = T.alloc_var("int32", 0)
+            k_row = T.alloc_var("int32", 0)
+            v_row = T.alloc_var("int32", 0)
+            q_row = tb * q_rb + by * q_rh + q0 + bx * block_M
+            k_row = tb * k_rb + kvh * k_rh + k0
+            v_row = tb * v_rb + kvh * v_rh + k0
+
+            # rows past this sequence (another head's or sequence's) are read but never used:
+            # their scores are masked and their outputs not stored
+            T.copy(Q[q_row, by * dim if q_hc else 0], Q_s)
+            T.fill(acc_o, 0)
+            T.fill(denom, 0)
+            T.fill(m_cur, -T.infinity(accum))
+            for kb in T.Pipelined(lo, hi, num_stages=stages):
+                T.copy(K[k_row + kb * block_N, kvh * dim if k_hc else 0], K_s)
+                for i, j in T.Parallel(block_M, block_N):
+                    if causal:
+                        acc_s[i, j] = T.if_then_else(
+                            (kb * block_N + j < len_k) and (kb * block_N + j <= bx * block_M + i + shift),
+                            0, -T.infinity(accum))
+                    else:
+                        acc_s[i, j] = T.if_then_else(kb * block_N + j < len_k, 0, -T.infinity(accum))
+                T.gemm(Q_s, K_s, acc_s, transpose_B=True, policy=T.GemmWarpPolicy.FullRow)
+                T.copy(m_cur, m_prev)
+                T.reduce_max(acc_s, m_cur, dim=1, clear=False)
+                for i in T.Parallel(block_M):
+                    # a row with every key so far masked keeps max -inf; subtract 0 instead (no inf - inf)
+                    m_use[i] = T.if_then_else(m_cur[i] == -T.infinity(accum), 0, m_cur[i])
+                    rescale[i] = T.exp2((m_prev[i] - m_use[i]) * scale_log2)
+                for i, j in T.Parallel(block_M, dim):
+                    acc_o[i, j] *= rescale[i]
+                for i, j in T.Parallel(block_M, block_N):
+                    acc_s[i, j] = T.exp2(acc_s[i, j] * scale_log2 - m_use[i] * scale_log2)
+                T.copy(acc_s, acc_s_cast)
+                T.copy(V[v_row + kb * block_N, kvh * dim if v_hc else 0], V_s)
+                T.gemm(acc_s_cast, V_s, acc_o, policy=T.GemmWarpPolicy.FullRow)
+                T.reduce_sum(acc_s, row_sum, dim=1)
+                for i in T.Parallel(block_M):
+                    denom[i] = denom[i] * rescale[i] + row_sum[i]
+            for i, j in T.Parallel(block_M, dim):
+                acc_o[i, j] = T.if_then_else(denom[i] > 0, acc_o[i, j] / denom[i], 0)
+            for i in T.Parallel(block_M):
+                m_use[i] = T.if_then_else(denom[i] > 0, (m_cur[i] * scale_log2 + T.log2(denom[i])) * LN2,
+                                          -T.infinity(accum))
+            o_row = T.alloc_var("int32", 0)
+            o_row = part * o_rp + tb * o_rb + by * o_rh + q0 + bx * block_M
+            for i, j in T.Parallel(block_M, dim):
+                if bx * block_M + i < len_q:  # rows past this sequence belong to another one
+                    Out[o_row + i, (by * dim if o_hc else 0) + j] = acc_o[i, j]
+            for i in T.Parallel(block_M):
+                if bx * block_M + i < len_q:
+                    L[part * l_rp + tb * l_rb + by * l_rh + (q0 + bx * block_M + i) * l_rs] = m_use[i]
+
+    return attention_fwd_kernel
+
+
+def attention_combine(splits, dim, dtype, block_R, threads):
+    """Merge split-KV partials: ``O = sum_s exp(L_s - L) O_s`` with ``L = log sum_s exp(L_s)``.
+    Rows are (batch, head, query) positions flattened in the output's memory order."""
+    R = T.dynamic("r")
+    accum = "float32"
+
+    @T.prim_func
+    def attention_combine_kernel(Opart: T.Tensor((splits, R, dim), accum), Lpart: T.Tensor((splits, R), accum),
+                                 Out: T.Tensor((R, dim), dtype), L: T.Tensor((R,), accum)):
+        with T.Kernel(T.ceildiv(R, block_R), threads=threads) as bx:
+            lse = T.alloc_fragment((block_R,), accum)
+            weight = T.alloc_fragment((block_R,), accum)
+            part = T.alloc_fragment((block_R, dim), accum)
+            acc = T.alloc_fragment((block_R, dim), accum)
+            m = T.alloc_fragment((block_R,), accum)
+            total = T.alloc_fragment((block_R,), accum)
+            T.fill(m, -T.infinity(accum))
+            for s in T.serial(splits):
+                T.copy(Lpart[s, bx * block_R], lse)
+                for i in T.Parallel(block_R):
+                    m[i] = T.max(m[i], lse[i])
+            T.fill(total, 0)
+            T.fill(acc, 0)
+            for s in T.serial(splits):
+                T.copy(Lpart[s, bx * block_R], lse)
+                T.copy(Opart[s, bx * block_R, 0], part)
+                for i in T.Parallel(block_R):
+                    # an empty split (lse -inf) weighs 0, also when every split is empty (m = -inf)
+                    weight[i] = T.if_then_else(lse[i] == -T.infinity(accum), 0, T.exp2((lse[i] - m[i]) * LOG2E))
+                    total[i] = total[i] + weight[i]
+                for i, j in T.Parallel(block_R, dim):
+                    acc[i, j] += part[i, j] * weight[i]
+            for i, j in T.Parallel(block_R, dim):
+                acc[i, j] = T.if_then_else(total[i] > 0, acc[i, j] / total[i], 0)
+            for i in T.Parallel(block_R):
+                m[i] = T.if_then_else(total[i] > 0, m[i] + T.log2(total[i]) * LN2, -T.infinity(accum))
+            T.copy(acc, Out[bx * block_R, 0])
+            T.copy(m, L[bx * block_R])
+
+    return attention_combine_kernel
