@@ -52,6 +52,13 @@ _EXTRA_MATH = {
     "exp10": "tw_exp10f", "log10": "tw_log10f", "tan": "tw_tanf", "erf": "tw_erff", "fabs": "tw_fabsf",
     "atan": "tw_atanf", "sinh": "tw_sinhf", "cosh": "tw_coshf", "log1p": "tw_log1pf", "expm1": "tw_expm1f",
     "fmod": "tw_fmodf",
+    # TileLang's names: clang lowers these float32 builtins to the GPU's instructions (no ocml);
+    # the fast-math spellings compute the prelude's functions
+    "nearbyint": "__builtin_rintf", "__exp": "tw_expf", "__exp10": "tw_exp10f", "__log": "tw_logf",
+    "__log2": "tw_log2f", "__log10": "tw_log10f", "__sin": "tw_sinf", "__cos": "tw_cosf", "__tan": "tw_tanf",
+    "ieee_add_rn": "tw_ieee_add_rn", "ieee_sub_rn": "tw_ieee_sub_rn", "ieee_mul_rn": "tw_ieee_mul_rn",
+    "ieee_fmaf_rn": "__builtin_fmaf", "ieee_fdiv_rn": "tw_ieee_fdiv_rn", "ieee_frcp_rn": "tw_ieee_frcp_rn",
+    "ieee_fsqrt_rn": "__builtin_sqrtf", "ieee_frsqrt_rn": "tw_ieee_frsqrt_rn",
 }
 
 # float64 math that lowers to hardware instructions (v_sqrt/rsq/fma/floor... _f64) without ocml;
@@ -59,7 +66,7 @@ _EXTRA_MATH = {
 _F64_MATH = {
     "sqrt": "__builtin_sqrt", "fabs": "__builtin_fabs", "abs": "__builtin_fabs", "floor": "__builtin_floor",
     "ceil": "__builtin_ceil", "trunc": "__builtin_trunc", "round": "__builtin_rint", "fma": "__builtin_fma",
-    "fmod": "__builtin_fmod",
+    "fmod": "__builtin_fmod", "nearbyint": "__builtin_rint",
 }
 
 # Helpers the base printer's output calls (tw_inf, tw_min, tw_floordiv, ...) and the ones this
@@ -150,6 +157,21 @@ TW_DEV float tw_atomic_min_f32(float* addr, float value) {
   return tw_bits(float, __hip_atomic_fetch_max((unsigned*)addr, (unsigned)bits, __ATOMIC_RELAXED,
                                                __HIP_MEMORY_SCOPE_AGENT));
 }
+// TileLang's ieee_* arithmetic in round-to-nearest: one correctly rounded operation each, kept
+// out of fma contraction (HIP compiles with -ffp-contract=fast); reciprocal square root through
+// float64, whose 29 spare bits make the final rounding the correct one.
+TW_DEV float tw_ieee_add_rn(float x, float y) {
+  #pragma clang fp contract(off)
+  return x + y; }
+TW_DEV float tw_ieee_sub_rn(float x, float y) {
+  #pragma clang fp contract(off)
+  return x - y; }
+TW_DEV float tw_ieee_mul_rn(float x, float y) {
+  #pragma clang fp contract(off)
+  return x * y; }
+TW_DEV float tw_ieee_fdiv_rn(float x, float y) { return x / y; }
+TW_DEV float tw_ieee_frcp_rn(float x) { return 1.0f / x; }
+TW_DEV float tw_ieee_frsqrt_rn(float x) { return (float)(1.0 / __builtin_sqrt((double)x)); }
 // ---- end of printer helpers ----
 """
 
@@ -279,6 +301,11 @@ class HipPrinter(Printer):
     # ------------------------------------------------------------------ expressions
     def math_fn(self, name: str) -> str:
         fn = HIP_MATH_FUNCS.get(name) or _EXTRA_MATH.get(name)
+        if fn is None and name.startswith("ieee_"):
+            op, mode = name.removeprefix("ieee_").rsplit("_", 1)
+            raise CompileError(f"T.ieee_{op}(..., rounding_mode={mode!r}) is not available in the HIP backend: "
+                               "AMD GPUs set the rounding mode per wave, not per instruction",
+                               hint="use rounding_mode='rn' on HIP, or run the kernel on a CUDA target")
         if fn is None:
             raise CompileError(f"math function {name!r} is not available in the HIP backend")
         return fn

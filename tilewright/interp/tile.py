@@ -62,6 +62,7 @@ from ..ir import tile as t
 from ..ir.visitor import child_stmts, walk, walk_expr
 from ..target.grid import check_launch_grid
 from .bind import bind_host_call
+from .ieee_rounding import extra_float_functions as _extra_float_functions
 
 __all__ = ["InterpError", "OutOfBoundsError", "run_tile_ir"]
 
@@ -259,6 +260,7 @@ _FLOAT_CALLS: dict[str, Callable] = {
     "trunc": np.trunc, "fabs": np.abs, "abs": np.abs, "pow": np.power, "min": np.minimum, "max": np.maximum,
     "fma": lambda a, b, c: a * b + c,
 }
+_FLOAT_CALLS.update(_extra_float_functions())  # TileLang's nearbyint, fmod, fast-math and ieee_* names
 
 
 def _needs_guard(e) -> bool:

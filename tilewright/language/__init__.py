@@ -52,6 +52,14 @@ uint32 = DType("uint32")
 boolean = DType("bool")
 float8_e4m3fn = DType("float8_e4m3fn")
 float8_e5m2 = DType("float8_e5m2")
+float8_e4m3 = DType("float8_e4m3fn")  # TileLang's spelling of the finite e4m3 format
+uint16 = DType("uint16")
+uint64 = DType("uint64")
+# TileLang dtypes tilewright cannot hold yet: using one raises a DTypeError that says so (ir/dtype.py)
+tfloat32 = DType("tfloat32")
+float8_e8m0fnu = DType("float8_e8m0fnu")
+float4_e2m1fn = DType("float4_e2m1fn")
+float32x2 = DType("float32x2")
 half = float16
 float = float32
 double = float64
@@ -687,6 +695,10 @@ round = _unary("round")
 trunc = _unary("trunc")
 isnan = _unary("isnan")
 isinf = _unary("isinf")
+
+# TileLang's further math (tan, fmod, nearbyint, clamp, fast_rcp, __exp..., ieee_*): language/math.py
+from .math import *  # noqa: E402, F403
+from .math import __all__ as _math_names  # noqa: E402, F401
 
 
 def abs(x):

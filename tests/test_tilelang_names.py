@@ -1,0 +1,319 @@
+"""TileLang's names that tilewright used to lack, each in a small program written as TileLang users
+write them, run on the tile interpreter and on the emulator of the lowered code for sm_90a and
+gfx942 against float64 NumPy references (outputs poisoned with NaN before each run); the generated
+CUDA compiled by NVRTC and the HIP by clang where those toolchains are installed.  A name a backend
+cannot support must be a CompileError naming it, never silently accepted.
+"""
+
+from fractions import Fraction
+
+import numpy as np
+import pytest
+from toolchains import needs_hip_compiler, needs_nvrtc
+from zoo import close, f64, poisoned, rand
+
+import tilewright
+import tilewright.language as T
+from tilewright.errors import CompileError
+from tilewright.interp import ieee_rounding
+
+CUDA, GFX942 = "cuda -arch=sm_90a", "hip -arch=gfx942"
+BACKENDS = [("interpret", None), (CUDA, "emulator"), (GFX942, "emulator")]
+BACKEND_IDS = ["interpret", "emulator-sm_90a", "emulator-gfx942"]
+
+
+@pytest.fixture
+def rng():
+    return np.random.default_rng(12)
+
+
+def build(func, target, backend=None):
+    return tilewright.compile(func, target=target, execution_backend=backend)
+
+
+# ============================================================================================
+# scalar math
+
+
+def unary_kernel(N, fn, dtype="float32"):
+    @T.prim_func
+    def main(A: T.Tensor((N,), dtype), B: T.Tensor((N,), dtype)):
+        with T.Kernel(T.ceildiv(N, 128), threads=128) as bx:
+            for i in T.Parallel(128):
+                B[bx * 128 + i] = fn(A[bx * 128 + i])
+
+    return main
+
+
+def binary_kernel(N, fn, dtype="float32"):
+    @T.prim_func
+    def main(A: T.Tensor((N,), dtype), B: T.Tensor((N,), dtype), C: T.Tensor((N,), dtype)):
+        with T.Kernel(T.ceildiv(N, 128), threads=128) as bx:
+            A_s = T.alloc_shared((128,), dtype)
+            T.copy(A[bx * 128], A_s)
+            for i in T.Parallel(128):
+                C[bx * 128 + i] = fn(A_s[i], B[bx * 128 + i])
+
+    return main
+
+
+UNARY = {  # name: (T function, float64 reference, input range, tolerance)
+    "tan": (T.tan, np.tan, (-1.2, 1.2), 1e-5),
+    "atan": (T.atan, np.arctan, (-4, 4), 1e-5),
+    "sinh": (T.sinh, np.sinh, (-3, 3), 1e-5),
+    "cosh": (T.cosh, np.cosh, (-3, 3), 1e-5),
+    "nearbyint": (T.nearbyint, np.rint, (-6, 6), 0),
+    "fast_rcp": (T.fast_rcp, lambda x: 1 / x, (0.25, 4), 1e-6),
+    "__exp": (T.__exp, np.exp, (-4, 4), 2e-5),
+    "__exp10": (T.__exp10, lambda x: 10.0**x, (-2, 2), 2e-5),
+    "__log": (T.__log, np.log, (0.1, 8), 2e-5),
+    "__log2": (T.__log2, np.log2, (0.1, 8), 2e-5),
+    "__log10": (T.__log10, np.log10, (0.1, 8), 2e-5),
+    "__sin": (T.__sin, np.sin, (-3, 3), 2e-5),
+    "__cos": (T.__cos, np.cos, (-3, 3), 2e-5),
+    "__tan": (T.__tan, np.tan, (-1.2, 1.2), 2e-5),
+    "ieee_frsqrt": (T.ieee_frsqrt, lambda x: 1 / np.sqrt(x), (0.1, 8), 1e-7),
+}
+
+
+@pytest.mark.parametrize("target,backend", BACKENDS, ids=BACKEND_IDS)
+@pytest.mark.parametrize("name", list(UNARY))
+def test_unary_math(rng, name, target, backend):
+    fn, ref, (lo, hi), tol = UNARY[name]
+    N = 256
+    a = rand(rng, (N,), lo=lo, hi=hi)
+    if name == "nearbyint":
+        a[:8] = [0.5, 1.5, 2.5, -0.5, -1.5, -2.5, 3.5, -3.5]  # halves go to even, unlike T.round
+    b = poisoned((N,))
+    build(unary_kernel(N, fn), target, backend)(a, b)
+    close(b, ref(f64(a)), tol, tol)
+
+
+def test_unary_math_in_float16_and_float64(rng):
+    N = 128
+    for dtype, tol in (("float16", 2e-3), ("float64", 1e-12)):
+        for fn, ref in ((T.tan, np.tan), (T.__exp, np.exp), (T.nearbyint, np.rint), (T.fast_rcp, lambda x: 1 / x)):
+            a = rand(rng, (N,), dtype, lo=0.3, hi=1.2)
+            for target, backend in BACKENDS:
+                if dtype == "float64" and target == GFX942 and fn in (T.tan, T.__exp):
+                    # float64 transcendentals need AMD's device library, which tilewright does not link
+                    with pytest.raises(CompileError, match=r"float64 is not available in the HIP backend"):
+                        build(unary_kernel(N, fn, dtype), target, backend)
+                    continue
+                b = poisoned((N,), dtype)
+                build(unary_kernel(N, fn, dtype), target, backend)(a, b)
+                close(b, ref(f64(a)), tol, tol)
+
+
+BINARY = {
+    "fmod": (T.fmod, np.fmod),
+    "clamp": (lambda x, y: T.clamp(x, -0.25, y), lambda x, y: np.minimum(np.maximum(x, -0.25), y)),
+}
+
+
+@pytest.mark.parametrize("target,backend", BACKENDS, ids=BACKEND_IDS)
+@pytest.mark.parametrize("name", list(BINARY))
+def test_binary_math(rng, name, target, backend):
+    fn, ref = BINARY[name]
+    N = 256
+    a, y = rand(rng, (N,), lo=-5, hi=5), rand(rng, (N,), lo=0.3, hi=2)
+    y[::2] *= -1
+    if name == "clamp":
+        a, y = a / 5, np.abs(y) / 2
+    c = poisoned((N,))
+    build(binary_kernel(N, fn), target, backend)(a, y, c)
+    close(c, ref(f64(a), f64(y)), 1e-6, 1e-6)
+
+
+# ieee_* with rounding modes: exact rational references ---------------------------------------
+
+def _exact(op, args):
+    fr = [Fraction(float(v)) for v in args]
+    if op == "add":
+        return fr[0] + fr[1]
+    if op == "sub":
+        return fr[0] - fr[1]
+    if op == "mul":
+        return fr[0] * fr[1]
+    if op == "fmaf":
+        return fr[0] * fr[1] + fr[2]
+    if op == "fdiv":
+        return fr[0] / fr[1]
+    if op == "frcp":
+        return 1 / fr[0]
+    raise ValueError(op)
+
+
+def _round32(q: Fraction, mode: str) -> np.float32:
+    """The float32 nearest ``q`` in ``mode``, found by bracketing (an independent reference)."""
+    r = np.float32(float(q))  # within one float32 step of the answer
+    lo = r if Fraction(float(r)) <= q else np.nextafter(r, np.float32(-np.inf))
+    hi = lo if Fraction(float(lo)) == q else np.nextafter(lo, np.float32(np.inf))
+    if mode == "rd":
+        return lo
+    if mode == "ru":
+        return hi
+    if mode == "rz":
+        return lo if q >= 0 else hi
+    dl, dh = q - Fraction(float(lo)), Fraction(float(hi)) - q
+    if dl != dh:
+        return lo if dl < dh else hi
+    return lo if int(lo.view(np.int32)) % 2 == 0 else hi
+
+
+def _ieee_inputs(rng, op, n):
+    x = (rng.standard_normal(n) * np.exp2(rng.integers(-6, 6, n))).astype(np.float32)
+    y = (rng.standard_normal(n) * np.exp2(rng.integers(-30, 6, n))).astype(np.float32)  # wide exponent gaps
+    z = (rng.standard_normal(n)).astype(np.float32)
+    if op in ("fdiv", "frcp"):
+        y = np.where(np.abs(y) < 1e-3, np.float32(0.5), y).astype(np.float32)
+    if op == "frcp":
+        x = y
+    return x, y, z
+
+
+@pytest.mark.parametrize("mode", ["rn", "rz", "ru", "rd"])
+@pytest.mark.parametrize("op", ["add", "sub", "mul", "fmaf", "fdiv", "frcp"])
+def test_ieee_rounding_reference_is_exact(rng, op, mode):
+    """The NumPy model the interpreter and emulator use agrees with exact rational arithmetic."""
+    x, y, z = _ieee_inputs(rng, op, 400)
+    args = {"frcp": (x,), "fmaf": (x, y, z)}.get(op, (x, y))
+    got = getattr(ieee_rounding, f"ieee_{op}")(*args, mode)
+    want = np.array([_round32(_exact(op, vals), mode) for vals in zip(*args)], np.float32)
+    assert np.array_equal(got.view(np.int32), want.view(np.int32)), (op, mode)
+
+
+@pytest.mark.parametrize("mode", ["rn", "rz", "ru", "rd"])
+def test_ieee_fsqrt_reference_is_exact(rng, mode):
+    x = (rng.uniform(0.01, 100, 400)).astype(np.float32)
+    got = ieee_rounding.ieee_fsqrt(x, mode)
+    for g, v in zip(got, x):
+        q = Fraction(float(v))
+        lo = np.float32(np.sqrt(np.float64(v)))
+        lo = lo if Fraction(float(lo)) ** 2 <= q else np.nextafter(lo, np.float32(-1))
+        hi = lo if Fraction(float(lo)) ** 2 == q else np.nextafter(lo, np.float32(np.inf))
+        if mode in ("rd", "rz"):
+            assert g == lo
+        elif mode == "ru":
+            assert g == hi
+        else:
+            assert g in (lo, hi) and abs(float(g) ** 2 - float(v)) <= abs(float(lo if g == hi else hi) ** 2 - float(v))
+
+
+def ieee_kernel(N, op, mode):
+    fn = getattr(T, f"ieee_{op}")
+    arity = {"frcp": 1, "fsqrt": 1, "fmaf": 3}.get(op, 2)
+
+    @T.prim_func
+    def main(X: T.Tensor((N,), "float32"), Y: T.Tensor((N,), "float32"), Z: T.Tensor((N,), "float32"),
+             R: T.Tensor((N,), "float32")):
+        with T.Kernel(T.ceildiv(N, 128), threads=128) as bx:
+            for i in T.Parallel(128):
+                g = bx * 128 + i
+                if arity == 1:
+                    R[g] = fn(X[g], mode)
+                elif arity == 2:
+                    R[g] = fn(X[g], Y[g], rounding_mode=mode)
+                else:
+                    R[g] = fn(X[g], Y[g], Z[g], mode)
+
+    return main
+
+
+@pytest.mark.parametrize("target,backend", BACKENDS, ids=BACKEND_IDS)
+@pytest.mark.parametrize("mode", ["rn", "rz", "ru", "rd"])
+@pytest.mark.parametrize("op", ["add", "mul", "fmaf", "fdiv", "frcp"])
+def test_ieee_ops_in_kernels(rng, op, mode, target, backend):
+    if target == GFX942 and mode != "rn":
+        with pytest.raises(CompileError, match=rf"T.ieee_{op}.*rounding_mode='{mode}'.*HIP"):
+            build(ieee_kernel(256, op, mode), target, backend)
+        return
+    N = 256
+    x, y, z = _ieee_inputs(rng, op, N)
+    r = poisoned((N,))
+    build(ieee_kernel(N, op, mode), target, backend)(x, y, z, r)
+    args = {"frcp": (x,), "fmaf": (x, y, z)}.get(op, (x, y))
+    want = np.array([_round32(_exact(op, vals), mode) for vals in zip(*args)], np.float32)
+    assert np.array_equal(r.view(np.int32), want.view(np.int32))
+
+
+def test_ieee_ops_refuse_bad_modes_and_types():
+    with pytest.raises(CompileError, match=r"rounding_mode='up'.*not a rounding mode"):
+        ieee_kernel(128, "add", "up")
+    with pytest.raises(CompileError, match=r"T.ieee_add computes in float32.*float16"):
+        binary_kernel(128, lambda a, b: T.ieee_add(a, b), "float16")
+
+
+# ============================================================================================
+# dtypes
+
+
+def test_dtype_names():
+    assert T.float8_e4m3 == "float8_e4m3fn" and T.uint32 == "uint32" and T.uint64 == "uint64"
+    for name in ("tfloat32", "float8_e8m0fnu", "float4_e2m1fn", "float32x2"):
+        with pytest.raises(CompileError, match=rf"{name}.*not supported"):
+            unary_kernel(128, lambda x: x, getattr(T, name))
+
+
+@pytest.mark.parametrize("target,backend", BACKENDS, ids=BACKEND_IDS)
+def test_unsigned_and_fp8_e4m3_kernels(rng, target, backend):
+    N = 256
+
+    @T.prim_func
+    def main(A: T.Tensor((N,), T.uint32), B: T.Tensor((N,), T.uint64), F: T.Tensor((N,), T.float8_e4m3),
+             C: T.Tensor((N,), T.uint64), G: T.Tensor((N,), T.float32)):
+        with T.Kernel(T.ceildiv(N, 128), threads=128) as bx:
+            for i in T.Parallel(128):
+                g = bx * 128 + i
+                C[g] = T.Cast(T.uint64, A[g]) * T.uint64(3) + B[g]
+                G[g] = T.Cast(T.float32, F[g]) * 2.0
+
+    a = rng.integers(0, 2**32, N, dtype=np.uint64).astype(np.uint32)
+    b = rng.integers(0, 2**40, N, dtype=np.uint64)
+    f = rand(rng, (N,), "float32", -4, 4).astype(tilewright.ir.dtype.to_numpy("float8_e4m3fn"))
+    c, g = np.full(N, 7, np.uint64), poisoned((N,))
+    build(main, target, backend)(a, b, f, c, g)
+    assert np.array_equal(c, a.astype(np.uint64) * 3 + b)
+    close(g, f64(f) * 2, 0, 0)
+
+
+# ============================================================================================
+# the generated code compiles
+
+
+def math_kernel(N, modes=("rn", "rz", "ru", "rd")):
+    @T.prim_func
+    def main(A: T.Tensor((N,), "float32"), B: T.Tensor((N,), "float32"), C: T.Tensor((N,), "float32")):
+        with T.Kernel(T.ceildiv(N, 128), threads=128) as bx:
+            for i in T.Parallel(128):
+                g = bx * 128 + i
+                x, y = A[g], B[g]
+                v = T.tan(x) + T.atan(x) + T.sinh(x) + T.cosh(x) + T.fmod(x, y) + T.nearbyint(x) + T.clamp(x, 0, y)
+                v = v + T.fast_rcp(y) + T.__exp(x) + T.__exp10(x) + T.__log(y) + T.__log2(y) + T.__log10(y)
+                v = v + T.__sin(x) + T.__cos(x) + T.__tan(x) + T.ieee_frsqrt(y)
+                for m in modes:
+                    v = v + T.ieee_add(x, y, m) + T.ieee_sub(x, y, m) + T.ieee_mul(x, y, m)
+                    v = v + T.ieee_fmaf(x, y, v, m) + T.ieee_fdiv(x, y, m) + T.ieee_frcp(y, m) + T.ieee_fsqrt(y, m)
+                C[g] = v
+
+    return main
+
+
+@needs_nvrtc
+def test_math_compiles_with_nvrtc(tmp_path, monkeypatch):
+    monkeypatch.setenv("TILEWRIGHT_CACHE_DIR", str(tmp_path))
+    k = build(math_kernel(256), CUDA)
+    assert k.get_code_object()[:4] == b"\x7fELF"
+    src = k.get_kernel_source()
+    for fn in ("tanf", "nearbyintf", "__frcp_rn", "__expf", "__sinf", "__fadd_rz", "__fmaf_ru", "__fdiv_rd",
+               "__fsqrt_rz", "__frsqrt_rn"):
+        assert fn + "(" in src
+
+
+@needs_hip_compiler
+def test_math_compiles_for_gfx942(tmp_path, monkeypatch):
+    monkeypatch.setenv("TILEWRIGHT_CACHE_DIR", str(tmp_path))
+    k = build(math_kernel(256, modes=("rn",)), GFX942)
+    assert k.get_code_object()[:4] == b"\x7fELF"
+    src = k.get_kernel_source()
+    assert "tw_ieee_add_rn(" in src and "__builtin_rintf(" in src
