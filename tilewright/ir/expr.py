@@ -431,12 +431,9 @@ FLOAT_INTRINSICS = {
     "tan", "erf", "floor", "ceil", "round", "trunc", "fabs", "abs", "pow", "fma", "atan", "sinh", "cosh",
     "log1p", "expm1", "isnan", "isinf",
 }
-# TileLang's further float math: C's nearbyint and fmod, the reciprocal, the fast-math spellings
-# (``__exp`` ...) and IEEE arithmetic with a rounding mode (``ieee_add_rz`` ...: name_op_mode)
-FLOAT_INTRINSICS |= {"nearbyint", "fmod", "rcp", "__exp", "__exp10", "__log", "__log2", "__log10", "__sin",
-                     "__cos", "__tan"}
-FLOAT_INTRINSICS |= {f"ieee_{op}_{mode}" for op in ("add", "sub", "mul", "fmaf", "fdiv", "frcp", "fsqrt")
-                     for mode in ("rn", "rz", "ru", "rd")} | {"ieee_frsqrt_rn"}
+# TileLang's further unary float math: C's nearbyint, the reciprocal, the fast-math spellings
+# (language/math.py also builds fmod and the ieee_* rounding-mode calls, float-typed by construction)
+FLOAT_INTRINSICS |= {"nearbyint", "rcp", "__exp", "__exp10", "__log", "__log2", "__log10", "__sin", "__cos", "__tan"}
 
 
 def call(name: str, args, dtype: str | None = None) -> Expr:
