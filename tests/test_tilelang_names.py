@@ -317,3 +317,120 @@ def test_math_compiles_for_gfx942(tmp_path, monkeypatch):
     assert k.get_code_object()[:4] == b"\x7fELF"
     src = k.get_kernel_source()
     assert "tw_ieee_add_rn(" in src and "__builtin_rintf(" in src
+
+
+# ============================================================================================
+# warp shuffles and warp reductions
+
+WARP = {"interpret": 32, CUDA: 32, GFX942: 64}
+
+
+def ref_shuffle(v, kind, arg, width, warp):
+    """What each thread reads, by CUDA's rules, written out lane by lane."""
+    out = np.empty_like(v)
+    w = width or warp
+    for t in range(len(v)):
+        lane = t % warp
+        seg = lane // w * w
+        if kind == "xor":
+            s = lane ^ arg
+            s = lane if s >= seg + w else s
+        elif kind == "down":
+            s = lane + arg if lane - seg + arg < w else lane
+        elif kind == "up":
+            s = lane - arg if lane - seg - arg >= 0 else lane
+        else:
+            s = seg + arg % w
+        out[t] = v[t - lane + s]
+    return out
+
+
+def shuffle_kernel(N, dtype):
+    @T.prim_func
+    def main(A: T.Tensor((N,), dtype), X: T.Tensor((N,), dtype), D: T.Tensor((N,), dtype),
+             U: T.Tensor((N,), dtype), S: T.Tensor((N,), dtype)):
+        with T.Kernel(1, threads=N) as _bx:
+            tx = T.get_thread_binding()
+            v = A[tx]
+            X[tx] = T.shfl_xor(v, 5)
+            D[tx] = T.shfl_down_sync(0xFFFFFFFF, v, 3, 16)
+            U[tx] = T.shfl_up(v, 2)
+            S[tx] = T.shfl_sync(0xFFFFFFFF, v, tx % 7, 8)
+
+    return main
+
+
+@pytest.mark.parametrize("target,backend", BACKENDS, ids=BACKEND_IDS)
+@pytest.mark.parametrize("dtype", ["float32", "float16", "int32", "int64", "float64"])
+def test_shuffles(rng, dtype, target, backend):
+    N = 128
+    a = (rng.standard_normal(N) * 1000).astype(dtype)
+    outs = [np.full(N, -7, dtype) if "int" in dtype else poisoned((N,), dtype) for _ in range(4)]
+    build(shuffle_kernel(N, dtype), target, backend)(a, *outs)
+    W = WARP[target]
+    tid = np.arange(N)
+    wants = [ref_shuffle(a, "xor", 5, 0, W), ref_shuffle(a, "down", 3, 16, W), ref_shuffle(a, "up", 2, 0, W),
+             np.array([ref_shuffle(a, "idx", int(t % 7), 8, W)[t] for t in tid])]
+    for got, want in zip(outs, wants):
+        assert np.array_equal(got, want)
+
+
+def warp_reduce_kernel(N):
+    @T.prim_func
+    def main(A: T.Tensor((N,), "float32"), K: T.Tensor((N,), "int32"), S: T.Tensor((N,), "float32"),
+             M: T.Tensor((N,), "float32"), L: T.Tensor((N,), "float32"), BA: T.Tensor((N,), "int32"),
+             BO: T.Tensor((N,), "int32")):
+        with T.Kernel(1, threads=N) as _bx:
+            tx = T.get_thread_binding()
+            S[tx] = T.warp_reduce_sum(A[tx])
+            M[tx] = T.warp_reduce_max(A[tx])
+            L[tx] = T.warp_reduce_min(A[tx])
+            BA[tx] = T.warp_reduce_bitand(K[tx])
+            BO[tx] = T.warp_reduce_bitor(K[tx])
+
+    return main
+
+
+@pytest.mark.parametrize("target,backend", BACKENDS, ids=BACKEND_IDS)
+def test_warp_reductions(rng, target, backend):
+    N = 256
+    a = rand(rng, (N,))
+    k = rng.integers(0, 2**31 - 1, N).astype(np.int32) | np.int32(0x11)
+    s, m, mn = poisoned((N,)), poisoned((N,)), poisoned((N,))
+    ba, bo = np.full(N, -1, np.int32), np.full(N, -1, np.int32)
+    build(warp_reduce_kernel(N), target, backend)(a, k, s, m, mn, ba, bo)
+    W = WARP[target]
+    groups = f64(a).reshape(-1, W)
+    close(s, np.repeat(groups.sum(1), W), 1e-5, 1e-5)
+    close(m, np.repeat(groups.max(1), W), 0, 0)
+    close(mn, np.repeat(groups.min(1), W), 0, 0)
+    kg = k.reshape(-1, W)
+    assert np.array_equal(ba, np.repeat(np.bitwise_and.reduce(kg, 1), W))
+    assert np.array_equal(bo, np.repeat(np.bitwise_or.reduce(kg, 1), W))
+
+
+def test_shuffle_misuse_is_refused():
+    with pytest.raises(CompileError, match=r"T.shfl_sync: the lane mask"):
+        unary_kernel(128, lambda x: T.shfl_sync(0, x, 1))
+    with pytest.raises(CompileError, match=r"width=.*power of two"):
+        unary_kernel(128, lambda x: T.shfl_xor(x, 1, width=12))
+    with pytest.raises(CompileError, match=r"T.warp_reduce_bitor takes an integer"):
+        unary_kernel(128, T.warp_reduce_bitor)
+
+
+@needs_nvrtc
+def test_shuffles_compile_with_nvrtc(tmp_path, monkeypatch):
+    monkeypatch.setenv("TILEWRIGHT_CACHE_DIR", str(tmp_path))
+    for dtype in ("float32", "float16", "int64"):
+        k = build(shuffle_kernel(128, dtype), CUDA)
+        assert k.get_code_object()[:4] == b"\x7fELF" and "__shfl_down_sync(" in k.get_kernel_source()
+    assert build(warp_reduce_kernel(128), CUDA).get_code_object()[:4] == b"\x7fELF"
+
+
+@needs_hip_compiler
+def test_shuffles_compile_for_gfx942(tmp_path, monkeypatch):
+    monkeypatch.setenv("TILEWRIGHT_CACHE_DIR", str(tmp_path))
+    for dtype in ("float32", "float16", "int64", "float64"):
+        k = build(shuffle_kernel(128, dtype), GFX942)
+        assert k.get_code_object()[:4] == b"\x7fELF" and "tw_warp_src(" in k.get_kernel_source()
+    assert build(warp_reduce_kernel(128), GFX942).get_code_object()[:4] == b"\x7fELF"

@@ -277,6 +277,28 @@ class CudaPrinter(Printer):
     def shuffle(self, e) -> str:
         return f"__shfl_xor_sync(0xffffffffu, {self.expr(e.value)}, {e.mask}, {e.width})"
 
+    # TileLang's T.shfl_* and warp_size() (language/warp.py): CUDA's own shuffles, width 0 = 32
+    _WARP_SHUFFLE = {"warp_shfl_xor": "__shfl_xor_sync", "warp_shfl_down": "__shfl_down_sync",
+                     "warp_shfl_up": "__shfl_up_sync", "warp_shfl_idx": "__shfl_sync"}
+
+    def call(self, e) -> str:
+        if e.name == "warp_size":
+            return "32"
+        fn = self._WARP_SHUFFLE.get(e.name)
+        if fn is None:
+            return super().call(e)
+        v, lane, width = e.args
+        w = int(width.value) or 32
+        d = e.dtype
+        if d in ("float32", "float64", "float16", "bfloat16", "int32", "uint32", "int64", "uint64"):
+            return f"{fn}(0xffffffffu, {self.expr(v)}, {self.expr(lane)}, {w})"
+        if dt.is_int(d) or d == "bool":  # narrow integers travel as int
+            return f"(({self.ctype(d)}){fn}(0xffffffffu, (int)({self.expr(v)}), {self.expr(lane)}, {w}))"
+        from ..errors import CompileError
+
+        raise CompileError(f"a shuffle of a {d} value is not available in the CUDA backend",
+                           hint="shuffle it as float16 or float32")
+
 
 def _uses_warp_sync(kernel) -> bool:
     """Whether the kernel needs the mbarrier / elect helpers without using TMA."""

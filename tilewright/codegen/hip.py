@@ -61,6 +61,9 @@ _EXTRA_MATH = {
     "ieee_fsqrt_rn": "__builtin_sqrtf", "ieee_frsqrt_rn": "tw_ieee_frsqrt_rn",
 }
 
+# TileLang's T.shfl_* calls -> the kind number tw_warp_src takes
+_WARP_SHUFFLE_KIND = {"warp_shfl_xor": 0, "warp_shfl_down": 1, "warp_shfl_up": 2, "warp_shfl_idx": 3}
+
 # float64 math that lowers to hardware instructions (v_sqrt/rsq/fma/floor... _f64) without ocml;
 # anything else (exp, log, ...) would become a libm call that does not exist on the device.
 _F64_MATH = {
@@ -172,6 +175,23 @@ TW_DEV float tw_ieee_mul_rn(float x, float y) {
 TW_DEV float tw_ieee_fdiv_rn(float x, float y) { return x / y; }
 TW_DEV float tw_ieee_frcp_rn(float x) { return 1.0f / x; }
 TW_DEV float tw_ieee_frsqrt_rn(float x) { return (float)(1.0 / __builtin_sqrt((double)x)); }
+// TileLang's T.shfl_*: the lane a lane reads (kind 0 xor, 1 down, 2 up, 3 idx) in segments of
+// width lanes (0: the whole wave), its own lane where the source leaves the segment, as in CUDA.
+TW_DEV int tw_warp_src(int kind, int arg, int width) {
+  int lane = (int)tw_lane_id();
+  int w = (width <= 0 || width > TW_WAVE_SIZE) ? TW_WAVE_SIZE : width;
+  int seg = lane - lane % w;
+  if (kind == 0) { int s = lane ^ arg; return (s >= seg + w || s >= TW_WAVE_SIZE) ? lane : s; }
+  if (kind == 1) return (lane - seg + arg >= w) ? lane : lane + arg;
+  if (kind == 2) return (lane - seg - arg < 0) ? lane : lane - arg;
+  return seg + ((arg % w) + w) % w;
+}
+TW_DEV tw_i64 tw_shfl_src_i64(tw_i64 value, int src) {
+  tw_int2 v = tw_bits(tw_int2, value);
+  v.x = tw_shfl_i32(v.x, src);
+  v.y = tw_shfl_i32(v.y, src);
+  return tw_bits(tw_i64, v);
+}
 // ---- end of printer helpers ----
 """
 
@@ -313,6 +333,10 @@ class HipPrinter(Printer):
     def call(self, e: E.Call) -> str:
         name = e.name
         args = e.args
+        if name == "warp_size":
+            return "TW_WAVE_SIZE"
+        if name in _WARP_SHUFFLE_KIND:
+            return self.warp_shuffle(e)
         if name in ("isnan", "isinf"):
             a = args[0]
             inner = self.expr(a) if a.dtype in ("float32", "float64") else f"(float)({self.expr(a)})"
@@ -331,6 +355,26 @@ class HipPrinter(Printer):
         conv = ", ".join(self.expr(a) if a.dtype == "float32" else f"(float)({self.expr(a)})" for a in args)
         out = f"{fn}({conv})"
         return out if e.dtype == "float32" else f"{self.ctype(e.dtype)}({out})"
+
+    def warp_shuffle(self, e: E.Call) -> str:
+        """TileLang's T.shfl_* (language/warp.py): the source lane by CUDA's segment rules
+        (tw_warp_src), read with ds_bpermute; other types travel as 32/64-bit integers."""
+        v, lane, width = e.args
+        src = f"tw_warp_src({_WARP_SHUFFLE_KIND[e.name]}, {self.expr(lane)}, {int(width.value)})"
+        x, d = self.expr(v), e.dtype
+        if d == "float32":
+            return f"tw_bits(float, tw_shfl_i32(tw_bits(int, {x}), {src}))"
+        if d == "float64":
+            return f"tw_bits(double, tw_shfl_src_i64(tw_bits(tw_i64, {x}), {src}))"
+        if d in ("int64", "uint64"):
+            return f"(({self.ctype(d)})tw_shfl_src_i64((tw_i64)({x}), {src}))"
+        if d in ("float16", "bfloat16"):
+            ct = self.ctype(d)
+            return f"tw_bits({ct}, (tw_u16)tw_shfl_i32((int)tw_bits(tw_u16, {x}), {src}))"
+        if dt.is_int(d) or d == "bool":
+            return f"(({self.ctype(d)})tw_shfl_i32((int)({x}), {src}))"
+        raise CompileError(f"a shuffle of a {d} value is not available in the HIP backend",
+                           hint="shuffle it as float16 or float32")
 
     def minmax(self, op: str, e: E.BinOp) -> str:
         a, b = self.expr(e.a), self.expr(e.b)

@@ -61,6 +61,7 @@ from ..ir import thread as th
 from ..ir import tile as t
 from ..ir.visitor import child_stmts, walk, walk_expr
 from ..target.grid import check_launch_grid
+from . import warp_ops as _warp
 from .bind import bind_host_call
 from .ieee_rounding import extra_float_functions as _extra_float_functions
 
@@ -459,6 +460,8 @@ class _ExprCompiler:
     def _call(self, e: E.Call):
         fargs = [self(a) for a in e.args]
         name = e.name
+        if name in _warp.WARP_CALLS:
+            return self._warp_call(e, fargs)
         if name in ("isnan", "isinf"):
             fn = np.isnan if name == "isnan" else np.isinf
             return lambda c: fn(_lift(fargs[0](c), _F32))
@@ -480,6 +483,32 @@ class _ExprCompiler:
             f0 = fargs[0]
             return lambda c: _to(fn(_lift(f0(c), work)), npdt)
         return lambda c: _to(fn(*[_lift(g(c), work) for g in fargs]), npdt)
+
+    def _warp_call(self, e: E.Call, fargs):
+        """A shuffle reads the value another thread of the warp holds: a gather along the thread
+        axis of per-thread values (uniform values are the same in every lane)."""
+        if e.name == "warp_size":
+            return lambda c: np.int32(_warp.INTERPRETER_WARP)
+        fv, fl, fw = fargs
+        npdt = dt.to_numpy(e.dtype)
+
+        def shfl(c):
+            if c.in_par:
+                raise InterpError(f"{e.name.replace('warp_shfl_', 'T.shfl_')} inside T.Parallel: shuffles are "
+                                  "per-thread code (use them outside T.Parallel, on values indexed by the thread)")
+            v = fv(c)
+            if c.tid is None or not isinstance(v, np.ndarray):
+                return v  # every thread holds the same value: each reads it back
+            tid = c.tid
+            v = np.broadcast_to(v, tid.shape)
+            src = _warp.source_threads(e.name, tid, fl(c), int(fw(c)), _warp.INTERPRETER_WARP)
+            src = np.where(src < c.nt, src, tid)
+            pos = src - tid[0]
+            if (pos < 0).any() or (pos >= tid.shape[0]).any():
+                raise InterpError("a shuffle reads a thread outside the T.ws partition that executes it")
+            return _to(v[pos], npdt)
+
+        return shfl
 
     def _load(self, e: E.Load):
         buf = e.buffer
