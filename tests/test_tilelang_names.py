@@ -434,3 +434,66 @@ def test_shuffles_compile_for_gfx942(tmp_path, monkeypatch):
         k = build(shuffle_kernel(128, dtype), GFX942)
         assert k.get_code_object()[:4] == b"\x7fELF" and "tw_warp_src(" in k.get_kernel_source()
     assert build(warp_reduce_kernel(128), GFX942).get_code_object()[:4] == b"\x7fELF"
+
+
+# ============================================================================================
+# scans
+
+
+def scan_kernel(M, N, op, scope, dim, reverse, in_place, dtype="float32"):
+    @T.prim_func
+    def main(A: T.Tensor((M, N), dtype), B: T.Tensor((M, N), "float32")):
+        with T.Kernel(1, threads=128) as _bx:
+            if scope == "shared":
+                S = T.alloc_shared((M, N), dtype)
+                D = T.alloc_shared((M, N), "float32")
+            else:
+                S = T.alloc_fragment((M, N), dtype)
+                D = T.alloc_fragment((M, N), "float32")
+            T.copy(A, S)
+            if in_place:
+                getattr(T, op)(S, dim=dim, reverse=reverse)
+                T.copy(S, B)
+            else:
+                getattr(T, op)(S, D, dim, reverse)
+                T.copy(D, B)
+
+    return main
+
+
+def ref_scan(a, op, dim, reverse):
+    x = np.flip(f64(a), dim) if reverse else f64(a)
+    r = np.cumsum(x, dim) if op == "cumsum" else np.maximum.accumulate(x, dim)
+    return np.flip(r, dim) if reverse else r
+
+
+@pytest.mark.parametrize("target,backend", BACKENDS, ids=BACKEND_IDS)
+@pytest.mark.parametrize("scope", ["shared", "fragment"])
+@pytest.mark.parametrize("op", ["cumsum", "cummax"])
+def test_scans(rng, op, scope, target, backend):
+    M, N = 8, 64
+    for dim, reverse, in_place in ((1, False, True), (0, True, False), (-1, True, True)):
+        a = rand(rng, (M, N))
+        b = poisoned((M, N))
+        build(scan_kernel(M, N, op, scope, dim, reverse, in_place), target, backend)(a, b)
+        close(b, ref_scan(a, op, dim, reverse), 1e-5, 1e-5)
+
+
+@pytest.mark.parametrize("target,backend", BACKENDS, ids=BACKEND_IDS)
+def test_cumsum_of_float16_into_float32(rng, target, backend):
+    M, N = 4, 128
+    a = rand(rng, (M, N), "float16")
+    b = poisoned((M, N))
+    build(scan_kernel(M, N, "cumsum", "shared", 1, False, False, "float16"), target, backend)(a, b)
+    close(b, ref_scan(a, "cumsum", 1, False), 1e-5, 1e-5)  # accumulated in the destination's float32
+
+
+def test_scan_misuse_is_refused():
+    with pytest.raises(CompileError, match=r"T.cumsum: dim=2 is out of range"):
+        scan_kernel(8, 64, "cumsum", "shared", 2, False, True)
+
+    with pytest.raises(CompileError, match=r"T.cummax: the source must be a whole shared or fragment buffer"):
+        @T.prim_func
+        def bad(A: T.Tensor((64,), "float32")):
+            with T.Kernel(1, threads=64) as _bx:
+                T.cummax(A)

@@ -699,6 +699,7 @@ isinf = _unary("isinf")
 # TileLang's further math (tan, fmod, nearbyint, clamp, fast_rcp, __exp..., ieee_*): language/math.py
 from .math import *  # noqa: E402, F403
 from .math import __all__ as _math_names  # noqa: E402, F401
+from .scan import *  # noqa: E402, F403  (cumsum, cummax: language/scan.py)
 from .warp import *  # noqa: E402, F403  (shfl_*, warp_reduce_*: language/warp.py)
 
 
