@@ -497,3 +497,94 @@ def test_scan_misuse_is_refused():
         def bad(A: T.Tensor((64,), "float32")):
             with T.Kernel(1, threads=64) as _bx:
                 T.cummax(A)
+
+
+# ============================================================================================
+# atomics, barriers, assumptions
+
+
+def bit_atomics_kernel(N):
+    @T.prim_func
+    def main(K: T.Tensor((N,), "int32"), O: T.Tensor((4,), "int32"), P: T.Tensor((N,), "int32"),
+             Q: T.Tensor((N,), "int32"), F: T.Tensor((N,), "float32"), G: T.Tensor((N,), "float32"),
+             H: T.Tensor((N,), "float32")):
+        with T.Kernel(1, threads=128) as _bx:
+            for i in T.Parallel(N):
+                T.atomic_or(O[i % 2], K[i])
+                T.atomic_xor(O[2], K[i])
+                T.atomic_and(O[3], K[i] | 0x10000)
+                P[i] = T.atomic_load(K[i], memory_order="acquire")
+                T.atomic_store(G[i], F[i] * 2, memory_order="release")
+                Q[i] = T.atomic_or(K[i], 0, return_prev=True)
+                H[i] = T.atomic_load(F[i])
+
+    return main
+
+
+@pytest.mark.parametrize("target,backend", BACKENDS, ids=BACKEND_IDS)
+def test_bitwise_atomics_load_and_store(rng, target, backend):
+    N = 1024
+    k = rng.integers(0, 2**31 - 1, N).astype(np.int32)
+    f = rand(rng, (N,))
+    o = np.array([0, 0, 0, -1], np.int32)
+    p, q = np.full(N, -1, np.int32), np.full(N, -1, np.int32)
+    g, h = poisoned((N,)), poisoned((N,))
+    build(bit_atomics_kernel(N), target, backend)(k, o, p, q, f, g, h)
+    assert o[0] == np.bitwise_or.reduce(k[::2]) and o[1] == np.bitwise_or.reduce(k[1::2])
+    assert o[2] == np.bitwise_xor.reduce(k) and o[3] == np.bitwise_and.reduce(k | 0x10000)
+    assert np.array_equal(p, k) and np.array_equal(q, k)
+    close(g, f64(f) * 2, 0, 0)
+    close(h, f64(f), 0, 0)
+
+
+def test_bitwise_atomics_refuse_floats():
+    with pytest.raises(CompileError, match=r"T.atomic_or takes an integer destination, got float32"):
+        @T.prim_func
+        def bad(A: T.Tensor((128,), "float32")):
+            with T.Kernel(1, threads=128) as _bx:
+                for i in T.Parallel(128):
+                    T.atomic_or(A[0], A[i])
+
+
+def barrier_kernel(N):
+    @T.prim_func
+    def main(A: T.Tensor((N,), "float32"), B: T.Tensor((N,), "float32")):
+        with T.Kernel(1, threads=N) as _bx:
+            tx = T.get_thread_binding()
+            S = T.alloc_shared((N,), "float32")
+            T.assume(tx < N)
+            S[tx] = A[tx] * 3
+            T.sync_threads()
+            B[tx] = S[N - 1 - tx] + S[(tx + 1) % N]
+
+    return main
+
+
+@pytest.mark.parametrize("target,backend", BACKENDS, ids=BACKEND_IDS)
+def test_sync_threads_and_assume(rng, target, backend):
+    N = 128
+    a, b = rand(rng, (N,)), poisoned((N,))
+    build(barrier_kernel(N), target, backend)(a, b)
+    close(b, 3 * f64(a)[::-1] + 3 * np.roll(f64(a), -1), 1e-6, 1e-6)
+
+
+def test_sync_grid_is_refused():
+    with pytest.raises(CompileError, match=r"T.sync_grid\(\) needs a cooperative kernel launch"):
+        @T.prim_func
+        def grid(A: T.Tensor((128,), "float32")):
+            with T.Kernel(4, threads=128) as _bx:
+                T.sync_grid()
+
+
+@needs_nvrtc
+def test_atomics_and_barriers_compile_with_nvrtc(tmp_path, monkeypatch):
+    monkeypatch.setenv("TILEWRIGHT_CACHE_DIR", str(tmp_path))
+    for f in (bit_atomics_kernel(1024), barrier_kernel(128), scan_kernel(8, 64, "cumsum", "fragment", 1, True, False)):
+        assert build(f, CUDA).get_code_object()[:4] == b"\x7fELF"
+
+
+@needs_hip_compiler
+def test_atomics_and_barriers_compile_for_gfx942(tmp_path, monkeypatch):
+    monkeypatch.setenv("TILEWRIGHT_CACHE_DIR", str(tmp_path))
+    for f in (bit_atomics_kernel(1024), barrier_kernel(128), scan_kernel(8, 64, "cummax", "shared", 0, False, True)):
+        assert build(f, GFX942).get_code_object()[:4] == b"\x7fELF"

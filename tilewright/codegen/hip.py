@@ -512,11 +512,12 @@ class HipPrinter(Printer):
             self.emit(d, f"{assign}tw_atomic_{s.op}_f32({ptr}, {val});")
             if s.order in ("acquire", "acq_rel", "seq_cst"):
                 self.emit(d, fence)
-        elif (dtype == "float64" and s.op == "add") or (dt.is_int(dtype) and dt.bits(dtype) >= 32):
+        elif (dtype == "float64" and s.op == "add") or (dt.is_int(dtype) and dt.bits(dtype) >= 32) or \
+                (dtype in ("float32", "float64") and s.op == "exch"):  # exch: T.atomic_store
             fn = {"add": "__hip_atomic_fetch_add", "max": "__hip_atomic_fetch_max", "min": "__hip_atomic_fetch_min",
                   "and": "__hip_atomic_fetch_and", "or": "__hip_atomic_fetch_or", "xor": "__hip_atomic_fetch_xor",
                   "exch": "__hip_atomic_exchange"}
-            if s.op not in fn or (s.op not in ("add", "max", "min") and not dt.is_int(dtype)):
+            if s.op not in fn or (s.op not in ("add", "max", "min", "exch") and not dt.is_int(dtype)):
                 raise CompileError(f"atomic {s.op} on {dtype} is not supported in the HIP backend", s.loc)
             self.emit(d, f"{assign}{fn[s.op]}({ptr}, ({self.ctype(dtype)})({val}), {_HIP_ORDER[s.order]}, "
                          f"{scope});")

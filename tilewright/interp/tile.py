@@ -1154,7 +1154,7 @@ class _Interpreter:
         self._write_region(self.full_region(s.dst), c, r.astype(dt.to_numpy(s.dst.dtype)), f"T.reduce_{s.op}")
 
     def x_atomic(self, s: t.Atomic, c: _Ctx) -> None:
-        if s.op not in ("add", "max", "min"):
+        if s.op not in ("add", "max", "min", *_BITWISE_ATOMICS):
             raise InterpError(f"unknown atomic operation {s.op!r}")
         if isinstance(s.value, t.Region):
             self._tile_op_allowed(c, f"T.atomic_{s.op} of a tile")
@@ -1258,8 +1258,14 @@ def _combine(op: str, old, val, npdt: np.dtype):
         work = _I64
     o = np.asarray(old).astype(work)
     v = np.asarray(val).astype(work)
-    r = o + v if op == "add" else (np.maximum(o, v) if op == "max" else np.minimum(o, v))
+    if op in _BITWISE_ATOMICS:  # TileLang's atomic_and/or/xor (integers) and atomic_store (exch)
+        r = _BITWISE_ATOMICS[op](o, v)
+    else:
+        r = o + v if op == "add" else (np.maximum(o, v) if op == "max" else np.minimum(o, v))
     return r.astype(npdt) if r.ndim else npdt.type(r)
+
+
+_BITWISE_ATOMICS = {"and": np.bitwise_and, "or": np.bitwise_or, "xor": np.bitwise_xor, "exch": lambda o, v: v}
 
 
 def _atomic_many(op: str, arr: np.ndarray, idx: list, vals: np.ndarray) -> None:
@@ -1272,6 +1278,13 @@ def _atomic_many(op: str, arr: np.ndarray, idx: list, vals: np.ndarray) -> None:
     npdt = arr.dtype
     is_float = npdt in _FLOAT_NP
     cur = arr[where]
+    if op in _BITWISE_ATOMICS:
+        # every update takes effect: fold them one at a time (and/or/xor commute; exch keeps one)
+        acc = cur.astype(npdt if op == "exch" else _I64)
+        for n, k in enumerate(inv):
+            acc[k] = _BITWISE_ATOMICS[op](acc[k], vals[n])
+        arr[where] = acc.astype(npdt)
+        return
     if op == "add":
         if is_float:
             total = np.bincount(inv, weights=vals.astype(_F64), minlength=uniq.size)

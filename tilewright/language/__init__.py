@@ -500,6 +500,47 @@ def atomic_min(dst, value, memory_order=None, return_prev=False):
     return _atomic("min", dst, value, memory_order, return_prev)
 
 
+def _atomic_int(op, dst, value, memory_order, return_prev):
+    buf = getattr(dst, "buffer", dst)
+    if not _dt.is_int(getattr(buf, "dtype", "int32")):
+        raise _b.error(f"T.atomic_{op} takes an integer destination, got {buf.dtype}",
+                       hint="bitwise atomics exist for int32/uint32/int64/uint64 buffers")
+    return _atomic(op, dst, value, memory_order, return_prev)
+
+
+def atomic_or(dst, value, memory_order=None, return_prev=False):
+    """``dst |= value`` atomically (integers); ``return_prev=True`` returns the old value."""
+    return _atomic_int("or", dst, value, memory_order, return_prev)
+
+
+def atomic_and(dst, value, memory_order=None, return_prev=False):
+    """``dst &= value`` atomically (integers); ``return_prev=True`` returns the old value."""
+    return _atomic_int("and", dst, value, memory_order, return_prev)
+
+
+def atomic_xor(dst, value, memory_order=None, return_prev=False):
+    """``dst ^= value`` atomically (integers); ``return_prev=True`` returns the old value."""
+    return _atomic_int("xor", dst, value, memory_order, return_prev)
+
+
+def atomic_store(dst, value, memory_order=None):
+    """Store ``value`` to the element ``dst`` atomically, with ``memory_order`` (default relaxed)."""
+    if not isinstance(dst, _e.Load):
+        raise _b.error(f"T.atomic_store needs an element destination such as A[i], got {dst!r}")
+    _atomic("exch", dst, value, memory_order, False)
+
+
+def atomic_load(src, memory_order=None):
+    """The element ``src`` read atomically, with ``memory_order`` (default relaxed): an atomic
+    update that leaves it unchanged (``| 0`` for integers, ``+ -0.0`` for floats) returning the
+    value it found."""
+    if not isinstance(src, _e.Load):
+        raise _b.error(f"T.atomic_load needs an element such as A[i], got {src!r}")
+    if _dt.is_int(src.buffer.dtype):
+        return _atomic("or", src, 0, memory_order, True)
+    return _atomic("add", src, -0.0, memory_order, True)
+
+
 def use_swizzle(panel_size: int = 10, order: str = "row", enable: bool = True):
     """Rasterize block indices in panels of ``panel_size`` for L2 reuse (``order`` "row" or "col")."""
     b = _b.current()
@@ -635,6 +676,30 @@ def barrier_wait(barrier_id, parity=None):
 def barrier_arrive(barrier_id):
     """TileLang's alias of ``T.mbarrier_arrive``."""
     mbarrier_arrive(barrier_id)
+
+
+def sync_threads():
+    """A barrier of the block (CUDA's ``__syncthreads``); inside ``T.ws`` only those threads."""
+    from ..ir import thread as _th
+
+    b = _b.current()
+    if b.kernel is None:
+        raise _b.error("T.sync_threads() must be called inside `with T.Kernel(...)`")
+    b.emit(_th.Barrier())
+
+
+def sync_grid():
+    """A barrier of the whole grid needs a cooperative launch, which tilewright does not make."""
+    raise _b.error("T.sync_grid() needs a cooperative kernel launch (all blocks resident at once); tilewright "
+                   "launches kernels normally, where a grid barrier could hang",
+                   hint="split the kernel in two at the grid barrier and launch them one after the other")
+
+
+def assume(cond):
+    """A fact the compiler may rely on (TileLang passes it to the optimizer).  Nothing here relies on
+    it, so the kernel computes the same whether it holds or not."""
+    if isinstance(cond, PrimExpr) and cond.dtype != "bool":
+        raise _b.error(f"T.assume takes a condition, got a {cond.dtype} value {cond}")
 
 
 def fence_proxy_async():
