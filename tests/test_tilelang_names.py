@@ -588,3 +588,76 @@ def test_atomics_and_barriers_compile_for_gfx942(tmp_path, monkeypatch):
     monkeypatch.setenv("TILEWRIGHT_CACHE_DIR", str(tmp_path))
     for f in (bit_atomics_kernel(1024), barrier_kernel(128), scan_kernel(8, 64, "cummax", "shared", 0, False, True)):
         assert build(f, GFX942).get_code_object()[:4] == b"\x7fELF"
+
+
+# ============================================================================================
+# T.print
+
+
+def print_kernel():
+    @T.prim_func
+    def main(A: T.Tensor((8,), "float32"), B: T.Tensor((8,), "float32")):
+        with T.Kernel(2, threads=4) as bx:
+            tx = T.get_thread_binding()
+            S = T.alloc_shared((2, 4), "float32")
+            F = T.alloc_fragment((8,), "float32")
+            T.copy(A, F)
+            T.print(A[tx] * 2, msg="twice 100%")
+            T.print(msg="hello")
+            T.print(bx * 10 + tx)
+            for i, j in T.Parallel(2, 4):
+                S[i, j] = A[i * 4 + j] + bx
+            T.print(S)
+            T.print(F, msg="frag")
+            for i in T.Parallel(8):
+                B[i] = F[i] + 1
+
+    return main
+
+
+def expected_print_lines(a):
+    lines = []
+    for b in range(2):
+        for t in range(4):
+            lines.append(f"twice 100%: block ({b}, 0, 0) thread {t}: {a[t] * 2:f}")
+            lines.append(f"hello: block ({b}, 0, 0) thread {t}")
+            lines.append(f"expr<bx * 10 + tx>: block ({b}, 0, 0) thread {t}: {b * 10 + t}")
+        for i in range(8):
+            lines.append(f"buffer<S, float32>: block ({b}, 0, 0) thread 0: {a[i] + b:f}")
+            lines.append(f"frag: block ({b}, 0, 0) thread 0: {a[i]:f}")
+    return sorted(lines)
+
+
+@pytest.mark.parametrize("target,backend", BACKENDS[:2], ids=BACKEND_IDS[:2])
+def test_print(rng, capsys, target, backend):
+    a = rand(rng, (8,))
+    b = poisoned((8,))
+    k = build(print_kernel(), target, backend)
+    capsys.readouterr()
+    k(a, b)
+    out = capsys.readouterr().out
+    close(b, f64(a) + 1, 1e-6, 1e-6)
+    assert sorted(out.strip().splitlines()) == expected_print_lines(a)
+
+
+def test_print_is_refused_on_hip():
+    with pytest.raises(CompileError, match=r"T.print is not available in the HIP backend"):
+        build(printing_unary_kernel(128), GFX942, "emulator")
+
+
+def printing_unary_kernel(N):
+    @T.prim_func
+    def main(A: T.Tensor((N,), "float32")):
+        with T.Kernel(1, threads=N) as _bx:
+            tx = T.get_thread_binding()
+            T.print(A[tx], msg="a")
+
+    return main
+
+
+@needs_nvrtc
+def test_print_compiles_with_nvrtc(tmp_path, monkeypatch):
+    monkeypatch.setenv("TILEWRIGHT_CACHE_DIR", str(tmp_path))
+    k = build(print_kernel(), CUDA)
+    assert k.get_code_object()[:4] == b"\x7fELF"
+    assert 'printf("twice 100%%: block (%d, %d, %d) thread %d: %f\\n"' in k.get_kernel_source()

@@ -337,6 +337,11 @@ class HipPrinter(Printer):
             return "TW_WAVE_SIZE"
         if name in _WARP_SHUFFLE_KIND:
             return self.warp_shuffle(e)
+        if name.startswith("debug_print:"):
+            raise CompileError("T.print is not available in the HIP backend: device printf needs AMD's device "
+                               "libraries, which tilewright does not link",
+                               hint="print in the tile interpreter (target='interpret') or on the emulator "
+                               "(execution_backend='emulator'), or write the values to an output buffer")
         if name in ("isnan", "isinf"):
             a = args[0]
             inner = self.expr(a) if a.dtype in ("float32", "float64") else f"(float)({self.expr(a)})"

@@ -61,6 +61,7 @@ from ..ir import thread as th
 from ..ir import tile as t
 from ..ir.visitor import child_stmts, walk, walk_expr
 from ..target.grid import check_launch_grid
+from . import debug_print as _debug_print
 from . import warp_ops as _warp
 from .bind import bind_host_call
 from .ieee_rounding import extra_float_functions as _extra_float_functions
@@ -462,6 +463,8 @@ class _ExprCompiler:
         name = e.name
         if name in _warp.WARP_CALLS:
             return self._warp_call(e, fargs)
+        if name.startswith(_debug_print.PRINT_PREFIX):
+            return self._print_call(e, fargs)
         if name in ("isnan", "isinf"):
             fn = np.isnan if name == "isnan" else np.isinf
             return lambda c: fn(_lift(fargs[0](c), _F32))
@@ -483,6 +486,32 @@ class _ExprCompiler:
             f0 = fargs[0]
             return lambda c: _to(fn(_lift(f0(c), work)), npdt)
         return lambda c: _to(fn(*[_lift(g(c), work) for g in fargs]), npdt)
+
+    def _print_call(self, e: E.Call, fargs):
+        """T.print: each executing thread (each active T.Parallel iteration) prints a line."""
+        has_value, msg = _debug_print.parse(e.name)
+        fv = fargs[0]
+
+        def printed(c):
+            v = fv(c)
+            block = [v_ for k, v_ in c.env.items() if isinstance(k, E.Var) and k.kind == "block"]
+            if c.in_par or c.tid is None:
+                shape = tuple(c.pshape) if c.in_par else ()
+                vals = np.broadcast_to(v, np.broadcast_shapes(np.shape(v), shape)) if shape else np.asarray(v)
+                active = np.broadcast_to(True if c.mask is None else c.mask, vals.shape)
+                who = "(a T.Parallel iteration)" if c.in_par else "(every thread)"
+                for x, on in zip(np.ravel(vals), np.ravel(active)):
+                    if on:
+                        _debug_print.emit(msg, has_value, block, who, x)
+                return np.int32(0)
+            vals = np.broadcast_to(v, c.tid.shape)
+            active = np.broadcast_to(True if c.mask is None else c.mask, c.tid.shape)
+            for t_, x, on in zip(c.tid, vals, active):
+                if on:
+                    _debug_print.emit(msg, has_value, block, int(t_), x)
+            return np.int32(0)
+
+        return printed
 
     def _warp_call(self, e: E.Call, fargs):
         """A shuffle reads the value another thread of the warp holds: a gather along the thread

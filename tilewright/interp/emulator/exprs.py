@@ -9,6 +9,7 @@ from ...ir import dtype as dt
 from ...ir import expr as E
 from ...ir.analysis import is_nonnegative
 from ...ir.visitor import walk_expr
+from .. import debug_print
 from ..warp_ops import WARP_CALLS, source_threads
 from .errors import DivergenceError, EmulatorError, EmulatorOutOfBoundsError
 from .mathfns import _BINOPS, _MATH, _check_division, _check_int32, _float_to_int, _fma, _trunc_div
@@ -189,6 +190,8 @@ class ExprCompiler:
         name = e.name
         if name in WARP_CALLS:
             return self.warp_call(e, nd, where)
+        if name.startswith(debug_print.PRINT_PREFIX):
+            return self.print_call(e, where)
         fs, inv, keys = self._children(e.args, where)
         key = None if keys is None else ("call", name, e.dtype) + keys
         if name in ("isnan", "isinf"):
@@ -227,6 +230,22 @@ class ExprCompiler:
             return _fix(_fix(math_fn(*args), work), nd)
 
         return mathcall, inv, key
+
+    def print_call(self, e: E.Call, where):
+        """T.print: each active lane prints a line, in lane order."""
+        has_value, msg = debug_print.parse(e.name)
+        fv = self.cexpr(e.args[0], where)
+
+        def printed(st, need):
+            v = np.broadcast_to(fv(st, need), (st.L,))
+            active = np.ones(st.L, bool) if st.mask is None else st.mask
+            gx, gy = st.grid[0], st.grid[1]
+            for lane in np.flatnonzero(active):
+                b = st.first + int(st.block[lane])
+                debug_print.emit(msg, has_value, (b % gx, (b // gx) % gy, b // (gx * gy)), int(st.tid[lane]), v[lane])
+            return np.int32(0)
+
+        return printed, False, None
 
     def warp_call(self, e: E.Call, nd, where):
         """``warp_size()`` and the shuffles of language/warp.py, over the target's warps."""
