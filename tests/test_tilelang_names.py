@@ -661,3 +661,62 @@ def test_print_compiles_with_nvrtc(tmp_path, monkeypatch):
     k = build(print_kernel(), CUDA)
     assert k.get_code_object()[:4] == b"\x7fELF"
     assert 'printf("twice 100%%: block (%d, %d, %d) thread %d: %f\\n"' in k.get_kernel_source()
+
+
+def vote_kernel(N):
+    @T.prim_func
+    def main(A: T.Tensor((N,), "float32"), AN: T.Tensor((N,), "int32"), AL: T.Tensor((N,), "int32"),
+             BA: T.Tensor((N,), "uint64"), BH: T.Tensor((N,), "uint64"), AM: T.Tensor((N,), "uint64")):
+        with T.Kernel(1, threads=N) as _bx:
+            tx = T.get_thread_binding()
+            p = A[tx] > 0
+            AN[tx] = T.Cast("int32", T.any_sync(0xFFFFFFFF, p))
+            AL[tx] = T.Cast("int32", T.all_sync(0xFFFFFFFF, A[tx] > -0.9))
+            BA[tx] = T.ballot(p)
+            BH[tx] = T.ballot_sync(0x0000FFFF, p)
+            if tx % 3 != 0:
+                AM[tx] = T.activemask()
+
+    return main
+
+
+def ref_votes(a, W):
+    N = len(a)
+    an, al = np.zeros(N, np.int64), np.zeros(N, np.int64)
+    ba, bh, am = (np.zeros(N, np.uint64) for _ in range(3))
+    for w0 in range(0, N, W):
+        lanes = range(W)
+        p = [a[w0 + l] > 0 for l in lanes]
+        q = [a[w0 + l] > -0.9 for l in lanes]
+        ballot = sum(1 << l for l in lanes if p[l])
+        half = sum(1 << l for l in lanes if p[l] and l < 16)
+        active = sum(1 << l for l in lanes if (w0 + l) % 3 != 0)
+        for l in lanes:
+            an[w0 + l], al[w0 + l], ba[w0 + l], bh[w0 + l] = any(p), all(q), ballot, half
+            am[w0 + l] = active if (w0 + l) % 3 != 0 else 7
+    return an, al, ba, bh, am
+
+
+@pytest.mark.parametrize("target,backend", BACKENDS, ids=BACKEND_IDS)
+def test_warp_votes(rng, target, backend):
+    N = 256
+    a = rand(rng, (N,), lo=-1.0, hi=1.0)
+    a[64:128] = -np.abs(a[64:128]) - 0.01  # a warp (or half a wave) with no positive lane
+    a[128:192] = np.abs(a[128:192]) + 0.01  # one where every lane is positive
+    outs = [np.full(N, 7, np.int32), np.full(N, 7, np.int32)] + [np.full(N, 7, np.uint64) for _ in range(3)]
+    build(vote_kernel(N), target, backend)(a, *outs)
+    for got, want in zip(outs, ref_votes(a, WARP[target])):
+        assert np.array_equal(got, want)
+
+
+@needs_nvrtc
+def test_votes_compile_with_nvrtc(tmp_path, monkeypatch):
+    monkeypatch.setenv("TILEWRIGHT_CACHE_DIR", str(tmp_path))
+    k = build(vote_kernel(128), CUDA)
+    assert k.get_code_object()[:4] == b"\x7fELF" and "__ballot_sync(0xffffu" in k.get_kernel_source()
+
+
+@needs_hip_compiler
+def test_votes_compile_for_gfx942(tmp_path, monkeypatch):
+    monkeypatch.setenv("TILEWRIGHT_CACHE_DIR", str(tmp_path))
+    assert build(vote_kernel(128), GFX942).get_code_object()[:4] == b"\x7fELF"

@@ -302,6 +302,15 @@ class CudaPrinter(Printer):
             return "32"
         if e.name.startswith("debug_print:"):
             return self.debug_print(e)
+        if e.name.startswith("warp_vote_"):
+            p, m = e.args
+            m32 = f"{int(m.value) & 0xFFFFFFFF:#x}u"
+            kind = e.name.removeprefix("warp_vote_")
+            if kind == "activemask":
+                return "((unsigned long long)__activemask())"
+            if kind == "ballot":
+                return f"((unsigned long long)__ballot_sync({m32}, {self.expr(p)}))"
+            return f"((bool)__{kind}_sync({m32}, {self.expr(p)}))"
         fn = self._WARP_SHUFFLE.get(e.name)
         if fn is None:
             return super().call(e)

@@ -186,6 +186,14 @@ TW_DEV int tw_warp_src(int kind, int arg, int width) {
   if (kind == 2) return (lane - seg - arg < 0) ? lane : lane - arg;
   return seg + ((arg % w) + w) % w;
 }
+// TileLang's warp votes: the lanes (active, predicate true) as a 64-bit set on either wave size
+TW_DEV unsigned long long tw_ballot(bool p) {
+#if TW_WAVE_SIZE == 64
+  return __builtin_amdgcn_ballot_w64(p);
+#else
+  return (unsigned long long)__builtin_amdgcn_ballot_w32(p);
+#endif
+}
 TW_DEV tw_i64 tw_shfl_src_i64(tw_i64 value, int src) {
   tw_int2 v = tw_bits(tw_int2, value);
   v.x = tw_shfl_i32(v.x, src);
@@ -337,6 +345,15 @@ class HipPrinter(Printer):
             return "TW_WAVE_SIZE"
         if name in _WARP_SHUFFLE_KIND:
             return self.warp_shuffle(e)
+        if name.startswith("warp_vote_"):
+            p, m = args
+            kind, mask = name.removeprefix("warp_vote_"), f"{int(m.value):#x}ull"
+            if kind == "activemask":
+                return "tw_ballot(true)"
+            bits = f"(tw_ballot({self.expr(p)}) & {mask})"
+            if kind == "ballot":
+                return bits
+            return f"({bits} != 0ull)" if kind == "any" else f"({bits} == (tw_ballot(true) & {mask}))"
         if name.startswith("debug_print:"):
             raise CompileError("T.print is not available in the HIP backend: device printf needs AMD's device "
                                "libraries, which tilewright does not link",

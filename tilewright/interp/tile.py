@@ -513,11 +513,32 @@ class _ExprCompiler:
 
         return printed
 
+    def _vote_call(self, e: E.Call, fargs):
+        """Warp votes over the executing threads of each 32-thread warp."""
+        fp, fm = fargs
+        W = _warp.INTERPRETER_WARP
+
+        def voted(c):
+            if c.in_par:
+                raise InterpError(f"{e.name.replace('warp_vote_', 'T.')} inside T.Parallel: warp votes are "
+                                  "per-thread code (use them outside T.Parallel)")
+            tid = c.tid if c.tid is not None else np.arange(c.nt, dtype=np.int32)
+            pred = np.broadcast_to(fp(c), tid.shape)
+            active = np.broadcast_to(True if c.mask is None else c.mask, tid.shape)
+            out = _warp.vote(e.name, tid // W, tid % W, pred, active, int(fm(c)))
+            if c.tid is None:  # a uniform vote: every thread gets the same answer
+                return out[0]
+            return out
+
+        return voted
+
     def _warp_call(self, e: E.Call, fargs):
         """A shuffle reads the value another thread of the warp holds: a gather along the thread
         axis of per-thread values (uniform values are the same in every lane)."""
         if e.name == "warp_size":
             return lambda c: np.int32(_warp.INTERPRETER_WARP)
+        if e.name in _warp.VOTES:
+            return self._vote_call(e, fargs)
         fv, fl, fw = fargs
         npdt = dt.to_numpy(e.dtype)
 

@@ -153,3 +153,54 @@ def warp_reduce_bitor(value):
     """The bitwise or of ``value`` (an integer) over the lanes of the warp, in every lane."""
     _int_only("T.warp_reduce_bitor")(value)
     return _warp_reduce(value, lambda a, b: a | b, "T.warp_reduce_bitor")
+
+
+# ---------------------------------------------------------------------------------------------
+# warp votes: calls warp_vote_<kind>(predicate, lane mask); results over the active lanes of the
+# warp that are in the mask (CUDA's rules), ballots and masks as uint64 (a 64-lane wave fits)
+
+VOTE_KINDS = ("any", "all", "ballot", "activemask")
+_FULL = (1 << 64) - 1
+
+
+def _vote(kind: str, mask, pred, what: str) -> _e.Expr:
+    if mask is None:
+        m = _FULL
+    else:
+        _check_mask(mask, what)
+        m = _builtins.int(_e.const_value(mask))
+        if m == 0xFFFFFFFF:
+            m = _FULL  # CUDA's "every lane" spelling also means every lane of a 64-lane wave
+    p = _e.as_expr(True if pred is None else pred)
+    if p.dtype != "bool":
+        p = p != 0
+    dtype = "bool" if kind in ("any", "all") else "uint64"
+    return _e.Call(f"warp_vote_{kind}", (p, _e.Const(m, "uint64")), dtype)
+
+
+def any_sync(mask, predicate):
+    """Whether ``predicate`` holds in any active lane of the warp named in ``mask``."""
+    return _vote("any", mask, predicate, "T.any_sync")
+
+
+def all_sync(mask, predicate):
+    """Whether ``predicate`` holds in every active lane of the warp named in ``mask``."""
+    return _vote("all", mask, predicate, "T.all_sync")
+
+
+def ballot_sync(mask, predicate):
+    """Bit ``l`` set where lane ``l`` of the warp is active, in ``mask`` and ``predicate`` holds."""
+    return _vote("ballot", mask, predicate, "T.ballot_sync")
+
+
+def ballot(predicate):
+    """``T.ballot_sync`` over every lane of the warp."""
+    return _vote("ballot", None, predicate, "T.ballot")
+
+
+def activemask():
+    """Bit ``l`` set where lane ``l`` of the warp is executing this call."""
+    return _vote("activemask", None, None, "T.activemask")
+
+
+__all__ += ["any_sync", "all_sync", "ballot_sync", "ballot", "activemask"]

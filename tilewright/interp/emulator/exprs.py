@@ -10,7 +10,7 @@ from ...ir import expr as E
 from ...ir.analysis import is_nonnegative
 from ...ir.visitor import walk_expr
 from .. import debug_print
-from ..warp_ops import WARP_CALLS, source_threads
+from ..warp_ops import VOTES, WARP_CALLS, source_threads, vote
 from .errors import DivergenceError, EmulatorError, EmulatorOutOfBoundsError
 from .mathfns import _BINOPS, _MATH, _check_division, _check_int32, _float_to_int, _fma, _trunc_div
 from .memory import _GlobalMem, _SharedMem
@@ -253,6 +253,17 @@ class ExprCompiler:
         if e.name == "warp_size":
             v = np.int32(W)
             return (lambda st, need: v), True, ("c", "int32", W)
+        if e.name in VOTES:
+            fp, fm = (self.cexpr(a, where) for a in e.args)
+            kind = e.name
+
+            def voted(st, need):
+                pred = np.broadcast_to(fp(st, need), (st.L,))
+                active = np.ones(st.L, bool) if st.mask is None else st.mask
+                warp_of = st.block * ((st.T + W - 1) // W) + st.tid // W
+                return vote(kind, warp_of, st.tid % W, pred, active, int(fm(st, need)))
+
+            return voted, False, None
         fv, fl, fw = (self.cexpr(a, where) for a in e.args)
         kind = e.name
 
