@@ -720,3 +720,82 @@ def test_votes_compile_with_nvrtc(tmp_path, monkeypatch):
 def test_votes_compile_for_gfx942(tmp_path, monkeypatch):
     monkeypatch.setenv("TILEWRIGHT_CACHE_DIR", str(tmp_path))
     assert build(vote_kernel(128), GFX942).get_code_object()[:4] == b"\x7fELF"
+
+
+# ============================================================================================
+# reductions: bitwise, batch=, nan_propagate=
+
+
+def bit_reduce_kernel(M, N, dim, clear, batch=1):
+    @T.prim_func
+    def main(A: T.Tensor((M, N), "int32"), RA: T.Tensor((M if dim == 1 else N,), "int32"),
+             RO: T.Tensor((M if dim == 1 else N,), "int32"), RX: T.Tensor((M if dim == 1 else N,), "int32")):
+        with T.Kernel(1, threads=128) as _bx:
+            F = T.alloc_fragment((M, N), "int32")
+            n = M if dim == 1 else N
+            OA = T.alloc_fragment((n,), "int32")
+            OO = T.alloc_fragment((n,), "int32")
+            OX = T.alloc_fragment((n,), "int32")
+            T.copy(A, F)
+            T.copy(RA, OA)
+            T.copy(RO, OO)
+            T.copy(RX, OX)
+            T.reduce_bitand(F, OA, dim=dim, clear=clear, batch=batch)
+            T.reduce_bitor(F, OO, dim=dim, clear=clear)
+            T.reduce_bitxor(F, OX, dim, clear)
+            T.copy(OA, RA)
+            T.copy(OO, RO)
+            T.copy(OX, RX)
+
+    return main
+
+
+@pytest.mark.parametrize("target,backend", BACKENDS, ids=BACKEND_IDS)
+@pytest.mark.parametrize("dim,clear", [(1, True), (0, False)])
+def test_bitwise_reductions(rng, dim, clear, target, backend):
+    M, N = 16, 64
+    a = rng.integers(-(2**31), 2**31 - 1, (M, N)).astype(np.int32) | np.int32(0x100)
+    n = M if dim == 1 else N
+    ra, ro, rx = (rng.integers(-(2**31), 2**31 - 1, n).astype(np.int32) for _ in range(3))
+    ra0, ro0, rx0 = ra.copy(), ro.copy(), rx.copy()
+    build(bit_reduce_kernel(M, N, dim, clear), target, backend)(a, ra, ro, rx)
+    wa, wo, wx = (f.reduce(a, axis=dim) for f in (np.bitwise_and, np.bitwise_or, np.bitwise_xor))
+    if not clear:
+        wa, wo, wx = wa & ra0, wo | ro0, wx ^ rx0
+    assert np.array_equal(ra, wa) and np.array_equal(ro, wo) and np.array_equal(rx, wx)
+
+
+def test_reduction_options():
+    from tilewright.errors import TilewrightWarning
+
+    with pytest.warns(TilewrightWarning, match=r"T.reduce_bitand\(batch=...\) has no effect"):
+        bit_reduce_kernel(16, 64, 1, True, batch=2)
+    with pytest.raises(CompileError, match=r"T.reduce_bitor takes an integer buffer"):
+        @T.prim_func
+        def bad(A: T.Tensor((64,), "float32")):
+            with T.Kernel(1, threads=64) as _bx:
+                F = T.alloc_fragment((64,), "float32")
+                O = T.alloc_fragment((1,), "float32")
+                T.copy(A, F)
+                T.reduce_bitor(F, O)
+
+    with pytest.raises(CompileError, match=r"nan_propagate=True\) is not supported"):
+        @T.prim_func
+        def nanprop(A: T.Tensor((64,), "float16")):
+            with T.Kernel(1, threads=64) as _bx:
+                F = T.alloc_fragment((64,), "float16")
+                O = T.alloc_fragment((1,), "float16")
+                T.copy(A, F)
+                T.reduce_max(F, O, nan_propagate=True)
+
+
+@needs_nvrtc
+def test_bitwise_reductions_compile_with_nvrtc(tmp_path, monkeypatch):
+    monkeypatch.setenv("TILEWRIGHT_CACHE_DIR", str(tmp_path))
+    assert build(bit_reduce_kernel(16, 64, 1, True), CUDA).get_code_object()[:4] == b"\x7fELF"
+
+
+@needs_hip_compiler
+def test_bitwise_reductions_compile_for_gfx942(tmp_path, monkeypatch):
+    monkeypatch.setenv("TILEWRIGHT_CACHE_DIR", str(tmp_path))
+    assert build(bit_reduce_kernel(16, 64, 0, False), GFX942).get_code_object()[:4] == b"\x7fELF"

@@ -1192,6 +1192,8 @@ class _Interpreter:
             r = x.max(axis=s.dim)
         elif s.op == "min":
             r = x.min(axis=s.dim)
+        elif s.op in _BITWISE_REDUCE:  # TileLang's reduce_bitand/bitor/bitxor (integers)
+            r = _BITWISE_REDUCE[s.op].reduce(x, axis=s.dim)
         else:
             raise InterpError(f"unknown reduction {s.op!r}")
         dst_shape = tuple(int(n) for n in s.dst.shape)
@@ -1200,7 +1202,10 @@ class _Interpreter:
         r = r.reshape(dst_shape)
         if not s.clear:
             old = self._read_region(self.full_region(s.dst), c, f"T.reduce_{s.op} destination").astype(work)
-            r = old + r if s.op in ("sum", "abssum") else (np.minimum(old, r) if s.op == "min" else np.maximum(old, r))
+            if s.op in _BITWISE_REDUCE:
+                r = _BITWISE_REDUCE[s.op](old, r)
+            else:
+                r = old + r if s.op in ("sum", "abssum") else (np.minimum(old, r) if s.op == "min" else np.maximum(old, r))
         self._write_region(self.full_region(s.dst), c, r.astype(dt.to_numpy(s.dst.dtype)), f"T.reduce_{s.op}")
 
     def x_atomic(self, s: t.Atomic, c: _Ctx) -> None:
@@ -1315,6 +1320,7 @@ def _combine(op: str, old, val, npdt: np.dtype):
     return r.astype(npdt) if r.ndim else npdt.type(r)
 
 
+_BITWISE_REDUCE = {"bitand": np.bitwise_and, "bitor": np.bitwise_or, "bitxor": np.bitwise_xor}
 _BITWISE_ATOMICS = {"and": np.bitwise_and, "or": np.bitwise_or, "xor": np.bitwise_xor, "exch": lambda o, v: v}
 
 

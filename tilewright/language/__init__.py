@@ -419,11 +419,12 @@ def gemm(A, B, C, transpose_A=False, transpose_B=False, policy=GemmWarpPolicy.Sq
                    _builtins.int(k_pack)))
 
 
-def _reduce(op, src, dst, dim, clear):
+def _reduce(op, src, dst, dim, clear, batch=1, nan_propagate=False):
     b = _b.current()
     for x, what in ((src, "source"), (dst, "destination")):
         if not isinstance(x, _t.Buffer):
             raise _b.error(f"T.reduce_{op} {what} must be a whole buffer, got {x!r}")
+    _reduce_options(op, src, batch, nan_propagate)
     if dim < 0:
         dim += src.ndim
     if not 0 <= dim < src.ndim:
@@ -431,24 +432,55 @@ def _reduce(op, src, dst, dim, clear):
     b.emit(_t.Reduce(op, src, dst, dim, _builtins.bool(clear)))
 
 
-def reduce_max(buffer, out, dim=-1, clear=True):
-    _reduce("max", buffer, out, dim, clear)
+def _reduce_options(op, src, batch, nan_propagate) -> None:
+    """TileLang's ``batch=`` (how many results share one cross-thread exchange: scheduling only)
+    and ``nan_propagate=`` (max/min of 16-bit floats keep NaNs; False, the default, is what the
+    reductions here do), and integer-only bitwise reductions."""
+    if op.startswith("bit") and not _dt.is_int(src.dtype):
+        raise _b.error(f"T.reduce_{op} takes an integer buffer, got {src.name} of {src.dtype}")
+    if not isinstance(batch, _builtins.int) or isinstance(batch, _builtins.bool) or batch < 1:
+        raise _b.error(f"T.reduce_{op}(batch={batch!r}) must be a positive int")
+    if batch != 1:
+        _no_effect(f"T.reduce_{op}(batch=...)", "the cross-thread exchange is scheduled by the reduce lowering",
+                   "remove batch (the result is the same)")
+    if nan_propagate:
+        raise _b.error(f"T.reduce_{op}(nan_propagate=True) is not supported: max/min reductions here return the "
+                       "non-NaN operand", hint="leave nan_propagate at False, or test for NaN with T.isnan first")
 
 
-def reduce_min(buffer, out, dim=-1, clear=True):
-    _reduce("min", buffer, out, dim, clear)
+def reduce_max(buffer, out, dim=-1, clear=True, batch=1, nan_propagate=False):
+    _reduce("max", buffer, out, dim, clear, batch, nan_propagate)
 
 
-def reduce_sum(buffer, out, dim=-1, clear=True):
-    _reduce("sum", buffer, out, dim, clear)
+def reduce_min(buffer, out, dim=-1, clear=True, batch=1, nan_propagate=False):
+    _reduce("min", buffer, out, dim, clear, batch, nan_propagate)
 
 
-def reduce_abssum(buffer, out, dim=-1, clear=True):
-    _reduce("abssum", buffer, out, dim, clear)
+def reduce_sum(buffer, out, dim=-1, clear=True, batch=1):
+    _reduce("sum", buffer, out, dim, clear, batch)
 
 
-def reduce_absmax(buffer, out, dim=-1, clear=True):
-    _reduce("absmax", buffer, out, dim, clear)
+def reduce_abssum(buffer, out, dim=-1, clear=True, batch=1):
+    _reduce("abssum", buffer, out, dim, clear, batch)
+
+
+def reduce_absmax(buffer, out, dim=-1, clear=True, batch=1, nan_propagate=False):
+    _reduce("absmax", buffer, out, dim, clear, batch, nan_propagate)
+
+
+def reduce_bitand(buffer, out, dim=-1, clear=True, batch=1):
+    """Bitwise and of an integer buffer along ``dim``."""
+    _reduce("bitand", buffer, out, dim, clear, batch)
+
+
+def reduce_bitor(buffer, out, dim=-1, clear=True, batch=1):
+    """Bitwise or of an integer buffer along ``dim``."""
+    _reduce("bitor", buffer, out, dim, clear, batch)
+
+
+def reduce_bitxor(buffer, out, dim=-1, clear=True, batch=1):
+    """Bitwise xor of an integer buffer along ``dim``."""
+    _reduce("bitxor", buffer, out, dim, clear, batch)
 
 
 _MEMORY_ORDERS = ("relaxed", "consume", "acquire", "release", "acq_rel", "seq_cst")
