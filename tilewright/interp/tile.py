@@ -1204,8 +1204,10 @@ class _Interpreter:
             old = self._read_region(self.full_region(s.dst), c, f"T.reduce_{s.op} destination").astype(work)
             if s.op in _BITWISE_REDUCE:
                 r = _BITWISE_REDUCE[s.op](old, r)
+            elif s.op in ("sum", "abssum"):
+                r = old + r
             else:
-                r = old + r if s.op in ("sum", "abssum") else (np.minimum(old, r) if s.op == "min" else np.maximum(old, r))
+                r = np.minimum(old, r) if s.op == "min" else np.maximum(old, r)
         self._write_region(self.full_region(s.dst), c, r.astype(dt.to_numpy(s.dst.dtype)), f"T.reduce_{s.op}")
 
     def x_atomic(self, s: t.Atomic, c: _Ctx) -> None:
