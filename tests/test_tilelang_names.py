@@ -799,3 +799,85 @@ def test_bitwise_reductions_compile_with_nvrtc(tmp_path, monkeypatch):
 def test_bitwise_reductions_compile_for_gfx942(tmp_path, monkeypatch):
     monkeypatch.setenv("TILEWRIGHT_CACHE_DIR", str(tmp_path))
     assert build(bit_reduce_kernel(16, 64, 0, False), GFX942).get_code_object()[:4] == b"\x7fELF"
+
+
+# ============================================================================================
+# packed atomics, dp4a
+
+
+def addx_kernel(M, N, n, bm=16, bn=32):
+    fn = T.atomic_addx2 if n == 2 else T.atomic_addx4
+
+    @T.prim_func
+    def main(A: T.Tensor((M, N), "float32"), B: T.Tensor((M, N), "float32")):
+        with T.Kernel(T.ceildiv(M, bm), T.ceildiv(N, bn), threads=64) as (bx, by):
+            for i, j in T.Parallel(bm, bn // n):
+                fn(B[bx * bm + i, by * bn + j * n], A[bx * bm + i, by * bn + j * n])
+                fn(B[bx * bm + i, by * bn + j * n], A[bx * bm + i, by * bn + j * n])
+
+    return main
+
+
+@pytest.mark.parametrize("target,backend", BACKENDS, ids=BACKEND_IDS)
+@pytest.mark.parametrize("n", [2, 4])
+def test_atomic_addx2_x4(rng, n, target, backend):
+    M, N = 32, 64
+    a, b = rand(rng, (M, N)), rand(rng, (M, N))
+    b0 = b.copy()
+    build(addx_kernel(M, N, n), target, backend)(a, b)
+    close(b, f64(b0) + 2 * f64(a), 1e-6, 1e-6)
+
+
+def dp4a_kernel(N):
+    @T.prim_func
+    def main(A: T.Tensor((N, 16), "int8"), B: T.Tensor((N, 16), "int8"), C: T.Tensor((N,), "int32")):
+        with T.Kernel(1, threads=N) as _bx:
+            tx = T.get_thread_binding()
+            a = T.alloc_local((16,), "int8")
+            b = T.alloc_local((16,), "int8")
+            acc = T.alloc_local((1,), "int32")
+            for k in T.serial(16):
+                a[k] = A[tx, k]
+                b[k] = B[tx, k]
+            acc[0] = C[tx]
+            for k in T.serial(4):
+                T.dp4a(a[k * 4], b[k * 4], acc[0])
+            C[tx] = acc[0]
+
+    return main
+
+
+@pytest.mark.parametrize("target,backend", BACKENDS, ids=BACKEND_IDS)
+def test_dp4a(rng, target, backend):
+    N = 128
+    a = rng.integers(-128, 128, (N, 16)).astype(np.int8)
+    b = rng.integers(-128, 128, (N, 16)).astype(np.int8)
+    c = rng.integers(-1000, 1000, N).astype(np.int32)
+    want = c.astype(np.int64) + (a.astype(np.int64) * b.astype(np.int64)).sum(1)
+    build(dp4a_kernel(N), target, backend)(a, b, c)
+    assert np.array_equal(c, want)
+
+
+def test_clamp_with_one_bound(rng):
+    N = 128
+    a = rand(rng, (N,))
+    for fn, ref in ((lambda x: T.clamp(x, min_val=0.25), lambda x: np.maximum(x, 0.25)),
+                    (lambda x: T.clamp(x, max_val=-0.25), lambda x: np.minimum(x, -0.25))):
+        for target, backend in BACKENDS:
+            b = poisoned((N,))
+            build(unary_kernel(N, fn), target, backend)(a, b)
+            close(b, ref(f64(a)), 0, 0)
+
+
+@needs_nvrtc
+def test_addx_and_dp4a_compile_with_nvrtc(tmp_path, monkeypatch):
+    monkeypatch.setenv("TILEWRIGHT_CACHE_DIR", str(tmp_path))
+    for f in (addx_kernel(32, 64, 4), dp4a_kernel(128)):
+        assert build(f, CUDA).get_code_object()[:4] == b"\x7fELF"
+
+
+@needs_hip_compiler
+def test_addx_and_dp4a_compile_for_gfx942(tmp_path, monkeypatch):
+    monkeypatch.setenv("TILEWRIGHT_CACHE_DIR", str(tmp_path))
+    for f in (addx_kernel(32, 64, 2), dp4a_kernel(128)):
+        assert build(f, GFX942).get_code_object()[:4] == b"\x7fELF"

@@ -573,6 +573,58 @@ def atomic_load(src, memory_order=None):
     return _atomic("add", src, -0.0, memory_order, True)
 
 
+def _shifted(x, k: int, what: str):
+    """The element ``k`` places after the element ``x`` (a load ``A[i, j]``) along its last dimension."""
+    if not isinstance(x, _e.Load):
+        raise _b.error(f"{what} takes elements such as A[i, j] (the first of the consecutive ones), got {x!r}")
+    return _e.Load(x.buffer, x.indices[:-1] + (x.indices[-1] + k,))
+
+
+def _atomic_add_vector(dst, value, n: int, memory_order, return_prev):
+    what = f"T.atomic_addx{n}"
+    if return_prev:
+        raise _b.error(f"{what}(..., return_prev=True) is not supported: it updates {n} elements",
+                       hint="use T.atomic_add(A[i, j], v, return_prev=True) per element")
+    for k in range(n):
+        src = _shifted(value, k, what) if isinstance(value, _e.Load) else value
+        _atomic("add", _shifted(dst, k, what), src, memory_order, False)
+
+
+def atomic_addx2(dst, value, memory_order=None, return_prev=False):
+    """``dst[.., j + k] += value[.., j' + k]`` for k = 0, 1: two consecutive elements (each update
+    atomic; TileLang's packed 2-wide atomic)."""
+    _atomic_add_vector(dst, value, 2, memory_order, return_prev)
+
+
+def atomic_addx4(dst, value, memory_order=None, return_prev=False):
+    """``dst[.., j + k] += value[.., j' + k]`` for k = 0..3 (each update atomic)."""
+    _atomic_add_vector(dst, value, 4, memory_order, return_prev)
+
+
+def dp4a(A, B, C):
+    """``C += A[0]*B[0] + ... + A[3]*B[3]`` over four consecutive 8-bit integers starting at the
+    elements (or buffers) ``A`` and ``B``, accumulated in the 32-bit integer element ``C``."""
+    b = _b.current()
+    ops = []
+    for x, name in ((A, "A"), (B, "B"), (C, "C")):
+        if isinstance(x, _t.Buffer):
+            x = _e.Load(x, tuple(_e.as_expr(0) for _ in x.shape))
+        if not isinstance(x, _e.Load):
+            raise _b.error(f"T.dp4a: {name} must be a buffer or an element such as {name}_local[k], got {x!r}")
+        ops.append(x)
+    a, bb, c = ops
+    for x, name in ((a, "A"), (bb, "B")):
+        if x.buffer.dtype not in ("int8", "uint8"):
+            raise _b.error(f"T.dp4a: {name} must hold int8 or uint8 values, got {x.buffer.dtype}")
+    if c.buffer.dtype not in ("int32", "uint32"):
+        raise _b.error(f"T.dp4a: C must be an int32 or uint32 accumulator, got {c.buffer.dtype}")
+    acc = c
+    for k in range(4):
+        prod = _e.cast(c.buffer.dtype, _shifted(a, k, "T.dp4a")) * _e.cast(c.buffer.dtype, _shifted(bb, k, "T.dp4a"))
+        acc = acc + prod
+    b.emit(_t.BufferStore(c.buffer, c.indices, acc, loc=b.loc))
+
+
 def use_swizzle(panel_size: int = 10, order: str = "row", enable: bool = True):
     """Rasterize block indices in panels of ``panel_size`` for L2 reuse (``order`` "row" or "col")."""
     b = _b.current()

@@ -48,9 +48,13 @@ def fmod(x, y):
     return _e.call("fmod", [_e.cast(t, ex), _e.cast(t, ey)])
 
 
-def clamp(x, min_val, max_val):
-    """``min(max(x, min_val), max_val)``."""
-    return _e.emin(_e.emax(x, min_val), max_val)
+def clamp(x, min_val=None, max_val=None):
+    """``min(max(x, min_val), max_val)`` (a bound left out is not applied)."""
+    if min_val is None and max_val is None:
+        raise _b.error("T.clamp needs a lower bound, an upper bound or both")
+    if min_val is not None:
+        x = _e.emax(x, min_val)
+    return x if max_val is None else _e.emin(x, max_val)
 
 
 def fast_rcp(x):
