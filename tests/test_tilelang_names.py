@@ -881,3 +881,74 @@ def test_addx_and_dp4a_compile_for_gfx942(tmp_path, monkeypatch):
     monkeypatch.setenv("TILEWRIGHT_CACHE_DIR", str(tmp_path))
     for f in (addx_kernel(32, 64, 2), dp4a_kernel(128)):
         assert build(f, GFX942).get_code_object()[:4] == b"\x7fELF"
+
+
+# ============================================================================================
+# T.reshape / T.view
+
+
+def view_kernel(M, N, scope):
+    @T.prim_func
+    def main(A: T.Tensor((M, N), "float32"), B: T.Tensor((N // 4, M * 4), "float32"),
+             C: T.Tensor((M, N), "float32")):
+        with T.Kernel(1, threads=128) as _bx:
+            if scope == "shared":
+                S = T.alloc_shared((M, N), "float32")
+            else:
+                S = T.alloc_fragment((M, N), "float32")
+            T.copy(A, S)
+            V = T.reshape(S, (N // 4, M * 4))
+            W = T.view(V, (M * N,))
+            for i, j in T.Parallel(N // 4, M * 4):
+                V[i, j] = V[i, j] * 2 + W[i * M * 4 + j]
+            for i, j in T.Parallel(N // 4, M * 4):
+                V[i, j] += 1.0
+            for i, j in T.Parallel(N // 4, M * 4):
+                B[i, j] = V[i, j]
+            T.copy(S, C)  # the view's writes are the buffer's
+
+    return main
+
+
+@pytest.mark.parametrize("target,backend", BACKENDS, ids=BACKEND_IDS)
+@pytest.mark.parametrize("scope", ["shared", "fragment"])
+def test_reshape_and_view(rng, scope, target, backend):
+    M, N = 8, 32
+    a = rand(rng, (M, N))
+    b, c = poisoned((N // 4, M * 4)), poisoned((M, N))
+    build(view_kernel(M, N, scope), target, backend)(a, b, c)
+    close(b, (3 * f64(a) + 1).reshape(N // 4, M * 4), 1e-6, 1e-6)
+    close(c, 3 * f64(a) + 1, 1e-6, 1e-6)
+
+
+def test_view_misuse_is_refused():
+    def kernel(body):
+        @T.prim_func
+        def main(A: T.Tensor((8, 32), "float32")):
+            with T.Kernel(1, threads=128) as _bx:
+                S = T.alloc_shared((8, 32), "float32")
+                body(A, S)
+
+        return main
+
+    with pytest.raises(CompileError, match=r"has 256 elements, shape \(16, 32\) has 512"):
+        kernel(lambda A, S: T.reshape(S, (16, 32)))
+    with pytest.raises(CompileError, match=r"T.view\(dtype='int32'\) of a float32 buffer reinterprets its bits"):
+        kernel(lambda A, S: T.view(S, dtype="int32"))
+    with pytest.raises(CompileError, match=r"slices of the view .* are not supported"):
+        kernel(lambda A, S: T.copy(A[0, :], T.reshape(S, (256,))[0:32]))
+    with pytest.raises(CompileError, match=r"cannot use view .* as a tile"):
+        kernel(lambda A, S: T.copy(A, T.reshape(S, (32, 8))))
+
+
+@needs_nvrtc
+def test_views_compile_with_nvrtc(tmp_path, monkeypatch):
+    monkeypatch.setenv("TILEWRIGHT_CACHE_DIR", str(tmp_path))
+    for scope in ("shared", "fragment"):
+        assert build(view_kernel(8, 32, scope), CUDA).get_code_object()[:4] == b"\x7fELF"
+
+
+@needs_hip_compiler
+def test_views_compile_for_gfx942(tmp_path, monkeypatch):
+    monkeypatch.setenv("TILEWRIGHT_CACHE_DIR", str(tmp_path))
+    assert build(view_kernel(8, 32, "shared"), GFX942).get_code_object()[:4] == b"\x7fELF"
