@@ -61,7 +61,8 @@ class BufferView:
         return _t.BufferStore(self.base, self._base_indices(idx), _e.cast(self.dtype, value), loc=loc)
 
     def __repr__(self) -> str:
-        return f"view {self.name} of {self.base.name} (a T.reshape / T.view: index its elements, or use {self.base.name})"
+        b = self.base.name
+        return f"view {self.name} of {b} (a T.reshape / T.view: index its elements, or use {b})"
 
 
 def _shape(shape, what: str) -> tuple:
