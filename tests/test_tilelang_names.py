@@ -952,3 +952,43 @@ def test_views_compile_with_nvrtc(tmp_path, monkeypatch):
 def test_views_compile_for_gfx942(tmp_path, monkeypatch):
     monkeypatch.setenv("TILEWRIGHT_CACHE_DIR", str(tmp_path))
     assert build(view_kernel(8, 32, "shared"), GFX942).get_code_object()[:4] == b"\x7fELF"
+
+
+# ============================================================================================
+# block votes
+
+
+def block_vote_kernel(N):
+    @T.prim_func
+    def main(A: T.Tensor((2, N), "float32"), CNT: T.Tensor((2, 2, N), "int32"), ALL: T.Tensor((2, 2, N), "int32"),
+             ANY: T.Tensor((2, 2, N), "int32")):
+        with T.Kernel(2, threads=N) as bx:
+            tx = T.get_thread_binding()
+            for r in T.serial(2):  # votes in a loop: the scratch is reused
+                CNT[bx, r, tx] = T.syncthreads_count(A[r, tx] > bx * 0.5)
+                ALL[bx, r, tx] = T.syncthreads_and(A[r, tx] > -2.0)
+                ANY[bx, r, tx] = T.syncthreads_or(A[r, tx] > 0.99 + bx)
+
+    return main
+
+
+@pytest.mark.parametrize("target,backend", BACKENDS, ids=BACKEND_IDS)
+def test_block_votes(rng, target, backend):
+    N = 128
+    a = rand(rng, (2, N))
+    a[1, 5] = -3.0  # row 1: not every thread above -2
+    a[0, 7] = 0.995  # row 0: a thread above 0.99 (for block 0; none above 1.99 for block 1)
+    outs = [np.full((2, 2, N), -1, np.int32) for _ in range(3)]
+    build(block_vote_kernel(N), target, backend)(a, *outs)
+    for bx in range(2):
+        for r in range(2):
+            assert (outs[0][bx, r] == int((a[r] > bx * 0.5).sum())).all()
+            assert (outs[1][bx, r] == int((a[r] > -2.0).all())).all()
+            assert (outs[2][bx, r] == int((a[r] > 0.99 + bx).any())).all()
+    assert outs[1][0, 0, 0] == 1 and outs[1][0, 1, 0] == 0 and outs[2][0, 0, 0] == 1 and outs[2][1, 0, 0] == 0
+
+
+@needs_nvrtc
+def test_block_votes_compile_with_nvrtc(tmp_path, monkeypatch):
+    monkeypatch.setenv("TILEWRIGHT_CACHE_DIR", str(tmp_path))
+    assert build(block_vote_kernel(128), CUDA).get_code_object()[:4] == b"\x7fELF"

@@ -204,3 +204,57 @@ def activemask():
 
 
 __all__ += ["any_sync", "all_sync", "ballot_sync", "ballot", "activemask"]
+
+
+# ---------------------------------------------------------------------------------------------
+# block votes: T.syncthreads_count / _and / _or (CUDA's __syncthreads_count/_and/_or): a barrier
+# that also combines a predicate over every thread of the block
+
+
+def _block_count(pred, what: str) -> _e.Expr:
+    """Each thread writes its predicate to its own slot of a shared scratch array; after a barrier
+    every thread adds the slots up (the same count in all of them); a second barrier lets the
+    scratch be written again (a vote in a loop)."""
+    import math as _m
+
+    from ..ir import thread as _th
+    from ..ir import tile as _t
+    from . import alloc_shared, alloc_var
+
+    b = _b.current()
+    if b.kernel is None or b.thread_var is None:
+        raise _b.error(f"{what} must be called inside `with T.Kernel(...)`")
+    nt = _m.prod(b.kernel.threads)
+    p = _e.as_expr(pred)
+    p = p if p.dtype == "bool" else p != 0
+    flags = alloc_shared((nt,), "int32")
+    b.emit(_t.BufferStore(flags, (b.thread_var,), _e.select(p, 1, 0), loc=b.loc))
+    b.emit(_th.Barrier())
+    acc = alloc_var("int32", 0)
+    k = _e.Var(b.fresh("vote_k"), "int32", kind="loop")
+    add = _t.BufferStore(acc, (_e.as_expr(0),), _e.Load(acc, (_e.as_expr(0),)) + _e.Load(flags, (k,)), loc=b.loc)
+    b.emit(_t.For(k, _e.as_expr(0), _e.as_expr(nt), add, "serial", loc=b.loc))
+    b.emit(_th.Barrier())
+    count = _e.Var(b.fresh("vote_count"), "int32", kind="let")
+    b.emit(_t.LetStmt(count, _e.Load(acc, (_e.as_expr(0),)), loc=b.loc))
+    return count, nt
+
+
+def syncthreads_count(predicate):
+    """Barrier of the block; the number of its threads for which ``predicate`` holds."""
+    return _block_count(predicate, "T.syncthreads_count")[0]
+
+
+def syncthreads_and(predicate):
+    """Barrier of the block; whether ``predicate`` holds in every thread (1 or 0, int32)."""
+    count, nt = _block_count(predicate, "T.syncthreads_and")
+    return _e.select(count == nt, 1, 0)
+
+
+def syncthreads_or(predicate):
+    """Barrier of the block; whether ``predicate`` holds in any thread (1 or 0, int32)."""
+    count, _ = _block_count(predicate, "T.syncthreads_or")
+    return _e.select(count > 0, 1, 0)
+
+
+__all__ += ["syncthreads_count", "syncthreads_and", "syncthreads_or"]
