@@ -992,3 +992,18 @@ def test_block_votes(rng, target, backend):
 def test_block_votes_compile_with_nvrtc(tmp_path, monkeypatch):
     monkeypatch.setenv("TILEWRIGHT_CACHE_DIR", str(tmp_path))
     assert build(block_vote_kernel(128), CUDA).get_code_object()[:4] == b"\x7fELF"
+
+
+@pytest.mark.parametrize("name,call", [
+    ("T.alloc_global", lambda: T.alloc_global((128,), "float32")),
+    ("T.named_barrier_arrive", lambda: T.named_barrier_arrive(1, 128)),
+    ("T.transpose", lambda: T.transpose(None, None)),
+    ("T.let", lambda: T.let(None, 1)),
+])
+def test_unsupported_names_are_refused_by_name(name, call):
+    with pytest.raises(CompileError, match=rf"{name} .*not supported") as e:
+        @T.prim_func
+        def main(A: T.Tensor((128,), "float32")):
+            with T.Kernel(1, threads=128) as _bx:
+                call()
+    assert "hint:" in str(e.value) and "line" in str(e.value)

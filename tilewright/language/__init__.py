@@ -347,6 +347,29 @@ def finalize_reducer(reducer):
     raise _b.error("T.finalize_reducer is not supported yet (nor is T.alloc_reducer)", hint=_REDUCER_HINT)
 
 
+def alloc_global(shape, dtype, scope="global"):
+    # a workspace allocated by the kernel itself needs an allocator at launch time, which the
+    # runtime does not have; refused by name rather than missing
+    raise _b.error("T.alloc_global (global memory allocated inside the kernel) is not supported",
+                   hint="pass the workspace as a kernel parameter: an extra T.Tensor argument (or an output)")
+
+
+def named_barrier_arrive(*args, **kwargs):
+    raise _b.error("T.named_barrier_arrive is not supported: named barriers are placed by the compiler "
+                   "for T.ws partitions", hint="synchronize a T.ws partition with T.sync_threads() inside it, "
+                   "or use mbarriers (T.alloc_barrier, T.mbarrier_arrive, T.mbarrier_wait_parity)")
+
+
+def transpose(*args, **kwargs):
+    raise _b.error("T.transpose is not supported yet",
+                   hint="write the transpose as a T.Parallel loop: dst[j, i] = src[i, j]")
+
+
+def let(*args, **kwargs):
+    raise _b.error("T.let is not supported", hint="bind a name instead: x = value (each assignment of a "
+                   "kernel value is a let binding here)")
+
+
 # --------------------------------------------------------------------------------------------
 # tile operations
 
