@@ -187,11 +187,11 @@ TW_DEV int tw_warp_src(int kind, int arg, int width) {
   return seg + ((arg % w) + w) % w;
 }
 // TileLang's warp votes: the lanes (active, predicate true) as a 64-bit set on either wave size
-TW_DEV unsigned long long tw_ballot(bool p) {
+TW_DEV __UINT64_TYPE__ tw_ballot(bool p) {
 #if TW_WAVE_SIZE == 64
   return __builtin_amdgcn_ballot_w64(p);
 #else
-  return (unsigned long long)__builtin_amdgcn_ballot_w32(p);
+  return (__UINT64_TYPE__)__builtin_amdgcn_ballot_w32(p);
 #endif
 }
 TW_DEV tw_i64 tw_shfl_src_i64(tw_i64 value, int src) {
