@@ -48,6 +48,9 @@ DTYPE_ITEMSIZE: dict[str, int] = {
     "float8_e5m2": 1,
     "float8_e4m3fnuz": 1,
     "float8_e5m2fnuz": 1,
+    "uint16": 2,
+    "uint32": 4,
+    "uint64": 8,
 }
 
 
@@ -116,7 +119,7 @@ def _byte_strides_to_elements(byte_strides, itemsize: int, what: str) -> tuple:
 # ---------------------------------------------------------------- torch
 _TORCH_NAMES = (
     "float16", "bfloat16", "float32", "float64", "int8", "uint8", "int16", "int32", "int64", "bool",
-    "float8_e4m3fn", "float8_e5m2", "float8_e4m3fnuz", "float8_e5m2fnuz",
+    "float8_e4m3fn", "float8_e5m2", "float8_e4m3fnuz", "float8_e5m2fnuz", "uint16", "uint32", "uint64",
 )  # fmt: skip
 _torch_to_name: dict = {}
 
@@ -231,6 +234,9 @@ _TYPESTR_TO_NAME = {
     ("i", 4): "int32",
     ("i", 8): "int64",
     ("u", 1): "uint8",
+    ("u", 2): "uint16",
+    ("u", 4): "uint32",
+    ("u", 8): "uint64",
     ("b", 1): "bool",
 }
 
@@ -360,6 +366,9 @@ _DL_DTYPES = {
     (0, 32): "int32",
     (0, 64): "int64",
     (1, 8): "uint8",
+    (1, 16): "uint16",
+    (1, 32): "uint32",
+    (1, 64): "uint64",
     (2, 16): "float16",
     (2, 32): "float32",
     (2, 64): "float64",

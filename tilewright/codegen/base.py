@@ -324,6 +324,14 @@ class Printer:
         "erf": "erff", "floor": "floorf", "ceil": "ceilf", "round": "roundf", "trunc": "truncf",
         "fabs": "fabsf", "abs": "fabsf", "pow": "powf", "fma": "fmaf", "atan": "atanf", "sinh": "sinhf",
         "cosh": "coshf", "log1p": "log1pf", "expm1": "expm1f", "fmod": "fmodf",
+        # TileLang's names (the language layer keeps the fast-math and ieee_* ones float32-only)
+        "nearbyint": "nearbyintf", "rcp": "__frcp_rn", "__exp": "__expf", "__exp10": "__exp10f", "__log": "__logf",
+        "__log2": "__log2f", "__log10": "__log10f", "__sin": "__sinf", "__cos": "__cosf", "__tan": "__tanf",
+        **{f"ieee_{op}_{mode}": f"__{cu}_{mode}" for op, cu in (("add", "fadd"), ("sub", "fsub"), ("mul", "fmul"),
+                                                                ("fmaf", "fmaf"), ("fdiv", "fdiv"), ("frcp", "frcp"),
+                                                                ("fsqrt", "fsqrt"))
+           for mode in ("rn", "rz", "ru", "rd")},
+        "ieee_frsqrt_rn": "__frsqrt_rn",
     }
 
     def call(self, e: E.Call) -> str:

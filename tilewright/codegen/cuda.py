@@ -350,6 +350,55 @@ class CudaPrinter(Printer):
     def shuffle(self, e) -> str:
         return f"__shfl_xor_sync(0xffffffffu, {self.expr(e.value)}, {e.mask}, {e.width})"
 
+    def debug_print(self, e) -> str:
+        """T.print (language/debug.py): printf of the message, block, thread and value; the
+        expression is 0 so it can bind the let that carries it."""
+        import json
+
+        kind, _, msg = e.name[len("debug_print:"):].partition(":")
+        text = json.dumps(msg).replace("%", "%%")[1:-1]
+        where = "blockIdx.x, blockIdx.y, blockIdx.z, (int)threadIdx.x"
+        fmt = f'"{text}: block (%d, %d, %d) thread %d'
+        if kind != "value":
+            return f'(printf({fmt}\\n", {where}), 0)'
+        v, d = e.args[0], e.args[0].dtype
+        if dt.is_float(d):
+            return f'(printf({fmt}: %f\\n", {where}, (double)(float)({self.expr(v)})), 0)'
+        return f'(printf({fmt}: %lld\\n", {where}, (long long)({self.expr(v)})), 0)'
+
+    # TileLang's T.shfl_* and warp_size() (language/warp.py): CUDA's own shuffles, width 0 = 32
+    _WARP_SHUFFLE = {"warp_shfl_xor": "__shfl_xor_sync", "warp_shfl_down": "__shfl_down_sync",
+                     "warp_shfl_up": "__shfl_up_sync", "warp_shfl_idx": "__shfl_sync"}
+
+    def call(self, e) -> str:
+        if e.name == "warp_size":
+            return "32"
+        if e.name.startswith("debug_print:"):
+            return self.debug_print(e)
+        if e.name.startswith("warp_vote_"):
+            p, m = e.args
+            m32 = f"{int(m.value) & 0xFFFFFFFF:#x}u"
+            kind = e.name.removeprefix("warp_vote_")
+            if kind == "activemask":
+                return "((unsigned long long)__activemask())"
+            if kind == "ballot":
+                return f"((unsigned long long)__ballot_sync({m32}, {self.expr(p)}))"
+            return f"((bool)__{kind}_sync({m32}, {self.expr(p)}))"
+        fn = self._WARP_SHUFFLE.get(e.name)
+        if fn is None:
+            return super().call(e)
+        v, lane, width = e.args
+        w = int(width.value) or 32
+        d = e.dtype
+        if d in ("float32", "float64", "float16", "bfloat16", "int32", "uint32", "int64", "uint64"):
+            return f"{fn}(0xffffffffu, {self.expr(v)}, {self.expr(lane)}, {w})"
+        if dt.is_int(d) or d == "bool":  # narrow integers travel as int
+            return f"(({self.ctype(d)}){fn}(0xffffffffu, (int)({self.expr(v)}), {self.expr(lane)}, {w}))"
+        from ..errors import CompileError
+
+        raise CompileError(f"a shuffle of a {d} value is not available in the CUDA backend",
+                           hint="shuffle it as float16 or float32")
+
 
 def _uses_warp_sync(kernel) -> bool:
     """Whether the kernel needs the mbarrier / elect helpers without using TMA."""

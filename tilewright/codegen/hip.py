@@ -52,14 +52,24 @@ _EXTRA_MATH = {
     "exp10": "tw_exp10f", "log10": "tw_log10f", "tan": "tw_tanf", "erf": "tw_erff", "fabs": "tw_fabsf",
     "atan": "tw_atanf", "sinh": "tw_sinhf", "cosh": "tw_coshf", "log1p": "tw_log1pf", "expm1": "tw_expm1f",
     "fmod": "tw_fmodf",
+    # TileLang's names: clang lowers these float32 builtins to the GPU's instructions (no ocml);
+    # the fast-math spellings compute the prelude's functions
+    "nearbyint": "__builtin_rintf", "__exp": "tw_expf", "__exp10": "tw_exp10f", "__log": "tw_logf",
+    "__log2": "tw_log2f", "__log10": "tw_log10f", "__sin": "tw_sinf", "__cos": "tw_cosf", "__tan": "tw_tanf",
+    "ieee_add_rn": "tw_ieee_add_rn", "ieee_sub_rn": "tw_ieee_sub_rn", "ieee_mul_rn": "tw_ieee_mul_rn",
+    "ieee_fmaf_rn": "__builtin_fmaf", "ieee_fdiv_rn": "tw_ieee_fdiv_rn", "ieee_frcp_rn": "tw_ieee_frcp_rn",
+    "ieee_fsqrt_rn": "__builtin_sqrtf", "ieee_frsqrt_rn": "tw_ieee_frsqrt_rn",
 }
+
+# TileLang's T.shfl_* calls -> the kind number tw_warp_src takes
+_WARP_SHUFFLE_KIND = {"warp_shfl_xor": 0, "warp_shfl_down": 1, "warp_shfl_up": 2, "warp_shfl_idx": 3}
 
 # float64 math that lowers to hardware instructions (v_sqrt/rsq/fma/floor... _f64) without ocml;
 # anything else (exp, log, ...) would become a libm call that does not exist on the device.
 _F64_MATH = {
     "sqrt": "__builtin_sqrt", "fabs": "__builtin_fabs", "abs": "__builtin_fabs", "floor": "__builtin_floor",
     "ceil": "__builtin_ceil", "trunc": "__builtin_trunc", "round": "__builtin_rint", "fma": "__builtin_fma",
-    "fmod": "__builtin_fmod",
+    "fmod": "__builtin_fmod", "nearbyint": "__builtin_rint",
 }
 
 # Helpers the base printer's output calls (tw_inf, tw_min, tw_floordiv, ...) and the ones this
@@ -149,6 +159,46 @@ TW_DEV float tw_atomic_min_f32(float* addr, float value) {
     return tw_bits(float, __hip_atomic_fetch_min((int*)addr, bits, __ATOMIC_RELAXED, __HIP_MEMORY_SCOPE_AGENT));
   return tw_bits(float, __hip_atomic_fetch_max((unsigned*)addr, (unsigned)bits, __ATOMIC_RELAXED,
                                                __HIP_MEMORY_SCOPE_AGENT));
+}
+// TileLang's ieee_* arithmetic in round-to-nearest: one correctly rounded operation each, kept
+// out of fma contraction (HIP compiles with -ffp-contract=fast); reciprocal square root through
+// float64, whose 29 spare bits make the final rounding the correct one.
+TW_DEV float tw_ieee_add_rn(float x, float y) {
+  #pragma clang fp contract(off)
+  return x + y; }
+TW_DEV float tw_ieee_sub_rn(float x, float y) {
+  #pragma clang fp contract(off)
+  return x - y; }
+TW_DEV float tw_ieee_mul_rn(float x, float y) {
+  #pragma clang fp contract(off)
+  return x * y; }
+TW_DEV float tw_ieee_fdiv_rn(float x, float y) { return x / y; }
+TW_DEV float tw_ieee_frcp_rn(float x) { return 1.0f / x; }
+TW_DEV float tw_ieee_frsqrt_rn(float x) { return (float)(1.0 / __builtin_sqrt((double)x)); }
+// TileLang's T.shfl_*: the lane a lane reads (kind 0 xor, 1 down, 2 up, 3 idx) in segments of
+// width lanes (0: the whole wave), its own lane where the source leaves the segment, as in CUDA.
+TW_DEV int tw_warp_src(int kind, int arg, int width) {
+  int lane = (int)tw_lane_id();
+  int w = (width <= 0 || width > TW_WAVE_SIZE) ? TW_WAVE_SIZE : width;
+  int seg = lane - lane % w;
+  if (kind == 0) { int s = lane ^ arg; return (s >= seg + w || s >= TW_WAVE_SIZE) ? lane : s; }
+  if (kind == 1) return (lane - seg + arg >= w) ? lane : lane + arg;
+  if (kind == 2) return (lane - seg - arg < 0) ? lane : lane - arg;
+  return seg + ((arg % w) + w) % w;
+}
+// TileLang's warp votes: the lanes (active, predicate true) as a 64-bit set on either wave size
+TW_DEV __UINT64_TYPE__ tw_ballot(bool p) {
+#if TW_WAVE_SIZE == 64
+  return __builtin_amdgcn_ballot_w64(p);
+#else
+  return (__UINT64_TYPE__)__builtin_amdgcn_ballot_w32(p);
+#endif
+}
+TW_DEV tw_i64 tw_shfl_src_i64(tw_i64 value, int src) {
+  tw_int2 v = tw_bits(tw_int2, value);
+  v.x = tw_shfl_i32(v.x, src);
+  v.y = tw_shfl_i32(v.y, src);
+  return tw_bits(tw_i64, v);
 }
 // ---- end of printer helpers ----
 """
@@ -279,6 +329,11 @@ class HipPrinter(Printer):
     # ------------------------------------------------------------------ expressions
     def math_fn(self, name: str) -> str:
         fn = HIP_MATH_FUNCS.get(name) or _EXTRA_MATH.get(name)
+        if fn is None and name.startswith("ieee_"):
+            op, mode = name.removeprefix("ieee_").rsplit("_", 1)
+            raise CompileError(f"T.ieee_{op}(..., rounding_mode={mode!r}) is not available in the HIP backend: "
+                               "AMD GPUs set the rounding mode per wave, not per instruction",
+                               hint="use rounding_mode='rn' on HIP, or run the kernel on a CUDA target")
         if fn is None:
             raise CompileError(f"math function {name!r} is not available in the HIP backend")
         return fn
@@ -286,6 +341,24 @@ class HipPrinter(Printer):
     def call(self, e: E.Call) -> str:
         name = e.name
         args = e.args
+        if name == "warp_size":
+            return "TW_WAVE_SIZE"
+        if name in _WARP_SHUFFLE_KIND:
+            return self.warp_shuffle(e)
+        if name.startswith("warp_vote_"):
+            p, m = args
+            kind, mask = name.removeprefix("warp_vote_"), f"{int(m.value):#x}ull"
+            if kind == "activemask":
+                return "tw_ballot(true)"
+            bits = f"(tw_ballot({self.expr(p)}) & {mask})"
+            if kind == "ballot":
+                return bits
+            return f"({bits} != 0ull)" if kind == "any" else f"({bits} == (tw_ballot(true) & {mask}))"
+        if name.startswith("debug_print:"):
+            raise CompileError("T.print is not available in the HIP backend: device printf needs AMD's device "
+                               "libraries, which tilewright does not link",
+                               hint="print in the tile interpreter (target='interpret') or on the emulator "
+                               "(execution_backend='emulator'), or write the values to an output buffer")
         if name in ("isnan", "isinf"):
             a = args[0]
             inner = self.expr(a) if a.dtype in ("float32", "float64") else f"(float)({self.expr(a)})"
@@ -304,6 +377,26 @@ class HipPrinter(Printer):
         conv = ", ".join(self.expr(a) if a.dtype == "float32" else f"(float)({self.expr(a)})" for a in args)
         out = f"{fn}({conv})"
         return out if e.dtype == "float32" else f"{self.ctype(e.dtype)}({out})"
+
+    def warp_shuffle(self, e: E.Call) -> str:
+        """TileLang's T.shfl_* (language/warp.py): the source lane by CUDA's segment rules
+        (tw_warp_src), read with ds_bpermute; other types travel as 32/64-bit integers."""
+        v, lane, width = e.args
+        src = f"tw_warp_src({_WARP_SHUFFLE_KIND[e.name]}, {self.expr(lane)}, {int(width.value)})"
+        x, d = self.expr(v), e.dtype
+        if d == "float32":
+            return f"tw_bits(float, tw_shfl_i32(tw_bits(int, {x}), {src}))"
+        if d == "float64":
+            return f"tw_bits(double, tw_shfl_src_i64(tw_bits(tw_i64, {x}), {src}))"
+        if d in ("int64", "uint64"):
+            return f"(({self.ctype(d)})tw_shfl_src_i64((tw_i64)({x}), {src}))"
+        if d in ("float16", "bfloat16"):
+            ct = self.ctype(d)
+            return f"tw_bits({ct}, (tw_u16)tw_shfl_i32((int)tw_bits(tw_u16, {x}), {src}))"
+        if dt.is_int(d) or d == "bool":
+            return f"(({self.ctype(d)})tw_shfl_i32((int)({x}), {src}))"
+        raise CompileError(f"a shuffle of a {d} value is not available in the HIP backend",
+                           hint="shuffle it as float16 or float32")
 
     def minmax(self, op: str, e: E.BinOp) -> str:
         a, b = self.expr(e.a), self.expr(e.b)
@@ -441,11 +534,12 @@ class HipPrinter(Printer):
             self.emit(d, f"{assign}tw_atomic_{s.op}_f32({ptr}, {val});")
             if s.order in ("acquire", "acq_rel", "seq_cst"):
                 self.emit(d, fence)
-        elif (dtype == "float64" and s.op == "add") or (dt.is_int(dtype) and dt.bits(dtype) >= 32):
+        elif (dtype == "float64" and s.op == "add") or (dt.is_int(dtype) and dt.bits(dtype) >= 32) or \
+                (dtype in ("float32", "float64") and s.op == "exch"):  # exch: T.atomic_store
             fn = {"add": "__hip_atomic_fetch_add", "max": "__hip_atomic_fetch_max", "min": "__hip_atomic_fetch_min",
                   "and": "__hip_atomic_fetch_and", "or": "__hip_atomic_fetch_or", "xor": "__hip_atomic_fetch_xor",
                   "exch": "__hip_atomic_exchange"}
-            if s.op not in fn or (s.op not in ("add", "max", "min") and not dt.is_int(dtype)):
+            if s.op not in fn or (s.op not in ("add", "max", "min", "exch") and not dt.is_int(dtype)):
                 raise CompileError(f"atomic {s.op} on {dtype} is not supported in the HIP backend", s.loc)
             self.emit(d, f"{assign}{fn[s.op]}({ptr}, ({self.ctype(dtype)})({val}), {_HIP_ORDER[s.order]}, "
                          f"{scope});")

@@ -533,6 +533,9 @@ class Translator:
             raise CompileError(f"unsupported assignment target {ast.unparse(target)}", self.loc(node))
 
     def store(self, buf, idx, value, node) -> None:
+        if hasattr(buf, "store_element"):  # a T.reshape / T.view of a buffer (language/views.py)
+            self.b.emit(buf.store_element(idx, value, self.loc(node)))
+            return
         if not isinstance(buf, t.Buffer):
             raise CompileError(f"cannot assign into {buf!r}; only buffers can be indexed for stores", self.loc(node),
                                hint="store into a buffer from T.alloc_fragment / T.alloc_shared / T.alloc_local")

@@ -64,7 +64,10 @@ from ..ir import tile as t
 from ..ir.tile_ops import hooks, register
 from ..ir.visitor import child_stmts, walk, walk_expr
 from ..target.grid import check_launch_grid
+from . import debug_print as _debug_print
+from . import warp_ops as _warp
 from .bind import bind_host_call
+from .ieee_rounding import extra_float_functions as _extra_float_functions
 
 __all__ = ["InterpError", "OutOfBoundsError", "run_tile_ir"]
 
@@ -262,6 +265,7 @@ _FLOAT_CALLS: dict[str, Callable] = {
     "trunc": np.trunc, "fabs": np.abs, "abs": np.abs, "pow": np.power, "min": np.minimum, "max": np.maximum,
     "fma": lambda a, b, c: a * b + c,
 }
+_FLOAT_CALLS.update(_extra_float_functions())  # TileLang's nearbyint, fmod, fast-math and ieee_* names
 
 
 def _needs_guard(e) -> bool:
@@ -460,6 +464,10 @@ class _ExprCompiler:
     def _call(self, e: E.Call):
         fargs = [self(a) for a in e.args]
         name = e.name
+        if name in _warp.WARP_CALLS:
+            return self._warp_call(e, fargs)
+        if name.startswith(_debug_print.PRINT_PREFIX):
+            return self._print_call(e, fargs)
         if name in ("isnan", "isinf"):
             fn = np.isnan if name == "isnan" else np.isinf
             return lambda c: fn(_lift(fargs[0](c), _F32))
@@ -481,6 +489,79 @@ class _ExprCompiler:
             f0 = fargs[0]
             return lambda c: _to(fn(_lift(f0(c), work)), npdt)
         return lambda c: _to(fn(*[_lift(g(c), work) for g in fargs]), npdt)
+
+    def _print_call(self, e: E.Call, fargs):
+        """T.print: each executing thread (each active T.Parallel iteration) prints a line."""
+        has_value, msg = _debug_print.parse(e.name)
+        fv = fargs[0]
+
+        def printed(c):
+            v = fv(c)
+            block = [v_ for k, v_ in c.env.items() if isinstance(k, E.Var) and k.kind == "block"]
+            if c.in_par or c.tid is None:
+                shape = tuple(c.pshape) if c.in_par else ()
+                vals = np.broadcast_to(v, np.broadcast_shapes(np.shape(v), shape)) if shape else np.asarray(v)
+                active = np.broadcast_to(True if c.mask is None else c.mask, vals.shape)
+                who = "(a T.Parallel iteration)" if c.in_par else "(every thread)"
+                for x, on in zip(np.ravel(vals), np.ravel(active)):
+                    if on:
+                        _debug_print.emit(msg, has_value, block, who, x)
+                return np.int32(0)
+            vals = np.broadcast_to(v, c.tid.shape)
+            active = np.broadcast_to(True if c.mask is None else c.mask, c.tid.shape)
+            for t_, x, on in zip(c.tid, vals, active):
+                if on:
+                    _debug_print.emit(msg, has_value, block, int(t_), x)
+            return np.int32(0)
+
+        return printed
+
+    def _vote_call(self, e: E.Call, fargs):
+        """Warp votes over the executing threads of each 32-thread warp."""
+        fp, fm = fargs
+        W = _warp.INTERPRETER_WARP
+
+        def voted(c):
+            if c.in_par:
+                raise InterpError(f"{e.name.replace('warp_vote_', 'T.')} inside T.Parallel: warp votes are "
+                                  "per-thread code (use them outside T.Parallel)")
+            tid = c.tid if c.tid is not None else np.arange(c.nt, dtype=np.int32)
+            pred = np.broadcast_to(fp(c), tid.shape)
+            active = np.broadcast_to(True if c.mask is None else c.mask, tid.shape)
+            out = _warp.vote(e.name, tid // W, tid % W, pred, active, int(fm(c)))
+            if c.tid is None:  # a uniform vote: every thread gets the same answer
+                return out[0]
+            return out
+
+        return voted
+
+    def _warp_call(self, e: E.Call, fargs):
+        """A shuffle reads the value another thread of the warp holds: a gather along the thread
+        axis of per-thread values (uniform values are the same in every lane)."""
+        if e.name == "warp_size":
+            return lambda c: np.int32(_warp.INTERPRETER_WARP)
+        if e.name in _warp.VOTES:
+            return self._vote_call(e, fargs)
+        fv, fl, fw = fargs
+        npdt = dt.to_numpy(e.dtype)
+
+        def shfl(c):
+            if c.in_par:
+                raise InterpError(f"{e.name.replace('warp_shfl_', 'T.shfl_')} inside T.Parallel: shuffles are "
+                                  "per-thread code (use them outside T.Parallel, on values indexed by the thread)")
+            v = fv(c)
+            if c.tid is None or not isinstance(v, np.ndarray):
+                return v  # every thread holds the same value: each reads it back
+            tid = c.tid
+            v = np.broadcast_to(v, tid.shape)
+            src = _warp.source_threads(e.name, tid, fl(c), int(fw(c)), _warp.INTERPRETER_WARP)
+            src = np.where(src < c.nt, src, tid)
+            pos = src - tid[0]
+            if (pos < 0).any() or (pos >= tid.shape[0]).any():
+                raise InterpError("a shuffle reads a thread outside the T.ws partition that executes it")
+            return _to(v[pos], npdt)
+
+        return shfl
 
     def _load(self, e: E.Load):
         buf = e.buffer
@@ -1135,6 +1216,8 @@ class _Interpreter:
             r = x.max(axis=s.dim)
         elif s.op == "min":
             r = x.min(axis=s.dim)
+        elif s.op in _BITWISE_REDUCE:  # TileLang's reduce_bitand/bitor/bitxor (integers)
+            r = _BITWISE_REDUCE[s.op].reduce(x, axis=s.dim)
         else:
             raise InterpError(f"unknown reduction {s.op!r}")
         dst_shape = tuple(int(n) for n in s.dst.shape)
@@ -1143,11 +1226,16 @@ class _Interpreter:
         r = r.reshape(dst_shape)
         if not s.clear:
             old = self._read_region(self.full_region(s.dst), c, f"T.reduce_{s.op} destination").astype(work)
-            r = old + r if s.op in ("sum", "abssum") else (np.minimum(old, r) if s.op == "min" else np.maximum(old, r))
+            if s.op in _BITWISE_REDUCE:
+                r = _BITWISE_REDUCE[s.op](old, r)
+            elif s.op in ("sum", "abssum"):
+                r = old + r
+            else:
+                r = np.minimum(old, r) if s.op == "min" else np.maximum(old, r)
         self._write_region(self.full_region(s.dst), c, r.astype(dt.to_numpy(s.dst.dtype)), f"T.reduce_{s.op}")
 
     def x_atomic(self, s: t.Atomic, c: _Ctx) -> None:
-        if s.op not in ("add", "max", "min"):
+        if s.op not in ("add", "max", "min", *_BITWISE_ATOMICS):
             raise InterpError(f"unknown atomic operation {s.op!r}")
         if isinstance(s.value, t.Region):
             self._tile_op_allowed(c, f"T.atomic_{s.op} of a tile")
@@ -1251,8 +1339,15 @@ def _combine(op: str, old, val, npdt: np.dtype):
         work = _I64
     o = np.asarray(old).astype(work)
     v = np.asarray(val).astype(work)
-    r = o + v if op == "add" else (np.maximum(o, v) if op == "max" else np.minimum(o, v))
+    if op in _BITWISE_ATOMICS:  # TileLang's atomic_and/or/xor (integers) and atomic_store (exch)
+        r = _BITWISE_ATOMICS[op](o, v)
+    else:
+        r = o + v if op == "add" else (np.maximum(o, v) if op == "max" else np.minimum(o, v))
     return r.astype(npdt) if r.ndim else npdt.type(r)
+
+
+_BITWISE_REDUCE = {"bitand": np.bitwise_and, "bitor": np.bitwise_or, "bitxor": np.bitwise_xor}
+_BITWISE_ATOMICS = {"and": np.bitwise_and, "or": np.bitwise_or, "xor": np.bitwise_xor, "exch": lambda o, v: v}
 
 
 def _atomic_many(op: str, arr: np.ndarray, idx: list, vals: np.ndarray) -> None:
@@ -1265,6 +1360,13 @@ def _atomic_many(op: str, arr: np.ndarray, idx: list, vals: np.ndarray) -> None:
     npdt = arr.dtype
     is_float = npdt in _FLOAT_NP
     cur = arr[where]
+    if op in _BITWISE_ATOMICS:
+        # every update takes effect: fold them one at a time (and/or/xor commute; exch keeps one)
+        acc = cur.astype(npdt if op == "exch" else _I64)
+        for n, k in enumerate(inv):
+            acc[k] = _BITWISE_ATOMICS[op](acc[k], vals[n])
+        arr[where] = acc.astype(npdt)
+        return
     if op == "add":
         if is_float:
             total = np.bincount(inv, weights=vals.astype(_F64), minlength=uniq.size)

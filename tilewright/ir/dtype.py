@@ -70,11 +70,36 @@ class DTypeError(ValueError):
     pass
 
 
+# TileLang dtypes without a representation here yet, and why (refused by name rather than "unknown")
+_NOT_SUPPORTED = {
+    "tfloat32": "tfloat32 (float32 rounded to a 10-bit mantissa for tensor cores) is not supported: keep the "
+                "operands float32 (T.gemm of float32 operands is exact float32 arithmetic here)",
+    "float8_e8m0fnu": "float8_e8m0fnu (the power-of-two scale format of MX block scaling) is not supported",
+    "float4_e2m1fn": "float4_e2m1fn (4-bit floats, two per byte) is not supported",
+    "float32x2": "float32x2 (a packed pair of float32) is not supported: use two float32 values or a [2] buffer",
+}
+
+
+def _unsupported_error_class():
+    from ..errors import CompileError
+
+    class UnsupportedDTypeError(CompileError, DTypeError):
+        """A TileLang dtype tilewright cannot represent: a CompileError (and a DTypeError)."""
+
+    return UnsupportedDTypeError
+
+
+UnsupportedDTypeError = _unsupported_error_class()
+
+
 @cache
 def _canon_str(s: str) -> str:
     s0 = s.strip()
     s0 = s0.removeprefix("torch.")
     s0 = _ALIASES.get(s0, s0)
+    if s0 in _NOT_SUPPORTED:
+        raise UnsupportedDTypeError(f"dtype {s0!r}: {_NOT_SUPPORTED[s0]}",
+                                    hint="choose a supported dtype: " + ", ".join(sorted(_INFOS)))
     if s0 not in _INFOS:
         raise DTypeError(f"unknown dtype {s!r}; supported: {', '.join(sorted(_INFOS))}")
     return s0

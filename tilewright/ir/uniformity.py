@@ -89,7 +89,10 @@ class Uniformity:
         def f(x):
             if found:
                 return
-            if isinstance(x, E.Var):
+            if isinstance(x, E.Call) and x.name.startswith("warp_shfl_"):
+                # not per-thread in value, but every lane must execute it: never one thread for all
+                found.append("a warp shuffle (T.shfl_*), which every lane of the warp executes")
+            elif isinstance(x, E.Var):
                 if x.kind == "thread":
                     found.append("the thread index")
                 elif x in self.per_thread:

@@ -52,6 +52,14 @@ uint32 = DType("uint32")
 boolean = DType("bool")
 float8_e4m3fn = DType("float8_e4m3fn")
 float8_e5m2 = DType("float8_e5m2")
+float8_e4m3 = DType("float8_e4m3fn")  # TileLang's spelling of the finite e4m3 format
+uint16 = DType("uint16")
+uint64 = DType("uint64")
+# TileLang dtypes tilewright cannot hold yet: using one raises a DTypeError that says so (ir/dtype.py)
+tfloat32 = DType("tfloat32")
+float8_e8m0fnu = DType("float8_e8m0fnu")
+float4_e2m1fn = DType("float4_e2m1fn")
+float32x2 = DType("float32x2")
 half = float16
 float = float32
 double = float64
@@ -339,6 +347,29 @@ def finalize_reducer(reducer):
     raise _b.error("T.finalize_reducer is not supported yet (nor is T.alloc_reducer)", hint=_REDUCER_HINT)
 
 
+def alloc_global(shape, dtype, scope="global"):
+    # a workspace allocated by the kernel itself needs an allocator at launch time, which the
+    # runtime does not have; refused by name rather than missing
+    raise _b.error("T.alloc_global (global memory allocated inside the kernel) is not supported",
+                   hint="pass the workspace as a kernel parameter: an extra T.Tensor argument (or an output)")
+
+
+def named_barrier_arrive(*args, **kwargs):
+    raise _b.error("T.named_barrier_arrive is not supported: named barriers are placed by the compiler "
+                   "for T.ws partitions", hint="synchronize a T.ws partition with T.sync_threads() inside it, "
+                   "or use mbarriers (T.alloc_barrier, T.mbarrier_arrive, T.mbarrier_wait_parity)")
+
+
+def transpose(*args, **kwargs):
+    raise _b.error("T.transpose is not supported yet",
+                   hint="write the transpose as a T.Parallel loop: dst[j, i] = src[i, j]")
+
+
+def let(*args, **kwargs):
+    raise _b.error("T.let is not supported", hint="bind a name instead: x = value (each assignment of a "
+                   "kernel value is a let binding here)")
+
+
 # --------------------------------------------------------------------------------------------
 # tile operations
 
@@ -411,11 +442,12 @@ def gemm(A, B, C, transpose_A=False, transpose_B=False, policy=GemmWarpPolicy.Sq
                    _builtins.int(k_pack)))
 
 
-def _reduce(op, src, dst, dim, clear):
+def _reduce(op, src, dst, dim, clear, batch=1, nan_propagate=False):
     b = _b.current()
     for x, what in ((src, "source"), (dst, "destination")):
         if not isinstance(x, _t.Buffer):
             raise _b.error(f"T.reduce_{op} {what} must be a whole buffer, got {x!r}")
+    _reduce_options(op, src, batch, nan_propagate)
     if dim < 0:
         dim += src.ndim
     if not 0 <= dim < src.ndim:
@@ -423,24 +455,55 @@ def _reduce(op, src, dst, dim, clear):
     b.emit(_t.Reduce(op, src, dst, dim, _builtins.bool(clear)))
 
 
-def reduce_max(buffer, out, dim=-1, clear=True):
-    _reduce("max", buffer, out, dim, clear)
+def _reduce_options(op, src, batch, nan_propagate) -> None:
+    """TileLang's ``batch=`` (how many results share one cross-thread exchange: scheduling only)
+    and ``nan_propagate=`` (max/min of 16-bit floats keep NaNs; False, the default, is what the
+    reductions here do), and integer-only bitwise reductions."""
+    if op.startswith("bit") and not _dt.is_int(src.dtype):
+        raise _b.error(f"T.reduce_{op} takes an integer buffer, got {src.name} of {src.dtype}")
+    if not isinstance(batch, _builtins.int) or isinstance(batch, _builtins.bool) or batch < 1:
+        raise _b.error(f"T.reduce_{op}(batch={batch!r}) must be a positive int")
+    if batch != 1:
+        _no_effect(f"T.reduce_{op}(batch=...)", "the cross-thread exchange is scheduled by the reduce lowering",
+                   "remove batch (the result is the same)")
+    if nan_propagate:
+        raise _b.error(f"T.reduce_{op}(nan_propagate=True) is not supported: max/min reductions here return the "
+                       "non-NaN operand", hint="leave nan_propagate at False, or test for NaN with T.isnan first")
 
 
-def reduce_min(buffer, out, dim=-1, clear=True):
-    _reduce("min", buffer, out, dim, clear)
+def reduce_max(buffer, out, dim=-1, clear=True, batch=1, nan_propagate=False):
+    _reduce("max", buffer, out, dim, clear, batch, nan_propagate)
 
 
-def reduce_sum(buffer, out, dim=-1, clear=True):
-    _reduce("sum", buffer, out, dim, clear)
+def reduce_min(buffer, out, dim=-1, clear=True, batch=1, nan_propagate=False):
+    _reduce("min", buffer, out, dim, clear, batch, nan_propagate)
 
 
-def reduce_abssum(buffer, out, dim=-1, clear=True):
-    _reduce("abssum", buffer, out, dim, clear)
+def reduce_sum(buffer, out, dim=-1, clear=True, batch=1):
+    _reduce("sum", buffer, out, dim, clear, batch)
 
 
-def reduce_absmax(buffer, out, dim=-1, clear=True):
-    _reduce("absmax", buffer, out, dim, clear)
+def reduce_abssum(buffer, out, dim=-1, clear=True, batch=1):
+    _reduce("abssum", buffer, out, dim, clear, batch)
+
+
+def reduce_absmax(buffer, out, dim=-1, clear=True, batch=1, nan_propagate=False):
+    _reduce("absmax", buffer, out, dim, clear, batch, nan_propagate)
+
+
+def reduce_bitand(buffer, out, dim=-1, clear=True, batch=1):
+    """Bitwise and of an integer buffer along ``dim``."""
+    _reduce("bitand", buffer, out, dim, clear, batch)
+
+
+def reduce_bitor(buffer, out, dim=-1, clear=True, batch=1):
+    """Bitwise or of an integer buffer along ``dim``."""
+    _reduce("bitor", buffer, out, dim, clear, batch)
+
+
+def reduce_bitxor(buffer, out, dim=-1, clear=True, batch=1):
+    """Bitwise xor of an integer buffer along ``dim``."""
+    _reduce("bitxor", buffer, out, dim, clear, batch)
 
 
 _MEMORY_ORDERS = ("relaxed", "consume", "acquire", "release", "acq_rel", "seq_cst")
@@ -490,6 +553,99 @@ def atomic_max(dst, value, memory_order=None, return_prev=False):
 
 def atomic_min(dst, value, memory_order=None, return_prev=False):
     return _atomic("min", dst, value, memory_order, return_prev)
+
+
+def _atomic_int(op, dst, value, memory_order, return_prev):
+    buf = getattr(dst, "buffer", dst)
+    if not _dt.is_int(getattr(buf, "dtype", "int32")):
+        raise _b.error(f"T.atomic_{op} takes an integer destination, got {buf.dtype}",
+                       hint="bitwise atomics exist for int32/uint32/int64/uint64 buffers")
+    return _atomic(op, dst, value, memory_order, return_prev)
+
+
+def atomic_or(dst, value, memory_order=None, return_prev=False):
+    """``dst |= value`` atomically (integers); ``return_prev=True`` returns the old value."""
+    return _atomic_int("or", dst, value, memory_order, return_prev)
+
+
+def atomic_and(dst, value, memory_order=None, return_prev=False):
+    """``dst &= value`` atomically (integers); ``return_prev=True`` returns the old value."""
+    return _atomic_int("and", dst, value, memory_order, return_prev)
+
+
+def atomic_xor(dst, value, memory_order=None, return_prev=False):
+    """``dst ^= value`` atomically (integers); ``return_prev=True`` returns the old value."""
+    return _atomic_int("xor", dst, value, memory_order, return_prev)
+
+
+def atomic_store(dst, value, memory_order=None):
+    """Store ``value`` to the element ``dst`` atomically, with ``memory_order`` (default relaxed)."""
+    if not isinstance(dst, _e.Load):
+        raise _b.error(f"T.atomic_store needs an element destination such as A[i], got {dst!r}")
+    _atomic("exch", dst, value, memory_order, False)
+
+
+def atomic_load(src, memory_order=None):
+    """The element ``src`` read atomically, with ``memory_order`` (default relaxed): an atomic
+    update that leaves it unchanged (``| 0`` for integers, ``+ -0.0`` for floats) returning the
+    value it found."""
+    if not isinstance(src, _e.Load):
+        raise _b.error(f"T.atomic_load needs an element such as A[i], got {src!r}")
+    if _dt.is_int(src.buffer.dtype):
+        return _atomic("or", src, 0, memory_order, True)
+    return _atomic("add", src, -0.0, memory_order, True)
+
+
+def _shifted(x, k: int, what: str):
+    """The element ``k`` places after the element ``x`` (a load ``A[i, j]``) along its last dimension."""
+    if not isinstance(x, _e.Load):
+        raise _b.error(f"{what} takes elements such as A[i, j] (the first of the consecutive ones), got {x!r}")
+    return _e.Load(x.buffer, x.indices[:-1] + (x.indices[-1] + k,))
+
+
+def _atomic_add_vector(dst, value, n: int, memory_order, return_prev):
+    what = f"T.atomic_addx{n}"
+    if return_prev:
+        raise _b.error(f"{what}(..., return_prev=True) is not supported: it updates {n} elements",
+                       hint="use T.atomic_add(A[i, j], v, return_prev=True) per element")
+    for k in range(n):
+        src = _shifted(value, k, what) if isinstance(value, _e.Load) else value
+        _atomic("add", _shifted(dst, k, what), src, memory_order, False)
+
+
+def atomic_addx2(dst, value, memory_order=None, return_prev=False):
+    """``dst[.., j + k] += value[.., j' + k]`` for k = 0, 1: two consecutive elements (each update
+    atomic; TileLang's packed 2-wide atomic)."""
+    _atomic_add_vector(dst, value, 2, memory_order, return_prev)
+
+
+def atomic_addx4(dst, value, memory_order=None, return_prev=False):
+    """``dst[.., j + k] += value[.., j' + k]`` for k = 0..3 (each update atomic)."""
+    _atomic_add_vector(dst, value, 4, memory_order, return_prev)
+
+
+def dp4a(A, B, C):
+    """``C += A[0]*B[0] + ... + A[3]*B[3]`` over four consecutive 8-bit integers starting at the
+    elements (or buffers) ``A`` and ``B``, accumulated in the 32-bit integer element ``C``."""
+    b = _b.current()
+    ops = []
+    for x, name in ((A, "A"), (B, "B"), (C, "C")):
+        if isinstance(x, _t.Buffer):
+            x = _e.Load(x, tuple(_e.as_expr(0) for _ in x.shape))
+        if not isinstance(x, _e.Load):
+            raise _b.error(f"T.dp4a: {name} must be a buffer or an element such as {name}_local[k], got {x!r}")
+        ops.append(x)
+    a, bb, c = ops
+    for x, name in ((a, "A"), (bb, "B")):
+        if x.buffer.dtype not in ("int8", "uint8"):
+            raise _b.error(f"T.dp4a: {name} must hold int8 or uint8 values, got {x.buffer.dtype}")
+    if c.buffer.dtype not in ("int32", "uint32"):
+        raise _b.error(f"T.dp4a: C must be an int32 or uint32 accumulator, got {c.buffer.dtype}")
+    acc = c
+    for k in range(4):
+        prod = _e.cast(c.buffer.dtype, _shifted(a, k, "T.dp4a")) * _e.cast(c.buffer.dtype, _shifted(bb, k, "T.dp4a"))
+        acc = acc + prod
+    b.emit(_t.BufferStore(c.buffer, c.indices, acc, loc=b.loc))
 
 
 def use_swizzle(panel_size: int = 10, order: str = "row", enable: bool = True):
@@ -629,6 +785,30 @@ def barrier_arrive(barrier_id):
     mbarrier_arrive(barrier_id)
 
 
+def sync_threads():
+    """A barrier of the block (CUDA's ``__syncthreads``); inside ``T.ws`` only those threads."""
+    from ..ir import thread as _th
+
+    b = _b.current()
+    if b.kernel is None:
+        raise _b.error("T.sync_threads() must be called inside `with T.Kernel(...)`")
+    b.emit(_th.Barrier())
+
+
+def sync_grid():
+    """A barrier of the whole grid needs a cooperative launch, which tilewright does not make."""
+    raise _b.error("T.sync_grid() needs a cooperative kernel launch (all blocks resident at once); tilewright "
+                   "launches kernels normally, where a grid barrier could hang",
+                   hint="split the kernel in two at the grid barrier and launch them one after the other")
+
+
+def assume(cond):
+    """A fact the compiler may rely on (TileLang passes it to the optimizer).  Nothing here relies on
+    it, so the kernel computes the same whether it holds or not."""
+    if isinstance(cond, PrimExpr) and cond.dtype != "bool":
+        raise _b.error(f"T.assume takes a condition, got a {cond.dtype} value {cond}")
+
+
 def fence_proxy_async():
     """Order this thread's shared-memory writes before later asynchronous-proxy (TMA) accesses."""
     from ..ir import thread as _th
@@ -687,6 +867,14 @@ round = _unary("round")
 trunc = _unary("trunc")
 isnan = _unary("isnan")
 isinf = _unary("isinf")
+
+# TileLang's further math (tan, fmod, nearbyint, clamp, fast_rcp, __exp..., ieee_*): language/math.py
+from .debug import print  # noqa: E402, A004, F401  (T.print: language/debug.py)
+from .math import *  # noqa: E402, F403
+from .math import __all__ as _math_names  # noqa: E402, F401
+from .scan import *  # noqa: E402, F403  (cumsum, cummax: language/scan.py)
+from .views import *  # noqa: E402, F403  (reshape, view: language/views.py)
+from .warp import *  # noqa: E402, F403  (shfl_*, warp_reduce_*: language/warp.py)
 
 
 def abs(x):

@@ -27,8 +27,12 @@ from ..ir.layout import ReducedLayout, sharing_masks
 from .lower_exprs import Env
 from .lowering_context import LoweringContext
 
+_BITWISE = {"bitand": "&", "bitor": "|", "bitxor": "^"}  # TileLang's reduce_bitand/bitor/bitxor (integers)
+
 
 def _identity(op: str, dtype: str):
+    if op in _BITWISE:
+        return E.Const(-1 if op == "bitand" else 0, dtype)
     if op in ("sum", "abssum"):
         return E.Const(0, dtype)
     if op in ("max", "absmax"):
@@ -37,6 +41,8 @@ def _identity(op: str, dtype: str):
 
 
 def _combine(op: str, a, b):
+    if op in _BITWISE:
+        return E.binary(_BITWISE[op], a, b)
     if op in ("sum", "abssum"):
         return a + b
     if op in ("max", "absmax"):
@@ -163,7 +169,7 @@ def _finish(ctx, s, dst_l, part, dst_local) -> list:
     for r2 in range(dst_l.num_regs):
         v = E.Load(part, (E.as_expr(r2),))
         if not s.clear:
-            v = _combine(s.op if s.op in ("sum", "max", "min") else {"abssum": "sum", "absmax": "max"}[s.op],
+            v = _combine(s.op if s.op in ("sum", "max", "min", *_BITWISE) else {"abssum": "sum", "absmax": "max"}[s.op],
                          E.Load(dst_local, (E.as_expr(r2),)), v)
         out.append(t.BufferStore(dst_local, (E.as_expr(r2),), E.cast(s.dst.dtype, v)))
     return out

@@ -9,6 +9,8 @@ from ...ir import dtype as dt
 from ...ir import expr as E
 from ...ir.analysis import is_nonnegative
 from ...ir.visitor import walk_expr
+from .. import debug_print
+from ..warp_ops import VOTES, WARP_CALLS, source_threads, vote
 from .errors import DivergenceError, EmulatorError, EmulatorOutOfBoundsError
 from .mathfns import _BINOPS, _MATH, _check_division, _check_int32, _float_to_int, _fma, _trunc_div
 from .memory import _GlobalMem, _SharedMem
@@ -186,6 +188,10 @@ class ExprCompiler:
 
     def call(self, e: E.Call, nd, where):
         name = e.name
+        if name in WARP_CALLS:
+            return self.warp_call(e, nd, where)
+        if name.startswith(debug_print.PRINT_PREFIX):
+            return self.print_call(e, where)
         fs, inv, keys = self._children(e.args, where)
         key = None if keys is None else ("call", name, e.dtype) + keys
         if name in ("isnan", "isinf"):
@@ -224,6 +230,61 @@ class ExprCompiler:
             return _fix(_fix(math_fn(*args), work), nd)
 
         return mathcall, inv, key
+
+    def print_call(self, e: E.Call, where):
+        """T.print: each active lane prints a line, in lane order."""
+        has_value, msg = debug_print.parse(e.name)
+        fv = self.cexpr(e.args[0], where)
+
+        def printed(st, need):
+            v = np.broadcast_to(fv(st, need), (st.L,))
+            active = np.ones(st.L, bool) if st.mask is None else st.mask
+            gx, gy = st.grid[0], st.grid[1]
+            for lane in np.flatnonzero(active):
+                b = st.first + int(st.block[lane])
+                debug_print.emit(msg, has_value, (b % gx, (b // gx) % gy, b // (gx * gy)), int(st.tid[lane]), v[lane])
+            return np.int32(0)
+
+        return printed, False, None
+
+    def warp_call(self, e: E.Call, nd, where):
+        """``warp_size()`` and the shuffles of language/warp.py, over the target's warps."""
+        W = self.k.target.warp_size if self.k.target is not None else 32
+        if e.name == "warp_size":
+            v = np.int32(W)
+            return (lambda st, need: v), True, ("c", "int32", W)
+        if e.name in VOTES:
+            fp, fm = (self.cexpr(a, where) for a in e.args)
+            kind = e.name
+
+            def voted(st, need):
+                pred = np.broadcast_to(fp(st, need), (st.L,))
+                active = np.ones(st.L, bool) if st.mask is None else st.mask
+                warp_of = st.block * ((st.T + W - 1) // W) + st.tid // W
+                return vote(kind, warp_of, st.tid % W, pred, active, int(fm(st, need)))
+
+            return voted, False, None
+        fv, fl, fw = (self.cexpr(a, where) for a in e.args)
+        kind = e.name
+
+        def shfl(st, need):
+            v = fv(st, need)
+            if not isinstance(v, np.ndarray):
+                return v  # every lane holds the same value
+            src_tid = source_threads(kind, st.tid, fl(st, need), int(fw(st, need)), W)
+            src_tid = np.where(src_tid < st.T, src_tid, st.tid)
+            src = st.lane - st.tid + src_tid
+            if (src < 0).any() or (src >= v.shape[0]).any():
+                raise where.error(EmulatorError, "a shuffle reads a lane outside the warp being emulated")
+            if st.mask is not None:
+                bad = ~st.mask[src] & (st.mask if need is None else need)
+                if bad.any():
+                    lane = _first(bad)
+                    raise where.error(DivergenceError, f"{st.where(lane)}: shuffle reads lane "
+                                                       f"{int(src[lane]) % st.T}, which is not executing it")
+            return _fix(v[src], nd)
+
+        return shfl, False, None
 
     def shuffle(self, e: E.Shuffle, where):
         fv = self.cexpr(e.value, where)

@@ -8,6 +8,7 @@ from collections.abc import Callable
 
 import numpy as np
 
+from ..ieee_rounding import extra_float_functions
 from .errors import EmulatorError
 from .support import _first
 
@@ -40,6 +41,7 @@ _MATH: dict[str, Callable] = {
     "pow": np.power, "atan": np.arctan, "sinh": np.sinh, "cosh": np.cosh, "log1p": np.log1p,
     "expm1": np.expm1, "fmod": np.fmod,
 }
+_MATH.update(extra_float_functions())  # TileLang's nearbyint, rcp, fast-math and ieee_* names
 
 
 def _fma(a, b, c):

@@ -1,0 +1,154 @@
+"""Float32 arithmetic with an explicit IEEE rounding mode, on NumPy arrays (used by the tile
+interpreter and the emulator for ``T.ieee_add(..., rounding_mode="rz")`` and its siblings).
+
+Round-to-nearest results come from NumPy's float32 operations, which are correctly rounded.  A
+directed mode starts from that nearest result ``r`` and moves it one float32 step when the exact
+result lies on the wrong side of ``r``.  The side is the sign of the exact residual (exact result
+minus ``r``), computed in float64 from quantities that are exact there: a float32 product, a
+two-sum error term, ``r * y`` for a quotient, ``r * r`` for a square root.  The sign of a float64
+subtraction is always the sign of the exact difference, so the step is never taken wrongly.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+
+MODES = ("rn", "rz", "ru", "rd")
+_F32 = np.float32
+_F64 = np.float64
+_MAX32 = np.finfo(np.float32).max
+
+
+def _two_sum(a, b):
+    """(s, e) with s = fl(a + b) and a + b = s + e exactly (Knuth's two-sum, in float64)."""
+    s = a + b
+    bb = s - a
+    e = (a - (s - bb)) + (b - bb)
+    return s, e
+
+
+def _direct(r, residual_sign, mode: str, finite_inputs):
+    """Move the nearest float32 ``r`` one step where the exact result lies beyond it in ``mode``."""
+    r = np.asarray(r, _F32)
+    if mode == "rn":
+        return r
+    sgn = np.nan_to_num(np.asarray(residual_sign, _F64))
+    with np.errstate(invalid="ignore"):
+        if mode == "ru":
+            out = np.where(sgn > 0, np.nextafter(r, _F32(np.inf)), r)
+        elif mode == "rd":
+            out = np.where(sgn < 0, np.nextafter(r, _F32(-np.inf)), r)
+        else:  # rz: toward zero when the exact magnitude is below |r|
+            shrink = ((r > 0) & (sgn < 0)) | ((r < 0) & (sgn > 0))
+            out = np.where(shrink, np.nextafter(r, _F32(0)), r)
+        # an overflow to infinity rounds to the largest finite value unless the mode rounds away
+        over = np.isinf(r) & finite_inputs
+        keep_inf = (r > 0) & (mode == "ru") | (r < 0) & (mode == "rd")
+        out = np.where(over & ~keep_inf, np.copysign(_F32(_MAX32), r), out)
+    return out.astype(_F32)
+
+
+def _finite(*xs):
+    ok = True
+    for x in xs:
+        ok = ok & np.isfinite(x)
+    return ok
+
+
+def _wide(*xs):
+    return [np.asarray(x, _F32).astype(_F64) for x in xs]
+
+
+def ieee_add(x, y, mode: str):
+    a, b = _wide(x, y)
+    with np.errstate(over="ignore", invalid="ignore"):
+        r = np.asarray(x, _F32) + np.asarray(y, _F32)
+        s, e = _two_sum(a, b)
+        res = (s - r.astype(_F64)) + e
+    return _direct(r, res, mode, _finite(a, b))
+
+
+def ieee_sub(x, y, mode: str):
+    return ieee_add(x, -np.asarray(y, _F32), mode)
+
+
+def ieee_mul(x, y, mode: str):
+    a, b = _wide(x, y)
+    with np.errstate(over="ignore", invalid="ignore"):
+        r = np.asarray(x, _F32) * np.asarray(y, _F32)
+        res = a * b - r.astype(_F64)  # the product of two float32 values is exact in float64
+    return _direct(r, res, mode, _finite(a, b))
+
+
+def ieee_fmaf(x, y, z, mode: str):
+    a, b, c = _wide(x, y, z)
+    with np.errstate(over="ignore", invalid="ignore"):
+        s, e = _two_sum(a * b, c)  # exact: x * y + z == s + e
+        # within half a float32 step (plus a hair) of the exact result; for "rn" the same double
+        # rounding through float64 as the emulator's T.fma
+        r = s.astype(_F32)
+        res = (s - r.astype(_F64)) + e
+    return _direct(r, res, mode, _finite(a, b, c))
+
+
+def ieee_fdiv(x, y, mode: str):
+    a, b = _wide(x, y)
+    with np.errstate(over="ignore", invalid="ignore", divide="ignore"):
+        r = np.asarray(x, _F32) / np.asarray(y, _F32)
+        res = (a - r.astype(_F64) * b) * np.sign(b)  # r * y is exact in float64
+    return _direct(r, res, mode, _finite(a, b) & (b != 0))
+
+
+def ieee_frcp(x, mode: str):
+    return ieee_fdiv(np.ones_like(np.asarray(x, _F32)), x, mode)
+
+
+def ieee_fsqrt(x, mode: str):
+    (a,) = _wide(x)
+    with np.errstate(invalid="ignore"):
+        r = np.sqrt(np.asarray(x, _F32))
+        res = a - r.astype(_F64) * r.astype(_F64)  # r * r is exact in float64
+    return _direct(r, res, mode, _finite(a) & (a >= 0))
+
+
+def ieee_frsqrt(x):
+    """1/sqrt(x) rounded to nearest (float64 has 29 spare bits: double rounding is out of reach
+    except on inputs no test can hit)."""
+    with np.errstate(divide="ignore", invalid="ignore"):
+        return (1.0 / np.sqrt(np.asarray(x, _F32).astype(_F64))).astype(_F32)
+
+
+def _make(fn, mode):
+    def f(*args):
+        out = fn(*args, mode)
+        return out if np.ndim(out) else _F32(out)
+
+    return f
+
+
+def ieee_functions() -> dict:
+    """Intrinsic name (``ieee_add_rz``, ...) -> NumPy function of float32 operands."""
+    table = {}
+    for op, fn in (("add", ieee_add), ("sub", ieee_sub), ("mul", ieee_mul), ("fmaf", ieee_fmaf),
+                   ("fdiv", ieee_fdiv), ("frcp", ieee_frcp), ("fsqrt", ieee_fsqrt)):
+        for mode in MODES:
+            table[f"ieee_{op}_{mode}"] = _make(fn, mode)
+    table["ieee_frsqrt_rn"] = lambda x: ieee_frsqrt(x) if np.ndim(x) else _F32(ieee_frsqrt(x))
+    return table
+
+
+def _nearbyint(x):
+    return np.rint(x)
+
+
+def extra_float_functions() -> dict:
+    """NumPy meanings of the intrinsics added for TileLang's names: the fast-math spellings compute
+    the accurate function (the GPU's fast versions differ by a few ulp), ``nearbyint`` rounds half
+    to even, ``rcp`` is 1/x, ``fmod`` is C's fmod."""
+    table = {
+        "nearbyint": _nearbyint, "rcp": lambda x: 1 / x, "fmod": np.fmod,
+        "__exp": np.exp, "__exp10": lambda x: np.power(x.dtype.type(10), x), "__log": np.log,
+        "__log2": np.log2, "__log10": np.log10, "__sin": np.sin, "__cos": np.cos, "__tan": np.tan,
+    }
+    table.update(ieee_functions())
+    return table
