@@ -486,3 +486,22 @@ def test_inplace_update_beside_register_writes_over_replicas_is_refused():
     with pytest.raises(tilewright.CompileError, match="updates S in place") as e:
         tilewright.compile(f, target=CUDA, execution_backend="emulator")
     assert "T.Parallel loop of its own" in str(e.value)
+
+
+def test_round_means_half_away_from_zero_on_every_target():
+    """T.round is C's roundf everywhere (CUDA, HIP, interpreter, emulator); HIP printed rintf (half
+    to even) before, so 2.5 became 2 on AMD and 3 elsewhere."""
+    @T.prim_func
+    def f(A: T.Tensor((8,), "float32"), B: T.Tensor((8,), "float32")):
+        with T.Kernel(1, threads=64):
+            for i in T.Parallel(8):
+                B[i] = T.round(A[i])
+
+    a = np.array([0.5, 1.5, 2.5, -0.5, -1.5, 2.4, -2.6, 3.5], np.float32)
+    want = np.sign(a) * np.floor(np.abs(a.astype(np.float64)) + 0.5)
+    for target in ("interpret", CUDA, GFX942, GFX1100):
+        b = poisoned(8)
+        tilewright.compile(f, target=target, execution_backend=None if target == "interpret" else "emulator")(a, b)
+        np.testing.assert_array_equal(b, want)
+    src = tilewright.compile(f, target=GFX942, execution_backend="emulator").get_kernel_source()
+    assert "tw_roundf" in src and "tw_rintf(" not in src.split("__global__")[-1]

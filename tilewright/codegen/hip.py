@@ -68,7 +68,7 @@ _WARP_SHUFFLE_KIND = {"warp_shfl_xor": 0, "warp_shfl_down": 1, "warp_shfl_up": 2
 # anything else (exp, log, ...) would become a libm call that does not exist on the device.
 _F64_MATH = {
     "sqrt": "__builtin_sqrt", "fabs": "__builtin_fabs", "abs": "__builtin_fabs", "floor": "__builtin_floor",
-    "ceil": "__builtin_ceil", "trunc": "__builtin_trunc", "round": "__builtin_rint", "fma": "__builtin_fma",
+    "ceil": "__builtin_ceil", "trunc": "__builtin_trunc", "round": "__builtin_round", "fma": "__builtin_fma",
     "fmod": "__builtin_fmod", "nearbyint": "__builtin_rint",
 }
 

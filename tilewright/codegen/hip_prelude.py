@@ -88,7 +88,7 @@ HIP_MATH_FUNCS: dict[str, str] = {
     "floor": "tw_floorf",
     "ceil": "tw_ceilf",
     "trunc": "tw_truncf",
-    "round": "tw_rintf",  # round half to even, like numpy.round / torch.round
+    "round": "tw_roundf",  # half away from zero: CUDA's roundf, the interpreter and the emulator agree
     "pow": "tw_powf",
     "sin": "tw_sinf",
     "cos": "tw_cosf",
@@ -290,6 +290,7 @@ TW_DEV float tw_floorf(float x) { return __builtin_floorf(x); }
 TW_DEV float tw_ceilf(float x) { return __builtin_ceilf(x); }
 TW_DEV float tw_truncf(float x) { return __builtin_truncf(x); }
 TW_DEV float tw_rintf(float x) { return __builtin_rintf(x); }  // round half to even
+TW_DEV float tw_roundf(float x) { return __builtin_roundf(x); }  // round half away from zero
 // pow = exp2(y * log2(x)): right for x > 0 (scales, norms); NaN for x < 0, loses accuracy when
 // |y * log2(x)| is large.  powf proper needs ocml.
 TW_DEV float tw_powf(float x, float y) { return __builtin_exp2f(y * __builtin_log2f(x)); }
