@@ -29,6 +29,7 @@ class Case:
     rtol: float
     atol: float
     out_idx: list = field(default_factory=list)
+    pass_configs: dict | None = None
 
 
 @dataclass(frozen=True)
@@ -376,3 +377,7 @@ TEMPLATES = {t.name: t for t in (
     Template("attention", _draw_attention, _make_attention),
     Template("copy", _draw_copy, _make_copy),
 )}
+
+from .templates_more import MORE  # noqa: E402 - they build on the helpers above
+
+TEMPLATES.update({t.name: t for t in MORE})
