@@ -1,0 +1,45 @@
+"""Regression tests for what the differential fuzzer (tilewright/fuzz) found, each against a float64
+(or exact integer) reference with poisoned outputs, on the interpreter and on the emulator."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+import tilewright
+import tilewright.language as T
+
+BACKENDS = [{"target": "interpret"},
+            {"target": "cuda -arch=sm_90a", "execution_backend": "emulator"},
+            {"target": "hip -arch=gfx942", "execution_backend": "emulator"}]
+
+
+@pytest.mark.parametrize("backend", BACKENDS, ids=lambda b: b["target"])
+@pytest.mark.parametrize("d", [3, -3, -8])
+def test_truncdiv_and_truncmod_round_toward_zero(backend, d):
+    """T.truncdiv/T.truncmod were ``//`` and ``%`` (rounding toward minus infinity): -7 truncdiv 3
+    gave -3 instead of -2 and -7 truncmod 3 gave 2 instead of -1."""
+    n = 64
+
+    @T.prim_func
+    def k(A: T.Tensor((n,), "int32"), Q: T.Tensor((n,), "int32"), R: T.Tensor((n,), "int32"),
+          F: T.Tensor((n,), "int32")):
+        with T.Kernel(1, threads=64):
+            for i in T.Parallel(n):
+                Q[i] = T.truncdiv(A[i], d)
+                R[i] = T.truncmod(A[i], d)
+                F[i] = T.floordiv(A[i], d) * 100 + T.floormod(A[i], d)
+
+    a = np.random.default_rng(0).integers(-50, 51, n).astype(np.int32)
+    a[:4] = (-7, 7, 0, -1)
+    q, r, f = (np.full(n, np.iinfo(np.int32).min, np.int32) for _ in range(3))
+    tilewright.compile(k, **backend)(a, q, r, f)
+    x = a.astype(np.int64)
+    want_q = np.trunc(x / d).astype(np.int64)
+    np.testing.assert_array_equal(q, want_q)
+    np.testing.assert_array_equal(r, x - want_q * d)
+    np.testing.assert_array_equal(f, np.floor_divide(x, d) * 100 + np.mod(x, d))
+
+
+def test_truncdiv_of_constants_folds_toward_zero():
+    assert (T.truncdiv(-7, 3), T.truncmod(-7, 3), T.truncdiv(7, -3), T.truncmod(7, -3)) == (-2, -1, -2, 1)
