@@ -43,3 +43,35 @@ def test_truncdiv_and_truncmod_round_toward_zero(backend, d):
 
 def test_truncdiv_of_constants_folds_toward_zero():
     assert (T.truncdiv(-7, 3), T.truncmod(-7, 3), T.truncdiv(7, -3), T.truncmod(7, -3)) == (-2, -1, -2, 1)
+
+
+@pytest.mark.parametrize("backend", BACKENDS[:2] + [{"target": "hip -arch=gfx1100", "execution_backend": "emulator"}],
+                         ids=lambda b: b["target"])
+@pytest.mark.parametrize("threads", [96, 192])
+def test_atomics_in_a_parallel_loop_replicated_over_a_non_power_of_two_block(backend, threads):
+    """T.Parallel(64) over 96 threads gives 16 threads x 4 positions, held by threads t, t+16, ...,
+    t+80: the replica guard was built from thread-index bits only (t ^ 16) and let 3 of the 6
+    replicas add, so a histogram came out 3x too large."""
+    n = 64
+
+    @T.prim_func
+    def k(W: T.Tensor((n,), "float32"), Bin: T.Tensor((n,), "int32"), H: T.Tensor((4,), "float32"),
+          S: T.Tensor((n,), "float32")):
+        with T.Kernel(1, threads=threads):
+            s = T.alloc_shared((n,), "float32")
+            T.copy(W, s)
+            for i in T.Parallel(n):
+                T.atomic_add(H[Bin[i]], W[i])
+                s[i] = s[i] * 2.0  # an in-place update: done twice if two replicas store
+            T.copy(s, S)
+
+    rng = np.random.default_rng(1)
+    w = rng.uniform(-1, 1, n).astype(np.float32)
+    b = rng.integers(0, 4, n).astype(np.int32)
+    h = np.arange(4, dtype=np.float32)
+    s = np.full(n, np.nan, np.float32)
+    want = np.arange(4, dtype=np.float64)
+    np.add.at(want, b, w.astype(np.float64))
+    tilewright.compile(k, **backend)(w, b, h, s)
+    np.testing.assert_allclose(h, want, rtol=1e-5, atol=1e-5)
+    np.testing.assert_allclose(s, w.astype(np.float64) * 2, rtol=1e-6)

@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import numpy as np
 
+from ..errors import InternalError
 from ..ir import dtype as dt
 from ..ir import expr as E
 from ..ir import thread as th
@@ -114,13 +115,35 @@ def replication_bits(layout, nthreads: int) -> list:
 def replica_guard(ctx, layout):
     """True in exactly one replica of each loop position (None when the layout has no replicas):
     side effects that must happen once (atomics) are guarded by it."""
-    bits = replication_bits(layout, ctx.nthreads)
-    if not bits:
+    n = ctx.nthreads
+    tab = layout.table[:n]
+    first: dict = {}
+    reps = np.array([first.setdefault(row.tobytes(), tid) == tid for tid, row in enumerate(tab)])
+    holds = (tab >= 0).any(axis=1)  # threads holding nothing are masked off by the validity guard
+    if reps[holds].all():
         return None
     mask = 0
-    for b in bits:
+    for b in replication_bits(layout, n):
         mask |= b
-    return E.binary("==", ctx.tid & mask, 0)
+    tids = np.arange(n)
+    # replicas by thread-index bits (t, t ^ m), and/or by a thread range (96 threads holding 16
+    # threads' worth of positions: t, t + 16, ..., t + 80 are replicas, and only t < 16 is the first)
+    bound = int(tids[reps & holds].max()) + 1
+    guard = (tids & mask) == 0
+    if np.array_equal(guard[holds], reps[holds]):
+        return E.binary("==", ctx.tid & mask, 0)
+    if np.array_equal((guard & (tids < bound))[holds], reps[holds]):
+        below = E.binary("<", ctx.tid, bound)
+        return below if mask == 0 else E.binary("and", E.binary("==", ctx.tid & mask, 0), below)
+    # replicas in groups of consecutive threads (a row of 7 positions held by threads 7r..7r+6)
+    for period in range(2, bound + 1):
+        first_q = int(np.argmin(reps[:period])) if not reps[:period].all() else period
+        ok = (tids % period < first_q) & (tids < bound)
+        if np.array_equal(ok[holds], reps[holds]):
+            cond = E.binary("<", E.binary("%", ctx.tid, period), first_q)
+            return cond if bound >= n else E.binary("and", cond, E.binary("<", ctx.tid, bound))
+    raise InternalError("lower_parallel: the replicas of this T.Parallel layout are not selectable by a thread-index "
+                        "mask, period and bound")
 
 
 def _stores_by_one_replica(body: list, guard) -> list:
