@@ -12,7 +12,6 @@ from __future__ import annotations
 
 import numpy as np
 
-from ..errors import InternalError
 from ..ir import dtype as dt
 from ..ir import expr as E
 from ..ir import thread as th
@@ -87,7 +86,7 @@ def lower_parallel(ctx: LoweringContext, p: t.ParallelFor, env: Env, lower_stmt)
                 e.sym[inner_var] = group_env.sym[inner_var] + k
             body.extend(_lower_body(ctx, p.body, e, lower_stmt, vec_stores, k))
         body.extend(post)
-        if env.replica_guard is not None:
+        if env.replica_guard is not None and env.replica_guard is not UNGUARDABLE:
             body = _stores_by_one_replica(body, env.replica_guard)
         valid = _valid_expr(layout, ctx, r0)
         if valid is not None:
@@ -112,38 +111,48 @@ def replication_bits(layout, nthreads: int) -> list:
     return bits
 
 
+UNGUARDABLE = "unguardable"  # replica_guard: positions held by several threads, no thread-index guard picks one
+
+
 def replica_guard(ctx, layout):
-    """True in exactly one replica of each loop position (None when the layout has no replicas):
-    side effects that must happen once (atomics) are guarded by it."""
+    """True in exactly one holder of each loop position (None when every position has one holder):
+    side effects that must happen once (atomics, stores to memory) are guarded by it.  Holders are
+    replicas by thread-index bits (t, t ^ m), by a thread range (96 threads over 16 threads' worth of
+    positions: t, t + 16, ..., t + 80) or by groups of consecutive threads (a row held by threads
+    7r..7r+6); ``UNGUARDABLE`` when no such guard leaves exactly one holder of every position."""
     n = ctx.nthreads
     tab = layout.table[:n]
-    first: dict = {}
-    reps = np.array([first.setdefault(row.tobytes(), tid) == tid for tid, row in enumerate(tab)])
-    holds = (tab >= 0).any(axis=1)  # threads holding nothing are masked off by the validity guard
-    if reps[holds].all():
+    held = tab[tab >= 0]
+    if held.size == 0 or np.bincount(held).max() <= 1:
         return None
+    tids = np.arange(n)
+
+    def exactly_once(chosen) -> bool:
+        rows = tab[chosen]
+        counts = np.bincount(rows[rows >= 0], minlength=int(held.max()) + 1)
+        return bool((counts[np.unique(held)] == 1).all())
+
     mask = 0
     for b in replication_bits(layout, n):
         mask |= b
-    tids = np.arange(n)
-    # replicas by thread-index bits (t, t ^ m), and/or by a thread range (96 threads holding 16
-    # threads' worth of positions: t, t + 16, ..., t + 80 are replicas, and only t < 16 is the first)
-    bound = int(tids[reps & holds].max()) + 1
-    guard = (tids & mask) == 0
-    if np.array_equal(guard[holds], reps[holds]):
+    by_bits = (tids & mask) == 0
+    if mask and exactly_once(by_bits):
         return E.binary("==", ctx.tid & mask, 0)
-    if np.array_equal((guard & (tids < bound))[holds], reps[holds]):
-        below = E.binary("<", ctx.tid, bound)
+    holds = (tab >= 0).any(axis=1)
+    first: dict = {}
+    reps = np.array([first.setdefault(row.tobytes(), tid) == tid for tid, row in enumerate(tab)]) & holds
+    if not reps.any():
+        return UNGUARDABLE
+    bound = int(tids[reps].max()) + 1
+    below = E.binary("<", ctx.tid, bound)
+    if exactly_once(by_bits & (tids < bound)):
         return below if mask == 0 else E.binary("and", E.binary("==", ctx.tid & mask, 0), below)
-    # replicas in groups of consecutive threads (a row of 7 positions held by threads 7r..7r+6)
     for period in range(2, bound + 1):
-        first_q = int(np.argmin(reps[:period])) if not reps[:period].all() else period
-        ok = (tids % period < first_q) & (tids < bound)
-        if np.array_equal(ok[holds], reps[holds]):
-            cond = E.binary("<", E.binary("%", ctx.tid, period), first_q)
-            return cond if bound >= n else E.binary("and", cond, E.binary("<", ctx.tid, bound))
-    raise InternalError("lower_parallel: the replicas of this T.Parallel layout are not selectable by a thread-index "
-                        "mask, period and bound")
+        q = int(np.argmin(reps[:period])) if not reps[:period].all() else period
+        if q and exactly_once((tids % period < q) & (tids < bound)):
+            cond = E.binary("<", E.binary("%", ctx.tid, period), q)
+            return cond if bound >= n else E.binary("and", cond, below)
+    return UNGUARDABLE
 
 
 def _stores_by_one_replica(body: list, guard) -> list:
