@@ -611,6 +611,60 @@ def _make_ws_gemm(p) -> Case:
                 pass_configs={"tw.warp_specialize": True})
 
 
+# ---------------------------------------------------------------- math functions, scalar params, alloc_var
+_MATH = {"exp2": (T.exp2, np.exp2, -4, 4), "log": (T.log, np.log, 0.1, 8), "log2": (T.log2, np.log2, 0.1, 8),
+         "sqrt": (T.sqrt, np.sqrt, 0.0, 8), "rsqrt": (T.rsqrt, lambda x: 1 / np.sqrt(x), 0.1, 8),
+         "tanh": (T.tanh, np.tanh, -4, 4), "sigmoid": (T.sigmoid, lambda x: 1 / (1 + np.exp(-x)), -8, 8),
+         "pow": (lambda x: T.pow(x, 1.5), lambda x: x ** 1.5, 0.0, 4), "exp": (T.exp, np.exp, -8, 4)}
+
+
+def _draw_math(rng):
+    return {"n": int(rng.choice(ODD + (64, 512))), "rows": int(rng.choice((1, 2, 3, 5))),
+            "threads": int(rng.choice((32, 64, 128, 256))), "fn": str(rng.choice(sorted(_MATH))),
+            "dtype": str(rng.choice(F_DTYPES)), "pipelined": bool(rng.random() < 0.5)}
+
+
+def _make_math(p) -> Case:
+    n, rows, fn, dtype = p["n"], p["rows"], p["fn"], p["dtype"]
+    f, ref, lo, hi = _MATH[fn]
+    block = 128
+
+    @T.prim_func
+    def mth(X: T.Tensor((rows, n), dtype), Y: T.Tensor((rows, n), dtype), Tot: T.Tensor((n,), "float32"),
+            alpha: T.float32, start: T.int32):
+        with T.Kernel(T.ceildiv(n, block), threads=p["threads"]) as bx:
+            acc = T.alloc_fragment((block,), "float32")
+            T.fill(acc, 0)
+            if p["pipelined"]:
+                for r in T.Pipelined(start, rows, num_stages=1):
+                    for i in T.Parallel(block):
+                        if bx * block + i < n:
+                            Y[r, bx * block + i] = f(X[r, bx * block + i]) * alpha
+                            acc[i] += T.cast(X[r, bx * block + i], "float32")
+            else:
+                for r in T.serial(start, rows):
+                    for i in T.Parallel(block):
+                        if bx * block + i < n:
+                            Y[r, bx * block + i] = f(X[r, bx * block + i]) * alpha
+                            acc[i] += T.cast(X[r, bx * block + i], "float32")
+            for i in T.Parallel(block):
+                if bx * block + i < n:
+                    Tot[bx * block + i] = acc[i]
+
+    rng = np.random.default_rng(p.get("seed", 0))
+    x = _rand(rng, (rows, n), dtype, lo, hi)
+    start = 1 if rows > 1 else 0
+    y = _poison((rows, n), dtype)
+    y[:start] = 0
+    fx = _f64(x)
+    want = np.concatenate([np.zeros((start, n)), ref(fx[start:]) * 0.75])
+    tot = fx[start:].sum(0)
+    rtol, atol = _tol(dtype, k=4)
+    eps = 4 * _EPS[dtype]
+    return Case("math", p, mth, [x, y, _poison((n,), "float32"), 0.75, start], {1: want, 2: tot},
+                rtol + eps, atol + eps + 1e-6 * rows)
+
+
 MORE = (
     Template("mask_cast", _draw_mask_cast, _make_mask_cast),
     Template("intdiv", _draw_intdiv, _make_intdiv),
@@ -622,4 +676,5 @@ MORE = (
     Template("copy_nd", _draw_copy_nd, _make_copy_nd),
     Template("partition", _draw_partition, _make_partition),
     Template("ws_gemm", _draw_ws_gemm, _make_ws_gemm),
+    Template("math", _draw_math, _make_math),
 )
