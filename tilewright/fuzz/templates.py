@@ -79,7 +79,7 @@ _UNARY = {"exp": (T.exp, np.exp), "sigmoid": (T.sigmoid, lambda x: 1 / (1 + np.e
 
 def _draw_elementwise(rng):
     return {"n": int(rng.choice(SIZES + (1000, 4097))), "block": int(rng.choice((32, 64, 128, 256, 512))),
-            "threads": int(rng.choice((32, 64, 128, 256))),
+            "threads": int(rng.choice((32, 64, 96, 128, 192, 256))),
             "dtype": str(rng.choice(("float32", "float16", "bfloat16"))),
             "op": str(rng.choice(("fma", "max", "exp", "sigmoid", "abs", "tanh", "sub"))),
             "style": str(rng.choice(("guard", "copy")))}
@@ -140,7 +140,7 @@ def _draw_gemm(rng):
     return {"m": int(rng.choice(SIZES)), "n": int(rng.choice(SIZES)), "k": int(rng.choice(SIZES + (320,))),
             "bm": int(rng.choice((16, 32, 64, 128))), "bn": int(rng.choice((16, 32, 64, 128))),
             "bk": int(rng.choice((16, 32, 64))), "stages": int(rng.choice((0, 1, 2, 3))),
-            "threads": int(rng.choice((64, 128, 256))), "trans_a": bool(rng.random() < 0.3),
+            "threads": int(rng.choice((64, 96, 128, 192, 256))), "trans_a": bool(rng.random() < 0.3),
             "trans_b": bool(rng.random() < 0.4), "dtype": str(rng.choice(("float16", "bfloat16"))),
             "out": str(rng.choice(("float32", "in"))), "epilogue": str(rng.choice(("none", "relu", "bias", "scale"))),
             "dynamic_m": bool(rng.random() < 0.2)}
@@ -208,7 +208,7 @@ def _make_gemm(p) -> Case:
 def _draw_reduce(rng):
     return {"m": int(rng.choice(SIZES[:12] + (64, 128))), "n": int(rng.choice(SIZES + (384, 640))),
             "op": str(rng.choice(("sum", "max", "min", "abssum", "absmax"))), "dim": int(rng.choice((0, 1))),
-            "clear": bool(rng.random() < 0.7), "threads": int(rng.choice((32, 64, 128, 256))),
+            "clear": bool(rng.random() < 0.7), "threads": int(rng.choice((32, 64, 96, 128, 192, 256))),
             "dtype": str(rng.choice(("float32", "float16")))}
 
 
@@ -335,7 +335,7 @@ def _make_attention(p) -> Case:
 # ---------------------------------------------------------------- tiled copies through shared memory
 def _draw_copy(rng):
     return {"m": int(rng.choice(SIZES)), "n": int(rng.choice(SIZES)), "bm": int(rng.choice((8, 16, 32, 64))),
-            "bn": int(rng.choice((8, 16, 32, 64, 128))), "threads": int(rng.choice((32, 64, 128, 256))),
+            "bn": int(rng.choice((8, 16, 32, 64, 128))), "threads": int(rng.choice((32, 64, 96, 128, 192, 256))),
             "dtype": str(rng.choice(("float32", "float16", "int32", "int8"))),
             "via": str(rng.choice(("shared", "fragment", "transpose")))}
 
