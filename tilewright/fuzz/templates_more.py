@@ -665,6 +665,92 @@ def _make_math(p) -> Case:
                 rtol + eps, atol + eps + 1e-6 * rows)
 
 
+# ---------------------------------------------------------------- gemm with dynamic N and K, swizzled block order
+def _draw_gemm_dyn(rng):
+    return {"m": int(rng.choice((1, 17, 64, 100, 128))), "n": int(rng.choice((8, 24, 64, 100, 128))),
+            "k": int(rng.choice((8, 16, 40, 64, 136))), "bm": int(rng.choice((32, 64))), "bn": int(rng.choice((32, 64))),
+            "bk": int(rng.choice((16, 32))), "stages": int(rng.choice((0, 2))), "threads": int(rng.choice((128, 256))),
+            "dyn": str(rng.choice(("n", "k", "nk"))), "swizzle": int(rng.choice((0, 2, 3))),
+            "dtype": str(rng.choice(("float16", "bfloat16"))), "out": str(rng.choice(("float32", "float16")))}
+
+
+def _make_gemm_dyn(p) -> Case:
+    M, N, K, bm, bn, bk, dtype, out = p["m"], p["n"], p["k"], p["bm"], p["bn"], p["bk"], p["dtype"], p["out"]
+    Nd = T.dynamic("n") if "n" in p["dyn"] else N
+    Kd = T.dynamic("k") if "k" in p["dyn"] else K
+    sw = p["swizzle"]
+
+    @T.prim_func
+    def gd(A: T.Tensor((M, Kd), dtype), B: T.Tensor((Kd, Nd), dtype), C: T.Tensor((M, Nd), out)):
+        with T.Kernel(T.ceildiv(Nd, bn), T.ceildiv(M, bm), threads=p["threads"]) as (bx, by):
+            As = T.alloc_shared((bm, bk), dtype)
+            Bs = T.alloc_shared((bk, bn), dtype)
+            Cf = T.alloc_fragment((bm, bn), "float32")
+            Cs = T.alloc_shared((bm, bn), out)
+            if sw:
+                T.use_swizzle(panel_size=sw)
+            T.clear(Cf)
+            for k in T.Pipelined(T.ceildiv(Kd, bk), num_stages=p["stages"]):
+                T.copy(A[by * bm, k * bk], As)
+                T.copy(B[k * bk, bx * bn], Bs)
+                T.gemm(As, Bs, Cf)
+            T.copy(Cf, Cs)
+            T.copy(Cs, C[by * bm, bx * bn])
+
+    rng = np.random.default_rng(p.get("seed", 0))
+    a, b = _rand(rng, (M, K), dtype), _rand(rng, (K, N), dtype)
+    want = _f64(a) @ _f64(b)
+    rtol, atol = _tol(dtype, out, k=K)
+    return Case("gemm_dyn", p, gd, [a, b, _poison((M, N), out)], {2: want}, rtol, max(atol, 1e-3 * np.sqrt(K)))
+
+
+# ---------------------------------------------------------------- per-thread locals and variables, int8 wrap-around
+def _draw_locals(rng):
+    return {"n": int(rng.choice(ODD + (64, 256))), "threads": int(rng.choice((32, 64, 128, 256))),
+            "steps": int(rng.choice((1, 2, 5))), "dtype": str(rng.choice(("int8", "int32", "float32")))}
+
+
+def _make_locals(p) -> Case:
+    n, steps, dtype = p["n"], p["steps"], p["dtype"]
+    nt = p["threads"]
+
+    @T.prim_func
+    def loc(A: T.Tensor((n,), dtype), B: T.Tensor((n,), dtype), C: T.Tensor((n,), dtype)):
+        with T.Kernel(T.ceildiv(n, nt), threads=nt) as bx:
+            tx = T.get_thread_binding()
+            v = T.alloc_var(dtype)
+            buf = T.alloc_local((2,), dtype)
+            if bx * nt + tx < n:
+                v = A[bx * nt + tx]
+                buf[0] = B[bx * nt + tx]
+                buf[1] = T.cast(0, dtype)
+                for s in T.serial(steps):
+                    buf[1] = buf[1] + v * buf[0]
+                    v = v + T.cast(1, dtype)
+                C[bx * nt + tx] = buf[1]
+
+    rng = np.random.default_rng(p.get("seed", 0))
+    if dtype == "float32":
+        a, b = _rand(rng, (n,), dtype), _rand(rng, (n,), dtype)
+    else:
+        a = rng.integers(-9, 10, n).astype(_np(dtype))
+        b = rng.integers(-9, 10, n).astype(_np(dtype))
+    fa, fb = a.astype(np.int64 if dtype != "float32" else np.float64), _f64(b) if dtype == "float32" else \
+        b.astype(np.int64)
+    acc = np.zeros(n, fa.dtype)
+    for s in range(steps):
+        acc = acc + (fa + s) * fb
+    if dtype == "int8":  # every store to an int8 wraps around (two's complement)
+        acc = np.zeros(n, np.int64)
+        v = fa.copy()
+        for s in range(steps):
+            acc = ((acc + v * fb + 128) % 256) - 128
+            v = ((v + 1 + 128) % 256) - 128
+    want = _f64(acc)
+    tol = 1e-5 * steps if dtype == "float32" else 0.0
+    return Case("locals", p, loc, [a, b, _poison((n,), dtype)], {2: want}, tol, tol)
+
+
 MORE = (
     Template("mask_cast", _draw_mask_cast, _make_mask_cast),
     Template("intdiv", _draw_intdiv, _make_intdiv),
@@ -677,4 +763,6 @@ MORE = (
     Template("partition", _draw_partition, _make_partition),
     Template("ws_gemm", _draw_ws_gemm, _make_ws_gemm),
     Template("math", _draw_math, _make_math),
+    Template("gemm_dyn", _draw_gemm_dyn, _make_gemm_dyn),
+    Template("locals", _draw_locals, _make_locals),
 )
