@@ -75,3 +75,29 @@ def test_atomics_in_a_parallel_loop_replicated_over_a_non_power_of_two_block(bac
     tilewright.compile(k, **backend)(w, b, h, s)
     np.testing.assert_allclose(h, want, rtol=1e-5, atol=1e-5)
     np.testing.assert_allclose(s, w.astype(np.float64) * 2, rtol=1e-6)
+
+
+@pytest.mark.parametrize("backend", BACKENDS[1:] + [{"target": "cuda -arch=sm_80", "execution_backend": "emulator"}],
+                         ids=lambda b: b["target"])
+@pytest.mark.parametrize("M, N, K", [(32, 16, 48), (32, 16, 80), (64, 32, 96), (32, 32, 160)])
+def test_gemm_operands_whose_rows_are_not_a_power_of_two_of_16_byte_chunks(backend, M, N, K):
+    """The ldmatrix swizzle XORed a row's 16-byte chunk index with (row % min(chunks, 8)): with 6,
+    10, 12 or 20 chunks a row (K = 48, 80, 96, 160 in float16) it sent chunks into the next row: a
+    wrong product for K = 48 (max error 5.5), an out-of-bounds shared write for K = 80."""
+    @T.prim_func
+    def g(A: T.Tensor((M, K), "float16"), B: T.Tensor((K, N), "float16"), C: T.Tensor((M, N), "float32")):
+        with T.Kernel(1, threads=128):
+            As = T.alloc_shared((M, K), "float16")
+            Bs = T.alloc_shared((K, N), "float16")
+            Cf = T.alloc_fragment((M, N), "float32")
+            T.copy(A, As)
+            T.copy(B, Bs)
+            T.gemm(As, Bs, Cf, clear_accum=True)
+            T.copy(Cf, C)
+
+    rng = np.random.default_rng(0)
+    a = rng.uniform(-1, 1, (M, K)).astype(np.float16)
+    b = rng.uniform(-1, 1, (K, N)).astype(np.float16)
+    c = np.full((M, N), np.nan, np.float32)
+    tilewright.compile(g, **backend)(a, b, c)
+    np.testing.assert_allclose(c, a.astype(np.float64) @ b.astype(np.float64), rtol=1e-3, atol=1e-3)

@@ -751,6 +751,52 @@ def _make_locals(p) -> Case:
     return Case("locals", p, loc, [a, b, _poison((n,), dtype)], {2: want}, tol, tol)
 
 
+# ---------------------------------------------------------------- reductions of a gemm accumulator, broadcast back
+def _draw_gemm_reduce(rng):
+    return {"bm": int(rng.choice((16, 32, 64, 128))), "bn": int(rng.choice((16, 32, 64, 128))),
+            "k": int(rng.choice((16, 32, 48, 64))), "threads": int(rng.choice((64, 128, 256))),
+            "dim": int(rng.choice((0, 1))), "op": str(rng.choice(("sum", "max", "absmax"))),
+            "dtype": str(rng.choice(("float16", "bfloat16"))), "iters": int(rng.choice((1, 2)))}
+
+
+def _make_gemm_reduce(p) -> Case:
+    bm, bn, K, dim, op, dtype, it = p["bm"], p["bn"], p["k"], p["dim"], p["op"], p["dtype"], p["iters"]
+    R = bm if dim == 1 else bn
+    reducer = {"sum": T.reduce_sum, "max": T.reduce_max, "absmax": T.reduce_absmax}[op]
+
+    @T.prim_func
+    def gr(A: T.Tensor((it * bm, K), dtype), B: T.Tensor((K, bn), dtype), C: T.Tensor((it * bm, bn), "float32"),
+           Red: T.Tensor((it, R), "float32")):
+        with T.Kernel(1, threads=p["threads"]):
+            As = T.alloc_shared((bm, K), dtype)
+            Bs = T.alloc_shared((K, bn), dtype)
+            Cf = T.alloc_fragment((bm, bn), "float32")
+            r = T.alloc_fragment((R,), "float32")
+            T.copy(B, Bs)
+            for t in T.serial(it):
+                T.copy(A[t * bm, 0], As)
+                T.gemm(As, Bs, Cf, clear_accum=True)
+                reducer(Cf, r, dim=dim)
+                if dim == 1:
+                    for i, j in T.Parallel(bm, bn):
+                        Cf[i, j] = Cf[i, j] - r[i]
+                else:
+                    for i, j in T.Parallel(bm, bn):
+                        Cf[i, j] = Cf[i, j] - r[j]
+                T.copy(Cf, C[t * bm, 0])
+                T.copy(r, Red[t, 0])
+
+    rng = np.random.default_rng(p.get("seed", 0))
+    a, b = _rand(rng, (it * bm, K), dtype), _rand(rng, (K, bn), dtype)
+    prod = (_f64(a) @ _f64(b)).reshape(it, bm, bn)
+    fn = {"sum": lambda x, ax: x.sum(ax), "max": lambda x, ax: x.max(ax), "absmax": lambda x, ax: np.abs(x).max(ax)}[op]
+    red = fn(prod, 1 + dim)  # per iteration: dim 1 reduces columns (one value a row), dim 0 rows
+    back = prod - (red[:, :, None] if dim == 1 else red[:, None, :])
+    rtol, atol = _tol(dtype, k=K * (R if op == "sum" else 1))
+    return Case("gemm_reduce", p, gr, [a, b, _poison((it * bm, bn), "float32"), _poison((it, R), "float32")],
+                {2: back.reshape(it * bm, bn), 3: red}, rtol, max(atol, 1e-3 * np.sqrt(K * (bn if op == "sum" else 1))))
+
+
 MORE = (
     Template("mask_cast", _draw_mask_cast, _make_mask_cast),
     Template("intdiv", _draw_intdiv, _make_intdiv),
@@ -765,4 +811,5 @@ MORE = (
     Template("math", _draw_math, _make_math),
     Template("gemm_dyn", _draw_gemm_dyn, _make_gemm_dyn),
     Template("locals", _draw_locals, _make_locals),
+    Template("gemm_reduce", _draw_gemm_reduce, _make_gemm_reduce),
 )
