@@ -138,8 +138,8 @@ def _make_elementwise(p) -> Case:
 # ---------------------------------------------------------------- gemm
 def _draw_gemm(rng):
     return {"m": int(rng.choice(SIZES)), "n": int(rng.choice(SIZES)), "k": int(rng.choice(SIZES + (320,))),
-            "bm": int(rng.choice((16, 32, 64, 128))), "bn": int(rng.choice((16, 32, 64, 128))),
-            "bk": int(rng.choice((16, 32, 64))), "stages": int(rng.choice((0, 1, 2, 3))),
+            "bm": int(rng.choice((16, 32, 64, 128))), "bn": int(rng.choice((16, 32, 48, 64, 96, 128))),
+            "bk": int(rng.choice((16, 32, 48, 64, 96))), "stages": int(rng.choice((0, 1, 2, 3))),
             "threads": int(rng.choice((64, 96, 128, 192, 256))), "trans_a": bool(rng.random() < 0.3),
             "trans_b": bool(rng.random() < 0.4), "dtype": str(rng.choice(("float16", "bfloat16"))),
             "out": str(rng.choice(("float32", "in"))), "epilogue": str(rng.choice(("none", "relu", "bias", "scale"))),

@@ -384,7 +384,7 @@ def _make_carry(p) -> Case:
 def _draw_gemm_var(rng):
     return {"m": int(rng.choice((16, 32, 33, 64, 100, 128))), "n": int(rng.choice((16, 32, 48, 64, 97, 128))),
             "k": int(rng.choice((16, 32, 64, 96, 128, 200))), "bm": int(rng.choice((16, 32, 64))),
-            "bn": int(rng.choice((16, 32, 64))), "bk": int(rng.choice((16, 32, 64))),
+            "bn": int(rng.choice((16, 32, 48, 64))), "bk": int(rng.choice((16, 32, 48, 64, 80))),
             "threads": int(rng.choice((64, 128, 256))),
             "variant": str(rng.choice(("frag_a", "clear_accum", "policy_row", "policy_col", "splitk", "int8",
                                        "fp8", "k_pack"))),
@@ -754,7 +754,7 @@ def _make_locals(p) -> Case:
 # ---------------------------------------------------------------- reductions of a gemm accumulator, broadcast back
 def _draw_gemm_reduce(rng):
     return {"bm": int(rng.choice((16, 32, 64, 128))), "bn": int(rng.choice((16, 32, 64, 128))),
-            "k": int(rng.choice((16, 32, 48, 64))), "threads": int(rng.choice((64, 128, 256))),
+            "k": int(rng.choice((16, 32, 48, 64, 96, 160))), "threads": int(rng.choice((64, 128, 256))),
             "dim": int(rng.choice((0, 1))), "op": str(rng.choice(("sum", "max", "absmax"))),
             "dtype": str(rng.choice(("float16", "bfloat16"))), "iters": int(rng.choice((1, 2)))}
 
