@@ -337,16 +337,18 @@ def _draw_copy(rng):
     return {"m": int(rng.choice(SIZES)), "n": int(rng.choice(SIZES)), "bm": int(rng.choice((8, 16, 32, 64))),
             "bn": int(rng.choice((8, 16, 32, 64, 128))), "threads": int(rng.choice((32, 64, 96, 128, 192, 256))),
             "dtype": str(rng.choice(("float32", "float16", "int32", "int8"))),
-            "via": str(rng.choice(("shared", "fragment", "transpose")))}
+            "via": str(rng.choice(("shared", "fragment", "transpose"))), "dynamic": bool(rng.random() < 0.3)}
 
 
 def _make_copy(p) -> Case:
     M, N, bm, bn, dtype, via = p["m"], p["n"], p["bm"], p["bn"], p["dtype"], p["via"]
+    Md = T.dynamic("m") if p.get("dynamic") else M
     out_shape = (N, M) if via == "transpose" else (M, N)
+    out_decl = (N, Md) if via == "transpose" else (Md, N)
 
     @T.prim_func
-    def cp(A: T.Tensor((M, N), dtype), B: T.Tensor(out_shape, dtype)):
-        with T.Kernel(T.ceildiv(N, bn), T.ceildiv(M, bm), threads=p["threads"]) as (bx, by):
+    def cp(A: T.Tensor((Md, N), dtype), B: T.Tensor(out_decl, dtype)):
+        with T.Kernel(T.ceildiv(N, bn), T.ceildiv(Md, bm), threads=p["threads"]) as (bx, by):
             s = T.alloc_shared((bm, bn), dtype)
             f = T.alloc_fragment((bm, bn), dtype)
             T.copy(A[by * bm, bx * bn], s)
@@ -359,7 +361,7 @@ def _make_copy(p) -> Case:
                 T.copy(f, B[by * bm, bx * bn])
             else:
                 for i, j in T.Parallel(bm, bn):
-                    if by * bm + i < M and bx * bn + j < N:
+                    if by * bm + i < Md and bx * bn + j < N:
                         B[bx * bn + j, by * bm + i] = s[i, j]
 
     rng = np.random.default_rng(p.get("seed", 0))
