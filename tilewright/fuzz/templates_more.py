@@ -161,7 +161,8 @@ def _make_intdiv(p) -> Case:
 def _draw_atomic(rng):
     return {"n": int(rng.choice(ODD + (64, 256, 1024))), "bins": int(rng.choice((1, 2, 5, 16, 33))),
             "block": int(rng.choice((32, 64, 128, 256))), "threads": int(rng.choice((32, 64, 96, 128, 256))),
-            "op": str(rng.choice(("count", "weighted", "max", "ticket"))), "dtype": str(rng.choice(("int32", "float32")))}
+            "op": str(rng.choice(("count", "weighted", "max", "ticket"))),
+            "dtype": str(rng.choice(("int32", "float32")))}
 
 
 def _make_atomic(p) -> Case:
@@ -493,7 +494,8 @@ def _make_gemm_var(p) -> Case:
 # ---------------------------------------------------------------- copies into 3-D / 4-D tensors at offsets
 def _draw_copy_nd(rng):
     return {"d0": int(rng.choice((1, 2, 3))), "d1": int(rng.choice((1, 2, 5))), "h": int(rng.choice((4, 16, 31, 64))),
-            "w": int(rng.choice((8, 16, 33, 64))), "bh": int(rng.choice((4, 8, 16))), "bw": int(rng.choice((8, 16, 32))),
+            "w": int(rng.choice((8, 16, 33, 64))), "bh": int(rng.choice((4, 8, 16))),
+            "bw": int(rng.choice((8, 16, 32))),
             "rank": int(rng.choice((3, 4))), "threads": int(rng.choice((32, 64, 128))),
             "dtype": str(rng.choice(("float32", "float16", "int8", "int32"))),
             "via": str(rng.choice(("shared", "fragment", "slice")))}
@@ -668,7 +670,8 @@ def _make_math(p) -> Case:
 # ---------------------------------------------------------------- gemm with dynamic N and K, swizzled block order
 def _draw_gemm_dyn(rng):
     return {"m": int(rng.choice((1, 17, 64, 100, 128))), "n": int(rng.choice((8, 24, 64, 100, 128))),
-            "k": int(rng.choice((8, 16, 40, 64, 136))), "bm": int(rng.choice((32, 64))), "bn": int(rng.choice((32, 64))),
+            "k": int(rng.choice((8, 16, 40, 64, 136))), "bm": int(rng.choice((32, 64))),
+            "bn": int(rng.choice((32, 64))),
             "bk": int(rng.choice((16, 32))), "stages": int(rng.choice((0, 2))), "threads": int(rng.choice((128, 256))),
             "dyn": str(rng.choice(("n", "k", "nk"))), "swizzle": int(rng.choice((0, 2, 3))),
             "dtype": str(rng.choice(("float16", "bfloat16"))), "out": str(rng.choice(("float32", "float16")))}
@@ -724,7 +727,7 @@ def _make_locals(p) -> Case:
                 v = A[bx * nt + tx]
                 buf[0] = B[bx * nt + tx]
                 buf[1] = T.cast(0, dtype)
-                for s in T.serial(steps):
+                for _ in T.serial(steps):
                     buf[1] = buf[1] + v * buf[0]
                     v = v + T.cast(1, dtype)
                 C[bx * nt + tx] = buf[1]
@@ -743,7 +746,7 @@ def _make_locals(p) -> Case:
     if dtype == "int8":  # every store to an int8 wraps around (two's complement)
         acc = np.zeros(n, np.int64)
         v = fa.copy()
-        for s in range(steps):
+        for _ in range(steps):
             acc = ((acc + v * fb + 128) % 256) - 128
             v = ((v + 1 + 128) % 256) - 128
     want = _f64(acc)
