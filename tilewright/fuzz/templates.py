@@ -245,9 +245,9 @@ def _make_reduce(p) -> Case:
 
 # ---------------------------------------------------------------- row softmax after a gemm (online statistics)
 def _draw_online(rng):
-    return {"bm": int(rng.choice((16, 32, 64))), "bn": int(rng.choice((16, 32, 64))),
-            "d": int(rng.choice((16, 32, 64))), "iters": int(rng.choice((1, 2, 3))),
-            "threads": int(rng.choice((64, 128)))}
+    return {"bm": int(rng.choice((16, 32, 64))), "bn": int(rng.choice((16, 32, 48, 64))),
+            "d": int(rng.choice((16, 32, 48, 64, 96))), "iters": int(rng.choice((1, 2, 3))),
+            "threads": int(rng.choice((64, 128, 256)))}
 
 
 def _make_online(p) -> Case:
