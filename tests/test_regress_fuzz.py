@@ -101,3 +101,31 @@ def test_gemm_operands_whose_rows_are_not_a_power_of_two_of_16_byte_chunks(backe
     c = np.full((M, N), np.nan, np.float32)
     tilewright.compile(g, **backend)(a, b, c)
     np.testing.assert_allclose(c, a.astype(np.float64) @ b.astype(np.float64), rtol=1e-3, atol=1e-3)
+
+
+@pytest.mark.parametrize("backend", BACKENDS + [{"target": "hip -arch=gfx1100", "execution_backend": "emulator"}],
+                         ids=lambda b: b["target"])
+@pytest.mark.parametrize("M, N, threads", [(32, 7, 128), (33, 5, 64)])
+def test_in_place_update_of_shared_memory_from_a_reduced_fragment(backend, M, N, threads):
+    """s[i] = s[i] + r[i] with r a row sum of a (32, 7) fragment over 128 threads: the loop took r's
+    layout, in which rows are held by several threads at different registers (no thread guard picks
+    one), and the update was applied more than once."""
+    @T.prim_func
+    def k(X: T.Tensor((M, N), "float32"), S0: T.Tensor((M,), "float32"), O: T.Tensor((M,), "float32")):
+        with T.Kernel(1, threads=threads):
+            x = T.alloc_fragment((M, N), "float32")
+            r = T.alloc_fragment((M,), "float32")
+            s = T.alloc_shared((M,), "float32")
+            T.copy(X, x)
+            T.copy(S0, s)
+            T.reduce_sum(x, r, dim=1)
+            for i in T.Parallel(M):
+                s[i] = s[i] + r[i]
+            T.copy(s, O)
+
+    rng = np.random.default_rng(0)
+    x = rng.uniform(-1, 1, (M, N)).astype(np.float32)
+    s0 = rng.uniform(-1, 1, M).astype(np.float32)
+    o = np.full(M, np.nan, np.float32)
+    tilewright.compile(k, **backend)(x, s0, o)
+    np.testing.assert_allclose(o, s0 + x.astype(np.float64).sum(1), rtol=1e-5, atol=1e-5)

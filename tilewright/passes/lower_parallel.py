@@ -16,6 +16,7 @@ from ..ir import dtype as dt
 from ..ir import expr as E
 from ..ir import thread as th
 from ..ir import tile as t
+from ..ir.layout import StripedLayout
 from ..ir.visitor import loads_in, map_stmt, walk
 from .analysis import uses_var
 from .index_algebra import linear_terms
@@ -67,6 +68,13 @@ def lower_parallel(ctx: LoweringContext, p: t.ParallelFor, env: Env, lower_stmt)
     # scratch is reused by later statements, and the registers stay the fragment's home
     env.frag_redirect = dict(env.frag_redirect)
     env.replica_guard = replica_guard(ctx, layout)
+    if env.replica_guard is UNGUARDABLE and _effects_only_in_memory(p):
+        # the loop follows a reduced fragment whose positions have several holders at different
+        # registers, and no thread guard leaves one: an in-place update s[i] = s[i] + r[i] would be
+        # applied twice; iterate by a striped layout instead (the fragment is read through shared memory)
+        layout = StripedLayout(p.extents, layout.num_threads)
+        g = contiguity(layout, most) if _vectorizable_body(p.body) else 1
+        env.replica_guard = replica_guard(ctx, layout)
     ctx.begin_scratch()
     for buf in _mismatched_fragments(ctx, p, layout, env):
         out.extend(_convert_through_shared(ctx, buf, env, p.loc))
@@ -242,6 +250,22 @@ def _valid_expr(layout, ctx, r):
     if src is not None and hasattr(src, "valid_expr"):
         return src.valid_expr(ctx.tid, layout.rep[r])
     raise NotImplementedError("partial layout without a validity expression")
+
+
+def _effects_only_in_memory(p) -> bool:
+    """The loop stores to shared/global memory or updates atomically, and writes no fragment."""
+    kinds = set()
+
+    def f(s):
+        if isinstance(s, t.BufferStore):
+            kinds.add("memory" if s.buffer.scope in ("global", "shared") else "register")
+        elif isinstance(s, t.Atomic):
+            kinds.add("memory")
+        elif not isinstance(s, (t.SeqStmt, t.IfThenElse, t.Evaluate)):
+            kinds.add("other")
+
+    walk(p.body, f)
+    return kinds == {"memory"}
 
 
 def _mem_buffers(p) -> list:
