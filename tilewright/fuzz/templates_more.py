@@ -800,6 +800,52 @@ def _make_gemm_reduce(p) -> Case:
                 {2: back.reshape(it * bm, bn), 3: red}, rtol, max(atol, 1e-3 * np.sqrt(K * (bn if op == "sum" else 1))))
 
 
+# ---------------------------------------------------------------- a reduced fragment applied in place to memory
+def _draw_reduce_inplace(rng):
+    return {"m": int(rng.choice((1, 3, 8, 16, 32, 33, 64))), "n": int(rng.choice((1, 5, 7, 16, 33, 64, 100))),
+            "threads": int(rng.choice((32, 64, 96, 128, 256))), "dim": int(rng.choice((0, 1))),
+            "sink": str(rng.choice(("shared", "global", "atomic")))}
+
+
+def _make_reduce_inplace(p) -> Case:
+    M, N, dim, sink = p["m"], p["n"], p["dim"], p["sink"]
+    R = M if dim == 1 else N
+
+    @T.prim_func
+    def ri(X: T.Tensor((M, N), "float32"), S0: T.Tensor((R,), "float32"), O: T.Tensor((R,), "float32")):
+        with T.Kernel(1, threads=p["threads"]):
+            x = T.alloc_fragment((M, N), "float32")
+            r = T.alloc_fragment((R,), "float32")
+            s = T.alloc_shared((R,), "float32")
+            T.copy(X, x)
+            T.reduce_sum(x, r, dim=dim)
+            if sink == "shared":
+                T.copy(S0, s)
+                for i in T.Parallel(R):
+                    s[i] = s[i] * 0.5 + r[i]
+                T.copy(s, O)
+            elif sink == "global":
+                for i in T.Parallel(R):
+                    O[i] = O[i] * 0.5 + r[i]
+            else:
+                for i in T.Parallel(R):
+                    T.atomic_add(O[i], r[i])
+
+    rng = np.random.default_rng(p.get("seed", 0))
+    x = _rand(rng, (M, N), "float32")
+    s0 = _rand(rng, (R,), "float32")
+    red = _f64(x).sum(dim)
+    if sink == "shared":
+        o, want = _poison((R,), "float32"), _f64(s0) * 0.5 + red
+    elif sink == "global":
+        o = s0.copy()
+        want = _f64(s0) * 0.5 + red
+    else:
+        o = s0.copy()
+        want = _f64(s0) + red
+    return Case("reduce_inplace", p, ri, [x, s0, o], {2: want}, 1e-5, 1e-5 * np.sqrt(M * N))
+
+
 MORE = (
     Template("mask_cast", _draw_mask_cast, _make_mask_cast),
     Template("intdiv", _draw_intdiv, _make_intdiv),
@@ -815,4 +861,5 @@ MORE = (
     Template("gemm_dyn", _draw_gemm_dyn, _make_gemm_dyn),
     Template("locals", _draw_locals, _make_locals),
     Template("gemm_reduce", _draw_gemm_reduce, _make_gemm_reduce),
+    Template("reduce_inplace", _draw_reduce_inplace, _make_reduce_inplace),
 )
