@@ -812,7 +812,7 @@ def _make_reduce_inplace(p) -> Case:
     R = M if dim == 1 else N
 
     @T.prim_func
-    def ri(X: T.Tensor((M, N), "float32"), S0: T.Tensor((R,), "float32"), O: T.Tensor((R,), "float32")):
+    def ri(X: T.Tensor((M, N), "float32"), S0: T.Tensor((R,), "float32"), Out: T.Tensor((R,), "float32")):
         with T.Kernel(1, threads=p["threads"]):
             x = T.alloc_fragment((M, N), "float32")
             r = T.alloc_fragment((R,), "float32")
@@ -823,13 +823,13 @@ def _make_reduce_inplace(p) -> Case:
                 T.copy(S0, s)
                 for i in T.Parallel(R):
                     s[i] = s[i] * 0.5 + r[i]
-                T.copy(s, O)
+                T.copy(s, Out)
             elif sink == "global":
                 for i in T.Parallel(R):
-                    O[i] = O[i] * 0.5 + r[i]
+                    Out[i] = Out[i] * 0.5 + r[i]
             else:
                 for i in T.Parallel(R):
-                    T.atomic_add(O[i], r[i])
+                    T.atomic_add(Out[i], r[i])
 
     rng = np.random.default_rng(p.get("seed", 0))
     x = _rand(rng, (M, N), "float32")
