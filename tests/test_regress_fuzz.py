@@ -129,3 +129,26 @@ def test_in_place_update_of_shared_memory_from_a_reduced_fragment(backend, M, N,
     o = np.full(M, np.nan, np.float32)
     tilewright.compile(k, **backend)(x, s0, o)
     np.testing.assert_allclose(o, s0 + x.astype(np.float64).sum(1), rtol=1e-5, atol=1e-5)
+
+
+def test_in_place_memory_update_with_fragment_writes_in_a_multi_holder_layout_is_refused():
+    """The same loop shape that also writes the reduced fragment cannot be re-laid out (the fragment
+    lives in its registers): it was applied more than once; now refused at the loop with a hint."""
+    M, N = 32, 7
+
+    @T.prim_func
+    def k(X: T.Tensor((M, N), "float32"), S0: T.Tensor((M,), "float32"), O: T.Tensor((M,), "float32")):
+        with T.Kernel(1, threads=128):
+            x = T.alloc_fragment((M, N), "float32")
+            r = T.alloc_fragment((M,), "float32")
+            s = T.alloc_shared((M,), "float32")
+            T.copy(X, x)
+            T.copy(S0, s)
+            T.reduce_sum(x, r, dim=1)
+            for i in T.Parallel(M):
+                r[i] = r[i] * 2.0
+                s[i] = s[i] + r[i]
+            T.copy(s, O)
+
+    with pytest.raises(tilewright.errors.CompileError, match="split the loop"):
+        tilewright.compile(k, target="cuda -arch=sm_90a", execution_backend="emulator")

@@ -75,6 +75,13 @@ def lower_parallel(ctx: LoweringContext, p: t.ParallelFor, env: Env, lower_stmt)
         layout = StripedLayout(p.extents, layout.num_threads)
         g = contiguity(layout, most) if _vectorizable_body(p.body) else 1
         env.replica_guard = replica_guard(ctx, layout)
+    elif env.replica_guard is UNGUARDABLE and _updates_memory_in_place(p):
+        from ..errors import CompileError
+
+        raise CompileError("this T.Parallel loop follows a reduced fragment whose positions are held by several "
+                           "threads, writes a fragment and updates shared/global memory in place: the update "
+                           "would be applied more than once", p.loc,
+                           hint="split the loop: one T.Parallel for the fragment writes, one for the memory update")
     ctx.begin_scratch()
     for buf in _mismatched_fragments(ctx, p, layout, env):
         out.extend(_convert_through_shared(ctx, buf, env, p.loc))
@@ -266,6 +273,23 @@ def _effects_only_in_memory(p) -> bool:
 
     walk(p.body, f)
     return kinds == {"memory"}
+
+
+def _updates_memory_in_place(p) -> bool:
+    """The loop updates memory atomically, or stores to a shared/global buffer it also reads."""
+    from ..ir.verifier import exprs_of
+
+    stored, loaded, atomic = set(), set(), []
+
+    def f(s):
+        if isinstance(s, t.BufferStore) and s.buffer.scope in ("global", "shared"):
+            stored.add(s.buffer)
+        atomic.extend([s] if isinstance(s, t.Atomic) else [])
+        for e in exprs_of(s):
+            loaded.update(ld.buffer for ld in loads_in(e) if ld.buffer.scope in ("global", "shared"))
+
+    walk(p.body, f)
+    return bool(atomic) or bool(stored & loaded)
 
 
 def _mem_buffers(p) -> list:
