@@ -40,13 +40,15 @@ class Report:
 
 
 def fuzz(cases: int, seed: int = 0, backends=DEFAULT_BACKENDS, templates=None, out_dir: str | None = None,
-         shrink_budget: int = 30, log=None) -> Report:
+         shrink_budget: int = 30, log=None, round_robin: bool = False) -> Report:
+    """Run ``cases`` random cases; ``round_robin`` takes the templates in turn (every template at
+    least once when ``cases >= len(templates)``) instead of drawing one at random."""
     rng = np.random.default_rng(seed)
     names = list(templates or TEMPLATES)
     report = Report()
     t0 = time.perf_counter()
     for n in range(cases):
-        name = names[int(rng.integers(len(names)))]
+        name = names[n % len(names)] if round_robin else names[int(rng.integers(len(names)))]
         tpl = TEMPLATES[name]
         params = dict(tpl.draw(rng), seed=int(rng.integers(2**31)))
         case = tpl.make(params)

@@ -49,7 +49,7 @@ def run_case(case, backend: str) -> Outcome:
     from ..compiler import compile as tw_compile
 
     try:
-        kernel = tw_compile(case.func, **backend_args(backend))
+        kernel = tw_compile(case.func, **backend_args(backend), pass_configs=case.pass_configs)
     except CompileError as e:
         return Outcome("refused", str(e).strip().splitlines()[0] if str(e).strip() else "CompileError")
     except InternalError as e:

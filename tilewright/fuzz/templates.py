@@ -29,6 +29,7 @@ class Case:
     rtol: float
     atol: float
     out_idx: list = field(default_factory=list)
+    pass_configs: dict | None = None
 
 
 @dataclass(frozen=True)
@@ -78,7 +79,7 @@ _UNARY = {"exp": (T.exp, np.exp), "sigmoid": (T.sigmoid, lambda x: 1 / (1 + np.e
 
 def _draw_elementwise(rng):
     return {"n": int(rng.choice(SIZES + (1000, 4097))), "block": int(rng.choice((32, 64, 128, 256, 512))),
-            "threads": int(rng.choice((32, 64, 128, 256))),
+            "threads": int(rng.choice((32, 64, 96, 128, 192, 256))),
             "dtype": str(rng.choice(("float32", "float16", "bfloat16"))),
             "op": str(rng.choice(("fma", "max", "exp", "sigmoid", "abs", "tanh", "sub"))),
             "style": str(rng.choice(("guard", "copy")))}
@@ -137,9 +138,9 @@ def _make_elementwise(p) -> Case:
 # ---------------------------------------------------------------- gemm
 def _draw_gemm(rng):
     return {"m": int(rng.choice(SIZES)), "n": int(rng.choice(SIZES)), "k": int(rng.choice(SIZES + (320,))),
-            "bm": int(rng.choice((16, 32, 64, 128))), "bn": int(rng.choice((16, 32, 64, 128))),
-            "bk": int(rng.choice((16, 32, 64))), "stages": int(rng.choice((0, 1, 2, 3))),
-            "threads": int(rng.choice((64, 128, 256))), "trans_a": bool(rng.random() < 0.3),
+            "bm": int(rng.choice((16, 32, 64, 128))), "bn": int(rng.choice((16, 32, 48, 64, 96, 128))),
+            "bk": int(rng.choice((16, 32, 48, 64, 96))), "stages": int(rng.choice((0, 1, 2, 3))),
+            "threads": int(rng.choice((64, 96, 128, 192, 256))), "trans_a": bool(rng.random() < 0.3),
             "trans_b": bool(rng.random() < 0.4), "dtype": str(rng.choice(("float16", "bfloat16"))),
             "out": str(rng.choice(("float32", "in"))), "epilogue": str(rng.choice(("none", "relu", "bias", "scale"))),
             "dynamic_m": bool(rng.random() < 0.2)}
@@ -207,7 +208,7 @@ def _make_gemm(p) -> Case:
 def _draw_reduce(rng):
     return {"m": int(rng.choice(SIZES[:12] + (64, 128))), "n": int(rng.choice(SIZES + (384, 640))),
             "op": str(rng.choice(("sum", "max", "min", "abssum", "absmax"))), "dim": int(rng.choice((0, 1))),
-            "clear": bool(rng.random() < 0.7), "threads": int(rng.choice((32, 64, 128, 256))),
+            "clear": bool(rng.random() < 0.7), "threads": int(rng.choice((32, 64, 96, 128, 192, 256))),
             "dtype": str(rng.choice(("float32", "float16")))}
 
 
@@ -244,9 +245,9 @@ def _make_reduce(p) -> Case:
 
 # ---------------------------------------------------------------- row softmax after a gemm (online statistics)
 def _draw_online(rng):
-    return {"bm": int(rng.choice((16, 32, 64))), "bn": int(rng.choice((16, 32, 64))),
-            "d": int(rng.choice((16, 32, 64))), "iters": int(rng.choice((1, 2, 3))),
-            "threads": int(rng.choice((64, 128)))}
+    return {"bm": int(rng.choice((16, 32, 64))), "bn": int(rng.choice((16, 32, 48, 64))),
+            "d": int(rng.choice((16, 32, 48, 64, 96))), "iters": int(rng.choice((1, 2, 3))),
+            "threads": int(rng.choice((64, 128, 256)))}
 
 
 def _make_online(p) -> Case:
@@ -334,18 +335,20 @@ def _make_attention(p) -> Case:
 # ---------------------------------------------------------------- tiled copies through shared memory
 def _draw_copy(rng):
     return {"m": int(rng.choice(SIZES)), "n": int(rng.choice(SIZES)), "bm": int(rng.choice((8, 16, 32, 64))),
-            "bn": int(rng.choice((8, 16, 32, 64, 128))), "threads": int(rng.choice((32, 64, 128, 256))),
+            "bn": int(rng.choice((8, 16, 32, 64, 128))), "threads": int(rng.choice((32, 64, 96, 128, 192, 256))),
             "dtype": str(rng.choice(("float32", "float16", "int32", "int8"))),
-            "via": str(rng.choice(("shared", "fragment", "transpose")))}
+            "via": str(rng.choice(("shared", "fragment", "transpose"))), "dynamic": bool(rng.random() < 0.3)}
 
 
 def _make_copy(p) -> Case:
     M, N, bm, bn, dtype, via = p["m"], p["n"], p["bm"], p["bn"], p["dtype"], p["via"]
+    Md = T.dynamic("m") if p.get("dynamic") else M
     out_shape = (N, M) if via == "transpose" else (M, N)
+    out_decl = (N, Md) if via == "transpose" else (Md, N)
 
     @T.prim_func
-    def cp(A: T.Tensor((M, N), dtype), B: T.Tensor(out_shape, dtype)):
-        with T.Kernel(T.ceildiv(N, bn), T.ceildiv(M, bm), threads=p["threads"]) as (bx, by):
+    def cp(A: T.Tensor((Md, N), dtype), B: T.Tensor(out_decl, dtype)):
+        with T.Kernel(T.ceildiv(N, bn), T.ceildiv(Md, bm), threads=p["threads"]) as (bx, by):
             s = T.alloc_shared((bm, bn), dtype)
             f = T.alloc_fragment((bm, bn), dtype)
             T.copy(A[by * bm, bx * bn], s)
@@ -358,7 +361,7 @@ def _make_copy(p) -> Case:
                 T.copy(f, B[by * bm, bx * bn])
             else:
                 for i, j in T.Parallel(bm, bn):
-                    if by * bm + i < M and bx * bn + j < N:
+                    if by * bm + i < Md and bx * bn + j < N:
                         B[bx * bn + j, by * bm + i] = s[i, j]
 
     rng = np.random.default_rng(p.get("seed", 0))
@@ -376,3 +379,7 @@ TEMPLATES = {t.name: t for t in (
     Template("attention", _draw_attention, _make_attention),
     Template("copy", _draw_copy, _make_copy),
 )}
+
+from .templates_more import MORE  # noqa: E402 - they build on the helpers above
+
+TEMPLATES.update({t.name: t for t in MORE})

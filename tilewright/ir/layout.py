@@ -422,7 +422,12 @@ class SharedLayout:
         if (swizzle or tma) and len(self.shape) >= 2:
             if row_bytes % 16 == 0 and row_bytes >= 32:
                 chunks = row_bytes // 16
-                self.period = min(chunks, 8)
+                # the XOR must stay inside the row: chunk ^ x with x < period keeps an aligned group
+                # of `period` chunks only when period is a power of two dividing the chunk count
+                # (a 96-byte row has 6 chunks: 5 ^ 3 = 6 would land in the next row)
+                self.period = 8
+                while chunks % self.period:
+                    self.period //= 2
                 self.rep = max(8 // chunks, 1)
                 self.swizzle = True
                 self.tma_swizzle = row_bytes if tma else 0

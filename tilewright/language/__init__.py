@@ -954,11 +954,19 @@ def floormod(a, b):
 
 
 def truncdiv(a, b):
-    return a // b
+    """Division rounding toward zero (C's ``/``); ``//`` in a kernel rounds toward minus infinity."""
+    if not isinstance(a, PrimExpr) and not isinstance(b, PrimExpr):
+        q = _builtins.abs(a) // _builtins.abs(b)
+        return q if (a < 0) == (b < 0) else -q
+    q = abs(a) // abs(b)
+    if not isinstance(b, PrimExpr):
+        return _e.select(a < 0, -q, q) if b > 0 else _e.select(a < 0, q, -q)
+    return _e.select(a < 0, _e.select(b < 0, q, -q), _e.select(b < 0, -q, q))
 
 
 def truncmod(a, b):
-    return a % b
+    """The remainder of ``truncdiv`` (C's ``%``: the sign of ``a``)."""
+    return a - truncdiv(a, b) * b
 
 
 # ---- the eager-JIT style: size names and outputs of an `@jit` function that is the kernel

@@ -17,6 +17,7 @@ from ..ir import dtype as dt
 from ..ir import expr as E
 from ..ir import thread as th
 from ..ir import tile as t
+from ..ir.layout import StripedLayout
 from ..ir.verifier import exprs_of
 from ..ir.visitor import loads_in, map_stmt, walk
 from .analysis import uses_var
@@ -69,6 +70,20 @@ def lower_parallel(ctx: LoweringContext, p: t.ParallelFor, env: Env, lower_stmt)
     # scratch is reused by later statements, and the registers stay the fragment's home
     env.frag_redirect = dict(env.frag_redirect)
     env.replica_guard = replica_guard(ctx, layout)
+    if env.replica_guard is UNGUARDABLE and _effects_only_in_memory(p):
+        # the loop follows a reduced fragment whose positions have several holders at different
+        # registers, and no thread guard leaves one: an in-place update s[i] = s[i] + r[i] would be
+        # applied twice; iterate by a striped layout instead (the fragment is read through shared memory)
+        layout = StripedLayout(p.extents, layout.num_threads)
+        g = contiguity(layout, most) if _vectorizable_body(p.body) else 1
+        env.replica_guard = replica_guard(ctx, layout)
+    elif env.replica_guard is UNGUARDABLE and _updates_memory_in_place(p):
+        from ..errors import CompileError
+
+        raise CompileError("this T.Parallel loop follows a reduced fragment whose positions are held by several "
+                           "threads, writes a fragment and updates shared/global memory in place: the update "
+                           "would be applied more than once", p.loc,
+                           hint="split the loop: one T.Parallel for the fragment writes, one for the memory update")
     ctx.begin_scratch()
     for buf in _mismatched_fragments(ctx, p, layout, env):
         out.extend(_convert_through_shared(ctx, buf, env, p.loc))
@@ -88,7 +103,7 @@ def lower_parallel(ctx: LoweringContext, p: t.ParallelFor, env: Env, lower_stmt)
                 e.sym[inner_var] = group_env.sym[inner_var] + k
             body.extend(_lower_body(ctx, p.body, e, lower_stmt, vec_stores, k))
         body.extend(post)
-        if env.replica_guard is not None:
+        if env.replica_guard is not None and env.replica_guard is not UNGUARDABLE:
             body = _by_one_replica(p, body, env.replica_guard)
         valid = _valid_expr(layout, ctx, r0)
         if valid is not None:
@@ -113,16 +128,48 @@ def replication_bits(layout, nthreads: int) -> list:
     return bits
 
 
+UNGUARDABLE = "unguardable"  # replica_guard: positions held by several threads, no thread-index guard picks one
+
+
 def replica_guard(ctx, layout):
-    """True in exactly one replica of each loop position (None when the layout has no replicas):
-    side effects that must happen once (atomics) are guarded by it."""
-    bits = replication_bits(layout, ctx.nthreads)
-    if not bits:
+    """True in exactly one holder of each loop position (None when every position has one holder):
+    side effects that must happen once (atomics, stores to memory) are guarded by it.  Holders are
+    replicas by thread-index bits (t, t ^ m), by a thread range (96 threads over 16 threads' worth of
+    positions: t, t + 16, ..., t + 80) or by groups of consecutive threads (a row held by threads
+    7r..7r+6); ``UNGUARDABLE`` when no such guard leaves exactly one holder of every position."""
+    n = ctx.nthreads
+    tab = layout.table[:n]
+    held = tab[tab >= 0]
+    if held.size == 0 or np.bincount(held).max() <= 1:
         return None
+    tids = np.arange(n)
+
+    def exactly_once(chosen) -> bool:
+        rows = tab[chosen]
+        counts = np.bincount(rows[rows >= 0], minlength=int(held.max()) + 1)
+        return bool((counts[np.unique(held)] == 1).all())
+
     mask = 0
-    for b in bits:
+    for b in replication_bits(layout, n):
         mask |= b
-    return E.binary("==", ctx.tid & mask, 0)
+    by_bits = (tids & mask) == 0
+    if mask and exactly_once(by_bits):
+        return E.binary("==", ctx.tid & mask, 0)
+    holds = (tab >= 0).any(axis=1)
+    first: dict = {}
+    reps = np.array([first.setdefault(row.tobytes(), tid) == tid for tid, row in enumerate(tab)]) & holds
+    if not reps.any():
+        return UNGUARDABLE
+    bound = int(tids[reps].max()) + 1
+    below = E.binary("<", ctx.tid, bound)
+    if exactly_once(by_bits & (tids < bound)):
+        return below if mask == 0 else E.binary("and", E.binary("==", ctx.tid & mask, 0), below)
+    for period in range(2, bound + 1):
+        q = int(np.argmin(reps[:period])) if not reps[:period].all() else period
+        if q and exactly_once((tids % period < q) & (tids < bound)):
+            cond = E.binary("<", E.binary("%", ctx.tid, period), q)
+            return cond if bound >= n else E.binary("and", cond, below)
+    return UNGUARDABLE
 
 
 def _by_one_replica(p: t.ParallelFor, body: list, guard) -> list:
@@ -233,6 +280,39 @@ def _valid_expr(layout, ctx, r):
     if src is not None and hasattr(src, "valid_expr"):
         return src.valid_expr(ctx.tid, layout.rep[r])
     raise NotImplementedError("partial layout without a validity expression")
+
+
+def _effects_only_in_memory(p) -> bool:
+    """The loop stores to shared/global memory or updates atomically, and writes no fragment."""
+    kinds = set()
+
+    def f(s):
+        if isinstance(s, t.BufferStore):
+            kinds.add("memory" if s.buffer.scope in ("global", "shared") else "register")
+        elif isinstance(s, t.Atomic):
+            kinds.add("memory")
+        elif not isinstance(s, (t.SeqStmt, t.IfThenElse, t.Evaluate)):
+            kinds.add("other")
+
+    walk(p.body, f)
+    return kinds == {"memory"}
+
+
+def _updates_memory_in_place(p) -> bool:
+    """The loop updates memory atomically, or stores to a shared/global buffer it also reads."""
+    from ..ir.verifier import exprs_of
+
+    stored, loaded, atomic = set(), set(), []
+
+    def f(s):
+        if isinstance(s, t.BufferStore) and s.buffer.scope in ("global", "shared"):
+            stored.add(s.buffer)
+        atomic.extend([s] if isinstance(s, t.Atomic) else [])
+        for e in exprs_of(s):
+            loaded.update(ld.buffer for ld in loads_in(e) if ld.buffer.scope in ("global", "shared"))
+
+    walk(p.body, f)
+    return bool(atomic) or bool(stored & loaded)
 
 
 def _mem_buffers(p) -> list:

@@ -31,7 +31,7 @@ from .check_target_limits import shared_overflow_error
 from .lower_copy import lower_copy_g2s, lower_copy_tma
 from .lower_exprs import Env, lower_expr
 from .lower_gemm import lower_gemm, lower_mainloop_body, lower_mainloop_prefetch, mainloop_gemm
-from .lower_parallel import lower_parallel
+from .lower_parallel import UNGUARDABLE, lower_parallel
 from .lower_reduce import lower_reduce
 from .lowering_context import LoweringContext
 
@@ -325,6 +325,12 @@ class _StmtLowering:
         if env.in_parallel:
             if env.replica_guard is None:
                 out.append(op)
+            elif env.replica_guard is UNGUARDABLE:
+                raise CompileError(
+                    f"T.atomic_{s.op} in a T.Parallel loop whose positions are held by several threads each, in a "
+                    "pattern no thread-index guard can reduce to one: the update would be applied more than once",
+                    s.loc, hint="loop over a tile whose size is a multiple of the thread count, or guard the atomic "
+                    "with `if T.get_thread_binding() < n:` outside a T.Parallel loop")
             elif result is not None:
                 raise CompileError(
                     f"T.atomic_{s.op}(..., return_prev=True) in a T.Parallel loop whose positions are held by "
