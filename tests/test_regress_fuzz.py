@@ -5,9 +5,12 @@ from __future__ import annotations
 
 import numpy as np
 import pytest
+from toolchains import needs_nvrtc
 
 import tilewright
 import tilewright.language as T
+from tilewright.fuzz.runner import run_case
+from tilewright.fuzz.templates import TEMPLATES
 
 BACKENDS = [{"target": "interpret"},
             {"target": "cuda -arch=sm_90a", "execution_backend": "emulator"},
@@ -152,3 +155,15 @@ def test_in_place_memory_update_with_fragment_writes_in_a_multi_holder_layout_is
 
     with pytest.raises(tilewright.errors.CompileError, match="split the loop"):
         tilewright.compile(k, target="cuda -arch=sm_90a", execution_backend="emulator")
+
+
+@needs_nvrtc
+def test_return_prev_in_an_unrolled_parallel_loop_compiles_for_the_gpu():
+    """Found by the H200 fuzz (the emulator and interpreter were right): a T.Parallel body is
+    emitted once per register group, and the let binding a return_prev value kept one C name, so
+    NVRTC saw `const int prev = ...` declared several times in one scope."""
+    case = TEMPLATES["atomic"].make({"n": 256, "bins": 2, "block": 256, "threads": 32, "op": "ticket",
+                                     "dtype": "int32", "seed": 628678521})
+    k = tilewright.compile(case.func, target="cuda -arch=sm_90a")
+    assert k.get_code_object()[:4] == b"\x7fELF"
+    assert run_case(case, "emulator:sm_90a").status == "ok"

@@ -93,21 +93,28 @@ def judge(case, results) -> Outcome:
     return Outcome("ok")
 
 
+# NumPy dtypes from ml_dtypes -> the torch dtype of the same bits
+_ML_DTYPES = {"bfloat16": "bfloat16", "float8_e4m3fn": "float8_e4m3fn", "float8_e5m2": "float8_e5m2",
+              "float8_e4m3fnuz": "float8_e4m3fnuz", "float8_e5m2fnuz": "float8_e5m2fnuz"}
+
+
 def _run_on_gpu(kernel, args) -> list:
     import torch
 
     def to_gpu(a):
         if not isinstance(a, np.ndarray):
             return a
-        if a.dtype.itemsize == 2 and a.dtype.name == "bfloat16":  # ml_dtypes: through its bits
-            return torch.from_numpy(a.view(np.int16)).cuda().view(torch.bfloat16)
+        if a.dtype.name in _ML_DTYPES:  # ml_dtypes (bfloat16, float8): through their bits
+            bits = np.int16 if a.dtype.itemsize == 2 else np.uint8
+            return torch.from_numpy(a.view(bits)).cuda().view(getattr(torch, _ML_DTYPES[a.dtype.name]))
         return torch.from_numpy(a).cuda()
 
     def back(d, a):
         if not isinstance(d, torch.Tensor):
             return d
-        if d.dtype == torch.bfloat16:
-            return d.view(torch.int16).cpu().numpy().view(a.dtype)
+        if isinstance(a, np.ndarray) and a.dtype.name in _ML_DTYPES:
+            bits = torch.int16 if a.dtype.itemsize == 2 else torch.uint8
+            return d.view(bits).cpu().numpy().view(a.dtype)
         return d.cpu().numpy()
 
     dev = [to_gpu(a) for a in args]

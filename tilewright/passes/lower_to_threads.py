@@ -192,7 +192,12 @@ class _StmtLowering:
         if isinstance(s, t.Alloc):
             return self.alloc(s, env)
         if isinstance(s, t.LetStmt):
-            return [t.LetStmt(s.var, lower_expr(ctx, s.value, env, s.loc), loc=s.loc)]
+            value = lower_expr(ctx, s.value, env, s.loc)
+            if env.in_parallel:  # a T.Parallel body is emitted once per register group: one C name each
+                v = E.Var(ctx.fresh(s.var.name), s.var.dtype, kind="let")
+                env.sym[s.var] = v
+                return [t.LetStmt(v, value, loc=s.loc)]
+            return [t.LetStmt(s.var, value, loc=s.loc)]
         if isinstance(s, t.BufferStore):
             return self.store(s, env)
         if isinstance(s, t.IfThenElse):
