@@ -63,24 +63,10 @@ def linear(N, K, dtype, out_dtype, trans_a, trans_b, has_bias, activation, block
 
 
 def softmax(N, dtype, block_M, threads):
-    M = T.dynamic("m")
+    """The library's row softmax (kernels/norms.py) over a symbolic number of rows."""
+    from ..kernels import softmax as softmax_rows
 
-    @T.prim_func
-    def softmax_kernel(X: T.Tensor((M, N), dtype), Y: T.Tensor((M, N), dtype)):
-        with T.Kernel(T.ceildiv(M, block_M), threads=threads) as bx:
-            x = T.alloc_fragment((block_M, N), "float32")
-            mx = T.alloc_fragment((block_M,), "float32")
-            sm = T.alloc_fragment((block_M,), "float32")
-            T.copy(X[bx * block_M, 0], x)
-            T.reduce_max(x, mx, dim=1)
-            for i, j in T.Parallel(block_M, N):
-                x[i, j] = T.exp(x[i, j] - mx[i])
-            T.reduce_sum(x, sm, dim=1)
-            for i, j in T.Parallel(block_M, N):
-                x[i, j] = x[i, j] / sm[i]
-            T.copy(x, Y[bx * block_M, 0])
-
-    return softmax_kernel
+    return softmax_rows(T.dynamic("m"), N, block_M, dtype, threads)
 
 
 def rms_norm(N, dtype, eps, block_M, threads, has_residual):
