@@ -172,3 +172,62 @@ def test_a_barrier_one_warp_never_reaches_is_a_reported_deadlock():
 def test_hand_written_warp_specialized_gemm_builds_for_sm90a():
     k = tilewright.compile(ws_gemm(256, 256, 256), target=SM90)
     assert k.resource_usage["spills"] == 0 and "mbarrier.try_wait" in k.get_kernel_source()
+
+
+def ws_gemm_tma(M, N, K, bm=64, bn=64, bk=32, stages=2, fault=None):
+    """As ``ws_gemm``, with the producer's tiles moved by ``T.tma_copy`` (one arrival per copy, the
+    bytes completing on the ring slot's mbarrier) — TileLang's explicit TMA spelling."""
+    n_k = (K + bk - 1) // bk
+
+    @T.prim_func
+    def gemm(A: T.Tensor((M, K), "float16"), B: T.Tensor((K, N), "float16"), C: T.Tensor((M, N), "float32")):
+        with T.Kernel(T.ceildiv(N, bn), T.ceildiv(M, bm), threads=256) as (bx, by):
+            A_s = T.alloc_shared((stages, bm, bk), "float16")
+            B_s = T.alloc_shared((stages, bk, bn), "float16")
+            C_f = T.alloc_fragment((bm, bn), "float32")
+            full = T.alloc_barrier([1 if fault == "one_arrival" else 2] * stages)  # two T.tma_copy per slot
+            empty = T.alloc_barrier([128] * stages)
+            with T.ws(1):
+                for k in T.serial(n_k):
+                    T.mbarrier_wait_parity(empty[k % stages], (k // stages + 1) % 2)
+                    T.tma_copy(A[by * bm, k * bk], A_s[k % stages, :, :], barrier=full[k % stages])
+                    T.tma_copy(B[k * bk, bx * bn], B_s[k % stages, :, :], barrier=full[k % stages])
+            with T.ws(0):
+                T.clear(C_f)
+                for k in T.serial(n_k):
+                    T.mbarrier_wait_parity(full[k % stages], (k // stages) % 2)
+                    T.gemm(A_s[k % stages, :, :], B_s[k % stages, :, :], C_f)
+                    T.mbarrier_arrive(empty[k % stages])
+                T.copy(C_f, C[by * bm, bx * bn])
+
+    return gemm
+
+
+@pytest.mark.parametrize("M, N, K, bn, stages", [(64, 64, 128, 64, 2), (100, 136, 200, 128, 3)])
+def test_hand_written_tma_copy_gemm(M, N, K, bn, stages):
+    """B tiles of 128 fp16 columns are two TMA boxes: still one arrival for the copy."""
+    k = tilewright.compile(ws_gemm_tma(M, N, K, bn=bn, stages=stages), target=SM90, execution_backend="emulator")
+    src = k.get_kernel_source()
+    assert "cp.async.bulk.tensor" in src and "tw_warp_uniform() == 4" in src  # issued by warpgroup 1's first warp
+    a, b = _inputs(M, N, K, seed=K)
+    c = np.full((M, N), np.nan, np.float32)
+    k(a, b, c)
+    _check(c, a, b)
+
+
+def test_tma_copy_arrival_count_mismatch_is_reported():
+    k = tilewright.compile(ws_gemm_tma(64, 64, 128, fault="one_arrival"), target=SM90, execution_backend="emulator")
+    a, b = _inputs(64, 64, 128)
+    with pytest.raises(EmulatorError, match="(?i)arriv"):
+        k(a, b, np.full((64, 64), np.nan, np.float32))
+
+
+def test_tma_copy_is_refused_where_tma_cannot_do_it():
+    with pytest.raises(tilewright.CompileError, match="tensor memory accelerator"):
+        tilewright.compile(ws_gemm_tma(64, 64, 128), target="cuda -arch=sm_80", execution_backend="emulator")
+
+
+@needs_nvrtc
+def test_tma_copy_gemm_builds_for_sm90a():
+    k = tilewright.compile(ws_gemm_tma(256, 256, 256, bn=128), target=SM90)
+    assert k.resource_usage["spills"] == 0 and k.get_code_object()[:4] == b"\x7fELF"

@@ -142,12 +142,16 @@ class CudaPrinter(Printer):
 
     def tma_loads(self, loads: list, d: int) -> None:
         # a warp-uniform branch first: the other warps jump over the issue sequence
-        self.emit(d, "if (tw_warp_uniform() == 0) {")
-        self.emit(d + 1, "if (tw_elect_one()) {")
-        for s in loads:
-            self.tma_load(s, d + 2)
-        self.emit(d + 1, "}")
-        self.emit(d, "}")
+        by_warp: dict = {}
+        for s in loads:  # loads of different thread sets (T.tma_copy in a partition) issue from their own warp
+            by_warp.setdefault(s.issuer_warp, []).append(s)
+        for warp, run in by_warp.items():
+            self.emit(d, f"if (tw_warp_uniform() == {warp}) {{")
+            self.emit(d + 1, "if (tw_elect_one()) {")
+            for s in run:
+                self.tma_load(s, d + 2)
+            self.emit(d + 1, "}")
+            self.emit(d, "}")
 
     def tma_load(self, s: th.TmaLoad, d: int) -> None:
         index = self.k.tensor_maps.index(s.tmap)
@@ -158,8 +162,10 @@ class CudaPrinter(Printer):
         # PTX lists coordinates innermost first
         coords = ", ".join(f"%{3 + i}" for i in range(rank))
         ops = ", ".join(f'"r"((int)({self.expr(c)}))' for c in reversed(s.coords))
-        self.emit(d, f'asm volatile("mbarrier.arrive.expect_tx.shared::cta.b64 _, [%0], %1;\\n" :: '
-                     f'"r"({bar}), "r"({nbytes}) : "memory");')
+        expect = nbytes if s.expect_bytes is None else int(s.expect_bytes)
+        if expect:  # 0: a later box of a T.tma_copy, whose bytes its first box's arrival expects
+            self.emit(d, f'asm volatile("mbarrier.arrive.expect_tx.shared::cta.b64 _, [%0], %1;\\n" :: '
+                         f'"r"({bar}), "r"({expect}) : "memory");')
         op = f"cp.async.bulk.tensor.{rank}d.shared::cluster.global.tile.mbarrier::complete_tx::bytes"
         self.emit(d, f'asm volatile("{op} [%0], [%1, {{{coords}}}], [%2];\\n" :: "r"({dst}), '
                      f'"l"(reinterpret_cast<unsigned long long>(&tw_tmap{index})), "r"({bar}), {ops} : "memory");')

@@ -124,7 +124,11 @@ class TmaLoad(Stmt):
     ``coords`` (element coordinates, outermost first; may lie partly or wholly outside the tensor,
     those elements read as zero) into shared ``dst`` starting at element ``dst_index``, in the
     layout ``layout`` (a ``SharedLayout`` of the box shape whose swizzle matches ``tmap.swizzle``),
-    and arrives on mbarrier ``bar[bar_index]`` expecting the box's bytes."""
+    and completes its bytes on mbarrier ``bar[bar_index]``.  ``expect_bytes`` says how the issuing
+    thread arrives there: None, one arrival expecting this box's bytes (pipelined copies); a number,
+    one arrival expecting that many bytes (the first box of a ``T.tma_copy``, for all its boxes);
+    0, no arrival (its other boxes).  ``issuer_warp``: the warp (of the block) whose elected lane
+    issues it — the first warp of the thread set that runs the copy."""
 
     dst: Buffer
     dst_index: Any
@@ -134,6 +138,8 @@ class TmaLoad(Stmt):
     bar: Buffer
     bar_index: Any
     loc: Any = None
+    expect_bytes: Any = None
+    issuer_warp: int = 0
 
 
 @dataclass(eq=False)

@@ -59,7 +59,9 @@ def thread_stmt_lines(s) -> list[str]:
     if isinstance(s, th.TmaLoad):
         coords = ", ".join(expr_str(c) for c in s.coords)
         return [f"{s.dst.name}[{expr_str(s.dst_index)} +: {s.tmap.box}] = tma_load({s.tmap.param.name}[{coords}], "
-                f"swizzle={s.tmap.swizzle}B, mbarrier={s.bar.name}[{expr_str(s.bar_index)}])"]
+                f"swizzle={s.tmap.swizzle}B, mbarrier={s.bar.name}[{expr_str(s.bar_index)}]"
+                + ("" if s.expect_bytes is None else f", expect_bytes={s.expect_bytes}")
+                + ("" if not s.issuer_warp else f", warp={s.issuer_warp}") + ")"]
     if isinstance(s, th.MbarrierWait):
         return [f"mbarrier_wait({s.bar.name}[{expr_str(s.index)}], parity={expr_str(s.parity)})"]
     if isinstance(s, th.MbarrierArrive):

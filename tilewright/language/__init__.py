@@ -401,6 +401,26 @@ def copy(src, dst, coalesced_width=None, disable_tma=False, eviction_policy=None
     b.emit(_t.Copy(s, d, disable_tma=_builtins.bool(disable_tma), coalesced_width=width))
 
 
+def tma_copy(src, dst, *, barrier=None, eviction_policy=None, annotations=None):
+    """A global -> shared tile copy by the tensor memory accelerator with user-managed completion:
+    one elected thread of the executing threads arrives on ``barrier`` expecting all of the copy's
+    bytes and issues the loads; wait for them with ``T.mbarrier_wait_parity(barrier, parity)``
+    (sm_90 and newer; the tile must be one TMA can describe, as for pipelined copies)."""
+    b = _b.current()
+    if barrier is None:
+        raise _b.error("T.tma_copy needs barrier=: the mbarrier its bytes complete on",
+                       hint="allocate one with `bars = T.alloc_barrier([1] * n)` and pass barrier=bars[i]")
+    if eviction_policy is not None:
+        _no_effect("T.tma_copy(eviction_policy=...)", "cache eviction hints are not emitted",
+                   "remove eviction_policy (the copy is the same)")
+    bar, idx = _mbar(barrier, "T.tma_copy")
+    s, d = _regions_for_copy(src, dst)
+    if s.buffer.scope != "global" or d.buffer.scope != "shared":
+        raise _b.error(f"T.tma_copy copies a global tensor into shared memory; got {s.buffer.scope} -> "
+                       f"{d.buffer.scope}", hint="use T.copy for other directions")
+    b.emit(_t.Copy(s, d, mode="tma", barrier=(bar, idx), user_sync=True))
+
+
 def fill(buf, value):
     b = _b.current()
     r = _to_region(buf, what="fill target")

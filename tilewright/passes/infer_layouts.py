@@ -151,6 +151,8 @@ def infer_layouts(func: t.PrimFunc, ctx) -> t.PrimFunc:
                     gemm_operands.add(r.buffer)
                     if plan.family == "wgmma":
                         wgmma_operands.add(r.buffer)
+    # destinations of T.tma_copy are written in the TMA layout too
+    tma_copy_dsts = {s.dst.buffer for s in stmts if isinstance(s, t.Copy) and s.user_sync}
     for s in stmts:
         if isinstance(s, t.Alloc) and s.buffer.scope == "shared":
             b = s.buffer
@@ -158,7 +160,7 @@ def infer_layouts(func: t.PrimFunc, ctx) -> t.PrimFunc:
             # wgmma operands take it too: its swizzles (32/64/128-byte rows, 128-byte column blocks,
             # 1 KiB aligned) are the canonical layouts a wgmma descriptor describes, so a TMA-filled
             # ring feeds wgmma directly
-            tma = (b in func.plans.rings and func.plans.rings[b].tma) or b in wgmma_operands
+            tma = (b in func.plans.rings and func.plans.rings[b].tma) or b in wgmma_operands or b in tma_copy_dsts
             shared[b] = SharedLayout(b.shape, b.dtype, swizzle=b in gemm_operands and target.vendor == "nvidia",
                                      tma=tma)
     func.plans.fragment_layouts.update(layouts)

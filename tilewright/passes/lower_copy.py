@@ -138,6 +138,8 @@ def lower_copy_tma(ctx: LoweringContext, s: t.Copy, env: Env) -> list:
 
     src, dst = s.src, s.dst
     bar, bar_index = s.barrier
+    if s.user_sync:
+        _check_tma_copy(ctx, s)
     too_big = [n for n in src.buffer.shape if isinstance(E.const_value(n), int) and E.const_value(n) >= 2**31]
     if too_big:  # box coordinates are signed 32-bit operands of the instruction
         from ..errors import CompileError
@@ -158,10 +160,30 @@ def lower_copy_tma(ctx: LoweringContext, s: t.Copy, env: Env) -> list:
     bar_flat = ctx.shared_flat(bar)
     bar_idx = lower_expr(ctx, bar_index, env)
     out: list = [th.Comment(f"copy {src.buffer.name} -> {dst.buffer.name} (TMA, {nboxes} box(es) of {box})")]
+    # T.tma_copy: one arrival for the whole copy, by the first warp of the threads that run it
+    issuer = ctx.region.base // ctx.target.warp_size if ctx.region is not None else 0
+    total = nboxes * int(np.prod(box)) * dt.nbytes(dst.buffer.dtype)
     for h in range(nboxes):
         # the box starts at row 0, column h * box_cols of the tile (the start of a column block)
         lead = dst_starts[:-2]
         dst_index = lay.offset(tuple(lead) + (E.as_expr(0), E.as_expr(h * box_cols)))
         coords = tuple(starts[:-1]) + (starts[-1] + h * box_cols,)
-        out.append(th.TmaLoad(flat_dst, E.as_expr(dst_index), box_layout, tmap, coords, bar_flat, bar_idx, loc=s.loc))
+        expect = (total if h == 0 else 0) if s.user_sync else None
+        out.append(th.TmaLoad(flat_dst, E.as_expr(dst_index), box_layout, tmap, coords, bar_flat, bar_idx, loc=s.loc,
+                              expect_bytes=expect, issuer_warp=issuer if s.user_sync else 0))
     return out
+
+
+def _check_tma_copy(ctx: LoweringContext, s: t.Copy) -> None:
+    """``T.tma_copy`` is the tensor memory accelerator or nothing: refuse what it cannot do."""
+    from ..errors import CompileError
+    from .pipeline_loops import tma_eligible
+
+    if not ctx.target.has("tma"):
+        raise CompileError(f"T.tma_copy needs a tensor memory accelerator (sm_90 or newer); {ctx.target} has none",
+                           s.loc, hint="use T.copy (pipelined in a T.Pipelined loop) on this target")
+    if not tma_eligible(s):
+        raise CompileError(f"T.tma_copy {s.src.buffer.name} -> {s.dst.buffer.name}: TMA cannot describe this tile "
+                           "(it needs a 2-D shared tile of whole 16-byte rows, a contiguous last dimension with other "
+                           "strides multiples of 16 bytes, and box extents of at most 256)", s.loc,
+                           hint="use T.copy, or a tile shape TMA can move")

@@ -135,9 +135,14 @@ def tma_eligible(c: t.Copy) -> bool:
     if not all(isinstance(x, int) and 0 < x <= 256 for x in src.extents):
         return False
     kept = [x for d, x in enumerate(src.extents) if d not in src.squeezed]
-    if len(kept) != 2 or tuple(kept) != tuple(dst.buffer.shape) or src.squeezed and max(src.squeezed) >= buf.ndim - 1:
+    tile = tuple(dst.buffer.shape[-2:])  # a whole 2-D tile, or one slot of a ring (leading dims indexed)
+    if any(d not in dst.squeezed for d in range(dst.buffer.ndim - 2)) or not dst.is_full() and dst.buffer.ndim == 2:
         return False
-    return SharedLayout.tma_compatible(dst.buffer.shape, buf.dtype)
+    if any(not (E.const_value(x) == 0) for x in dst.starts[-2:]):
+        return False
+    if len(kept) != 2 or tuple(kept) != tile or src.squeezed and max(src.squeezed) >= buf.ndim - 1:
+        return False
+    return SharedLayout.tma_compatible(tile, buf.dtype)
 
 
 def _pipeline(loop: t.For, func, allocs, restaged, no_prefetch=False, tma=False, plans=None):
@@ -149,7 +154,8 @@ def _pipeline(loop: t.For, func, allocs, restaged, no_prefetch=False, tma=False,
     inner_defs = _defined_in(loop.body)
     candidates = []
     for s in body:
-        if not (isinstance(s, t.Copy) and s.src.buffer.scope == "global" and s.dst.buffer.scope == "shared"):
+        if not (isinstance(s, t.Copy) and s.src.buffer.scope == "global" and s.dst.buffer.scope == "shared"
+                and s.mode == "sync"):
             continue
         if not s.dst.is_full() or s.dst.buffer not in allocs or s.dst.buffer in restaged:
             continue

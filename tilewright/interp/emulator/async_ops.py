@@ -180,18 +180,20 @@ class AsyncCompiler:
             return st.sbase[dplace][j * st.T if st.coop is None else 0] + int(di[j]) + dst_off, vals
 
         def tma_coop(st):
-            if st.warp != 0:  # printed as issued by warp 0's elected lane
+            if st.warp != s.issuer_warp:  # printed as issued by that warp's elected lane
                 st.coop.mbar((bplace, int(self._first_active(st, fbi))), where).skipped_tma += 1
                 return
             if st.mask is not None and not st.mask.all():
-                raise where.error(DivergenceError, "a TMA load is issued by an elect.sync lane of warp 0, which needs "
-                                                   "the whole warp; here control flow splits it")
+                raise where.error(DivergenceError, f"a TMA load is issued by an elect.sync lane of warp "
+                                                   f"{s.issuer_warp}, which needs the whole warp; here control flow "
+                                                   "splits it")
             vals_of = [np.atleast_1d(self._first_active(st, f)) for f in fcoords], \
                 [np.atleast_1d(self._first_active(st, f)) for f in fshape], \
                 [np.atleast_1d(self._first_active(st, f)) for f in fstrides]
             di = np.atleast_1d(self._first_active(st, fdi))
             pos, vals = read_box(st, 0, *vals_of, di)
-            st.coop.tma_issue(st, (bplace, int(self._first_active(st, fbi))), pos, vals, where, s.dst.name)
+            st.coop.tma_issue(st, (bplace, int(self._first_active(st, fbi))), pos, vals, where, s.dst.name,
+                              s.expect_bytes)
 
         def tma(st):
             if st.coop is not None:
@@ -208,6 +210,11 @@ class AsyncCompiler:
                 if st.races is not None:
                     st.races.overwrite_check(pos, dnd.itemsize, where, s.dst.name, j)
                     st.races.issue(pos, dnd.itemsize)
+                if s.expect_bytes == 0:  # a later box of a T.tma_copy: the phase its first box arrived in
+                    state["pending"].append((j, int(state.setdefault("tx_phase", {}).get(j, state["phase"][j])), pos,
+                                             vals, nbytes))
+                    continue
+                state.setdefault("tx_phase", {})[j] = int(state["phase"][j])
                 state["pending"].append((j, int(state["phase"][j]), pos, vals, nbytes))
                 state["arrived"][j] += 1
                 if state["arrived"][j] > state["count"]:

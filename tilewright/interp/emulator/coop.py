@@ -329,14 +329,17 @@ class CoopBlock:
         m.tx += nbytes
         m.last = where
 
-    def tma_issue(self, st, key, pos, vals, where, name: str) -> None:
+    def tma_issue(self, st, key, pos, vals, where, name: str, expect_bytes=None) -> None:
         m = self.mbar(key, where)
         if self.tracker is not None:
             self.tracker.tma_issue(st.warp, pos, vals.dtype.itemsize, where, name)
         m.landings.append((pos, vals))
         nbytes = vals.size * vals.dtype.itemsize
-        # mbarrier.arrive.expect_tx(bytes), then the copy's complete_tx(bytes) when it lands
-        self.mbar_arrive(st, key, 1, nbytes, where)
+        # mbarrier.arrive.expect_tx(bytes) (this box's, or a T.tma_copy's total on its first box,
+        # none on its later boxes), then the copy's complete_tx(bytes) when it lands
+        expect = nbytes if expect_bytes is None else int(expect_bytes)
+        if expect:
+            self.mbar_arrive(st, key, 1, expect, where)
         m.tx -= nbytes
         self._try_complete(m)
 
