@@ -10,7 +10,7 @@ torch = pytest.importorskip("torch")
 if not torch.cuda.is_available() or getattr(torch.version, "hip", None) or torch.cuda.get_device_capability() < (9, 0):
     pytest.skip("needs an sm_90 NVIDIA GPU with a CUDA build of PyTorch", allow_module_level=True)
 
-from test_warp_specialize import ws_gemm  # noqa: E402
+from test_warp_specialize import ws_gemm, ws_gemm_tma  # noqa: E402
 
 import tilewright  # noqa: E402
 from tilewright.kernels import matmul  # noqa: E402
@@ -42,3 +42,8 @@ def test_compiler_warp_specialized_gemm_on_gpu(M, N, K, bm, bn, bk, stages, thre
 @pytest.mark.parametrize("M, N, K, stages", [(512, 512, 512, 2), (300, 200, 1000, 3)])
 def test_hand_written_warp_specialized_gemm_on_gpu(M, N, K, stages):
     _run(tilewright.compile(ws_gemm(M, N, K, stages=stages), target="cuda"), M, N, K)
+
+
+@pytest.mark.parametrize("M, N, K, bn, stages", [(512, 512, 512, 64, 2), (300, 264, 1000, 128, 3)])
+def test_hand_written_tma_copy_gemm_on_gpu(M, N, K, bn, stages):
+    _run(tilewright.compile(ws_gemm_tma(M, N, K, bn=bn, stages=stages), target="cuda"), M, N, K)
