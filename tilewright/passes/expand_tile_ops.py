@@ -15,7 +15,7 @@ from __future__ import annotations
 from ..ir import expr as E
 from ..ir import tile as t
 from ..ir.tile_ops import hook, register
-from ..ir.visitor import map_stmt
+from ..ir.visitor import map_stmt, rebuild
 from .analysis import is_nonnegative
 
 
@@ -32,6 +32,28 @@ def _expand_copy(s: t.Copy):
     if s.src.buffer.scope == "global" and s.dst.buffer.scope == "shared":
         return None  # lowered as an asynchronous copy
     return copy_as_parallel(s)
+
+
+def _expand_reduce(s: t.Reduce):
+    """A reduction reading or writing a shared tile goes through fragments (TileLang accepts shared
+    operands): the shared source is copied into a fragment first, a shared destination is reduced
+    into a fragment (holding its old values when ``clear=False``) and copied back."""
+    if s.src.scope != "shared" and s.dst.scope != "shared":
+        return None
+    out: list = []
+    src, dst = s.src, s.dst
+    if src.scope == "shared":
+        src = t.Buffer(f"{s.src.name}_frag", s.src.shape, s.src.dtype, "fragment", loc=s.loc)
+        out += [t.Alloc(src, loc=s.loc), copy_as_parallel(t.Copy(t.Region.full(s.src), t.Region.full(src), s.loc))]
+    if dst.scope == "shared":
+        dst = t.Buffer(f"{s.dst.name}_frag", s.dst.shape, s.dst.dtype, "fragment", loc=s.loc)
+        out.append(t.Alloc(dst, loc=s.loc))
+        if not s.clear:
+            out.append(copy_as_parallel(t.Copy(t.Region.full(s.dst), t.Region.full(dst), s.loc)))
+    out.append(rebuild(s, src=src, dst=dst))
+    if dst is not s.dst:
+        out.append(copy_as_parallel(t.Copy(t.Region.full(dst), t.Region.full(s.dst), s.loc)))
+    return out
 
 
 def _expand_atomic(s: t.Atomic):
@@ -124,3 +146,4 @@ def atomic_as_parallel(s: t.Atomic) -> t.ParallelFor:
 register(t.Copy, "expand", _expand_copy)
 register(t.Fill, "expand", fill_as_parallel)
 register(t.Atomic, "expand", _expand_atomic)
+register(t.Reduce, "expand", _expand_reduce)
