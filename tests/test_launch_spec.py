@@ -74,3 +74,55 @@ def test_one_backend_record_per_vendor_and_no_cross_imports():
     assert backend_for(Target.parse("cuda -arch=sm_80")).device_runtime_module.endswith("cuda_driver")
     with pytest.raises(ValueError, match="no GPU backend"):
         backend_for(Target.parse("interpret"))
+
+
+@needs_nvrtc
+def test_launches_go_to_the_device_of_the_arguments():
+    """Device-index handling without a second GPU: arguments on device 1 load the kernel on device 1
+    and launch on that device's current stream; arguments on two devices are refused, naming them."""
+    m = T.dynamic("m")
+
+    @T.prim_func
+    def add1(A: T.Tensor((m,), "float32"), B: T.Tensor((m,), "float32")):
+        with T.Kernel(T.ceildiv(m, 64), threads=64) as bx:
+            for i in T.Parallel(64):
+                if bx * 64 + i < m:
+                    B[bx * 64 + i] = A[bx * 64 + i] + 1.0
+
+    spec = tilewright.compile(add1, target="cuda -arch=sm_90a").spec
+    loaded, launches = [], []
+
+    class Fake:
+        def load_function(self, code_object, name, dev):
+            loaded.append(dev)
+
+            class Fn:
+                def launch(self, *args):
+                    launches.append((dev, args[3]))
+            return Fn()
+
+        def current_stream(self, dev):
+            return 100 + dev
+
+        def synchronize(self, dev):
+            pass
+
+    class OnDevice:  # a GPU tensor as the binder sees one (DLPack-free: the CUDA array interface)
+        def __init__(self, n, dev, ptr):
+            self.dev = dev
+            self.__cuda_array_interface__ = {"shape": (n,), "typestr": "<f4", "data": (ptr, False), "version": 3,
+                                             "strides": None}
+
+    from tilewright.binding import tensor_args
+
+    devices = {4096: 1, 8192: 1, 12288: 0}
+    tensor_args.pointer_device_resolvers.insert(0, devices.get)
+    try:
+        launcher = Launcher(spec, Fake())
+        launcher.launch([OnDevice(100, 1, 4096), OnDevice(100, 1, 8192)])
+        launcher.launch([OnDevice(100, 1, 4096), OnDevice(100, 1, 8192)])
+        assert loaded == [1] and launches == [(1, 101), (1, 101)]  # loaded once per device, its stream
+        with pytest.raises(tilewright.ArgumentError, match="B is on cuda:0 but earlier arguments are on cuda:1"):
+            launcher.launch([OnDevice(100, 1, 4096), OnDevice(100, 0, 12288)])
+    finally:
+        tensor_args.pointer_device_resolvers.remove(devices.get)
