@@ -300,3 +300,23 @@ def test_compile_recovers_from_a_record_the_kernel_cannot_use(cache_dir, monkeyp
     k2 = tilewright.compile(func, target=target)
     assert k2.get_code_object() == k1.get_code_object()
     assert cache.load(key)["tensor_maps"] == meta["tensor_maps"]  # replaced by a good record
+
+
+def test_size_cap_evicts_the_least_recently_used_entries(tmp_path, monkeypatch):
+    import time as _time
+
+    from tilewright.runtime import cache
+
+    monkeypatch.setenv("TILEWRIGHT_CACHE_DIR", str(tmp_path))
+    monkeypatch.setenv("TILEWRIGHT_CACHE_MAX_MB", "0")  # no cap while filling
+    keys = [cache.cache_key(f"kernel {i}") for i in range(4)]
+    for i, k in enumerate(keys):
+        cache.store(k, {"kernel_name": f"k{i}", "num_threads": 32, "shared_bytes": 0, "resources": {},
+                        "toolchain": "t"}, bytes(10_000), "src")
+        old = _time.time() - 100 + i  # k0 oldest ... k3 newest
+        os.utime(cache._entry_dir(k), (old, old))
+    assert cache.load(keys[0]) is not None  # a hit makes k0 the most recently used
+    removed = cache.enforce_size_cap(2 * 10_500)
+    assert removed == 2
+    assert cache.load(keys[1]) is None and cache.load(keys[2]) is None
+    assert cache.load(keys[0]) is not None and cache.load(keys[3]) is not None

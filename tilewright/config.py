@@ -46,6 +46,8 @@ KNOBS = {
                             "packages or a ROCm PyTorch are searched)."),
     "autotune_workers": Knob("TILEWRIGHT_AUTOTUNE_WORKERS", int, 0,
                              "Processes compiling autotuning candidates at once (0: one per CPU core, at most 16)."),
+    "cache_max_mb": Knob("TILEWRIGHT_CACHE_MAX_MB", int, 4096,
+                         "Size cap of the on-disk kernel cache in MiB (least recently used go first; 0: no cap)."),
     "log": Knob("TILEWRIGHT_LOG", str, "",
                 "Log level of the 'tilewright' logger (debug, info, warning); unset: Python's defaults."),
 }

@@ -24,6 +24,7 @@ A read-only or full cache folder never breaks compilation: failures to write are
 
 from __future__ import annotations
 
+import contextlib
 import hashlib
 import json
 import os
@@ -78,6 +79,9 @@ def load(key: str) -> dict | None:
     entry = _read_entry(d)
     if entry is None:
         discard(key)
+    else:
+        with contextlib.suppress(OSError):
+            os.utime(d)  # recently used: the size cap evicts the least recently used entries first
     return entry
 
 
@@ -123,7 +127,8 @@ def _valid_meta(meta) -> bool:
 
 
 def discard(key: str) -> None:
-    """Remove the entry of ``key`` (a bad one) so that the next store can write a good one."""
+    """Remove the entry of ``key`` (a bad one, so that the next store can write a good one, or the
+    least recently used one over the size cap)."""
     d = _entry_dir(key)
     try:
         grave = tempfile.mkdtemp(prefix="bad-", dir=_tmp_root())
@@ -168,6 +173,37 @@ def store(key: str, meta: dict, code_object: bytes, source: str) -> None:
             raise
     except OSError:
         pass  # a read-only or full cache folder must not break compilation
+    limit = config.get("cache_max_mb")
+    if limit and limit > 0:
+        enforce_size_cap(int(limit) * 2**20)
+
+
+def enforce_size_cap(max_bytes: int) -> int:
+    """Remove the least recently used entries until the kernel entries take at most ``max_bytes``
+    (``TILEWRIGHT_CACHE_MAX_MB``); returns how many were removed.  Tuning results are not counted."""
+    root = _root()
+    entries = []
+    try:
+        shards = [s for s in os.listdir(root) if len(s) == 2 and os.path.isdir(os.path.join(root, s))]
+    except OSError:
+        return 0
+    for shard in shards:
+        for key in os.listdir(os.path.join(root, shard)):
+            d = os.path.join(root, shard, key)
+            try:
+                size = sum(os.path.getsize(os.path.join(d, f)) for f in os.listdir(d))
+                entries.append((os.path.getmtime(d), size, key))
+            except OSError:
+                continue  # removed by another process meanwhile
+    total = sum(e[1] for e in entries)
+    removed = 0
+    for _, size, key in sorted(entries):
+        if total <= max_bytes:
+            break
+        discard(key)
+        total -= size
+        removed += 1
+    return removed
 
 
 def _publish(tmp: str, final: str, key: str) -> bool:
