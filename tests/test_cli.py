@@ -81,3 +81,32 @@ def test_every_knob_is_documented():
     text = open(os.path.join(os.path.dirname(__file__), "..", "docs", "configuration.md")).read()
     missing = [k.env for k in config.KNOBS.values() if f"`{k.env}`" not in text]
     assert not missing, f"regenerate docs/configuration.md (python -m tilewright.config): {missing}"
+
+
+def test_tune_runs_an_autotuned_function_from_a_file(tmp_path, capsys, monkeypatch):
+    monkeypatch.setenv("TILEWRIGHT_CACHE_DIR", str(tmp_path / "cache"))
+    prog = tmp_path / "tuned.py"
+    prog.write_text('''
+import tilewright as tilelang
+import tilewright.language as T
+
+@tilelang.autotune(configs=[{"block": 32}, {"block": 64}], warmup=1, rep=2)
+@tilelang.jit(out_idx=[-1], target="interpret")
+def scale(n, block=64):
+    @T.prim_func
+    def k(A: T.Tensor((n,), "float32"), B: T.Tensor((n,), "float32")):
+        with T.Kernel(T.ceildiv(n, block), threads=32) as bx:
+            for i in T.Parallel(block):
+                if bx * block + i < n:
+                    B[bx * block + i] = A[bx * block + i] * 2.0
+    return k
+
+def plain(n):
+    return n
+''')
+    assert main(["tune", f"{prog}:scale", "300"]) == 0
+    out = capsys.readouterr().out
+    assert "| config | status |" in out and "best: {'block'" in out
+    assert main(["tune", f"{prog}:scale", "300"]) == 0 and "from the tuning cache" in capsys.readouterr().out
+    assert main(["tune", f"{prog}:plain", "3"]) == 2
+    assert "not decorated with @tilewright.autotune" in capsys.readouterr().err

@@ -118,6 +118,29 @@ def source_command(spec: str, args: list[str], target: str, arch: str | None, ou
     return 0
 
 
+def tune_command(spec: str, args: list[str], out=None) -> int:
+    """``FILE.py:FUNC ARGS...`` where FUNC is decorated with ``@tilewright.autotune``: tune it for
+    those arguments and print the per-candidate table (a second run is a tuning-cache lookup)."""
+    from ..autotune.decorator import _Autotuned
+
+    out = out or sys.stdout
+    path, _, name = spec.partition(":")
+    if not name:
+        raise UsageError("tune needs FILE.py:FUNC (a function decorated with @tilewright.autotune)")
+    module = load_module(path)
+    fn = getattr(module, name, None)
+    if fn is None:
+        raise UsageError(f"{path} has no {name!r}")
+    if not isinstance(fn, _Autotuned):
+        raise UsageError(f"{name} is not decorated with @tilewright.autotune(configs=...)")
+    result = fn.tune(*[parse_value(a) for a in args])
+    print(result.table(), file=out)
+    cached = " (from the tuning cache)" if result.from_cache else ""
+    print(f"best: {result.config} at {result.latency:.4f} ms{cached}; {len(result.rows)} candidates, "
+          f"{result.seconds:.1f} s", file=out)
+    return 0
+
+
 def cache_command(action: str, out=None) -> int:
     from .. import config
     from .doctor import _folder_size

@@ -6,6 +6,7 @@
                                            code object + source + resource report per kernel
     tilewright source FILE.py[:BUILDER ARGS...] --target T
                                            print the generated CUDA / HIP source
+    tilewright tune FILE.py:FUNC ARGS...   autotune an @autotune function, print the candidates
     tilewright cache info|clear            the on-disk kernel and tuning cache
     tilewright demo                        the README's demo
     tilewright --version
@@ -61,6 +62,9 @@ def _parser() -> argparse.ArgumentParser:
         s.add_argument("--arch", default=None, help="sm_80, sm_90a, gfx90a, gfx942, gfx1100, ...")
         if name == "compile":
             s.add_argument("-o", "--output", default=".", help="folder for the outputs (default: here)")
+    tn = sub.add_parser("tune", help="autotune an @tilewright.autotune function for some arguments")
+    tn.add_argument("spec", help="FILE.py:FUNC")
+    tn.add_argument("args", nargs="*", help="arguments for FUNC (ints, floats, strings)")
     c = sub.add_parser("cache", help="the on-disk kernel and tuning cache")
     c.add_argument("action", choices=["info", "clear"])
     return p
@@ -69,7 +73,7 @@ def _parser() -> argparse.ArgumentParser:
 def main(argv=None) -> int:
     from tilewright.errors import TilewrightError
 
-    from .commands import UsageError, cache_command, compile_command, source_command, user_error_text
+    from .commands import UsageError, cache_command, compile_command, source_command, tune_command, user_error_text
 
     a = _parser().parse_args(argv)
     try:
@@ -87,6 +91,8 @@ def main(argv=None) -> int:
             return compile_command(a.spec, a.args, a.target, a.arch, a.output)
         if a.cmd == "source":
             return source_command(a.spec, a.args, a.target, a.arch)
+        if a.cmd == "tune":
+            return tune_command(a.spec, a.args)
         return cache_command(a.action)
     except UsageError as e:
         print(f"tilewright {a.cmd}: {e}", file=sys.stderr)
