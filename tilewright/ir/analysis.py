@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from .expr import BinOp, Call, Cast, Const, Select, UnOp, Var
+from .expr import PYTHON_OPERATORS, BinOp, Call, Cast, Const, Select, UnOp, Var
 
 
 def affine_coeffs(e):
@@ -44,6 +44,9 @@ def affine_coeffs(e):
     return None
 
 
+_NUMPY_OPERATORS = {"min": np.minimum, "max": np.maximum, "and": np.logical_and, "or": np.logical_or}
+
+
 def eval_expr(e, env: dict):
     """Evaluate an index expression with Python ints or NumPy int arrays bound to variables."""
     if isinstance(e, (int, float, np.ndarray, np.integer)):
@@ -57,48 +60,10 @@ def eval_expr(e, env: dict):
     if isinstance(e, BinOp):
         a, b = eval_expr(e.a, env), eval_expr(e.b, env)
         op = e.op
-        if op == "+":
-            return a + b
-        if op == "-":
-            return a - b
-        if op == "*":
-            return a * b
-        if op == "//":
-            return a // b
-        if op == "%":
-            return a % b
-        if op == "/":
-            return a / b
-        if op == "min":
-            return np.minimum(a, b)
-        if op == "max":
-            return np.maximum(a, b)
-        if op == "<":
-            return a < b
-        if op == "<=":
-            return a <= b
-        if op == ">":
-            return a > b
-        if op == ">=":
-            return a >= b
-        if op == "==":
-            return a == b
-        if op == "!=":
-            return a != b
-        if op == "and":
-            return np.logical_and(a, b)
-        if op == "or":
-            return np.logical_or(a, b)
-        if op == "&":
-            return a & b
-        if op == "|":
-            return a | b
-        if op == "^":
-            return a ^ b
-        if op == "<<":
-            return a << b
-        if op == ">>":
-            return a >> b
+        if op in PYTHON_OPERATORS:
+            return PYTHON_OPERATORS[op](a, b)
+        if op in _NUMPY_OPERATORS:  # element-wise on arrays, unlike Python's min/max/and/or
+            return _NUMPY_OPERATORS[op](a, b)
     if isinstance(e, UnOp):
         a = eval_expr(e.a, env)
         if e.op == "neg":

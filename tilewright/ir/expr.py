@@ -9,6 +9,7 @@ compare nodes, and ``hash`` is identity-based.
 from __future__ import annotations
 
 import math
+import operator
 from typing import Any
 
 from . import dtype as dt
@@ -360,51 +361,27 @@ def _simplify(op: str, a: Expr, b: Expr):
     return None
 
 
+# The binary operators whose meaning is Python's own operator, for ints, floats and NumPy arrays
+# alike: constant folding here and the evaluation of index expressions (ir.analysis) share them.
+PYTHON_OPERATORS = {
+    "+": operator.add, "-": operator.sub, "*": operator.mul, "/": operator.truediv, "//": operator.floordiv,
+    "%": operator.mod, "pow": operator.pow, "<": operator.lt, "<=": operator.le, ">": operator.gt,
+    ">=": operator.ge, "==": operator.eq, "!=": operator.ne, "&": operator.and_, "|": operator.or_,
+    "^": operator.xor, "<<": operator.lshift, ">>": operator.rshift,
+}
+
+
 def _fold_py(op: str, a, b):
-    if op == "+":
-        return a + b
-    if op == "-":
-        return a - b
-    if op == "*":
-        return a * b
-    if op == "/":
-        return a / b
-    if op == "//":
-        return a // b
-    if op == "%":
-        return a % b
-    if op == "pow":
-        return a**b
+    if op in PYTHON_OPERATORS:
+        return PYTHON_OPERATORS[op](a, b)
     if op == "min":
         return min(a, b)
     if op == "max":
         return max(a, b)
-    if op == "<":
-        return a < b
-    if op == "<=":
-        return a <= b
-    if op == ">":
-        return a > b
-    if op == ">=":
-        return a >= b
-    if op == "==":
-        return a == b
-    if op == "!=":
-        return a != b
     if op == "and":
         return bool(a) and bool(b)
     if op == "or":
         return bool(a) or bool(b)
-    if op == "&":
-        return a & b
-    if op == "|":
-        return a | b
-    if op == "^":
-        return a ^ b
-    if op == "<<":
-        return a << b
-    if op == ">>":
-        return a >> b
     raise ValueError(op)
 
 
