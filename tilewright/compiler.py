@@ -214,14 +214,19 @@ def print_source(thread_kernel, target) -> str:
     return backend_for(Target.parse(target) if isinstance(target, str) else target).print_source(thread_kernel)
 
 
+def _spec(func: t.PrimFunc, tgt: Target, **built) -> LaunchSpec:
+    """The launch spec of ``func`` for ``tgt``: what the function and target say, plus ``built``
+    (what the compile produced, or the disk cache kept of it)."""
+    return LaunchSpec(vendor=tgt.kind, arch=tgt.arch, func_name=func.name, grid=kernel_of(func).grid,
+                      params=tuple(func.params), dyn_vars=tuple(func.dyn_vars), **built)
+
+
 def _spec_of(func: t.PrimFunc, tgt: Target, thread_kernel, source: str) -> LaunchSpec:
     from .runtime.tensor_maps import specs_of
 
-    return LaunchSpec(vendor=tgt.kind, arch=tgt.arch, func_name=func.name, kernel_name=thread_kernel.name,
-                      code_object=b"", source=source, num_threads=thread_kernel.num_threads,
-                      shared_bytes=thread_kernel.shared_bytes, grid=kernel_of(func).grid, params=tuple(func.params),
-                      dyn_vars=tuple(func.dyn_vars), tensor_maps=tuple(specs_of(thread_kernel)),
-                      resources={"shared_bytes": thread_kernel.shared_bytes})
+    return _spec(func, tgt, kernel_name=thread_kernel.name, code_object=b"", source=source,
+                 num_threads=thread_kernel.num_threads, shared_bytes=thread_kernel.shared_bytes,
+                 tensor_maps=tuple(specs_of(thread_kernel)), resources={"shared_bytes": thread_kernel.shared_bytes})
 
 
 def fill_code_object(spec: LaunchSpec, tgt: Target, dump_dir=None) -> None:
@@ -248,12 +253,10 @@ def _cache_meta(spec: LaunchSpec) -> dict:
 def _spec_from_cache(func: t.PrimFunc, tgt: Target, entry: dict) -> LaunchSpec:
     from .runtime.tensor_maps import TensorMapSpec
 
-    return LaunchSpec(vendor=tgt.kind, arch=tgt.arch, func_name=func.name, kernel_name=entry["kernel_name"],
-                      code_object=entry["code_object"], source=entry["source"], num_threads=entry["num_threads"],
-                      shared_bytes=entry["shared_bytes"], grid=kernel_of(func).grid, params=tuple(func.params),
-                      dyn_vars=tuple(func.dyn_vars),
-                      tensor_maps=tuple(TensorMapSpec.from_json(v) for v in entry.get("tensor_maps", [])),
-                      resources=entry["resources"], toolchain=entry["toolchain"])
+    return _spec(func, tgt, kernel_name=entry["kernel_name"], code_object=entry["code_object"],
+                 source=entry["source"], num_threads=entry["num_threads"], shared_bytes=entry["shared_bytes"],
+                 tensor_maps=tuple(TensorMapSpec.from_json(v) for v in entry.get("tensor_maps", [])),
+                 resources=entry["resources"], toolchain=entry["toolchain"])
 
 
 def kernel_of(func: t.PrimFunc) -> t.Kernel:

@@ -70,14 +70,15 @@ def lower_parallel(ctx: LoweringContext, p: t.ParallelFor, env: Env, lower_stmt)
     # scratch is reused by later statements, and the registers stay the fragment's home
     env.frag_redirect = dict(env.frag_redirect)
     env.replica_guard = replica_guard(ctx, layout)
-    if env.replica_guard is UNGUARDABLE and _effects_only_in_memory(p):
+    effects = _Effects(p) if env.replica_guard is not None else None
+    if env.replica_guard is UNGUARDABLE and effects.only_in_memory():
         # the loop follows a reduced fragment whose positions have several holders at different
         # registers, and no thread guard leaves one: an in-place update s[i] = s[i] + r[i] would be
         # applied twice; iterate by a striped layout instead (the fragment is read through shared memory)
         layout = StripedLayout(p.extents, layout.num_threads)
         g = contiguity(layout, most) if _vectorizable_body(p.body) else 1
         env.replica_guard = replica_guard(ctx, layout)
-    elif env.replica_guard is UNGUARDABLE and _updates_memory_in_place(p):
+    elif env.replica_guard is UNGUARDABLE and (effects.atomic or effects.updated_in_place()):
         from ..errors import CompileError
 
         raise CompileError("this T.Parallel loop follows a reduced fragment whose positions are held by several "
@@ -104,7 +105,7 @@ def lower_parallel(ctx: LoweringContext, p: t.ParallelFor, env: Env, lower_stmt)
             body.extend(_lower_body(ctx, p.body, e, lower_stmt, vec_stores, k))
         body.extend(post)
         if env.replica_guard is not None and env.replica_guard is not UNGUARDABLE:
-            body = _by_one_replica(p, body, env.replica_guard)
+            body = _by_one_replica(p, body, env.replica_guard, effects)
         valid = _valid_expr(layout, ctx, r0)
         if valid is not None:
             out.append(t.IfThenElse(valid, t.SeqStmt(body), None, loc=p.loc))
@@ -172,20 +173,16 @@ def replica_guard(ctx, layout):
     return UNGUARDABLE
 
 
-def _by_one_replica(p: t.ParallelFor, body: list, guard) -> list:
+def _by_one_replica(p: t.ParallelFor, body: list, guard, effects: _Effects) -> list:
     """A body that writes memory only (no registers the replicas keep) runs in one replica: the
     others would only read what it stores, racing with the store; else its stores are guarded."""
-    stores = []
-    walk(p.body, lambda s: stores.append(s) if isinstance(s, t.BufferStore) else None)
-    if stores and all(s.buffer.scope in ("shared", "global") for s in stores):
+    if effects.stored and not effects.registers:
         return [t.IfThenElse(guard, t.SeqStmt(body), None, loc=p.loc)]
-    updated = {s.buffer for s in stores if s.buffer.scope in ("shared", "global")}
-    read = set()
-    walk(p.body, lambda s: read.update(ld.buffer for e in exprs_of(s) for ld in loads_in(e)))
-    if updated & read:
+    in_place = effects.updated_in_place()
+    if in_place:
         # the replicas must all run the body for their registers, and would read the buffer while
         # the storing replica updates it: no order of the threads makes that well-defined
-        names = ", ".join(sorted(b.name for b in updated & read))
+        names = ", ".join(sorted(b.name for b in in_place))
         raise CompileError(f"this T.Parallel loop updates {names} in place and also writes registers, over a "
                            "layout where several threads hold each position: they would read it while one of "
                            "them writes it", p.loc,
@@ -209,8 +206,6 @@ def _stores_by_one_replica(body: list, guard) -> list:
 
 
 def _fragment_loads(p) -> list:
-    from ..ir.verifier import exprs_of
-
     out = []
 
     def f(s):
@@ -282,37 +277,37 @@ def _valid_expr(layout, ctx, r):
     raise NotImplementedError("partial layout without a validity expression")
 
 
-def _effects_only_in_memory(p) -> bool:
-    """The loop stores to shared/global memory or updates atomically, and writes no fragment."""
-    kinds = set()
+class _Effects:
+    """What a T.Parallel body does, in one walk: the shared/global buffers it stores to and reads,
+    whether it stores to registers (fragments, locals), updates atomically, or holds statements
+    other than stores, branches and atomics (loops, lets, ...)."""
 
-    def f(s):
-        if isinstance(s, t.BufferStore):
-            kinds.add("memory" if s.buffer.scope in ("global", "shared") else "register")
-        elif isinstance(s, t.Atomic):
-            kinds.add("memory")
-        elif not isinstance(s, (t.SeqStmt, t.IfThenElse, t.Evaluate)):
-            kinds.add("other")
+    def __init__(self, p: t.ParallelFor):
+        self.stored, self.loaded = set(), set()
+        self.registers = self.atomic = self.other = False
 
-    walk(p.body, f)
-    return kinds == {"memory"}
+        def f(s):
+            if isinstance(s, t.BufferStore):
+                if s.buffer.scope in ("global", "shared"):
+                    self.stored.add(s.buffer)
+                else:
+                    self.registers = True
+            elif isinstance(s, t.Atomic):
+                self.atomic = True
+            elif not isinstance(s, (t.SeqStmt, t.IfThenElse, t.Evaluate)):
+                self.other = True
+            for e in exprs_of(s):
+                self.loaded.update(ld.buffer for ld in loads_in(e) if ld.buffer.scope in ("global", "shared"))
 
+        walk(p.body, f)
 
-def _updates_memory_in_place(p) -> bool:
-    """The loop updates memory atomically, or stores to a shared/global buffer it also reads."""
-    from ..ir.verifier import exprs_of
+    def only_in_memory(self) -> bool:
+        """Stores to shared/global memory or atomic updates, and nothing else."""
+        return bool(self.stored or self.atomic) and not (self.registers or self.other)
 
-    stored, loaded, atomic = set(), set(), []
-
-    def f(s):
-        if isinstance(s, t.BufferStore) and s.buffer.scope in ("global", "shared"):
-            stored.add(s.buffer)
-        atomic.extend([s] if isinstance(s, t.Atomic) else [])
-        for e in exprs_of(s):
-            loaded.update(ld.buffer for ld in loads_in(e) if ld.buffer.scope in ("global", "shared"))
-
-    walk(p.body, f)
-    return bool(atomic) or bool(stored & loaded)
+    def updated_in_place(self) -> set:
+        """The shared/global buffers the body stores to and also reads."""
+        return self.stored & self.loaded
 
 
 def _mem_buffers(p) -> list:
@@ -321,8 +316,6 @@ def _mem_buffers(p) -> list:
     def f(s):
         if isinstance(s, t.BufferStore) and s.buffer.scope in ("global", "shared"):
             out.append(s.buffer)
-        from ..ir.verifier import exprs_of
-
         for e in exprs_of(s):
             out.extend(ld.buffer for ld in loads_in(e) if ld.buffer.scope in ("global", "shared"))
 
@@ -429,8 +422,6 @@ def _plan_vectors(ctx, p, env, inner_var, g):
 
     # loads (possibly under a bounds Select produced by copy expansion, or in a guarded store)
     for s in stmts:
-        from ..ir.verifier import exprs_of
-
         guard = None
         exprs = exprs_of(s)
         if isinstance(s, t.IfThenElse) and isinstance(s.then_body, t.BufferStore):
