@@ -13,7 +13,7 @@ export PYTHONPATH=$PWD
 GPU_TESTS="tests/test_gpu.py tests/test_gpu_ops.py tests/test_gpu_ops_attention.py tests/test_gpu_wgmma.py
  tests/test_gpu_ws.py tests/test_eager_jit_gpu.py tests/test_ignored_args_gpu.py tests/test_regress_frontend.py
  tests/test_cuda_driver.py tests/test_tensor_args.py"
-python bench/fuzz_many.py --jobs 10 --cases "$CASES" --gpu --backends interpret,emulator:sm_90a,gpu --seed 5000 \
+python bench/fuzz_many.py --jobs 10 --cases "$CASES" --gpu --backends interpret,emulator:sm_90a --seed 5000 \
   --time-limit $((PHASE + 60)) >"$OUT/fuzz.log" 2>&1 &
 FUZZ=$!
 SAN="compute-sanitizer --report-api-errors no --target-processes all --print-limit 50"
