@@ -13,14 +13,14 @@ export PYTHONPATH=$PWD
 GPU_TESTS="tests/test_gpu.py tests/test_gpu_ops.py tests/test_gpu_ops_attention.py tests/test_gpu_wgmma.py
  tests/test_gpu_ws.py tests/test_eager_jit_gpu.py tests/test_ignored_args_gpu.py tests/test_regress_frontend.py
  tests/test_cuda_driver.py tests/test_tensor_args.py"
-python bench/fuzz_many.py --jobs 10 --cases "$CASES" --gpu --backends interpret,emulator:sm_90a --seed 5000 \
-  --time-limit $((PHASE + 60)) >"$OUT/fuzz.log" 2>&1 &
+python bench/fuzz_many.py --jobs 12 --cases "$CASES" --gpu --backends interpret,emulator:sm_90a --seed 5000 \
+  --time-limit $((PHASE + 120)) >"$OUT/fuzz.log" 2>&1 &
 FUZZ=$!
 SAN="compute-sanitizer --report-api-errors no --target-processes all --print-limit 50"
 timeout "$PHASE" $SAN --tool memcheck --log-file "$OUT/memcheck.%p.log" \
-  python -m pytest -q -p no:cacheprovider -n 4 $GPU_TESTS >"$OUT/memcheck-pytest.log" 2>&1
+  python -m pytest -q -p no:cacheprovider -n 3 $GPU_TESTS >"$OUT/memcheck-pytest.log" 2>&1
 echo "memcheck pytest rc=$?" >>"$OUT/summary.txt"
-timeout 150 $SAN --tool racecheck --log-file "$OUT/racecheck.%p.log" \
+timeout 120 $SAN --tool racecheck --log-file "$OUT/racecheck.%p.log" \
   python -m pytest -q -p no:cacheprovider tests/test_gpu_ws.py tests/test_gpu_wgmma.py >"$OUT/racecheck-pytest.log" 2>&1
 echo "racecheck pytest rc=$?" >>"$OUT/summary.txt"
 wait $FUZZ; echo "fuzz rc=$?" >>"$OUT/summary.txt"
