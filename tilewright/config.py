@@ -46,6 +46,9 @@ KNOBS = {
                             "packages or a ROCm PyTorch are searched)."),
     "autotune_workers": Knob("TILEWRIGHT_AUTOTUNE_WORKERS", int, 0,
                              "Processes compiling autotuning candidates at once (0: one per CPU core, at most 16)."),
+    "autotune_gpus": Knob("TILEWRIGHT_AUTOTUNE_GPUS", int, 0,
+                          "GPUs that time autotuning candidates at once (0: every visible GPU of the current one's "
+                          "kind; 1: the current GPU only)."),
     "cache_max_mb": Knob("TILEWRIGHT_CACHE_MAX_MB", int, 4096,
                          "Size cap of the on-disk kernel cache in MiB (least recently used go first; 0: no cap)."),
     "log": Knob("TILEWRIGHT_LOG", str, "",

@@ -6,10 +6,18 @@ from __future__ import annotations
 import sys
 
 
-def progress(items, description: str):
-    items = list(items)
-    if not sys.stderr.isatty() or len(items) < 2:
-        return items
+class _Silent:
+    def update(self, n: int = 1) -> None:
+        pass
+
+    def close(self) -> None:
+        pass
+
+
+def progress_bar(total: int, description: str):
+    """An object with ``update()`` and ``close()``: a tqdm bar, or one that shows nothing."""
+    if not sys.stderr.isatty() or total < 2:
+        return _Silent()
     from tqdm.auto import tqdm
 
-    return tqdm(items, desc=description, unit="config", leave=False)
+    return tqdm(total=total, desc=description, unit="config", leave=False)

@@ -26,8 +26,9 @@ import numpy as np
 from .. import config as knobs
 from ..errors import TilewrightError
 from . import cache as tuning_cache
+from .devices import spread, timing_devices
 from .inputs import get_autotune_inputs
-from .progress import progress
+from .progress import progress_bar
 from .prune import judge
 from .workers import compile_all
 
@@ -154,7 +155,7 @@ class AutoTuner:
         rows = [{"config": c, "status": "compiled", "compile_s": round(d.seconds, 3), "latency_ms": None}
                 for c, d in zip(configs, compiled)]
         kernels = self._kernels(configs, compiled, rows, target)
-        best = self._time_all(kernels, rows)
+        best = self._time_all(kernels, rows, on_device)
         if best is None:
             reasons = "; ".join(f"{r['config']}: {r.get('reason', r['status'])}" for r in rows)
             raise TilewrightError(f"autotuning {self._name()}: no configuration compiled, ran and passed the "
@@ -241,28 +242,37 @@ class AutoTuner:
                                               ca.pass_configs, ca.optimize_level)
         return kernels
 
-    def _time_all(self, kernels, rows):
+    def _time_all(self, kernels, rows, on_device: bool = False):
+        """Check and time every usable candidate, spread over the GPUs of one kind (``devices.py``);
+        (index, latency) of the fastest, or None."""
         pa = self.profile_args
-        inputs = None
-        best = None
+        inputs: dict = {}  # device -> the arguments made on it (when they are cached between candidates)
         todo = [i for i, k in enumerate(kernels) if k is not None]
-        for i in progress(todo, f"tuning {self._name()}"):
+
+        def time_one(i, device):
             k = kernels[i]
             try:
-                if inputs is None or not pa.cache_input_tensors:
-                    inputs = self._inputs(k)
-                args = _poisoned_call(k, inputs)  # every argument, outputs allocated once
+                if device not in inputs or not pa.cache_input_tensors:
+                    inputs[device] = self._inputs(k)
+                args = _poisoned_call(k, inputs[device])  # every argument, outputs allocated once
                 if not pa.skip_check and not self._check(k, args, rows[i]):
-                    continue
+                    return
                 ms = k.get_profiler().do_bench(warmup=pa.warmup, rep=pa.rep, input_tensors=args, backend=pa.backend)
             except Exception as e:  # noqa: BLE001 - one failing candidate is scored, not fatal
                 text = str(e).splitlines()[0] if str(e) else ""
                 rows[i].update(status="failed", reason=f"{type(e).__name__}: {text}")
-                continue
+                return
             rows[i].update(status="timed", latency_ms=ms)
-            if best is None or ms < best[1]:
-                best = (i, ms)
-        return best
+            if device is not None:
+                rows[i]["gpu"] = device
+
+        bar = progress_bar(len(todo), f"tuning {self._name()}")
+        try:
+            spread(todo, timing_devices(on_device), time_one, on_done=bar.update)
+        finally:
+            bar.close()
+        timed = [(i, rows[i]["latency_ms"]) for i in todo if rows[i]["status"] == "timed"]
+        return min(timed, key=lambda x: x[1]) if timed else None
 
     def _inputs(self, kernel) -> list:
         """The call's arguments: from ``set_autotune_inputs``, ``supply_prog`` or fresh random data."""

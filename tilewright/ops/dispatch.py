@@ -19,12 +19,21 @@ def _dtype_name(t) -> str:
     return str(t.dtype).replace("torch.", "")
 
 
+_device_targets: dict = {}  # device index -> target string
+
+
 def _target_of(t) -> str:
     if t.device.type == "cpu":
         return "interpret"
     if t.device.type != "cuda":
         raise ArgumentError(f"tensors on {t.device} are not supported; use a CUDA/ROCm GPU or the CPU")
-    return "auto"
+    index = t.device.index if t.device.index is not None else _torch().cuda.current_device()
+    hit = _device_targets.get(index)
+    if hit is None:  # kernels are built for the GPU the tensors live on (GPUs of a machine may differ)
+        from ..target.detect import device_target
+
+        hit = _device_targets[index] = str(device_target(index))
+    return hit
 
 
 def _kernel(key: tuple, build, target: str):

@@ -35,7 +35,7 @@ DEFAULT_DEV_ROOT = "/dev"
 
 _KFD_NODES = "class/kfd/kfd/topology/nodes"
 
-_cache: dict[str, object] = {}
+_cache: dict = {}
 
 # What a probe of torch or cuda-python may raise on a machine whose driver, runtime or package is
 # missing, too old or half-initialised ("Torch not compiled with CUDA enabled" is an AssertionError).
@@ -107,8 +107,23 @@ def _strip_target_id(name: str) -> str:
     return name.split(":", 1)[0].strip()
 
 
-def _torch_arch() -> tuple[str, str] | None:
-    """``("hip", "gfx942")`` / ``("cuda", "sm_90a")`` from an already-imported torch, else None."""
+def device_target(index: int) -> Target:
+    """The target of GPU ``index`` as torch sees it (a machine may hold GPUs of different kinds:
+    kernels for ``cuda:1`` are built for that device), else the local target (``detect_target``).
+    Cached per index, like ``detect_target``."""
+    key = ("device", index)
+    hit = _cache.get(key)
+    if hit is None:
+        spec = (os.environ.get(ENV_VAR) or "").strip()
+        found = None if spec and spec.lower() != "auto" else _torch_arch(index)  # an explicit choice wins
+        hit = _found(*found) if found is not None else detect_target()
+        _cache[key] = hit
+    return hit  # type: ignore[return-value]
+
+
+def _torch_arch(index: int = 0) -> tuple[str, str] | None:
+    """``("hip", "gfx942")`` / ``("cuda", "sm_90a")`` of GPU ``index`` from an already-imported
+    torch, else None."""
     torch = sys.modules.get("torch")
     if torch is None:
         return None
@@ -116,9 +131,9 @@ def _torch_arch() -> tuple[str, str] | None:
         version = getattr(torch, "version", None)
         hip = getattr(version, "hip", None)
         cuda_ver = getattr(version, "cuda", None)
-        if not (hip or cuda_ver) or not torch.cuda.is_available() or torch.cuda.device_count() < 1:
+        if not (hip or cuda_ver) or not torch.cuda.is_available() or torch.cuda.device_count() <= index:
             return None
-        props = torch.cuda.get_device_properties(0)
+        props = torch.cuda.get_device_properties(index)
         if hip:
             name = _strip_target_id(str(getattr(props, "gcnArchName", "") or ""))
             return ("hip", name) if name.startswith("gfx") else None
