@@ -194,3 +194,208 @@ def test_attention_compiles_to_hgmma_without_spills(bm, bn, dim, threads, causal
     shared_a = [x for x in hgmma if x.split(",")[1].strip().startswith("gdesc")]
     register_a = [x for x in hgmma if x.split(",")[1].strip().startswith("R")]
     assert len(shared_a) == dim // 16 and len(register_a) == bn // 16, hgmma
+
+
+# ---------------------------------------------------------------------------------------------
+# warp specialization of the attention loop (warp_specialize_loop)
+
+
+WS = {**WGMMA, "tw.warp_specialize": True}
+
+
+def _partitions(k):
+    parts = {p.role: p for p in _nodes(k, t.ThreadPartition)}
+    return parts["producer"], parts["consumer"]
+
+
+def test_the_loop_becomes_a_tma_producer_and_two_consumer_warpgroups():
+    f = _tile_passes(flash_attention(1, 2, 512, 128, True, 128, 128, 2, 256), **{"tw.warp_specialize": True})
+    k = _nodes(f.body, t.Kernel)[0]
+    assert k.num_threads == 384
+    producer, consumer = _partitions(k)
+    assert (producer.base, producer.count, consumer.base, consumer.count) == (0, 128, 128, 256)
+    # the producer: setmaxnreg.dec, Q once, then per iteration wait for a free slot and load K, then V
+    pstmts = _nodes(producer.body, (th.SetMaxNReg, th.MbarrierWait, t.Copy))
+    assert [type(s).__name__ for s in pstmts] == ["SetMaxNReg", "Copy", "MbarrierWait", "Copy", "MbarrierWait", "Copy"]
+    assert (pstmts[0].count, pstmts[0].increase) == (40, False)
+    assert [c.dst.buffer.name for c in pstmts if isinstance(c, t.Copy)] == ["Q_shared", "K_shared", "V_shared"]
+    assert all(c.mode == "tma" for c in pstmts if isinstance(c, t.Copy))
+    assert not _nodes(producer.body, t.Gemm)
+    # the consumers: no global -> shared copy of Q, K or V; waits where the loads were; K's slot
+    # released right after Q K^T, V's right after P V
+    assert not [c for c in _nodes(consumer.body, t.Copy) if c.src.buffer.scope == "global"]
+    loop = [s for s in _nodes(consumer.body, t.For) if _nodes(s.body, t.Gemm)][0]
+    seq = [s for s in loop.body.stmts]
+    names = []
+    for s in seq:
+        if isinstance(s, (th.MbarrierWait, th.MbarrierArrive)):
+            names.append(f"{type(s).__name__[8:]} {s.bar.name}")
+        elif _nodes(s, t.Gemm):
+            names.append("gemm " + _nodes(s, t.Gemm)[0].b.buffer.name)
+    assert names == ["Wait K_shared_full", "gemm K_shared", "Arrive K_shared_empty", "Wait V_shared_full",
+                     "gemm V_shared", "Arrive V_shared_empty"]
+    regs = _nodes(consumer.body, th.SetMaxNReg)
+    assert [(r.count, r.increase) for r in regs] == [(232, True)]
+
+
+WS_CASES = [
+    # B, H, S, D, causal, block_M, block_N, threads, dtype
+    (1, 1, 520, 128, True, 128, 128, 256, "float16"),  # 5 key tiles: both ring slots reused twice
+    (1, 2, 300, 128, False, 128, 64, 256, "bfloat16"),
+    (2, 1, 200, 64, True, 128, 64, 256, "float16"),
+    (1, 1, 136, 64, False, 64, 64, 128, "float16"),  # one consumer warpgroup: no register split
+]
+
+
+@pytest.mark.parametrize("B, H, S, D, causal, bm, bn, threads, dtype", WS_CASES)
+def test_warp_specialized_attention_on_the_emulator(B, H, S, D, causal, bm, bn, threads, dtype):
+    """Run cooperatively (warps advance until they block on an mbarrier or a named barrier), with
+    the emulator checking the ring protocol and shared-memory races."""
+    rng = np.random.default_rng(S + D + 1)
+    q, k, v = (rng.standard_normal((B, S, H, D)).astype(NP[dtype]) for _ in range(3))
+    o = np.full_like(q, np.nan)
+    kern = tilewright.compile(flash_attention(B, H, S, D, causal, bm, bn, 2, threads, dtype), target=SM90A,
+                              execution_backend="emulator", pass_configs=WS)
+    assert kern.num_threads == threads + 128
+    assert ("setmaxnreg" in kern.get_kernel_source()) == (threads >= 256)
+    kern(q, k, v, o)
+    ref = attention_ref(q, k, v, causal)
+    assert not np.isnan(o.astype(np.float32)).any()
+    err = np.abs(o.astype(np.float64) - ref).max()
+    assert err < (3e-3 if dtype == "float16" else 2e-2), err
+
+
+def _faulty(monkeypatch, fault):
+    """Compile with a pass after warp_specialize_loop that breaks the protocol as ``fault`` says
+    (uncached: the faulty kernels must neither come from nor go into the compile caches)."""
+    import tilewright.passes.pipeline as pl
+    from tilewright.ir.visitor import map_stmt
+
+    monkeypatch.setenv("TILEWRIGHT_DISABLE_CACHE", "1")
+
+    def inject(func, ctx):
+        def f(s):
+            if isinstance(s, t.SeqStmt) and any(isinstance(x, th.MbarrierWait) and x.bar.name == "K_shared_full"
+                                                for x in s.stmts):
+                stmts = list(s.stmts)
+                if fault == "no_wait_for_v":
+                    stmts = [x for x in stmts if not (isinstance(x, th.MbarrierWait) and x.bar.name == "V_shared_full")]
+                else:  # "early_release": K's slot released before Q K^T reads it
+                    arrive = next(x for x in stmts if isinstance(x, th.MbarrierArrive) and x.bar.name == "K_shared_empty")
+                    stmts.remove(arrive)
+                    stmts.insert(1, arrive)
+                return t.SeqStmt(stmts)
+            return None
+
+        func.body = map_stmt(func.body, f)
+        return func
+
+    passes = list(pl.TILE_PASSES["cuda"])
+    passes.insert(passes.index(pl.warp_specialize_loop) + 1, inject)
+    monkeypatch.setitem(pl.TILE_PASSES, "cuda", passes)
+
+
+@pytest.mark.parametrize("fault, message", [("no_wait_for_v", "V_shared_full"), ("early_release", "K_shared")])
+def test_seeded_protocol_faults_are_reported(monkeypatch, fault, message):
+    from tilewright.interp.emulator.errors import EmulatorError
+
+    _faulty(monkeypatch, fault)
+    S, D = 520, 64
+    rng = np.random.default_rng(3)
+    q, k, v = (rng.standard_normal((1, S, 1, D)).astype(np.float16) for _ in range(3))
+    o = np.full_like(q, np.nan)
+    kern = tilewright.compile(flash_attention(1, 1, S, D, False, 128, 64, 2, 256), target=SM90A,
+                              execution_backend="emulator", pass_configs=WS)
+    with pytest.raises(EmulatorError, match=message):
+        kern(q, k, v, o)
+
+
+def test_loops_the_pass_cannot_take_are_left_alone():
+    """A shared tile the loop loads and the epilogue reads (not only the consumers' ring), and a
+    kernel reading its thread index: compiled as without the option."""
+    import tilewright.language as T
+
+    def program(read_outside: bool, read_tid: bool):
+        @T.prim_func
+        def f(A: T.Tensor((256, 64), "float16"), C: T.Tensor((64, 64), "float32")):
+            with T.Kernel(1, threads=128):
+                tx = T.get_thread_binding()
+                As = T.alloc_shared((64, 64), "float16")
+                acc = T.alloc_fragment((64, 64), "float32")
+                T.clear(acc)
+                for k in T.Pipelined(4, num_stages=2):
+                    T.copy(A[k * 64, 0], As)
+                    for i, j in T.Parallel(64, 64):
+                        acc[i, j] += As[i, j]
+                if read_outside:
+                    for i, j in T.Parallel(64, 64):
+                        acc[i, j] += As[i, j]
+                T.copy(acc, C)
+                if read_tid:
+                    C[0, tx % 64] = 1.0
+
+        return f
+
+    ws = tilewright.compile(program(False, False), target=SM90A, execution_backend="emulator", pass_configs=WS)
+    assert ws.num_threads == 256  # the plain shape is taken (a loop of a load and elementwise work)
+    for case in ((True, False), (False, True)):
+        plain = tilewright.compile(program(*case), target=SM90A, execution_backend="emulator")
+        ws = tilewright.compile(program(*case), target=SM90A, execution_backend="emulator", pass_configs=WS)
+        assert ws.num_threads == 128 and ws.get_kernel_source() == plain.get_kernel_source()
+
+
+@pytest.mark.parametrize("seed", [0])
+def test_elementwise_loop_warp_specialized_matches(seed):
+    """The pass is not attention-specific: a loop of a TMA load and elementwise work on it."""
+    import tilewright.language as T
+
+    @T.prim_func
+    def f(A: T.Tensor((300, 64), "float16"), C: T.Tensor((64, 64), "float32")):
+        with T.Kernel(1, threads=128):
+            As = T.alloc_shared((64, 64), "float16")
+            acc = T.alloc_fragment((64, 64), "float32")
+            T.clear(acc)
+            for k in T.Pipelined(T.ceildiv(300, 64), num_stages=2):
+                T.copy(A[k * 64, 0], As)
+                for i, j in T.Parallel(64, 64):
+                    acc[i, j] += T.cast(As[i, j], "float32") * (k + 1)
+            T.copy(acc, C)
+
+    rng = np.random.default_rng(seed)
+    a = rng.standard_normal((300, 64)).astype(np.float16)
+    c = np.full((64, 64), np.nan, np.float32)
+    kern = tilewright.compile(f, target=SM90A, execution_backend="emulator", pass_configs=WS)
+    assert kern.num_threads == 256
+    kern(a, c)
+    pad = np.zeros((320, 64))
+    pad[:300] = a
+    ref = sum(pad[64 * k:64 * (k + 1)] * (k + 1) for k in range(5))
+    np.testing.assert_allclose(c, ref, rtol=1e-5, atol=1e-4)
+
+
+@needs_nvrtc
+@pytest.mark.parametrize("bm, bn, dim, causal", [(128, 128, 128, False), (128, 64, 128, True), (128, 128, 64, True),
+                                                 (128, 64, 64, False)])
+def test_warp_specialized_attention_compiles_without_spills(bm, bn, dim, causal, tmp_path):
+    from tilewright.codegen.cuda import print_cuda
+    from tilewright.toolchain import nvrtc
+
+    k = run_pipeline(_verified(flash_attention(4, 16, 4096, dim, causal, bm, bn, 2, 256)),
+                     PassContext(Target.parse(SM90A), {"optimize_level": 2, **WS}))
+    assert k.num_threads == 384
+    src = print_cuda(k)
+    assert "setmaxnreg.dec.sync.aligned.u32 40" in src and "setmaxnreg.inc.sync.aligned.u32 232" in src
+    assert "__launch_bounds__(384, 1)" in src  # ptxas honours setmaxnreg only with the entry register count known
+    binary = nvrtc.compile_cuda(src, "sm_90a", [k.name])
+    res = binary.resources[k.name]
+    assert res["spills"] == 0 and res["local_bytes"] == 0, res
+    tool = _nvdisasm()
+    if tool is None:
+        pytest.skip("compiled without spills; no nvdisasm here to read the SASS")
+    path = tmp_path / "k.cubin"
+    path.write_bytes(binary.cubin)
+    sass = subprocess.run([tool, "-c", str(path)], capture_output=True, text=True, check=True).stdout
+    hgmma = [line.split("*/")[-1].strip() for line in sass.splitlines() if "HGMMA." in line]
+    assert len([x for x in hgmma if x.split(",")[1].strip().startswith("R")]) == bn // 16
+    assert len([x for x in hgmma if x.split(",")[1].strip().startswith("gdesc")]) == dim // 16
+    assert "USETMAXREG" in sass

@@ -277,5 +277,7 @@ def _specialize(kernel: t.Kernel, func, m: _Match, regs):
             t.ThreadPartition(PRODUCER_THREADS, consumers, "consumer",
                               t.SeqStmt([*set_regs_c, *before, consumer_loop, *after]), loc)]
     attrs = dict(kernel.attrs, warp_specialized=(PRODUCER_THREADS, consumers, stages))
+    if regs:
+        attrs["min_blocks_per_sm"] = 1  # the split assumes the whole register file: one block per SM
     return t.Kernel(kernel.grid, (consumers + PRODUCER_THREADS,), kernel.block_vars, t.SeqStmt(body), kernel.loc,
                     attrs)
