@@ -265,8 +265,8 @@ def test_no_backward_is_an_error_not_a_silent_detach():
 ])
 def test_gpu_lowering_on_the_cpu_emulator(monkeypatch, target, case):
     """The per-thread code compiled for each GPU target, run by the CPU emulator against float64."""
-    monkeypatch.setattr(dispatch, "_kernel", lambda key, build, _target: tilewright.compile(
-        build(), target=target, execution_backend="emulator"))
+    monkeypatch.setattr(dispatch, "_kernel", lambda key, build, _target, pass_configs=None: tilewright.compile(
+        build(), target=target, execution_backend="emulator", pass_configs=pass_configs))
     monkeypatch.setattr(dispatch, "_shared_bytes", lambda t: 65536 if "hip" in target else 232448)
     g = torch.Generator().manual_seed(19)
     if case == "dense":

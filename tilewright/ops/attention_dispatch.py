@@ -62,6 +62,31 @@ def _config(dim: int, rows: int) -> tuple:
     return 64, 32, 2, 256  # dim 256: 128 threads spill
 
 
+# sm_90a (H100/H200): both gemms on wgmma (Q K^T from shared memory, P V with P from registers) and
+# the key loop warp-specialized: a TMA producer warpgroup fills 2-stage K and V rings, two consumer
+# warpgroups (64 query rows each) compute; setmaxnreg moves registers to the consumers.
+HOPPER_CONFIGS = {"tw.enable_wgmma": True, "tw.warp_specialize": True}
+
+
+def _hopper_config(dim: int, rows: int):
+    """(block_M, block_N, stages, threads) for the sm_90a path, or None where it does not pay
+    (decoding and short queries: fewer than 128 rows leave a consumer warpgroup idle).  block_M is
+    128 = two consumer warpgroups of 64 rows (wgmma's M); block_N 128 up to d = 128 (per consumer
+    thread: S 64 + P 32 + O d/2 registers, within the 232 setmaxnreg gives) and 64 at d = 256 (O
+    alone is 128 registers; shared memory: Q 64 KiB + two K and two V slots of 32 KiB)."""
+    if rows <= 64:
+        return None
+    return (128, 128 if dim <= 128 else 64, 2, 256)
+
+
+def _is_hopper(t) -> bool:
+    """Does ``t``'s device take the sm_90a path (wgmma, TMA, setmaxnreg)?"""
+    torch = _torch()
+    if t.device.type != "cuda" or torch.version.hip:
+        return False
+    return torch.cuda.get_device_capability(t.device) == (9, 0)
+
+
 def _fit_shared(cfg: tuple, dim: int, smem: int) -> tuple:
     """Shrink stages, then block_N, then block_M until Q, the K/V ring and the score tile fit
     in ``smem`` bytes of shared memory (AMD's 64 KiB LDS, smaller NVIDIA parts)."""
@@ -214,11 +239,15 @@ def attention_impl(q, k, v, causal, scale, cu_q, cu_k, max_q, cache_lens, num_sp
         qx = q.reshape(nseq, Hkv, group, D)
         H, max_q, causal, group = Hkv, group, False, 1
     seq_q = 0 if varlen else max_q
+    # tiles load as 16-byte vectors or TMA boxes: a view starting off a 16-byte boundary is copied
+    qx, k, v = (t if t.data_ptr() % 16 == 0 else t.clone() for t in (qx, k, v))
     (qv, q_hc, q_rb, q_rh), (kv, k_hc, k_rb, k_rh), (vv, v_hc, v_rb, v_rh) = (_rows(t, varlen) for t in (qx, k, v))
     # the output: (batch, heads, seq, dim) or packed (total, heads, dim), contiguous
     o_hc, o_rb, o_rh = (True, 0, 0) if varlen else (False, H * max_q, max_q)
     o_rows = out.numel() // (out.shape[1] * D if varlen else D)
-    bM, bN, stages, threads = _fit_shared(_config(D, max_q), D, _shared_bytes(q))
+    hopper = _hopper_config(D, max_q) if _is_hopper(q) else None
+    configs = HOPPER_CONFIGS if hopper else None
+    bM, bN, stages, threads = _fit_shared(hopper or _config(D, max_q), D, _shared_bytes(q))
     splits = _splits(nseq * H * -(-max_q // bM), -(-keys_hint // bN), num_splits)
     dtype = _dtype_name(q)
     target = _target_of(q)
@@ -227,8 +256,12 @@ def attention_impl(q, k, v, causal, scale, cu_q, cu_k, max_q, cache_lens, num_sp
     cu_k_arg = cu_k.contiguous() if varlen else (cache_lens.contiguous() if cache_lens is not None else dummy)
     out_dtype = dtype if splits == 1 else "float32"
     flags = (causal, varlen, cache_lens is not None, splits, q_hc, k_hc, v_hc, o_hc, bM, bN, stages, threads)
-    fwd = _kernel(("attention", H, Hkv, D, dtype, out_dtype) + flags,
-                  lambda: ak.attention_fwd(H, Hkv, D, dtype, out_dtype, *flags), target)
+    if configs:
+        fwd = _kernel(("attention", H, Hkv, D, dtype, out_dtype, "sm_90a") + flags,
+                      lambda: ak.attention_fwd(H, Hkv, D, dtype, out_dtype, *flags), target, pass_configs=configs)
+    else:
+        fwd = _kernel(("attention", H, Hkv, D, dtype, out_dtype) + flags,
+                      lambda: ak.attention_fwd(H, Hkv, D, dtype, out_dtype, *flags), target)
     # the LSE: (batch, heads, seq) or (heads, total); split partials in the output's row order
     l_rb, l_rh, l_rs = (0, lse.shape[1], 1) if varlen else (H * max_q, max_q, 1)
     head = (nseq, max_q, seq_q, seq_k, scale, q_rb, q_rh, k_rb, k_rh, v_rb, v_rh)

@@ -36,12 +36,14 @@ def _target_of(t) -> str:
     return hit
 
 
-def _kernel(key: tuple, build, target: str):
+def _kernel(key: tuple, build, target: str, pass_configs=None):
+    """The compiled kernel ``build()`` for ``target``, cached under ``key`` (which must also
+    distinguish the ``pass_configs``, e.g. the sm_90a attention path's)."""
     hit = _kernels.get((key, target))
     if hit is None:
         from ..compiler import compile as tw_compile
 
-        hit = tw_compile(build(), target=target)
+        hit = tw_compile(build(), target=target, pass_configs=pass_configs)
         _kernels[(key, target)] = hit
     return hit
 

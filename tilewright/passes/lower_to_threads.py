@@ -60,7 +60,10 @@ def lower_to_threads(func: t.PrimFunc, pctx) -> th.ThreadKernel:
         thread_var=ctx.tid,
         block_vars=block_vars,
         target=pctx.target,
-        attrs={"source_func": func.name, "min_blocks_per_sm": pctx.options.get("tw.min_blocks_per_sm")},
+        # a kernel with setmaxnreg asks for one block per SM (warp_specialize_loop): ptxas needs the
+        # register count at entry, which __launch_bounds__(threads, 1) fixes
+        attrs={"source_func": func.name,
+               "min_blocks_per_sm": pctx.options.get("tw.min_blocks_per_sm") or kernel.attrs.get("min_blocks_per_sm")},
         tensor_maps=list(ctx.tensor_maps),
     )
 

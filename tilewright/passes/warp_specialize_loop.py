@@ -1,0 +1,283 @@
+"""Pass ``warp_specialize_loop``: a ``T.Pipelined`` loop whose tile loads feed arbitrary computation
+(the flash-attention loop: load K, S = Q K^T, online softmax, load V, O += P V) becomes a TMA
+producer warpgroup filling mbarrier-guarded rings and consumer warpgroups computing from them
+(sm_90, behind the pass config ``tw.warp_specialize``, after the GEMM-mainloop pass
+``warp_specialize``, which handles the narrower copies-plus-one-gemm loop).
+
+Needs: verified Tile IR, before ``pipeline_loops``; a target with TMA.
+Applies to a kernel with one thread dimension of whole warpgroups (at most 896 threads), that never
+reads the thread index itself, with exactly one top-level ``T.Pipelined`` loop (``num_stages`` >= 1)
+and no other pipelined loop or thread partition, where:
+
+* the loop's *ring copies* are top-level statements of its body copying a global tile into a whole
+  shared buffer allocated at the kernel's top level, that TMA can do (``tma_eligible``), whose
+  global offsets depend only on the loop variable, kernel parameters, block indices and *prelude
+  scalars*; each such shared buffer is written by that one copy only and touched nowhere outside
+  the loop (so the consumers are its only readers);
+* *prelude scalars* are ``T.alloc_var`` scalars assigned once, by a top-level statement before
+  the loop, from parameters, block indices, earlier prelude scalars and global tensors the kernel
+  only reads (sequence offsets); the loop bounds may use them too.  The producer recomputes them (scalar
+  arithmetic, cheap), the consumers run every statement before the loop as written.
+* *prologue copies*: top-level copies before the loop of the same kind (a Q tile) are issued by
+  the producer too, into a one-slot ring the consumers wait on once.
+
+Any other kernel is returned unchanged (an optimization, never a change of meaning).
+
+Guarantees, for ``S`` stages, ``T`` original threads and ring buffers ``X`` (the block grows to
+``T + 128``):
+
+    block:     every ring buffer X gets S slots (a new leading dimension) and two mbarrier arrays:
+               X_full[S] (one arrival per TMA box of X's copy) and X_empty[S] (T arrivals); a
+               prologue buffer P one slot and P_full[1]; thread 0 initialises them; block barrier
+    producer:  ThreadPartition(0, 128): setmaxnreg.dec (with 2+ consumer warpgroups on sm_90a);
+               the prelude scalars; the prologue copies on P_full[0]; for k: per ring copy in body
+               order, wait X_empty[k % S] for parity ((k // S) + 1) % 2 (a fresh barrier passes the
+               first round), then X's TMA loads into slot k % S arriving on X_full[k % S]
+    consumers: ThreadPartition(128, T): setmaxnreg.inc (likewise); the statements before the loop,
+               a prologue copy replaced by a wait on P_full[0] (parity 0); the loop body with each
+               ring copy replaced by a wait on X_full[k % S] for parity (k // S) % 2 at the copy's
+               place, every use of X reading slot k % S, and an arrival on X_empty[k % S] right
+               after the last statement of the body that touches X; the statements after the loop
+
+A slot of X is refilled only after every consumer thread is past its last use of X in that
+iteration (gemms end with their ``wgmma`` retired), so K's slot is refilled while the consumers are
+still working on the softmax and P V of the same iteration.  The emulator runs the result
+cooperatively (warps advance until they block) and checks the protocol (parities, arrival counts,
+slot reuse).
+
+The register split (``setmaxnreg``): 65536 registers per SM for one block of ``T + 128`` threads;
+the producer keeps ``PRODUCER_REGS``, the consumers share the rest (a multiple of 8, at most 240).
+"""
+
+from __future__ import annotations
+
+from ..ir import expr as E
+from ..ir import thread as th
+from ..ir import tile as t
+from ..ir.layout import tma_boxes
+from ..ir.plans import PipelineRing
+from ..ir.verifier import exprs_of
+from ..ir.visitor import free_vars, loads_in, map_stmt, walk
+from .pipeline_loops import _buffers_touched_outside, _buffers_touched_shallow, _flatten, _restage, tma_eligible
+
+OPTION = "tw.warp_specialize"
+PRODUCER_THREADS = 128  # one warpgroup: TMA is issued by its first warp
+PRODUCER_REGS = 40
+REGISTER_FILE = 65536
+
+
+def warp_specialize_loop(func: t.PrimFunc, ctx=None) -> t.PrimFunc:
+    if ctx is None or not ctx.options.get(OPTION) or not ctx.target.has("tma"):
+        return func
+    kernels = []
+    walk(func.body, lambda s: kernels.append(s) if isinstance(s, t.Kernel) else None)
+    if len(kernels) != 1 or kernels[0].attrs.get("warp_specialized"):
+        return func  # several kernels, or the GEMM-mainloop pass already specialized this one
+    kernel = kernels[0]
+    match = _match(kernel, func)
+    if match is None:
+        return func
+    regs = _register_split(kernel.num_threads) if ctx.target.has("setmaxnreg") else None
+    func.body = map_stmt(func.body, lambda s: _specialize(s, func, match, regs) if s is kernel else None)
+    return func
+
+
+def _register_split(consumers: int):
+    """(producer, consumer) registers per thread after setmaxnreg, or None with one consumer
+    warpgroup (which can already use 255 registers: nothing to move)."""
+    if consumers < 256:
+        return None
+    per = (REGISTER_FILE - PRODUCER_THREADS * PRODUCER_REGS) // consumers // 8 * 8
+    return PRODUCER_REGS, min(per, 240)
+
+
+class _Match:
+    def __init__(self, loop, top, ring_copies, prologue_copies, prelude):
+        self.loop, self.top = loop, top
+        self.ring_copies, self.prologue_copies, self.prelude = ring_copies, prologue_copies, prelude
+
+
+def _touches(s) -> set:
+    """Buffers a statement (and everything nested in it) reads or writes."""
+    out: set = set()
+    walk(s, lambda x: out.update(b for b, _ in _buffers_touched_shallow(x)))
+    return out
+
+
+def _writes(s) -> set:
+    out: set = set()
+    walk(s, lambda x: out.update(b for b, w in _buffers_touched_shallow(x) if w))
+    return out
+
+
+def _match(kernel: t.Kernel, func):
+    threads = kernel.num_threads
+    if threads % 128 or threads + PRODUCER_THREADS > 1024 or len(kernel.threads) != 1:
+        return None
+    tid = kernel.attrs.get("thread_var")
+    if tid is not None and _uses_var(kernel.body, tid):
+        return None  # the kernel reads its thread index: the renumbering would change its meaning
+    top = _flatten(kernel.body)
+    loops = [s for s in top if isinstance(s, t.For) and s.kind == "pipelined"]
+    others = []
+    walk(kernel.body, lambda s: others.append(s) if isinstance(s, t.ThreadPartition) or (
+        isinstance(s, t.For) and s.kind == "pipelined" and s not in loops) else 0)
+    if len(loops) != 1 or others or loops[0].num_stages < 1:
+        return None
+    loop = loops[0]
+    before = top[:top.index(loop)]
+    allocs = {s.buffer for s in top if isinstance(s, t.Alloc)}
+    # the prelude: T.alloc_var scalars assigned once at the top level before the loop, and let
+    # bindings there, that the producer can compute too
+    stores = [s for s in before if isinstance(s, t.BufferStore) and s.buffer.scope == "var"]
+    if len({s.buffer for s in stores}) != len(stores):
+        return None  # a scalar assigned twice: the producer would not see the value a copy saw
+    in_prelude = set(stores)
+    if any(_writes(s) & {x.buffer for x in stores} for s in top if s not in in_prelude):
+        return None
+    written = _writes(kernel.body)
+    allowed_vars = {loop.var} | set(func.params) | set(func.dyn_vars) | set(kernel.block_vars)
+    readable = {b for b in _touches(kernel.body) if b.scope == "global" and b not in written}
+
+    def computable(e) -> bool:
+        """``e`` is computable by the producer: loop variable, parameters, block indices, prelude
+        scalars and lets, and global tensors that the kernel only reads."""
+        e = E.as_expr(e)
+        return not (free_vars(e) - allowed_vars) and all(ld.buffer in readable for ld in loads_in(e))
+
+    for s in top:  # scalars never assigned keep their initial value, in every thread
+        if isinstance(s, t.Alloc) and s.buffer.scope == "var" and s.buffer not in written and (
+                s.init is None or computable(s.init)):
+            readable.add(s.buffer)
+    prelude = []
+    for s in before:
+        if isinstance(s, t.LetStmt) and computable(s.value):
+            prelude.append(s)
+            allowed_vars.add(s.var)
+        elif s in in_prelude and all(computable(e) for e in exprs_of(s)):
+            prelude.append(s)
+            readable.add(s.buffer)
+    if not (computable(loop.start) and computable(loop.extent)):
+        return None
+
+    def tma_tile_copy(c) -> bool:
+        return (isinstance(c, t.Copy) and c.src.buffer.scope == "global" and c.dst.buffer.scope == "shared"
+                and c.dst.is_full() and c.dst.buffer in allocs and tma_eligible(c) and not c.disable_tma
+                and c.mode == "sync" and all(computable(x) for x in c.src.starts))
+
+    body = _flatten(loop.body)
+    ring_copies = [c for c in body if tma_tile_copy(c)]
+    if not ring_copies or len(ring_copies) == len(body):
+        return None
+    rings = [c.dst.buffer for c in ring_copies]
+    if len(set(rings)) != len(rings):
+        return None
+    for s in body:
+        if s not in ring_copies and _writes(s) & set(rings):
+            return None
+    if set(rings) & _buffers_touched_outside(func.body, loop):
+        return None
+    # prologue copies: a shared tile loaded once before the loop and only read afterwards
+    prologue = []
+    for i, s in enumerate(before):
+        if tma_tile_copy(s) and s.dst.buffer not in rings and not any(
+                s.dst.buffer in _writes(x) for x in top if x is not s) and not any(
+                s.dst.buffer in _touches(x) for x in before[:i]):
+            prologue.append(s)
+    return _Match(loop, top, ring_copies, prologue, prelude)
+
+
+def _uses_var(root, var) -> bool:
+    found = []
+    walk(root, lambda s: found.extend(e for e in exprs_of(s) if var in free_vars(e)))
+    return bool(found)
+
+
+def _specialize(kernel: t.Kernel, func, m: _Match, regs):
+    loop = m.loop
+    stages = loop.num_stages
+    consumers = kernel.num_threads
+    loc = loop.loc
+    k = loop.var
+    rel = k - loop.start
+    slot, round_ = rel % stages, rel // stages
+    new_bufs, full, empty, inits = {}, {}, {}, []
+
+    def ring(old, nslots, with_empty):
+        nb = t.Buffer(old.name, (nslots,) + tuple(old.shape), old.dtype, "shared", loc=old.loc)
+        nb.attrs.update(old.attrs)
+        full[old] = t.Buffer(f"{old.name}_full", (nslots,), "uint64", "shared", loc=loc)
+        func.plans.rings[nb] = PipelineRing(nslots, True, full[old])
+        new_bufs[old] = nb
+        inits.append(th.MbarrierInit(full[old], tma_boxes(old.shape, old.dtype)[0], loc=loc))
+        if with_empty:
+            empty[old] = t.Buffer(f"{old.name}_empty", (nslots,), "uint64", "shared", loc=loc)
+            inits.append(th.MbarrierInit(empty[old], consumers, loc=loc))
+
+    for c in m.ring_copies:
+        ring(c.dst.buffer, stages, True)
+    for c in m.prologue_copies:
+        ring(c.dst.buffer, 1, False)
+
+    def tma_copy(c: t.Copy, index) -> t.Copy:
+        nb = new_bufs[c.dst.buffer]
+        dst = t.Region(nb, (index,) + tuple(c.dst.starts), (1,) + tuple(c.dst.extents),
+                       (0,) + tuple(d + 1 for d in c.dst.squeezed))
+        return t.Copy(c.src, dst, c.loc, mode="tma", barrier=(full[c.dst.buffer], index),
+                      coalesced_width=c.coalesced_width)
+
+    # producer: the scalars its offsets need, the prologue loads, then the ring loads
+    producer_loop = t.For(k, loop.start, loop.extent, t.SeqStmt([x for c in m.ring_copies for x in (
+        th.MbarrierWait(empty[c.dst.buffer], slot, (round_ + 1) % 2, loc=c.loc),  # a fresh barrier passes round 0
+        tma_copy(c, slot))]), "serial", 0, loc, dict(loop.attrs))
+    producer = [*m.prelude, *[tma_copy(c, 0) for c in m.prologue_copies], producer_loop]
+
+    once = {b: n for b, n in new_bufs.items() if b not in empty}  # prologue buffers: slot 0
+    ringed = {b: n for b, n in new_bufs.items() if b in empty}
+
+    def restage(s, index):
+        return _restage(_restage(t.SeqStmt([s]), once, 0), ringed, index)
+
+    # consumers: the body with waits where the loads were and arrivals after each ring's last use
+    body = _flatten(loop.body)
+    last_use = {}
+    for i, s in enumerate(body):
+        for buf in _touches(s) & set(empty):
+            last_use[buf] = i
+    cbody = []
+    for i, s in enumerate(body):
+        if s in m.ring_copies:
+            cbody.append(th.MbarrierWait(full[s.dst.buffer], slot, round_ % 2, loc=s.loc))
+        else:
+            cbody.append(restage(s, slot))
+        for buf in empty:
+            if last_use.get(buf, -1) == i or (buf not in last_use and s in m.ring_copies and s.dst.buffer is buf):
+                cbody.append(th.MbarrierArrive(empty[buf], slot, loc=s.loc))
+    consumer_loop = t.For(k, loop.start, loop.extent, t.SeqStmt(cbody), "serial", 0, loc, dict(loop.attrs))
+
+    allocs, before, after, seen_loop = [], [], [], False
+    for s in m.top:
+        if s is loop:
+            seen_loop = True
+        elif isinstance(s, t.Alloc):
+            allocs.append(t.Alloc(new_bufs.get(s.buffer, s.buffer), s.init, loc=s.loc))
+        elif isinstance(s, t.Annotate):
+            allocs.append(s)  # block-index rasterization and layouts apply to the whole block
+        elif s in m.prologue_copies:
+            before.append(th.MbarrierWait(full[s.dst.buffer], 0, 0, loc=s.loc))
+        elif seen_loop:
+            after.append(restage(s, 0))
+        else:
+            before.append(restage(s, 0))
+    set_regs_p = [th.SetMaxNReg(regs[0], False, loc=loc)] if regs else []
+    set_regs_c = [th.SetMaxNReg(regs[1], True, loc=loc)] if regs else []
+    barriers = [t.Alloc(b, loc=loc) for b in (*full.values(), *empty.values())]
+    body = [*allocs, *barriers, *inits, th.Barrier(loc=loc),
+            t.ThreadPartition(0, PRODUCER_THREADS, "producer", t.SeqStmt([*set_regs_p, *producer]), loc),
+            t.ThreadPartition(PRODUCER_THREADS, consumers, "consumer",
+                              t.SeqStmt([*set_regs_c, *before, consumer_loop, *after]), loc)]
+    attrs = dict(kernel.attrs, warp_specialized=(PRODUCER_THREADS, consumers, stages))
+    if regs:
+        attrs["min_blocks_per_sm"] = 1  # the split assumes the whole register file: one block per SM
+    return t.Kernel(kernel.grid, (consumers + PRODUCER_THREADS,), kernel.block_vars, t.SeqStmt(body), kernel.loc,
+                    attrs)
