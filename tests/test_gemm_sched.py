@@ -256,3 +256,16 @@ def test_h200_configs_compile_without_spills(M, N, K, cfg):
     names = re.findall(r'extern "C" __global__ void (?:__launch_bounds__\([^)]*\) )?(\w+)\(', src)
     res = nvrtc.compile_cuda(src, "sm_90a", names).resources[names[0]]
     assert res["spills"] == 0 and res["local_bytes"] == 0, res
+
+
+def test_ops_matmul_empty_k_is_the_activated_bias_and_out_is_written():
+    from tilewright.ops import dispatch
+
+    a = torch.zeros(3, 0).half()
+    b = torch.zeros(0, 5).half()
+    bias = torch.tensor([-1.0, 0.5, 2.0, -3.0, 1.0]).half()
+    out = torch.full((3, 5), float("nan")).half()
+    dispatch.matmul_impl(a, b, bias, "relu", None, out=out)
+    _close(out, bias.double().clamp_min(0).expand(3, 5), 0)
+    with pytest.raises(tilewright.ArgumentError, match="out must be"):
+        dispatch.matmul_impl(a, b, bias, "relu", None, out=torch.empty(5, 3).half())

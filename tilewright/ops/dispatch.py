@@ -56,7 +56,8 @@ def _same_device(**tensors):
 
 
 # ---------------------------------------------------------------- matmul
-_gemm_choice: dict = {}  # tuning-cache key -> GemmConfig (tuned entry or heuristic), per process
+_gemm_choice: dict = {}  # call signature -> GemmConfig (tuned entry or heuristic), per process
+_archs: dict = {}  # torch device -> (arch, SM count, name)
 
 
 def _operand(name: str, t):
@@ -70,6 +71,13 @@ def _operand(name: str, t):
 
 def _arch_of(t) -> tuple[str, int, str]:
     """(architecture family the configurations are chosen for, SM/CU count, device name)."""
+    hit = _archs.get(t.device)
+    if hit is None:
+        hit = _archs[t.device] = _probe_arch(t)
+    return hit
+
+
+def _probe_arch(t) -> tuple[str, int, str]:
     torch = _torch()
     if t.device.type == "cpu":
         return "interpret", 132, "cpu"  # the CPU runs what an H200 would (same kernels, same splits)
@@ -120,20 +128,26 @@ def _check_matmul(a, b, bias, activation, out_dtype):
     return out_dtype
 
 
-def matmul_impl(a, b, bias, activation, out_dtype, config=None):
+def matmul_impl(a, b, bias, activation, out_dtype, config=None, out=None):
     """``matmul`` without the torch.library detour; ``config`` (a ``GemmConfig``) overrides the
-    tuned entry and the heuristic (used by ``tune_matmul``, the benchmark and the tests)."""
+    tuned entry and the heuristic, ``out`` receives the result (both for ``tune_matmul``, the
+    benchmark and the tests)."""
     torch = _torch()
     activation = _normalize_activation(activation)
     out_dtype = _check_matmul(a, b, bias, activation, out_dtype)
     M, K = a.shape
     N = b.shape[1]
-    out = torch.empty((M, N), dtype=out_dtype, device=a.device)
+    if out is None:
+        out = torch.empty((M, N), dtype=out_dtype, device=a.device)
+    elif out.shape != (M, N) or out.dtype != out_dtype or not out.is_contiguous():
+        raise ArgumentError(f"out must be a contiguous ({M}, {N}) {out_dtype} tensor")
     if M == 0 or N == 0:
         return out
     if K == 0:
-        return out.zero_() if bias is None and activation == "none" else \
-            torch.nn.functional.linear(torch.zeros(M, 0, dtype=a.dtype, device=a.device), b.t(), bias).to(out_dtype)
+        r = torch.zeros((M, N), dtype=torch.float32, device=a.device) + (0 if bias is None else bias.float())
+        f = {"relu": torch.relu, "silu": torch.nn.functional.silu,
+             "gelu_tanh": lambda x: torch.nn.functional.gelu(x, approximate="tanh")}.get(activation)
+        return out.copy_(f(r) if f else r)  # an empty sum: act(bias)
     av, ta = _operand("a", a)
     bv, tb = _operand("b", b)
     arch, num_sms, _ = _arch_of(a)
@@ -149,14 +163,15 @@ def matmul_config(M, N, K, a, trans_a=False, trans_b=False, has_bias=False, acti
     tuning cache when there is one, else the heuristic."""
     from . import gemm_configs
 
-    arch, num_sms, device = _arch_of(a)
     out_name = _dtype_name(a) if out_dtype is None else str(out_dtype).replace("torch.", "")
-    key = gemm_configs.cache_key(M, N, K, _dtype_name(a), out_name, trans_a, trans_b, has_bias, activation, arch,
-                                 device)
-    hit = _gemm_choice.get(key)
+    memo = (gemm_configs.m_bucket(M), M, N, K, a.dtype, out_name, trans_a, trans_b, has_bias, activation, a.device)
+    hit = _gemm_choice.get(memo)
     if hit is None:
+        arch, num_sms, device = _arch_of(a)
+        key = gemm_configs.cache_key(M, N, K, _dtype_name(a), out_name, trans_a, trans_b, has_bias, activation, arch,
+                                     device)
         hit = gemm_configs.tuned(key) or gemm_configs.heuristic(M, N, K, _dtype_name(a), arch, num_sms)
-        _gemm_choice[key] = hit
+        _gemm_choice[memo] = hit
     return hit
 
 
@@ -220,8 +235,8 @@ def tune_matmul(a, b, bias=None, activation=None, out_dtype=None, configs=None, 
     for cfg in configs or gemm_configs.candidates(M, N, K, _dtype_name(a), arch, num_sms):
         try:
             out = matmul_impl(a, b, bias, activation, out_dtype, config=cfg)  # compile outside the timing
-            out.fill_(float("nan"))
-            out = matmul_impl(a, b, bias, activation, out_dtype, config=cfg)
+            out.fill_(float("nan"))  # poisoned: every element must be written again
+            matmul_impl(a, b, bias, activation, out_dtype, config=cfg, out=out)
         except Exception as e:  # noqa: BLE001 (a configuration the compiler refuses is skipped, with why)
             rows.append((cfg, None, f"{type(e).__name__}: {str(e).splitlines()[0] if str(e) else ''}"))
             continue
@@ -240,12 +255,26 @@ def tune_matmul(a, b, bias=None, activation=None, out_dtype=None, configs=None, 
     timed = [r for r in rows if r[1] is not None]
     if timed and store:
         best = min(timed, key=lambda r: r[1])
-        key = gemm_configs.cache_key(M, N, K, _dtype_name(a), _dtype_name(a) if out_dtype == a.dtype else "float32",
-                                     ta, tb, bias is not None, activation, arch, device)
-        gemm_configs.store(key, best[0], best[1], [{"config": c.to_json(), "latency_ms": ms, "note": n}
-                                                   for c, ms, n in rows], arch, device)
-        _gemm_choice[key] = best[0]
+        record_tuned(a, b, bias, activation, out_dtype, best[0], best[1], rows)
     return rows
+
+
+def record_tuned(a, b, bias, activation, out_dtype, best, latency_ms: float, rows=()) -> None:
+    """Keep ``best`` (a ``GemmConfig``) in the tuning cache as the configuration of this call's
+    shape bucket; ``rows``: ``(config, milliseconds or None, note)`` of every candidate timed."""
+    from . import gemm_configs
+
+    activation = _normalize_activation(activation)
+    out_dtype = out_dtype or a.dtype
+    arch, _, device = _arch_of(a)
+    _, ta = _operand("a", a)
+    _, tb = _operand("b", b)
+    M, K = a.shape
+    key = gemm_configs.cache_key(M, b.shape[1], K, _dtype_name(a), str(out_dtype).replace("torch.", ""), ta, tb,
+                                 bias is not None, activation, arch, device)
+    gemm_configs.store(key, best, latency_ms, [{"config": c.to_json(), "latency_ms": ms, "note": n}
+                                               for c, ms, n in rows], arch, device)
+    _gemm_choice.clear()  # every row count of the bucket now finds the tuned entry
 
 
 # ---------------------------------------------------------------- row-wise operators
