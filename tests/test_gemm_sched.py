@@ -117,6 +117,20 @@ def test_persistent_on_the_emulator(num_blocks, group_M):
     _check(c, _want(a, b, bias, "relu"))
 
 
+@pytest.mark.xfail(strict=True, reason="known compiler bug (issue 8 report): a cp.async or register-staged "
+                   "T.Pipelined loop nested in the persistent tile loop computes wrong tiles; ops.matmul uses "
+                   "the persistent kernel on sm_90 (TMA) only")
+@pytest.mark.parametrize("target", ["cuda -arch=sm_80", GFX942])
+def test_persistent_without_tma_is_a_known_bug(target):
+    M, N, K = 64, 96, 64
+    a, b, _, _, _ = _operands(M, N, K, False, False, seed=1)
+    f = matmul_persistent(M, N, K, 32, 32, 32, num_stages=2, threads=128, num_blocks=4, group_M=2)
+    k = tilewright.compile(f, target=target, execution_backend="emulator")
+    c = np.full((M, N), np.nan, np.float16)
+    k(a, b, np.zeros(1, np.float32), c)
+    _check(c, _want(a, b))
+
+
 def test_persistent_with_wgmma_and_a_dynamic_row_count():
     import tilewright.language as T
 
@@ -129,6 +143,37 @@ def test_persistent_with_wgmma_and_a_dynamic_row_count():
     c = np.full((M, N), np.nan, np.float16)
     k(a, bt, np.zeros(1, np.float32), c)
     _check(c, _want(a, b))
+
+
+@pytest.mark.parametrize("M, N, K, cfg, dtype, trans_B", [
+    (16, 256, 1024, GemmConfig("splitk", 16, 128, 128, 4, 128, splits=2), "bfloat16", True),  # decode
+    (128, 256, 512, GemmConfig("splitk", 128, 256, 64, 4, 256, splits=2, wgmma=True, ws=True), "bfloat16", True),
+    (200, 300, 256, GemmConfig("splitk", 64, 128, 64, 4, 128, splits=2, wgmma=True), "float16", False),
+    (256, 512, 128, GemmConfig("persistent", 128, 256, 64, 4, 256, wgmma=True), "float16", False),
+], ids=["decode", "m128_ws", "ragged_wgmma", "persistent_wgmma"])
+def test_h200_configurations_on_the_emulator(M, N, K, cfg, dtype, trans_B):
+    """The tile shapes, stages, threads and pass configs ops.matmul runs on the H200, at full tile
+    size: warp-specialized wgmma split-K, the decode split-K, the persistent wgmma loop (3 blocks
+    for 4 tiles)."""
+    from tilewright.ops import kernels
+
+    a, b, _, _, bb = _operands(M, N, K, False, trans_B, dtype, seed=M)
+    tiles = (cfg.block_M, cfg.block_N, cfg.block_K, cfg.stages, cfg.threads)
+    pc = cfg.pass_configs("sm_90")
+    if cfg.kind == "splitk":
+        k = tilewright.compile(kernels.linear_splitk(N, K, dtype, False, trans_B, *tiles, cfg.splits, False),
+                               target=SM90, execution_backend="emulator", pass_configs=pc)
+        ws = np.full((cfg.splits, M, N), np.nan, np.float32)
+        k(a, bb, ws)
+        got = ws.sum(axis=0)
+    else:
+        f = kernels.linear_persistent(N, K, dtype, "float32", False, trans_B, False, "none", *tiles, 3, cfg.group_M)
+        k = tilewright.compile(f, target=SM90, execution_backend="emulator", pass_configs=pc)
+        got = np.full((M, N), np.nan, np.float32)
+        k(a, bb, np.zeros(1, np.float32), got)
+    src = k.get_kernel_source()
+    assert ("wgmma.mma_async" in src) == cfg.wgmma and (k.num_threads > cfg.threads) == cfg.ws
+    _check(got, _want(a, b), 1e-4)
 
 
 # ---------------------------------------------------------------- ops.matmul in the interpreter

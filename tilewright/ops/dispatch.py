@@ -201,8 +201,13 @@ def _launch_matmul(cfg, av, bv, ta, tb, bias, activation, out, arch, num_sms):
                cfg.group_M)
         kern = _kernel(key, lambda: kernels.linear_persistent(N, K, dtype, out_name, ta, tb, bias is not None,
                                                               activation, *tiles, num_sms, cfg.group_M), target, pc)
-        kern(av, bv, bias_arg if bias is not None else no_bias32, out)
-        return
+        src = "" if target == "interpret" else kern.get_kernel_source()
+        if target == "interpret" or ("cp.async.bulk.tensor" in src and "cp.async.c" not in src):
+            kern(av, bv, bias_arg if bias is not None else no_bias32, out)
+            return
+        # operands TMA cannot describe (strides that are not 16-byte multiples, a transposed A with
+        # a symbolic row count) leave the pipeline on cp.async, which the tile loop does not support
+        # yet (matmul_persistent's docstring): one block per tile instead
     key = ("linear", N, K, dtype, out_name, ta, tb, bias is not None, activation, tiles)
     kern = _kernel(key, lambda: kernels.linear(N, K, dtype, out_name, ta, tb, bias is not None, activation, *tiles),
                    target, pc)

@@ -103,8 +103,11 @@ def candidates(M: int, N: int, K: int, dtype: str, arch: str, num_sms: int) -> l
     hopper = arch == "sm_90"
     out = [heuristic(M, N, K, dtype, arch, num_sms)]
     if M <= 16:
+        # decode: B streams from memory once; deeper rings keep more of it in flight per SM
         bases = [GemmConfig("direct", 16, 128, 128, 4, 128), GemmConfig("direct", 16, 64, 256, 4, 128),
                  GemmConfig("direct", 16, 256, 64, 4, 128)]
+        if hopper:
+            bases += [GemmConfig("direct", 16, 128, 128, 6, 128), GemmConfig("direct", 16, 64, 256, 5, 128)]
     elif M <= 128:
         bases = [GemmConfig("direct", 64, 128, 64, 4, 128, wgmma=hopper),
                  GemmConfig("direct", 128, 128, 64, 4, 128, wgmma=hopper)]
@@ -118,14 +121,25 @@ def candidates(M: int, N: int, K: int, dtype: str, arch: str, num_sms: int) -> l
     else:
         bases = [GemmConfig("direct", 128, 128, 32, 4, 128), GemmConfig("direct", 128, 256, 32, 3, 256)]
     for b in bases:
-        if b.kind != "direct":
-            out.append(b)
-            continue
         out.append(b)
+        if b.kind != "direct":
+            continue
+        tiles = _ceil(M, b.block_M) * _ceil(N, b.block_N)
         s = choose_splits(M, N, K, b, num_sms)
-        for splits in sorted({s, 2 * s} if s > 1 else ({2} if M <= 128 and K >= 1024 else set())):
-            if splits <= _ceil(K, b.block_K):
-                out.append(dataclasses.replace(b, kind="splitk", splits=splits))
+        if s > 1:
+            splits = {s, 2 * s}
+        elif M <= 128 and K >= 1024:
+            splits = {2}
+        else:
+            splits = set()
+        for n in sorted(splits):
+            if n <= _ceil(K, b.block_K):
+                out.append(dataclasses.replace(b, kind="splitk", splits=n))
+        if b is bases[0] and M > 128 and num_sms < tiles < 2 * num_sms and _ceil(K, b.block_K) >= 8:
+            # between one and two waves (e.g. 2000x3000 in 128x256 tiles): two K halves even out the
+            # last wave, at the price of the fp32 partials' traffic (two-pass, or atomics in L2)
+            out.append(dataclasses.replace(b, kind="splitk", splits=2))
+            out.append(dataclasses.replace(b, kind="splitk", splits=2, atomic=True))
     if not hopper:
         out = [c for c in out if c.kind != "persistent"]
     seen, unique = set(), []
