@@ -175,6 +175,18 @@ def matmul_config(M, N, K, a, trans_a=False, trans_b=False, has_bias=False, acti
     return hit
 
 
+_placeholders: dict = {}  # (dtype, device) -> one-element tensor standing for an absent bias
+
+
+def _placeholder(dtype, device):
+    """A one-element tensor for the bias parameter of a kernel compiled without bias (never read):
+    made once per device, so that a call launches no fill kernel for it."""
+    hit = _placeholders.get((dtype, device))
+    if hit is None:
+        hit = _placeholders[(dtype, device)] = _torch().zeros(1, dtype=dtype, device=device)
+    return hit
+
+
 def _launch_matmul(cfg, av, bv, ta, tb, bias, activation, out, arch, num_sms):
     torch = _torch()
     M, N = out.shape
@@ -183,8 +195,8 @@ def _launch_matmul(cfg, av, bv, ta, tb, bias, activation, out, arch, num_sms):
     target = _target_of(av)
     pc = cfg.pass_configs(arch)
     tiles = (cfg.block_M, cfg.block_N, cfg.block_K, cfg.stages, cfg.threads)
-    bias_arg = bias.contiguous() if bias is not None else torch.zeros(1, dtype=av.dtype, device=av.device)
-    no_bias32 = torch.zeros(1, dtype=torch.float32, device=av.device)  # the library kernels' placeholder
+    bias_arg = bias.contiguous() if bias is not None else _placeholder(av.dtype, av.device)
+    no_bias32 = _placeholder(torch.float32, av.device)  # the library kernels' placeholder
     if cfg.kind == "splitk":
         slices = 1 if cfg.atomic else cfg.splits
         ws = (torch.zeros if cfg.atomic else torch.empty)((slices, M, N), dtype=torch.float32, device=av.device)
