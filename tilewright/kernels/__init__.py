@@ -5,5 +5,5 @@ a callable kernel.  They double as examples of the language.
 """
 
 from .attention import flash_attention  # noqa: F401
-from .gemm import matmul  # noqa: F401
+from .gemm import matmul, matmul_persistent, matmul_splitk, splitk_reduce  # noqa: F401
 from .norms import rms_norm, softmax  # noqa: F401

@@ -40,3 +40,167 @@ def matmul(M, N, K, block_M=128, block_N=128, block_K=32, dtype="float16", out_d
             T.copy(C_local, C[by * block_M, bx * block_N])
 
     return gemm
+
+
+# ---------------------------------------------------------------- epilogue math
+ACTIVATIONS = ("none", "relu", "gelu_tanh", "silu")
+
+
+def activate(x, activation: str):
+    """An fp32 activation applied in an epilogue (``activation`` is one of ``ACTIVATIONS``)."""
+    if activation == "relu":
+        return T.max(x, 0.0)
+    if activation == "silu":
+        return x * T.sigmoid(x)
+    if activation == "gelu_tanh":
+        return 0.5 * x * (1.0 + T.tanh(0.7978845608028654 * (x + 0.044715 * x * x * x)))
+    return x
+
+
+def _tiles(trans_A, trans_B, M, N, K, block_M, block_N, block_K):
+    a_shape = (K, M) if trans_A else (M, K)
+    b_shape = (N, K) if trans_B else (K, N)
+    a_tile = (block_K, block_M) if trans_A else (block_M, block_K)
+    b_tile = (block_N, block_K) if trans_B else (block_K, block_N)
+    return a_shape, b_shape, a_tile, b_tile
+
+
+# ---------------------------------------------------------------- split-K
+def k_tiles_per_split(K, block_K, splits) -> int:
+    """K steps of one split: the K range is cut into ``splits`` runs of whole ``block_K`` steps
+    (the last run may be shorter, or empty: its out-of-range tiles read as zero)."""
+    k_steps = -(-K // block_K)
+    return -(-k_steps // splits)
+
+
+def matmul_splitk(M, N, K, block_M=16, block_N=128, block_K=128, splits=2, dtype="float16", trans_A=False,
+                  trans_B=False, num_stages=4, threads=128, atomic=False, swizzle_panel=0):
+    """First pass of a split-K GEMM, for shapes with too few output tiles to fill the GPU (decode
+    M = 16..128, K-heavy shapes): the grid is (N tiles, M tiles, ``splits``) and block ``z`` computes
+    ``op(A)[:, Kz] @ op(B)[Kz, :]`` over its slice ``Kz`` of the reduction in fp32.
+
+    ``atomic=False`` (deterministic): the partial goes to ``W[z]`` of a (splits, M, N) fp32 workspace
+    and ``splitk_reduce`` adds the slices in a fixed order.  ``atomic=True``: the partial is added
+    with fp32 atomics into a zeroed (1, M, N) workspace (less memory traffic, but the summation
+    order, and so the last bits, vary from run to run); ``splitk_reduce(splits=1)`` then finishes."""
+    a_shape, b_shape, a_tile, b_tile = _tiles(trans_A, trans_B, M, N, K, block_M, block_N, block_K)
+    kps = k_tiles_per_split(K, block_K, splits)
+    ws_slices = 1 if atomic else splits
+
+    @T.prim_func
+    def gemm_splitk(A: T.Tensor(a_shape, dtype), B: T.Tensor(b_shape, dtype),
+                    W: T.Tensor((ws_slices, M, N), "float32")):
+        with T.Kernel(T.ceildiv(N, block_N), T.ceildiv(M, block_M), splits, threads=threads) as (bx, by, bz):
+            A_shared = T.alloc_shared(a_tile, dtype)
+            B_shared = T.alloc_shared(b_tile, dtype)
+            C_local = T.alloc_fragment((block_M, block_N), "float32")
+            if swizzle_panel:
+                T.use_swizzle(panel_size=swizzle_panel)
+            T.clear(C_local)
+            for k in T.Pipelined(kps, num_stages=num_stages):
+                if trans_A:
+                    T.copy(A[(bz * kps + k) * block_K, by * block_M], A_shared)
+                else:
+                    T.copy(A[by * block_M, (bz * kps + k) * block_K], A_shared)
+                if trans_B:
+                    T.copy(B[bx * block_N, (bz * kps + k) * block_K], B_shared)
+                else:
+                    T.copy(B[(bz * kps + k) * block_K, bx * block_N], B_shared)
+                T.gemm(A_shared, B_shared, C_local, transpose_A=trans_A, transpose_B=trans_B)
+            if atomic:
+                T.atomic_add(W[0, by * block_M:(by + 1) * block_M, bx * block_N:(bx + 1) * block_N], C_local)
+            else:
+                T.copy(C_local, W[bz, by * block_M:(by + 1) * block_M, bx * block_N:(bx + 1) * block_N])
+
+    return gemm_splitk
+
+
+def splitk_reduce(M, N, splits, out_dtype="float16", bias_dtype=None, activation="none", block_M=16, block_N=256,
+                  threads=128):
+    """Second pass of a split-K GEMM: ``C = act(sum_z W[z] + bias)`` cast to ``out_dtype``, the
+    slices added in order 0, 1, ... (the same bits every run).  ``bias_dtype`` None: no bias (the
+    ``Bias`` parameter is then a one-element placeholder)."""
+    bias_len = N if bias_dtype else 1
+    bias_dt = bias_dtype or "float32"
+
+    @T.prim_func
+    def gemm_splitk_reduce(W: T.Tensor((splits, M, N), "float32"), Bias: T.Tensor((bias_len,), bias_dt),
+                           C: T.Tensor((M, N), out_dtype)):
+        with T.Kernel(T.ceildiv(N, block_N), T.ceildiv(M, block_M), threads=threads) as (bx, by):
+            acc = T.alloc_fragment((block_M, block_N), "float32")
+            part = T.alloc_fragment((block_M, block_N), "float32")
+            T.copy(W[0, by * block_M:(by + 1) * block_M, bx * block_N:(bx + 1) * block_N], acc)
+            for z in T.serial(1, splits):
+                T.copy(W[z, by * block_M:(by + 1) * block_M, bx * block_N:(bx + 1) * block_N], part)
+                for i, j in T.Parallel(block_M, block_N):
+                    acc[i, j] = acc[i, j] + part[i, j]
+            if bias_dtype or activation != "none":
+                for i, j in T.Parallel(block_M, block_N):
+                    v = acc[i, j]
+                    if bias_dtype:
+                        v = v + T.cast(Bias[T.min(bx * block_N + j, N - 1)], "float32")
+                    acc[i, j] = activate(v, activation)
+            T.copy(acc, C[by * block_M, bx * block_N])
+
+    return gemm_splitk_reduce
+
+
+# ---------------------------------------------------------------- persistent
+def matmul_persistent(M, N, K, block_M=128, block_N=256, block_K=64, dtype="float16", out_dtype=None,
+                      trans_A=False, trans_B=False, num_stages=4, threads=256, num_blocks=132, group_M=8,
+                      bias_dtype=None, activation="none"):
+    """A persistent GEMM: ``num_blocks`` blocks (the SM count) loop over the output tiles, block
+    ``b`` taking tiles ``b, b + num_blocks, ...``, so that the grid is one wave and the prologue of
+    a tile overlaps the tail of the one before on the same SM.  Tiles are visited in groups of
+    ``group_M`` tile rows (column by column within a group) so that concurrently running tiles
+    share operand panels in L2.  ``C = act(op(A) @ op(B) + bias)``.
+
+    Lowered well on sm_90 (TMA pipeline); elsewhere see ``docs`` / the report of issue 8: a
+    cp.async or register-staged pipeline nested in the tile loop is not yet correct, so callers
+    (``tilewright.ops.matmul``) use it on sm_90 only."""
+    out_dtype = out_dtype or dtype
+    a_shape, b_shape, a_tile, b_tile = _tiles(trans_A, trans_B, M, N, K, block_M, block_N, block_K)
+    n_tiles = -(-N // block_N)
+    m_tiles = T.ceildiv(M, block_M)
+    bias_len = N if bias_dtype else 1
+    bias_dt = bias_dtype or "float32"
+    group = max(group_M, 1)
+
+    @T.prim_func
+    def gemm_persistent(A: T.Tensor(a_shape, dtype), B: T.Tensor(b_shape, dtype),
+                        Bias: T.Tensor((bias_len,), bias_dt), C: T.Tensor((M, N), out_dtype)):
+        with T.Kernel(num_blocks, threads=threads) as bid:
+            A_shared = T.alloc_shared(a_tile, dtype)
+            B_shared = T.alloc_shared(b_tile, dtype)
+            C_local = T.alloc_fragment((block_M, block_N), "float32")
+            # this block's tiles: bid, bid + num_blocks, ... below m_tiles * n_tiles (a uniform trip
+            # count per block, so the pipeline inside needs no per-tile guard)
+            for r in T.serial(T.ceildiv(m_tiles * n_tiles - bid, num_blocks)):
+                tile = r * num_blocks + bid
+                first_m = tile // (group * n_tiles) * group
+                rows = T.min(m_tiles - first_m, group)
+                tm = first_m + tile % (group * n_tiles) % rows
+                tn = tile % (group * n_tiles) // rows
+                T.clear(C_local)
+                for k in T.Pipelined(T.ceildiv(K, block_K), num_stages=num_stages):
+                    if trans_A:
+                        T.copy(A[k * block_K, tm * block_M], A_shared)
+                    else:
+                        T.copy(A[tm * block_M, k * block_K], A_shared)
+                    if trans_B:
+                        T.copy(B[tn * block_N, k * block_K], B_shared)
+                    else:
+                        T.copy(B[k * block_K, tn * block_N], B_shared)
+                    T.gemm(A_shared, B_shared, C_local, transpose_A=trans_A, transpose_B=trans_B)
+                if bias_dtype or activation != "none":
+                    for i, j in T.Parallel(block_M, block_N):
+                        v = C_local[i, j]
+                        if bias_dtype:
+                            v = v + T.cast(Bias[T.min(tn * block_N + j, N - 1)], "float32")
+                        C_local[i, j] = activate(v, activation)
+                T.copy(C_local, C[tm * block_M, tn * block_N])
+                # the next tile's first copies overwrite the operand tiles this one's gemm read
+                # (the barrier pass does not order an async prologue after an earlier loop's reads)
+                T.sync_threads()
+
+    return gemm_persistent

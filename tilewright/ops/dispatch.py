@@ -37,14 +37,14 @@ def _target_of(t) -> str:
 
 
 def _kernel(key: tuple, build, target: str, pass_configs=None):
-    """The compiled kernel ``build()`` for ``target``, cached under ``key`` (which must also
-    distinguish the ``pass_configs``, e.g. the sm_90a attention path's)."""
-    hit = _kernels.get((key, target))
+    """The compiled kernel ``build()`` for ``target`` and ``pass_configs``, cached under ``key``."""
+    pc_key = tuple(sorted((pass_configs or {}).items()))
+    hit = _kernels.get((key, target, pc_key))
     if hit is None:
         from ..compiler import compile as tw_compile
 
-        hit = tw_compile(build(), target=target, pass_configs=pass_configs)
-        _kernels[(key, target)] = hit
+        hit = tw_compile(build(), target=target, pass_configs=pass_configs or None)
+        _kernels[(key, target, pc_key)] = hit
     return hit
 
 
@@ -66,14 +66,8 @@ def _same_device(**tensors):
 
 
 # ---------------------------------------------------------------- matmul
-def _gemm_config(M: int) -> tuple:
-    """(block_M, block_N, block_K, stages, threads) by the number of rows (measured on an H200:
-    bench/results); small M is a memory-bound decode shape and wants thin, deep tiles."""
-    if M <= 16:
-        return 16, 128, 128, 4, 128
-    if M <= 128:
-        return 64, 128, 64, 4, 128
-    return 128, 128, 32, 4, 128
+_gemm_choice: dict = {}  # call signature -> GemmConfig (tuned entry or heuristic), per process
+_archs: dict = {}  # torch device -> (arch, SM count, name)
 
 
 def _operand(name: str, t):
@@ -85,18 +79,45 @@ def _operand(name: str, t):
     return t.contiguous(), False
 
 
-def matmul(a, b, bias=None, activation: str = "none", out_dtype=None):
-    """``act(a @ b + bias)`` for 2-D fp16/bf16 ``a`` (M, K) and ``b`` (K, N); transposed operands
-    (``w.t()``) are read in place.  ``activation``: none, relu, gelu_tanh, silu; ``out_dtype``:
-    the input dtype (default) or torch.float32."""
+def _arch_of(t) -> tuple[str, int, str]:
+    """(architecture family the configurations are chosen for, SM/CU count, device name)."""
+    hit = _archs.get(t.device)
+    if hit is None:
+        hit = _archs[t.device] = _probe_arch(t)
+    return hit
+
+
+def _probe_arch(t) -> tuple[str, int, str]:
     torch = _torch()
+    if t.device.type == "cpu":
+        return "interpret", 132, "cpu"  # the CPU runs what an H200 would (same kernels, same splits)
+    props = torch.cuda.get_device_properties(t.device)
+    if getattr(torch.version, "hip", None):
+        arch = getattr(props, "gcnArchName", "gfx").split(":")[0]
+    else:
+        arch = "sm_90" if (props.major, props.minor) == (9, 0) else f"sm_{props.major}{props.minor}"
+    return arch, props.multi_processor_count, props.name
+
+
+def _normalize_activation(activation) -> str:
+    return "none" if activation is None else activation
+
+
+def matmul(a, b, bias=None, activation=None, out_dtype=None):
+    """``act(a @ b + bias)`` for 2-D fp16/bf16 ``a`` (M, K) and ``b`` (K, N); transposed operands
+    (``w.t()``) are read in place.  ``activation``: None/"none", relu, gelu_tanh, silu; ``out_dtype``:
+    the input dtype (default) or torch.float32.  The configuration (tiles, stages, split-K, ...)
+    comes from a tuned entry of the tuning cache (``tune_matmul``) or else a shape heuristic
+    (``ops/gemm_configs.py``)."""
+    torch = _torch()
+    activation = _normalize_activation(activation)
     if torch.compiler.is_compiling() or (torch.is_grad_enabled() and any(
             t is not None and t.requires_grad for t in (a, b, bias))):
         return torch.ops.tilewright.matmul(a, b, bias, activation, out_dtype)  # traced, or with autograd
     return matmul_impl(a, b, bias, activation, out_dtype)
 
 
-def matmul_impl(a, b, bias, activation, out_dtype):
+def _check_matmul(a, b, bias, activation, out_dtype):
     torch = _torch()
     _check_tensor("a", a, 2, ("float16", "bfloat16"))
     _check_tensor("b", b, 2, ("float16", "bfloat16"))
@@ -114,24 +135,173 @@ def matmul_impl(a, b, bias, activation, out_dtype):
         if bias.shape[0] != b.shape[1]:
             raise ArgumentError(f"bias has {bias.shape[0]} elements; b has {b.shape[1]} columns")
     _same_device(a=a, b=b, bias=bias)
+    return out_dtype
+
+
+def matmul_impl(a, b, bias, activation, out_dtype, config=None, out=None):
+    """``matmul`` without the torch.library detour; ``config`` (a ``GemmConfig``) overrides the
+    tuned entry and the heuristic, ``out`` receives the result (both for ``tune_matmul``, the
+    benchmark and the tests)."""
+    torch = _torch()
+    activation = _normalize_activation(activation)
+    out_dtype = _check_matmul(a, b, bias, activation, out_dtype)
     M, K = a.shape
     N = b.shape[1]
-    out = torch.empty((M, N), dtype=out_dtype, device=a.device)
+    if out is None:
+        out = torch.empty((M, N), dtype=out_dtype, device=a.device)
+    elif out.shape != (M, N) or out.dtype != out_dtype or not out.is_contiguous():
+        raise ArgumentError(f"out must be a contiguous ({M}, {N}) {out_dtype} tensor")
     if M == 0 or N == 0:
         return out
     if K == 0:
-        return out.zero_() if bias is None and activation == "none" else \
-            torch.nn.functional.linear(torch.zeros(M, 0, dtype=a.dtype, device=a.device), b.t(), bias).to(out_dtype)
+        r = torch.zeros((M, N), dtype=torch.float32, device=a.device) + (0 if bias is None else bias.float())
+        f = {"relu": torch.relu, "silu": torch.nn.functional.silu,
+             "gelu_tanh": lambda x: torch.nn.functional.gelu(x, approximate="tanh")}.get(activation)
+        return out.copy_(f(r) if f else r)  # an empty sum: act(bias)
     av, ta = _operand("a", a)
     bv, tb = _operand("b", b)
-    dtype = _dtype_name(a)
-    cfg = _gemm_config(M)
-    key = ("linear", N, K, dtype, _dtype_name(out), ta, tb, bias is not None, activation, cfg)
-    kern = _kernel(key, lambda: kernels.linear(N, K, dtype, _dtype_name(out), ta, tb, bias is not None, activation,
-                                               *cfg), _target_of(a))
-    bias_arg = bias if bias is not None else torch.zeros(1, dtype=a.dtype, device=a.device)
-    kern(av, bv, bias_arg.contiguous(), out)
+    arch, num_sms, _ = _arch_of(a)
+    cfg = config or matmul_config(M, N, K, a, ta, tb, bias is not None, activation, out_dtype)
+    if cfg.kind == "persistent" and arch not in ("sm_90", "interpret"):
+        raise ArgumentError(f"the persistent GEMM runs on sm_90 only (this device is {arch})")
+    _launch_matmul(cfg, av, bv, ta, tb, bias, activation, out, arch, num_sms)
     return out
+
+
+def matmul_config(M, N, K, a, trans_a=False, trans_b=False, has_bias=False, activation="none", out_dtype=None):
+    """The ``GemmConfig`` ``ops.matmul`` uses for this shape on ``a``'s device: a tuned entry of the
+    tuning cache when there is one, else the heuristic."""
+    from . import gemm_configs
+
+    out_name = _dtype_name(a) if out_dtype is None else str(out_dtype).replace("torch.", "")
+    memo = (gemm_configs.m_bucket(M), M, N, K, a.dtype, out_name, trans_a, trans_b, has_bias, activation, a.device)
+    hit = _gemm_choice.get(memo)
+    if hit is None:
+        arch, num_sms, device = _arch_of(a)
+        key = gemm_configs.cache_key(M, N, K, _dtype_name(a), out_name, trans_a, trans_b, has_bias, activation, arch,
+                                     device)
+        hit = gemm_configs.tuned(key) or gemm_configs.heuristic(M, N, K, _dtype_name(a), arch, num_sms)
+        _gemm_choice[memo] = hit
+    return hit
+
+
+_placeholders: dict = {}  # (dtype, device) -> one-element tensor standing for an absent bias
+
+
+def _placeholder(dtype, device):
+    """A one-element tensor for the bias parameter of a kernel compiled without bias (never read):
+    made once per device, so that a call launches no fill kernel for it."""
+    hit = _placeholders.get((dtype, device))
+    if hit is None:
+        hit = _placeholders[(dtype, device)] = _torch().zeros(1, dtype=dtype, device=device)
+    return hit
+
+
+def _launch_matmul(cfg, av, bv, ta, tb, bias, activation, out, arch, num_sms):
+    torch = _torch()
+    M, N = out.shape
+    K = av.shape[0] if ta else av.shape[1]
+    dtype, out_name = _dtype_name(av), _dtype_name(out)
+    target = _target_of(av)
+    pc = cfg.pass_configs(arch)
+    tiles = (cfg.block_M, cfg.block_N, cfg.block_K, cfg.stages, cfg.threads)
+    bias_arg = bias.contiguous() if bias is not None else _placeholder(av.dtype, av.device)
+    no_bias32 = _placeholder(torch.float32, av.device)  # the library kernels' placeholder
+    if cfg.kind == "splitk":
+        slices = 1 if cfg.atomic else cfg.splits
+        ws = (torch.zeros if cfg.atomic else torch.empty)((slices, M, N), dtype=torch.float32, device=av.device)
+        part = _kernel(("gemm_splitk", N, K, dtype, ta, tb, tiles, cfg.splits, cfg.atomic),
+                       lambda: kernels.linear_splitk(N, K, dtype, ta, tb, *tiles, cfg.splits, cfg.atomic), target, pc)
+        bias_dt = dtype if bias is not None else None
+        red = _kernel(("gemm_splitk_reduce", N, slices, out_name, bias_dt, activation),
+                      lambda: kernels.splitk_epilogue(N, slices, out_name, bias_dt, activation), target)
+        part(av, bv, ws)
+        red(ws, bias_arg if bias is not None else no_bias32, out)
+        return
+    if cfg.kind == "persistent":
+        key = ("gemm_persistent", N, K, dtype, out_name, ta, tb, bias is not None, activation, tiles, num_sms,
+               cfg.group_M)
+        kern = _kernel(key, lambda: kernels.linear_persistent(N, K, dtype, out_name, ta, tb, bias is not None,
+                                                              activation, *tiles, num_sms, cfg.group_M), target, pc)
+        src = "" if target == "interpret" else kern.get_kernel_source()
+        if target == "interpret" or ("cp.async.bulk.tensor" in src and "cp.async.c" not in src):
+            kern(av, bv, bias_arg if bias is not None else no_bias32, out)
+            return
+        # operands TMA cannot describe (strides that are not 16-byte multiples, a transposed A with
+        # a symbolic row count) leave the pipeline on cp.async, which the tile loop does not support
+        # yet (matmul_persistent's docstring): one block per tile instead
+    key = ("linear", N, K, dtype, out_name, ta, tb, bias is not None, activation, tiles)
+    kern = _kernel(key, lambda: kernels.linear(N, K, dtype, out_name, ta, tb, bias is not None, activation, *tiles),
+                   target, pc)
+    kern(av, bv, bias_arg, out)
+
+
+def tune_matmul(a, b, bias=None, activation=None, out_dtype=None, configs=None, rep: int = 20, store: bool = True):
+    """Time the candidate configurations of this shape (``gemm_configs.candidates`` or ``configs``)
+    on ``a``'s device, each checked against a float32 reference with its output poisoned first,
+    and keep the fastest correct one in the tuning cache, where ``ops.matmul`` finds it for every
+    row count of the same bucket.  Returns rows ``(config, milliseconds or None, note)``."""
+    import time
+
+    from . import gemm_configs
+
+    torch = _torch()
+    activation = _normalize_activation(activation)
+    out_dtype = _check_matmul(a, b, bias, activation, out_dtype)
+    M, K = a.shape
+    N = b.shape[1]
+    arch, num_sms, device = _arch_of(a)
+    _, ta = _operand("a", a)
+    _, tb = _operand("b", b)
+    ref = a.float() @ b.float() + (bias.float() if bias is not None else 0)
+    ref = {"none": ref, "relu": ref.clamp_min(0), "silu": torch.nn.functional.silu(ref),
+           "gelu_tanh": torch.nn.functional.gelu(ref, approximate="tanh")}[activation]
+    scale = ref.abs().max().item() + 1e-6
+    on_gpu = a.device.type == "cuda"
+    rows = []
+    for cfg in configs or gemm_configs.candidates(M, N, K, _dtype_name(a), arch, num_sms):
+        try:
+            out = matmul_impl(a, b, bias, activation, out_dtype, config=cfg)  # compile outside the timing
+            out.fill_(float("nan"))  # poisoned: every element must be written again
+            matmul_impl(a, b, bias, activation, out_dtype, config=cfg, out=out)
+        except Exception as e:  # noqa: BLE001 (a configuration the compiler refuses is skipped, with why)
+            rows.append((cfg, None, f"{type(e).__name__}: {str(e).splitlines()[0] if str(e) else ''}"))
+            continue
+        err = (out.float() - ref).abs().max().item() / scale
+        if not err < 2e-2:
+            rows.append((cfg, None, f"wrong result (relative error {err:.3g})"))
+            continue
+        if on_gpu:
+            torch.cuda.synchronize()
+        t0 = time.perf_counter()
+        for _ in range(rep):
+            matmul_impl(a, b, bias, activation, out_dtype, config=cfg)
+        if on_gpu:
+            torch.cuda.synchronize()
+        rows.append((cfg, (time.perf_counter() - t0) * 1e3 / rep, ""))
+    timed = [r for r in rows if r[1] is not None]
+    if timed and store:
+        best = min(timed, key=lambda r: r[1])
+        record_tuned(a, b, bias, activation, out_dtype, best[0], best[1], rows)
+    return rows
+
+
+def record_tuned(a, b, bias, activation, out_dtype, best, latency_ms: float, rows=()) -> None:
+    """Keep ``best`` (a ``GemmConfig``) in the tuning cache as the configuration of this call's
+    shape bucket; ``rows``: ``(config, milliseconds or None, note)`` of every candidate timed."""
+    from . import gemm_configs
+
+    activation = _normalize_activation(activation)
+    out_dtype = out_dtype or a.dtype
+    arch, _, device = _arch_of(a)
+    _, ta = _operand("a", a)
+    _, tb = _operand("b", b)
+    M, K = a.shape
+    key = gemm_configs.cache_key(M, b.shape[1], K, _dtype_name(a), str(out_dtype).replace("torch.", ""), ta, tb,
+                                 bias is not None, activation, arch, device)
+    gemm_configs.store(key, best, latency_ms, [{"config": c.to_json(), "latency_ms": ms, "note": n}
+                                               for c, ms, n in rows], arch, device)
+    _gemm_choice.clear()  # every row count of the bucket now finds the tuned entry
 
 
 # ---------------------------------------------------------------- row-wise operators

@@ -8,18 +8,7 @@ reduction length are static, so rows live in registers and loops are fully known
 from __future__ import annotations
 
 from .. import language as T
-
-ACTIVATIONS = ("none", "relu", "gelu_tanh", "silu")
-
-
-def _activate(x, activation: str):
-    if activation == "relu":
-        return T.max(x, 0.0)
-    if activation == "silu":
-        return x * T.sigmoid(x)
-    if activation == "gelu_tanh":
-        return 0.5 * x * (1.0 + T.tanh(0.7978845608028654 * (x + 0.044715 * x * x * x)))
-    return x
+from ..kernels.gemm import ACTIVATIONS, activate, matmul_persistent, matmul_splitk, splitk_reduce  # noqa: F401
 
 
 def linear(N, K, dtype, out_dtype, trans_a, trans_b, has_bias, activation, block_M, block_N, block_K, stages,
@@ -56,10 +45,30 @@ def linear(N, K, dtype, out_dtype, trans_a, trans_b, has_bias, activation, block
                     v = acc[i, j]
                     if has_bias:
                         v = v + T.cast(Bias[T.min(bx * block_N + j, N - 1)], "float32")
-                    acc[i, j] = _activate(v, activation)
+                    acc[i, j] = activate(v, activation)
             T.copy(acc, C[by * block_M, bx * block_N])
 
     return linear_kernel
+
+
+def linear_splitk(N, K, dtype, trans_a, trans_b, block_M, block_N, block_K, stages, threads, splits, atomic):
+    """First pass of a split-K ``op(A) @ op(B)`` (``kernels.gemm.matmul_splitk``) over a symbolic
+    number of rows: fp32 partial products of ``splits`` slices of K into a workspace."""
+    return matmul_splitk(T.dynamic("m"), N, K, block_M, block_N, block_K, splits, dtype, trans_a, trans_b, stages,
+                         threads, atomic)
+
+
+def splitk_epilogue(N, slices, out_dtype, bias_dtype, activation):
+    """Second pass: ``C = act(sum of the workspace slices + bias)`` in ``out_dtype``."""
+    return splitk_reduce(T.dynamic("m"), N, slices, out_dtype, bias_dtype, activation, block_M=16, block_N=256,
+                         threads=128)
+
+
+def linear_persistent(N, K, dtype, out_dtype, trans_a, trans_b, has_bias, activation, block_M, block_N, block_K,
+                      stages, threads, num_blocks, group_M):
+    """``C = act(op(A) @ op(B) + bias)`` by ``num_blocks`` persistent blocks looping over the tiles."""
+    return matmul_persistent(T.dynamic("m"), N, K, block_M, block_N, block_K, dtype, out_dtype, trans_a, trans_b,
+                             stages, threads, num_blocks, group_M, dtype if has_bias else None, activation)
 
 
 def softmax(N, dtype, block_M, threads):

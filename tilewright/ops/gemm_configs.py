@@ -1,0 +1,186 @@
+"""How ``tilewright.ops.matmul`` runs a shape: a shape heuristic per architecture, candidate lists
+for tuning, and tuned winners kept in the persistent tuning cache (``autotune/cache.py``), which
+override the heuristic.
+
+A configuration (``GemmConfig``) names one of three library kernels (``kernels/gemm.py`` through
+``ops/kernels.py``): ``direct`` (one block per output tile), ``splitk`` (the K range cut into
+``splits`` slices, each a block of its own, then a reduction + epilogue kernel: for shapes with too
+few output tiles to fill the GPU, e.g. decode M = 16..128 or K-heavy shapes) and ``persistent``
+(one block per SM looping over the tiles; sm_90 only, see ``matmul_persistent``).
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import functools
+
+from ..autotune import cache as tuning_cache
+
+KINDS = ("direct", "splitk", "persistent")
+
+
+@dataclasses.dataclass(frozen=True)
+class GemmConfig:
+    kind: str = "direct"
+    block_M: int = 128
+    block_N: int = 128
+    block_K: int = 32
+    stages: int = 4
+    threads: int = 128
+    splits: int = 1          # splitk: slices of K
+    atomic: bool = False     # splitk: fp32 atomics into one workspace slice (not bit-reproducible)
+    group_M: int = 8         # persistent: tile rows per rasterization group
+    wgmma: bool = False      # sm_90: tw.enable_wgmma
+    ws: bool = False         # sm_90: tw.warp_specialize
+
+    def pass_configs(self, arch: str) -> dict:
+        if arch != "sm_90":
+            return {}
+        pc = {}
+        if self.wgmma:
+            pc["tw.enable_wgmma"] = True
+        if self.ws:
+            pc["tw.warp_specialize"] = True
+        return pc
+
+    def to_json(self) -> dict:
+        return dataclasses.asdict(self)
+
+    @classmethod
+    def from_json(cls, d) -> GemmConfig | None:
+        """The stored form back, or None when it does not describe a configuration (a miss)."""
+        try:
+            cfg = cls(**d)
+        except TypeError:
+            return None
+        return cfg if cfg.kind in KINDS and cfg.splits >= 1 else None
+
+    def short(self) -> str:
+        s = f"{self.kind} {self.block_M}x{self.block_N}x{self.block_K} s{self.stages} t{self.threads}"
+        if self.kind == "splitk":
+            s += f" k/{self.splits}" + (" atomic" if self.atomic else "")
+        if self.kind == "persistent":
+            s += f" g{self.group_M}"
+        return s + "".join(f" {n}" for n, on in (("wgmma", self.wgmma), ("ws", self.ws)) if on)
+
+
+def _ceil(a: int, b: int) -> int:
+    return -(-a // b)
+
+
+def choose_splits(M: int, N: int, K: int, cfg: GemmConfig, num_sms: int, max_splits: int = 8) -> int:
+    """Slices of K that bring the block count up to about one wave, each slice at least four K
+    steps long (1 when the output tiles alone fill the GPU)."""
+    tiles = _ceil(M, cfg.block_M) * _ceil(N, cfg.block_N)
+    if tiles * 2 > num_sms:
+        return 1
+    return max(1, min(num_sms // tiles, _ceil(K, cfg.block_K) // 4, max_splits))
+
+
+def heuristic(M: int, N: int, K: int, dtype: str, arch: str, num_sms: int) -> GemmConfig:
+    """The configuration for a shape without a tuned entry (measured on an H200 for sm_90: see
+    bench/results; elsewhere the mma.sync/MFMA table that was there before)."""
+    hopper = arch == "sm_90"
+    if M <= 16:
+        base = GemmConfig("direct", 16, 128, 128, 4, 128)
+    elif M <= 64:
+        base = GemmConfig("direct", 64, 128, 64, 4, 128, wgmma=hopper)
+    elif hopper:
+        base = GemmConfig("direct", 128, 256, 64, 4, 256, wgmma=True, ws=True)
+    elif M <= 128:
+        base = GemmConfig("direct", 64, 128, 64, 4, 128)
+    else:
+        base = GemmConfig("direct", 128, 128, 32, 4, 128)
+    splits = choose_splits(M, N, K, base, num_sms)
+    if splits > 1:
+        return dataclasses.replace(base, kind="splitk", splits=splits)
+    return base
+
+
+def candidates(M: int, N: int, K: int, dtype: str, arch: str, num_sms: int) -> list[GemmConfig]:
+    """Configurations worth timing for a shape (the heuristic's first); used by ``tune_matmul`` and
+    bench/gemm.py."""
+    hopper = arch == "sm_90"
+    out = [heuristic(M, N, K, dtype, arch, num_sms)]
+    if M <= 16:
+        # decode: B streams from memory once; deeper rings keep more of it in flight per SM
+        bases = [GemmConfig("direct", 16, 128, 128, 4, 128), GemmConfig("direct", 16, 64, 256, 4, 128),
+                 GemmConfig("direct", 16, 256, 64, 4, 128)]
+        if hopper:
+            bases += [GemmConfig("direct", 16, 128, 128, 6, 128), GemmConfig("direct", 16, 64, 256, 5, 128)]
+    elif M <= 128:
+        bases = [GemmConfig("direct", 64, 128, 64, 4, 128, wgmma=hopper),
+                 GemmConfig("direct", 128, 128, 64, 4, 128, wgmma=hopper)]
+        if hopper:
+            bases.append(GemmConfig("direct", 128, 256, 64, 4, 256, wgmma=True, ws=True))
+    elif hopper:
+        bases = [GemmConfig("direct", 128, 256, 64, 4, 256, wgmma=True, ws=True),
+                 GemmConfig("direct", 128, 256, 64, 3, 256, wgmma=True, ws=True),
+                 GemmConfig("direct", 128, 128, 64, 4, 128, wgmma=True, ws=True),
+                 GemmConfig("persistent", 128, 256, 64, 4, 256, wgmma=True, group_M=8)]
+    else:
+        bases = [GemmConfig("direct", 128, 128, 32, 4, 128), GemmConfig("direct", 128, 256, 32, 3, 256)]
+    for b in bases:
+        out.append(b)
+        if b.kind != "direct":
+            continue
+        tiles = _ceil(M, b.block_M) * _ceil(N, b.block_N)
+        s = choose_splits(M, N, K, b, num_sms)
+        if s > 1:
+            splits = {s, 2 * s}
+        elif M <= 128 and K >= 1024:
+            splits = {2}
+        else:
+            splits = set()
+        for n in sorted(splits):
+            if n <= _ceil(K, b.block_K):
+                out.append(dataclasses.replace(b, kind="splitk", splits=n))
+        if b is bases[0] and M > 128 and num_sms < tiles < 2 * num_sms and _ceil(K, b.block_K) >= 8:
+            # between one and two waves (e.g. 2000x3000 in 128x256 tiles): two K halves even out the
+            # last wave, at the price of the fp32 partials' traffic (two-pass, or atomics in L2)
+            out.append(dataclasses.replace(b, kind="splitk", splits=2))
+            out.append(dataclasses.replace(b, kind="splitk", splits=2, atomic=True))
+    if not hopper:
+        out = [c for c in out if c.kind != "persistent"]
+    seen, unique = set(), []
+    for c in out:
+        if c not in seen:
+            seen.add(c)
+            unique.append(c)
+    return unique
+
+
+# ---------------------------------------------------------------- the tuning cache
+def m_bucket(M: int) -> int:
+    """Tuned entries are shared by row counts of one bucket (16, 32, 64, ...): a model's token count
+    changes from call to call."""
+    b = 16
+    while b < M:
+        b *= 2
+    return b
+
+
+@functools.lru_cache(maxsize=1)
+def _fingerprint() -> str:
+    from ..compiler import _compiler_fingerprint
+
+    return _compiler_fingerprint()
+
+
+def cache_key(M, N, K, dtype, out_dtype, trans_a, trans_b, has_bias, activation, arch, device) -> str:
+    return tuning_cache.key_of({"op": "tilewright.ops.matmul", "m": m_bucket(M), "n": N, "k": K, "dtype": dtype,
+                                "out_dtype": out_dtype, "trans": [bool(trans_a), bool(trans_b)],
+                                "bias": bool(has_bias), "activation": activation, "arch": arch, "device": device,
+                                "compiler": _fingerprint()})
+
+
+def tuned(key: str) -> GemmConfig | None:
+    entry = tuning_cache.load(key)
+    if entry is None or not isinstance(entry.get("best_config"), dict):
+        return None
+    return GemmConfig.from_json(entry["best_config"])
+
+
+def store(key: str, best: GemmConfig, latency_ms: float, rows: list, arch: str, device: str) -> None:
+    tuning_cache.store(key, {"best_config": best.to_json(), "best_latency_ms": latency_ms, "rows": rows,
+                             "target": arch, "device": device})
