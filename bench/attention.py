@@ -44,6 +44,8 @@ QUICK_CONFIGS = [(64, 64, 2, 128), (32, 32, 2, 128)]
 QUICK_DECODE = (2, 4, 2, 32)
 QUICK_DECODE_LENS = [256, 512]
 
+TUNE_TIMEOUT = 60  # s for compiling the candidates of one shape (one compile takes a few seconds)
+_autotuner_ok = [True]  # set False when the autotuner fails once: the run then compiles in process
 WRONG = 2e-2  # an output further than this from SDPA's is reported as wrong (and not timed)
 
 
@@ -101,6 +103,8 @@ def tune_user_program(b, h, s, d, causal, dtype, configs, q4, k4, v4, ref4, quic
     from tilewright.autotune import AutoTuner, set_autotune_inputs
 
     cfgs = [dict(block_M=m, block_N=n, num_stages=st, threads=t) for m, n, st, t in configs]
+    if not _autotuner_ok[0]:
+        return _tune_in_process(b, h, s, d, causal, dtype, configs, q4, k4, v4, ref4, quick)
 
     def ref_prog(q, k, v):
         return sdpa(q.transpose(1, 2), k.transpose(1, 2), v.transpose(1, 2), causal).transpose(1, 2)
@@ -110,14 +114,31 @@ def tune_user_program(b, h, s, d, causal, dtype, configs, q4, k4, v4, ref4, quic
                  .set_kernel_parameters((b, h, s, d, causal), dict(dtype=dtype))
                  .set_compile_args(out_idx=[3], target=_target(quick))
                  .set_profile_args(ref_prog=ref_prog, rtol=WRONG, atol=WRONG, warmup=5 if quick else 25,
-                                   rep=10 if quick else 100))
+                                   rep=10 if quick else 100, timeout=TUNE_TIMEOUT))
         with set_autotune_inputs(q4, k4, v4):
             res = tuner.run()
+        if any("did not finish" in str(r.get("reason", "")) for r in res.rows):
+            # a stuck compile worker costs TUNE_TIMEOUT per shape: the rest of the run compiles here
+            _autotuner_ok[0] = False
+            print("  autotuner: a compile worker timed out; later shapes compile in this process", flush=True)
         c = res.config
         return res.kernel, (c["block_M"], c["block_N"], c["num_stages"], c["threads"]), ""
+    except tilewright.TilewrightError as e:
+        if "no configuration" in str(e):  # every candidate refused or wrong: the reasons are in the message
+            print(f"  user program: {str(e).splitlines()[0]}", flush=True)
+            return None, None, "no configuration"
+        _autotuner_ok[0] = False
+        print(f"  autotuner: {type(e).__name__}: {str(e).splitlines()[0]}; this and later shapes compile in this "
+              "process", flush=True)
     except Exception as e:  # noqa: BLE001
-        note = f"autotuner: {type(e).__name__}: {str(e).splitlines()[0] if str(e) else ''}"
-        print(f"  {note}; trying the configurations in this process", flush=True)
+        _autotuner_ok[0] = False
+        print(f"  autotuner: {type(e).__name__}: {str(e).splitlines()[0] if str(e) else ''}; "
+              "this and later shapes compile in this process", flush=True)
+    return _tune_in_process(b, h, s, d, causal, dtype, configs, q4, k4, v4, ref4, quick)
+
+
+def _tune_in_process(b, h, s, d, causal, dtype, configs, q4, k4, v4, ref4, quick):
+    """The configurations compiled and timed one after the other in this process."""
     best = None
     for cfg in configs:
         try:
@@ -133,7 +154,7 @@ def tune_user_program(b, h, s, d, causal, dtype, configs, q4, k4, v4, ref4, quic
         ms = bench_ms(lambda: kern(q4, k4, v4))
         if best is None or ms < best[0]:
             best = (ms, kern, cfg)
-    return (best[1], best[2], note) if best else (None, None, note)
+    return (best[1], best[2], "in process") if best else (None, None, "in process")
 
 
 def forward_table(shapes, configs, dtypes, quick, device) -> tuple:

@@ -34,8 +34,10 @@ import time
 
 import torch
 
-from tilewright import ops
-from tilewright.errors import ArgumentError
+sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))  # the checkout, when not installed
+
+from tilewright import ops  # noqa: E402
+from tilewright.errors import ArgumentError  # noqa: E402
 
 NAME = "tilewright"
 
@@ -233,7 +235,8 @@ def time_generation(model, impl: str, batch: int, prompt: int, decode: int, repe
         cache = DynamicCache(config=model.config)
         _sync(model.device)
         t0 = time.perf_counter()
-        tok = model(ids, past_key_values=cache, use_cache=True).logits[:, -1].argmax(-1, keepdim=True)
+        # logits_to_keep=1: only the last position's logits, as generate() asks for
+        tok = model(ids, past_key_values=cache, use_cache=True, logits_to_keep=1).logits[:, -1].argmax(-1, keepdim=True)
         _sync(model.device)
         t1 = time.perf_counter()
         out = [tok]

@@ -41,6 +41,20 @@ def test_attention_quick(capsys):
         assert r[dcols.index("ops.attention GB/s")] != "nan" and float(r[dcols.index("ops err")]) < 2e-2
 
 
+def test_attention_user_program_without_the_autotuner():
+    """The in-process loop the benchmark falls back to when the autotuner fails picks a correct kernel."""
+    bench = _load("attention")
+    bench._autotuner_ok[0] = False
+    b, h, s, d = 1, 2, 80, 32
+    g = torch.Generator().manual_seed(3)
+    q4, k4, v4 = (torch.randn(b, s, h, d, generator=g).to(torch.bfloat16) for _ in range(3))
+    ref4 = bench.sdpa(*(x.transpose(1, 2).double() for x in (q4, k4, v4)), True).transpose(1, 2)
+    kern, cfg, note = bench.tune_user_program(b, h, s, d, True, "bfloat16", bench.QUICK_CONFIGS, q4, k4, v4, ref4,
+                                              True)
+    assert note == "in process" and cfg in bench.QUICK_CONFIGS
+    assert bench._err(kern(q4, k4, v4), ref4) < 2e-2
+
+
 def test_memory_quick(capsys):
     rows = _load("memory").main(["--quick", "--no-save", "--no-compile", "--dtypes", "float32,bfloat16"])
     assert "WRONG" not in capsys.readouterr().out
