@@ -6,11 +6,14 @@ from __future__ import annotations
 import datetime
 import os
 import subprocess
+import time
 
 import torch
 
 
 def bench_ms(fn, warmup=25, rep=100) -> float:
+    if not torch.cuda.is_available():  # --quick runs on the CPU (the tile interpreter): the median of a few calls
+        return _cpu_ms(fn)
     try:
         from triton.testing import do_bench
 
@@ -31,6 +34,16 @@ def bench_ms(fn, warmup=25, rep=100) -> float:
         return ts[len(ts) // 2]
 
 
+def _cpu_ms(fn, reps: int = 3) -> float:
+    fn()
+    ts = []
+    for _ in range(reps):
+        t0 = time.perf_counter()
+        fn()
+        ts.append((time.perf_counter() - t0) * 1e3)
+    return sorted(ts)[len(ts) // 2]
+
+
 def commit() -> str:
     """The commit measured: git when the tree has it, else TW_COMMIT (the device copy has no .git)."""
     if os.environ.get("TW_COMMIT"):
@@ -43,7 +56,7 @@ def commit() -> str:
 
 
 def save(name: str, lines: list[str]) -> str:
-    gpu = torch.cuda.get_device_name(0).replace(" ", "-")
+    gpu = torch.cuda.get_device_name(0).replace(" ", "-") if torch.cuda.is_available() else "cpu"
     now = datetime.datetime.now(datetime.timezone.utc)
     day, hhmm = now.date().isoformat(), now.strftime("%H%M")
     header = [f"# {name}: {day} {hhmm} UTC, {gpu}, commit {commit()}", ""]

@@ -65,6 +65,11 @@ def _same_device(**tensors):
                                                                                  devs.items()))
 
 
+def _check_eps(eps):
+    if isinstance(eps, bool) or not isinstance(eps, (int, float)) or not 0 < eps < float("inf"):
+        raise ArgumentError(f"eps must be positive and finite, got {eps!r}")
+
+
 # ---------------------------------------------------------------- matmul
 _gemm_choice: dict = {}  # call signature -> GemmConfig (tuned entry or heuristic), per process
 _archs: dict = {}  # torch device -> (arch, SM count, name)
@@ -331,10 +336,10 @@ def softmax(x, dim: int = -1):
 
 def softmax_impl(x, dim):
     torch = _torch()
+    rows = _as_rows("x", x)  # checks x first: a non-tensor has no .dim()
     if dim not in (-1, x.dim() - 1):
         raise ArgumentError(f"softmax runs over the last dimension; got dim={dim} for a {x.dim()}-D tensor "
                             "(move that dimension last with .transpose)")
-    rows = _as_rows("x", x)
     out = torch.empty_like(rows)
     if rows.numel():
         N, dtype = rows.shape[1], _dtype_name(x)
@@ -366,8 +371,7 @@ def rms_norm_impl(x, weight, eps, residual):
         if residual.shape != x.shape:
             raise ArgumentError(f"residual has shape {tuple(residual.shape)}; x has {tuple(x.shape)}")
     _same_device(x=x, weight=weight, residual=residual)
-    if not eps > 0:
-        raise ArgumentError(f"eps must be positive, got {eps}")
+    _check_eps(eps)
     res_rows = residual.reshape(-1, N).contiguous() if residual is not None else rows
     out = torch.empty_like(rows)
     res_out = torch.empty_like(rows) if residual is not None else out
@@ -396,8 +400,7 @@ def layer_norm_impl(x, weight, bias, eps):
         if t.shape[0] != N:
             raise ArgumentError(f"{name} has {t.shape[0]} elements; x's last dimension is {N}")
     _same_device(x=x, weight=weight, bias=bias)
-    if not eps > 0:
-        raise ArgumentError(f"eps must be positive, got {eps}")
+    _check_eps(eps)
     out = torch.empty_like(rows)
     if rows.numel():
         cfg = _rows_config(N, dtype)
