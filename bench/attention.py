@@ -19,6 +19,7 @@ import argparse
 import math
 import os
 import sys
+import time
 
 import torch
 
@@ -251,6 +252,7 @@ def main(argv=None):
     p.add_argument("--no-forward", action="store_true")
     p.add_argument("--no-save", action="store_true")
     a = p.parse_args(argv)
+    t0 = time.perf_counter()
     device = "cpu" if a.quick else "cuda"
     if not a.quick and not torch.cuda.is_available():
         raise SystemExit("no GPU: run with --quick (tiny shapes in the CPU interpreter)")
@@ -264,6 +266,7 @@ def main(argv=None):
         roof = copy_bandwidth(device, a.quick)
         rows += [""] + decode_table(QUICK_DECODE if a.quick else DECODE, QUICK_DECODE_LENS if a.quick else DECODE_LENS,
                                     dtypes, a.quick, device, roof)
+    rows += ["", f"Run time {time.perf_counter() - t0:.0f} s."]
     if a.quick:
         rows = ["CPU (--quick): the tile interpreter on tiny shapes; the numbers are not performance", ""] + rows
     print("\n".join(rows))

@@ -16,6 +16,7 @@ from __future__ import annotations
 import argparse
 import os
 import sys
+import time
 
 import torch
 
@@ -215,6 +216,7 @@ def main(argv=None):
     p.add_argument("--dtypes", default="float32,float16,bfloat16", help="dtypes of the ops.* rows")
     p.add_argument("--no-save", action="store_true")
     a = p.parse_args(argv)
+    t0 = time.perf_counter()
     device = "cpu" if a.quick else "cuda"
     if not a.quick and not torch.cuda.is_available():
         raise SystemExit("no GPU: run with --quick (tiny shapes in the CPU interpreter)")
@@ -226,6 +228,7 @@ def main(argv=None):
         bench.library(M, N, getattr(torch, d.strip()))
     rows = bench.rows + ["", "TB/s of bytes read + written; 'of copy': tilewright against torch's device copy in "
                          f"this run ({_f(bench.roof)} TB/s)."]
+    rows += ["", f"Run time {time.perf_counter() - t0:.0f} s."]
     if a.quick:
         rows = ["CPU (--quick): the tile interpreter on tiny shapes; the numbers are not performance", ""] + rows
     print("\n".join(rows))

@@ -169,7 +169,9 @@ def build_model(size: str, dtype, device, seed: int = 0):
     # transformers' default 0.02 a small model's logits hardly depend on attention, and the check
     # below would not see a wrong attention)
     config = LlamaConfig(**c, max_position_embeddings=8192, initializer_range=c["hidden_size"] ** -0.5)
-    model = LlamaForCausalLM(config).to(dtype=dtype, device=device).eval()
+    with torch.device(device):  # initialized where it runs: a 1B model's random init is slow on the CPU
+        model = LlamaForCausalLM(config)
+    model = model.to(dtype=dtype).eval()
     return model
 
 
