@@ -31,6 +31,7 @@ IMPORT_NAMES = {
     "nvidia-cuda-nvrtc": {"nvidia"},
     "nvidia-cuda-runtime": {"nvidia"},
     "torch": {"torch"},
+    "matplotlib": {"matplotlib"},
     "pytest": {"pytest"},
     "ruff": set(),  # a command, never imported
     "nvidia-cuda-nvdisasm": set(),  # a binary the SASS tests run, never imported
