@@ -27,6 +27,7 @@ IMPORT_NAMES = {
     "numpy": {"numpy"},
     "ml_dtypes": {"ml_dtypes"},
     "tqdm": {"tqdm"},
+    "msgpack": {"msgpack"},
     "cuda-bindings": {"cuda"},
     "nvidia-cuda-nvrtc": {"nvidia"},
     "nvidia-cuda-runtime": {"nvidia"},
