@@ -5,8 +5,8 @@ and both sides are timed with GPU events, the L2 cache flushed before each call;
 operators run on CPU tensors (the tile interpreter) at tiny shapes, timed with the CPU clock, which
 shows the tool works rather than anything about speed.  Each case is first checked against torch's
 own result (the "max |diff|" column); a case whose outputs disagree beyond the dtype's tolerance is
-marked "MISMATCH".  Output: a table, ``--json``, ``--plot`` (a bar chart PNG), ``--trace`` (every
-timed call, Chrome/Perfetto JSON).
+marked "MISMATCH".  Output: a table, ``--json``, ``--plot`` (a bar chart PNG), ``--roofline`` (every
+case as a point under the device roof, PNG), ``--trace`` (every timed call, Chrome/Perfetto JSON).
 """
 
 from __future__ import annotations
@@ -93,7 +93,8 @@ def run_bench(ops=OPS, dtype: str = "float16", device: str | None = None, warmup
         diff = (a.float() - b.float()).abs().max().item()
         scale = max(b.float().abs().max().item(), 1.0)
         ok = diff <= tol * scale
-        row = {"op": case.op, "shape": case.shape, "max_abs_diff": diff, "matches_torch": ok}
+        row = {"op": case.op, "shape": case.shape, "flops": case.flops, "bytes": case.bytes, "max_abs_diff": diff,
+               "matches_torch": ok}
         for who, fn in (("tilewright", case.ours), ("torch", case.theirs)):
             t = measure(fn, warmup, rep, device=gpu, l2_flush=gpu)
             ms = t.stat("median")
@@ -129,7 +130,7 @@ def table(result: dict) -> str:
 
 
 def bench_command(ops: str, dtype: str, device: str | None, json_out, plot, trace, warmup: float, rep: float,
-                  out=None) -> int:
+                  roofline=None, out=None) -> int:
     from .commands import UsageError
 
     out = out or sys.stdout
@@ -145,7 +146,7 @@ def bench_command(ops: str, dtype: str, device: str | None, json_out, plot, trac
         raise UsageError("bench compares with PyTorch, which is not installed: pip install torch") from None
     if device is not None and device.startswith("cuda") and not torch.cuda.is_available():
         raise UsageError(f"--device {device}: this PyTorch sees no GPU (torch.cuda.is_available() is False)")
-    if plot:  # fail before the run, not after it
+    if plot or roofline:  # fail before the run, not after it
         from ..profiler.plots import PlotUnavailable, _pyplot
 
         try:
@@ -171,6 +172,15 @@ def bench_command(ops: str, dtype: str, device: str | None, json_out, plot, trac
                                 "torch": [r["torch_ms"] for r in result["rows"]]},
                  "ms per call (median, lower is better)", f"tilewright.ops vs torch on {result['device']}", log=True)
         print(f"wrote {plot}", file=out if json_out != "-" else sys.stderr)
+    if roofline:
+        from ..profiler.peaks import roof_for
+        from ..profiler.plots import roofline_png
+
+        points = [(f"{who} {r['op']} {r['shape']}", r["flops"] / r["bytes"], r[f"{who}_tflops"])
+                  for r in result["rows"] for who in ("tilewright", "torch")]
+        roofline_png(roofline, points, roof_for(result["device"]) if result["roof"] else None, dtype,
+                     title=f"tilewright.ops and torch on {result['device']}")
+        print(f"wrote {roofline}", file=out if json_out != "-" else sys.stderr)
     if trace:
         from ..profiler.trace import write_trace
 

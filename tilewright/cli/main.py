@@ -9,7 +9,7 @@
     tilewright tune FILE.py:FUNC ARGS...   autotune an @autotune function, print the candidates
     tilewright profile FILE.py:BUILDER ARGS... --target T [--flops N] [--plot PNG] [--trace JSON]
                                            time a kernel: resources, occupancy, TFLOP/s and GB/s vs the roof
-    tilewright bench [--ops matmul,...] [--plot PNG] [--json [FILE]] [--trace JSON]
+    tilewright bench [--ops matmul,...] [--plot PNG] [--roofline PNG] [--json [FILE]] [--trace JSON]
                                            the library ops against PyTorch on this machine
     tilewright cache info|clear            the on-disk kernel and tuning cache
     tilewright demo                        the README's demo
@@ -87,6 +87,7 @@ def _parser() -> argparse.ArgumentParser:
     b.add_argument("--device", default=None, help="cuda or cpu (default: cuda when torch sees a GPU)")
     b.add_argument("--warmup", type=float, default=25, help="warm-up budget per case in ms (default 25)")
     b.add_argument("--rep", type=float, default=100, help="measurement budget per case in ms (default 100)")
+    b.add_argument("--roofline", default=None, metavar="PNG", help="write a roofline chart of every case")
     _outputs(b)
     c = sub.add_parser("cache", help="the on-disk kernel and tuning cache")
     c.add_argument("action", choices=["info", "clear"])
@@ -137,7 +138,7 @@ def main(argv=None) -> int:
         if a.cmd == "bench":
             from .bench import bench_command
 
-            return bench_command(a.ops, a.dtype, a.device, a.json, a.plot, a.trace, a.warmup, a.rep)
+            return bench_command(a.ops, a.dtype, a.device, a.json, a.plot, a.trace, a.warmup, a.rep, a.roofline)
         return cache_command(a.action)
     except UsageError as e:
         print(f"tilewright {a.cmd}: {e}", file=sys.stderr)

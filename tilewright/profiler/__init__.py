@@ -11,11 +11,14 @@ run as a Chrome/Perfetto trace (``trace.py``).  Timing belongs in ``bench/`` scr
 
 from __future__ import annotations
 
+import logging
 import sys
 
 import numpy as np
 
 from ..ir import tile as t
+
+log = logging.getLogger(__name__)
 
 
 class Profiler:
@@ -143,7 +146,7 @@ class Profiler:
         name = _device_name(k) if device is None else device
         roof = roof_for(name, k.target.arch if k.target.vendor != "cpu" else None)
         return KernelReport(kernel=k.func.name, target=k.target, backend=k.backend, device=name,
-                            num_threads=k.num_threads, resources=k.resource_usage, timing=timing, flops=flops,
+                            num_threads=k.num_threads, resources=_resources(k), timing=timing, flops=flops,
                             bytes=bytes, bytes_source=source, dtype=dtype or _main_dtype(k), roof=roof)
 
     def trace(self, path: str, warmup: float = 25, rep: float = 100, input_tensors=None, backend: str = "event",
@@ -154,6 +157,19 @@ class Profiler:
         timing = self.timing(None, warmup, rep, input_tensors=input_tensors, backend=backend, l2_flush=l2_flush)
         k = self.kernel
         return write_trace(path, [(k.func.name, timing, {"target": str(k.target), "device": _device_name(k)})])
+
+
+def _resources(kernel) -> dict:
+    """The kernel's resource usage; on the emulator, whose run needs no code object, the target's
+    toolchain builds one for the figures when it is available (else only shared memory is known)."""
+    res = kernel.resource_usage
+    if kernel.backend == "emulator" and "registers" not in res:
+        try:
+            kernel.get_code_object()
+            res = kernel.resource_usage
+        except Exception as e:  # noqa: BLE001 - no toolchain here: report what is known
+            log.info("no code object for the report of %s: %s", kernel.func.name, str(e).splitlines()[0])
+    return res
 
 
 def _nbytes(x) -> int:

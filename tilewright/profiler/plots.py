@@ -55,6 +55,7 @@ def roofline_png(path: str, points: list, roof=None, dtype: str = "float16", tit
             ax.annotate(label, (intensity, tflops), textcoords="offset points", xytext=(5, 5), fontsize=8)
     ax.set_xscale("log")
     ax.set_yscale("log")
+    ax.set_xlim(lo, hi)
     ax.set_xlabel("arithmetic intensity (FLOP / byte)")
     ax.set_ylabel("TFLOP/s")
     ax.set_title(title or "roofline")

@@ -17,6 +17,13 @@ from .peaks import DeviceRoof, dtype_class
 def resource_lines(target, num_threads: int, resources: dict) -> list[str]:
     """Registers, shared memory, spills and occupancy as ``name: value`` lines."""
     res = resources or {}
+    if "registers" not in res and "vgpr" not in res:  # no code object was built (emulator without toolchain)
+        lines = ["registers: not known (no code object: the target's toolchain is not available here)",
+                 f"shared memory: {res.get('shared_bytes', 0)} B per block"]
+        occ = occupancy(target, num_threads, res)
+        if occ is not None:
+            lines.append(f"occupancy: {occupancy_text(occ)} (registers not counted)")
+        return lines
     if target.vendor == "amd":
         regs = (f"{res.get('vgpr', res.get('registers', '?'))} VGPRs per lane (AGPRs {res.get('agpr', 0)} of them), "
                 f"{res.get('sgpr', '?')} SGPRs")
