@@ -16,7 +16,8 @@ where each number comes from:
   WGP mode), ``getWavesPerEUForWorkGroup`` (a workgroup's waves are spread over the SIMDs of the
   CU).  The VGPR file per SIMD and the LDS size are the target record's (see ``target/amd.py``).
 
-SGPRs are not modelled (on the CDNA/RDNA parts here they never limit before VGPRs do for our kernels).
+RDNA is counted per CU (two SIMD32s and half of a WGP's 128 KiB LDS), the unit the target record
+describes; a workgroup in WGP mode sees twice both, so the fraction is the same.  SGPRs are not modelled (on the CDNA/RDNA parts here they never limit before VGPRs do for our kernels).
 """
 
 from __future__ import annotations
