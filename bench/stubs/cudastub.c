@@ -66,8 +66,18 @@ CUresult cuKernelSetAttribute(int a, int v, void *k, int dev) { return 0; }
 CUresult cuFuncGetAttribute(int *v, int a, void *f) { *v = (a == 0) ? 1024 : (a == 8 ? 49152 : 0); return 0; }
 CUresult cuFuncSetAttribute(void *f, int a, int v) { return 0; }
 CUresult cuFuncGetParamInfo(void *f, size_t i, size_t *off, size_t *sz) { return 1; }
+// The last launch, for tests: grid, block, shared bytes, stream and the kernelParams array.
+unsigned last_launch[8];
+void **last_params = 0;
+void *last_stream = 0;
 CUresult cuLaunchKernel(void *f, unsigned gx, unsigned gy, unsigned gz, unsigned bx, unsigned by, unsigned bz,
-                        unsigned sm, void *s, void **params, void **extra) { launches++; return 0; }
+                        unsigned sm, void *s, void **params, void **extra) {
+  launches++;
+  last_launch[0] = gx; last_launch[1] = gy; last_launch[2] = gz;
+  last_launch[3] = bx; last_launch[4] = by; last_launch[5] = bz; last_launch[6] = sm;
+  last_params = params; last_stream = s;
+  return 0;
+}
 CUresult cuLaunchKernelEx(const void *cfg, void *f, void **params, void **extra) { launches++; return 0; }
 CUresult cuStreamCreate(void **s, unsigned f) { *s = fake + 40; return 0; }
 CUresult cuStreamCreateWithPriority(void **s, unsigned f, int p) { *s = fake + 40; return 0; }

@@ -17,7 +17,8 @@ where each number comes from:
   CU).  The VGPR file per SIMD and the LDS size are the target record's (see ``target/amd.py``).
 
 RDNA is counted per CU (two SIMD32s and half of a WGP's 128 KiB LDS), the unit the target record
-describes; a workgroup in WGP mode sees twice both, so the fraction is the same.  SGPRs are not modelled (on the CDNA/RDNA parts here they never limit before VGPRs do for our kernels).
+describes; a workgroup in WGP mode sees twice both, so the fraction is the same.  SGPRs are not
+modelled (on the CDNA/RDNA parts here they never limit before VGPRs do for our kernels).
 """
 
 from __future__ import annotations
