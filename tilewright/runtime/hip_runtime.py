@@ -16,7 +16,7 @@ a fake with the same function names (``hipInit``, ``hipModuleLoadData``, ...).  
 passed as ``ctypes.pointer`` objects (a fake sets ``p[0] = value``) and return codes are ints.
 
 Why ctypes and not hip-python (measured, docs/dependencies.md, ``bench/host_launch_stub.py``):
-hip-python's ``hipModuleLaunchKernel`` given our packed ``void**`` takes 0.5-0.8x the host time of
+hip-python's ``hipModuleLaunchKernel`` given our packed ``void**`` takes 0.4-0.8x the host time of
 our ctypes call against a stub runtime, but its bindings are generated for one ROCm release (the
 PyPI 10.0 wheels for ROCm 10 / HIP 7.15; MI200/MI300 machines commonly run ROCm 6.x), it is 19 MB
 for the ~15 calls used here, and no AMD GPU is available to this project to validate a switch of the
