@@ -144,6 +144,9 @@ def test_bench_on_the_cpu_checks_against_torch(capsys, tmp_path):
 @pytest.mark.parametrize("argv, message", [
     (["bench", "--ops", "matmul,conv"], "unknown op(s) conv"),
     (["bench", "--dtype", "float64"], "float16 or bfloat16"),
+    (["bench", "--device", "xpu"], "use cuda"),
+    (["bench", "--rep", "0"], "--rep > 0"),
+    (["profile", f"{QUICKSTART}:matmul", "64", "64", "64", "--rep", "-1"], "--rep must be > 0"),
     (["profile", f"{QUICKSTART}:matmul", "64", "64", "64", "--target", "interpret", "--plot", "x.png"], "--flops"),
 ])
 def test_bench_and_profile_argument_errors(argv, message, capsys):
@@ -156,3 +159,14 @@ def test_bench_and_profile_argument_errors(argv, message, capsys):
     assert main(argv) == 2
     err = capsys.readouterr().err
     assert message in err and "Traceback" not in err
+
+
+@needs_nvrtc
+def test_profile_of_a_gpu_kernel_without_a_gpu_says_so(capsys):
+    torch = pytest.importorskip("torch")
+    if torch.cuda.is_available():
+        pytest.skip("this machine has a GPU")
+    args = [f"{QUICKSTART}:matmul", "64", "64", "64", "32", "32", "32", "--target", "cuda -arch=sm_80"]
+    assert main(["profile", *args]) == 2
+    err = capsys.readouterr().err
+    assert "no GPU is usable" in err and "Traceback" not in err

@@ -138,6 +138,10 @@ def bench_command(ops: str, dtype: str, device: str | None, json_out, plot, trac
     unknown = [o for o in chosen if o not in OPS]
     if unknown:
         raise UsageError(f"unknown op(s) {', '.join(unknown)}; choose from {', '.join(OPS)}")
+    if warmup < 0 or rep <= 0:
+        raise UsageError(f"--warmup must be >= 0 and --rep > 0 (milliseconds); got {warmup} and {rep}")
+    if device is not None and device != "cpu" and not device.startswith("cuda"):
+        raise UsageError(f"--device {device}: use cuda (a CUDA or ROCm GPU through PyTorch) or cpu")
     if dtype not in ("float16", "bfloat16"):
         raise UsageError(f"--dtype {dtype} is not benchmarked; use float16 or bfloat16")
     try:

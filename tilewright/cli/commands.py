@@ -130,6 +130,8 @@ def profile_command(spec: str, args: list[str], target: str, arch: str | None, f
     import tilewright
 
     out = out or sys.stdout
+    if rep <= 0:
+        raise UsageError(f"--rep must be > 0 (milliseconds); got {rep}")
     if plot:
         from ..profiler.plots import PlotUnavailable, _pyplot
 
@@ -146,6 +148,9 @@ def profile_command(spec: str, args: list[str], target: str, arch: str | None, f
     reports = []
     for func in funcs:
         kernel = tilewright.compile(func, target=target_string(target, arch))
+        if kernel.backend == "device" and not _torch_sees_a_gpu():
+            raise UsageError(f"profile runs the kernel, and no GPU is usable here for {kernel.target} (PyTorch sees "
+                             "none); use --target interpret, or 'tilewright compile' for the static resource report")
         report = kernel.get_profiler().report(flops=flops, bytes=nbytes, device=device, rep=rep)
         reports.append(report)
         if json_out != "-":
@@ -161,6 +166,14 @@ def profile_command(spec: str, args: list[str], target: str, arch: str | None, f
             json.dump(reports[0].to_dict(), f, indent=1)
         print(f"  wrote {json_out}", file=out)
     return 0
+
+
+def _torch_sees_a_gpu() -> bool:
+    try:
+        import torch
+    except ImportError:
+        return False
+    return torch.cuda.is_available()
 
 
 def tune_command(spec: str, args: list[str], out=None) -> int:
