@@ -39,6 +39,9 @@ def test_compile_writes_a_cubin_source_and_report(tmp_path, capsys):
     assert cubin[:4] == b"\x7fELF"
     report = json.loads((tmp_path / "gemm.sm_90a.json").read_text())
     assert report["target"] == "cuda -arch=sm_90a" and report["resources"]["spills"] == 0
+    occ = report["occupancy"]  # the profiler's occupancy, printed and saved by compile
+    assert occ["blocks_per_sm"] == min(occ["limits"].values()) > 0 and occ["limited_by"] in occ["limits"]
+    assert "occupancy:" in capsys.readouterr().out
     assert "mma.sync" in (tmp_path / "gemm.sm_90a.cu").read_text()
 
 
@@ -110,3 +113,60 @@ def plain(n):
     assert main(["tune", f"{prog}:scale", "300"]) == 0 and "from the tuning cache" in capsys.readouterr().out
     assert main(["tune", f"{prog}:plain", "3"]) == 2
     assert "not decorated with @tilewright.autotune" in capsys.readouterr().err
+
+
+def test_profile_on_the_interpreter_prints_a_report_and_json(capsys, tmp_path):
+    args = [f"{QUICKSTART}:matmul", "64", "64", "64", "32", "32", "32", "--target", "interpret", "--rep", "1"]
+    assert main(["profile", *args, "--flops", str(2 * 64**3), "--trace", str(tmp_path / "t.json")]) == 0
+    out = capsys.readouterr().out
+    assert "kernel gemm" in out and "TFLOP/s" in out and "CPU clock" in out
+    assert json.loads((tmp_path / "t.json").read_text())["traceEvents"]
+    assert main(["profile", *args, "--json"]) == 0
+    (report,) = json.loads(capsys.readouterr().out)
+    assert report["bytes"] == 3 * 64 * 64 * 2 and report["flops"] is None and report["timing"]["samples"] >= 3
+
+
+def test_bench_on_the_cpu_checks_against_torch(capsys, tmp_path):
+    pytest.importorskip("torch")
+    assert main(["bench", "--device", "cpu", "--ops", "softmax,rms_norm", "--warmup", "0", "--rep", "1",
+                 "--json", str(tmp_path / "b.json"), "--trace", str(tmp_path / "t.json")]) == 0
+    out = capsys.readouterr().out
+    assert "| softmax | 64x128 |" in out and "| rms_norm | 64x128 |" in out and "MISMATCH" not in out
+    result = json.loads((tmp_path / "b.json").read_text())
+    assert [r["op"] for r in result["rows"]] == ["softmax", "rms_norm"]
+    assert all(r["matches_torch"] and r["tilewright_ms"] > 0 and r["torch_ms"] > 0 for r in result["rows"])
+    names = {e["args"]["name"] for e in json.loads((tmp_path / "t.json").read_text())["traceEvents"]
+             if e["name"] == "thread_name"}
+    assert names == {"tilewright softmax 64x128", "torch softmax 64x128", "tilewright rms_norm 64x128",
+                     "torch rms_norm 64x128"}
+
+
+@pytest.mark.parametrize("argv, message", [
+    (["bench", "--ops", "matmul,conv"], "unknown op(s) conv"),
+    (["bench", "--dtype", "float64"], "float16 or bfloat16"),
+    (["bench", "--device", "xpu"], "use cuda"),
+    (["bench", "--rep", "0"], "--rep > 0"),
+    (["profile", f"{QUICKSTART}:matmul", "64", "64", "64", "--rep", "-1"], "--rep must be > 0"),
+    (["profile", f"{QUICKSTART}:matmul", "64", "64", "64", "--target", "interpret", "--plot", "x.png"], "--flops"),
+])
+def test_bench_and_profile_argument_errors(argv, message, capsys):
+    pytest.importorskip("torch")
+    try:
+        import matplotlib  # noqa: F401
+    except ImportError:
+        if "--plot" in argv:
+            message = "tilewright[plot]"
+    assert main(argv) == 2
+    err = capsys.readouterr().err
+    assert message in err and "Traceback" not in err
+
+
+@needs_nvrtc
+def test_profile_of_a_gpu_kernel_without_a_gpu_says_so(capsys):
+    torch = pytest.importorskip("torch")
+    if torch.cuda.is_available():
+        pytest.skip("this machine has a GPU")
+    args = [f"{QUICKSTART}:matmul", "64", "64", "64", "32", "32", "32", "--target", "cuda -arch=sm_80"]
+    assert main(["profile", *args]) == 2
+    err = capsys.readouterr().err
+    assert "no GPU is usable" in err and "Traceback" not in err

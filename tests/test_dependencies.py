@@ -27,11 +27,13 @@ IMPORT_NAMES = {
     "numpy": {"numpy"},
     "ml_dtypes": {"ml_dtypes"},
     "tqdm": {"tqdm"},
+    "msgpack": {"msgpack"},
     "cuda-bindings": {"cuda"},
     "nvidia-cuda-nvrtc": {"nvidia"},
     "nvidia-cuda-runtime": {"nvidia"},
     "torch": {"torch"},
     "transformers": {"transformers"},  # the [examples] extra: examples/llama_dropin.py only
+    "matplotlib": {"matplotlib"},
     "pytest": {"pytest"},
     "ruff": set(),  # a command, never imported
     "nvidia-cuda-nvdisasm": set(),  # a binary the SASS tests run, never imported

@@ -315,6 +315,12 @@ def test_msgpack_decoder_round_trips_every_kind():
         msgpack_loads(mp_encode([1]) + b"\x01")
     with pytest.raises(AmdgpuElfError):
         msgpack_loads(b"\x92\x01")  # truncated array
+    with pytest.raises(AmdgpuElfError):
+        msgpack_loads(b"\xc1")  # the one tag MessagePack never uses
+    with pytest.raises(AmdgpuElfError):
+        msgpack_loads(b"")
+    assert msgpack_loads(b"\xd4\x05\x07") == (5, b"\x07")  # ext values: (type, bytes)
+    assert msgpack_loads(b"\xa2\xff\x41") == "\ufffdA"  # invalid UTF-8 is replaced, not fatal
     # Big-endian fixed-size forms written by other encoders (LLVM's msgpack writer uses the smallest).
     assert msgpack_loads(b"\xd0\x80") == -128
     assert msgpack_loads(b"\xca" + struct.pack(">f", 0.25)) == 0.25

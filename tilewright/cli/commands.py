@@ -1,5 +1,6 @@
-"""The work behind the ``tilewright`` subcommands other than ``doctor``: loading a user's kernel
-file, ``compile`` (code object + source + resource report), ``source``, ``cache info|clear``."""
+"""The work behind the ``tilewright`` subcommands other than ``doctor`` and ``bench``: loading a
+user's kernel file, ``compile`` (code object + source + resource report), ``source``, ``profile``
+(a timed per-kernel report), ``tune``, ``cache info|clear``."""
 
 from __future__ import annotations
 
@@ -10,6 +11,7 @@ import shutil
 import sys
 
 from ..errors import TilewrightError
+from ..profiler.report import resource_lines
 
 
 class UsageError(Exception):
@@ -97,14 +99,17 @@ def compile_command(spec: str, args: list[str], target: str, arch: str | None, o
             f.write(kernel.get_code_object())
         with open(stem + (".cu" if t.kind == "cuda" else ".hip"), "w") as f:
             f.write(kernel.get_kernel_source())
+        static = kernel.get_profiler().report(run=False)
         report = {"kernel": kernel.kernel_name, "target": str(t), "threads": kernel.num_threads,
                   "dynamic_shared_bytes": kernel.shared_bytes, "resources": kernel.resource_usage,
-                  "compile_seconds": round(kernel.compile_seconds, 3)}
+                  "occupancy": static.to_dict()["occupancy"], "compile_seconds": round(kernel.compile_seconds, 3)}
         with open(stem + ".json", "w") as f:
             json.dump(report, f, indent=1)
         res = kernel.resource_usage
         print(f"{func.name}: {binary} ({len(kernel.get_code_object())} bytes) registers={res.get('registers')} "
               f"shared={res.get('shared_bytes')} B spills={res.get('spills')}", file=out)
+        for line in resource_lines(t, kernel.num_threads, res):
+            print(f"  {line}", file=out)
     return 0
 
 
@@ -116,6 +121,59 @@ def source_command(spec: str, args: list[str], target: str, arch: str | None, ou
         emulate = None if tgt.startswith("cuda") else "emulator"  # HIP source needs no AMD toolchain
         print(tilewright.compile(func, target=tgt, execution_backend=emulate).get_kernel_source(), file=out)
     return 0
+
+
+def profile_command(spec: str, args: list[str], target: str, arch: str | None, flops=None, nbytes=None, device=None,
+                    rep: float = 100, json_out=None, plot=None, trace=None, out=None) -> int:
+    """Compile, run and time each kernel; print its report (resources, occupancy, achieved rates
+    against the device roof); optionally a roofline PNG, a trace and JSON."""
+    import tilewright
+
+    out = out or sys.stdout
+    if rep <= 0:
+        raise UsageError(f"--rep must be > 0 (milliseconds); got {rep}")
+    if plot:
+        from ..profiler.plots import PlotUnavailable, _pyplot
+
+        try:
+            _pyplot()
+        except PlotUnavailable as e:
+            raise UsageError(str(e)) from None
+        if not flops:
+            raise UsageError("--plot draws a roofline point, which needs --flops (the operations of one call)")
+    funcs = prim_funcs_of(spec, args)
+    if len(funcs) > 1 and (plot or trace or (json_out and json_out != "-")):
+        raise UsageError(f"{spec} has {len(funcs)} kernels; name one builder (FILE.py:BUILDER) for --plot, "
+                         "--trace or --json FILE")
+    reports = []
+    for func in funcs:
+        kernel = tilewright.compile(func, target=target_string(target, arch))
+        if kernel.backend == "device" and not _torch_sees_a_gpu():
+            raise UsageError(f"profile runs the kernel, and no GPU is usable here for {kernel.target} (PyTorch sees "
+                             "none); use --target interpret, or 'tilewright compile' for the static resource report")
+        report = kernel.get_profiler().report(flops=flops, bytes=nbytes, device=device, rep=rep)
+        reports.append(report)
+        if json_out != "-":
+            print(report, file=out)
+        if plot:
+            print(f"  wrote {report.plot_roofline(plot)}", file=out if json_out != "-" else sys.stderr)
+        if trace:
+            print(f"  wrote {report.save_trace(trace)}", file=out if json_out != "-" else sys.stderr)
+    if json_out == "-":
+        print(json.dumps([r.to_dict() for r in reports], indent=1), file=out)
+    elif json_out:
+        with open(json_out, "w") as f:
+            json.dump(reports[0].to_dict(), f, indent=1)
+        print(f"  wrote {json_out}", file=out)
+    return 0
+
+
+def _torch_sees_a_gpu() -> bool:
+    try:
+        import torch
+    except ImportError:
+        return False
+    return torch.cuda.is_available()
 
 
 def tune_command(spec: str, args: list[str], out=None) -> int:

@@ -27,6 +27,8 @@ class Timing:
     samples: list
     method: str  # "event", "cudagraph" or "cpu"
     l2_flushed: bool
+    starts: list | None = None  # start of each sample, ms after the first one (for a trace)
+    calls_per_sample: int = 1  # a CUDA-graph sample is the mean of this many back-to-back calls
 
     def stat(self, mode: str = "mean"):
         if mode == "all":
@@ -64,12 +66,14 @@ def _measure_cpu(fn, warmup_ms, rep_ms, max_calls) -> Timing:
     n_warm, n_rep = _counts(est, warmup_ms, rep_ms, max_calls)
     for _ in range(n_warm - 1):
         fn()
-    samples = []
+    samples, starts = [], []
+    origin = time.perf_counter()
     for _ in range(n_rep):
         t0 = time.perf_counter()
         fn()
         samples.append((time.perf_counter() - t0) * 1e3)
-    return Timing(samples, "cpu", False)
+        starts.append((t0 - origin) * 1e3)
+    return Timing(samples, "cpu", False, starts)
 
 
 def _measure_events(torch, fn, warmup_ms, rep_ms, l2_flush, max_calls) -> Timing:
@@ -97,7 +101,8 @@ def _measure_events(torch, fn, warmup_ms, rep_ms, l2_flush, max_calls) -> Timing
         fn()
         e.record()
     torch.cuda.synchronize()
-    return Timing([s.elapsed_time(e) for s, e in zip(starts, ends)], "event", flush is not None)
+    return Timing([s.elapsed_time(e) for s, e in zip(starts, ends)], "event", flush is not None,
+                  [starts[0].elapsed_time(s) for s in starts])
 
 
 def _measure_graph(torch, fn, warmup_ms, rep_ms, max_calls) -> Timing:
@@ -122,15 +127,17 @@ def _measure_graph(torch, fn, warmup_ms, rep_ms, max_calls) -> Timing:
             fn()
     for _ in range(max(1, n_warm // per_graph)):
         graph.replay()
-    samples = []
+    samples, starts, first = [], [], None
     for _ in range(max(3, n_rep // per_graph)):
         s, e = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
         s.record()
         graph.replay()
         e.record()
         torch.cuda.synchronize()
+        first = first or s
         samples.append(s.elapsed_time(e) / per_graph)
-    return Timing(samples, "cudagraph", False)
+        starts.append(first.elapsed_time(s))
+    return Timing(samples, "cudagraph", False, starts, per_graph)
 
 
 def check_return_mode(mode: str) -> None:

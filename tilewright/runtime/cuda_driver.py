@@ -12,6 +12,13 @@ returns 0).  Nothing here loads any HIP/ROCm library.
 
 The launch path is tuned for Python overhead: the argument buffer layout is computed once per
 signature and each launch is a single ``struct.pack_into`` plus one ``cuLaunchKernel`` call.
+
+Why not ``cuda.core`` (measured, docs/dependencies.md, ``bench/host_launch_stub.py``): its
+``launch`` is faster only with a prepared ``Stream`` and ``LaunchConfig``; used as this layer must
+(torch's raw stream handle and a grid that changes per call, looked up in caches; scalars as numpy
+scalars) it costs 1.1-1.7x our host time per launch, with ``Stream.from_handle`` per call 4-7x; it
+refuses a 128-byte TMA descriptor passed by value (our ``tmap`` arguments); and ``import cuda.core``
+takes 470 ms against 180 ms for ``cuda.bindings.driver``.
 """
 
 from __future__ import annotations

@@ -14,6 +14,13 @@ here imports or loads a CUDA library.
 Every entry point goes through a :class:`HipRuntime` bound to a library object, so tests can pass
 a fake with the same function names (``hipInit``, ``hipModuleLoadData``, ...).  Out-parameters are
 passed as ``ctypes.pointer`` objects (a fake sets ``p[0] = value``) and return codes are ints.
+
+Why ctypes and not hip-python (measured, docs/dependencies.md, ``bench/host_launch_stub.py``):
+hip-python's ``hipModuleLaunchKernel`` given our packed ``void**`` takes 0.4-0.8x the host time of
+our ctypes call against a stub runtime, but its bindings are generated for one ROCm release (the
+PyPI 10.0 wheels for ROCm 10 / HIP 7.15; MI200/MI300 machines commonly run ROCm 6.x), it is 19 MB
+for the ~15 calls used here, and no AMD GPU is available to this project to validate a switch of the
+launch path.  Revisit on AMD hardware: the launch call alone could move to it.
 """
 
 from __future__ import annotations

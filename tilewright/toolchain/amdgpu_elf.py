@@ -9,7 +9,10 @@ and ``amdhsa.kernels``, a list with one map per kernel (``.name``, ``.symbol``, 
 ``.vgpr_spill_count``, ``.sgpr_spill_count``, ``.wavefront_size``, ``.max_flat_workgroup_size``,
 ...).  Reference: LLVM's AMDGPUUsage, "Code Object V3 Metadata" and later sections.
 
-We decode that note with a small MessagePack reader of our own (no dependency).
+The note is decoded with the ``msgpack`` package: it gives the same values as the ~110-line decoder
+it replaced, 10x faster (10 us against 97 us for a gfx942 GEMM's note; docs/dependencies.md).  The
+ELF walk stays hand-written: pyelftools reads the same note 17x slower (1.7 ms against 0.1 ms) and
+costs 140 ms of import time in the first compile of a process, for ~50 lines saved.
 
 Compilers sometimes hand us a *clang offload bundle* instead of the bare ELF (clang without
 ``--no-gpu-bundle-output``, some hiprtc versions).  :func:`extract_code_object` unwraps both
@@ -54,114 +57,26 @@ class AmdgpuElfError(ValueError):
 
 # ---------------------------------------------------------------- MessagePack
 def msgpack_loads(data: bytes):
-    """Decode one MessagePack value (the subset the AMDGPU metadata uses, plus the rest of the spec
-    except timestamps: ext values come back as ``(type, bytes)``).  Strings are decoded as UTF-8."""
-    value, pos = _mp_read(memoryview(data), 0)
-    # Notes are padded to 4 bytes with zeros; anything else after the value is corruption.
-    if pos != len(data) and any(bytes(data[pos:])):
-        raise AmdgpuElfError(f"trailing bytes after the MessagePack value at offset {pos}")
-    return value
-
-
-def _mp_read(buf: memoryview, pos: int):
+    """Decode one MessagePack value with the ``msgpack`` package (strings as UTF-8, undecodable bytes
+    replaced; ext values as ``msgpack.ExtType(code, data)``, a ``(type, bytes)`` tuple).  Trailing zero
+    bytes (note padding) are allowed; anything else after the value, or a truncated value, raises
+    ``AmdgpuElfError``."""
     try:
-        tag = buf[pos]
-    except IndexError:
-        raise AmdgpuElfError("truncated MessagePack data") from None
-    pos += 1
-    if tag <= 0x7F:  # positive fixint
-        return tag, pos
-    if tag >= 0xE0:  # negative fixint
-        return tag - 0x100, pos
-    if 0x80 <= tag <= 0x8F:
-        return _mp_map(buf, pos, tag & 0x0F)
-    if 0x90 <= tag <= 0x9F:
-        return _mp_array(buf, pos, tag & 0x0F)
-    if 0xA0 <= tag <= 0xBF:
-        return _mp_str(buf, pos, tag & 0x1F)
-    if tag == 0xC0:
-        return None, pos
-    if tag == 0xC2:
-        return False, pos
-    if tag == 0xC3:
-        return True, pos
-    fixed = _MP_FIXED.get(tag)
-    if fixed is not None:
-        fmt, size = fixed
-        return _unpack(fmt, buf, pos, size), pos + size
-    if tag in (0xC4, 0xC5, 0xC6):  # bin 8/16/32
-        n, pos = _mp_len(buf, pos, tag - 0xC4)
-        return bytes(_take(buf, pos, n)), pos + n
-    if tag in (0xD9, 0xDA, 0xDB):  # str 8/16/32
-        n, pos = _mp_len(buf, pos, tag - 0xD9)
-        return _mp_str(buf, pos, n)
-    if tag in (0xDC, 0xDD):  # array 16/32
-        n, pos = _mp_len(buf, pos, tag - 0xDC + 1)
-        return _mp_array(buf, pos, n)
-    if tag in (0xDE, 0xDF):  # map 16/32
-        n, pos = _mp_len(buf, pos, tag - 0xDE + 1)
-        return _mp_map(buf, pos, n)
-    if tag in (0xD4, 0xD5, 0xD6, 0xD7, 0xD8):  # fixext 1/2/4/8/16
-        n = 1 << (tag - 0xD4)
-        ext_type = _unpack("<b", buf, pos, 1)
-        return (ext_type, bytes(_take(buf, pos + 1, n))), pos + 1 + n
-    if tag in (0xC7, 0xC8, 0xC9):  # ext 8/16/32
-        n, pos = _mp_len(buf, pos, tag - 0xC7)
-        ext_type = _unpack("<b", buf, pos, 1)
-        return (ext_type, bytes(_take(buf, pos + 1, n))), pos + 1 + n
-    raise AmdgpuElfError(f"invalid MessagePack tag 0x{tag:02x} at offset {pos - 1}")
-
-
-# tag -> (big-endian struct format, size) for the fixed-size numbers
-_MP_FIXED = {
-    0xCA: (">f", 4),
-    0xCB: (">d", 8),
-    0xCC: (">B", 1),
-    0xCD: (">H", 2),
-    0xCE: (">I", 4),
-    0xCF: (">Q", 8),
-    0xD0: (">b", 1),
-    0xD1: (">h", 2),
-    0xD2: (">i", 4),
-    0xD3: (">q", 8),
-}
-
-
-def _take(buf: memoryview, pos: int, n: int) -> memoryview:
-    if pos + n > len(buf):
-        raise AmdgpuElfError("truncated MessagePack data")
-    return buf[pos : pos + n]
-
-
-def _unpack(fmt: str, buf: memoryview, pos: int, size: int):
-    return struct.unpack(fmt, _take(buf, pos, size))[0]
-
-
-def _mp_len(buf: memoryview, pos: int, width_code: int) -> tuple[int, int]:
-    """A big-endian length of 1, 2 or 4 bytes (width_code 0, 1, 2)."""
-    fmt, size = ((">B", 1), (">H", 2), (">I", 4))[width_code]
-    return _unpack(fmt, buf, pos, size), pos + size
-
-
-def _mp_str(buf: memoryview, pos: int, n: int):
-    return bytes(_take(buf, pos, n)).decode("utf-8", "replace"), pos + n
-
-
-def _mp_array(buf: memoryview, pos: int, n: int):
-    out = []
-    for _ in range(n):
-        item, pos = _mp_read(buf, pos)
-        out.append(item)
-    return out, pos
-
-
-def _mp_map(buf: memoryview, pos: int, n: int):
-    out = {}
-    for _ in range(n):
-        key, pos = _mp_read(buf, pos)
-        value, pos = _mp_read(buf, pos)
-        out[key if not isinstance(key, list) else tuple(key)] = value
-    return out, pos
+        import msgpack
+    except ImportError:
+        raise ImportError("reading AMD code-object metadata needs the msgpack package, a tilewright dependency: "
+                          "pip install msgpack") from None
+    try:
+        return msgpack.unpackb(bytes(data), raw=False, strict_map_key=False, unicode_errors="replace",
+                               timestamp=0)
+    except msgpack.ExtraData as extra:
+        # Notes are padded to 4 bytes with zeros; anything else after the value is corruption.
+        if any(extra.extra):
+            raise AmdgpuElfError(f"trailing bytes after the MessagePack value at offset "
+                                 f"{len(data) - len(extra.extra)}") from None
+        return extra.unpacked
+    except (ValueError, TypeError, msgpack.UnpackException) as e:  # truncated or invalid data
+        raise AmdgpuElfError(f"invalid MessagePack metadata: {e}") from None
 
 
 # ---------------------------------------------------------------- ELF

@@ -21,6 +21,11 @@ directly instead of shelling out to ``cuobjdump --dump-resource-usage``:
   (``cudaDevAttrMaxSharedMemoryPerBlockOptin``) count it.
 * Spill counts are not stored in the cubin at all, only printed by ``ptxas -v``; callers pass the
   compile log so that :func:`read_cubin_resources` can merge them in.
+
+The ELF walk (``_Elf``, ~100 lines) is our own on purpose, measured against pyelftools
+(docs/dependencies.md): pyelftools gives the same sections, symbols and sizes but takes 4.3 ms per
+cubin against 0.08 ms here, and its import adds 140 ms to the first compile of every process (a cold
+compile is ~0.4 s).
 """
 
 from __future__ import annotations
