@@ -12,6 +12,9 @@ import warnings as _warnings
 
 from ..errors import TilewrightWarning
 from ..frontend import builder as _b
+from ..frontend.reduce_operands import reduce_into_register as _reduce_into_register
+from ..frontend.reduce_operands import reduce_operand as _reduce_operand
+from ..frontend.regions import element_region as _element_region
 from ..frontend.regions import to_region as _to_region
 from ..ir import dtype as _dt
 from ..ir import expr as _e
@@ -144,6 +147,8 @@ class Kernel:
     """``with T.Kernel(gx, gy=1, gz=1, threads=128) as (bx, by, bz):``"""
 
     def __init__(self, *grid, threads=128, cluster_dims=None, prelude=None, is_cpu=False):
+        if not grid:
+            grid = (1,)  # TileLang's `T.Kernel(threads=...)` with no grid: one block
         if not 1 <= len(grid) <= 3:
             raise _b.error(f"T.Kernel takes 1 to 3 grid dimensions, got {len(grid)}")
         if prelude is not None:
@@ -376,7 +381,7 @@ def let(*args, **kwargs):
 
 def _regions_for_copy(src, dst):
     if isinstance(src, _e.Load) and isinstance(dst, _e.Load):
-        raise _b.error("T.copy needs at least one side with a known extent (a buffer or a slice)")
+        return _element_region(src), _element_region(dst)  # element to element: one-element tiles
     if isinstance(src, _e.Load):
         d = _to_region(dst, what="copy destination")
         return _to_region(src, d.shape, "copy source"), d
@@ -464,14 +469,15 @@ def gemm(A, B, C, transpose_A=False, transpose_B=False, policy=GemmWarpPolicy.Sq
 
 def _reduce(op, src, dst, dim, clear, batch=1, nan_propagate=False):
     b = _b.current()
-    for x, what in ((src, "source"), (dst, "destination")):
-        if not isinstance(x, _t.Buffer):
-            raise _b.error(f"T.reduce_{op} {what} must be a whole buffer, got {x!r}")
+    src, dst = _reduce_operand(src, op, "source"), _reduce_operand(dst, op, "destination")
     _reduce_options(op, src, batch, nan_propagate)
     if dim < 0:
         dim += src.ndim
     if not 0 <= dim < src.ndim:
         raise _b.error(f"T.reduce_{op}: dim={dim} is out of range for {src.name} of shape {src.shape}")
+    if dst.scope in ("var", "local"):
+        _reduce_into_register(op, src, dst, dim, _builtins.bool(clear))
+        return
     b.emit(_t.Reduce(op, src, dst, dim, _builtins.bool(clear)))
 
 

