@@ -312,3 +312,100 @@ def test_reduce_into_part_of_a_buffer_refused():
                 T.reduce_sum(F, R[1], dim=0)
                 T.copy(R, B)
     assert "R[1]" in str(e.value) or "line" in str(e.value)
+
+
+# --------------------------------------------------------------------------------------------
+# c. T.Parallel over an extent known only at launch
+
+
+def test_parallel_over_kernel_argument(rng):
+    """``T.Parallel(n)`` with ``n`` an int32 argument: elements n.. stay untouched (still NaN)."""
+    size = 1000
+
+    @T.prim_func
+    def k(A: T.Tensor((size,), "float32"), B: T.Tensor((size,), "float32"), n: T.int32):
+        with T.Kernel(1, threads=128):
+            for i in T.Parallel(n):
+                B[i] = A[i] * 2.0
+
+    for n in (1, 130, 777):
+        def args(n=n):
+            return [rand(rng, (size,)), poisoned((size,)), n]
+
+        @checked
+        def check(a, n=n):
+            close(a[1][:n], f64(a[0])[:n] * 2.0)
+            assert np.isnan(a[1][n:]).all()
+
+        run_everywhere(k, args, check)
+
+
+def test_parallel_over_symbolic_rows_through_shared(rng):
+    """``T.Parallel(N, 64)`` with N a T.dynamic size, over a shared tile of N rows...  the rows a
+    block handles: at most 8, a ragged last block; written to shared and read back reversed."""
+    N = T.dynamic("N")
+
+    @T.prim_func
+    def k(A: T.Tensor((N, 64), "float32"), B: T.Tensor((N, 64), "float32")):
+        with T.Kernel(T.ceildiv(N, 8), threads=128) as bx:
+            S = T.alloc_shared((8, 64), "float32")
+            rows = T.min(8, N - bx * 8)
+            for i, j in T.Parallel(rows, 64):
+                S[i, j] = A[bx * 8 + i, j] + 1.0
+            for i, j in T.Parallel(rows, 64):
+                B[bx * 8 + i, j] = S[rows - 1 - i, 63 - j]
+
+    def ref(a):
+        out = np.empty_like(f64(a))
+        for b0 in range(0, a.shape[0], 8):
+            blk = f64(a[b0:b0 + 8]) + 1.0
+            out[b0:b0 + 8] = blk[::-1, ::-1]
+        return out
+
+    for rows in (8, 37):
+        def args(rows=rows):
+            return [rand(rng, (rows, 64)), poisoned((rows, 64))]
+
+        run_everywhere(k, args, checked(lambda a: close(a[1], ref(a[0]))))
+
+
+def test_parallel_over_two_symbolic_dims(rng):
+    M, N = T.dynamic("M"), T.dynamic("N")
+
+    @T.prim_func
+    def k(A: T.Tensor((M, N), "float32"), B: T.Tensor((N, M), "float32")):
+        with T.Kernel(1, threads=64):
+            for i, j in T.Parallel(M, N):
+                B[j, i] = A[i, j] - 0.5
+
+    def args():
+        return [rand(rng, (13, 21)), poisoned((21, 13))]
+
+    run_everywhere(k, args, checked(lambda a: close(a[1], f64(a[0]).T - 0.5)))
+
+
+def test_parallel_dynamic_extent_over_fragment_refused():
+    from tilewright.errors import CompileError
+
+    with pytest.raises(CompileError, match="fragment") as e:
+        @T.prim_func
+        def k(A: T.Tensor((64,), "float32"), n: T.int32):
+            with T.Kernel(1, threads=64):
+                F = T.alloc_fragment((64,), "float32")
+                T.copy(A, F)
+                for i in T.Parallel(n):
+                    F[i] = F[i] * 2.0  # the refused line
+                T.copy(F, A)
+    assert "F[i] = F[i] * 2.0  # the refused line" in str(e.value)
+
+
+def test_parallel_extent_from_thread_index_refused():
+    from tilewright.errors import CompileError
+
+    with pytest.raises(CompileError, match="thread index"):
+        @T.prim_func
+        def k(A: T.Tensor((64,), "float32")):
+            with T.Kernel(1, threads=64):
+                tx = T.get_thread_binding()
+                for i in T.Parallel(tx + 1):
+                    A[i] = 0.0

@@ -243,11 +243,22 @@ class Parallel:
         if not extents:
             raise _b.error("T.Parallel needs at least one extent")
         self.coalesced_width = _coalesced_width(coalesced_width, "T.Parallel")
+        # an extent known only at run time (a kernel argument, a symbolic size) is an expression:
+        # the frontend spreads such a loop over the threads chunk by chunk (frontend/dynamic_parallel.py)
+        extents = tuple(_e.const_value(x) if isinstance(x, _e.Expr) and _e.const_value(x) is not None else x
+                        for x in extents)
         for x in extents:
+            if isinstance(x, _e.Expr) and not isinstance(x, _builtins.bool) and _dt.is_int(x.dtype):
+                continue
             if not isinstance(x, _builtins.int) or isinstance(x, _builtins.bool) or x <= 0:
-                raise _b.error(f"T.Parallel extents must be positive compile-time ints, got {x!r}",
-                               hint="tile sizes are Python ints from the enclosing function")
-        self.extents = tuple(extents)
+                raise _b.error(f"T.Parallel extents must be positive ints or integer kernel values, got {x!r}",
+                               hint="tile sizes are Python ints from the enclosing function; a size known at "
+                               "launch is a T.dynamic symbol or an integer kernel argument")
+        self.extents = extents
+
+    @property
+    def is_dynamic(self) -> bool:
+        return not all(isinstance(x, _builtins.int) for x in self.extents)
 
     def __iter__(self):
         raise _b.error("T.Parallel can only be used as `for i, j in T.Parallel(...)` inside a @T.prim_func body")
