@@ -409,3 +409,33 @@ def test_parallel_extent_from_thread_index_refused():
                 tx = T.get_thread_binding()
                 for i in T.Parallel(tx + 1):
                     A[i] = 0.0
+
+
+# --------------------------------------------------------------------------------------------
+# h. fragments beyond the register file: local memory and a warning
+
+
+def test_fragment_beyond_register_file_compiles_with_a_warning(rng):
+    """A (128, 256) float32 fragment over 32 threads is 1024 registers per thread (four times the
+    register file): compiled, with a warning naming the fragment, and right on the emulator."""
+    from tilewright.errors import TilewrightWarning
+
+    M, N = 128, 256
+
+    @T.prim_func
+    def k(A: T.Tensor((M, N), "float32"), B: T.Tensor((M, N), "float32")):
+        with T.Kernel(1, threads=32):
+            F = T.alloc_fragment((M, N), "float32")
+            T.copy(A, F)
+            for i, j in T.Parallel(M, N):
+                F[i, j] = F[i, j] * 3.0 + 1.0
+            T.copy(F, B)
+
+    with pytest.warns(TilewrightWarning, match=r"F\(128, 256\).*local memory"):
+        kern = tw.compile(k, target="cuda -arch=sm_90a", execution_backend="emulator")
+    a = [rand(rng, (M, N)), poisoned((M, N))]
+    run_thread_kernel(kern.thread_kernel, a, check_races=True)
+    close(a[1], f64(a[0]) * 3.0 + 1.0)
+    a = [rand(rng, (M, N)), poisoned((M, N))]
+    tw.compile(k, target="interpret")(*a)
+    close(a[1], f64(a[0]) * 3.0 + 1.0)
