@@ -439,3 +439,61 @@ def test_fragment_beyond_register_file_compiles_with_a_warning(rng):
     a = [rand(rng, (M, N)), poisoned((M, N))]
     tw.compile(k, target="interpret")(*a)
     close(a[1], f64(a[0]) * 3.0 + 1.0)
+
+
+# --------------------------------------------------------------------------------------------
+# i. strided tensors with dynamic dimensions and strides: element by element where vectors can't
+
+
+def test_column_major_tensor_of_dynamic_size_both_directions(rng):
+    """A column-major (M, K) tensor, M and K symbolic (its innermost stride is M, known only at
+    launch): read into shared and fragment tiles, written back column-major, ragged last block."""
+    M, K = T.dynamic("M"), T.dynamic("K")
+
+    @T.prim_func
+    def k(A: T.Tensor((M, K), "float16", strides=(1, M)), B: T.Tensor((M, K), "float16", strides=(1, M)),
+          C: T.Tensor((M, K), "float32")):
+        with T.Kernel(T.ceildiv(M, 64), threads=128) as bx:
+            S = T.alloc_shared((64, 32), "float16")
+            F = T.alloc_fragment((64, 32), "float32")
+            T.copy(A[bx * 64, 0], S)
+            T.copy(A[bx * 64, 0], F)
+            T.copy(S, B[bx * 64, 0])
+            T.copy(F, C[bx * 64, 0])
+
+    def args():
+        return [np.asfortranarray(rand(rng, (100, 32), "float16")), np.asfortranarray(poisoned((100, 32), "float16")),
+                poisoned((100, 32))]
+
+    @checked
+    def check(a):
+        close(a[1], f64(a[0]))
+        close(a[2], f64(a[0]))
+
+    run_everywhere(k, args, check)
+
+
+def test_pipelined_gemm_over_column_major_operand(rng):
+    """A pipelined GEMM whose A is column-major with a symbolic M: the pipelined copies of A cannot
+    use TMA or vectors (a run-time stride), they load element by element."""
+    M = T.dynamic("M")
+    K, N = 64, 64
+
+    @T.prim_func
+    def k(A: T.Tensor((M, K), "float16", strides=(1, M)), B: T.Tensor((K, N), "float16"),
+          C: T.Tensor((M, N), "float32")):
+        with T.Kernel(T.ceildiv(M, 64), threads=128) as bx:
+            A_s = T.alloc_shared((64, 32), "float16")
+            B_s = T.alloc_shared((32, N), "float16")
+            C_f = T.alloc_fragment((64, N), "float32")
+            T.clear(C_f)
+            for ko in T.Pipelined(K // 32, num_stages=2):
+                T.copy(A[bx * 64, ko * 32], A_s)
+                T.copy(B[ko * 32, 0], B_s)
+                T.gemm(A_s, B_s, C_f)
+            T.copy(C_f, C[bx * 64, 0])
+
+    def args():
+        return [np.asfortranarray(rand(rng, (100, K), "float16")), rand(rng, (K, N), "float16"), poisoned((100, N))]
+
+    run_everywhere(k, args, checked(lambda a: close(a[2], f64(a[0]) @ f64(a[1]), rtol=1e-3, atol=1e-3)))
