@@ -497,3 +497,119 @@ def test_pipelined_gemm_over_column_major_operand(rng):
         return [np.asfortranarray(rand(rng, (100, K), "float16")), rand(rng, (K, N), "float16"), poisoned((100, N))]
 
     run_everywhere(k, args, checked(lambda a: close(a[2], f64(a[0]) @ f64(a[1]), rtol=1e-3, atol=1e-3)))
+
+
+# --------------------------------------------------------------------------------------------
+# d. shared buffers sized at launch
+
+
+def dynamic_rows_reversed():
+    """Rows of a (N, 64) tensor staged in a shared buffer of N rows (N symbolic) and written back
+    in reverse order, the rows scaled by a kernel argument; the shared buffer follows a static one."""
+    N = T.dynamic("N")
+
+    @T.prim_func
+    def k(A: T.Tensor((N, 64), "float32"), B: T.Tensor((N, 64), "float32"), scale: T.float32):
+        with T.Kernel(1, threads=128):
+            W = T.alloc_shared((64,), "float32")
+            S = T.alloc_shared((N, 64), "float32")
+            T.fill(W, scale)
+            T.copy(A, S)
+            for i, j in T.Parallel(N, 64):
+                B[i, j] = S[N - 1 - i, j] * W[j]
+
+    return k
+
+
+def test_shared_buffer_sized_at_launch(rng):
+    k = dynamic_rows_reversed()
+    for rows in (1, 77, 150):
+        def args(rows=rows):
+            return [rand(rng, (rows, 64)), poisoned((rows, 64)), 1.5]
+
+        run_everywhere(k, args, checked(lambda a: close(a[1], f64(a[0])[::-1] * 1.5)))
+
+
+def test_shared_size_at_launch_reaches_the_launcher():
+    """The launch spec carries the bytes expression; the launcher evaluates it per call, and a size
+    over the target's shared memory is an ArgumentError naming the buffer (emulator here)."""
+    from tilewright.errors import ArgumentError
+    from tilewright.ir.analysis import eval_expr
+
+    k = dynamic_rows_reversed()
+    kern = tw.compile(k, target="hip -arch=gfx942", execution_backend="emulator")
+    expr, name, base = kern.spec.shared_at_launch
+    assert name == "S" and base >= 64 * 4
+    n_var = kern.spec.dyn_vars[0]  # (a compile may be shared by equal functions: the spec's own symbol)
+    assert eval_expr(expr, {n_var: 10}) == base + 10 * 64 * 4
+    assert kern.spec.shared_bytes == 64 * 1024  # what the kernel addresses: the target's limit
+    too_many = (64 * 1024 - base) // (64 * 4) + 1
+    a = [np.zeros((too_many, 64), np.float32), np.zeros((too_many, 64), np.float32), 1.0]
+    with pytest.raises(ArgumentError, match="shared buffer S"):
+        run_thread_kernel(kern.thread_kernel, a)
+
+
+def test_copy_of_symbolic_length_into_dynamic_shared(rng):
+    """TileLang's feature-request shape: a 1-D buffer of the argument's length, copied in with a
+    slice 0:len and out whole."""
+    n = T.dynamic("n")
+
+    @T.prim_func
+    def k(X: T.Tensor((n,), "int32"), Y: T.Tensor((n,), "int32")):
+        with T.Kernel(1, threads=64):
+            S = T.alloc_shared((n,), "int32")
+            T.copy(X[0:n], S)
+            for i in T.Parallel(n):
+                S[i] = S[i] * 2 + 1
+            T.copy(S, Y)
+
+    def args():
+        return [rng.integers(-1000, 1000, size=333).astype(np.int32), np.full(333, -7, np.int32)]
+
+    run_everywhere(k, args, checked(lambda a: np.testing.assert_array_equal(a[1], a[0] * 2 + 1)))
+
+
+def _refused(build, *words):
+    from tilewright.errors import CompileError
+
+    with pytest.raises(CompileError) as e:
+        build()
+    for w in words:
+        assert w in str(e.value), str(e.value)
+
+
+def test_dynamic_shared_refusals():
+    def two_buffers():
+        n = T.dynamic("n")
+
+        @T.prim_func
+        def k(X: T.Tensor((n,), "float32")):
+            with T.Kernel(1, threads=64):
+                S = T.alloc_shared((n,), "float32")
+                S2 = T.alloc_shared((n,), "float32")
+                T.copy(X, S)
+                T.copy(S, S2)
+                T.copy(S2, X)
+
+    def reduce_on_it():
+        n = T.dynamic("n")
+
+        @T.prim_func
+        def k(X: T.Tensor((16, n), "float32"), Z: T.Tensor((16,), "float32")):
+            with T.Kernel(1, threads=128):
+                S = T.alloc_shared((16, n), "float32")
+                R = T.alloc_fragment((16,), "float32")
+                T.copy(X, S)
+                T.reduce_sum(S, R, dim=1)
+                T.copy(R, Z)
+
+    def sized_by_block():
+        @T.prim_func
+        def k(X: T.Tensor((64,), "float32")):
+            with T.Kernel(4, threads=64) as bx:
+                S = T.alloc_shared((bx + 1,), "float32")
+                T.fill(S, 0.0)
+
+    _refused(two_buffers, "second shared buffer")
+    _refused(reduce_on_it, "Reduce", "compile-time tile shape")
+    _refused(sized_by_block, "not known when the kernel is launched")

@@ -12,6 +12,7 @@ import warnings as _warnings
 
 from ..errors import TilewrightWarning
 from ..frontend import builder as _b
+from ..frontend import dynamic_shared as _dynamic_shared
 from ..frontend.reduce_operands import reduce_into_register as _reduce_into_register
 from ..frontend.reduce_operands import reduce_operand as _reduce_operand
 from ..frontend.regions import element_region as _element_region
@@ -308,7 +309,9 @@ def _alloc(shape, dtype, scope, name):
     b = _b.current()
     if b.kernel is None:
         raise _b.error(f"T.alloc_{scope} must be called inside `with T.Kernel(...)`")
-    buf = _t.Buffer(b.fresh(name), _shape(shape), _dt.canon(dtype), scope, loc=b.loc)
+    # a shared buffer may be sized at launch (frontend/dynamic_shared.py)
+    shape = _dynamic_shared.shared_shape(shape) if scope == "shared" else _shape(shape)
+    buf = _t.Buffer(b.fresh(name), shape, _dt.canon(dtype), scope, loc=b.loc)
     buf.attrs["auto_name"] = True
     b.emit(_t.Alloc(buf))
     return buf
@@ -414,6 +417,8 @@ def copy(src, dst, coalesced_width=None, disable_tma=False, eviction_policy=None
         _no_effect("T.copy(eviction_policy=...)", "cache eviction hints are not emitted",
                    "remove eviction_policy (the copy is the same)")
     s, d = _regions_for_copy(src, dst)
+    if _dynamic_shared.is_dynamic_region(s) or _dynamic_shared.is_dynamic_region(d):
+        return _dynamic_shared.copy_elements(s, d)  # a run-time size: an element loop
     b.emit(_t.Copy(s, d, disable_tma=_builtins.bool(disable_tma), coalesced_width=width))
 
 
@@ -440,6 +445,8 @@ def tma_copy(src, dst, *, barrier=None, eviction_policy=None, annotations=None):
 def fill(buf, value):
     b = _b.current()
     r = _to_region(buf, what="fill target")
+    if _dynamic_shared.is_dynamic_region(r):
+        return _dynamic_shared.fill_elements(r, value)  # a run-time size: an element loop
     b.emit(_t.Fill(r, _e.cast(r.buffer.dtype, value)))
 
 

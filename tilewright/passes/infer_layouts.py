@@ -154,8 +154,8 @@ def infer_layouts(func: t.PrimFunc, ctx) -> t.PrimFunc:
     # destinations of T.tma_copy are written in the TMA layout too
     tma_copy_dsts = {s.dst.buffer for s in stmts if isinstance(s, t.Copy) and s.user_sync}
     for s in stmts:
-        if isinstance(s, t.Alloc) and s.buffer.scope == "shared":
-            b = s.buffer
+        if isinstance(s, t.Alloc) and s.buffer.scope == "shared" and s.buffer.static_shape() is not None:
+            b = s.buffer  # (a shared buffer sized at launch is row-major: lowering_context.shared_flat)
             # ring buffers filled by TMA take the layout the TMA writes (swizzled like the ldmatrix one);
             # wgmma operands take it too: its swizzles (32/64/128-byte rows, 128-byte column blocks,
             # 1 KiB aligned) are the canonical layouts a wgmma descriptor describes, so a TMA-filled

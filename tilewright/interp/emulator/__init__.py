@@ -113,6 +113,11 @@ def run_thread_kernel(kernel: th.ThreadKernel, args: list, *, dyn: dict | None =
     ordering of shared memory between warps."""
     prog = _program(kernel)
     globals_, scalars = _bind_args(kernel, list(args), dyn)
+    if kernel.attrs.get("shared_at_launch") is not None:  # a shared buffer sized by the arguments: must fit
+        from ...ir.analysis import shared_bytes_at_launch
+
+        shared_bytes_at_launch(kernel.attrs["shared_at_launch"], {v: int(x) for v, x in scalars.items()},
+                               kernel.shared_bytes, kernel.attrs.get("source_func") or kernel.name)
     with np.errstate(all="ignore"):  # inactive lanes may divide by zero or overflow; ignored
         grid = prog.eval_grid(scalars)
         nblocks = grid[0] * grid[1] * grid[2]
