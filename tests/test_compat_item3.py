@@ -192,6 +192,57 @@ def test_block_sparse_gemm_in_pipelined_loop(rng, stages):
     run_everywhere(func, args, check)
 
 
+def tilelang_block_sparse_gemm(M, N, K, bm, bn, bk, stages, threads=128):
+    """The block-sparse GEMM as TileLang's example writes it: a mask per (row block, column block,
+    k block), rasterized blocks, the result through a shared tile."""
+    mask_shape = (M // bm, N // bn, K // bk)
+
+    @T.prim_func
+    def k(A: T.Tensor((M, K), "float16"), B: T.Tensor((K, N), "float16"), BlockMask: T.Tensor(mask_shape, "bool"),
+          C: T.Tensor((M, N), "float16")):
+        with T.Kernel(T.ceildiv(N, bn), T.ceildiv(M, bm), threads=threads) as (bx, by):
+            A_shared = T.alloc_shared((bm, bk), "float16")
+            B_shared = T.alloc_shared((bk, bn), "float16")
+            C_local = T.alloc_fragment((bm, bn), "float32")
+            C_shared = T.alloc_shared((bm, bn), "float16")
+            T.use_swizzle(panel_size=10, enable=True)
+            T.clear(C_local)
+            for ko in T.Pipelined(T.ceildiv(K, bk), num_stages=stages):
+                if BlockMask[by, bx, ko]:
+                    T.copy(A[by * bm, ko * bk], A_shared)
+                    T.copy(B[ko * bk, bx * bn], B_shared)
+                    T.gemm(A_shared, B_shared, C_local)
+            T.copy(C_local, C_shared)
+            T.copy(C_shared, C[by * bm, bx * bn])
+
+    return k
+
+
+def block_sparse_ref(a, b, mask, bm, bn, bk):
+    M, N = a.shape[0], b.shape[1]
+    ref = np.zeros((M, N))
+    for i, j, kk in zip(*np.nonzero(mask)):
+        ref[i * bm:(i + 1) * bm, j * bn:(j + 1) * bn] += \
+            f64(a[i * bm:(i + 1) * bm, kk * bk:(kk + 1) * bk]) @ f64(b[kk * bk:(kk + 1) * bk, j * bn:(j + 1) * bn])
+    return ref
+
+
+@pytest.mark.parametrize("stages", [2, 3])
+def test_tilelang_block_sparse_gemm(rng, stages, size=(256, 256, 128)):
+    M, N, K = size
+    bm, bn, bk = 128, 128, 32
+    func = tilelang_block_sparse_gemm(M, N, K, bm, bn, bk, stages)
+
+    def args():
+        mask = rng.random((M // bm, N // bn, K // bk)) < 0.5
+        mask[0, 0, :] = True
+        mask[-1, -1, :] = False
+        return [rand(rng, (M, K), "float16"), rand(rng, (K, N), "float16"), mask, poisoned((M, N), "float16")]
+
+    run_everywhere(func, args, checked(lambda a: close(a[3], block_sparse_ref(a[0], a[1], a[2], bm, bn, bk),
+                                                       rtol=1e-2, atol=2e-2)))
+
+
 # --------------------------------------------------------------------------------------------
 # e. T.Kernel(threads=...) with no grid: one block
 
