@@ -144,6 +144,57 @@ def test_thread_binding_from_kernel_frame(rng):
     run_everywhere(k, args, checked(lambda a: close(a[1], f64(a[0]) * 2.0)))
 
 
+def test_thread_condition_and_uniform_condition_together(rng):
+    """``if tx < 128 and Flag[bx] > 0:`` (TileLang accepts a thread range combined with a uniform
+    condition): the blocks whose flag is set copy with threads 0..127; the others write nothing."""
+    n = 256
+
+    @T.prim_func
+    def k(A: T.Tensor((4, n), "float32"), Flag: T.Tensor((4,), "int32"), B: T.Tensor((4, n), "float32")):
+        with T.Kernel(4, threads=256) as bx:
+            tx = T.get_thread_binding()
+            S = T.alloc_shared((n,), "float32")
+            if tx < 128 and Flag[bx] > 0:
+                T.copy(A[bx, 0:n], S)
+                T.copy(S, B[bx, 0:n])
+
+    def args():
+        return [rand(rng, (4, n)), np.array([1, 0, 1, 1], np.int32), poisoned((4, n))]
+
+    @checked
+    def check(a):
+        close(a[2][[0, 2, 3]], f64(a[0])[[0, 2, 3]])
+        assert np.isnan(a[2][1]).all()
+
+    run_everywhere(k, args, check)
+
+
+def test_thread_condition_with_per_thread_value_refused():
+    from tilewright.errors import CompileError
+
+    with pytest.raises(CompileError, match="per-thread|thread index"):
+        @T.prim_func
+        def k(A: T.Tensor((64,), "float32"), B: T.Tensor((64,), "float32")):
+            with T.Kernel(1, threads=256):
+                tx = T.get_thread_binding()
+                v = T.alloc_var("int32", 0)
+                v = tx % 3
+                if tx < 128 and v == 0:
+                    T.copy(A, B)
+
+
+def test_thread_condition_not_a_range_refused():
+    from tilewright.errors import CompileError
+
+    with pytest.raises(CompileError, match="thread index"):
+        @T.prim_func
+        def k(A: T.Tensor((64,), "float32"), B: T.Tensor((64,), "float32")):
+            with T.Kernel(1, threads=256):
+                tx = T.get_thread_binding()
+                if tx % 2 == 0:
+                    T.copy(A, B)
+
+
 # --------------------------------------------------------------------------------------------
 # b. a conditional body inside T.Pipelined: block-sparse GEMM
 

@@ -37,6 +37,7 @@ GPU_CASES = [
     ("test_fill_and_copy_under_thread_condition", {}),
     ("test_gemm_and_reduce_under_thread_condition", {}),
     ("test_thread_binding_from_kernel_frame", {}),
+    ("test_thread_condition_and_uniform_condition_together", {}),
     ("test_block_sparse_gemm_in_pipelined_loop", {"stages": 0}),
     ("test_block_sparse_gemm_in_pipelined_loop", {"stages": 2}),
     ("test_block_sparse_gemm_in_pipelined_loop", {"stages": 3}),
