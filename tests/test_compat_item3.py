@@ -195,6 +195,44 @@ def test_thread_condition_not_a_range_refused():
                     T.copy(A, B)
 
 
+def test_ws_region_under_thread_conditions(rng):
+    """``with T.ws(1):`` inside ``if tx >= 128:`` is warpgroup 1 (every thread of it takes the
+    branch); inside ``if tx < 64:`` it is refused (half of warpgroup 0 would never reach it), and
+    under a per-thread data condition too -- before, the latter compiled and lost elements."""
+    from tilewright.errors import CompileError
+
+    n = 256
+
+    def build(case, n=n):
+        @T.prim_func
+        def k(A: T.Tensor((n,), "float32"), B: T.Tensor((n,), "float32")):
+            with T.Kernel(1, threads=256):
+                tx = T.get_thread_binding()
+                v = T.alloc_var("int32", 0)
+                v = tx % 3
+                if case == "covering":
+                    if tx >= 128:
+                        with T.ws(1):
+                            T.copy(A, B)
+                elif case == "partial":
+                    if tx < 64:
+                        with T.ws(0):
+                            T.copy(A, B)
+                else:
+                    if v == 0:
+                        with T.ws(0):
+                            T.copy(A, B)
+
+        return k
+
+    run_everywhere(build("covering"), lambda: [rand(rng, (n,)), poisoned((n,))],
+                   checked(lambda a: close(a[1], f64(a[0]))))
+    with pytest.raises(CompileError, match="warp-aligned|whole number of warps"):
+        build("partial")
+    with pytest.raises(CompileError, match="thread partition warpgroup 0 under an `if`"):
+        build("per_thread")
+
+
 # --------------------------------------------------------------------------------------------
 # b. a conditional body inside T.Pipelined: block-sparse GEMM
 

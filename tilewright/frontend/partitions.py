@@ -15,7 +15,7 @@ from ..errors import CompileError
 from ..ir import expr as E
 from ..ir import tile as t
 from ..ir.uniformity import collective_kind, first_collective, thread_range, warp_aligned
-from ..ir.visitor import child_stmts, free_vars
+from ..ir.visitor import child_stmts, free_vars, walk
 
 
 def form_partitions(func: t.PrimFunc) -> t.PrimFunc:
@@ -62,7 +62,7 @@ def _form(s, tid, uni, base: int, count: int):
         if rng is not None:
             out = []
             for body, r in ((s.then_body, rng), (s.else_body, _complement(s.cond, tid, base, count))):
-                if body is None or first_collective(body) is None:
+                if body is None or _first_collective(body) is None:
                     if body is not None:  # per-thread code: keep it under its own condition
                         cond = s.cond if body is s.then_body else E.unary("not", s.cond)
                         out.append(t.IfThenElse(cond, _form(body, tid, uni, base, count), None, s.loc))
@@ -105,7 +105,18 @@ def _all(terms):
 
 
 def _collective_inside(s) -> bool:
-    return any(first_collective(c) is not None for c in child_stmts(s))
+    return any(_first_collective(c) is not None for c in child_stmts(s))
+
+
+def _first_collective(s):
+    """The first statement needing a whole thread set, a nested partition included (its threads
+    must all reach it: ``if tx < 128: with T.ws(0):`` is that partition inside threads 0..127)."""
+    what = first_collective(s)
+    if what is None:
+        found: list = []
+        walk(s, lambda x: found.append(x) if isinstance(x, t.ThreadPartition) and not found else None)
+        what = found[0] if found else None
+    return what
 
 
 def _complement(cond, tid, base, count):
@@ -113,8 +124,8 @@ def _complement(cond, tid, base, count):
 
 
 def _partition(body, rng, tid, uni, base, count, node):
-    what = first_collective(body)
-    kind = collective_kind(what)
+    what = _first_collective(body)
+    kind = collective_kind(what) or f"thread partition {getattr(what, 'role', '')}"
     if rng is None:
         raise CompileError(
             f"{kind} in the else branch of `if` on the thread index: the threads that take it are not one "
