@@ -244,9 +244,13 @@ def _check_register_budget(layouts: dict, nthreads: int, target) -> None:
     if largest > limit or total > 2 * limit:  # fragments are not all live at once: some slack in the total
         big = max(layouts, key=lambda b: layouts[b].num_regs * max(dt.bits(b.dtype), 32) // 32)
         line = f" (the largest: {big.name}{tuple(big.shape)}, line {big.loc.lineno})" if big.loc is not None else ""
-        warnings.warn(f"the kernel's fragments need {total} registers per thread with {nthreads} threads{line}; "
-                      f"{target} has {limit}: the part that does not fit is kept in local memory, which is slow "
-                      "(use more threads or smaller tiles)", TilewrightWarning, stacklevel=2)
+        msg = (f"the kernel's fragments need {total} registers per thread with {nthreads} threads{line}; {target} "
+               f"has {limit}: the part that does not fit is kept in local memory, which is slow (use more threads "
+               "or smaller tiles)")
+        if big.loc is not None:  # reported at the fragment's line in the kernel source
+            warnings.warn_explicit(msg, TilewrightWarning, big.loc.filename, big.loc.lineno)
+        else:
+            warnings.warn(msg, TilewrightWarning, stacklevel=2)
 
 
 def _kernel(func) -> t.Kernel:
