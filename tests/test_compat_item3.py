@@ -709,6 +709,32 @@ def test_copy_of_symbolic_length_into_dynamic_shared(rng):
     run_everywhere(k, args, checked(lambda a: np.testing.assert_array_equal(a[1], a[0] * 2 + 1)))
 
 
+def test_tiles_of_a_dynamic_shared_buffer_through_fragments(rng):
+    """Compile-time tiles (16 rows) of a shared buffer of N rows, N not a multiple of 16: staged from
+    global, read into a fragment, scaled, written out; the rows past N are not read (zero) and not
+    written, as for a global tensor."""
+    N = T.dynamic("N")
+
+    @T.prim_func
+    def k(A: T.Tensor((N, 64), "float16"), B: T.Tensor((N, 64), "float32")):
+        with T.Kernel(1, threads=128):
+            S = T.alloc_shared((N, 64), "float16")
+            F = T.alloc_fragment((16, 64), "float32")
+            for r in T.serial(T.ceildiv(N, 16)):
+                T.copy(A[r * 16, 0], S[r * 16:r * 16 + 16, :])
+            for r in T.serial(T.ceildiv(N, 16)):
+                T.copy(S[r * 16:r * 16 + 16, :], F)
+                for i, j in T.Parallel(16, 64):
+                    F[i, j] = F[i, j] * 2.0 + 1.0
+                T.copy(F, B[r * 16, 0])
+
+    for rows in (70, 16):
+        def args(rows=rows):
+            return [rand(rng, (rows, 64), "float16"), poisoned((rows, 64))]
+
+        run_everywhere(k, args, checked(lambda a: close(a[1], f64(a[0]) * 2.0 + 1.0)))
+
+
 def _refused(build, *words):
     from tilewright.errors import CompileError
 

@@ -52,6 +52,7 @@ GPU_CASES = [
     ("test_parallel_over_two_symbolic_dims", {}),
     ("test_shared_buffer_sized_at_launch", {}),
     ("test_copy_of_symbolic_length_into_dynamic_shared", {}),
+    ("test_tiles_of_a_dynamic_shared_buffer_through_fragments", {}),
     ("test_column_major_tensor_of_dynamic_size_both_directions", {}),
     ("test_pipelined_gemm_over_column_major_operand", {}),
 ]

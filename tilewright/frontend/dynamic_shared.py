@@ -9,8 +9,10 @@ What the language supports (TileLang allows ``T.alloc_shared((n, 64), dtype)`` w
   launcher asks for the dynamic shared memory the call's sizes need (the target's limit is checked
   at each call, the error names the buffer);
 * it is read and written element by element (in T.Parallel loops, including loops of a run-time
-  extent) and by ``T.copy`` and ``T.fill``; other tile operations (``T.gemm``, ``T.reduce_*``, ...)
-  need compile-time tile shapes and are refused with the line.
+  extent) and by ``T.copy`` and ``T.fill`` (whole, or slices of any extent: element loops whose
+  elements outside the buffer's run-time shape are not read -- they read as zero -- and not
+  written, as for global tensors); other tile operations (``T.gemm``, ``T.reduce_*``, ...) need
+  compile-time tile shapes and are refused with the line.
 
 ``T.copy`` and ``T.fill`` of a run-time size (a dynamic shared buffer, or global slices whose
 extent is a symbolic size) are element loops over the chunked T.Parallel of ``dynamic_parallel``,
@@ -63,7 +65,9 @@ def shared_shape(shape) -> tuple:
 
 
 def is_dynamic_region(r: t.Region) -> bool:
-    return not all(isinstance(x, int) for x in r.extents)
+    """A tile copied or filled element by element: a run-time extent, or a part of a shared buffer
+    sized at launch (whose bounds only a run-time check can keep)."""
+    return not all(isinstance(x, int) for x in r.extents) or r.buffer.scope == "shared" and is_dynamic_buffer(r.buffer)
 
 
 def copy_elements(src: t.Region, dst: t.Region) -> None:
@@ -80,9 +84,9 @@ def copy_elements(src: t.Region, dst: t.Region) -> None:
         dp = _in_bounds(dst.buffer, didx)
         return store if dp is None else t.IfThenElse(dp, store, None, loc=store.loc)
 
-    _check_operand(src, "T.copy")
-    _check_operand(dst, "T.copy")
-    element_loop(current(), list(shape), body, "T.copy")
+    _check_operand(src, "T.copy", shape)
+    _check_operand(dst, "T.copy", shape)
+    _loop(list(shape), body, "T.copy")
 
 
 def fill_elements(dst: t.Region, value) -> None:
@@ -95,8 +99,18 @@ def fill_elements(dst: t.Region, value) -> None:
         dp = _in_bounds(dst.buffer, didx)
         return store if dp is None else t.IfThenElse(dp, store, None, loc=store.loc)
 
-    _check_operand(dst, "T.fill")
-    element_loop(current(), list(shape), body, "T.fill")
+    _check_operand(dst, "T.fill", shape)
+    _loop(list(shape), body, "T.fill")
+
+
+def _loop(shape: list, body_of, what: str) -> None:
+    """The element loop: a T.Parallel over a compile-time shape (fragments welcome), else chunked."""
+    b = current()
+    if all(isinstance(x, int) for x in shape):
+        vs = tuple(E.Var(b.fresh("e"), "int32", kind="loop") for _ in shape)
+        b.emit(t.ParallelFor(vs, tuple(shape), body_of(vs), loc=b.loc))
+        return
+    element_loop(b, shape, body_of, what)
 
 
 def check_dynamic_shared(func: t.PrimFunc) -> None:
@@ -125,8 +139,8 @@ def check_dynamic_shared(func: t.PrimFunc) -> None:
     walk(func.body, f)
 
 
-def _check_operand(r: t.Region, what: str) -> None:
-    if r.buffer.scope in ("fragment", "local", "var"):
+def _check_operand(r: t.Region, what: str, shape) -> None:
+    if r.buffer.scope in ("fragment", "local", "var") and not all(isinstance(x, int) for x in shape):
         raise error(f"{what} of a run-time size into or out of {r.buffer.name} ({r.buffer.scope}): fragments and "
                     "local buffers have compile-time shapes", hint="copy a compile-time tile (a slice of constant "
                     "extent, bounds are checked for you), or go through shared memory")
@@ -155,7 +169,8 @@ def _indices(r: t.Region, idx, shape) -> tuple:
 
 
 def _in_bounds(buf: t.Buffer, idx):
-    if buf.scope != "global":
+    """Global tensors, and shared buffers sized at launch: elements outside are not read or written."""
+    if buf.scope != "global" and not (buf.scope == "shared" and is_dynamic_buffer(buf)):
         return None
     cond = None
     for x, n in zip(idx, buf.shape):
