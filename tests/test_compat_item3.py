@@ -779,3 +779,23 @@ def test_dynamic_shared_refusals():
     _refused(two_buffers, "second shared buffer")
     _refused(reduce_on_it, "Reduce", "compile-time tile shape")
     _refused(sized_by_block, "not known when the kernel is launched")
+
+
+def test_parallel_over_strided_tensor_of_dynamic_length(rng):
+    """A 1-D tensor of symbolic length and symbolic stride (a strided view), read in a T.Parallel
+    over its run-time length: element by element, for contiguous and every-other-element views."""
+    n, stride = T.dynamic("n"), T.dynamic("stride")
+
+    @T.prim_func
+    def k(x: T.Tensor((n,), "int32", strides=(stride,)), y: T.Tensor((n,), "int32")):
+        with T.Kernel(1, threads=64):
+            for i in T.Parallel(n):
+                result = x[i] + 3
+                y[i] = result
+
+    for step, length in ((1, 17), (2, 39), (3, 130)):
+        def args(step=step, length=length):
+            base = rng.integers(-100, 100, size=step * length).astype(np.int32)
+            return [base[::step], np.full(length, -7, np.int32)]
+
+        run_everywhere(k, args, checked(lambda a: np.testing.assert_array_equal(a[1], a[0] + 3)))

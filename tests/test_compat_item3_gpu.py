@@ -55,6 +55,7 @@ GPU_CASES = [
     ("test_tiles_of_a_dynamic_shared_buffer_through_fragments", {}),
     ("test_column_major_tensor_of_dynamic_size_both_directions", {}),
     ("test_pipelined_gemm_over_column_major_operand", {}),
+    ("test_parallel_over_strided_tensor_of_dynamic_length", {}),
 ]
 
 
