@@ -689,6 +689,26 @@ def test_shared_size_at_launch_reaches_the_launcher():
         run_thread_kernel(kern.thread_kernel, a)
 
 
+def test_shared_size_at_launch_survives_pickling_and_the_disk_cache():
+    """Worker processes get the spec pickled; the disk cache keeps the buffer's offset and rebuilds
+    the expression from the function: both evaluate as the compiled spec does."""
+    import pickle
+
+    from tilewright.compiler import _cache_meta, _spec_from_cache
+    from tilewright.ir.analysis import eval_expr
+    from tilewright.target.base import Target
+
+    func = dynamic_rows_reversed()
+    kern = tw.compile(func, target="cuda -arch=sm_90a", execution_backend="emulator")
+    want = eval_expr(kern.spec.shared_at_launch[0], {kern.spec.dyn_vars[0]: 100})
+    spec = pickle.loads(pickle.dumps(kern.spec))
+    assert eval_expr(spec.shared_at_launch[0], {spec.dyn_vars[0]: 100}) == want
+    entry = dict(_cache_meta(kern.spec), code_object=b"", source="")
+    cached = _spec_from_cache(func, Target.parse("cuda -arch=sm_90a"), entry)
+    assert eval_expr(cached.shared_at_launch[0], {cached.dyn_vars[0]: 100}) == want
+    assert cached.shared_at_launch[1:] == kern.spec.shared_at_launch[1:]
+
+
 def test_copy_of_symbolic_length_into_dynamic_shared(rng):
     """TileLang's feature-request shape: a 1-D buffer of the argument's length, copied in with a
     slice 0:len and out whole."""
