@@ -144,6 +144,34 @@ def test_thread_binding_from_kernel_frame(rng):
     run_everywhere(k, args, checked(lambda a: close(a[1], f64(a[0]) * 2.0)))
 
 
+@pytest.mark.parametrize("stages", [0, 2])
+def test_operand_copies_split_between_warpgroups_in_pipelined_gemm(rng, stages):
+    """Warpgroup 0 loads A's tile and warpgroup 1 B's in each step of a (pipelined) K loop, then the
+    whole block multiplies: the barriers order the partitions' copies before the gemm."""
+    M = N = K = 128
+
+    @T.prim_func
+    def k(A: T.Tensor((M, K), "float16"), B: T.Tensor((K, N), "float16"), C: T.Tensor((M, N), "float32")):
+        with T.Kernel(1, threads=256):
+            tx = T.get_thread_binding()
+            A_s = T.alloc_shared((M, 32), "float16")
+            B_s = T.alloc_shared((32, N), "float16")
+            C_f = T.alloc_fragment((M, N), "float32")
+            T.clear(C_f)
+            for ko in T.Pipelined(K // 32, num_stages=stages):
+                if tx < 128:
+                    T.copy(A[0, ko * 32], A_s)
+                else:
+                    T.copy(B[ko * 32, 0], B_s)
+                T.gemm(A_s, B_s, C_f)
+            T.copy(C_f, C[0, 0])
+
+    def args():
+        return [rand(rng, (M, K), "float16"), rand(rng, (K, N), "float16"), poisoned((M, N))]
+
+    run_everywhere(k, args, checked(lambda a: close(a[2], f64(a[0]) @ f64(a[1]), rtol=1e-3, atol=1e-3)))
+
+
 def test_thread_condition_and_uniform_condition_together(rng):
     """``if tx < 128 and Flag[bx] > 0:`` (TileLang accepts a thread range combined with a uniform
     condition): the blocks whose flag is set copy with threads 0..127; the others write nothing."""

@@ -38,6 +38,8 @@ GPU_CASES = [
     ("test_gemm_and_reduce_under_thread_condition", {}),
     ("test_thread_binding_from_kernel_frame", {}),
     ("test_thread_condition_and_uniform_condition_together", {}),
+    ("test_operand_copies_split_between_warpgroups_in_pipelined_gemm", {"stages": 0}),
+    ("test_operand_copies_split_between_warpgroups_in_pipelined_gemm", {"stages": 2}),
     ("test_block_sparse_gemm_in_pipelined_loop", {"stages": 0}),
     ("test_block_sparse_gemm_in_pipelined_loop", {"stages": 2}),
     ("test_block_sparse_gemm_in_pipelined_loop", {"stages": 3}),
