@@ -467,6 +467,26 @@ def test_reduce_into_scalar_var_seen_by_every_thread(rng):
     run_everywhere(k, args, check)
 
 
+def test_reduce_into_one_element_local(rng):
+    """``T.reduce_absmax(F, L, dim=0)`` with ``L = T.alloc_local((1,), ...)``: each row's scale,
+    held by every thread."""
+
+    @T.prim_func
+    def k(A: T.Tensor((4, 128), "float32"), B: T.Tensor((4, 128), "float32")):
+        with T.Kernel(4, threads=128) as bx:
+            F = T.alloc_fragment((128,), "float32")
+            L = T.alloc_local((1,), "float32")
+            T.copy(A[bx, :], F)
+            T.reduce_absmax(F, L, dim=0)
+            for i in T.Parallel(128):
+                B[bx, i] = A[bx, i] / L[0]
+
+    def args():
+        return [rand(rng, (4, 128)), poisoned((4, 128))]
+
+    run_everywhere(k, args, checked(lambda a: close(a[1], f64(a[0]) / np.abs(f64(a[0])).max(axis=1, keepdims=True))))
+
+
 def test_reduce_into_part_of_a_buffer_refused():
     from tilewright.errors import CompileError
 

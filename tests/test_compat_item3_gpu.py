@@ -49,6 +49,7 @@ GPU_CASES = [
     ("test_element_to_element_copy", {}),
     ("test_reduce_into_one_element_buffer_subscript", {}),
     ("test_reduce_into_scalar_var_seen_by_every_thread", {}),
+    ("test_reduce_into_one_element_local", {}),
     ("test_parallel_over_kernel_argument", {}),
     ("test_parallel_over_symbolic_rows_through_shared", {}),
     ("test_parallel_over_two_symbolic_dims", {}),
