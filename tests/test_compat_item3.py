@@ -309,6 +309,61 @@ def test_block_sparse_gemm_in_pipelined_loop(rng, stages):
     run_everywhere(func, args, check)
 
 
+def partly_conditional_gemm(M, N, K, bm, bn, bk, stages, variant):
+    """A pipelined K loop whose body is partly conditional: ``copy_cond`` pipelines B's copy while
+    A's tile is copied (mask set) or cleared (mask unset) under the condition; ``gemm_cond`` copies
+    both and multiplies only where the mask is set."""
+
+    @T.prim_func
+    def k(A: T.Tensor((M, K), "float16"), B: T.Tensor((K, N), "float16"), Mask: T.Tensor((M // bm, K // bk), "bool"),
+          C: T.Tensor((M, N), "float32")):
+        with T.Kernel(N // bn, M // bm, threads=128) as (bx, by):
+            A_s = T.alloc_shared((bm, bk), "float16")
+            B_s = T.alloc_shared((bk, bn), "float16")
+            C_f = T.alloc_fragment((bm, bn), "float32")
+            T.clear(C_f)
+            for ko in T.Pipelined(K // bk, num_stages=stages):
+                if variant == "gemm_cond":
+                    T.copy(A[by * bm, ko * bk], A_s)
+                    T.copy(B[ko * bk, bx * bn], B_s)
+                    if Mask[by, ko]:
+                        T.gemm(A_s, B_s, C_f)
+                else:
+                    T.copy(B[ko * bk, bx * bn], B_s)
+                    if Mask[by, ko]:
+                        T.copy(A[by * bm, ko * bk], A_s)
+                    else:
+                        T.clear(A_s)
+                    T.gemm(A_s, B_s, C_f)
+            T.copy(C_f, C[by * bm, bx * bn])
+
+    return k
+
+
+@pytest.mark.parametrize("variant", ["copy_cond", "gemm_cond"])
+def test_partly_conditional_body_in_pipelined_loop(rng, variant):
+    """The unconditional copies are pipelined (cp.async / TMA ring), the conditional part stays in
+    the loop body; sm_80 too (its cp.async waits under a per-block condition)."""
+    M, N, K, bm, bn, bk = 256, 128, 128, 128, 128, 32
+    func = partly_conditional_gemm(M, N, K, bm, bn, bk, 2, variant)
+
+    def args():
+        mask = rng.random((M // bm, K // bk)) < 0.5
+        mask[0, 0], mask[1, 0] = True, False
+        return [rand(rng, (M, K), "float16"), rand(rng, (K, N), "float16"), mask, poisoned((M, N))]
+
+    @checked
+    def check(a):
+        mask = np.repeat(a[2], bk, axis=1)
+        ref = np.zeros((M, N))
+        for i in range(M // bm):
+            rows = slice(i * bm, (i + 1) * bm)
+            ref[rows] = (f64(a[0][rows]) * mask[i]) @ f64(a[1])
+        close(a[3], ref, rtol=1e-3, atol=1e-3)
+
+    run_everywhere(func, args, check, targets=("cuda -arch=sm_80",) + TARGETS)
+
+
 def tilelang_block_sparse_gemm(M, N, K, bm, bn, bk, stages, threads=128):
     """The block-sparse GEMM as TileLang's example writes it: a mask per (row block, column block,
     k block), rasterized blocks, the result through a shared tile."""

@@ -20,7 +20,7 @@ import tilewright as tw  # noqa: E402
 from tilewright.errors import ArgumentError, TilewrightWarning  # noqa: E402
 
 
-def run_on_gpu(func, make_args, check, targets=None):
+def run_on_gpu(func, make_args, check, targets=None):  # noqa: ARG001 (the GPU's own target)
     """``run_everywhere`` of the CPU tests, on the GPU: NumPy arguments go over as tensors (their
     strides kept), results come back into the same arrays before ``check``."""
     args = make_args()
@@ -45,6 +45,8 @@ GPU_CASES = [
     ("test_block_sparse_gemm_in_pipelined_loop", {"stages": 3}),
     ("test_tilelang_block_sparse_gemm", {"stages": 2, "size": (1024, 1024, 1024)}),
     ("test_tilelang_block_sparse_gemm", {"stages": 3, "size": (1024, 1024, 1024)}),
+    ("test_partly_conditional_body_in_pipelined_loop", {"variant": "copy_cond"}),
+    ("test_partly_conditional_body_in_pipelined_loop", {"variant": "gemm_cond"}),
     ("test_kernel_without_grid_is_one_block", {}),
     ("test_element_to_element_copy", {}),
     ("test_reduce_into_one_element_buffer_subscript", {}),
