@@ -627,6 +627,34 @@ def test_parallel_over_two_symbolic_dims(rng):
     run_everywhere(k, args, checked(lambda a: close(a[1], f64(a[0]).T - 0.5)))
 
 
+def test_parallel_over_kernel_argument_in_each_warpgroup(rng):
+    """Run-time-extent T.Parallel loops inside the two branches of ``if tx < 128``: each spread over
+    its warpgroup's threads."""
+
+    @T.prim_func
+    def k(A: T.Tensor((1000,), "float32"), B: T.Tensor((1000,), "float32"), C: T.Tensor((1000,), "float32"),
+          n: T.int32):
+        with T.Kernel(1, threads=256):
+            tx = T.get_thread_binding()
+            if tx < 128:
+                for i in T.Parallel(n):
+                    B[i] = A[i] * 2.0
+            else:
+                for i in T.Parallel(n):
+                    C[i] = A[i] + 1.0
+
+    def args():
+        return [rand(rng, (1000,)), poisoned((1000,)), poisoned((1000,)), 900]
+
+    @checked
+    def check(a):
+        close(a[1][:900], f64(a[0])[:900] * 2.0)
+        close(a[2][:900], f64(a[0])[:900] + 1.0)
+        assert np.isnan(a[1][900:]).all() and np.isnan(a[2][900:]).all()
+
+    run_everywhere(k, args, check)
+
+
 def test_parallel_dynamic_extent_over_fragment_refused():
     from tilewright.errors import CompileError
 

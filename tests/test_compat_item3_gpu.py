@@ -55,6 +55,7 @@ GPU_CASES = [
     ("test_parallel_over_kernel_argument", {}),
     ("test_parallel_over_symbolic_rows_through_shared", {}),
     ("test_parallel_over_two_symbolic_dims", {}),
+    ("test_parallel_over_kernel_argument_in_each_warpgroup", {}),
     ("test_shared_buffer_sized_at_launch", {}),
     ("test_copy_of_symbolic_length_into_dynamic_shared", {}),
     ("test_tiles_of_a_dynamic_shared_buffer_through_fragments", {}),
