@@ -447,24 +447,31 @@ def test_element_to_element_copy(rng):
     n = 16
 
     @T.prim_func
-    def k(A: T.Tensor((n, n), "float32"), B: T.Tensor((n, n), "float16"), D: T.Tensor((n,), "float32")):
+    def k(A: T.Tensor((n, n), "float32"), B: T.Tensor((n, n), "float16"), D: T.Tensor((n,), "float32"),
+          E: T.Tensor((n, n), "float32")):
         with T.Kernel(n, threads=64) as bx:
             S = T.alloc_shared((n,), "float32")
             F = T.alloc_fragment((n,), "float32")
+            G = T.alloc_fragment((n,), "float32")
             for j in T.serial(n):
                 T.copy(A[bx, j], S[j])
             for j in T.serial(n):
                 T.copy(S[j], B[j, bx])
             T.copy(S, F)
             T.copy(F[3], D[bx])
+            for j in T.Parallel(n):  # inside T.Parallel: each iteration's own element
+                T.copy(F[n - 1 - j], G[j])
+            for j in T.Parallel(n):
+                T.copy(G[j], E[bx, j])
 
     def args():
-        return [rand(rng, (n, n)), poisoned((n, n), "float16"), poisoned((n,))]
+        return [rand(rng, (n, n)), poisoned((n, n), "float16"), poisoned((n,)), poisoned((n, n))]
 
     @checked
     def check(a):
         close(a[1], f64(a[0]).T, rtol=1e-3, atol=1e-3)
         close(a[2], f64(a[0])[:, 3])
+        close(a[3], f64(a[0])[:, ::-1])
 
     run_everywhere(k, args, check)
 

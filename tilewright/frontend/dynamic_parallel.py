@@ -70,7 +70,7 @@ def dynamic_parallel(tr, names: list, spec, s) -> None:
     """Emit the chunked form of ``for names in spec`` (a T.Parallel with a run-time extent)."""
     loc = tr.loc(s)
     kernel = tr.b.kernel
-    if getattr(tr, "parallel_depth", 0):
+    if tr.b.parallel_depth:
         raise CompileError("a T.Parallel loop whose extent is known only at run time cannot be nested in another "
                            "T.Parallel loop", loc, hint="make it the outer loop, or give the inner loop a "
                            "compile-time extent")
@@ -81,7 +81,11 @@ def dynamic_parallel(tr, names: list, spec, s) -> None:
         _refuse_fragments(body)
         return ch.loop(body, loc, spec.coalesced_width)
 
-    tr.run_loop_body(names, ch.indices, s, make)
+    tr.b.parallel_depth += 1
+    try:
+        tr.run_loop_body(names, ch.indices, s, make)
+    finally:
+        tr.b.parallel_depth -= 1
 
 
 def element_loop(b, extents: list, body_of, what: str):

@@ -205,7 +205,6 @@ class Translator:
         # names bound to kernel values, with the loop depth at which they were bound
         self.bind_depth: dict[str, int] = {}
         self.loop_depth = 0
-        self.parallel_depth = 0  # T.Parallel loops around the statement being read
         self.var_counter = itertools.count()
         self.dead_loop_vars = 0  # how many _DeadLoopVar markers were placed (none: skip the check)
 
@@ -599,12 +598,12 @@ class Translator:
             if it.is_dynamic:
                 return dynamic_parallel(self, names, it, s)
             vs = tuple(E.Var(self.b.fresh(n), "int32", kind="loop") for n in names)
-            self.parallel_depth += 1
+            self.b.parallel_depth += 1
             try:
                 self.run_loop_body(names, vs, s, lambda body: t.ParallelFor(vs, it.extents, body, loc=self.loc(s),
                                                                           coalesced_width=it.coalesced_width))
             finally:
-                self.parallel_depth -= 1
+                self.b.parallel_depth -= 1
         elif isinstance(it, T._LoopSpec):
             if len(names) != 1:
                 raise CompileError("a serial/pipelined loop binds one name", self.loc(s),

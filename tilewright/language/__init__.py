@@ -416,6 +416,10 @@ def copy(src, dst, coalesced_width=None, disable_tma=False, eviction_policy=None
                            f"got {eviction_policy!r}")
         _no_effect("T.copy(eviction_policy=...)", "cache eviction hints are not emitted",
                    "remove eviction_policy (the copy is the same)")
+    if isinstance(src, _e.Load) and isinstance(dst, _e.Load) and b.parallel_depth:
+        # one element inside a T.Parallel body: the iteration's own store
+        b.emit(_t.BufferStore(dst.buffer, dst.indices, _e.cast(dst.buffer.dtype, src)))
+        return
     s, d = _regions_for_copy(src, dst)
     if _dynamic_shared.is_dynamic_region(s) or _dynamic_shared.is_dynamic_region(d):
         return _dynamic_shared.copy_elements(s, d)  # a run-time size: an element loop
