@@ -957,3 +957,25 @@ def test_parallel_over_strided_tensor_of_dynamic_length(rng):
             return [base[::step], np.full(length, -7, np.int32)]
 
         run_everywhere(k, args, checked(lambda a: np.testing.assert_array_equal(a[1], a[0] + 3)))
+
+
+def test_no_room_left_for_a_dynamic_shared_buffer_refused():
+    """The buffers of compile-time size take all of gfx942's 64 KiB: nothing is left for the one
+    sized at launch; refused at compile time, naming the large buffer."""
+    from tilewright.errors import CompileError
+
+    n = T.dynamic("n")
+
+    @T.prim_func
+    def k(X: T.Tensor((n,), "float32"), Y: T.Tensor((16384,), "float32")):
+        with T.Kernel(1, threads=64):
+            Big = T.alloc_shared((16384,), "float32")
+            S = T.alloc_shared((n,), "float32")
+            T.copy(Y, Big)
+            T.copy(X, S)
+            T.copy(S, X)
+            T.copy(Big, Y)
+
+    with pytest.raises(CompileError, match=r"65536 bytes of shared memory.*Big") as e:
+        tw.compile(k, target="hip -arch=gfx942", execution_backend="emulator")
+    assert "S (" not in str(e.value)

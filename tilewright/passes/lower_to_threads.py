@@ -47,9 +47,10 @@ def lower_to_threads(func: t.PrimFunc, pctx) -> th.ThreadKernel:
     ctx.shared_top = ctx.finish_shared()
     at_launch = ctx.shared_at_launch()
     fixed = ctx.shared_top if at_launch is None else at_launch[2]  # what precedes a buffer sized at launch
-    if fixed > pctx.target.max_shared_bytes or at_launch is not None and fixed >= pctx.target.max_shared_bytes:
-        sizes = [(b, flat.shape[0] * dt.nbytes(flat.dtype)) for b, flat in ctx.shared_of.items()]
-        raise shared_overflow_error(kernel, sizes, ctx.shared_top, pctx.target)
+    if fixed > pctx.target.max_shared_bytes or (at_launch is not None and fixed >= pctx.target.max_shared_bytes):
+        sizes = [(b, flat.shape[0] * dt.nbytes(flat.dtype)) for b, flat in ctx.shared_of.items()
+                 if b.static_shape() is not None]
+        raise shared_overflow_error(kernel, sizes, fixed, pctx.target)
     name = (func.name if func.name.isidentifier() else "tw") + "_kernel"
     return th.ThreadKernel(
         name=name,

@@ -52,6 +52,7 @@ class LoweringContext:
         self.shared_offsets: dict = {}  # flat shared Buffer -> byte offset
         self.shared_top = 0
         self.dynamic_shared = None  # (Tile IR buffer, flat buffer, its SharedDecls) of the one sized at launch
+        self.dynamic_shared_base = 0  # its byte offset, set by finish_shared
         self.counter = itertools.count()
         self.prefetch_frags: dict = {}  # gemm uid -> double-buffered operand fragments
         self.deferred: list | None = None  # statements to run at the end of the enclosing loop body
