@@ -226,7 +226,8 @@ def _spec_of(func: t.PrimFunc, tgt: Target, thread_kernel, source: str) -> Launc
 
     return _spec(func, tgt, kernel_name=thread_kernel.name, code_object=b"", source=source,
                  num_threads=thread_kernel.num_threads, shared_bytes=thread_kernel.shared_bytes,
-                 tensor_maps=tuple(specs_of(thread_kernel)), resources={"shared_bytes": thread_kernel.shared_bytes})
+                 tensor_maps=tuple(specs_of(thread_kernel)), resources={"shared_bytes": thread_kernel.shared_bytes},
+                 shared_at_launch=thread_kernel.attrs.get("shared_at_launch"))
 
 
 def fill_code_object(spec: LaunchSpec, tgt: Target, dump_dir=None) -> None:
@@ -245,9 +246,26 @@ def fill_code_object(spec: LaunchSpec, tgt: Target, dump_dir=None) -> None:
 
 
 def _cache_meta(spec: LaunchSpec) -> dict:
-    return {"kernel_name": spec.kernel_name, "num_threads": spec.num_threads, "shared_bytes": spec.shared_bytes,
+    meta = {"kernel_name": spec.kernel_name, "num_threads": spec.num_threads, "shared_bytes": spec.shared_bytes,
             "resources": spec.resources, "toolchain": spec.toolchain,
             "tensor_maps": [tm.to_json() for tm in spec.tensor_maps]}
+    if spec.shared_at_launch is not None:  # the expression is rebuilt from the function's buffer
+        meta["shared_at_launch_base"] = spec.shared_at_launch[2]
+    return meta
+
+
+def _shared_at_launch_of(func: t.PrimFunc, entry: dict):
+    """A cached kernel's ``shared_at_launch``: its shared buffer sized at launch, at the kept offset."""
+    from .ir.analysis import shared_at_launch
+    from .ir.visitor import walk
+
+    base = entry.get("shared_at_launch_base")
+    if base is None:
+        return None
+    found = []
+    walk(func.body, lambda s: found.append(s.buffer) if isinstance(s, t.Alloc) and s.buffer.scope == "shared"
+         and s.buffer.static_shape() is None else None)
+    return shared_at_launch(found[0], int(base)) if found else None
 
 
 def _spec_from_cache(func: t.PrimFunc, tgt: Target, entry: dict) -> LaunchSpec:
@@ -256,7 +274,8 @@ def _spec_from_cache(func: t.PrimFunc, tgt: Target, entry: dict) -> LaunchSpec:
     return _spec(func, tgt, kernel_name=entry["kernel_name"], code_object=entry["code_object"],
                  source=entry["source"], num_threads=entry["num_threads"], shared_bytes=entry["shared_bytes"],
                  tensor_maps=tuple(TensorMapSpec.from_json(v) for v in entry.get("tensor_maps", [])),
-                 resources=entry["resources"], toolchain=entry["toolchain"])
+                 resources=entry["resources"], toolchain=entry["toolchain"],
+                 shared_at_launch=_shared_at_launch_of(func, entry))
 
 
 def kernel_of(func: t.PrimFunc) -> t.Kernel:

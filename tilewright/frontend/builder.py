@@ -20,6 +20,7 @@ class Builder:
         self.names: dict[str, itertools.count] = {}
         self.kernel = None  # the active Kernel spec, if any
         self.thread_var = None
+        self.parallel_depth = 0  # T.Parallel loops around the statement being read
 
     def emit(self, stmt) -> None:
         if getattr(stmt, "loc", None) is None:

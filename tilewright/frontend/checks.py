@@ -34,7 +34,10 @@ from ..passes.check_target_limits import GRID_HINT, grid_limit_error
 
 
 def check_prim_func(func: t.PrimFunc) -> None:
+    from .dynamic_shared import check_dynamic_shared
+
     walk(func.body, _check_static_grid)
+    check_dynamic_shared(func)
     _check_indices(func.body)
     _RaceCheck().stmt(func.body, frozenset(), frozenset())
     mark_written_params(func)

@@ -23,6 +23,7 @@ from ..ir import expr as E
 from ..ir import tile as t
 from . import builder as B
 from .checks import check_prim_func
+from .dynamic_parallel import dynamic_parallel
 
 _MISSING = object()
 
@@ -594,9 +595,15 @@ class Translator:
             if len(names) != len(it.extents):
                 raise CompileError(f"T.Parallel has {len(it.extents)} extents but the loop binds {len(names)} names",
                                    self.loc(s), hint="bind one name per extent: `for i, j in T.Parallel(M, N):`")
+            if it.is_dynamic:
+                return dynamic_parallel(self, names, it, s)
             vs = tuple(E.Var(self.b.fresh(n), "int32", kind="loop") for n in names)
-            self.run_loop_body(names, vs, s, lambda body: t.ParallelFor(vs, it.extents, body, loc=self.loc(s),
-                                                                      coalesced_width=it.coalesced_width))
+            self.b.parallel_depth += 1
+            try:
+                self.run_loop_body(names, vs, s, lambda body: t.ParallelFor(vs, it.extents, body, loc=self.loc(s),
+                                                                          coalesced_width=it.coalesced_width))
+            finally:
+                self.b.parallel_depth -= 1
         elif isinstance(it, T._LoopSpec):
             if len(names) != 1:
                 raise CompileError("a serial/pipelined loop binds one name", self.loc(s),

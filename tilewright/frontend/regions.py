@@ -105,4 +105,10 @@ def to_region(x, other_shape=None, what="operand") -> Region:
     raise error(f"cannot use {x!r} as a tile {what}; pass a buffer, a slice of one, or a start element A[i, j]")
 
 
+def element_region(x: Load) -> Region:
+    """``A[i, j]`` as a one-element tile (TileLang's element-to-element ``T.copy(A[i, j], B[k])``)."""
+    nd = x.buffer.ndim
+    return Region(x.buffer, x.indices, (1,) * nd, tuple(range(nd - 1)))
+
+
 Buffer.subscript_rule = subscript  # buf[...] in kernel code builds loads and regions by these rules

@@ -106,3 +106,32 @@ def uses_var(e, var) -> bool:
 
     walk_expr(e, f)
     return found[0]
+
+
+def shared_bytes_at_launch(at_launch, env: dict, reserved: int, kernel_name: str) -> int:
+    """The dynamic shared memory a call needs when a shared buffer is sized at launch.
+
+    ``at_launch`` is ``(bytes expression, buffer name, byte offset)`` (see ``shared_at_launch``),
+    evaluated over the scalar parameters and symbolic sizes bound in ``env``; more than ``reserved``
+    (what the kernel was compiled to address: the target's limit) is an ``ArgumentError`` naming the
+    buffer."""
+    from ..errors import ArgumentError
+
+    expr, name = at_launch[0], at_launch[1]
+    n = int(eval_expr(expr, env))
+    if n > reserved:
+        raise ArgumentError(f"{kernel_name}: with these sizes the shared buffer {name} makes the kernel need {n} "
+                            f"bytes of shared memory; the target has {reserved} per block. Pass smaller sizes, "
+                            "or split the work over more blocks")
+    return n
+
+
+def shared_at_launch(buf, base: int) -> tuple:
+    """``(bytes expression, name, base)`` for shared buffer ``buf`` sized at launch and placed at
+    byte ``base`` after every other shared buffer: the block's dynamic shared memory, 16-byte rounded."""
+    from .dtype import nbytes
+
+    n = Const(1, "int32")
+    for d in buf.shape:
+        n = n * d
+    return ((Const(base, "int32") + n * nbytes(buf.dtype) + 15) // 16 * 16, buf.name, base)

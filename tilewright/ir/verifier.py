@@ -102,6 +102,14 @@ def check_per_thread_locals(func: t.PrimFunc) -> None:
         outside(func.body)
 
 
+def _first_partition(s):
+    if s is None:
+        return None
+    found = []
+    walk(s, lambda x: found.append(x) if isinstance(x, t.ThreadPartition) and not found else None)
+    return found[0] if found else None
+
+
 def check_thread_sets(func: t.PrimFunc) -> None:
     """Every tile operation and barrier has a set of threads that performs it: the block, or a
     ``ThreadPartition`` (a warp-aligned range inside its parent's).  Refused: such a statement under a
@@ -112,11 +120,12 @@ def check_thread_sets(func: t.PrimFunc) -> None:
     u = Uniformity(func)
 
     def refuse(body, why: str, construct: str):
-        what = first_collective(body)
+        what = first_collective(body) or _first_partition(body)  # a partition's threads must all reach it too
         if what is None:
             return
+        kind = collective_kind(what) or f"thread partition {what.role}"
         raise CompileError(
-            f"{collective_kind(what)} under {construct} that depends on {why}: the threads would not all "
+            f"{kind} under {construct} that depends on {why}: the threads would not all "
             "perform it together", what.loc,
             hint="make the condition the same for every thread (compute it from block indices, parameters or "
             "shared/global memory), select a warp-aligned range of the thread index (e.g. `if tx < 128:`) or "

@@ -12,6 +12,10 @@ import warnings as _warnings
 
 from ..errors import TilewrightWarning
 from ..frontend import builder as _b
+from ..frontend import dynamic_shared as _dynamic_shared
+from ..frontend.reduce_operands import reduce_into_register as _reduce_into_register
+from ..frontend.reduce_operands import reduce_operand as _reduce_operand
+from ..frontend.regions import element_region as _element_region
 from ..frontend.regions import to_region as _to_region
 from ..ir import dtype as _dt
 from ..ir import expr as _e
@@ -144,6 +148,8 @@ class Kernel:
     """``with T.Kernel(gx, gy=1, gz=1, threads=128) as (bx, by, bz):``"""
 
     def __init__(self, *grid, threads=128, cluster_dims=None, prelude=None, is_cpu=False):
+        if not grid:
+            grid = (1,)  # TileLang's `T.Kernel(threads=...)` with no grid: one block
         if not 1 <= len(grid) <= 3:
             raise _b.error(f"T.Kernel takes 1 to 3 grid dimensions, got {len(grid)}")
         if prelude is not None:
@@ -238,11 +244,22 @@ class Parallel:
         if not extents:
             raise _b.error("T.Parallel needs at least one extent")
         self.coalesced_width = _coalesced_width(coalesced_width, "T.Parallel")
+        # an extent known only at run time (a kernel argument, a symbolic size) is an expression:
+        # the frontend spreads such a loop over the threads chunk by chunk (frontend/dynamic_parallel.py)
+        extents = tuple(_e.const_value(x) if isinstance(x, _e.Expr) and _e.const_value(x) is not None else x
+                        for x in extents)
         for x in extents:
+            if isinstance(x, _e.Expr) and not isinstance(x, _builtins.bool) and _dt.is_int(x.dtype):
+                continue
             if not isinstance(x, _builtins.int) or isinstance(x, _builtins.bool) or x <= 0:
-                raise _b.error(f"T.Parallel extents must be positive compile-time ints, got {x!r}",
-                               hint="tile sizes are Python ints from the enclosing function")
-        self.extents = tuple(extents)
+                raise _b.error(f"T.Parallel extents must be positive ints or integer kernel values, got {x!r}",
+                               hint="tile sizes are Python ints from the enclosing function; a size known at "
+                               "launch is a T.dynamic symbol or an integer kernel argument")
+        self.extents = extents
+
+    @property
+    def is_dynamic(self) -> bool:
+        return not all(isinstance(x, _builtins.int) for x in self.extents)
 
     def __iter__(self):
         raise _b.error("T.Parallel can only be used as `for i, j in T.Parallel(...)` inside a @T.prim_func body")
@@ -292,7 +309,9 @@ def _alloc(shape, dtype, scope, name):
     b = _b.current()
     if b.kernel is None:
         raise _b.error(f"T.alloc_{scope} must be called inside `with T.Kernel(...)`")
-    buf = _t.Buffer(b.fresh(name), _shape(shape), _dt.canon(dtype), scope, loc=b.loc)
+    # a shared buffer may be sized at launch (frontend/dynamic_shared.py)
+    shape = _dynamic_shared.shared_shape(shape) if scope == "shared" else _shape(shape)
+    buf = _t.Buffer(b.fresh(name), shape, _dt.canon(dtype), scope, loc=b.loc)
     buf.attrs["auto_name"] = True
     b.emit(_t.Alloc(buf))
     return buf
@@ -376,7 +395,7 @@ def let(*args, **kwargs):
 
 def _regions_for_copy(src, dst):
     if isinstance(src, _e.Load) and isinstance(dst, _e.Load):
-        raise _b.error("T.copy needs at least one side with a known extent (a buffer or a slice)")
+        return _element_region(src), _element_region(dst)  # element to element: one-element tiles
     if isinstance(src, _e.Load):
         d = _to_region(dst, what="copy destination")
         return _to_region(src, d.shape, "copy source"), d
@@ -397,7 +416,13 @@ def copy(src, dst, coalesced_width=None, disable_tma=False, eviction_policy=None
                            f"got {eviction_policy!r}")
         _no_effect("T.copy(eviction_policy=...)", "cache eviction hints are not emitted",
                    "remove eviction_policy (the copy is the same)")
+    if isinstance(src, _e.Load) and isinstance(dst, _e.Load) and b.parallel_depth:
+        # one element inside a T.Parallel body: the iteration's own store
+        b.emit(_t.BufferStore(dst.buffer, dst.indices, _e.cast(dst.buffer.dtype, src)))
+        return
     s, d = _regions_for_copy(src, dst)
+    if _dynamic_shared.is_dynamic_region(s) or _dynamic_shared.is_dynamic_region(d):
+        return _dynamic_shared.copy_elements(s, d)  # a run-time size: an element loop
     b.emit(_t.Copy(s, d, disable_tma=_builtins.bool(disable_tma), coalesced_width=width))
 
 
@@ -424,6 +449,8 @@ def tma_copy(src, dst, *, barrier=None, eviction_policy=None, annotations=None):
 def fill(buf, value):
     b = _b.current()
     r = _to_region(buf, what="fill target")
+    if _dynamic_shared.is_dynamic_region(r):
+        return _dynamic_shared.fill_elements(r, value)  # a run-time size: an element loop
     b.emit(_t.Fill(r, _e.cast(r.buffer.dtype, value)))
 
 
@@ -464,14 +491,15 @@ def gemm(A, B, C, transpose_A=False, transpose_B=False, policy=GemmWarpPolicy.Sq
 
 def _reduce(op, src, dst, dim, clear, batch=1, nan_propagate=False):
     b = _b.current()
-    for x, what in ((src, "source"), (dst, "destination")):
-        if not isinstance(x, _t.Buffer):
-            raise _b.error(f"T.reduce_{op} {what} must be a whole buffer, got {x!r}")
+    src, dst = _reduce_operand(src, op, "source"), _reduce_operand(dst, op, "destination")
     _reduce_options(op, src, batch, nan_propagate)
     if dim < 0:
         dim += src.ndim
     if not 0 <= dim < src.ndim:
         raise _b.error(f"T.reduce_{op}: dim={dim} is out of range for {src.name} of shape {src.shape}")
+    if dst.scope in ("var", "local"):
+        _reduce_into_register(op, src, dst, dim, _builtins.bool(clear))
+        return
     b.emit(_t.Reduce(op, src, dst, dim, _builtins.bool(clear)))
 
 

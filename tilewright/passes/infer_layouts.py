@@ -154,8 +154,8 @@ def infer_layouts(func: t.PrimFunc, ctx) -> t.PrimFunc:
     # destinations of T.tma_copy are written in the TMA layout too
     tma_copy_dsts = {s.dst.buffer for s in stmts if isinstance(s, t.Copy) and s.user_sync}
     for s in stmts:
-        if isinstance(s, t.Alloc) and s.buffer.scope == "shared":
-            b = s.buffer
+        if isinstance(s, t.Alloc) and s.buffer.scope == "shared" and s.buffer.static_shape() is not None:
+            b = s.buffer  # (a shared buffer sized at launch is row-major: lowering_context.shared_flat)
             # ring buffers filled by TMA take the layout the TMA writes (swizzled like the ldmatrix one);
             # wgmma operands take it too: its swizzles (32/64/128-byte rows, 128-byte column blocks,
             # 1 KiB aligned) are the canonical layouts a wgmma descriptor describes, so a TMA-filled
@@ -211,27 +211,46 @@ def _default_layout(buf, nthreads, stmts):
     return sliced if all(_reduced(sliced, dim, shape) is not None for dim, shape in uses) else striped
 
 
+REGISTER_FILE_REFUSAL = 16  # times the register file: beyond, the unrolled per-register code is refused
+
+
 def _check_register_budget(layouts: dict, nthreads: int, target) -> None:
-    """Refuse fragments that cannot live in registers: more than twice the per-thread register file
-    for one fragment, or three times it for all of them together (the device compiler would spill
-    nearly everything, or take very long to try).  Smaller overshoots compile, with spills that
-    ``resource_usage`` reports."""
+    """Fragments beyond the per-thread register file compile, as in TileLang, with a warning: the
+    device compiler keeps what does not fit in local memory (spills that ``resource_usage``
+    reports).  Beyond 16 times the register file (for one fragment or all together) the kernel is
+    refused: the per-register code the lowering unrolls would be enormous, and spilling nearly
+    everything is never what was meant."""
+    import warnings
+
+    from ..errors import TilewrightWarning
+
     limit = target.registers_per_thread if not target.is_interpret else None
     if limit is None:
         return
-    total = 0
+    total = largest = 0
     for buf, lay in layouts.items():
         regs = lay.num_regs * max(dt.bits(buf.dtype), 32) // 32
         total += regs
-        if regs > 2 * limit:
+        largest = max(largest, regs)
+        if regs > REGISTER_FILE_REFUSAL * limit:
             raise CompileError(
                 f"fragment {buf.name}{tuple(buf.shape)} needs {regs} registers per thread with {nthreads} threads; "
                 f"{target} has at most {limit}", buf.loc,
                 hint="use more threads (T.Kernel(threads=...)), a smaller tile, or shared memory for this buffer")
-    if total > 3 * limit:
+    if total > REGISTER_FILE_REFUSAL * limit:
         raise CompileError(
             f"the kernel's fragments need {total} registers per thread with {nthreads} threads; {target} has at "
             f"most {limit}", None, hint="use more threads or smaller tiles")
+    if largest > limit or total > 2 * limit:  # fragments are not all live at once: some slack in the total
+        big = max(layouts, key=lambda b: layouts[b].num_regs * max(dt.bits(b.dtype), 32) // 32)
+        line = f" (the largest: {big.name}{tuple(big.shape)}, line {big.loc.lineno})" if big.loc is not None else ""
+        msg = (f"the kernel's fragments need {total} registers per thread with {nthreads} threads{line}; {target} "
+               f"has {limit}: the part that does not fit is kept in local memory, which is slow (use more threads "
+               "or smaller tiles)")
+        if big.loc is not None:  # reported at the fragment's line in the kernel source
+            warnings.warn_explicit(msg, TilewrightWarning, big.loc.filename, big.loc.lineno)
+        else:
+            warnings.warn(msg, TilewrightWarning, stacklevel=2)
 
 
 def _kernel(func) -> t.Kernel:

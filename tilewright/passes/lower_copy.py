@@ -28,8 +28,8 @@ def _chunk_width(ctx, src: t.Region, starts, tile_shape) -> int:
     esize = dt.nbytes(buf.dtype)
     inner = tile_shape[-1]
     gdim = buf.ndim - 1
-    if buf.strides[-1] != 1:
-        return 1
+    if not (isinstance(buf.strides[-1], int) and buf.strides[-1] == 1):
+        return 1  # a run-time innermost stride (a column-major view of dynamic size): element by element
     v = max(16 // esize, 1)
     while v > 1:
         ok = inner % v == 0

@@ -45,9 +45,12 @@ def lower_to_threads(func: t.PrimFunc, pctx) -> th.ThreadKernel:
     prologue, block_vars = _block_remap(kernel)
     body = prologue + lower.stmts(kernel.body, Env())
     ctx.shared_top = ctx.finish_shared()
-    if ctx.shared_top > pctx.target.max_shared_bytes:
-        sizes = [(b, flat.shape[0] * dt.nbytes(flat.dtype)) for b, flat in ctx.shared_of.items()]
-        raise shared_overflow_error(kernel, sizes, ctx.shared_top, pctx.target)
+    at_launch = ctx.shared_at_launch()
+    fixed = ctx.shared_top if at_launch is None else at_launch[2]  # what precedes a buffer sized at launch
+    if fixed > pctx.target.max_shared_bytes or (at_launch is not None and fixed >= pctx.target.max_shared_bytes):
+        sizes = [(b, flat.shape[0] * dt.nbytes(flat.dtype)) for b, flat in ctx.shared_of.items()
+                 if b.static_shape() is not None]
+        raise shared_overflow_error(kernel, sizes, fixed, pctx.target)
     name = (func.name if func.name.isidentifier() else "tw") + "_kernel"
     return th.ThreadKernel(
         name=name,
@@ -63,7 +66,8 @@ def lower_to_threads(func: t.PrimFunc, pctx) -> th.ThreadKernel:
         # a kernel with setmaxnreg asks for one block per SM (warp_specialize_loop): ptxas needs the
         # register count at entry, which __launch_bounds__(threads, 1) fixes
         attrs={"source_func": func.name,
-               "min_blocks_per_sm": pctx.options.get("tw.min_blocks_per_sm") or kernel.attrs.get("min_blocks_per_sm")},
+               "min_blocks_per_sm": pctx.options.get("tw.min_blocks_per_sm") or kernel.attrs.get("min_blocks_per_sm"),
+               "shared_at_launch": at_launch},
         tensor_maps=list(ctx.tensor_maps),
     )
 
@@ -285,6 +289,8 @@ class _StmtLowering:
         ctx, b = self.ctx, s.buffer
         if b.scope == "shared":
             flat = ctx.shared_flat(b)
+            if b.static_shape() is None:  # sized at launch: placed once the others are
+                return [ctx.dynamic_shared_decl(flat, s.loc)]
             return [th.SharedDecl(flat, ctx.shared_offsets[flat], loc=s.loc)]
         if b.scope == "fragment":
             n = ctx.layouts[b].num_regs

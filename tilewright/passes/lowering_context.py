@@ -51,6 +51,8 @@ class LoweringContext:
         self.shared_of: dict = {}  # Tile IR shared buffer -> flat shared Buffer
         self.shared_offsets: dict = {}  # flat shared Buffer -> byte offset
         self.shared_top = 0
+        self.dynamic_shared = None  # (Tile IR buffer, flat buffer, its SharedDecls) of the one sized at launch
+        self.dynamic_shared_base = 0  # its byte offset, set by finish_shared
         self.counter = itertools.count()
         self.prefetch_frags: dict = {}  # gemm uid -> double-buffered operand fragments
         self.deferred: list | None = None  # statements to run at the end of the enclosing loop body
@@ -149,19 +151,57 @@ class LoweringContext:
     def finish_shared(self) -> int:
         """Place the scratch pool after the named buffers; returns the total shared bytes."""
         base = (self.shared_top + 127) // 128 * 128
+        top = self.shared_top
         if self.scratch_top:
             for d in self.scratch_decls:
                 d.offset = base + self.scratch_offsets[d.buffer]
-            return base + self.scratch_top
-        return self.shared_top
+            top = base + self.scratch_top
+        if self.dynamic_shared is not None:  # the buffer sized at launch goes last, over the rest
+            from ..ir import dtype as dt
+
+            buf, flat, decls = self.dynamic_shared
+            start = (top + 127) // 128 * 128
+            flat.shape = (max(1, (self.target.max_shared_bytes - start) // dt.nbytes(buf.dtype)),)
+            self.shared_offsets[flat] = start
+            for d in decls:
+                d.offset = start
+            self.dynamic_shared_base = start
+            return start + flat.shape[0] * dt.nbytes(buf.dtype)
+        return top
 
     def shared_flat(self, buf: t.Buffer) -> t.Buffer:
+        if buf not in self.shared_of and buf.static_shape() is None:
+            return self._dynamic_shared_flat(buf)
         if buf not in self.shared_of:
             lay = self.shared_layouts.get(buf) or SharedLayout(buf.shape, buf.dtype)
             self.shared_layouts[buf] = lay
             # TMA swizzles by shared-address bits: a tile starts on the pattern's 1 KiB period
             self.shared_of[buf] = self.alloc_shared(buf.name, lay.numel, buf.dtype, 1024 if lay.tma else 128)
         return self.shared_of[buf]
+
+    def _dynamic_shared_flat(self, buf: t.Buffer) -> t.Buffer:
+        """The one shared buffer sized at launch (frontend/dynamic_shared.py): row-major, placed after
+        everything else once ``finish_shared`` knows where that is; its flat buffer spans the rest of
+        the target's shared memory (the launcher asks for what a call's sizes need)."""
+        flat = t.Buffer(buf.name, (1,), buf.dtype, "shared")
+        self.shared_of[buf] = flat
+        self.shared_offsets[flat] = 0  # placed by finish_shared
+        self.dynamic_shared = (buf, flat, [])
+        return flat
+
+    def dynamic_shared_decl(self, flat: t.Buffer, loc=None):
+        from ..ir import thread as th
+
+        decl = th.SharedDecl(flat, 0, loc=loc)
+        self.dynamic_shared[2].append(decl)
+        return decl
+
+    def shared_at_launch(self):
+        """``ir.analysis.shared_at_launch`` of the buffer sized at launch (None: there is none)."""
+        from ..ir.analysis import shared_at_launch
+
+        return None if self.dynamic_shared is None else shared_at_launch(self.dynamic_shared[0],
+                                                                         self.dynamic_shared_base)
 
     def tensor_map(self, param: t.Buffer, box: tuple, swizzle: int):
         """The kernel's TMA descriptor for boxes ``box`` of global ``param`` (one per distinct use)."""
@@ -186,6 +226,8 @@ class LoweringContext:
     local_offset = strided_offset
 
     def shared_offset(self, buf: t.Buffer, idx) -> E.Expr:
+        if buf.static_shape() is None:
+            return self.strided_offset(buf, idx)  # sized at launch: row-major
         lay = self.shared_layouts.get(buf)
         if lay is None:
             self.shared_flat(buf)

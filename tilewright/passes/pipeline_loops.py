@@ -130,7 +130,8 @@ def tma_eligible(c: t.Copy) -> bool:
     if buf.dtype != dst.buffer.dtype or dt.nbytes(buf.dtype) not in (1, 2, 4) or buf.ndim > 5:
         return False
     esize = dt.nbytes(buf.dtype)
-    if buf.strides[-1] != 1 or not all(isinstance(x, int) and x * esize % 16 == 0 for x in buf.strides[:-1]):
+    unit_last = isinstance(buf.strides[-1], int) and buf.strides[-1] == 1  # a run-time stride is not 1
+    if not unit_last or not all(isinstance(x, int) and x * esize % 16 == 0 for x in buf.strides[:-1]):
         return False
     if not all(isinstance(x, int) and 0 < x <= 256 for x in src.extents):
         return False

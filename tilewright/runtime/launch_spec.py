@@ -32,13 +32,15 @@ class LaunchSpec:
     code_object: bytes  # cubin or AMD code object; empty when only the emulator runs the kernel
     source: str  # the CUDA / HIP source the code object was compiled from
     num_threads: int
-    shared_bytes: int  # dynamic shared memory / LDS per block
+    shared_bytes: int  # dynamic shared memory / LDS per block (with a buffer sized at launch: the most it may be)
     grid: tuple  # 1-3 expressions over the scalar parameters and dyn_vars
     params: tuple  # Buffer (global) or Var (scalar), in call order
     dyn_vars: tuple = ()  # symbolic sizes, passed as int32 after the parameters
     tensor_maps: tuple = ()  # runtime.tensor_maps.TensorMapSpec, passed after the sizes
     resources: dict = field(default_factory=dict)  # registers, shared_bytes, local_bytes, spills, ...
     toolchain: str = ""
+    # a shared buffer sized at launch: (bytes expression over params and dyn_vars, buffer name); None: shared_bytes
+    shared_at_launch: tuple | None = None
 
     @property
     def arg_types(self) -> tuple:

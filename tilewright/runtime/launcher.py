@@ -53,7 +53,8 @@ class Launcher:
         fn = self.function(dev)
         if stream is None:
             stream = self.runtime.current_stream(dev)
-        fn.launch(grid, (spec.num_threads, 1, 1), spec.shared_bytes, stream, self.arg_types, tuple(values))
+        shared = spec.shared_bytes if spec.shared_at_launch is None else self._shared_bytes(values, dyn)
+        fn.launch(grid, (spec.num_threads, 1, 1), shared, stream, self.arg_types, tuple(values))
         if sync:
             self.runtime.synchronize(dev)
 
@@ -66,6 +67,16 @@ class Launcher:
                 fn.set_max_dynamic_shared(self.spec.shared_bytes)
             self._functions[dev] = fn
         return fn
+
+    def _shared_bytes(self, values, dyn) -> int:
+        """The dynamic shared memory of this call: a shared buffer is sized by its arguments."""
+        from ..ir.analysis import shared_bytes_at_launch
+
+        env = dict(dyn)
+        for p, v in zip(self.spec.params, values):
+            if isinstance(p, Var):
+                env[p] = v
+        return shared_bytes_at_launch(self.spec.shared_at_launch, env, self.spec.shared_bytes, self.spec.func_name)
 
     # ------------------------------------------------------------------ grid
     def _grid(self, values, dyn) -> tuple | None:

@@ -113,6 +113,11 @@ def run_thread_kernel(kernel: th.ThreadKernel, args: list, *, dyn: dict | None =
     ordering of shared memory between warps."""
     prog = _program(kernel)
     globals_, scalars = _bind_args(kernel, list(args), dyn)
+    if kernel.attrs.get("shared_at_launch") is not None:  # a shared buffer sized by the arguments: must fit
+        from ...ir.analysis import shared_bytes_at_launch
+
+        shared_bytes_at_launch(kernel.attrs["shared_at_launch"], {v: int(x) for v, x in scalars.items()},
+                               kernel.shared_bytes, kernel.attrs.get("source_func") or kernel.name)
     with np.errstate(all="ignore"):  # inactive lanes may divide by zero or overflow; ignored
         grid = prog.eval_grid(scalars)
         nblocks = grid[0] * grid[1] * grid[2]
@@ -122,9 +127,9 @@ def run_thread_kernel(kernel: th.ThreadKernel, args: list, *, dyn: dict | None =
         if S:
             per_batch = max(1, min(per_batch, (_MAX_SMEM_BATCH >> (3 if check_races else 0)) // S))
         if _block_dependent_loops(kernel):
-            # loop bounds that differ between blocks (causal attention's trip count) would make the
-            # lanes of a multi-block batch diverge around barriers and async-copy waits: one block
-            # per batch keeps every loop uniform
+            # loop bounds that differ between blocks (causal attention's trip count), or an async-copy
+            # wait under a condition that does, would make the lanes of a multi-block batch diverge
+            # around barriers and async-copy waits: one block per batch keeps them uniform
             per_batch = 1
         coop = prog.cooperative
         if coop is None:
@@ -142,6 +147,18 @@ def run_thread_kernel(kernel: th.ThreadKernel, args: list, *, dyn: dict | None =
             prog.body(st)
 
 
+def _differs_between_blocks(e) -> bool:
+    from ...ir.visitor import loads_in
+
+    return bool(loads_in(e)) or any(v.kind not in ("dyn", "param") for v in free_vars(e))
+
+
+def _waits_async(s) -> bool:
+    found = []
+    walk(s, lambda x: found.append(x) if isinstance(x, th.AsyncWait) else None)
+    return bool(found)
+
+
 def _block_dependent_loops(kernel) -> bool:
     found = [False]
 
@@ -150,6 +167,8 @@ def _block_dependent_loops(kernel) -> bool:
             for v in free_vars(st.start) | free_vars(st.extent):
                 if v.kind not in ("dyn", "param"):
                     found[0] = True
+        elif isinstance(st, t.IfThenElse) and _differs_between_blocks(st.cond) and _waits_async(st):
+            found[0] = True  # (block-sparse GEMM: a masked copy waited for in a pipelined loop)
 
     walk(kernel.body, f)
     return found[0]
