@@ -35,12 +35,30 @@ ga, gb = torch.randn(256, 256, device="cuda", dtype=torch.float16), torch.randn(
                                                                                dtype=torch.float16)
 gc = torch.empty(256, 256, device="cuda", dtype=torch.float16)
 kg = tilewright.compile(matmul(256, 256, 256, 128, 128, 32, num_stages=3), target="cuda")
-rows = ["| call | host time per call (us) |", "|---|---|"]
-for name, fn in [("tilewright add (all args)", lambda: k(a, b, c)),
-                 ("tilewright add (out_idx alloc)", lambda: k2(a, b)),
-                 (f"tilewright 256^3 GEMM ({'TMA' if kg._tma else 'cp.async'})", lambda: kg(ga, gb, gc)),
-                 ("torch.add(out=)", lambda: torch.add(a, b, out=c)),
-                 ("torch.matmul(out=) 256^3", lambda: torch.matmul(ga, gb, out=gc))]:
+# the library ops on small inputs (host time dominates), beside their torch counterparts
+import tilewright.ops as ops  # noqa: E402
+
+x = torch.randn(64, 1024, device="cuda", dtype=torch.float16)
+w = torch.randn(1024, device="cuda", dtype=torch.float16)
+q = torch.randn(4, 32, 1, 128, device="cuda", dtype=torch.float16)
+kv = torch.randn(4, 8, 512, 128, device="cuda", dtype=torch.float16)
+F = torch.nn.functional
+rows = ["| call | host time per call (us) | vs torch.add(out=) |", "|---|---|---|"]
+cases = [("torch.add(out=)", lambda: torch.add(a, b, out=c)),
+         ("tilewright add (all args)", lambda: k(a, b, c)),
+         ("tilewright add (out_idx alloc)", lambda: k2(a, b)),
+         (f"tilewright 256^3 GEMM ({'TMA' if kg._tma else 'cp.async'})", lambda: kg(ga, gb, gc)),
+         ("torch.matmul(out=) 256^3", lambda: torch.matmul(ga, gb, out=gc)),
+         ("ops.matmul 256^3", lambda: ops.matmul(ga, gb)),
+         ("torch.matmul 256^3", lambda: torch.matmul(ga, gb)),
+         ("ops.softmax 64x1024", lambda: ops.softmax(x)),
+         ("torch.softmax 64x1024", lambda: torch.softmax(x, -1)),
+         ("ops.rms_norm 64x1024", lambda: ops.rms_norm(x, w)),
+         ("F.rms_norm 64x1024", lambda: F.rms_norm(x, (1024,), w)),
+         ("ops.attention decode (GQA 32/8, kv 512)", lambda: ops.attention(q, kv, kv)),
+         ("SDPA decode (GQA 32/8, kv 512)", lambda: F.scaled_dot_product_attention(q, kv, kv, enable_gqa=True))]
+base = None
+for name, fn in cases:
     for _ in range(100):
         fn()
     torch.cuda.synchronize()
@@ -48,7 +66,9 @@ for name, fn in [("tilewright add (all args)", lambda: k(a, b, c)),
     for _ in range(2000):
         fn()
     torch.cuda.synchronize()
-    rows.append(f"| {name} | {(time.perf_counter() - t0) / 2000 * 1e6:.1f} |")
+    us = (time.perf_counter() - t0) / 2000 * 1e6
+    base = base or us
+    rows.append(f"| {name} | {us:.1f} | {us / base:.2f}x |")
     print(rows[-1], flush=True)
 print("saved", save("launch-overhead", ["Back-to-back calls, one synchronize at the end (bench/launch_overhead.py)", ""]
                     + rows))
