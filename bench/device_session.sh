@@ -1,0 +1,51 @@
+#!/usr/bin/env bash
+# One device call's worth of checks and benchmarks, in parts (run on the H200 from the tree):
+#   TW_COMMIT=<hash> bash bench/device_session.sh tests gemm overhead sanitize     # call A
+#   TW_COMMIT=<hash> bash bench/device_session.sh attention memory tilelang fuzz    # call B
+# Each part has its own time limit; logs go to $OUT, and only the result tables this call wrote are
+# copied there (the device tool brings back a limited number of files).  A short summary is printed last.
+set -u
+OUT=${OUT:-/tmp/tw-out}; mkdir -p "$OUT"
+export PYTHONPATH=$PWD
+MARK=$(mktemp); SUMMARY="$OUT/summary.txt"; : >"$SUMMARY"
+note() { echo "$*" | tee -a "$SUMMARY"; }
+for part in "$@"; do
+  case $part in
+    tests)
+      timeout 240 python -m pytest -q -p no:cacheprovider -n 8 tests/test_gpu*.py tests/test_*gpu*.py \
+        tests/test_regress_frontend.py tests/test_cuda_driver.py tests/test_tensor_args.py tests/test_llama_dropin.py \
+        tests/test_ops_attention_hopper.py tests/test_launch_stub_driver.py >"$OUT/gpu-tests.log" 2>&1
+      note "tests rc=$?: $(grep -E '[0-9]+ (passed|failed)' "$OUT/gpu-tests.log" | tail -1)"
+      grep -E "^FAILED|^ERROR" "$OUT/gpu-tests.log" | head -20 | tee -a "$SUMMARY" ;;
+    gemm)
+      timeout 330 python bench/gemm.py >"$OUT/gemm.log" 2>&1; note "gemm rc=$?"
+      grep -E "^\| |gmean|geometric|Compile" "$OUT/gemm.log" | tail -40 >>"$SUMMARY" ;;
+    overhead)
+      timeout 60 python bench/launch_overhead.py >"$OUT/overhead.log" 2>&1; note "overhead rc=$?"
+      grep "^|" "$OUT/overhead.log" >>"$SUMMARY" ;;
+    sanitize)
+      for tool in memcheck racecheck; do
+        timeout 120 compute-sanitizer --tool $tool --report-api-errors no python bench/sanitize_one_gemm.py \
+          >"$OUT/$tool-gemm.log" 2>&1
+        note "$tool rc=$?: $(grep -E 'ERROR SUMMARY|RACECHECK SUMMARY' "$OUT/$tool-gemm.log" | tr '\n' ' ') $(grep -c 'max relative' "$OUT/$tool-gemm.log") checked runs"
+        grep "max relative" "$OUT/$tool-gemm.log" >>"$SUMMARY"
+      done ;;
+    attention)
+      timeout 200 python bench/attention.py >"$OUT/attention.log" 2>&1; note "attention rc=$?"
+      grep -E "^\| (dtype|bfloat16|float16)|Geometric" "$OUT/attention.log" | tail -36 >>"$SUMMARY" ;;
+    memory)
+      timeout 200 python bench/memory.py >"$OUT/memory.log" 2>&1; note "memory rc=$?"
+      grep "^|" "$OUT/memory.log" | tail -30 >>"$SUMMARY" ;;
+    tilelang)
+      timeout 220 python scripts/tilelang_tests.py --tests-dir .tltests --jobs 10 --timeout 60 \
+        --report "$OUT/tilelang-tests.md" >"$OUT/tilelang.log" 2>&1; note "tilelang rc=$?"
+      head -30 "$OUT/tilelang-tests.md" >>"$SUMMARY" 2>/dev/null ;;
+    fuzz)
+      python bench/fuzz_many.py --jobs 14 --cases 2800 --gpu --backends interpret,emulator:sm_90a --seed 9000 \
+        --time-limit 150 >"$OUT/fuzz.log" 2>&1; note "fuzz rc=$?"
+      head -3 "$OUT/fuzz.log" >>"$SUMMARY"; grep -E "^\| all|^case " "$OUT/fuzz.log" | head -20 >>"$SUMMARY" ;;
+    *) note "unknown part $part" ;;
+  esac
+done
+find bench/results -newer "$MARK" -type f -exec cp {} "$OUT/" \;
+cat "$SUMMARY"
