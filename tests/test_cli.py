@@ -39,7 +39,7 @@ def test_compile_writes_a_cubin_source_and_report(tmp_path, capsys):
     assert cubin[:4] == b"\x7fELF"
     report = json.loads((tmp_path / "gemm.sm_90a.json").read_text())
     assert report["target"] == "cuda -arch=sm_90a" and report["resources"]["spills"] == 0
-    assert "mma.sync" in (tmp_path / "gemm.sm_90a.cu").read_text()
+    assert "wgmma.mma_async" in (tmp_path / "gemm.sm_90a.cu").read_text()  # the sm_90a default
 
 
 @needs_hip_compiler

@@ -13,10 +13,11 @@ Guarantees: ``func.plans.gemms[gemm]`` holds a ``GemmPlan`` for every ``Gemm`` n
 * where wgmma is possible (sm_90a, 16-bit or 8-bit inputs, whole warpgroups, M a multiple of 64 per
   warpgroup, N per warpgroup in the type's N-family), the warpgroup partition (``plan.wgmma``).
 
-The family is ``wgmma`` only when the pass config ``tw.enable_wgmma`` is set (off by default while
-the wgmma path is young); otherwise it stays ``mma.sync`` with ``plan.reason`` saying that wgmma
-was possible.  wgmma also needs its shared operands to be whole tiles that a matrix descriptor can
-describe (``_descriptor_problem``; ``infer_layouts`` then gives them the swizzled TMA layout).
+Where wgmma is possible it is the family, unless TileLang's pass config ``tl.disable_wgmma`` is set
+(then ``mma.sync``, with ``plan.reason`` saying that wgmma was possible).  ``tw.enable_wgmma`` is an
+explicit choice that overrides it: true forces wgmma where possible, false turns it off.  wgmma
+also needs its shared operands to be whole tiles that a matrix descriptor can describe
+(``_descriptor_problem``; ``infer_layouts`` then gives them the swizzled TMA layout).
 
 Errors (``CompileError`` at the gemm's line): a tile the warps cannot split evenly, with the
 multiples to use.
@@ -34,6 +35,17 @@ from ..ir.visitor import walk
 from ..target.matrix import REGISTERS, SMEM_DESC
 
 WGMMA_OPTION = "tw.enable_wgmma"
+DISABLE_WGMMA_OPTION = "tl.disable_wgmma"
+
+
+def wgmma_enabled(options) -> bool:
+    """Whether wgmma is chosen where it is possible: ``tw.enable_wgmma`` when given, else on unless
+    ``tl.disable_wgmma``."""
+    options = options or {}
+    explicit = options.get(WGMMA_OPTION)
+    if explicit is not None:
+        return bool(explicit)
+    return not options.get(DISABLE_WGMMA_OPTION)
 
 
 def plan_gemms(func: t.PrimFunc, ctx) -> t.PrimFunc:
@@ -70,12 +82,14 @@ def plan_gemm(g: t.Gemm, nthreads: int, target, options=None, first_thread: int 
     a_source = REGISTERS
     wg, why_not = (None, "the CPU interpreter runs gemms as whole-tile products") if target.is_interpret \
         else _wgmma_partition(g, nthreads, target, first_thread)
-    if wg is not None and options.get(WGMMA_OPTION):
+    if wg is not None and wgmma_enabled(options):
+        why = f"{WGMMA_OPTION} is set" if options.get(WGMMA_OPTION) else "wgmma is the default where possible"
         return GemmPlan("wgmma", wg.instr, wg.warpgroups_m, wg.warpgroups_n, policy=policy, a_source=wg.a_source,
-                        b_source=SMEM_DESC, wgmma=wg, reason=f"{WGMMA_OPTION} is set")
+                        b_source=SMEM_DESC, wgmma=wg, reason=why)
     if wg is not None:
+        off = f"{WGMMA_OPTION} is false" if options.get(WGMMA_OPTION) is not None else f"{DISABLE_WGMMA_OPTION} is set"
         reason = (f"wgmma is possible ({wg.warpgroups_m}x{wg.warpgroups_n} warpgroups of {wg.instr.name}, A from "
-                  f"{wg.a_source}) but not enabled; set {WGMMA_OPTION} to choose it")
+                  f"{wg.a_source}) but not enabled ({off})")
     else:
         reason = f"no wgmma: {why_not}"
     instrs = target.matrix_instr_for(a_dt, b_dt, c_dt) if not target.is_interpret else []
