@@ -15,7 +15,8 @@ Any other kernel is returned unchanged (this is an optimization, never a change 
 Guarantees, for ``S`` stages and ``T`` original threads (the block grows to ``T + 128``):
 
     block:     ring buffers A[S], B[S]; mbarriers full[S] (one arrival per TMA box) and
-               empty[S] (T arrivals); thread 0 initialises both; block barrier
+               empty[S] (T arrivals; T / 32, one per warp, for wgmma consumers); thread 0
+               initialises both; block barrier
     producer:  ThreadPartition(0, 128):  for k: wait empty[k % S] for parity ((k // S) + 1) % 2
                                          (a fresh barrier passes the first round), then the TMA
                                          loads of iteration k into slot k % S arriving on full[k % S]
@@ -26,7 +27,8 @@ Guarantees, for ``S`` stages and ``T`` original threads (the block grows to ``T 
 When ``plan_gemms`` will give the gemm to wgmma and S >= 2, the consumers overlap K steps: the
 gemm of iteration k ends with ``wait_group(1)`` (``plans.wgmma_in_flight``), which leaves its own
 group running and guarantees the group of iteration k - 1 has read its operands, so the loop then
-arrives on empty[(k - 1) % S] (from the second iteration on); after the loop ``wait_group(0)``
+arrives on empty[(k - 1) % S] (from the second iteration on; one elected lane per warp, after the
+warp's wait); after the loop ``wait_group(0)``
 completes the accumulator and the last slot is released.  (S = 1 keeps the synchronous release:
 the producer would wait for the very slot the consumer is about to read.)
 
@@ -215,15 +217,19 @@ def _specialize(kernel: t.Kernel, func, ctx, rings: dict, in_flight: dict, loop:
         # wgmma: the group of iteration k stays in flight while iteration k+1 issues its own; after
         # wait_group(1) in iteration k+1 the group of k has read its slot, which is released then
         # (S = 1 cannot do this: the producer would wait for the slot the consumer is about to read)
+        # The wgmma hardware, not the threads, reads the slot, and each warp's wait_group says it
+        # is done: one elected lane per consumer warp releases it (8 arrivals for 256 consumers
+        # instead of 256 atomics on one mbarrier per K tile)
         in_flight[_flatten(staged)[0]] = WGMMA_GROUPS_IN_FLIGHT
+        releases = consumers // ctx.target.warp_size
         prev = (rel - 1) % stages
         consumer_loop = t.For(k, loop.start, loop.extent, t.SeqStmt([
             th.MbarrierWait(full, slot, round_ % 2, loc=loc),
             staged,
-            t.IfThenElse(rel > 0, th.MbarrierArrive(empty, prev, loc=loc), None, loc=loc)]),
+            t.IfThenElse(rel > 0, th.MbarrierArrive(empty, prev, elected=True, loc=loc), None, loc=loc)]),
             "serial", 0, loc, dict(loop.attrs))
         drain = [th.WgmmaWait(0, (gemm.c.buffer,), loc=loc),
-                 th.MbarrierArrive(empty, (loop.extent - 1) % stages, loc=loc)]
+                 th.MbarrierArrive(empty, (loop.extent - 1) % stages, elected=True, loc=loc)]
         drain = [t.IfThenElse(loop.extent > 0, t.SeqStmt(drain), None, loc=loc)]
     else:
         consumer_loop = t.For(k, loop.start, loop.extent, t.SeqStmt([
@@ -231,6 +237,7 @@ def _specialize(kernel: t.Kernel, func, ctx, rings: dict, in_flight: dict, loop:
             staged,
             th.MbarrierArrive(empty, slot, loc=loc)]), "serial", 0, loc, dict(loop.attrs))
         drain = []
+        releases = consumers  # every thread read the slot itself: every thread releases it
 
     allocs, before, after, seen_loop = [], [], [], False
     for s in top:
@@ -246,7 +253,7 @@ def _specialize(kernel: t.Kernel, func, ctx, rings: dict, in_flight: dict, loop:
     give = [th.SetMaxNReg(split[0], False, loc=loc)] if split else []
     take = [th.SetMaxNReg(split[1], True, loc=loc)] if split else []
     body = [*allocs, t.Alloc(full, loc=loc), t.Alloc(empty, loc=loc),
-            th.MbarrierInit(full, boxes, loc=loc), th.MbarrierInit(empty, consumers, loc=loc), th.Barrier(loc=loc),
+            th.MbarrierInit(full, boxes, loc=loc), th.MbarrierInit(empty, releases, loc=loc), th.Barrier(loc=loc),
             t.ThreadPartition(0, PRODUCER_THREADS, "producer", t.SeqStmt([*give, producer_loop]), loc),
             t.ThreadPartition(PRODUCER_THREADS, consumers, "consumer",
                               t.SeqStmt([*take, *before, consumer_loop, *drain, *after]), loc)]
