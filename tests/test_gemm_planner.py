@@ -167,7 +167,8 @@ def test_wgmma_operand_sources_and_types():
 
 
 @pytest.mark.parametrize("policy, warps, warpgroups", [
-    ("square", (2, 2), (1, 2)), ("fullrow", (4, 1), (2, 1)), ("fullcol", (1, 4), (1, 2)),
+    # (wgmma Square: 64 x 256 per warpgroup reads 640 operand rows per K step, 128 x 128 768)
+    ("square", (2, 2), (2, 1)), ("fullrow", (4, 1), (2, 1)), ("fullcol", (1, 4), (1, 2)),
 ])
 def test_warp_and_warpgroup_partition_follow_the_policy(policy, warps, warpgroups):
     g = _gemm(128, 256, 32, policy=policy)  # 256 threads: square warpgroup tiles are 128 x 128

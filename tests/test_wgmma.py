@@ -181,13 +181,14 @@ def test_wgmma_gemm_with_relu_epilogue():
 
 def test_wgmma_partition_of_two_warpgroups():
     """128 x 256 with 256 threads (the TileLang config on which mma.sync runs out of registers): two
-    consumer warpgroups, each issuing per K step one instruction per 64-row atom of its 128 x 128
-    tile (the Square policy), 128 accumulator registers per thread."""
+    consumer warpgroups, each issuing per K step one m64n256 instruction for its 64 x 256 tile (the
+    Square policy under wgmma: the fewest operand bytes read from shared memory), 128 accumulator
+    registers per thread."""
     f = matmul(256, 256, 64, 128, 256, 64, out_dtype="float32", threads=256)
     k = lower_wgmma(f)
     mm = nodes(k, th.Wgmma)
-    assert {x.instr.name for x in mm} == {"wgmma.m64n128k16.f32.f16"}
-    assert len(mm) == (64 // 16) * 2  # K steps x 64-row atoms of one warpgroup's tile
+    assert {x.instr.name for x in mm} == {"wgmma.m64n256k16.f32.f16"}
+    assert len(mm) == 64 // 16  # K steps x 64-row atoms of one warpgroup's tile
     assert {x.d[0].shape[0] for x in mm} == {128 * 256 // 256}
     # warp-specialized by default: one group stays in flight per K loop iteration, drained after it
     seq = nodes(k, (th.WgmmaFence, th.WgmmaCommit, th.WgmmaWait))
@@ -360,6 +361,10 @@ def test_two_consumer_warpgroups_rebalance_registers_one_does_not():
     k = run_pipeline(matmul(256, 256, 128, 128, 256, 64, out_dtype="float32", num_stages=3, threads=256),
                      PassContext(Target.parse(SM90A), {"optimize_level": 2}))
     assert [(x.count, x.increase) for x in nodes(k, th.SetMaxNReg)] == [(40, False), (232, True)]
+    assert len(nodes(k, th.Barrier)) == 1  # (after the mbarrier set-up: the epilogue never waits for the producer)
+    mma = run_pipeline(matmul(256, 256, 128, 128, 256, 64, out_dtype="float32", num_stages=3, threads=256),
+                       PassContext(Target.parse(SM90A), {"optimize_level": 2, "tl.disable_wgmma": True}))
+    assert mma.num_threads == 384 and not nodes(mma, th.SetMaxNReg)  # ptxas ignores it for mma.sync consumers
     k1 = run_pipeline(matmul(256, 256, 128, 128, 128, 64, out_dtype="float32", num_stages=3),
                       PassContext(Target.parse(SM90A), {"optimize_level": 2}))
     assert not nodes(k1, th.SetMaxNReg) and k1.num_threads == 256
@@ -409,7 +414,7 @@ def test_default_128x256x64_gemm_sass_has_hgmma_setmaxnreg_and_no_spills(dtype, 
     path = tmp_path / "k.cubin"
     path.write_bytes(binary.cubin)
     sass = subprocess.run([tool, "-c", str(path)], capture_output=True, text=True, check=True).stdout
-    assert "HGMMA.64x128x16.F32" in sass and "LDL" not in sass and "STL" not in sass
+    assert "HGMMA.64x256x16.F32" in sass and "LDL" not in sass and "STL" not in sass
     assert "USETMAXREG.DEALLOC" in sass and "USETMAXREG.TRY_ALLOC" in sass
     assert "WARPGROUP.DEPBAR.LE gsb0, 0x1" in sass and "WARPGROUP.DEPBAR.LE gsb0, 0x0" in sass
 

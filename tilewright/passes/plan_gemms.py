@@ -7,8 +7,10 @@ Guarantees: ``func.plans.gemms[gemm]`` holds a ``GemmPlan`` for every ``Gemm`` n
 * the family: ``mma.sync`` (NVIDIA), ``mfma`` (CDNA), ``wmma`` (RDNA), ``wgmma`` (sm_90a only, see
   below) or ``simt`` (no matrix instruction for the operand types: fp32, the CPU interpreter);
 * the instruction, and the warp grid ``warps_m x warps_n`` over C chosen by the gemm's warp policy
-  (Square: warp tiles as square as possible; FullRow: warps stacked along M, each owning whole
-  rows; FullCol: warps side by side along N) — or the SIMT thread grid;
+  (Square: warp tiles as square as possible — for wgmma, the warpgroup partition that reads the
+  fewest operand bytes from shared memory per K step first (``_operand_rows_read``); FullRow: warps
+  stacked along M, each owning whole rows; FullCol: warps side by side along N) — or the SIMT
+  thread grid;
 * where the instruction reads A and B (registers or a shared-memory descriptor);
 * where wgmma is possible (sm_90a, 16-bit or 8-bit inputs, whole warpgroups, M a multiple of 64 per
   warpgroup, N per warpgroup in the type's N-family), the warpgroup partition (``plan.wgmma``).
@@ -213,10 +215,23 @@ def _wgmma_partition(g: t.Gemm, nthreads: int, target, first_thread: int = 0):
         pick = max(options, key=lambda o: (o[1] == 1, o[0]))
     elif g.policy == "fullcol":
         pick = max(options, key=lambda o: (o[0] == 1, o[1]))
-    else:  # Square: warpgroup tiles as square as possible, then the widest instruction
-        pick = min(options, key=lambda o: (abs(m // o[0] - n // o[1]), -o[2].n))
+    else:  # Square: the fewest shared operand bytes per K step, then tiles as square as possible
+        pick = min(options, key=lambda o: (_operand_rows_read(m, n, o, a_source), abs(m // o[0] - n // o[1]),
+                                           -o[2].n))
     wgm, wgn, instr = pick
     return WgmmaPlan(instr, wgm, wgn, m // (64 * wgm), a_source), ""
+
+
+def _operand_rows_read(m: int, n: int, option, a_source) -> int:
+    """Operand rows (of one K step) the warpgroups of a partition read from shared memory: every
+    instruction reads its B rows (``instr.n``) and, unless A is in registers, its 64 A rows.  With
+    wgmma both operands stream from shared memory, whose bandwidth (shared with the TMA writes)
+    is what limits a large tile: for 128 x 256 over two warpgroups, 64 x 256 each (one m64n256 per
+    K step) reads 640 rows, 128 x 128 each (two m64n128) 768 — the role register reuse plays in
+    the mma.sync policy."""
+    wgm, wgn, instr = option
+    instrs = (m // wgm // 64) * (n // wgn // instr.n) * wgm * wgn
+    return instrs * (instr.n + (0 if a_source == REGISTERS else 64))
 
 
 def _descriptor_problem(region) -> str:

@@ -213,7 +213,8 @@ def _specialize(kernel: t.Kernel, func, ctx, rings: dict, in_flight: dict, loop:
         th.MbarrierWait(empty, slot, (round_ + 1) % 2, loc=loc),  # a fresh barrier passes round 0
         *[tma_copy(c) for c in copies]]), "serial", 0, loc, dict(loop.attrs))
     staged = _restage(t.SeqStmt([gemm]), new_bufs, slot)
-    if stages >= 2 and _plans_wgmma(staged, consumers, ctx):
+    wgmma = _plans_wgmma(staged, consumers, ctx)
+    if stages >= 2 and wgmma:
         # wgmma: the group of iteration k stays in flight while iteration k+1 issues its own; after
         # wait_group(1) in iteration k+1 the group of k has read its slot, which is released then
         # (S = 1 cannot do this: the producer would wait for the slot the consumer is about to read)
@@ -249,7 +250,9 @@ def _specialize(kernel: t.Kernel, func, ctx, rings: dict, in_flight: dict, loop:
             allocs.append(s)  # block-index rasterization and layouts apply to the whole block
         else:
             (after if seen_loop else before).append(s)
-    split = register_split(consumers, ctx.target, ctx.options) if ctx.target.has("setmaxnreg") else None
+    # (for wgmma consumers only: with mma.sync ones ptxas was seen to ignore setmaxnreg, warning
+    # that it cannot determine the register count at entry)
+    split = register_split(consumers, ctx.target, ctx.options) if wgmma and ctx.target.has("setmaxnreg") else None
     give = [th.SetMaxNReg(split[0], False, loc=loc)] if split else []
     take = [th.SetMaxNReg(split[1], True, loc=loc)] if split else []
     body = [*allocs, t.Alloc(full, loc=loc), t.Alloc(empty, loc=loc),
