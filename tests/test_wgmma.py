@@ -21,6 +21,7 @@ from tilewright.errors import CompileError
 from tilewright.interp.emulator import run_thread_kernel
 from tilewright.interp.emulator.errors import EmulatorError
 from tilewright.ir import thread as th
+from tilewright.ir import tile as t
 from tilewright.ir.layout import SharedLayout
 from tilewright.ir.visitor import walk
 from tilewright.kernels import matmul
@@ -417,6 +418,32 @@ def test_default_128x256x64_gemm_sass_has_hgmma_setmaxnreg_and_no_spills(dtype, 
     assert "HGMMA.64x256x16.F32" in sass and "LDL" not in sass and "STL" not in sass
     assert "USETMAXREG.DEALLOC" in sass and "USETMAXREG.TRY_ALLOC" in sass
     assert "WARPGROUP.DEPBAR.LE gsb0, 0x1" in sass and "WARPGROUP.DEPBAR.LE gsb0, 0x0" in sass
+
+
+def test_kernels_the_producer_would_not_fit_keep_the_plain_pipelined_loop():
+    """Warp specialization is an optimization: a block that would pass 1024 threads, or shared
+    memory the producer's mbarriers would overflow, keeps the block-wide pipelined loop (and compiles)."""
+    import copy
+    import dataclasses
+
+    from tilewright.ir.plans import Plans
+    from tilewright.passes.warp_specialize import warp_specialize
+
+    big = run_pipeline(matmul(256, 256, 64, 256, 256, 32, out_dtype="float32", num_stages=2, threads=1024),
+                       PassContext(Target.parse(SM90A), {"optimize_level": 2}))
+    assert big.num_threads == 1024 and nodes(big, th.TmaLoad) and not nodes(big, th.SetMaxNReg)
+
+    def specialized(max_shared):
+        f = matmul(256, 256, 128, 128, 128, 64, out_dtype="float32", num_stages=3)
+        work = copy.copy(f)
+        work.plans = Plans()
+        tgt = dataclasses.replace(Target.parse(SM90A), max_shared_bytes=max_shared)
+        out = warp_specialize(work, PassContext(tgt, {"optimize_level": 2}))
+        return nodes(out, t.ThreadPartition) != []
+
+    ring = 3 * (128 * 64 + 64 * 128) * 2  # A and B slots, float16
+    assert specialized(ring + 128 + 24)  # full[3] and empty[3] fit, each 128-byte aligned
+    assert not specialized(ring + 128 + 23)
 
 
 def test_the_accumulator_is_poison_until_wait_group_retires_the_wgmma():
