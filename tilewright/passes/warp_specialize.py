@@ -17,7 +17,8 @@ Guarantees, for ``S`` stages and ``T`` original threads (the block grows to ``T 
     block:     ring buffers A[S], B[S]; mbarriers full[S] (one arrival per TMA box) and
                empty[S] (T arrivals; T / 32, one per warp, for wgmma consumers); thread 0
                initialises both; block barrier
-    producer:  ThreadPartition(0, 128):  for k: wait empty[k % S] for parity ((k // S) + 1) % 2
+    producer:  ThreadPartition(0, 128):  (setmaxnreg.dec;) its first warp, ThreadPartition(0, 32):
+                                         for k: wait empty[k % S] for parity ((k // S) + 1) % 2
                                          (a fresh barrier passes the first round), then the TMA
                                          loads of iteration k into slot k % S arriving on full[k % S]
     consumers: ThreadPartition(128, T):  the statements before the loop; for k: wait full[k % S]
@@ -48,7 +49,8 @@ from ..ir.plans import PipelineRing
 from ..ir.visitor import free_vars, map_stmt, walk
 from .pipeline_loops import _buffers_touched_outside, _flatten, _restage, tma_eligible
 
-PRODUCER_THREADS = 128  # one warpgroup: TMA is issued by its first warp
+PRODUCER_THREADS = 128  # one warpgroup (setmaxnreg works on whole warpgroups) ...
+ISSUER_THREADS = 32  # ... of which the first warp runs the producer loop; the other three idle
 WGMMA_GROUPS_IN_FLIGHT = 1  # wgmma groups a consumer leaves running while it issues the next K step
 PRODUCER_REGISTERS = 40  # per thread of the producer warpgroup after setmaxnreg.dec (sm_90a)
 
@@ -257,7 +259,8 @@ def _specialize(kernel: t.Kernel, func, ctx, rings: dict, in_flight: dict, loop:
     take = [th.SetMaxNReg(split[1], True, loc=loc)] if split else []
     body = [*allocs, t.Alloc(full, loc=loc), t.Alloc(empty, loc=loc),
             th.MbarrierInit(full, boxes, loc=loc), th.MbarrierInit(empty, releases, loc=loc), th.Barrier(loc=loc),
-            t.ThreadPartition(0, PRODUCER_THREADS, "producer", t.SeqStmt([*give, producer_loop]), loc),
+            t.ThreadPartition(0, PRODUCER_THREADS, "producer", t.SeqStmt([
+                *give, t.ThreadPartition(0, ISSUER_THREADS, "TMA issuer", t.SeqStmt([producer_loop]), loc)]), loc),
             t.ThreadPartition(PRODUCER_THREADS, consumers, "consumer",
                               t.SeqStmt([*take, *before, consumer_loop, *drain, *after]), loc)]
     attrs = dict(kernel.attrs, warp_specialized=(PRODUCER_THREADS, consumers, stages))
