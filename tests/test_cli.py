@@ -42,7 +42,7 @@ def test_compile_writes_a_cubin_source_and_report(tmp_path, capsys):
     occ = report["occupancy"]  # the profiler's occupancy, printed and saved by compile
     assert occ["blocks_per_sm"] == min(occ["limits"].values()) > 0 and occ["limited_by"] in occ["limits"]
     assert "occupancy:" in capsys.readouterr().out
-    assert "mma.sync" in (tmp_path / "gemm.sm_90a.cu").read_text()
+    assert "wgmma.mma_async" in (tmp_path / "gemm.sm_90a.cu").read_text()  # the sm_90a default
 
 
 @needs_hip_compiler

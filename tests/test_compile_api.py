@@ -66,7 +66,11 @@ def test_cuda_compile_resources_and_code_object(arch, tmp_path, monkeypatch):
         assert key in ru
     assert ru["spills"] == 0 and 0 < ru["registers"] <= 255
     src = k.get_kernel_source()
-    assert "mma.sync.aligned.m16n8k16" in src and "ldmatrix" in src and "cp.async" in src
+    if arch == "sm_80":
+        assert "mma.sync.aligned.m16n8k16" in src and "ldmatrix" in src and "cp.async" in src
+    else:  # the sm_90a default: a TMA producer warpgroup feeding wgmma consumers
+        assert "wgmma.mma_async" in src and "cp.async.bulk.tensor" in src and "setmaxnreg" not in src
+        assert "mma.sync" not in src and k.resource_usage.get("local_bytes", 0) == 0
 
 
 @needs_nvrtc
@@ -134,9 +138,12 @@ def test_optimize_level_trades_prefetch_for_registers():
     from tilewright.ir.thread_printer import print_thread_kernel
 
     f = matmul(256, 256, 256, 128, 128, 32)
-    fast = print_thread_kernel(tilewright.lower(f, target="cuda -arch=sm_90a", optimize_level=2))
-    lean = print_thread_kernel(tilewright.lower(f, target="cuda -arch=sm_90a", optimize_level=1))
+    fast = print_thread_kernel(tilewright.lower(f, target="cuda -arch=sm_80", optimize_level=2))
+    lean = print_thread_kernel(tilewright.lower(f, target="cuda -arch=sm_80", optimize_level=1))
     assert fast.count("ldmatrix") > lean.count("ldmatrix")  # the prefetch loads the next K step too
+    # sm_90a: level 2 warp-specializes the mainloop (a producer warpgroup), level 1 does not
+    assert tilewright.lower(f, target="cuda -arch=sm_90a", optimize_level=2).num_threads == 256
+    assert tilewright.lower(f, target="cuda -arch=sm_90a", optimize_level=1).num_threads == 128
     with pytest.raises(tilewright.CompileError):
         tilewright.compile(f, optimize_level=7, target="interpret")
 

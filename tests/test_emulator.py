@@ -654,9 +654,12 @@ def test_tma_pipeline_runs_and_its_waits_are_checked(rng):
     """sm_90 pipelines load through TMA: the emulator runs them (zero-filling ragged boxes), and a
     wait with the wrong phase parity (the GPU would hang) or a missing wait is reported."""
     from tilewright.interp.emulator import EmulatorError
+    from tilewright.passes.pipeline import PassContext, run_pipeline
 
     M, N, K = 72, 136, 200  # ragged in every dimension; rows stay 16-byte aligned for TMA
-    k = lower(zoo.matmul(M, N, K, 64, 64, 32, "float16", stages=3), CUDA)
+    f = zoo.matmul(M, N, K, 64, 64, 32, "float16", stages=3)
+    # the block-wide TMA pipeline (sm_90a warp-specializes it by default: test_warp_specialize)
+    k = run_pipeline(f, PassContext(Target.parse(CUDA), {"tl.disable_warp_specialized": True}))
     assert k.tensor_maps, "an sm_90 pipelined GEMM should load its tiles through TMA"
     waits = []
     walk(k.body, lambda s: waits.append(s) if isinstance(s, th.MbarrierWait) else None)

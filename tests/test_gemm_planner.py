@@ -114,7 +114,7 @@ def test_instruction_families_are_named():
 
 
 @pytest.mark.parametrize("target, family", [
-    ("cuda -arch=sm_80", "mma.sync"), ("cuda -arch=sm_90a", "mma.sync"), ("cuda -arch=sm_100a", "mma.sync"),
+    ("cuda -arch=sm_80", "mma.sync"), ("cuda -arch=sm_90a", "wgmma"), ("cuda -arch=sm_100a", "mma.sync"),
     ("cuda -arch=sm_120a", "mma.sync"), ("hip -arch=gfx942", "mfma"), ("hip -arch=gfx90a", "mfma"),
     ("hip -arch=gfx1100", "wmma"), ("interpret", "simt"),
 ])
@@ -132,16 +132,22 @@ def test_sm_100a_and_sm_120a_are_not_given_wgmma():
         assert f"{arch} has no wgmma" in plan.reason
 
 
-def test_wgmma_is_recorded_but_mma_sync_is_used_without_the_option():
+NO_WGMMA = {"tl.disable_wgmma": True}
+
+
+def test_wgmma_is_the_default_and_tl_disable_wgmma_keeps_mma_sync():
     g = _gemm(128, 128, 32)
-    plan = _plan("cuda -arch=sm_90a", g)
+    plan = _plan("cuda -arch=sm_90a", g, **NO_WGMMA)
     assert plan.family == "mma.sync" and plan.instr.name == "mma.m16n8k16.f16"
     assert (plan.wgmma.instr.name, plan.wgmma.warpgroups_m, plan.wgmma.warpgroups_n) == ("wgmma.m64n128k16.f32.f16", 1, 1)
     assert plan.wgmma.atoms_m == 2 and plan.wgmma.a_source == SMEM_DESC
-    assert "tw.enable_wgmma" in plan.reason and "not enabled" in plan.reason
-    chosen = plan_gemm(g, 128, Target.parse("cuda -arch=sm_90a"), {"tw.enable_wgmma": True})
-    assert chosen.family == "wgmma" and chosen.b_source == SMEM_DESC and chosen.a_source == SMEM_DESC
-    assert chosen.instr is plan.wgmma.instr or chosen.instr == plan.wgmma.instr
+    assert "tl.disable_wgmma" in plan.reason and "not enabled" in plan.reason
+    for options in ({}, {"tw.enable_wgmma": True}, {"tw.enable_wgmma": True, "tl.disable_wgmma": True}):
+        chosen = plan_gemm(g, 128, Target.parse("cuda -arch=sm_90a"), options)  # tw.enable_wgmma forces it
+        assert chosen.family == "wgmma" and chosen.b_source == SMEM_DESC and chosen.a_source == SMEM_DESC
+        assert chosen.instr is plan.wgmma.instr or chosen.instr == plan.wgmma.instr
+    off = plan_gemm(g, 128, Target.parse("cuda -arch=sm_90a"), {"tw.enable_wgmma": False})
+    assert off.family == "mma.sync" and "tw.enable_wgmma is false" in off.reason
 
 
 def test_wgmma_operand_sources_and_types():
@@ -154,17 +160,19 @@ def test_wgmma_operand_sources_and_types():
     assert _plan(sm90, _gemm(64, 64, 64, "int8", "int32", trans_b=True)).wgmma.instr.name == "wgmma.m64n64k32.s32.s8"
     assert "K-major" in _plan(sm90, _gemm(64, 64, 64, "int8", "int32")).reason
     fp8 = _plan(sm90, _gemm(64, 64, 64, "float8_e4m3fn", trans_b=True))
-    assert fp8.family == "simt" and fp8.wgmma.instr.k == 32  # no mma.sync for fp8 here, wgmma recorded
+    assert fp8.family == "wgmma" and fp8.wgmma.instr.k == 32  # no mma.sync for fp8 here: wgmma only
+    assert _plan(sm90, _gemm(64, 64, 64, "float8_e4m3fn", trans_b=True), **NO_WGMMA).family == "simt"
     assert "whole warpgroups" in _plan(sm90, _gemm(48, 64, 32), nthreads=96).reason
     assert "64*i rows" in _plan(sm90, _gemm(32, 64, 32), nthreads=128).reason
 
 
 @pytest.mark.parametrize("policy, warps, warpgroups", [
-    ("square", (2, 2), (1, 2)), ("fullrow", (4, 1), (2, 1)), ("fullcol", (1, 4), (1, 2)),
+    # (wgmma Square: 64 x 256 per warpgroup reads 640 operand rows per K step, 128 x 128 768)
+    ("square", (2, 2), (2, 1)), ("fullrow", (4, 1), (2, 1)), ("fullcol", (1, 4), (1, 2)),
 ])
 def test_warp_and_warpgroup_partition_follow_the_policy(policy, warps, warpgroups):
     g = _gemm(128, 256, 32, policy=policy)  # 256 threads: square warpgroup tiles are 128 x 128
-    plan = _plan("cuda -arch=sm_90a", g, nthreads=128)
+    plan = _plan("cuda -arch=sm_90a", g, nthreads=128, **NO_WGMMA)
     assert plan.policy == policy
     assert plan.warps_m * plan.warps_n == 4 and plan.wgmma.warpgroups_m * plan.wgmma.warpgroups_n == 1
     p8 = _plan("cuda -arch=sm_90a", g, nthreads=256)
@@ -191,9 +199,11 @@ def test_enabling_wgmma_lowers_to_wgmma_mma_async():
 
 
 def test_every_gemm_and_parallel_loop_has_a_plan():
-    f = _tile_passes(zoo.flash_attention(200, 64, 64, 64, True), "cuda -arch=sm_90a")
+    f = _tile_passes(zoo.flash_attention(200, 64, 64, 64, True), "cuda -arch=sm_90a", **NO_WGMMA)
     gemms = _nodes(f.body, t.Gemm)
     assert len(gemms) == 2 and all(f.plans.gemms[g].family == "mma.sync" for g in gemms)
+    f = _tile_passes(zoo.flash_attention(200, 64, 64, 64, True), "cuda -arch=sm_90a")
+    assert all(f.plans.gemms[g].family == "wgmma" for g in _nodes(f.body, t.Gemm))
     pv = [g for g in gemms if g.a.buffer.scope == "fragment"][0]
     assert f.plans.gemms[pv].wgmma.a_source == REGISTERS
     for p in _nodes(f.body, t.ParallelFor):
@@ -236,7 +246,9 @@ def test_a_pass_rebuilding_nodes_keeps_their_plans_and_the_code(monkeypatch):
 def test_tile_ir_holds_no_mma_sync_schedule():
     assert not hasattr(t, "GemmPrefetch") and not hasattr(t, "GemmStep")
     for target, tma in (("cuda -arch=sm_80", False), ("cuda -arch=sm_90a", True), ("hip -arch=gfx942", False)):
-        f = _tile_passes(zoo.matmul(256, 256, 256, 128, 128, 32, "float16", stages=3), target)
+        # (sm_90a warp-specializes this loop by default: test_warp_specialize covers that shape)
+        f = _tile_passes(zoo.matmul(256, 256, 256, 128, 128, 32, "float16", stages=3), target,
+                         **{"tl.disable_warp_specialized": True})
         loop = [x for x in _nodes(f.body, t.For) if x.attrs.get("pipelined")][0]
         body = loop.body.stmts
         g = [s for s in body if isinstance(s, t.Gemm)][0]
@@ -264,7 +276,7 @@ def test_prefetching_mainloop_on_the_emulator(target):
     rng = np.random.default_rng(7)
     M, N, K = 96, 128, 160  # ragged M, five K tiles of 32 (two K steps each)
     k = tilewright.compile(zoo.matmul(M, N, K, 64, 64, 32, "float16", stages=3), target=target,
-                           execution_backend="emulator")
+                           execution_backend="emulator", pass_configs={**NO_WGMMA, "tl.disable_warp_specialized": True})
     assert "prefetching mainloop" in k.get_kernel_source()
     a, b = zoo.rand(rng, (M, K), "float16"), zoo.rand(rng, (K, N), "float16")
     bias, c = zoo.rand(rng, (N,)), zoo.poisoned((M, N), "float16")
@@ -291,13 +303,15 @@ def _digest(text):
 @pytest.mark.parametrize("name", sorted(ZOO))
 def test_recorded_wgmma_plan_and_node_ids_do_not_change_the_code(name):
     """Node ids differ from one compile to the next and sm_90a plans record a wgmma partition that
-    sm_90a-without-wgmma plans lack; the source is the same either way (the wgmma record is
-    bookkeeping until its lowering exists)."""
+    sm_90a-without-wgmma plans lack; with wgmma (and warp specialization) turned off the source is
+    the same either way (the wgmma record is bookkeeping then)."""
     sm90 = Target.parse("cuda -arch=sm_90a")
     no_wgmma = dataclasses.replace(sm90, features=tuple(f for f in sm90.features if f != "wgmma"))
-    f = _tile_passes(ZOO[name](), "cuda -arch=sm_90a")
+    off = {**NO_WGMMA, "tl.disable_warp_specialized": True}
+    f = _tile_passes(ZOO[name](), "cuda -arch=sm_90a", **off)
     assert any(p.wgmma is not None for p in f.plans.gemms.values())
-    first, second = _source(ZOO[name](), sm90), _source(ZOO[name](), sm90)
+    first, second = _source(ZOO[name](), sm90, **off), _source(ZOO[name](), sm90, **off)
     assert _digest(first) == _digest(second) == _digest(_source(ZOO[name](), no_wgmma))
+    assert _digest(_source(ZOO[name](), sm90)) == _digest(_source(ZOO[name](), sm90))  # wgmma: stable too
     for target in ("cuda -arch=sm_80", "hip -arch=gfx942", "hip -arch=gfx1100"):
         assert _digest(_source(ZOO[name](), target)) == _digest(_source(ZOO[name](), target))

@@ -93,3 +93,34 @@ def test_wgmma_under_warp_specialization_on_gpu():
                            target="cuda", pass_configs={**WGMMA, "tw.warp_specialize": True})
     _uses_wgmma(k)
     _check(k, M, N, K)
+
+
+@pytest.mark.parametrize("M, N, K, bm, bn, bk, stages, threads, dtype, trans_A, trans_B", [
+    (4096, 4096, 4096, 128, 256, 64, 4, 256, "float16", False, False),  # the H200 config
+    (4096, 4096, 4096, 128, 256, 64, 4, 256, "bfloat16", False, True),
+    (2000, 3000, 1000, 128, 256, 64, 4, 256, "float16", True, False),   # ragged, A stored K x M
+    (2000, 3000, 1000, 128, 128, 64, 5, 128, "bfloat16", True, True),
+    (136, 8192, 8192, 64, 128, 64, 4, 128, "float16", False, False),    # decode-like M
+    (8192, 8192, 1024, 128, 256, 64, 3, 256, "bfloat16", False, False),
+    (1000, 1000, 72, 128, 128, 64, 2, 128, "float16", False, True),     # fewer K tiles than stages
+])
+@pytest.mark.parametrize("configs", [{}, {"tl.disable_warp_specialized": True}, {"tl.disable_wgmma": True}])
+def test_default_sm90a_gemm_on_gpu(M, N, K, bm, bn, bk, stages, threads, dtype, trans_A, trans_B, configs):
+    """No pass configs: warp-specialized wgmma (one group in flight per consumer, setmaxnreg with two
+    consumer warpgroups); and with TileLang's switches turning each part off."""
+    f = matmul(M, N, K, bm, bn, bk, dtype=dtype, out_dtype="float32", trans_A=trans_A, trans_B=trans_B,
+               num_stages=stages, threads=threads)
+    k = tilewright.compile(f, target="cuda", pass_configs=configs)
+    src = k.get_kernel_source()
+    assert ("wgmma.mma_async" in src) is not bool(configs.get("tl.disable_wgmma"))
+    assert ("wgmma.wait_group.sync.aligned 1" in src) is not bool(configs)
+    g = torch.Generator(device="cuda").manual_seed(M + N + K)
+    a = torch.randn(*((K, M) if trans_A else (M, K)), device="cuda", generator=g).to(TORCH[dtype])
+    b = torch.randn(*((N, K) if trans_B else (K, N)), device="cuda", generator=g).to(TORCH[dtype])
+    c = torch.full((M, N), float("nan"), device="cuda", dtype=torch.float32)
+    k(a, b, c)
+    torch.cuda.synchronize()
+    want = (a.double().T if trans_A else a.double()) @ (b.double().T if trans_B else b.double())
+    assert torch.isfinite(c).all(), "some outputs were never written"
+    err = ((c.double() - want).abs().max() / want.abs().max()).item()
+    assert err < 2e-3, err

@@ -33,8 +33,15 @@ def test_sm90_gemm_loads_through_tma_and_sm80_through_cp_async():
     k90 = lower(matmul(512, 512, 512, 128, 128, 32, num_stages=3), SM90)
     assert [(tm.param.name, tm.box, tm.swizzle) for tm in k90.tensor_maps] == [("A", (128, 32), 64),
                                                                             ("B", (32, 64), 128)]
-    assert len(_nodes(k90, th.TmaLoad)) == 3 * 3  # 3 boxes per stage (B's 256-byte rows take two)
+    # warp-specialized by default: the producer's loop issues the 3 boxes of a stage (B's 256-byte
+    # rows take two); without it, the prologue's stages are unrolled
+    assert len(_nodes(k90, th.TmaLoad)) == 3 and k90.num_threads == 128 + 128
     assert not _nodes(k90, th.AsyncCopy)
+    from tilewright.passes.pipeline import PassContext, run_pipeline
+
+    plain = run_pipeline(matmul(512, 512, 512, 128, 128, 32, num_stages=3),
+                         PassContext(Target.parse(SM90), {"tl.disable_warp_specialized": True}))
+    assert len(_nodes(plain, th.TmaLoad)) == 3 * 3 and plain.num_threads == 128
     k80 = lower(matmul(512, 512, 512, 128, 128, 32, num_stages=3), SM80)
     assert not k80.tensor_maps and _nodes(k80, th.AsyncCopy)
 

@@ -21,6 +21,7 @@ from tilewright.errors import CompileError
 from tilewright.interp.emulator import run_thread_kernel
 from tilewright.interp.emulator.errors import EmulatorError
 from tilewright.ir import thread as th
+from tilewright.ir import tile as t
 from tilewright.ir.layout import SharedLayout
 from tilewright.ir.visitor import walk
 from tilewright.kernels import matmul
@@ -181,16 +182,22 @@ def test_wgmma_gemm_with_relu_epilogue():
 
 def test_wgmma_partition_of_two_warpgroups():
     """128 x 256 with 256 threads (the TileLang config on which mma.sync runs out of registers): two
-    consumer warpgroups, each issuing per K step one instruction per 64-row atom of its 128 x 128
-    tile (the Square policy), 128 accumulator registers per thread."""
+    consumer warpgroups, each issuing per K step one m64n256 instruction for its 64 x 256 tile (the
+    Square policy under wgmma: the fewest operand bytes read from shared memory), 128 accumulator
+    registers per thread."""
     f = matmul(256, 256, 64, 128, 256, 64, out_dtype="float32", threads=256)
     k = lower_wgmma(f)
     mm = nodes(k, th.Wgmma)
-    assert {x.instr.name for x in mm} == {"wgmma.m64n128k16.f32.f16"}
-    assert len(mm) == (64 // 16) * 2  # K steps x 64-row atoms of one warpgroup's tile
+    assert {x.instr.name for x in mm} == {"wgmma.m64n256k16.f32.f16"}
+    assert len(mm) == 64 // 16  # K steps x 64-row atoms of one warpgroup's tile
     assert {x.d[0].shape[0] for x in mm} == {128 * 256 // 256}
-    assert [type(x) for x in nodes(k, (th.WgmmaFence, th.WgmmaCommit, th.WgmmaWait))] == \
-        [th.WgmmaFence, th.WgmmaCommit, th.WgmmaWait]
+    # warp-specialized by default: one group stays in flight per K loop iteration, drained after it
+    seq = nodes(k, (th.WgmmaFence, th.WgmmaCommit, th.WgmmaWait))
+    assert [type(x) for x in seq] == [th.WgmmaFence, th.WgmmaCommit, th.WgmmaWait, th.WgmmaWait]
+    assert [x.pending for x in seq[2:]] == [1, 0]
+    plain = lower_wgmma(f, **{"tl.disable_warp_specialized": True})
+    seq = nodes(plain, (th.WgmmaFence, th.WgmmaCommit, th.WgmmaWait))
+    assert [type(x) for x in seq] == [th.WgmmaFence, th.WgmmaCommit, th.WgmmaWait] and seq[2].pending == 0
 
 
 def _gemm_serial(M, N, K, bm, bn, bk, threads, a_in_registers=True):
@@ -267,11 +274,184 @@ def test_wgmma_under_warp_specialization(M, N, K, bm, bn, bk, threads, trans_B):
     assert np.abs(c - ref).max() / np.abs(ref).max() < 2e-3
 
 
+# ---------------------------------------------------------------------------------------------
+# the default sm_90a GEMM: warp-specialized, one wgmma group in flight per consumer
+
+
+def _ws_run(k, M, N, K, dtype, trans_A, trans_B, seed):
+    rng = np.random.default_rng(seed)
+    nd = NP[dtype]
+    a = rng.uniform(-1, 1, (K, M) if trans_A else (M, K)).astype(nd)
+    b = rng.uniform(-1, 1, (N, K) if trans_B else (K, N)).astype(nd)
+    c = np.full((M, N), np.nan, np.float32)
+    run_thread_kernel(k, [a, b, c], check_races=True)
+    a64, b64 = a.astype(np.float64), b.astype(np.float64)
+    return c, (a64.T if trans_A else a64) @ (b64.T if trans_B else b64)
+
+
+@pytest.mark.parametrize("M, N, K, bm, bn, bk, stages, threads, dtype, trans_A, trans_B", [
+    (200, 136, 200, 128, 128, 64, 3, 128, "float16", False, False),   # ragged M, N and K
+    (136, 72, 264, 64, 64, 64, 2, 128, "bfloat16", False, True),      # B stored N x K
+    (72, 200, 136, 64, 128, 32, 4, 128, "float16", True, False),      # A stored K x M
+    (128, 256, 328, 128, 256, 64, 4, 256, "bfloat16", True, True),    # two consumer warpgroups
+    (96, 64, 72, 64, 64, 32, 5, 128, "float16", False, False),        # more stages than K tiles
+])
+def test_default_sm90a_gemm_is_warp_specialized_wgmma_and_right(M, N, K, bm, bn, bk, stages, threads, dtype,
+                                                                  trans_A, trans_B):
+    """No pass configs: a producer warpgroup, consumers on wgmma that keep one group in flight and
+    release a ring slot one iteration late; float64 reference, NaN-poisoned output, races checked."""
+    f = matmul(M, N, K, bm, bn, bk, dtype, out_dtype="float32", num_stages=stages, threads=threads,
+               trans_A=trans_A, trans_B=trans_B)
+    _verify(f)
+    k = run_pipeline(f, PassContext(Target.parse(SM90A), {"optimize_level": 2}))
+    assert k.num_threads == threads + 128 and nodes(k, th.Wgmma)
+    assert [w.pending for w in nodes(k, th.WgmmaWait)] == [1, 0]
+    c, ref = _ws_run(k, M, N, K, dtype, trans_A, trans_B, seed=M + K)
+    assert np.abs(c - ref).max() / np.abs(ref).max() < 2e-3
+
+
+@pytest.mark.parametrize("stages", [2, 3])
+def test_releasing_a_slot_while_its_wgmma_is_in_flight_is_caught(stages, monkeypatch):
+    """A wrong wait count (wait_group(2) before releasing the previous slot, whose wgmma may then still
+    be reading it) is a race the emulator reports, although the numbers would come out right."""
+    import tilewright.passes.warp_specialize as ws
+
+    f = matmul(128, 64, 384, 64, 64, 64, "float16", out_dtype="float32", num_stages=stages)
+    monkeypatch.setattr(ws, "WGMMA_GROUPS_IN_FLIGHT", 2)
+    k = run_pipeline(f, PassContext(Target.parse(SM90A), {"optimize_level": 2}))
+    assert [w.pending for w in nodes(k, th.WgmmaWait)] == [2, 0]
+    with pytest.raises(EmulatorError, match="wgmma|may still read"):
+        _ws_run(k, 128, 64, 384, "float16", False, False, seed=3)
+
+
+def test_the_consumers_drain_retires_the_last_wgmma_group():
+    """Without the wait_group(0) after the consumer loop the epilogue would read poison."""
+    f = matmul(128, 64, 256, 64, 64, 64, "float16", out_dtype="float32", num_stages=2)
+    k = run_pipeline(f, PassContext(Target.parse(SM90A), {"optimize_level": 2}))
+    nodes(k, th.WgmmaWait)[-1].pending = 1
+    c, _ = _ws_run(k, 128, 64, 256, "float16", False, False, seed=5)
+    assert np.isnan(c).all()
+
+
+@pytest.mark.parametrize("consumers", [128, 256, 384, 512, 640, 768, 896])
+@pytest.mark.parametrize("min_blocks", [None, 1, 2, 3])
+def test_setmaxnreg_split_fits_the_registers_the_launch_gives(consumers, min_blocks):
+    """(producer, consumer) registers per thread: multiples of 8 in 24..256, the sum over the block
+    within what the launch gives it, a real gain for the consumers, None where there is none."""
+    from tilewright.passes.warp_specialize import register_split
+
+    tgt = Target.parse(SM90A)
+    split = register_split(consumers, tgt, {"tw.min_blocks_per_sm": min_blocks})
+    total = consumers + 128
+    launch = min(65536 // (total * (min_blocks or 1)), 255) // 8 * 8
+    if split is None:
+        assert launch >= 248 or (65536 // (total * (min_blocks or 1)) - 40) * total // consumers // 8 * 8 <= launch \
+            or launch <= 40
+        return
+    producer, consumer = split
+    assert all(24 <= r <= 256 and r % 8 == 0 for r in split)
+    assert 128 * producer + consumers * consumer <= launch * total <= 65536 // (min_blocks or 1)
+    assert producer < launch < consumer
+    if consumers == 256 and not min_blocks or min_blocks == 1 and consumers == 256:
+        assert split == (40, 232)  # two consumer warpgroups: the CUTLASS-style split
+
+
+def test_two_consumer_warpgroups_rebalance_registers_one_does_not():
+    """setmaxnreg: the producer warpgroup gives registers up first thing, the consumer warpgroups
+    take them (2 consumer warpgroups); with one the launch already allows 255 and nothing moves."""
+    k = run_pipeline(matmul(256, 256, 128, 128, 256, 64, out_dtype="float32", num_stages=3, threads=256),
+                     PassContext(Target.parse(SM90A), {"optimize_level": 2}))
+    assert [(x.count, x.increase) for x in nodes(k, th.SetMaxNReg)] == [(40, False), (232, True)]
+    assert len(nodes(k, th.Barrier)) == 1  # (after the mbarrier set-up: the epilogue never waits for the producer)
+    mma = run_pipeline(matmul(256, 256, 128, 128, 256, 64, out_dtype="float32", num_stages=3, threads=256),
+                       PassContext(Target.parse(SM90A), {"optimize_level": 2, "tl.disable_wgmma": True}))
+    assert mma.num_threads == 384 and not nodes(mma, th.SetMaxNReg)  # ptxas ignores it for mma.sync consumers
+    k1 = run_pipeline(matmul(256, 256, 128, 128, 128, 64, out_dtype="float32", num_stages=3),
+                      PassContext(Target.parse(SM90A), {"optimize_level": 2}))
+    assert not nodes(k1, th.SetMaxNReg) and k1.num_threads == 256
+    k80 = run_pipeline(matmul(256, 256, 128, 128, 256, 64, out_dtype="float32", num_stages=3, threads=256),
+                       PassContext(Target.parse("cuda -arch=sm_90"), {"optimize_level": 2, "tw.warp_specialize": True}))
+    assert k80.num_threads == 384 and not nodes(k80, th.SetMaxNReg)  # sm_90 without the a: no setmaxnreg
+
+
+def test_a_register_split_over_the_pool_hangs_in_the_emulator():
+    """setmaxnreg.inc waits until the pool holds the registers: consumers asking for 256 each with
+    two warpgroups (40 * 128 + 256 * 256 > 168 * 384) never get them — a deadlock the emulator names."""
+    from tilewright.interp.emulator.errors import DeadlockError
+
+    M, N, K = 128, 256, 128
+
+    def lowered():  # a fresh kernel each time (the emulator caches the program of a kernel)
+        return run_pipeline(matmul(M, N, K, 128, 256, 64, out_dtype="float32", num_stages=2, threads=256),
+                            PassContext(Target.parse(SM90A), {"optimize_level": 2}))
+
+    c, ref = _ws_run(lowered(), M, N, K, "float16", False, False, seed=11)  # the right split runs
+    assert np.abs(c - ref).max() / np.abs(ref).max() < 2e-3
+    k = lowered()
+    inc = [x for x in nodes(k, th.SetMaxNReg) if x.increase][0]
+    inc.count = 256
+    with pytest.raises(DeadlockError, match="setmaxnreg.inc 256"):
+        _ws_run(k, M, N, K, "float16", False, False, seed=11)
+
+
+@needs_nvrtc
+@pytest.mark.parametrize("dtype", ["float16", "bfloat16"])
+def test_default_128x256x64_gemm_sass_has_hgmma_setmaxnreg_and_no_spills(dtype, tmp_path):
+    """The H200 config (128x256x64 tiles, 4 stages, 256 consumer threads + the producer): HGMMA,
+    the register rebalancing, one wgmma group left in flight per K tile, nothing in local memory."""
+    from tilewright.codegen.cuda import print_cuda
+    from tilewright.toolchain import nvrtc
+
+    f = matmul(4096, 4096, 4096, 128, 256, 64, dtype, num_stages=4, threads=256)
+    _verify(f)
+    k = run_pipeline(f, PassContext(Target.parse(SM90A), {"optimize_level": 2}))
+    binary = nvrtc.compile_cuda(print_cuda(k), "sm_90a", [k.name])
+    res = binary.resources[k.name]
+    # with setmaxnreg the device compiler gives every thread the launch budget: 65536 / 384 -> 168
+    assert res["spills"] == 0 and res["local_bytes"] == 0 and res["registers"] == 168, res
+    tool = _nvdisasm()
+    if tool is None:
+        pytest.skip("compiled without spills; no nvdisasm here to look into the SASS")
+    path = tmp_path / "k.cubin"
+    path.write_bytes(binary.cubin)
+    sass = subprocess.run([tool, "-c", str(path)], capture_output=True, text=True, check=True).stdout
+    assert "HGMMA.64x256x16.F32" in sass and "LDL" not in sass and "STL" not in sass
+    assert "USETMAXREG.DEALLOC" in sass and "USETMAXREG.TRY_ALLOC" in sass
+    assert "WARPGROUP.DEPBAR.LE gsb0, 0x1" in sass and "WARPGROUP.DEPBAR.LE gsb0, 0x0" in sass
+
+
+def test_kernels_the_producer_would_not_fit_keep_the_plain_pipelined_loop():
+    """Warp specialization is an optimization: a block that would pass 1024 threads, or shared
+    memory the producer's mbarriers would overflow, keeps the block-wide pipelined loop (and compiles)."""
+    import copy
+    import dataclasses
+
+    from tilewright.ir.plans import Plans
+    from tilewright.passes.warp_specialize import warp_specialize
+
+    big = run_pipeline(matmul(256, 256, 64, 256, 256, 32, out_dtype="float32", num_stages=2, threads=1024),
+                       PassContext(Target.parse(SM90A), {"optimize_level": 2}))
+    assert big.num_threads == 1024 and nodes(big, th.TmaLoad) and not nodes(big, th.SetMaxNReg)
+
+    def specialized(max_shared):
+        f = matmul(256, 256, 128, 128, 128, 64, out_dtype="float32", num_stages=3)
+        work = copy.copy(f)
+        work.plans = Plans()
+        tgt = dataclasses.replace(Target.parse(SM90A), max_shared_bytes=max_shared)
+        out = warp_specialize(work, PassContext(tgt, {"optimize_level": 2}))
+        return nodes(out, t.ThreadPartition) != []
+
+    ring = 3 * (128 * 64 + 64 * 128) * 2  # A and B slots, float16
+    assert specialized(ring + 128 + 24)  # full[3] and empty[3] fit, each 128-byte aligned
+    assert not specialized(ring + 128 + 23)
+
+
 def test_the_accumulator_is_poison_until_wait_group_retires_the_wgmma():
     """The emulator writes a wgmma's result at the wait_group that retires it: a wait that leaves
     the last group in flight lets the epilogue read poison (NaN), which a test would see."""
     M = N = K = 64
-    k = lower_wgmma(matmul(M, N, K, 64, 64, 32, out_dtype="float32", num_stages=2))
+    plain = {"tl.disable_warp_specialized": True}
+    k = lower_wgmma(matmul(M, N, K, 64, 64, 32, out_dtype="float32", num_stages=2), **plain)
     waits = nodes(k, th.WgmmaWait)
     assert [w.pending for w in waits] == [0]
     rng = np.random.default_rng(4)
@@ -280,17 +460,19 @@ def test_the_accumulator_is_poison_until_wait_group_retires_the_wgmma():
     c = np.full((M, N), np.nan, np.float32)
     run_thread_kernel(k, [a, b, c])
     assert np.abs(c - a.astype(np.float64) @ b.astype(np.float64)).max() < 1e-2
-    k = lower_wgmma(matmul(M, N, K, 64, 64, 32, out_dtype="float32", num_stages=2))  # (programs are cached)
+    k = lower_wgmma(matmul(M, N, K, 64, 64, 32, out_dtype="float32", num_stages=2), **plain)  # (cached programs)
     nodes(k, th.WgmmaWait)[0].pending = 1
     c[:] = 0
     run_thread_kernel(k, [a, b, c])
     assert np.isnan(c).all()
 
 
-def test_without_the_option_mma_sync_is_used():
+def test_wgmma_is_the_default_and_tl_disable_wgmma_keeps_mma_sync():
     f = matmul(128, 128, 64, 128, 128, 32, out_dtype="float32")
     _verify(f)
     k = run_pipeline(f, PassContext(Target.parse(SM90A), {"optimize_level": 2}))
+    assert nodes(k, th.Wgmma) and not nodes(k, th.MatrixMultiply)
+    k = run_pipeline(f, PassContext(Target.parse(SM90A), {"optimize_level": 2, "tl.disable_wgmma": True}))
     assert not nodes(k, th.Wgmma) and nodes(k, th.MatrixMultiply)
 
 
@@ -341,7 +523,8 @@ def test_wgmma_gemm_compiles_for_sm_90a_without_spills(M, N, K, bm, bn, bk, dtyp
 
     out = "float16" if dtype.startswith("float8") else dtype
     f = matmul(M, N, K, bm, bn, bk, dtype=dtype, out_dtype=out, trans_B=trans_B, num_stages=3, threads=threads)
-    k = lower_wgmma(f, **({"tw.warp_specialize": True} if ws else {}))
+    k = lower_wgmma(f, **({"tw.warp_specialize": True} if ws else {"tl.disable_warp_specialized": True}))
+    assert k.num_threads == threads + (128 if ws else 0)
     src = print_cuda(k)
     assert "wgmma.mma_async.sync.aligned" in src and "mma.sync" not in src
     binary = nvrtc.compile_cuda(src, "sm_90a", [k.name])

@@ -43,16 +43,19 @@ class PassConfigKey(str, enum.Enum):
 HONOURED: dict[str, str] = {
     "tw.disable_gemm_prefetch": "turn off the operand-prefetching GEMM mainloop",
     "tw.disable_tma": "pipelined global -> shared copies use cp.async instead of TMA",
-    "tw.warp_specialize": "a TMA GEMM mainloop runs as a producer warpgroup and consumer threads (sm_90)",
-    "tw.enable_wgmma": "lower gemms on sm_90a to wgmma.mma_async (operands through shared-memory descriptors)",
+    "tw.warp_specialize": "true: warp-specialize TMA GEMM mainloops on any TMA target (sm_90); false: never "
+                          "(on by default on sm_90a)",
+    "tw.enable_wgmma": "true: force wgmma.mma_async on sm_90a where possible even with tl.disable_wgmma; false: "
+                       "mma.sync (wgmma is the default on sm_90a)",
     "tw.min_blocks_per_sm": "the occupancy the register budget is planned for (__launch_bounds__)",
     "tw.mma_order": "order of the matrix instructions of a gemm ('serpentine', 'n_outer')",
-    "tl.disable_tma_lower": "same as tw.disable_tma",
+    "tl.disable_tma_lower": "same as tw.disable_tma (and no warp specialization, which needs TMA)",
+    "tl.disable_warp_specialized": "no automatic warp specialization of T.Pipelined GEMM mainloops on sm_90a",
+    "tl.disable_wgmma": "gemms on sm_90a use mma.sync instead of wgmma.mma_async",
 }
 
 # TileLang's keys that change nothing here (their passes do not exist or their choice is fixed).
 TILELANG_WITHOUT_EFFECT: dict[str, str] = {
-    "tl.disable_warp_specialized": "tilewright does not warp-specialize kernels unless asked",
     "tl.disable_safe_memory_legalize": "out-of-bounds global accesses are always masked",
     "tl.enable_fast_math": "math functions follow the target's default (precise) implementations",
     "tl.disable_dynamic_tail_split": "there is no tail-split pass",
@@ -60,7 +63,6 @@ TILELANG_WITHOUT_EFFECT: dict[str, str] = {
     "tl.config_index_bitwidth": "indices are 32-bit, promoted to 64-bit where a tensor needs it",
     "tl.ptxas_register_usage_level": "use tw.min_blocks_per_sm to steer the register budget",
     "tl.enable_ptxas_verbose_output": "set TILEWRIGHT_DUMP_DIR to see the compiler log",
-    "tl.disable_wgmma": "wgmma is not used",
     "tl.disable_thread_storage_sync": "barriers are always inserted where shared memory needs them",
     "tl.disable_vectorize_256": "vector accesses are at most 16 bytes",
     "tl.Simplify": "there is no TVM simplifier",

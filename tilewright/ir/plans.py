@@ -158,6 +158,9 @@ class Plans:
 
     gemms: PlanMap = field(default_factory=lambda: PlanMap("gemm plan", "plan_gemms"))
     mainloops: PlanMap = field(default_factory=lambda: PlanMap("pipelined mainloop", "pipeline_loops"))
+    # wgmma commit groups a gemm leaves in flight when its statement ends (warp_specialize's
+    # consumers release a ring slot one K step late; absent: 0, the gemm waits for its wgmmas)
+    wgmma_in_flight: PlanMap = field(default_factory=lambda: PlanMap("wgmma groups in flight", "warp_specialize"))
     parallel_layouts: PlanMap = field(default_factory=lambda: PlanMap("T.Parallel layout", "infer_layouts"))
     rings: BufferPlans = field(default_factory=lambda: BufferPlans("pipeline ring", "pipeline_loops"))
     fragment_layouts: BufferPlans = field(default_factory=lambda: BufferPlans("fragment layout", "infer_layouts"))

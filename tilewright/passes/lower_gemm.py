@@ -22,8 +22,9 @@ as usual, followed by the wait and the barrier.
 wgmma plans (``tw.enable_wgmma``, sm_90a): each warpgroup of the plan's grid issues, per K step,
 one ``wgmma.mma_async`` per 64-row atom of its tile, B (and A unless it is a fragment) read
 through shared-memory matrix descriptors of the TMA-swizzled operand layouts; the gemm is fenced
-before, committed and waited for (``wait_group 0``) after — overlapping the next K step's copies
-with the current wgmma is later work.
+before, committed and waited for after: ``wait_group n`` with ``n = plans.wgmma_in_flight[gemm]``
+(0 unless ``warp_specialize`` made the gemm a consumer that releases its ring slot one iteration
+late, leaving this iteration's group in flight while the next one is issued).
 
 SIMT path (no matrix instruction for the types): thread (ti, tj) of a ``tm x tn`` grid accumulates its
 strided rows/columns with scalar multiply-adds, reading A and B from shared memory.
@@ -167,7 +168,8 @@ def _wgmma_operand(ctx: LoweringContext, region: t.Region, starts, k_major: bool
 
 def _lower_wgmma(ctx: LoweringContext, s: t.Gemm, plan, lay, c_local, env: Env) -> list:
     """fence; per K step, one wgmma per (64-row atom, N atom) of the warpgroup's tile; commit; wait
-    for it (the accumulator is complete when the gemm statement ends).  ``clear_accum`` is the first
+    until at most ``plans.wgmma_in_flight[s]`` groups are in flight (0: the accumulator is complete
+    when the gemm statement ends; 1: a later ``WgmmaWait`` completes it).  ``clear_accum`` is the first
     K step's scale-d = 0.  Operands not filled by TMA are first handed from the generic proxy to the
     async proxy (wgmma's operand reads): proxy fence, then barrier."""
     instr = plan.instr
@@ -199,7 +201,7 @@ def _lower_wgmma(ctx: LoweringContext, s: t.Gemm, plan, lay, c_local, env: Env) 
             for ni, b_op in enumerate(b_ops):
                 scale_d = 0 if s.clear_accum and kk == 0 else 1
                 out.append(th.Wgmma(instr, (c_local, lay.reg(mi, ni, 0)), a_op, b_op, scale_d, loc=s.loc))
-    out += [th.WgmmaCommit(loc=s.loc), th.WgmmaWait(0, fenced, loc=s.loc)]
+    out += [th.WgmmaCommit(loc=s.loc), th.WgmmaWait(ctx.plans.wgmma_in_flight.get(s, 0), fenced, loc=s.loc)]
     return out
 
 

@@ -255,6 +255,8 @@ class _StmtLowering:
         if isinstance(s, th.MbarrierExpectTx):
             return [th.MbarrierExpectTx(ctx.shared_flat(s.bar), lower_expr(ctx, s.index, env),
                                         lower_expr(ctx, s.nbytes, env), loc=s.loc)]
+        if isinstance(s, th.WgmmaWait):  # placed in Tile IR by warp_specialize: fenced fragments -> registers
+            return [th.WgmmaWait(s.pending, tuple(ctx.local_of.get(b, b) for b in s.fenced), loc=s.loc)]
         if isinstance(s, th.MbarrierInit):
             return [th.MbarrierInit(ctx.shared_flat(s.bar), s.count, loc=s.loc)]
         if isinstance(s, th.MbarrierWait):

@@ -7,16 +7,19 @@ Guarantees: ``func.plans.gemms[gemm]`` holds a ``GemmPlan`` for every ``Gemm`` n
 * the family: ``mma.sync`` (NVIDIA), ``mfma`` (CDNA), ``wmma`` (RDNA), ``wgmma`` (sm_90a only, see
   below) or ``simt`` (no matrix instruction for the operand types: fp32, the CPU interpreter);
 * the instruction, and the warp grid ``warps_m x warps_n`` over C chosen by the gemm's warp policy
-  (Square: warp tiles as square as possible; FullRow: warps stacked along M, each owning whole
-  rows; FullCol: warps side by side along N) — or the SIMT thread grid;
+  (Square: warp tiles as square as possible — for wgmma, the warpgroup partition that reads the
+  fewest operand bytes from shared memory per K step first (``_operand_rows_read``); FullRow: warps
+  stacked along M, each owning whole rows; FullCol: warps side by side along N) — or the SIMT
+  thread grid;
 * where the instruction reads A and B (registers or a shared-memory descriptor);
 * where wgmma is possible (sm_90a, 16-bit or 8-bit inputs, whole warpgroups, M a multiple of 64 per
   warpgroup, N per warpgroup in the type's N-family), the warpgroup partition (``plan.wgmma``).
 
-The family is ``wgmma`` only when the pass config ``tw.enable_wgmma`` is set (off by default while
-the wgmma path is young); otherwise it stays ``mma.sync`` with ``plan.reason`` saying that wgmma
-was possible.  wgmma also needs its shared operands to be whole tiles that a matrix descriptor can
-describe (``_descriptor_problem``; ``infer_layouts`` then gives them the swizzled TMA layout).
+Where wgmma is possible it is the family, unless TileLang's pass config ``tl.disable_wgmma`` is set
+(then ``mma.sync``, with ``plan.reason`` saying that wgmma was possible).  ``tw.enable_wgmma`` is an
+explicit choice that overrides it: true forces wgmma where possible, false turns it off.  wgmma
+also needs its shared operands to be whole tiles that a matrix descriptor can describe
+(``_descriptor_problem``; ``infer_layouts`` then gives them the swizzled TMA layout).
 
 Errors (``CompileError`` at the gemm's line): a tile the warps cannot split evenly, with the
 multiples to use.
@@ -34,6 +37,17 @@ from ..ir.visitor import walk
 from ..target.matrix import REGISTERS, SMEM_DESC
 
 WGMMA_OPTION = "tw.enable_wgmma"
+DISABLE_WGMMA_OPTION = "tl.disable_wgmma"
+
+
+def wgmma_enabled(options) -> bool:
+    """Whether wgmma is chosen where it is possible: ``tw.enable_wgmma`` when given, else on unless
+    ``tl.disable_wgmma``."""
+    options = options or {}
+    explicit = options.get(WGMMA_OPTION)
+    if explicit is not None:
+        return bool(explicit)
+    return not options.get(DISABLE_WGMMA_OPTION)
 
 
 def plan_gemms(func: t.PrimFunc, ctx) -> t.PrimFunc:
@@ -70,12 +84,14 @@ def plan_gemm(g: t.Gemm, nthreads: int, target, options=None, first_thread: int 
     a_source = REGISTERS
     wg, why_not = (None, "the CPU interpreter runs gemms as whole-tile products") if target.is_interpret \
         else _wgmma_partition(g, nthreads, target, first_thread)
-    if wg is not None and options.get(WGMMA_OPTION):
+    if wg is not None and wgmma_enabled(options):
+        why = f"{WGMMA_OPTION} is set" if options.get(WGMMA_OPTION) else "wgmma is the default where possible"
         return GemmPlan("wgmma", wg.instr, wg.warpgroups_m, wg.warpgroups_n, policy=policy, a_source=wg.a_source,
-                        b_source=SMEM_DESC, wgmma=wg, reason=f"{WGMMA_OPTION} is set")
+                        b_source=SMEM_DESC, wgmma=wg, reason=why)
     if wg is not None:
+        off = f"{WGMMA_OPTION} is false" if options.get(WGMMA_OPTION) is not None else f"{DISABLE_WGMMA_OPTION} is set"
         reason = (f"wgmma is possible ({wg.warpgroups_m}x{wg.warpgroups_n} warpgroups of {wg.instr.name}, A from "
-                  f"{wg.a_source}) but not enabled; set {WGMMA_OPTION} to choose it")
+                  f"{wg.a_source}) but not enabled ({off})")
     else:
         reason = f"no wgmma: {why_not}"
     instrs = target.matrix_instr_for(a_dt, b_dt, c_dt) if not target.is_interpret else []
@@ -199,10 +215,23 @@ def _wgmma_partition(g: t.Gemm, nthreads: int, target, first_thread: int = 0):
         pick = max(options, key=lambda o: (o[1] == 1, o[0]))
     elif g.policy == "fullcol":
         pick = max(options, key=lambda o: (o[0] == 1, o[1]))
-    else:  # Square: warpgroup tiles as square as possible, then the widest instruction
-        pick = min(options, key=lambda o: (abs(m // o[0] - n // o[1]), -o[2].n))
+    else:  # Square: the fewest shared operand bytes per K step, then tiles as square as possible
+        pick = min(options, key=lambda o: (_operand_rows_read(m, n, o, a_source), abs(m // o[0] - n // o[1]),
+                                           -o[2].n))
     wgm, wgn, instr = pick
     return WgmmaPlan(instr, wgm, wgn, m // (64 * wgm), a_source), ""
+
+
+def _operand_rows_read(m: int, n: int, option, a_source) -> int:
+    """Operand rows (of one K step) the warpgroups of a partition read from shared memory: every
+    instruction reads its B rows (``instr.n``) and, unless A is in registers, its 64 A rows.  With
+    wgmma both operands stream from shared memory, whose bandwidth (shared with the TMA writes)
+    is what limits a large tile: for 128 x 256 over two warpgroups, 64 x 256 each (one m64n256 per
+    K step) reads 640 rows, 128 x 128 each (two m64n128) 768 — the role register reuse plays in
+    the mma.sync policy."""
+    wgm, wgn, instr = option
+    instrs = (m // wgm // 64) * (n // wgn // instr.n) * wgm * wgn
+    return instrs * (instr.n + (0 if a_source == REGISTERS else 64))
 
 
 def _descriptor_problem(region) -> str:

@@ -1,6 +1,9 @@
 """Pass ``warp_specialize``: a ``T.Pipelined`` GEMM mainloop becomes a producer warpgroup filling an
-mbarrier-guarded ring with TMA and consumer threads computing from it (sm_90, behind the pass
-config ``tw.warp_specialize``; the Hopper GEMM work makes it the default).
+mbarrier-guarded ring with TMA and consumer threads computing from it.
+
+When: by default on sm_90a (targets with wgmma) at ``optimize_level`` >= 2; TileLang's pass configs
+``tl.disable_warp_specialized`` and ``tl.disable_tma_lower`` (or ``tw.disable_tma``) turn it off;
+``tw.warp_specialize`` is an explicit choice (true: also on other TMA targets, sm_90; false: off).
 
 Needs: verified Tile IR, before ``pipeline_loops``; a target with TMA.
 Applies to a kernel whose top-level statements contain one ``T.Pipelined`` loop (``num_stages``
@@ -12,17 +15,28 @@ Any other kernel is returned unchanged (this is an optimization, never a change 
 Guarantees, for ``S`` stages and ``T`` original threads (the block grows to ``T + 128``):
 
     block:     ring buffers A[S], B[S]; mbarriers full[S] (one arrival per TMA box) and
-               empty[S] (T arrivals); thread 0 initialises both; block barrier
-    producer:  ThreadPartition(0, 128):  for k: wait empty[k % S] for parity ((k // S) + 1) % 2
+               empty[S] (T arrivals; T / 32, one per warp, for wgmma consumers); thread 0
+               initialises both; block barrier
+    producer:  ThreadPartition(0, 128):  (setmaxnreg.dec;) its first warp, ThreadPartition(0, 32):
+                                         for k: wait empty[k % S] for parity ((k // S) + 1) % 2
                                          (a fresh barrier passes the first round), then the TMA
                                          loads of iteration k into slot k % S arriving on full[k % S]
     consumers: ThreadPartition(128, T):  the statements before the loop; for k: wait full[k % S]
                                          for parity (k // S) % 2, the gemm on slot k % S, arrive on
                                          empty[k % S]; the statements after the loop
 
+When ``plan_gemms`` will give the gemm to wgmma and S >= 2, the consumers overlap K steps: the
+gemm of iteration k ends with ``wait_group(1)`` (``plans.wgmma_in_flight``), which leaves its own
+group running and guarantees the group of iteration k - 1 has read its operands, so the loop then
+arrives on empty[(k - 1) % S] (from the second iteration on; one elected lane per warp, after the
+warp's wait); after the loop ``wait_group(0)``
+completes the accumulator and the last slot is released.  (S = 1 keeps the synchronous release:
+the producer would wait for the very slot the consumer is about to read.)
+
 A slot is refilled only after every consumer thread has arrived on its ``empty`` barrier, i.e.
 after its last reader is done with it: the asynchronous consumer frees the slot, not a block
-barrier.  The emulator runs the result cooperatively (warps advance until they block) and checks
+barrier.  When the producer's shared memory (the mbarriers) would not fit, the kernel is returned
+unchanged.  The emulator runs the result cooperatively (warps advance until they block) and checks
 the protocol (parities, arrival counts, slot reuse).
 """
 
@@ -35,11 +49,14 @@ from ..ir.plans import PipelineRing
 from ..ir.visitor import free_vars, map_stmt, walk
 from .pipeline_loops import _buffers_touched_outside, _flatten, _restage, tma_eligible
 
-PRODUCER_THREADS = 128  # one warpgroup: TMA is issued by its first warp
+PRODUCER_THREADS = 128  # one warpgroup (setmaxnreg works on whole warpgroups) ...
+ISSUER_THREADS = 32  # ... of which the first warp runs the producer loop; the other three idle
+WGMMA_GROUPS_IN_FLIGHT = 1  # wgmma groups a consumer leaves running while it issues the next K step
+PRODUCER_REGISTERS = 40  # per thread of the producer warpgroup after setmaxnreg.dec (sm_90a)
 
 
 def warp_specialize(func: t.PrimFunc, ctx=None) -> t.PrimFunc:
-    if ctx is None or not ctx.options.get("tw.warp_specialize") or not ctx.target.has("tma"):
+    if ctx is None or not ws_enabled(ctx.target, ctx.options):
         return func
     kernels = []
     walk(func.body, lambda s: kernels.append(s) if isinstance(s, t.Kernel) else None)
@@ -49,8 +66,41 @@ def warp_specialize(func: t.PrimFunc, ctx=None) -> t.PrimFunc:
     plan = _match(kernel, func)
     if plan is None:
         return func
-    func.body = map_stmt(func.body, lambda s: _specialize(s, func, *plan) if s is kernel else None)
+    rings: dict = {}  # the plans the new kernel needs, recorded only if it is kept
+    in_flight: dict = {}
+    new_kernel = _specialize(kernel, func, ctx, rings, in_flight, *plan)
+    if _declared_shared(new_kernel) > ctx.target.max_shared_bytes:
+        return func  # the mbarriers tipped the shared memory over: keep the plain pipelined loop
+    func.plans.rings.update(rings)
+    for g, n in in_flight.items():
+        func.plans.wgmma_in_flight[g] = n
+    func.body = map_stmt(func.body, lambda s: new_kernel if s is kernel else None)
     return func
+
+
+def _declared_shared(kernel: t.Kernel) -> int:
+    from ..ir import dtype as dt
+
+    total = 0
+    for s in _flatten(kernel.body):
+        if isinstance(s, t.Alloc) and s.buffer.scope == "shared":
+            n = 1
+            for d in s.buffer.shape:
+                n *= d if isinstance(d, int) else 0
+            total = (total + 127) // 128 * 128 + n * dt.nbytes(s.buffer.dtype)
+    return total
+
+
+def ws_enabled(target, options) -> bool:
+    """Whether the pass applies to eligible loops on ``target`` with pass configs ``options``."""
+    options = options or {}
+    if not target.has("tma") or options.get("tw.disable_tma") or options.get("tl.disable_tma_lower"):
+        return False
+    explicit = options.get("tw.warp_specialize")
+    if explicit is not None:
+        return bool(explicit)
+    return (target.has("wgmma") and not options.get("tl.disable_warp_specialized")
+            and options.get("optimize_level", 2) >= 2)
 
 
 def _match(kernel: t.Kernel, func):
@@ -99,7 +149,42 @@ def _uses_var(root, var) -> bool:
     return bool(found)
 
 
-def _specialize(kernel: t.Kernel, func, loop: t.For, copies: list, gemm: t.Gemm, top: list):
+def register_split(consumers: int, target, options=None):
+    """(producer, consumer) per-thread register counts for ``setmaxnreg``, or None when moving
+    registers gains the consumers nothing: when the launch already allows the 255 registers a
+    thread can address (one consumer warpgroup) — with setmaxnreg the device compiler gives every
+    thread the whole launch budget, which would cost such kernels their second resident block.
+    The block's registers are what the launch gives it:
+    ``launch`` per thread (the register file over the block's threads, or over the blocks per SM
+    asked with ``tw.min_blocks_per_sm``, at most 255, a multiple of 8) for all ``consumers + 128``
+    threads; the producer warpgroup (TMA issue and mbarrier waits only) keeps
+    ``PRODUCER_REGISTERS`` and the consumers share the rest, so that
+    ``128 * producer + consumers * consumer <= launch * (consumers + 128)``: the increase never
+    waits for registers nobody frees."""
+    min_blocks = int((options or {}).get("tw.min_blocks_per_sm") or 1)
+    total = consumers + PRODUCER_THREADS
+    launch = min(target.register_file_per_sm // (min_blocks * total), target.registers_per_thread) // 8 * 8
+    producer = PRODUCER_REGISTERS
+    if launch <= producer or launch >= target.registers_per_thread // 8 * 8:
+        return None
+    consumer = min((launch * total - PRODUCER_THREADS * producer) // consumers // 8 * 8, 256)
+    return (producer, consumer) if consumer > launch else None
+
+
+def _plans_wgmma(staged, consumers: int, ctx) -> bool:
+    """Whether ``plan_gemms`` will give the consumers' gemm to wgmma (the same question it answers)."""
+    from ..errors import CompileError
+    from .plan_gemms import plan_gemm
+
+    try:
+        plan = plan_gemm(_flatten(staged)[0], consumers, ctx.target, ctx.options, first_thread=PRODUCER_THREADS)
+    except CompileError:
+        return False  # plan_gemms will say so
+    return plan.family == "wgmma"
+
+
+def _specialize(kernel: t.Kernel, func, ctx, rings: dict, in_flight: dict, loop: t.For, copies: list, gemm: t.Gemm,
+                top: list):
     stages = loop.num_stages
     consumers = kernel.num_threads
     loc = loop.loc
@@ -111,7 +196,7 @@ def _specialize(kernel: t.Kernel, func, loop: t.For, copies: list, gemm: t.Gemm,
         old = c.dst.buffer
         nb = t.Buffer(old.name, (stages,) + tuple(old.shape), old.dtype, "shared", loc=old.loc)
         nb.attrs.update(old.attrs)
-        func.plans.rings[nb] = PipelineRing(stages, True, full)
+        rings[nb] = PipelineRing(stages, True, full)
         new_bufs[old] = nb
     boxes = sum(tma_boxes(c.dst.buffer.shape, c.dst.buffer.dtype)[0] for c in copies)
 
@@ -129,10 +214,33 @@ def _specialize(kernel: t.Kernel, func, loop: t.For, copies: list, gemm: t.Gemm,
     producer_loop = t.For(k, loop.start, loop.extent, t.SeqStmt([
         th.MbarrierWait(empty, slot, (round_ + 1) % 2, loc=loc),  # a fresh barrier passes round 0
         *[tma_copy(c) for c in copies]]), "serial", 0, loc, dict(loop.attrs))
-    consumer_loop = t.For(k, loop.start, loop.extent, t.SeqStmt([
-        th.MbarrierWait(full, slot, round_ % 2, loc=loc),
-        _restage(t.SeqStmt([gemm]), new_bufs, slot),
-        th.MbarrierArrive(empty, slot, loc=loc)]), "serial", 0, loc, dict(loop.attrs))
+    staged = _restage(t.SeqStmt([gemm]), new_bufs, slot)
+    wgmma = _plans_wgmma(staged, consumers, ctx)
+    if stages >= 2 and wgmma:
+        # wgmma: the group of iteration k stays in flight while iteration k+1 issues its own; after
+        # wait_group(1) in iteration k+1 the group of k has read its slot, which is released then
+        # (S = 1 cannot do this: the producer would wait for the slot the consumer is about to read)
+        # The wgmma hardware, not the threads, reads the slot, and each warp's wait_group says it
+        # is done: one elected lane per consumer warp releases it (8 arrivals for 256 consumers
+        # instead of 256 atomics on one mbarrier per K tile)
+        in_flight[_flatten(staged)[0]] = WGMMA_GROUPS_IN_FLIGHT
+        releases = consumers // ctx.target.warp_size
+        prev = (rel - 1) % stages
+        consumer_loop = t.For(k, loop.start, loop.extent, t.SeqStmt([
+            th.MbarrierWait(full, slot, round_ % 2, loc=loc),
+            staged,
+            t.IfThenElse(rel > 0, th.MbarrierArrive(empty, prev, elected=True, loc=loc), None, loc=loc)]),
+            "serial", 0, loc, dict(loop.attrs))
+        drain = [th.WgmmaWait(0, (gemm.c.buffer,), loc=loc),
+                 th.MbarrierArrive(empty, (loop.extent - 1) % stages, elected=True, loc=loc)]
+        drain = [t.IfThenElse(loop.extent > 0, t.SeqStmt(drain), None, loc=loc)]
+    else:
+        consumer_loop = t.For(k, loop.start, loop.extent, t.SeqStmt([
+            th.MbarrierWait(full, slot, round_ % 2, loc=loc),
+            staged,
+            th.MbarrierArrive(empty, slot, loc=loc)]), "serial", 0, loc, dict(loop.attrs))
+        drain = []
+        releases = consumers  # every thread read the slot itself: every thread releases it
 
     allocs, before, after, seen_loop = [], [], [], False
     for s in top:
@@ -144,11 +252,17 @@ def _specialize(kernel: t.Kernel, func, loop: t.For, copies: list, gemm: t.Gemm,
             allocs.append(s)  # block-index rasterization and layouts apply to the whole block
         else:
             (after if seen_loop else before).append(s)
+    # (for wgmma consumers only: with mma.sync ones ptxas was seen to ignore setmaxnreg, warning
+    # that it cannot determine the register count at entry)
+    split = register_split(consumers, ctx.target, ctx.options) if wgmma and ctx.target.has("setmaxnreg") else None
+    give = [th.SetMaxNReg(split[0], False, loc=loc)] if split else []
+    take = [th.SetMaxNReg(split[1], True, loc=loc)] if split else []
     body = [*allocs, t.Alloc(full, loc=loc), t.Alloc(empty, loc=loc),
-            th.MbarrierInit(full, boxes, loc=loc), th.MbarrierInit(empty, consumers, loc=loc), th.Barrier(loc=loc),
-            t.ThreadPartition(0, PRODUCER_THREADS, "producer", t.SeqStmt([producer_loop]), loc),
+            th.MbarrierInit(full, boxes, loc=loc), th.MbarrierInit(empty, releases, loc=loc), th.Barrier(loc=loc),
+            t.ThreadPartition(0, PRODUCER_THREADS, "producer", t.SeqStmt([
+                *give, t.ThreadPartition(0, ISSUER_THREADS, "TMA issuer", t.SeqStmt([producer_loop]), loc)]), loc),
             t.ThreadPartition(PRODUCER_THREADS, consumers, "consumer",
-                              t.SeqStmt([*before, consumer_loop, *after]), loc)]
+                              t.SeqStmt([*take, *before, consumer_loop, *drain, *after]), loc)]
     attrs = dict(kernel.attrs, warp_specialized=(PRODUCER_THREADS, consumers, stages))
     return t.Kernel(kernel.grid, (consumers + PRODUCER_THREADS,), kernel.block_vars, t.SeqStmt(body), kernel.loc,
                     attrs)

@@ -106,6 +106,7 @@ class CoopBlock:
         self.named: dict = {}
         self.mbars: dict = {}
         self.initial_passes: list = [[] for _ in range(n)]  # per warp: waits that passed a fresh barrier
+        self.registers: dict = {}  # warpgroup -> registers per thread after its setmaxnreg
         self.tracker = _CoopRaces(self) if self.S else None
         smem = np.full(self.S, 0xFF, np.uint8) if self.S else None
         self.states = [_State(prog, kernel, grid, first, 1, globals_, scalars, True, coop=self, warp=w,
@@ -293,6 +294,33 @@ class CoopBlock:
 
         self.block(w, lambda: b.gen > gen, describe, where)
         np.maximum(self.vc[w], b.done_vc[gen], out=self.vc[w])
+
+    # ------------------------------------------------------------------ setmaxnreg
+    def set_registers(self, st, group: int, count: int, increase: bool, launch: int, where) -> None:
+        """Warpgroup ``group``'s per-thread registers become ``count`` (each of its warps calls this
+        after the warpgroup met).  The block's pool is what the launch gave it (``launch`` per
+        thread); a decrease returns registers to it at once, an increase waits until the pool
+        holds them (``setmaxnreg.inc`` retries until then: a split that never fits hangs)."""
+        regs = self.registers
+        cur = regs.get(group, launch)
+        # an increase below (or a decrease above) the current count changes nothing here (this
+        # also covers the other warps of the warpgroup, which meet here after the first applied it)
+        count = max(cur, count) if increase else min(cur, count)
+        if cur == count:
+            return
+        pool = launch * self.T
+        ngroups = self.T // 128
+
+        def used(new: int) -> int:
+            return sum((new if g == group else regs.get(g, launch)) * 128 for g in range(ngroups))
+
+        if increase:
+            def describe():
+                return (f"at setmaxnreg.inc {count} of warpgroup {group}: the block's {pool} registers hold "
+                        f"{used(cur)} in use, {used(count)} needed (no warpgroup gives any back)"), None
+
+            self.block(st.warp, lambda: used(count) <= pool, describe, where)
+        regs[group] = count
 
     # ------------------------------------------------------------------ mbarriers
     def mbar_init(self, st, key, name: str, n: int, count: int, where) -> None:

@@ -30,6 +30,7 @@ class _CoopRaces:
         self.rc = np.zeros((blk.nwarps, S), np.int64)
         self.pending = np.zeros(S, np.int32)
         self.tma = np.zeros(S, np.int32)
+        self.wgmma = np.zeros(S, np.int32)  # reads of wgmmas issued and not yet retired by a wait_group
 
     @staticmethod
     def _bytes(pos, sz):
@@ -43,6 +44,20 @@ class _CoopRaces:
                 b = int(byts[int(np.flatnonzero(hit)[0])])
                 raise where.error(RaceError, f"warp {w} {verb} shared byte {b} ({name}) while {what} to it is still in "
                                              "flight (missing async wait or mbarrier wait?)")
+
+    def _wgmma_reading(self, byts, who, where, name):
+        hit = self.wgmma[byts] > 0
+        if hit.any():
+            b = int(byts[int(np.flatnonzero(hit)[0])])
+            raise where.error(RaceError, f"{who} overwrites shared byte {b} ({name}) while a wgmma that reads it is "
+                                         "still in flight (not retired by wgmma.wait_group: a ring slot released "
+                                         "before the wait that covers its wgmma, or a wait_group count too high?)")
+
+    def wgmma_issue(self, pos, sz):
+        np.add.at(self.wgmma, self._bytes(pos, sz), 1)
+
+    def wgmma_retire(self, pos, sz):
+        np.subtract.at(self.wgmma, self._bytes(pos, sz), 1)
 
     def _note(self, reader: int) -> str:
         """What may explain warp ``reader``'s unordered read: waits that returned at once on a fresh
@@ -104,6 +119,7 @@ class _CoopRaces:
         if not changed.any():
             return
         byts = byts[changed]
+        self._wgmma_reading(byts, f"warp {w}", where, name)
         self._unordered_writer(byts, w, "changes", where, name)
         self._unreleased_readers(byts, w, f"warp {w}", where, name)
         self.wa[byts] = w
@@ -118,6 +134,7 @@ class _CoopRaces:
     def tma_issue(self, w, pos, sz, where, name):
         byts = self._bytes(pos, sz)
         self._in_flight(byts, w, "issues a TMA load over", where, name)
+        self._wgmma_reading(byts, f"a TMA load issued by warp {w}", where, name)
         self._unordered_writer(byts, w, "issues a TMA load over", where, name)
         self._unreleased_readers(byts, w, f"a TMA load issued by warp {w}", where, name)
         self.tma[byts] += 1
@@ -155,6 +172,12 @@ class _WarpRaces:
 
     def retire(self, pos, sz):
         self.t.retire(pos, sz)
+
+    def wgmma_issue(self, pos, sz):
+        self.t.wgmma_issue(pos, sz)
+
+    def wgmma_retire(self, pos, sz):
+        self.t.wgmma_retire(pos, sz)
 
     def barrier(self, active_blocks):
         pass  # ordering comes from the vector clocks

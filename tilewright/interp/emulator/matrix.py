@@ -152,7 +152,10 @@ class MatrixCompiler:
         its own: the same code runs in lockstep (whole warpgroups) and warp by warp (cooperative
         mode).  Asynchrony: the result is computed at issue (operands read then) but written to the
         accumulator registers only by the ``wait_group`` that retires its commit group; in between
-        the registers hold poison."""
+        the registers hold poison.  The shared bytes it reads count as read until that retirement:
+        the race detector records the read again when the group retires (so releasing the slot
+        before then leaves the read unordered with the next write), and a write or TMA load over
+        bytes an unretired wgmma reads is a ``RaceError`` (``wgmma_issue`` / ``wgmma_retire``)."""
         where = _Where(s)
         mi = s.instr
         G = mi.group_size
@@ -206,7 +209,8 @@ class MatrixCompiler:
             gl = np.repeat(group_of, unit)  # each lane's row in the per-group operands (-1: inactive)
             on = gl >= 0
             lg = st.tid % G  # lane within the warpgroup
-            B = b_read(st, lane0).astype(np.int64 if integer else _F32)  # [g, n, k]
+            reads = _pending(st)["open_reads"]
+            B = b_read(st, lane0, reads).astype(np.int64 if integer else _F32)  # [g, n, k]
             if a_reg:
                 A = np.zeros((len(groups), mi.m, mi.k), np.int64 if integer else _F32)
                 vals = _rows(st.regs[a_slot][aoff:aoff + mi.a_elems], L, a_nd)
@@ -214,7 +218,7 @@ class MatrixCompiler:
                     r, c = mi.a_index(lg, e)
                     A[gl[on], np.asarray(r)[on], np.asarray(c)[on]] = vals[e][on]
             else:
-                A = a_read(st, lane0).astype(np.int64 if integer else _F32)  # [g, m, k]
+                A = a_read(st, lane0, reads).astype(np.int64 if integer else _F32)  # [g, m, k]
             P = np.matmul(A, B.transpose(0, 2, 1))  # [g, m, n]
             regs = st.regs[d_slot]
             pend = _pending(st)
@@ -242,7 +246,8 @@ class MatrixCompiler:
         def commit(st):
             pend = _pending(st)
             pend["groups"].append(pend["open"])
-            pend["open"] = []
+            pend["group_reads"].append(pend["open_reads"])
+            pend["open"], pend["open_reads"] = [], []
 
         return commit
 
@@ -252,6 +257,10 @@ class MatrixCompiler:
         def wait(st):
             pend = _pending(st)
             while len(pend["groups"]) > keep:
+                for pos, eb, where, name, tids in pend["group_reads"].pop(0):
+                    if st.races is not None:  # the wgmma has read its operands: ordered from here on
+                        st.races.wgmma_retire(pos, eb)
+                        st.races.access(pos, eb, None, where, name, tids)
                 for key in pend["groups"].pop(0):
                     later = any(key in g for g in pend["groups"]) or key in pend["open"]
                     if later or key not in pend["result"]:
@@ -282,7 +291,7 @@ class MatrixCompiler:
         k = mi.k
         S = self.k.shared_bytes
 
-        def read(st, lane0):
+        def read(st, lane0, reads):
             unit = mi.group_size if st.coop is None else st.L
             idx = np.broadcast_to(np.asarray(fi(st, None)), (st.L,)).reshape(-1, unit)[lane0 // unit]
             if (idx != idx[:, :1]).any():
@@ -302,8 +311,11 @@ class MatrixCompiler:
                                                                 f"{int(addrs.min())}..{int(addrs.max()) + eb} outside "
                                                                 f"{buf.name} ({lo}..{hi})")
                 pos = int(st.block[l0]) * (S // eb) + addrs // eb
+                flat, tids = pos.reshape(-1), np.full(pos.size, int(st.tid[l0]))
                 if st.races is not None:
-                    st.races.access(pos.reshape(-1), eb, None, where, buf.name, np.full(pos.size, int(st.tid[l0])))
+                    st.races.access(flat, eb, None, where, buf.name, tids)
+                    st.races.wgmma_issue(flat, eb)
+                reads.append((flat, eb, where, buf.name, tids))
                 out[j] = st.sviews[nd][pos]
             return out
 
@@ -315,10 +327,11 @@ _PENDING = ("wgmma in flight",)
 
 def _pending(st) -> dict:
     """The state's wgmmas issued and not yet retired by a wait_group: open (uncommitted) results,
-    committed groups (lists of accumulator keys), and each accumulator's latest result."""
+    committed groups (lists of accumulator keys), each accumulator's latest result, and the shared
+    reads of the open and committed groups (flat positions, element bytes, statement, buffer, threads)."""
     pend = st.memo.get(_PENDING)
     if pend is None:
-        pend = st.memo[_PENDING] = {"open": [], "groups": [], "result": {}}
+        pend = st.memo[_PENDING] = {"open": [], "groups": [], "result": {}, "open_reads": [], "group_reads": []}
     return pend
 
 

@@ -24,6 +24,20 @@ class _Races:
         self.rmin = np.full(n, self.NONE_MIN, np.int32)
         self.rmax = np.full(n, -1, np.int32)
         self.pending = np.zeros(n, np.int32)
+        self.wgmma = np.zeros(n, np.int32)  # reads of wgmmas issued and not yet retired by a wait_group
+
+    def wgmma_issue(self, pos, sz):
+        np.add.at(self.wgmma, self._bytes(pos, sz), 1)
+
+    def wgmma_retire(self, pos, sz):
+        np.subtract.at(self.wgmma, self._bytes(pos, sz), 1)
+
+    def _wgmma_reading(self, byts, who, where, name):
+        hit = self.wgmma[byts] > 0
+        if hit.any():
+            i = int(np.flatnonzero(hit)[0])
+            raise where.error(RaceError, f"{who} overwrites {self._describe(byts[i], name)} while a wgmma that reads "
+                                         "it is still in flight (missing or too lax wgmma.wait_group?)")
 
     def _bytes(self, pos, sz):
         pos = np.asarray(pos).reshape(-1)
@@ -80,6 +94,7 @@ class _Races:
         if not changed.any():
             return
         byts, tb = byts[changed], tb[changed]
+        self._wgmma_reading(byts, f"thread {int(tb[0])}", where, name)
         rmin, rmax, wmin, wmax = self.rmin[byts], self.rmax[byts], self.wmin[byts], self.wmax[byts]
         other_r = (rmax >= 0) & ~((rmin == tb) & (rmax == tb))
         other_w = (wmax >= 0) & ~((wmin == tb) & (wmax == tb))
@@ -101,6 +116,7 @@ class _Races:
         """A TMA load about to overwrite bytes: no thread may have read or written them since the
         last barrier (the copy is not ordered after those accesses)."""
         byts = self._bytes(pos, sz)
+        self._wgmma_reading(byts, "a TMA load", where, name)
         touched = (self.rmax[byts] >= 0) | (self.wmax[byts] >= 0) | (self.pending[byts] > 0)
         if touched.any():
             i = int(np.flatnonzero(touched)[0])

@@ -96,8 +96,19 @@ class SyncCompiler:
             # a warpgroup-collective (.sync.aligned): its four warps meet here with the same value
             st.coop.barrier(st, ("setmaxnreg", group), wg, False, where, kind="setmaxnreg of warpgroup",
                             extra=(count, bool(s.increase)))
+            st.coop.set_registers(st, group, count, bool(s.increase), self._launch_registers(st.T), where)
 
         return setmaxnreg
+
+    def _launch_registers(self, threads: int) -> int:
+        """Registers per thread the launch gives a kernel that uses setmaxnreg: the device compiler
+        sets it to the launch bounds' budget (the register file over the threads of the blocks
+        asked to be resident, at most 255, a multiple of 8)."""
+        target = self.k.target
+        per_sm = getattr(target, "register_file_per_sm", 65536)
+        cap = getattr(target, "registers_per_thread", 255)
+        min_blocks = int(self.k.attrs.get("min_blocks_per_sm") or 1)
+        return min(per_sm // (threads * min_blocks), cap) // 8 * 8
 
     def fence_proxy_async(self, s: th.FenceProxyAsync):
         return None  # the emulator's async proxy (TMA) reads global memory and writes shared memory only
