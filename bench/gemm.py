@@ -161,7 +161,7 @@ def rel_err(got, ref) -> float:
     return (got.double() - ref).abs().max().item() / (ref.abs().max().item() + 1e-12)
 
 
-def run_shape(m, n, k, dtype, device, timer, arch, num_sms, target, tol):
+def run_shape(m, n, k, dtype, device, timer, arch, num_sms, smem, target, tol):
     td = getattr(torch, dtype)
     g = torch.Generator(device=device).manual_seed(m * 31 + n * 7 + k)
     a = torch.randn(m, k, device=device, dtype=td, generator=g)
@@ -210,7 +210,7 @@ def run_shape(m, n, k, dtype, device, timer, arch, num_sms, target, tol):
     called = dispatch.matmul_config(m, n, k, a)
     attempt("ops.matmul", lambda: dispatch.matmul_impl(a, b, None, "none", None, out=c_ops), c_ops, called.short())
     rows = []
-    for cfg in gemm_configs.candidates(m, n, k, dtype, arch, num_sms):
+    for cfg in gemm_configs.candidates(m, n, k, dtype, arch, num_sms, smem):
         ms = attempt("ops best", lambda cfg=cfg: dispatch.matmul_impl(a, b, None, "none", None, config=cfg, out=c_ops),
                      c_ops, cfg.short())
         rows.append((cfg, ms, ""))
@@ -244,6 +244,7 @@ def main(argv=None):
     dtypes = args.dtypes.split(",")
     probe = torch.empty(1, device=device, dtype=torch.float16)
     arch, num_sms, device_name = dispatch._arch_of(probe)
+    smem = dispatch.shared_limit(probe)
     target = str(tilewright.target.Target.current()) if on_gpu else "interpret"
     timer = make_timer(args.timer, on_gpu)
     tol = 2e-3  # the bound: relative to the largest output, against float64
@@ -259,7 +260,7 @@ def main(argv=None):
                     jobs.append((lambda m=m, n=n, k=k, bm=bm, bn=bn, bk=bk, st=st, thr=thr, dtype=dtype:
                                  user_matmul(m, n, k, bm, bn, bk, dtype=dtype, num_stages=st, threads=thr),
                                  pc if arch == "sm_90" else {}, target))
-                for cfg in gemm_configs.candidates(m, n, k, dtype, arch, num_sms):
+                for cfg in gemm_configs.candidates(m, n, k, dtype, arch, num_sms, smem):
                     jobs += ops_jobs(m, n, k, dtype, cfg, arch, num_sms, target)
         precompile(jobs, args.workers)
 
@@ -272,7 +273,7 @@ def main(argv=None):
     t_start = time.perf_counter()
     for dtype in dtypes:
         for (m, n, k) in shapes:
-            res = run_shape(m, n, k, dtype, device, timer, arch, num_sms, target, tol if on_gpu else 2e-2)
+            res = run_shape(m, n, k, dtype, device, timer, arch, num_sms, smem, target, tol if on_gpu else 2e-2)
             tf = {x: (tflops(m, n, k, res[x][0]) if x in res else None) for x in names}
             ref = tf["cuBLAS"]
 

@@ -314,3 +314,25 @@ def test_ops_matmul_empty_k_is_the_activated_bias_and_out_is_written():
     _close(out, bias.double().clamp_min(0).expand(3, 5), 0)
     with pytest.raises(tilewright.ArgumentError, match="out must be"):
         dispatch.matmul_impl(a, b, bias, "relu", None, out=torch.empty(5, 3).half())
+
+
+@pytest.mark.parametrize("target, num_sms", [("hip -arch=gfx942", 304), ("hip -arch=gfx1100", 48),
+                                             ("cuda -arch=sm_86", 84)])
+@pytest.mark.parametrize("M", [16, 64, 128])
+def test_heuristic_fits_the_shared_memory_of_smaller_targets(target, num_sms, M):
+    """64 KiB of LDS on AMD, 99 KiB on consumer NVIDIA: the thin decode tiles' rings shrink to fit
+    and the kernels compile (they needed 96-144 KiB before)."""
+    from tilewright.ops import kernels
+    from tilewright.target import Target
+
+    limit = Target.parse(target).max_shared_bytes
+    arch = target.split("=")[1]
+    N, K = 4096, 4096
+    cfg = gemm_configs.heuristic(M, N, K, "float16", arch, num_sms, limit)
+    assert cfg.stages * (cfg.block_M + cfg.block_N) * cfg.block_K * 2 <= limit
+    tiles = (cfg.block_M, cfg.block_N, cfg.block_K, cfg.stages, cfg.threads)
+    f = (kernels.linear_splitk(N, K, "float16", False, True, *tiles, cfg.splits, False) if cfg.kind == "splitk"
+         else kernels.linear(N, K, "float16", "float16", False, True, True, "silu", *tiles))
+    tilewright.compile(f, target=target, execution_backend="emulator")
+    for c in gemm_configs.candidates(M, N, K, "float16", arch, num_sms, limit):
+        assert c.stages * (c.block_M + c.block_N) * c.block_K * 2 <= limit and c.kind != "persistent"

@@ -77,6 +77,25 @@ def _arch_of(t) -> tuple[str, int, str]:
     return hit
 
 
+_shared_limits: dict = {}  # torch device -> shared memory (LDS) bytes per block
+
+
+def shared_limit(t) -> int:
+    """Shared memory / LDS bytes a block may use on ``t``'s device (the CPU mirrors an H200)."""
+    hit = _shared_limits.get(t.device)
+    if hit is None:
+        from . import gemm_configs
+
+        if t.device.type == "cpu":
+            hit = gemm_configs.H200_SHARED_BYTES
+        else:
+            from ..target import Target
+
+            hit = Target.current().max_shared_bytes
+        _shared_limits[t.device] = hit
+    return hit
+
+
 def _probe_arch(t) -> tuple[str, int, str]:
     torch = _torch()
     if t.device.type == "cpu":
@@ -170,7 +189,8 @@ def matmul_config(M, N, K, a, trans_a=False, trans_b=False, has_bias=False, acti
         arch, num_sms, device = _arch_of(a)
         key = gemm_configs.cache_key(M, N, K, _dtype_name(a), out_name, trans_a, trans_b, has_bias, activation, arch,
                                      device)
-        hit = gemm_configs.tuned(key) or gemm_configs.heuristic(M, N, K, _dtype_name(a), arch, num_sms)
+        hit = gemm_configs.tuned(key) or gemm_configs.heuristic(M, N, K, _dtype_name(a), arch, num_sms,
+                                                              shared_limit(a))
         _gemm_choice[memo] = hit
     return hit
 
@@ -249,7 +269,7 @@ def tune_matmul(a, b, bias=None, activation=None, out_dtype=None, configs=None, 
     scale = ref.abs().max().item() + 1e-6
     on_gpu = a.device.type == "cuda"
     rows = []
-    for cfg in configs or gemm_configs.candidates(M, N, K, _dtype_name(a), arch, num_sms):
+    for cfg in configs or gemm_configs.candidates(M, N, K, _dtype_name(a), arch, num_sms, shared_limit(a)):
         try:
             out = matmul_impl(a, b, bias, activation, out_dtype, config=cfg)  # compile outside the timing
             out.fill_(float("nan"))  # poisoned: every element must be written again
