@@ -219,7 +219,7 @@ def _launch_matmul(cfg, av, bv, ta, tb, bias, activation, out, arch, num_sms):
     no_bias32 = _placeholder(torch.float32, av.device)  # the library kernels' placeholder
     if cfg.kind == "splitk":
         slices = 1 if cfg.atomic else cfg.splits
-        ws = (torch.zeros if cfg.atomic else torch.empty)((slices, M, N), dtype=torch.float32, device=av.device)
+        ws = (torch.zeros if cfg.atomic else torch.empty)((M, slices, N), dtype=torch.float32, device=av.device)
         part = _kernel(("gemm_splitk", N, K, dtype, ta, tb, tiles, cfg.splits, cfg.atomic),
                        lambda: kernels.linear_splitk(N, K, dtype, ta, tb, *tiles, cfg.splits, cfg.atomic), target, pc)
         bias_dt = dtype if bias is not None else None
