@@ -128,18 +128,25 @@ def _compile_job(i: int) -> str:
         return f"{type(e).__name__}: {str(e).splitlines()[0][:160] if str(e) else ''}"
 
 
-def precompile(jobs: list, workers: int) -> None:
+def precompile(jobs: list, workers: int, timeout: int = 240) -> None:
     """Compile ``(build, pass_configs, target)`` jobs in forked workers: the disk cache then
     answers the timing loop's compiles.  Workers touch no GPU."""
     if workers <= 1 or not jobs or "fork" not in multiprocessing.get_all_start_methods():
         return
     _JOBS[:] = jobs
     t0 = time.perf_counter()
-    with multiprocessing.get_context("fork").Pool(workers) as pool:
-        errors = [e for e in pool.map(_compile_job, range(len(jobs)), chunksize=1) if e]
-    _JOBS.clear()
-    print(f"precompiled {len(jobs)} kernels in {time.perf_counter() - t0:.0f} s on {workers} workers"
-          + (f" ({len(errors)} refused)" if errors else ""), flush=True)
+    pool = multiprocessing.get_context("fork").Pool(workers)
+    try:
+        errors = [e for e in pool.map_async(_compile_job, range(len(jobs)), chunksize=1).get(timeout) if e]
+        note = f" ({len(errors)} refused)" if errors else ""
+    except multiprocessing.TimeoutError:
+        note = f" -- stopped after {timeout} s; the rest compile in the timing loop"
+    finally:
+        pool.terminate()  # also ends a worker stuck in a toolchain
+        pool.join()
+        _JOBS.clear()
+    print(f"precompiled {len(jobs)} kernels in {time.perf_counter() - t0:.0f} s on {workers} workers{note}",
+          flush=True)
 
 
 def ops_jobs(m, n, k, dtype, cfg, arch, num_sms, target):
