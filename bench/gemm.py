@@ -128,18 +128,25 @@ def _compile_job(i: int) -> str:
         return f"{type(e).__name__}: {str(e).splitlines()[0][:160] if str(e) else ''}"
 
 
-def precompile(jobs: list, workers: int) -> None:
+def precompile(jobs: list, workers: int, timeout: int = 240) -> None:
     """Compile ``(build, pass_configs, target)`` jobs in forked workers: the disk cache then
     answers the timing loop's compiles.  Workers touch no GPU."""
     if workers <= 1 or not jobs or "fork" not in multiprocessing.get_all_start_methods():
         return
     _JOBS[:] = jobs
     t0 = time.perf_counter()
-    with multiprocessing.get_context("fork").Pool(workers) as pool:
-        errors = [e for e in pool.map(_compile_job, range(len(jobs)), chunksize=1) if e]
-    _JOBS.clear()
-    print(f"precompiled {len(jobs)} kernels in {time.perf_counter() - t0:.0f} s on {workers} workers"
-          + (f" ({len(errors)} refused)" if errors else ""), flush=True)
+    pool = multiprocessing.get_context("fork").Pool(workers)
+    try:
+        errors = [e for e in pool.map_async(_compile_job, range(len(jobs)), chunksize=1).get(timeout) if e]
+        note = f" ({len(errors)} refused)" if errors else ""
+    except multiprocessing.TimeoutError:
+        note = f" -- stopped after {timeout} s; the rest compile in the timing loop"
+    finally:
+        pool.terminate()  # also ends a worker stuck in a toolchain
+        pool.join()
+        _JOBS.clear()
+    print(f"precompiled {len(jobs)} kernels in {time.perf_counter() - t0:.0f} s on {workers} workers{note}",
+          flush=True)
 
 
 def ops_jobs(m, n, k, dtype, cfg, arch, num_sms, target):
@@ -161,7 +168,7 @@ def rel_err(got, ref) -> float:
     return (got.double() - ref).abs().max().item() / (ref.abs().max().item() + 1e-12)
 
 
-def run_shape(m, n, k, dtype, device, timer, arch, num_sms, target, tol):
+def run_shape(m, n, k, dtype, device, timer, arch, num_sms, smem, target, tol):
     td = getattr(torch, dtype)
     g = torch.Generator(device=device).manual_seed(m * 31 + n * 7 + k)
     a = torch.randn(m, k, device=device, dtype=td, generator=g)
@@ -210,7 +217,7 @@ def run_shape(m, n, k, dtype, device, timer, arch, num_sms, target, tol):
     called = dispatch.matmul_config(m, n, k, a)
     attempt("ops.matmul", lambda: dispatch.matmul_impl(a, b, None, "none", None, out=c_ops), c_ops, called.short())
     rows = []
-    for cfg in gemm_configs.candidates(m, n, k, dtype, arch, num_sms):
+    for cfg in gemm_configs.candidates(m, n, k, dtype, arch, num_sms, smem):
         ms = attempt("ops best", lambda cfg=cfg: dispatch.matmul_impl(a, b, None, "none", None, config=cfg, out=c_ops),
                      c_ops, cfg.short())
         rows.append((cfg, ms, ""))
@@ -244,6 +251,7 @@ def main(argv=None):
     dtypes = args.dtypes.split(",")
     probe = torch.empty(1, device=device, dtype=torch.float16)
     arch, num_sms, device_name = dispatch._arch_of(probe)
+    smem = dispatch.shared_limit(probe)
     target = str(tilewright.target.Target.current()) if on_gpu else "interpret"
     timer = make_timer(args.timer, on_gpu)
     tol = 2e-3  # the issue's bound: relative to the largest output, against float64
@@ -259,7 +267,7 @@ def main(argv=None):
                     jobs.append((lambda m=m, n=n, k=k, bm=bm, bn=bn, bk=bk, st=st, thr=thr, dtype=dtype:
                                  user_matmul(m, n, k, bm, bn, bk, dtype=dtype, num_stages=st, threads=thr),
                                  pc if arch == "sm_90" else {}, target))
-                for cfg in gemm_configs.candidates(m, n, k, dtype, arch, num_sms):
+                for cfg in gemm_configs.candidates(m, n, k, dtype, arch, num_sms, smem):
                     jobs += ops_jobs(m, n, k, dtype, cfg, arch, num_sms, target)
         precompile(jobs, args.workers)
 
@@ -272,7 +280,7 @@ def main(argv=None):
     t_start = time.perf_counter()
     for dtype in dtypes:
         for (m, n, k) in shapes:
-            res = run_shape(m, n, k, dtype, device, timer, arch, num_sms, target, tol if on_gpu else 2e-2)
+            res = run_shape(m, n, k, dtype, device, timer, arch, num_sms, smem, target, tol if on_gpu else 2e-2)
             tf = {x: (tflops(m, n, k, res[x][0]) if x in res else None) for x in names}
             ref = tf["cuBLAS"]
 

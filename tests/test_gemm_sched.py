@@ -64,11 +64,11 @@ def test_splitk_on_the_emulator(target, splits, atomic):
     slices = 1 if atomic else splits
     red = tilewright.compile(splitk_reduce(M, N, slices, "float16", "float16", "gelu_tanh", block_M=16, block_N=64),
                              target=target, execution_backend="emulator")
-    ws = np.zeros((1, M, N), np.float32) if atomic else np.full((splits, M, N), np.nan, np.float32)
+    ws = np.zeros((M, 1, N), np.float32) if atomic else np.full((M, splits, N), np.nan, np.float32)
     c = np.full((M, N), np.nan, np.float16)
     part(a, b, ws)
     if not atomic:
-        _check(ws.sum(axis=0), _want(a, b), 1e-3)  # the slices add up to the product (fp32 partials)
+        _check(ws.sum(axis=1), _want(a, b), 1e-3)  # the slices add up to the product (fp32 partials)
     red(ws, bias, c)
     _check(c, _want(a, b, bias, "gelu_tanh"))
 
@@ -81,7 +81,7 @@ def test_splitk_transposed_operands_bf16(trans_A, trans_B):
                               target=SM90, execution_backend="emulator")
     red = tilewright.compile(splitk_reduce(M, N, 3, "float32", block_M=16, block_N=32), target=SM90,
                              execution_backend="emulator")
-    ws = np.full((3, M, N), np.nan, np.float32)
+    ws = np.full((M, 3, N), np.nan, np.float32)
     c = np.full((M, N), np.nan, np.float32)
     part(aa, bb, ws)
     red(ws, np.zeros(1, np.float32), c)
@@ -95,10 +95,10 @@ def test_k_slices_cover_k_and_empty_slices_add_zero():
     a, b, _, _, _ = _operands(M, N, K, False, False, seed=9)
     part = tilewright.compile(matmul_splitk(M, N, K, 16, 32, 32, 4, num_stages=2), target=GFX942,
                               execution_backend="emulator")
-    ws = np.full((4, M, N), np.nan, np.float32)
+    ws = np.full((M, 4, N), np.nan, np.float32)
     part(a, b, ws)
-    _check(ws[2:], np.zeros((2, M, N)), 0)
-    _check(ws.sum(axis=0), _want(a, b), 1e-3)
+    _check(ws[:, 2:], np.zeros((M, 2, N)), 0)
+    _check(ws.sum(axis=1), _want(a, b), 1e-3)
 
 
 # ---------------------------------------------------------------- persistent on the emulator
@@ -163,9 +163,9 @@ def test_h200_configurations_on_the_emulator(M, N, K, cfg, dtype, trans_B):
     if cfg.kind == "splitk":
         k = tilewright.compile(kernels.linear_splitk(N, K, dtype, False, trans_B, *tiles, cfg.splits, False),
                                target=SM90, execution_backend="emulator", pass_configs=pc)
-        ws = np.full((cfg.splits, M, N), np.nan, np.float32)
+        ws = np.full((M, cfg.splits, N), np.nan, np.float32)
         k(a, bb, ws)
-        got = ws.sum(axis=0)
+        got = ws.sum(axis=1)
     else:
         f = kernels.linear_persistent(N, K, dtype, "float32", False, trans_B, False, "none", *tiles, 3, cfg.group_M)
         k = tilewright.compile(f, target=SM90, execution_backend="emulator", pass_configs=pc)
@@ -314,3 +314,25 @@ def test_ops_matmul_empty_k_is_the_activated_bias_and_out_is_written():
     _close(out, bias.double().clamp_min(0).expand(3, 5), 0)
     with pytest.raises(tilewright.ArgumentError, match="out must be"):
         dispatch.matmul_impl(a, b, bias, "relu", None, out=torch.empty(5, 3).half())
+
+
+@pytest.mark.parametrize("target, num_sms", [("hip -arch=gfx942", 304), ("hip -arch=gfx1100", 48),
+                                             ("cuda -arch=sm_86", 84)])
+@pytest.mark.parametrize("M", [16, 64, 128])
+def test_heuristic_fits_the_shared_memory_of_smaller_targets(target, num_sms, M):
+    """64 KiB of LDS on AMD, 99 KiB on consumer NVIDIA: the thin decode tiles' rings shrink to fit
+    and the kernels compile (they needed 96-144 KiB before)."""
+    from tilewright.ops import kernels
+    from tilewright.target import Target
+
+    limit = Target.parse(target).max_shared_bytes
+    arch = target.split("=")[1]
+    N, K = 4096, 4096
+    cfg = gemm_configs.heuristic(M, N, K, "float16", arch, num_sms, limit)
+    assert cfg.stages * (cfg.block_M + cfg.block_N) * cfg.block_K * 2 <= limit
+    tiles = (cfg.block_M, cfg.block_N, cfg.block_K, cfg.stages, cfg.threads)
+    f = (kernels.linear_splitk(N, K, "float16", False, True, *tiles, cfg.splits, False) if cfg.kind == "splitk"
+         else kernels.linear(N, K, "float16", "float16", False, True, True, "silu", *tiles))
+    tilewright.compile(f, target=target, execution_backend="emulator")
+    for c in gemm_configs.candidates(M, N, K, "float16", arch, num_sms, limit):
+        assert c.stages * (c.block_M + c.block_N) * c.block_K * 2 <= limit and c.kind != "persistent"

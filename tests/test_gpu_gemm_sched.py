@@ -30,11 +30,13 @@ def _rel(got, want) -> float:
 @pytest.mark.parametrize("M, N, K", [(16, 4096, 4096), (128, 4096, 4096), (1000, 1500, 1000)])
 @pytest.mark.parametrize("dtype", [torch.float16, torch.bfloat16])
 def test_every_candidate_matches_float64(M, N, K, dtype):
-    arch, num_sms, _ = dispatch._arch_of(torch.empty(1, device="cuda"))
+    probe = torch.empty(1, device="cuda")
+    arch, num_sms, _ = dispatch._arch_of(probe)
     a, w, _ = _inputs(M, N, K, dtype, seed=M)
     b = w.t().contiguous()
     want = a.double() @ b.double()
-    for cfg in gemm_configs.candidates(M, N, K, str(dtype).replace("torch.", ""), arch, num_sms):
+    for cfg in gemm_configs.candidates(M, N, K, str(dtype).replace("torch.", ""), arch, num_sms,
+                                       dispatch.shared_limit(probe)):
         out = torch.full((M, N), float("nan"), device="cuda", dtype=dtype)
         dispatch.matmul_impl(a, b, None, None, None, config=cfg, out=out)
         assert _rel(out, want) < 2e-3, cfg

@@ -79,17 +79,19 @@ def matmul_splitk(M, N, K, block_M=16, block_N=128, block_K=128, splits=2, dtype
     M = 16..128, K-heavy shapes): the grid is (N tiles, M tiles, ``splits``) and block ``z`` computes
     ``op(A)[:, Kz] @ op(B)[Kz, :]`` over its slice ``Kz`` of the reduction in fp32.
 
-    ``atomic=False`` (deterministic): the partial goes to ``W[z]`` of a (splits, M, N) fp32 workspace
-    and ``splitk_reduce`` adds the slices in a fixed order.  ``atomic=True``: the partial is added
-    with fp32 atomics into a zeroed (1, M, N) workspace (less memory traffic, but the summation
-    order, and so the last bits, vary from run to run); ``splitk_reduce(splits=1)`` then finishes."""
+    ``atomic=False`` (deterministic): the partial goes to ``W[:, z, :]`` of an (M, splits, N) fp32
+    workspace and ``splitk_reduce`` adds the slices in a fixed order.  ``atomic=True``: the partial
+    is added with fp32 atomics into a zeroed (M, 1, N) workspace (less memory traffic, but the
+    summation order, and so the last bits, vary from run to run); ``splitk_reduce(splits=1)`` then
+    finishes.  The slice index is the middle dimension so that every stride is static and the
+    reduction reads 16-byte vectors (a leading slice dimension would have the symbolic stride M*N)."""
     a_shape, b_shape, a_tile, b_tile = _tiles(trans_A, trans_B, M, N, K, block_M, block_N, block_K)
     kps = k_tiles_per_split(K, block_K, splits)
     ws_slices = 1 if atomic else splits
 
     @T.prim_func
     def gemm_splitk(A: T.Tensor(a_shape, dtype), B: T.Tensor(b_shape, dtype),
-                    W: T.Tensor((ws_slices, M, N), "float32")):
+                    W: T.Tensor((M, ws_slices, N), "float32")):
         with T.Kernel(T.ceildiv(N, block_N), T.ceildiv(M, block_M), splits, threads=threads) as (bx, by, bz):
             A_shared = T.alloc_shared(a_tile, dtype)
             B_shared = T.alloc_shared(b_tile, dtype)
@@ -108,30 +110,30 @@ def matmul_splitk(M, N, K, block_M=16, block_N=128, block_K=128, splits=2, dtype
                     T.copy(B[(bz * kps + k) * block_K, bx * block_N], B_shared)
                 T.gemm(A_shared, B_shared, C_local, transpose_A=trans_A, transpose_B=trans_B)
             if atomic:
-                T.atomic_add(W[0, by * block_M:(by + 1) * block_M, bx * block_N:(bx + 1) * block_N], C_local)
+                T.atomic_add(W[by * block_M:(by + 1) * block_M, 0, bx * block_N:(bx + 1) * block_N], C_local)
             else:
-                T.copy(C_local, W[bz, by * block_M:(by + 1) * block_M, bx * block_N:(bx + 1) * block_N])
+                T.copy(C_local, W[by * block_M:(by + 1) * block_M, bz, bx * block_N:(bx + 1) * block_N])
 
     return gemm_splitk
 
 
 def splitk_reduce(M, N, splits, out_dtype="float16", bias_dtype=None, activation="none", block_M=16, block_N=256,
                   threads=128):
-    """Second pass of a split-K GEMM: ``C = act(sum_z W[z] + bias)`` cast to ``out_dtype``, the
+    """Second pass of a split-K GEMM: ``C = act(sum_z W[:, z, :] + bias)`` cast to ``out_dtype``, the
     slices added in order 0, 1, ... (the same bits every run).  ``bias_dtype`` None: no bias (the
     ``Bias`` parameter is then a one-element placeholder)."""
     bias_len = N if bias_dtype else 1
     bias_dt = bias_dtype or "float32"
 
     @T.prim_func
-    def gemm_splitk_reduce(W: T.Tensor((splits, M, N), "float32"), Bias: T.Tensor((bias_len,), bias_dt),
+    def gemm_splitk_reduce(W: T.Tensor((M, splits, N), "float32"), Bias: T.Tensor((bias_len,), bias_dt),
                            C: T.Tensor((M, N), out_dtype)):
         with T.Kernel(T.ceildiv(N, block_N), T.ceildiv(M, block_M), threads=threads) as (bx, by):
             acc = T.alloc_fragment((block_M, block_N), "float32")
             part = T.alloc_fragment((block_M, block_N), "float32")
-            T.copy(W[0, by * block_M:(by + 1) * block_M, bx * block_N:(bx + 1) * block_N], acc)
+            T.copy(W[by * block_M:(by + 1) * block_M, 0, bx * block_N:(bx + 1) * block_N], acc)
             for z in T.serial(1, splits):
-                T.copy(W[z, by * block_M:(by + 1) * block_M, bx * block_N:(bx + 1) * block_N], part)
+                T.copy(W[by * block_M:(by + 1) * block_M, z, bx * block_N:(bx + 1) * block_N], part)
                 for i, j in T.Parallel(block_M, block_N):
                     acc[i, j] = acc[i, j] + part[i, j]
             if bias_dtype or activation != "none":

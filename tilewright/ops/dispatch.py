@@ -9,14 +9,23 @@ _kernels: dict = {}  # (op, static key) -> JITKernel
 _DTYPES = ("float16", "bfloat16", "float32")
 
 
-def _torch():
-    import torch
+_torch_module: list = []  # torch, imported on first use (tilewright itself does not need it)
+_dtype_names: dict = {}  # torch dtype -> "float16", ...
 
-    return torch
+
+def _torch():
+    if not _torch_module:
+        import torch
+
+        _torch_module.append(torch)
+    return _torch_module[0]
 
 
 def _dtype_name(t) -> str:
-    return str(t.dtype).replace("torch.", "")
+    name = _dtype_names.get(t.dtype)
+    if name is None:
+        name = _dtype_names[t.dtype] = str(t.dtype).replace("torch.", "")
+    return name
 
 
 _device_targets: dict = {}  # device index -> target string
@@ -59,6 +68,15 @@ def _check_tensor(name: str, t, ndim=None, dtypes=_DTYPES):
 
 
 def _same_device(**tensors):
+    first = None
+    for t in tensors.values():
+        if t is not None:
+            if first is None:
+                first = t.device
+            elif t.device != first:
+                break
+    else:
+        return
     devs = {n: t.device for n, t in tensors.items() if t is not None}
     if len(set(devs.values())) > 1:
         raise ArgumentError("all tensors must be on one device; got " + ", ".join(f"{n} on {d}" for n, d in
@@ -89,6 +107,25 @@ def _arch_of(t) -> tuple[str, int, str]:
     hit = _archs.get(t.device)
     if hit is None:
         hit = _archs[t.device] = _probe_arch(t)
+    return hit
+
+
+_shared_limits: dict = {}  # torch device -> shared memory (LDS) bytes per block
+
+
+def shared_limit(t) -> int:
+    """Shared memory / LDS bytes a block may use on ``t``'s device (the CPU mirrors an H200)."""
+    hit = _shared_limits.get(t.device)
+    if hit is None:
+        from . import gemm_configs
+
+        if t.device.type == "cpu":
+            hit = gemm_configs.H200_SHARED_BYTES
+        else:
+            from ..target import Target
+
+            hit = Target.current().max_shared_bytes
+        _shared_limits[t.device] = hit
     return hit
 
 
@@ -185,7 +222,8 @@ def matmul_config(M, N, K, a, trans_a=False, trans_b=False, has_bias=False, acti
         arch, num_sms, device = _arch_of(a)
         key = gemm_configs.cache_key(M, N, K, _dtype_name(a), out_name, trans_a, trans_b, has_bias, activation, arch,
                                      device)
-        hit = gemm_configs.tuned(key) or gemm_configs.heuristic(M, N, K, _dtype_name(a), arch, num_sms)
+        hit = gemm_configs.tuned(key) or gemm_configs.heuristic(M, N, K, _dtype_name(a), arch, num_sms,
+                                                              shared_limit(a))
         _gemm_choice[memo] = hit
     return hit
 
@@ -202,43 +240,60 @@ def _placeholder(dtype, device):
     return hit
 
 
+_plans: dict = {}  # launch signature -> (kind, kernels): compiled once, looked up per call
+
+
+def _plan(cfg, N, K, dtype, out_name, ta, tb, has_bias, activation, target, arch, num_sms):
+    """``("splitk", partial, reduction)``, ``("persistent", kernel)`` or ``("direct", kernel)``."""
+    sig = (cfg, N, K, dtype, out_name, ta, tb, has_bias, activation, target, arch, num_sms)
+    hit = _plans.get(sig)
+    if hit is not None:
+        return hit
+    pc = cfg.pass_configs(arch)
+    tiles = (cfg.block_M, cfg.block_N, cfg.block_K, cfg.stages, cfg.threads)
+    if cfg.kind == "splitk":
+        slices = 1 if cfg.atomic else cfg.splits
+        part = _kernel(("gemm_splitk", N, K, dtype, ta, tb, tiles, cfg.splits, cfg.atomic),
+                       lambda: kernels.linear_splitk(N, K, dtype, ta, tb, *tiles, cfg.splits, cfg.atomic), target, pc)
+        bias_dt = dtype if has_bias else None
+        red = _kernel(("gemm_splitk_reduce", N, slices, out_name, bias_dt, activation),
+                      lambda: kernels.splitk_epilogue(N, slices, out_name, bias_dt, activation), target)
+        hit = ("splitk", part, red)
+    elif cfg.kind == "persistent":
+        key = ("gemm_persistent", N, K, dtype, out_name, ta, tb, has_bias, activation, tiles, num_sms, cfg.group_M)
+        kern = _kernel(key, lambda: kernels.linear_persistent(N, K, dtype, out_name, ta, tb, has_bias, activation,
+                                                              *tiles, num_sms, cfg.group_M), target, pc)
+        src = "" if target == "interpret" else kern.get_kernel_source()
+        if target == "interpret" or ("cp.async.bulk.tensor" in src and "cp.async.c" not in src):
+            hit = ("persistent", kern)
+        # else: operands TMA cannot describe (strides that are not 16-byte multiples, a transposed A
+        # with a symbolic row count) leave the pipeline on cp.async, which the tile loop does not
+        # support yet (matmul_persistent's docstring): one block per tile instead
+    if hit is None:
+        key = ("linear", N, K, dtype, out_name, ta, tb, has_bias, activation, tiles)
+        hit = ("direct", _kernel(key, lambda: kernels.linear(N, K, dtype, out_name, ta, tb, has_bias, activation,
+                                                             *tiles), target, pc))
+    _plans[sig] = hit
+    return hit
+
+
 def _launch_matmul(cfg, av, bv, ta, tb, bias, activation, out, arch, num_sms):
     torch = _torch()
     M, N = out.shape
     K = av.shape[0] if ta else av.shape[1]
-    dtype, out_name = _dtype_name(av), _dtype_name(out)
-    target = _target_of(av)
-    pc = cfg.pass_configs(arch)
-    tiles = (cfg.block_M, cfg.block_N, cfg.block_K, cfg.stages, cfg.threads)
-    bias_arg = bias.contiguous() if bias is not None else _placeholder(av.dtype, av.device)
-    no_bias32 = _placeholder(torch.float32, av.device)  # the library kernels' placeholder
-    if cfg.kind == "splitk":
-        slices = 1 if cfg.atomic else cfg.splits
-        ws = (torch.zeros if cfg.atomic else torch.empty)((slices, M, N), dtype=torch.float32, device=av.device)
-        part = _kernel(("gemm_splitk", N, K, dtype, ta, tb, tiles, cfg.splits, cfg.atomic),
-                       lambda: kernels.linear_splitk(N, K, dtype, ta, tb, *tiles, cfg.splits, cfg.atomic), target, pc)
-        bias_dt = dtype if bias is not None else None
-        red = _kernel(("gemm_splitk_reduce", N, slices, out_name, bias_dt, activation),
-                      lambda: kernels.splitk_epilogue(N, slices, out_name, bias_dt, activation), target)
-        part(av, bv, ws)
-        red(ws, bias_arg if bias is not None else no_bias32, out)
+    plan = _plan(cfg, N, K, _dtype_name(av), _dtype_name(out), ta, tb, bias is not None, activation,
+                 _target_of(av), arch, num_sms)
+    if plan[0] == "direct":
+        plan[1](av, bv, bias.contiguous() if bias is not None else _placeholder(av.dtype, av.device), out)
         return
-    if cfg.kind == "persistent":
-        key = ("gemm_persistent", N, K, dtype, out_name, ta, tb, bias is not None, activation, tiles, num_sms,
-               cfg.group_M)
-        kern = _kernel(key, lambda: kernels.linear_persistent(N, K, dtype, out_name, ta, tb, bias is not None,
-                                                              activation, *tiles, num_sms, cfg.group_M), target, pc)
-        src = "" if target == "interpret" else kern.get_kernel_source()
-        if target == "interpret" or ("cp.async.bulk.tensor" in src and "cp.async.c" not in src):
-            kern(av, bv, bias_arg if bias is not None else no_bias32, out)
-            return
-        # operands TMA cannot describe (strides that are not 16-byte multiples, a transposed A with
-        # a symbolic row count) leave the pipeline on cp.async, which the tile loop does not support
-        # yet (matmul_persistent's docstring): one block per tile instead
-    key = ("linear", N, K, dtype, out_name, ta, tb, bias is not None, activation, tiles)
-    kern = _kernel(key, lambda: kernels.linear(N, K, dtype, out_name, ta, tb, bias is not None, activation, *tiles),
-                   target, pc)
-    kern(av, bv, bias_arg, out)
+    bias_arg = bias.contiguous() if bias is not None else _placeholder(torch.float32, av.device)
+    if plan[0] == "persistent":
+        plan[1](av, bv, bias_arg, out)
+        return
+    slices = 1 if cfg.atomic else cfg.splits
+    ws = (torch.zeros if cfg.atomic else torch.empty)((M, slices, N), dtype=torch.float32, device=av.device)
+    plan[1](av, bv, ws)
+    plan[2](ws, bias_arg, out)
 
 
 def tune_matmul(a, b, bias=None, activation=None, out_dtype=None, configs=None, rep: int = 20, store: bool = True):
@@ -264,7 +319,7 @@ def tune_matmul(a, b, bias=None, activation=None, out_dtype=None, configs=None, 
     scale = ref.abs().max().item() + 1e-6
     on_gpu = a.device.type == "cuda"
     rows = []
-    for cfg in configs or gemm_configs.candidates(M, N, K, _dtype_name(a), arch, num_sms):
+    for cfg in configs or gemm_configs.candidates(M, N, K, _dtype_name(a), arch, num_sms, shared_limit(a)):
         try:
             out = matmul_impl(a, b, bias, activation, out_dtype, config=cfg)  # compile outside the timing
             out.fill_(float("nan"))  # poisoned: every element must be written again

@@ -68,6 +68,28 @@ def _ceil(a: int, b: int) -> int:
     return -(-a // b)
 
 
+H200_SHARED_BYTES = 227 * 1024  # what the CPU interpreter plans for (it mirrors an H200)
+
+
+def fit_shared(cfg: GemmConfig, limit: int, elt_bytes: int = 2) -> GemmConfig:
+    """``cfg`` with its operand ring shrunk until it fits ``limit`` bytes of shared memory / LDS
+    (64 KiB on AMD, 99 KiB on consumer NVIDIA): first down to three stages, then halving block_K
+    (to 32), then two stages."""
+    def need(c):
+        return c.stages * (c.block_M + c.block_N) * c.block_K * elt_bytes
+
+    while need(cfg) > limit:
+        if cfg.stages > 3:
+            cfg = dataclasses.replace(cfg, stages=cfg.stages - 1)
+        elif cfg.block_K > 32:
+            cfg = dataclasses.replace(cfg, block_K=cfg.block_K // 2)
+        elif cfg.stages > 2:
+            cfg = dataclasses.replace(cfg, stages=cfg.stages - 1)
+        else:
+            break
+    return cfg
+
+
 def choose_splits(M: int, N: int, K: int, cfg: GemmConfig, num_sms: int, max_splits: int = 8) -> int:
     """Slices of K that bring the block count up to about one wave, each slice at least four K
     steps long (1 when the output tiles alone fill the GPU)."""
@@ -77,7 +99,8 @@ def choose_splits(M: int, N: int, K: int, cfg: GemmConfig, num_sms: int, max_spl
     return max(1, min(num_sms // tiles, _ceil(K, cfg.block_K) // 4, max_splits))
 
 
-def heuristic(M: int, N: int, K: int, dtype: str, arch: str, num_sms: int) -> GemmConfig:
+def heuristic(M: int, N: int, K: int, dtype: str, arch: str, num_sms: int,
+              smem_limit: int = H200_SHARED_BYTES) -> GemmConfig:
     """The configuration for a shape without a tuned entry (measured on an H200 for sm_90: see
     bench/results; elsewhere the mma.sync/MFMA table that was there before)."""
     hopper = arch == "sm_90"
@@ -91,17 +114,19 @@ def heuristic(M: int, N: int, K: int, dtype: str, arch: str, num_sms: int) -> Ge
         base = GemmConfig("direct", 64, 128, 64, 4, 128)
     else:
         base = GemmConfig("direct", 128, 128, 32, 4, 128)
+    base = fit_shared(base, smem_limit)
     splits = choose_splits(M, N, K, base, num_sms)
     if splits > 1:
         return dataclasses.replace(base, kind="splitk", splits=splits)
     return base
 
 
-def candidates(M: int, N: int, K: int, dtype: str, arch: str, num_sms: int) -> list[GemmConfig]:
+def candidates(M: int, N: int, K: int, dtype: str, arch: str, num_sms: int,
+               smem_limit: int = H200_SHARED_BYTES) -> list[GemmConfig]:
     """Configurations worth timing for a shape (the heuristic's first); used by ``tune_matmul`` and
     bench/gemm.py."""
     hopper = arch == "sm_90"
-    out = [heuristic(M, N, K, dtype, arch, num_sms)]
+    out = [heuristic(M, N, K, dtype, arch, num_sms, smem_limit)]
     if M <= 16:
         # decode: B streams from memory once; deeper rings keep more of it in flight per SM
         bases = [GemmConfig("direct", 16, 128, 128, 4, 128), GemmConfig("direct", 16, 64, 256, 4, 128),
@@ -120,6 +145,7 @@ def candidates(M: int, N: int, K: int, dtype: str, arch: str, num_sms: int) -> l
                  GemmConfig("persistent", 128, 256, 64, 4, 256, wgmma=True, group_M=8)]
     else:
         bases = [GemmConfig("direct", 128, 128, 32, 4, 128), GemmConfig("direct", 128, 256, 32, 3, 256)]
+    bases = [fit_shared(b, smem_limit) for b in bases]
     for b in bases:
         out.append(b)
         if b.kind != "direct":
