@@ -182,7 +182,7 @@ def run_shape(m, n, k, dtype, device, timer, arch, num_sms, smem, target, tol):
             out.fill_(float("nan"))
             fn()
             err = rel_err(out, ref)
-            if not err <= tol:
+            if not err <= tol + {torch.float16: 2.0 ** -11, torch.bfloat16: 2.0 ** -8}.get(out.dtype, 0.0):
                 print(f"  WRONG RESULT {name} {label}: relative error {err:.2e}", flush=True)
                 return None
             ms = timer(fn)
@@ -254,7 +254,10 @@ def main(argv=None):
     smem = dispatch.shared_limit(probe)
     target = str(tilewright.target.Target.current()) if on_gpu else "interpret"
     timer = make_timer(args.timer, on_gpu)
-    tol = 2e-3  # the bound: relative to the largest output, against float64
+    # the bound, relative to the largest output against float64, beyond the rounding of the
+    # exact result to the output dtype (half an ulp: 2^-11 for fp16, 2^-8 for bf16, which alone is
+    # more than 2e-3 and is what cuBLAS's bf16 outputs carry as well)
+    tol = 2e-3
     print(f"device {device_name} ({arch}, {num_sms} SMs), target {target}, timer "
           f"{args.timer if on_gpu else 'cpu'}, triton {'yes' if triton_gemm.matmul is not None else 'no'}",
           flush=True)

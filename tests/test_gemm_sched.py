@@ -284,7 +284,7 @@ def test_tuned_entry_overrides_the_heuristic(tmp_path, monkeypatch):
 @pytest.mark.parametrize("M, N, K, cfg", [
     (16, 8192, 8192, gemm_configs.heuristic(16, 8192, 8192, "float16", "sm_90", 132)),
     (128, 8192, 8192, gemm_configs.heuristic(128, 8192, 8192, "float16", "sm_90", 132)),
-    (2000, 3000, 1000, GemmConfig("persistent", 128, 256, 64, 4, 256, wgmma=True)),
+    (2000, 3000, 1000, GemmConfig("persistent", 128, 128, 64, 4, 256, wgmma=True)),
 ], ids=["decode", "m128", "persistent"])
 def test_h200_configs_compile_without_spills(M, N, K, cfg):
     from tilewright.ops import kernels
