@@ -1,7 +1,8 @@
 """One GEMM configuration, run once and checked, for compute-sanitizer (issue 8: "one config checked
 clean under memcheck and racecheck"): the library GEMM at the H200 benchmark's best configuration
 (128x256x64 tiles, 4 stages, 256 threads: wgmma consumers and a TMA producer warpgroup on sm_90a),
-on a ragged 1000x1500x700 problem so that the edge tiles are exercised too.
+on a 1000x1504x712 problem: M and N end in partial tiles and K in a partial K step, while every
+row stride stays a multiple of 16 bytes (TMA's rule), so the warp-specialized TMA path runs.
 
     compute-sanitizer --tool memcheck  python bench/sanitize_one_gemm.py
     compute-sanitizer --tool racecheck python bench/sanitize_one_gemm.py
@@ -22,7 +23,7 @@ CONFIG = dict(block_M=128, block_N=256, block_K=64, num_stages=4, threads=256)
 
 
 def main() -> int:
-    M, N, K = 1000, 1500, 700
+    M, N, K = 1000, 1504, 712
     for dtype in (torch.float16, torch.bfloat16):
         name = str(dtype).replace("torch.", "")
         kernel = tilewright.compile(matmul(M, N, K, dtype=name, **CONFIG))
@@ -35,9 +36,9 @@ def main() -> int:
         ref = a.double() @ b.double()
         err = ((c.double() - ref).abs().max() / ref.abs().max()).item()
         plan = "wgmma" if "wgmma.mma_async" in kernel.get_kernel_source() else "mma.sync"
-        ws = "warp-specialized" if "mbarrier" in kernel.get_kernel_source() else "not warp-specialized"
+        ws = "warp-specialized" if kernel.num_threads > CONFIG["threads"] else "not warp-specialized"
         print(f"{name} {M}x{N}x{K} {CONFIG}: {plan}, {ws}, max relative error {err:.2e}")
-        if not err < 2e-3:
+        if not err < 2e-3 + {torch.float16: 2.0 ** -11, torch.bfloat16: 2.0 ** -8}[dtype]:  # + output rounding
             return 1
     return 0
 
