@@ -30,6 +30,14 @@ if [ -z "${TILEWRIGHT_NO_TORCH:-}" ] && ! "$PY" -c "import torch" >/dev/null 2>&
   "$PY" -m pip install -q torch==2.13.0 \
     || tw_say "warning: torch could not be installed; the torch integration tests will be skipped"
 fi
+# transformers (the [examples] extra) runs the Llama drop-in example's tests; after torch, so that
+# pip keeps the CPU build instead of fetching another torch for it
+if [ -z "${TILEWRIGHT_NO_TORCH:-}" ] && "$PY" -c "import torch" >/dev/null 2>&1 \
+    && ! "$PY" -c "import transformers" >/dev/null 2>&1; then
+  tw_say "installing transformers (the examples' extra) into the environment"
+  "$PY" -m pip install -q "transformers>=5.0" \
+    || tw_say "warning: transformers could not be installed; the Llama example tests will be skipped"
+fi
 
 rc=0
 # no path among the arguments: pytest runs tests/ (testpaths in pyproject.toml)
