@@ -163,6 +163,11 @@ def infer_layouts(func: t.PrimFunc, ctx) -> t.PrimFunc:
             tma = (b in func.plans.rings and func.plans.rings[b].tma) or b in wgmma_operands or b in tma_copy_dsts
             shared[b] = SharedLayout(b.shape, b.dtype, swizzle=b in gemm_operands and target.vendor == "nvidia",
                                      tma=tma)
+    # AMD matrix-instruction operands: swizzled or K-packed so that lanes read their K runs as
+    # 64/128-bit vectors (lower_gemm_amd.py)
+    from .lower_gemm_amd import operand_layouts
+
+    shared.update(operand_layouts([s for s in stmts if isinstance(s, t.Gemm)], plans, target))
     func.plans.fragment_layouts.update(layouts)
     func.plans.shared_layouts.update(shared)
     return func

@@ -217,6 +217,10 @@ def lower_gemm(ctx: LoweringContext, s: t.Gemm, env: Env) -> list:
         out.extend(_simt(ctx, s, plan, lay, c_local, a_starts, b_starts))
         return out
     g = _MmaGemm(ctx, s, env)
+    if plan.family in ("mfma", "wmma"):  # AMD: vector operand reads, K pairing (lower_gemm_amd.py)
+        from .lower_gemm_amd import lower_amd_mma
+
+        return out + lower_amd_mma(ctx, s, env, g)
     a_frag, b_frag, decls = g.new_frags()
     out.extend(decls)
     a_starts, b_starts = g.starts(s.a), g.starts(s.b)

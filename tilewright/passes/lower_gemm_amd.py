@@ -1,0 +1,215 @@
+"""``T.gemm`` on AMD matrix instructions (MFMA, WMMA): operand layouts in LDS and vector operand loads
+(part of ``infer_layouts`` and ``lower_to_threads``).
+
+Every MFMA/WMMA lane holds runs of consecutive K values (one row of A, one column of B).  The goal is
+that each run is one 64- or 128-bit LDS read, without bank conflicts:
+
+* K-contiguous operand tiles (A ``M x K``, B given transposed ``N x K``) stay row-major, with the
+  16-byte-chunk XOR swizzle of ``SharedLayout`` (chunk ^= row bits): the rows a read phase touches
+  fall into different banks.
+* MN-contiguous tiles (B ``K x N``, A given transposed ``K x M``) take ``KPackedLayout``: each column's
+  K values of a group of rows are adjacent (a pack), so a run is again one read.  The global ->
+  shared copy fills it a register block at a time (``lower_copy_packed``).
+* K pairing: when a lane's run of one instruction is narrower than 16 bytes (MFMA f16/bf16: 4
+  values, 8 bytes), ``P`` consecutive K steps are read at once.  K is permuted within the ``P``
+  steps — lane group ``h`` of step ``j`` takes K values ``h * P * KL + j * KL + e`` instead of
+  ``j * k + h * KL + e`` — identically for A and B, which leaves ``A @ B`` unchanged, and gives each
+  lane ``P * KL`` consecutive values: one 128-bit read for ``P`` instructions.  Not used when A is a
+  register fragment (its registers hold the instruction's own K order).
+
+Only lanes' element positions change here; the instructions, accumulator layouts and the
+``MatrixMultiply`` statements are those of ``lower_gemm``.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+
+from ..ir import dtype as dt
+from ..ir import expr as E
+from ..ir import thread as th
+from ..ir import tile as t
+from ..ir.layout import SharedLayout
+from ..ir.layout_packed import KPackedLayout, pack_group
+from .lower_exprs import Env, numeric
+from .lowering_context import LoweringContext
+
+
+def _lane_runs(instr, index, elems: int) -> bool:
+    """Whether every lane's elements are one run of consecutive K values starting at a multiple of
+    the run length (``index`` returns (mn, k) for A-style or (k, mn) for B-style; normalized by the
+    caller)."""
+    for lane in range(instr.group_size):
+        ks = [index(lane, e) for e in range(elems)]
+        if ks[0] % elems or any(k != ks[0] + e for e, k in enumerate(ks)):
+            return False
+    return True
+
+
+def _runs(instr) -> bool:
+    return _lane_runs(instr, lambda ln, e: instr.a_index(ln, e)[1], instr.a_elems) and \
+        _lane_runs(instr, lambda ln, e: instr.b_index(ln, e)[0], instr.b_elems)
+
+
+def k_pairing(instr, ksteps: int, a_in_regs: bool) -> int:
+    """How many K steps one operand read covers (``P``, see the module docstring)."""
+    if a_in_regs or instr.a_elems != instr.b_elems or not _runs(instr):
+        return 1
+    run_bytes = instr.a_elems * dt.nbytes(instr.a_dtype)
+    p = 1
+    while 2 * p * run_bytes <= 16 and ksteps % (2 * p) == 0:
+        p *= 2
+    return p
+
+
+def _ksteps(s: t.Gemm, instr) -> int:
+    return (s.a.shape[0] if s.trans_a else s.a.shape[1]) // instr.k
+
+
+def operand_layouts(gemms: list, plans: dict, target) -> dict:
+    """Shared layouts for the LDS operands of MFMA/WMMA gemms (AMD targets): buffer -> layout.
+    A tile used by gemms that want different layouts keeps the default row-major one."""
+    if target.vendor != "amd":
+        return {}
+    wants: dict = {}
+    for s in gemms:
+        plan = plans[s]
+        if plan.kind != "mma" or plan.family not in ("mfma", "wmma"):
+            continue
+        instr = plan.instr
+        p = k_pairing(instr, _ksteps(s, instr), s.a.buffer.scope == "fragment")
+        for r, k_rows in ((s.a, bool(s.trans_a)), (s.b, not s.trans_b)):
+            b = r.buffer
+            if b.scope != "shared" or len(b.shape) < 2:
+                continue
+            if k_rows:
+                g = pack_group(p * instr.a_elems, b.dtype)
+                ok = b.shape[-2] % g == 0 and isinstance(b.shape[-1], int)
+                want = ("packed", g) if ok and g > 1 else ("rows",)
+            else:
+                want = ("swizzled",)
+            wants.setdefault(b, set()).add(want)
+    out = {}
+    for b, ws in wants.items():
+        if len(ws) != 1:
+            continue
+        (w,) = ws
+        if w[0] == "packed":
+            out[b] = KPackedLayout(b.shape, b.dtype, w[1])
+        elif w[0] == "swizzled":
+            out[b] = SharedLayout(b.shape, b.dtype, swizzle=True)
+    return out
+
+
+# ---------------------------------------------------------------------------------------------
+# lowering
+
+
+def lower_amd_mma(ctx: LoweringContext, s: t.Gemm, env: Env, g) -> list:
+    """The K steps of an MFMA/WMMA gemm (``g``: ``lower_gemm._MmaGemm``), ``P`` steps per operand read."""
+    instr, lay = g.instr, g.lay
+    P = k_pairing(instr, g.ksteps, g.a_in_regs)
+    a_frag = None if g.a_in_regs else ctx.local_buffer(ctx.fresh("afrag"), lay.atoms_m * instr.a_elems * P,
+                                                       s.a.buffer.dtype)
+    b_frag = ctx.local_buffer(ctx.fresh("bfrag"), lay.atoms_n * instr.b_elems * P, s.b.buffer.dtype)
+    out: list = [th.LocalDecl(x) for x in (a_frag, b_frag) if x is not None]
+    a_starts, b_starts = g.starts(s.a), g.starts(s.b)
+    KL = instr.a_elems
+
+    def k_of(q, j, k_std):
+        if P == 1:
+            return q * instr.k + k_std
+        return q * P * instr.k + (k_std // KL) * (P * KL) + j * KL + k_std % KL
+
+    lane = g.lane
+    for q in range(g.ksteps // P):
+        if not g.a_in_regs:
+            for mi in range(lay.atoms_m):
+                m0 = g.wmi * lay.wm + mi * instr.m
+
+                def pos_a(i, m0=m0, q=q):
+                    j, e = divmod(i, instr.a_elems)
+                    row, kk = instr.a_index(lane, e)
+                    k = k_of(q, j, kk)
+                    return (k, m0 + row) if s.trans_a else (m0 + row, k)
+
+                out.extend(_vector_gather(ctx, s.a, a_starts, pos_a, instr.a_elems * P, a_frag,
+                                          mi * P * instr.a_elems))
+        for ni in range(lay.atoms_n):
+            n0 = g.wni * lay.wn + ni * instr.n
+
+            def pos_b(i, n0=n0, q=q):
+                j, e = divmod(i, instr.b_elems)
+                kk, col = instr.b_index(lane, e)
+                k = k_of(q, j, kk)
+                return (n0 + col, k) if s.trans_b else (k, n0 + col)
+
+            out.extend(_vector_gather(ctx, s.b, b_starts, pos_b, instr.b_elems * P, b_frag, ni * P * instr.b_elems))
+        for j in range(P):
+            out.extend(_instructions(ctx, s, g, q * P + j, j, P, a_frag, b_frag))
+    return out
+
+
+def _instructions(ctx, s, g, kk: int, j: int, P: int, a_frag, b_frag) -> list:
+    lay, instr = g.lay, g.instr
+    out = []
+    for mi in range(lay.atoms_m):
+        for nj in range(lay.atoms_n):
+            if g.a_in_regs:
+                a_op = (ctx.local_of[s.a.buffer], ctx.layouts[s.a.buffer].reg(mi, kk, 0))
+            else:
+                a_op = (a_frag, (mi * P + j) * instr.a_elems)
+            creg = lay.reg(mi, nj, 0)
+            out.append(th.MatrixMultiply(instr, (g.c_local, creg), a_op, (b_frag, (nj * P + j) * instr.b_elems),
+                                         (g.c_local, creg), loc=s.loc))
+    return out
+
+
+def _tile_dims(region: t.Region) -> list:
+    dims = [d for d in range(region.buffer.ndim) if d not in region.squeezed]
+    if len(dims) != 2:
+        dims = [d for d in dims if region.extents[d] != 1]
+    return dims
+
+
+def _vector_gather(ctx: LoweringContext, region: t.Region, starts, pos_fn, n: int, dst, dst_off: int) -> list:
+    """Load ``n`` elements per lane (element ``i`` at tile position ``pos_fn(i)``) from a shared
+    tile into ``dst[dst_off:]``, as vector reads of up to 16 bytes over runs of addresses that are
+    consecutive and aligned in every lane.  Runs are found on the offsets within one stage of the
+    tile (the other dims' starts set to 0: they add a multiple of the stage size, which the run
+    alignment is checked against), so a ring slot chosen at run time does not defeat them."""
+    buf = region.buffer
+    flat = ctx.shared_flat(buf)
+    dims = _tile_dims(region)
+    lead = [d for d in range(buf.ndim) if d not in dims]
+
+    def index(st, p):
+        idx = list(st)
+        for d, x in zip(dims, p):
+            idx[d] = st[d] + x
+        return tuple(idx)
+
+    zero = tuple(E.as_expr(0) if d in lead else x for d, x in enumerate(starts))
+    positions = [pos_fn(i) for i in range(n)]
+    offs = [ctx.shared_offset(buf, index(starts, p)) for p in positions]
+    nums = [numeric(ctx, ctx.shared_offset(buf, index(zero, p))) for p in positions]
+    stage = int(np.prod([x for x in buf.shape[len(lead):]])) if lead else 0
+    max_run = max(16 // dt.nbytes(buf.dtype), 1)
+    out: list = []
+    e = 0
+    while e < n:
+        run = 1
+        if nums[e] is not None:
+            while run * 2 <= max_run and e + run * 2 <= n and (dst_off + e) % (run * 2) == 0:
+                cand = run * 2
+                ok = all(nums[e + i] is not None and np.array_equal(nums[e + i], nums[e] + i) for i in range(cand))
+                ok = ok and bool(np.all(nums[e] % cand == 0)) and stage % cand == 0
+                if not ok:
+                    break
+                run = cand
+        if run > 1:
+            out.append(th.VecCopy(dst, E.as_expr(dst_off + e), flat, offs[e], run))
+        else:
+            out.append(t.BufferStore(dst, (E.as_expr(dst_off + e),), E.Load(flat, (offs[e],))))
+        e += run
+    return out
