@@ -167,7 +167,7 @@ def infer_layouts(func: t.PrimFunc, ctx) -> t.PrimFunc:
     # 64/128-bit vectors (lower_gemm_amd.py)
     from .lower_gemm_amd import operand_layouts
 
-    shared.update(operand_layouts([s for s in stmts if isinstance(s, t.Gemm)], plans, target))
+    shared.update(operand_layouts(stmts, plans, target))
     func.plans.fragment_layouts.update(layouts)
     func.plans.shared_layouts.update(shared)
     return func

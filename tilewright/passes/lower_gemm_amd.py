@@ -29,8 +29,7 @@ from ..ir import dtype as dt
 from ..ir import expr as E
 from ..ir import thread as th
 from ..ir import tile as t
-from ..ir.layout import SharedLayout
-from ..ir.layout_packed import KPackedLayout, pack_group
+from ..ir.layout_packed import KPackedLayout, PaddedRowsLayout, SwizzledRowsLayout, pack_group
 from .lower_exprs import Env, numeric
 from .lowering_context import LoweringContext
 
@@ -66,12 +65,28 @@ def _ksteps(s: t.Gemm, instr) -> int:
     return (s.a.shape[0] if s.trans_a else s.a.shape[1]) // instr.k
 
 
-def operand_layouts(gemms: list, plans: dict, target) -> dict:
+def operand_layouts(stmts: list, plans: dict, target) -> dict:
     """Shared layouts for the LDS operands of MFMA/WMMA gemms (AMD targets): buffer -> layout.
-    A tile used by gemms that want different layouts keeps the default row-major one."""
+    ``stmts``: every statement of the kernel.  A tile used by gemms that want different layouts
+    keeps the default row-major one.  Tiles stored element by element from registers (a score
+    fragment copied to shared memory for the next gemm) take padded rows instead of the XOR
+    swizzle, and stay row-major rather than K-packed: their stores would each compute a swizzled
+    address, which costs registers where the fragments already fill them.
+
+    Where ``lds_prefers_padding`` (RDNA), a tile whose XOR swizzle would make the reads of one
+    gemm compute many distinct addresses (rows of more than 8 chunks; K-packed tiles read in more
+    than 4 atoms per wave) is padded instead when the kernel's tiles still fit: measured on
+    gfx1100, the swizzled head-dim-128 attention spilled, the padded one did not, while the
+    swizzled GEMM tiles (4 chunks, 4 atoms) fit and their padded versions spilled."""
     if target.vendor != "amd":
         return {}
+    gemms = [s for s in stmts if isinstance(s, t.Gemm)]
+    stored = {s.buffer for s in stmts if isinstance(s, t.BufferStore) and s.buffer.scope == "shared"}
+    from ..target.amd import lds_bank_bytes, lds_prefers_padding
+
+    window = lds_bank_bytes(target)
     wants: dict = {}
+    cost: dict = {}  # buffer -> distinct swizzled address patterns one gemm's reads compute
     for s in gemms:
         plan = plans[s]
         if plan.kind != "mma" or plan.family not in ("mfma", "wmma"):
@@ -84,21 +99,69 @@ def operand_layouts(gemms: list, plans: dict, target) -> dict:
                 continue
             if k_rows:
                 g = pack_group(p * instr.a_elems, b.dtype)
-                ok = b.shape[-2] % g == 0 and isinstance(b.shape[-1], int)
+                ok = b.shape[-2] % g == 0 and isinstance(b.shape[-1], int) and b not in stored
                 want = ("packed", g) if ok and g > 1 else ("rows",)
+                mn, warps, atom = (s.c.shape[0], plan.warps_m, instr.m) if r is s.a else \
+                    (s.c.shape[1], plan.warps_n, instr.n)
+                n_cost = int(mn) // warps // atom if isinstance(mn, int) else 0
+                cost[b] = max(cost.get(b, 0), 2 * n_cost)
             else:
-                want = ("swizzled",)
+                want = ("padded",) if b in stored else ("swizzled",)
+                row_bytes = b.shape[-1] * dt.nbytes(b.dtype) if isinstance(b.shape[-1], int) else 0
+                cost[b] = max(cost.get(b, 0), row_bytes // 16)
             wants.setdefault(b, set()).add(want)
+    chosen = {b: next(iter(ws)) for b, ws in wants.items() if len(ws) == 1}
+    padded = set()
+    if lds_prefers_padding(target):
+        padded = {b for b, w in chosen.items() if w[0] in ("packed", "swizzled") and cost.get(b, 0) > 8}
+        if not _padding_fits(stmts, chosen, padded, window, target):
+            padded = set()
     out = {}
-    for b, ws in wants.items():
-        if len(ws) != 1:
-            continue
-        (w,) = ws
+    for b, w in chosen.items():
         if w[0] == "packed":
-            out[b] = KPackedLayout(b.shape, b.dtype, w[1])
+            out[b] = KPackedLayout(b.shape, b.dtype, w[1], window, "pad" if b in padded else "xor")
+        elif w[0] == "swizzled" and b in padded:
+            out[b] = PaddedRowsLayout(b.shape, b.dtype, window)  # may fall back to the swizzle
+        elif w[0] == "padded":
+            out[b] = PaddedRowsLayout(b.shape, b.dtype)
         elif w[0] == "swizzled":
-            out[b] = SharedLayout(b.shape, b.dtype, swizzle=True)
+            out[b] = SwizzledRowsLayout(b.shape, b.dtype, window)
     return out
+
+
+def _padding_fits(stmts, chosen: dict, padded: set, window: int, target) -> bool:
+    """Whether the padded layouts leave the kernel's shared tiles within the LDS (scratch that
+    later passes allocate is not known here: ``unpad_operand_layouts`` is the fallback)."""
+    total = 0
+    for s in stmts:
+        if isinstance(s, t.Alloc) and s.buffer.scope == "shared":
+            b = s.buffer
+            if any(not isinstance(x, int) for x in b.shape):
+                return False
+            w = chosen.get(b) if b in padded else None
+            if w is not None and w[0] == "packed":
+                n = KPackedLayout(b.shape, b.dtype, w[1], window, "pad").numel
+            elif w is not None:
+                n = PaddedRowsLayout(b.shape, b.dtype).numel
+            else:
+                n = int(np.prod(b.shape))
+            total += n * dt.nbytes(b.dtype)
+    return total <= target.max_shared_bytes
+
+
+def unpad_operand_layouts(layouts: dict) -> bool:
+    """Replace padded operand layouts (chosen by ``operand_layouts``) with XOR-swizzled ones of no
+    extra size, in place; True if any changed.  ``lower_to_threads`` calls it when the kernel's
+    shared memory, scratch included, overflowed with the padding."""
+    changed = False
+    for b, lay in list(layouts.items()):
+        if isinstance(lay, KPackedLayout) and lay.mode == "pad":
+            layouts[b] = KPackedLayout(lay.shape, lay.dtype, lay.group, lay.period * 16, "xor")
+            changed = True
+        elif isinstance(lay, PaddedRowsLayout) and lay.swizzle and lay.window:
+            layouts[b] = SwizzledRowsLayout(lay.shape, lay.dtype, lay.window)
+            changed = True
+    return changed
 
 
 # ---------------------------------------------------------------------------------------------

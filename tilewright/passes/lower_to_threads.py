@@ -31,6 +31,7 @@ from .check_target_limits import shared_overflow_error
 from .lower_copy import lower_copy_g2s, lower_copy_tma
 from .lower_exprs import Env, lower_expr
 from .lower_gemm import lower_gemm, lower_mainloop_body, lower_mainloop_prefetch, mainloop_gemm
+from .lower_gemm_amd import unpad_operand_layouts
 from .lower_parallel import UNGUARDABLE, lower_parallel
 from .lower_reduce import lower_reduce
 from .lowering_context import LoweringContext
@@ -45,6 +46,8 @@ def lower_to_threads(func: t.PrimFunc, pctx) -> th.ThreadKernel:
     prologue, block_vars = _block_remap(kernel)
     body = prologue + lower.stmts(kernel.body, Env())
     ctx.shared_top = ctx.finish_shared()
+    if ctx.shared_top > pctx.target.max_shared_bytes and unpad_operand_layouts(func.plans.shared_layouts):
+        return lower_to_threads(func, pctx)  # padded AMD operand tiles did not fit: XOR-swizzled ones
     if ctx.shared_top > pctx.target.max_shared_bytes:
         sizes = [(b, flat.shape[0] * dt.nbytes(flat.dtype)) for b, flat in ctx.shared_of.items()]
         raise shared_overflow_error(kernel, sizes, ctx.shared_top, pctx.target)
