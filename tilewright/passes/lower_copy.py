@@ -7,6 +7,8 @@ set being lowered (the block, or a thread partition: ``ctx.tid`` / ``ctx.nthread
 On targets with cp.async each chunk is one asynchronous copy (zero-filled when out of bounds);
 a synchronous copy then commits and waits for its group at once.  Elsewhere a chunk travels
 through registers: a vector load (zero when out of bounds) and a vector store to shared memory.
+A destination in a ``KPackedLayout`` (AMD matrix operands) is filled by ``lower_copy_packed``
+(register blocks regrouped column by column), or element by element when it cannot be.
 """
 
 from __future__ import annotations

@@ -9,8 +9,9 @@ so consecutive threads write consecutive units (see ``KPackedLayout`` for the sw
 those stores conflict-free).  Pipelined copies on targets without async copies keep the loads
 where they stand and the stores at the end of the loop body, as ``lower_copy`` does.
 
-Copies that are not one whole 2-D tile (a sub-tile, a reshaped region) return None: the caller
-then copies element by element, which is right for any layout."""
+The copy may fill a band of whole rows (a multiple of ``group`` rows, starting at a constant
+multiple of it).  Other copies (column ranges, reshaped regions) return None: the caller then
+copies element by element, which is right for any layout."""
 
 from __future__ import annotations
 
@@ -28,16 +29,19 @@ def lower_copy_packed(ctx: LoweringContext, s: t.Copy, env: Env, chunk_width) ->
     src, dst = s.src, s.dst
     lay = ctx.shared_layouts[dst.buffer]
     shape = iteration_shape(src, dst)
-    R, C = (int(x) for x in dst.buffer.shape[-2:])
-    if len(shape) != 2 or tuple(shape) != (R, C):
-        return None
+    G = lay.group
+    C = int(dst.buffer.shape[-1])
+    if len(shape) != 2 or not isinstance(shape[0], int) or shape[0] % G or shape[1] != C:
+        return None  # whole rows of the tile, a multiple of the pack height
+    R = int(shape[0])
     dst_starts = tuple(lower_expr(ctx, x, env) for x in dst.starts)
-    if any(E.const_value(x) != 0 for x in dst_starts[-2:]):
+    row0 = E.const_value(dst_starts[-2])
+    if row0 is None or row0 % G or E.const_value(dst_starts[-1]) != 0:
         return None
     src_starts = tuple(lower_expr(ctx, x, env) for x in src.starts)
     src_l = t.Region(src.buffer, src_starts, src.extents, src.squeezed)
     dst_l = t.Region(dst.buffer, dst_starts, dst.extents, dst.squeezed)
-    G, ppu = lay.group, lay.packs_per_unit
+    ppu = lay.packs_per_unit
     V = chunk_width(ctx, src, src_starts, shape)
     if s.coalesced_width is not None:
         V = min(V, s.coalesced_width)

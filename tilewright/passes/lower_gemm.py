@@ -25,6 +25,10 @@ through shared-memory matrix descriptors of the TMA-swizzled operand layouts; th
 before, committed and waited for (``wait_group 0``) after — overlapping the next K step's copies
 with the current wgmma is later work.
 
+MFMA/WMMA plans (AMD) are lowered by ``lower_gemm_amd.lower_amd_mma``: vector operand reads from
+the operand layouts ``infer_layouts`` chose there, with two K steps per read where that makes the
+reads 128 bits wide.
+
 SIMT path (no matrix instruction for the types): thread (ti, tj) of a ``tm x tn`` grid accumulates its
 strided rows/columns with scalar multiply-adds, reading A and B from shared memory.
 """

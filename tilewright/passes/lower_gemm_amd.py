@@ -4,9 +4,10 @@
 Every MFMA/WMMA lane holds runs of consecutive K values (one row of A, one column of B).  The goal is
 that each run is one 64- or 128-bit LDS read, without bank conflicts:
 
-* K-contiguous operand tiles (A ``M x K``, B given transposed ``N x K``) stay row-major, with the
-  16-byte-chunk XOR swizzle of ``SharedLayout`` (chunk ^= row bits): the rows a read phase touches
-  fall into different banks.
+* K-contiguous operand tiles (A ``M x K``, B given transposed ``N x K``) stay row-major, with an
+  XOR swizzle of their 16-byte chunks (chunk ^= row bits, ``SwizzledRowsLayout``) sized to the LDS
+  width, so the rows one read phase touches fall into different banks; or, on RDNA where the
+  swizzle's address math would cost many registers, with padded rows (``PaddedRowsLayout``).
 * MN-contiguous tiles (B ``K x N``, A given transposed ``K x M``) take ``KPackedLayout``: each column's
   K values of a group of rows are adjacent (a pack), so a run is again one read.  The global ->
   shared copy fills it a register block at a time (``lower_copy_packed``).
@@ -256,7 +257,10 @@ def _vector_gather(ctx: LoweringContext, region: t.Region, starts, pos_fn, n: in
     positions = [pos_fn(i) for i in range(n)]
     offs = [ctx.shared_offset(buf, index(starts, p)) for p in positions]
     nums = [numeric(ctx, ctx.shared_offset(buf, index(zero, p))) for p in positions]
-    stage = int(np.prod([x for x in buf.shape[len(lead):]])) if lead else 0
+    # what a step of each other dim (a ring slot) adds to the offset: reads must stay aligned to it
+    ctx.shared_flat(buf)
+    lay = ctx.shared_layouts[buf]
+    lead_steps = [int(lay.offset(tuple(1 if k == d else 0 for k in range(buf.ndim)))) for d in lead]
     max_run = max(16 // dt.nbytes(buf.dtype), 1)
     out: list = []
     e = 0
@@ -266,7 +270,7 @@ def _vector_gather(ctx: LoweringContext, region: t.Region, starts, pos_fn, n: in
             while run * 2 <= max_run and e + run * 2 <= n and (dst_off + e) % (run * 2) == 0:
                 cand = run * 2
                 ok = all(nums[e + i] is not None and np.array_equal(nums[e + i], nums[e] + i) for i in range(cand))
-                ok = ok and bool(np.all(nums[e] % cand == 0)) and stage % cand == 0
+                ok = ok and bool(np.all(nums[e] % cand == 0)) and all(x % cand == 0 for x in lead_steps)
                 if not ok:
                     break
                 run = cand

@@ -74,6 +74,7 @@ import numpy as np
 from ...ir import thread as th
 from ...ir import tile as t
 from ...ir.visitor import free_vars, walk
+from .bank_conflicts import BankConflictReport, count_bank_conflicts
 from .coop import CoopBlock
 from .errors import (
     DeadlockError,
@@ -89,12 +90,14 @@ from .races import _GlobalRaces
 from .state import _bind_args, _State
 
 __all__ = [
+    "BankConflictReport",
     "DeadlockError",
     "DivergenceError",
     "EmulatorError",
     "EmulatorOutOfBoundsError",
     "MisalignedAccessError",
     "RaceError",
+    "count_bank_conflicts",
     "run_thread_kernel",
 ]
 
