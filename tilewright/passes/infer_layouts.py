@@ -23,6 +23,9 @@ Guarantees, recorded in ``func.plans`` (``ir.plans.Plans``):
   operands of wgmma gemms (the layout a wgmma matrix descriptor describes).  A wgmma accumulator
   takes ``MmaAccumLayout`` over the warpgroup grid with the m64nN instruction's C layout (warp w of
   a warpgroup owns rows 16w..16w+15 of each 64-row atom), a fragment A the m64nNk16 A layout.
+  Operands of MFMA/WMMA gemms (AMD) take the layouts of ``lower_gemm_amd.operand_layouts``:
+  swizzled or padded rows when K is the tile's last dimension, ``KPackedLayout`` when it is the
+  first, so that lanes read their K runs as 64/128-bit vectors.
 
 Errors name the gemm or loop and say what to change (tile too small for the warps, transposed
 fragment operands, conflicting layouts).
@@ -163,6 +166,11 @@ def infer_layouts(func: t.PrimFunc, ctx) -> t.PrimFunc:
             tma = (b in func.plans.rings and func.plans.rings[b].tma) or b in wgmma_operands or b in tma_copy_dsts
             shared[b] = SharedLayout(b.shape, b.dtype, swizzle=b in gemm_operands and target.vendor == "nvidia",
                                      tma=tma)
+    # AMD matrix-instruction operands: swizzled or K-packed so that lanes read their K runs as
+    # 64/128-bit vectors (lower_gemm_amd.py)
+    from .lower_gemm_amd import operand_layouts
+
+    shared.update(operand_layouts(stmts, plans, target))
     func.plans.fragment_layouts.update(layouts)
     func.plans.shared_layouts.update(shared)
     return func

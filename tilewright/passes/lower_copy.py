@@ -7,6 +7,8 @@ set being lowered (the block, or a thread partition: ``ctx.tid`` / ``ctx.nthread
 On targets with cp.async each chunk is one asynchronous copy (zero-filled when out of bounds);
 a synchronous copy then commits and waits for its group at once.  Elsewhere a chunk travels
 through registers: a vector load (zero when out of bounds) and a vector store to shared memory.
+A destination in a ``KPackedLayout`` (AMD matrix operands) is filled by ``lower_copy_packed``
+(register blocks regrouped column by column), or element by element when it cannot be.
 """
 
 from __future__ import annotations
@@ -50,6 +52,13 @@ def lower_copy_g2s(ctx: LoweringContext, s: t.Copy, env: Env) -> list:
     src, dst = s.src, s.dst
     from .expand_tile_ops import iteration_shape, region_indices
 
+    packed = getattr(ctx.shared_layouts.get(dst.buffer), "packed", False)
+    if packed:  # a K-packed operand tile (AMD): register blocks regrouped by column
+        from .lower_copy_packed import lower_copy_packed
+
+        lowered = lower_copy_packed(ctx, s, env, _chunk_width)
+        if lowered is not None:
+            return lowered
     shape = iteration_shape(src, dst)
     src_starts = tuple(lower_expr(ctx, x, env) for x in src.starts)
     dst_starts = tuple(lower_expr(ctx, x, env) for x in dst.starts)
@@ -58,6 +67,8 @@ def lower_copy_g2s(ctx: LoweringContext, s: t.Copy, env: Env) -> list:
     v = _chunk_width(ctx, src, src_starts, shape)
     if s.coalesced_width is not None:  # the author's bound on the vector width
         v = min(v, s.coalesced_width)
+    if packed:  # consecutive columns are not adjacent in a K-packed tile: element by element
+        v = 1
     esize = dt.nbytes(src.buffer.dtype)
     same_type = src.buffer.dtype == dst.buffer.dtype
     use_async = ctx.target.has("cp.async") and same_type and v * esize in (4, 8, 16)

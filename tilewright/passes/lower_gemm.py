@@ -26,6 +26,10 @@ before, committed and waited for after: ``wait_group n`` with ``n = plans.wgmma_
 (0 unless ``warp_specialize`` made the gemm a consumer that releases its ring slot one iteration
 late, leaving this iteration's group in flight while the next one is issued).
 
+MFMA/WMMA plans (AMD) are lowered by ``lower_gemm_amd.lower_amd_mma``: vector operand reads from
+the operand layouts ``infer_layouts`` chose there, with two K steps per read where that makes the
+reads 128 bits wide.
+
 SIMT path (no matrix instruction for the types): thread (ti, tj) of a ``tm x tn`` grid accumulates its
 strided rows/columns with scalar multiply-adds, reading A and B from shared memory.
 """
@@ -219,6 +223,10 @@ def lower_gemm(ctx: LoweringContext, s: t.Gemm, env: Env) -> list:
         out.extend(_simt(ctx, s, plan, lay, c_local, a_starts, b_starts))
         return out
     g = _MmaGemm(ctx, s, env)
+    if plan.family in ("mfma", "wmma"):  # AMD: vector operand reads, K pairing (lower_gemm_amd.py)
+        from .lower_gemm_amd import lower_amd_mma
+
+        return out + lower_amd_mma(ctx, s, env, g)
     a_frag, b_frag, decls = g.new_frags()
     out.extend(decls)
     a_starts, b_starts = g.starts(s.a), g.starts(s.b)

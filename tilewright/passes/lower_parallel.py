@@ -366,6 +366,8 @@ def _address_ok(ctx, buf, idx, inner_var, g) -> bool:
         lay = ctx.shared_layouts.get(buf)
         if lay is not None and lay.swizzle and g * dt.nbytes(buf.dtype) > 16:
             return False
+        if getattr(lay, "packed", False):  # KPackedLayout: consecutive columns are a pack apart
+            return False
         strides = buf.strides
     elif buf.scope == "global":
         strides = buf.strides

@@ -31,6 +31,7 @@ from .check_target_limits import shared_overflow_error
 from .lower_copy import lower_copy_g2s, lower_copy_tma
 from .lower_exprs import Env, lower_expr
 from .lower_gemm import lower_gemm, lower_mainloop_body, lower_mainloop_prefetch, mainloop_gemm
+from .lower_gemm_amd import unpad_operand_layouts
 from .lower_parallel import UNGUARDABLE, lower_parallel
 from .lower_reduce import lower_reduce
 from .lowering_context import LoweringContext
@@ -47,7 +48,10 @@ def lower_to_threads(func: t.PrimFunc, pctx) -> th.ThreadKernel:
     ctx.shared_top = ctx.finish_shared()
     at_launch = ctx.shared_at_launch()
     fixed = ctx.shared_top if at_launch is None else at_launch[2]  # what precedes a buffer sized at launch
-    if fixed > pctx.target.max_shared_bytes or (at_launch is not None and fixed >= pctx.target.max_shared_bytes):
+    over = fixed > pctx.target.max_shared_bytes or (at_launch is not None and fixed >= pctx.target.max_shared_bytes)
+    if over and unpad_operand_layouts(func.plans.shared_layouts):
+        return lower_to_threads(func, pctx)  # padded AMD operand tiles did not fit: XOR-swizzled ones
+    if over:
         sizes = [(b, flat.shape[0] * dt.nbytes(flat.dtype)) for b, flat in ctx.shared_of.items()
                  if b.static_shape() is not None]
         raise shared_overflow_error(kernel, sizes, fixed, pctx.target)

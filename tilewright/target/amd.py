@@ -173,6 +173,25 @@ def lds_dma_widths(target: Target) -> tuple[int, ...]:
     return facts.lds_dma_bytes if facts is not None else ()
 
 
+def lds_bank_bytes(target: Target) -> int:
+    """Bytes the LDS serves per clock without a bank conflict: 32 banks x 4 bytes on CDNA2/CDNA3
+    (ROCm CK-Tile documentation, "Understanding AMD GPU LDS and Bank Conflicts"), 64 banks x 4
+    bytes on CDNA4 (160 KiB LDS) and on RDNA in WGP mode (RDNA3 ISA guide, LDS chapter).  Shared
+    operand layouts size their XOR swizzle to it."""
+    fam = next((f for f in target.features if f in ("cdna2", "cdna3", "cdna4", "rdna3", "rdna4")), "cdna3")
+    return 128 if fam in ("cdna2", "cdna3") else 256
+
+
+def lds_prefers_padding(target: Target) -> bool:
+    """Whether matrix operand tiles in LDS should avoid bank conflicts by padding rather than by an
+    XOR swizzle, space permitting.  RDNA: a lane addresses 256 VGPRs (wave32), and the per-access
+    XOR address math of swizzled tiles measurably pushed attention kernels into spills, while its
+    read phases are consecutive lanes, which padding serves conflict-free.  CDNA: 512 registers per
+    lane, and ``ds_read_b128`` is served in non-contiguous lane groups that only the XOR swizzle
+    keeps conflict-free."""
+    return "wmma" in target.features
+
+
 def min_llvm_version(target: Target) -> int:
     """Oldest LLVM major version that knows this architecture (and the builtins we emit for it)."""
     return int(dict(target.options).get("min_llvm", "0"))

@@ -74,6 +74,7 @@ import numpy as np
 from ...ir import thread as th
 from ...ir import tile as t
 from ...ir.visitor import free_vars, walk
+from .bank_conflicts import BankConflictReport, count_bank_conflicts
 from .coop import CoopBlock
 from .errors import (
     DeadlockError,
@@ -89,12 +90,14 @@ from .races import _GlobalRaces
 from .state import _bind_args, _State
 
 __all__ = [
+    "BankConflictReport",
     "DeadlockError",
     "DivergenceError",
     "EmulatorError",
     "EmulatorOutOfBoundsError",
     "MisalignedAccessError",
     "RaceError",
+    "count_bank_conflicts",
     "run_thread_kernel",
 ]
 
@@ -104,13 +107,14 @@ _MAX_SMEM_BATCH = 64 << 20  # bytes of shared memory per batch (and 8 MiB when t
 
 
 def run_thread_kernel(kernel: th.ThreadKernel, args: list, *, dyn: dict | None = None,
-                      check_races: bool = True) -> None:
+                      check_races: bool = True, bank_counter=None) -> None:
     """Execute ``kernel`` on ``args`` (NumPy arrays for buffer parameters, C-contiguous, written in
     place; Python scalars for scalar parameters).  ``dyn`` maps ``kernel.dyn_vars`` (or their names)
     to ints; missing ones are read from the argument shapes.  ``check_races`` (default on) runs the
     shared and global memory race detectors (off: faster, and a race shows only as a wrong
     answer); kernels run cooperatively (see ``mode.py``) always track the
-    ordering of shared memory between warps."""
+    ordering of shared memory between warps.  ``bank_counter`` (a ``bank_conflicts.BankCounter``)
+    collects the shared-memory bank conflicts of every access (see ``bank_conflicts.py``)."""
     prog = _program(kernel)
     globals_, scalars = _bind_args(kernel, list(args), dyn)
     if kernel.attrs.get("shared_at_launch") is not None:  # a shared buffer sized by the arguments: must fit
@@ -138,12 +142,13 @@ def run_thread_kernel(kernel: th.ThreadKernel, args: list, *, dyn: dict | None =
             # synchronisation under divergent control flow: every block warp by warp
             W = kernel.target.warp_size if kernel.target is not None else 32
             for first in range(nblocks):
-                CoopBlock(prog, kernel, grid, first, globals_, scalars, W).run(prog.body)
+                CoopBlock(prog, kernel, grid, first, globals_, scalars, W, banks=bank_counter).run(prog.body)
             return
         graces = _GlobalRaces() if check_races else None  # one for every batch: made once
         for first in range(0, nblocks, per_batch):
             nb = min(per_batch, nblocks - first)
-            st = _State(prog, kernel, grid, first, nb, globals_, scalars, check_races, graces=graces)
+            st = _State(prog, kernel, grid, first, nb, globals_, scalars, check_races, graces=graces,
+                        banks=bank_counter)
             prog.body(st)
 
 

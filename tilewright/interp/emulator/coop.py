@@ -86,7 +86,8 @@ class _Mbar:
 class CoopBlock:
     """One block run cooperatively: its warps' states, scheduler and synchronisation objects."""
 
-    def __init__(self, prog, kernel, grid, first: int, globals_: dict, scalars: dict, warp_size: int):
+    def __init__(self, prog, kernel, grid, first: int, globals_: dict, scalars: dict, warp_size: int,
+                 banks=None):
         from .state import _State
 
         T = kernel.num_threads
@@ -110,7 +111,7 @@ class CoopBlock:
         self.tracker = _CoopRaces(self) if self.S else None
         smem = np.full(self.S, 0xFF, np.uint8) if self.S else None
         self.states = [_State(prog, kernel, grid, first, 1, globals_, scalars, True, coop=self, warp=w,
-                              warp_size=warp_size, smem=smem) for w in range(n)]
+                              warp_size=warp_size, smem=smem, banks=banks) for w in range(n)]
         self.sviews = self.states[0].sviews if self.S else None
         # scheduler
         self.cv = threading.Condition()

@@ -332,6 +332,9 @@ class ExprCompiler:
                 pos = st.sbase[place] + idx
                 if st.races is not None:
                     st.races.access(pos, sz, need, where, b.name, None)
+                if st.banks is not None:
+                    lanes = st.lane if need is None else np.flatnonzero(need)
+                    st.banks.record(st, where, b.name, np.broadcast_to(pos, (st.L,))[lanes], sz, sz, lanes, "read")
                 return st.sviews[nd][pos]
 
             return load_shared

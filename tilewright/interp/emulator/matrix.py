@@ -57,6 +57,11 @@ class MatrixCompiler:
             _check_align(st, off + idx * 2, 16, need, f"ldmatrix row of shared {s.src.name}", where)
             base = st.sbase[place]
             view = st.sviews[nd]
+            if st.banks is not None:
+                # each 8x8 matrix (8 rows of 16 bytes from 8 supplying lanes) is one phase: a
+                # 16-byte access of 8 consecutive lanes
+                lanes = np.flatnonzero(need)
+                st.banks.record(st, where, s.src.name, (base + idx)[lanes], 2, 16, lanes, "ldmatrix")
             if st.races is not None:
                 rows = (base + idx)[:, None] + np.arange(8)
                 st.races.access(rows[need].reshape(-1), 2, None, where, s.src.name, np.repeat(st.tid[need], 8))

@@ -98,6 +98,10 @@ class _SharedMem:
         idx = _check_range(st, np.broadcast_to(idx, (st.L,)), 0, self.n - w, need, what, where)
         _check_align(st, self.off + idx * self.nd.itemsize, nbytes, need, what, where)
         pos = (st.sbase[self.place] + idx)[None, :] + np.arange(w)[:, None]
+        if st.banks is not None:
+            lanes = st.lane if need is None else np.flatnonzero(need)
+            st.banks.record(st, where, self.b.name, pos[0, lanes], self.nd.itemsize, w * self.nd.itemsize, lanes,
+                            "read")
         if st.races is not None:
             lanes = st.lane if need is None else np.flatnonzero(need)
             st.races.access(pos[:, lanes].reshape(-1), self.nd.itemsize, None, where, self.b.name,
@@ -110,6 +114,9 @@ class _SharedMem:
             return
         vals = np.broadcast_to(_fix(vals, self.nd), (st.L,) if w is None else (w, st.L))[..., lanes]
         view = st.sviews[self.nd]
+        if st.banks is not None:
+            st.banks.record(st, where, self.b.name, pos if w is None else pos[0], self.nd.itemsize,
+                            (1 if w is None else w) * self.nd.itemsize, lanes, "write")
         if st.races is not None:
             tids = np.broadcast_to(st.tid[lanes], pos.shape)
             st.races.write(pos.reshape(-1), self.nd, np.ascontiguousarray(vals).reshape(-1), tids.reshape(-1),

@@ -46,6 +46,7 @@ class _State:
         "T",
         "async_groups",
         "async_open",
+        "banks",
         "mbar",
         "block",
         "cache",
@@ -69,10 +70,12 @@ class _State:
     )
 
     def __init__(self, prog, kernel, grid, first: int, nb: int, globals_: dict, scalars: dict,
-                 check_races: bool, coop=None, warp: int = 0, warp_size: int = 0, smem=None, graces=None):
+                 check_races: bool, coop=None, warp: int = 0, warp_size: int = 0, smem=None, graces=None,
+                 banks=None):
         T = kernel.num_threads
         self.T, self.S, self.nb, self.first, self.grid = T, kernel.shared_bytes, nb, first, grid
         self.coop, self.warp = coop, warp
+        self.banks = banks  # a bank_conflicts.BankCounter, or None
         if coop is None:
             self.L = L = nb * T
             self.lane = np.arange(L)
