@@ -64,6 +64,7 @@ def _hopper_kernel(used):
     (1, 1, 1, 200, 130, 128, True, torch.bfloat16),    # more queries than keys: first rows see nothing
     (2, 2, 2, 129, 77, 64, False, torch.float16),      # one key tile, ragged, d = 64
     (1, 2, 1, 100, 150, 256, True, torch.bfloat16),    # d = 256 (128 x 64 blocks)
+    (1, 1, 1, 256, 256, 64, True, torch.float16),      # whole tiles: only the diagonal tiles are masked
 ])
 def test_dense_on_the_sm90a_path(hopper, B, H, Hkv, Sq, Sk, D, causal, dtype):
     g = torch.Generator().manual_seed(Sq + Sk + D)

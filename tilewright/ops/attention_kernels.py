@@ -86,6 +86,9 @@ def attention_fwd(heads, kv_heads, dim, dtype, out_dtype, causal, varlen, cache_
             shift = len_k - len_q  # causal: query i sees keys j <= i + shift
             key_end = T.alloc_var("int32", 0)
             key_end = T.max(T.min(len_k, (bx + 1) * block_M + shift), 0) if causal else len_k
+            # the keys every row of this block sees: tiles ending at or before it need no mask
+            key_end_first = T.alloc_var("int32", 0)
+            key_end_first = T.min(len_k, bx * block_M + shift + 1) if causal else len_k
             per_part = T.ceildiv(T.ceildiv(len_k, block_N), splits)
             lo = T.alloc_var("int32", 0)
             hi = T.alloc_var("int32", 0)
@@ -106,14 +109,17 @@ def attention_fwd(heads, kv_heads, dim, dtype, out_dtype, causal, varlen, cache_
             T.fill(m_cur, -T.infinity(accum))
             for kb in T.Pipelined(lo, hi, num_stages=stages):
                 T.copy(K[k_row + kb * block_N, kvh * dim if k_hc else 0], K_s)
-                for i, j in T.Parallel(block_M, block_N):
-                    if causal:
-                        acc_s[i, j] = T.if_then_else(
-                            (kb * block_N + j < len_k) and (kb * block_N + j <= bx * block_M + i + shift),
-                            0, -T.infinity(accum))
-                    else:
-                        acc_s[i, j] = T.if_then_else(kb * block_N + j < len_k, 0, -T.infinity(accum))
-                T.gemm(Q_s, K_s, acc_s, transpose_B=True, policy=T.GemmWarpPolicy.FullRow)
+                T.gemm(Q_s, K_s, acc_s, transpose_B=True, clear_accum=True, policy=T.GemmWarpPolicy.FullRow)
+                # only the tiles crossing the end of the keys or (causal) the diagonal are masked; the
+                # loop bound already skips the tiles entirely above the diagonal
+                if (kb + 1) * block_N > key_end_first:
+                    for i, j in T.Parallel(block_M, block_N):
+                        if causal:
+                            acc_s[i, j] = T.if_then_else(
+                                (kb * block_N + j < len_k) and (kb * block_N + j <= bx * block_M + i + shift),
+                                acc_s[i, j], -T.infinity(accum))
+                        else:
+                            acc_s[i, j] = T.if_then_else(kb * block_N + j < len_k, acc_s[i, j], -T.infinity(accum))
                 T.copy(m_cur, m_prev)
                 T.reduce_max(acc_s, m_cur, dim=1, clear=False)
                 for i in T.Parallel(block_M):
