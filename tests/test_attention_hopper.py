@@ -399,3 +399,56 @@ def test_warp_specialized_attention_compiles_without_spills(bm, bn, dim, causal,
     assert len([x for x in hgmma if x.split(",")[1].strip().startswith("R")]) == bn // 16
     assert len([x for x in hgmma if x.split(",")[1].strip().startswith("gdesc")]) == dim // 16
     assert "USETMAXREG" in sass
+
+
+# ---------------------------------------------------------------------------------------------
+# ping-pong of the two consumer warpgroups (tw.pingpong)
+
+
+PINGPONG = {**WS, "tw.pingpong": True}
+
+
+@pytest.mark.parametrize("S, D, causal, bn, dtype", [(520, 128, True, 128, "float16"), (300, 64, False, 64, "bfloat16"),
+                                                     (100, 64, True, 128, "float16")])
+def test_pingpong_attention_on_the_emulator(S, D, causal, bn, dtype):
+    rng = np.random.default_rng(S + D + 2)
+    q, k, v = (rng.standard_normal((1, S, 2, D)).astype(NP[dtype]) for _ in range(3))
+    o = np.full_like(q, np.nan)
+    kern = tilewright.compile(flash_attention(1, 2, S, D, causal, 128, bn, 2, 256, dtype), target=SM90A,
+                              execution_backend="emulator", pass_configs=PINGPONG)
+    barriers = [s for s in _nodes(kern.thread_kernel, th.NamedBarrier)]
+    # per gemm a wait for the own turn and a hand-over; the opening hand-over and the closing wait
+    assert sum(1 for b in barriers if b.arrive_only) == 3 and sum(1 for b in barriers if not b.arrive_only) >= 3
+    kern(q, k, v, o)
+    ref = attention_ref(q, k, v, causal)
+    assert not np.isnan(o.astype(np.float32)).any()
+    assert np.abs(o.astype(np.float64) - ref).max() < (3e-3 if dtype == "float16" else 2e-2)
+
+
+def test_pingpong_without_its_opening_hand_over_is_a_reported_deadlock(monkeypatch):
+    from tilewright.interp.emulator.errors import EmulatorError
+    from tilewright.passes import warp_specialize_loop as wsl
+
+    monkeypatch.setenv("TILEWRIGHT_DISABLE_CACHE", "1")
+    real = wsl._take_turns
+    monkeypatch.setattr(wsl, "_take_turns", lambda *a: (real(*a)[0], [], real(*a)[2]))
+    S, D = 300, 64
+    rng = np.random.default_rng(4)
+    q, k, v = (rng.standard_normal((1, S, 1, D)).astype(np.float16) for _ in range(3))
+    kern = tilewright.compile(flash_attention(1, 1, S, D, False, 128, 64, 2, 256), target=SM90A,
+                              execution_backend="emulator", pass_configs=PINGPONG)
+    with pytest.raises(EmulatorError, match="(?i)deadlock|never"):
+        kern(q, k, v, np.full_like(q, np.nan))
+
+
+@needs_nvrtc
+def test_pingpong_attention_compiles_without_spills():
+    from tilewright.codegen.cuda import print_cuda
+    from tilewright.toolchain import nvrtc
+
+    k = run_pipeline(_verified(flash_attention(4, 16, 4096, 128, True, 128, 128, 2, 256)),
+                     PassContext(Target.parse(SM90A), {"optimize_level": 2, **PINGPONG}))
+    src = print_cuda(k)
+    assert src.count("bar.arrive") == 3
+    res = nvrtc.compile_cuda(src, "sm_90a", [k.name]).resources[k.name]
+    assert res["spills"] == 0 and res["local_bytes"] == 0, res

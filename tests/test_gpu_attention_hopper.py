@@ -1,6 +1,7 @@
 """The Hopper attention path on an sm_90a GPU (H100/H200), against float64: the TileLang-style
 flash-attention program compiled with ``tw.enable_wgmma`` (both gemms on wgmma) and with
-``tw.warp_specialize`` too (a TMA producer warpgroup, two consumer warpgroups, setmaxnreg), and
+``tw.warp_specialize`` too (a TMA producer warpgroup, two consumer warpgroups, setmaxnreg), with
+``tw.pingpong`` on top (the consumer warpgroups take turns at their gemms), and
 ``ops.attention``, which takes that path on sm_90a.  Outputs are poisoned (NaN) before each run.
 Skipped without an sm_90 GPU."""
 
@@ -22,6 +23,7 @@ from tilewright.kernels import flash_attention  # noqa: E402
 kernel_cache = importlib.import_module("tilewright.ops.dispatch")._kernels  # (key, target) -> kernel
 WGMMA = {"tw.enable_wgmma": True}
 WS = {"tw.enable_wgmma": True, "tw.warp_specialize": True}
+PINGPONG = {**WS, "tw.pingpong": True}
 
 
 def reference(q, k, v, causal):
@@ -42,7 +44,7 @@ def _rel(got, want):
     return ((got.double() - want).abs().max() / want.abs().max()).item()
 
 
-@pytest.mark.parametrize("configs", [WGMMA, WS], ids=["wgmma", "wgmma+ws"])
+@pytest.mark.parametrize("configs", [WGMMA, WS, PINGPONG], ids=["wgmma", "wgmma+ws", "wgmma+ws+pingpong"])
 @pytest.mark.parametrize("B, H, S, D, bm, bn", [
     (2, 4, 1024, 128, 128, 128),
     (2, 4, 1024, 128, 128, 64),
@@ -58,13 +60,13 @@ def test_user_program_on_the_hopper_path(B, H, S, D, bm, bn, causal, configs):
                               pass_configs=configs)
     src = kern.get_kernel_source()
     assert "wgmma.mma_async" in src and "mma.sync" not in src
-    assert ("setmaxnreg" in src) == (configs is WS)
+    assert ("setmaxnreg" in src) == (configs is not WGMMA)
     o = torch.full_like(q, math.nan)
     kern(q, k, v, o)
     torch.cuda.synchronize()
     assert not o.isnan().any()
     assert _rel(o, reference(q, k, v, causal)) < 3e-3
-    if configs is WS:
+    if configs is not WGMMA:
         assert kern.resource_usage["spills"] == 0
 
 

@@ -38,6 +38,7 @@ class PassConfigKey(str, enum.Enum):
     TW_MIN_BLOCKS_PER_SM = "tw.min_blocks_per_sm"
     TW_WARP_SPECIALIZE = "tw.warp_specialize"
     TW_MMA_ORDER = "tw.mma_order"
+    TW_PINGPONG = "tw.pingpong"  # attn-hopper: warp_specialize_loop's consumer ping-pong
 
 
 HONOURED: dict[str, str] = {
@@ -47,6 +48,7 @@ HONOURED: dict[str, str] = {
     "tw.enable_wgmma": "lower gemms on sm_90a to wgmma.mma_async (operands through shared-memory descriptors)",
     "tw.min_blocks_per_sm": "the occupancy the register budget is planned for (__launch_bounds__)",
     "tw.mma_order": "order of the matrix instructions of a gemm ('serpentine', 'n_outer')",
+    "tw.pingpong": "with tw.warp_specialize, two consumer warpgroups of a loop take turns at their gemms (sm_90)",
     "tl.disable_tma_lower": "same as tw.disable_tma",
 }
 
