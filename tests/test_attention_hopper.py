@@ -344,9 +344,10 @@ def test_loops_the_pass_cannot_take_are_left_alone():
         assert ws.num_threads == 128 and ws.get_kernel_source() == plain.get_kernel_source()
 
 
-@pytest.mark.parametrize("seed", [0])
-def test_elementwise_loop_warp_specialized_matches(seed):
-    """The pass is not attention-specific: a loop of a TMA load and elementwise work on it."""
+@pytest.mark.parametrize("stages", [1, 2, 3])
+def test_elementwise_loop_warp_specialized_matches(stages):
+    """The pass is not attention-specific: a loop of a TMA load and elementwise work on it, with
+    rings of one to three slots."""
     import tilewright.language as T
 
     @T.prim_func
@@ -355,13 +356,13 @@ def test_elementwise_loop_warp_specialized_matches(seed):
             As = T.alloc_shared((64, 64), "float16")
             acc = T.alloc_fragment((64, 64), "float32")
             T.clear(acc)
-            for k in T.Pipelined(T.ceildiv(300, 64), num_stages=2):
+            for k in T.Pipelined(T.ceildiv(300, 64), num_stages=stages):
                 T.copy(A[k * 64, 0], As)
                 for i, j in T.Parallel(64, 64):
                     acc[i, j] += T.cast(As[i, j], "float32") * (k + 1)
             T.copy(acc, C)
 
-    rng = np.random.default_rng(seed)
+    rng = np.random.default_rng(stages)
     a = rng.standard_normal((300, 64)).astype(np.float16)
     c = np.full((64, 64), np.nan, np.float32)
     kern = tilewright.compile(f, target=SM90A, execution_backend="emulator", pass_configs=WS)

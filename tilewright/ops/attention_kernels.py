@@ -50,7 +50,7 @@ def attention_fwd(heads, kv_heads, dim, dtype, out_dtype, causal, varlen, cache_
                              q_rb: T.int32, q_rh: T.int32, k_rb: T.int32, k_rh: T.int32, v_rb: T.int32,
                              v_rh: T.int32, o_rp: T.int32, o_rb: T.int32, o_rh: T.int32, l_rp: T.int32,
                              l_rb: T.int32, l_rh: T.int32, l_rs: T.int32):
-        with T.Kernel(T.ceildiv(max_q, block_M), heads, nseq * splits, threads=threads) as (bx, by, bz):
+        with T.Kernel(T.ceildiv(max_q, block_M), heads, nseq * splits, threads=threads) as (bq, by, bz):
             Q_s = T.alloc_shared((block_M, dim), dtype)
             K_s = T.alloc_shared((block_N, dim), dtype)
             V_s = T.alloc_shared((block_N, dim), dtype)
@@ -64,6 +64,9 @@ def attention_fwd(heads, kv_heads, dim, dtype, out_dtype, causal, varlen, cache_
             row_sum = T.alloc_fragment((block_M,), accum)
             denom = T.alloc_fragment((block_M,), accum)
 
+            # causal: the query blocks with the most keys are launched first, so the last wave holds
+            # the short ones (a better tail); otherwise in order
+            bx = T.ceildiv(max_q, block_M) - 1 - bq if causal else bq
             seq = bz // splits
             part = bz % splits
             kvh = by // group
