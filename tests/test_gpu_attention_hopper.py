@@ -21,6 +21,7 @@ from tilewright import ops  # noqa: E402
 from tilewright.kernels import flash_attention  # noqa: E402
 
 kernel_cache = importlib.import_module("tilewright.ops.dispatch")._kernels  # (key, target) -> kernel
+dispatch = importlib.import_module("tilewright.ops.attention_dispatch")
 WGMMA = {"tw.enable_wgmma": True}
 WS = {"tw.enable_wgmma": True, "tw.warp_specialize": True}
 PINGPONG = {**WS, "tw.pingpong": True}
@@ -86,3 +87,17 @@ def test_ops_attention_takes_the_hopper_path(B, H, Hkv, S, D, causal, dtype):
     want = reference(q, k.repeat_interleave(g, 2), v.repeat_interleave(g, 2), causal)
     assert not out.isnan().any()
     assert _rel(out, want) < (3e-3 if dtype == torch.float16 else 1e-2)
+
+
+@pytest.mark.parametrize("causal", [False, True])
+def test_ops_attention_with_pingpong(monkeypatch, causal):
+    """The sm_90a path with ``tw.pingpong`` on top (off by default until benchmarked)."""
+    monkeypatch.setattr(dispatch, "HOPPER_CONFIGS", PINGPONG)
+    torch.manual_seed(7 + causal)
+    q, k, v = (torch.randn(2, 1024, 16, 128, device="cuda", dtype=torch.float16) for _ in range(3))
+    kernel_cache.clear()
+    out = ops.attention(q.transpose(1, 2), k.transpose(1, 2), v.transpose(1, 2), causal=causal).transpose(1, 2)
+    torch.cuda.synchronize()
+    assert any(key[0] == "attention" and "sm_90a" in key and ("tw.pingpong", True) in key[7] for key, _ in kernel_cache)
+    assert not out.isnan().any()
+    assert _rel(out, reference(q, k, v, causal)) < 3e-3

@@ -121,3 +121,16 @@ def test_the_hopper_kernel_is_warp_specialized_with_a_register_split(hopper):
     regs = []
     walk(k.thread_kernel.body, lambda s: regs.append((s.count, s.increase)) if isinstance(s, th.SetMaxNReg) else None)
     assert sorted(regs) == [(40, False), (232, True)]
+
+
+def test_pingpong_configuration_of_the_sm90a_path(hopper, monkeypatch):
+    """``tw.pingpong`` on top (off by default until measured): same answers, turns in the kernel."""
+    monkeypatch.setattr(dispatch, "HOPPER_CONFIGS", {**dispatch.HOPPER_CONFIGS, "tw.pingpong": True})
+    g = torch.Generator().manual_seed(34)
+    q, k, v = _rand(g, 1, 2, 200, 128), _rand(g, 1, 1, 333, 128), _rand(g, 1, 1, 333, 128)
+    out, lse = ops.attention(q, k, v, causal=True, return_lse=True)
+    want, want_lse = reference(q, k, v, True)
+    _close(out, want)
+    _close_lse(lse, want_lse)
+    src = _hopper_kernel(hopper).get_kernel_source()
+    assert src.count("bar.arrive") == 3
