@@ -16,10 +16,13 @@ and no other pipelined loop or thread partition, where:
   the loop (so the consumers are its only readers);
 * *prelude scalars* are ``T.alloc_var`` scalars assigned once, by a top-level statement before
   the loop, from parameters, block indices, earlier prelude scalars and global tensors the kernel
-  only reads (sequence offsets); the loop bounds may use them too.  The producer recomputes them (scalar
-  arithmetic, cheap), the consumers run every statement before the loop as written.
-* *prologue copies*: top-level copies before the loop of the same kind (a Q tile) are issued by
-  the producer too, into a one-slot ring the consumers wait on once.
+  only reads (sequence offsets), and let bindings there; the loop bounds may use them too.  The
+  producer recomputes them (scalar arithmetic, cheap); the consumers run every statement before
+  the loop as written.
+* *prologue copies*: top-level copies before the loop of the same kind (a Q tile), reading no
+  scalar assigned after them, are issued by the producer too (after the prelude), into a one-slot
+  ring the consumers wait on once.  A kernel given setmaxnreg is printed with
+  ``__launch_bounds__(T + 128, 1)`` (ptxas needs the register count at entry).
 
 Any other kernel is returned unchanged (an optimization, never a change of meaning).
 
@@ -191,7 +194,13 @@ def _match(kernel: t.Kernel, func):
     # prologue copies: a shared tile loaded once before the loop and only read afterwards
     prologue = []
     for i, s in enumerate(before):
-        if tma_tile_copy(s) and s.dst.buffer not in rings and not any(
+        # the producer runs the whole prelude before its prologue copies: a copy must not read a
+        # scalar or let that the program assigns only after it
+        later = {x.buffer for x in before[i:] if x in in_prelude} | {
+            x.var for x in before[i:] if isinstance(x, t.LetStmt)}
+        reads = {ld.buffer for e in s.src.starts for ld in loads_in(E.as_expr(e))} | {
+            v for e in s.src.starts for v in free_vars(E.as_expr(e))} if isinstance(s, t.Copy) else set()
+        if tma_tile_copy(s) and s.dst.buffer not in rings and not (reads & later) and not any(
                 s.dst.buffer in _writes(x) for x in top if x is not s) and not any(
                 s.dst.buffer in _touches(x) for x in before[:i]):
             prologue.append(s)
