@@ -453,3 +453,35 @@ def test_pingpong_attention_compiles_without_spills():
     assert src.count("bar.arrive") == 3
     res = nvrtc.compile_cuda(src, "sm_90a", [k.name]).resources[k.name]
     assert res["spills"] == 0 and res["local_bytes"] == 0, res
+
+
+def test_a_load_before_a_scalar_assignment_stays_with_the_consumers():
+    """The producer computes the prelude scalars before its loads: a tile loaded while a scalar
+    still holds its initial value is loaded by the consumers themselves, as written."""
+    import tilewright.language as T
+
+    @T.prim_func
+    def f(A: T.Tensor((128, 64), "float16"), B: T.Tensor((256, 64), "float16"), C: T.Tensor((64, 64), "float32")):
+        with T.Kernel(1, threads=128):
+            row = T.alloc_var("int32", 0)
+            As = T.alloc_shared((64, 64), "float16")
+            Bs = T.alloc_shared((64, 64), "float16")
+            acc = T.alloc_fragment((64, 64), "float32")
+            T.copy(A[row * 64, 0], As)  # row is still 0 here
+            row = 1
+            T.clear(acc)
+            for k in T.Pipelined(4, num_stages=2):
+                T.copy(B[k * 64, 0], Bs)
+                for i, j in T.Parallel(64, 64):
+                    acc[i, j] += T.cast(As[i, j], "float32") * T.cast(Bs[i, j], "float32") * row
+            T.copy(acc, C)
+
+    rng = np.random.default_rng(8)
+    a = rng.standard_normal((128, 64)).astype(np.float16)
+    b = rng.standard_normal((256, 64)).astype(np.float16)
+    c = np.full((64, 64), np.nan, np.float32)
+    kern = tilewright.compile(f, target=SM90A, execution_backend="emulator", pass_configs=WS)
+    assert kern.num_threads == 256
+    kern(a, b, c)
+    ref = a[:64].astype(np.float64) * sum(b[64 * k:64 * (k + 1)].astype(np.float64) for k in range(4))
+    np.testing.assert_allclose(c, ref, rtol=1e-5, atol=1e-4)
