@@ -344,9 +344,10 @@ def test_loops_the_pass_cannot_take_are_left_alone():
         assert ws.num_threads == 128 and ws.get_kernel_source() == plain.get_kernel_source()
 
 
-@pytest.mark.parametrize("seed", [0])
-def test_elementwise_loop_warp_specialized_matches(seed):
-    """The pass is not attention-specific: a loop of a TMA load and elementwise work on it."""
+@pytest.mark.parametrize("stages", [1, 2, 3])
+def test_elementwise_loop_warp_specialized_matches(stages):
+    """The pass is not attention-specific: a loop of a TMA load and elementwise work on it, with
+    rings of one to three slots."""
     import tilewright.language as T
 
     @T.prim_func
@@ -355,13 +356,13 @@ def test_elementwise_loop_warp_specialized_matches(seed):
             As = T.alloc_shared((64, 64), "float16")
             acc = T.alloc_fragment((64, 64), "float32")
             T.clear(acc)
-            for k in T.Pipelined(T.ceildiv(300, 64), num_stages=2):
+            for k in T.Pipelined(T.ceildiv(300, 64), num_stages=stages):
                 T.copy(A[k * 64, 0], As)
                 for i, j in T.Parallel(64, 64):
                     acc[i, j] += T.cast(As[i, j], "float32") * (k + 1)
             T.copy(acc, C)
 
-    rng = np.random.default_rng(seed)
+    rng = np.random.default_rng(stages)
     a = rng.standard_normal((300, 64)).astype(np.float16)
     c = np.full((64, 64), np.nan, np.float32)
     kern = tilewright.compile(f, target=SM90A, execution_backend="emulator", pass_configs=WS)
@@ -399,3 +400,88 @@ def test_warp_specialized_attention_compiles_without_spills(bm, bn, dim, causal,
     assert len([x for x in hgmma if x.split(",")[1].strip().startswith("R")]) == bn // 16
     assert len([x for x in hgmma if x.split(",")[1].strip().startswith("gdesc")]) == dim // 16
     assert "USETMAXREG" in sass
+
+
+# ---------------------------------------------------------------------------------------------
+# ping-pong of the two consumer warpgroups (tw.pingpong)
+
+
+PINGPONG = {**WS, "tw.pingpong": True}
+
+
+@pytest.mark.parametrize("S, D, causal, bn, dtype", [(520, 128, True, 128, "float16"), (300, 64, False, 64, "bfloat16"),
+                                                     (100, 64, True, 128, "float16")])
+def test_pingpong_attention_on_the_emulator(S, D, causal, bn, dtype):
+    rng = np.random.default_rng(S + D + 2)
+    q, k, v = (rng.standard_normal((1, S, 2, D)).astype(NP[dtype]) for _ in range(3))
+    o = np.full_like(q, np.nan)
+    kern = tilewright.compile(flash_attention(1, 2, S, D, causal, 128, bn, 2, 256, dtype), target=SM90A,
+                              execution_backend="emulator", pass_configs=PINGPONG)
+    barriers = [s for s in _nodes(kern.thread_kernel, th.NamedBarrier)]
+    # per gemm a wait for the own turn and a hand-over; the opening hand-over and the closing wait
+    assert sum(1 for b in barriers if b.arrive_only) == 3 and sum(1 for b in barriers if not b.arrive_only) >= 3
+    kern(q, k, v, o)
+    ref = attention_ref(q, k, v, causal)
+    assert not np.isnan(o.astype(np.float32)).any()
+    assert np.abs(o.astype(np.float64) - ref).max() < (3e-3 if dtype == "float16" else 2e-2)
+
+
+def test_pingpong_without_its_opening_hand_over_is_a_reported_deadlock(monkeypatch):
+    from tilewright.interp.emulator.errors import EmulatorError
+    from tilewright.passes import warp_specialize_loop as wsl
+
+    monkeypatch.setenv("TILEWRIGHT_DISABLE_CACHE", "1")
+    real = wsl._take_turns
+    monkeypatch.setattr(wsl, "_take_turns", lambda *a: (real(*a)[0], [], real(*a)[2]))
+    S, D = 300, 64
+    rng = np.random.default_rng(4)
+    q, k, v = (rng.standard_normal((1, S, 1, D)).astype(np.float16) for _ in range(3))
+    kern = tilewright.compile(flash_attention(1, 1, S, D, False, 128, 64, 2, 256), target=SM90A,
+                              execution_backend="emulator", pass_configs=PINGPONG)
+    with pytest.raises(EmulatorError, match="(?i)deadlock|never"):
+        kern(q, k, v, np.full_like(q, np.nan))
+
+
+@needs_nvrtc
+def test_pingpong_attention_compiles_without_spills():
+    from tilewright.codegen.cuda import print_cuda
+    from tilewright.toolchain import nvrtc
+
+    k = run_pipeline(_verified(flash_attention(4, 16, 4096, 128, True, 128, 128, 2, 256)),
+                     PassContext(Target.parse(SM90A), {"optimize_level": 2, **PINGPONG}))
+    src = print_cuda(k)
+    assert src.count("bar.arrive") == 3
+    res = nvrtc.compile_cuda(src, "sm_90a", [k.name]).resources[k.name]
+    assert res["spills"] == 0 and res["local_bytes"] == 0, res
+
+
+def test_a_load_before_a_scalar_assignment_stays_with_the_consumers():
+    """The producer computes the prelude scalars before its loads: a tile loaded while a scalar
+    still holds its initial value is loaded by the consumers themselves, as written."""
+    import tilewright.language as T
+
+    @T.prim_func
+    def f(A: T.Tensor((128, 64), "float16"), B: T.Tensor((256, 64), "float16"), C: T.Tensor((64, 64), "float32")):
+        with T.Kernel(1, threads=128):
+            row = T.alloc_var("int32", 0)
+            As = T.alloc_shared((64, 64), "float16")
+            Bs = T.alloc_shared((64, 64), "float16")
+            acc = T.alloc_fragment((64, 64), "float32")
+            T.copy(A[row * 64, 0], As)  # row is still 0 here
+            row = 1
+            T.clear(acc)
+            for k in T.Pipelined(4, num_stages=2):
+                T.copy(B[k * 64, 0], Bs)
+                for i, j in T.Parallel(64, 64):
+                    acc[i, j] += T.cast(As[i, j], "float32") * T.cast(Bs[i, j], "float32") * row
+            T.copy(acc, C)
+
+    rng = np.random.default_rng(8)
+    a = rng.standard_normal((128, 64)).astype(np.float16)
+    b = rng.standard_normal((256, 64)).astype(np.float16)
+    c = np.full((64, 64), np.nan, np.float32)
+    kern = tilewright.compile(f, target=SM90A, execution_backend="emulator", pass_configs=WS)
+    assert kern.num_threads == 256
+    kern(a, b, c)
+    ref = a[:64].astype(np.float64) * sum(b[64 * k:64 * (k + 1)].astype(np.float64) for k in range(4))
+    np.testing.assert_allclose(c, ref, rtol=1e-5, atol=1e-4)

@@ -64,6 +64,7 @@ def _hopper_kernel(used):
     (1, 1, 1, 200, 130, 128, True, torch.bfloat16),    # more queries than keys: first rows see nothing
     (2, 2, 2, 129, 77, 64, False, torch.float16),      # one key tile, ragged, d = 64
     (1, 2, 1, 100, 150, 256, True, torch.bfloat16),    # d = 256 (128 x 64 blocks)
+    (1, 1, 1, 256, 256, 64, True, torch.float16),      # whole tiles: only the diagonal tiles are masked
 ])
 def test_dense_on_the_sm90a_path(hopper, B, H, Hkv, Sq, Sk, D, causal, dtype):
     g = torch.Generator().manual_seed(Sq + Sk + D)
@@ -120,3 +121,16 @@ def test_the_hopper_kernel_is_warp_specialized_with_a_register_split(hopper):
     regs = []
     walk(k.thread_kernel.body, lambda s: regs.append((s.count, s.increase)) if isinstance(s, th.SetMaxNReg) else None)
     assert sorted(regs) == [(40, False), (232, True)]
+
+
+def test_pingpong_configuration_of_the_sm90a_path(hopper, monkeypatch):
+    """``tw.pingpong`` on top (off by default until measured): same answers, turns in the kernel."""
+    monkeypatch.setattr(dispatch, "HOPPER_CONFIGS", {**dispatch.HOPPER_CONFIGS, "tw.pingpong": True})
+    g = torch.Generator().manual_seed(34)
+    q, k, v = _rand(g, 1, 2, 200, 128), _rand(g, 1, 1, 333, 128), _rand(g, 1, 1, 333, 128)
+    out, lse = ops.attention(q, k, v, causal=True, return_lse=True)
+    want, want_lse = reference(q, k, v, True)
+    _close(out, want)
+    _close_lse(lse, want_lse)
+    src = _hopper_kernel(hopper).get_kernel_source()
+    assert src.count("bar.arrive") == 3

@@ -38,6 +38,7 @@ class PassConfigKey(str, enum.Enum):
     TW_MIN_BLOCKS_PER_SM = "tw.min_blocks_per_sm"
     TW_WARP_SPECIALIZE = "tw.warp_specialize"
     TW_MMA_ORDER = "tw.mma_order"
+    TW_PINGPONG = "tw.pingpong"  # attn-hopper: warp_specialize_loop's consumer ping-pong
 
 
 HONOURED: dict[str, str] = {
@@ -52,6 +53,7 @@ HONOURED: dict[str, str] = {
     "tl.disable_tma_lower": "same as tw.disable_tma (and no warp specialization, which needs TMA)",
     "tl.disable_warp_specialized": "no automatic warp specialization of T.Pipelined GEMM mainloops on sm_90a",
     "tl.disable_wgmma": "gemms on sm_90a use mma.sync instead of wgmma.mma_async",
+    "tw.pingpong": "with tw.warp_specialize, two consumer warpgroups of a loop take turns at their gemms (sm_90)",
 }
 
 # TileLang's keys that change nothing here (their passes do not exist or their choice is fixed).

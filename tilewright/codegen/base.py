@@ -326,6 +326,7 @@ class Printer:
         "cosh": "coshf", "log1p": "log1pf", "expm1": "expm1f", "fmod": "fmodf",
         # TileLang's names (the language layer keeps the fast-math and ieee_* ones float32-only)
         "nearbyint": "nearbyintf", "rcp": "__frcp_rn", "__exp": "__expf", "__exp10": "__exp10f", "__log": "__logf",
+        "__exp2": "tw_ex2_approx",  # attn-hopper: codegen/cuda.py prints the helper where it is called
         "__log2": "__log2f", "__log10": "__log10f", "__sin": "__sinf", "__cos": "__cosf", "__tan": "__tanf",
         **{f"ieee_{op}_{mode}": f"__{cu}_{mode}" for op, cu in (("add", "fadd"), ("sub", "fsub"), ("mul", "fmul"),
                                                                 ("fmaf", "fmaf"), ("fdiv", "fdiv"), ("frcp", "frcp"),

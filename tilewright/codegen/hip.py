@@ -55,6 +55,7 @@ _EXTRA_MATH = {
     # TileLang's names: clang lowers these float32 builtins to the GPU's instructions (no ocml);
     # the fast-math spellings compute the prelude's functions
     "nearbyint": "__builtin_rintf", "__exp": "tw_expf", "__exp10": "tw_exp10f", "__log": "tw_logf",
+    "__exp2": "tw_exp2f",  # attn-hopper
     "__log2": "tw_log2f", "__log10": "tw_log10f", "__sin": "tw_sinf", "__cos": "tw_cosf", "__tan": "tw_tanf",
     "ieee_add_rn": "tw_ieee_add_rn", "ieee_sub_rn": "tw_ieee_sub_rn", "ieee_mul_rn": "tw_ieee_mul_rn",
     "ieee_fmaf_rn": "__builtin_fmaf", "ieee_fdiv_rn": "tw_ieee_fdiv_rn", "ieee_frcp_rn": "tw_ieee_frcp_rn",

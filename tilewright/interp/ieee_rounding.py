@@ -147,7 +147,7 @@ def extra_float_functions() -> dict:
     to even, ``rcp`` is 1/x, ``fmod`` is C's fmod."""
     table = {
         "nearbyint": _nearbyint, "rcp": lambda x: 1 / x, "fmod": np.fmod,
-        "__exp": np.exp, "__exp10": lambda x: np.power(x.dtype.type(10), x), "__log": np.log,
+        "__exp": np.exp, "__exp2": np.exp2, "__exp10": lambda x: np.power(x.dtype.type(10), x), "__log": np.log,
         "__log2": np.log2, "__log10": np.log10, "__sin": np.sin, "__cos": np.cos, "__tan": np.tan,
     }
     table.update(ieee_functions())

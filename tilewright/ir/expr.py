@@ -411,6 +411,7 @@ FLOAT_INTRINSICS = {
 # TileLang's further unary float math: C's nearbyint, the reciprocal, the fast-math spellings
 # (language/math.py also builds fmod and the ieee_* rounding-mode calls, float-typed by construction)
 FLOAT_INTRINSICS |= {"nearbyint", "rcp", "__exp", "__exp10", "__log", "__log2", "__log10", "__sin", "__cos", "__tan"}
+FLOAT_INTRINSICS |= {"__exp2"}  # attn-hopper
 
 
 def call(name: str, args, dtype: str | None = None) -> Expr:

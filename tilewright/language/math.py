@@ -18,7 +18,7 @@ from ..ir.expr import Expr as _Expr
 
 __all__ = [
     "tan", "atan", "sinh", "cosh", "fmod", "nearbyint", "clamp", "fast_rcp", "rcp",
-    "__exp", "__exp10", "__log", "__log2", "__log10", "__sin", "__cos", "__tan",
+    "__exp", "__exp2", "__exp10", "__log", "__log2", "__log10", "__sin", "__cos", "__tan",
     "ieee_add", "ieee_sub", "ieee_mul", "ieee_fmaf", "ieee_fdiv", "ieee_frcp", "ieee_fsqrt", "ieee_frsqrt",
 ]
 
@@ -79,6 +79,7 @@ def _fast(name: str, accurate: str, what: str):
 
 
 __exp = _fast("__exp", "exp", "e**x")
+__exp2 = _fast("__exp2", "exp2", "2**x")  # attn-hopper: CUDA ex2.approx.ftz (flash attention's softmax)
 __exp10 = _fast("__exp10", "exp10", "10**x")
 __log = _fast("__log", "log", "log(x)")
 __log2 = _fast("__log2", "log2", "log2(x)")

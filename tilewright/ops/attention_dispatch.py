@@ -65,6 +65,7 @@ def _config(dim: int, rows: int) -> tuple:
 # sm_90a (H100/H200): both gemms on wgmma (Q K^T from shared memory, P V with P from registers) and
 # the key loop warp-specialized: a TMA producer warpgroup fills 2-stage K and V rings, two consumer
 # warpgroups (64 query rows each) compute; setmaxnreg moves registers to the consumers.
+# ``tw.pingpong`` (the consumer warpgroups taking turns at their gemms) is not on until measured.
 HOPPER_CONFIGS = {"tw.enable_wgmma": True, "tw.warp_specialize": True}
 
 
@@ -257,7 +258,7 @@ def attention_impl(q, k, v, causal, scale, cu_q, cu_k, max_q, cache_lens, num_sp
     out_dtype = dtype if splits == 1 else "float32"
     flags = (causal, varlen, cache_lens is not None, splits, q_hc, k_hc, v_hc, o_hc, bM, bN, stages, threads)
     if configs:
-        fwd = _kernel(("attention", H, Hkv, D, dtype, out_dtype, "sm_90a") + flags,
+        fwd = _kernel(("attention", H, Hkv, D, dtype, out_dtype, "sm_90a", tuple(sorted(configs.items()))) + flags,
                       lambda: ak.attention_fwd(H, Hkv, D, dtype, out_dtype, *flags), target, pass_configs=configs)
     else:
         fwd = _kernel(("attention", H, Hkv, D, dtype, out_dtype) + flags,

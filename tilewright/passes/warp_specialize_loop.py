@@ -16,10 +16,13 @@ and no other pipelined loop or thread partition, where:
   the loop (so the consumers are its only readers);
 * *prelude scalars* are ``T.alloc_var`` scalars assigned once, by a top-level statement before
   the loop, from parameters, block indices, earlier prelude scalars and global tensors the kernel
-  only reads (sequence offsets); the loop bounds may use them too.  The producer recomputes them (scalar
-  arithmetic, cheap), the consumers run every statement before the loop as written.
-* *prologue copies*: top-level copies before the loop of the same kind (a Q tile) are issued by
-  the producer too, into a one-slot ring the consumers wait on once.
+  only reads (sequence offsets), and let bindings there; the loop bounds may use them too.  The
+  producer recomputes them (scalar arithmetic, cheap); the consumers run every statement before
+  the loop as written.
+* *prologue copies*: top-level copies before the loop of the same kind (a Q tile), reading no
+  scalar assigned after them, are issued by the producer too (after the prelude), into a one-slot
+  ring the consumers wait on once.  A kernel given setmaxnreg is printed with
+  ``__launch_bounds__(T + 128, 1)`` (ptxas needs the register count at entry).
 
 Any other kernel is returned unchanged (an optimization, never a change of meaning).
 
@@ -45,6 +48,14 @@ still working on the softmax and P V of the same iteration.  The emulator runs t
 cooperatively (warps advance until they block) and checks the protocol (parities, arrival counts,
 slot reuse).
 
+Ping-pong (pass config ``tw.pingpong``, two consumer warpgroups, NVIDIA): the consumer warpgroups
+take turns at the tensor cores, so that one's softmax runs while the other's gemms do.  Warpgroup
+``w`` waits on named barrier ``PINGPONG_BARRIERS[w]`` (``bar.sync``, 256 threads) before each
+top-level gemm statement of the loop body and, after it, arrives (``bar.arrive``) on the other's;
+before the loop warpgroup 1 arrives on warpgroup 0's (warpgroup 0 goes first), after it warpgroup
+0 waits once more (consuming warpgroup 1's last arrival), so every phase completes.  The turns
+order the gemms of the two warpgroups as QK0, QK1, PV0, PV1, QK0, ... .
+
 The register split (``setmaxnreg``): 65536 registers per SM for one block of ``T + 128`` threads;
 the producer keeps ``PRODUCER_REGS``, the consumers share the rest (a multiple of 8, at most 240).
 """
@@ -61,6 +72,8 @@ from ..ir.visitor import free_vars, loads_in, map_stmt, walk
 from .pipeline_loops import _buffers_touched_outside, _buffers_touched_shallow, _flatten, _restage, tma_eligible
 
 OPTION = "tw.warp_specialize"
+PINGPONG = "tw.pingpong"
+PINGPONG_BARRIERS = (15, 14)  # named barriers of the turns (partitions' barriers are numbered from 1 up)
 PRODUCER_THREADS = 128  # one warpgroup: TMA is issued by its first warp
 PRODUCER_REGS = 40
 REGISTER_FILE = 65536
@@ -78,7 +91,8 @@ def warp_specialize_loop(func: t.PrimFunc, ctx=None) -> t.PrimFunc:
     if match is None:
         return func
     regs = _register_split(kernel.num_threads) if ctx.target.has("setmaxnreg") else None
-    func.body = map_stmt(func.body, lambda s: _specialize(s, func, match, regs) if s is kernel else None)
+    pingpong = bool(ctx.options.get(PINGPONG)) and kernel.num_threads == 256 and ctx.target.vendor == "nvidia"
+    func.body = map_stmt(func.body, lambda s: _specialize(s, func, match, regs, pingpong) if s is kernel else None)
     return func
 
 
@@ -180,7 +194,13 @@ def _match(kernel: t.Kernel, func):
     # prologue copies: a shared tile loaded once before the loop and only read afterwards
     prologue = []
     for i, s in enumerate(before):
-        if tma_tile_copy(s) and s.dst.buffer not in rings and not any(
+        # the producer runs the whole prelude before its prologue copies: a copy must not read a
+        # scalar or let that the program assigns only after it
+        later = {x.buffer for x in before[i:] if x in in_prelude} | {
+            x.var for x in before[i:] if isinstance(x, t.LetStmt)}
+        reads = {ld.buffer for e in s.src.starts for ld in loads_in(E.as_expr(e))} | {
+            v for e in s.src.starts for v in free_vars(E.as_expr(e))} if isinstance(s, t.Copy) else set()
+        if tma_tile_copy(s) and s.dst.buffer not in rings and not (reads & later) and not any(
                 s.dst.buffer in _writes(x) for x in top if x is not s) and not any(
                 s.dst.buffer in _touches(x) for x in before[:i]):
             prologue.append(s)
@@ -193,7 +213,7 @@ def _uses_var(root, var) -> bool:
     return bool(found)
 
 
-def _specialize(kernel: t.Kernel, func, m: _Match, regs):
+def _specialize(kernel: t.Kernel, func, m: _Match, regs, pingpong: bool = False):
     loop = m.loop
     stages = loop.num_stages
     consumers = kernel.num_threads
@@ -253,6 +273,9 @@ def _specialize(kernel: t.Kernel, func, m: _Match, regs):
         for buf in empty:
             if last_use.get(buf, -1) == i or (buf not in last_use and s in m.ring_copies and s.dst.buffer is buf):
                 cbody.append(th.MbarrierArrive(empty[buf], slot, loc=s.loc))
+    turns_before, turns_after = [], []
+    if pingpong:
+        cbody, turns_before, turns_after = _take_turns(kernel, cbody, loc)
     consumer_loop = t.For(k, loop.start, loop.extent, t.SeqStmt(cbody), "serial", 0, loc, dict(loop.attrs))
 
     allocs, before, after, seen_loop = [], [], [], False
@@ -275,9 +298,32 @@ def _specialize(kernel: t.Kernel, func, m: _Match, regs):
     body = [*allocs, *barriers, *inits, th.Barrier(loc=loc),
             t.ThreadPartition(0, PRODUCER_THREADS, "producer", t.SeqStmt([*set_regs_p, *producer]), loc),
             t.ThreadPartition(PRODUCER_THREADS, consumers, "consumer",
-                              t.SeqStmt([*set_regs_c, *before, consumer_loop, *after]), loc)]
+                              t.SeqStmt([*set_regs_c, *before, *turns_before, consumer_loop, *turns_after,
+                                         *after]), loc)]
     attrs = dict(kernel.attrs, warp_specialized=(PRODUCER_THREADS, consumers, stages))
     if regs:
         attrs["min_blocks_per_sm"] = 1  # the split assumes the whole register file: one block per SM
     return t.Kernel(kernel.grid, (consumers + PRODUCER_THREADS,), kernel.block_vars, t.SeqStmt(body), kernel.loc,
                     attrs)
+
+
+def _take_turns(kernel: t.Kernel, body: list, loc):
+    """The consumer loop body with each top-level gemm statement inside its warpgroup's turn, and
+    the statements before and after the loop that start and close the alternation (see the module
+    docstring)."""
+    tid = kernel.attrs["thread_var"]
+    wg = (tid - PRODUCER_THREADS) // 128  # 0 or 1: the consumer warpgroup
+    mine = PINGPONG_BARRIERS[0] - wg  # 15 for warpgroup 0, 14 for warpgroup 1
+    other = PINGPONG_BARRIERS[1] + wg
+    out = []
+    for s in body:
+        gemms = []
+        walk(s, lambda x: gemms.append(x) if isinstance(x, t.Gemm) else None)
+        if gemms:
+            out += [th.NamedBarrier(mine, 256, loc=loc), s, th.NamedBarrier(other, 256, arrive_only=True, loc=loc)]
+        else:
+            out.append(s)
+    first = [t.IfThenElse(wg == 1, t.SeqStmt([th.NamedBarrier(PINGPONG_BARRIERS[0], 256, arrive_only=True,
+                                                                  loc=loc)]), None, loc=loc)]
+    last = [t.IfThenElse(wg == 0, t.SeqStmt([th.NamedBarrier(PINGPONG_BARRIERS[0], 256, loc=loc)]), None, loc=loc)]
+    return out, first, last
