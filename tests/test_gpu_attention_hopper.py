@@ -20,7 +20,7 @@ import tilewright  # noqa: E402
 from tilewright import ops  # noqa: E402
 from tilewright.kernels import flash_attention  # noqa: E402
 
-kernel_cache = importlib.import_module("tilewright.ops.dispatch")._kernels  # (key, target) -> kernel
+kernel_cache = importlib.import_module("tilewright.ops.dispatch")._kernels  # (key, target, pass configs) -> kernel
 dispatch = importlib.import_module("tilewright.ops.attention_dispatch")
 WGMMA = {"tw.enable_wgmma": True}
 WS = {"tw.enable_wgmma": True, "tw.warp_specialize": True}
@@ -81,7 +81,7 @@ def test_ops_attention_takes_the_hopper_path(B, H, Hkv, S, D, causal, dtype):
     kernel_cache.clear()
     out = ops.attention(q.transpose(1, 2), k.transpose(1, 2), v.transpose(1, 2), causal=causal).transpose(1, 2)
     torch.cuda.synchronize()
-    assert any(key[0] == "attention" and "sm_90a" in key for key, _ in kernel_cache), \
+    assert any(key[0] == "attention" and "sm_90a" in key for key, *_ in kernel_cache), \
         "ops.attention did not take the sm_90a path"
     g = H // Hkv
     want = reference(q, k.repeat_interleave(g, 2), v.repeat_interleave(g, 2), causal)
@@ -98,6 +98,6 @@ def test_ops_attention_with_pingpong(monkeypatch, causal):
     kernel_cache.clear()
     out = ops.attention(q.transpose(1, 2), k.transpose(1, 2), v.transpose(1, 2), causal=causal).transpose(1, 2)
     torch.cuda.synchronize()
-    assert any(key[0] == "attention" and "sm_90a" in key and ("tw.pingpong", True) in key[7] for key, _ in kernel_cache)
+    assert any(key[0] == "attention" and "sm_90a" in key and ("tw.pingpong", True) in key[7] for key, *_ in kernel_cache)
     assert not out.isnan().any()
     assert _rel(out, reference(q, k, v, causal)) < 3e-3

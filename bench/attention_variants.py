@@ -1,0 +1,86 @@
+"""Which sm_90a attention loop is fastest: the user-level flash-attention program
+(``tilewright.kernels.flash_attention``) compiled with wgmma only (the sm_90a default), with the
+warp-specialized loop (``tw.warp_specialize``), and with ping-pong between its two consumer
+warpgroups (``tw.pingpong``), at two block shapes; and ``ops.attention`` as shipped and with
+ping-pong — against SDPA's cuDNN backend, bf16, on the issue's shapes.  Each output is checked
+against SDPA (math backend, float32) before it is timed.  ``python bench/attention_variants.py``
+on the H200; the table goes under bench/results/."""
+
+from __future__ import annotations
+
+import math
+import os
+import sys
+
+import torch
+
+sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+from attention import sdpa  # noqa: E402
+from common import bench_ms, save  # noqa: E402
+
+import tilewright  # noqa: E402
+import tilewright.ops as ops  # noqa: E402
+from tilewright.kernels import flash_attention  # noqa: E402
+from tilewright.ops import attention_dispatch  # noqa: E402
+
+SHAPES = [(16, 16, 1024, 128), (4, 16, 4096, 128), (1, 16, 16384, 128), (4, 16, 4096, 64)]
+WS = {"tw.warp_specialize": True}
+VARIANTS = [("wgmma 128x128", (128, 128, 2, 256), {}),
+            ("ws 128x128", (128, 128, 2, 256), WS),
+            ("ws+pp 128x128", (128, 128, 2, 256), {**WS, "tw.pingpong": True}),
+            ("ws 128x64", (128, 64, 2, 256), WS),
+            ("ws+pp 128x64", (128, 64, 2, 256), {**WS, "tw.pingpong": True})]
+
+
+def _err(x, ref) -> float:
+    return float(((x.float() - ref.float()).abs() / (1 + ref.float().abs())).max())
+
+
+def main() -> int:
+    rows = ["| B,H,S,D | causal | cuDNN | " + " | ".join(n for n, _, _ in VARIANTS) + " | ops | ops+pp | best/cuDNN |",
+            "|---|---|---|" + "---|" * (len(VARIANTS) + 3)]
+    best_ratios = []
+    for b, h, s, d in SHAPES:
+        for causal in (False, True):
+            g = torch.Generator(device="cuda").manual_seed(b * s + d)
+            q, k, v = (torch.randn(b, h, s, d, device="cuda", generator=g, dtype=torch.bfloat16) for _ in range(3))
+            ref = sdpa(q.float(), k.float(), v.float(), causal, "math")
+            flops = 4 * b * h * s * s * d / (2 if causal else 1)
+            tf = lambda ms: flops / ms / 1e9  # noqa: E731
+            cudnn = tf(bench_ms(lambda: sdpa(q, k, v, causal, "cudnn")))
+            cells = []
+            qs, ks, vs = (t.transpose(1, 2).contiguous() for t in (q, k, v))  # the program takes (B, S, H, D)
+            for name, (bm, bn, st, thr), pc in VARIANTS:
+                try:
+                    kern = tilewright.compile(flash_attention(b, h, s, d, causal, bm, bn, st, thr, "bfloat16"),
+                                              out_idx=[-1], pass_configs=pc or None)
+                    out = kern(qs, ks, vs)
+                    e = _err(out.transpose(1, 2), ref)
+                    cells.append(tf(bench_ms(lambda: kern(qs, ks, vs))) if e < 2e-2 else float("nan"))
+                    if e >= 2e-2:
+                        print(f"  WRONG {name} {b, h, s, d, causal}: {e:.2e}", flush=True)
+                except Exception as ex:  # noqa: BLE001
+                    print(f"  {name} {b, h, s, d, causal}: {type(ex).__name__}: {str(ex).splitlines()[0][:150]}")
+                    cells.append(float("nan"))
+            for pp in (False, True):
+                attention_dispatch.HOPPER_CONFIGS["tw.pingpong"] = pp
+                out = ops.attention(q, k, v, causal=causal)
+                e = _err(out, ref)
+                cells.append(tf(bench_ms(lambda: ops.attention(q, k, v, causal=causal))) if e < 2e-2 else float("nan"))
+            attention_dispatch.HOPPER_CONFIGS.pop("tw.pingpong", None)
+            best = max((c for c in cells if c == c), default=float("nan"))
+            best_ratios.append(best / cudnn)
+            rows.append(f"| {b},{h},{s},{d} | {'yes' if causal else 'no'} | {cudnn:.0f} | "
+                        + " | ".join(f"{c:.0f}" for c in cells) + f" | {best / cudnn:.2f} |")
+            print(rows[-1], flush=True)
+    gm = math.exp(sum(math.log(r) for r in best_ratios) / len(best_ratios))
+    rows += ["", f"TFLOP/s (4·B·H·S²·D, halved when causal), bf16; best of the tilewright columns over cuDNN: "
+             f"geometric mean {gm:.2f}x"]
+    print("\n".join(rows))
+    print("saved", save("attention-variants", rows))
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
