@@ -1,8 +1,10 @@
 """Pass ``warp_specialize_loop``: a ``T.Pipelined`` loop whose tile loads feed arbitrary computation
 (the flash-attention loop: load K, S = Q K^T, online softmax, load V, O += P V) becomes a TMA
 producer warpgroup filling mbarrier-guarded rings and consumer warpgroups computing from them
-(sm_90, behind the pass config ``tw.warp_specialize``, after the GEMM-mainloop pass
-``warp_specialize``, which handles the narrower copies-plus-one-gemm loop).
+(after the GEMM-mainloop pass ``warp_specialize``, which handles the narrower copies-plus-one-gemm
+loop).  When: as ``warp_specialize`` (by default on sm_90a, off with ``tl.disable_warp_specialized``,
+``tw.warp_specialize`` explicit either way), but by default only for kernels of two or more
+consumer warpgroups, the shape measured faster than the plain wgmma loop.
 
 Needs: verified Tile IR, before ``pipeline_loops``; a target with TMA.
 Applies to a kernel with one thread dimension of whole warpgroups (at most 896 threads), that never
@@ -70,6 +72,7 @@ from ..ir.plans import PipelineRing
 from ..ir.verifier import exprs_of
 from ..ir.visitor import free_vars, loads_in, map_stmt, walk
 from .pipeline_loops import _buffers_touched_outside, _buffers_touched_shallow, _flatten, _restage, tma_eligible
+from .warp_specialize import ws_enabled
 
 OPTION = "tw.warp_specialize"
 PINGPONG = "tw.pingpong"
@@ -80,13 +83,18 @@ REGISTER_FILE = 65536
 
 
 def warp_specialize_loop(func: t.PrimFunc, ctx=None) -> t.PrimFunc:
-    if ctx is None or not ctx.options.get(OPTION) or not ctx.target.has("tma"):
+    if ctx is None or not ws_enabled(ctx.target, ctx.options):
         return func
+    explicit = ctx.options.get(OPTION)
     kernels = []
     walk(func.body, lambda s: kernels.append(s) if isinstance(s, t.Kernel) else None)
     if len(kernels) != 1 or kernels[0].attrs.get("warp_specialized"):
         return func  # several kernels, or the GEMM-mainloop pass already specialized this one
     kernel = kernels[0]
+    if explicit is None and kernel.num_threads < 256:
+        # by default only with two or more consumer warpgroups, the configurations measured faster
+        # than the plain wgmma loop on the H200 (bench/results/2026-12-01-0805-attention-variants-*)
+        return func
     match = _match(kernel, func)
     if match is None:
         return func
