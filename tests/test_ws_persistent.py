@@ -1,0 +1,160 @@
+"""Warp specialization of persistent GEMMs (a ``T.Pipelined`` K loop inside a serial tile loop) on
+the cooperative emulator for sm_90a, which checks the mbarrier protocol (parities, arrival counts,
+slot reuse, wgmma reads): the producer warpgroup runs the tile loop too, filling the ring with the
+next tile's K slices while the consumers run this tile's epilogue, the ring phases continuing
+across tiles.  Against float64 with NaN-poisoned outputs; blocks with different tile counts (a
+partial last round); seeded protocol faults; an NVRTC build without spills."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+from toolchains import needs_nvrtc
+
+import tilewright
+import tilewright.language as T
+from tilewright.interp.emulator import EmulatorError
+from tilewright.ir import thread as th
+from tilewright.ir import tile as t
+from tilewright.ir.visitor import map_stmt, substitute, walk
+from tilewright.kernels.gemm import matmul_persistent
+
+WS = {"tw.warp_specialize": True}
+SM90 = "cuda -arch=sm_90a"
+
+
+def _inputs(M, N, K, dtype, seed=0, trans_B=False):
+    rng = np.random.default_rng(seed)
+    nd = tilewright.ir.dtype.to_numpy(dtype)
+    a = rng.uniform(-1, 1, (M, K)).astype(nd)
+    b = rng.uniform(-1, 1, (N, K) if trans_B else (K, N)).astype(nd)
+    return a, b
+
+
+def _run(k, M, N, K, dtype, trans_B=False, seed=0):
+    a, b = _inputs(M, N, K, dtype, seed, trans_B)
+    c = np.full((M, N), np.nan, np.float32)
+    k(a, b, np.zeros(1, np.float32), c)
+    want = a.astype(np.float64) @ (b.astype(np.float64).T if trans_B else b.astype(np.float64))
+    assert np.isfinite(c).all(), "some outputs were never written"
+    np.testing.assert_allclose(c.astype(np.float64), want, rtol=2e-3, atol=2e-3)
+
+
+def _tiles_per_block(M, N, bm, bn, blocks):
+    tiles = -(-M // bm) * -(-N // bn)
+    return sorted({len(range(b, tiles, blocks)) for b in range(blocks)})
+
+
+@pytest.mark.parametrize("M, N, K, bm, bn, bk, stages, threads, blocks, dtype, trans_B", [
+    (200, 136, 104, 64, 64, 32, 3, 128, 5, "float16", False),   # ragged M, N, K; 3 or 2 tiles per block
+    (128, 192, 96, 64, 64, 32, 2, 128, 4, "bfloat16", False),   # 2 or 1 tiles per block
+    (136, 128, 72, 128, 64, 32, 4, 256, 3, "float16", False),   # two consumer warpgroups; 2 or 1 tiles
+    (128, 128, 64, 64, 64, 32, 2, 128, 4, "bfloat16", True),    # one tile per block, B transposed
+    (96, 128, 80, 64, 64, 32, 1, 128, 2, "float16", False),     # one stage: synchronous slot release
+])
+def test_persistent_gemm_is_warp_specialized(M, N, K, bm, bn, bk, stages, threads, blocks, dtype, trans_B):
+    f = matmul_persistent(M, N, K, bm, bn, bk, dtype=dtype, out_dtype="float32", trans_B=trans_B,
+                          num_stages=stages, threads=threads, num_blocks=blocks)
+    k = tilewright.compile(f, target=SM90, execution_backend="emulator", pass_configs=WS)
+    assert k.num_threads == threads + 128  # a producer warpgroup was added
+    src = k.get_kernel_source()
+    assert "cp.async.bulk.tensor" in src and "mbarrier.try_wait" in src
+    if stages >= 2:
+        assert "wgmma.mma_async" in src
+    _run(k, M, N, K, dtype, trans_B)
+
+
+def test_the_cases_cover_partial_last_rounds():
+    assert _tiles_per_block(200, 136, 64, 64, 5) == [2, 3]
+    assert _tiles_per_block(136, 128, 128, 64, 3) == [1, 2]
+    assert _tiles_per_block(128, 128, 64, 64, 4) == [1]
+
+
+def test_default_sm90a_compile_warp_specializes_the_library_kernel():
+    """No pass config: warp specialization is the sm_90a default (the kernel's ``T.sync_threads()``
+    at the end of a round stays with the consumers, a named barrier among them)."""
+    f = matmul_persistent(128, 128, 96, 64, 64, 32, out_dtype="float32", num_stages=2, threads=128, num_blocks=3)
+    k = tilewright.compile(f, target=SM90, execution_backend="emulator")
+    assert k.num_threads == 256
+    _run(k, 128, 128, 96, "float16", seed=1)
+
+
+def _per_tile_k(M, N, K, bm=64, bn=64, bk=32):
+    """A tile loop whose K trip count changes from tile to tile: the pass must leave it alone."""
+    @T.prim_func
+    def g(A: T.Tensor((M, K), "float16"), B: T.Tensor((K, N), "float16"), Bias: T.Tensor((1,), "float32"),
+          C: T.Tensor((M, N), "float32")):
+        with T.Kernel(2, threads=128) as bid:
+            As = T.alloc_shared((bm, bk), "float16")
+            Bs = T.alloc_shared((bk, bn), "float16")
+            Cf = T.alloc_fragment((bm, bn), "float32")
+            for r in T.serial(2):
+                tile = r * 2 + bid
+                T.clear(Cf)
+                for k in T.Pipelined(K // bk - tile % 2, num_stages=2):
+                    T.copy(A[tile // 2 * bm, k * bk], As)
+                    T.copy(B[k * bk, tile % 2 * bn], Bs)
+                    T.gemm(As, Bs, Cf)
+                T.copy(Cf, C[tile // 2 * bm, tile % 2 * bn])
+
+    return g
+
+
+def test_a_k_trip_count_that_varies_per_tile_is_left_alone():
+    k = tilewright.compile(_per_tile_k(128, 128, 96), target=SM90, execution_backend="emulator", pass_configs=WS)
+    assert k.num_threads == 128
+
+
+# ---------------------------------------------------------------- seeded faults
+def _inject(monkeypatch, fault):
+    """A pass after warp_specialize that breaks the protocol as ``fault`` says (uncached: the faulty
+    kernels must neither come from nor go into the compile caches)."""
+    import tilewright.passes.pipeline as pl
+
+    monkeypatch.setenv("TILEWRIGHT_DISABLE_CACHE", "1")
+
+    def inject(func, ctx):
+        outer = []
+        walk(func.body, lambda s: outer.append(s) if isinstance(s, t.For) and s.kind == "serial"
+             and s.var.name == "r" else None)
+        r = outer[0].var
+
+        def f(s):
+            if fault == "phase_restarts_per_tile" and isinstance(s, th.MbarrierWait) and s.bar.name.endswith("full"):
+                # the consumers' ring position forgets the earlier tiles' K steps
+                return th.MbarrierWait(s.bar, substitute(s.index, {r: 0}), substitute(s.parity, {r: 0}), s.loc)
+            if fault == "no_release_after_tile" and isinstance(s, t.SeqStmt):
+                kept = [x for x in s.stmts if not (isinstance(x, th.MbarrierArrive) and x.elected
+                                                   and any(isinstance(y, th.WgmmaWait) for y in s.stmts))]
+                if len(kept) != len(s.stmts):
+                    return t.SeqStmt(kept)
+            return None
+
+        func.body = map_stmt(func.body, f)
+        return func
+
+    passes = list(pl.TILE_PASSES["cuda"])
+    passes.insert(passes.index(pl.warp_specialize) + 1, inject)
+    monkeypatch.setitem(pl.TILE_PASSES, "cuda", passes)
+
+
+@pytest.mark.parametrize("fault, message", [("phase_restarts_per_tile", "(?i)nothing ordering|parity"),
+                                            ("no_release_after_tile", "(?i)deadlock")])
+def test_seeded_protocol_faults_are_caught(monkeypatch, fault, message):
+    _inject(monkeypatch, fault)
+    f = matmul_persistent(128, 192, 96, 64, 64, 32, out_dtype="float32", num_stages=2, threads=128, num_blocks=2)
+    k = tilewright.compile(f, target=SM90, execution_backend="emulator", pass_configs=WS)
+    with pytest.raises(EmulatorError, match=message):
+        _run(k, 128, 192, 96, "float16")
+
+
+# ---------------------------------------------------------------- NVRTC
+@needs_nvrtc
+@pytest.mark.parametrize("dtype", ["float16", "bfloat16"])
+def test_persistent_128x256_ws_builds_without_spills(dtype):
+    f = matmul_persistent(4096, 4096, 4096, 128, 256, 64, dtype=dtype, num_stages=4, threads=256, num_blocks=132)
+    k = tilewright.compile(f, target=SM90)
+    assert k.num_threads == 384
+    assert k.resource_usage["spills"] == 0, k.resource_usage
+    assert "setmaxnreg" in k.get_kernel_source()
+    assert k.get_code_object()[:4] == b"\x7fELF"
