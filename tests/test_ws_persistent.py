@@ -105,6 +105,39 @@ def test_a_k_trip_count_that_varies_per_tile_is_left_alone():
     assert k.num_threads == 128
 
 
+def _tile_from_table(M, N, K, bm=64, bn=64, bk=32):
+    """TMA coordinates from a tile table in global memory: the producer would need a load the
+    consumers' statements make; the pass must leave it alone (not duplicate memory reads)."""
+    @T.prim_func
+    def g(A: T.Tensor((M, K), "float16"), B: T.Tensor((K, N), "float16"), Order: T.Tensor((4,), "int32"),
+          C: T.Tensor((M, N), "float32")):
+        with T.Kernel(2, threads=128) as bid:
+            As = T.alloc_shared((bm, bk), "float16")
+            Bs = T.alloc_shared((bk, bn), "float16")
+            Cf = T.alloc_fragment((bm, bn), "float32")
+            for r in T.serial(2):
+                tile = Order[r * 2 + bid]
+                T.clear(Cf)
+                for k in T.Pipelined(K // bk, num_stages=2):
+                    T.copy(A[tile // 2 * bm, k * bk], As)
+                    T.copy(B[k * bk, tile % 2 * bn], Bs)
+                    T.gemm(As, Bs, Cf)
+                T.copy(Cf, C[tile // 2 * bm, tile % 2 * bn])
+
+    return g
+
+
+def test_tma_coordinates_from_memory_are_left_alone():
+    k = tilewright.compile(_tile_from_table(128, 128, 64), target=SM90, execution_backend="emulator",
+                           pass_configs=WS)
+    assert k.num_threads == 128
+    a, b = _inputs(128, 128, 64, "float16", seed=5)
+    order = np.array([3, 0, 2, 1], np.int32)
+    c = np.full((128, 128), np.nan, np.float32)
+    k(a, b, order, c)
+    np.testing.assert_allclose(c, a.astype(np.float64) @ b.astype(np.float64), rtol=2e-3, atol=2e-3)
+
+
 # ---------------------------------------------------------------- seeded faults
 def _inject(monkeypatch, fault):
     """A pass after warp_specialize that breaks the protocol as ``fault`` says (uncached: the faulty
@@ -239,3 +272,36 @@ def test_ops_persistent_candidates_build_without_spills(bn, has_bias, activation
     assert k.num_threads == 384
     res = nvrtc.compile_cuda(print_cuda(k), "sm_90a", [k.name]).resources[k.name]
     assert res["spills"] == 0 and res["local_bytes"] == 0, res
+
+
+# ---------------------------------------------------------------- on the GPU (skipped without an sm_90 one)
+def _sm90_gpu() -> bool:
+    try:
+        import torch
+    except ImportError:
+        return False
+    return (torch.cuda.is_available() and not getattr(torch.version, "hip", None)
+            and torch.cuda.get_device_capability() >= (9, 0))
+
+
+@pytest.mark.skipif(not _sm90_gpu(), reason="needs an sm_90 NVIDIA GPU with a CUDA build of PyTorch")
+@pytest.mark.parametrize("M, N, K, bn, dtype", [
+    (2000, 3000, 1000, 256, "float16"), (2000, 3000, 1000, 128, "bfloat16"), (4096, 4096, 1024, 256, "bfloat16"),
+    (1000, 520, 4104, 256, "float16")])
+def test_persistent_ws_gemm_on_gpu(M, N, K, bn, dtype):
+    import torch
+
+    f = matmul_persistent(M, N, K, 128, bn, 64, dtype=dtype, out_dtype="float32", num_stages=4, threads=256,
+                          num_blocks=torch.cuda.get_device_properties(0).multi_processor_count)
+    k = tilewright.compile(f, target="cuda")
+    assert k.num_threads == 384
+    tdt = getattr(torch, dtype)
+    g = torch.Generator(device="cuda").manual_seed(M + N + K)
+    a = torch.randn(M, K, device="cuda", generator=g).to(tdt)
+    b = torch.randn(K, N, device="cuda", generator=g).to(tdt)
+    c = torch.full((M, N), float("nan"), device="cuda", dtype=torch.float32)
+    k(a, b, torch.zeros(1, device="cuda"), c)
+    torch.cuda.synchronize()
+    want = a.double() @ b.double()
+    assert torch.isfinite(c).all(), "some outputs were never written"
+    assert ((c.double() - want).abs().max() / want.abs().max()).item() < 2e-3

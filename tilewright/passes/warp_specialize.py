@@ -10,6 +10,13 @@ Applies to a kernel whose top-level statements contain one ``T.Pipelined`` loop 
 >= 1) whose body is global -> shared tile copies that TMA can do (``tma_eligible``) followed by one
 ``T.gemm`` reading exactly those shared buffers, which nothing outside the loop touches, in a
 kernel that never reads the thread index itself and whose thread count is whole warpgroups.
+The *persistent form* is accepted too: no top-level pipelined loop, but one top-level serial
+*tile loop* whose body holds that ``T.Pipelined`` K loop among its top-level statements (the
+statements before it: index math, ``T.clear``; after it: the epilogue, the copy-out).  Then the
+tile loop's bounds and the K loop's bounds must be tile-invariant (parameters, block indices, no
+memory reads: the K trip count is the same for every tile), and the TMA coordinates may also read
+the tile loop's variable and scalars ``LetStmt``-bound before the K loop from such values without
+memory reads (the producer recomputes them); anything else is declined.
 Any other kernel is returned unchanged (this is an optimization, never a change of meaning).
 
 Guarantees, for ``S`` stages and ``T`` original threads (the block grows to ``T + 128``):
@@ -24,6 +31,14 @@ Guarantees, for ``S`` stages and ``T`` original threads (the block grows to ``T 
     consumers: ThreadPartition(128, T):  the statements before the loop; for k: wait full[k % S]
                                          for parity (k // S) % 2, the gemm on slot k % S, arrive on
                                          empty[k % S]; the statements after the loop
+
+Persistent form: both roles run the tile loop ``for r``; the producer's body is the recomputed
+scalars then its K loop, the consumers' is the statements before the K loop, their K loop, the
+drain below, the statements after it.  Every ``k`` above is then the block's running K-step count
+``(r - r0) * k_iters + (k - k0)``, so the ring's slots and phases continue across tiles and the
+producer fills slots with the next tile's K slices while the consumers run this tile's epilogue;
+the release of the previous step's slot happens from a tile's second K step on, and the drain
+(after each tile's K loop) releases the tile's last slot.
 
 When ``plan_gemms`` will give the gemm to wgmma and S >= 2, the consumers overlap K steps: the
 gemm of iteration k ends with ``wait_group(1)`` (``plans.wgmma_in_flight``), which leaves its own
@@ -104,7 +119,9 @@ def ws_enabled(target, options) -> bool:
 
 
 def _match(kernel: t.Kernel, func):
-    """(loop, copies, gemm, top-level statements) when the kernel has the mainloop shape, else None."""
+    """(loop, copies, gemm, top-level statements, tiles, lets) when the kernel has the mainloop shape,
+    else None; ``tiles`` is (tile loop, its statements before / after the K loop) in the persistent
+    form (else None) and ``lets`` the scalars the producer recomputes there."""
     threads = kernel.num_threads
     if threads % 128 or threads + PRODUCER_THREADS > 1024 or len(kernel.threads) != 1:
         return None
