@@ -6,7 +6,8 @@ A configuration (``GemmConfig``) names one of three library kernels (``kernels/g
 ``ops/kernels.py``): ``direct`` (one block per output tile), ``splitk`` (the K range cut into
 ``splits`` slices, each a block of its own, then a reduction + epilogue kernel: for shapes with too
 few output tiles to fill the GPU, e.g. decode M = 16..128 or K-heavy shapes) and ``persistent``
-(one block per SM looping over the tiles; sm_90 only, see ``matmul_persistent``).
+(one block per SM looping over the tiles; sm_90 only, see ``matmul_persistent``; warp-specialized
+there: ``passes/warp_specialize.py`` takes a K loop nested in the tile loop).
 """
 
 from __future__ import annotations
@@ -139,7 +140,11 @@ def candidates(M: int, N: int, K: int, dtype: str, arch: str, num_sms: int,
         bases = [GemmConfig("direct", 128, 256, 64, 4, 256, wgmma=True, ws=True),
                  GemmConfig("direct", 128, 256, 64, 3, 256, wgmma=True, ws=True),
                  GemmConfig("direct", 128, 128, 64, 4, 128, wgmma=True, ws=True),
-                 GemmConfig("persistent", 128, 128, 64, 4, 256, wgmma=True, group_M=8)]
+                 # persistent + warp-specialized: the producer loads the next tile's K slices while
+                 # the consumers run this tile's epilogue (short K, ragged shapes: the tail of one
+                 # tile hides behind the next)
+                 GemmConfig("persistent", 128, 128, 64, 4, 256, wgmma=True, ws=True, group_M=8),
+                 GemmConfig("persistent", 128, 256, 64, 4, 256, wgmma=True, ws=True, group_M=8)]
     else:
         bases = [GemmConfig("direct", 128, 128, 32, 4, 128), GemmConfig("direct", 128, 256, 32, 3, 256)]
     bases = [fit_shared(b, smem_limit) for b in bases]

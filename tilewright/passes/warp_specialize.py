@@ -10,6 +10,13 @@ Applies to a kernel whose top-level statements contain one ``T.Pipelined`` loop 
 >= 1) whose body is global -> shared tile copies that TMA can do (``tma_eligible``) followed by one
 ``T.gemm`` reading exactly those shared buffers, which nothing outside the loop touches, in a
 kernel that never reads the thread index itself and whose thread count is whole warpgroups.
+The *persistent form* is accepted too: no top-level pipelined loop, but one top-level serial
+*tile loop* whose body holds that ``T.Pipelined`` K loop among its top-level statements (the
+statements before it: index math, ``T.clear``; after it: the epilogue, the copy-out).  Then the
+tile loop's bounds and the K loop's bounds must be tile-invariant (parameters, block indices, no
+memory reads: the K trip count is the same for every tile), and the TMA coordinates may also read
+the tile loop's variable and scalars ``LetStmt``-bound before the K loop from such values without
+memory reads (the producer recomputes them); anything else is declined.
 Any other kernel is returned unchanged (this is an optimization, never a change of meaning).
 
 Guarantees, for ``S`` stages and ``T`` original threads (the block grows to ``T + 128``):
@@ -24,6 +31,14 @@ Guarantees, for ``S`` stages and ``T`` original threads (the block grows to ``T 
     consumers: ThreadPartition(128, T):  the statements before the loop; for k: wait full[k % S]
                                          for parity (k // S) % 2, the gemm on slot k % S, arrive on
                                          empty[k % S]; the statements after the loop
+
+Persistent form: both roles run the tile loop ``for r``; the producer's body is the recomputed
+scalars then its K loop, the consumers' is the statements before the K loop, their K loop, the
+drain below, the statements after it.  Every ``k`` above is then the block's running K-step count
+``(r - r0) * k_iters + (k - k0)``, so the ring's slots and phases continue across tiles and the
+producer fills slots with the next tile's K slices while the consumers run this tile's epilogue;
+the release of the previous step's slot happens from a tile's second K step on, and the drain
+(after each tile's K loop) releases the tile's last slot.
 
 When ``plan_gemms`` will give the gemm to wgmma and S >= 2, the consumers overlap K steps: the
 gemm of iteration k ends with ``wait_group(1)`` (``plans.wgmma_in_flight``), which leaves its own
@@ -46,7 +61,7 @@ from ..ir import thread as th
 from ..ir import tile as t
 from ..ir.layout import tma_boxes
 from ..ir.plans import PipelineRing
-from ..ir.visitor import free_vars, map_stmt, walk
+from ..ir.visitor import free_vars, loads_in, map_stmt, walk
 from .pipeline_loops import _buffers_touched_outside, _flatten, _restage, tma_eligible
 
 PRODUCER_THREADS = 128  # one warpgroup (setmaxnreg works on whole warpgroups) ...
@@ -104,7 +119,9 @@ def ws_enabled(target, options) -> bool:
 
 
 def _match(kernel: t.Kernel, func):
-    """(loop, copies, gemm, top-level statements) when the kernel has the mainloop shape, else None."""
+    """(loop, copies, gemm, top-level statements, tiles, lets) when the kernel has the mainloop shape,
+    else None; ``tiles`` is (tile loop, its statements before / after the K loop) in the persistent
+    form (else None) and ``lets`` the scalars the producer recomputes there."""
     threads = kernel.num_threads
     if threads % 128 or threads + PRODUCER_THREADS > 1024 or len(kernel.threads) != 1:
         return None
@@ -112,9 +129,22 @@ def _match(kernel: t.Kernel, func):
     if tid is not None and _uses_var(kernel.body, tid):
         return None  # the kernel reads its thread index: the renumbering would change its meaning
     top = _flatten(kernel.body)
+    tiles = None  # the persistent form: (outer serial tile loop, its statements before / after the K loop)
+    level = top
     loops = [s for s in top if isinstance(s, t.For) and s.kind == "pipelined"]
+    if not loops:
+        outer = [s for s in top if isinstance(s, t.For) and s.kind == "serial"
+                 and any(isinstance(x, t.For) and x.kind == "pipelined" for x in _flatten(s.body))]
+        if len(outer) != 1:
+            return None
+        level = _flatten(outer[0].body)
+        loops = [s for s in level if isinstance(s, t.For) and s.kind == "pipelined"]
+        if len(loops) == 1:
+            i = level.index(loops[0])
+            tiles = (outer[0], level[:i], level[i + 1:])
     nested = []
-    walk(kernel.body, lambda s: nested.append(s) if isinstance(s, (t.For, t.ThreadPartition)) and s not in top else 0)
+    walk(kernel.body, lambda s: nested.append(s) if isinstance(s, (t.For, t.ThreadPartition)) and s not in level
+         and (tiles is None or s is not tiles[0]) else 0)
     if len(loops) != 1 or any(isinstance(s, t.ThreadPartition) or s.kind == "pipelined" for s in nested):
         return None
     loop = loops[0]
@@ -130,15 +160,39 @@ def _match(kernel: t.Kernel, func):
         if not (isinstance(c, t.Copy) and c.src.buffer.scope == "global" and c.dst.buffer.scope == "shared"
                 and c.dst.is_full() and c.dst.buffer in allocs and tma_eligible(c) and not c.disable_tma):
             return None
-        for st in c.src.starts:
-            if free_vars(st) - {loop.var} - set(func.params) - set(func.dyn_vars) - set(kernel.block_vars):
+    invariant = set(func.params) | set(func.dyn_vars) | set(kernel.block_vars)
+    lets = []  # the scalars the producer recomputes (persistent form only)
+    if tiles is None:
+        for c in copies:
+            for st in c.src.starts:
+                if free_vars(st) - {loop.var} - invariant:
+                    return None
+    else:
+        # the producer runs the tile loop too: everything its TMA coordinates and trip counts read
+        # must be pure scalar arithmetic it can recompute (lets before the K loop, duplicated);
+        # the K trip count must be the same for every tile (the ring counter is tile * k_iters + k)
+        outer_, before, _ = tiles
+        for x in (outer_.start, outer_.extent):
+            if loads_in(x) or free_vars(x) - invariant:
                 return None
+        for x in (loop.start, loop.extent):
+            if loads_in(x) or free_vars(x) - invariant:
+                return None
+        known = invariant | {outer_.var}
+        for s in before:
+            if isinstance(s, t.LetStmt) and not loads_in(s.value) and not free_vars(s.value) - known:
+                lets.append(s)
+                known.add(s.var)
+        for c in copies:
+            for st in c.src.starts:
+                if loads_in(st) or free_vars(st) - known - {loop.var}:
+                    return None
     ring = {c.dst.buffer for c in copies}
     if len(ring) != len(copies) or {gemm.a.buffer, gemm.b.buffer} != ring or gemm.clear_accum:
         return None
     if ring & _buffers_touched_outside(func.body, loop):
         return None
-    return loop, copies, gemm, top
+    return loop, copies, gemm, top, tiles, lets
 
 
 def _uses_var(root, var) -> bool:
@@ -184,7 +238,7 @@ def _plans_wgmma(staged, consumers: int, ctx) -> bool:
 
 
 def _specialize(kernel: t.Kernel, func, ctx, rings: dict, in_flight: dict, loop: t.For, copies: list, gemm: t.Gemm,
-                top: list):
+                top: list, tiles, lets: list):
     stages = loop.num_stages
     consumers = kernel.num_threads
     loc = loop.loc
@@ -202,8 +256,11 @@ def _specialize(kernel: t.Kernel, func, ctx, rings: dict, in_flight: dict, loop:
 
     k = loop.var
     rel = k - loop.start
-    slot = rel % stages
-    round_ = rel // stages
+    # the ring position: K steps run so far in this block (over every earlier tile of a persistent
+    # kernel too, whose K trip count is the same for every tile), so phases continue across tiles
+    it = rel if tiles is None else (tiles[0].var - tiles[0].start) * loop.extent + rel
+    slot = it % stages
+    round_ = it // stages
 
     def tma_copy(c: t.Copy) -> t.Copy:
         nb = new_bufs[c.dst.buffer]
@@ -225,14 +282,15 @@ def _specialize(kernel: t.Kernel, func, ctx, rings: dict, in_flight: dict, loop:
         # instead of 256 atomics on one mbarrier per K tile)
         in_flight[_flatten(staged)[0]] = WGMMA_GROUPS_IN_FLIGHT
         releases = consumers // ctx.target.warp_size
-        prev = (rel - 1) % stages
+        prev = (it - 1) % stages
         consumer_loop = t.For(k, loop.start, loop.extent, t.SeqStmt([
             th.MbarrierWait(full, slot, round_ % 2, loc=loc),
             staged,
             t.IfThenElse(rel > 0, th.MbarrierArrive(empty, prev, elected=True, loc=loc), None, loc=loc)]),
             "serial", 0, loc, dict(loop.attrs))
+        last = loop.extent - 1 if tiles is None else (tiles[0].var - tiles[0].start + 1) * loop.extent - 1
         drain = [th.WgmmaWait(0, (gemm.c.buffer,), loc=loc),
-                 th.MbarrierArrive(empty, (loop.extent - 1) % stages, elected=True, loc=loc)]
+                 th.MbarrierArrive(empty, last % stages, elected=True, loc=loc)]
         drain = [t.IfThenElse(loop.extent > 0, t.SeqStmt(drain), None, loc=loc)]
     else:
         consumer_loop = t.For(k, loop.start, loop.extent, t.SeqStmt([
@@ -242,9 +300,10 @@ def _specialize(kernel: t.Kernel, func, ctx, rings: dict, in_flight: dict, loop:
         drain = []
         releases = consumers  # every thread read the slot itself: every thread releases it
 
+    mainloop = loop if tiles is None else tiles[0]
     allocs, before, after, seen_loop = [], [], [], False
     for s in top:
-        if s is loop:
+        if s is mainloop:
             seen_loop = True
         elif isinstance(s, t.Alloc):
             allocs.append(t.Alloc(new_bufs.get(s.buffer, s.buffer), s.init, loc=s.loc))
@@ -257,12 +316,23 @@ def _specialize(kernel: t.Kernel, func, ctx, rings: dict, in_flight: dict, loop:
     split = register_split(consumers, ctx.target, ctx.options) if wgmma and ctx.target.has("setmaxnreg") else None
     give = [th.SetMaxNReg(split[0], False, loc=loc)] if split else []
     take = [th.SetMaxNReg(split[1], True, loc=loc)] if split else []
+    consumer_part = [consumer_loop, *drain]
+    if tiles is not None:
+        # both roles run the tile loop: the producer with only the scalars its TMA coordinates
+        # need, so it fills the ring with the next tile's K slices during this tile's epilogue;
+        # the consumers with everything (the accumulator's clear before, the copy-out after)
+        outer, tile_before, tile_after = tiles
+        producer_loop = t.For(outer.var, outer.start, outer.extent, t.SeqStmt([*lets, producer_loop]), "serial", 0,
+                              outer.loc, dict(outer.attrs))
+        consumer_part = [t.For(outer.var, outer.start, outer.extent,
+                               t.SeqStmt([*tile_before, consumer_loop, *drain, *tile_after]), "serial", 0,
+                               outer.loc, dict(outer.attrs))]
     body = [*allocs, t.Alloc(full, loc=loc), t.Alloc(empty, loc=loc),
             th.MbarrierInit(full, boxes, loc=loc), th.MbarrierInit(empty, releases, loc=loc), th.Barrier(loc=loc),
             t.ThreadPartition(0, PRODUCER_THREADS, "producer", t.SeqStmt([
                 *give, t.ThreadPartition(0, ISSUER_THREADS, "TMA issuer", t.SeqStmt([producer_loop]), loc)]), loc),
             t.ThreadPartition(PRODUCER_THREADS, consumers, "consumer",
-                              t.SeqStmt([*take, *before, consumer_loop, *drain, *after]), loc)]
+                              t.SeqStmt([*take, *before, *consumer_part, *after]), loc)]
     attrs = dict(kernel.attrs, warp_specialized=(PRODUCER_THREADS, consumers, stages))
     return t.Kernel(kernel.grid, (consumers + PRODUCER_THREADS,), kernel.block_vars, t.SeqStmt(body), kernel.loc,
                     attrs)
