@@ -112,7 +112,7 @@ class JITKernel:
     def get_profiler(self, tensor_supply_type=None):
         from ..profiler import Profiler
 
-        return Profiler(self)
+        return Profiler(self, tensor_supply_type)
 
     def export(self, path: str) -> str:
         from .export import export_kernel

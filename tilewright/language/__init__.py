@@ -36,6 +36,12 @@ class DType(str):
     def bits(self) -> int:
         return _dt.bits(str(self))
 
+    def as_torch(self):
+        """The torch dtype of this dtype (TileLang's ``T.float16.as_torch()``; imports torch)."""
+        from ..binding.tensor_args import to_torch_dtype
+
+        return to_torch_dtype(_dt.canon(str(self)))
+
 
 for _name in _dt.ALL_DTYPES:
     globals()[_name] = DType(_name)

@@ -14,62 +14,87 @@ from ..ir import tile as t
 
 
 class Profiler:
-    def __init__(self, kernel):
+    """``kernel.get_profiler(tensor_supply_type)``: inputs made as ``tensor_supply_type`` says
+    (TileLang's ``TensorSupplyType``; default ``Auto``: uniform in [-1, 1) for floats, small
+    random integers otherwise), a tolerant comparison against a reference and timing."""
+
+    def __init__(self, kernel, supply_type=None):
         self.kernel = kernel
+        self.supply_type = supply_type
+        self.result_idx = list(kernel.out_idx)
 
     # ------------------------------------------------------------------ inputs
-    def random_inputs(self, seed: int = 0, device=None):
-        """Fresh random inputs for the kernel's input parameters (normal for floats)."""
-        k = self.kernel
-        ins = []
-        gen_np = np.random.default_rng(seed)
-        use_torch = k.backend == "device"
-        if use_torch:
-            import torch
+    def random_inputs(self, seed: int = 0, device=None, dynamic_symbolic_constraints: dict | None = None):
+        """Fresh random inputs for the kernel's input parameters, made as the supply type says
+        (TileLang's ``_get_inputs``).  Dynamic sizes take their value from
+        ``dynamic_symbolic_constraints`` (name -> int), else 256."""
+        from .supply import make_input
 
-            g = torch.Generator(device="cuda").manual_seed(seed)
-        dyn_default = 256
+        k = self.kernel
+        on_device = k.backend == "device"
+        rng = _Rng(seed, on_device)
+        ins = []
         for i, p in enumerate(k.params):
             if i in k.out_idx:
                 continue
             if not isinstance(p, t.Buffer):
-                ins.append(1.0 if p.dtype.startswith("float") else 1)
+                ins.append(1.0 if p.dtype.startswith(("float", "bfloat")) else 1)
                 continue
-            shape = tuple(s if isinstance(s, int) else dyn_default for s in p.shape)
-            if use_torch:
-                from ..binding.tensor_args import to_torch_dtype
-
-                td = to_torch_dtype(p.dtype)
-                if p.dtype.startswith(("float", "bfloat")):
-                    x = torch.randn(shape, generator=g, device="cuda", dtype=torch.float32).to(td)
-                else:
-                    x = torch.randint(-4, 5, shape, generator=g, device="cuda").to(td)
-            else:
-                from ..ir import dtype as dt
-
-                if p.dtype.startswith(("float", "bfloat")):
-                    x = gen_np.standard_normal(shape).astype(dt.to_numpy(p.dtype))
-                else:
-                    x = gen_np.integers(-4, 5, shape).astype(dt.to_numpy(p.dtype))
-            ins.append(x)
+            shape = tuple(_size(s, dynamic_symbolic_constraints) for s in p.shape)
+            ins.append(make_input(p.dtype, shape, self.supply_type, rng, on_device))
         return ins
 
+    _get_inputs = random_inputs
+
     # ------------------------------------------------------------------ checking
-    def assert_allclose(self, reference_program, rtol: float = 1e-2, atol: float = 1e-2, seed: int = 0,
-                        max_mismatched_ratio: float = 0.0):
-        ins = self.random_inputs(seed)
-        outs = self.kernel(*ins)
-        refs = reference_program(*ins)
-        outs = outs if isinstance(outs, (list, tuple)) else [outs]
-        refs = refs if isinstance(refs, (list, tuple)) else [refs]
+    def assert_allclose(self, reference_program, input_tensors=None, atol: float = 1e-2, rtol: float = 1e-2,
+                        max_mismatched_ratio: float = 0.01, *, seed: int = 0):
+        """Run ``reference_program`` and then the kernel on the same inputs (``input_tensors``, or
+        fresh random ones) and compare each output: at most ``int(numel * max_mismatched_ratio)``
+        elements may fail ``|out - ref| <= atol + rtol * |ref|`` (TileLang's argument order and
+        defaults; NaN matches NaN)."""
+        from ..compat import assert_mostly_close
+
+        ins = list(input_tensors) if input_tensors is not None else self.random_inputs(seed)
+        refs = _as_list(reference_program(*ins))
+        outs = _as_list(self.kernel(*ins))
+        if len(outs) != len(refs):
+            raise AssertionError(f"the kernel returned {len(outs)} output(s), the reference {len(refs)}")
         for o, r in zip(outs, refs):
-            a = _to_np(o)
-            b = _to_np(r)
-            bad = ~np.isclose(a, b, rtol=rtol, atol=atol)
-            if bad.mean() > max_mismatched_ratio:
-                idx = np.argwhere(bad)[0]
-                raise AssertionError(f"{bad.sum()} of {bad.size} elements differ beyond rtol={rtol}, atol={atol}; "
-                                     f"first at {tuple(idx)}: {a[tuple(idx)]} vs reference {b[tuple(idx)]}")
+            if o is None or r is None:  # a reference may mark an output as not compared
+                continue
+            assert_mostly_close(o, r, rtol=rtol, atol=atol, max_mismatched_ratio=max_mismatched_ratio,
+                                names=("tilewright", "ref"))
+
+    def manual_assert_close(self, reference_program, input_tensors=None, manual_check_prog=None):
+        """Run the reference and the kernel on the same inputs and hand both output lists to
+        ``manual_check_prog(outs, refs)``."""
+        if manual_check_prog is None:
+            raise TypeError("manual_assert_close needs manual_check_prog=(outs, refs) -> None")
+        ins = list(input_tensors) if input_tensors is not None else self.random_inputs()
+        refs = _as_list(reference_program(*ins))
+        outs = _as_list(self.kernel(*ins))
+        if len(outs) != len(refs):
+            raise AssertionError(f"the kernel returned {len(outs)} output(s), the reference {len(refs)}")
+        manual_check_prog(outs, refs)
+
+    def assert_consistent(self, repeat: int = 10):
+        """Run the kernel ``repeat`` more times on the same inputs; every run must reproduce the
+        first one exactly (a race shows up as a difference)."""
+        ins = self.random_inputs()
+        first = [_to_np(x).copy() for x in _as_list(self.kernel(*ins))]
+        for n in range(repeat):
+            for j, (o, f) in enumerate(zip(_as_list(self.kernel(*ins)), first)):
+                if not np.array_equal(_to_np(o), f, equal_nan=True):
+                    raise AssertionError(f"output {j} of run {n + 2} differs from the first run: the kernel "
+                                         "is not deterministic (a race?)")
+
+    @property
+    def func(self):
+        return self.kernel
+
+    def __call__(self, *args, **kwargs):
+        return self.kernel(*args, **kwargs)
 
     # ------------------------------------------------------------------ running and timing
     def run_once(self, func=None):
@@ -78,7 +103,8 @@ class Profiler:
 
     def do_bench(self, func=None, warmup: float = 25, rep: float = 100, n_warmup: int = 0, n_repeat: int = 0,
                  input_tensors=None, backend: str = "event", quantiles=None, return_mode: str = "mean",
-                 l2_flush: bool = True):
+                 l2_flush: bool = True, dynamic_symbolic_constraints: dict | None = None, device=None,
+                 early_stop_baseline=None):
         """Milliseconds per call of the kernel (or ``func``) on ``input_tensors`` (default: fresh
         random inputs).  ``warmup``/``rep`` are time budgets in milliseconds (``n_warmup``/``n_repeat``,
         when given, are call counts instead); each call is timed on its own with the L2 cache flushed
@@ -90,8 +116,24 @@ class Profiler:
         check_return_mode(return_mode)
         if backend not in ("event", "cudagraph"):
             raise ValueError(f"do_bench backend {backend!r} is not available here; use 'event' or 'cudagraph'")
+        if early_stop_baseline is not None:
+            import warnings
+
+            from ..errors import TilewrightWarning
+
+            warnings.warn("do_bench(early_stop_baseline=) has no effect in tilewright: the full time budget is "
+                          "always measured; remove it", TilewrightWarning, stacklevel=2)
+        if device is not None and self.kernel.backend == "device":
+            import torch
+
+            with torch.cuda.device(device):
+                return self.do_bench(func, warmup, rep, n_warmup, n_repeat, input_tensors, backend, quantiles,
+                                     return_mode, l2_flush, dynamic_symbolic_constraints)
         fn = func or self.kernel
-        ins = list(input_tensors) if input_tensors is not None else self.random_inputs()
+        if input_tensors is not None:
+            ins = list(input_tensors)
+        else:
+            ins = self.random_inputs(dynamic_symbolic_constraints=dynamic_symbolic_constraints)
         on_device = self.kernel.backend == "device"
         if on_device and backend == "cudagraph" and self.kernel.target.kind != "cuda":
             raise ValueError("cudagraph timing needs a CUDA target")
@@ -104,6 +146,35 @@ class Profiler:
         if quantiles is not None:
             return timing.quantiles(quantiles)
         return timing.stat(return_mode)
+
+
+class _Rng:
+    """One seeded generator for a set of inputs: torch's on the GPU, NumPy's on the CPU backends."""
+
+    def __init__(self, seed: int, on_device: bool):
+        self.numpy = np.random.default_rng(seed)
+        self.torch = None
+        if on_device:
+            import torch
+
+            self.torch = torch.Generator(device="cuda").manual_seed(seed)
+
+
+def _size(s, constraints):
+    if isinstance(s, int):
+        return s
+    name = getattr(s, "name", str(s))
+    if constraints and name in constraints:
+        return int(constraints[name])
+    return 256
+
+
+def _as_list(x) -> list:
+    if x is None:
+        return []
+    if isinstance(x, (list, tuple)):
+        return list(x)
+    return [x]
 
 
 def _to_np(x):
