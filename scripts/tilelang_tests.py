@@ -412,7 +412,8 @@ _COMPARE_FUNCS = ("assert_close", "assert_allclose", "torch_assert_close", "asse
                   "assert_consistent", "isclose", "array_equal")
 _GPU_WORDS = ("Torch not compiled with CUDA", "Found no NVIDIA driver", "No CUDA GPUs", "CUDA driver",
               "no CUDA-capable device", "cuInit", "CUDA_ERROR_NO_DEVICE", "torch.cuda", "is on cuda",
-              "device='cuda", "on the GPU without", "CUDA error: no kernel image", "cudaErrorNoDevice")
+              "device='cuda", "on the GPU without", "CUDA error: no kernel image", "cudaErrorNoDevice",
+              "Cannot get CUDA generator", "ATen_cuda")
 
 
 def _exc_from_text(text: str) -> tuple[str, str]:
@@ -438,6 +439,9 @@ def classify(rec: dict) -> tuple[str, str]:
         return "timeout", first
     if any(w in msg for w in _GPU_WORDS) and short not in ("CompileError", "InternalError"):
         return "needs a GPU", first
+    wrapped = re.match(r"(AttributeError|ImportError|ModuleNotFoundError|NameError): ", msg)
+    if wrapped:  # the frontend reports a missing T.* name inside a CompileError that names the line
+        short, msg = wrapped[1], msg[wrapped.end():]
     if short in ("AttributeError", "ImportError", "ModuleNotFoundError", "NameError") or (
             short == "TypeError" and "tvm_stand_in" in msg):
         return "missing name", missing_name(short, msg) or first
@@ -446,8 +450,9 @@ def classify(rec: dict) -> tuple[str, str]:
     if short == "InternalError":
         return "internal error", first
     if short == "ToolchainError" or "nvrtc" in chain.lower():
-        return "NVRTC rejected", first
-    if short in ("CompileError", "DTypeError", "TargetError") or "CompileError" in chain:
+        err = re.search(r"error: (.*)", msg)  # the compiler's first complaint says more than the headline
+        return "NVRTC rejected", err[1][:240] if err else first
+    if short in ("CompileError", "DTypeError", "UnsupportedDTypeError", "TargetError") or "CompileError" in chain:
         return "kernel refused", first
     if short == "TypeError" and re.search(r"unexpected keyword|positional argument|required (keyword|positional)"
                                            r"|takes \d+|got multiple values", msg):
@@ -571,6 +576,7 @@ def main(argv=None) -> int:
     ap.add_argument("-k", dest="keyword", default=None, help="pytest -k expression")
     ap.add_argument("--keep", metavar="DIR", help="stage the rewritten tests in DIR (kept) instead of a temp dir")
     ap.add_argument("--top", type=int, default=30, help="rows in the top-N tables")
+    ap.add_argument("--reclassify", metavar="JSON", help="write the report again from a run's raw results (JSON)")
     args = ap.parse_args(argv)
     args.suites = [s for s in args.suites.split(",") if s]
     tp, ex = find_layout(args.tests_dir)
@@ -580,6 +586,13 @@ def main(argv=None) -> int:
         args.examples = []
     else:
         args.examples = [e for e in args.examples.split(",") if e]
+    if args.reclassify:
+        with open(args.reclassify) as f:
+            tests = summarize(list(json.load(f).values()))
+        with open(args.report, "w") as f:
+            f.write(report(tests, args, 0.0))
+        print(f"report: {args.report}")
+        return 0
     if args.export:
         export(args.tests_dir, args.export, args.suites, args.examples)
         return 0

@@ -327,3 +327,19 @@ def test_fp16_accumulate_gemm_on_the_gpu_matches_tilelang_tolerance():
     tilelang.testing.torch_assert_close(c, ref, rtol=1e-2, atol=1e-2, max_mismatched_ratio=0.01)
     p = kernel.get_profiler()
     p.assert_allclose(lambda x, y: (x.double() @ y.double().T).to(torch.float16))
+
+
+def test_tilelang_module_paths():
+    from tilewright.autotuner import AutoTuner, autotune
+    from tilewright.profiler import do_bench
+    from tilewright.transform import PassConfigKey as Key
+    from tilewright.utils.tensor import TensorSupplyType, torch_assert_close
+
+    assert autotune is tilelang.autotune and AutoTuner is tilelang.AutoTuner
+    assert Key is tilelang.PassConfigKey and TensorSupplyType is tilelang.TensorSupplyType
+    assert torch_assert_close is tilewright.testing.torch_assert_close
+    k = tilelang.compile(scale_add(32, 32), out_idx=[-1], target="interpret")
+    assert isinstance(k, tilelang.JITKernel)
+    rng = np.random.default_rng(1)
+    a, b = rng.standard_normal((32, 32)).astype(np.float32), rng.standard_normal((32, 32)).astype(np.float32)
+    assert do_bench(lambda: k(a, b), warmup=1, rep=2) > 0

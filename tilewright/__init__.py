@@ -15,6 +15,7 @@ from .errors import (  # noqa: F401
     TilewrightWarning,
     ToolchainError,
 )
+from .jit import JITKernel  # noqa: F401
 from .profiler import Profiler  # noqa: F401
 
 # The one version string: pyproject.toml reads it from this line (setuptools dynamic version); the

@@ -114,8 +114,9 @@ class Profiler:
         from .timing import check_return_mode, measure
 
         check_return_mode(return_mode)
-        if backend not in ("event", "cudagraph"):
-            raise ValueError(f"do_bench backend {backend!r} is not available here; use 'event' or 'cudagraph'")
+        if backend == "cupti" and self.kernel.target.kind != "cuda":
+            backend = "event"  # CUPTI and CUDA graphs are NVIDIA's
+        backend = _timing_backend(backend)
         if early_stop_baseline is not None:
             import warnings
 
@@ -146,6 +147,62 @@ class Profiler:
         if quantiles is not None:
             return timing.quantiles(quantiles)
         return timing.stat(return_mode)
+
+
+def _timing_backend(backend: str) -> str:
+    """TileLang's do_bench backends: "event", "cudagraph", and "cupti" (kernel time from CUPTI
+    activity records, launch overhead excluded) — timed here by replaying a CUDA graph, which also
+    leaves the host launch cost out of the figure."""
+    if backend == "cupti":
+        return "cudagraph"
+    if backend not in ("event", "cudagraph"):
+        raise ValueError(f"do_bench backend {backend!r} is not available here; use 'event', 'cudagraph' or 'cupti'")
+    return backend
+
+
+def do_bench(fn, warmup: float = 25, rep: float = 100, _n_warmup: int = 0, _n_repeat: int = 0, quantiles=None,
+             fast_flush: bool = True, backend: str = "event", return_mode: str = "mean", device=None,
+             cache_size: int = 256, early_stop_baseline=None):
+    """Milliseconds per call of ``fn()`` (TileLang's ``tilelang.profiler.do_bench``): GPU events
+    when a CUDA/ROCm device is present (the L2 cache flushed before every call), else the CPU clock.
+    ``warmup``/``rep`` are time budgets in ms; ``_n_warmup``/``_n_repeat`` call counts instead.
+    ``fast_flush`` and ``cache_size`` (how the L2 flush is done) do not change what is measured."""
+    from .timing import check_return_mode, measure
+
+    check_return_mode(return_mode)
+    backend = _timing_backend(backend)
+    on_device = _gpu_present()
+    if early_stop_baseline is not None:
+        import warnings
+
+        from ..errors import TilewrightWarning
+
+        warnings.warn("do_bench(early_stop_baseline=) has no effect in tilewright: the full time budget is "
+                      "always measured; remove it", TilewrightWarning, stacklevel=2)
+    if device is not None and on_device:
+        import torch
+
+        with torch.cuda.device(device):
+            return do_bench(fn, warmup, rep, _n_warmup, _n_repeat, quantiles, fast_flush, backend, return_mode)
+    if _n_warmup or _n_repeat:
+        est = measure(fn, 0, 1e-9, device=on_device, l2_flush=False, max_calls=3).stat("median")
+        warmup, rep = est * max(_n_warmup, 1), est * max(_n_repeat, 3)
+    timing = measure(fn, warmup, rep, device=on_device, l2_flush=True, cuda_graph=on_device and backend == "cudagraph")
+    if quantiles is not None:
+        return timing.quantiles(quantiles)
+    return timing.stat(return_mode)
+
+
+def _gpu_present() -> bool:
+    import sys
+
+    torch = sys.modules.get("torch")
+    if torch is None:
+        try:
+            import torch
+        except ImportError:
+            return False
+    return bool(torch.cuda.is_available())
 
 
 class _Rng:
