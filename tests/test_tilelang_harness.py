@@ -64,6 +64,13 @@ def test_failures_are_classified():
     assert c(_rec("builtins.AssertionError", "Torch not compiled with CUDA enabled"))[0] == "needs a GPU"
     assert c(_rec("builtins.TimeoutError", "harness timeout: the test ran past 5 s"))[0] == "timeout"
     assert c(_rec("builtins.KeyError", "'x'"))[0] == "other"
+    # pytest.raises(match=...) that failed: the error actually raised decides
+    raised = ("Regex pattern did not match.\n  Expected regex: 'No valid warp partition'\n  Actual message: "
+              "'T.gemm tile 16x104x32 cannot be split over 12 warps'")
+    assert c(_rec("builtins.AssertionError", raised))[0] == "error text differs"
+    raised = ("Regex pattern did not match.\n  Expected regex: 'x'\n  Actual message: 'AttributeError: module "
+              "'tilewright.language' has no attribute 'Fragment''")
+    assert c(_rec("builtins.AssertionError", raised)) == ("missing name", "T.Fragment")
     # a collection error carries only pytest's text
     text = "foo\nE   ModuleNotFoundError: No module named 'tilewright.jit.adapter'\n"
     assert tt.classify({"text": text}) == ("missing name", "tilelang.jit.adapter (module)")
@@ -124,6 +131,18 @@ def test_a_run_on_a_synthetic_tree(tmp_path):
         def test_skipped():
             pass
         """)
+    _write(str(root / "testing" / "python" / "language" / "test_broken.py"), """\
+        import tilelang
+        from tilelang.no_such_module_xyz import thing
+
+
+        def test_one():
+            thing()
+
+
+        def test_two():
+            thing()
+        """)
     report = tmp_path / "r.md"
     proc = subprocess.run([sys.executable, os.path.join(ROOT, "scripts", "tilelang_tests.py"), "--tests-dir",
                            str(root), "--suites", "language", "--examples", "none", "--report", str(report),
@@ -139,6 +158,8 @@ def test_a_run_on_a_synthetic_tree(tmp_path):
     assert by_name["test_tvm_internal"]["outcome"] == "left out"
     assert by_name["test_quotes_source"]["outcome"] == "left out"
     assert by_name["test_skipped"]["outcome"] == "skipped"
+    # a file that cannot be imported counts once per test it defines
+    assert by_name["test_one"]["reason"] == by_name["test_two"]["reason"] == "tilelang.no_such_module_xyz (module)"
     text = report.read_text()
-    assert "**4 tests: 1 pass, 2 fail, 1 skip** (2 left out" in text
+    assert "**6 tests: 1 pass, 4 fail, 1 skip** (2 left out" in text
     assert "| `T.no_such_tilelang_name_xyz` | 1 |" in text
