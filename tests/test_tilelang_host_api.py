@@ -343,3 +343,65 @@ def test_tilelang_module_paths():
     rng = np.random.default_rng(1)
     a, b = rng.standard_normal((32, 32)).astype(np.float32), rng.standard_normal((32, 32)).astype(np.float32)
     assert do_bench(lambda: k(a, b), warmup=1, rep=2) > 0
+
+
+# ------------------------------------------------------------------------------ jit: compile, par_compile
+
+
+@tilelang.jit(out_idx=[-1], target="interpret")
+def scale_add_jit(M, N, block=32):
+    return scale_add(M, N, block)
+
+
+def test_jit_compile_and_par_compile():
+    k = scale_add_jit.compile(64, 32)
+    assert k is scale_add_jit(64, 32)  # memoized: .compile is the call
+    kernels = scale_add_jit.par_compile([(32, 32), {"M": 96, "N": 64, "block": 32}, (40, 24, 8)])
+    rng = np.random.default_rng(9)
+    for (m, n), kern in zip([(32, 32), (96, 64), (40, 24)], kernels):
+        a, b = rng.standard_normal((m, n)).astype(np.float32), rng.standard_normal((m, n)).astype(np.float32)
+        np.testing.assert_allclose(kern(a, b), a.astype(np.float64) * 2 + b, rtol=1e-6)
+    with pytest.raises(ValueError, match="Invalid config type"):
+        scale_add_jit.par_compile([[32, 32]])
+    # a config that does not compile: an error, or None with a warning under ignore_error
+    with pytest.raises(CompileError):
+        scale_add_jit.par_compile([(32, 32, 0.5)])
+    with pytest.warns(TilewrightWarning, match="compiling kernel 1 failed"):
+        got = scale_add_jit.par_compile([(32, 32), (32, 32, 0.5)], num_workers=2, ignore_error=True)
+    assert got[0] is kernels[0] and got[1] is None
+    direct = tilelang.par_compile([scale_add(32, 32), scale_add(64, 64)], out_idx=[-1], target="interpret")
+    assert [k.func.params[0].shape for k in direct] == [(32, 32), (64, 64)]
+
+
+def test_missing_dynamic_constraint_is_a_value_error_naming_it():
+    m = T.dynamic("m")
+
+    @T.prim_func
+    def copy_rows(A: T.Tensor((m, 32), "float32"), B: T.Tensor((m, 32), "float32")):
+        with T.Kernel(T.ceildiv(m, 32), threads=32) as bx:
+            for i, j in T.Parallel(32, 32):
+                B[bx * 32 + i, j] = A[bx * 32 + i, j]
+
+    p = tilelang.compile(copy_rows, out_idx=[1], target="interpret").get_profiler()
+    with pytest.raises(ValueError, match="'m' not found in constraints"):
+        p.do_bench(dynamic_symbolic_constraints={"wrong_name": 256})
+
+
+@pytest.mark.parametrize("a", [128, 1, -1, -2, 45])
+def test_align_up(a):
+    @tilelang.jit(out_idx=[0], target="interpret")
+    def align(a, b):
+        @T.prim_func
+        def main(A: T.Tensor((2,), "int32"), x: T.int32):
+            with T.Kernel(1, threads=64):
+                A[0] = T.align_up(T.int32(a), T.int32(b))
+                A[1] = T.align_up(x, T.int32(b))
+        return main
+
+    out = align(a, 32)(a)
+    want = -(-a // 32) * 32
+    assert out.tolist() == [want, want]
+    for target in ("cuda -arch=sm_90a", "hip -arch=gfx942"):
+        res = np.full((2,), -12345, np.int32)
+        run_thread_kernel(tilelang.lower(align.get_tir(a, 32), target=target), [res, a])
+        assert res.tolist() == [want, want], target

@@ -16,6 +16,7 @@ from .errors import (  # noqa: F401
     ToolchainError,
 )
 from .jit import JITKernel  # noqa: F401
+from .jit.parallel import par_compile  # noqa: F401
 from .profiler import Profiler  # noqa: F401
 
 # The one version string: pyproject.toml reads it from this line (setuptools dynamic version); the

@@ -303,6 +303,17 @@ class _JitFunction:
     def get_tir(self, *args, **kwargs):
         return self.builder(*args, **kwargs)
 
+    def compile(self, *args, **kwargs) -> JITKernel:
+        """The kernel for these builder arguments (the same as calling the function)."""
+        return self(*args, **kwargs)
+
+    def par_compile(self, configs, num_workers=None, ignore_error: bool = False) -> list:
+        """The kernels of many builder configs (tuples of positional arguments or dicts), in order
+        (TileLang's ``par_compile``; see ``jit/parallel.py``)."""
+        from .jit.parallel import compile_each, config_call
+
+        return compile_each([config_call(self, c) for c in configs], ignore_error)
+
 
 def _warn_unused(name: str, why: str) -> None:
     import warnings

@@ -1047,3 +1047,8 @@ def macro(fn):
     from ..frontend.parser import Macro
 
     return Macro(fn)
+
+
+def align_up(x, y):
+    """``x`` rounded up to a multiple of ``y``: ``T.ceildiv(x, y) * y`` (TileLang's ``T.align_up``)."""
+    return ceildiv(x, y) * y

@@ -218,12 +218,17 @@ class _Rng:
 
 
 def _size(s, constraints):
+    """A static size, the value ``constraints`` gives a dynamic one, or 256 when no constraints
+    are given at all (a constraints dict that lacks the name is an error, as in TileLang)."""
     if isinstance(s, int):
         return s
     name = getattr(s, "name", str(s))
-    if constraints and name in constraints:
-        return int(constraints[name])
-    return 256
+    if constraints is None:
+        return 256
+    if name not in constraints:
+        raise ValueError(f"Dynamic symbolic variable '{name}' not found in constraints. Available constraints: "
+                         f"{list(constraints)}")
+    return int(constraints[name])
 
 
 def _as_list(x) -> list:
