@@ -405,3 +405,36 @@ def test_align_up(a):
         res = np.full((2,), -12345, np.int32)
         run_thread_kernel(tilelang.lower(align.get_tir(a, 32), target=target), [res, a])
         assert res.tolist() == [want, want], target
+
+
+# ------------------------------------------------------------------------------ JITKernel surface
+
+
+def test_jit_kernel_source_and_run_once(tmp_path, capsys):
+    k = tilelang.compile(scale_add(32, 32), out_idx=[-1], target="interpret")
+    out = k.run_once()
+    a, b = k.get_profiler().random_inputs()
+    np.testing.assert_allclose(out, a.astype(np.float64) * 2 + b, rtol=1e-6)  # the profiler's seeded inputs
+    k.show_source()
+    assert "T.Parallel" in capsys.readouterr().out
+    k.export_sources(kernel_path=str(tmp_path / "sub" / "k.txt"))
+    assert (tmp_path / "sub" / "k.txt").read_text() == k.get_kernel_source() == k.kernel_source
+    with pytest.raises(ValueError):
+        k.export_sources()
+    with pytest.raises(ValueError):
+        k.show_source("device")
+    assert k.host_source == ""
+    with pytest.raises(ValueError, match="Tuning results"):
+        k.get_tuner_result()
+    assert k.update_tuner_result(1.5, {"block": 32}, 2.0).get_tuner_result()["latency"] == 1.5
+
+
+def test_jit_kernel_resource_properties_after_nvrtc():
+    from toolchains import nvrtc_available
+
+    if not nvrtc_available():
+        pytest.skip("NVRTC wheel not installed")
+    k = tilelang.compile(fp16_gemm(128, 128, 64), out_idx=[2], target="cuda -arch=sm_90a")
+    assert isinstance(k.n_regs, int) and 0 < k.n_regs <= 255
+    assert k.n_spills == k.resource_usage.get("spills")
+    assert k.n_max_threads == 128

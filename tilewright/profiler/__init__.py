@@ -44,7 +44,24 @@ class Profiler:
             ins.append(make_input(p.dtype, shape, self.supply_type, rng, on_device))
         return ins
 
-    _get_inputs = random_inputs
+    def _get_inputs(self, with_output: bool = False, dynamic_symbolic_constraints: dict | None = None):
+        """TileLang's spelling: the inputs (and with ``with_output`` fresh tensors for the outputs
+        too, in parameter order)."""
+        if not with_output:
+            return self.random_inputs(dynamic_symbolic_constraints=dynamic_symbolic_constraints)
+        from .supply import make_input
+
+        k = self.kernel
+        ins = iter(self.random_inputs(dynamic_symbolic_constraints=dynamic_symbolic_constraints))
+        rng = _Rng(1, k.backend == "device")
+        out = []
+        for i, p in enumerate(k.params):
+            if i in k.out_idx:
+                shape = tuple(_size(s, dynamic_symbolic_constraints) for s in p.shape)
+                out.append(make_input(p.dtype, shape, self.supply_type, rng, k.backend == "device"))
+            else:
+                out.append(next(ins))
+        return out
 
     # ------------------------------------------------------------------ checking
     def assert_allclose(self, reference_program, input_tensors=None, atol: float = 1e-2, rtol: float = 1e-2,
