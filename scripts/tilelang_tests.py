@@ -16,6 +16,7 @@ classifies every failure:
   internal error    tilewright's InternalError
   NVRTC rejected    the generated code did not compile (ToolchainError)
   error text differs  the test expects an error and one is raised, with other words than TileLang's
+  missing package   a third-party package the test imports (einops, triton...) is not installed
   needs a GPU       CUDA was needed at run time (only with --assume-gpu on a machine without one)
   timeout           the test ran past --timeout
   other             anything else
@@ -49,7 +50,7 @@ import time
 
 SUITES = ("kernel", "language", "issue", "math", "jit", "profiler", "runtime")
 CLASSES = ("missing name", "kernel refused", "parameter", "wrong result", "internal error", "NVRTC rejected",
-           "error text differs", "needs a GPU", "timeout", "other")
+           "error text differs", "missing package", "needs a GPU", "timeout", "other")
 REPO_ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 
 
@@ -470,6 +471,9 @@ def classify(rec: dict) -> tuple[str, str]:
     wrapped = re.match(r"(AttributeError|ImportError|ModuleNotFoundError|NameError): ", msg)
     if wrapped:  # the frontend reports a missing T.* name inside a CompileError that names the line
         short, msg = wrapped[1], msg[wrapped.end():]
+    pkg = re.match(r"No module named '([\w]+)", msg) if short in ("ModuleNotFoundError", "ImportError") else None
+    if pkg and pkg[1] not in ("tilewright", "tilelang", "tvm"):  # einops, triton...: not a TileLang name
+        return "missing package", f"{pkg[1]} (a package the test needs; install it where the tests run)"
     if short in ("AttributeError", "ImportError", "ModuleNotFoundError", "NameError") or (
             short == "TypeError" and "tvm_stand_in" in msg):
         return "missing name", missing_name(short, msg) or first
@@ -580,7 +584,7 @@ def report(tests: dict, args, elapsed: float) -> str:
     lines += ["", "## Top missing names", "", "| name | tests |", "|---|---|"]
     lines += [f"| `{n}` | {k} |" for n, k in missing.most_common(args.top)]
     for cls in ("kernel refused", "parameter", "wrong result", "internal error", "NVRTC rejected",
-                "error text differs", "other"):
+                "error text differs", "missing package", "other"):
         reasons = collections.Counter(_generalize(r["reason"]) for r in run if r.get("class") == cls)
         if reasons:
             lines += ["", f"## Top reasons: {cls}", "", "| reason | tests |", "|---|---|"]

@@ -55,6 +55,7 @@ def test_failures_are_classified():
         ("missing name", "tilelang.layout.X")
     assert c(_rec("builtins.AttributeError", "TVM is not part of tilewright: tvm.target.Target is used"))[1] == \
         "tvm.target.Target"
+    assert c(_rec("builtins.ModuleNotFoundError", "No module named 'einops'"))[0] == "missing package"
     assert c(_rec("tilewright.errors.CompileError", "T.gemm tile cannot be split"))[0] == "kernel refused"
     assert c(_rec("tilewright.errors.InternalError", "pass x failed"))[0] == "internal error"
     assert c(_rec("tilewright.errors.ToolchainError", "NVRTC failed"))[0] == "NVRTC rejected"

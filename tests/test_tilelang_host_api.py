@@ -438,3 +438,33 @@ def test_jit_kernel_resource_properties_after_nvrtc():
     assert isinstance(k.n_regs, int) and 0 < k.n_regs <= 255
     assert k.n_spills == k.resource_usage.get("spills")
     assert k.n_max_threads == 128
+
+
+def test_fp8_type_follows_the_target(monkeypatch):
+    from tilewright.language.fp8 import determine_fp8_type
+    from tilewright.target import detect
+
+    for target, e4m3, e5m2 in (("cuda -arch=sm_90a", "float8_e4m3fn", "float8_e5m2"),
+                               ("hip -arch=gfx942", "float8_e4m3fnuz", "float8_e5m2fnuz"),
+                               ("hip -arch=gfx950", "float8_e4m3fn", "float8_e5m2")):
+        monkeypatch.setenv("TILEWRIGHT_TARGET", target)
+        detect.clear_cache()
+        assert (determine_fp8_type(), determine_fp8_type("e5m2")) == (e4m3, e5m2), target
+    detect.clear_cache()
+    with pytest.raises(ValueError, match="Unsupported FP8 format"):
+        determine_fp8_type("e3m4")
+
+
+def test_tensor_supply_and_device_queries():
+    from tilewright.carver.arch import driver
+    from tilewright.utils.tensor import get_tensor_supply
+
+    param = scale_add(32, 48).params[0]
+    x = get_tensor_supply(tilelang.TensorSupplyType.Integer)(param)
+    assert x.shape == (32, 48) and set(np.unique(np.asarray(x))) <= {-2, -1, 0, 1, 2}
+    torch = pytest.importorskip("torch")
+    if torch.cuda.is_available():
+        assert driver.get_num_sms() == torch.cuda.get_device_properties(0).multi_processor_count
+    else:
+        with pytest.raises(RuntimeError, match="no CUDA or ROCm device"):
+            driver.get_num_sms()
