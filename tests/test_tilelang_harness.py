@@ -25,20 +25,38 @@ def test_imports_are_rewritten_and_nothing_else():
         import tilelang.testing
         from tilelang.profiler import Profiler
         from tilelang import tvm as tvm
-        from tvm import tir
+        from tilelang.no_such_module import (
+            thing,
+            other as renamed,
+        )
         x = "import tilelang"  # tilelang.cdiv stays
+        def f():
             import tilelang.testing
+            return tilelang.testing.torch_assert_close
         """)
-    out = tt.rewrite_imports(src).splitlines()
-    assert out[0] == "import tilewright as tilelang"
-    assert out[1] == "import tilewright.language as T"
-    assert out[2] == "from tilewright import language as T2"
-    assert out[3] == "import tilewright.testing; import tilewright as tilelang"
-    assert out[4] == "from tilewright.profiler import Profiler"
-    assert out[5] == "from tilewright.testing import tvm_stand_in as tvm"
-    assert out[6].endswith("tir = _tvm_stand_in.tir")
-    assert out[7] == 'x = "import tilelang"  # tilelang.cdiv stays'
-    assert out[8] == "    import tilewright.testing; import tilewright as tilelang"
+    text = tt.rewrite_imports(src)
+    lines = text.splitlines()
+    assert len(lines) == len(src.splitlines())  # line numbers kept
+    assert lines[10] == 'x = "import tilelang"  # tilelang.cdiv stays'
+    ns: dict = {}
+    exec(compile(text, "t.py", "exec"), ns)
+    import tilewright
+    import tilewright.language
+    import tilewright.testing
+
+    assert ns["tilelang"] is tilewright and ns["T"] is tilewright.language and ns["T2"] is tilewright.language
+    assert ns["Profiler"] is tilewright.Profiler
+    assert ns["f"]() is tilewright.testing.torch_assert_close
+    # names tilewright lacks import fine and fail when used, naming themselves
+    for name, path in (("thing", "tilelang.no_such_module.thing"), ("renamed", "tilelang.no_such_module.other"),
+                       ("tvm", "tvm.target.Target")):
+        obj = ns[name].target.Target if name == "tvm" else ns[name]
+        try:
+            obj()
+        except AttributeError as e:
+            assert f"not part of tilewright: {path} is used" in str(e)
+        else:
+            raise AssertionError(name)
 
 
 def _rec(exc, msg, frames=()):
@@ -55,6 +73,8 @@ def test_failures_are_classified():
         ("missing name", "tilelang.layout.X")
     assert c(_rec("builtins.AttributeError", "TVM is not part of tilewright: tvm.target.Target is used"))[1] == \
         "tvm.target.Target"
+    assert c(_rec("builtins.AttributeError", "it is not part of tilewright: tilelang.cuda.x is used"))[1] == \
+        "tilelang.cuda.x"
     assert c(_rec("builtins.ModuleNotFoundError", "No module named 'einops'"))[0] == "missing package"
     assert c(_rec("tilewright.errors.CompileError", "T.gemm tile cannot be split"))[0] == "kernel refused"
     assert c(_rec("tilewright.errors.InternalError", "pass x failed"))[0] == "internal error"
@@ -134,7 +154,7 @@ def test_a_run_on_a_synthetic_tree(tmp_path):
         """)
     _write(str(root / "testing" / "python" / "language" / "test_broken.py"), """\
         import tilelang
-        from tilelang.no_such_module_xyz import thing
+        from no_such_package_xyz import thing
 
 
         def test_one():
@@ -160,7 +180,7 @@ def test_a_run_on_a_synthetic_tree(tmp_path):
     assert by_name["test_quotes_source"]["outcome"] == "left out"
     assert by_name["test_skipped"]["outcome"] == "skipped"
     # a file that cannot be imported counts once per test it defines
-    assert by_name["test_one"]["reason"] == by_name["test_two"]["reason"] == "tilelang.no_such_module_xyz (module)"
+    assert by_name["test_one"]["class"] == by_name["test_two"]["class"] == "missing package"
     text = report.read_text()
     assert "**6 tests: 1 pass, 4 fail, 1 skip** (2 left out" in text
     assert "| `T.no_such_tilelang_name_xyz` | 1 |" in text

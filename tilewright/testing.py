@@ -206,14 +206,15 @@ def regression(prefixes=("regression_",), verbose: bool = True) -> None:
             print(f"{name}: {value}")
 
 
-# ------------------------------------------------------------------------------ TVM
+# ------------------------------------------------------------------------------ imports of TileLang's tests
+# scripts/tilelang_tests.py rewrites TileLang's imports into these two calls, so that a name
+# tilewright lacks fails the tests that use it rather than every test of the file.
 
 
-class _MissingTVM:
-    """What ``tvm`` (and ``tvm.x.y``) is in a TileLang test run against tilewright
-    (``scripts/tilelang_tests.py`` imports this in place of TVM): importing it works, so a file that
-    imports TVM but whose test does not use it runs; using it raises an AttributeError naming the
-    TVM name, which the harness counts as a missing name."""
+class MissingName:
+    """What a TVM name, or a TileLang name tilewright does not have, is in a TileLang test run
+    against tilewright: naming it works; using it (calling, indexing, iterating) raises an
+    AttributeError that names it, which the harness counts as a missing name."""
 
     def __init__(self, path: str):
         self._path = path
@@ -221,15 +222,52 @@ class _MissingTVM:
     def __getattr__(self, name: str):
         if name.startswith("__"):
             raise AttributeError(name)
-        return _MissingTVM(f"{self._path}.{name}")
+        return MissingName(f"{self._path}.{name}")
 
     def _fail(self, *args, **kwargs):
-        raise AttributeError(f"TVM is not part of tilewright: {self._path} is used")
+        what = "TVM is" if self._path.split(".")[0] == "tvm" else "it is"
+        raise AttributeError(f"{what} not part of tilewright: {self._path} is used")
 
     __call__ = __getitem__ = __iter__ = _fail
 
     def __repr__(self) -> str:
-        return f"<{self._path}: TVM is not part of tilewright>"
+        return f"<{self._path}: not part of tilewright>"
 
 
-tvm_stand_in = _MissingTVM("tvm")
+def _tilelang_spelling(module: str) -> str:
+    return "tilelang" + module[len("tilewright"):] if module.startswith("tilewright") else module
+
+
+def lenient_import(module: str):
+    """``import tilelang.x as y``: the module ``tilewright.x``, or a ``MissingName`` (TVM, or a
+    module tilewright does not have)."""
+    import importlib
+
+    if module.split(".")[0] != "tvm":
+        try:
+            return importlib.import_module(module)
+        except ModuleNotFoundError as e:
+            if not (e.name or "").startswith("tilewright"):
+                raise  # a third-party package a tilewright module needs: a real error
+    return MissingName(_tilelang_spelling(module))
+
+
+def lenient_from(module: str, name: str):
+    """``from tilelang.x import name``: the name from ``tilewright.x`` (an attribute or a
+    submodule), or a ``MissingName``."""
+    import importlib
+
+    mod = lenient_import(module)
+    if isinstance(mod, MissingName):
+        return getattr(mod, name)
+    if hasattr(mod, name):
+        return getattr(mod, name)
+    try:
+        return importlib.import_module(f"{module}.{name}")
+    except ModuleNotFoundError as e:
+        if not (e.name or "").startswith("tilewright"):
+            raise
+    return MissingName(f"{_tilelang_spelling(module)}.{name}")
+
+
+tvm_stand_in = MissingName("tvm")
