@@ -468,3 +468,43 @@ def test_tensor_supply_and_device_queries():
     else:
         with pytest.raises(RuntimeError, match="no CUDA or ROCm device"):
             driver.get_num_sms()
+
+
+# ------------------------------------------------------------------------------ launch hints with no effect
+
+
+def test_launch_hints_warn_and_change_nothing():
+    @T.prim_func
+    def triple(A: T.Tensor((64,), "float32"), B: T.Tensor((64,), "float32")):
+        with T.Kernel(1, threads=64):
+            T.pdl_sync()
+            T.annotate_l2_hit_ratio({A: 0.5})
+            T.disable_warp_group_reg_alloc()
+            for i in T.Parallel(64):
+                B[i] = A[i] * 3
+            T.pdl_trigger()
+
+    a = np.random.default_rng(0).standard_normal(64).astype(np.float32)
+    np.testing.assert_allclose(tilelang.compile(triple, out_idx=[1], target="interpret")(a), a.astype(np.float64) * 3,
+                               rtol=1e-6)
+    for target in ("cuda -arch=sm_90a", "hip -arch=gfx942"):
+        b = np.full(64, np.nan, np.float32)
+        run_thread_kernel(tilelang.lower(triple, target=target), [a, b])
+        np.testing.assert_allclose(b, a.astype(np.float64) * 3, rtol=1e-6, err_msg=target)
+
+
+def test_launch_hints_warn_by_name():
+    with pytest.warns(TilewrightWarning, match=r"T.pdl_trigger\(\) has no effect"):
+        @T.prim_func
+        def k1(A: T.Tensor((32,), "float32")):
+            with T.Kernel(1, threads=32):
+                for i in T.Parallel(32):
+                    A[i] = 1.0
+                T.pdl_trigger()
+    with pytest.raises(CompileError, match="hit ratio of A must be in"):
+        @T.prim_func
+        def k2(A: T.Tensor((32,), "float32")):
+            with T.Kernel(1, threads=32):
+                T.annotate_l2_hit_ratio({A: 1.5})
+                for i in T.Parallel(32):
+                    A[i] = 1.0
