@@ -508,3 +508,43 @@ def test_launch_hints_warn_by_name():
                 T.annotate_l2_hit_ratio({A: 1.5})
                 for i in T.Parallel(32):
                     A[i] = 1.0
+
+
+# ------------------------------------------------------------------------------ 16-bit float atomic max/min
+
+
+def _atomic_minmax16(dtype):
+    @T.prim_func
+    def kernel(dst: T.Tensor((2,), dtype), src: T.Tensor((64,), dtype)):
+        with T.Kernel(1, threads=64) as _:
+            tx = T.get_thread_binding()
+            T.atomic_max(dst[0], src[tx])
+            T.atomic_min(dst[1], src[tx])
+
+    return kernel
+
+
+@pytest.mark.parametrize("dtype", ["float16", "bfloat16"])
+def test_atomic_max_min_of_16_bit_floats(dtype):
+    from tilewright.ir import dtype as dt
+
+    npd = dt.to_numpy(dtype)
+    src = np.random.default_rng(0).standard_normal(64).astype(npd)
+    want = [src.astype(np.float64).max(), src.astype(np.float64).min()]
+    d = np.array([-1e4, 1e4]).astype(npd)
+    tilelang.compile(_atomic_minmax16(dtype), target="interpret")(d, src)
+    assert d.astype(np.float64).tolist() == want
+    d = np.array([-1e4, 1e4]).astype(npd)
+    run_thread_kernel(tilelang.lower(_atomic_minmax16(dtype), target="cuda -arch=sm_90a"), [d, src])
+    assert d.astype(np.float64).tolist() == want
+    from toolchains import nvrtc_available
+
+    if nvrtc_available():  # the CUDA helpers for 16-bit floats compile (a CAS loop on the 16-bit word)
+        assert tilelang.compile(_atomic_minmax16(dtype), target="cuda -arch=sm_90a").code_object
+    torch = pytest.importorskip("torch")
+    if torch.cuda.is_available():
+        k = tilelang.compile(_atomic_minmax16(dtype), target="cuda")
+        ts = torch.from_numpy(src.astype(np.float32)).to(getattr(torch, dtype)).cuda()
+        td = torch.tensor([-1e4, 1e4], dtype=getattr(torch, dtype), device="cuda")
+        k(td, ts)
+        assert td.double().cpu().tolist() == want
