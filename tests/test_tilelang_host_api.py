@@ -548,3 +548,22 @@ def test_atomic_max_min_of_16_bit_floats(dtype):
         td = torch.tensor([-1e4, 1e4], dtype=getattr(torch, dtype), device="cuda")
         k(td, ts)
         assert td.double().cpu().tolist() == want
+
+
+def test_c_style_dtype_names():
+    assert (T.int, T.uint, T.short, T.long, T.ulong) == ("int32", "uint32", "int16", "int64", "uint64")
+
+    @T.prim_func
+    def widen(A: T.Tensor((32,), T.short), B: T.Tensor((32,), T.long)):
+        with T.Kernel(1, threads=32):
+            for i in T.Parallel(32):
+                B[i] = T.Cast(T.long, A[i]) * 70000
+
+    a = np.random.default_rng(2).integers(-30000, 30000, 32).astype(np.int16)
+    np.testing.assert_array_equal(tilelang.compile(widen, out_idx=[1], target="interpret")(a), a.astype(np.int64) * 70000)
+
+
+def test_missing_name_as_a_base_class_names_itself():
+    base = tilewright.testing.MissingName("tilelang.language.eager.ast.BaseBuilder")
+    with pytest.raises(AttributeError, match="tilelang.language.eager.ast.BaseBuilder is used"):
+        type("Builder", (base,), {}) if False else exec("class Builder(base):\n    pass", {"base": base})

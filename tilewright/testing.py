@@ -230,6 +230,9 @@ class MissingName:
 
     __call__ = __getitem__ = __iter__ = _fail
 
+    def __mro_entries__(self, bases):  # `class X(missing_base)`
+        self._fail()
+
     def __repr__(self) -> str:
         return f"<{self._path}: not part of tilewright>"
 

@@ -1092,3 +1092,11 @@ def annotate_l2_hit_ratio(l2_hit_ratio_map: dict):
             raise _b.error(f"T.annotate_l2_hit_ratio: the hit ratio of {buf.name} must be in [0, 1], got {ratio!r}")
     _no_effect("T.annotate_l2_hit_ratio", "no L2 persistence window is set for the launch",
                "remove it to silence this warning")
+
+
+# TileLang's C-style dtype names
+int = DType("int32")  # noqa: A001 - TileLang's T.int
+uint = DType("uint32")
+short = DType("int16")
+long = DType("int64")
+ulong = DType("uint64")
