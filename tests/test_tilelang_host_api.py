@@ -566,4 +566,4 @@ def test_c_style_dtype_names():
 def test_missing_name_as_a_base_class_names_itself():
     base = tilewright.testing.MissingName("tilelang.language.eager.ast.BaseBuilder")
     with pytest.raises(AttributeError, match="tilelang.language.eager.ast.BaseBuilder is used"):
-        type("Builder", (base,), {}) if False else exec("class Builder(base):\n    pass", {"base": base})
+        exec("class Builder(base):\n    pass", {"base": base})
