@@ -5,7 +5,7 @@
 
 from . import config, language, layout, target  # noqa: F401
 from .autotune import AutoTuner, autotune, set_autotune_inputs  # noqa: F401
-from .compat import PassConfigKey, TensorSupplyType, disable_cache, enable_cache  # noqa: F401
+from .compat import PassConfigKey, TensorSupplyType, cdiv, disable_cache, enable_cache  # noqa: F401
 from .compiler import compile, jit, lower  # noqa: F401
 from .errors import (  # noqa: F401
     ArgumentError,
@@ -15,6 +15,8 @@ from .errors import (  # noqa: F401
     TilewrightWarning,
     ToolchainError,
 )
+from .jit import JITKernel  # noqa: F401
+from .jit.parallel import par_compile  # noqa: F401
 from .profiler import Profiler  # noqa: F401
 
 # The one version string: pyproject.toml reads it from this line (setuptools dynamic version); the

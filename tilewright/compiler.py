@@ -14,7 +14,7 @@ import os
 import time
 
 from . import config
-from .compat import check_pass_configs
+from .compat import check_pass_configs, resolve_execution_backend
 from .errors import CompileError
 from .frontend.parser import parse_prim_func
 from .ir import tile as t
@@ -83,15 +83,15 @@ def compile(func, out_idx=None, target="auto", pass_configs=None, optimize_level
     """Compile a prim_func for ``target`` and return a callable ``JITKernel``.
 
     ``execution_backend``: None (the GPU), or ``"emulator"`` to execute the lowered thread code of
-    the target on the CPU (checks the lowering for any target, AMD included).
+    the target on the CPU (checks the lowering for any target, AMD included); TileLang's names
+    ("auto", "tvm_ffi", "cython", "ctypes", "dlpack", "nvrtc", "torch", "cutedsl") mean the GPU.
     """
     if not isinstance(func, t.PrimFunc):
         func = parse_prim_func(func)
     tgt = Target.parse(target)
     if optimize_level not in (0, 1, 2, 3):
         raise CompileError(f"optimize_level must be 0..3, got {optimize_level!r}")
-    if execution_backend not in (None, "emulator", "interpret"):
-        raise CompileError(f"unknown execution_backend {execution_backend!r}; use None or 'emulator'")
+    execution_backend = resolve_execution_backend(execution_backend)  # TileLang's names run on the device
     outs = _normalize_out_idx(func, out_idx)
     opts = _options(pass_configs, optimize_level, execution_backend)
     if target_host is not None:
@@ -321,6 +321,17 @@ class _JitFunction:
 
     def get_tir(self, *args, **kwargs):
         return self.builder(*args, **kwargs)
+
+    def compile(self, *args, **kwargs) -> JITKernel:
+        """The kernel for these builder arguments (the same as calling the function)."""
+        return self(*args, **kwargs)
+
+    def par_compile(self, configs, num_workers=None, ignore_error: bool = False) -> list:
+        """The kernels of many builder configs (tuples of positional arguments or dicts), in order
+        (TileLang's ``par_compile``; see ``jit/parallel.py``)."""
+        from .jit.parallel import compile_each, config_call
+
+        return compile_each([config_call(self, c) for c in configs], ignore_error)
 
 
 def _warn_unused(name: str, why: str) -> None:

@@ -44,6 +44,20 @@ __device__ __forceinline__ float tw_atomic_min(float* p, float v) {
 }
 __device__ __forceinline__ int tw_atomic_max(int* p, int v) { return atomicMax(p, v); }
 __device__ __forceinline__ int tw_atomic_min(int* p, int v) { return atomicMin(p, v); }
+// 16-bit floats (half, __nv_bfloat16): a compare-and-swap loop on the 16-bit word, compared in float
+template <typename T> __device__ __forceinline__ T tw_atomic_minmax16(T* p, T v, bool want_max) {
+  unsigned short* ip = reinterpret_cast<unsigned short*>(p);
+  unsigned short nv; memcpy(&nv, &v, 2);
+  unsigned short old = *ip;
+  while (true) {
+    T cur; memcpy(&cur, &old, 2);
+    float c = static_cast<float>(cur), x = static_cast<float>(v);
+    if (!(want_max ? c < x : x < c)) break;
+    unsigned short prev = atomicCAS(ip, old, nv); if (prev == old) break; old = prev; }
+  T r; memcpy(&r, &old, 2); return r;
+}
+template <typename T> __device__ __forceinline__ T tw_atomic_max(T* p, T v) { return tw_atomic_minmax16(p, v, true); }
+template <typename T> __device__ __forceinline__ T tw_atomic_min(T* p, T v) { return tw_atomic_minmax16(p, v, false); }
 __device__ __forceinline__ unsigned tw_smem_addr(const void* p) {
   return static_cast<unsigned>(__cvta_generic_to_shared(p)); }
 """

@@ -121,9 +121,12 @@ class EagerJitFunction:
         _, func, info = self._specialize(args, kwargs)
         return self._kernel(func, info)
 
-    def par_compile(self, configs, **_ignored) -> list:
-        """``.compile`` of each dict of arguments (one after another here)."""
-        return [self.compile(**c) for c in configs]
+    def par_compile(self, configs, num_workers=None, ignore_error: bool = False) -> list:
+        """``.compile`` of each config (a dict of arguments or a tuple of positional ones), in
+        order; see ``jit/parallel.py``."""
+        from .parallel import compile_each, config_call
+
+        return compile_each([config_call(self.compile, c) for c in configs], ignore_error)
 
     def get_tir(self, *args, **kwargs):
         """The ``PrimFunc`` read for these arguments."""

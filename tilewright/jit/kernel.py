@@ -94,10 +94,82 @@ class JITKernel:
     def _arg_types(self) -> tuple:
         return self.spec.arg_types
 
-    def get_kernel_source(self) -> str:
+    def get_kernel_source(self, kernel_only: bool = True) -> str:
+        """The CUDA or HIP source of the kernel (the Tile IR text on the interpreter).  There is no
+        separate host source: ``kernel_only`` is TileLang's switch for it and changes nothing."""
         if self.backend == "interpret":
             return self.func.script()
         return self.source
+
+    @property
+    def kernel_source(self) -> str:
+        return self.get_kernel_source()
+
+    @property
+    def host_source(self) -> str:
+        return self.get_host_source()
+
+    def show_source(self, which: str = "kernel") -> None:
+        """Print the kernel source ("kernel"), the host source ("host": empty, tilewright's launcher
+        is Python) or both."""
+        if which not in ("kernel", "host", "both"):
+            raise ValueError(f"Unknown option for 'which': {which!r}; use 'kernel', 'host' or 'both'")
+        if which in ("kernel", "both"):
+            print(self.get_kernel_source())
+        if which in ("host", "both"):
+            print(self.get_host_source())
+
+    def export_sources(self, kernel_path: str | None = None, host_path: str | None = None) -> None:
+        """Write the kernel source to ``kernel_path`` and/or the (empty) host source to ``host_path``."""
+        import os
+
+        if kernel_path is None and host_path is None:
+            raise ValueError("At least one of kernel_path or host_path must be provided.")
+        for path, text in ((kernel_path, self.get_kernel_source()), (host_path, self.get_host_source())):
+            if path is None:
+                continue
+            folder = os.path.dirname(path)
+            if folder:
+                os.makedirs(folder, exist_ok=True)
+            with open(path, "w") as f:
+                f.write(text)
+
+    def print_source_code(self, which: str = "kernel", file: str | None = None) -> None:
+        """TileLang's older spelling: ``export_sources(kernel_path=file)`` or ``show_source(which)``."""
+        if file is not None:
+            self.export_sources(kernel_path=file)
+        else:
+            self.show_source(which)
+
+    def run_once(self, func=None):
+        """Run the kernel (or ``func``) once on fresh random inputs (``get_profiler().run_once``)."""
+        return self.get_profiler().run_once(func)
+
+    @property
+    def n_regs(self) -> int | None:
+        return self.resources.get("registers")
+
+    @property
+    def n_spills(self) -> int | None:
+        return self.resources.get("spills")
+
+    @property
+    def n_max_threads(self) -> int | None:
+        return self.num_threads
+
+    # TileLang's autotuner records on the kernel
+    latency = None
+    config = None
+    ref_latency = None
+
+    def update_tuner_result(self, latency: float, config: dict, ref_latency: float):
+        self.latency, self.config, self.ref_latency = latency, config, ref_latency
+        return self
+
+    def get_tuner_result(self) -> dict:
+        if self.latency is None:
+            raise ValueError("Tuning results are not available. Please tune the kernel first.")
+        return {"latency": self.latency, "config": self.config, "ref_latency": self.ref_latency}
 
     def get_code_object(self) -> bytes:
         if not self.spec.code_object and self.backend == "emulator" and self.spec.source:
@@ -112,7 +184,7 @@ class JITKernel:
     def get_profiler(self, tensor_supply_type=None):
         from ..profiler import Profiler
 
-        return Profiler(self)
+        return Profiler(self, tensor_supply_type)
 
     def export(self, path: str) -> str:
         from .export import export_kernel

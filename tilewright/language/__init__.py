@@ -40,6 +40,12 @@ class DType(str):
     def bits(self) -> int:
         return _dt.bits(str(self))
 
+    def as_torch(self):
+        """The torch dtype of this dtype (TileLang's ``T.float16.as_torch()``; imports torch)."""
+        from ..binding.tensor_args import to_torch_dtype
+
+        return to_torch_dtype(_dt.canon(str(self)))
+
 
 for _name in _dt.ALL_DTYPES:
     globals()[_name] = DType(_name)
@@ -1069,3 +1075,56 @@ def macro(fn):
     from ..frontend.parser import Macro
 
     return Macro(fn)
+
+
+def align_up(x, y):
+    """``x`` rounded up to a multiple of ``y``: ``T.ceildiv(x, y) * y`` (TileLang's ``T.align_up``)."""
+    return ceildiv(x, y) * y
+
+
+# ---- TileLang launch and register-allocation hints that change no result here
+
+
+def pdl_trigger():
+    """TileLang's programmatic-dependent-launch trigger (``griddepcontrol.launch_dependents``).
+    tilewright launches kernels without PDL, so the next kernel starts after this one has finished
+    — exactly what a trigger at any point allows: nothing to emit."""
+    _b.current()
+    _no_effect("T.pdl_trigger()", "kernels are launched without programmatic dependent launch (each one starts "
+               "after the previous one has finished)", "remove it to silence this warning")
+
+
+def pdl_sync():
+    """TileLang's wait for the previous kernel under programmatic dependent launch
+    (``griddepcontrol.wait``): without PDL the previous kernel has already finished."""
+    _b.current()
+    _no_effect("T.pdl_sync()", "kernels are launched without programmatic dependent launch, so the previous "
+               "kernel has finished before this one starts", "remove it to silence this warning")
+
+
+def disable_warp_group_reg_alloc():
+    """TileLang's switch-off of warpgroup register reallocation (setmaxnreg), which tilewright
+    does not perform."""
+    _b.current()
+    _no_effect("T.disable_warp_group_reg_alloc()", "warpgroup register reallocation (setmaxnreg) is not used",
+               "remove it to silence this warning")
+
+
+def annotate_l2_hit_ratio(l2_hit_ratio_map: dict):
+    """TileLang's L2 persistence hint per global buffer (a hit ratio in [0, 1])."""
+    _b.current()
+    for buf, ratio in dict(l2_hit_ratio_map).items():
+        if not isinstance(buf, _t.Buffer) or buf.scope != "global":
+            raise _b.error(f"T.annotate_l2_hit_ratio: {buf!r} is not a global buffer (a kernel parameter)")
+        if not 0.0 <= _builtins.float(ratio) <= 1.0:
+            raise _b.error(f"T.annotate_l2_hit_ratio: the hit ratio of {buf.name} must be in [0, 1], got {ratio!r}")
+    _no_effect("T.annotate_l2_hit_ratio", "no L2 persistence window is set for the launch",
+               "remove it to silence this warning")
+
+
+# TileLang's C-style dtype names
+int = DType("int32")  # noqa: A001 - TileLang's T.int
+uint = DType("uint32")
+short = DType("int16")
+long = DType("int64")
+ulong = DType("uint64")

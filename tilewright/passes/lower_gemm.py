@@ -397,9 +397,15 @@ def _simt(ctx, s, plan, lay, c_local, a_starts, b_starts) -> list:
     ti, tj = ctx.tid // tn, ctx.tid % tn
     k_total = s.a.shape[0] if s.trans_a else s.a.shape[1]
     acc = c_local.dtype
+    # A 16-bit (or narrower) float accumulator is summed in float32 over the whole gemm and rounded
+    # into C once: rounding after every multiply-add loses ~log2(K) bits (one fp16 rounding per
+    # product leaves >10% of a K=768 result off by >1%), while tensor cores with f16 accumulators
+    # round once per instruction and the interpreter once per gemm — this matches the interpreter.
+    narrow = dt.is_float(acc) and dt.bits(acc) < 32
+    work = "float32" if narrow else acc
     kv = E.Var(ctx.fresh("kk"), "int32", kind="loop")
-    a_vals = ctx.local_buffer(ctx.fresh("av"), lay.per_m, acc)
-    b_vals = ctx.local_buffer(ctx.fresh("bv"), lay.per_n, acc)
+    a_vals = ctx.local_buffer(ctx.fresh("av"), lay.per_m, work)
+    b_vals = ctx.local_buffer(ctx.fresh("bv"), lay.per_n, work)
     body = []
 
     def read(region, starts, pos):
@@ -412,17 +418,25 @@ def _simt(ctx, s, plan, lay, c_local, a_starts, b_starts) -> list:
     for a in range(lay.per_m):
         m = ti + tm * a
         pos = (kv, m) if s.trans_a else (m, kv)
-        body.append(t.BufferStore(a_vals, (E.as_expr(a),), E.cast(acc, read(s.a, a_starts, pos))))
+        body.append(t.BufferStore(a_vals, (E.as_expr(a),), E.cast(work, read(s.a, a_starts, pos))))
     for b in range(lay.per_n):
         n = tj + tn * b
         pos = (n, kv) if s.trans_b else (kv, n)
-        body.append(t.BufferStore(b_vals, (E.as_expr(b),), E.cast(acc, read(s.b, b_starts, pos))))
+        body.append(t.BufferStore(b_vals, (E.as_expr(b),), E.cast(work, read(s.b, b_starts, pos))))
+    n_acc = lay.per_m * lay.per_n
+    sums = ctx.local_buffer(ctx.fresh("acc32"), n_acc, "float32") if narrow else c_local
     for a in range(lay.per_m):
         for b in range(lay.per_n):
             r = a * lay.per_n + b
-            cur = E.Load(c_local, (E.as_expr(r),))
+            cur = E.Load(sums, (E.as_expr(r),))
             prod = E.Load(a_vals, (E.as_expr(a),)) * E.Load(b_vals, (E.as_expr(b),))
-            body.append(t.BufferStore(c_local, (E.as_expr(r),), cur + prod))
+            body.append(t.BufferStore(sums, (E.as_expr(r),), cur + prod))
     kind = "unroll" if k_total <= 32 else "serial"
-    return [th.LocalDecl(a_vals), th.LocalDecl(b_vals),
-            t.For(kv, E.as_expr(0), E.as_expr(k_total), t.SeqStmt(body), kind, loc=s.loc)]
+    loop = t.For(kv, E.as_expr(0), E.as_expr(k_total), t.SeqStmt(body), kind, loc=s.loc)
+    if not narrow:
+        return [th.LocalDecl(a_vals), th.LocalDecl(b_vals), loop]
+    init = [t.BufferStore(sums, (E.as_expr(r),), E.cast("float32", E.Load(c_local, (E.as_expr(r),))))
+            for r in range(n_acc)]
+    back = [t.BufferStore(c_local, (E.as_expr(r),), E.cast(acc, E.Load(sums, (E.as_expr(r),))))
+            for r in range(n_acc)]
+    return [th.LocalDecl(a_vals), th.LocalDecl(b_vals), th.LocalDecl(sums), *init, loop, *back]

@@ -22,62 +22,104 @@ log = logging.getLogger(__name__)
 
 
 class Profiler:
-    def __init__(self, kernel):
+    """``kernel.get_profiler(tensor_supply_type)``: inputs made as ``tensor_supply_type`` says
+    (TileLang's ``TensorSupplyType``; default ``Auto``: uniform in [-1, 1) for floats, small
+    random integers otherwise), a tolerant comparison against a reference and timing."""
+
+    def __init__(self, kernel, supply_type=None):
         self.kernel = kernel
+        self.supply_type = supply_type
+        self.result_idx = list(kernel.out_idx)
 
     # ------------------------------------------------------------------ inputs
-    def random_inputs(self, seed: int = 0, device=None):
-        """Fresh random inputs for the kernel's input parameters (normal for floats)."""
-        k = self.kernel
-        ins = []
-        gen_np = np.random.default_rng(seed)
-        use_torch = k.backend == "device"
-        if use_torch:
-            import torch
+    def random_inputs(self, seed: int = 0, device=None, dynamic_symbolic_constraints: dict | None = None):
+        """Fresh random inputs for the kernel's input parameters, made as the supply type says
+        (TileLang's ``_get_inputs``).  Dynamic sizes take their value from
+        ``dynamic_symbolic_constraints`` (name -> int), else 256."""
+        from .supply import make_input
 
-            g = torch.Generator(device="cuda").manual_seed(seed)
-        dyn_default = 256
+        k = self.kernel
+        on_device = k.backend == "device"
+        rng = _Rng(seed, on_device)
+        ins = []
         for i, p in enumerate(k.params):
             if i in k.out_idx:
                 continue
             if not isinstance(p, t.Buffer):
-                ins.append(1.0 if p.dtype.startswith("float") else 1)
+                ins.append(1.0 if p.dtype.startswith(("float", "bfloat")) else 1)
                 continue
-            shape = tuple(s if isinstance(s, int) else dyn_default for s in p.shape)
-            if use_torch:
-                from ..binding.tensor_args import to_torch_dtype
-
-                td = to_torch_dtype(p.dtype)
-                if p.dtype.startswith(("float", "bfloat")):
-                    x = torch.randn(shape, generator=g, device="cuda", dtype=torch.float32).to(td)
-                else:
-                    x = torch.randint(-4, 5, shape, generator=g, device="cuda").to(td)
-            else:
-                from ..ir import dtype as dt
-
-                if p.dtype.startswith(("float", "bfloat")):
-                    x = gen_np.standard_normal(shape).astype(dt.to_numpy(p.dtype))
-                else:
-                    x = gen_np.integers(-4, 5, shape).astype(dt.to_numpy(p.dtype))
-            ins.append(x)
+            shape = tuple(_size(s, dynamic_symbolic_constraints) for s in p.shape)
+            ins.append(make_input(p.dtype, shape, self.supply_type, rng, on_device))
         return ins
 
+    def _get_inputs(self, with_output: bool = False, dynamic_symbolic_constraints: dict | None = None):
+        """TileLang's spelling: the inputs (and with ``with_output`` fresh tensors for the outputs
+        too, in parameter order)."""
+        if not with_output:
+            return self.random_inputs(dynamic_symbolic_constraints=dynamic_symbolic_constraints)
+        from .supply import make_input
+
+        k = self.kernel
+        ins = iter(self.random_inputs(dynamic_symbolic_constraints=dynamic_symbolic_constraints))
+        rng = _Rng(1, k.backend == "device")
+        out = []
+        for i, p in enumerate(k.params):
+            if i in k.out_idx:
+                shape = tuple(_size(s, dynamic_symbolic_constraints) for s in p.shape)
+                out.append(make_input(p.dtype, shape, self.supply_type, rng, k.backend == "device"))
+            else:
+                out.append(next(ins))
+        return out
+
     # ------------------------------------------------------------------ checking
-    def assert_allclose(self, reference_program, rtol: float = 1e-2, atol: float = 1e-2, seed: int = 0,
-                        max_mismatched_ratio: float = 0.0):
-        ins = self.random_inputs(seed)
-        outs = self.kernel(*ins)
-        refs = reference_program(*ins)
-        outs = outs if isinstance(outs, (list, tuple)) else [outs]
-        refs = refs if isinstance(refs, (list, tuple)) else [refs]
+    def assert_allclose(self, reference_program, input_tensors=None, atol: float = 1e-2, rtol: float = 1e-2,
+                        max_mismatched_ratio: float = 0.01, *, seed: int = 0):
+        """Run ``reference_program`` and then the kernel on the same inputs (``input_tensors``, or
+        fresh random ones) and compare each output: at most ``int(numel * max_mismatched_ratio)``
+        elements may fail ``|out - ref| <= atol + rtol * |ref|`` (TileLang's argument order and
+        defaults; NaN matches NaN)."""
+        from ..compat import assert_mostly_close
+
+        ins = list(input_tensors) if input_tensors is not None else self.random_inputs(seed)
+        refs = _as_list(reference_program(*ins))
+        outs = _as_list(self.kernel(*ins))
+        if len(outs) != len(refs):
+            raise AssertionError(f"the kernel returned {len(outs)} output(s), the reference {len(refs)}")
         for o, r in zip(outs, refs):
-            a = _to_np(o)
-            b = _to_np(r)
-            bad = ~np.isclose(a, b, rtol=rtol, atol=atol)
-            if bad.mean() > max_mismatched_ratio:
-                idx = np.argwhere(bad)[0]
-                raise AssertionError(f"{bad.sum()} of {bad.size} elements differ beyond rtol={rtol}, atol={atol}; "
-                                     f"first at {tuple(idx)}: {a[tuple(idx)]} vs reference {b[tuple(idx)]}")
+            if o is None or r is None:  # a reference may mark an output as not compared
+                continue
+            assert_mostly_close(o, r, rtol=rtol, atol=atol, max_mismatched_ratio=max_mismatched_ratio,
+                                names=("tilewright", "ref"))
+
+    def manual_assert_close(self, reference_program, input_tensors=None, manual_check_prog=None):
+        """Run the reference and the kernel on the same inputs and hand both output lists to
+        ``manual_check_prog(outs, refs)``."""
+        if manual_check_prog is None:
+            raise TypeError("manual_assert_close needs manual_check_prog=(outs, refs) -> None")
+        ins = list(input_tensors) if input_tensors is not None else self.random_inputs()
+        refs = _as_list(reference_program(*ins))
+        outs = _as_list(self.kernel(*ins))
+        if len(outs) != len(refs):
+            raise AssertionError(f"the kernel returned {len(outs)} output(s), the reference {len(refs)}")
+        manual_check_prog(outs, refs)
+
+    def assert_consistent(self, repeat: int = 10):
+        """Run the kernel ``repeat`` more times on the same inputs; every run must reproduce the
+        first one exactly (a race shows up as a difference)."""
+        ins = self.random_inputs()
+        first = [_to_np(x).copy() for x in _as_list(self.kernel(*ins))]
+        for n in range(repeat):
+            for j, (o, f) in enumerate(zip(_as_list(self.kernel(*ins)), first)):
+                if not np.array_equal(_to_np(o), f, equal_nan=True):
+                    raise AssertionError(f"output {j} of run {n + 2} differs from the first run: the kernel "
+                                         "is not deterministic (a race?)")
+
+    @property
+    def func(self):
+        return self.kernel
+
+    def __call__(self, *args, **kwargs):
+        return self.kernel(*args, **kwargs)
 
     # ------------------------------------------------------------------ running and timing
     def run_once(self, func=None):
@@ -86,7 +128,8 @@ class Profiler:
 
     def do_bench(self, func=None, warmup: float = 25, rep: float = 100, n_warmup: int = 0, n_repeat: int = 0,
                  input_tensors=None, backend: str = "event", quantiles=None, return_mode: str = "mean",
-                 l2_flush: bool = True):
+                 l2_flush: bool = True, dynamic_symbolic_constraints: dict | None = None, device=None,
+                 early_stop_baseline=None):
         """Milliseconds per call of the kernel (or ``func``) on ``input_tensors`` (default: fresh
         random inputs).  ``warmup``/``rep`` are time budgets in milliseconds (``n_warmup``/``n_repeat``,
         when given, are call counts instead); each call is timed on its own with the L2 cache flushed
@@ -96,20 +139,39 @@ class Profiler:
         from .timing import check_return_mode
 
         check_return_mode(return_mode)
-        timing = self.timing(func, warmup, rep, n_warmup, n_repeat, input_tensors, backend, l2_flush)
+        if backend == "cupti" and self.kernel.target.kind != "cuda":
+            backend = "event"  # CUPTI and CUDA graphs are NVIDIA's
+        if early_stop_baseline is not None:
+            import warnings
+
+            from ..errors import TilewrightWarning
+
+            warnings.warn("do_bench(early_stop_baseline=) has no effect in tilewright: the full time budget is "
+                          "always measured; remove it", TilewrightWarning, stacklevel=2)
+        if device is not None and self.kernel.backend == "device":
+            import torch
+
+            with torch.cuda.device(device):
+                return self.do_bench(func, warmup, rep, n_warmup, n_repeat, input_tensors, backend, quantiles,
+                                     return_mode, l2_flush, dynamic_symbolic_constraints)
+        timing = self.timing(func, warmup, rep, n_warmup, n_repeat, input_tensors, backend, l2_flush,
+                             dynamic_symbolic_constraints)
         if quantiles is not None:
             return timing.quantiles(quantiles)
         return timing.stat(return_mode)
 
     def timing(self, func=None, warmup: float = 25, rep: float = 100, n_warmup: int = 0, n_repeat: int = 0,
-               input_tensors=None, backend: str = "event", l2_flush: bool = True):
+               input_tensors=None, backend: str = "event", l2_flush: bool = True,
+               dynamic_symbolic_constraints: dict | None = None):
         """``do_bench``'s measurement itself: a ``timing.Timing`` with every sample and its start time."""
         from .timing import measure
 
-        if backend not in ("event", "cudagraph"):
-            raise ValueError(f"do_bench backend {backend!r} is not available here; use 'event' or 'cudagraph'")
+        backend = _timing_backend(backend)
         fn = func or self.kernel
-        ins = list(input_tensors) if input_tensors is not None else self.random_inputs()
+        if input_tensors is not None:
+            ins = list(input_tensors)
+        else:
+            ins = self.random_inputs(dynamic_symbolic_constraints=dynamic_symbolic_constraints)
         on_device = self.kernel.backend == "device"
         if on_device and backend == "cudagraph" and self.kernel.target.kind != "cuda":
             raise ValueError("cudagraph timing needs a CUDA target")
@@ -201,6 +263,96 @@ def _device_name(kernel) -> str:
     except Exception:  # noqa: BLE001 - only a label; the roof then falls back to the architecture
         pass
     return kernel.target.arch
+
+def _timing_backend(backend: str) -> str:
+    """TileLang's do_bench backends: "event", "cudagraph", and "cupti" (kernel time from CUPTI
+    activity records, launch overhead excluded) — timed here by replaying a CUDA graph, which also
+    leaves the host launch cost out of the figure."""
+    if backend == "cupti":
+        return "cudagraph"
+    if backend not in ("event", "cudagraph"):
+        raise ValueError(f"do_bench backend {backend!r} is not available here; use 'event', 'cudagraph' or 'cupti'")
+    return backend
+
+
+def do_bench(fn, warmup: float = 25, rep: float = 100, _n_warmup: int = 0, _n_repeat: int = 0, quantiles=None,
+             fast_flush: bool = True, backend: str = "event", return_mode: str = "mean", device=None,
+             cache_size: int = 256, early_stop_baseline=None):
+    """Milliseconds per call of ``fn()`` (TileLang's ``tilelang.profiler.do_bench``): GPU events
+    when a CUDA/ROCm device is present (the L2 cache flushed before every call), else the CPU clock.
+    ``warmup``/``rep`` are time budgets in ms; ``_n_warmup``/``_n_repeat`` call counts instead.
+    ``fast_flush`` and ``cache_size`` (how the L2 flush is done) do not change what is measured."""
+    from .timing import check_return_mode, measure
+
+    check_return_mode(return_mode)
+    backend = _timing_backend(backend)
+    on_device = _gpu_present()
+    if early_stop_baseline is not None:
+        import warnings
+
+        from ..errors import TilewrightWarning
+
+        warnings.warn("do_bench(early_stop_baseline=) has no effect in tilewright: the full time budget is "
+                      "always measured; remove it", TilewrightWarning, stacklevel=2)
+    if device is not None and on_device:
+        import torch
+
+        with torch.cuda.device(device):
+            return do_bench(fn, warmup, rep, _n_warmup, _n_repeat, quantiles, fast_flush, backend, return_mode)
+    if _n_warmup or _n_repeat:
+        est = measure(fn, 0, 1e-9, device=on_device, l2_flush=False, max_calls=3).stat("median")
+        warmup, rep = est * max(_n_warmup, 1), est * max(_n_repeat, 3)
+    timing = measure(fn, warmup, rep, device=on_device, l2_flush=True, cuda_graph=on_device and backend == "cudagraph")
+    if quantiles is not None:
+        return timing.quantiles(quantiles)
+    return timing.stat(return_mode)
+
+
+def _gpu_present() -> bool:
+    import sys
+
+    torch = sys.modules.get("torch")
+    if torch is None:
+        try:
+            import torch
+        except ImportError:
+            return False
+    return bool(torch.cuda.is_available())
+
+
+class _Rng:
+    """One seeded generator for a set of inputs: torch's on the GPU, NumPy's on the CPU backends."""
+
+    def __init__(self, seed: int, on_device: bool):
+        self.numpy = np.random.default_rng(seed)
+        self.torch = None
+        if on_device:
+            import torch
+
+            self.torch = torch.Generator(device="cuda").manual_seed(seed)
+
+
+def _size(s, constraints):
+    """A static size, the value ``constraints`` gives a dynamic one, or 256 when no constraints
+    are given at all (a constraints dict that lacks the name is an error, as in TileLang)."""
+    if isinstance(s, int):
+        return s
+    name = getattr(s, "name", str(s))
+    if constraints is None:
+        return 256
+    if name not in constraints:
+        raise ValueError(f"Dynamic symbolic variable '{name}' not found in constraints. Available constraints: "
+                         f"{list(constraints)}")
+    return int(constraints[name])
+
+
+def _as_list(x) -> list:
+    if x is None:
+        return []
+    if isinstance(x, (list, tuple)):
+        return list(x)
+    return [x]
+
 
 def _to_np(x):
     mod = type(x).__module__
