@@ -5,8 +5,12 @@ BufferStore, ...), with pipelines already structured by ``pipeline_loops``.
 Guarantees: between any two statements where one writes a shared (or global) buffer that the
 other reads or writes, a ``Barrier`` executes — also across loop iterations (the loop body is
 analysed as if it followed itself) and after either branch of an ``if``.  Statements are
-treated as executed by different threads (a conservative but simple rule).  Async copies issued
-by a software pipeline are excluded: the pipeline's own wait + barrier order them.  Barriers are
+treated as executed by different threads (a conservative but simple rule).  Async copies that a
+pipelined loop (``pipeline_loops``: its ``ring_buffers``) issues inside its own body are excluded:
+the pipeline's own wait + barrier order them.  Its prologue's async copies, which stand before the
+loop in whatever encloses it (another loop, an ``if``), are writes of their ring slots like any
+other: a barrier separates them from earlier reads of the ring (say the previous round's gemm).
+TMA copies are excluded everywhere: their issuers order them with mbarriers.  Barriers are
 never placed inside a ``T.Parallel`` body or a branch on a per-thread condition (the
 ``ir.uniformity`` analysis decides which conditions are per-thread).
 
@@ -23,7 +27,7 @@ from ..ir import tile as t
 from ..ir.tile_ops import buffer_accesses, collective_name
 from ..ir.uniformity import Uniformity
 from ..ir.verifier import exprs_of
-from ..ir.visitor import loads_in, walk
+from ..ir.visitor import child_stmts, loads_in, walk
 
 _TRACKED = ("shared", "global")
 
@@ -69,18 +73,28 @@ def insert_barriers(func: t.PrimFunc) -> t.PrimFunc:
 class _Where:
     """The uniformity analysis and the ThreadPartition being analysed (None: the whole block)."""
 
-    def __init__(self, uniformity: Uniformity, region):
+    def __init__(self, uniformity: Uniformity, region, rings=frozenset()):
         self.uniformity = uniformity
         self.region = region
+        self.rings = rings  # ring buffers of the enclosing pipelined loops: their in-loop copies are ordered
+
+    def inside(self, loop: t.For) -> _Where:
+        rings = loop.attrs.get("ring_buffers")
+        return _Where(self.uniformity, self.region, self.rings | rings) if rings else self
 
 
-def _accesses(s) -> tuple[set, set]:
-    """Shared/global buffers a statement (tree) reads and writes, async copies excluded."""
+def _accesses(s, rings=frozenset()) -> tuple[set, set]:
+    """Shared/global buffers a statement (tree) reads and writes; TMA copies and a pipeline's in-loop
+    async copies (into ``rings``) excluded."""
     reads, writes = set(), set()
 
-    def f(x):
-        if isinstance(x, t.Copy) and x.mode in ("async", "tma"):
+    def f(x, rings):
+        if isinstance(x, t.Copy) and (x.mode == "tma" or x.mode == "async" and x.dst.buffer in rings):
             return
+        if isinstance(x, t.For) and x.attrs.get("ring_buffers"):  # a nested pipelined loop: its own copies
+            rings = rings | x.attrs["ring_buffers"]
+        for c in child_stmts(x):
+            f(c, rings)
         for buf, is_write in buffer_accesses(x):  # tile ops: as their declarations say
             (writes if is_write else reads).add(buf)
         if isinstance(x, t.BufferStore):
@@ -89,7 +103,7 @@ def _accesses(s) -> tuple[set, set]:
             for ld in loads_in(e):
                 reads.add(ld.buffer)
 
-    walk(s, f)
+    f(s, rings)
     reads = {b for b in reads if b.scope in _TRACKED}
     writes = {b for b in writes if b.scope in _TRACKED}
     return reads, writes
@@ -122,13 +136,14 @@ def _seq(s, state: _State, w: _Where):
     if isinstance(s, t.For):
         # pass 1 finds the state at the end of the body; pass 2 starts from pre-loop + that state
         # (_seq rebuilds containers and never mutates leaves, so analysing the body twice is safe)
-        _, end1 = _seq(s.body, state.copy(), w)
+        wi = w.inside(s)
+        _, end1 = _seq(s.body, state.copy(), wi)
         start = state.copy()
         start.merge(end1)
-        body, end = _seq(s.body, start, w)
+        body, end = _seq(s.body, start, wi)
         return t.For(s.var, s.start, s.extent, body, s.kind, s.num_stages, s.loc, s.attrs), end
     if isinstance(s, t.ThreadPartition):
-        reads, writes = _accesses(s.body)
+        reads, writes = _accesses(s.body, w.rings)
         synced = _uses_mbarriers(s.body)
         if not synced:
             state.flush()
@@ -136,7 +151,7 @@ def _seq(s, state: _State, w: _Where):
         if _conflict(state, reads, writes):
             out.append(th.Barrier(loc=s.loc))
             state = _State()
-        body, _ = _seq(s.body, _State(), _Where(w.uniformity, s))
+        body, _ = _seq(s.body, _State(), _Where(w.uniformity, s, w.rings))
         (state.synced_reads if synced else state.reads).update(reads)
         (state.synced_writes if synced else state.writes).update(writes)
         out.append(t.ThreadPartition(s.base, s.count, s.role, body, s.loc))
@@ -149,7 +164,7 @@ def _seq(s, state: _State, w: _Where):
             b, sb = None, state.copy()
         sa.merge(sb)
         return t.IfThenElse(s.cond, a, b, s.loc), sa
-    reads, writes = _accesses(s)
+    reads, writes = _accesses(s, w.rings)
     if not reads and not writes:
         return s, state
     state.flush()

@@ -71,8 +71,10 @@ def lower_copy_g2s(ctx: LoweringContext, s: t.Copy, env: Env) -> list:
     # register prefetch (targets without async copies): a pipelined copy loads into registers where
     # it stands and writes shared memory at the end of the loop body, so the loads' latency overlaps
     # the iteration's compute; the pipeline's barrier at the next iteration orders the stores.  Only
-    # when the registers fit next to the fragments (else the compiler spills).
-    defer_all = (s.mode == "async" and not use_async and ctx.deferred is not None
+    # the copies a pipelined loop issues in its own body (into its own rings): its prologue, which
+    # stands in an enclosing loop's body, must store before the loop starts.  Only when the
+    # registers fit next to the fragments (else the compiler spills).
+    defer_all = (s.mode == "async" and not use_async and ctx.deferred is not None and dst.buffer in ctx.deferrable
                  and ctx.prefetch_fits(v * esize * rounds))
     for rnd in range(rounds):
         c = ctx.tid + rnd * ctx.nthreads

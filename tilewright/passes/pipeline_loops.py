@@ -194,6 +194,9 @@ def _pipeline(loop: t.For, func, allocs, restaged, no_prefetch=False, tma=False,
         new_bufs[old] = nb
         restaged[old] = nb
 
+    # the loop's own ring buffers: its in-loop copies into them are ordered by the pipeline's wait +
+    # barrier; the same copies in the prologue (before the loop, inside whatever encloses it) are not
+    ring_bufs = frozenset(new_bufs.values())
     rel = loop.var - loop.start  # iteration number 0, 1, ...
 
     def issue_stage(ahead) -> t.Stmt:
@@ -253,14 +256,14 @@ def _pipeline(loop: t.For, func, allocs, restaged, no_prefetch=False, tma=False,
         plans.mainloops[gemm] = GemmMainloop(stages, slot_now, (rel + 1) % stages,
                                              substitute(slot_now, {loop.var: loop.start}), use_tma)
         new_loop = t.For(loop.var, loop.start, loop.extent, t.SeqStmt(new_body), "serial", 0, loop.loc,
-                         dict(loop.attrs, pipelined=stages))
+                         dict(loop.attrs, pipelined=stages, ring_buffers=ring_bufs))
         return [*prologue, *pre, new_loop, *drain]
     new_body = [wait_for(rel), th.Barrier(loc=loop.loc), issue_stage(stages - 1)]
     if not use_tma:
         new_body.append(th.AsyncCommit(loc=loop.loc))
     new_body.append(rest_stmt)
     new_loop = t.For(loop.var, loop.start, loop.extent, t.SeqStmt(new_body), "serial", 0, loop.loc,
-                     dict(loop.attrs, pipelined=stages))
+                     dict(loop.attrs, pipelined=stages, ring_buffers=ring_bufs))
     return [*prologue, new_loop, *drain]
 
 
