@@ -10,6 +10,8 @@ pipelined loop (``pipeline_loops``: its ``ring_buffers``) issues inside its own 
 the pipeline's own wait + barrier order them.  Its prologue's async copies, which stand before the
 loop in whatever encloses it (another loop, an ``if``), are writes of their ring slots like any
 other: a barrier separates them from earlier reads of the ring (say the previous round's gemm).
+A pipelined loop leaves its rings read and written at its end (its lowering reaches past its last
+barrier), so whatever touches them after it waits for a barrier.
 TMA copies are excluded everywhere: their issuers order them with mbarriers.  Barriers are
 never placed inside a ``T.Parallel`` body or a branch on a per-thread condition (the
 ``ir.uniformity`` analysis decides which conditions are per-thread).
@@ -141,6 +143,13 @@ def _seq(s, state: _State, w: _Where):
         start = state.copy()
         start.merge(end1)
         body, end = _seq(s.body, start, wi)
+        rings = s.attrs.get("ring_buffers")
+        if rings:
+            # past the loop's last barrier its lowering may still touch the ring: the gemm prefetches
+            # the (nonexistent) next slot's first K step, register-staged copies store their (guarded
+            # off) last copies; whatever comes after the loop (the next round's prologue) must wait
+            end.reads |= rings
+            end.writes |= rings
         return t.For(s.var, s.start, s.extent, body, s.kind, s.num_stages, s.loc, s.attrs), end
     if isinstance(s, t.ThreadPartition):
         reads, writes = _accesses(s.body, w.rings)
