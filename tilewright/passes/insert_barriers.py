@@ -85,13 +85,19 @@ class _Where:
         return _Where(self.uniformity, self.region, self.rings | rings) if rings else self
 
 
-def _accesses(s, rings=frozenset()) -> tuple[set, set]:
-    """Shared/global buffers a statement (tree) reads and writes; TMA copies and a pipeline's in-loop
-    async copies (into ``rings``) excluded."""
-    reads, writes = set(), set()
+def _accesses(s, rings=frozenset()) -> tuple[set, set, set]:
+    """Shared/global buffers a statement (tree) reads and writes, and the ring buffers its prologue
+    async copies write; TMA copies and a pipeline's in-loop async copies (into ``rings``) excluded.
+    A prologue's writes must wait for earlier accesses but need no barrier after them (the
+    pipeline waits and synchronizes before any read; its prologue stages fill different slots)."""
+    reads, writes, issued = set(), set(), set()
 
     def f(x, rings):
         if isinstance(x, t.Copy) and (x.mode == "tma" or x.mode == "async" and x.dst.buffer in rings):
+            return
+        if isinstance(x, t.Copy) and x.mode == "async":
+            reads.add(x.src.buffer)
+            issued.add(x.dst.buffer)
             return
         if isinstance(x, t.For) and x.attrs.get("ring_buffers"):  # a nested pipelined loop: its own copies
             rings = rings | x.attrs["ring_buffers"]
@@ -108,7 +114,7 @@ def _accesses(s, rings=frozenset()) -> tuple[set, set]:
     f(s, rings)
     reads = {b for b in reads if b.scope in _TRACKED}
     writes = {b for b in writes if b.scope in _TRACKED}
-    return reads, writes
+    return reads, writes, issued
 
 
 def _conflict(state: _State, reads: set, writes: set) -> bool:
@@ -152,12 +158,12 @@ def _seq(s, state: _State, w: _Where):
             end.writes |= rings
         return t.For(s.var, s.start, s.extent, body, s.kind, s.num_stages, s.loc, s.attrs), end
     if isinstance(s, t.ThreadPartition):
-        reads, writes = _accesses(s.body, w.rings)
+        reads, writes, issued = _accesses(s.body, w.rings)
         synced = _uses_mbarriers(s.body)
         if not synced:
             state.flush()
         out = []
-        if _conflict(state, reads, writes):
+        if _conflict(state, reads, writes | issued):
             out.append(th.Barrier(loc=s.loc))
             state = _State()
         body, _ = _seq(s.body, _State(), _Where(w.uniformity, s, w.rings))
@@ -173,11 +179,11 @@ def _seq(s, state: _State, w: _Where):
             b, sb = None, state.copy()
         sa.merge(sb)
         return t.IfThenElse(s.cond, a, b, s.loc), sa
-    reads, writes = _accesses(s, w.rings)
-    if not reads and not writes:
+    reads, writes, issued = _accesses(s, w.rings)
+    if not reads and not writes and not issued:
         return s, state
     state.flush()
-    if _conflict(state, reads, writes):
+    if _conflict(state, reads, writes | issued):
         state = _State()
         state.reads |= reads
         state.writes |= writes

@@ -231,7 +231,7 @@ def _pipeline(loop: t.For, func, allocs, restaged, no_prefetch=False, tma=False,
                 th.Barrier(loc=loop.loc)] if use_tma else []
     for s_ in range(stages - 1):
         # in the prologue rel is 0: substitute the loop variable by start
-        prologue.append(map_stmt(issue_stage(s_), lambda x: _subst_stmt(x, {loop.var: loop.start})))
+        prologue.append(_fold_guard(map_stmt(issue_stage(s_), lambda x: _subst_stmt(x, {loop.var: loop.start}))))
         if not use_tma:
             prologue.append(th.AsyncCommit(loc=loop.loc))
     drain = [] if use_tma else [th.AsyncWait(0, loc=loop.loc)]
@@ -303,6 +303,14 @@ def _buffers_touched_shallow(s) -> list:
     for e in exprs_of(s):
         out.extend((ld.buffer, False) for ld in loads_in(e))
     return out
+
+
+def _fold_guard(s):
+    """A prologue stage whose guard is known (a static trip count) without its ``if``: a stage under
+    an ``if`` that might be false leaves barrier insertion unsure whether its barrier ran."""
+    if isinstance(s, t.IfThenElse) and isinstance(s.cond, E.Const):
+        return s.then_body if s.cond.value else t.SeqStmt([])
+    return s
 
 
 def _subst_stmt(s, mapping):
