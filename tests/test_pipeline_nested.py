@@ -148,3 +148,17 @@ def test_pipeline_in_a_data_dependent_loop_and_an_if(target):
     _check(c[0], want[0])
     _check(c[2], want[2])
     assert np.isnan(c[1]).all()  # the skipped round writes nothing
+
+
+@pytest.mark.parametrize("target", list(TARGETS))
+def test_persistent_kernel_with_a_run_time_depth(target):
+    """K known at run time only: the prologue stages stay under their trip-count guard (one barrier
+    before them, hoisted out of the first guard)."""
+    M, N, K = 70, 64, 88
+    a, b = _operands(M, N, K, 9)
+    f = matmul_persistent(M, N, T.dynamic("k"), 32, 32, 16, num_stages=3, threads=128, num_blocks=3, group_M=2,
+                          out_dtype="float32")
+    k = _compile(f, target)
+    c = np.full((M, N), np.nan, np.float32)
+    k(a, b, np.zeros(1, np.float32), c)
+    _check(c, a.astype(np.float64) @ b.astype(np.float64))

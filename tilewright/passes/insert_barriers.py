@@ -173,6 +173,12 @@ def _seq(s, state: _State, w: _Where):
         return (t.SeqStmt(out) if len(out) > 1 else out[0]), state
     if isinstance(s, t.IfThenElse) and w.uniformity.is_uniform(s.cond, w.region) and _has_tile_ops(s):
         a, sa = _seq(s.then_body, state.copy(), w)
+        a_rest, leading = _without_leading_barrier(a)
+        if s.else_body is None and leading:
+            # the branch starts with a barrier: one before the ``if`` (a uniform condition) orders the
+            # same accesses and leaves both paths synchronized (say the stages of a pipeline prologue
+            # under a run-time trip-count guard: one barrier, not one per stage)
+            return t.SeqStmt([th.Barrier(loc=s.loc), t.IfThenElse(s.cond, a_rest, None, s.loc)]), sa
         if s.else_body is not None:
             b, sb = _seq(s.else_body, state.copy(), w)
         else:
@@ -191,6 +197,17 @@ def _seq(s, state: _State, w: _Where):
     state.reads |= reads
     state.writes |= writes
     return s, state
+
+
+def _without_leading_barrier(s):
+    """(``s`` without its first statement, True) when that statement is a ``Barrier``, else (s, False)."""
+    if isinstance(s, th.Barrier):
+        return t.SeqStmt([]), True
+    if isinstance(s, t.SeqStmt) and s.stmts:
+        first, leading = _without_leading_barrier(s.stmts[0])
+        if leading:
+            return t.SeqStmt([first, *s.stmts[1:]], s.loc), True
+    return s, False
 
 
 def _uses_mbarriers(s) -> bool:
