@@ -15,6 +15,14 @@ buffer) is used nowhere outside the loop, is issued ``num_stages - 1`` iteration
 The barrier at the top of iteration k also guarantees that every thread is done with slot
 (k - 1) % S before it is overwritten.
 
+The prologue stands immediately before the loop, inside whatever encloses it (another loop, an
+``if``), and runs again with every round of an enclosing loop.  The new loop's
+``attrs["ring_buffers"]`` names its ring buffers: its in-loop copies into them are the ones the
+pipeline orders (``insert_barriers`` leaves them out, the register-staged lowering may defer their
+stores to the end of this loop's body); the prologue's copies into them are ordinary writes that
+must follow earlier reads of the ring (``insert_barriers`` puts a barrier before them when an
+enclosing loop reads the ring in a previous round) and that store before the loop starts.
+
 When the rest of the body is a single ``T.gemm`` reading only ring buffers (the GEMM mainloop), the
 wait and barrier move to the end of the iteration instead — wait for slot k + 1, barrier — with one
 wait + barrier for slot 0 before the loop, and ``func.plans.mainloops[gemm]`` records that the gemm
