@@ -5,8 +5,14 @@ BufferStore, ...), with pipelines already structured by ``pipeline_loops``.
 Guarantees: between any two statements where one writes a shared (or global) buffer that the
 other reads or writes, a ``Barrier`` executes — also across loop iterations (the loop body is
 analysed as if it followed itself) and after either branch of an ``if``.  Statements are
-treated as executed by different threads (a conservative but simple rule).  Async copies issued
-by a software pipeline are excluded: the pipeline's own wait + barrier order them.  Barriers are
+treated as executed by different threads (a conservative but simple rule).  Async copies that a
+pipelined loop (``pipeline_loops``: its ``ring_buffers``) issues inside its own body are excluded:
+the pipeline's own wait + barrier order them.  Its prologue's async copies, which stand before the
+loop in whatever encloses it (another loop, an ``if``), are writes of their ring slots like any
+other: a barrier separates them from earlier reads of the ring (say the previous round's gemm).
+A pipelined loop leaves its rings read and written at its end (its lowering reaches past its last
+barrier), so whatever touches them after it waits for a barrier.
+TMA copies are excluded everywhere: their issuers order them with mbarriers.  Barriers are
 never placed inside a ``T.Parallel`` body or a branch on a per-thread condition (the
 ``ir.uniformity`` analysis decides which conditions are per-thread).
 
@@ -23,7 +29,7 @@ from ..ir import tile as t
 from ..ir.tile_ops import buffer_accesses, collective_name
 from ..ir.uniformity import Uniformity
 from ..ir.verifier import exprs_of
-from ..ir.visitor import loads_in, walk
+from ..ir.visitor import child_stmts, loads_in, walk
 
 _TRACKED = ("shared", "global")
 
@@ -69,18 +75,34 @@ def insert_barriers(func: t.PrimFunc) -> t.PrimFunc:
 class _Where:
     """The uniformity analysis and the ThreadPartition being analysed (None: the whole block)."""
 
-    def __init__(self, uniformity: Uniformity, region):
+    def __init__(self, uniformity: Uniformity, region, rings=frozenset()):
         self.uniformity = uniformity
         self.region = region
+        self.rings = rings  # ring buffers of the enclosing pipelined loops: their in-loop copies are ordered
+
+    def inside(self, loop: t.For) -> _Where:
+        rings = loop.attrs.get("ring_buffers")
+        return _Where(self.uniformity, self.region, self.rings | rings) if rings else self
 
 
-def _accesses(s) -> tuple[set, set]:
-    """Shared/global buffers a statement (tree) reads and writes, async copies excluded."""
-    reads, writes = set(), set()
+def _accesses(s, rings=frozenset()) -> tuple[set, set, set]:
+    """Shared/global buffers a statement (tree) reads and writes, and the ring buffers its prologue
+    async copies write; TMA copies and a pipeline's in-loop async copies (into ``rings``) excluded.
+    A prologue's writes must wait for earlier accesses but need no barrier after them (the
+    pipeline waits and synchronizes before any read; its prologue stages fill different slots)."""
+    reads, writes, issued = set(), set(), set()
 
-    def f(x):
-        if isinstance(x, t.Copy) and x.mode in ("async", "tma"):
+    def f(x, rings):
+        if isinstance(x, t.Copy) and (x.mode == "tma" or x.mode == "async" and x.dst.buffer in rings):
             return
+        if isinstance(x, t.Copy) and x.mode == "async":
+            reads.add(x.src.buffer)
+            issued.add(x.dst.buffer)
+            return
+        if isinstance(x, t.For) and x.attrs.get("ring_buffers"):  # a nested pipelined loop: its own copies
+            rings = rings | x.attrs["ring_buffers"]
+        for c in child_stmts(x):
+            f(c, rings)
         for buf, is_write in buffer_accesses(x):  # tile ops: as their declarations say
             (writes if is_write else reads).add(buf)
         if isinstance(x, t.BufferStore):
@@ -89,10 +111,10 @@ def _accesses(s) -> tuple[set, set]:
             for ld in loads_in(e):
                 reads.add(ld.buffer)
 
-    walk(s, f)
+    f(s, rings)
     reads = {b for b in reads if b.scope in _TRACKED}
     writes = {b for b in writes if b.scope in _TRACKED}
-    return reads, writes
+    return reads, writes, issued
 
 
 def _conflict(state: _State, reads: set, writes: set) -> bool:
@@ -122,38 +144,52 @@ def _seq(s, state: _State, w: _Where):
     if isinstance(s, t.For):
         # pass 1 finds the state at the end of the body; pass 2 starts from pre-loop + that state
         # (_seq rebuilds containers and never mutates leaves, so analysing the body twice is safe)
-        _, end1 = _seq(s.body, state.copy(), w)
+        wi = w.inside(s)
+        _, end1 = _seq(s.body, state.copy(), wi)
         start = state.copy()
         start.merge(end1)
-        body, end = _seq(s.body, start, w)
+        body, end = _seq(s.body, start, wi)
+        rings = s.attrs.get("ring_buffers")
+        if rings:
+            # past the loop's last barrier its lowering may still touch the ring: the gemm prefetches
+            # the (nonexistent) next slot's first K step, register-staged copies store their (guarded
+            # off) last copies; whatever comes after the loop (the next round's prologue) must wait
+            end.reads |= rings
+            end.writes |= rings
         return t.For(s.var, s.start, s.extent, body, s.kind, s.num_stages, s.loc, s.attrs), end
     if isinstance(s, t.ThreadPartition):
-        reads, writes = _accesses(s.body)
+        reads, writes, issued = _accesses(s.body, w.rings)
         synced = _uses_mbarriers(s.body)
         if not synced:
             state.flush()
         out = []
-        if _conflict(state, reads, writes):
+        if _conflict(state, reads, writes | issued):
             out.append(th.Barrier(loc=s.loc))
             state = _State()
-        body, _ = _seq(s.body, _State(), _Where(w.uniformity, s))
+        body, _ = _seq(s.body, _State(), _Where(w.uniformity, s, w.rings))
         (state.synced_reads if synced else state.reads).update(reads)
         (state.synced_writes if synced else state.writes).update(writes)
         out.append(t.ThreadPartition(s.base, s.count, s.role, body, s.loc))
         return (t.SeqStmt(out) if len(out) > 1 else out[0]), state
     if isinstance(s, t.IfThenElse) and w.uniformity.is_uniform(s.cond, w.region) and _has_tile_ops(s):
         a, sa = _seq(s.then_body, state.copy(), w)
+        a_rest, leading = _without_leading_barrier(a)
+        if s.else_body is None and leading:
+            # the branch starts with a barrier: one before the ``if`` (a uniform condition) orders the
+            # same accesses and leaves both paths synchronized (say the stages of a pipeline prologue
+            # under a run-time trip-count guard: one barrier, not one per stage)
+            return t.SeqStmt([th.Barrier(loc=s.loc), t.IfThenElse(s.cond, a_rest, None, s.loc)]), sa
         if s.else_body is not None:
             b, sb = _seq(s.else_body, state.copy(), w)
         else:
             b, sb = None, state.copy()
         sa.merge(sb)
         return t.IfThenElse(s.cond, a, b, s.loc), sa
-    reads, writes = _accesses(s)
-    if not reads and not writes:
+    reads, writes, issued = _accesses(s, w.rings)
+    if not reads and not writes and not issued:
         return s, state
     state.flush()
-    if _conflict(state, reads, writes):
+    if _conflict(state, reads, writes | issued):
         state = _State()
         state.reads |= reads
         state.writes |= writes
@@ -161,6 +197,17 @@ def _seq(s, state: _State, w: _Where):
     state.reads |= reads
     state.writes |= writes
     return s, state
+
+
+def _without_leading_barrier(s):
+    """(``s`` without its first statement, True) when that statement is a ``Barrier``, else (s, False)."""
+    if isinstance(s, th.Barrier):
+        return t.SeqStmt([]), True
+    if isinstance(s, t.SeqStmt) and s.stmts:
+        first, leading = _without_leading_barrier(s.stmts[0])
+        if leading:
+            return t.SeqStmt([first, *s.stmts[1:]], s.loc), True
+    return s, False
 
 
 def _uses_mbarriers(s) -> bool:

@@ -25,6 +25,26 @@ from .lower_exprs import Env, lower_expr
 from .lowering_context import LoweringContext
 
 
+def _multiple_of(e, v: int) -> bool:
+    """Whether integer expression ``e`` is a multiple of ``v`` for every value of its variables:
+    affine with coefficients that are multiples, or a product with such a factor (``(tile % n) * bn``,
+    a persistent kernel's column offset), sums of such, ``x % d`` with ``v`` dividing ``d``."""
+    co = affine_coeffs(e)
+    if co is not None:
+        return all(isinstance(c, int) and c % v == 0 for c in co.values())
+    if isinstance(e, E.BinOp):
+        if e.op == "*":
+            return _multiple_of(e.a, v) or _multiple_of(e.b, v)
+        if e.op in ("+", "-", "min", "max"):
+            return _multiple_of(e.a, v) and _multiple_of(e.b, v)
+        if e.op == "%":
+            d = E.const_value(e.b)
+            return isinstance(d, int) and d % v == 0 and _multiple_of(e.a, v)
+    if isinstance(e, E.Cast) and e.dtype in ("int32", "int64"):
+        return _multiple_of(e.a, v)
+    return False
+
+
 def _chunk_width(ctx, src: t.Region, starts, tile_shape) -> int:
     buf = src.buffer
     esize = dt.nbytes(buf.dtype)
@@ -38,8 +58,7 @@ def _chunk_width(ctx, src: t.Region, starts, tile_shape) -> int:
         for d in range(buf.ndim - 1):
             s = buf.strides[d]
             ok = ok and isinstance(s, int) and s % v == 0
-        co = affine_coeffs(starts[gdim])
-        ok = ok and co is not None and all(isinstance(c, int) and c % v == 0 for c in co.values())
+        ok = ok and _multiple_of(starts[gdim], v)
         size = buf.shape[gdim]
         ok = ok and isinstance(size, int) and size % v == 0
         if ok:
@@ -82,8 +101,10 @@ def lower_copy_g2s(ctx: LoweringContext, s: t.Copy, env: Env) -> list:
     # register prefetch (targets without async copies): a pipelined copy loads into registers where
     # it stands and writes shared memory at the end of the loop body, so the loads' latency overlaps
     # the iteration's compute; the pipeline's barrier at the next iteration orders the stores.  Only
-    # when the registers fit next to the fragments (else the compiler spills).
-    defer_all = (s.mode == "async" and not use_async and ctx.deferred is not None
+    # the copies a pipelined loop issues in its own body (into its own rings): its prologue, which
+    # stands in an enclosing loop's body, must store before the loop starts.  Only when the
+    # registers fit next to the fragments (else the compiler spills).
+    defer_all = (s.mode == "async" and not use_async and ctx.deferred is not None and dst.buffer in ctx.deferrable
                  and ctx.prefetch_fits(v * esize * rounds))
     for rnd in range(rounds):
         c = ctx.tid + rnd * ctx.nthreads

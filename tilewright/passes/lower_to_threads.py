@@ -227,8 +227,9 @@ class _StmtLowering:
             inner.thread_dep = env.thread_dep or _thread_dependent(ctx, s.start) or _thread_dependent(ctx, s.extent)
             gemm = mainloop_gemm(ctx, s)  # a pipelined gemm mainloop: the gemm lowering schedules it
             pre = lower_mainloop_prefetch(ctx, gemm, env) if gemm is not None else []
-            saved = ctx.deferred, ctx.loop_prelude
+            saved = ctx.deferred, ctx.loop_prelude, ctx.deferrable
             ctx.deferred, ctx.loop_prelude = [], []
+            ctx.deferrable = s.attrs.get("ring_buffers", frozenset())
             try:
                 if gemm is not None:
                     body_stmts = lower_mainloop_body(ctx, s.body, gemm, inner, self.stmts)
@@ -236,7 +237,7 @@ class _StmtLowering:
                     body_stmts = self.stmts(s.body, inner)
                 body_stmts = ctx.loop_prelude + body_stmts + ctx.deferred
             finally:
-                ctx.deferred, ctx.loop_prelude = saved
+                ctx.deferred, ctx.loop_prelude, ctx.deferrable = saved
             body = t.SeqStmt(body_stmts) if len(body_stmts) != 1 else body_stmts[0]
             return pre + [t.For(s.var, lower_expr(ctx, s.start, env), lower_expr(ctx, s.extent, env), body,
                                 "unroll" if s.kind == "unroll" else "serial", loc=s.loc, attrs=dict(s.attrs))]

@@ -57,6 +57,7 @@ class LoweringContext:
         self.prefetch_frags: dict = {}  # gemm uid -> double-buffered operand fragments
         self.deferred: list | None = None  # statements to run at the end of the enclosing loop body
         self.loop_prelude: list | None = None  # declarations for the start of the enclosing loop body
+        self.deferrable: frozenset = frozenset()  # the enclosing pipelined loop's ring buffers (see lower_copy)
         self.frag_regs: int | None = None
         self.prefetch_regs = 0
         self.tensor_maps: list = []  # th.TensorMap, in kernel-parameter order

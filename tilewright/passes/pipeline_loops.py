@@ -15,6 +15,14 @@ buffer) is used nowhere outside the loop, is issued ``num_stages - 1`` iteration
 The barrier at the top of iteration k also guarantees that every thread is done with slot
 (k - 1) % S before it is overwritten.
 
+The prologue stands immediately before the loop, inside whatever encloses it (another loop, an
+``if``), and runs again with every round of an enclosing loop.  The new loop's
+``attrs["ring_buffers"]`` names its ring buffers: its in-loop copies into them are the ones the
+pipeline orders (``insert_barriers`` leaves them out, the register-staged lowering may defer their
+stores to the end of this loop's body); the prologue's copies into them are ordinary writes that
+must follow earlier reads of the ring (``insert_barriers`` puts a barrier before them when an
+enclosing loop reads the ring in a previous round) and that store before the loop starts.
+
 When the rest of the body is a single ``T.gemm`` reading only ring buffers (the GEMM mainloop), the
 wait and barrier move to the end of the iteration instead — wait for slot k + 1, barrier — with one
 wait + barrier for slot 0 before the loop, and ``func.plans.mainloops[gemm]`` records that the gemm
@@ -194,6 +202,9 @@ def _pipeline(loop: t.For, func, allocs, restaged, no_prefetch=False, tma=False,
         new_bufs[old] = nb
         restaged[old] = nb
 
+    # the loop's own ring buffers: its in-loop copies into them are ordered by the pipeline's wait +
+    # barrier; the same copies in the prologue (before the loop, inside whatever encloses it) are not
+    ring_bufs = frozenset(new_bufs.values())
     rel = loop.var - loop.start  # iteration number 0, 1, ...
 
     def issue_stage(ahead) -> t.Stmt:
@@ -228,7 +239,7 @@ def _pipeline(loop: t.For, func, allocs, restaged, no_prefetch=False, tma=False,
                 th.Barrier(loc=loop.loc)] if use_tma else []
     for s_ in range(stages - 1):
         # in the prologue rel is 0: substitute the loop variable by start
-        prologue.append(map_stmt(issue_stage(s_), lambda x: _subst_stmt(x, {loop.var: loop.start})))
+        prologue.append(_fold_guard(map_stmt(issue_stage(s_), lambda x: _subst_stmt(x, {loop.var: loop.start}))))
         if not use_tma:
             prologue.append(th.AsyncCommit(loc=loop.loc))
     drain = [] if use_tma else [th.AsyncWait(0, loc=loop.loc)]
@@ -253,14 +264,14 @@ def _pipeline(loop: t.For, func, allocs, restaged, no_prefetch=False, tma=False,
         plans.mainloops[gemm] = GemmMainloop(stages, slot_now, (rel + 1) % stages,
                                              substitute(slot_now, {loop.var: loop.start}), use_tma)
         new_loop = t.For(loop.var, loop.start, loop.extent, t.SeqStmt(new_body), "serial", 0, loop.loc,
-                         dict(loop.attrs, pipelined=stages))
+                         dict(loop.attrs, pipelined=stages, ring_buffers=ring_bufs))
         return [*prologue, *pre, new_loop, *drain]
     new_body = [wait_for(rel), th.Barrier(loc=loop.loc), issue_stage(stages - 1)]
     if not use_tma:
         new_body.append(th.AsyncCommit(loc=loop.loc))
     new_body.append(rest_stmt)
     new_loop = t.For(loop.var, loop.start, loop.extent, t.SeqStmt(new_body), "serial", 0, loop.loc,
-                     dict(loop.attrs, pipelined=stages))
+                     dict(loop.attrs, pipelined=stages, ring_buffers=ring_bufs))
     return [*prologue, new_loop, *drain]
 
 
@@ -300,6 +311,14 @@ def _buffers_touched_shallow(s) -> list:
     for e in exprs_of(s):
         out.extend((ld.buffer, False) for ld in loads_in(e))
     return out
+
+
+def _fold_guard(s):
+    """A prologue stage whose guard is known (a static trip count) without its ``if``: a stage under
+    an ``if`` that might be false leaves barrier insertion unsure whether its barrier ran."""
+    if isinstance(s, t.IfThenElse) and isinstance(s.cond, E.Const):
+        return s.then_body if s.cond.value else t.SeqStmt([])
+    return s
 
 
 def _subst_stmt(s, mapping):
