@@ -56,7 +56,7 @@ class Launcher:
         if stream is None:
             stream = self.runtime.current_stream(dev)
         shared = spec.shared_bytes if spec.shared_at_launch is None else self._shared_bytes(values, dyn)
-        fn.launch(grid, self._block, shared, stream, self.arg_types, values)
+        fn.launch(grid, self._block, shared, stream, self.arg_types, tuple(values))
         if sync:
             self.runtime.synchronize(dev)
 
