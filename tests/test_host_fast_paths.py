@@ -240,3 +240,36 @@ def test_attention_check_memo_keys_on_values_and_types():
         assert len(calls) == 3
     finally:
         attn._check_all = real
+
+
+def test_matmul_plan_follows_strides_dtypes_and_bias():
+    torch.manual_seed(3)
+    a = torch.randn(32, 64).half()
+    b = torch.randn(64, 48).half()
+    bias = torch.randn(48).half()
+    wide = torch.randn(64, 96).half()
+    cases = [(a, b, None), (a, b, None), (a, b.t().contiguous().t(), None),  # same shape, transposed strides
+             (a, wide[:, ::2], None),  # same shape, strided: copied
+             (a.bfloat16(), b.bfloat16(), None), (a, b, bias), (a[:17], b, bias)]
+    for x, w, bi in cases:
+        for _ in range(2):
+            got = ops.matmul(x, w, bias=bi)
+            want = x.double() @ w.double() + (bi.double() if bi is not None else 0)
+            assert got.dtype == x.dtype and got.shape == (x.shape[0], w.shape[1])
+            assert not got.isnan().any()
+            assert (got.double() - want).abs().max().item() < 2e-2 * max(1.0, want.abs().max().item())
+
+
+def test_matmul_errors_after_good_calls():
+    a, b = torch.randn(32, 64).half(), torch.randn(64, 48).half()
+    ops.matmul(a, b)
+    with pytest.raises(ArgumentError, match="columns"):
+        ops.matmul(a, torch.randn(32, 48).half())
+    with pytest.raises(ArgumentError, match="dtype"):
+        ops.matmul(a, b.bfloat16())
+    with pytest.raises(ArgumentError, match="activation"):
+        ops.matmul(a, b, activation="tanh")
+    with pytest.raises(ArgumentError, match="bias"):
+        ops.matmul(a, b, bias=torch.randn(47).half())
+    with pytest.raises(ArgumentError, match="out_dtype"):
+        ops.matmul(a, b, out_dtype=torch.float64)
