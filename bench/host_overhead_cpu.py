@@ -131,16 +131,17 @@ def build_stub(tmp: str) -> str:
 
 def main() -> None:
     n = int(os.environ.get("HOST_BENCH_N", "20000"))
+    repeats = int(os.environ.get("HOST_BENCH_REPEATS", "5"))
     with tempfile.TemporaryDirectory() as tmp:
         build_stub(tmp)
         env = dict(os.environ, LD_LIBRARY_PATH=tmp + os.pathsep + os.environ.get("LD_LIBRARY_PATH", ""),
                    PYTHONPATH=ROOT)
-        print(f"| piece (CPU, stub libcuda, fake CUDA tensors) | host us per call (best of 5 x {n}) |")
+        print(f"| piece (CPU, stub libcuda, fake CUDA tensors) | host us per call (best of {repeats} x {n}) |")
         print("|---|---|", flush=True)
         script = os.path.join(tmp, "host_overhead_body.py")  # a file: kernels need readable source
         for compile_only in (True, False):
             with open(script, "w") as f:
-                f.write(f"ROOT = {ROOT!r}\nN = {n}\nREPEATS = 5\nCOMPILE_ONLY = {compile_only}\n" + _BODY)
+                f.write(f"ROOT = {ROOT!r}\nN = {n}\nREPEATS = {repeats}\nCOMPILE_ONLY = {compile_only}\n" + _BODY)
             if compile_only:  # NVRTC does not run beside the stub driver: fill the disk cache first
                 subprocess.run([sys.executable, script], env=dict(os.environ, PYTHONPATH=ROOT), check=True)
         subprocess.run([sys.executable, "-X", "faulthandler", script], env=env, check=True)

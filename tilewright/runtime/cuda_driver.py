@@ -544,12 +544,14 @@ def current_stream(device_index: int) -> int:
     builds without it, ``current_stream_of_torch``."""
     if _raw_stream:
         return _raw_stream[0](device_index)
-    stream = current_stream_of_torch(device_index)
     torch = sys.modules.get("torch")
     raw = getattr(getattr(torch, "_C", None), "_cuda_getCurrentRawStream", None)
-    if raw is not None and not getattr(torch.version, "hip", None) and torch.cuda.is_initialized():
-        _raw_stream.append(raw)
-    return stream
+    if raw is None or getattr(torch.version, "hip", None):
+        return current_stream_of_torch(device_index)  # no torch, a CPU or ROCm build of torch
+    if not torch.cuda.is_initialized():
+        return 0  # no torch stream can be current yet
+    _raw_stream.append(raw)
+    return raw(device_index)
 
 
 _tensor_args.pointer_device_resolvers.append(pointer_device_index)  # CAI arguments: which GPU holds them
