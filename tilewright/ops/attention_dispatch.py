@@ -279,12 +279,12 @@ def attention_impl(q, k, v, causal, scale, cu_q, cu_k, max_q, cache_lens, num_sp
     bR, cthreads = 16, 128
     comb = _kernel(("attention_combine", splits, D, dtype, bR, cthreads),
                    lambda: ak.attention_combine(splits, D, dtype, bR, cthreads), target)
-    lse_rows = torch.empty(rows, dtype=torch.float32, device=q.device)
+    # dense: lse (batch, heads, seq) is in the output's row order, so the combine writes it directly
+    # (no extra buffer and copy kernel per call); varlen's (heads, total) is the transpose
+    lse_rows = torch.empty(rows, dtype=torch.float32, device=q.device) if varlen else lse.view(rows)
     comb(opart.view(splits, rows, D), lpart.view(splits, rows), out.view(rows, D), lse_rows)
     if varlen:
         lse.copy_(lse_rows.view(out.shape[0], out.shape[1]).t())
-    else:
-        lse.copy_(lse_rows.view(lse.shape))
     return out, lse
 
 
