@@ -547,7 +547,9 @@ def current_stream(device_index: int) -> int:
     torch = sys.modules.get("torch")
     raw = getattr(getattr(torch, "_C", None), "_cuda_getCurrentRawStream", None)
     if raw is None or getattr(torch.version, "hip", None):
-        return current_stream_of_torch(device_index)  # no torch, a CPU or ROCm build of torch
+        if torch is not None:  # a CPU or ROCm build of torch: the general lookup from now on
+            _raw_stream.append(current_stream_of_torch)
+        return current_stream_of_torch(device_index)
     if not torch.cuda.is_initialized():
         return 0  # no torch stream can be current yet
     _raw_stream.append(raw)
