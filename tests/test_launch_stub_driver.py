@@ -70,3 +70,64 @@ def test_cuda_launch_reaches_the_driver_with_every_argument(stubs):
 def test_hip_launch_reaches_the_runtime_with_every_argument(stubs):
     env = dict(os.environ, TILEWRIGHT_HIP_RUNTIME_LIB=str(stubs / "libamdhip64.so"))
     assert _run("hip_runtime", str(stubs / "libamdhip64.so"), env).strip() == "ok"
+
+
+_WHOLE_PATH = r"""
+import ctypes, pickle, struct, sys
+sys.path.insert(0, ROOT)
+import torch
+from tilewright.runtime import cuda_driver
+from tilewright.runtime.launcher import Launcher
+stub = ctypes.CDLL(STUB)
+spec = pickle.load(open(SPEC, "rb"))
+
+class FakeCuda(torch.Tensor):  # CPU memory the launcher takes for cuda:0 (the stub never reads it)
+    __torch_function__ = torch._C._disabled_torch_function_impl
+    is_cuda = True
+    def get_device(self):
+        return 0
+
+la = Launcher(spec, cuda_driver)
+a, b = torch.randn(40, 64).as_subclass(FakeCuda), torch.empty(40, 64).as_subclass(FakeCuda)
+for rows in (40, 17, 40):  # a repeat call, a new size, the first size again
+    x, y = (t[:rows].as_subclass(FakeCuda) for t in (a, b))  # a slice is a plain tensor again
+    la.launch([x, y, 2.5], stream=0x99)
+    grid = list((ctypes.c_uint * 8).in_dll(stub, "last_launch"))[:7]
+    params = ctypes.c_void_p.in_dll(stub, "last_params").value
+    ptrs = (ctypes.c_void_p * 4).from_address(params)
+    got = [ctypes.string_at(p, n) for p, n in zip(ptrs, (8, 8, 4, 4))]
+    assert grid == [-(-rows // 16), 1, 1, 64, 1, 1, 0], grid
+    assert ctypes.c_void_p.in_dll(stub, "last_stream").value == 0x99
+    assert got == [struct.pack("<Q", x.data_ptr()), struct.pack("<Q", y.data_ptr()), struct.pack("<f", 2.5),
+                   struct.pack("<i", rows)], got
+print("ok")
+"""
+
+
+def test_whole_launcher_path_reaches_the_driver(stubs, tmp_path):
+    """runtime/launcher.py's fast path (torch tensors of the expected dtype and shape) through
+    cuda_driver into the stub: grid from the dynamic size, stream, and every argument's bytes."""
+    pytest.importorskip("cuda.bindings")
+    pytest.importorskip("torch")
+    import pickle
+
+    import tilewright
+    import tilewright.language as T
+
+    m = T.dynamic("m")
+
+    @T.prim_func
+    def scale(A: T.Tensor((m, 64), "float32"), B: T.Tensor((m, 64), "float32"), s: T.float32):
+        with T.Kernel(T.ceildiv(m, 16), threads=64) as bx:
+            for i, j in T.Parallel(16, 64):
+                if bx * 16 + i < m:
+                    B[bx * 16 + i, j] = A[bx * 16 + i, j] * s
+
+    spec = tilewright.compile(scale, target="cuda -arch=sm_90a").spec  # NVRTC here, not beside the stub
+    with open(tmp_path / "spec.pkl", "wb") as f:
+        pickle.dump(spec, f)
+    env = dict(os.environ, LD_LIBRARY_PATH=f"{stubs}{os.pathsep}{os.environ.get('LD_LIBRARY_PATH', '')}")
+    code = f"ROOT = {ROOT!r}\nSTUB = {str(stubs / 'libcuda.so.1')!r}\nSPEC = {str(tmp_path / 'spec.pkl')!r}\n"
+    proc = subprocess.run([sys.executable, "-c", code + _WHOLE_PATH], env=env, capture_output=True, text=True,
+                          timeout=120)
+    assert proc.returncode == 0 and proc.stdout.strip() == "ok", proc.stdout + proc.stderr

@@ -10,6 +10,8 @@ runtime, the interpreters and the compiler, and none of them imports it.
 
 from __future__ import annotations
 
+import os
+
 import numpy as np
 
 from ..binding.args import bind_arguments
@@ -35,6 +37,7 @@ class JITKernel:
         self.thread_kernel = thread_kernel  # the lowered kernel (None when served from the disk cache)
         self.compile_seconds = 0.0
         self._launcher = None
+        self._out_plan = None  # made on the first call that allocates outputs
         from ..compiler import kernel_of
 
         self._interpret_threads = kernel_of(func).num_threads
@@ -204,18 +207,56 @@ class JITKernel:
         else:
             raise ArgumentError(f"{self.func.name} takes {n_in} input(s)" + (
                 f" (or all {len(self.params)} arguments)" if self.out_idx else "") + f"; {len(args)} were given")
-        if self.backend == "interpret":
+        if self.backend == "device":
+            (self._launcher or self.launcher).launch(full, stream, sync=_sync_after_launch())
+        elif self.backend == "interpret":
             self._run_interpret(full)
-        elif self.backend == "emulator":
-            self._run_emulator(full)
         else:
-            self.launcher.launch(full, stream, sync=_sync_after_launch())
-        outs = [full[i] for i in self.out_idx]
-        if not outs:
+            self._run_emulator(full)
+        if not self.out_idx:
             return None
-        return outs[0] if len(outs) == 1 else outs
+        if len(self.out_idx) == 1:
+            return full[self.out_idx[0]]
+        return [full[i] for i in self.out_idx]
 
     def _with_outputs(self, inputs) -> list:
+        plan = self._out_plan
+        if plan is None:
+            plan = self._out_plan = self._outputs_plan()
+        in_params, outputs, like_index = plan
+        like = inputs[like_index] if like_index is not None else None
+        if outputs and self.backend == "device" and isinstance(like, outputs[0][3].Tensor):
+            # the common case: torch inputs and outputs of static shape (prepared once)
+            full = [None] * len(self.params)
+            for i, a in zip(in_params, inputs):
+                full[i] = a
+            torch = outputs[0][3]
+            device = like.device
+            for i, shape, dtype, _ in outputs:
+                full[i] = torch.empty(shape, dtype=dtype, device=device)
+            return full
+        return self._with_outputs_general(inputs)
+
+    def _outputs_plan(self):
+        """(input parameter indices, per output (index, static shape, torch dtype, torch) when every
+        output shape is static and torch is imported, the input whose device the outputs take)."""
+        import sys
+
+        in_params = [i for i in range(len(self.params)) if i not in self.out_idx]
+        buffers = [n for n, i in enumerate(in_params) if isinstance(self.params[i], t.Buffer)]
+        like_index = buffers[0] if buffers else None
+        torch = sys.modules.get("torch")
+        outputs = []
+        for i in self.out_idx:
+            p = self.params[i]
+            if torch is None or not all(isinstance(s, int) for s in p.shape):
+                return in_params, [], like_index
+            from ..binding.tensor_args import to_torch_dtype
+
+            outputs.append((i, tuple(p.shape), to_torch_dtype(p.dtype), torch))
+        return in_params, outputs, like_index
+
+    def _with_outputs_general(self, inputs) -> list:
         in_params = [i for i in range(len(self.params)) if i not in self.out_idx]
         full = [None] * len(self.params)
         for i, a in zip(in_params, inputs):
@@ -270,9 +311,14 @@ class JITKernel:
 
 
 def _sync_after_launch() -> bool:
+    if not os.environ.get(_SYNC_ENV):
+        return False  # the common case in one dictionary lookup
     from .. import config
 
     return bool(config.get("verify_launch"))
+
+
+_SYNC_ENV = "TILEWRIGHT_SYNC_LAUNCH"  # config.KNOBS["verify_launch"].env
 
 
 def _empty_like(like, shape, dtype: str, backend: str):

@@ -7,7 +7,7 @@ import math
 
 from ..errors import ArgumentError
 from . import attention_kernels as ak
-from .dispatch import _check_tensor, _dtype_name, _kernel, _same_device, _target_of, _torch
+from .dispatch import _check_tensor, _dtype_name, _kernel, _placeholder, _same_device, _target_of, _torch
 
 _NUM_SMS = 132  # the split-KV heuristic aims at filling an H200; a guess elsewhere, and only a speed matter
 
@@ -252,7 +252,7 @@ def attention_impl(q, k, v, causal, scale, cu_q, cu_k, max_q, cache_lens, num_sp
     splits = _splits(nseq * H * -(-max_q // bM), -(-keys_hint // bN), num_splits)
     dtype = _dtype_name(q)
     target = _target_of(q)
-    dummy = torch.zeros(1, dtype=torch.int32, device=q.device)
+    dummy = _placeholder(torch.int32, q.device)  # never read (made once per device: no fill kernel per call)
     cu_q_arg = cu_q.contiguous() if varlen else dummy
     cu_k_arg = cu_k.contiguous() if varlen else (cache_lens.contiguous() if cache_lens is not None else dummy)
     out_dtype = dtype if splits == 1 else "float32"
@@ -280,10 +280,59 @@ def attention_impl(q, k, v, causal, scale, cu_q, cu_k, max_q, cache_lens, num_sp
     bR, cthreads = 16, 128
     comb = _kernel(("attention_combine", splits, D, dtype, bR, cthreads),
                    lambda: ak.attention_combine(splits, D, dtype, bR, cthreads), target)
-    lse_rows = torch.empty(rows, dtype=torch.float32, device=q.device)
+    # dense: lse (batch, heads, seq) is in the output's row order, so the combine writes it directly
+    # (no extra buffer and copy kernel per call); varlen's (heads, total) is the transpose
+    lse_rows = torch.empty(rows, dtype=torch.float32, device=q.device) if varlen else lse.view(rows)
     comb(opart.view(splits, rows, D), lpart.view(splits, rows), out.view(rows, D), lse_rows)
     if varlen:
         lse.copy_(lse_rows.view(out.shape[0], out.shape[1]).t())
-    else:
-        lse.copy_(lse_rows.view(lse.shape))
     return out, lse
+
+
+# ---------------------------------------------------------------- host time of a repeat call
+# Wrappers (kept apart from the functions above so that their edits merge cleanly): a call whose
+# argument metadata was checked before skips the checks, and device queries are made once per device.
+def _meta(t):
+    """What ``_check`` reads of an argument: for a tensor its type, dtype, shape and device."""
+    if t is None:
+        return None
+    try:
+        return (t.__class__, t.dtype, t.shape, t.device)
+    except AttributeError:
+        return (t.__class__, t)  # a scalar by value (unhashable values are checked every call)
+
+
+_checked: dict = {}  # argument metadata -> True: _check passed for it
+_check_all = _check
+
+
+def _check(q, k, v, causal, scale, cu_q, cu_k, max_q, cache_lens, num_splits):  # noqa: F811 (the memo wrapper)
+    key = (_meta(q), _meta(k), _meta(v), _meta(causal), _meta(scale), _meta(cu_q), _meta(cu_k), _meta(max_q),
+           _meta(cache_lens), _meta(num_splits))
+    try:
+        if key in _checked:
+            return
+    except TypeError:  # an unhashable argument: no memo
+        return _check_all(q, k, v, causal, scale, cu_q, cu_k, max_q, cache_lens, num_splits)
+    _check_all(q, k, v, causal, scale, cu_q, cu_k, max_q, cache_lens, num_splits)
+    if len(_checked) > 4096:
+        _checked.clear()
+    _checked[key] = True
+
+
+def _per_device(query):
+    """``query(t)`` remembered per ``t.device`` (device properties do not change)."""
+    memo: dict = {}
+
+    def remembered(t):
+        hit = memo.get(t.device)
+        if hit is None:
+            hit = memo[t.device] = query(t)
+        return hit
+
+    remembered.__doc__ = query.__doc__
+    return remembered
+
+
+_is_hopper = _per_device(_is_hopper)
+_shared_bytes = _per_device(_shared_bytes)

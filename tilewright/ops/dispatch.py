@@ -186,6 +186,14 @@ def matmul_impl(a, b, bias, activation, out_dtype, config=None, out=None):
     benchmark and the tests)."""
     torch = _torch()
     activation = _normalize_activation(activation)
+    memo = _matmul_key(a, b, bias, activation, out_dtype) if config is None and out is None else None
+    if memo is not None:
+        hit = _matmul_plans.get(memo)
+        if hit is not None:  # a repeat call: the checks passed and the plan was made for this metadata
+            plan, cfg, op_a, op_b, ta, tb, shape, o_dtype = hit
+            out = torch.empty(shape, dtype=o_dtype, device=a.device)
+            _run_matmul(plan, cfg, _OPERAND[op_a](a), _OPERAND[op_b](b), ta, tb, bias, out)
+            return out
     out_dtype = _check_matmul(a, b, bias, activation, out_dtype)
     M, K = a.shape
     N = b.shape[1]
@@ -206,8 +214,42 @@ def matmul_impl(a, b, bias, activation, out_dtype, config=None, out=None):
     cfg = config or matmul_config(M, N, K, a, ta, tb, bias is not None, activation, out_dtype)
     if cfg.kind == "persistent" and arch not in ("sm_90", "interpret"):
         raise ArgumentError(f"the persistent GEMM runs on sm_90 only (this device is {arch})")
-    _launch_matmul(cfg, av, bv, ta, tb, bias, activation, out, arch, num_sms)
+    plan = _launch_matmul(cfg, av, bv, ta, tb, bias, activation, out, arch, num_sms)
+    if memo is not None:
+        if len(_matmul_plans) > 4096:
+            _matmul_plans.clear()
+        _matmul_plans[memo] = (plan, cfg, _operand_kind(a), _operand_kind(b), ta, tb, (M, N), out_dtype)
     return out
+
+
+_matmul_plans: dict = {}  # argument metadata -> (plan, config, operand handling, output shape and dtype)
+
+
+def _matmul_key(a, b, bias, activation, out_dtype):
+    """What the checks, the configuration and the operand handling of a matmul call depend on:
+    type, dtype, shape, strides and device of each tensor, the activation and the output dtype
+    (None when an argument is not a tensor: the checked path says what is wrong)."""
+    try:
+        key = (a.__class__, a.dtype, a.shape, a.stride(), a.device, b.__class__, b.dtype, b.shape, b.stride(),
+               b.device, activation, out_dtype)
+        if bias is not None:
+            key += (bias.__class__, bias.dtype, bias.shape, bias.stride(), bias.device)
+        hash(key)
+        return key
+    except (AttributeError, TypeError):
+        return None
+
+
+def _operand_kind(t) -> int:
+    """How ``_operand`` passes ``t``: 0 as it is, 1 transposed, 2 copied (decided by shape and strides)."""
+    if t.stride(-1) == 1 and t.stride(0) == t.shape[1]:
+        return 0
+    if t.stride(0) == 1 and t.stride(1) == t.shape[0]:
+        return 1
+    return 2
+
+
+_OPERAND = (lambda t: t, lambda t: t.t(), lambda t: t.contiguous())
 
 
 def matmul_config(M, N, K, a, trans_a=False, trans_b=False, has_bias=False, activation="none", out_dtype=None):
@@ -278,11 +320,17 @@ def _plan(cfg, N, K, dtype, out_name, ta, tb, has_bias, activation, target, arch
 
 
 def _launch_matmul(cfg, av, bv, ta, tb, bias, activation, out, arch, num_sms):
-    torch = _torch()
+    """Launch the plan of this configuration; returns the plan (for the per-call memo)."""
     M, N = out.shape
     K = av.shape[0] if ta else av.shape[1]
     plan = _plan(cfg, N, K, _dtype_name(av), _dtype_name(out), ta, tb, bias is not None, activation,
                  _target_of(av), arch, num_sms)
+    _run_matmul(plan, cfg, av, bv, ta, tb, bias, out)
+    return plan
+
+
+def _run_matmul(plan, cfg, av, bv, ta, tb, bias, out):
+    torch = _torch()
     if plan[0] == "direct":
         plan[1](av, bv, bias.contiguous() if bias is not None else _placeholder(av.dtype, av.device), out)
         return
@@ -290,6 +338,7 @@ def _launch_matmul(cfg, av, bv, ta, tb, bias, activation, out, arch, num_sms):
     if plan[0] == "persistent":
         plan[1](av, bv, bias_arg, out)
         return
+    M, N = out.shape
     slices = 1 if cfg.atomic else cfg.splits
     ws = (torch.zeros if cfg.atomic else torch.empty)((M, slices, N), dtype=torch.float32, device=av.device)
     plan[1](av, bv, ws)
@@ -362,6 +411,7 @@ def record_tuned(a, b, bias, activation, out_dtype, best, latency_ms: float, row
     gemm_configs.store(key, best, latency_ms, [{"config": c.to_json(), "latency_ms": ms, "note": n}
                                                for c, ms, n in rows], arch, device)
     _gemm_choice.clear()  # every row count of the bucket now finds the tuned entry
+    _matmul_plans.clear()
 
 
 # ---------------------------------------------------------------- row-wise operators
@@ -389,7 +439,33 @@ def softmax(x, dim: int = -1):
     return softmax_impl(x, dim)
 
 
+_row_plans: dict = {}  # call metadata -> kernel: a repeat call skips the checks and the configuration choice
+
+
+def _row_key(x):
+    """What the checks and the configuration of a row-wise call depend on, or None (then the
+    checked path runs): the tensor type (a subclass may behave otherwise), dtype, rank, last
+    dimension and device.  Row counts and strides are not in it: each call reshapes to contiguous
+    rows, which is correct for any of them."""
+    try:
+        return (x.__class__, x.dtype, x.dim(), x.shape[-1], x.device)
+    except (AttributeError, IndexError, TypeError):
+        return None
+
+
 def softmax_impl(x, dim):
+    key = _row_key(x)
+    kern = _row_plans.get(("softmax", key, dim)) if key is not None else None
+    if kern is None:
+        return _softmax_checked(x, dim, key)
+    rows = x.reshape(-1, key[3]).contiguous()
+    out = _torch().empty_like(rows)
+    if rows.numel():
+        kern(rows, out)
+    return out.reshape(x.shape)
+
+
+def _softmax_checked(x, dim, key):
     torch = _torch()
     rows = _as_rows("x", x)  # checks x first: a non-tensor has no .dim()
     if dim not in (-1, x.dim() - 1):
@@ -399,7 +475,10 @@ def softmax_impl(x, dim):
     if rows.numel():
         N, dtype = rows.shape[1], _dtype_name(x)
         cfg = _rows_config(N, dtype)
-        _kernel(("softmax", N, dtype, cfg), lambda: kernels.softmax(N, dtype, *cfg), _target_of(x))(rows, out)
+        kern = _kernel(("softmax", N, dtype, cfg), lambda: kernels.softmax(N, dtype, *cfg), _target_of(x))
+        kern(rows, out)
+        if key is not None:
+            _row_plans[("softmax", key, dim)] = kern  # the checks passed: the same metadata passes them again
     return out.reshape(x.shape)
 
 
@@ -415,6 +494,22 @@ def rms_norm(x, weight, eps: float = 1e-6, residual=None):
 
 
 def rms_norm_impl(x, weight, eps, residual):
+    key = _row_key(x)
+    if key is not None and residual is None:
+        wkey = _row_key(weight)
+        plan_key = ("rms_norm", key, wkey, eps.__class__, eps)
+        kern = _row_plans.get(plan_key) if wkey is not None else None
+        if kern is not None:
+            rows = x.reshape(-1, key[3]).contiguous()
+            out = _torch().empty_like(rows)
+            if rows.numel():
+                kern(rows, rows, weight.contiguous(), out, out)
+            y = out.reshape(x.shape)
+            return y, y
+    return _rms_norm_checked(x, weight, eps, residual)
+
+
+def _rms_norm_checked(x, weight, eps, residual):
     torch = _torch()
     rows = _as_rows("x", x)
     N, dtype = rows.shape[1], _dtype_name(x)
@@ -433,8 +528,13 @@ def rms_norm_impl(x, weight, eps, residual):
     if rows.numel():
         cfg = _rows_config(N, dtype)
         key = ("rms_norm", N, dtype, float(eps), cfg, residual is not None)
-        kern = _kernel(key, lambda: kernels.rms_norm(N, dtype, float(eps), *cfg, residual is not None), _target_of(x))
+        kern = _kernel(key, lambda: kernels.rms_norm(N, dtype, float(eps), *cfg, residual is not None),
+                       _target_of(x))
         kern(rows, res_rows, weight.contiguous(), out, res_out)
+        xkey, wkey = _row_key(x), _row_key(weight)
+        if residual is None and xkey is not None and wkey is not None:
+            # the checks passed for this metadata (x, weight: type, dtype, rank, length, device; eps)
+            _row_plans[("rms_norm", xkey, wkey, eps.__class__, eps)] = kern
     return out.reshape(x.shape), (res_out.reshape(x.shape) if residual is not None else out.reshape(x.shape))
 
 

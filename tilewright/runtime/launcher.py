@@ -32,6 +32,7 @@ class Launcher:
         self._static_grid = spec.static_grid
         self._functions: dict = {}  # device index -> loaded function
         self._fast_spec = None
+        self._block = (spec.num_threads, 1, 1)
         self.tensor_maps = None
         if spec.tensor_maps:
             from .tensor_maps import TensorMapEncoder
@@ -44,17 +45,18 @@ class Launcher:
         spec = self.spec
         fast = self._fast_torch_bind(args)
         values, dyn, dev = fast if fast is not None else self._checked_bind(args)
-        grid = self._grid(values, dyn)
+        grid = self._static_grid or self._grid(values, dyn)
         if grid is None:
             return  # an empty dynamic size: nothing to do
-        values = list(values) + [dyn[v] for v in spec.dyn_vars]
+        if spec.dyn_vars:
+            values += [dyn[v] for v in spec.dyn_vars]
         if self.tensor_maps is not None:
             values += self.tensor_maps.encode(values, dyn)
-        fn = self.function(dev)
+        fn = self._functions.get(dev) or self.function(dev)
         if stream is None:
             stream = self.runtime.current_stream(dev)
         shared = spec.shared_bytes if spec.shared_at_launch is None else self._shared_bytes(values, dyn)
-        fn.launch(grid, (spec.num_threads, 1, 1), shared, stream, self.arg_types, tuple(values))
+        fn.launch(grid, self._block, shared, stream, self.arg_types, tuple(values))
         if sync:
             self.runtime.synchronize(dev)
 
@@ -113,65 +115,92 @@ class Launcher:
 
     def _fast_torch_bind(self, args):
         """The common case in a few attribute reads per tensor; anything else returns None and goes
-        through ``_checked_bind``, which explains what is wrong."""
-        torch = sys.modules.get("torch")
-        if torch is None:
-            return None
+        through ``_checked_bind``, which explains what is wrong.
+
+        Every check that keeps a launch from reading the wrong memory stays here, per call: dtype,
+        shape, device, contiguity and 16-byte alignment of each tensor, the range of each scalar;
+        what does not depend on the call (the expected dtypes and shapes) is prepared once."""
         fast = self._fast_spec
         if fast is None:
+            if sys.modules.get("torch") is None:
+                return None
             fast = self._fast_spec = _fast_spec(self.spec.params)
-        values, dyn, dev = [], {}, None
-        for (kind, want_dtype, dims), a in zip(fast, args):
-            if kind == "scalar":
-                if not isinstance(a, (int, float)) or isinstance(a, bool):
-                    return None
-                values.append(a if want_dtype == "int" and isinstance(a, int) else
-                              float(a) if want_dtype == "float" else None)
-                if values[-1] is None or (dims is not None and not dims[0] <= a <= dims[1]):
-                    return None  # the checked path says what is wrong
-                continue
-            if not isinstance(a, torch.Tensor) or a.dtype is not want_dtype or not a.is_cuda:
-                return None
-            shape = a.shape
-            if len(shape) != len(dims):
-                return None
-            for want, got in zip(dims, shape):
-                if isinstance(want, int):
-                    if want != got:
-                        return None
-                elif dyn.setdefault(want, got) != got:
-                    return None
-            ptr = a.data_ptr()
-            if ptr % 16 or not a.is_contiguous():
-                return None
-            d = a.device.index
-            if dev is None:
-                dev = d
-            elif d != dev:
-                return None
-            values.append(ptr)
-        if any(not (0 < v < 2**31) for v in dyn.values()):
+        if len(args) != len(fast):
             return None
-        return values, dyn, 0 if dev is None else dev
+        values, dyn, dev = [], None, -1
+        for (kind, want_dtype, dims), a in zip(fast, args):
+            if kind is _STATIC or kind is _DYNAMIC:
+                try:
+                    if a.dtype is not want_dtype or not a.is_cuda:
+                        return None
+                    shape = a.shape
+                except AttributeError:
+                    return None  # not a tensor
+                if kind is _STATIC:
+                    if shape != dims:
+                        return None
+                else:
+                    if len(shape) != len(dims):
+                        return None
+                    for want, got in zip(dims, shape):
+                        if want.__class__ is int:
+                            if want != got:
+                                return None
+                        elif dyn is None:
+                            dyn = {want: got}
+                        elif dyn.setdefault(want, got) != got:
+                            return None
+                ptr = a.data_ptr()
+                if ptr & 15 or not a.is_contiguous():
+                    return None
+                d = a.get_device()
+                if d != dev:
+                    if dev != -1 or d < 0:
+                        return None  # two devices (or a CPU tensor that says is_cuda): the checked path explains
+                    dev = d
+                values.append(ptr)
+                continue
+            cls = a.__class__
+            if kind is _INT:
+                if cls is not int or not dims[0] <= a <= dims[1]:
+                    return None  # the checked path says what is wrong
+                values.append(a)
+            elif kind is _FLOAT and (cls is float or cls is int):
+                values.append(float(a))
+            else:
+                return None
+        if dyn is None:
+            return values, _NO_DYN, max(dev, 0)
+        for v in dyn.values():
+            if not 0 < v < 2**31:
+                return None
+        return values, dyn, max(dev, 0)
+
+
+_STATIC, _DYNAMIC, _INT, _FLOAT, _OTHER = "static", "dynamic", "int", "float", "other"
+_NO_DYN: dict = {}  # shared, never written: the sizes of a call without symbolic shapes
 
 
 def _fast_spec(params) -> list:
-    """Per parameter: ("buffer", torch dtype, dims with Vars for symbolic sizes) or ("scalar", kind)."""
+    """Per parameter: (kind, torch dtype or None, shape: a tuple of ints for a static shape, with
+    Vars for symbolic sizes; (min, max) for an integer scalar)."""
     from ..binding.tensor_args import to_torch_dtype
 
     out = []
     for p in params:
         if isinstance(p, t.Buffer):
             if p.attrs.get("explicit_strides"):
-                out.append(("scalar", "other", None))  # declared strides: checked on the general path
+                out.append((_OTHER, None, None))  # declared strides: checked on the general path
                 continue
-            out.append(("buffer", to_torch_dtype(p.dtype), tuple(p.shape)))
+            shape = tuple(p.shape)
+            static = all(isinstance(s, int) for s in shape)
+            out.append((_STATIC if static else _DYNAMIC, to_torch_dtype(p.dtype), shape))
         elif p.dtype in ("int32", "int64"):
-            out.append(("scalar", "int", (dt.min_value(p.dtype), dt.max_value(p.dtype))))
+            out.append((_INT, None, (dt.min_value(p.dtype), dt.max_value(p.dtype))))
         elif p.dtype in ("float32", "float64"):
-            out.append(("scalar", "float", None))
+            out.append((_FLOAT, None, None))
         else:
-            out.append(("scalar", "other", None))  # checked on the general path
+            out.append((_OTHER, None, None))  # checked on the general path
     return out
 
 

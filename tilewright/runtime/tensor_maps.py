@@ -69,6 +69,12 @@ class TensorMapEncoder:
             hit = [self._one(sp, values, dyn) for sp in self.specs]
             self._remember(key, hit)
             return hit
+        # symbolic shapes: the addresses and the sizes of this launch identify the descriptors (one
+        # lookup per launch instead of evaluating every shape expression)
+        launch_key = (tuple(values[sp.param_index] for sp in self.specs), tuple(dyn.items()))
+        hit = self._cache.get(launch_key)
+        if hit is not None:
+            return hit
         out = []
         for spec in self.specs:
             p = self.params[spec.param_index]
@@ -79,6 +85,7 @@ class TensorMapEncoder:
                 raw = self._one(spec, values, dyn)
                 self._remember(key, raw)
             out.append(raw)
+        self._remember(launch_key, out)
         return out
 
     def _remember(self, key, value) -> None:
