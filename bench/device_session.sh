@@ -41,8 +41,8 @@ for part in "$@"; do
         --report "$OUT/tilelang-tests.md" >"$OUT/tilelang.log" 2>&1; note "tilelang rc=$?"
       head -30 "$OUT/tilelang-tests.md" >>"$SUMMARY" 2>/dev/null ;;
     fuzz)
-      python bench/fuzz_many.py --jobs 14 --cases 2800 --gpu --backends interpret,emulator:sm_90a --seed 9000 \
-        --time-limit 150 >"$OUT/fuzz.log" 2>&1; note "fuzz rc=$?"
+      python bench/fuzz_many.py --jobs 14 --cases "${FUZZ_CASES:-2800}" --gpu --backends interpret,emulator:sm_90a --seed 9000 \
+        --time-limit "${FUZZ_LIMIT:-150}" >"$OUT/fuzz.log" 2>&1; note "fuzz rc=$?"
       head -3 "$OUT/fuzz.log" >>"$SUMMARY"; grep -E "^\| all|^case " "$OUT/fuzz.log" | head -20 >>"$SUMMARY" ;;
     *) note "unknown part $part" ;;
   esac
