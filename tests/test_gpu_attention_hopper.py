@@ -22,7 +22,7 @@ from tilewright.kernels import flash_attention  # noqa: E402
 
 kernel_cache = importlib.import_module("tilewright.ops.dispatch")._kernels  # (key, target, pass configs) -> kernel
 dispatch = importlib.import_module("tilewright.ops.attention_dispatch")
-WGMMA = {"tw.enable_wgmma": True}
+WGMMA = {"tw.enable_wgmma": True, "tw.warp_specialize": False}  # wgmma only (warp specialization is the default)
 WS = {"tw.enable_wgmma": True, "tw.warp_specialize": True}
 PINGPONG = {**WS, "tw.pingpong": True}
 
