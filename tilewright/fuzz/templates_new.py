@@ -60,7 +60,12 @@ def _draw_hopper_gemm(rng):
     # 384 threads (three warpgroups) only where the tile splits over 12 warps
     threads = int(rng.choice((128, 256, 384) if bm * bn >= 128 * 192 else (128, 256)))
     most = 2 if bm * bn <= 128 * 128 else 1
-    return {"m": _ragged(rng, bm, most), "n": _ragged(rng, bn, most), "k": _ragged(rng, bk, 4),
+    m, n, k = _ragged(rng, bm, most), _ragged(rng, bn, most), _ragged(rng, bk, 4)
+    if rng.random() < 0.6:
+        # whole 16-byte rows: the operands can go through TMA, which the automatic warp
+        # specialization needs (still ragged against the blocks: 56, 72, 136, ...)
+        m, n, k = (-(-v // 8) * 8 for v in (m, n, k))
+    return {"m": m, "n": n, "k": k,
             "bm": bm, "bn": bn, "bk": bk, "stages": int(rng.integers(1, 5)), "threads": threads,
             "trans_a": bool(rng.random() < 0.3), "trans_b": bool(rng.random() < 0.4),
             "dtype": str(rng.choice(("float16", "bfloat16"))), "out": str(rng.choice(("float32", "in"))),
@@ -132,7 +137,8 @@ def _draw_splitk(rng):
             "threads": int(rng.choice((128, 256))), "trans_a": bool(rng.random() < 0.3),
             "trans_b": bool(rng.random() < 0.4), "dtype": str(rng.choice(("float16", "bfloat16"))),
             "atomic": bool(rng.random() < 0.5), "bias": bool(rng.random() < 0.5),
-            "act": str(rng.choice(sorted(_ACTS))), "out": str(rng.choice(("float32", "in")))}
+            "act": str(rng.choice(sorted(_ACTS))), "out": str(rng.choice(("float32", "in"))),
+            "wgmma": bool(rng.random() < 0.5)}
 
 
 def _make_splitk(p) -> Case:
@@ -160,7 +166,7 @@ def _make_splitk(p) -> Case:
     rtol, atol = _gemm_tol(dtype, out, K)
     expected = {4: want, 2: total[None] if atomic else parts}
     return Case("lib_splitk", p, first, [a, b, ws, bias, _poison((M, N), out)], expected, rtol, atol,
-                chain=[(first, [0, 1, 2], None), (second, [2, 3, 4], None)])
+                chain=[(first, [0, 1, 2], {"tw.enable_wgmma": p.get("wgmma", False)}), (second, [2, 3, 4], None)])
 
 
 # ---------------------------------------------------------------- library persistent gemm
@@ -178,7 +184,7 @@ def _draw_persistent(rng):
             "blocks": int(rng.integers(1, 5)), "group": int(rng.integers(1, 5)), "trans_a": bool(rng.random() < 0.3),
             "trans_b": bool(rng.random() < 0.4), "dtype": str(rng.choice(("float16", "bfloat16"))),
             "bias": bool(rng.random() < 0.5), "act": str(rng.choice(sorted(_ACTS))),
-            "out": str(rng.choice(("float32", "in")))}
+            "out": str(rng.choice(("float32", "in"))), "wgmma": bool(rng.random() < 0.5)}
 
 
 def tma_eligible(p) -> bool:
@@ -202,7 +208,8 @@ def _make_persistent(p) -> Case:
     fb = _f64(b).T if tb else _f64(b)
     want = _ACTS[p["act"]](fa @ fb + (_f64(bias)[None, :] if bias_dt else 0))
     rtol, atol = _gemm_tol(dtype, out, K)
-    return Case("lib_persistent", p, func, [a, b, bias, _poison((M, N), out)], {3: want}, rtol, atol)
+    return Case("lib_persistent", p, func, [a, b, bias, _poison((M, N), out)], {3: want}, rtol, atol,
+                pass_configs={"tw.enable_wgmma": p.get("wgmma", False)})
 
 
 # ---------------------------------------------------------------- flash attention on the warp-specialized loop
@@ -309,7 +316,8 @@ def _draw_launch_sized(rng):
     return {"size": size, "n": int(rng.integers(1, size + 1)), "threads": threads,
             "where": str(rng.choice(ranges)), "dtype": str(rng.choice(("float32", "float16", "bfloat16"))),
             "scale": float(rng.choice((0.5, -2.0, 3.0))), "red": str(rng.choice(("sum", "max", "absmax"))),
-            "rows": int(rng.choice((1, 4, 16, 33))), "cols": int(rng.choice((8, 32, 64))),
+            "rows": int(rng.choice((1, 2, 4, 8, 16, 32, 33), p=(0.15,) * 6 + (0.1,))),
+            "cols": int(rng.choice((8, 32, 64))),
             "blocks": int(rng.choice((1, 2, 3)))}
 
 
