@@ -13,14 +13,19 @@ import numpy as np
 from tilewright.fuzz import fuzz
 from tilewright.fuzz.runner import judge, run_case
 from tilewright.fuzz.templates import TEMPLATES
+from tilewright.fuzz.templates_new import NEW
+
+# the newest templates have their own quick test (test_fuzz_new.py), which keeps out the draws of
+# two known, xfail-pinned compiler bugs; the long runs (python -m tilewright.fuzz) include them
+FIRST = [t for t in TEMPLATES if t not in {n.name for n in NEW}]
 
 
 def test_quick_seeded_fuzz_finds_nothing(tmp_path):
     """Every template at least once (in turn, not drawn), on the interpreter and three emulators."""
-    cases = len(TEMPLATES) + 8
-    report = fuzz(cases=cases, seed=2026, out_dir=str(tmp_path), shrink_budget=0, round_robin=True)
+    cases = len(FIRST) + 8
+    report = fuzz(cases=cases, seed=2026, templates=FIRST, out_dir=str(tmp_path), shrink_budget=0, round_robin=True)
     assert report.runs == cases * 4
-    assert {t for t, _, _ in report.counts} == set(TEMPLATES)
+    assert {t for t, _, _ in report.counts} == set(FIRST)
     assert not report.findings, report.table() + "\n" + "\n".join(map(str, report.findings))
     assert sum(n for (_, _, s), n in report.counts.items() if s == "ok") > report.runs // 2
 

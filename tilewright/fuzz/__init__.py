@@ -13,6 +13,7 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
+from ..errors import CompileError
 from .runner import ACCEPTABLE, run_case
 from .shrink import shrink, write_repro
 from .templates import TEMPLATES
@@ -51,8 +52,16 @@ def fuzz(cases: int, seed: int = 0, backends=DEFAULT_BACKENDS, templates=None, o
         name = names[n % len(names)] if round_robin else names[int(rng.integers(len(names)))]
         tpl = TEMPLATES[name]
         params = dict(tpl.draw(rng), seed=int(rng.integers(2**31)))
-        case = tpl.make(params)
         report.cases += 1
+        try:
+            case = tpl.make(params)
+        except CompileError as e:  # refused as it was written, before any backend
+            for backend in backends:
+                report.runs += 1
+                report.counts[(name, backend, "refused")] += 1
+            if log:
+                log(f"case {n}: refused at definition ({name}): {str(e).strip().splitlines()[0]}")
+            continue
         for backend in backends:
             outcome = run_case(case, backend)
             report.runs += 1

@@ -48,10 +48,13 @@ def backend_args(backend: str) -> dict:
 def run_case(case, backend: str) -> Outcome:
     from ..compiler import compile as tw_compile
 
+    chain = case.chain or [(case.func, list(range(len(case.args))), case.pass_configs)]
+    kernels = []
     try:
-        kernel = tw_compile(case.func, **backend_args(backend), pass_configs=case.pass_configs)
+        for func, _, configs in chain:
+            kernels.append(tw_compile(func, **backend_args(backend), pass_configs=configs))
     except CompileError as e:
-        return Outcome("refused", str(e).strip().splitlines()[0] if str(e).strip() else "CompileError")
+        return _refusal(e)
     except InternalError as e:
         return Outcome("internal", str(e).strip().splitlines()[0])
     except Exception as e:  # noqa: BLE001 - every other failure is a finding
@@ -59,17 +62,24 @@ def run_case(case, backend: str) -> Outcome:
     args = [np.copy(a) if isinstance(a, np.ndarray) else a for a in case.args]
     try:
         if backend == "gpu":
-            results = _run_on_gpu(kernel, args)
+            results = _run_on_gpu(kernels, [idx for _, idx, _ in chain], args)
         else:
-            kernel(*args)
+            for kernel, (_, idx, _) in zip(kernels, chain):
+                kernel(*[args[i] for i in idx])
             results = args
     except InternalError as e:
         return Outcome("internal", str(e).strip().splitlines()[0])
     except CompileError as e:
-        return Outcome("refused", str(e).strip().splitlines()[0])
+        return _refusal(e)
     except Exception as e:  # noqa: BLE001
         return Outcome("crash", _last_line(e))
     return judge(case, results)
+
+
+def _refusal(e: CompileError) -> Outcome:
+    """A CompileError is a refusal, unless it says it is a compiler bug ("internal: ...")."""
+    first = str(e).strip().splitlines()[0] if str(e).strip() else "CompileError"
+    return Outcome("internal" if first.lower().startswith("internal") else "refused", first)
 
 
 def judge(case, results) -> Outcome:
@@ -84,7 +94,8 @@ def judge(case, results) -> Outcome:
         if unwritten.any():
             where = tuple(int(v) for v in np.argwhere(unwritten)[0])
             return Outcome("wrong", f"output {index}: {int(unwritten.sum())} elements never written (first {where})")
-        bad = ~np.isclose(got, want, rtol=case.rtol, atol=case.atol)
+        # NaN expected = an element the kernel must leave as poisoned (outside a run-time extent)
+        bad = ~np.isclose(got, want, rtol=case.rtol, atol=case.atol, equal_nan=True)
         if bad.any():
             where = tuple(int(v) for v in np.argwhere(bad)[0])
             err = np.abs(got - want)[bad].max()
@@ -98,7 +109,7 @@ _ML_DTYPES = {"bfloat16": "bfloat16", "float8_e4m3fn": "float8_e4m3fn", "float8_
               "float8_e4m3fnuz": "float8_e4m3fnuz", "float8_e5m2fnuz": "float8_e5m2fnuz"}
 
 
-def _run_on_gpu(kernel, args) -> list:
+def _run_on_gpu(kernels, indices, args) -> list:
     import torch
 
     def to_gpu(a):
@@ -118,7 +129,8 @@ def _run_on_gpu(kernel, args) -> list:
         return d.cpu().numpy()
 
     dev = [to_gpu(a) for a in args]
-    kernel(*dev)
+    for kernel, idx in zip(kernels, indices):
+        kernel(*[dev[i] for i in idx])
     torch.cuda.synchronize()
     return [back(d, a) for d, a in zip(dev, args)]
 

@@ -30,6 +30,9 @@ class Case:
     atol: float
     out_idx: list = field(default_factory=list)
     pass_configs: dict | None = None
+    # kernels run one after another on the same argument list (a library op of several passes):
+    # (prim_func, indices into ``args`` that it takes, pass_configs); ``func`` is then the first
+    chain: list | None = None
 
 
 @dataclass(frozen=True)
@@ -383,3 +386,7 @@ TEMPLATES = {t.name: t for t in (
 from .templates_more import MORE  # noqa: E402 - they build on the helpers above
 
 TEMPLATES.update({t.name: t for t in MORE})
+
+from .templates_new import NEW  # noqa: E402 - the features that landed last: wgmma/WS defaults, split-K, ...
+
+TEMPLATES.update({t.name: t for t in NEW})
