@@ -1,8 +1,8 @@
 """The fuzz templates of the features that landed last (tilewright/fuzz/templates_new.py): a few
 seeded cases of each on the interpreter and the sm_90a emulator (wgmma, warp specialization, TMA),
 none may give a wrong answer, an internal error or a crash, and each template must produce kernels
-that run (not only refusals).  Two compiler bugs the long fuzz found are pinned as strict xfails
-with their minimal kernels."""
+that run (not only refusals).  The two compiler bugs the long fuzz found, fixed since, are kept as
+regression tests with their minimal kernels."""
 
 from __future__ import annotations
 
@@ -14,19 +14,9 @@ import tilewright.language as T
 from tilewright.errors import CompileError
 from tilewright.fuzz.runner import judge, run_case
 from tilewright.fuzz.templates import TEMPLATES
-from tilewright.fuzz.templates_new import NEW, tma_eligible
+from tilewright.fuzz.templates_new import NEW
 
 BACKENDS = ("interpret", "emulator:sm_90a")
-
-
-def _known_bug(name, p) -> bool:
-    """Draws in the domain of the two bugs pinned below (kept out of this quick test only; the long
-    fuzz runs them)."""
-    if name == "lib_persistent":
-        return not tma_eligible(p) and p["stages"] > 1
-    if name == "launch_sized":
-        return p["rows"] & (p["rows"] - 1) != 0
-    return False
 
 
 # a template's quick draws: (cases, seed); the attention and persistent cases are the slow ones
@@ -45,8 +35,6 @@ def test_new_template_quick_cases(name):
         p = dict(tpl.draw(rng), seed=int(rng.integers(2**31)))
         if name == "ws_attention":
             p.update(batch=1, heads=1, seq=min(p["seq"], 129))
-        if _known_bug(name, p):
-            continue
         case = tpl.make(p)
         outcomes = {b: run_case(case, b) for b in BACKENDS}
         bad = {b: (o.status, o.detail) for b, o in outcomes.items() if o.status not in ("ok", "refused")}
@@ -93,17 +81,17 @@ def test_split_k_runs_both_kernels_and_checks_the_workspace():
 
 
 # ---------------------------------------------------------------- bugs found by the long fuzz
-@pytest.mark.xfail(strict=True, reason="compiler bug (fuzz lib_persistent): on sm_90 an operand whose rows are not "
-                   "a whole number of 16 bytes (here N=31 fp16) leaves TMA, and the cp.async pipeline nested in the "
-                   "persistent tile loop writes nothing (every C element still NaN); the nested cp.async bug of "
-                   "tests/test_gemm_sched.py, reached on sm_90a by a ragged size")
-def test_persistent_gemm_with_a_ragged_operand_on_sm90a():
+@pytest.mark.parametrize("target", ["cuda -arch=sm_90a", "cuda -arch=sm_80", "hip -arch=gfx942"])
+def test_persistent_gemm_with_a_ragged_operand(target):
+    """Found by the fuzz (lib_persistent): an operand whose rows are not a whole number of 16 bytes
+    (N=31 fp16) leaves TMA on sm_90a, and the cp.async pipeline nested in the persistent tile loop
+    wrote nothing; fixed with the nested-pipeline barrier/prologue fix (tests/test_pipeline_nested.py)."""
     from tilewright.kernels.gemm import matmul_persistent
 
     M, N, K = 1, 31, 16
     f = matmul_persistent(M, N, K, 128, 32, 32, "float16", "float32", False, False, num_stages=2, threads=128,
                           num_blocks=1, group_M=2)
-    k = tilewright.compile(f, target="cuda -arch=sm_90a", execution_backend="emulator")
+    k = tilewright.compile(f, target=target, execution_backend="emulator")
     rng = np.random.default_rng(0)
     a, b = rng.uniform(-1, 1, (M, K)).astype(np.float16), rng.uniform(-1, 1, (K, N)).astype(np.float16)
     c = np.full((M, N), np.nan, np.float32)
@@ -126,15 +114,13 @@ def _two_step_max(R, threads):
     return k
 
 
-@pytest.mark.xfail(strict=True, raises=CompileError,
-                   reason="compiler bug (fuzz launch_sized): passes/lower_reduce.py raises 'internal: partial "
-                   "register without validity predicate' when the source of a reduction is itself the result of a "
-                   "row reduction over a padded fragment (3x8 over 128 threads): ir/layout.py ReducedLayout has no "
-                   "valid_expr; the interpreter gives the right answer")
-@pytest.mark.parametrize("target", ["cuda -arch=sm_80", "hip -arch=gfx942"])
-def test_reduction_of_a_reduced_padded_fragment(target):
-    k = tilewright.compile(_two_step_max(3, 128), target=target, execution_backend="emulator")
-    x = np.random.default_rng(1).standard_normal((3, 8)).astype(np.float32)
+@pytest.mark.parametrize("target", ["cuda -arch=sm_80", "cuda -arch=sm_90a", "hip -arch=gfx942", "hip -arch=gfx1100"])
+@pytest.mark.parametrize("rows", [3, 5, 31])
+def test_reduction_of_a_reduced_padded_fragment(target, rows):
+    """Found by the fuzz (launch_sized): reducing the result of a row reduction over a padded
+    fragment raised 'partial register without validity predicate' (ReducedLayout had no valid_expr)."""
+    k = tilewright.compile(_two_step_max(rows, 128), target=target, execution_backend="emulator")
+    x = np.random.default_rng(rows).standard_normal((rows, 8)).astype(np.float32)
     out = np.full(1, np.nan, np.float32)
     k(x, out)
     assert out[0] == x.max()

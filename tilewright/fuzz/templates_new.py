@@ -156,15 +156,15 @@ def _make_splitk(p) -> Case:
     a, b = _rand(rng, a_shape, dtype), _rand(rng, b_shape, dtype)
     bias = _rand(rng, (N if bias_dt else 1,), bias_dt or "float32")
     # the workspace: the atomic form's contract is a zeroed slice; the deterministic one's is written
-    ws = np.zeros((1, M, N), np.float32) if atomic else _poison((S, M, N), "float32")
+    ws = np.zeros((M, 1, N), np.float32) if atomic else _poison((M, S, N), "float32")  # (M, slices, N)
     fa = _f64(a).T if ta else _f64(a)
     fb = _f64(b).T if tb else _f64(b)
     kps = k_tiles_per_split(K, bk, S) * bk
-    parts = np.stack([fa[:, z * kps:(z + 1) * kps] @ fb[z * kps:(z + 1) * kps, :] for z in range(S)])
-    total = parts.sum(0)
+    parts = np.stack([fa[:, z * kps:(z + 1) * kps] @ fb[z * kps:(z + 1) * kps, :] for z in range(S)], axis=1)
+    total = parts.sum(1)
     want = _ACTS[p["act"]](total + (_f64(bias)[None, :] if bias_dt else 0))
     rtol, atol = _gemm_tol(dtype, out, K)
-    expected = {4: want, 2: total[None] if atomic else parts}
+    expected = {4: want, 2: total[:, None] if atomic else parts}
     return Case("lib_splitk", p, first, [a, b, ws, bias, _poison((M, N), out)], expected, rtol, atol,
                 chain=[(first, [0, 1, 2], {"tw.enable_wgmma": p.get("wgmma", False)}), (second, [2, 3, 4], None)])
 
@@ -175,9 +175,8 @@ def _draw_persistent(rng):
     bk = int(rng.choice((32, 64)))
     m, n, k = _ragged(rng, bm, 3), _ragged(rng, bn, 2), _ragged(rng, bk, 3)
     if rng.random() < 0.75:
-        # sizes of whole 8-element (16-byte) runs keep every operand TMA-eligible on sm_90, where the
-        # kernel is meant to run; otherwise the tile loop nests a cp.async pipeline, a known bug
-        # (tests/test_gemm_sched.py, tests/test_fuzz_new.py)
+        # sizes of whole 8-element (16-byte) runs keep every operand TMA-eligible on sm_90 (the
+        # warp-specialized persistent loop); the rest take the cp.async pipeline nested in the tile loop
         m, n, k = (-(-v // 8) * 8 for v in (m, n, k))
     return {"m": m, "n": n, "k": k, "bm": bm, "bn": bn, "bk": bk,
             "stages": int(rng.integers(1, 4)), "threads": 128 if bm * bn < 64 * 128 else int(rng.choice((128, 256))),

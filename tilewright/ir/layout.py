@@ -371,6 +371,13 @@ class ReducedLayout(FragmentLayout):
     def valid_np(self, tids, r):
         return self._red[:, self.rep[r]] >= 0
 
+    def valid_expr(self, tid, r):
+        """Predicate expression (or None) for register r holding a real element: that of the source
+        register standing for its reduction group (the group's first, as in ``valid_np``), so that a
+        reduction of a reduced, padded fragment knows which registers to leave out."""
+        fn = getattr(self.src, "valid_expr", None)
+        return fn(tid, self.rep[r]) if fn is not None else None
+
     def __repr__(self):
         return f"Reduced{self.shape}(from {self.src}, dim={self.dim})"
 
