@@ -226,9 +226,9 @@ def test_attention_repeat_calls_match_and_errors_still_raise():
 
 def test_attention_check_memo_keys_on_values_and_types():
     calls = []
-    real = attn._check_all
+    real = attn._check_arguments
     try:
-        attn._check_all = lambda *a: (calls.append(a), real(*a))[1]
+        attn._check_arguments = lambda *a: (calls.append(a), real(*a))[1]
         attn._checked.clear()
         q, kv = torch.randn(1, 4, 1, 32).half(), torch.randn(1, 2, 64, 32).half()
         args = (q, kv, kv, False, None, None, None, None, None, None)
@@ -239,7 +239,7 @@ def test_attention_check_memo_keys_on_values_and_types():
         attn._check(q.bfloat16(), kv.bfloat16(), kv.bfloat16(), False, None, None, None, None, None, None)
         assert len(calls) == 3
     finally:
-        attn._check_all = real
+        attn._check_arguments = real
 
 
 def test_matmul_plan_follows_strides_dtypes_and_bias():

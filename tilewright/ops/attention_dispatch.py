@@ -80,6 +80,21 @@ def _hopper_config(dim: int, rows: int):
     return (128, 128 if dim <= 128 else 64, 2, 256)
 
 
+def _per_device(query):
+    """``query(t)`` remembered per ``t.device`` (device properties do not change)."""
+    memo: dict = {}
+
+    def remembered(t):
+        hit = memo.get(t.device)
+        if hit is None:
+            hit = memo[t.device] = query(t)
+        return hit
+
+    remembered.__doc__ = query.__doc__
+    return remembered
+
+
+@_per_device
 def _is_hopper(t) -> bool:
     """Does ``t``'s device take the sm_90a path (wgmma, TMA, setmaxnreg)?"""
     torch = _torch()
@@ -104,6 +119,7 @@ def _fit_shared(cfg: tuple, dim: int, smem: int) -> tuple:
     return bM, bN, stages, threads
 
 
+@_per_device
 def _shared_bytes(t) -> int:
     """Shared memory per block the device allows; CPU tensors (the interpreter) plan for an H200."""
     torch = _torch()
@@ -138,7 +154,7 @@ def _rows(t, packed: bool) -> tuple:
     return t.view(B * H * S, D), False, H * S, S
 
 
-def _check(q, k, v, causal, scale, cu_q, cu_k, max_q, cache_lens, num_splits):
+def _check_arguments(q, k, v, causal, scale, cu_q, cu_k, max_q, cache_lens, num_splits):
     varlen = cu_q is not None or cu_k is not None
     nd = 3 if varlen else 4
     names = "(total, heads, dim)" if varlen else "(batch, heads, seq, dim)"
@@ -303,36 +319,20 @@ def _meta(t):
 
 
 _checked: dict = {}  # argument metadata -> True: _check passed for it
-_check_all = _check
 
 
-def _check(q, k, v, causal, scale, cu_q, cu_k, max_q, cache_lens, num_splits):  # noqa: F811 (the memo wrapper)
+def _check(q, k, v, causal, scale, cu_q, cu_k, max_q, cache_lens, num_splits):
+    """``_check_arguments``, skipped for argument metadata that passed it before (a repeat call)."""
     key = (_meta(q), _meta(k), _meta(v), _meta(causal), _meta(scale), _meta(cu_q), _meta(cu_k), _meta(max_q),
            _meta(cache_lens), _meta(num_splits))
     try:
         if key in _checked:
             return
     except TypeError:  # an unhashable argument: no memo
-        return _check_all(q, k, v, causal, scale, cu_q, cu_k, max_q, cache_lens, num_splits)
-    _check_all(q, k, v, causal, scale, cu_q, cu_k, max_q, cache_lens, num_splits)
+        return _check_arguments(q, k, v, causal, scale, cu_q, cu_k, max_q, cache_lens, num_splits)
+    _check_arguments(q, k, v, causal, scale, cu_q, cu_k, max_q, cache_lens, num_splits)
     if len(_checked) > 4096:
         _checked.clear()
     _checked[key] = True
 
 
-def _per_device(query):
-    """``query(t)`` remembered per ``t.device`` (device properties do not change)."""
-    memo: dict = {}
-
-    def remembered(t):
-        hit = memo.get(t.device)
-        if hit is None:
-            hit = memo[t.device] = query(t)
-        return hit
-
-    remembered.__doc__ = query.__doc__
-    return remembered
-
-
-_is_hopper = _per_device(_is_hopper)
-_shared_bytes = _per_device(_shared_bytes)
