@@ -98,14 +98,8 @@ def lower_copy_g2s(ctx: LoweringContext, s: t.Copy, env: Env) -> list:
     flat_dst = ctx.shared_flat(dst.buffer)
     out: list = [th.Comment(f"copy {src.buffer.name} -> {dst.buffer.name} ({'async' if use_async else 'sync'}, "
                             f"{v} x {src.buffer.dtype} per chunk)")]
-    # register prefetch (targets without async copies): a pipelined copy loads into registers where
-    # it stands and writes shared memory at the end of the loop body, so the loads' latency overlaps
-    # the iteration's compute; the pipeline's barrier at the next iteration orders the stores.  Only
-    # the copies a pipelined loop issues in its own body (into its own rings): its prologue, which
-    # stands in an enclosing loop's body, must store before the loop starts.  Only when the
-    # registers fit next to the fragments (else the compiler spills).
-    defer_all = (s.mode == "async" and not use_async and ctx.deferred is not None and dst.buffer in ctx.deferrable
-                 and ctx.prefetch_fits(v * esize * rounds))
+    # register prefetch on targets without async copies (see LoweringContext.defers_stores)
+    defer_all = not use_async and ctx.defers_stores(s, dst.buffer, v * esize * rounds)
     for rnd in range(rounds):
         c = ctx.tid + rnd * ctx.nthreads
         row = c // chunks_per_row

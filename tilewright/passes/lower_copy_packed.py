@@ -54,9 +54,7 @@ def lower_copy_packed(ctx: LoweringContext, s: t.Copy, env: Env, chunk_width) ->
     rounds = -(-total // ctx.nthreads)
     flat_dst = ctx.shared_flat(dst.buffer)
     out: list = [th.Comment(f"copy {src.buffer.name} -> {dst.buffer.name} (K-packed by {G}, blocks of {G} x {V})")]
-    # as in lower_copy: only the pipelined loop's own in-body copies into its rings are deferred
-    defer_all = (s.mode == "async" and ctx.deferred is not None and dst.buffer in ctx.deferrable
-                 and ctx.prefetch_fits(G * V * esize * rounds))
+    defer_all = ctx.defers_stores(s, dst.buffer, G * V * esize * rounds)  # register prefetch, as in lower_copy
     svars = [E.Var(f"__p{d}", "int32") for d in range(2)]
     sidx_v = region_indices(src_l, svars, shape)
     didx_v = region_indices(dst_l, svars, shape)

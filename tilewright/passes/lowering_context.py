@@ -113,6 +113,16 @@ class LoweringContext:
         self.shared_top = off + numel * dt.nbytes(dtype)
         return buf
 
+    def defers_stores(self, copy, buffer, nbytes: int) -> bool:
+        """Whether a register-staged pipelined copy into ``buffer`` writes shared memory at the end of
+        the loop body (register prefetch: the loads' latency overlaps the iteration's compute, and the
+        pipeline's barrier at the next iteration orders the stores).  Only the copies a pipelined loop
+        issues in its own body, into its own rings: its prologue, which stands in an enclosing loop's
+        body, must store before the loop starts.  Only when the ``nbytes`` of registers per thread fit
+        beside the fragments (else the compiler spills); a yes reserves them."""
+        return (copy.mode == "async" and self.deferred is not None and buffer in self.deferrable
+                and self.prefetch_fits(nbytes))
+
     def prefetch_fits(self, nbytes: int) -> bool:
         """Whether ``nbytes`` more of prefetch registers per thread fit beside the fragments within
         a conservative share of the register file (the rest is the compiler's working space)."""
