@@ -11,6 +11,12 @@ import time
 import torch
 
 
+def output_rounding(dtype) -> float:
+    """What rounding an exact result to ``dtype`` may cost, relative to the value (half an ulp:
+    2^-11 for fp16, 2^-8 for bf16 — for bf16 alone more than a 2e-3 bound, for cuBLAS as for us)."""
+    return {torch.float16: 2.0 ** -11, torch.bfloat16: 2.0 ** -8}.get(dtype, 0.0)
+
+
 def bench_ms(fn, warmup=25, rep=100) -> float:
     if not torch.cuda.is_available():  # --quick runs on the CPU (the tile interpreter): the median of a few calls
         return _cpu_ms(fn)

@@ -33,7 +33,7 @@ sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 
 import triton_gemm  # noqa: E402
-from common import bench_ms, save  # noqa: E402
+from common import bench_ms, output_rounding, save  # noqa: E402
 
 import tilewright  # noqa: E402
 from tilewright.kernels import matmul as user_matmul  # noqa: E402
@@ -182,7 +182,7 @@ def run_shape(m, n, k, dtype, device, timer, arch, num_sms, smem, target, tol):
             out.fill_(float("nan"))
             fn()
             err = rel_err(out, ref)
-            if not err <= tol + {torch.float16: 2.0 ** -11, torch.bfloat16: 2.0 ** -8}.get(out.dtype, 0.0):
+            if not err <= tol + output_rounding(out.dtype):
                 print(f"  WRONG RESULT {name} {label}: relative error {err:.2e}", flush=True)
                 return None
             ms = timer(fn)

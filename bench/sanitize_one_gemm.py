@@ -16,6 +16,9 @@ import sys
 import torch
 
 sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+from common import output_rounding  # noqa: E402
+
 import tilewright  # noqa: E402
 from tilewright.kernels import matmul  # noqa: E402
 
@@ -38,7 +41,7 @@ def main() -> int:
         plan = "wgmma" if "wgmma.mma_async" in kernel.get_kernel_source() else "mma.sync"
         ws = "warp-specialized" if kernel.num_threads > CONFIG["threads"] else "not warp-specialized"
         print(f"{name} {M}x{N}x{K} {CONFIG}: {plan}, {ws}, max relative error {err:.2e}")
-        if not err < 2e-3 + {torch.float16: 2.0 ** -11, torch.bfloat16: 2.0 ** -8}[dtype]:  # + output rounding
+        if not err < 2e-3 + output_rounding(dtype):
             return 1
     return 0
 
