@@ -41,9 +41,16 @@ for part in "$@"; do
         --report "$OUT/tilelang-tests.md" >"$OUT/tilelang.log" 2>&1; note "tilelang rc=$?"
       head -30 "$OUT/tilelang-tests.md" >>"$SUMMARY" 2>/dev/null ;;
     fuzz)
-      python bench/fuzz_many.py --jobs 14 --cases "${FUZZ_CASES:-2800}" --gpu --backends interpret,emulator:sm_90a --seed 9000 \
-        --time-limit "${FUZZ_LIMIT:-150}" >"$OUT/fuzz.log" 2>&1; note "fuzz rc=$?"
+      python bench/fuzz_many.py --jobs 14 --cases "${FUZZ_CASES:-2800}" --gpu --backends interpret,emulator:sm_90a --seed "${FUZZ_SEED:-9000}" \
+        --templates "${FUZZ_TEMPLATES:-}" --time-limit "${FUZZ_LIMIT:-150}" >"$OUT/fuzz.log" 2>&1; note "fuzz rc=$?"
       head -3 "$OUT/fuzz.log" >>"$SUMMARY"; grep -E "^\| all|^case " "$OUT/fuzz.log" | head -20 >>"$SUMMARY" ;;
+    hostprof)
+      timeout 120 python bench/profile_host.py >"$OUT/profile-host.log" 2>&1; note "hostprof rc=$? (log profile-host.log)" ;;
+    multigpu)
+      timeout 200 python bench/autotune_gpus.py >"$OUT/autotune-gpus.log" 2>&1; note "autotune_gpus rc=$?"
+      tail -8 "$OUT/autotune-gpus.log" >>"$SUMMARY"
+      timeout 200 torchrun --nproc_per_node 2 examples/tensor_parallel.py >"$OUT/tensor-parallel.log" 2>&1
+      note "tensor_parallel rc=$?"; tail -8 "$OUT/tensor-parallel.log" >>"$SUMMARY" ;;
     *) note "unknown part $part" ;;
   esac
 done

@@ -25,6 +25,7 @@ def main() -> int:
     p.add_argument("--seed", type=int, default=1000)
     p.add_argument("--gpu", action="store_true")
     p.add_argument("--backends", default="")
+    p.add_argument("--templates", default="", help="passed to each worker (e.g. 'new')")
     p.add_argument("--out", default=os.path.join(ROOT, "fuzz-findings"))
     p.add_argument("--time-limit", type=float, default=0, help="stop the workers after this many seconds")
     a = p.parse_args()
@@ -36,6 +37,8 @@ def main() -> int:
                "--out", os.path.join(a.out, f"job{i}")]
         if a.backends:
             cmd += ["--backends", a.backends]
+        if a.templates:
+            cmd += ["--templates", a.templates]
         if a.gpu:
             cmd.append("--gpu")
         procs.append(subprocess.Popen(cmd, cwd=ROOT, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True))
@@ -63,7 +66,8 @@ def main() -> int:
                 runs += int(m.group(2))
             if line.startswith("case "):
                 findings.append(line)
-    rows = [f"{cases} cases, {runs} runs, {len(findings)} findings, {a.jobs} processes, {time.time() - t0:.0f} s", "",
+    rows = [f"{cases} cases, {runs} runs, {len(findings)} findings, {a.jobs} processes, {time.time() - t0:.0f} s"
+            + (f", templates: {a.templates}" if a.templates else ""), "",
             "| template | backend | " + " | ".join(STATUSES) + " |", "|---|---|" + "---|" * len(STATUSES)]
     for t, b in sorted({(t, b) for t, b, _ in counts}):
         rows.append(f"| {t} | {b} | " + " | ".join(str(counts[(t, b, s)]) for s in STATUSES) + " |")
