@@ -559,3 +559,32 @@ def test_other_wgmma_variants_compile_without_spills(variant, tmp_path):
     path = tmp_path / "k.cubin"
     path.write_bytes(binary.cubin)
     assert "HGMMA." in subprocess.run([tool, "-c", str(path)], capture_output=True, text=True, check=True).stdout
+
+
+# ---------------------------------------------------------------------------------------------
+# instructions that start inside a swizzle atom of an MN-major operand (a fuzz finding)
+
+
+def test_a_warpgroup_starting_inside_a_swizzle_atom_reads_the_right_columns():
+    """64 x 192 over two warpgroups side by side: the second starts at column 96 of B (not
+    transposed: N is contiguous, 64-column swizzle atoms).  One m64n96 instruction from there
+    crosses the atom's end from inside it, which the hardware reads as the next rows of the same
+    atom (the fuzz found 4,001 wrong elements on the emulator and the H200).  The planner now takes
+    m64n32 instructions, each inside one atom or starting on one."""
+    for dtype in ("bfloat16", "float16"):
+        k, mm = _run_gemm(128, 200, 72, 64, 192, 32, dtype, threads=256, seed=5)
+        assert {x.instr.n for x in mm} == {32}
+
+
+@pytest.mark.parametrize("atom, start, width, ok", [
+    (0, 96, 96, True),     # K-major: any start
+    (64, 0, 96, True),     # on an atom: the leading byte offset takes it to the next one
+    (64, 96, 32, True),    # inside one atom
+    (64, 96, 96, False),   # crosses the atom's end from inside it
+    (64, 32, 32, True),
+    (64, 32, 64, False),
+])
+def test_mn_major_instruction_starts(atom, start, width, ok):
+    from tilewright.passes.plan_gemms import _mn_major_start_ok
+
+    assert _mn_major_start_ok(atom, start, width) is ok

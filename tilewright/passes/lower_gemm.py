@@ -170,6 +170,21 @@ def _wgmma_operand(ctx: LoweringContext, region: t.Region, starts, k_major: bool
     return th.WgmmaOperand(ctx.shared_flat(buf), index, "k" if k_major else "mn", swizzle, lbo, 8 * swizzle)
 
 
+def _check_atom_starts(region: t.Region, mn_major: bool, starts, width: int) -> None:
+    """An instruction may start inside a swizzle atom of an MN-major operand only if it stays in it
+    (the hardware moves to the next atom by the leading byte offset only from an atom's start:
+    ``plan_gemms._mn_major_start_ok``); checked here too, so a planner change cannot silently
+    produce wrong values."""
+    buf = region.buffer
+    if not mn_major:
+        return
+    atom = min(int(buf.shape[-1]) * dt.nbytes(buf.dtype), 128) // dt.nbytes(buf.dtype)
+    bad = [x for x in starts if x % atom and x % atom + width > atom]
+    if bad:
+        raise InternalError(f"wgmma operand {buf.name}: instructions of {width} columns starting at {bad} cross a "
+                            f"{atom}-column swizzle atom from inside it", "plan_gemms", buf.loc)
+
+
 def _lower_wgmma(ctx: LoweringContext, s: t.Gemm, plan, lay, c_local, env: Env) -> list:
     """fence; per K step, one wgmma per (64-row atom, N atom) of the warpgroup's tile; commit; wait
     until at most ``plans.wgmma_in_flight[s]`` groups are in flight (0: the accumulator is complete
@@ -183,6 +198,11 @@ def _lower_wgmma(ctx: LoweringContext, s: t.Gemm, plan, lay, c_local, env: Env) 
     a_starts = tuple(lower_expr(ctx, x, env) for x in s.a.starts)
     b_starts = tuple(lower_expr(ctx, x, env) for x in s.b.starts)
     a_in_regs = s.a.buffer.scope == "fragment"
+    _check_atom_starts(s.b, not s.trans_b, [w * lay.wn + ni * instr.n for w in range(plan.warps_n)
+                                            for ni in range(lay.atoms_n)], instr.n)
+    if not a_in_regs:
+        _check_atom_starts(s.a, s.trans_a, [w * lay.wm + mi * instr.m for w in range(plan.warps_m)
+                                            for mi in range(lay.atoms_m)], instr.m)
     fenced = (c_local,) + ((ctx.local_of[s.a.buffer],) if a_in_regs else ())
     out: list = []
     rings = ctx.plans.rings

@@ -203,14 +203,23 @@ def _wgmma_partition(g: t.Gemm, nthreads: int, target, first_thread: int = 0):
         wgn = nwg // wgm
         if m % (64 * wgm) or n % wgn:
             continue
-        # the widest family member dividing the warpgroup's N (N itself up to 256)
+        # the widest family member dividing the warpgroup's N (N itself up to 256) whose
+        # instructions all start where a descriptor of an MN-major B can (``_mn_major_start_ok``)
         per_n = n // wgn
-        instr = next((by_n[x] for x in sorted(by_n, reverse=True) if per_n % x == 0), None)
+        b_atom = _mn_major_atom(g.b.buffer) if not g.trans_b else 0
+        a_atom = _mn_major_atom(g.a.buffer) if g.trans_a and a_source == SMEM_DESC else 0
+        if not all(_mn_major_start_ok(a_atom, wm * (m // wgm) + mi * 64, 64)
+                   for wm in range(wgm) for mi in range(m // wgm // 64)):
+            continue
+        instr = next((by_n[x] for x in sorted(by_n, reverse=True) if per_n % x == 0
+                      and all(_mn_major_start_ok(b_atom, wn * per_n + nj * x, x)
+                              for wn in range(wgn) for nj in range(per_n // x))), None)
         if instr is None:
             continue
         options.append((wgm, wgn, instr))
     if not options:
-        return None, f"a {m}x{n} tile does not split into {nwg} warpgroup tiles of 64*i rows and a wgmma N"
+        return None, (f"a {m}x{n} tile does not split into {nwg} warpgroup tiles of 64*i rows and a wgmma N "
+                      "whose instructions start on the operands' swizzle atoms")
     if g.policy == "fullrow":
         pick = max(options, key=lambda o: (o[1] == 1, o[0]))
     elif g.policy == "fullcol":
@@ -220,6 +229,25 @@ def _wgmma_partition(g: t.Gemm, nthreads: int, target, first_thread: int = 0):
                                            -o[2].n))
     wgm, wgn, instr = pick
     return WgmmaPlan(instr, wgm, wgn, m // (64 * wgm), a_source), ""
+
+
+def _mn_major_atom(buf) -> int:
+    """The width, in elements, of one swizzle atom along the contiguous (M or N) dimension of an
+    MN-major wgmma operand in the TMA layout: its row, or a 128-byte column block of it."""
+    row_bytes = int(buf.shape[-1]) * dt.nbytes(buf.dtype)
+    return min(row_bytes, 128) // dt.nbytes(buf.dtype)
+
+
+def _mn_major_start_ok(atom: int, start: int, width: int) -> bool:
+    """Whether a wgmma instruction can read ``width`` M/N indices from ``start`` of an MN-major
+    operand whose swizzle atoms are ``atom`` elements wide (``atom`` 0: K-major, always).  The
+    hardware adds the instruction's offsets to the descriptor's start address and swizzles the
+    sum; it moves to the next atom by the leading byte offset only from an atom's first column.
+    A start inside an atom is right only while the instruction stays inside that atom: one that
+    crosses the atom's end reads the next rows of the same atom instead (wrong values, found by the
+    fuzz on the emulator and the H200: a 64x192 tile over two warpgroups, the second starting at
+    column 96)."""
+    return atom == 0 or start % atom == 0 or start % atom + width <= atom
 
 
 def _operand_rows_read(m: int, n: int, option, a_source) -> int:
