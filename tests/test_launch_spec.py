@@ -126,3 +126,44 @@ def test_launches_go_to_the_device_of_the_arguments():
             launcher.launch([OnDevice(100, 1, 4096), OnDevice(100, 0, 12288)])
     finally:
         tensor_args.pointer_device_resolvers.remove(devices.get)
+
+
+@needs_nvrtc
+def test_the_remembered_grid_follows_the_sizes_and_scalars_it_reads():
+    """The launcher remembers a symbolic grid per value of what it reads (host time): a new size, or
+    a scalar parameter of the grid expression, must give the new grid; an empty size launches nothing."""
+    m = T.dynamic("m")
+
+    @T.prim_func
+    def rows(A: T.Tensor((m, 64), "float32"), B: T.Tensor((m, 64), "float32"), step: T.int32):
+        with T.Kernel(T.ceildiv(m, step), threads=64) as bx:
+            for i, j in T.Parallel(16, 64):
+                if bx * 16 + i < m:
+                    B[bx * 16 + i, j] = A[bx * 16 + i, j]
+
+    spec = tilewright.compile(rows, target="cuda -arch=sm_90a").spec
+    launches = []
+
+    class Fake:
+        def load_function(self, code_object, name, dev):
+            class Fn:
+                def launch(self, *args):
+                    launches.append(args[0])
+            return Fn()
+
+        def current_stream(self, dev):
+            return 0
+
+        def synchronize(self, dev):
+            pass
+
+    class Arg:
+        def __init__(self, n):
+            self.__cuda_array_interface__ = {"shape": (n, 64), "typestr": "<f4", "data": (4096 * 16, False),
+                                             "version": 3, "strides": None}
+
+    launcher = Launcher(spec, Fake())
+    for n, step, grid in [(40, 16, 3), (40, 16, 3), (64, 16, 4), (40, 8, 5), (64, 16, 4), (0, 16, None)]:
+        before = len(launches)
+        launcher.launch([Arg(n), Arg(n), step])
+        assert (launches[-1][0] if len(launches) > before else None) == grid, (n, step)

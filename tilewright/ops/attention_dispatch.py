@@ -235,74 +235,122 @@ def attention_impl(q, k, v, causal, scale, cu_q, cu_k, max_q, cache_lens, num_sp
     out_shape, lse_shape = output_shapes(q, cu_q)
     out = torch.empty(out_shape, dtype=q.dtype, device=q.device)
     lse = torch.empty(lse_shape, dtype=torch.float32, device=q.device)
-    H, Hkv, D = q.shape[1], k.shape[1], q.shape[-1]
-    scale = float(scale) if scale is not None else 1.0 / math.sqrt(D)
     if varlen:
         nseq = cu_q.shape[0] - 1
         if max_q is None:
             max_q = int((cu_q[1:] - cu_q[:-1]).max().item()) if nseq > 0 else 0
-        keys_hint, seq_k = k.shape[0] // max(nseq, 1), 0
     else:
         nseq, max_q = q.shape[0], q.shape[2]
-        keys_hint = seq_k = k.shape[2]
     if out.numel() == 0 or nseq == 0 or max_q == 0 or k.numel() == 0:
         lse.fill_(-math.inf)
         return out.zero_(), lse
+    # tiles load as 16-byte vectors or TMA boxes: a view starting off a 16-byte boundary is copied
+    q, k, v = (t if t.data_ptr() % 16 == 0 else t.clone() for t in (q, k, v))
+    plan = _launch_plan(q, k, v, causal, scale, varlen, nseq, max_q, cache_lens is not None, num_splits)
+    qx = q.reshape(plan.q_shape) if plan.q_shape else q
+    qv, kv, vv = (_rows(t, varlen)[0] for t in (qx, k, v))
+    dummy = _placeholder(torch.int32, q.device)  # never read (made once per device: no fill kernel per call)
+    cu_q_arg = cu_q.contiguous() if varlen else dummy
+    cu_k_arg = cu_k.contiguous() if varlen else (cache_lens.contiguous() if cache_lens is not None else dummy)
+    head = (nseq,) + plan.head
+    l_rb, l_rh, l_rs = plan.lse_strides
+    splits, o_rows, D = plan.splits, plan.o_rows, plan.dim
+    if splits == 1:
+        plan.fwd(qv, kv, vv, out.view(o_rows, -1), lse.view(-1), cu_q_arg, cu_k_arg, *head, 0, *plan.o_strides, 0,
+                 l_rb, l_rh, l_rs)
+        return out, lse
+    opart = torch.empty((splits,) + tuple(out.shape), dtype=torch.float32, device=q.device)
+    lpart = torch.empty((splits,) + tuple(out.shape[:-1]), dtype=torch.float32, device=q.device)
+    if varlen:  # partial LSEs in (token, head) order, like the output rows
+        l_rb, l_rh, l_rs = 0, 1, out.shape[1]
+    plan.fwd(qv, kv, vv, opart.view(splits * o_rows, -1), lpart.view(-1), cu_q_arg, cu_k_arg, *head, o_rows,
+             *plan.o_strides, lpart[0].numel(), l_rb, l_rh, l_rs)
+    rows = out.numel() // D
+    # dense: lse (batch, heads, seq) is in the output's row order, so the combine writes it directly
+    # (no extra buffer and copy kernel per call); varlen's (heads, total) is the transpose
+    lse_rows = torch.empty(rows, dtype=torch.float32, device=q.device) if varlen else lse.view(rows)
+    plan.combine(opart.view(splits, rows, D), lpart.view(splits, rows), out.view(rows, D), lse_rows)
+    if varlen:
+        lse.copy_(lse_rows.view(out.shape[0], out.shape[1]).t())
+    return out, lse
+
+
+class _Plan:
+    """What a call's shapes decide (kernels, configuration, split count, the scalar arguments that
+    do not change from call to call), made once per signature (``_launch_plan``)."""
+
+    __slots__ = ("combine", "dim", "fwd", "head", "lse_strides", "o_rows", "o_strides", "q_shape", "splits")
+
+
+_plans: dict = {}
+
+
+def _launch_plan(q, k, v, causal, scale, varlen, nseq, max_q, has_cache, num_splits) -> _Plan:
+    """The ``_Plan`` of a call, remembered per signature: shapes, strides, dtype, device and options
+    (the data pointers are the call's own).  Looking up kernels, configurations and the split count
+    was a quarter of a decode call's host time."""
+    key = (q.shape, q.stride(), k.shape, k.stride(), v.stride(), q.dtype, q.device, causal, scale, varlen, nseq,
+           max_q, has_cache, num_splits)
+    try:
+        hit = _plans.get(key)
+    except TypeError:  # an unhashable scale: no memo
+        return _make_plan(q, k, v, causal, scale, varlen, nseq, max_q, has_cache, num_splits)
+    if hit is None:
+        hit = _make_plan(q, k, v, causal, scale, varlen, nseq, max_q, has_cache, num_splits)
+        if len(_plans) > 4096:
+            _plans.clear()
+        _plans[key] = hit
+    return hit
+
+
+def _make_plan(q, k, v, causal, scale, varlen, nseq, max_q, has_cache, num_splits) -> _Plan:
+    plan = _Plan()
+    H, Hkv, D = q.shape[1], k.shape[1], q.shape[-1]
+    scale = float(scale) if scale is not None else 1.0 / math.sqrt(D)
+    if varlen:
+        keys_hint, seq_k = k.shape[0] // max(nseq, 1), 0
+    else:
+        keys_hint = seq_k = k.shape[2]
     group = H // Hkv
+    plan.q_shape = None
     qx = q
     if not varlen and max_q == 1 and group > 1:
         # decoding with GQA/MQA: the group's query heads become the rows of one kv head's block
         # (one query row: causal masks nothing).
-        qx = q.reshape(nseq, Hkv, group, D)
+        plan.q_shape = (nseq, Hkv, group, D)
+        qx = q.reshape(plan.q_shape)
         H, max_q, causal, group = Hkv, group, False, 1
     seq_q = 0 if varlen else max_q
-    # tiles load as 16-byte vectors or TMA boxes: a view starting off a 16-byte boundary is copied
-    qx, k, v = (t if t.data_ptr() % 16 == 0 else t.clone() for t in (qx, k, v))
-    (qv, q_hc, q_rb, q_rh), (kv, k_hc, k_rb, k_rh), (vv, v_hc, v_rb, v_rh) = (_rows(t, varlen) for t in (qx, k, v))
+    (_, q_hc, q_rb, q_rh), (_, k_hc, k_rb, k_rh), (_, v_hc, v_rb, v_rh) = (_rows(t, varlen) for t in (qx, k, v))
     # the output: (batch, heads, seq, dim) or packed (total, heads, dim), contiguous
     o_hc, o_rb, o_rh = (True, 0, 0) if varlen else (False, H * max_q, max_q)
-    o_rows = out.numel() // (out.shape[1] * D if varlen else D)
+    plan.o_rows = (q.numel() // (q.shape[1] * D)) if varlen else q.numel() // D
     hopper = _hopper_config(D, max_q) if _is_hopper(q) else None
     configs = HOPPER_CONFIGS if hopper else None
     bM, bN, stages, threads = _fit_shared(hopper or _config(D, max_q), D, _shared_bytes(q))
     splits = _splits(nseq * H * -(-max_q // bM), -(-keys_hint // bN), num_splits)
     dtype = _dtype_name(q)
     target = _target_of(q)
-    dummy = _placeholder(torch.int32, q.device)  # never read (made once per device: no fill kernel per call)
-    cu_q_arg = cu_q.contiguous() if varlen else dummy
-    cu_k_arg = cu_k.contiguous() if varlen else (cache_lens.contiguous() if cache_lens is not None else dummy)
     out_dtype = dtype if splits == 1 else "float32"
-    flags = (causal, varlen, cache_lens is not None, splits, q_hc, k_hc, v_hc, o_hc, bM, bN, stages, threads)
+    flags = (causal, varlen, has_cache, splits, q_hc, k_hc, v_hc, o_hc, bM, bN, stages, threads)
     if configs:
-        fwd = _kernel(("attention", H, Hkv, D, dtype, out_dtype, "sm_90a", tuple(sorted(configs.items()))) + flags,
-                      lambda: ak.attention_fwd(H, Hkv, D, dtype, out_dtype, *flags), target, pass_configs=configs)
+        plan.fwd = _kernel(("attention", H, Hkv, D, dtype, out_dtype, "sm_90a", tuple(sorted(configs.items())))
+                           + flags, lambda: ak.attention_fwd(H, Hkv, D, dtype, out_dtype, *flags), target,
+                           pass_configs=configs)
     else:
-        fwd = _kernel(("attention", H, Hkv, D, dtype, out_dtype) + flags,
-                      lambda: ak.attention_fwd(H, Hkv, D, dtype, out_dtype, *flags), target)
+        plan.fwd = _kernel(("attention", H, Hkv, D, dtype, out_dtype) + flags,
+                           lambda: ak.attention_fwd(H, Hkv, D, dtype, out_dtype, *flags), target)
+    plan.combine = None
+    if splits > 1:
+        bR, cthreads = 16, 128
+        plan.combine = _kernel(("attention_combine", splits, D, dtype, bR, cthreads),
+                               lambda: ak.attention_combine(splits, D, dtype, bR, cthreads), target)
     # the LSE: (batch, heads, seq) or (heads, total); split partials in the output's row order
-    l_rb, l_rh, l_rs = (0, lse.shape[1], 1) if varlen else (H * max_q, max_q, 1)
-    head = (nseq, max_q, seq_q, seq_k, scale, q_rb, q_rh, k_rb, k_rh, v_rb, v_rh)
-    if splits == 1:
-        ov = out.view(o_rows, -1)
-        fwd(qv, kv, vv, ov, lse.view(-1), cu_q_arg, cu_k_arg, *head, 0, o_rb, o_rh, 0, l_rb, l_rh, l_rs)
-        return out, lse
-    opart = torch.empty((splits,) + tuple(out.shape), dtype=torch.float32, device=q.device)
-    lpart = torch.empty((splits,) + tuple(out.shape[:-1]), dtype=torch.float32, device=q.device)
-    if varlen:  # partial LSEs in (token, head) order, like the output rows
-        l_rb, l_rh, l_rs = 0, 1, out.shape[1]
-    fwd(qv, kv, vv, opart.view(splits * o_rows, -1), lpart.view(-1), cu_q_arg, cu_k_arg, *head, o_rows, o_rb, o_rh,
-        lpart[0].numel(), l_rb, l_rh, l_rs)
-    rows = out.numel() // D
-    bR, cthreads = 16, 128
-    comb = _kernel(("attention_combine", splits, D, dtype, bR, cthreads),
-                   lambda: ak.attention_combine(splits, D, dtype, bR, cthreads), target)
-    # dense: lse (batch, heads, seq) is in the output's row order, so the combine writes it directly
-    # (no extra buffer and copy kernel per call); varlen's (heads, total) is the transpose
-    lse_rows = torch.empty(rows, dtype=torch.float32, device=q.device) if varlen else lse.view(rows)
-    comb(opart.view(splits, rows, D), lpart.view(splits, rows), out.view(rows, D), lse_rows)
-    if varlen:
-        lse.copy_(lse_rows.view(out.shape[0], out.shape[1]).t())
-    return out, lse
+    plan.lse_strides = (0, q.shape[0], 1) if varlen else (H * max_q, max_q, 1)
+    plan.head = (max_q, seq_q, seq_k, scale, q_rb, q_rh, k_rb, k_rh, v_rb, v_rh)
+    plan.o_strides = (o_rb, o_rh)
+    plan.splits, plan.dim = splits, D
+    return plan
 
 
 # ---------------------------------------------------------------- host time of a repeat call

@@ -326,6 +326,7 @@ class CudaFunction:
         self._driver = module._driver
         self._ctx_int = module._ctx.handle_int
         self._packers: dict[tuple, _ArgPacker] = {}
+        self._last_packer = None  # (argument types tuple, its packer) of the previous launch
         driver = self._driver
         # The default limit is 48 KiB *minus the static shared memory*, so a kernel with 4 KiB of static
         # shared memory already needs the opt-in for 46 KiB of dynamic shared memory: ask, don't assume.
@@ -399,9 +400,14 @@ class CudaFunction:
         arg_values: tuple,
     ) -> None:
         """Launch on ``stream`` (a raw ``CUstream`` handle as an int; 0 is the legacy default stream)."""
-        packer = self._packers.get(arg_types)
-        if packer is None:
-            packer = self._packers[arg_types] = _ArgPacker(tuple(arg_types))
+        last = self._last_packer
+        if last is not None and last[0] is arg_types:
+            packer = last[1]  # the launcher passes the same tuple every call: no hash of it per launch
+        else:
+            packer = self._packers.get(arg_types)
+            if packer is None:
+                packer = self._packers[arg_types] = _ArgPacker(tuple(arg_types))
+            self._last_packer = (arg_types, packer)
         if packer.offsets:
             params = packer.pack(arg_values)
         elif arg_values:

@@ -20,6 +20,7 @@ from ..ir import dtype as dt
 from ..ir import tile as t
 from ..ir.analysis import eval_expr
 from ..ir.expr import Var
+from ..ir.visitor import free_vars
 from ..target.grid import check_launch_grid
 from .launch_spec import LaunchSpec
 
@@ -32,6 +33,8 @@ class Launcher:
         self._static_grid = spec.static_grid
         self._functions: dict = {}  # device index -> loaded function
         self._fast_spec = None
+        self._grid_reads = None  # (Var, parameter index or None) read by a symbolic grid
+        self._grid_memo: dict = {}
         self._block = (spec.num_threads, 1, 1)
         self.tensor_maps = None
         if spec.tensor_maps:
@@ -82,17 +85,33 @@ class Launcher:
 
     # ------------------------------------------------------------------ grid
     def _grid(self, values, dyn) -> tuple | None:
+        """The grid of a call with symbolic sizes, remembered per value of the sizes and scalars it
+        reads (evaluating the expressions was a fifth of an ops call's host time)."""
         if self._static_grid is not None:
             return self._static_grid
+        reads = self._grid_reads
+        if reads is None:
+            reads = self._grid_reads = self._grid_inputs()
+        key = tuple(dyn[v] if i is None else values[i] for v, i in reads)
+        hit = self._grid_memo.get(key, _MISSING)
+        if hit is not _MISSING:
+            return hit
         env = dict(dyn)
         for p, v in zip(self.spec.params, values):
             if isinstance(p, Var):
                 env[p] = v
         grid = [int(eval_expr(g, env)) for g in self.spec.grid]
-        check_launch_grid(grid, self.spec.func_name)
-        if any(g <= 0 for g in grid):
-            return None
-        return tuple(grid) + (1,) * (3 - len(grid))
+        check_launch_grid(grid, self.spec.func_name)  # raises for a grid the device cannot launch
+        grid = None if any(g <= 0 for g in grid) else tuple(grid) + (1,) * (3 - len(grid))
+        if len(self._grid_memo) < _GRID_MEMO_SIZE:
+            self._grid_memo[key] = grid
+        return grid
+
+    def _grid_inputs(self) -> list:
+        """(Var, parameter index or None for a symbolic size) of every variable the grid reads."""
+        index = {p: i for i, p in enumerate(self.spec.params) if isinstance(p, Var)}
+        used = set().union(*(free_vars(g) for g in self.spec.grid)) if self.spec.grid else set()
+        return sorted(((v, index.get(v)) for v in used), key=lambda x: x[0].name)
 
     # ------------------------------------------------------------------ arguments
     def _checked_bind(self, args):
@@ -177,6 +196,8 @@ class Launcher:
         return values, dyn, max(dev, 0)
 
 
+_MISSING = object()
+_GRID_MEMO_SIZE = 4096  # distinct size combinations remembered per kernel (then evaluated per call)
 _STATIC, _DYNAMIC, _INT, _FLOAT, _OTHER = "static", "dynamic", "int", "float", "other"
 _NO_DYN: dict = {}  # shared, never written: the sizes of a call without symbolic shapes
 
