@@ -62,7 +62,8 @@ def main() -> None:
                 if err < 3e-2 and (best is None or tbs > best[0]):
                     best = (tbs, bm, thr)
             if best:
-                rows.append(f"| **best {op}** | {name} | {best[1]} | {best[2]} | {best[0]:.2f} | {best[0] / roof:.0%} | |")
+                tbs, bm, thr = best
+                rows.append(f"| **best {op}** | {name} | {bm} | {thr} | {tbs:.2f} | {tbs / roof:.0%} | |")
                 print(rows[-1], flush=True)
     print("saved", save("rows-sweep", rows))
 
