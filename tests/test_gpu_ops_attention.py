@@ -100,3 +100,18 @@ def test_kv_cache_and_varlen():
         s = slice(int(cu[b]), int(cu[b + 1]))
         want, _ = reference(*(t[s].transpose(0, 1)[None] for t in (qp, kp, vp)), True)
         assert _rel(out[s], want[0].transpose(0, 1)) < 3e-3
+
+
+@pytest.mark.parametrize("Sk", [512, 8192])
+def test_repeat_calls_of_one_signature_read_their_own_tensors(Sk):
+    """A repeat call reuses the signature's plan and passes only new pointers (BoundKernel): each
+    call must read its own inputs, also a misaligned view (copied) between aligned ones."""
+    for trial in range(3):
+        q = _rand(2, 16, 1, 128, dtype=torch.float16)
+        kv = _rand(2, 4, Sk + 8, 128, dtype=torch.float16)
+        k, v = kv[:, :, :Sk], _rand(2, 4, Sk, 128, dtype=torch.float16)
+        if trial == 1:
+            k = kv.view(-1)[8:8 + k.numel()].view(k.shape)  # off a 16-byte boundary
+        out = ops.attention(q, k, v)
+        want, _ = reference(q, k, v, False)
+        assert _rel(out, want) < 3e-3, trial

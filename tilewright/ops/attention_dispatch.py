@@ -7,6 +7,7 @@ import math
 
 from ..errors import ArgumentError
 from . import attention_kernels as ak
+from .bound_kernel import BoundKernel
 from .dispatch import _check_tensor, _dtype_name, _kernel, _placeholder, _same_device, _target_of, _torch
 
 _NUM_SMS = 132  # the split-KV heuristic aims at filling an H200; a guess elsewhere, and only a speed matter
@@ -334,17 +335,17 @@ def _make_plan(q, k, v, causal, scale, varlen, nseq, max_q, has_cache, num_split
     out_dtype = dtype if splits == 1 else "float32"
     flags = (causal, varlen, has_cache, splits, q_hc, k_hc, v_hc, o_hc, bM, bN, stages, threads)
     if configs:
-        plan.fwd = _kernel(("attention", H, Hkv, D, dtype, out_dtype, "sm_90a", tuple(sorted(configs.items())))
-                           + flags, lambda: ak.attention_fwd(H, Hkv, D, dtype, out_dtype, *flags), target,
-                           pass_configs=configs)
+        fwd = _kernel(("attention", H, Hkv, D, dtype, out_dtype, "sm_90a", tuple(sorted(configs.items()))) + flags,
+                      lambda: ak.attention_fwd(H, Hkv, D, dtype, out_dtype, *flags), target, pass_configs=configs)
     else:
-        plan.fwd = _kernel(("attention", H, Hkv, D, dtype, out_dtype) + flags,
-                           lambda: ak.attention_fwd(H, Hkv, D, dtype, out_dtype, *flags), target)
+        fwd = _kernel(("attention", H, Hkv, D, dtype, out_dtype) + flags,
+                      lambda: ak.attention_fwd(H, Hkv, D, dtype, out_dtype, *flags), target)
+    plan.fwd = BoundKernel(fwd)  # the plan's key fixes every argument's metadata: only pointers change
     plan.combine = None
     if splits > 1:
         bR, cthreads = 16, 128
-        plan.combine = _kernel(("attention_combine", splits, D, dtype, bR, cthreads),
-                               lambda: ak.attention_combine(splits, D, dtype, bR, cthreads), target)
+        plan.combine = BoundKernel(_kernel(("attention_combine", splits, D, dtype, bR, cthreads),
+                                           lambda: ak.attention_combine(splits, D, dtype, bR, cthreads), target))
     # the LSE: (batch, heads, seq) or (heads, total); split partials in the output's row order
     plan.lse_strides = (0, q.shape[0], 1) if varlen else (H * max_q, max_q, 1)
     plan.head = (max_q, seq_q, seq_k, scale, q_rb, q_rh, k_rb, k_rh, v_rb, v_rh)
