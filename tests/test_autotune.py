@@ -54,7 +54,9 @@ def test_decorator_tunes_checks_and_caches():
     assert rows[32]["status"] == rows[64]["status"] == "timed"
     assert result.config["block"] in (32, 64) and not result.from_cache
     a = np.random.default_rng(1).standard_normal(1000).astype(np.float32)
-    np.testing.assert_allclose(scale(1000)(a), 2.0 * a.astype(np.float64), rtol=1e-6)
+    tuned = scale(1000)
+    np.testing.assert_allclose(tuned(a), 2.0 * a.astype(np.float64), rtol=1e-6)
+    assert tuned.config == result.config and tuned.latency == result.latency  # TileLang's attributes
     assert "| config | status |" in result.table()
     # a second tuner (a fresh process, as far as memory goes) answers from the tuning cache
     again = scale.tune(1000)

@@ -34,7 +34,10 @@ class _Autotuned:
             hit = self.tune(*args, **kwargs)
             if memo is not None:
                 self.results[memo] = hit
-        return hit.kernel
+        kernel = hit.kernel
+        # TileLang's tuned kernel says what won: ``kernel.config`` and ``kernel.latency`` (ms)
+        kernel.config, kernel.latency = hit.config, hit.latency
+        return kernel
 
     def tune(self, *args, **kwargs):
         """Run the tuner and return the whole ``AutotuneResult`` (best config, latency, report)."""
