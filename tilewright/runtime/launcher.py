@@ -45,8 +45,9 @@ class Launcher:
     def launch(self, args: list, stream=None, sync: bool = False) -> None:
         """Check ``args`` (one per parameter), evaluate the grid and launch on ``stream`` (default:
         torch's current stream of the arguments' device)."""
-        values, dyn, dev = self.bind(args)
-        self.launch_bound(values, dyn, dev, stream, sync)
+        fast = self._fast_torch_bind(args)
+        values, dyn, dev = fast if fast is not None else self._checked_bind(args)
+        self._launch_values(values, dyn, dev, stream, sync)
 
     def bind(self, args: list) -> tuple:
         """(argument values: pointers and scalars, symbolic sizes, device index) of ``args``, every
@@ -57,9 +58,12 @@ class Launcher:
     def launch_bound(self, values: list, dyn: dict, dev: int, stream=None, sync: bool = False) -> None:
         """Launch with the values ``bind`` returned — or values made the same way (``ops`` does for
         a repeat call whose argument shapes, dtypes, strides and device its call signature fixes,
-        reading only the new pointers; see ``ops.dispatch.BoundKernel``)."""
+        reading only the new pointers; see ``ops.bound_kernel.BoundKernel``)."""
+        self._launch_values(list(values), dyn, dev, stream, sync)
+
+    def _launch_values(self, values: list, dyn: dict, dev: int, stream, sync: bool) -> None:
+        """``launch_bound`` on a list of values it may extend."""
         spec = self.spec
-        values = list(values)
         grid = self._static_grid or self._grid(values, dyn)
         if grid is None:
             return  # an empty dynamic size: nothing to do
