@@ -542,6 +542,10 @@ class Translator:
                                hint="store into a buffer from T.alloc_fragment / T.alloc_shared / T.alloc_local")
         if not isinstance(idx, tuple):
             idx = (idx,)
+        if hasattr(value, "store_elements"):  # several values at once (T.atomic_addx2(..., return_prev=True))
+            for st in value.store_elements(buf, idx, self.loc(node)):
+                self.b.emit(st)
+            return
         if any(isinstance(i, slice) for i in idx):
             raise CompileError(f"slice assignment to {buf.name} is not supported",
                                self.loc(node), hint="use T.copy(src, dst[...]) or T.fill(dst[...], value) "

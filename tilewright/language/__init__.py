@@ -10,7 +10,7 @@ import builtins as _builtins
 import math as _math
 import warnings as _warnings
 
-from ..errors import TilewrightWarning
+from ..errors import CompileError, TilewrightWarning
 from ..frontend import builder as _b
 from ..frontend import dynamic_shared as _dynamic_shared
 from ..frontend.reduce_operands import reduce_into_register as _reduce_into_register
@@ -347,6 +347,22 @@ def alloc_local(shape, dtype, scope="local"):
     return _alloc(shape, dtype, "local", "local")
 
 
+def _check_initializer_fits(dtype: str, init) -> None:
+    """A constant float initializer beyond the dtype's largest finite value would silently become
+    infinity: refused with ValueError, as TileLang does."""
+    value = init.value if isinstance(init, _e.Const) else init
+    number = isinstance(value, (_builtins.int, _builtins.float)) and not isinstance(value, _builtins.bool)
+    if not _dt.is_float(dtype) or not number:
+        return
+    if _math.isfinite(value) and abs(value) > _dt.max_value(dtype):
+        from ..errors import CompileValueError
+
+        raise CompileValueError(f"T.alloc_var: the initializer {value!r} exceeds maximum of {dtype} "
+                                f"({_dt.max_value(dtype):g})", _b.current().loc,
+                                hint=f"use a value within +-{_dt.max_value(dtype):g}, a wider dtype, or "
+                                "T.infinity(dtype) if infinity is meant")
+
+
 def alloc_var(dtype, init=None, scope="local.var"):
     _check_scope("T.alloc_var", scope, ("local.var",))
     b = _b.current()
@@ -354,6 +370,7 @@ def alloc_var(dtype, init=None, scope="local.var"):
         raise _b.error("T.alloc_var must be called inside `with T.Kernel(...)`")
     buf = _t.Buffer(b.fresh("var"), (1,), _dt.canon(dtype), "var", loc=b.loc)
     buf.attrs["auto_name"] = True
+    _check_initializer_fits(buf.dtype, init)
     b.emit(_t.Alloc(buf, None if init is None else _e.cast(buf.dtype, init)))
     return buf
 
@@ -595,9 +612,13 @@ def _atomic(op, dst, value, memory_order=None, return_prev=False):
     raise _b.error(f"T.atomic_{op}: the destination must be an element A[i, j] or a region, got {dst!r}")
 
 
-def atomic_add(dst, value, memory_order=None, return_prev=False):
+def atomic_add(dst, value, memory_order=None, return_prev=False, use_tma=False):
     """``dst += value`` atomically; ``memory_order`` as in C++ (default relaxed); with
-    ``return_prev=True`` returns the value ``dst`` held before (element form)."""
+    ``return_prev=True`` returns the value ``dst`` held before (element form).  ``use_tma`` (TileLang's
+    bulk tensor reduce-store of a shared tile) gives the same sums as the element atomics used here."""
+    if use_tma:
+        _no_effect("T.atomic_add(use_tma=True)", "the tile is added by per-element atomics, with the same result",
+                   "remove use_tma")
     return _atomic("add", dst, value, memory_order, return_prev)
 
 
@@ -632,8 +653,24 @@ def atomic_xor(dst, value, memory_order=None, return_prev=False):
     return _atomic_int("xor", dst, value, memory_order, return_prev)
 
 
+_LOAD_ORDERS = ("relaxed", "consume", "acquire", "seq_cst")  # as C++ atomic load: no release half
+_STORE_ORDERS = ("relaxed", "release", "seq_cst")  # as C++ atomic store: no acquire half
+
+
+def _check_one_sided_order(what: str, memory_order, allowed) -> None:
+    """A load has no release half and a store no acquire half (C++ makes these undefined): refused
+    with ValueError, as TileLang does."""
+    if memory_order is not None and memory_order not in allowed:
+        from ..errors import CompileValueError
+
+        b = _b.current_or_none()
+        raise CompileValueError(f"T.{what} does not support memory_order={memory_order!r}",
+                                b.loc if b else None, hint=f"use one of {', '.join(repr(m) for m in allowed)}")
+
+
 def atomic_store(dst, value, memory_order=None):
     """Store ``value`` to the element ``dst`` atomically, with ``memory_order`` (default relaxed)."""
+    _check_one_sided_order("atomic_store", memory_order, _STORE_ORDERS)
     if not isinstance(dst, _e.Load):
         raise _b.error(f"T.atomic_store needs an element destination such as A[i], got {dst!r}")
     _atomic("exch", dst, value, memory_order, False)
@@ -643,6 +680,7 @@ def atomic_load(src, memory_order=None):
     """The element ``src`` read atomically, with ``memory_order`` (default relaxed): an atomic
     update that leaves it unchanged (``| 0`` for integers, ``+ -0.0`` for floats) returning the
     value it found."""
+    _check_one_sided_order("atomic_load", memory_order, _LOAD_ORDERS)
     if not isinstance(src, _e.Load):
         raise _b.error(f"T.atomic_load needs an element such as A[i], got {src!r}")
     if _dt.is_int(src.buffer.dtype):
@@ -657,25 +695,55 @@ def _shifted(x, k: int, what: str):
     return _e.Load(x.buffer, x.indices[:-1] + (x.indices[-1] + k,))
 
 
+class PackedValues(tuple):
+    """The ``n`` previous values of ``T.atomic_addx{n}(..., return_prev=True)``: stored by a slice
+    assignment of ``n`` elements (``Prev[0:2] = T.atomic_addx2(...)``) or unpacked into names."""
+
+    def store_elements(self, buf, idx, loc) -> list:
+        """The stores of ``buf[idx] = self`` (``idx`` a slice of as many consecutive elements)."""
+        region = buf[idx]
+        n = _builtins.len(self)
+        if not isinstance(region, _t.Region) or region.shape != (n,):
+            raise CompileError(f"{n} packed values are stored into a slice of {n} consecutive elements such as "
+                               f"{buf.name}[i:i + {n}]", loc)
+        first = _first_element(region, "the packed store")
+        return [_t.BufferStore(buf, _shifted(first, k, "the packed store").indices,
+                               _e.cast(buf.dtype, v), loc=loc) for k, v in enumerate(self)]
+
+
+def _first_element(x, what: str):
+    """The first element of an element ``A[i, j]`` or of a slice ``A[i, j:j+n]`` along the last dimension."""
+    if isinstance(x, _t.Buffer):
+        x = _t.Region.full(x)
+    if isinstance(x, _t.Region):
+        if any(e != 1 for d, e in enumerate(x.extents[:-1])):
+            raise _b.error(f"{what} takes consecutive elements along the last dimension, got a region of shape "
+                           f"{x.shape}")
+        return _e.Load(x.buffer, tuple(x.starts))
+    return x
+
+
 def _atomic_add_vector(dst, value, n: int, memory_order, return_prev):
     what = f"T.atomic_addx{n}"
-    if return_prev:
-        raise _b.error(f"{what}(..., return_prev=True) is not supported: it updates {n} elements",
-                       hint="use T.atomic_add(A[i, j], v, return_prev=True) per element")
+    dst = _first_element(dst, what)
+    value = _first_element(value, what)
+    prevs = []
     for k in range(n):
         src = _shifted(value, k, what) if isinstance(value, _e.Load) else value
-        _atomic("add", _shifted(dst, k, what), src, memory_order, False)
+        prevs.append(_atomic("add", _shifted(dst, k, what), src, memory_order, return_prev))
+    return PackedValues(prevs) if return_prev else None
 
 
 def atomic_addx2(dst, value, memory_order=None, return_prev=False):
     """``dst[.., j + k] += value[.., j' + k]`` for k = 0, 1: two consecutive elements (each update
-    atomic; TileLang's packed 2-wide atomic)."""
-    _atomic_add_vector(dst, value, 2, memory_order, return_prev)
+    atomic; TileLang's packed 2-wide atomic).  ``dst`` and ``value`` are first elements or slices of 2;
+    with ``return_prev=True`` the two previous values, stored with ``Prev[0:2] = ...``."""
+    return _atomic_add_vector(dst, value, 2, memory_order, return_prev)
 
 
 def atomic_addx4(dst, value, memory_order=None, return_prev=False):
-    """``dst[.., j + k] += value[.., j' + k]`` for k = 0..3 (each update atomic)."""
-    _atomic_add_vector(dst, value, 4, memory_order, return_prev)
+    """``dst[.., j + k] += value[.., j' + k]`` for k = 0..3 (each update atomic); as T.atomic_addx2."""
+    return _atomic_add_vector(dst, value, 4, memory_order, return_prev)
 
 
 def dp4a(A, B, C):
