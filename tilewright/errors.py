@@ -73,6 +73,11 @@ class CompileValueError(CompileError, ValueError):
     memory order), so that code catching ValueError keeps working."""
 
 
+class CompileAssertionError(CompileError, AssertionError):
+    """A CompileError where TileLang's frontend fails an assertion (a T.reshape to another number of
+    elements), so that code expecting AssertionError keeps working."""
+
+
 class TilewrightWarning(UserWarning):
     """An argument or setting that tilewright accepts for TileLang compatibility but does not act on
     (a performance hint): the warning names it, says that it has no effect here and what to do."""

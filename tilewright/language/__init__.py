@@ -402,9 +402,22 @@ def named_barrier_arrive(*args, **kwargs):
                    "or use mbarriers (T.alloc_barrier, T.mbarrier_arrive, T.mbarrier_wait_parity)")
 
 
-def transpose(*args, **kwargs):
-    raise _b.error("T.transpose is not supported yet",
-                   hint="write the transpose as a T.Parallel loop: dst[j, i] = src[i, j]")
+def transpose(src, dst):
+    """``dst[j, i] = src[i, j]`` for a 2-D tile ``src`` of shape (m, n) and ``dst`` of shape (n, m)
+    (buffers or slices, any memory; dtype-converting): one T.Parallel loop over ``dst``."""
+    b = _b.current()
+    s = _to_region(src, what="T.transpose source")
+    d = _to_region(dst, what="T.transpose destination")
+    if _builtins.len(s.shape) != 2 or tuple(d.shape) != tuple(reversed(s.shape)):
+        raise _b.error(f"T.transpose takes a 2-D tile of shape (m, n) and a destination of shape (n, m); got "
+                       f"{tuple(s.shape)} and {tuple(d.shape)}")
+    if not all(isinstance(n, _builtins.int) for n in s.shape):
+        raise _b.error(f"T.transpose needs compile-time tile shapes, got {tuple(s.shape)}")
+    j, i = (Var(b.fresh(n), "int32", kind="loop") for n in ("j", "i"))
+    value = _views.element_of(s, (i, j))
+    at = _views.element_of(d, (j, i))
+    store = _t.BufferStore(at.buffer, at.indices, _e.cast(at.buffer.dtype, value), loc=b.loc)
+    b.emit(_t.ParallelFor((j, i), tuple(d.shape), store, loc=b.loc))
 
 
 def let(*args, **kwargs):
@@ -443,6 +456,8 @@ def copy(src, dst, coalesced_width=None, disable_tma=False, eviction_policy=None
         # one element inside a T.Parallel body: the iteration's own store
         b.emit(_t.BufferStore(dst.buffer, dst.indices, _e.cast(dst.buffer.dtype, src)))
         return
+    if _views.is_view(src) or _views.is_view(dst):
+        return _views.copy_through_view(src, dst)  # T.copy(T.reshape(A, ...), B): an element loop
     s, d = _regions_for_copy(src, dst)
     if _dynamic_shared.is_dynamic_region(s) or _dynamic_shared.is_dynamic_region(d):
         return _dynamic_shared.copy_elements(s, d)  # a run-time size: an element loop
@@ -995,6 +1010,7 @@ from .debug import print  # noqa: E402, A004, F401  (T.print: language/debug.py)
 from .math import *  # noqa: E402, F403
 from .math import __all__ as _math_names  # noqa: E402, F401
 from .scan import *  # noqa: E402, F403  (cumsum, cummax: language/scan.py)
+from . import views as _views  # noqa: E402
 from .views import *  # noqa: E402, F403  (reshape, view: language/views.py)
 from .warp import *  # noqa: E402, F403  (shfl_*, warp_reduce_*: language/warp.py)
 
