@@ -316,6 +316,7 @@ class Translator:
                                hint="move them inside the kernel block")
         body = t.SeqStmt(stmts) if len(stmts) > 1 else stmts[0]
         params, dyn_vars = self.finish_params(params, dyn_vars)
+        params = params + self.b.__dict__.get("workspaces", [])  # T.alloc_global: hidden, allocated per call
         return t.PrimFunc(self.tree.name, params, body, dyn_vars, loc=self.loc(self.tree))
 
     def finish_params(self, params, dyn_vars):

@@ -390,10 +390,27 @@ def finalize_reducer(reducer):
 
 
 def alloc_global(shape, dtype, scope="global"):
-    # a workspace allocated by the kernel itself needs an allocator at launch time, which the
-    # runtime does not have; refused by name rather than missing
-    raise _b.error("T.alloc_global (global memory allocated inside the kernel) is not supported",
-                   hint="pass the workspace as a kernel parameter: an extra T.Tensor argument (or an output)")
+    """A global-memory workspace of the kernel: a hidden tensor parameter (after the declared ones)
+    that the call allocates, uninitialized, on the arguments' device, as TileLang does.  Its shape is
+    compile-time ints or sizes of the declared parameters (bound from the arguments)."""
+    _check_scope("T.alloc_global", scope, ("global",))
+    b = _b.current()
+    shape = (shape,) if not isinstance(shape, (_builtins.list, _builtins.tuple)) else tuple(shape)
+    dims = []
+    for s in shape:
+        s = s.value if isinstance(s, _e.Const) else s
+        if isinstance(s, _builtins.int) and not isinstance(s, _builtins.bool) and s > 0:
+            dims.append(s)
+        elif isinstance(s, Var):
+            dims.append(s)
+        else:
+            raise _b.error(f"T.alloc_global shape entry {s!r} must be a positive int or a size of a parameter "
+                           "(a T.dynamic / T.const name)", hint="compute derived sizes as ints on the host")
+    buf = _t.Buffer(b.fresh("workspace"), tuple(dims), _dt.canon(dtype), "global", loc=b.loc)
+    buf.attrs["auto_name"] = True
+    buf.attrs["workspace"] = True
+    b.__dict__.setdefault("workspaces", []).append(buf)
+    return buf
 
 
 def named_barrier_arrive(*args, **kwargs):
