@@ -317,7 +317,10 @@ class Translator:
         body = t.SeqStmt(stmts) if len(stmts) > 1 else stmts[0]
         params, dyn_vars = self.finish_params(params, dyn_vars)
         params = params + self.b.__dict__.get("workspaces", [])  # T.alloc_global: hidden, allocated per call
-        return t.PrimFunc(self.tree.name, params, body, dyn_vars, loc=self.loc(self.tree))
+        func = t.PrimFunc(self.tree.name, params, body, dyn_vars, loc=self.loc(self.tree))
+        if self.b.__dict__.get("host_assumes"):  # T.assume on sizes: checked by every call (jit/kernel.py)
+            func.attrs["host_assumes"] = list(self.b.host_assumes)
+        return func
 
     def finish_params(self, params, dyn_vars):
         """Hook: the final parameter list (the eager-JIT reader adds tensors declared in the body)."""

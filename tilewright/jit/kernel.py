@@ -42,6 +42,7 @@ class JITKernel:
         self._workspaces = tuple(i for i, p in enumerate(self.params)
                                  if isinstance(p, t.Buffer) and p.attrs.get("workspace"))
         self._allocated = tuple(out_idx) + self._workspaces
+        self._host_assumes = func.attrs.get("host_assumes", ())
         from ..compiler import kernel_of
 
         self._interpret_threads = kernel_of(func).num_threads
@@ -214,6 +215,8 @@ class JITKernel:
         else:
             raise ArgumentError(f"{self.func.name} takes {n_in} input(s)" + (
                 f" (or all {n_declared} arguments)" if self.out_idx else "") + f"; {len(args)} were given")
+        if self._host_assumes:
+            self._check_assumes(full)
         if self.backend == "device":
             (self._launcher or self.launcher).launch(full, stream, sync=_sync_after_launch())
         elif self.backend == "interpret":
@@ -225,6 +228,28 @@ class JITKernel:
         if len(self.out_idx) == 1:
             return full[self.out_idx[0]]
         return [full[i] for i in self.out_idx]
+
+    def _check_assumes(self, full) -> None:
+        """``T.assume`` conditions on sizes and scalar parameters, evaluated for this call's arguments:
+        RuntimeError (as TileLang's host check) when one is false."""
+        env: dict = {}
+        for p, a in zip(self.params, full):
+            if isinstance(p, Var):
+                env[p] = a.item() if hasattr(a, "item") else a
+            elif hasattr(a, "shape") and len(a.shape) == p.ndim:
+                for want, got in zip(p.shape, a.shape):
+                    if isinstance(want, Var):
+                        env.setdefault(want, int(got))
+        for cond in self._host_assumes:
+            try:
+                holds = bool(eval_expr(cond, env))
+            except (KeyError, ValueError):
+                continue  # a size no argument gives: the binder explains it
+            if not holds:
+                from ..ir.visitor import free_vars
+
+                bound = ", ".join(f"{v.name}={env[v]}" for v in sorted(free_vars(cond), key=lambda v: v.name))
+                raise RuntimeError(f"{self.func.name}: Assume: {cond} does not hold for these arguments ({bound})")
 
     def _with_outputs(self, inputs) -> list:
         plan = self._out_plan

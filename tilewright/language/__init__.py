@@ -958,9 +958,18 @@ def sync_grid():
 
 def assume(cond):
     """A fact the compiler may rely on (TileLang passes it to the optimizer).  Nothing here relies on
-    it, so the kernel computes the same whether it holds or not."""
+    it, so the kernel computes the same whether it holds or not.  A condition on sizes and scalar
+    parameters only (``T.assume(N % 4 == 0)``) is checked by every call, as TileLang does: a call
+    where it is false raises RuntimeError naming it."""
     if isinstance(cond, PrimExpr) and cond.dtype != "bool":
         raise _b.error(f"T.assume takes a condition, got a {cond.dtype} value {cond}")
+    if isinstance(cond, PrimExpr):
+        from ..ir.visitor import free_vars, loads_in
+
+        names = free_vars(cond)
+        if names and all(v.kind in ("dyn", "param") for v in names) and not loads_in(cond):
+            b = _b.current()
+            b.__dict__.setdefault("host_assumes", []).append(cond)
 
 
 def fence_proxy_async():

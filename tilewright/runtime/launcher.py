@@ -46,8 +46,6 @@ class Launcher:
         fast = self._fast_torch_bind(args)
         values, dyn, dev = fast if fast is not None else self._checked_bind(args)
         grid = self._static_grid or self._grid(values, dyn)
-        if grid is None:
-            return  # an empty dynamic size: nothing to do
         if spec.dyn_vars:
             values += [dyn[v] for v in spec.dyn_vars]
         if self.tensor_maps is not None:
@@ -81,7 +79,7 @@ class Launcher:
         return shared_bytes_at_launch(self.spec.shared_at_launch, env, self.spec.shared_bytes, self.spec.func_name)
 
     # ------------------------------------------------------------------ grid
-    def _grid(self, values, dyn) -> tuple | None:
+    def _grid(self, values, dyn) -> tuple:
         if self._static_grid is not None:
             return self._static_grid
         env = dict(dyn)
@@ -89,9 +87,7 @@ class Launcher:
             if isinstance(p, Var):
                 env[p] = v
         grid = [int(eval_expr(g, env)) for g in self.spec.grid]
-        check_launch_grid(grid, self.spec.func_name)
-        if any(g <= 0 for g in grid):
-            return None
+        check_launch_grid(grid, self.spec.func_name)  # a zero dimension is an error, as in TileLang
         return tuple(grid) + (1,) * (3 - len(grid))
 
     # ------------------------------------------------------------------ arguments
