@@ -203,9 +203,11 @@ def _fast_spec(params) -> list:
 def check_dynamic_sizes(func_name: str, params, dyn: dict) -> None:
     """Refuse a dynamic size the compiled code cannot address: sizes are passed as 32-bit ``int``
     parameters and the code's index arithmetic is proven against sizes in [0, 2^31 - 1] (see
-    ``passes/offset_width.py``).  Static shapes need no check: the argument must match them."""
+    ``passes/offset_width.py``); a size declared ``T.dynamic(name, "int64")`` is a 64-bit parameter
+    and the arithmetic is proven against [0, 2^63 - 1].  Static shapes need no check: the argument
+    must match them."""
     for var, value in dyn.items():
-        if 0 <= value <= 2**31 - 1:
+        if 0 <= value <= (2**63 - 1 if var.dtype == "int64" else 2**31 - 1):
             continue
         where = next((f"dimension {d} of argument {p.name}" for p in params if isinstance(p, t.Buffer)
                       for d, s in enumerate(p.shape) if s is var), "a dynamic size")
