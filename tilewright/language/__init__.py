@@ -485,20 +485,39 @@ def tma_copy(src, dst, *, barrier=None, eviction_policy=None, annotations=None):
     """A global -> shared tile copy by the tensor memory accelerator with user-managed completion:
     one elected thread of the executing threads arrives on ``barrier`` expecting all of the copy's
     bytes and issues the loads; wait for them with ``T.mbarrier_wait_parity(barrier, parity)``
-    (sm_90 and newer; the tile must be one TMA can describe, as for pipelined copies)."""
+    (sm_90 and newer; the tile must be one TMA can describe, as for pipelined copies).
+    The other direction, shared -> global (TileLang's TMA store, completed by ``T.tma_store_wait``),
+    takes no barrier: it is done as a ``T.copy`` of the block, complete when the statement ends."""
     b = _b.current()
-    if barrier is None:
-        raise _b.error("T.tma_copy needs barrier=: the mbarrier its bytes complete on",
-                       hint="allocate one with `bars = T.alloc_barrier([1] * n)` and pass barrier=bars[i]")
     if eviction_policy is not None:
         _no_effect("T.tma_copy(eviction_policy=...)", "cache eviction hints are not emitted",
                    "remove eviction_policy (the copy is the same)")
+    if barrier is None and not isinstance(src, _e.Load) and _is_store_direction(src, dst):
+        s, d = _regions_for_copy(src, dst)
+        b.emit(_t.Copy(s, d))
+        return
+    if barrier is None:
+        raise _b.error("T.tma_copy needs barrier=: the mbarrier its bytes complete on",
+                       hint="allocate one with `bars = T.alloc_barrier([1] * n)` and pass barrier=bars[i]")
     bar, idx = _mbar(barrier, "T.tma_copy")
     s, d = _regions_for_copy(src, dst)
     if s.buffer.scope != "global" or d.buffer.scope != "shared":
         raise _b.error(f"T.tma_copy copies a global tensor into shared memory; got {s.buffer.scope} -> "
                        f"{d.buffer.scope}", hint="use T.copy for other directions")
     b.emit(_t.Copy(s, d, mode="tma", barrier=(bar, idx), user_sync=True))
+
+
+def _is_store_direction(src, dst) -> bool:
+    """``T.tma_copy(shared tile, global ...)``: a TMA store."""
+    src_buf = getattr(src, "buffer", src)
+    dst_buf = getattr(dst, "buffer", dst)
+    return getattr(src_buf, "scope", None) == "shared" and getattr(dst_buf, "scope", None) == "global"
+
+
+def tma_store_wait(read=False):
+    """Wait for this thread's TMA stores (``T.tma_copy`` shared -> global): those are done here as
+    block copies that are complete when their statement ends, so there is nothing left to wait for."""
+    _b.current()  # inside a kernel body, like the other T.* statements
 
 
 def fill(buf, value):
