@@ -1051,11 +1051,11 @@ isnan = _unary("isnan")
 isinf = _unary("isinf")
 
 # TileLang's further math (tan, fmod, nearbyint, clamp, fast_rcp, __exp..., ieee_*): language/math.py
+from . import views as _views  # noqa: E402
 from .debug import print  # noqa: E402, A004, F401  (T.print: language/debug.py)
 from .math import *  # noqa: E402, F403
 from .math import __all__ as _math_names  # noqa: E402, F401
 from .scan import *  # noqa: E402, F403  (cumsum, cummax: language/scan.py)
-from . import views as _views  # noqa: E402
 from .views import *  # noqa: E402, F403  (reshape, view: language/views.py)
 from .warp import *  # noqa: E402, F403  (shfl_*, warp_reduce_*: language/warp.py)
 

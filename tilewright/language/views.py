@@ -149,6 +149,6 @@ def element_of(x, idx) -> _e.Load:
         return x[tuple(idx)]
     it = iter(idx)
     out = []
-    for dim, (start, ext) in enumerate(zip(x.starts, x.extents)):
+    for dim, start in enumerate(x.starts):
         out.append(start if dim in x.squeezed else start + next(it))
     return _e.Load(x.buffer, tuple(out))
