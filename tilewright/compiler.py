@@ -51,7 +51,8 @@ def _compiler_fingerprint() -> str:
 
 
 def _normalize_out_idx(func: t.PrimFunc, out_idx) -> tuple:
-    n = len(func.params)
+    # the declared parameters: T.alloc_global workspaces come after them and are not outputs
+    n = len([p for p in func.params if not (isinstance(p, t.Buffer) and p.attrs.get("workspace"))])
     if out_idx is None:
         return ()
     if isinstance(out_idx, int):

@@ -59,8 +59,23 @@ class CompileError(TilewrightError):
 
     def with_loc(self, loc: SourceLocation | None) -> CompileError:
         if self.loc is None and loc is not None:
-            return CompileError(self.message, loc, self.hint)
+            import copy
+
+            located = copy.copy(self)  # keeps the class (a CompileValueError stays a ValueError)
+            located.loc = loc
+            located.args = (located._format(),)
+            return located
         return self
+
+
+class CompileValueError(CompileError, ValueError):
+    """A CompileError where TileLang raises ValueError (a bad argument value such as an unsupported
+    memory order), so that code catching ValueError keeps working."""
+
+
+class CompileAssertionError(CompileError, AssertionError):
+    """A CompileError where TileLang's frontend fails an assertion (a T.reshape to another number of
+    elements), so that code expecting AssertionError keeps working."""
 
 
 class TilewrightWarning(UserWarning):

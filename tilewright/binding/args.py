@@ -89,8 +89,9 @@ def _dim_value(kernel_name: str, var: Var, v, where: str) -> int:
     if v < 0:
         raise ArgumentError(f"{kernel_name}: the symbolic dimension {var.name} ({where}) is {v}; sizes cannot be "
                             "negative")
-    if v > _INT32_MAX:
-        raise ArgumentError(f"{kernel_name}: the symbolic dimension {var.name}={v} ({where}) does not fit in int32")
+    if v > _INT32_MAX and var.dtype != "int64":
+        raise ArgumentError(f"{kernel_name}: the symbolic dimension {var.name}={v} ({where}) does not fit in int32; "
+                            f"declare it {var.name} = T.dynamic({var.name!r}, 'int64') for sizes of 2**31 or more")
     return v
 
 

@@ -100,8 +100,8 @@ class Printer:
                 params.append(f"{self.ctype(p.dtype)}* __restrict__ {self.name(p, p.name)}")
             else:
                 params.append(f"{self.ctype(p.dtype)} {self.name(p, p.name)}")
-        for v in k.dyn_vars:
-            params.append(f"int {self.name(v, v.name)}")
+        for v in k.dyn_vars:  # int, or long long for a size declared T.dynamic(name, "int64")
+            params.append(f"{self.ctype('int64' if v.dtype == 'int64' else 'int32')} {self.name(v, v.name)}")
         for i, _ in enumerate(k.tensor_maps):
             params.append(self.tensor_map_param(i))
         self.lines.append(self.prelude())

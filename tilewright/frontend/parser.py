@@ -316,7 +316,11 @@ class Translator:
                                hint="move them inside the kernel block")
         body = t.SeqStmt(stmts) if len(stmts) > 1 else stmts[0]
         params, dyn_vars = self.finish_params(params, dyn_vars)
-        return t.PrimFunc(self.tree.name, params, body, dyn_vars, loc=self.loc(self.tree))
+        params = params + self.b.__dict__.get("workspaces", [])  # T.alloc_global: hidden, allocated per call
+        func = t.PrimFunc(self.tree.name, params, body, dyn_vars, loc=self.loc(self.tree))
+        if self.b.__dict__.get("host_assumes"):  # T.assume on sizes: checked by every call (jit/kernel.py)
+            func.attrs["host_assumes"] = list(self.b.host_assumes)
+        return func
 
     def finish_params(self, params, dyn_vars):
         """Hook: the final parameter list (the eager-JIT reader adds tensors declared in the body)."""
@@ -542,6 +546,10 @@ class Translator:
                                hint="store into a buffer from T.alloc_fragment / T.alloc_shared / T.alloc_local")
         if not isinstance(idx, tuple):
             idx = (idx,)
+        if hasattr(value, "store_elements"):  # several values at once (T.atomic_addx2(..., return_prev=True))
+            for st in value.store_elements(buf, idx, self.loc(node)):
+                self.b.emit(st)
+            return
         if any(isinstance(i, slice) for i in idx):
             raise CompileError(f"slice assignment to {buf.name} is not supported",
                                self.loc(node), hint="use T.copy(src, dst[...]) or T.fill(dst[...], value) "

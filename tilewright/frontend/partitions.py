@@ -19,6 +19,9 @@ from ..ir.visitor import child_stmts, free_vars, walk
 
 
 def form_partitions(func: t.PrimFunc) -> t.PrimFunc:
+    from .uniform_fragments import uniform_fragments_to_local
+
+    uniform_fragments_to_local(func)  # block-wide tables read outside T.Parallel: before any uniformity question
     kernels = [s for s in _flatten(func.body) if isinstance(s, t.Kernel)]
     uni = _LazyUniformity(func)
     for k in kernels:

@@ -68,10 +68,9 @@ def _extent(buf, d, lo, hi):
 
 
 def _affine_difference(lo, hi):
-    """hi - lo for affine integer expressions (k+1)*32 - k*32 -> 32."""
-    from ..ir.analysis import affine_coeffs
-
-    a, b = affine_coeffs(as_expr(hi)), affine_coeffs(as_expr(lo))
+    """hi - lo for affine integer expressions (k+1)*32 - k*32 -> 32, where a term that is not affine
+    itself (``q = T.if_then_else(c, a, b)`` in ``q*32 : (q+1)*32``) counts as one opaque variable."""
+    a, b = _affine_terms(as_expr(hi)), _affine_terms(as_expr(lo))
     if a is None or b is None:
         return None
     keys = set(a) | set(b)
@@ -79,6 +78,38 @@ def _affine_difference(lo, hi):
     if any(v != 0 for k, v in diff.items() if k is not None):
         return None
     return diff.get(None, 0)
+
+
+def _affine_terms(e):
+    """``{term: coeff, None: constant}`` of an integer expression: affine in variables and in opaque
+    terms (any other integer sub-expression, keyed by its text), None for a non-integer value."""
+    from ..ir.analysis import affine_coeffs
+    from ..ir.expr import BinOp, Cast, UnOp
+
+    if isinstance(e, BinOp) and e.op in ("+", "-"):
+        a, b = _affine_terms(e.a), _affine_terms(e.b)
+        if a is None or b is None:
+            return None
+        out = dict(a)
+        for k, v in b.items():
+            out[k] = out.get(k, 0) + (v if e.op == "+" else -v)
+        return out
+    if isinstance(e, BinOp) and e.op == "*":
+        a, b = _affine_terms(e.a), _affine_terms(e.b)
+        if a is not None and b is not None and (len(a) == 1 or len(b) == 1):
+            scale, terms = (a[None], b) if len(a) == 1 else (b[None], a)
+            return {k: v * scale for k, v in terms.items()}
+    if isinstance(e, UnOp) and e.op == "neg":
+        a = _affine_terms(e.a)
+        return None if a is None else {k: -v for k, v in a.items()}
+    if isinstance(e, Cast) and e.dtype in ("int32", "int64"):
+        return _affine_terms(e.a)
+    plain = affine_coeffs(e)
+    if plain is not None:
+        return plain
+    if getattr(e, "dtype", None) not in ("int32", "int64"):
+        return None
+    return {("term", str(e)): 1, None: 0}
 
 
 def to_region(x, other_shape=None, what="operand") -> Region:

@@ -90,11 +90,12 @@ def _strides(shape) -> list:
 class StripedLayout(FragmentLayout):
     """Row-major elements dealt to threads in chunks of ``vec`` consecutive elements:
     flat = ((r // vec) * T + t) * vec + r % vec.  When the tile has fewer chunks than threads,
-    threads ``t`` and ``t + chunks`` hold the same chunk (replication)."""
+    threads ``t`` and ``t + chunks`` hold the same chunk (replication); with ``replicate=False``
+    threads ``t >= chunks`` hold nothing instead (each position has one holder)."""
 
     kind = "striped"
 
-    def __init__(self, shape, num_threads: int, vec: int = 1):
+    def __init__(self, shape, num_threads: int, vec: int = 1, replicate: bool = True):
         self.shape = tuple(shape)
         self.num_threads = num_threads
         numel = int(np.prod(self.shape))
@@ -108,7 +109,7 @@ class StripedLayout(FragmentLayout):
             self.padded = chunks % num_threads != 0
         else:
             self.rounds = 1
-            self.padded = num_threads % chunks != 0
+            self.padded = num_threads % chunks != 0 or not replicate
             self.replicas = num_threads // chunks if not self.padded else 1
         self.chunks = chunks
         self.num_regs = self.rounds * vec

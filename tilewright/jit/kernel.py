@@ -38,6 +38,11 @@ class JITKernel:
         self.compile_seconds = 0.0
         self._launcher = None
         self._out_plan = None  # made on the first call that allocates outputs
+        # T.alloc_global workspaces: hidden parameters after the declared ones, allocated by each call
+        self._workspaces = tuple(i for i, p in enumerate(self.params)
+                                 if isinstance(p, t.Buffer) and p.attrs.get("workspace"))
+        self._allocated = tuple(out_idx) + self._workspaces
+        self._host_assumes = func.attrs.get("host_assumes", ())
         from ..compiler import kernel_of
 
         self._interpret_threads = kernel_of(func).num_threads
@@ -199,14 +204,19 @@ class JITKernel:
 
     # ------------------------------------------------------------------ calling
     def __call__(self, *args, stream=None):
-        n_in = len(self.params) - len(self.out_idx)
-        if len(args) == n_in and self.out_idx:
+        n_declared = len(self.params) - len(self._workspaces)
+        n_in = n_declared - len(self.out_idx)
+        if len(args) == n_in and self._allocated:
             full = self._with_outputs(args)
+        elif len(args) == n_declared and self._workspaces:
+            full = self._with_outputs_general(args, self._workspaces)
         elif len(args) == len(self.params):
             full = list(args)
         else:
             raise ArgumentError(f"{self.func.name} takes {n_in} input(s)" + (
-                f" (or all {len(self.params)} arguments)" if self.out_idx else "") + f"; {len(args)} were given")
+                f" (or all {n_declared} arguments)" if self.out_idx else "") + f"; {len(args)} were given")
+        if self._host_assumes:
+            self._check_assumes(full)
         if self.backend == "device":
             (self._launcher or self.launcher).launch(full, stream, sync=_sync_after_launch())
         elif self.backend == "interpret":
@@ -218,6 +228,28 @@ class JITKernel:
         if len(self.out_idx) == 1:
             return full[self.out_idx[0]]
         return [full[i] for i in self.out_idx]
+
+    def _check_assumes(self, full) -> None:
+        """``T.assume`` conditions on sizes and scalar parameters, evaluated for this call's arguments:
+        RuntimeError (as TileLang's host check) when one is false."""
+        env: dict = {}
+        for p, a in zip(self.params, full):
+            if isinstance(p, Var):
+                env[p] = a.item() if hasattr(a, "item") else a
+            elif hasattr(a, "shape") and len(a.shape) == p.ndim:
+                for want, got in zip(p.shape, a.shape):
+                    if isinstance(want, Var):
+                        env.setdefault(want, int(got))
+        for cond in self._host_assumes:
+            try:
+                holds = bool(eval_expr(cond, env))
+            except (KeyError, ValueError):
+                continue  # a size no argument gives: the binder explains it
+            if not holds:
+                from ..ir.visitor import free_vars
+
+                bound = ", ".join(f"{v.name}={env[v]}" for v in sorted(free_vars(cond), key=lambda v: v.name))
+                raise RuntimeError(f"{self.func.name}: Assume: {cond} does not hold for these arguments ({bound})")
 
     def _with_outputs(self, inputs) -> list:
         plan = self._out_plan
@@ -235,19 +267,19 @@ class JITKernel:
             for i, shape, dtype, _ in outputs:
                 full[i] = torch.empty(shape, dtype=dtype, device=device)
             return full
-        return self._with_outputs_general(inputs)
+        return self._with_outputs_general(inputs, self._allocated)
 
     def _outputs_plan(self):
         """(input parameter indices, per output (index, static shape, torch dtype, torch) when every
         output shape is static and torch is imported, the input whose device the outputs take)."""
         import sys
 
-        in_params = [i for i in range(len(self.params)) if i not in self.out_idx]
+        in_params = [i for i in range(len(self.params)) if i not in self._allocated]
         buffers = [n for n, i in enumerate(in_params) if isinstance(self.params[i], t.Buffer)]
         like_index = buffers[0] if buffers else None
         torch = sys.modules.get("torch")
         outputs = []
-        for i in self.out_idx:
+        for i in self._allocated:
             p = self.params[i]
             if torch is None or not all(isinstance(s, int) for s in p.shape):
                 return in_params, [], like_index
@@ -256,8 +288,10 @@ class JITKernel:
             outputs.append((i, tuple(p.shape), to_torch_dtype(p.dtype), torch))
         return in_params, outputs, like_index
 
-    def _with_outputs_general(self, inputs) -> list:
-        in_params = [i for i in range(len(self.params)) if i not in self.out_idx]
+    def _with_outputs_general(self, inputs, allocated) -> list:
+        """The full argument list: ``inputs`` for the parameters not in ``allocated``, new tensors
+        (shapes from the inputs' sizes, on their device) for those in it."""
+        in_params = [i for i in range(len(self.params)) if i not in allocated]
         full = [None] * len(self.params)
         for i, a in zip(in_params, inputs):
             full[i] = a
@@ -274,7 +308,7 @@ class JITKernel:
                         if isinstance(want, Var):
                             dyn.setdefault(want, int(got))
                 like = like if like is not None else a
-        for i in self.out_idx:
+        for i in allocated:
             p = self.params[i]
             shape = []
             for s in p.shape:

@@ -10,7 +10,7 @@ import builtins as _builtins
 import math as _math
 import warnings as _warnings
 
-from ..errors import TilewrightWarning
+from ..errors import CompileError, TilewrightWarning
 from ..frontend import builder as _b
 from ..frontend import dynamic_shared as _dynamic_shared
 from ..frontend.reduce_operands import reduce_into_register as _reduce_into_register
@@ -347,6 +347,22 @@ def alloc_local(shape, dtype, scope="local"):
     return _alloc(shape, dtype, "local", "local")
 
 
+def _check_initializer_fits(dtype: str, init) -> None:
+    """A constant float initializer beyond the dtype's largest finite value would silently become
+    infinity: refused with ValueError, as TileLang does."""
+    value = init.value if isinstance(init, _e.Const) else init
+    number = isinstance(value, (_builtins.int, _builtins.float)) and not isinstance(value, _builtins.bool)
+    if not _dt.is_float(dtype) or not number:
+        return
+    if _math.isfinite(value) and abs(value) > _dt.max_value(dtype):
+        from ..errors import CompileValueError
+
+        raise CompileValueError(f"T.alloc_var: the initializer {value!r} exceeds maximum of {dtype} "
+                                f"({_dt.max_value(dtype):g})", _b.current().loc,
+                                hint=f"use a value within +-{_dt.max_value(dtype):g}, a wider dtype, or "
+                                "T.infinity(dtype) if infinity is meant")
+
+
 def alloc_var(dtype, init=None, scope="local.var"):
     _check_scope("T.alloc_var", scope, ("local.var",))
     b = _b.current()
@@ -354,6 +370,7 @@ def alloc_var(dtype, init=None, scope="local.var"):
         raise _b.error("T.alloc_var must be called inside `with T.Kernel(...)`")
     buf = _t.Buffer(b.fresh("var"), (1,), _dt.canon(dtype), "var", loc=b.loc)
     buf.attrs["auto_name"] = True
+    _check_initializer_fits(buf.dtype, init)
     b.emit(_t.Alloc(buf, None if init is None else _e.cast(buf.dtype, init)))
     return buf
 
@@ -373,10 +390,27 @@ def finalize_reducer(reducer):
 
 
 def alloc_global(shape, dtype, scope="global"):
-    # a workspace allocated by the kernel itself needs an allocator at launch time, which the
-    # runtime does not have; refused by name rather than missing
-    raise _b.error("T.alloc_global (global memory allocated inside the kernel) is not supported",
-                   hint="pass the workspace as a kernel parameter: an extra T.Tensor argument (or an output)")
+    """A global-memory workspace of the kernel: a hidden tensor parameter (after the declared ones)
+    that the call allocates, uninitialized, on the arguments' device, as TileLang does.  Its shape is
+    compile-time ints or sizes of the declared parameters (bound from the arguments)."""
+    _check_scope("T.alloc_global", scope, ("global",))
+    b = _b.current()
+    shape = (shape,) if not isinstance(shape, (_builtins.list, _builtins.tuple)) else tuple(shape)
+    dims = []
+    for s in shape:
+        s = s.value if isinstance(s, _e.Const) else s
+        if isinstance(s, _builtins.int) and not isinstance(s, _builtins.bool) and s > 0:
+            dims.append(s)
+        elif isinstance(s, Var):
+            dims.append(s)
+        else:
+            raise _b.error(f"T.alloc_global shape entry {s!r} must be a positive int or a size of a parameter "
+                           "(a T.dynamic / T.const name)", hint="compute derived sizes as ints on the host")
+    buf = _t.Buffer(b.fresh("workspace"), tuple(dims), _dt.canon(dtype), "global", loc=b.loc)
+    buf.attrs["auto_name"] = True
+    buf.attrs["workspace"] = True
+    b.__dict__.setdefault("workspaces", []).append(buf)
+    return buf
 
 
 def named_barrier_arrive(*args, **kwargs):
@@ -385,9 +419,22 @@ def named_barrier_arrive(*args, **kwargs):
                    "or use mbarriers (T.alloc_barrier, T.mbarrier_arrive, T.mbarrier_wait_parity)")
 
 
-def transpose(*args, **kwargs):
-    raise _b.error("T.transpose is not supported yet",
-                   hint="write the transpose as a T.Parallel loop: dst[j, i] = src[i, j]")
+def transpose(src, dst):
+    """``dst[j, i] = src[i, j]`` for a 2-D tile ``src`` of shape (m, n) and ``dst`` of shape (n, m)
+    (buffers or slices, any memory; dtype-converting): one T.Parallel loop over ``dst``."""
+    b = _b.current()
+    s = _to_region(src, what="T.transpose source")
+    d = _to_region(dst, what="T.transpose destination")
+    if _builtins.len(s.shape) != 2 or tuple(d.shape) != tuple(reversed(s.shape)):
+        raise _b.error(f"T.transpose takes a 2-D tile of shape (m, n) and a destination of shape (n, m); got "
+                       f"{tuple(s.shape)} and {tuple(d.shape)}")
+    if not all(isinstance(n, _builtins.int) for n in s.shape):
+        raise _b.error(f"T.transpose needs compile-time tile shapes, got {tuple(s.shape)}")
+    j, i = (Var(b.fresh(n), "int32", kind="loop") for n in ("j", "i"))
+    value = _views.element_of(s, (i, j))
+    at = _views.element_of(d, (j, i))
+    store = _t.BufferStore(at.buffer, at.indices, _e.cast(at.buffer.dtype, value), loc=b.loc)
+    b.emit(_t.ParallelFor((j, i), tuple(d.shape), store, loc=b.loc))
 
 
 def let(*args, **kwargs):
@@ -426,6 +473,8 @@ def copy(src, dst, coalesced_width=None, disable_tma=False, eviction_policy=None
         # one element inside a T.Parallel body: the iteration's own store
         b.emit(_t.BufferStore(dst.buffer, dst.indices, _e.cast(dst.buffer.dtype, src)))
         return
+    if _views.is_view(src) or _views.is_view(dst):
+        return _views.copy_through_view(src, dst)  # T.copy(T.reshape(A, ...), B): an element loop
     s, d = _regions_for_copy(src, dst)
     if _dynamic_shared.is_dynamic_region(s) or _dynamic_shared.is_dynamic_region(d):
         return _dynamic_shared.copy_elements(s, d)  # a run-time size: an element loop
@@ -436,20 +485,39 @@ def tma_copy(src, dst, *, barrier=None, eviction_policy=None, annotations=None):
     """A global -> shared tile copy by the tensor memory accelerator with user-managed completion:
     one elected thread of the executing threads arrives on ``barrier`` expecting all of the copy's
     bytes and issues the loads; wait for them with ``T.mbarrier_wait_parity(barrier, parity)``
-    (sm_90 and newer; the tile must be one TMA can describe, as for pipelined copies)."""
+    (sm_90 and newer; the tile must be one TMA can describe, as for pipelined copies).
+    The other direction, shared -> global (TileLang's TMA store, completed by ``T.tma_store_wait``),
+    takes no barrier: it is done as a ``T.copy`` of the block, complete when the statement ends."""
     b = _b.current()
-    if barrier is None:
-        raise _b.error("T.tma_copy needs barrier=: the mbarrier its bytes complete on",
-                       hint="allocate one with `bars = T.alloc_barrier([1] * n)` and pass barrier=bars[i]")
     if eviction_policy is not None:
         _no_effect("T.tma_copy(eviction_policy=...)", "cache eviction hints are not emitted",
                    "remove eviction_policy (the copy is the same)")
+    if barrier is None and not isinstance(src, _e.Load) and _is_store_direction(src, dst):
+        s, d = _regions_for_copy(src, dst)
+        b.emit(_t.Copy(s, d))
+        return
+    if barrier is None:
+        raise _b.error("T.tma_copy needs barrier=: the mbarrier its bytes complete on",
+                       hint="allocate one with `bars = T.alloc_barrier([1] * n)` and pass barrier=bars[i]")
     bar, idx = _mbar(barrier, "T.tma_copy")
     s, d = _regions_for_copy(src, dst)
     if s.buffer.scope != "global" or d.buffer.scope != "shared":
         raise _b.error(f"T.tma_copy copies a global tensor into shared memory; got {s.buffer.scope} -> "
                        f"{d.buffer.scope}", hint="use T.copy for other directions")
     b.emit(_t.Copy(s, d, mode="tma", barrier=(bar, idx), user_sync=True))
+
+
+def _is_store_direction(src, dst) -> bool:
+    """``T.tma_copy(shared tile, global ...)``: a TMA store."""
+    src_buf = getattr(src, "buffer", src)
+    dst_buf = getattr(dst, "buffer", dst)
+    return getattr(src_buf, "scope", None) == "shared" and getattr(dst_buf, "scope", None) == "global"
+
+
+def tma_store_wait(read=False):
+    """Wait for this thread's TMA stores (``T.tma_copy`` shared -> global): those are done here as
+    block copies that are complete when their statement ends, so there is nothing left to wait for."""
+    _b.current()  # inside a kernel body, like the other T.* statements
 
 
 def fill(buf, value):
@@ -595,9 +663,13 @@ def _atomic(op, dst, value, memory_order=None, return_prev=False):
     raise _b.error(f"T.atomic_{op}: the destination must be an element A[i, j] or a region, got {dst!r}")
 
 
-def atomic_add(dst, value, memory_order=None, return_prev=False):
+def atomic_add(dst, value, memory_order=None, return_prev=False, use_tma=False):
     """``dst += value`` atomically; ``memory_order`` as in C++ (default relaxed); with
-    ``return_prev=True`` returns the value ``dst`` held before (element form)."""
+    ``return_prev=True`` returns the value ``dst`` held before (element form).  ``use_tma`` (TileLang's
+    bulk tensor reduce-store of a shared tile) gives the same sums as the element atomics used here."""
+    if use_tma:
+        _no_effect("T.atomic_add(use_tma=True)", "the tile is added by per-element atomics, with the same result",
+                   "remove use_tma")
     return _atomic("add", dst, value, memory_order, return_prev)
 
 
@@ -632,8 +704,24 @@ def atomic_xor(dst, value, memory_order=None, return_prev=False):
     return _atomic_int("xor", dst, value, memory_order, return_prev)
 
 
+_LOAD_ORDERS = ("relaxed", "consume", "acquire", "seq_cst")  # as C++ atomic load: no release half
+_STORE_ORDERS = ("relaxed", "release", "seq_cst")  # as C++ atomic store: no acquire half
+
+
+def _check_one_sided_order(what: str, memory_order, allowed) -> None:
+    """A load has no release half and a store no acquire half (C++ makes these undefined): refused
+    with ValueError, as TileLang does."""
+    if memory_order is not None and memory_order not in allowed:
+        from ..errors import CompileValueError
+
+        b = _b.current_or_none()
+        raise CompileValueError(f"T.{what} does not support memory_order={memory_order!r}",
+                                b.loc if b else None, hint=f"use one of {', '.join(repr(m) for m in allowed)}")
+
+
 def atomic_store(dst, value, memory_order=None):
     """Store ``value`` to the element ``dst`` atomically, with ``memory_order`` (default relaxed)."""
+    _check_one_sided_order("atomic_store", memory_order, _STORE_ORDERS)
     if not isinstance(dst, _e.Load):
         raise _b.error(f"T.atomic_store needs an element destination such as A[i], got {dst!r}")
     _atomic("exch", dst, value, memory_order, False)
@@ -643,6 +731,7 @@ def atomic_load(src, memory_order=None):
     """The element ``src`` read atomically, with ``memory_order`` (default relaxed): an atomic
     update that leaves it unchanged (``| 0`` for integers, ``+ -0.0`` for floats) returning the
     value it found."""
+    _check_one_sided_order("atomic_load", memory_order, _LOAD_ORDERS)
     if not isinstance(src, _e.Load):
         raise _b.error(f"T.atomic_load needs an element such as A[i], got {src!r}")
     if _dt.is_int(src.buffer.dtype):
@@ -657,25 +746,55 @@ def _shifted(x, k: int, what: str):
     return _e.Load(x.buffer, x.indices[:-1] + (x.indices[-1] + k,))
 
 
+class PackedValues(tuple):
+    """The ``n`` previous values of ``T.atomic_addx{n}(..., return_prev=True)``: stored by a slice
+    assignment of ``n`` elements (``Prev[0:2] = T.atomic_addx2(...)``) or unpacked into names."""
+
+    def store_elements(self, buf, idx, loc) -> list:
+        """The stores of ``buf[idx] = self`` (``idx`` a slice of as many consecutive elements)."""
+        region = buf[idx]
+        n = _builtins.len(self)
+        if not isinstance(region, _t.Region) or region.shape != (n,):
+            raise CompileError(f"{n} packed values are stored into a slice of {n} consecutive elements such as "
+                               f"{buf.name}[i:i + {n}]", loc)
+        first = _first_element(region, "the packed store")
+        return [_t.BufferStore(buf, _shifted(first, k, "the packed store").indices,
+                               _e.cast(buf.dtype, v), loc=loc) for k, v in enumerate(self)]
+
+
+def _first_element(x, what: str):
+    """The first element of an element ``A[i, j]`` or of a slice ``A[i, j:j+n]`` along the last dimension."""
+    if isinstance(x, _t.Buffer):
+        x = _t.Region.full(x)
+    if isinstance(x, _t.Region):
+        if any(e != 1 for d, e in enumerate(x.extents[:-1])):
+            raise _b.error(f"{what} takes consecutive elements along the last dimension, got a region of shape "
+                           f"{x.shape}")
+        return _e.Load(x.buffer, tuple(x.starts))
+    return x
+
+
 def _atomic_add_vector(dst, value, n: int, memory_order, return_prev):
     what = f"T.atomic_addx{n}"
-    if return_prev:
-        raise _b.error(f"{what}(..., return_prev=True) is not supported: it updates {n} elements",
-                       hint="use T.atomic_add(A[i, j], v, return_prev=True) per element")
+    dst = _first_element(dst, what)
+    value = _first_element(value, what)
+    prevs = []
     for k in range(n):
         src = _shifted(value, k, what) if isinstance(value, _e.Load) else value
-        _atomic("add", _shifted(dst, k, what), src, memory_order, False)
+        prevs.append(_atomic("add", _shifted(dst, k, what), src, memory_order, return_prev))
+    return PackedValues(prevs) if return_prev else None
 
 
 def atomic_addx2(dst, value, memory_order=None, return_prev=False):
     """``dst[.., j + k] += value[.., j' + k]`` for k = 0, 1: two consecutive elements (each update
-    atomic; TileLang's packed 2-wide atomic)."""
-    _atomic_add_vector(dst, value, 2, memory_order, return_prev)
+    atomic; TileLang's packed 2-wide atomic).  ``dst`` and ``value`` are first elements or slices of 2;
+    with ``return_prev=True`` the two previous values, stored with ``Prev[0:2] = ...``."""
+    return _atomic_add_vector(dst, value, 2, memory_order, return_prev)
 
 
 def atomic_addx4(dst, value, memory_order=None, return_prev=False):
-    """``dst[.., j + k] += value[.., j' + k]`` for k = 0..3 (each update atomic)."""
-    _atomic_add_vector(dst, value, 4, memory_order, return_prev)
+    """``dst[.., j + k] += value[.., j' + k]`` for k = 0..3 (each update atomic); as T.atomic_addx2."""
+    return _atomic_add_vector(dst, value, 4, memory_order, return_prev)
 
 
 def dp4a(A, B, C):
@@ -858,9 +977,18 @@ def sync_grid():
 
 def assume(cond):
     """A fact the compiler may rely on (TileLang passes it to the optimizer).  Nothing here relies on
-    it, so the kernel computes the same whether it holds or not."""
+    it, so the kernel computes the same whether it holds or not.  A condition on sizes and scalar
+    parameters only (``T.assume(N % 4 == 0)``) is checked by every call, as TileLang does: a call
+    where it is false raises RuntimeError naming it."""
     if isinstance(cond, PrimExpr) and cond.dtype != "bool":
         raise _b.error(f"T.assume takes a condition, got a {cond.dtype} value {cond}")
+    if isinstance(cond, PrimExpr):
+        from ..ir.visitor import free_vars, loads_in
+
+        names = free_vars(cond)
+        if names and all(v.kind in ("dyn", "param") for v in names) and not loads_in(cond):
+            b = _b.current()
+            b.__dict__.setdefault("host_assumes", []).append(cond)
 
 
 def fence_proxy_async():
@@ -923,6 +1051,7 @@ isnan = _unary("isnan")
 isinf = _unary("isinf")
 
 # TileLang's further math (tan, fmod, nearbyint, clamp, fast_rcp, __exp..., ieee_*): language/math.py
+from . import views as _views  # noqa: E402
 from .debug import print  # noqa: E402, A004, F401  (T.print: language/debug.py)
 from .math import *  # noqa: E402, F403
 from .math import __all__ as _math_names  # noqa: E402, F401

@@ -5,8 +5,10 @@ A view is resolved where it is used: ``view[i, j]`` reads (and ``view[i, j] = v`
 of the underlying buffer at the same row-major position, so every later stage of the compiler sees
 only the buffer itself (its layout, barriers and memory planning stay exact).  Tile operations
 (``T.copy``, ``T.gemm``, ...) take buffers and slices of buffers, not views: a slice of a view is
-in general not a rectangle of the buffer, so they are refused with a CompileError that says so.
-A view with another dtype (reinterpreting bits) is refused too.
+in general not a rectangle of the buffer, so they are refused with a CompileError that says so --
+except ``T.copy`` to or from a whole view, which becomes an element loop (``copy_through_view``).
+A view of a kernel parameter is a view of global memory like any other (row-major positions of its
+logical shape, whatever its strides).  A view with another dtype (reinterpreting bits) is refused.
 """
 
 from __future__ import annotations
@@ -79,12 +81,14 @@ def reshape(src, shape):
     if not isinstance(base, _t.Buffer):
         raise _b.error(f"T.reshape takes a buffer, got {src!r}")
     shape = _shape(shape, "T.reshape")
-    if base.scope == "global":
-        raise _b.error("T.reshape of a kernel parameter is not supported",
-                       hint="declare the parameter with the shape you index it by")
+    if not all(isinstance(n, _builtins.int) for n in base.shape):
+        raise _b.error(f"T.reshape of {base.name}, whose shape {tuple(base.shape)} is known only at launch, is not "
+                       "supported", hint="index the buffer itself")
     if _math.prod(shape) != _math.prod(base.shape):
-        raise _b.error(f"T.reshape: {base.name} has {_math.prod(base.shape)} elements, shape {shape} has "
-                       f"{_math.prod(shape)}")
+        from ..errors import CompileAssertionError
+
+        raise CompileAssertionError(f"T.reshape: {base.name} has {_math.prod(base.shape)} elements, shape {shape} "
+                                    f"has {_math.prod(shape)}", _b.current().loc)
     return base if shape == tuple(base.shape) else BufferView(base, shape)
 
 
@@ -95,3 +99,56 @@ def view(src, shape=None, dtype=None):
         raise _b.error(f"T.view(dtype={_dt.canon(dtype)!r}) of a {getattr(base, 'dtype', '?')} buffer reinterprets "
                        "its bits, which is not supported", hint="convert values with T.Cast instead")
     return reshape(src, src.shape if shape is None else shape)
+
+
+def is_view(x) -> bool:
+    return isinstance(x, BufferView)
+
+
+def copy_through_view(src, dst) -> None:
+    """``T.copy`` where a side is a whole view (``T.copy(T.reshape(A, ...), B)``): one T.Parallel
+    loop over the view's shape storing element by element (dtype-converting); the other side is a
+    buffer, a slice, a start element or a view of the same shape (unit dimensions aside)."""
+    from ..frontend.regions import to_region
+
+    b = _b.current()
+    view_side = src if isinstance(src, BufferView) else dst
+    shape = tuple(view_side.shape)
+
+    def side(x, what):
+        if isinstance(x, BufferView):
+            return x, tuple(x.shape)
+        r = to_region(x, shape, what)
+        return r, tuple(r.shape)
+
+    s, s_shape = side(src, "copy source")
+    d, d_shape = side(dst, "copy destination")
+    if _no_units(s_shape) != _no_units(d_shape):
+        raise _b.error(f"T.copy: the source has shape {s_shape} but the destination has shape {d_shape}")
+    vs = tuple(_e.Var(b.fresh("e"), "int32", kind="loop") for _ in s_shape)
+    value = element_of(s, vs)
+    store_at = element_of(d, _remap(vs, s_shape, d_shape))
+    dbuf = store_at.buffer
+    store = _t.BufferStore(dbuf, store_at.indices, _e.cast(dbuf.dtype, value), loc=b.loc)
+    b.emit(_t.ParallelFor(vs, s_shape, store, loc=b.loc))
+
+
+def _no_units(shape) -> tuple:
+    return tuple(n for n in shape if n != 1)
+
+
+def _remap(vs, from_shape, to_shape) -> tuple:
+    """Loop variables over ``from_shape`` as indices over ``to_shape`` (equal but for unit dimensions)."""
+    it = iter(v for v, n in zip(vs, from_shape) if n != 1)
+    return tuple(_e.as_expr(0) if n == 1 else next(it) for n in to_shape)
+
+
+def element_of(x, idx) -> _e.Load:
+    """The element at ``idx`` (over ``shape``) of a view or of a region."""
+    if isinstance(x, BufferView):
+        return x[tuple(idx)]
+    it = iter(idx)
+    out = []
+    for dim, start in enumerate(x.starts):
+        out.append(start if dim in x.squeezed else start + next(it))
+    return _e.Load(x.buffer, tuple(out))

@@ -71,7 +71,13 @@ def lower_parallel(ctx: LoweringContext, p: t.ParallelFor, env: Env, lower_stmt)
     env.frag_redirect = dict(env.frag_redirect)
     env.replica_guard = replica_guard(ctx, layout)
     effects = _Effects(p) if env.replica_guard is not None else None
-    if env.replica_guard is UNGUARDABLE and effects.only_in_memory():
+    if env.replica_guard is not None and effects.atomic_result and not effects.registers:
+        # an atomic's previous value belongs to the one thread that performs it, and every replica
+        # would use it: iterate with one holder per position (threads beyond the positions idle)
+        layout = StripedLayout(p.extents, layout.num_threads, replicate=False)
+        g = contiguity(layout, most) if _vectorizable_body(p.body) else 1
+        env.replica_guard = replica_guard(ctx, layout)
+    elif env.replica_guard is UNGUARDABLE and effects.only_in_memory():
         # the loop follows a reduced fragment whose positions have several holders at different
         # registers, and no thread guard leaves one: an in-place update s[i] = s[i] + r[i] would be
         # applied twice; iterate by a striped layout instead (the fragment is read through shared memory)
@@ -284,7 +290,7 @@ class _Effects:
 
     def __init__(self, p: t.ParallelFor):
         self.stored, self.loaded = set(), set()
-        self.registers = self.atomic = self.other = False
+        self.registers = self.atomic = self.atomic_result = self.other = False
 
         def f(s):
             if isinstance(s, t.BufferStore):
@@ -294,6 +300,7 @@ class _Effects:
                     self.registers = True
             elif isinstance(s, t.Atomic):
                 self.atomic = True
+                self.atomic_result = self.atomic_result or s.result is not None
             elif not isinstance(s, (t.SeqStmt, t.IfThenElse, t.Evaluate)):
                 self.other = True
             for e in exprs_of(s):

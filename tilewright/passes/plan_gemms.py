@@ -106,8 +106,9 @@ def plan_gemm(g: t.Gemm, nthreads: int, target, options=None, first_thread: int 
     if instrs:
         instr = instrs[0]
         raise CompileError(
-            f"T.gemm tile {m}x{n}x{k} cannot be split over {nthreads // max(instr.group_size, 1)} warps of "
-            f"{instr.group_size} lanes with {instr.name} ({instr.m}x{instr.n}x{instr.k} per instruction)", g.loc,
+            f"No valid warp partition: T.gemm tile {m}x{n}x{k} cannot be split over "
+            f"{nthreads // max(instr.group_size, 1)} warps of {instr.group_size} lanes with {instr.name} "
+            f"({instr.m}x{instr.n}x{instr.k} per instruction)", g.loc,
             hint=f"make M a multiple of {instr.m}*warps_m and N of {instr.n}*warps_n, K a multiple of {instr.k}, "
             "or use fewer threads")
     plan = _simt_plan(g, m, n, nthreads, policy)

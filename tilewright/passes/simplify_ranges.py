@@ -34,12 +34,13 @@ INF = float("inf")
 # the launch refuses dynamic sizes outside [0, 2^31 - 1] (they are ``int`` kernel parameters); block
 # indices stay below the hardware's grid limits (x: 2^31 - 1 blocks, y and z: 65535)
 DYN_MAX = 2**31 - 1
+DYN64_MAX = 2**63 - 1  # a size declared T.dynamic(name, "int64") is a 64-bit kernel parameter
 
 
 def simplify_ranges(kernel: th.ThreadKernel) -> th.ThreadKernel:
     ranges: dict = {kernel.thread_var: (0, kernel.num_threads - 1)}
     for v in kernel.dyn_vars:
-        ranges[v] = (0, DYN_MAX)
+        ranges[v] = (0, DYN_MAX if v.dtype != "int64" else DYN64_MAX)
     s = _Simplifier(ranges)
     for d, (v, g) in enumerate(zip(kernel.block_vars, kernel.grid)):
         gv = E.const_value(g)

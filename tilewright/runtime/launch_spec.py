@@ -35,7 +35,7 @@ class LaunchSpec:
     shared_bytes: int  # dynamic shared memory / LDS per block (with a buffer sized at launch: the most it may be)
     grid: tuple  # 1-3 expressions over the scalar parameters and dyn_vars
     params: tuple  # Buffer (global) or Var (scalar), in call order
-    dyn_vars: tuple = ()  # symbolic sizes, passed as int32 after the parameters
+    dyn_vars: tuple = ()  # symbolic sizes, passed as int32 (int64 where declared so) after the parameters
     tensor_maps: tuple = ()  # runtime.tensor_maps.TensorMapSpec, passed after the sizes
     resources: dict = field(default_factory=dict)  # registers, shared_bytes, local_bytes, spills, ...
     toolchain: str = ""
@@ -46,7 +46,7 @@ class LaunchSpec:
     def arg_types(self) -> tuple:
         """The packing kind of every kernel argument, hidden ones included."""
         kinds = ["ptr" if isinstance(p, t.Buffer) else _SCALAR_ARG_TYPES.get(p.dtype, "f32") for p in self.params]
-        kinds += ["i32"] * len(self.dyn_vars)
+        kinds += ["i64" if v.dtype == "int64" else "i32" for v in self.dyn_vars]
         kinds += ["tmap"] * len(self.tensor_maps)
         return tuple(kinds)
 

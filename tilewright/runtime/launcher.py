@@ -65,8 +65,6 @@ class Launcher:
         """``launch_bound`` on a list of values it may extend."""
         spec = self.spec
         grid = self._static_grid or self._grid(values, dyn)
-        if grid is None:
-            return  # an empty dynamic size: nothing to do
         if spec.dyn_vars:
             values += [dyn[v] for v in spec.dyn_vars]
         if self.tensor_maps is not None:
@@ -100,7 +98,7 @@ class Launcher:
         return shared_bytes_at_launch(self.spec.shared_at_launch, env, self.spec.shared_bytes, self.spec.func_name)
 
     # ------------------------------------------------------------------ grid
-    def _grid(self, values, dyn) -> tuple | None:
+    def _grid(self, values, dyn) -> tuple:
         """The grid of a call with symbolic sizes, remembered per value of the sizes and scalars it
         reads (evaluating the expressions was a fifth of an ops call's host time)."""
         if self._static_grid is not None:
@@ -109,16 +107,16 @@ class Launcher:
         if reads is None:
             reads = self._grid_reads = self._grid_inputs()
         key = tuple(dyn[v] if i is None else values[i] for v, i in reads)
-        hit = self._grid_memo.get(key, _MISSING)
-        if hit is not _MISSING:
+        hit = self._grid_memo.get(key)
+        if hit is not None:
             return hit
         env = dict(dyn)
         for p, v in zip(self.spec.params, values):
             if isinstance(p, Var):
                 env[p] = v
         grid = [int(eval_expr(g, env)) for g in self.spec.grid]
-        check_launch_grid(grid, self.spec.func_name)  # raises for a grid the device cannot launch
-        grid = None if any(g <= 0 for g in grid) else tuple(grid) + (1,) * (3 - len(grid))
+        check_launch_grid(grid, self.spec.func_name)  # a zero dimension is an error, as in TileLang
+        grid = tuple(grid) + (1,) * (3 - len(grid))
         if len(self._grid_memo) < _GRID_MEMO_SIZE:
             self._grid_memo[key] = grid
         return grid
@@ -212,7 +210,6 @@ class Launcher:
         return values, dyn, max(dev, 0)
 
 
-_MISSING = object()
 _GRID_MEMO_SIZE = 4096  # distinct size combinations remembered per kernel (then evaluated per call)
 _STATIC, _DYNAMIC, _INT, _FLOAT, _OTHER = "static", "dynamic", "int", "float", "other"
 _NO_DYN: dict = {}  # shared, never written: the sizes of a call without symbolic shapes
@@ -244,9 +241,11 @@ def _fast_spec(params) -> list:
 def check_dynamic_sizes(func_name: str, params, dyn: dict) -> None:
     """Refuse a dynamic size the compiled code cannot address: sizes are passed as 32-bit ``int``
     parameters and the code's index arithmetic is proven against sizes in [0, 2^31 - 1] (see
-    ``passes/offset_width.py``).  Static shapes need no check: the argument must match them."""
+    ``passes/offset_width.py``); a size declared ``T.dynamic(name, "int64")`` is a 64-bit parameter
+    and the arithmetic is proven against [0, 2^63 - 1].  Static shapes need no check: the argument
+    must match them."""
     for var, value in dyn.items():
-        if 0 <= value <= 2**31 - 1:
+        if 0 <= value <= (2**63 - 1 if var.dtype == "int64" else 2**31 - 1):
             continue
         where = next((f"dimension {d} of argument {p.name}" for p in params if isinstance(p, t.Buffer)
                       for d, s in enumerate(p.shape) if s is var), "a dynamic size")

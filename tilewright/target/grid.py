@@ -23,8 +23,13 @@ def grid_limit_error(axis: int, extent: int) -> str | None:
 
 
 def check_launch_grid(grid, kernel_name: str) -> None:
-    """At launch, for a grid computed from dynamic sizes: ArgumentError when it is over the limits."""
+    """At launch, for a grid computed from dynamic sizes: ArgumentError when it is over the limits,
+    or when a dimension is zero (as TileLang: a launch of no block is refused, not skipped, so that
+    an empty size reaching a grid is noticed)."""
     for axis, n in enumerate(grid):
+        if int(n) <= 0:
+            raise ArgumentError(f"{kernel_name}: grid dimension {'xyz'[axis]} of T.Kernel is {int(n)} with these "
+                                "argument sizes: the kernel would run no block; skip the call for empty inputs")
         msg = grid_limit_error(axis, int(n))
         if msg:
             raise ArgumentError(f"{kernel_name}: {msg} with these argument sizes; {GRID_HINT}")
