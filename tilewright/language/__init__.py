@@ -433,9 +433,10 @@ def copy(src, dst, coalesced_width=None, disable_tma=False, eviction_policy=None
 
 
 def tma_copy(src, dst, *, barrier=None, eviction_policy=None, annotations=None):
-    """A global -> shared tile copy by the tensor memory accelerator with user-managed completion:
-    one elected thread of the executing threads arrives on ``barrier`` expecting all of the copy's
-    bytes and issues the loads; wait for them with ``T.mbarrier_wait_parity(barrier, parity)``
+    """A global -> shared tile copy by the tensor memory accelerator with user-managed completion
+    (TileLang's contract): one elected thread of the executing threads raises ``barrier``'s expected
+    bytes by all of the copy's and issues the loads, without arriving; the program arrives
+    (``T.barrier_arrive(barrier)``) and waits with ``T.mbarrier_wait_parity(barrier, parity)``
     (sm_90 and newer; the tile must be one TMA can describe, as for pipelined copies)."""
     b = _b.current()
     if barrier is None:
