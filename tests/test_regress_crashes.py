@@ -327,3 +327,51 @@ def test_gather_through_a_let_on_gpu(rewrite_index):
     k(x.cuda(), idx.cuda(), out)
     torch.cuda.synchronize()
     assert torch.equal(out.cpu().double(), x.double()[idx.long()] * 2)
+
+
+# ---------------------------------------------------------------- "other" failures of the 0830 run
+def _scaled(n, block):
+    @T.prim_func
+    def scale(A: T.Tensor[(n,), T.float32], B: T.Tensor[(n,)]):  # B: float32, TileLang's default dtype
+        with T.Kernel(T.ceildiv(n, block), threads=32) as bx:
+            for i in T.Parallel(block):
+                if bx * block + i < n:
+                    B[bx * block + i] = A[bx * block + i] * 2
+
+    return scale
+
+
+def test_autotuned_builder_called_with_every_config_key_by_position_compiles_that_config():
+    """examples/gdn chunk_delta_h passes block_DK, block_DV, threads, num_stages positionally: the
+    tuner ran anyway and every candidate failed with 'got multiple values for argument'."""
+    tuned = tilewright.autotune(configs=[{"block": 32}, {"block": 64}])(
+        tilewright.jit(out_idx=[-1], target="interpret")(_scaled))
+    k = tuned(100, 64)
+    assert k is tuned.fn(100, 64)  # the @jit kernel of that configuration, nothing tuned
+    a = np.random.default_rng(7).uniform(-1, 1, 100).astype(np.float32)
+    np.testing.assert_array_equal(k(a), a * 2)
+
+
+def test_tensor_subscript_without_dtype_is_float32():
+    """testing/issue/test_tilelang_issue_1728: ``T.Tensor[(n,)]`` raised a bare ValueError."""
+    assert T.Tensor[(4, 8)].shape == (4, 8) and T.Tensor[(4, 8)].dtype == "float32"
+    assert T.Tensor[(4, 8), "float16"].dtype == "float16" and T.Tensor[(4,), T.bfloat16].dtype == "bfloat16"
+    k = tilewright.compile(_scaled(100, 64), target=SM90, execution_backend="emulator")
+    a = np.random.default_rng(8).uniform(-1, 1, 100).astype(np.float32)
+    b = np.full(100, np.nan, np.float32)
+    k(a, b)
+    np.testing.assert_array_equal(b, a * 2)
+
+
+def test_kernel_that_does_nothing_runs_on_the_emulator():
+    """A body of only an empty loop (issue 1728's kernel) left the emulator nothing to call."""
+    @T.prim_func
+    def idle(A: T.Tensor((8,), "float32")):
+        with T.Kernel(4) as bx:
+            for _j in T.serial(bx, bx + 1):
+                pass
+
+    a = np.random.default_rng(9).uniform(-1, 1, 8).astype(np.float32)
+    before = a.copy()
+    tilewright.compile(idle, target=SM90, execution_backend="emulator")(a)
+    np.testing.assert_array_equal(a, before)

@@ -128,8 +128,11 @@ class Tensor:
         self.strides = strides
 
     def __class_getitem__(cls, item):
-        shape, dtype = item
-        return cls(shape, dtype)
+        # T.Tensor[shape, dtype], or T.Tensor[shape] (float32, TileLang's default); a dtype is a
+        # string (T.float16 is one), never a size
+        if isinstance(item, tuple) and len(item) == 2 and isinstance(item[1], str):
+            return cls(item[0], item[1])
+        return cls(item)
 
     def __repr__(self) -> str:
         return f"T.Tensor({self.shape}, {self.dtype!r})"
