@@ -375,3 +375,48 @@ def test_kernel_that_does_nothing_runs_on_the_emulator():
     before = a.copy()
     tilewright.compile(idle, target=SM90, execution_backend="emulator")(a)
     np.testing.assert_array_equal(a, before)
+
+
+def _rounder(dtype="float32", mode=None):
+    @T.prim_func
+    def rnd(A: T.Tensor((16,), dtype), B: T.Tensor((16,), dtype)):
+        with T.Kernel(1, threads=64):
+            for i in T.Parallel(16):
+                if mode is None:
+                    B[i] = T.round(A[i])
+                else:
+                    B[i] = T.round(A[i], mode)
+
+    return rnd
+
+
+ROUND_INPUTS = np.array([0.5, 1.5, 2.5, -0.5, -1.5, -2.5, 2.4, -2.6, 3.5, 4.5, 0.49, -0.51, 7.0, -7.0, 1e6 + 0.5, 0.0],
+                        np.float32)
+
+
+@pytest.mark.parametrize("target", ["interpret", SM90, "hip -arch=gfx942", "hip -arch=gfx1100"])
+@pytest.mark.parametrize("mode", [None, "ties-to-even", "ties-away-from-zero"])
+def test_round_follows_tilelang_rounding_modes(target, mode):
+    """testing/math/test_math_fast_math::test_round_modes: T.round(x) is ties-to-even in TileLang
+    (tilewright rounded halves away from zero: 2.5 -> 3, a wrong answer on every tie);
+    T.round(x, "ties-away-from-zero") was refused (issue 2635)."""
+    a = ROUND_INPUTS.copy()
+    x = a.astype(np.float64)
+    want = np.rint(x) if mode in (None, "ties-to-even") else np.sign(x) * np.floor(np.abs(x) + 0.5)
+    b = np.full(16, np.nan, np.float32)
+    tilewright.compile(_rounder(mode=mode), target=target,
+                       execution_backend=None if target == "interpret" else "emulator")(a, b)
+    np.testing.assert_array_equal(b, want)
+
+
+def test_round_refuses_an_unknown_mode():
+    with pytest.raises(CompileError, match="not a rounding mode"):
+        tilewright.compile(_rounder(mode="ties-to-odd"), target="interpret")
+
+
+@needs_nvrtc
+@pytest.mark.parametrize("dtype", ["float32", "bfloat16", "float8_e4m3"])
+@pytest.mark.parametrize("mode", [None, "ties-away-from-zero"])
+def test_round_compiles_for_low_precision_dtypes(dtype, mode):
+    src = tilewright.compile(_rounder(dtype, mode), target=SM90).get_kernel_source()
+    assert ("nearbyintf(" if mode is None else "roundf(") in src

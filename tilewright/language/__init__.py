@@ -921,7 +921,19 @@ cos = _unary("cos")
 erf = _unary("erf")
 floor = _unary("floor")
 ceil = _unary("ceil")
-round = _unary("round")
+_ROUNDING = {"ties-to-even": "nearbyint", "ties-away-from-zero": "round"}
+
+
+def round(x, rounding_mode="ties-to-even"):  # noqa: A001 - TileLang's name
+    """Elementwise round to the nearest integer: halves to even (TileLang's default: C's
+    nearbyint), or away from zero with ``rounding_mode="ties-away-from-zero"`` (C's round)."""
+    name = _ROUNDING.get(rounding_mode)
+    if name is None:
+        raise _b.error(f"T.round(rounding_mode={rounding_mode!r}) is not a rounding mode",
+                       hint=f"use one of {sorted(_ROUNDING)}")
+    return _e.call(name, [x])
+
+
 trunc = _unary("trunc")
 isnan = _unary("isnan")
 isinf = _unary("isinf")
