@@ -175,8 +175,9 @@ def test_hand_written_warp_specialized_gemm_builds_for_sm90a():
 
 
 def ws_gemm_tma(M, N, K, bm=64, bn=64, bk=32, stages=2, fault=None):
-    """As ``ws_gemm``, with the producer's tiles moved by ``T.tma_copy`` (one arrival per copy, the
-    bytes completing on the ring slot's mbarrier) — TileLang's explicit TMA spelling."""
+    """As ``ws_gemm``, with the producer's tiles moved by ``T.tma_copy`` (each adds its bytes to the
+    ring slot's mbarrier; the producer warpgroup's 128 threads then arrive) — TileLang's explicit
+    TMA spelling."""
     n_k = (K + bk - 1) // bk
 
     @T.prim_func
@@ -185,13 +186,14 @@ def ws_gemm_tma(M, N, K, bm=64, bn=64, bk=32, stages=2, fault=None):
             A_s = T.alloc_shared((stages, bm, bk), "float16")
             B_s = T.alloc_shared((stages, bk, bn), "float16")
             C_f = T.alloc_fragment((bm, bn), "float32")
-            full = T.alloc_barrier([1 if fault == "one_arrival" else 2] * stages)  # two T.tma_copy per slot
+            full = T.alloc_barrier([1 if fault == "one_arrival" else 128] * stages)  # the producer warpgroup
             empty = T.alloc_barrier([128] * stages)
             with T.ws(1):
                 for k in T.serial(n_k):
                     T.mbarrier_wait_parity(empty[k % stages], (k // stages + 1) % 2)
                     T.tma_copy(A[by * bm, k * bk], A_s[k % stages, :, :], barrier=full[k % stages])
                     T.tma_copy(B[k * bk, bx * bn], B_s[k % stages, :, :], barrier=full[k % stages])
+                    T.mbarrier_arrive(full[k % stages])
             with T.ws(0):
                 T.clear(C_f)
                 for k in T.serial(n_k):

@@ -3,14 +3,15 @@
 Calling the decorated function with the builder's fixed arguments (sizes, dtypes) tunes the
 configuration keys and returns the fastest kernel; the outcome is memoized per arguments in the
 process and persisted in the tuning cache.  When the call itself gives every configuration key,
-nothing is tuned: that configuration is compiled, as a plain ``@jit`` call would.
+nothing is tuned: that configuration is compiled, as a plain ``@jit`` call would (the keys may be
+given by keyword or by position).
 """
 
 from __future__ import annotations
 
 import functools
 
-from .tuner import AutoTuner
+from .tuner import AutoTuner, given_names
 
 
 class _Autotuned:
@@ -23,7 +24,7 @@ class _Autotuned:
 
     def __call__(self, *args, **kwargs):
         keys = self._config_keys(args, kwargs)
-        if keys and keys <= set(kwargs):
+        if keys and keys <= given_names(self.fn, args, kwargs):  # by keyword or by position
             return self._compile_directly(args, kwargs)
         memo = (args, tuple(sorted(kwargs.items())))
         try:

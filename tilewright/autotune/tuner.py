@@ -181,8 +181,9 @@ class AutoTuner:
         configs = [dict(c) for c in (configs or [])]
         if not configs:
             raise TilewrightError(f"autotuning {self._name()}: no configurations to try (configs is empty)")
+        given = given_names(self.fn, self._args, self._kwargs)
         for c in configs:
-            clash = set(c) & set(self._kwargs)
+            clash = set(c) & given
             if clash:
                 raise TilewrightError(f"autotuning {self._name()}: {sorted(clash)} are given both as tuned "
                                       "configuration keys and as fixed arguments; pass each one in one place")
@@ -339,6 +340,19 @@ class AutoTuner:
 def _raw_builder(fn):
     """The builder function behind a ``@tilewright.jit`` wrapper (or ``fn`` itself)."""
     return getattr(fn, "builder", fn)
+
+
+def given_names(fn, args: tuple, kwargs: dict) -> set:
+    """The builder parameters a call gives: its keywords and the names its positional arguments
+    bind to (``f(1024, 1024, 64)`` gives ``block_K`` too when that is the third parameter)."""
+    import inspect
+
+    try:
+        params = inspect.signature(_raw_builder(fn)).parameters.values()
+    except (TypeError, ValueError):  # no signature to read: only the keywords are known
+        return set(kwargs)
+    positional = [p.name for p in params if p.kind in (p.POSITIONAL_ONLY, p.POSITIONAL_OR_KEYWORD)]
+    return set(kwargs) | set(positional[:len(args)])
 
 
 def _poisoned_call(kernel, inputs) -> list:

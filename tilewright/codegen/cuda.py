@@ -178,8 +178,11 @@ class CudaPrinter(Printer):
         coords = ", ".join(f"%{3 + i}" for i in range(rank))
         ops = ", ".join(f'"r"((int)({self.expr(c)}))' for c in reversed(s.coords))
         expect = nbytes if s.expect_bytes is None else int(s.expect_bytes)
-        if expect:  # 0: a later box of a T.tma_copy, whose bytes its first box's arrival expects
+        if expect and s.arrives:  # 0: a later box of a T.tma_copy, whose bytes its first box expects
             self.emit(d, f'asm volatile("mbarrier.arrive.expect_tx.shared::cta.b64 _, [%0], %1;\\n" :: '
+                         f'"r"({bar}), "r"({expect}) : "memory");')
+        elif expect:  # T.tma_copy: the program's own arrivals complete the phase
+            self.emit(d, f'asm volatile("mbarrier.expect_tx.relaxed.cta.shared::cta.b64 [%0], %1;\\n" :: '
                          f'"r"({bar}), "r"({expect}) : "memory");')
         op = f"cp.async.bulk.tensor.{rank}d.shared::cluster.global.tile.mbarrier::complete_tx::bytes"
         self.emit(d, f'asm volatile("{op} [%0], [%1, {{{coords}}}], [%2];\\n" :: "r"({dst}), '

@@ -35,9 +35,11 @@ from ..passes.check_target_limits import GRID_HINT, grid_limit_error
 
 def check_prim_func(func: t.PrimFunc) -> None:
     from .dynamic_shared import check_dynamic_shared
+    from .tma_copy_checks import check_tma_copy_barriers
 
     walk(func.body, _check_static_grid)
     check_dynamic_shared(func)
+    check_tma_copy_barriers(func)
     _check_indices(func.body)
     _RaceCheck().stmt(func.body, frozenset(), frozenset())
     mark_written_params(func)

@@ -124,11 +124,14 @@ class TmaLoad(Stmt):
     ``coords`` (element coordinates, outermost first; may lie partly or wholly outside the tensor,
     those elements read as zero) into shared ``dst`` starting at element ``dst_index``, in the
     layout ``layout`` (a ``SharedLayout`` of the box shape whose swizzle matches ``tmap.swizzle``),
-    and completes its bytes on mbarrier ``bar[bar_index]``.  ``expect_bytes`` says how the issuing
-    thread arrives there: None, one arrival expecting this box's bytes (pipelined copies); a number,
-    one arrival expecting that many bytes (the first box of a ``T.tma_copy``, for all its boxes);
-    0, no arrival (its other boxes).  ``issuer_warp``: the warp (of the block) whose elected lane
-    issues it — the first warp of the thread set that runs the copy."""
+    and completes its bytes on mbarrier ``bar[bar_index]``.  ``expect_bytes`` says what the issuing
+    thread tells the barrier first: None, this box's bytes (pipelined copies); a number, that many
+    bytes (the first box of a ``T.tma_copy``, for all its boxes); 0, nothing (its other boxes).
+    ``arrives``: the issuing thread also arrives once with those expected bytes
+    (``mbarrier.arrive.expect_tx``: the compiler's own rings); False, it only raises the phase's
+    expected bytes (``mbarrier.expect_tx``: ``T.tma_copy``, whose program arrives itself, as in
+    TileLang).  ``issuer_warp``: the warp (of the block) whose elected lane issues it — the first
+    warp of the thread set that runs the copy."""
 
     dst: Buffer
     dst_index: Any
@@ -140,6 +143,7 @@ class TmaLoad(Stmt):
     loc: Any = None
     expect_bytes: Any = None
     issuer_warp: int = 0
+    arrives: bool = True
 
 
 @dataclass(eq=False)

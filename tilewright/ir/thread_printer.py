@@ -61,7 +61,8 @@ def thread_stmt_lines(s) -> list[str]:
         return [f"{s.dst.name}[{expr_str(s.dst_index)} +: {s.tmap.box}] = tma_load({s.tmap.param.name}[{coords}], "
                 f"swizzle={s.tmap.swizzle}B, mbarrier={s.bar.name}[{expr_str(s.bar_index)}]"
                 + ("" if s.expect_bytes is None else f", expect_bytes={s.expect_bytes}")
-                + ("" if not s.issuer_warp else f", warp={s.issuer_warp}") + ")"]
+                + ("" if not s.issuer_warp else f", warp={s.issuer_warp}")
+                + ("" if s.arrives else ", no arrival") + ")"]
     if isinstance(s, th.MbarrierWait):
         return [f"mbarrier_wait({s.bar.name}[{expr_str(s.index)}], parity={expr_str(s.parity)})"]
     if isinstance(s, th.MbarrierArrive):

@@ -280,7 +280,7 @@ class Copy(Stmt):
     mode: str = "sync"
     barrier: Any = None
     disable_tma: bool = False  # ``T.copy(disable_tma=True)``: never issued as TMA loads
-    user_sync: bool = False  # ``T.tma_copy``: one arrive.expect_tx of all its bytes on ``barrier``; the program waits
+    user_sync: bool = False  # ``T.tma_copy``: one expect_tx of all its bytes on ``barrier``; the program arrives, waits
     coalesced_width: int | None = None  # most elements per vector access
 
 

@@ -128,8 +128,11 @@ class Tensor:
         self.strides = strides
 
     def __class_getitem__(cls, item):
-        shape, dtype = item
-        return cls(shape, dtype)
+        # T.Tensor[shape, dtype], or T.Tensor[shape] (float32, TileLang's default); a dtype is a
+        # string (T.float16 is one), never a size
+        if isinstance(item, tuple) and len(item) == 2 and isinstance(item[1], str):
+            return cls(item[0], item[1])
+        return cls(item)
 
     def __repr__(self) -> str:
         return f"T.Tensor({self.shape}, {self.dtype!r})"
@@ -482,9 +485,10 @@ def copy(src, dst, coalesced_width=None, disable_tma=False, eviction_policy=None
 
 
 def tma_copy(src, dst, *, barrier=None, eviction_policy=None, annotations=None):
-    """A global -> shared tile copy by the tensor memory accelerator with user-managed completion:
-    one elected thread of the executing threads arrives on ``barrier`` expecting all of the copy's
-    bytes and issues the loads; wait for them with ``T.mbarrier_wait_parity(barrier, parity)``
+    """A global -> shared tile copy by the tensor memory accelerator with user-managed completion
+    (TileLang's contract): one elected thread of the executing threads raises ``barrier``'s expected
+    bytes by all of the copy's and issues the loads, without arriving; the program arrives
+    (``T.barrier_arrive(barrier)``) and waits with ``T.mbarrier_wait_parity(barrier, parity)``
     (sm_90 and newer; the tile must be one TMA can describe, as for pipelined copies).
     The other direction, shared -> global (TileLang's TMA store, completed by ``T.tma_store_wait``),
     takes no barrier: it is done as a ``T.copy`` of the block, complete when the statement ends."""
@@ -1045,7 +1049,19 @@ cos = _unary("cos")
 erf = _unary("erf")
 floor = _unary("floor")
 ceil = _unary("ceil")
-round = _unary("round")
+_ROUNDING = {"ties-to-even": "nearbyint", "ties-away-from-zero": "round"}
+
+
+def round(x, rounding_mode="ties-to-even"):  # noqa: A001 - TileLang's name
+    """Elementwise round to the nearest integer: halves to even (TileLang's default: C's
+    nearbyint), or away from zero with ``rounding_mode="ties-away-from-zero"`` (C's round)."""
+    name = _ROUNDING.get(rounding_mode)
+    if name is None:
+        raise _b.error(f"T.round(rounding_mode={rounding_mode!r}) is not a rounding mode",
+                       hint=f"use one of {sorted(_ROUNDING)}")
+    return _e.call(name, [x])
+
+
 trunc = _unary("trunc")
 isnan = _unary("isnan")
 isinf = _unary("isinf")

@@ -12,7 +12,11 @@ loop in whatever encloses it (another loop, an ``if``), are writes of their ring
 other: a barrier separates them from earlier reads of the ring (say the previous round's gemm).
 A pipelined loop leaves its rings read and written at its end (its lowering reaches past its last
 barrier), so whatever touches them after it waits for a barrier.
-TMA copies are excluded everywhere: their issuers order them with mbarriers.  Barriers are
+The compiler's TMA copies are excluded everywhere: their issuers order them with mbarriers (full
+and empty rings).  A ``T.tma_copy`` is like a prologue's async copy: its mbarrier orders the reads
+after it, but nothing orders its write against earlier reads of its tile by other threads (the
+previous iteration's gemm), so it waits for a barrier after them -- unless it runs in a thread
+partition that hands data over through mbarriers, whose program orders that itself.  Barriers are
 never placed inside a ``T.Parallel`` body or a branch on a per-thread condition (the
 ``ir.uniformity`` analysis decides which conditions are per-thread).
 
@@ -93,6 +97,10 @@ def _accesses(s, rings=frozenset()) -> tuple[set, set, set]:
     reads, writes, issued = set(), set(), set()
 
     def f(x, rings):
+        if isinstance(x, t.Copy) and x.mode == "tma" and x.user_sync:  # T.tma_copy: see the module doc
+            reads.add(x.src.buffer)
+            issued.add(x.dst.buffer)
+            return
         if isinstance(x, t.Copy) and (x.mode == "tma" or x.mode == "async" and x.dst.buffer in rings):
             return
         if isinstance(x, t.Copy) and x.mode == "async":

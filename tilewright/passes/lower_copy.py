@@ -186,7 +186,9 @@ def lower_copy_tma(ctx: LoweringContext, s: t.Copy, env: Env) -> list:
     bar_flat = ctx.shared_flat(bar)
     bar_idx = lower_expr(ctx, bar_index, env)
     out: list = [th.Comment(f"copy {src.buffer.name} -> {dst.buffer.name} (TMA, {nboxes} box(es) of {box})")]
-    # T.tma_copy: one arrival for the whole copy, by the first warp of the threads that run it
+    # T.tma_copy: the first warp of the threads that run it raises the barrier's expected bytes by
+    # the whole copy's and issues the boxes; it does not arrive (TileLang's contract: the program
+    # arrives with T.barrier_arrive, so several copies can share one barrier phase)
     issuer = ctx.region.base // ctx.target.warp_size if ctx.region is not None else 0
     total = nboxes * int(np.prod(box)) * dt.nbytes(dst.buffer.dtype)
     for h in range(nboxes):
@@ -196,7 +198,8 @@ def lower_copy_tma(ctx: LoweringContext, s: t.Copy, env: Env) -> list:
         coords = tuple(starts[:-1]) + (starts[-1] + h * box_cols,)
         expect = (total if h == 0 else 0) if s.user_sync else None
         out.append(th.TmaLoad(flat_dst, E.as_expr(dst_index), box_layout, tmap, coords, bar_flat, bar_idx, loc=s.loc,
-                              expect_bytes=expect, issuer_warp=issuer if s.user_sync else 0))
+                              expect_bytes=expect, issuer_warp=issuer if s.user_sync else 0,
+                              arrives=not s.user_sync))
     return out
 
 

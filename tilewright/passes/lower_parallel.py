@@ -425,9 +425,26 @@ def _plan_vectors(ctx, p, env, inner_var, g):
     jvar = E.Var("__j", "int32", kind="loop")
     probe = env.child()
     probe.sym[inner_var] = jvar
+    # the body's lets (`idx = Index[i]; ... X[idx, j]`) are bound per element only later, in
+    # _lower_body; an address that uses one is planned with the let's value in place of its name
+    # (exact, so _address_ok judges the real address) -- unless the value reads memory the body
+    # writes, which the group's element order decides: such an access is not vectorized
+    first = env.child()
+    unbound = []
+    for s in stmts:
+        if not isinstance(s, t.LetStmt):
+            continue
+        if any(ld.buffer in written for ld in loads_in(s.value)):
+            unbound.append(s.var)
+            continue
+        probe.sym[s.var] = lower_expr(ctx, s.value, probe)
+        first.sym[s.var] = lower_expr(ctx, s.value, first)
 
     def lowered_idx(idx):
         return tuple(lower_expr(ctx, i, probe) for i in idx)
+
+    def plannable(*exprs) -> bool:
+        return not any(e is not None and uses_var(e, v) for e in exprs for v in unbound)
 
     # loads (possibly under a bounds Select produced by copy expansion, or in a guarded store)
     for s in stmts:
@@ -446,15 +463,15 @@ def _plan_vectors(ctx, p, env, inner_var, g):
                 if buf.scope not in ("global", "shared") or buf in written:
                     continue
                 idx_j = lowered_idx(ld.indices)
-                if not _address_ok(ctx, buf, idx_j, jvar, g):
-                    continue
                 cond = lower_expr(ctx, sel.cond, probe) if sel is not None else None
+                if not plannable(*idx_j, cond) or not _address_ok(ctx, buf, idx_j, jvar, g):
+                    continue
                 if not _group_uniform(ctx, cond, jvar, g):
                     continue
                 tmp = ctx.local_buffer(ctx.fresh("v"), g, buf.dtype)
-                idx0 = tuple(lower_expr(ctx, i, env) for i in ld.indices)
+                idx0 = tuple(lower_expr(ctx, i, first) for i in ld.indices)
                 fb, off = ctx.flat_access(buf, idx0)
-                pred = lower_expr(ctx, sel.cond, env) if sel is not None else None
+                pred = lower_expr(ctx, sel.cond, first) if sel is not None else None
                 pre.append(th.LocalDecl(tmp))
                 pre.append(th.VecCopy(tmp, E.as_expr(0), fb, off, g, pred, loc=s.loc))
                 env.vec_loads[id(ld)] = tmp
@@ -469,15 +486,15 @@ def _plan_vectors(ctx, p, env, inner_var, g):
         if sum(1 for x in stmts if isinstance(x, t.BufferStore) and x.buffer is store.buffer) > 1:
             continue
         idx_j = lowered_idx(store.indices)
-        if not _address_ok(ctx, store.buffer, idx_j, jvar, g):
-            continue
         cond_j = lower_expr(ctx, cond, probe) if cond is not None else None
+        if not plannable(*idx_j, cond_j) or not _address_ok(ctx, store.buffer, idx_j, jvar, g):
+            continue
         if not _group_uniform(ctx, cond_j, jvar, g):
             continue
         tmp = ctx.local_buffer(ctx.fresh("o"), g, store.buffer.dtype)
-        idx0 = tuple(lower_expr(ctx, i, env) for i in store.indices)
+        idx0 = tuple(lower_expr(ctx, i, first) for i in store.indices)
         fb, off = ctx.flat_access(store.buffer, idx0)
-        pred = lower_expr(ctx, cond, env) if cond is not None else None
+        pred = lower_expr(ctx, cond, first) if cond is not None else None
         pre.append(th.LocalDecl(tmp))
         post.append(th.VecCopy(fb, off, tmp, E.as_expr(0), g, pred, loc=s.loc))
         vec_stores[id(s)] = tmp

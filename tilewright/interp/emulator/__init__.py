@@ -122,6 +122,8 @@ def run_thread_kernel(kernel: th.ThreadKernel, args: list, *, dyn: dict | None =
 
         shared_bytes_at_launch(kernel.attrs["shared_at_launch"], {v: int(x) for v, x in scalars.items()},
                                kernel.shared_bytes, kernel.attrs.get("source_func") or kernel.name)
+    if prog.body is None:  # a kernel whose body does nothing (an empty loop): nothing to run
+        return
     with np.errstate(all="ignore"):  # inactive lanes may divide by zero or overflow; ignored
         grid = prog.eval_grid(scalars)
         nblocks = grid[0] * grid[1] * grid[2]

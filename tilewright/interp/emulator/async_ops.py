@@ -193,7 +193,7 @@ class AsyncCompiler:
             di = np.atleast_1d(self._first_active(st, fdi))
             pos, vals = read_box(st, 0, *vals_of, di)
             st.coop.tma_issue(st, (bplace, int(self._first_active(st, fbi))), pos, vals, where, s.dst.name,
-                              s.expect_bytes)
+                              s.expect_bytes, s.arrives)
 
         def tma(st):
             if st.coop is not None:
@@ -216,6 +216,8 @@ class AsyncCompiler:
                     continue
                 state.setdefault("tx_phase", {})[j] = int(state["phase"][j])
                 state["pending"].append((j, int(state["phase"][j]), pos, vals, nbytes))
+                if not s.arrives:  # T.tma_copy: the program arrives (its MbarrierArrive runs cooperatively)
+                    continue
                 state["arrived"][j] += 1
                 if state["arrived"][j] > state["count"]:
                     raise where.error(EmulatorError, f"mbarrier {s.bar.name}[{int(bi[j])}] gets more arrivals than "

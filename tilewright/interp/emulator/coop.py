@@ -81,6 +81,7 @@ class _Mbar:
         self.observed: dict = {}  # warp -> last phase its waits observed
         self.last = None  # where the latest arrival happened
         self.skipped_tma = 0  # TmaLoads that warps other than warp 0 executed (not issued)
+        self.expects: list = []  # (warp, its clock, where) of the expect-tx without arrival of this phase
 
 
 class CoopBlock:
@@ -357,24 +358,39 @@ class CoopBlock:
         m = self.mbar(key, where)
         m.tx += nbytes
         m.last = where
+        m.expects.append((st.warp, int(self.vc[st.warp, st.warp]), where))
 
-    def tma_issue(self, st, key, pos, vals, where, name: str, expect_bytes=None) -> None:
+    def tma_issue(self, st, key, pos, vals, where, name: str, expect_bytes=None, arrives: bool = True) -> None:
         m = self.mbar(key, where)
         if self.tracker is not None:
             self.tracker.tma_issue(st.warp, pos, vals.dtype.itemsize, where, name)
-        m.landings.append((pos, vals))
         nbytes = vals.size * vals.dtype.itemsize
         # mbarrier.arrive.expect_tx(bytes) (this box's, or a T.tma_copy's total on its first box,
-        # none on its later boxes), then the copy's complete_tx(bytes) when it lands
+        # none on its later boxes; T.tma_copy raises the bytes without arriving), then the copy's
+        # complete_tx(bytes) when it lands
         expect = nbytes if expect_bytes is None else int(expect_bytes)
-        if expect:
+        if expect and arrives:
             self.mbar_arrive(st, key, 1, expect, where)
+        elif expect:
+            self.mbar_expect_tx(st, key, expect, where)
+        m.landings.append((pos, vals))
         m.tx -= nbytes
         self._try_complete(m)
 
     def _try_complete(self, m: _Mbar) -> None:
         if m.arrived != m.count or m.tx != 0:
             return
+        for w, clock, where in m.expects:
+            if m.vc[w] < clock:
+                # no arrival of the phase comes after the expect (none by that warp later, none by a
+                # warp that synchronised with it): on the GPU the phase may complete before the
+                # bytes are expected, and its waiters read the tile before it lands
+                raise where.error(EmulatorError, f"{self.warp_name(w)} raises the expected bytes of mbarrier "
+                                                 f"{m.name} (T.tma_copy / expect_tx) after the arrivals that "
+                                                 f"complete its phase {m.phase}: nothing orders it before the "
+                                                 "phase completes, so waiters may read the tile before it lands "
+                                                 "(arrive on the barrier with T.barrier_arrive after the copy, from "
+                                                 "the threads that run it)")
         clock = m.phase + 1
         for pos, vals in m.landings:
             self.sviews[vals.dtype][pos] = vals
@@ -385,7 +401,7 @@ class CoopBlock:
         m.phase_vc[m.phase] = vc
         m.phase_vc.pop(m.phase - 2, None)
         m.phase += 1
-        m.arrived, m.tx, m.landings = 0, 0, []
+        m.arrived, m.tx, m.landings, m.expects = 0, 0, [], []
         m.vc[:] = 0
 
     def mbar_wait(self, st, key, parity: int, where) -> None:
