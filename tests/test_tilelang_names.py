@@ -250,7 +250,7 @@ def test_ieee_ops_refuse_bad_modes_and_types():
 
 def test_dtype_names():
     assert T.float8_e4m3 == "float8_e4m3fn" and T.uint32 == "uint32" and T.uint64 == "uint64"
-    for name in ("tfloat32", "float8_e8m0fnu", "float4_e2m1fn", "float32x2"):
+    for name in ("float32x2", "bfloat16x2", "float4_e2m1fnx2"):  # tfloat32, e8m0, fp4: tests/test_dtypes_subbyte.py
         with pytest.raises(CompileError, match=rf"{name}.*not supported"):
             unary_kernel(128, lambda x: x, getattr(T, name))
 

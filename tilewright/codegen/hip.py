@@ -25,7 +25,7 @@ from ..ir import dtype as dt
 from ..ir import expr as E
 from ..ir import thread as th
 from ..target.matrix_amd import AMD_VECTOR_CTYPES
-from . import hip_fp8
+from . import hip_fp8, subbyte
 from .base import Printer
 from .hip_prelude import HIP_INDEX_FUNCS, HIP_MATH_FUNCS, HIP_PRELUDE, HIP_VECTOR_TYPES
 
@@ -38,6 +38,7 @@ _CTYPES = {
     # 8-bit floats travel as bytes; every use converts through float32 (hip_fp8.py)
     "float8_e4m3fn": "unsigned char", "float8_e4m3fnuz": "unsigned char", "float8_e5m2": "unsigned char",
     "float8_e5m2fnuz": "unsigned char",
+    **subbyte.CTYPES,  # the 4-bit types and float8_e8m0fnu: one-byte structs (subbyte.py)
 }
 
 # Element vectors for packing matrix operands (matrix dtype -> vector typedef prefix).  Halves and
@@ -302,6 +303,7 @@ class HipPrinter(Printer):
         fp8_used = _fp8_dtypes(self.k)
         if fp8_used:
             text += hip_fp8.helpers(fp8_used)
+        text += subbyte.helpers(subbyte.used_dtypes(self.k), "hip")
         if self.k.shared_bytes:
             # File scope, as HIP expects of an unsized extern __shared__ array: its size is the
             # launch's sharedMemBytes (the code object's group_segment_fixed_size stays 0).

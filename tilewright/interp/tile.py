@@ -189,8 +189,8 @@ def _poison(npdt: np.dtype):
         return np.nan
     if npdt.kind == "b":
         return True
-    info = np.iinfo(npdt)
-    return info.min if npdt.kind == "i" else info.max
+    info = dt.int_limits(npdt)
+    return info.min if npdt.kind == "i" or npdt.name == "int4" else info.max
 
 
 def _same(a, b):
