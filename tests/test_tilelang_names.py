@@ -933,11 +933,11 @@ def test_view_misuse_is_refused():
 
     with pytest.raises(CompileError, match=r"has 256 elements, shape \(16, 32\) has 512"):
         kernel(lambda A, S: T.reshape(S, (16, 32)))
-    with pytest.raises(CompileError, match=r"T.view\(dtype='int32'\) of a float32 buffer reinterprets its bits"):
-        kernel(lambda A, S: T.view(S, dtype="int32"))
+    with pytest.raises(CompileError, match=r"kernel parameter with another dtype"):  # views of bits: test_view_bits.py
+        kernel(lambda A, S: T.view(A, dtype="int32"))
     with pytest.raises(CompileError, match=r"slices of the view .* are not supported"):
         kernel(lambda A, S: T.copy(A[0, :], T.reshape(S, (256,))[0:32]))
-    with pytest.raises(CompileError, match=r"cannot use view .* as a tile"):
+    with pytest.raises(CompileError, match=r"a view is copied whole, to or from a buffer \(or view\) of its shape"):
         kernel(lambda A, S: T.copy(A, T.reshape(S, (32, 8))))
 
 

@@ -348,6 +348,8 @@ class Printer:
 
     def call(self, e: E.Call) -> str:
         name = e.name
+        if name == "reinterpret":  # same width (T.reinterpret, T.view with a dtype): a bit copy
+            return f"tw_bitcast<{self.ctype(e.dtype)}>({self.expr(e.args[0])})"
         if name in ("isnan", "isinf"):
             return f"{name}((float)({self.expr(e.args[0])}))"
         if name == "abs" and not dt.is_float(e.dtype):

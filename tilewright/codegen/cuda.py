@@ -60,6 +60,9 @@ template <typename T> __device__ __forceinline__ T tw_atomic_minmax16(T* p, T v,
 }
 template <typename T> __device__ __forceinline__ T tw_atomic_max(T* p, T v) { return tw_atomic_minmax16(p, v, true); }
 template <typename T> __device__ __forceinline__ T tw_atomic_min(T* p, T v) { return tw_atomic_minmax16(p, v, false); }
+template <typename To, typename From> __device__ __forceinline__ To tw_bitcast(From x) {
+  static_assert(sizeof(To) == sizeof(From), "tw_bitcast: the two types differ in size");
+  To r; memcpy(&r, &x, sizeof(To)); return r; }
 __device__ __forceinline__ unsigned tw_smem_addr(const void* p) {
   return static_cast<unsigned>(__cvta_generic_to_shared(p)); }
 """

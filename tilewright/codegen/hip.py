@@ -98,6 +98,7 @@ TW_DEV float tw_nan() { return __builtin_nanf(""); }
 template <typename T> TW_DEV T tw_min(T a, T b) { return a < b ? a : b; }
 template <typename T> TW_DEV T tw_max(T a, T b) { return a < b ? b : a; }
 template <typename T> TW_DEV T tw_abs(T a) { return a < 0 ? -a : a; }
+template <typename To, typename From> TW_DEV To tw_bitcast(From x) { return __builtin_bit_cast(To, x); }
 template <typename T> TW_DEV T tw_floordiv(T a, T b) {
   T q = a / b; return (q * b != a && ((a < 0) != (b < 0))) ? q - 1 : q; }
 template <typename T> TW_DEV T tw_floormod(T a, T b) {
@@ -280,7 +281,8 @@ class HipPrinter(Printer):
 
     def expr(self, e, prec: int = 0) -> str:
         # arithmetic on fp8 values happens in float32, rounded back to the byte format
-        if isinstance(e, (E.BinOp, E.UnOp, E.Call, E.Select)) and not isinstance(e, E.Load):
+        reinterpret = isinstance(e, E.Call) and e.name == "reinterpret"  # bits, not values: no widening
+        if isinstance(e, (E.BinOp, E.UnOp, E.Call, E.Select)) and not isinstance(e, E.Load) and not reinterpret:
             if isinstance(e, E.BinOp) and (hip_fp8.is_fp8(e.a.dtype) or hip_fp8.is_fp8(e.b.dtype)):
                 widened = E.binary(e.op, _f32(e.a), _f32(e.b))
                 return self._narrow(widened, e.dtype)
@@ -346,6 +348,8 @@ class HipPrinter(Printer):
         args = e.args
         if name == "warp_size":
             return "TW_WAVE_SIZE"
+        if name == "reinterpret":
+            return super().call(e)
         if name in _WARP_SHUFFLE_KIND:
             return self.warp_shuffle(e)
         if name.startswith("warp_vote_"):

@@ -448,6 +448,8 @@ def copy(src, dst, coalesced_width=None, disable_tma=False, eviction_policy=None
                            f"got {eviction_policy!r}")
         _no_effect("T.copy(eviction_policy=...)", "cache eviction hints are not emitted",
                    "remove eviction_policy (the copy is the same)")
+    if isinstance(src, _views.BufferView) or isinstance(dst, _views.BufferView):
+        return _views.copy_view(src, dst)  # a T.view / T.reshape: an element loop (language/views.py)
     if isinstance(src, _e.Load) and isinstance(dst, _e.Load) and b.parallel_depth:
         # one element inside a T.Parallel body: the iteration's own store
         b.emit(_t.BufferStore(dst.buffer, dst.indices, _e.cast(dst.buffer.dtype, src)))
@@ -949,11 +951,12 @@ isnan = _unary("isnan")
 isinf = _unary("isinf")
 
 # TileLang's further math (tan, fmod, nearbyint, clamp, fast_rcp, __exp..., ieee_*): language/math.py
+from . import views as _views  # noqa: E402
 from .debug import print  # noqa: E402, A004, F401  (T.print: language/debug.py)
 from .math import *  # noqa: E402, F403
 from .math import __all__ as _math_names  # noqa: E402, F401
 from .scan import *  # noqa: E402, F403  (cumsum, cummax: language/scan.py)
-from .views import *  # noqa: E402, F403  (reshape, view: language/views.py)
+from .views import *  # noqa: E402, F403  (reshape, view, reinterpret: language/views.py)
 from .warp import *  # noqa: E402, F403  (shfl_*, warp_reduce_*: language/warp.py)
 
 
