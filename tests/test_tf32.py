@@ -65,7 +65,9 @@ def test_tfloat32_gemm_is_float32_exact(trans, backend):
     # float32 accumulation over K: far inside tf32's 2**-11 relative rounding of each operand
     np.testing.assert_allclose(c, want, rtol=1e-5, atol=1e-5 * np.sqrt(K))
     # TileLang's own check: operands truncated to tf32 (bits - 0x1000), 1e-2
-    trunc = (lambda x: (x.view(np.int32) - 0x1000).view(np.float32).astype(np.float64))
+    def trunc(x):
+        return (x.view(np.int32) - 0x1000).view(np.float32).astype(np.float64)
+
     ta = trunc(a).T if trans[0] else trunc(a)
     tb = trunc(b).T if trans[1] else trunc(b)
     np.testing.assert_allclose(c, ta @ tb, rtol=1e-2, atol=1e-2)
