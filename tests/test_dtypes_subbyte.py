@@ -135,6 +135,35 @@ def test_scatter_by_row_writes_nibbles_not_bytes():
         assert torch.equal(dst, src[inv]), backend
 
 
+def gemm_kernel(dtype, acc, M=32, N=32, K=64):
+    @T.prim_func
+    def gemm4(A: T.Tensor((M, K), dtype), B: T.Tensor((N, K), dtype), C: T.Tensor((M, N), acc)):
+        with T.Kernel(1, threads=128):
+            A_s = T.alloc_shared((M, K), dtype)
+            B_s = T.alloc_shared((N, K), dtype)
+            C_f = T.alloc_fragment((M, N), acc)
+            T.clear(C_f)
+            T.copy(A, A_s)
+            T.copy(B, B_s)
+            T.gemm(A_s, B_s, C_f, transpose_B=True)
+            T.copy(C_f, C)
+
+    return gemm4
+
+
+@pytest.mark.parametrize("backend", sorted(BACKENDS))
+@pytest.mark.parametrize("dtype,acc", [("int4", "int32"), ("uint4", "int32"), ("float4_e2m1fn", "float32")])
+def test_gemm_of_four_bit_operands(dtype, acc, backend):
+    """TileLang's int4 GEMM example's shape of kernel (no 4-bit tensor-core path here: exact either way)."""
+    rng = np.random.default_rng(8)
+    kernel = tilewright.compile(gemm_kernel(dtype, acc), **BACKENDS[backend])
+    a, b = _storage(rng, (32, 32)), _storage(rng, (32, 32))
+    c = torch.full((32, 32), -12345, dtype=getattr(torch, acc))
+    kernel(a, b, c)
+    want = unpack(a.numpy(), dtype).astype(np.float64) @ unpack(b.numpy(), dtype).astype(np.float64).T
+    np.testing.assert_array_equal(c.numpy(), want)  # small integers / fp4 products: exact in the accumulator
+
+
 def test_binding_takes_packed_storage_with_logical_sizes():
     n = T.dynamic("n")
 
@@ -237,12 +266,18 @@ int main() {{
 def test_nvrtc_compiles(dtype, arch):
     source = tilewright.compile(roundtrip_kernel(dtype), target=f"cuda -arch={arch}").get_kernel_source()
     assert ("tw_st_" + dtype in source) == (dtype in FOUR_BIT)
+    if dtype in FOUR_BIT:
+        tilewright.compile(gemm_kernel(dtype, "float32" if dtype.startswith("float") else "int32"),
+                           target=f"cuda -arch={arch}")
 
 
 @needs_hip_compiler
 @pytest.mark.parametrize("dtype", [*FOUR_BIT, "float8_e8m0fnu"])
 def test_clang_compiles_for_amd(dtype):
     tilewright.compile(roundtrip_kernel(dtype), target="hip -arch=gfx942")
+    if dtype in FOUR_BIT:
+        tilewright.compile(gemm_kernel(dtype, "float32" if dtype.startswith("float") else "int32"),
+                           target="hip -arch=gfx90a")
 
 
 # ---------------------------------------------------------------- the GPU
