@@ -298,3 +298,20 @@ def test_gpu_four_bit_roundtrip(dtype):
     pack(logical + logical, want_b)
     np.testing.assert_array_equal(b.cpu().numpy(), want_b)
     np.testing.assert_array_equal(c.cpu().numpy(), logical.astype(np.float64) * 3.0)
+
+
+@pytest.mark.parametrize("backend", sorted(BACKENDS))
+def test_e8m0_torch_tensors_and_rounding(backend):
+    """TileLang's vectorize test with torch.float8_e8m0fnu: integers rounded to powers of two (ties up)."""
+
+    @T.prim_func
+    def ramp(A: T.Tensor((64,), torch.float8_e8m0fnu)):
+        with T.Kernel(1, threads=64):
+            for i in T.vectorized(8):
+                A[i] = T.cast(i + 1, T.float8_e8m0fnu)
+
+    x = torch.full((64,), 255, dtype=torch.uint8).view(torch.float8_e8m0fnu)  # NaN
+    tilewright.compile(ramp, **BACKENDS[backend])(x)
+    want = np.arange(1, 9, dtype=np.float32).astype(_ml("float8_e8m0fnu")).view(np.uint8)
+    np.testing.assert_array_equal(x.view(torch.uint8)[:8].numpy(), want)
+    assert (x.view(torch.uint8)[8:] == 255).all()

@@ -367,6 +367,9 @@ def _to_numpy_args(params, full):
                                     "arrays")
             if a.dtype.is_floating_point and a.element_size() == 2 and str(a.dtype) == "torch.bfloat16":
                 view = a.detach().view(dtype=__import__("torch").int16).numpy().view(dt.to_numpy("bfloat16"))
+            elif str(a.dtype).startswith("torch.float8"):  # torch has no NumPy conversion for some: via bytes
+                name = str(a.dtype).removeprefix("torch.")
+                view = a.detach().view(dtype=__import__("torch").uint8).numpy().view(dt.to_numpy(name))
             else:
                 view = a.detach().numpy()
             arrays.append(view)
