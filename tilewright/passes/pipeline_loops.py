@@ -135,7 +135,9 @@ def tma_eligible(c: t.Copy) -> bool:
     that the TMA layout can hold (``SharedLayout.tma_compatible``)."""
     src, dst = c.src, c.dst
     buf = src.buffer
-    if buf.dtype != dst.buffer.dtype or dt.nbytes(buf.dtype) not in (1, 2, 4) or buf.ndim > 5 or dt.is_subbyte(buf.dtype):
+    if buf.dtype != dst.buffer.dtype or dt.nbytes(buf.dtype) not in (1, 2, 4) or buf.ndim > 5:
+        return False
+    if dt.is_subbyte(buf.dtype):  # two per byte: copied element by element
         return False
     esize = dt.nbytes(buf.dtype)
     unit_last = isinstance(buf.strides[-1], int) and buf.strides[-1] == 1  # a run-time stride is not 1
