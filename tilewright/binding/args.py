@@ -16,6 +16,7 @@ from dataclasses import dataclass
 from ..errors import ArgumentError
 from ..ir import tile as t
 from ..ir.expr import Var
+from .packed import is_packed_storage, logical_arg
 from .tensor_args import TensorArg, describe_arg
 
 _INT32_MAX = 2**31 - 1
@@ -43,6 +44,8 @@ def bind_arguments(params: list, dyn_vars: list, args: list, *, kernel_name: str
     for p, a in zip(params, args):
         if isinstance(p, t.Buffer):
             ta = describe_param(p, a, kernel_name, host_arrays)
+            if is_packed_storage(p.dtype, ta):  # 4-bit elements, two per byte: check the logical tensor
+                ta = logical_arg(p, ta, kernel_name)
             check_tensor(p, ta, bound_dyn, kernel_name, require_alignment)
             dev = (ta.device_type, ta.device_index)
             if device_type == "gpu" and ta.device_type == "cpu":

@@ -51,7 +51,33 @@ DTYPE_ITEMSIZE: dict[str, int] = {
     "uint16": 2,
     "uint32": 4,
     "uint64": 8,
+    "float8_e8m0fnu": 1,
+    "float4_e2m1fn_x2": 1,  # torch's packed pair of fp4 values (the storage of a float4_e2m1fn tensor)
+    # NumPy (ml_dtypes) arrays of 4-bit types hold one element per byte (the CPU backends take them)
+    "int4": 1,
+    "uint4": 1,
+    "float4_e2m1fn": 1,
 }
+
+# 4-bit dtypes: their tensors are byte storage, two elements per byte (ir/dtype.py); the torch dtype of
+# that storage, when torch has a dedicated one (float4_e2m1fn_x2), else int8
+_TORCH_STORAGE = {"int4": "int8", "uint4": "uint8", "float4_e2m1fn": "float4_e2m1fn_x2",
+                  "float4_e2m1fnx2": "float4_e2m1fn_x2"}
+# byte-storage dtypes a 4-bit parameter takes (torch's and NumPy's), besides its own unpacked NumPy dtype
+PACKED_STORAGE = ("int8", "uint8", "float4_e2m1fn_x2")
+
+
+def torch_storage_name(name: str) -> str:
+    """The torch dtype name a tensor of dtype ``name`` is stored as (itself but for the 4-bit types)."""
+    storage = _TORCH_STORAGE.get(name)
+    if storage is None:
+        return name
+    if storage == "float4_e2m1fn_x2":
+        import torch
+
+        if not hasattr(torch, storage):
+            return "int8"
+    return storage
 
 
 @dataclass(eq=False, slots=True)
@@ -120,6 +146,7 @@ def _byte_strides_to_elements(byte_strides, itemsize: int, what: str) -> tuple:
 _TORCH_NAMES = (
     "float16", "bfloat16", "float32", "float64", "int8", "uint8", "int16", "int32", "int64", "bool",
     "float8_e4m3fn", "float8_e5m2", "float8_e4m3fnuz", "float8_e5m2fnuz", "uint16", "uint32", "uint64",
+    "float8_e8m0fnu", "float4_e2m1fn_x2",
 )  # fmt: skip
 _torch_to_name: dict = {}
 
@@ -152,6 +179,7 @@ def to_torch_dtype(name: str):
 
     if name not in DTYPE_ITEMSIZE:
         raise ArgumentError(f"unknown dtype {name!r}; use one of {', '.join(DTYPE_ITEMSIZE)}")
+    name = torch_storage_name(name)
     dt = getattr(torch, name, None)
     if dt is None:
         raise ArgumentError(f"this torch ({torch.__version__}) has no dtype {name!r}")
@@ -185,9 +213,9 @@ def to_numpy_dtype(name: str):
     """``"bfloat16"`` -> the NumPy dtype (ml_dtypes for bfloat16 and the float8 types)."""
     import numpy as np
 
-    if name not in DTYPE_ITEMSIZE:
+    if name not in DTYPE_ITEMSIZE or name == "float4_e2m1fn_x2":
         raise ArgumentError(f"unknown dtype {name!r}; use one of {', '.join(DTYPE_ITEMSIZE)}")
-    if name in ("bfloat16", "float8_e4m3fn", "float8_e5m2"):
+    if name in ("bfloat16", "float8_e4m3fn", "float8_e5m2", "float8_e8m0fnu", "int4", "uint4", "float4_e2m1fn"):
         import ml_dtypes
 
         return np.dtype(getattr(ml_dtypes, name))

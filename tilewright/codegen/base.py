@@ -15,6 +15,7 @@ from ..ir import expr as E
 from ..ir import thread as th
 from ..ir import tile as t
 from ..ir.analysis import is_nonnegative
+from . import subbyte
 
 _CPP_KEYWORDS = {
     "auto", "break", "case", "char", "const", "continue", "default", "do", "double", "else", "enum", "extern",
@@ -97,7 +98,8 @@ class Printer:
         params = []
         for p in k.params:
             if isinstance(p, t.Buffer):
-                params.append(f"{self.ctype(p.dtype)}* __restrict__ {self.name(p, p.name)}")
+                ct = "unsigned char" if subbyte.is_packed_global(p) else self.ctype(p.dtype)  # two per byte
+                params.append(f"{ct}* __restrict__ {self.name(p, p.name)}")
             else:
                 params.append(f"{self.ctype(p.dtype)} {self.name(p, p.name)}")
         for v in k.dyn_vars:  # int, or long long for a size declared T.dynamic(name, "int64")
@@ -130,7 +132,11 @@ class Printer:
             self.emit(d, f"const {self.ctype(s.var.dtype)} {self.name(s.var, s.var.name)} = {self.expr(s.value)};")
         elif isinstance(s, t.BufferStore):
             b = s.buffer
-            self.emit(d, f"{self.name(b, b.name)}[{self.expr(s.indices[0])}] = {self.expr(s.value)};")
+            if subbyte.is_packed_global(b):
+                value = self.cast(b.dtype, s.value) if s.value.dtype != b.dtype else self.expr(s.value)
+                self.emit(d, f"tw_st_{b.dtype}({self.name(b, b.name)}, {self.expr(s.indices[0])}, {value});")
+            else:
+                self.emit(d, f"{self.name(b, b.name)}[{self.expr(s.indices[0])}] = {self.expr(s.value)};")
         elif isinstance(s, t.IfThenElse):
             self.emit(d, f"if ({self.expr(s.cond)}) {{")
             self.stmt(s.then_body, d + 1)
@@ -193,6 +199,9 @@ class Printer:
         return f"{self.name(buf, buf.name)}[{self.expr(index)}]"
 
     def vec_copy(self, s: th.VecCopy, d: int) -> None:
+        if subbyte.is_packed_global(s.src) or subbyte.is_packed_global(s.dst):
+            raise CompileError(f"internal: a vector copy of {s.src.dtype} values packed two per byte reached the "
+                               "printer (the copy lowering keeps them element by element)", getattr(s, "loc", None))
         nbytes = s.lanes * dt.nbytes(s.src.dtype)
         vt = self.vector_types[nbytes]
         src = f"*reinterpret_cast<const {vt}*>(&{self.ref(s.src, s.src_index)})"
@@ -257,6 +266,8 @@ class Printer:
         if isinstance(e, E.Const):
             return self.const(e)
         if isinstance(e, E.Load):
+            if subbyte.is_packed_global(e.buffer):
+                return f"tw_ld_{e.buffer.dtype}({self.name(e.buffer, e.buffer.name)}, {self.expr(e.indices[0])})"
             return self.ref(e.buffer, e.indices[0])
         if isinstance(e, E.BinOp):
             return self.binop(e, prec)
@@ -337,6 +348,8 @@ class Printer:
 
     def call(self, e: E.Call) -> str:
         name = e.name
+        if name == "reinterpret":  # same width (T.reinterpret, T.view with a dtype): a bit copy
+            return f"tw_bitcast<{self.ctype(e.dtype)}>({self.expr(e.args[0])})"
         if name in ("isnan", "isinf"):
             return f"{name}((float)({self.expr(e.args[0])}))"
         if name == "abs" and not dt.is_float(e.dtype):

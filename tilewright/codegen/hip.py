@@ -25,7 +25,7 @@ from ..ir import dtype as dt
 from ..ir import expr as E
 from ..ir import thread as th
 from ..target.matrix_amd import AMD_VECTOR_CTYPES
-from . import hip_fp8
+from . import hip_fp8, subbyte
 from .base import Printer
 from .hip_prelude import HIP_INDEX_FUNCS, HIP_MATH_FUNCS, HIP_PRELUDE, HIP_VECTOR_TYPES
 
@@ -38,6 +38,7 @@ _CTYPES = {
     # 8-bit floats travel as bytes; every use converts through float32 (hip_fp8.py)
     "float8_e4m3fn": "unsigned char", "float8_e4m3fnuz": "unsigned char", "float8_e5m2": "unsigned char",
     "float8_e5m2fnuz": "unsigned char",
+    **subbyte.CTYPES,  # the 4-bit types and float8_e8m0fnu: one-byte structs (subbyte.py)
 }
 
 # Element vectors for packing matrix operands (matrix dtype -> vector typedef prefix).  Halves and
@@ -97,6 +98,7 @@ TW_DEV float tw_nan() { return __builtin_nanf(""); }
 template <typename T> TW_DEV T tw_min(T a, T b) { return a < b ? a : b; }
 template <typename T> TW_DEV T tw_max(T a, T b) { return a < b ? b : a; }
 template <typename T> TW_DEV T tw_abs(T a) { return a < 0 ? -a : a; }
+template <typename To, typename From> TW_DEV To tw_bitcast(From x) { return __builtin_bit_cast(To, x); }
 template <typename T> TW_DEV T tw_floordiv(T a, T b) {
   T q = a / b; return (q * b != a && ((a < 0) != (b < 0))) ? q - 1 : q; }
 template <typename T> TW_DEV T tw_floormod(T a, T b) {
@@ -279,7 +281,8 @@ class HipPrinter(Printer):
 
     def expr(self, e, prec: int = 0) -> str:
         # arithmetic on fp8 values happens in float32, rounded back to the byte format
-        if isinstance(e, (E.BinOp, E.UnOp, E.Call, E.Select)) and not isinstance(e, E.Load):
+        reinterpret = isinstance(e, E.Call) and e.name == "reinterpret"  # bits, not values: no widening
+        if isinstance(e, (E.BinOp, E.UnOp, E.Call, E.Select)) and not isinstance(e, E.Load) and not reinterpret:
             if isinstance(e, E.BinOp) and (hip_fp8.is_fp8(e.a.dtype) or hip_fp8.is_fp8(e.b.dtype)):
                 widened = E.binary(e.op, _f32(e.a), _f32(e.b))
                 return self._narrow(widened, e.dtype)
@@ -302,6 +305,7 @@ class HipPrinter(Printer):
         fp8_used = _fp8_dtypes(self.k)
         if fp8_used:
             text += hip_fp8.helpers(fp8_used)
+        text += subbyte.helpers(subbyte.used_dtypes(self.k), "hip")
         if self.k.shared_bytes:
             # File scope, as HIP expects of an unsized extern __shared__ array: its size is the
             # launch's sharedMemBytes (the code object's group_segment_fixed_size stays 0).
@@ -344,6 +348,8 @@ class HipPrinter(Printer):
         args = e.args
         if name == "warp_size":
             return "TW_WAVE_SIZE"
+        if name == "reinterpret":
+            return super().call(e)
         if name in _WARP_SHUFFLE_KIND:
             return self.warp_shuffle(e)
         if name.startswith("warp_vote_"):

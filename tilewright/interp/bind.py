@@ -9,6 +9,7 @@ from __future__ import annotations
 import numpy as np
 
 from ..binding import args as _args
+from ..binding.packed import is_packed_storage
 from ..errors import ArgumentError
 from ..ir import expr as E
 
@@ -32,6 +33,10 @@ def given_dyn(name: str, dyn_vars, dyn: dict | None) -> dict:
 def check_array(p, a, dyn_vals: dict, kernel_name: str = "kernel") -> None:
     """``a`` fits buffer parameter ``p``; binds the symbolic sizes its shape fixes."""
     ta = _args.describe_param(p, a, kernel_name, host_arrays=True)
+    if is_packed_storage(p.dtype, ta):
+        raise ArgumentError(f"{kernel_name}: argument {p.name} holds {p.dtype} values packed two per byte; the CPU "
+                            "backends take one element per byte here (tilewright.binding.packed.unpack makes that "
+                            "array), or call a compiled kernel, which unpacks")
     _args.check_tensor(p, ta, dyn_vals, kernel_name, 1)
 
 

@@ -189,8 +189,8 @@ def _poison(npdt: np.dtype):
         return np.nan
     if npdt.kind == "b":
         return True
-    info = np.iinfo(npdt)
-    return info.min if npdt.kind == "i" else info.max
+    info = dt.int_limits(npdt)
+    return info.min if npdt.kind == "i" or npdt.name == "int4" else info.max
 
 
 def _same(a, b):
@@ -472,6 +472,15 @@ class _ExprCompiler:
             fn = np.isnan if name == "isnan" else np.isinf
             return lambda c: fn(_lift(fargs[0](c), _F32))
         npdt = dt.to_numpy(e.dtype)
+        if name == "reinterpret":  # the same bits as another type of the same width
+            src, f0 = dt.to_numpy(e.args[0].dtype), fargs[0]
+            fix = (lambda x: x) if dt.is_float(e.dtype) else _int_result(npdt)
+
+            def bits(c):
+                r = np.asarray(f0(c)).astype(src).view(npdt)
+                return fix(r if r.ndim else npdt.type(r[()]))
+
+            return bits
         if not dt.is_float(e.dtype):
             if name == "abs":
                 fix = _int_result(npdt)

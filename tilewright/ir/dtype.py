@@ -3,7 +3,14 @@
 A dtype is carried through the IR as its canonical name (a ``str`` such as ``"float16"``), so IR
 nodes stay cheap to build, hash and print.  This module normalises the many spellings users write
 (``"float"``, ``"half"``, ``T.float16``, ``torch.float16``, ``numpy.float32``) and knows each type's
-width, kind and NumPy equivalent (``ml_dtypes`` for bfloat16 and the fp8 types).
+width, kind and NumPy equivalent (``ml_dtypes`` for bfloat16, the fp8 types and the sub-byte types).
+
+Sub-byte types (``int4``, ``uint4``, ``float4_e2m1fn``: 4 bits) are packed two per byte in global
+memory, element ``2i`` in the low nibble of byte ``i`` (TileLang's and PyTorch's layout: a tensor of
+logical shape ``(..., n)`` is passed as ``int8``/``uint8`` storage of shape ``(..., n // 2)``).
+Everywhere else -- shared memory, registers, the CPU backends' arrays -- one element takes one byte.
+``tfloat32`` is TileLang's name for float32 operands of tensor-core GEMMs: it is float32 here
+(stored and computed as float32), so a tfloat32 GEMM is at least as exact as the tf32 one.
 """
 
 from __future__ import annotations
@@ -43,7 +50,14 @@ _INFOS = {
     "float8_e5m2": DTypeInfo("float8_e5m2", 8, "float"),
     "float8_e4m3fnuz": DTypeInfo("float8_e4m3fnuz", 8, "float"),
     "float8_e5m2fnuz": DTypeInfo("float8_e5m2fnuz", 8, "float"),
+    "float8_e8m0fnu": DTypeInfo("float8_e8m0fnu", 8, "float"),
+    "int4": DTypeInfo("int4", 4, "int"),
+    "uint4": DTypeInfo("uint4", 4, "uint"),
+    "float4_e2m1fn": DTypeInfo("float4_e2m1fn", 4, "float"),
 }
+
+# 4-bit types: two per byte in global memory (see the module docstring)
+SUBBYTE = frozenset(n for n, i in _INFOS.items() if i.bits < 8)
 
 _ALIASES = {
     "float": "float32",
@@ -63,6 +77,12 @@ _ALIASES = {
     "fp8_e4m3": "float8_e4m3fn",
     "fp8_e5m2": "float8_e5m2",
     "uint1": "bool",
+    "tfloat32": "float32",
+    "tf32": "float32",
+    "float8_e8m0": "float8_e8m0fnu",
+    "e8m0": "float8_e8m0fnu",
+    "fp4_e2m1": "float4_e2m1fn",
+    "float4_e2m1": "float4_e2m1fn",
 }
 
 
@@ -72,10 +92,12 @@ class DTypeError(ValueError):
 
 # TileLang dtypes without a representation here yet, and why (refused by name rather than "unknown")
 _NOT_SUPPORTED = {
-    "tfloat32": "tfloat32 (float32 rounded to a 10-bit mantissa for tensor cores) is not supported: keep the "
-                "operands float32 (T.gemm of float32 operands is exact float32 arithmetic here)",
-    "float8_e8m0fnu": "float8_e8m0fnu (the power-of-two scale format of MX block scaling) is not supported",
-    "float4_e2m1fn": "float4_e2m1fn (4-bit floats, two per byte) is not supported",
+    "float4_e2m1fnx2": "float4_e2m1fnx2 (a packed pair of float4_e2m1fn) is not supported as an element type: "
+                       "use float4_e2m1fn, which global memory stores two per byte",
+    "float4_e2m1_unpacked": "float4_e2m1_unpacked (TileLang's one-fp4-per-byte layout for Blackwell tensor "
+                            "memory) is not supported: use float4_e2m1fn",
+    "bfloat16x2": "bfloat16x2 (a packed pair of bfloat16) is not supported as an element type: use two bfloat16 "
+                  "values or a [2] buffer",
     "float32x2": "float32x2 (a packed pair of float32) is not supported: use two float32 values or a [2] buffer",
 }
 
@@ -153,6 +175,11 @@ def is_bool(dtype: str) -> bool:
     return dtype == "bool"
 
 
+def is_subbyte(dtype: str) -> bool:
+    """4-bit types: packed two per byte in global memory."""
+    return dtype in SUBBYTE
+
+
 def is_low_precision_float(dtype: str) -> bool:
     return is_float(dtype) and bits(dtype) < 32
 
@@ -161,11 +188,20 @@ def is_low_precision_float(dtype: str) -> bool:
 def to_numpy(dtype: str) -> np.dtype:
     """NumPy dtype (ml_dtypes for bfloat16 / fp8)."""
     d = canon(dtype)
-    if d in ("bfloat16",) or d.startswith("float8"):
+    if d in ("bfloat16", "int4", "uint4") or d.startswith(("float8", "float4")):
         import ml_dtypes
 
         return np.dtype(getattr(ml_dtypes, d))
     return np.dtype(d)
+
+
+def int_limits(npdt: np.dtype):
+    """``np.iinfo`` that also knows ml_dtypes' int4 / uint4 (NumPy kind "V")."""
+    if npdt.name in ("int4", "uint4"):
+        import ml_dtypes
+
+        return ml_dtypes.iinfo(npdt)
+    return np.iinfo(npdt)
 
 
 def from_numpy(np_dtype) -> str:
@@ -197,21 +233,27 @@ def promote(a: str, b: str) -> str:
 def max_value(dtype: str):
     d = canon(dtype)
     if is_float(d):
-        return float(np.finfo(to_numpy(d)).max) if not d.startswith("float8") else float(_fp8_max(d))
-    return int(np.iinfo(to_numpy(d)).max)
+        return float(np.finfo(to_numpy(d)).max) if not d.startswith(("float8", "float4")) else float(_fp8_max(d))
+    return int(int_limits(to_numpy(d)).max)
 
 
 def min_value(dtype: str):
     d = canon(dtype)
+    if d == "float8_e8m0fnu":  # unsigned: powers of two only
+        return float(_ml_finfo(d).min)
     if is_float(d):
         return -max_value(d)
-    return int(np.iinfo(to_numpy(d)).min)
+    return int(int_limits(to_numpy(d)).min)
 
 
 def _fp8_max(d: str) -> float:
+    return _ml_finfo(d).max
+
+
+def _ml_finfo(d: str):
     import ml_dtypes
 
-    return ml_dtypes.finfo(getattr(ml_dtypes, d)).max
+    return ml_dtypes.finfo(getattr(ml_dtypes, d))
 
 
 ALL_DTYPES = tuple(_INFOS)

@@ -15,6 +15,8 @@ import os
 import numpy as np
 
 from ..binding.args import bind_arguments
+from ..binding.packed import pack, unpack
+from ..binding.tensor_args import PACKED_STORAGE
 from ..errors import ArgumentError
 from ..ir import dtype as dt
 from ..ir import tile as t
@@ -362,11 +364,21 @@ def _empty_like(like, shape, dtype: str, backend: str):
 
         from ..binding.tensor_args import to_torch_dtype
 
+        if dt.is_subbyte(dtype):  # stored two per byte
+            shape = _packed_shape(shape, dtype)
         return torch.empty(shape, dtype=to_torch_dtype(dtype), device=like.device)
     if backend == "device":
         raise ArgumentError("cannot allocate outputs on the GPU without torch tensors among the inputs; pass the "
                             "outputs explicitly")
     return np.empty(shape, dtype=dt.to_numpy(dtype))
+
+
+def _packed_shape(shape, dtype: str) -> tuple:
+    shape = tuple(shape)
+    if not shape or shape[-1] % 2:
+        raise ArgumentError(f"cannot allocate a {dtype} output of shape {shape}: two elements share a byte, so its "
+                            "last dimension must be even")
+    return (*shape[:-1], shape[-1] // 2)
 
 
 def _to_numpy_args(params, full):
@@ -377,12 +389,21 @@ def _to_numpy_args(params, full):
             arrays.append(a.item() if hasattr(a, "item") and not isinstance(a, (int, float)) else a)
             continue
         mod = type(a).__module__
+        if dt.is_subbyte(p.dtype) and _is_byte_storage(a):
+            # 4-bit values, two per byte: the CPU backends work on one element per byte (copied back after)
+            view = a.detach().view(__import__("torch").uint8).numpy() if mod.startswith("torch") else a
+            arrays.append(unpack(view, p.dtype))
+            backs.append((arrays[-1], view))
+            continue
         if mod.startswith("torch"):
             if a.device.type != "cpu":
                 raise ArgumentError(f"argument {p.name} is on {a.device}; the CPU backends take CPU tensors or NumPy "
                                     "arrays")
             if a.dtype.is_floating_point and a.element_size() == 2 and str(a.dtype) == "torch.bfloat16":
                 view = a.detach().view(dtype=__import__("torch").int16).numpy().view(dt.to_numpy("bfloat16"))
+            elif str(a.dtype).startswith("torch.float8"):  # torch has no NumPy conversion for some: via bytes
+                name = str(a.dtype).removeprefix("torch.")
+                view = a.detach().view(dtype=__import__("torch").uint8).numpy().view(dt.to_numpy(name))
             else:
                 view = a.detach().numpy()
             arrays.append(view)
@@ -391,6 +412,16 @@ def _to_numpy_args(params, full):
     return arrays, backs
 
 
+def _is_byte_storage(a) -> bool:
+    mod = type(a).__module__
+    if mod.startswith("torch"):
+        return a.device.type == "cpu" and str(a.dtype).removeprefix("torch.") in PACKED_STORAGE
+    return isinstance(a, np.ndarray) and a.dtype.name in PACKED_STORAGE
+
+
 def _copy_back(backs) -> None:
     for src, dst in backs:
-        dst[...] = src
+        if src.dtype != dst.dtype:  # 4-bit values unpacked for the CPU backends: pack them again
+            pack(src, dst)
+        else:
+            dst[...] = src

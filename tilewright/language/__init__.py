@@ -38,13 +38,33 @@ class DType(str):
 
     @property
     def bits(self) -> int:
-        return _dt.bits(str(self))
+        return _PACKED_PAIRS.get(str(self), (None, 0))[1] or _dt.bits(_dt.canon(str(self)))
+
+    @property
+    def lanes(self) -> int:
+        return 2 if str(self) in _PACKED_PAIRS else 1
+
+    def is_float4(self) -> bool:
+        return str(self).startswith("float4")
+
+    def is_float4_e2m1fn(self) -> bool:
+        return str(self) == "float4_e2m1fn"
+
+    def is_float4_e2m1_unpacked(self) -> bool:
+        return str(self) == "float4_e2m1_unpacked"
 
     def as_torch(self):
-        """The torch dtype of this dtype (TileLang's ``T.float16.as_torch()``; imports torch)."""
-        from ..binding.tensor_args import to_torch_dtype
+        """The torch dtype of this dtype (TileLang's ``T.float16.as_torch()``; imports torch): the
+        storage dtype for the 4-bit types (``int8`` for int4/uint4, ``float4_e2m1fn_x2`` for fp4)."""
+        from ..binding.tensor_args import to_torch_dtype, torch_storage_name
 
-        return to_torch_dtype(_dt.canon(str(self)))
+        name = str(self)
+        return to_torch_dtype(torch_storage_name(name if name in _PACKED_PAIRS else _dt.canon(name)))
+
+
+# packed-pair names TileLang has: (element dtype, bits of the pair); usable as names, refused as element types
+_PACKED_PAIRS = {"float4_e2m1fnx2": ("float4_e2m1fn", 8), "bfloat16x2": ("bfloat16", 32),
+                 "float32x2": ("float32", 64)}
 
 
 for _name in _dt.ALL_DTYPES:
@@ -65,11 +85,17 @@ float8_e5m2 = DType("float8_e5m2")
 float8_e4m3 = DType("float8_e4m3fn")  # TileLang's spelling of the finite e4m3 format
 uint16 = DType("uint16")
 uint64 = DType("uint64")
-# TileLang dtypes tilewright cannot hold yet: using one raises a DTypeError that says so (ir/dtype.py)
+# TileLang's tensor-core float32: float32 here (ir/dtype.py)
 tfloat32 = DType("tfloat32")
 float8_e8m0fnu = DType("float8_e8m0fnu")
 float4_e2m1fn = DType("float4_e2m1fn")
+int4 = DType("int4")
+uint4 = DType("uint4")
+# TileLang dtypes tilewright cannot hold as element types: using one raises a DTypeError that says so
 float32x2 = DType("float32x2")
+bfloat16x2 = DType("bfloat16x2")
+float4_e2m1fnx2 = DType("float4_e2m1fnx2")
+float4_e2m1_unpacked = DType("float4_e2m1_unpacked")
 half = float16
 float = float32
 double = float64
@@ -1072,7 +1098,7 @@ from .debug import print  # noqa: E402, A004, F401  (T.print: language/debug.py)
 from .math import *  # noqa: E402, F403
 from .math import __all__ as _math_names  # noqa: E402, F401
 from .scan import *  # noqa: E402, F403  (cumsum, cummax: language/scan.py)
-from .views import *  # noqa: E402, F403  (reshape, view: language/views.py)
+from .views import *  # noqa: E402, F403  (reshape, view, reinterpret: language/views.py)
 from .warp import *  # noqa: E402, F403  (shfl_*, warp_reduce_*: language/warp.py)
 
 

@@ -8,7 +8,14 @@ only the buffer itself (its layout, barriers and memory planning stay exact).  T
 in general not a rectangle of the buffer, so they are refused with a CompileError that says so --
 except ``T.copy`` to or from a whole view, which becomes an element loop (``copy_through_view``).
 A view of a kernel parameter is a view of global memory like any other (row-major positions of its
-logical shape, whatever its strides).  A view with another dtype (reinterpreting bits) is refused.
+logical shape, whatever its strides).
+
+A view with another dtype (``T.view(buf, shape, dtype=...)``) reinterprets the bits of the same
+storage, little-endian as the GPUs and the CPU backends are: a view of the same width reads each
+element's bits as the other type; a narrower one (a float32 tile seen as bfloat16, twice as many
+elements) reads part ``k % r`` of element ``k // r``; a wider one (bfloat16 seen as float32) joins
+``r`` consecutive elements.  Writing through a narrower view would change part of an element another
+thread may be writing, so it is refused; the 4-bit types have no byte address to reinterpret.
 """
 
 from __future__ import annotations
@@ -21,24 +28,46 @@ from ..ir import dtype as _dt
 from ..ir import expr as _e
 from ..ir import tile as _t
 
-__all__ = ["reshape", "view"]
+__all__ = ["copy_through_view", "reinterpret", "reshape", "view"]
+
+_UINT = {8: "uint8", 16: "uint16", 32: "uint32", 64: "uint64"}
+
+
+def reinterpret(value, dtype):
+    """``T.reinterpret(value, dtype)`` (also TVM's order ``(dtype, value)``): the same bits as
+    ``dtype``, which must have the width of ``value``'s type."""
+    if isinstance(value, str) and not isinstance(dtype, str):
+        value, dtype = dtype, value
+    d = _dt.canon(dtype)
+    x = _e.as_expr(value)
+    if _dt.bits(d) != _dt.bits(x.dtype) or _dt.is_subbyte(d):
+        raise _b.error(f"T.reinterpret: {x.dtype} ({_dt.bits(x.dtype)} bits) and {d} ({_dt.bits(d)} bits) differ in "
+                       "width (or are 4-bit types, which have no bits of their own in a byte)",
+                       hint="reinterpret between types of one width, e.g. float32 <-> uint32")
+    return _bitcast(d, x)
+
+
+def _bitcast(dtype: str, x):
+    return x if x.dtype == dtype else _e.Call("reinterpret", (x,), dtype)
 
 
 class BufferView:
-    """``base`` seen with shape ``shape`` (same number of elements, row-major order)."""
+    """``base`` seen with shape ``shape`` (row-major order) and element type ``dtype`` (the same
+    bits: see the module docstring)."""
 
-    def __init__(self, base: _t.Buffer, shape: tuple):
+    def __init__(self, base: _t.Buffer, shape: tuple, dtype: str | None = None):
         self.base = base
         self.shape = shape
-        self.dtype = base.dtype
+        self.dtype = dtype or base.dtype
         self.scope = base.scope
-        self.name = f"{base.name}.reshape{shape}"
+        self.name = f"{base.name}.reshape{shape}" if dtype is None else f"{base.name}.view({self.dtype}){shape}"
+        self.wide, self.narrow = _dt.bits(self.dtype), _dt.bits(base.dtype)  # view bits, base bits
 
     @property
     def ndim(self) -> int:
         return len(self.shape)
 
-    def _base_indices(self, idx) -> tuple:
+    def _linear(self, idx):
         if not isinstance(idx, tuple):
             idx = (idx,)
         if any(isinstance(i, slice) for i in idx):
@@ -49,6 +78,13 @@ class BufferView:
         lin = _e.as_expr(0)
         for i, n in zip(idx, self.shape):
             lin = lin * n + i
+        return lin
+
+    def _base_indices(self, idx) -> tuple:
+        return self._at(self._linear(idx))
+
+    def _at(self, lin) -> tuple:
+        """The indices of the base element at row-major position ``lin``."""
         out = []
         for n in reversed(self.base.shape):
             out.append(lin % n)
@@ -56,11 +92,46 @@ class BufferView:
         return tuple(reversed(out))
 
     def __getitem__(self, idx):
-        return _e.Load(self.base, self._base_indices(idx))
+        lin, base, vb, bb = self._linear(idx), self.base, self.wide, self.narrow
+        if vb == bb:
+            return _bitcast(self.dtype, _e.Load(base, self._at(lin)))
+        if vb < bb:  # part lin % r of element lin // r
+            r = bb // vb
+            word = _bitcast(_UINT[bb], _e.Load(base, self._at(lin // r)))
+            part = _e.cast(_UINT[vb], word >> _e.cast(_UINT[bb], (lin % r) * vb))
+            return _bitcast(self.dtype, part)
+        r = vb // bb  # elements lin * r .. lin * r + r - 1, the first in the low bits
+        acc = None
+        for j in range(r):
+            piece = _e.cast(_UINT[vb], _bitcast(_UINT[bb], _e.Load(base, self._at(lin * r + j))))
+            piece = piece << _e.Const(bb * j, _UINT[vb]) if j else piece
+            acc = piece if acc is None else acc | piece
+        return _bitcast(self.dtype, acc)
 
-    def store_element(self, idx, value, loc=None) -> _t.BufferStore:
-        """The store ``view[idx] = value`` (the frontend's assignment calls this)."""
-        return _t.BufferStore(self.base, self._base_indices(idx), _e.cast(self.dtype, value), loc=loc)
+    def store_element(self, idx, value, loc=None):
+        """The store ``view[idx] = value`` (the frontend's assignment calls this, and emits the
+        statement returned): a wider view stores several elements, all but the last emitted here."""
+        stores = self.stores(idx, value, loc)
+        for s in stores[:-1]:
+            _b.current().emit(s)
+        return stores[-1]
+
+    def stores(self, idx, value, loc=None) -> list:
+        """The element stores of ``view[idx] = value``."""
+        lin, base, vb, bb = self._linear(idx), self.base, self.wide, self.narrow
+        value = _e.cast(self.dtype, value)
+        if vb == bb:
+            return [_t.BufferStore(base, self._at(lin), _bitcast(base.dtype, value), loc=loc)]
+        if vb < bb:
+            raise _b.error(f"writing through {self.name} would change part of a {base.dtype} element of {base.name}, "
+                           "which other threads may be writing: not supported",
+                           hint=f"write {base.name} itself, or view it with a type at least as wide")
+        r, bits = vb // bb, _bitcast(_UINT[vb], value)
+        stores = []
+        for j in range(r):
+            piece = _e.cast(_UINT[bb], bits >> _e.Const(bb * j, _UINT[vb]) if j else bits)
+            stores.append(_t.BufferStore(base, self._at(lin * r + j), _bitcast(base.dtype, piece), loc=loc))
+        return stores
 
     def __repr__(self) -> str:
         b = self.base.name
@@ -93,12 +164,30 @@ def reshape(src, shape):
 
 
 def view(src, shape=None, dtype=None):
-    """``src`` seen with another ``shape`` (``T.reshape``); a different ``dtype`` is not supported."""
+    """``src`` seen with another ``shape`` (``T.reshape``) and/or ``dtype`` (its bits reinterpreted)."""
     base = src.base if isinstance(src, BufferView) else src
-    if dtype is not None and _dt.canon(dtype) != getattr(base, "dtype", None):
-        raise _b.error(f"T.view(dtype={_dt.canon(dtype)!r}) of a {getattr(base, 'dtype', '?')} buffer reinterprets "
-                       "its bits, which is not supported", hint="convert values with T.Cast instead")
-    return reshape(src, src.shape if shape is None else shape)
+    if dtype is None or _dt.canon(dtype) == getattr(src, "dtype", None):
+        return reshape(src, src.shape if shape is None else shape)
+    d = _dt.canon(dtype)
+    if not isinstance(base, _t.Buffer):
+        raise _b.error(f"T.view takes a buffer, got {src!r}")
+    if isinstance(src, BufferView) and src.dtype != base.dtype:
+        raise _b.error(f"T.view of {src.name}, itself a view with another dtype, is not supported",
+                       hint=f"view {base.name} directly")
+    vb, bb = _dt.bits(d), _dt.bits(base.dtype)
+    if _dt.is_subbyte(d) or _dt.is_subbyte(base.dtype) or max(vb, bb) % min(vb, bb) or max(vb, bb) > 64:
+        raise _b.error(f"T.view(dtype={d!r}) of the {base.dtype} buffer {base.name}: the bits of one type must be "
+                       "a whole number of the other's (4-bit types have no byte of their own)")
+    if base.scope == "global":
+        raise _b.error("T.view of a kernel parameter with another dtype is not supported",
+                       hint="declare the parameter with the dtype you read it as")
+    if shape is None:
+        shape = (*base.shape[:-1], base.shape[-1] * bb // vb)
+    shape = _shape(shape, "T.view")
+    if _math.prod(shape) * vb != _math.prod(base.shape) * bb:
+        raise _b.error(f"T.view: {base.name} holds {_math.prod(base.shape)} x {bb} bits, shape {shape} of {d} "
+                       f"{_math.prod(shape)} x {vb}")
+    return BufferView(base, shape, d)
 
 
 def is_view(x) -> bool:
@@ -127,9 +216,14 @@ def copy_through_view(src, dst) -> None:
         raise _b.error(f"T.copy: the source has shape {s_shape} but the destination has shape {d_shape}")
     vs = tuple(_e.Var(b.fresh("e"), "int32", kind="loop") for _ in s_shape)
     value = element_of(s, vs)
-    store_at = element_of(d, _remap(vs, s_shape, d_shape))
-    dbuf = store_at.buffer
-    store = _t.BufferStore(dbuf, store_at.indices, _e.cast(dbuf.dtype, value), loc=b.loc)
+    at = _remap(vs, s_shape, d_shape)
+    if isinstance(d, BufferView):  # a store through the view (one with another dtype stores its bits)
+        stores = d.stores(at, value, b.loc)
+        store = stores[0] if len(stores) == 1 else _t.SeqStmt(stores)
+    else:
+        store_at = element_of(d, at)
+        dbuf = store_at.buffer
+        store = _t.BufferStore(dbuf, store_at.indices, _e.cast(dbuf.dtype, value), loc=b.loc)
     b.emit(_t.ParallelFor(vs, s_shape, store, loc=b.loc))
 
 

@@ -12,6 +12,7 @@ there the same way.
 
 from __future__ import annotations
 
+from ..ir import dtype as dt
 from ..ir import expr as E
 from ..ir import tile as t
 from ..ir.tile_ops import hook, register
@@ -29,8 +30,8 @@ def expand_tile_ops(func: t.PrimFunc) -> t.PrimFunc:
 
 
 def _expand_copy(s: t.Copy):
-    if s.src.buffer.scope == "global" and s.dst.buffer.scope == "shared":
-        return None  # lowered as an asynchronous copy
+    if s.src.buffer.scope == "global" and s.dst.buffer.scope == "shared" and not dt.is_subbyte(s.src.buffer.dtype):
+        return None  # lowered as an asynchronous copy (4-bit elements, two per byte, go one by one)
     return copy_as_parallel(s)
 
 

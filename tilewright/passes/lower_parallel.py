@@ -62,7 +62,8 @@ def lower_parallel(ctx: LoweringContext, p: t.ParallelFor, env: Env, lower_stmt)
     most = max(16 // widest, 1)
     if p.coalesced_width is not None:  # the author's bound on the vector width
         most = min(most, p.coalesced_width)
-    g = contiguity(layout, most) if _vectorizable_body(p.body) else 1
+    packed = any(dt.is_subbyte(b.dtype) and b.scope == "global" for b in _mem_buffers(p))  # two per byte: one by one
+    g = contiguity(layout, most) if _vectorizable_body(p.body) and not packed else 1
     out: list = []
     inner_var = p.vars[-1]
     env = env.child()
@@ -82,7 +83,7 @@ def lower_parallel(ctx: LoweringContext, p: t.ParallelFor, env: Env, lower_stmt)
         # registers, and no thread guard leaves one: an in-place update s[i] = s[i] + r[i] would be
         # applied twice; iterate by a striped layout instead (the fragment is read through shared memory)
         layout = StripedLayout(p.extents, layout.num_threads)
-        g = contiguity(layout, most) if _vectorizable_body(p.body) else 1
+        g = contiguity(layout, most) if _vectorizable_body(p.body) and not packed else 1
         env.replica_guard = replica_guard(ctx, layout)
     elif env.replica_guard is UNGUARDABLE and (effects.atomic or effects.updated_in_place()):
         from ..errors import CompileError

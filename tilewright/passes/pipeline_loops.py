@@ -137,6 +137,8 @@ def tma_eligible(c: t.Copy) -> bool:
     buf = src.buffer
     if buf.dtype != dst.buffer.dtype or dt.nbytes(buf.dtype) not in (1, 2, 4) or buf.ndim > 5:
         return False
+    if dt.is_subbyte(buf.dtype):  # two per byte: copied element by element
+        return False
     esize = dt.nbytes(buf.dtype)
     unit_last = isinstance(buf.strides[-1], int) and buf.strides[-1] == 1  # a run-time stride is not 1
     if not unit_last or not all(isinstance(x, int) and x * esize % 16 == 0 for x in buf.strides[:-1]):
@@ -164,7 +166,7 @@ def _pipeline(loop: t.For, func, allocs, restaged, no_prefetch=False, tma=False,
     candidates = []
     for s in body:
         if not (isinstance(s, t.Copy) and s.src.buffer.scope == "global" and s.dst.buffer.scope == "shared"
-                and s.mode == "sync"):
+                and s.mode == "sync") or dt.is_subbyte(s.src.buffer.dtype):  # 4-bit: element loops, not staged
             continue
         if not s.dst.is_full() or s.dst.buffer not in allocs or s.dst.buffer in restaged:
             continue

@@ -202,6 +202,15 @@ class ExprCompiler:
                 return fn(np.asarray(f0(st, need), np.float32))
 
             return test, inv, key
+        if name == "reinterpret":  # the same bits as another type of the same width
+            f0, src = fs[0], dt.to_numpy(e.args[0].dtype)
+
+            def bits(st, need):
+                v = np.asarray(_fix(f0(st, need), src))
+                r = v.view(nd)
+                return r if r.ndim else nd.type(r[()])
+
+            return bits, inv, key
         if name in ("min", "max"):
             fn2 = np.minimum if name == "min" else np.maximum
             fa, fb = fs

@@ -8,6 +8,7 @@ from collections.abc import Callable
 
 import numpy as np
 
+from ...ir import dtype as dt
 from ..ieee_rounding import extra_float_functions
 from .errors import EmulatorError
 from .support import _first
@@ -98,7 +99,7 @@ def _check_int32(st, r, need, e, where):
 
 
 def _float_to_int(x, nd: np.dtype):
-    info = np.iinfo(nd)
+    info = dt.int_limits(nd)
     x = np.nan_to_num(np.trunc(np.asarray(x, np.float64)), nan=0.0)
     r = np.clip(x, info.min, info.max).astype(nd)
     return r if r.ndim else nd.type(r)

@@ -43,15 +43,19 @@ def _rows(vals: list, L: int, nd: np.dtype) -> np.ndarray:
 
 
 def _poison(nd: np.dtype):
+    if nd.name in ("int4", "uint4"):  # ml_dtypes' 4-bit integers (kind "V")
+        import ml_dtypes
+
+        return nd.type(ml_dtypes.iinfo(nd).min)
     if nd.kind == "f" or nd.kind == "V" or nd.name.startswith(("bfloat16", "float8")):
-        return nd.type(float("nan"))
+        return nd.type(float("nan"))  # float4_e2m1fn has no NaN: -0
     if nd.kind == "b":
         return np.bool_(True)
     return nd.type(np.iinfo(nd).min)
 
 
 def _is_float_np(nd: np.dtype) -> bool:
-    return nd.kind == "f" or nd.name.startswith(("bfloat16", "float8"))
+    return nd.kind == "f" or nd.name.startswith(("bfloat16", "float8", "float4"))
 
 
 def _stmt_text(s) -> str:
