@@ -84,9 +84,35 @@ __device__ __forceinline__ void tw_mbar_wait(unsigned bar, unsigned parity) {
 """
 
 
+# T.ieee_* on float64: CUDA's double-precision intrinsics with the mode as suffix (__dadd_rz ...)
+_IEEE_F64 = {"add": "__dadd", "sub": "__dsub", "mul": "__dmul", "fmaf": "__fma", "fdiv": "__ddiv",
+             "frcp": "__drcp", "fsqrt": "__dsqrt"}
+# ... on float16 / bfloat16 (round to nearest only): the native half instructions where one exists;
+# division, reciprocal and square root as the correctly rounded float32 operation rounded once more,
+# which float32's 24 bits (>= 2 * 11 + 2) make the correctly rounded half result
+_IEEE_HALF = {"add": "__hadd({0}, {1})", "sub": "__hsub({0}, {1})", "mul": "__hmul({0}, {1})",
+              "fmaf": "__hfma({0}, {1}, {2})", "fdiv": "__fdiv_rn((float)({0}), (float)({1}))",
+              "frcp": "__frcp_rn((float)({0}))", "fsqrt": "__fsqrt_rn((float)({0}))",
+              "frsqrt": "(1.0 / sqrt((double)(float)({0})))"}
+
+
 class CudaPrinter(Printer):
     def ctype(self, dtype: str) -> str:
         return _CTYPES[dtype]
+
+    def ieee_call(self, e) -> str:
+        """T.ieee_add(..., rounding_mode=...) and its siblings in the operands' type."""
+        op, mode = e.name.removeprefix("ieee_").rsplit("_", 1)
+        args = [self.expr(a) for a in e.args]
+        if e.dtype == "float32":
+            return f"{self.FLOAT_FN[e.name]}({', '.join(args)})"
+        if e.dtype == "float64":
+            return f"{_IEEE_F64[op]}_{mode}({', '.join(args)})"
+        out = _IEEE_HALF[op].format(*args)
+        if op in ("add", "sub", "mul", "fmaf"):
+            return out
+        half = "half" if e.dtype == "float16" else "bfloat16"
+        return f"__double2{half}({out})" if op == "frsqrt" else f"__float2{half}_rn({out})"
 
     def prelude(self) -> str:
         uses_fp8 = any(p.dtype.startswith("float8") for p in self.k.params)
@@ -394,6 +420,8 @@ class CudaPrinter(Printer):
     def call(self, e) -> str:
         if e.name == "warp_size":
             return "32"
+        if e.name.startswith("ieee_"):
+            return self.ieee_call(e)
         if e.name.startswith("debug_print:"):
             return self.debug_print(e)
         if e.name.startswith("warp_vote_"):

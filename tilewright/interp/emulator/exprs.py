@@ -10,6 +10,7 @@ from ...ir import expr as E
 from ...ir.analysis import is_nonnegative
 from ...ir.visitor import walk_expr
 from .. import debug_print
+from ..ieee_rounding import ieee_function
 from ..warp_ops import VOTES, WARP_CALLS, source_threads, vote
 from .errors import DivergenceError, EmulatorError, EmulatorOutOfBoundsError
 from .mathfns import _BINOPS, _MATH, _check_division, _check_int32, _float_to_int, _fma, _trunc_div
@@ -219,6 +220,8 @@ class ExprCompiler:
             return iabs, inv, key
         if name == "fma":
             math_fn = _fma
+        elif name.startswith("ieee_"):  # rounding per operand type: interp/ieee_rounding.py
+            math_fn = ieee_function(name, e.dtype)
         elif name in _MATH:
             math_fn = _MATH[name]
         else:
