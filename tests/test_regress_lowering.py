@@ -489,13 +489,14 @@ def test_inplace_update_beside_register_writes_over_replicas_is_refused():
 
 
 def test_round_means_half_away_from_zero_on_every_target():
-    """T.round is C's roundf everywhere (CUDA, HIP, interpreter, emulator); HIP printed rintf (half
-    to even) before, so 2.5 became 2 on AMD and 3 elsewhere."""
+    """T.round(x, "ties-away-from-zero") is C's roundf everywhere (CUDA, HIP, interpreter, emulator);
+    HIP printed rintf (half to even) before, so 2.5 became 2 on AMD and 3 elsewhere.  (Plain
+    T.round is TileLang's: halves to even, tests/test_cast_modes.py.)"""
     @T.prim_func
     def f(A: T.Tensor((8,), "float32"), B: T.Tensor((8,), "float32")):
         with T.Kernel(1, threads=64):
             for i in T.Parallel(8):
-                B[i] = T.round(A[i])
+                B[i] = T.round(A[i], "ties-away-from-zero")
 
     a = np.array([0.5, 1.5, 2.5, -0.5, -1.5, 2.4, -2.6, 3.5], np.float32)
     want = np.sign(a) * np.floor(np.abs(a.astype(np.float64)) + 0.5)

@@ -22,6 +22,12 @@ _CTYPES = {
 
 _HELPERS = r"""
 __device__ __forceinline__ float tw_inf() { return __int_as_float(0x7f800000); }
+// a value of an 8-bit type (an fp8 type) from its bits: T.cast(..., sat=False)
+template <typename T> __device__ __forceinline__ T tw_from_bits8(unsigned char b) {
+  T r; *reinterpret_cast<unsigned char*>(&r) = b; return r; }
+// T.round(x, "ties-away-from-zero"): C's round under TileLang's name for it
+__device__ __forceinline__ float tw_RoundTiesAwayFromZero(float x) { return roundf(x); }
+__device__ __forceinline__ double tw_RoundTiesAwayFromZero(double x) { return round(x); }
 __device__ __forceinline__ float tw_nan() { return __int_as_float(0x7fffffff); }
 template <typename T> __device__ __forceinline__ T tw_min(T a, T b) { return a < b ? a : b; }
 template <typename T> __device__ __forceinline__ T tw_max(T a, T b) { return a < b ? b : a; }
@@ -97,8 +103,19 @@ _IEEE_HALF = {"add": "__hadd({0}, {1})", "sub": "__hsub({0}, {1})", "mul": "__hm
 
 
 class CudaPrinter(Printer):
+    FLOAT_FN = {**Printer.FLOAT_FN, "round": "tw_RoundTiesAwayFromZero"}
+
     def ctype(self, dtype: str) -> str:
         return _CTYPES[dtype]
+
+    def mode_cast(self, e) -> str:
+        """T.cast(..., round='rz'/'rp'/'rm') to a 16-bit float, or T.cast(..., sat=False) to fp8."""
+        x = self.expr(e.args[0])
+        if e.name == "cast_nosat":
+            kind = "__NV_E4M3" if e.dtype == "float8_e4m3fn" else "__NV_E5M2"
+            return f"tw_from_bits8<{self.ctype(e.dtype)}>(__nv_cvt_float_to_fp8((float)({x}), __NV_NOSAT, {kind}))"
+        half = "half" if e.dtype == "float16" else "bfloat16"
+        return f"__float2{half}_{e.name.removeprefix('cast_')}((float)({x}))"
 
     def ieee_call(self, e) -> str:
         """T.ieee_add(..., rounding_mode=...) and its siblings in the operands' type."""
@@ -422,6 +439,8 @@ class CudaPrinter(Printer):
             return "32"
         if e.name.startswith("ieee_"):
             return self.ieee_call(e)
+        if e.name.startswith("cast_"):
+            return self.mode_cast(e)
         if e.name.startswith("debug_print:"):
             return self.debug_print(e)
         if e.name.startswith("warp_vote_"):

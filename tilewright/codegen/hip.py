@@ -394,6 +394,13 @@ class HipPrinter(Printer):
             return f"tw_abs({self.expr(args[0])})"
         if name.startswith("ieee_"):
             return self.ieee_call(e)
+        if name == "cast_nosat":  # fp8 conversions here never saturate (hip_fp8)
+            return self.cast(e.dtype, args[0])
+        if name.startswith("cast_"):
+            mode = {"cast_rz": "rz", "cast_ru": "rp", "cast_rd": "rm"}[name]
+            raise CompileError(f"T.cast(..., round='{mode}') is not available in the HIP backend: AMD GPUs set the "
+                               "rounding mode per wave, not per instruction",
+                               hint="use round='rn' on HIP, or run the kernel on a CUDA target")
         if e.dtype == "float64":
             fn = _F64_MATH.get(name)
             if fn is None:

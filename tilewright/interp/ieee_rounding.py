@@ -16,6 +16,7 @@ from __future__ import annotations
 
 from fractions import Fraction
 
+import ml_dtypes
 import numpy as np
 
 from .ieee_exact import float64_op
@@ -147,10 +148,47 @@ _F32_OPS = {"add": ieee_add, "sub": ieee_sub, "mul": ieee_mul, "fmaf": ieee_fmaf
             "frcp": ieee_frcp, "fsqrt": ieee_fsqrt}
 
 
+_BITS16 = {"float16": np.float16, "bfloat16": ml_dtypes.bfloat16}
+
+
+def _cast_directed(mode: str, dtype: str):
+    """float32 values -> the float32 value of ``dtype`` that ``mode`` ('rz', 'ru', 'rd') rounds
+    each to (T.cast(..., round='rz'...)): the nearest one, moved one step on the 16-bit grid where
+    it lies on the wrong side of the value (bit patterns order like magnitudes within a sign)."""
+    t = _BITS16[dtype]
+
+    def f(x):
+        x = np.asarray(x, _F32)
+        r = x.astype(t)
+        rf = r.astype(_F32)
+        bits = np.atleast_1d(r.view(np.uint16)).astype(np.int32)
+        neg = (bits & 0x8000) != 0
+        with np.errstate(invalid="ignore"):
+            if mode == "rz":
+                fix = np.atleast_1d(np.abs(rf) > np.abs(x))
+                bits = np.where(fix, bits - 1, bits)  # one step toward zero
+            elif mode == "ru":
+                fix = np.atleast_1d(rf < x)
+                bits = np.where(fix, np.where(neg, np.where(bits == 0x8000, 1, bits - 1), bits + 1), bits)
+            else:
+                fix = np.atleast_1d(rf > x)
+                bits = np.where(fix, np.where(neg, bits + 1, np.where(bits == 0, 0x8001, bits - 1)), bits)
+        out = bits.astype(np.uint16).view(t).astype(_F32)
+        return out if np.ndim(x) else out[0]
+
+    return f
+
+
 def ieee_function(name: str, dtype: str):
-    """The NumPy function computing intrinsic ``name`` (``ieee_add_rz``, ...) for operands of
-    ``dtype``: float64 operands exactly (``ieee_exact``); float32 ones in float32; 16-bit ones
-    (given as float32 values) as the float32 result rounded to odd, for the caller's final cast."""
+    """The NumPy function computing intrinsic ``name`` (``ieee_add_rz``, ..., ``cast_rz``, ...)
+    for a result of ``dtype``: float64 operands exactly (``ieee_exact``); float32 ones in float32;
+    16-bit ones (given as float32 values) as the float32 result rounded to odd, for the caller's
+    final cast; the mode casts as the 16-bit value (as float32) or, for ``cast_nosat``, unchanged
+    (the caller's final conversion to fp8 does not saturate)."""
+    if name == "cast_nosat":
+        return lambda x: x
+    if name.startswith("cast_"):
+        return _cast_directed(name.removeprefix("cast_"), dtype)
     op, mode = name.removeprefix("ieee_").rsplit("_", 1)
     if dtype == "float64":
         if op == "frsqrt":

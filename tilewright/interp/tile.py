@@ -482,7 +482,7 @@ class _ExprCompiler:
                 g = _vmin if name == "min" else _vmax
                 return lambda c: fix(g(fargs[0](c), fargs[1](c)))
             raise InterpError(f"intrinsic {name} on {e.dtype} values is not supported by the tile interpreter")
-        fn = _ieee_function(name, e.dtype) if name.startswith("ieee_") else _FLOAT_CALLS.get(name)
+        fn = _ieee_function(name, e.dtype) if name.startswith(("ieee_", "cast_")) else _FLOAT_CALLS.get(name)
         if fn is None:
             raise InterpError(f"intrinsic T.{name} is not supported by the tile interpreter")
         work = _F64 if e.dtype == "float64" or name == "fma" else _F32

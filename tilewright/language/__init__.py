@@ -966,8 +966,11 @@ def if_then_else(cond, a, b):
 Select = if_then_else
 
 
-def cast(x, dtype):
-    return _e.cast(_dt.canon(dtype), x)
+def cast(x, dtype, round="", sat=True, rbits=None):  # noqa: A002 - TileLang's keywords
+    """``x`` converted to ``dtype``; TileLang's rounding and saturation keywords: language/cast_modes.py."""
+    from .cast_modes import cast as _cast_with_modes
+
+    return _cast_with_modes(x, dtype, round=round, sat=sat, rbits=rbits)
 
 
 def infinity(dtype):

@@ -18,10 +18,15 @@ from ..ir import expr as _e
 from ..ir.expr import Expr as _Expr
 
 __all__ = [
-    "tan", "atan", "sinh", "cosh", "fmod", "nearbyint", "clamp", "fast_rcp", "rcp",
+    "tan", "atan", "sinh", "cosh", "fmod", "nearbyint", "round", "clamp", "fast_rcp", "rcp",
     "__exp", "__exp2", "__exp10", "__log", "__log2", "__log10", "__sin", "__cos", "__tan",
     "ieee_add", "ieee_sub", "ieee_mul", "ieee_fmaf", "ieee_fdiv", "ieee_frcp", "ieee_fsqrt", "ieee_frsqrt",
 ]
+
+
+class InvalidArgumentError(CompileError, ValueError):
+    """A T.* call given a value it does not take: a CompileError that is also the ValueError
+    TileLang raises there (its tests match on ValueError)."""
 
 
 def _unary(name, doc):
@@ -38,6 +43,21 @@ atan = _unary("atan", "Elementwise arc tangent.")
 sinh = _unary("sinh", "Elementwise hyperbolic sine.")
 cosh = _unary("cosh", "Elementwise hyperbolic cosine.")
 nearbyint = _unary("nearbyint", "Round to the nearest integer, halves to even (C's nearbyint).")
+
+_ROUND_MODES = ("ties-to-even", "ties-away-from-zero")
+
+
+def round(x, rounding_mode="ties-to-even"):  # noqa: A001 - TileLang's T.round
+    """Round to the nearest integer: halves to even by default (TileLang's and TVM's T.round, C's
+    nearbyint), or ``rounding_mode="ties-away-from-zero"`` (C's round)."""
+    if rounding_mode is None:
+        rounding_mode = "ties-to-even"
+    if rounding_mode not in _ROUND_MODES:
+        b = _b.current_or_none()
+        raise InvalidArgumentError(
+            f"Unsupported T.round rounding_mode {rounding_mode!r}; expected 'ties-to-even' or 'ties-away-from-zero'",
+            b.loc if b else None)
+    return _e.call("nearbyint" if rounding_mode == "ties-to-even" else "round", [x])
 
 
 def fmod(x, y):
@@ -91,11 +111,6 @@ __tan = _fast("__tan", "tan", "tan(x)")
 
 _ROUNDING_MODES = ("rn", "rz", "ru", "rd")
 _IEEE_TYPES = ("float32", "float64", "float16", "bfloat16")
-
-
-class InvalidArgumentError(CompileError, ValueError):
-    """A T.* call given a value it does not take: a CompileError that is also the ValueError
-    TileLang raises there (its tests match on ValueError)."""
 
 
 def _ieee(op: str, args, rounding_mode) -> _Expr:

@@ -220,7 +220,7 @@ class ExprCompiler:
             return iabs, inv, key
         if name == "fma":
             math_fn = _fma
-        elif name.startswith("ieee_"):  # rounding per operand type: interp/ieee_rounding.py
+        elif name.startswith(("ieee_", "cast_")):  # rounding per operand type: interp/ieee_rounding.py
             math_fn = ieee_function(name, e.dtype)
         elif name in _MATH:
             math_fn = _MATH[name]
