@@ -337,8 +337,9 @@ class Printer:
 
     def call(self, e: E.Call) -> str:
         name = e.name
-        if name in ("isnan", "isinf"):
-            return f"{name}((float)({self.expr(e.args[0])}))"
+        if name in ("isnan", "isinf", "isfinite"):
+            x = e.args[0]  # float64 stays float64: (float)1e300 would be infinite
+            return f"{name}({self.expr(x) if x.dtype in ('float32', 'float64') else f'(float)({self.expr(x)})'})"
         if name == "abs" and not dt.is_float(e.dtype):
             return f"tw_abs({self.expr(e.args[0])})"
         if name == "sigmoid":

@@ -386,7 +386,7 @@ class HipPrinter(Printer):
                                "libraries, which tilewright does not link",
                                hint="print in the tile interpreter (target='interpret') or on the emulator "
                                "(execution_backend='emulator'), or write the values to an output buffer")
-        if name in ("isnan", "isinf"):
+        if name in ("isnan", "isinf", "isfinite"):
             a = args[0]
             inner = self.expr(a) if a.dtype in ("float32", "float64") else f"(float)({self.expr(a)})"
             return f"__builtin_{name}({inner})"

@@ -469,9 +469,10 @@ class _ExprCompiler:
             return self._warp_call(e, fargs)
         if name.startswith(_debug_print.PRINT_PREFIX):
             return self._print_call(e, fargs)
-        if name in ("isnan", "isinf"):
-            fn = np.isnan if name == "isnan" else np.isinf
-            return lambda c: fn(_lift(fargs[0](c), _F32))
+        if name in ("isnan", "isinf", "isfinite"):
+            fn = {"isnan": np.isnan, "isinf": np.isinf, "isfinite": np.isfinite}[name]
+            arg_t = _F64 if e.args[0].dtype == "float64" else _F32  # 1e300 is finite in float64
+            return lambda c: fn(_lift(fargs[0](c), arg_t))
         npdt = dt.to_numpy(e.dtype)
         if not dt.is_float(e.dtype):
             if name == "abs":

@@ -18,7 +18,7 @@ from ..ir import expr as _e
 from ..ir.expr import Expr as _Expr
 
 __all__ = [
-    "tan", "atan", "sinh", "cosh", "fmod", "nearbyint", "round", "clamp", "fast_rcp", "rcp",
+    "tan", "atan", "sinh", "cosh", "fmod", "nearbyint", "round", "isfinite", "clamp", "fast_rcp", "rcp",
     "__exp", "__exp2", "__exp10", "__log", "__log2", "__log10", "__sin", "__cos", "__tan",
     "ieee_add", "ieee_sub", "ieee_mul", "ieee_fmaf", "ieee_fdiv", "ieee_frcp", "ieee_fsqrt", "ieee_frsqrt",
 ]
@@ -43,6 +43,7 @@ atan = _unary("atan", "Elementwise arc tangent.")
 sinh = _unary("sinh", "Elementwise hyperbolic sine.")
 cosh = _unary("cosh", "Elementwise hyperbolic cosine.")
 nearbyint = _unary("nearbyint", "Round to the nearest integer, halves to even (C's nearbyint).")
+isfinite = _unary("isfinite", "Whether x is neither infinite nor NaN (a bool).")
 
 _ROUND_MODES = ("ties-to-even", "ties-away-from-zero")
 

@@ -195,12 +195,13 @@ class ExprCompiler:
             return self.print_call(e, where)
         fs, inv, keys = self._children(e.args, where)
         key = None if keys is None else ("call", name, e.dtype) + keys
-        if name in ("isnan", "isinf"):
-            fn = np.isnan if name == "isnan" else np.isinf
+        if name in ("isnan", "isinf", "isfinite"):
+            fn = {"isnan": np.isnan, "isinf": np.isinf, "isfinite": np.isfinite}[name]
             f0 = fs[0]
+            arg_t = np.float64 if e.args[0].dtype == "float64" else np.float32  # 1e300 is finite in float64
 
             def test(st, need):
-                return fn(np.asarray(f0(st, need), np.float32))
+                return fn(np.asarray(f0(st, need), arg_t))
 
             return test, inv, key
         if name in ("min", "max"):
