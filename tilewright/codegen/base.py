@@ -15,6 +15,8 @@ from ..ir import expr as E
 from ..ir import thread as th
 from ..ir import tile as t
 from ..ir.analysis import is_nonnegative
+from . import rng
+from .rng import uses_rng
 
 _CPP_KEYWORDS = {
     "auto", "break", "case", "char", "const", "continue", "default", "do", "double", "else", "enum", "extern",
@@ -108,6 +110,8 @@ class Printer:
         self.emit(0, f"{self.kernel_attrs()} {k.name}({', '.join(params)}) {{")
         if k.shared_bytes:
             self.emit(1, self.smem_decl())
+        if uses_rng(k):  # T.rng_*: the thread's generator (codegen/rng.py)
+            self.emit(1, f"tw_rng_t {rng.STATE};")
         self.stmt(k.body, 1)
         self.emit(0, "}")
         return "\n".join(self.lines) + "\n"
@@ -337,6 +341,11 @@ class Printer:
 
     def call(self, e: E.Call) -> str:
         name = e.name
+        if name == "rng_init":
+            seed, seq, off = (self.expr(x) for x in e.args)
+            return f"tw_rng_init({rng.STATE}, {seed}, {seq}, {off})"
+        if name in rng.DRAW_FUNCTIONS:
+            return f"{rng.DRAW_FUNCTIONS[name]}({rng.STATE})"
         if name in ("isnan", "isinf", "isfinite"):
             x = e.args[0]  # float64 stays float64: (float)1e300 would be infinite
             return f"{name}({self.expr(x) if x.dtype in ('float32', 'float64') else f'(float)({self.expr(x)})'})"

@@ -28,6 +28,7 @@ from ..target.matrix_amd import AMD_VECTOR_CTYPES
 from . import hip_fp8
 from .base import Printer
 from .hip_prelude import HIP_INDEX_FUNCS, HIP_MATH_FUNCS, HIP_PRELUDE, HIP_VECTOR_TYPES
+from .rng import rng_source, uses_rng
 
 __all__ = ["HipPrinter", "print_hip"]
 
@@ -328,6 +329,8 @@ class HipPrinter(Printer):
         fp8_used = _fp8_dtypes(self.k)
         if fp8_used:
             text += hip_fp8.helpers(fp8_used)
+        if uses_rng(self.k):
+            text += rng_source("TW_DEV", normal=False)  # call() refuses the normal draws
         if self.k.shared_bytes:
             # File scope, as HIP expects of an unsized extern __shared__ array: its size is the
             # launch's sharedMemBytes (the code object's group_segment_fixed_size stays 0).
@@ -394,6 +397,12 @@ class HipPrinter(Printer):
             return f"tw_abs({self.expr(args[0])})"
         if name.startswith("ieee_"):
             return self.ieee_call(e)
+        if name in ("rng_normal_f32", "rng_normal_f64"):
+            raise CompileError("T.rng_rand_float(dist='normal') is not available in the HIP backend: it needs log, "
+                               "sin and cos from AMD's device math library, which tilewright does not link",
+                               hint="draw uniform numbers (dist='uniform') and transform them, or run on CUDA")
+        if name.startswith("rng_"):
+            return super().call(e)  # the base printer's calls of codegen/rng.py's functions
         if name == "cast_nosat":  # fp8 conversions here never saturate (hip_fp8)
             return self.cast(e.dtype, args[0])
         if name.startswith("cast_"):

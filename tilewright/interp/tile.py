@@ -469,6 +469,10 @@ class _ExprCompiler:
             return self._warp_call(e, fargs)
         if name.startswith(_debug_print.PRINT_PREFIX):
             return self._print_call(e, fargs)
+        if name.startswith("rng_"):  # language/random.py
+            raise InterpError("T.rng_init / T.rng_rand / T.rng_rand_float: random numbers come from each thread's own "
+                              "generator, and the tile interpreter has no threads: run the kernel on the emulator "
+                              "(execution_backend='emulator') or a GPU")
         if name in ("isnan", "isinf", "isfinite"):
             fn = {"isnan": np.isnan, "isinf": np.isinf, "isfinite": np.isfinite}[name]
             arg_t = _F64 if e.args[0].dtype == "float64" else _F32  # 1e300 is finite in float64

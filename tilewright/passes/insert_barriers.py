@@ -171,7 +171,8 @@ def _seq(s, state: _State, w: _Where):
         (state.synced_writes if synced else state.writes).update(writes)
         out.append(t.ThreadPartition(s.base, s.count, s.role, body, s.loc))
         return (t.SeqStmt(out) if len(out) > 1 else out[0]), state
-    if isinstance(s, t.IfThenElse) and w.uniformity.is_uniform(s.cond, w.region) and _has_tile_ops(s):
+    if isinstance(s, t.IfThenElse) and w.uniformity.is_uniform(s.cond, w.region) and (
+            _has_tile_ops(s) or _needs_inner_barrier(s, w)):
         # the condition itself may read shared memory another thread just wrote (T.any_of(mask_s))
         cond_reads = {ld.buffer for ld in loads_in(s.cond) if ld.buffer.scope in _TRACKED}
         state.flush()
@@ -221,6 +222,16 @@ def _without_leading_barrier(s):
 def _uses_mbarriers(s) -> bool:
     found = []
     walk(s, lambda x: found.append(x) if isinstance(x, (th.MbarrierWait, th.MbarrierArrive)) else None)
+    return bool(found)
+
+
+def _needs_inner_barrier(s: t.IfThenElse, w: _Where) -> bool:
+    """Whether a branch orders accesses among its own statements (``s[tx] = 1`` then a scan of
+    ``s``): then it is analysed statement by statement, not as one statement."""
+    found = []
+    for body in (s.then_body, s.else_body):
+        if body is not None:
+            walk(_seq(body, _State(), w)[0], lambda x: found.append(x) if isinstance(x, th.Barrier) else None)
     return bool(found)
 
 
