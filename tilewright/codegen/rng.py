@@ -54,9 +54,10 @@ TW_RNG_QUAL unsigned tw_rng_rand(tw_rng_t& g) {
   return w == 0 ? c0 : w == 1 ? c1 : w == 2 ? c2 : c3; }
 TW_RNG_QUAL float tw_rng_uniform_f32(tw_rng_t& g) {  // the product is exact: contraction changes nothing
   return (float)tw_rng_rand(g) * 2.3283064365386963e-10f + 1.1641532182693481e-10f; }
-TW_RNG_QUAL double tw_rng_uniform_f64(tw_rng_t& g) {
+TW_RNG_QUAL double tw_rng_uniform_f64(tw_rng_t& g) { return ((double)tw_rng_rand(g) + 1.0) * 2.3283064365386963e-10; }
+TW_RNG_QUAL double tw_rng_two_words(tw_rng_t& g) {
   unsigned long long x = tw_rng_rand(g), y = tw_rng_rand(g);
-  return (double)(x ^ (y << 21)) * 1.1102230246251565e-16 + 5.551115123125783e-17; }
+  return (double)(x ^ (y << 21)); }
 TW_RNG_QUAL float tw_rng_normal_f32(tw_rng_t& g) {
   if (g.has_f) { g.has_f = 0; return g.keep_f; }
   float u = tw_rng_uniform_f32(g);
@@ -66,8 +67,10 @@ TW_RNG_QUAL float tw_rng_normal_f32(tw_rng_t& g) {
   return sinf(v) * s; }
 TW_RNG_QUAL double tw_rng_normal_f64(tw_rng_t& g) {
   if (g.has_d) { g.has_d = 0; return g.keep_d; }
-  double u = tw_rng_uniform_f64(g), v = tw_rng_uniform_f64(g) * 6.283185307179586;
-  double s = sqrt(-2.0 * log(u));
-  g.keep_d = cos(v) * s; g.has_d = 1;
-  return sin(v) * s; }
+  double u = tw_rng_two_words(g) * 1.1102230246251565e-16 + 5.551115123125783e-17;
+  double v = tw_rng_two_words(g) * 2.220446049250313e-16 + 1.1102230246251565e-16;
+  double s = sqrt(-2.0 * log(u)), sn, cs;
+  sincospi(v, &sn, &cs);
+  g.keep_d = cs * s; g.has_d = 1;
+  return sn * s; }
 """

@@ -6,8 +6,9 @@ It follows curand's ``curandStatePhilox4_32_10_t`` (the generator TileLang's def
 ``curand_init(seed, seq, off)`` keys the generator with the seed's two 32-bit halves and puts the
 sequence number in the counter's high 64 bits; draw number ``n`` of a thread is word ``(off + n) % 4``
 of Philox4x32-10 applied to counter ``seq * 2**64 + (off + n) // 4``.  Uniform floats are
-``x * 2**-32 + 2**-33`` (float32, in (0, 1]) and ``(x ^ y << 21) * 2**-53 + 2**-54`` from two draws
-(float64); normal ones are Box-Muller pairs, the second of each pair kept for the next call.  The
+``x * 2**-32 + 2**-33`` (float32) and ``(x + 1) * 2**-32`` (float64), both in (0, 1]; normal ones are
+Box-Muller pairs (float64: from two 53-bit fractions of two draws each, the angle as a multiple of
+pi), the second of each pair kept for the next call.  The
 uint32 and uniform draws are exact integer/float arithmetic and agree bit for bit everywhere; the
 normal ones go through log, sqrt, sin and cos, whose last bit differs between math libraries.
 """
@@ -69,10 +70,14 @@ class PhiloxStates:
         return (x * np.float32(2.0**-32) + np.float32(2.0**-33)).astype(np.float32)
 
     def uniform_f64(self, lanes) -> np.ndarray:
+        """One draw: (x + 1) * 2**-32, as curand_uniform_double of a Philox state."""
+        return (self.next_u32(lanes).astype(np.float64) + 1.0) * 2.0**-32
+
+    def _two_words(self, lanes) -> np.ndarray:
+        """(x ^ y << 21) of two draws: 53 random bits, as an integer-valued float64."""
         x = self.next_u32(lanes).astype(np.uint64)
         y = self.next_u32(lanes).astype(np.uint64)
-        z = (x ^ (y << np.uint64(21))).astype(np.float64)
-        return z * 2.0**-53 + 2.0**-54
+        return (x ^ (y << np.uint64(21))).astype(np.float64)
 
     def normal_f32(self, lanes) -> np.ndarray:
         out = np.empty(len(lanes), np.float32)
@@ -95,11 +100,11 @@ class PhiloxStates:
         out[kept] = self.keep_f64[lanes[kept]]
         fresh = lanes[~kept]
         if len(fresh):
-            u = self.uniform_f64(fresh)
-            v = self.uniform_f64(fresh) * (2.0 * np.pi)
+            u = self._two_words(fresh) * 2.0**-53 + 2.0**-54  # in (0, 1)
+            v = self._two_words(fresh) * 2.0**-52 + 2.0**-53  # in (0, 2): the angle over pi
             s = np.sqrt(-2.0 * np.log(u))
-            out[~kept] = np.sin(v) * s
-            self.keep_f64[fresh] = np.cos(v) * s
+            out[~kept] = np.sin(np.pi * v) * s
+            self.keep_f64[fresh] = np.cos(np.pi * v) * s
         self.has_f64[lanes] = ~kept
         return out
 
