@@ -490,8 +490,8 @@ def test_inplace_update_beside_register_writes_over_replicas_is_refused():
 
 def test_round_means_half_away_from_zero_on_every_target():
     """T.round(x, "ties-away-from-zero") is C's roundf everywhere (CUDA, HIP, interpreter, emulator);
-    HIP printed rintf (half to even) before, so 2.5 became 2 on AMD and 3 elsewhere.  (T.round's
-    default is TileLang's ties-to-even: tests/test_regress_crashes.py.)"""
+    HIP printed rintf (half to even) before, so 2.5 became 2 on AMD and 3 elsewhere.  (Plain
+    T.round is TileLang's: halves to even, tests/test_regress_crashes.py and tests/test_cast_modes.py.)"""
     @T.prim_func
     def f(A: T.Tensor((8,), "float32"), B: T.Tensor((8,), "float32")):
         with T.Kernel(1, threads=64):

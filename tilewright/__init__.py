@@ -3,7 +3,7 @@
 ``import tilewright as tilelang`` / ``import tilewright.language as T`` run TileLang-style kernels.
 """
 
-from . import config, language, layout, target  # noqa: F401
+from . import config, language, layout, math, target  # noqa: F401
 from .autotune import AutoTuner, autotune, set_autotune_inputs  # noqa: F401
 from .compat import PassConfigKey, TensorSupplyType, cdiv, disable_cache, enable_cache  # noqa: F401
 from .compiler import compile, jit, lower  # noqa: F401

@@ -152,7 +152,13 @@ def lower(func, target="auto", optimize_level: int = 2):
     if not isinstance(func, t.PrimFunc):
         func = parse_prim_func(func)
     _verify(func)
-    return run_pipeline(func, PassContext(Target.parse(target), {"optimize_level": optimize_level}))
+    tgt = Target.parse(target)
+    kernel = run_pipeline(func, PassContext(tgt, {"optimize_level": optimize_level}))
+    if not tgt.is_interpret:  # TileLang's lower() result carries the generated source
+        from .backends import backend_for
+
+        kernel.kernel_source = backend_for(tgt).print_source(kernel)
+    return kernel
 
 
 def _dumper(func_name: str):

@@ -15,7 +15,8 @@ from ..ir import expr as E
 from ..ir import thread as th
 from ..ir import tile as t
 from ..ir.analysis import is_nonnegative
-from . import subbyte
+from . import rng, subbyte
+from .rng import uses_rng
 
 _CPP_KEYWORDS = {
     "auto", "break", "case", "char", "const", "continue", "default", "do", "double", "else", "enum", "extern",
@@ -110,6 +111,8 @@ class Printer:
         self.emit(0, f"{self.kernel_attrs()} {k.name}({', '.join(params)}) {{")
         if k.shared_bytes:
             self.emit(1, self.smem_decl())
+        if uses_rng(k):  # T.rng_*: the thread's generator (codegen/rng.py)
+            self.emit(1, f"tw_rng_t {rng.STATE};")
         self.stmt(k.body, 1)
         self.emit(0, "}")
         return "\n".join(self.lines) + "\n"
@@ -350,8 +353,14 @@ class Printer:
         name = e.name
         if name == "reinterpret":  # same width (T.reinterpret, T.view with a dtype): a bit copy
             return f"tw_bitcast<{self.ctype(e.dtype)}>({self.expr(e.args[0])})"
-        if name in ("isnan", "isinf"):
-            return f"{name}((float)({self.expr(e.args[0])}))"
+        if name == "rng_init":
+            seed, seq, off = (self.expr(x) for x in e.args)
+            return f"tw_rng_init({rng.STATE}, {seed}, {seq}, {off})"
+        if name in rng.DRAW_FUNCTIONS:
+            return f"{rng.DRAW_FUNCTIONS[name]}({rng.STATE})"
+        if name in ("isnan", "isinf", "isfinite"):
+            x = e.args[0]  # float64 stays float64: (float)1e300 would be infinite
+            return f"{name}({self.expr(x) if x.dtype in ('float32', 'float64') else f'(float)({self.expr(x)})'})"
         if name == "abs" and not dt.is_float(e.dtype):
             return f"tw_abs({self.expr(e.args[0])})"
         if name == "sigmoid":

@@ -28,6 +28,7 @@ from ..target.matrix_amd import AMD_VECTOR_CTYPES
 from . import hip_fp8, subbyte
 from .base import Printer
 from .hip_prelude import HIP_INDEX_FUNCS, HIP_MATH_FUNCS, HIP_PRELUDE, HIP_VECTOR_TYPES
+from .rng import rng_source, uses_rng
 
 __all__ = ["HipPrinter", "print_hip"]
 
@@ -178,6 +179,32 @@ TW_DEV float tw_ieee_mul_rn(float x, float y) {
 TW_DEV float tw_ieee_fdiv_rn(float x, float y) { return x / y; }
 TW_DEV float tw_ieee_frcp_rn(float x) { return 1.0f / x; }
 TW_DEV float tw_ieee_frsqrt_rn(float x) { return (float)(1.0 / __builtin_sqrt((double)x)); }
+// ... on float64 (round to nearest; division and square root lower to correctly rounded sequences)
+TW_DEV double tw_ieee_dadd_rn(double x, double y) {
+  #pragma clang fp contract(off)
+  return x + y; }
+TW_DEV double tw_ieee_dsub_rn(double x, double y) {
+  #pragma clang fp contract(off)
+  return x - y; }
+TW_DEV double tw_ieee_dmul_rn(double x, double y) {
+  #pragma clang fp contract(off)
+  return x * y; }
+// ... and the fma of 16-bit values: float32 rounded to odd (the exact residual from a float64
+// two-sum, the product of two 16-bit values being exact in float64), so that the one rounding
+// to the 16-bit type that follows is the correct one
+TW_DEV float tw_ieee_fma_odd(float a, float b, float c) {
+  #pragma clang fp contract(off)
+  double p = (double)a * (double)b, s = p + (double)c, bb = s - p;
+  double e = (p - (s - bb)) + ((double)c - bb);
+  float r = (float)s;
+  double res = (s - (double)r) + e;
+  int bits = tw_bits(int, r);
+  if (res != 0.0 && (bits & 1) == 0 && __builtin_isfinite(r)) {
+    if (r == 0.0f) return res > 0.0 ? __builtin_bit_cast(float, 1) : __builtin_bit_cast(float, (int)0x80000001);
+    bits += ((r > 0.0f) == (res > 0.0)) ? 1 : -1;  // one step away from / toward zero
+    r = tw_bits(float, bits);
+  }
+  return r; }
 // TileLang's T.shfl_*: the lane a lane reads (kind 0 xor, 1 down, 2 up, 3 idx) in segments of
 // width lanes (0: the whole wave), its own lane where the source leaves the segment, as in CUDA.
 TW_DEV int tw_warp_src(int kind, int arg, int width) {
@@ -306,6 +333,8 @@ class HipPrinter(Printer):
         if fp8_used:
             text += hip_fp8.helpers(fp8_used)
         text += subbyte.helpers(subbyte.used_dtypes(self.k), "hip")
+        if uses_rng(self.k):
+            text += rng_source("TW_DEV", normal=False)  # call() refuses the normal draws
         if self.k.shared_bytes:
             # File scope, as HIP expects of an unsized extern __shared__ array: its size is the
             # launch's sharedMemBytes (the code object's group_segment_fixed_size stays 0).
@@ -366,12 +395,27 @@ class HipPrinter(Printer):
                                "libraries, which tilewright does not link",
                                hint="print in the tile interpreter (target='interpret') or on the emulator "
                                "(execution_backend='emulator'), or write the values to an output buffer")
-        if name in ("isnan", "isinf"):
+        if name in ("isnan", "isinf", "isfinite"):
             a = args[0]
             inner = self.expr(a) if a.dtype in ("float32", "float64") else f"(float)({self.expr(a)})"
             return f"__builtin_{name}({inner})"
         if name == "abs" and not dt.is_float(e.dtype):
             return f"tw_abs({self.expr(args[0])})"
+        if name.startswith("ieee_"):
+            return self.ieee_call(e)
+        if name in ("rng_normal_f32", "rng_normal_f64"):
+            raise CompileError("T.rng_rand_float(dist='normal') is not available in the HIP backend: it needs log, "
+                               "sin and cos from AMD's device math library, which tilewright does not link",
+                               hint="draw uniform numbers (dist='uniform') and transform them, or run on CUDA")
+        if name.startswith("rng_"):
+            return super().call(e)  # the base printer's calls of codegen/rng.py's functions
+        if name == "cast_nosat":  # fp8 conversions here never saturate (hip_fp8)
+            return self.cast(e.dtype, args[0])
+        if name.startswith("cast_"):
+            mode = {"cast_rz": "rz", "cast_ru": "rp", "cast_rd": "rm"}[name]
+            raise CompileError(f"T.cast(..., round='{mode}') is not available in the HIP backend: AMD GPUs set the "
+                               "rounding mode per wave, not per instruction",
+                               hint="use round='rn' on HIP, or run the kernel on a CUDA target")
         if e.dtype == "float64":
             fn = _F64_MATH.get(name)
             if fn is None:
@@ -384,6 +428,31 @@ class HipPrinter(Printer):
         conv = ", ".join(self.expr(a) if a.dtype == "float32" else f"(float)({self.expr(a)})" for a in args)
         out = f"{fn}({conv})"
         return out if e.dtype == "float32" else f"{self.ctype(e.dtype)}({out})"
+
+    def ieee_call(self, e: E.Call) -> str:
+        """T.ieee_* rounded to nearest (other modes: math_fn's CompileError) in the operands' type;
+        16-bit ones through float32, whose 24 bits make the second rounding harmless (fma: to odd)."""
+        op = e.name.removeprefix("ieee_").rsplit("_", 1)[0]
+        fn = self.math_fn(e.name)  # refuses the directed modes
+        args = [self.expr(a) for a in e.args]
+        if e.dtype == "float32":
+            return f"{fn}({', '.join(args)})"
+        if e.dtype == "float64":
+            f64 = {"add": "tw_ieee_dadd_rn", "sub": "tw_ieee_dsub_rn", "mul": "tw_ieee_dmul_rn",
+                   "fmaf": "__builtin_fma", "fsqrt": "__builtin_sqrt"}
+            if op == "fdiv":
+                return f"({args[0]} / {args[1]})"
+            if op == "frcp":
+                return f"(1.0 / {args[0]})"
+            return f"{f64[op]}({', '.join(args)})"
+        conv = [f"(float)({a})" for a in args]
+        if op == "fmaf":
+            out = f"tw_ieee_fma_odd({', '.join(conv)})"
+        elif op == "frsqrt":
+            out = f"(float)(1.0 / __builtin_sqrt((double){conv[0]}))"
+        else:
+            out = f"{fn}({', '.join(conv)})"
+        return f"{self.ctype(e.dtype)}({out})"
 
     def warp_shuffle(self, e: E.Call) -> str:
         """TileLang's T.shfl_* (language/warp.py): the source lane by CUDA's segment rules

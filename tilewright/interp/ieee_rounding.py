@@ -1,5 +1,8 @@
-"""Float32 arithmetic with an explicit IEEE rounding mode, on NumPy arrays (used by the tile
-interpreter and the emulator for ``T.ieee_add(..., rounding_mode="rz")`` and its siblings).
+"""Arithmetic with an explicit IEEE rounding mode, on NumPy arrays (used by the tile interpreter
+and the emulator for ``T.ieee_add(..., rounding_mode="rz")`` and its siblings): float32 here,
+float64 in ``ieee_exact``, and float16/bfloat16 (round to nearest only, as in CUDA's ``__hadd``)
+as the float32 result rounded *to odd*, whose one final rounding to the 16-bit type is then the
+correct one (float32 keeps more than two extra bits: round-to-odd's condition).
 
 Round-to-nearest results come from NumPy's float32 operations, which are correctly rounded.  A
 directed mode starts from that nearest result ``r`` and moves it one float32 step when the exact
@@ -11,7 +14,12 @@ subtraction is always the sign of the exact difference, so the step is never tak
 
 from __future__ import annotations
 
+from fractions import Fraction
+
+import ml_dtypes
 import numpy as np
+
+from .ieee_exact import float64_op
 
 MODES = ("rn", "rz", "ru", "rd")
 _F32 = np.float32
@@ -34,6 +42,10 @@ def _direct(r, residual_sign, mode: str, finite_inputs):
         return r
     sgn = np.nan_to_num(np.asarray(residual_sign, _F64))
     with np.errstate(invalid="ignore"):
+        if mode == "ro":  # inexact and even: the odd neighbour on the exact result's side
+            even = (r.view(np.uint32) & 1) == 0
+            toward = np.where(sgn > 0, _F32(np.inf), _F32(-np.inf))
+            return np.where((sgn != 0) & even & np.isfinite(r), np.nextafter(r, toward), r).astype(_F32)
         if mode == "ru":
             out = np.where(sgn > 0, np.nextafter(r, _F32(np.inf)), r)
         elif mode == "rd":
@@ -118,6 +130,79 @@ def ieee_frsqrt(x):
         return (1.0 / np.sqrt(np.asarray(x, _F32).astype(_F64))).astype(_F32)
 
 
+def _frsqrt_odd(x):
+    """1/sqrt(x) in float32 rounded to odd (for the 16-bit types): the side of the exact result
+    from the sign of 1 - r*r*x, computed exactly with rationals."""
+    r = np.atleast_1d(ieee_frsqrt(x))
+    xs = np.broadcast_to(np.asarray(x, _F32), r.shape)
+    side = np.zeros(r.shape)
+    for i in np.ndindex(r.shape):
+        if np.isfinite(r[i]) and r[i] > 0 and np.isfinite(xs[i]):
+            f = Fraction(float(r[i]))
+            side[i] = np.sign(1 - f * f * Fraction(float(xs[i])))  # > 0: the exact value is above r
+    out = _direct(r, side, "ro", True)
+    return out if np.ndim(x) else _F32(out[0])
+
+
+_F32_OPS = {"add": ieee_add, "sub": ieee_sub, "mul": ieee_mul, "fmaf": ieee_fmaf, "fdiv": ieee_fdiv,
+            "frcp": ieee_frcp, "fsqrt": ieee_fsqrt}
+
+
+_BITS16 = {"float16": np.float16, "bfloat16": ml_dtypes.bfloat16}
+
+
+def _cast_directed(mode: str, dtype: str):
+    """float32 values -> the float32 value of ``dtype`` that ``mode`` ('rz', 'ru', 'rd') rounds
+    each to (T.cast(..., round='rz'...)): the nearest one, moved one step on the 16-bit grid where
+    it lies on the wrong side of the value (bit patterns order like magnitudes within a sign)."""
+    t = _BITS16[dtype]
+
+    def f(x):
+        x = np.asarray(x, _F32)
+        r = x.astype(t)
+        rf = r.astype(_F32)
+        bits = np.atleast_1d(r.view(np.uint16)).astype(np.int32)
+        neg = (bits & 0x8000) != 0
+        with np.errstate(invalid="ignore"):
+            if mode == "rz":
+                fix = np.atleast_1d(np.abs(rf) > np.abs(x))
+                bits = np.where(fix, bits - 1, bits)  # one step toward zero
+            elif mode == "ru":
+                fix = np.atleast_1d(rf < x)
+                bits = np.where(fix, np.where(neg, np.where(bits == 0x8000, 1, bits - 1), bits + 1), bits)
+            else:
+                fix = np.atleast_1d(rf > x)
+                bits = np.where(fix, np.where(neg, bits + 1, np.where(bits == 0, 0x8001, bits - 1)), bits)
+        out = bits.astype(np.uint16).view(t).astype(_F32)
+        return out if np.ndim(x) else out[0]
+
+    return f
+
+
+def ieee_function(name: str, dtype: str):
+    """The NumPy function computing intrinsic ``name`` (``ieee_add_rz``, ..., ``cast_rz``, ...)
+    for a result of ``dtype``: float64 operands exactly (``ieee_exact``); float32 ones in float32;
+    16-bit ones (given as float32 values) as the float32 result rounded to odd, for the caller's
+    final cast; the mode casts as the 16-bit value (as float32) or, for ``cast_nosat``, unchanged
+    (the caller's final conversion to fp8 does not saturate)."""
+    if name == "cast_nosat":
+        return lambda x: x
+    if name.startswith("cast_"):
+        return _cast_directed(name.removeprefix("cast_"), dtype)
+    op, mode = name.removeprefix("ieee_").rsplit("_", 1)
+    if dtype == "float64":
+        if op == "frsqrt":
+            raise ValueError("frsqrt is not supported for float64")
+
+        def f64(*args):
+            return float64_op(op, mode, *args)
+
+        return f64
+    if dtype in ("float16", "bfloat16"):
+        return _frsqrt_odd if op == "frsqrt" else _make(_F32_OPS[op], "ro")
+    return ieee_functions()[name]
+
+
 def _make(fn, mode):
     def f(*args):
         out = fn(*args, mode)
@@ -129,8 +214,7 @@ def _make(fn, mode):
 def ieee_functions() -> dict:
     """Intrinsic name (``ieee_add_rz``, ...) -> NumPy function of float32 operands."""
     table = {}
-    for op, fn in (("add", ieee_add), ("sub", ieee_sub), ("mul", ieee_mul), ("fmaf", ieee_fmaf),
-                   ("fdiv", ieee_fdiv), ("frcp", ieee_frcp), ("fsqrt", ieee_fsqrt)):
+    for op, fn in _F32_OPS.items():
         for mode in MODES:
             table[f"ieee_{op}_{mode}"] = _make(fn, mode)
     table["ieee_frsqrt_rn"] = lambda x: ieee_frsqrt(x) if np.ndim(x) else _F32(ieee_frsqrt(x))

@@ -68,6 +68,7 @@ from . import debug_print as _debug_print
 from . import warp_ops as _warp
 from .bind import bind_host_call
 from .ieee_rounding import extra_float_functions as _extra_float_functions
+from .ieee_rounding import ieee_function as _ieee_function
 
 __all__ = ["InterpError", "OutOfBoundsError", "run_tile_ir"]
 
@@ -468,9 +469,14 @@ class _ExprCompiler:
             return self._warp_call(e, fargs)
         if name.startswith(_debug_print.PRINT_PREFIX):
             return self._print_call(e, fargs)
-        if name in ("isnan", "isinf"):
-            fn = np.isnan if name == "isnan" else np.isinf
-            return lambda c: fn(_lift(fargs[0](c), _F32))
+        if name.startswith("rng_"):  # language/random.py
+            raise InterpError("T.rng_init / T.rng_rand / T.rng_rand_float: random numbers come from each thread's own "
+                              "generator, and the tile interpreter has no threads: run the kernel on the emulator "
+                              "(execution_backend='emulator') or a GPU")
+        if name in ("isnan", "isinf", "isfinite"):
+            fn = {"isnan": np.isnan, "isinf": np.isinf, "isfinite": np.isfinite}[name]
+            arg_t = _F64 if e.args[0].dtype == "float64" else _F32  # 1e300 is finite in float64
+            return lambda c: fn(_lift(fargs[0](c), arg_t))
         npdt = dt.to_numpy(e.dtype)
         if name == "reinterpret":  # the same bits as another type of the same width
             src, f0 = dt.to_numpy(e.args[0].dtype), fargs[0]
@@ -490,7 +496,7 @@ class _ExprCompiler:
                 g = _vmin if name == "min" else _vmax
                 return lambda c: fix(g(fargs[0](c), fargs[1](c)))
             raise InterpError(f"intrinsic {name} on {e.dtype} values is not supported by the tile interpreter")
-        fn = _FLOAT_CALLS.get(name)
+        fn = _ieee_function(name, e.dtype) if name.startswith(("ieee_", "cast_")) else _FLOAT_CALLS.get(name)
         if fn is None:
             raise InterpError(f"intrinsic T.{name} is not supported by the tile interpreter")
         work = _F64 if e.dtype == "float64" or name == "fma" else _F32

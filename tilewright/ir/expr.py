@@ -406,7 +406,7 @@ def unary(op: str, a) -> Expr:
 FLOAT_INTRINSICS = {
     "exp", "exp2", "exp10", "log", "log2", "log10", "sqrt", "rsqrt", "tanh", "sigmoid", "sin", "cos",
     "tan", "erf", "floor", "ceil", "round", "trunc", "fabs", "abs", "pow", "fma", "atan", "sinh", "cosh",
-    "log1p", "expm1", "isnan", "isinf",
+    "log1p", "expm1", "isnan", "isinf", "isfinite",
 }
 # TileLang's further unary float math: C's nearbyint, the reciprocal, the fast-math spellings
 # (language/math.py also builds fmod and the ieee_* rounding-mode calls, float-typed by construction)
@@ -416,13 +416,15 @@ FLOAT_INTRINSICS |= {"__exp2"}  # attn-hopper
 
 def call(name: str, args, dtype: str | None = None) -> Expr:
     args = [as_expr(a) for a in args]
+    if name in ("isnan", "isinf", "isfinite"):  # bool-valued: a float operand keeps its type (float64 too)
+        if not dt.is_float(args[0].dtype):
+            args = [_coerce(args[0], "float32")]
+        return Call(name, tuple(args), "bool")
     if dtype is None:
         dtype = args[0].dtype
     if name in FLOAT_INTRINSICS and name not in ("abs",) and not dt.is_float(dtype):
         dtype = "float32"
         args = [_coerce(a, "float32") for a in args]
-    if name in ("isnan", "isinf"):
-        return Call(name, tuple(args), "bool")
     if name in ("pow", "fma", "min", "max"):
         t = args[0].dtype
         for a in args[1:]:

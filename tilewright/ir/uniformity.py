@@ -89,7 +89,9 @@ class Uniformity:
         def f(x):
             if found:
                 return
-            if isinstance(x, E.Call) and x.name.startswith("warp_shfl_"):
+            if isinstance(x, E.Call) and x.name.startswith("rng_"):
+                found.append("a random number (T.rng_*), drawn from each thread's own generator")
+            elif isinstance(x, E.Call) and x.name.startswith("warp_shfl_"):
                 # not per-thread in value, but every lane must execute it: never one thread for all
                 found.append("a warp shuffle (T.shfl_*), which every lane of the warp executes")
             elif isinstance(x, E.Var):

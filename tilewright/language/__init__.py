@@ -830,7 +830,8 @@ def atomic_addx4(dst, value, memory_order=None, return_prev=False):
 def dp4a(A, B, C):
     """``C += A[0]*B[0] + ... + A[3]*B[3]`` over four consecutive 8-bit integers starting at the
     elements (or buffers) ``A`` and ``B``, accumulated in the 32-bit integer element ``C``."""
-    b = _b.current()
+    from .math import InvalidArgumentError
+
     ops = []
     for x, name in ((A, "A"), (B, "B"), (C, "C")):
         if isinstance(x, _t.Buffer):
@@ -839,11 +840,13 @@ def dp4a(A, B, C):
             raise _b.error(f"T.dp4a: {name} must be a buffer or an element such as {name}_local[k], got {x!r}")
         ops.append(x)
     a, bb, c = ops
-    for x, name in ((a, "A"), (bb, "B")):
-        if x.buffer.dtype not in ("int8", "uint8"):
-            raise _b.error(f"T.dp4a: {name} must hold int8 or uint8 values, got {x.buffer.dtype}")
-    if c.buffer.dtype not in ("int32", "uint32"):
-        raise _b.error(f"T.dp4a: C must be an int32 or uint32 accumulator, got {c.buffer.dtype}")
+    loc = _b.current_or_none().loc if _b.current_or_none() else None
+    for x, name in ((a, "A"), (bb, "B")):  # TileLang's wording (a ValueError): the signed instruction only
+        if x.buffer.dtype != "int8":
+            raise InvalidArgumentError(f"T.dp4a requires int8 inputs, got {name}.dtype='{x.buffer.dtype}'", loc)
+    if c.buffer.dtype != "int32":
+        raise InvalidArgumentError(f"T.dp4a requires an int32 accumulator, got C.dtype='{c.buffer.dtype}'", loc)
+    b = _b.current()
     acc = c
     for k in range(4):
         prod = _e.cast(c.buffer.dtype, _shifted(a, k, "T.dp4a")) * _e.cast(c.buffer.dtype, _shifted(bb, k, "T.dp4a"))
@@ -1075,19 +1078,7 @@ cos = _unary("cos")
 erf = _unary("erf")
 floor = _unary("floor")
 ceil = _unary("ceil")
-_ROUNDING = {"ties-to-even": "nearbyint", "ties-away-from-zero": "round"}
-
-
-def round(x, rounding_mode="ties-to-even"):  # noqa: A001 - TileLang's name
-    """Elementwise round to the nearest integer: halves to even (TileLang's default: C's
-    nearbyint), or away from zero with ``rounding_mode="ties-away-from-zero"`` (C's round)."""
-    name = _ROUNDING.get(rounding_mode)
-    if name is None:
-        raise _b.error(f"T.round(rounding_mode={rounding_mode!r}) is not a rounding mode",
-                       hint=f"use one of {sorted(_ROUNDING)}")
-    return _e.call(name, [x])
-
-
+# T.round (halves to even, as in TileLang): language/math.py
 trunc = _unary("trunc")
 isnan = _unary("isnan")
 isinf = _unary("isinf")
@@ -1095,8 +1086,10 @@ isinf = _unary("isinf")
 # TileLang's further math (tan, fmod, nearbyint, clamp, fast_rcp, __exp..., ieee_*): language/math.py
 from . import views as _views  # noqa: E402
 from .debug import print  # noqa: E402, A004, F401  (T.print: language/debug.py)
+from .logical import *  # noqa: E402, F403  (any_of, all_of: language/logical.py)
 from .math import *  # noqa: E402, F403
 from .math import __all__ as _math_names  # noqa: E402, F401
+from .random import *  # noqa: E402, F403  (rng_init, rng_rand, rng_rand_float: language/random.py)
 from .scan import *  # noqa: E402, F403  (cumsum, cummax: language/scan.py)
 from .views import *  # noqa: E402, F403  (reshape, view, reinterpret: language/views.py)
 from .warp import *  # noqa: E402, F403  (shfl_*, warp_reduce_*: language/warp.py)
@@ -1137,8 +1130,11 @@ def if_then_else(cond, a, b):
 Select = if_then_else
 
 
-def cast(x, dtype):
-    return _e.cast(_dt.canon(dtype), x)
+def cast(x, dtype, round="", sat=True, rbits=None):  # noqa: A002 - TileLang's keywords
+    """``x`` converted to ``dtype``; TileLang's rounding and saturation keywords: language/cast_modes.py."""
+    from .cast_modes import cast as _cast_with_modes
+
+    return _cast_with_modes(x, dtype, round=round, sat=sat, rbits=rbits)
 
 
 def infinity(dtype):

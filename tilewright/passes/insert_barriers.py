@@ -179,7 +179,15 @@ def _seq(s, state: _State, w: _Where):
         (state.synced_writes if synced else state.writes).update(writes)
         out.append(t.ThreadPartition(s.base, s.count, s.role, body, s.loc))
         return (t.SeqStmt(out) if len(out) > 1 else out[0]), state
-    if isinstance(s, t.IfThenElse) and w.uniformity.is_uniform(s.cond, w.region) and _has_tile_ops(s):
+    if isinstance(s, t.IfThenElse) and w.uniformity.is_uniform(s.cond, w.region) and (
+            _has_tile_ops(s) or _needs_inner_barrier(s, w)):
+        # the condition itself may read shared memory another thread just wrote (T.any_of(mask_s))
+        cond_reads = {ld.buffer for ld in loads_in(s.cond) if ld.buffer.scope in _TRACKED}
+        state.flush()
+        fence = _conflict(state, cond_reads, set())
+        if fence:
+            state = _State()
+        state.reads |= cond_reads
         a, sa = _seq(s.then_body, state.copy(), w)
         a_rest, leading = _without_leading_barrier(a)
         if s.else_body is None and leading:
@@ -192,7 +200,8 @@ def _seq(s, state: _State, w: _Where):
         else:
             b, sb = None, state.copy()
         sa.merge(sb)
-        return t.IfThenElse(s.cond, a, b, s.loc), sa
+        out = t.IfThenElse(s.cond, a, b, s.loc)
+        return (t.SeqStmt([th.Barrier(loc=s.loc), out]) if fence else out), sa
     reads, writes, issued = _accesses(s, w.rings)
     if not reads and not writes and not issued:
         return s, state
@@ -221,6 +230,16 @@ def _without_leading_barrier(s):
 def _uses_mbarriers(s) -> bool:
     found = []
     walk(s, lambda x: found.append(x) if isinstance(x, (th.MbarrierWait, th.MbarrierArrive)) else None)
+    return bool(found)
+
+
+def _needs_inner_barrier(s: t.IfThenElse, w: _Where) -> bool:
+    """Whether a branch orders accesses among its own statements (``s[tx] = 1`` then a scan of
+    ``s``): then it is analysed statement by statement, not as one statement."""
+    found = []
+    for body in (s.then_body, s.else_body):
+        if body is not None:
+            walk(_seq(body, _State(), w)[0], lambda x: found.append(x) if isinstance(x, th.Barrier) else None)
     return bool(found)
 
 

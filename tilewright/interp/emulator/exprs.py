@@ -10,6 +10,8 @@ from ...ir import expr as E
 from ...ir.analysis import is_nonnegative
 from ...ir.visitor import walk_expr
 from .. import debug_print
+from ..ieee_rounding import ieee_function
+from ..rng_philox import DRAWS, PhiloxStates
 from ..warp_ops import VOTES, WARP_CALLS, source_threads, vote
 from .errors import DivergenceError, EmulatorError, EmulatorOutOfBoundsError
 from .mathfns import _BINOPS, _MATH, _check_division, _check_int32, _float_to_int, _fma, _trunc_div
@@ -192,14 +194,17 @@ class ExprCompiler:
             return self.warp_call(e, nd, where)
         if name.startswith(debug_print.PRINT_PREFIX):
             return self.print_call(e, where)
+        if name.startswith("rng_"):  # a draw changes the thread's state: never cached, never invariant
+            return self.rng_call(e, nd, where), False, None
         fs, inv, keys = self._children(e.args, where)
         key = None if keys is None else ("call", name, e.dtype) + keys
-        if name in ("isnan", "isinf"):
-            fn = np.isnan if name == "isnan" else np.isinf
+        if name in ("isnan", "isinf", "isfinite"):
+            fn = {"isnan": np.isnan, "isinf": np.isinf, "isfinite": np.isfinite}[name]
             f0 = fs[0]
+            arg_t = np.float64 if e.args[0].dtype == "float64" else np.float32  # 1e300 is finite in float64
 
             def test(st, need):
-                return fn(np.asarray(f0(st, need), np.float32))
+                return fn(np.asarray(f0(st, need), arg_t))
 
             return test, inv, key
         if name == "reinterpret":  # the same bits as another type of the same width
@@ -228,6 +233,8 @@ class ExprCompiler:
             return iabs, inv, key
         if name == "fma":
             math_fn = _fma
+        elif name.startswith(("ieee_", "cast_")):  # rounding per operand type: interp/ieee_rounding.py
+            math_fn = ieee_function(name, e.dtype)
         elif name in _MATH:
             math_fn = _MATH[name]
         else:
@@ -239,6 +246,39 @@ class ExprCompiler:
             return _fix(_fix(math_fn(*args), work), nd)
 
         return mathcall, inv, key
+
+    def rng_call(self, e: E.Call, nd, where):
+        """T.rng_init and the draws (language/random.py) on the lanes that execute them."""
+
+        def states(st, need):
+            if st.rng is None:
+                st.rng = PhiloxStates(st.L)
+            active = st.mask if need is None else need
+            lanes = np.arange(st.L) if active is None else np.flatnonzero(np.broadcast_to(active, (st.L,)))
+            return st.rng, lanes
+
+        if e.name == "rng_init":
+            fs, _, _ = self._children(e.args, where)
+
+            def init(st, need):
+                g, lanes = states(st, need)
+                g.init(lanes, *[np.broadcast_to(f(st, need), (st.L,))[lanes] for f in fs])
+                return np.int32(0)
+
+            return init
+        method = getattr(PhiloxStates, DRAWS[e.name][0])
+
+        def draw(st, need):
+            g, lanes = states(st, need)
+            if not g.ready[lanes].all():
+                lane = lanes[~g.ready[lanes]][0]
+                raise where.error(EmulatorError, f"{st.where(lane)} draws a random number before T.rng_init seeded "
+                                                 "its generator")
+            out = np.zeros(st.L, nd)
+            out[lanes] = method(g, lanes)
+            return out
+
+        return draw
 
     def print_call(self, e: E.Call, where):
         """T.print: each active lane prints a line, in lane order."""

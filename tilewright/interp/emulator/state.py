@@ -58,6 +58,7 @@ class _State:
         "lane",
         "mask",
         "memo",
+        "rng",
         "nb",
         "races",
         "regs",
@@ -91,6 +92,7 @@ class _State:
         self.cache = [None] * prog.ncache
         self.memo: dict = {}
         self.mask = None
+        self.rng = None  # T.rng_*: the lanes' generator states (interp/rng_philox.py), made on first use
         for v, slot in prog.var_slots.items():
             if v in scalars:
                 self.vars[slot] = scalars[v]
