@@ -1463,3 +1463,5 @@ register(t.Fill, "interp", _Interpreter.x_fill)
 register(t.Gemm, "interp", _Interpreter.x_gemm)
 register(t.Reduce, "interp", _Interpreter.x_reduce)
 register(t.Atomic, "interp", _Interpreter.x_atomic)
+
+from . import reducer as _reducer  # noqa: E402, F401  (the reducer ops' execution: interp/reducer.py)

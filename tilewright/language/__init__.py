@@ -13,6 +13,7 @@ import warnings as _warnings
 from ..errors import TilewrightWarning
 from ..frontend import builder as _b
 from ..frontend import dynamic_shared as _dynamic_shared
+from ..frontend import reducer as _reducer
 from ..frontend.reduce_operands import reduce_into_register as _reduce_into_register
 from ..frontend.reduce_operands import reduce_operand as _reduce_operand
 from ..frontend.regions import element_region as _element_region
@@ -358,18 +359,28 @@ def alloc_var(dtype, init=None, scope="local.var"):
     return buf
 
 
-_REDUCER_HINT = ("accumulate per-thread partials in a T.alloc_fragment buffer and combine them with "
-                 "T.reduce_sum / T.reduce_max / T.reduce_min, or update a shared/global buffer with "
-                 "T.atomic_add / T.atomic_max / T.atomic_min")
-
-
 def alloc_reducer(shape, dtype, op="sum", replication=None):
-    # refused rather than treated as a plain fragment: its per-thread partials would never be combined
-    raise _b.error("T.alloc_reducer is not supported yet", hint=_REDUCER_HINT)
+    """A reducer: ``T.Parallel`` iterations contribute to its elements (several to one element)
+    with ``T.reducer_update(acc[i], v)`` after ``T.reducer_init(acc)``, combined by ``op`` (sum,
+    max, min, bitand, bitor, bitxor) at ``T.finalize_reducer(acc, dst)``.  ``replication=`` selects
+    TileLang's legacy spelling (``T.clear`` / ``acc[i] += v`` / in-place ``T.finalize_reducer(acc)``)."""
+    return _reducer.alloc_reducer(shape, dtype, op, replication)
 
 
-def finalize_reducer(reducer):
-    raise _b.error("T.finalize_reducer is not supported yet (nor is T.alloc_reducer)", hint=_REDUCER_HINT)
+def reducer_init(reducer, init=None):
+    """Open a reducer's epoch; ``init`` is combined once into every element at the finalize."""
+    _reducer.reducer_init(reducer, init)
+
+
+def reducer_update(target, value):
+    """Contribute ``value`` to ``acc[indices]`` (inside ``T.Parallel``: once per iteration)."""
+    _reducer.reducer_update(target, value)
+
+
+def finalize_reducer(reducer, dst=None, batch=1, annotations=None):
+    """Combine the contributions of every thread into ``dst`` (a fragment of the reducer's shape),
+    or, for the legacy reducer, into the reducer itself."""
+    _reducer.finalize_reducer(reducer, dst, batch, annotations)
 
 
 def alloc_global(shape, dtype, scope="global"):

@@ -34,6 +34,7 @@ from .lower_gemm import lower_gemm, lower_mainloop_body, lower_mainloop_prefetch
 from .lower_gemm_amd import unpad_operand_layouts
 from .lower_parallel import UNGUARDABLE, lower_parallel
 from .lower_reduce import lower_reduce
+from . import lower_reducer  # noqa: F401  (registers the reducer ops' lowering)
 from .lowering_context import LoweringContext
 
 
