@@ -95,7 +95,8 @@ def alloc_reducer(shape, dtype, op="sum", replication=None) -> t.Buffer:
 
 def _reducer_arg(x, call: str) -> t.Buffer:
     if reducer_info(x) is None:
-        raise error(f"{call} takes a buffer from T.alloc_reducer, got {x!r}")
+        raise error(f"{call} takes a buffer from T.alloc_reducer, got {x!r}",
+                    hint="allocate the reducer with T.alloc_reducer(shape, dtype, op=...)")
     return x
 
 

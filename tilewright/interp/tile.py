@@ -224,15 +224,16 @@ _CMP = {"<": operator.lt, "<=": operator.le, ">": operator.gt, ">=": operator.ge
         "!=": operator.ne}
 
 
+# T.min / T.max print as fminf / fmaxf: a NaN operand is dropped, as on the GPU
 def _vmin(a, b):
-    if isinstance(a, np.ndarray) or isinstance(b, np.ndarray) or isinstance(a, np.floating):
-        return np.minimum(a, b)
+    if isinstance(a, (np.ndarray, np.floating, float)) or isinstance(b, (np.ndarray, np.floating, float)):
+        return np.fmin(a, b)
     return min(a, b)
 
 
 def _vmax(a, b):
-    if isinstance(a, np.ndarray) or isinstance(b, np.ndarray) or isinstance(a, np.floating):
-        return np.maximum(a, b)
+    if isinstance(a, (np.ndarray, np.floating, float)) or isinstance(b, (np.ndarray, np.floating, float)):
+        return np.fmax(a, b)
     return max(a, b)
 
 
@@ -1210,12 +1211,14 @@ class _Interpreter:
         x = src.astype(work)
         if s.op in ("abssum", "absmax"):
             x = np.abs(x)
+        # max/min drop NaN elements as TileLang's reductions (fmaxf) do, unless nan_propagate=True
+        fmax, fmin = (np.maximum, np.minimum) if s.nan_propagate else (np.fmax, np.fmin)
         if s.op in ("sum", "abssum"):
             r = x.sum(axis=s.dim)
         elif s.op in ("max", "absmax"):
-            r = x.max(axis=s.dim)
+            r = fmax.reduce(x, axis=s.dim)
         elif s.op == "min":
-            r = x.min(axis=s.dim)
+            r = fmin.reduce(x, axis=s.dim)
         elif s.op in _BITWISE_REDUCE:  # TileLang's reduce_bitand/bitor/bitxor (integers)
             r = _BITWISE_REDUCE[s.op].reduce(x, axis=s.dim)
         else:
@@ -1231,7 +1234,7 @@ class _Interpreter:
             elif s.op in ("sum", "abssum"):
                 r = old + r
             else:
-                r = np.minimum(old, r) if s.op == "min" else np.maximum(old, r)
+                r = fmin(old, r) if s.op == "min" else fmax(old, r)
         self._write_region(self.full_region(s.dst), c, r.astype(dt.to_numpy(s.dst.dtype)), f"T.reduce_{s.op}")
 
     def x_atomic(self, s: t.Atomic, c: _Ctx) -> None:

@@ -90,7 +90,8 @@ def _finalize_rebuild(s: ReducerFinalize, rf, ef):
 def _update_text(s: ReducerUpdate) -> str:
     from .printer import expr_str
 
-    return f"T.reducer_update({s.reducer or s.partials.name}[{expr_str(s.index)}], {expr_str(s.value)})"
+    return (f"T.reducer_update({s.partials.name}[{expr_str(s.index)}], {expr_str(s.value)}, op={s.op!r})"
+            f"  # {s.reducer}")
 
 
 declare(ReducerUpdate, TileOpDecl(
@@ -99,4 +100,25 @@ declare(ReducerUpdate, TileOpDecl(
 
 declare(ReducerFinalize, TileOpDecl(
     "finalize_reducer", regions=_finalize_regions, rebuild=_finalize_rebuild,
-    text=lambda s: f"T.finalize_reducer({s.reducer or s.partials.name}, {s.dst.name})"))
+    text=lambda s: f"T.finalize_reducer({s.partials.name}, {s.dst.name}, op={s.op!r}, "
+    f"seed={s.seed.name if s.seed is not None else None})  # {s.reducer}"))
+
+
+def combine(op: str, a, b, nan_propagate: bool = False):
+    """``a op b`` for a reduction's fold (``abssum``/``absmax`` fold as sum/max: ``abs`` is applied to
+    the elements before).  Max and min drop a NaN operand (``fmaxf``), as TileLang's reductions do;
+    with ``nan_propagate`` a NaN operand wins."""
+    from . import expr as E
+
+    op = {"abssum": "sum", "absmax": "max"}.get(op, op)
+    if op in _BITWISE_C:
+        return E.binary(_BITWISE_C[op], a, b)
+    if op == "sum":
+        return a + b
+    m = E.emax(a, b) if op == "max" else E.emin(a, b)
+    if nan_propagate and a.dtype.startswith(("float", "bfloat")):
+        return E.select(E.call("isnan", [a]), a, E.select(E.call("isnan", [b]), b, m))
+    return m
+
+
+_BITWISE_C = {"bitand": "&", "bitor": "|", "bitxor": "^"}

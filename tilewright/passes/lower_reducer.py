@@ -23,21 +23,11 @@ from ..errors import CompileError, InternalError
 from ..ir import expr as E
 from ..ir import thread as th
 from ..ir import tile as t
-from ..ir.reducer import ReducerFinalize, ReducerUpdate
+from ..ir.reducer import ReducerFinalize, ReducerUpdate, combine
 from ..ir.tile_ops import register
 from .lower_exprs import Env, lower_expr
 from .lower_parallel import UNGUARDABLE, _valid_expr
 from .lowering_context import LoweringContext
-
-_BITWISE = {"bitand": "&", "bitor": "|", "bitxor": "^"}
-
-
-def combine(op: str, a, b):
-    if op in _BITWISE:
-        return E.binary(_BITWISE[op], a, b)
-    if op == "sum":
-        return a + b
-    return E.emax(a, b) if op == "max" else E.emin(a, b)
 
 
 def lower_reducer_update(ctx: LoweringContext, s: ReducerUpdate, env: Env) -> list:
