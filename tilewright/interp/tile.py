@@ -224,16 +224,15 @@ _CMP = {"<": operator.lt, "<=": operator.le, ">": operator.gt, ">=": operator.ge
         "!=": operator.ne}
 
 
-# T.min / T.max print as fminf / fmaxf: a NaN operand is dropped, as on the GPU
 def _vmin(a, b):
-    if isinstance(a, (np.ndarray, np.floating, float)) or isinstance(b, (np.ndarray, np.floating, float)):
-        return np.fmin(a, b)
+    if isinstance(a, np.ndarray) or isinstance(b, np.ndarray) or isinstance(a, np.floating):
+        return np.minimum(a, b)
     return min(a, b)
 
 
 def _vmax(a, b):
-    if isinstance(a, (np.ndarray, np.floating, float)) or isinstance(b, (np.ndarray, np.floating, float)):
-        return np.fmax(a, b)
+    if isinstance(a, np.ndarray) or isinstance(b, np.ndarray) or isinstance(a, np.floating):
+        return np.maximum(a, b)
     return max(a, b)
 
 
@@ -263,7 +262,7 @@ _FLOAT_CALLS: dict[str, Callable] = {
     "sqrt": np.sqrt, "rsqrt": lambda x: 1 / np.sqrt(x), "tanh": np.tanh,
     "sigmoid": lambda x: 1 / (1 + np.exp(-x)), "sin": np.sin, "cos": np.cos, "tan": np.tan, "atan": np.arctan,
     "sinh": np.sinh, "cosh": np.cosh, "erf": _erf, "floor": np.floor, "ceil": np.ceil, "round": _round_half_away,
-    "trunc": np.trunc, "fabs": np.abs, "abs": np.abs, "pow": np.power, "min": np.minimum, "max": np.maximum,
+    "trunc": np.trunc, "fabs": np.abs, "abs": np.abs, "pow": np.power, "min": np.fmin, "max": np.fmax,
     "fma": lambda a, b, c: a * b + c,
 }
 _FLOAT_CALLS.update(_extra_float_functions())  # TileLang's nearbyint, fmod, fast-math and ieee_* names
@@ -334,8 +333,8 @@ class _ExprCompiler:
             raise InterpError(f"unknown binary operator {op!r}")
         npdt = dt.to_numpy(e.dtype)
         if dt.is_float(e.dtype):
-            if op in ("min", "max"):
-                fn = np.minimum if op == "min" else np.maximum
+            if op in ("min", "max"):  # the printed fminf / fmaxf: a NaN operand is dropped
+                fn = np.fmin if op == "min" else np.fmax
             if dt.bits(e.dtype) < 32:
                 return lambda c: _to(fn(_lift(fa(c), _F32), _lift(fb(c), _F32)), npdt)
             return lambda c: _to(fn(fa(c), fb(c)), npdt)
