@@ -207,17 +207,17 @@ def legacy_rowdot(BLOCK, K, threads, op):
     return kernel
 
 
-def int_reduce(M, K, threads, op):
+def int_reduce(M, K, threads, op, dtype="int32"):
     @T.prim_func
-    def kernel(A: T.Tensor((M, K), "int32"), B: T.Tensor((M,), "int32")):
+    def kernel(A: T.Tensor((M, K), dtype), B: T.Tensor((M,), dtype)):
         with T.Kernel(1, threads=threads):
-            a = T.alloc_fragment((M, K), "int32")
+            a = T.alloc_fragment((M, K), dtype)
             T.copy(A, a)
-            acc = T.alloc_reducer((M,), "int32", op=op)
+            acc = T.alloc_reducer((M,), dtype, op=op)
             T.reducer_init(acc)
             for i, k in T.Parallel(M, K):
                 T.reducer_update(acc[i], a[i, k])
-            res = T.alloc_fragment((M,), "int32")
+            res = T.alloc_fragment((M,), dtype)
             T.finalize_reducer(acc, res)
             T.copy(res, B)
 
@@ -337,19 +337,22 @@ def case_legacy(op):
     return legacy_rowdot(64, 8, 128, op), make, check
 
 
-def case_int(op):
+def case_int(op, dtype="int32"):
+    npdt = np.dtype(dtype)
+    info = np.iinfo(npdt)
+
     def make(rng):
-        lo = -1000 if op == "sum" else 0
-        return [rng.integers(lo, 2**31 - 1 if op != "sum" else 1000, (16, 64)).astype(np.int32),
-                np.full((16,), -7, np.int32)]
+        lo, hi = (-1000, 1000) if op == "sum" and dtype == "int32" else (0 if op.startswith("bit") else info.min,
+                                                                         info.max)
+        return [rng.integers(lo, hi, (16, 64)).astype(npdt), np.full((16,), 7, npdt)]
 
     def check(a):
         x = a[0].astype(np.int64)
         fn = {"sum": np.sum, "bitand": np.bitwise_and.reduce, "bitor": np.bitwise_or.reduce,
               "bitxor": np.bitwise_xor.reduce, "max": np.max, "min": np.min}[op]
-        np.testing.assert_array_equal(a[1], fn(x, axis=1).astype(np.int32))
+        np.testing.assert_array_equal(a[1], fn(x, axis=1).astype(npdt))  # a sum wraps as the dtype does
 
-    return int_reduce(16, 64, 128, op), make, check
+    return int_reduce(16, 64, 128, op, dtype), make, check
 
 
 def case_guarded():
@@ -380,6 +383,9 @@ CASES = {
     "int_bitand": lambda: case_int("bitand"),
     "int_bitor": lambda: case_int("bitor"),
     "int_bitxor": lambda: case_int("bitxor"),
+    "int8_sum_wraps": lambda: case_int("sum", "int8"),
+    "int8_max": lambda: case_int("max", "int8"),
+    "int16_min": lambda: case_int("min", "int16"),
     "finalize_in_uniform_branch": case_guarded,
 }
 
@@ -493,7 +499,8 @@ def test_refused(what, tmp_path):
 # --------------------------------------------------------------------------------------------
 # the generated code compiles (NVRTC for sm_90a, clang for gfx942)
 
-TOOLCHAIN_CASES = ["row_sum_seed", "row_max_48_threads", "legacy_max_fill_seed", "int_bitxor", "logsumexp_epochs_in_loop"]
+TOOLCHAIN_CASES = ["row_sum_seed", "row_max_48_threads", "legacy_max_fill_seed", "int_bitxor", "int8_max",
+                   "logsumexp_epochs_in_loop"]
 
 
 @needs_nvrtc

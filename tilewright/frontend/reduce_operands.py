@@ -24,9 +24,43 @@ def reduce_operand(x, op: str, what: str) -> t.Buffer:
         return x.buffer
     if isinstance(x, t.Region) and x.is_full():
         return x.buffer
+    if what == "source" and _is_view(x):
+        return _view_in_shared(x)
     raise error(f"T.reduce_{op} {what} must be a whole buffer, got {x!r}",
                 hint="pass the buffer itself (a one-element buffer may be written out[0]); to reduce into part "
                 "of a larger buffer, reduce into a fragment of the result's shape and T.copy it there")
+
+
+def _is_view(x) -> bool:
+    """A ``T.reshape`` / ``T.view`` of a buffer (``language/views.py``)."""
+    return isinstance(getattr(x, "base", None), t.Buffer) and hasattr(x, "store_element")
+
+
+def _view_in_shared(view) -> t.Buffer:
+    """The elements of ``view`` (another shape of the same row-major elements) in a shared tile of
+    the view's shape, written by a ``T.Parallel`` over the underlying buffer (which reads it in its
+    own order, whatever its layout); the reduction then reads that tile."""
+    b = current()
+    base = view.base
+    if base.static_shape() is None or base.scope not in ("fragment", "shared", "local"):
+        raise error(f"T.reduce of the view {view.name}: the viewed buffer must be a fragment, shared or local "
+                    "buffer of a static shape")
+    tmp = t.Buffer(b.fresh(f"{base.name}_reshaped"), tuple(view.shape), base.dtype, "shared", loc=b.loc)
+    b.emit(t.Alloc(tmp))
+    vs = tuple(E.Var(b.fresh("rv"), "int32", kind="loop") for _ in base.shape)
+    flat = E.as_expr(0)
+    for v, n in zip(vs, base.shape):
+        flat = flat * n + v
+    at = []
+    for n in reversed(view.shape):
+        at.append(flat % n)
+        flat = flat // n
+    store = t.BufferStore(tmp, tuple(reversed(at)), E.Load(base, vs), loc=b.loc)
+    if base.scope == "local":  # per-thread elements: each thread's own copy goes through the tile
+        raise error(f"T.reduce of the view {view.name} of a per-thread buffer is not supported",
+                    hint=f"reduce {base.name} itself, or copy it to a fragment first")
+    b.emit(t.ParallelFor(vs, tuple(base.shape), store, loc=b.loc))
+    return tmp
 
 
 def reduce_into_register(op: str, src: t.Buffer, dst: t.Buffer, dim: int, clear: bool, nan_propagate: bool) -> None:

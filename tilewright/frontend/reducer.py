@@ -13,6 +13,7 @@ import builtins
 from dataclasses import dataclass
 from typing import Any
 
+from ..errors import CompileError
 from ..ir import dtype as dt
 from ..ir import expr as E
 from ..ir import tile as t
@@ -55,6 +56,10 @@ class FinalizeMark(t.Stmt):
 
 
 MARKS = (InitMark, UpdateMark, FinalizeMark)
+
+
+class BatchError(CompileError, ValueError):
+    """``T.finalize_reducer(batch=)`` that is not a positive int (a ValueError too, as in TileLang)."""
 
 
 def reducer_info(buf) -> ReducerInfo | None:
@@ -134,8 +139,9 @@ def finalize_reducer(reducer, dst=None, batch=1, annotations=None) -> None:
     b = current()
     acc = _reducer_arg(reducer, "T.finalize_reducer")
     if not isinstance(batch, builtins.int) or isinstance(batch, builtins.bool) or batch < 1:
-        raise error(f"finalize_reducer: batch must be >= 1, got {batch!r}")
-    numel = len(reducer_info(acc).partials.shape) and reducer_info(acc).partials.shape[0]
+        raise BatchError(f"finalize_reducer: batch must be >= 1, got {batch!r}", b.loc,
+                         hint="batch= is how many results share one exchange; leave it at 1")
+    numel = reducer_info(acc).partials.shape[0]
     if batch > numel:
         raise error(f"finalize_reducer: batch={batch} exceeds total output elements ({numel}) of {acc.name}")
     if numel % batch:

@@ -20,6 +20,7 @@ Max and min drop NaN contributions (``fmaxf``/``fminf``), as TileLang's reducers
 from __future__ import annotations
 
 from ..errors import CompileError, InternalError
+from ..ir import dtype as dt
 from ..ir import expr as E
 from ..ir import thread as th
 from ..ir import tile as t
@@ -57,6 +58,9 @@ def lower_reducer_finalize(ctx: LoweringContext, s: ReducerFinalize, env: Env) -
     n = part.shape[0]
     dst_l, dst_local = ctx.layouts[s.dst], ctx.local_of[s.dst]
     acc_t = part.dtype
+    if dt.is_int(acc_t) and dt.bits(acc_t) < 32:
+        # exchanged as 32-bit integers (what a shuffle moves); sums wrap the same once cast back
+        acc_t = "int32" if dt.is_signed_int(acc_t) else "uint32"
     nt, ws = ctx.nthreads, ctx.target.warp_size
     pow2 = nt & (nt - 1) == 0
     out: list = [th.Comment(f"finalize_reducer {s.reducer} -> {s.dst.name} ({s.op} over {nt} threads)")]
@@ -66,7 +70,7 @@ def lower_reducer_finalize(ctx: LoweringContext, s: ReducerFinalize, env: Env) -
         tot = ctx.local_buffer(ctx.fresh(f"{s.reducer}_tot"), n, acc_t)
         out.append(th.LocalDecl(tot))
         for e in range(n):
-            out.append(t.BufferStore(tot, (E.as_expr(e),), E.Load(part, (E.as_expr(e),))))
+            out.append(t.BufferStore(tot, (E.as_expr(e),), E.cast(acc_t, E.Load(part, (E.as_expr(e),)))))
         m = 1
         while m < lanes:
             for e in range(n):
@@ -84,10 +88,13 @@ def lower_reducer_finalize(ctx: LoweringContext, s: ReducerFinalize, env: Env) -
     else:
         scratch = ctx.alloc_scratch(ctx.fresh(f"{s.reducer}_threads"), nt * n, acc_t)
         out += [ctx.scratch_decl(scratch), th.Barrier()]
-        out += [t.BufferStore(scratch, (ctx.tid * n + e,), E.Load(part, (E.as_expr(e),))) for e in range(n)]
+        out += [t.BufferStore(scratch, (ctx.tid * n + e,), E.cast(acc_t, E.Load(part, (E.as_expr(e),))))
+                for e in range(n)]
         out.append(th.Barrier())
         sources = None
-    seed = lower_expr(ctx, E.Load(s.seed, (E.as_expr(0),)), env, s.loc) if s.seed is not None else None
+    seed = None
+    if s.seed is not None:
+        seed = E.cast(acc_t, lower_expr(ctx, E.Load(s.seed, (E.as_expr(0),)), env, s.loc))
     for r in range(dst_l.num_regs):
         e = ctx.strided_offset(s.dst, dst_l.index(ctx.tid, r))  # row-major: the reducer's flat index
         if sources is not None:
