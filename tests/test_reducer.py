@@ -187,7 +187,10 @@ def legacy_rowdot(BLOCK, K, threads, op):
             g = T.alloc_fragment((BLOCK, K), "float32")
             y = T.alloc_fragment((BLOCK, K), "float32")
             o = T.alloc_fragment((BLOCK, K), "float32")
-            r = T.alloc_reducer((BLOCK,), "float32", op=op, replication="all")
+            if op == "sum":  # the default allocation used with the legacy spelling only: legacy too
+                r = T.alloc_reducer((BLOCK,), "float32")
+            else:
+                r = T.alloc_reducer((BLOCK,), "float32", op=op, replication="all")
             T.copy(G, g)
             T.copy(Y, y)
             if op == "sum":
