@@ -147,23 +147,25 @@ def test_guarded_single_iteration_update_and_serial_accumulation_still_compile(r
     np.testing.assert_allclose(s, [s0[0] + x[0], s0[1] + x.astype(np.float64).sum()], rtol=1e-5, atol=1e-5)
 
 
-def test_alloc_reducer_is_refused_not_ignored(tmp_path):
+def test_reducer_update_outside_parallel_is_refused(tmp_path):
     _refused(tmp_path, """
         @T.prim_func
         def bad(X: T.Tensor((64,), "float32")):
             with T.Kernel(1, threads=32):
-                r = T.alloc_reducer((1,), "float32", op="sum")  # <-- here
-        """, "T.alloc_reducer is not supported yet", "T.reduce_sum", "T.atomic_add")
+                r = T.alloc_reducer((1,), "float32", op="sum")
+                T.reducer_init(r)
+                T.reducer_update(r[0], X[0])  # <-- here
+        """, "outside any T.Parallel", "T.Parallel")
 
 
-def test_finalize_reducer_is_refused(tmp_path):
+def test_finalize_reducer_of_a_fragment_is_refused(tmp_path):
     _refused(tmp_path, """
         @T.prim_func
         def bad(X: T.Tensor((64,), "float32")):
             with T.Kernel(1, threads=32):
                 f = T.alloc_fragment((64,), "float32")
                 T.finalize_reducer(f)  # <-- here
-        """, "T.finalize_reducer is not supported yet", "T.reduce_sum")
+        """, "takes a buffer from T.alloc_reducer")
 
 
 # ---------------------------------------------------------------- item 4: launch shapes and print

@@ -779,15 +779,6 @@ def test_reduction_options():
                 T.copy(A, F)
                 T.reduce_bitor(F, O)
 
-    with pytest.raises(CompileError, match=r"nan_propagate=True\) is not supported"):
-        @T.prim_func
-        def nanprop(A: T.Tensor((64,), "float16")):
-            with T.Kernel(1, threads=64) as _bx:
-                F = T.alloc_fragment((64,), "float16")
-                O = T.alloc_fragment((1,), "float16")
-                T.copy(A, F)
-                T.reduce_max(F, O, nan_propagate=True)
-
 
 @needs_nvrtc
 def test_bitwise_reductions_compile_with_nvrtc(tmp_path, monkeypatch):

@@ -30,6 +30,7 @@ from ..ir import expr as E
 from ..ir import tile as t
 from . import builder as B
 from .parser import Translator, _active_translators, _global_scope, _source_of
+from .reducer_epochs import canonicalize_reducers
 
 NOT_GIVEN = type("NotGiven", (), {"__repr__": lambda self: "<not given>"})()
 _NAMES = re.compile(r"^\s*[A-Za-z_]\w*(\s*[,\s]\s*[A-Za-z_]\w*)*\s*,?\s*$")
@@ -423,6 +424,7 @@ def read_eager(fn, arguments: dict, sizes: dict) -> tuple:
     """(PrimFunc, EagerInfo) of ``fn`` for these arguments and bound sizes."""
     tr = EagerTranslator(fn, arguments, sizes, discovering=False)
     func = _run(tr, tr.translate)
+    canonicalize_reducers(func)
     func.attrs["source_file"] = tr.filename
     func.attrs["source_line"] = tr.line_offset + 1
     n_in = len(tr.runtime_names)

@@ -24,6 +24,7 @@ from ..ir import tile as t
 from . import builder as B
 from .checks import check_prim_func
 from .dynamic_parallel import dynamic_parallel
+from .reducer_epochs import canonicalize_reducers
 
 _MISSING = object()
 
@@ -806,6 +807,7 @@ def parse_prim_func(fn, outer_scope: dict | None = None) -> t.PrimFunc:
     scope = _global_scope(fn, outer_scope)
     tr = Translator(fn, tree, filename, first - 1, text.splitlines(), scope)
     func = tr.translate()
+    canonicalize_reducers(func)
     func.attrs["source_file"] = filename
     func.attrs["source_line"] = first
     from ..ir.verifier import verify

@@ -263,7 +263,7 @@ _FLOAT_CALLS: dict[str, Callable] = {
     "sqrt": np.sqrt, "rsqrt": lambda x: 1 / np.sqrt(x), "tanh": np.tanh,
     "sigmoid": lambda x: 1 / (1 + np.exp(-x)), "sin": np.sin, "cos": np.cos, "tan": np.tan, "atan": np.arctan,
     "sinh": np.sinh, "cosh": np.cosh, "erf": _erf, "floor": np.floor, "ceil": np.ceil, "round": _round_half_away,
-    "trunc": np.trunc, "fabs": np.abs, "abs": np.abs, "pow": np.power, "min": np.minimum, "max": np.maximum,
+    "trunc": np.trunc, "fabs": np.abs, "abs": np.abs, "pow": np.power, "min": np.fmin, "max": np.fmax,
     "fma": lambda a, b, c: a * b + c,
 }
 _FLOAT_CALLS.update(_extra_float_functions())  # TileLang's nearbyint, fmod, fast-math and ieee_* names
@@ -334,8 +334,8 @@ class _ExprCompiler:
             raise InterpError(f"unknown binary operator {op!r}")
         npdt = dt.to_numpy(e.dtype)
         if dt.is_float(e.dtype):
-            if op in ("min", "max"):
-                fn = np.minimum if op == "min" else np.maximum
+            if op in ("min", "max"):  # the printed fminf / fmaxf: a NaN operand is dropped
+                fn = np.fmin if op == "min" else np.fmax
             if dt.bits(e.dtype) < 32:
                 return lambda c: _to(fn(_lift(fa(c), _F32), _lift(fb(c), _F32)), npdt)
             return lambda c: _to(fn(fa(c), fb(c)), npdt)
@@ -1225,12 +1225,14 @@ class _Interpreter:
         x = src.astype(work)
         if s.op in ("abssum", "absmax"):
             x = np.abs(x)
+        # max/min drop NaN elements as TileLang's reductions (fmaxf) do, unless nan_propagate=True
+        fmax, fmin = (np.maximum, np.minimum) if s.nan_propagate else (np.fmax, np.fmin)
         if s.op in ("sum", "abssum"):
             r = x.sum(axis=s.dim)
         elif s.op in ("max", "absmax"):
-            r = x.max(axis=s.dim)
+            r = fmax.reduce(x, axis=s.dim)
         elif s.op == "min":
-            r = x.min(axis=s.dim)
+            r = fmin.reduce(x, axis=s.dim)
         elif s.op in _BITWISE_REDUCE:  # TileLang's reduce_bitand/bitor/bitxor (integers)
             r = _BITWISE_REDUCE[s.op].reduce(x, axis=s.dim)
         else:
@@ -1246,7 +1248,7 @@ class _Interpreter:
             elif s.op in ("sum", "abssum"):
                 r = old + r
             else:
-                r = np.minimum(old, r) if s.op == "min" else np.maximum(old, r)
+                r = fmin(old, r) if s.op == "min" else fmax(old, r)
         self._write_region(self.full_region(s.dst), c, r.astype(dt.to_numpy(s.dst.dtype)), f"T.reduce_{s.op}")
 
     def x_atomic(self, s: t.Atomic, c: _Ctx) -> None:
@@ -1478,3 +1480,5 @@ register(t.Fill, "interp", _Interpreter.x_fill)
 register(t.Gemm, "interp", _Interpreter.x_gemm)
 register(t.Reduce, "interp", _Interpreter.x_reduce)
 register(t.Atomic, "interp", _Interpreter.x_atomic)
+
+from . import reducer as _reducer  # noqa: E402, F401  (the reducer ops' execution: interp/reducer.py)

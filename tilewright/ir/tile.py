@@ -316,6 +316,7 @@ class Reduce(Stmt):
     dim: int
     clear: bool = True
     loc: Any = None
+    nan_propagate: bool = False  # max/min/absmax: a NaN wins (default: NaNs are dropped, as fmaxf does)
 
 
 @dataclass(eq=False)

@@ -260,7 +260,8 @@ def _reduce_check(s):
 declare(t.Reduce, TileOpDecl(
     "reduce", regions=lambda s: [(t.Region.full(s.src), "r"), (t.Region.full(s.dst), "rw")],
     rebuild=_reduce_rebuild, check=_reduce_check,
-    text=lambda s: f"T.reduce_{s.op}({s.src.name}, {s.dst.name}, dim={s.dim}, clear={s.clear})"))
+    text=lambda s: f"T.reduce_{s.op}({s.src.name}, {s.dst.name}, dim={s.dim}, clear={s.clear}"
+    + (", nan_propagate=True)" if s.nan_propagate else ")")))
 
 
 def _atomic_tile(s: t.Atomic) -> bool:

@@ -13,8 +13,10 @@ import warnings as _warnings
 from ..errors import CompileError, TilewrightWarning
 from ..frontend import builder as _b
 from ..frontend import dynamic_shared as _dynamic_shared
+from ..frontend import reducer as _reducer
 from ..frontend.reduce_operands import reduce_into_register as _reduce_into_register
 from ..frontend.reduce_operands import reduce_operand as _reduce_operand
+from ..frontend.reduce_operands import reduce_per_thread as _reduce_per_thread
 from ..frontend.regions import element_region as _element_region
 from ..frontend.regions import to_region as _to_region
 from ..ir import dtype as _dt
@@ -404,18 +406,28 @@ def alloc_var(dtype, init=None, scope="local.var"):
     return buf
 
 
-_REDUCER_HINT = ("accumulate per-thread partials in a T.alloc_fragment buffer and combine them with "
-                 "T.reduce_sum / T.reduce_max / T.reduce_min, or update a shared/global buffer with "
-                 "T.atomic_add / T.atomic_max / T.atomic_min")
-
-
 def alloc_reducer(shape, dtype, op="sum", replication=None):
-    # refused rather than treated as a plain fragment: its per-thread partials would never be combined
-    raise _b.error("T.alloc_reducer is not supported yet", hint=_REDUCER_HINT)
+    """A reducer: ``T.Parallel`` iterations contribute to its elements (several to one element)
+    with ``T.reducer_update(acc[i], v)`` after ``T.reducer_init(acc)``, combined by ``op`` (sum,
+    max, min, bitand, bitor, bitxor) at ``T.finalize_reducer(acc, dst)``.  ``replication=`` selects
+    TileLang's legacy spelling (``T.clear`` / ``acc[i] += v`` / in-place ``T.finalize_reducer(acc)``)."""
+    return _reducer.alloc_reducer(shape, dtype, op, replication)
 
 
-def finalize_reducer(reducer):
-    raise _b.error("T.finalize_reducer is not supported yet (nor is T.alloc_reducer)", hint=_REDUCER_HINT)
+def reducer_init(reducer, init=None):
+    """Open a reducer's epoch; ``init`` is combined once into every element at the finalize."""
+    _reducer.reducer_init(reducer, init)
+
+
+def reducer_update(target, value):
+    """Contribute ``value`` to ``acc[indices]`` (inside ``T.Parallel``: once per iteration)."""
+    _reducer.reducer_update(target, value)
+
+
+def finalize_reducer(reducer, dst=None, batch=1, annotations=None):
+    """Combine the contributions of every thread into ``dst`` (a fragment of the reducer's shape),
+    or, for the legacy reducer, into the reducer itself."""
+    _reducer.finalize_reducer(reducer, dst, batch, annotations)
 
 
 def alloc_global(shape, dtype, scope="global"):
@@ -601,16 +613,19 @@ def _reduce(op, src, dst, dim, clear, batch=1, nan_propagate=False):
         dim += src.ndim
     if not 0 <= dim < src.ndim:
         raise _b.error(f"T.reduce_{op}: dim={dim} is out of range for {src.name} of shape {src.shape}")
-    if dst.scope in ("var", "local"):
-        _reduce_into_register(op, src, dst, dim, _builtins.bool(clear))
+    if src.scope == "local":
+        _reduce_per_thread(op, src, dst, dim, _builtins.bool(clear), _builtins.bool(nan_propagate))
         return
-    b.emit(_t.Reduce(op, src, dst, dim, _builtins.bool(clear)))
+    if dst.scope in ("var", "local"):
+        _reduce_into_register(op, src, dst, dim, _builtins.bool(clear), _builtins.bool(nan_propagate))
+        return
+    b.emit(_t.Reduce(op, src, dst, dim, _builtins.bool(clear), nan_propagate=_builtins.bool(nan_propagate)))
 
 
 def _reduce_options(op, src, batch, nan_propagate) -> None:
     """TileLang's ``batch=`` (how many results share one cross-thread exchange: scheduling only)
-    and ``nan_propagate=`` (max/min of 16-bit floats keep NaNs; False, the default, is what the
-    reductions here do), and integer-only bitwise reductions."""
+    and ``nan_propagate=`` (max/min/absmax: a NaN element makes the result NaN; by default NaNs are
+    dropped, as TileLang's reductions (``fmaxf``) do), and integer-only bitwise reductions."""
     if op.startswith("bit") and not _dt.is_int(src.dtype):
         raise _b.error(f"T.reduce_{op} takes an integer buffer, got {src.name} of {src.dtype}")
     if not isinstance(batch, _builtins.int) or isinstance(batch, _builtins.bool) or batch < 1:
@@ -618,9 +633,6 @@ def _reduce_options(op, src, batch, nan_propagate) -> None:
     if batch != 1:
         _no_effect(f"T.reduce_{op}(batch=...)", "the cross-thread exchange is scheduled by the reduce lowering",
                    "remove batch (the result is the same)")
-    if nan_propagate:
-        raise _b.error(f"T.reduce_{op}(nan_propagate=True) is not supported: max/min reductions here return the "
-                       "non-NaN operand", hint="leave nan_propagate at False, or test for NaN with T.isnan first")
 
 
 def reduce_max(buffer, out, dim=-1, clear=True, batch=1, nan_propagate=False):

@@ -18,6 +18,7 @@ from ..ir import expr as E
 from ..ir import thread as th
 from ..ir import tile as t
 from ..ir.layout import StripedLayout
+from ..ir.reducer import ReducerUpdate
 from ..ir.verifier import exprs_of
 from ..ir.visitor import loads_in, map_stmt, walk
 from .analysis import uses_var
@@ -299,7 +300,7 @@ class _Effects:
                     self.stored.add(s.buffer)
                 else:
                     self.registers = True
-            elif isinstance(s, t.Atomic):
+            elif isinstance(s, (t.Atomic, ReducerUpdate)):  # done once per iteration, like an atomic
                 self.atomic = True
                 self.atomic_result = self.atomic_result or s.result is not None
             elif not isinstance(s, (t.SeqStmt, t.IfThenElse, t.Evaluate)):

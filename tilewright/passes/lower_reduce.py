@@ -24,6 +24,7 @@ from ..ir import expr as E
 from ..ir import thread as th
 from ..ir import tile as t
 from ..ir.layout import ReducedLayout, sharing_masks
+from ..ir.reducer import combine
 from .lower_exprs import Env
 from .lowering_context import LoweringContext
 
@@ -40,14 +41,8 @@ def _identity(op: str, dtype: str):
     return E.Const(math.inf, dtype) if dtype.startswith(("float", "bfloat")) else E.Const(2**31 - 1, dtype)
 
 
-def _combine(op: str, a, b):
-    if op in _BITWISE:
-        return E.binary(_BITWISE[op], a, b)
-    if op in ("sum", "abssum"):
-        return a + b
-    if op in ("max", "absmax"):
-        return E.emax(a, b)
-    return E.emin(a, b)
+def _combine(op: str, nan_propagate: bool, a, b):
+    return combine(op, a, b, nan_propagate)
 
 
 def lower_reduce(ctx: LoweringContext, s: t.Reduce, env: Env) -> list:
@@ -94,7 +89,7 @@ def lower_reduce(ctx: LoweringContext, s: t.Reduce, env: Env) -> list:
                 if valid is None:
                     raise CompileError("internal: partial register without validity predicate", s.loc)
                 v = E.select(valid, v, _identity(s.op, acc_t))
-            acc = v if acc is None else _combine(s.op, acc, v)
+            acc = v if acc is None else _combine(s.op, s.nan_propagate, acc, v)
         out.append(t.BufferStore(part, (E.as_expr(r2),), acc))
     from .lower_parallel import replication_bits
 
@@ -118,7 +113,8 @@ def lower_reduce(ctx: LoweringContext, s: t.Reduce, env: Env) -> list:
     for m in inner:
         for r2 in range(dst_l.num_regs):
             cur = E.Load(part, (E.as_expr(r2),))
-            out.append(t.BufferStore(part, (E.as_expr(r2),), _combine(s.op, cur, E.Shuffle(cur, m, ws))))
+            v = _combine(s.op, s.nan_propagate, cur, E.Shuffle(cur, m, ws))
+            out.append(t.BufferStore(part, (E.as_expr(r2),), v))
     if cross:
         nreg = dst_l.num_regs
         ctx.begin_scratch()
@@ -145,7 +141,7 @@ def lower_reduce(ctx: LoweringContext, s: t.Reduce, env: Env) -> list:
             acc = None
             for x in sorted([0] + combos):
                 v = E.Load(scratch, ((base | x) * nreg + r2,))
-                acc = v if acc is None else _combine(s.op, acc, v)
+                acc = v if acc is None else _combine(s.op, s.nan_propagate, acc, v)
             out.append(t.BufferStore(part, (E.as_expr(r2),), acc))
         out.append(th.Barrier())
     out.extend(_finish(ctx, s, dst_l, part, dst_local))
@@ -169,8 +165,7 @@ def _finish(ctx, s, dst_l, part, dst_local) -> list:
     for r2 in range(dst_l.num_regs):
         v = E.Load(part, (E.as_expr(r2),))
         if not s.clear:
-            v = _combine(s.op if s.op in ("sum", "max", "min", *_BITWISE) else {"abssum": "sum", "absmax": "max"}[s.op],
-                         E.Load(dst_local, (E.as_expr(r2),)), v)
+            v = _combine(s.op, s.nan_propagate, E.Load(dst_local, (E.as_expr(r2),)), v)
         out.append(t.BufferStore(dst_local, (E.as_expr(r2),), E.cast(s.dst.dtype, v)))
     return out
 
@@ -256,7 +251,8 @@ def _reduce_through_shared(ctx, s, src_l, src_local, dst_l, part) -> list:
             v = E.call("abs", [v])
         body = t.SeqStmt([
             t.BufferStore(acc, (zero,), _identity(s.op, acc_t)),
-            t.For(j, zero, E.as_expr(extent), t.BufferStore(acc, (zero,), _combine(s.op, E.Load(acc, (zero,)), v)),
+            t.For(j, zero, E.as_expr(extent),
+                  t.BufferStore(acc, (zero,), _combine(s.op, s.nan_propagate, E.Load(acc, (zero,)), v)),
                   "serial"),
             t.BufferStore(results, (q,), E.Load(acc, (zero,))),
         ])

@@ -27,6 +27,7 @@ from ..ir import thread as th
 from ..ir import tile as t
 from ..ir.tile_ops import hook, register
 from ..ir.visitor import free_vars, loads_in, map_stmt, walk
+from . import lower_reducer  # noqa: F401  (registers the reducer ops' lowering)
 from .check_target_limits import shared_overflow_error
 from .lower_copy import lower_copy_g2s, lower_copy_tma
 from .lower_exprs import Env, lower_expr

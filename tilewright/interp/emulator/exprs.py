@@ -113,7 +113,8 @@ class ExprCompiler:
 
             return logical, inv, key
         if op in ("min", "max"):
-            fn = np.minimum if op == "min" else np.maximum  # NaN-propagating on purpose
+            # the printed fminf/fmaxf (and fmin/fmax of CDNA/RDNA): a NaN operand is dropped
+            fn = np.fmin if op == "min" else np.fmax
         elif op == "/":
             fn = np.true_divide if is_float else _trunc_div
         elif op == "//":
@@ -217,7 +218,7 @@ class ExprCompiler:
 
             return bits, inv, key
         if name in ("min", "max"):
-            fn2 = np.minimum if name == "min" else np.maximum
+            fn2 = np.fmin if name == "min" else np.fmax
             fa, fb = fs
 
             def mm(st, need):
