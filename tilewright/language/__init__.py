@@ -927,6 +927,7 @@ from .debug import print  # noqa: E402, A004, F401  (T.print: language/debug.py)
 from .math import *  # noqa: E402, F403
 from .math import __all__ as _math_names  # noqa: E402, F401
 from .scan import *  # noqa: E402, F403  (cumsum, cummax: language/scan.py)
+from .strided import *  # noqa: E402, F403  (T.StridedTensor: language/strided.py)
 from .views import *  # noqa: E402, F403  (reshape, view: language/views.py)
 from .warp import *  # noqa: E402, F403  (shfl_*, warp_reduce_*: language/warp.py)
 
