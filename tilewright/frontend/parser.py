@@ -22,8 +22,10 @@ from ..errors import CompileError, SourceLocation, TilewrightError
 from ..ir import expr as E
 from ..ir import tile as t
 from . import builder as B
-from .checks import check_prim_func
+from .checks import check_prim_func, mark_written_params
 from .dynamic_parallel import dynamic_parallel
+from .kernel_sequence import has_no_kernel_block, split_kernels
+from .param_use import mark_param_use
 
 _MISSING = object()
 
@@ -80,6 +82,16 @@ def _tw_ifexp(c, a, b):
     return a if c else b
 
 
+def _tw_is_static(c) -> bool:
+    """Whether an ``x if c else y`` condition is known while the kernel is read (then only the taken
+    branch is evaluated, as in Python: ``x - w if w is not None else 0`` must not touch ``w``)."""
+    return not isinstance(c, E.Expr) or isinstance(c, E.Const)
+
+
+def _tw_truth(c) -> bool:
+    return bool(c.value) if isinstance(c, E.Const) else bool(c)
+
+
 def _tw_min(*args, **kw):
     if len(args) == 1 or kw or not any(isinstance(a, E.Expr) for a in args):
         return builtins.min(*args, **kw)
@@ -130,7 +142,8 @@ def _load_names(node) -> tuple:
     return hit[1], hit[2]
 
 
-_HELPERS = {"__tw_and": _tw_and, "__tw_or": _tw_or, "__tw_not": _tw_not, "__tw_ifexp": _tw_ifexp}
+_HELPERS = {"__tw_and": _tw_and, "__tw_or": _tw_or, "__tw_not": _tw_not, "__tw_ifexp": _tw_ifexp,
+            "__tw_is_static": _tw_is_static, "__tw_truth": _tw_truth}
 
 
 class _Rewriter(ast.NodeTransformer):
@@ -147,9 +160,32 @@ class _Rewriter(ast.NodeTransformer):
             return ast.copy_location(ast.Call(ast.Name("__tw_not", ast.Load()), [node.operand], []), node)
         return node
 
+    def __init__(self):
+        self.in_comprehension = 0
+        self.ifexp_ids = itertools.count()
+
+    def _visit_scope(self, node):
+        self.in_comprehension += 1
+        try:
+            return self.generic_visit(node)
+        finally:
+            self.in_comprehension -= 1
+
+    visit_ListComp = visit_SetComp = visit_DictComp = visit_GeneratorExp = visit_Lambda = _visit_scope
+
     def visit_IfExp(self, node):
         self.generic_visit(node)
-        return ast.copy_location(ast.Call(ast.Name("__tw_ifexp", ast.Load()), [node.test, node.body, node.orelse], []),
+        eager = ast.copy_location(ast.Call(ast.Name("__tw_ifexp", ast.Load()), [node.test, node.body, node.orelse],
+                                           []), node)
+        if self.in_comprehension:
+            return eager  # an assignment expression cannot bind inside a comprehension's scope
+        # `c` evaluated once into a fresh name; a condition known now takes Python's lazy branch
+        name = f"__tw_ifexp_cond{next(self.ifexp_ids)}"
+        test = ast.NamedExpr(ast.Name(name, ast.Store()), node.test)
+        lazy = ast.IfExp(ast.Call(ast.Name("__tw_truth", ast.Load()), [ast.Name(name, ast.Load())], []),
+                         node.body, node.orelse)
+        eager.args = [ast.Name(name, ast.Load()), _clone(node.body), _clone(node.orelse)]
+        return ast.copy_location(ast.IfExp(ast.Call(ast.Name("__tw_is_static", ast.Load()), [test], []), lazy, eager),
                                  node)
 
     def visit_Compare(self, node):
@@ -298,7 +334,10 @@ class Translator:
         _active_translators.append(self)
         try:
             self.b.loc = self.loc(self.tree)
-            self.body(self.tree.body)
+            if has_no_kernel_block(self.tree):  # plain statements: they run once, as one thread
+                self.enter_kernel(T.Kernel(1, threads=1), [], self.tree.body, self.tree)
+            else:
+                self.body(self.tree.body)
             stmts = self.b.pop()
         finally:
             B._active.pop()
@@ -307,16 +346,16 @@ class Translator:
         if not kernels:
             raise CompileError(f"prim_func {self.tree.name} has no `with T.Kernel(...)` block", self.loc(self.tree),
                                hint="wrap the kernel body in `with T.Kernel(grid..., threads=128) as (bx, by):`")
-        if len(kernels) > 1:
-            raise CompileError(f"prim_func {self.tree.name} has {len(kernels)} T.Kernel blocks; one is supported",
-                               kernels[1].loc, hint="write one prim_func per kernel and call them one after another")
         others = [s for s in stmts if not isinstance(s, (t.Kernel, t.LetStmt))]
         if others:
             raise CompileError("statements outside `with T.Kernel(...)` are not supported", others[0].loc,
                                hint="move them inside the kernel block")
         body = t.SeqStmt(stmts) if len(stmts) > 1 else stmts[0]
         params, dyn_vars = self.finish_params(params, dyn_vars)
-        return t.PrimFunc(self.tree.name, params, body, dyn_vars, loc=self.loc(self.tree))
+        func = t.PrimFunc(self.tree.name, params, body, dyn_vars, loc=self.loc(self.tree))
+        if len(kernels) > 1:  # launched one after another, in order (frontend/kernel_sequence.py)
+            func.attrs["kernel_parts"] = split_kernels(func, stmts)
+        return func
 
     def finish_params(self, params, dyn_vars):
         """Hook: the final parameter list (the eager-JIT reader adds tensors declared in the body)."""
@@ -661,11 +700,15 @@ class Translator:
                                "loop or an `if`", self.loc(s),
                                hint="launch one kernel with a larger grid (use the block index where you used the "
                                "loop variable), or put the loop inside the kernel")
-        dims = ("bx", "by", "bz")
         names = _target_names(item.optional_vars) if item.optional_vars is not None else []
         if names is None:
             raise CompileError("T.Kernel binds block indices to names: `as (bx, by)`", self.loc(s),
                                hint="write `as bx` for one grid dimension, `as (bx, by)` for two")
+        self.enter_kernel(spec, names, s.body, s)
+
+    def enter_kernel(self, spec, names, stmts, s) -> None:
+        """The block of a ``T.Kernel`` launch: block indices bound to ``names``, ``stmts`` its body."""
+        dims = ("bx", "by", "bz")
         if len(names) > len(spec.grid):
             raise CompileError(f"T.Kernel has {len(spec.grid)} grid dimension(s) but binds {len(names)} names",
                                self.loc(s), hint="bind one name per grid dimension")
@@ -684,7 +727,7 @@ class Translator:
         self.b.kernel = kernel
         self.b.thread_var = tx
         try:
-            kernel.body = self.block(s.body)
+            kernel.body = self.block(stmts)
         finally:
             self.b.kernel = None
         kernel.attrs["thread_var"] = tx
@@ -803,9 +846,14 @@ def parse_prim_func(fn, outer_scope: dict | None = None) -> t.PrimFunc:
     from ..ir.verifier import verify
     from .partitions import form_partitions
 
-    verify(form_partitions(func))
-    func.attrs["_verified"] = True
-    check_prim_func(func)
+    parts = func.attrs.get("kernel_parts")
+    for f in parts or [func]:
+        verify(form_partitions(f))
+        f.attrs["_verified"] = True
+        check_prim_func(f)
+    if parts:  # the parts share the parameters: what any part writes or uses counts
+        mark_written_params(func)
+    mark_param_use(func)  # a tensor the kernel never touches may be passed as None
     if memo_key is not None:
         _func_memo[memo_key] = func
     return func
