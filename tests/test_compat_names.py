@@ -116,3 +116,57 @@ def test_conditional_expression_on_a_compile_time_value_is_lazy(rng, target, bac
     tw.compile(windowed_start(window), target=target, execution_backend=backend)(a, b)
     start = np.zeros((4, 1)) if window is None else np.maximum(0, np.arange(4) - window)[:, None]
     close(b, f64(a) * np.where(a > 0, 2.0, 3.0) + start)
+
+
+# --------------------------------------------------------------------------------------------
+# TileLang's per-vendor language modules
+
+
+def test_default_language_is_the_cuda_dialect():
+    import importlib
+
+    from tilewright.cuda import language as cuda_language
+
+    assert tw.language is T and importlib.import_module("tilewright.language") is T
+    assert T.__tilelang_dialect__ == cuda_language.__tilelang_dialect__ == "cuda"
+    assert set(T.__all__) == set(cuda_language.__all__)
+    assert {"copy", "gemm", "Kernel", "StridedTensor", "ws", "tma_copy", "pdl_trigger", "__log"} <= set(T.__all__)
+    for name in T.__all__:
+        assert getattr(T, name) is getattr(cuda_language, name)
+
+
+@pytest.mark.parametrize("dialect", ["rocm", "cpu", "metal", "webgpu"])
+def test_other_dialects_are_the_common_surface_without_cuda_only_names(dialect):
+    import importlib
+
+    import tilewright.language.common as common
+    from tilewright.language.dialects import CUDA_ONLY
+
+    module = importlib.import_module(f"tilewright.{dialect}.language")
+    assert module.__tilelang_dialect__ == dialect and common.__tilelang_dialect__ == "common"
+    assert set(module.__all__) == set(common.__all__)
+    assert CUDA_ONLY.isdisjoint(module.__all__)
+    assert {"ws", "tma_copy", "pdl_trigger"} <= set(T.__all__) - set(module.__all__)
+    assert module.copy is T.copy and module.reduce_sum is T.reduce_sum and module.__log is T.__log
+    with pytest.raises(AttributeError, match=r"has no attribute 'ws' \(a CUDA-only name"):
+        module.ws
+
+
+def test_a_kernel_written_against_a_dialect_module_runs(rng):
+    from tilewright.rocm import language as R
+
+    @R.prim_func
+    def add_one(A: R.Tensor((128,), "float32"), B: R.Tensor((128,), "float32")):
+        with R.Kernel(1, threads=128):
+            for i in R.Parallel(128):
+                B[i] = A[i] + 1.0
+
+    a, b = rand(rng, (128,)), poisoned((128,))
+    tw.compile(add_one, target="hip -arch=gfx942", execution_backend="emulator")(a, b)
+    close(b, f64(a) + 1)
+
+
+def test_unknown_language_name_keeps_its_hint():
+    with pytest.raises(AttributeError) as e:
+        T.no_such_name  # noqa: B018
+    assert e.value.obj is T and e.value.name == "no_such_name"

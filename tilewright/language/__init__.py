@@ -1129,3 +1129,17 @@ uint = DType("uint32")
 short = DType("int16")
 long = DType("int64")
 ulong = DType("uint64")
+
+
+# ---- TileLang's language modules: this one is its default, the CUDA facade (language/dialects.py)
+__tilelang_dialect__ = "cuda"
+
+
+def __getattr__(name: str):  # computed when asked for, so it lists names added above in any order
+    if name == "__all__":
+        from .dialects import names_of
+
+        return names_of(__tilelang_dialect__)
+    import sys
+
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}", name=name, obj=sys.modules[__name__])
