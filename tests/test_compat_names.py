@@ -149,7 +149,7 @@ def test_other_dialects_are_the_common_surface_without_cuda_only_names(dialect):
     assert {"ws", "tma_copy", "pdl_trigger"} <= set(T.__all__) - set(module.__all__)
     assert module.copy is T.copy and module.reduce_sum is T.reduce_sum and module.__log is T.__log
     with pytest.raises(AttributeError, match=r"has no attribute 'ws' \(a CUDA-only name"):
-        module.ws
+        module.ws  # noqa: B018
 
 
 def test_a_kernel_written_against_a_dialect_module_runs(rng):
