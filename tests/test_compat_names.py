@@ -8,6 +8,8 @@ NaN-poisoned outputs.  The GPU runs are in test_compat_names_gpu.py.
 
 from __future__ import annotations
 
+import warnings
+
 import numpy as np
 import pytest
 from zoo import close, f64, poisoned, rand
@@ -170,3 +172,219 @@ def test_unknown_language_name_keeps_its_hint():
     with pytest.raises(AttributeError) as e:
         T.no_such_name  # noqa: B018
     assert e.value.obj is T and e.value.name == "no_such_name"
+
+
+# --------------------------------------------------------------------------------------------
+# T.attr reduce scopes and T.tvm_thread_allreduce (TileLang's issue 2628 kernel)
+
+
+def allreduce_kernel(threads, dtype, combine, identity, with_cond=False):
+    @T.prim_func
+    def main(A: T.Tensor((threads,), dtype), C: T.Tensor((threads,), dtype)):
+        with T.Kernel(1, threads=threads):
+            tk = T.get_thread_binding(0)
+            v = T.alloc_local((1,), dtype)
+            v[0] = A[tk]
+            Cr = T.alloc_local((1,), dtype)
+            cond = tk % 3 != 1 if with_cond else True
+            with T.attr(T.comm_reducer(combine, [T.cast(identity, dtype)]), "reduce_scope",
+                        T.reinterpret(T.uint64(0), dtype="handle")):
+                T.evaluate(T.tvm_thread_allreduce(T.uint32(1), v[0], cond, Cr[0], tk, dtype="handle"))
+            C[tk] = Cr[0]  # every thread holds the result
+
+    return main
+
+
+ALLREDUCE_BACKENDS = [("interpret", None), ("cuda -arch=sm_90a", "emulator")]
+
+
+@pytest.mark.parametrize("target,backend", ALLREDUCE_BACKENDS, ids=IDS[:2])
+@pytest.mark.parametrize("dtype", ["float32", "float16", "bfloat16", "int32", "int16", "int8"])
+def test_thread_allreduce_sum_and_product(rng, target, backend, dtype):
+    threads = 8
+    # TileLang's values; a product that overflows int32 is undefined in C (the emulator refuses it): smaller ones
+    vals = np.array([10, 25, 40, 30, 15, 42, 20, 20]) if dtype not in ("bfloat16", "int32") else \
+        np.array([3, 8, 5, 2, 7, 6, 4, 6])
+    a = vals.astype(np.float32).astype(_np_dtype(dtype))
+    for combine, identity, ref in ((lambda x, y: x + y, 0, vals.sum()), (lambda x, y: x * y, 1, np.prod(vals))):
+        c = np.full(threads, -7, dtype=a.dtype)
+        tw.compile(allreduce_kernel(threads, dtype, combine, identity), target=target, execution_backend=backend)(a, c)
+        if dtype.startswith("int"):  # integer arithmetic wraps: the same in any order
+            want = np.array(ref).astype(np.int64).astype(a.dtype)
+            np.testing.assert_array_equal(c, np.full(threads, want, dtype=a.dtype))
+        else:  # each step rounds to the dtype (float16: the product overflows to inf, as the reference)
+            with np.errstate(over="ignore"):
+                want = np.float64(ref).astype(a.dtype).astype(np.float64)
+            np.testing.assert_allclose(f64(c), np.full(threads, want), rtol=1e-6 if dtype == "float32" else 2e-2)
+
+
+@pytest.mark.parametrize("target,backend", BACKENDS, ids=IDS)
+def test_thread_allreduce_max_with_condition_over_a_block(rng, target, backend):
+    """128 threads; threads with tx % 3 == 1 contribute the identity."""
+    a = rand(rng, (128,))
+    c = poisoned((128,))
+    func = allreduce_kernel(128, "float32", lambda x, y: T.max(x, y), -np.inf, with_cond=True)
+    tw.compile(func, target=target, execution_backend=backend)(a, c)
+    keep = np.arange(128) % 3 != 1
+    close(c, np.full(128, f64(a)[keep].max()))
+
+
+def test_attr_keys_other_than_reducers_and_pragmas_are_refused():
+    with pytest.raises(tw.errors.CompileError, match="T.attr key 'thread_extent' is not supported"):
+        @T.prim_func
+        def main(A: T.Tensor((32,), "float32")):
+            with T.Kernel(1, threads=32):
+                with T.attr(0, "thread_extent", 32):
+                    A[0] = 1.0
+
+
+def test_attr_pragma_warns_and_keeps_its_body(rng):
+    with pytest.warns(tw.errors.TilewrightWarning, match="pragma_unroll_explicit.*has no effect"):
+        @T.prim_func
+        def main(A: T.Tensor((32,), "float32"), B: T.Tensor((32,), "float32")):
+            with T.Kernel(1, threads=32):
+                with T.attr(0, "pragma_unroll_explicit", 1):
+                    for i in T.Parallel(32):
+                        B[i] = A[i] * 4.0
+
+    a, b = rand(rng, (32,)), poisoned((32,))
+    tw.compile(main, target="interpret")(a, b)
+    close(b, 4 * f64(a))
+
+
+def test_allreduce_outside_a_reduce_scope_is_refused():
+    with pytest.raises(tw.errors.CompileError, match="needs a reducer"):
+        @T.prim_func
+        def main(A: T.Tensor((32,), "float32")):
+            with T.Kernel(1, threads=32):
+                tk = T.get_thread_binding(0)
+                r = T.alloc_local((1,), "float32")
+                T.tvm_thread_allreduce(T.uint32(1), A[tk], True, r[0], tk)
+
+
+def _np_dtype(dtype):
+    from zoo import NP
+
+    return NP.get(dtype) or getattr(np, dtype)
+
+
+# --------------------------------------------------------------------------------------------
+# launch and loop forms: T.ClusterKernel, T.Persistent; T.func_attr, T.device_assert, T.wgmma_gemm
+
+
+def persistent_visit(MB, NB, sm_num):
+    """TileLang's issue 2433 kernel: each tile is visited once; the value written names the tile."""
+
+    @T.prim_func
+    def kernel(Visited: T.Tensor((MB, NB), T.int32)):
+        with T.Kernel(sm_num, threads=64) as block_id:
+            for bx, by in T.Persistent([MB, NB], sm_num, block_id):
+                if T.get_thread_binding() == 0:
+                    Visited[bx, by] += bx * 100 + by + 1
+
+    return kernel
+
+
+@pytest.mark.parametrize("target,backend", BACKENDS, ids=IDS)
+@pytest.mark.parametrize("shape", [(4, 5, 3), (2, 2, 7), (3, 8, 8)])
+def test_persistent_tile_loop_visits_every_tile_once(target, backend, shape):
+    MB, NB, sm = shape
+    visited = np.zeros((MB, NB), np.int32)
+    tw.compile(persistent_visit(MB, NB, sm), target=target, execution_backend=backend)(visited)
+    np.testing.assert_array_equal(visited, np.arange(MB)[:, None] * 100 + np.arange(NB) + 1)
+
+
+def test_persistent_tile_loop_over_a_symbolic_domain(rng):
+    """A persistent GEMV-like loop: the tile count depends on a T.dynamic size."""
+    M = T.dynamic("M")
+
+    @T.prim_func
+    def main(A: T.Tensor((M, 64), "float32"), S: T.Tensor((M,), "float32")):
+        with T.Kernel(3, threads=64) as bid:
+            for (row,) in T.Persistent([M], 3, bid):
+                acc = T.alloc_fragment((1,), "float32")
+                vals = T.alloc_fragment((64,), "float32")
+                T.copy(A[row, 0:64], vals)
+                T.reduce_sum(vals, acc, dim=0)
+                S[row] = acc[0]
+
+    for target, backend in BACKENDS[:2]:
+        for rows in (5, 9):
+            a, s = rand(rng, (rows, 64)), poisoned((rows,))
+            tw.compile(main, target=target, execution_backend=backend)(a, s)
+            close(s, f64(a).sum(1))
+
+
+def cluster_gemm(M, N, K):
+    @T.prim_func
+    def gemm(A: T.Tensor((M, K), "float16"), B: T.Tensor((K, N), "float16"), C: T.Tensor((M, N), "float32")):
+        with T.ClusterKernel(T.ceildiv(N, 32), T.ceildiv(M, 32), threads=128, cluster_dims=(2, 1, 1)) as (bx, by):
+            A_s = T.alloc_shared((32, 32), "float16")
+            B_s = T.alloc_shared((32, 32), "float16")
+            C_f = T.alloc_fragment((32, 32), "float32")
+            T.clear(C_f)
+            for k in T.Pipelined(K // 32, num_stages=2):
+                T.copy(A[by * 32, k * 32], A_s)
+                T.copy(B[k * 32, bx * 32], B_s)
+                T.wgmma_gemm(A_s, B_s, C_f)
+            T.copy(C_f, C[by * 32, bx * 32])
+
+    return gemm
+
+
+@pytest.mark.parametrize("target,backend", BACKENDS, ids=IDS)
+def test_cluster_kernel_is_a_kernel_with_cluster_dims(rng, target, backend):
+    M = N = K = 64
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore", tw.errors.TilewrightWarning)
+        func = cluster_gemm(M, N, K)
+    a, b, c = rand(rng, (M, K), "float16"), rand(rng, (K, N), "float16"), poisoned((M, N))
+    tw.compile(func, target=target, execution_backend=backend)(a, b, c)
+    close(c, f64(a) @ f64(b), rtol=1e-3, atol=1e-3)
+
+
+def test_cluster_kernel_warns_that_blocks_launch_independently():
+    with pytest.warns(tw.errors.TilewrightWarning, match=r"cluster_dims.*has no effect.*launch independently"):
+        cluster_gemm(96, 32, 32)
+
+
+@pytest.mark.parametrize("name", ["cluster_sync", "block_rank_in_cluster", "clc_is_canceled"])
+def test_cluster_intrinsics_are_refused_by_name(name):
+    with pytest.raises(tw.errors.CompileError, match=rf"T.{name} needs thread-block clusters"):
+        @T.prim_func
+        def main(A: T.Tensor((4,), T.uint32)):
+            with T.ClusterKernel(1, threads=32, cluster_dims=1):
+                getattr(T, name)(A)
+
+
+def test_func_attr_noalias_and_device_assert_on_compile_time_values(rng):
+    @T.prim_func
+    def main(A: T.Buffer((16,), T.float32), B: T.Buffer((16,), T.float32)):
+        T.func_attr({"tir.noalias": True, "global_symbol": "main"})
+        with T.Kernel(1, threads=32):
+            for i in T.serial(16):
+                T.device_assert(16 > 3, "never fails")
+                B[i] = A[15 - i]
+
+    a, b = rand(rng, (16,)), poisoned((16,))
+    tw.compile(main, target="interpret")(a, b)
+    close(b, f64(a)[::-1])
+
+
+def test_func_attr_and_device_assert_refusals():
+    with pytest.raises(tw.errors.CompileError, match="tir.noalias': False"):
+        @T.prim_func
+        def aliasing(A: T.Buffer((16,), T.float32)):
+            T.func_attr({"tir.noalias": False})
+            A[0] = 1.0
+    with pytest.raises(tw.errors.CompileError, match="T.device_assert on a run-time condition"):
+        @T.prim_func
+        def runtime(A: T.Buffer((16,), T.float32)):
+            with T.Kernel(1, threads=32):
+                for i in T.serial(16):
+                    T.device_assert(A[i] > 0, "positive")
+    with pytest.raises(tw.errors.CompileError, match="T.device_assert failed: sizes"):
+        @T.prim_func
+        def failing(A: T.Buffer((16,), T.float32)):
+            with T.Kernel(1, threads=32):
+                T.device_assert(16 < 3, "sizes")

@@ -643,6 +643,8 @@ class Translator:
                                                                           coalesced_width=it.coalesced_width))
             finally:
                 self.b.parallel_depth -= 1
+        elif isinstance(it, T.Persistent):
+            self.persistent_loop(names, it, s)
         elif isinstance(it, T._LoopSpec):
             if len(names) != 1:
                 raise CompileError("a serial/pipelined loop binds one name", self.loc(s),
@@ -665,6 +667,36 @@ class Translator:
         else:
             raise CompileError(f"cannot loop over {it!r}", self.loc(s),
                                hint="use T.Parallel, T.Pipelined, T.serial, T.unroll or range")
+
+    def persistent_loop(self, names, it, s) -> None:
+        """``for i, j in T.Persistent(domain, wave_size, index):``: a serial loop over waves; in wave ``w``
+        the block visits tile ``w * wave_size + index`` of the row-major domain when it exists."""
+        if len(names) != len(it.domain):
+            raise CompileError(f"T.Persistent has a {len(it.domain)}-dimensional domain but the loop binds "
+                               f"{len(names)} names", self.loc(s), hint="bind one name per domain dimension")
+        total = 1
+        for d in it.domain:
+            total = total * d
+        w = E.Var(self.b.fresh("wave"), "int32", kind="loop")
+        tile = w * it.wave_size + it.index
+        coords, rest = [], tile
+        for d in reversed(it.domain):
+            coords.append(rest % d)
+            rest = rest // d
+        for n, c in zip(names, reversed(coords)):
+            self.scope[n] = c
+            self.bind_depth[n] = self.loop_depth + 1
+        self.loop_depth += 1
+        try:
+            body = self.block(s.body)
+        finally:
+            self.loop_depth -= 1
+        guarded = t.IfThenElse(_as_bool(E.as_expr(tile < total)), body, None, loc=self.loc(s))
+        waves = T.ceildiv(total, it.wave_size)
+        self.b.emit(t.For(w, E.as_expr(0), E.as_expr(waves), guarded, "serial", 0, loc=self.loc(s)))
+        for n in names:
+            self.scope[n] = _DeadLoopVar(n, self.loc(s).lineno)
+            self.dead_loop_vars += 1
 
     def run_loop_body(self, names, vs, s, make) -> None:
         for n, v in zip(names, vs):
@@ -689,6 +721,8 @@ class Translator:
         spec = self.eval(item.context_expr)
         if isinstance(spec, T.ws):
             return self.ws_region(spec, s)
+        if isinstance(spec, T.attr):
+            return self.attr_scope(spec, s)
         if not isinstance(spec, T.Kernel):
             raise CompileError("only `with T.Kernel(...) as (...)` is supported", self.loc(s),
                                hint="use a single `with T.Kernel(grid..., threads=128) as (bx, by):`")
@@ -732,6 +766,21 @@ class Translator:
             self.b.kernel = None
         kernel.attrs["thread_var"] = tx
         self.b.emit(kernel)
+
+    def attr_scope(self, spec, s) -> None:
+        """``with T.attr(node, key, value):`` (language/attrs.py): a reducer scope, or a code-generation
+        hint without effect; the body is read in place."""
+        if spec.key.startswith("pragma_"):
+            T._no_effect(f"T.attr(..., {spec.key!r}, ...)", "code-generation pragmas are not applied",
+                         "remove the attribute scope (keep its body)")
+            self.body(s.body)
+            return
+        stack = self.b.__dict__.setdefault("reduce_scopes", [])
+        stack.append(spec.node)
+        try:
+            self.body(s.body)
+        finally:
+            stack.pop()
 
     def ws_region(self, spec, s) -> None:
         """``with T.ws(i):``: a ``ThreadPartition`` over warpgroup(s) ``i``."""

@@ -923,6 +923,8 @@ isnan = _unary("isnan")
 isinf = _unary("isinf")
 
 # TileLang's further math (tan, fmod, nearbyint, clamp, fast_rcp, __exp..., ieee_*): language/math.py
+from .attrs import *  # noqa: E402, F403  (T.attr, T.comm_reducer, T.tvm_thread_allreduce: attrs.py)
+from .compat_names import *  # noqa: E402, F403  (T.ClusterKernel, T.Persistent, T.func_attr...: compat_names.py)
 from .debug import print  # noqa: E402, A004, F401  (T.print: language/debug.py)
 from .math import *  # noqa: E402, F403
 from .math import __all__ as _math_names  # noqa: E402, F401
