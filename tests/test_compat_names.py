@@ -388,3 +388,111 @@ def test_func_attr_and_device_assert_refusals():
         def failing(A: T.Buffer((16,), T.float32)):
             with T.Kernel(1, threads=32):
                 T.device_assert(16 < 3, "sizes")
+
+
+# --------------------------------------------------------------------------------------------
+# layout objects: T.Layout on shared buffers honored, T.Fragment and global layouts refused
+
+
+def shared_roundtrip(fwd, N=128, shift=5):
+    """TileLang's issue 2632 kernel, reading back at another position (so a wrong map shows)."""
+    from tilewright.layout import Layout
+
+    @T.prim_func
+    def main(A: T.Tensor((N,), "int32"), Out: T.Tensor((N,), "int32")):
+        with T.Kernel(1, threads=N):
+            s = T.alloc_shared((N,), "int32")
+            T.annotate_layout({s: Layout((N,), fwd)})
+            for i in T.Parallel(N):
+                s[i] = A[i]
+            for i in T.Parallel(N):
+                Out[i] = s[(i + shift) % N]
+
+    return main
+
+
+INJECTIVE = {"identity": lambda i: i, "xor-pair-swap": lambda i: i ^ 1, "grow-i-times-2": lambda i: i * 2,
+             "grow-i-plus-10": lambda i: i + 10}
+
+
+@pytest.mark.parametrize("target,backend", BACKENDS, ids=IDS)
+@pytest.mark.parametrize("name", list(INJECTIVE))
+def test_injective_shared_layout_is_honored(rng, target, backend, name):
+    func = shared_roundtrip(INJECTIVE[name])
+    kern = tw.compile(func, out_idx=[1], target=target, execution_backend=backend)
+    a = rng.integers(-1000, 1000, size=128).astype(np.int32)
+    np.testing.assert_array_equal(kern(a), np.roll(a, -5))
+
+
+def test_shared_layout_places_elements_where_it_says():
+    """The physical index is the layout's: s[i] is stored at i ^ 1, and the buffer spans 2N for i * 2."""
+    src = tw.compile(shared_roundtrip(INJECTIVE["xor-pair-swap"]), target="cuda -arch=sm_90a",
+                     execution_backend="emulator").get_kernel_source()
+    assert "^ 1)]" in src
+    grown = tw.compile(shared_roundtrip(INJECTIVE["grow-i-times-2"]), target="cuda -arch=sm_90a",
+                       execution_backend="emulator")
+    assert grown.shared_bytes >= 4 * (2 * 127 + 1)
+
+
+@pytest.mark.parametrize("fwd", [lambda i: i % 64, lambda i: i * 0, lambda i: (i % 64) * 4],
+                         ids=["mod64-2-to-1", "zero-N-to-1", "mod64-times4-padded-2-to-1"])
+def test_noninjective_shared_layout_is_a_value_error(fwd):
+    with pytest.raises(ValueError, match=r"shared buffer `s[^`]*`.*must be injective.*both map to physical coordinates"):
+        shared_roundtrip(fwd)
+
+
+def test_two_dimensional_shared_layout_with_a_list_of_coordinates(rng):
+    """A (16, 32) tile stored transposed and padded: physical (j, i) in a 32 x 17 box."""
+    from tilewright.layout import Layout
+
+    @T.prim_func
+    def main(A: T.Tensor((16, 32), "float32"), B: T.Tensor((16, 32), "float32")):
+        with T.Kernel(1, threads=128):
+            s = T.alloc_shared((16, 32), "float32")
+            T.annotate_layout({s: Layout((16, 32), lambda i, j: [j, i])})
+            for i, j in T.Parallel(16, 32):
+                s[i, j] = A[i, j]
+            for i, j in T.Parallel(16, 32):
+                B[i, j] = s[15 - i, j] + 1.0
+
+    for target, backend in BACKENDS:
+        a, b = rand(rng, (16, 32)), poisoned((16, 32))
+        tw.compile(main, target=target, execution_backend=backend)(a, b)
+        close(b, f64(a)[::-1] + 1)
+
+
+def test_tile_operations_on_a_laid_out_shared_buffer_are_refused():
+    from tilewright.layout import Layout
+
+    with pytest.raises(tw.errors.CompileError, match="has an annotated layout.*cannot be a tile copy"):
+        @T.prim_func
+        def main(A: T.Tensor((64,), "float32")):
+            with T.Kernel(1, threads=64):
+                s = T.alloc_shared((64,), "float32")
+                T.annotate_layout({s: Layout((64,), lambda i: 63 - i)})
+                T.copy(A, s)
+
+
+def test_fragment_and_global_layouts_are_refused():
+    with pytest.raises(tw.errors.CompileError, match=r"T.Fragment\(\.\.\.\)\) is not supported"):
+        @T.prim_func
+        def frag(A: T.Tensor((64,), "float32")):
+            with T.Kernel(1, threads=64):
+                f = T.alloc_fragment((64,), "float32")
+                T.annotate_layout({f: T.Fragment(f.shape, forward_fn=lambda i: (i, 0))})
+                T.copy(A, f)
+    with pytest.raises(tw.errors.CompileError, match="dQ is a global tensor"):
+        @T.prim_func
+        def glob(dQ: T.Tensor((2, 16, 2, 16), "float32")):
+            with T.Kernel(1, threads=64):
+                T.annotate_layout({dQ: T.Layout(dQ.shape, lambda b, seq, h, d: [b, seq // 8, h, d // 8, d % 2,
+                                                                                4 * (seq % 8) + (d % 8) // 2])})
+                dQ[0, 0, 0, 0] = 1.0
+    with pytest.raises(tw.errors.CompileError, match="must come before the first use of s"):
+        @T.prim_func
+        def late(A: T.Tensor((64,), "float32")):
+            with T.Kernel(1, threads=64):
+                s = T.alloc_shared((64,), "float32")
+                for i in T.Parallel(64):
+                    s[i] = A[i]
+                T.annotate_layout({s: T.Layout((64,), lambda i: 63 - i)})

@@ -50,3 +50,11 @@ def _collect(v, seen: set) -> None:
     elif dataclasses.is_dataclass(v) and not isinstance(v, type):
         for f in dataclasses.fields(v):  # a Region and other plain records of a statement
             _collect(getattr(v, f.name, None), seen)
+
+
+def statements_mention(stmts: list, buf) -> bool:
+    """Whether any of ``stmts`` (or a statement nested in them) mentions ``buf``."""
+    seen: set = set()
+    for s in stmts:
+        walk(s, lambda x: _collect_stmt(x, seen))
+    return id(buf) in seen

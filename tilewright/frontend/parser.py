@@ -26,6 +26,7 @@ from .checks import check_prim_func, mark_written_params
 from .dynamic_parallel import dynamic_parallel
 from .kernel_sequence import has_no_kernel_block, split_kernels
 from .param_use import mark_param_use
+from .regions import laid_out_index
 
 _MISSING = object()
 
@@ -137,6 +138,12 @@ def _load_names(node) -> tuple:
     if hit is None or hit[0] is not node:
         names = frozenset(n.id for n in ast.walk(node) if isinstance(n, ast.Name) and isinstance(n.ctx, ast.Load))
         comp = any(isinstance(n, _COMPREHENSIONS) for n in ast.walk(node))
+        if comp:  # a lambda's parameters and a comprehension's targets are its own names, not the kernel's
+            own = {a.arg for n in ast.walk(node) if isinstance(n, ast.Lambda) for a in ast.walk(n.args)
+                   if isinstance(a, ast.arg)}
+            own |= {t.id for n in ast.walk(node) if isinstance(n, ast.comprehension) for t in ast.walk(n.target)
+                    if isinstance(t, ast.Name)}
+            names = names - own
         hit = (node, names, comp)
         _names_of_node[id(node)] = hit
     return hit[1], hit[2]
@@ -581,6 +588,8 @@ class Translator:
                                hint="store into a buffer from T.alloc_fragment / T.alloc_shared / T.alloc_local")
         if not isinstance(idx, tuple):
             idx = (idx,)
+        if "layout_map" in buf.attrs:  # a shared buffer with an annotated T.Layout: the physical element
+            idx = laid_out_index(buf, idx)
         if any(isinstance(i, slice) for i in idx):
             raise CompileError(f"slice assignment to {buf.name} is not supported",
                                self.loc(node), hint="use T.copy(src, dst[...]) or T.fill(dst[...], value) "

@@ -712,8 +712,13 @@ def use_swizzle(panel_size: int = 10, order: str = "row", enable: bool = True):
 
 
 def annotate_layout(layouts: dict):
-    """Accepted for TileLang compatibility; tilewright infers shared/fragment layouts itself."""
+    """Layout requests: a ``T.Layout`` on a shared buffer is honored, a ``T.Fragment`` or a layout on a
+    global tensor refused (language/layout_objects.py); ``make_swizzled_layout``-style requests are
+    accepted (tilewright infers shared/fragment layouts and swizzles itself)."""
+    from .layout_objects import apply_layouts
+
     b = _b.current()
+    apply_layouts(layouts)
     b.emit(_t.Annotate("layout", {"buffers": [getattr(k, "name", str(k)) for k in layouts]}))
 
 
@@ -926,6 +931,7 @@ isinf = _unary("isinf")
 from .attrs import *  # noqa: E402, F403  (T.attr, T.comm_reducer, T.tvm_thread_allreduce: attrs.py)
 from .compat_names import *  # noqa: E402, F403  (T.ClusterKernel, T.Persistent, T.func_attr...: compat_names.py)
 from .debug import print  # noqa: E402, A004, F401  (T.print: language/debug.py)
+from .layout_objects import Fragment, Layout  # noqa: E402, F401  (layout_objects.py)
 from .math import *  # noqa: E402, F403
 from .math import __all__ as _math_names  # noqa: E402, F401
 from .scan import *  # noqa: E402, F403  (cumsum, cummax: language/scan.py)

@@ -17,7 +17,9 @@ import types
 
 # names of tilewright.language that only NVIDIA hardware has (TileLang keeps them in tilelang.cuda.language)
 CUDA_ONLY = frozenset({
-    "ClusterKernel", "cluster_sync", "clc_try_cancel", "clc_is_canceled", "clc_get_first_ctaid",
+    "ClusterKernel", "cluster_sync", "cluster_arrive", "cluster_wait", "block_rank_in_cluster",
+    "alloc_cluster_barrier", "clc_try_cancel", "clc_is_canceled", "clc_get_first_ctaid_x", "clc_get_first_ctaid_y",
+    "clc_get_first_ctaid_z",
     "pdl_trigger", "pdl_sync", "tma_copy", "ws", "WarpSpecialize", "wgmma_gemm", "wgmma_mma",
     "set_max_nreg", "inc_max_nreg", "dec_max_nreg", "no_set_max_nreg", "disable_warp_group_reg_alloc",
     "fence_proxy_async",
