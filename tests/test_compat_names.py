@@ -496,3 +496,60 @@ def test_fragment_and_global_layouts_are_refused():
                 for i in T.Parallel(64):
                     s[i] = A[i]
                 T.annotate_layout({s: T.Layout((64,), lambda i: 63 - i)})
+
+
+# --------------------------------------------------------------------------------------------
+# T.ptr tables, T.make_tensor, PrimFunc.buffer_map, tilewright.errors.enrich_error
+
+
+def test_pointer_table_is_an_int64_tensor(rng):
+    G = 4
+
+    @T.prim_func
+    def main(src_ptrs: T.Tensor([G], T.ptr), out: T.Tensor([G], T.int64)):
+        with T.Kernel(1, threads=32):
+            for g in T.serial(G):
+                out[g] = src_ptrs[g] // 16
+
+    table = main.buffer_map[main.params[0]]
+    assert table.dtype == "int64" and [int(d) for d in table.shape] == [G]
+    ptrs = rng.integers(0, 2**48, size=G).astype(np.int64)
+    out = np.full(G, -1, np.int64)
+    for target, backend in BACKENDS[:2]:
+        tw.compile(main, target=target, execution_backend=backend)(ptrs, out)
+        np.testing.assert_array_equal(out, ptrs // 16)
+
+
+def test_make_tensor_is_refused_with_a_hint():
+    with pytest.raises(tw.errors.CompileError, match=r"T.make_tensor .* is not supported"):
+        @T.prim_func
+        def main(a_ptr: T.ptr, m: T.int32):
+            A = T.make_tensor(a_ptr, (m, 16), T.float16)
+            with T.Kernel(1, threads=32):
+                A[0, 0] = T.float16(1)
+
+
+def test_buffer_map_maps_each_tensor_parameter_to_its_buffer():
+    @T.prim_func
+    def main(A: T.Tensor((128, 128), "float16"), n: T.int32, B: T.Tensor((128, 128), "float16")):
+        with T.Kernel(1, threads=128):
+            T.copy(A, B)
+
+    assert list(main.buffer_map) == [main.params[0], main.params[2]]
+    assert main.buffer_map[main.params[0]].shape == (128, 128) and main.buffer_map[main.params[0]].loc is not None
+
+
+def test_enrich_error_adds_the_marked_source_line(tmp_path):
+    from tilewright.errors import _MARKER_RE, enrich_error
+
+    folder = tmp_path / "dir with spaces"
+    folder.mkdir()
+    src = folder / "kernel.py"
+    src.write_text("line one\nline two\nline three\n")
+    exc = ValueError(f"boom\n  --> {src}:2:3")
+    assert enrich_error(exc) is exc
+    assert "line two" in str(exc) and "line one" not in str(exc) and "\n   |   ^" in str(exc)
+    m = _MARKER_RE.search("\n  --> C:\\work\\kernel.py:21:1")
+    assert (m.group("file"), m.group("line"), m.group("col")) == ("C:\\work\\kernel.py", "21", "1")
+    plain = ValueError("plain error without marker")
+    assert enrich_error(plain) is plain and str(plain) == "plain error without marker"
