@@ -553,3 +553,106 @@ def test_enrich_error_adds_the_marked_source_line(tmp_path):
     assert (m.group("file"), m.group("line"), m.group("col")) == ("C:\\work\\kernel.py", "21", "1")
     plain = ValueError("plain error without marker")
     assert enrich_error(plain) is plain and str(plain) == "plain error without marker"
+
+
+# --------------------------------------------------------------------------------------------
+# T.annotate_safe_value: the value out-of-bounds reads of a global tensor give
+
+
+def shifted_rows(M, N, bm, bn, pad):
+    """TileLang's annotate_safe_value test: rows read 10 above the block, the first ones out of bounds."""
+
+    @T.prim_func
+    def main(A: T.Tensor((M, N), "float16"), B: T.Tensor((M, N), "float16")):
+        with T.Kernel(T.ceildiv(N, bn), T.ceildiv(M, bm), threads=128) as (bx, by):
+            A_shared = T.alloc_shared((bm, bn), "float16")
+            T.annotate_safe_value({A: pad})
+            for i, j in T.Parallel(bm, bn):
+                A_shared[i, j] = A[by * bm + i - 10, bx * bn + j]
+            for i, j in T.Parallel(bm, bn):
+                B[by * bm + i, bx * bn + j] = A_shared[i, j]
+
+    return main
+
+
+def padded_tile_copy(M, N, pM, pN, bm, bn, src_dtype, dst_dtype, pad):
+    @T.prim_func
+    def main(A: T.Tensor((M, N), src_dtype), B: T.Tensor((pM, pN), dst_dtype)):
+        with T.Kernel(T.ceildiv(pN, bn), T.ceildiv(pM, bm), threads=128) as (bx, by):
+            if pad is not None:
+                T.annotate_safe_value({A: pad})
+            T.copy(A[by * bm:(by + 1) * bm, bx * bn:(bx + 1) * bn], B[by * bm:(by + 1) * bm, bx * bn:(bx + 1) * bn])
+
+    return main
+
+
+def padded_element_copy(M, N, pM, pN, pad):
+    @T.prim_func
+    def main(A: T.Tensor((M, N), "float32"), B: T.Tensor((pM, pN), "float32")):
+        with T.Kernel(1, threads=128):
+            T.annotate_safe_value({A: pad})
+            for i, j in T.Parallel(pM, pN):
+                T.copy(A[i, j], B[i, j])
+
+    return main
+
+
+@pytest.mark.parametrize("target,backend", BACKENDS, ids=IDS)
+def test_safe_value_of_element_reads(rng, target, backend):
+    M = N = 256
+    a = rand(rng, (M, N), "float16")
+    b = tw.compile(shifted_rows(M, N, 128, 128, 10), out_idx=[1], target=target, execution_backend=backend)(a)
+    ref = np.full((M, N), 10.0)
+    ref[10:] = f64(a)[:-10]
+    close(b, ref, rtol=0, atol=0)
+
+
+@pytest.mark.parametrize("target,backend", BACKENDS, ids=IDS)
+@pytest.mark.parametrize("pad,dst_dtype", [(None, "float32"), (-99, "float32"), (-99, "float16"), (2.5, "float32")])
+def test_safe_value_of_tile_copies(rng, target, backend, pad, dst_dtype):
+    M, N = 70, 75
+    a = rand(rng, (M, N))
+    func = padded_tile_copy(M, N, 96, 96, 32, 32, "float32", dst_dtype, pad)
+    b = tw.compile(func, out_idx=[1], target=target, execution_backend=backend)(a)
+    ref = np.full((96, 96), 0.0 if pad is None else float(pad))
+    ref[:M, :N] = f64(a)
+    close(b, ref, rtol=1e-3 if dst_dtype == "float16" else 0, atol=1e-3 if dst_dtype == "float16" else 0)
+
+
+@pytest.mark.parametrize("target,backend", BACKENDS, ids=IDS)
+def test_safe_value_of_element_to_element_copies(rng, target, backend):
+    a = rand(rng, (70, 75))
+    b = tw.compile(padded_element_copy(70, 75, 96, 96, -99), out_idx=[1], target=target, execution_backend=backend)(a)
+    ref = np.full((96, 96), -99.0)
+    ref[:70, :75] = f64(a)
+    close(b, ref, rtol=0, atol=0)
+
+
+def test_safe_value_ends_with_its_block(rng):
+    """Annotated inside an `if` body: the copy after the `if` reads zeros out of bounds again."""
+
+    @T.prim_func
+    def main(A: T.Tensor((50,), "float32"), B: T.Tensor((64,), "float32"), C: T.Tensor((64,), "float32"),
+             flag: T.int32):
+        with T.Kernel(1, threads=64):
+            if flag > 0:
+                T.annotate_safe_value({A: 7})
+                T.copy(A[0:64], B[0:64])
+            T.copy(A[0:64], C[0:64])
+
+    a = rand(rng, (50,))
+    for target, backend in BACKENDS:
+        b, c = poisoned((64,)), poisoned((64,))
+        tw.compile(main, target=target, execution_backend=backend)(a, b, c, 1)
+        close(b, np.concatenate([f64(a), np.full(14, 7.0)]))
+        close(c, np.concatenate([f64(a), np.zeros(14)]))
+
+
+def test_safe_value_takes_global_tensors_and_constants():
+    with pytest.raises(tw.errors.CompileError, match="is not a global tensor"):
+        @T.prim_func
+        def on_shared(A: T.Tensor((64,), "float32")):
+            with T.Kernel(1, threads=64):
+                s = T.alloc_shared((64,), "float32")
+                T.annotate_safe_value({s: 1.0})
+                T.copy(A, s)

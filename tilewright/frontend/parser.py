@@ -549,7 +549,7 @@ class Translator:
                         self.loc(node), hint=f"declare it with {name} = T.alloc_var(dtype, init) to get a mutable "
                         "per-thread variable")
                 v = E.Var(self.b.fresh(name), value.dtype, kind="let")
-                self.b.emit(t.LetStmt(v, value, loc=self.loc(node)))
+                self.b.emit(t.LetStmt(v, T._guard_reads(value), loc=self.loc(node)))
                 self.scope[name] = v
                 self.bind_depth[name] = self.loop_depth
                 return
@@ -606,7 +606,9 @@ class Translator:
             v = E.cast(buf.dtype, value)
         except CompileError as e:
             raise e.with_loc(self.loc(node)) from None
-        self.b.emit(t.BufferStore(buf, tuple(E.as_expr(i) for i in idx), v, loc=self.loc(node)))
+        idx = tuple(E.as_expr(i) for i in idx)
+        # reads of T.annotate_safe_value tensors out of bounds give their safe value (language/safe_value.py)
+        self.b.emit(T._guarded_store(v, lambda x: t.BufferStore(buf, idx, x, loc=self.loc(node)), self.loc(node)))
 
     def aug_assign(self, s) -> None:
         op = {ast.Add: "+", ast.Sub: "-", ast.Mult: "*", ast.Div: "/", ast.FloorDiv: "//", ast.Mod: "%",

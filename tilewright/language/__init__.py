@@ -424,11 +424,14 @@ def copy(src, dst, coalesced_width=None, disable_tma=False, eviction_policy=None
                    "remove eviction_policy (the copy is the same)")
     if isinstance(src, _e.Load) and isinstance(dst, _e.Load) and b.parallel_depth:
         # one element inside a T.Parallel body: the iteration's own store
-        b.emit(_t.BufferStore(dst.buffer, dst.indices, _e.cast(dst.buffer.dtype, src)))
+        b.emit(_guarded_store(_e.cast(dst.buffer.dtype, src), lambda v: _t.BufferStore(dst.buffer, dst.indices, v),
+                              b.loc))
         return
     s, d = _regions_for_copy(src, dst)
-    if _dynamic_shared.is_dynamic_region(s) or _dynamic_shared.is_dynamic_region(d):
-        return _dynamic_shared.copy_elements(s, d)  # a run-time size: an element loop
+    pad = _safe_value(s.buffer) if s.buffer.scope == "global" else None
+    if pad is not None or _dynamic_shared.is_dynamic_region(s) or _dynamic_shared.is_dynamic_region(d):
+        # a run-time size, or out-of-bounds reads of value `pad` (language/safe_value.py): an element loop
+        return _dynamic_shared.copy_elements(s, d, pad)
     b.emit(_t.Copy(s, d, disable_tma=_builtins.bool(disable_tma), coalesced_width=width))
 
 
@@ -934,6 +937,9 @@ from .debug import print  # noqa: E402, A004, F401  (T.print: language/debug.py)
 from .layout_objects import Fragment, Layout  # noqa: E402, F401  (layout_objects.py)
 from .math import *  # noqa: E402, F403
 from .math import __all__ as _math_names  # noqa: E402, F401
+from .safe_value import annotate_safe_value  # noqa: E402, F401  (safe_value.py)
+from .safe_value import guarded_store as _guarded_store  # noqa: E402
+from .safe_value import safe_value as _safe_value  # noqa: E402
 from .scan import *  # noqa: E402, F403  (cumsum, cummax: language/scan.py)
 from .strided import *  # noqa: E402, F403  (T.StridedTensor: language/strided.py)
 from .views import *  # noqa: E402, F403  (reshape, view: language/views.py)
