@@ -656,3 +656,19 @@ def test_safe_value_takes_global_tensors_and_constants():
                 s = T.alloc_shared((64,), "float32")
                 T.annotate_safe_value({s: 1.0})
                 T.copy(A, s)
+
+
+def test_safe_value_of_element_reads_bound_to_names(rng):
+    @T.prim_func
+    def main(A: T.Tensor((64,), "float32"), B: T.Tensor((64,), "float32")):
+        with T.Kernel(1, threads=64):
+            T.annotate_safe_value({A: -5})
+            for i in T.Parallel(64):
+                x = A[i - 3]
+                B[i] = x * 2.0
+
+    a = rand(rng, (64,))
+    for target, backend in BACKENDS[:2]:
+        b = poisoned((64,))
+        tw.compile(main, target=target, execution_backend=backend)(a, b)
+        close(b, np.concatenate([np.full(3, -10.0), 2 * f64(a)[:-3]]))

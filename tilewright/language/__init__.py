@@ -938,6 +938,7 @@ from .layout_objects import Fragment, Layout  # noqa: E402, F401  (layout_object
 from .math import *  # noqa: E402, F403
 from .math import __all__ as _math_names  # noqa: E402, F401
 from .safe_value import annotate_safe_value  # noqa: E402, F401  (safe_value.py)
+from .safe_value import guard_reads as _guard_reads  # noqa: E402, F401  (the frontend guards bindings)
 from .safe_value import guarded_store as _guarded_store  # noqa: E402
 from .safe_value import safe_value as _safe_value  # noqa: E402
 from .scan import *  # noqa: E402, F403  (cumsum, cummax: language/scan.py)
