@@ -170,3 +170,33 @@ def test_a_tensor_used_only_by_the_second_kernel_cannot_be_none(rng):
     k = tw.compile(two_kernels(64), target="interpret")
     with pytest.raises(ArgumentError, match="argument C is None, but the kernel reads or writes C"):
         k(rand(rng, (64,)), poisoned((64,)), None)
+
+
+def test_two_kernels_in_an_eager_jit_function(rng):
+    """The eager-JIT style: both outputs made with T.empty, the second kernel reading the first's."""
+
+    @tw.jit(target="interpret")
+    def two(A):
+        N = T.const("N")
+        A: T.Tensor((N,), T.float32)
+        B = T.empty((N,), T.float32)
+        C = T.empty((N,), T.float32)
+        with T.Kernel(T.ceildiv(N, 64), threads=64) as bx:
+            for i in T.Parallel(64):
+                if bx * 64 + i < N:
+                    B[bx * 64 + i] = A[bx * 64 + i] * 2.0
+        with T.Kernel(T.ceildiv(N, 64), threads=64) as bx:
+            for i in T.Parallel(64):
+                if bx * 64 + i < N:
+                    C[bx * 64 + i] = B[N - 1 - (bx * 64 + i)] + 1.0
+        return B, C
+
+    a = rand(rng, (100,))
+    b, c = two(a)
+    close(b, 2 * f64(a))
+    close(c, (2 * f64(a))[::-1] + 1)
+
+
+def test_kernel_sequence_profiler_runs_every_kernel():
+    k = tw.compile(two_kernels(128), out_idx=[1, 2], target="interpret")
+    assert k.get_profiler().do_bench(warmup=1, rep=1) > 0
