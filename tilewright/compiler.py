@@ -89,6 +89,11 @@ def compile(func, out_idx=None, target="auto", pass_configs=None, optimize_level
     """
     if not isinstance(func, t.PrimFunc):
         func = parse_prim_func(func)
+    if func.attrs.get("kernel_parts"):  # several T.Kernel blocks: compiled one by one, launched in order
+        from .jit.sequence import KernelSequence
+
+        return KernelSequence(func, [compile(p, out_idx, target, pass_configs, optimize_level, execution_backend,
+                                             target_host, verbose) for p in func.attrs["kernel_parts"]])
     tgt = Target.parse(target)
     if optimize_level not in (0, 1, 2, 3):
         raise CompileError(f"optimize_level must be 0..3, got {optimize_level!r}")

@@ -10,6 +10,7 @@
 
 from __future__ import annotations
 
+import re
 from dataclasses import dataclass
 
 
@@ -118,3 +119,29 @@ class ArgumentError(TilewrightError, TypeError):
 
 class RuntimeLaunchError(TilewrightError, RuntimeError):
     """The GPU runtime failed to load or launch a kernel."""
+
+
+# TileLang's ``tilelang.errors.enrich_error``: an error whose text ends in a source marker
+# ``\n  --> FILE:LINE:COL`` gets the source line under the marker, with a caret at the column.
+_MARKER_RE = re.compile(r"\n\s*--> (?P<file>.+?):(?P<line>\d+):(?P<col>\d+)\s*$")
+
+
+def enrich_error(exc: BaseException) -> BaseException:
+    """``exc`` with the source line its ``--> FILE:LINE:COL`` marker points at appended to its
+    message (in place, and returned); an error without a marker, or whose file cannot be read, is
+    returned unchanged."""
+    text = str(exc)
+    m = _MARKER_RE.search(text)
+    if m is None:
+        return exc
+    try:
+        with open(m.group("file"), encoding="utf-8") as f:
+            lines = f.read().splitlines()
+    except OSError:
+        return exc
+    line, col = int(m.group("line")), int(m.group("col"))
+    if not 0 < line <= len(lines):
+        return exc
+    src = lines[line - 1]
+    exc.args = (f"{text}\n   |\n{line:>3}| {src}\n   | {' ' * max(col - 1, 0)}^",) + tuple(exc.args[1:])
+    return exc

@@ -5,6 +5,8 @@ tilewright infers shared-memory layouts and swizzles itself, so these only recor
 
 from __future__ import annotations
 
+from .language.layout_objects import Fragment, Layout  # noqa: F401  (TileLang's tilelang.layout.Layout / Fragment)
+
 
 class LayoutRequest:
     def __init__(self, kind: str, buffer):

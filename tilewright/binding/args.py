@@ -42,6 +42,11 @@ def bind_arguments(params: list, dyn_vars: list, args: list, *, kernel_name: str
     values, tensors = [], []
     device = None
     for p, a in zip(params, args):
+        if isinstance(p, t.Buffer) and a is None:
+            ta = _null_tensor(p, kernel_name)  # an optional tensor the kernel never touches: a null pointer
+            values.append(ta)
+            tensors.append(ta)
+            continue
         if isinstance(p, t.Buffer):
             ta = describe_param(p, a, kernel_name, host_arrays)
             if is_packed_storage(p.dtype, ta):  # 4-bit elements, two per byte: check the logical tensor
@@ -68,6 +73,16 @@ def bind_arguments(params: list, dyn_vars: list, args: list, *, kernel_name: str
     if missing:
         raise ArgumentError(f"{kernel_name}: could not infer dynamic dimension(s) {missing} from the arguments")
     return BoundArgs(tensors, values, bound_dyn)
+
+
+def _null_tensor(p: t.Buffer, kernel_name: str) -> TensorArg:
+    """``None`` for tensor parameter ``p``: accepted where the kernel never reads or writes ``p`` (TileLang's
+    optional tensors, passed as a null pointer), refused where it does."""
+    if p.attrs.get("used", True):
+        where = f" (declared at line {p.loc.lineno})" if getattr(p, "loc", None) is not None else ""
+        raise ArgumentError(f"{kernel_name}: argument {p.name} is None, but the kernel reads or writes {p.name}"
+                            f"{where}; pass a tensor of shape {_shape_text(p.shape)} and dtype {p.dtype}")
+    return TensorArg(0, (0,) * p.ndim, (1,) * p.ndim, p.dtype, "none", 0)
 
 
 def given_dyn(kernel_name: str, dyn_vars, dyn: dict | None) -> dict:

@@ -70,14 +70,21 @@ def is_dynamic_region(r: t.Region) -> bool:
     return not all(isinstance(x, int) for x in r.extents) or r.buffer.scope == "shared" and is_dynamic_buffer(r.buffer)
 
 
-def copy_elements(src: t.Region, dst: t.Region) -> None:
-    """``T.copy`` of a run-time size: an element loop (dtype-converting, global bounds respected)."""
+def copy_elements(src: t.Region, dst: t.Region, pad=None) -> None:
+    """``T.copy`` of a run-time size: an element loop (dtype-converting, global bounds respected;
+    out-of-bounds source elements read as ``pad``, zero when not given)."""
     shape = _iteration_shape(src, dst)
 
     def body(idx):
         sidx, didx = _indices(src, idx, shape), _indices(dst, idx, shape)
         value = E.Load(src.buffer, sidx)
         sp = _in_bounds(src.buffer, sidx)
+        if sp is not None and pad is not None:  # the load only in bounds (a vectorized select would issue it)
+            inside = t.BufferStore(dst.buffer, didx, E.cast(dst.buffer.dtype, value), loc=current().loc)
+            outside = t.BufferStore(dst.buffer, didx, E.cast(dst.buffer.dtype, pad), loc=current().loc)
+            store = t.IfThenElse(sp, inside, outside, loc=current().loc)
+            dp = _in_bounds(dst.buffer, didx)
+            return store if dp is None else t.IfThenElse(dp, store, None, loc=store.loc)
         if sp is not None:
             value = E.select(sp, value, E.Const(0, src.buffer.dtype))
         store = t.BufferStore(dst.buffer, didx, E.cast(dst.buffer.dtype, value), loc=current().loc)

@@ -241,10 +241,13 @@ class EagerTranslator(Translator):
         if value is not NOT_GIVEN:
             self.bind(name, ann, value, loc)
         shape = list(self._shape_at(ann.shape, name, loc))
-        if ann.strides is not None:
-            raise CompileError(f"strides in the declaration of {name!r} are not supported in an eager function",
-                               loc, hint="declare the parameter without strides (arguments are then row-major)")
-        buf = t.Buffer(name, shape, ann.dtype, "global", loc=loc)
+        strides = None if ann.strides is None else self._shape_at(ann.strides, name, loc)
+        buf = t.Buffer(name, shape, ann.dtype, "global", strides=strides, loc=loc)
+        if strides is not None:  # T.StridedTensor / T.Tensor(strides=): a symbolic stride is read from the argument
+            buf.attrs["explicit_strides"] = True
+            for st in strides:
+                if isinstance(st, E.Var):
+                    st.kind = "dyn"
         self.decl[name] = buf
         self.scope[name] = buf
 
@@ -346,7 +349,8 @@ class EagerTranslator(Translator):
         out += returned
         dyn = []
         for p in out:
-            for s in getattr(p, "shape", ()):
+            declared = p.strides if isinstance(p, t.Buffer) and p.attrs.get("explicit_strides") else ()
+            for s in tuple(getattr(p, "shape", ())) + tuple(declared):
                 if isinstance(s, E.Var) and all(s is not d for d in dyn):
                     dyn.append(s)
         for o in returned:
@@ -463,7 +467,7 @@ def is_eager_function(fn) -> bool:
 
 
 def _mentions_tensor(node) -> bool:
-    return any(isinstance(n, ast.Attribute) and n.attr in ("Tensor", "Buffer") for n in ast.walk(node))
+    return any(isinstance(n, ast.Attribute) and n.attr in ("Tensor", "Buffer", "StridedTensor") for n in ast.walk(node))
 
 
 __all__ = ["NOT_GIVEN", "EagerInfo", "declare_sizes", "discover_sizes", "is_eager_function",

@@ -22,9 +22,12 @@ from ..errors import CompileError, SourceLocation, TilewrightError
 from ..ir import expr as E
 from ..ir import tile as t
 from . import builder as B
-from .checks import check_prim_func
+from .checks import check_prim_func, mark_written_params
 from .dynamic_parallel import dynamic_parallel
+from .kernel_sequence import has_no_kernel_block, split_kernels
+from .param_use import mark_param_use
 from .reducer_epochs import canonicalize_reducers
+from .regions import laid_out_index
 
 _MISSING = object()
 
@@ -81,6 +84,16 @@ def _tw_ifexp(c, a, b):
     return a if c else b
 
 
+def _tw_is_static(c) -> bool:
+    """Whether an ``x if c else y`` condition is known while the kernel is read (then only the taken
+    branch is evaluated, as in Python: ``x - w if w is not None else 0`` must not touch ``w``)."""
+    return not isinstance(c, E.Expr) or isinstance(c, E.Const)
+
+
+def _tw_truth(c) -> bool:
+    return bool(c.value) if isinstance(c, E.Const) else bool(c)
+
+
 def _tw_min(*args, **kw):
     if len(args) == 1 or kw or not any(isinstance(a, E.Expr) for a in args):
         return builtins.min(*args, **kw)
@@ -126,12 +139,19 @@ def _load_names(node) -> tuple:
     if hit is None or hit[0] is not node:
         names = frozenset(n.id for n in ast.walk(node) if isinstance(n, ast.Name) and isinstance(n.ctx, ast.Load))
         comp = any(isinstance(n, _COMPREHENSIONS) for n in ast.walk(node))
+        if comp:  # a lambda's parameters and a comprehension's targets are its own names, not the kernel's
+            own = {a.arg for n in ast.walk(node) if isinstance(n, ast.Lambda) for a in ast.walk(n.args)
+                   if isinstance(a, ast.arg)}
+            own |= {t.id for n in ast.walk(node) if isinstance(n, ast.comprehension) for t in ast.walk(n.target)
+                    if isinstance(t, ast.Name)}
+            names = names - own
         hit = (node, names, comp)
         _names_of_node[id(node)] = hit
     return hit[1], hit[2]
 
 
-_HELPERS = {"__tw_and": _tw_and, "__tw_or": _tw_or, "__tw_not": _tw_not, "__tw_ifexp": _tw_ifexp}
+_HELPERS = {"__tw_and": _tw_and, "__tw_or": _tw_or, "__tw_not": _tw_not, "__tw_ifexp": _tw_ifexp,
+            "__tw_is_static": _tw_is_static, "__tw_truth": _tw_truth}
 
 
 class _Rewriter(ast.NodeTransformer):
@@ -148,9 +168,32 @@ class _Rewriter(ast.NodeTransformer):
             return ast.copy_location(ast.Call(ast.Name("__tw_not", ast.Load()), [node.operand], []), node)
         return node
 
+    def __init__(self):
+        self.in_comprehension = 0
+        self.ifexp_ids = itertools.count()
+
+    def _visit_scope(self, node):
+        self.in_comprehension += 1
+        try:
+            return self.generic_visit(node)
+        finally:
+            self.in_comprehension -= 1
+
+    visit_ListComp = visit_SetComp = visit_DictComp = visit_GeneratorExp = visit_Lambda = _visit_scope
+
     def visit_IfExp(self, node):
         self.generic_visit(node)
-        return ast.copy_location(ast.Call(ast.Name("__tw_ifexp", ast.Load()), [node.test, node.body, node.orelse], []),
+        eager = ast.copy_location(ast.Call(ast.Name("__tw_ifexp", ast.Load()), [node.test, node.body, node.orelse],
+                                           []), node)
+        if self.in_comprehension:
+            return eager  # an assignment expression cannot bind inside a comprehension's scope
+        # `c` evaluated once into a fresh name; a condition known now takes Python's lazy branch
+        name = f"__tw_ifexp_cond{next(self.ifexp_ids)}"
+        test = ast.NamedExpr(ast.Name(name, ast.Store()), node.test)
+        lazy = ast.IfExp(ast.Call(ast.Name("__tw_truth", ast.Load()), [ast.Name(name, ast.Load())], []),
+                         node.body, node.orelse)
+        eager.args = [ast.Name(name, ast.Load()), _clone(node.body), _clone(node.orelse)]
+        return ast.copy_location(ast.IfExp(ast.Call(ast.Name("__tw_is_static", ast.Load()), [test], []), lazy, eager),
                                  node)
 
     def visit_Compare(self, node):
@@ -299,7 +342,10 @@ class Translator:
         _active_translators.append(self)
         try:
             self.b.loc = self.loc(self.tree)
-            self.body(self.tree.body)
+            if has_no_kernel_block(self.tree):  # plain statements: they run once, as one thread
+                self.enter_kernel(T.Kernel(1, threads=1), [], self.tree.body, self.tree)
+            else:
+                self.body(self.tree.body)
             stmts = self.b.pop()
         finally:
             B._active.pop()
@@ -308,9 +354,6 @@ class Translator:
         if not kernels:
             raise CompileError(f"prim_func {self.tree.name} has no `with T.Kernel(...)` block", self.loc(self.tree),
                                hint="wrap the kernel body in `with T.Kernel(grid..., threads=128) as (bx, by):`")
-        if len(kernels) > 1:
-            raise CompileError(f"prim_func {self.tree.name} has {len(kernels)} T.Kernel blocks; one is supported",
-                               kernels[1].loc, hint="write one prim_func per kernel and call them one after another")
         others = [s for s in stmts if not isinstance(s, (t.Kernel, t.LetStmt))]
         if others:
             raise CompileError("statements outside `with T.Kernel(...)` are not supported", others[0].loc,
@@ -321,6 +364,8 @@ class Translator:
         func = t.PrimFunc(self.tree.name, params, body, dyn_vars, loc=self.loc(self.tree))
         if self.b.__dict__.get("host_assumes"):  # T.assume on sizes: checked by every call (jit/kernel.py)
             func.attrs["host_assumes"] = list(self.b.host_assumes)
+        if len(kernels) > 1:  # launched one after another, in order (frontend/kernel_sequence.py)
+            func.attrs["kernel_parts"] = split_kernels(func, stmts)
         return func
 
     def finish_params(self, params, dyn_vars):
@@ -508,7 +553,7 @@ class Translator:
                         self.loc(node), hint=f"declare it with {name} = T.alloc_var(dtype, init) to get a mutable "
                         "per-thread variable")
                 v = E.Var(self.b.fresh(name), value.dtype, kind="let")
-                self.b.emit(t.LetStmt(v, value, loc=self.loc(node)))
+                self.b.emit(t.LetStmt(v, T._guard_reads(value), loc=self.loc(node)))
                 self.scope[name] = v
                 self.bind_depth[name] = self.loop_depth
                 return
@@ -547,6 +592,8 @@ class Translator:
                                hint="store into a buffer from T.alloc_fragment / T.alloc_shared / T.alloc_local")
         if not isinstance(idx, tuple):
             idx = (idx,)
+        if "layout_map" in buf.attrs:  # a shared buffer with an annotated T.Layout: the physical element
+            idx = laid_out_index(buf, idx)
         if hasattr(value, "store_elements"):  # several values at once (T.atomic_addx2(..., return_prev=True))
             for st in value.store_elements(buf, idx, self.loc(node)):
                 self.b.emit(st)
@@ -567,7 +614,9 @@ class Translator:
             v = E.cast(buf.dtype, value)
         except CompileError as e:
             raise e.with_loc(self.loc(node)) from None
-        self.b.emit(t.BufferStore(buf, tuple(E.as_expr(i) for i in idx), v, loc=self.loc(node)))
+        idx = tuple(E.as_expr(i) for i in idx)
+        # reads of T.annotate_safe_value tensors out of bounds give their safe value (language/safe_value.py)
+        self.b.emit(T._guarded_store(v, lambda x: t.BufferStore(buf, idx, x, loc=self.loc(node)), self.loc(node)))
 
     def aug_assign(self, s) -> None:
         op = {ast.Add: "+", ast.Sub: "-", ast.Mult: "*", ast.Div: "/", ast.FloorDiv: "//", ast.Mod: "%",
@@ -613,6 +662,8 @@ class Translator:
                                                                           coalesced_width=it.coalesced_width))
             finally:
                 self.b.parallel_depth -= 1
+        elif isinstance(it, T.Persistent):
+            self.persistent_loop(names, it, s)
         elif isinstance(it, T._LoopSpec):
             if len(names) != 1:
                 raise CompileError("a serial/pipelined loop binds one name", self.loc(s),
@@ -635,6 +686,36 @@ class Translator:
         else:
             raise CompileError(f"cannot loop over {it!r}", self.loc(s),
                                hint="use T.Parallel, T.Pipelined, T.serial, T.unroll or range")
+
+    def persistent_loop(self, names, it, s) -> None:
+        """``for i, j in T.Persistent(domain, wave_size, index):``: a serial loop over waves; in wave ``w``
+        the block visits tile ``w * wave_size + index`` of the row-major domain when it exists."""
+        if len(names) != len(it.domain):
+            raise CompileError(f"T.Persistent has a {len(it.domain)}-dimensional domain but the loop binds "
+                               f"{len(names)} names", self.loc(s), hint="bind one name per domain dimension")
+        total = 1
+        for d in it.domain:
+            total = total * d
+        w = E.Var(self.b.fresh("wave"), "int32", kind="loop")
+        tile = w * it.wave_size + it.index
+        coords, rest = [], tile
+        for d in reversed(it.domain):
+            coords.append(rest % d)
+            rest = rest // d
+        for n, c in zip(names, reversed(coords)):
+            self.scope[n] = c
+            self.bind_depth[n] = self.loop_depth + 1
+        self.loop_depth += 1
+        try:
+            body = self.block(s.body)
+        finally:
+            self.loop_depth -= 1
+        guarded = t.IfThenElse(_as_bool(E.as_expr(tile < total)), body, None, loc=self.loc(s))
+        waves = T.ceildiv(total, it.wave_size)
+        self.b.emit(t.For(w, E.as_expr(0), E.as_expr(waves), guarded, "serial", 0, loc=self.loc(s)))
+        for n in names:
+            self.scope[n] = _DeadLoopVar(n, self.loc(s).lineno)
+            self.dead_loop_vars += 1
 
     def run_loop_body(self, names, vs, s, make) -> None:
         for n, v in zip(names, vs):
@@ -659,6 +740,8 @@ class Translator:
         spec = self.eval(item.context_expr)
         if isinstance(spec, T.ws):
             return self.ws_region(spec, s)
+        if isinstance(spec, T.attr):
+            return self.attr_scope(spec, s)
         if not isinstance(spec, T.Kernel):
             raise CompileError("only `with T.Kernel(...) as (...)` is supported", self.loc(s),
                                hint="use a single `with T.Kernel(grid..., threads=128) as (bx, by):`")
@@ -670,11 +753,15 @@ class Translator:
                                "loop or an `if`", self.loc(s),
                                hint="launch one kernel with a larger grid (use the block index where you used the "
                                "loop variable), or put the loop inside the kernel")
-        dims = ("bx", "by", "bz")
         names = _target_names(item.optional_vars) if item.optional_vars is not None else []
         if names is None:
             raise CompileError("T.Kernel binds block indices to names: `as (bx, by)`", self.loc(s),
                                hint="write `as bx` for one grid dimension, `as (bx, by)` for two")
+        self.enter_kernel(spec, names, s.body, s)
+
+    def enter_kernel(self, spec, names, stmts, s) -> None:
+        """The block of a ``T.Kernel`` launch: block indices bound to ``names``, ``stmts`` its body."""
+        dims = ("bx", "by", "bz")
         if len(names) > len(spec.grid):
             raise CompileError(f"T.Kernel has {len(spec.grid)} grid dimension(s) but binds {len(names)} names",
                                self.loc(s), hint="bind one name per grid dimension")
@@ -693,11 +780,26 @@ class Translator:
         self.b.kernel = kernel
         self.b.thread_var = tx
         try:
-            kernel.body = self.block(s.body)
+            kernel.body = self.block(stmts)
         finally:
             self.b.kernel = None
         kernel.attrs["thread_var"] = tx
         self.b.emit(kernel)
+
+    def attr_scope(self, spec, s) -> None:
+        """``with T.attr(node, key, value):`` (language/attrs.py): a reducer scope, or a code-generation
+        hint without effect; the body is read in place."""
+        if spec.key.startswith("pragma_"):
+            T._no_effect(f"T.attr(..., {spec.key!r}, ...)", "code-generation pragmas are not applied",
+                         "remove the attribute scope (keep its body)")
+            self.body(s.body)
+            return
+        stack = self.b.__dict__.setdefault("reduce_scopes", [])
+        stack.append(spec.node)
+        try:
+            self.body(s.body)
+        finally:
+            stack.pop()
 
     def ws_region(self, spec, s) -> None:
         """``with T.ws(i):``: a ``ThreadPartition`` over warpgroup(s) ``i``."""
@@ -813,9 +915,14 @@ def parse_prim_func(fn, outer_scope: dict | None = None) -> t.PrimFunc:
     from ..ir.verifier import verify
     from .partitions import form_partitions
 
-    verify(form_partitions(func))
-    func.attrs["_verified"] = True
-    check_prim_func(func)
+    parts = func.attrs.get("kernel_parts")
+    for f in parts or [func]:
+        verify(form_partitions(f))
+        f.attrs["_verified"] = True
+        check_prim_func(f)
+    if parts:  # the parts share the parameters: what any part writes or uses counts
+        mark_written_params(func)
+    mark_param_use(func)  # a tensor the kernel never touches may be passed as None
     if memo_key is not None:
         _func_memo[memo_key] = func
     return func

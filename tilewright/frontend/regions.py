@@ -12,6 +12,8 @@ def subscript(buf: Buffer, idx):
     """``buf[idx]``: a ``Load`` when every index is a scalar, a ``Region`` when any is a slice."""
     if not isinstance(idx, tuple):
         idx = (idx,)
+    if "layout_map" in buf.attrs:  # a shared buffer with an annotated T.Layout (language/layout_objects.py)
+        return Load(buf, laid_out_index(buf, idx))
     if any(i is Ellipsis for i in idx):
         raise error(f"'...' is not supported in subscripts of {buf.name}")
     if buf.scope == "var" and len(idx) == 1 and buf.ndim == 1:
@@ -38,6 +40,17 @@ def subscript(buf: Buffer, idx):
             extents.append(1)
             squeezed.append(d)
     return Region(buf, tuple(starts), tuple(extents), tuple(squeezed))
+
+
+def laid_out_index(buf: Buffer, idx: tuple) -> tuple:
+    """The physical index of logical element ``idx`` of a buffer with an annotated layout."""
+    logical = buf.attrs["logical_shape"]
+    if any(isinstance(i, slice) for i in idx):
+        raise error(f"shared buffer {buf.name} has an annotated layout (T.annotate_layout): use it through its "
+                    "elements", hint=f"index single elements, {buf.name}[i, j], in a T.Parallel loop")
+    if len(idx) != len(logical):
+        raise error(f"{buf.name} has {len(logical)} dimension(s) {tuple(logical)} but is indexed with {len(idx)}")
+    return buf.attrs["layout_map"](tuple(_index(buf, i) for i in idx))
 
 
 def _index(buf, i):
@@ -115,6 +128,11 @@ def _affine_terms(e):
 def to_region(x, other_shape=None, what="operand") -> Region:
     """A ``Region`` for a tile-op operand: a Buffer (whole), a Region, or a start point (``Load``)
     whose extents are taken from ``other_shape`` (aligned to the trailing dimensions)."""
+    laid_out = getattr(x, "buffer", x)
+    if isinstance(laid_out, Buffer) and "layout_map" in laid_out.attrs:
+        raise error(f"shared buffer {laid_out.name} has an annotated layout (T.annotate_layout), so it cannot be a "
+                    f"tile {what}: tile operations place shared tiles themselves",
+                    hint="copy it element by element in a T.Parallel loop, or remove the annotation")
     if isinstance(x, Buffer):
         return Region.full(x)
     if isinstance(x, Region):

@@ -11,6 +11,7 @@ import numpy as np
 from ..binding import args as _args
 from ..binding.packed import is_packed_storage
 from ..errors import ArgumentError
+from ..ir import dtype as dt
 from ..ir import expr as E
 
 
@@ -66,7 +67,8 @@ def bind_host_call(kernel_name: str, params, dyn_vars, args: list, dyn: dict | N
     bufs, scalars = {}, {}
     for p, a, v in zip(params, args, bound.values):
         if isinstance(p, t.Buffer):
-            bufs[p] = a
+            # None: an optional tensor the kernel never touches (the binder checked that): an empty array
+            bufs[p] = a if a is not None else np.empty((0,) * p.ndim, dtype=dt.to_numpy(p.dtype))
         else:
             scalars[p] = v
     return bufs, scalars, bound.dyn

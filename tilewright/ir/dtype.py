@@ -233,7 +233,9 @@ def promote(a: str, b: str) -> str:
 def max_value(dtype: str):
     d = canon(dtype)
     if is_float(d):
-        return float(np.finfo(to_numpy(d)).max) if not d.startswith(("float8", "float4")) else float(_fp8_max(d))
+        if d in ("float16", "float32", "float64"):
+            return float(np.finfo(to_numpy(d)).max)
+        return float(_ml_finfo(d).max)  # bfloat16, fp8, fp4: NumPy's finfo does not know ml_dtypes' types
     return int(int_limits(to_numpy(d)).max)
 
 
@@ -244,10 +246,6 @@ def min_value(dtype: str):
     if is_float(d):
         return -max_value(d)
     return int(int_limits(to_numpy(d)).min)
-
-
-def _fp8_max(d: str) -> float:
-    return _ml_finfo(d).max
 
 
 def _ml_finfo(d: str):

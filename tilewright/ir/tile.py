@@ -359,6 +359,11 @@ class PrimFunc:
     def buffer_params(self) -> list:
         return [p for p in self.params if isinstance(p, Buffer)]
 
+    @property
+    def buffer_map(self) -> dict:
+        """TileLang's ``PrimFunc.buffer_map`` (parameter -> its buffer): here a tensor parameter is its buffer."""
+        return {p: p for p in self.params if isinstance(p, Buffer)}
+
     def script(self) -> str:
         from .printer import print_func
 

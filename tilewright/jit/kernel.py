@@ -301,7 +301,7 @@ class JITKernel:
         like = None
         for i in in_params:
             p, a = self.params[i], full[i]
-            if isinstance(p, t.Buffer):
+            if isinstance(p, t.Buffer) and a is not None:  # None: an optional tensor the kernel never touches
                 shape = tuple(a.shape) if hasattr(a, "shape") else None
                 if shape is None:
                     raise ArgumentError(f"{self.func.name}: argument {p.name} is not a tensor")

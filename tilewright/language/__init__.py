@@ -512,13 +512,16 @@ def copy(src, dst, coalesced_width=None, disable_tma=False, eviction_policy=None
                    "remove eviction_policy (the copy is the same)")
     if isinstance(src, _e.Load) and isinstance(dst, _e.Load) and b.parallel_depth:
         # one element inside a T.Parallel body: the iteration's own store
-        b.emit(_t.BufferStore(dst.buffer, dst.indices, _e.cast(dst.buffer.dtype, src)))
+        b.emit(_guarded_store(_e.cast(dst.buffer.dtype, src), lambda v: _t.BufferStore(dst.buffer, dst.indices, v),
+                              b.loc))
         return
     if _views.is_view(src) or _views.is_view(dst):
         return _views.copy_through_view(src, dst)  # T.copy(T.reshape(A, ...), B): an element loop
     s, d = _regions_for_copy(src, dst)
-    if _dynamic_shared.is_dynamic_region(s) or _dynamic_shared.is_dynamic_region(d):
-        return _dynamic_shared.copy_elements(s, d)  # a run-time size: an element loop
+    pad = _safe_value(s.buffer) if s.buffer.scope == "global" else None
+    if pad is not None or _dynamic_shared.is_dynamic_region(s) or _dynamic_shared.is_dynamic_region(d):
+        # a run-time size, or out-of-bounds reads of value `pad` (language/safe_value.py): an element loop
+        return _dynamic_shared.copy_elements(s, d, pad)
     b.emit(_t.Copy(s, d, disable_tma=_builtins.bool(disable_tma), coalesced_width=width))
 
 
@@ -876,8 +879,13 @@ def use_swizzle(panel_size: int = 10, order: str = "row", enable: bool = True):
 
 
 def annotate_layout(layouts: dict):
-    """Accepted for TileLang compatibility; tilewright infers shared/fragment layouts itself."""
+    """Layout requests: a ``T.Layout`` on a shared buffer is honored, a ``T.Fragment`` or a layout on a
+    global tensor refused (language/layout_objects.py); ``make_swizzled_layout``-style requests are
+    accepted (tilewright infers shared/fragment layouts and swizzles itself)."""
+    from .layout_objects import apply_layouts
+
     b = _b.current()
+    apply_layouts(layouts)
     b.emit(_t.Annotate("layout", {"buffers": [getattr(k, "name", str(k)) for k in layouts]}))
 
 
@@ -1097,13 +1105,21 @@ isinf = _unary("isinf")
 
 # TileLang's further math (tan, fmod, nearbyint, clamp, fast_rcp, __exp..., ieee_*): language/math.py
 from . import views as _views  # noqa: E402
+from .attrs import *  # noqa: E402, F403  (T.attr, T.comm_reducer, T.tvm_thread_allreduce: attrs.py)
+from .compat_names import *  # noqa: E402, F403  (T.ClusterKernel, T.Persistent, T.func_attr...: compat_names.py)
 from .debug import print  # noqa: E402, A004, F401  (T.print: language/debug.py)
+from .layout_objects import Fragment, Layout  # noqa: E402, F401  (layout_objects.py)
 from .logical import *  # noqa: E402, F403  (any_of, all_of: language/logical.py)
 from .math import *  # noqa: E402, F403
 from .math import __all__ as _math_names  # noqa: E402, F401
 from .random import *  # noqa: E402, F403  (rng_init, rng_rand, rng_rand_float: language/random.py)
+from .safe_value import annotate_safe_value  # noqa: E402, F401  (safe_value.py)
+from .safe_value import guard_reads as _guard_reads  # noqa: E402, F401  (the frontend guards bindings)
+from .safe_value import guarded_store as _guarded_store  # noqa: E402
+from .safe_value import safe_value as _safe_value  # noqa: E402
 from .scan import *  # noqa: E402, F403  (cumsum, cummax: language/scan.py)
-from .views import *  # noqa: E402, F403  (reshape, view, reinterpret: language/views.py)
+from .strided import *  # noqa: E402, F403  (T.StridedTensor: language/strided.py)
+from .views import *  # noqa: E402, F403  (reshape, view: language/views.py; T.reinterpret: attrs.py)
 from .warp import *  # noqa: E402, F403  (shfl_*, warp_reduce_*: language/warp.py)
 
 
@@ -1307,3 +1323,17 @@ uint = DType("uint32")
 short = DType("int16")
 long = DType("int64")
 ulong = DType("uint64")
+
+
+# ---- TileLang's language modules: this one is its default, the CUDA facade (language/dialects.py)
+__tilelang_dialect__ = "cuda"
+
+
+def __getattr__(name: str):  # computed when asked for, so it lists names added above in any order
+    if name == "__all__":
+        from .dialects import names_of
+
+        return names_of(__tilelang_dialect__)
+    import sys
+
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}", name=name, obj=sys.modules[__name__])

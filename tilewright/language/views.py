@@ -28,7 +28,7 @@ from ..ir import dtype as _dt
 from ..ir import expr as _e
 from ..ir import tile as _t
 
-__all__ = ["copy_through_view", "reinterpret", "reshape", "view"]
+__all__ = ["copy_through_view", "reshape", "view"]  # reinterpret: through attrs.reinterpret (handles)
 
 _UINT = {8: "uint8", 16: "uint16", 32: "uint32", 64: "uint64"}
 

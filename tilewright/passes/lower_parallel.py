@@ -302,7 +302,7 @@ class _Effects:
                     self.registers = True
             elif isinstance(s, (t.Atomic, ReducerUpdate)):  # done once per iteration, like an atomic
                 self.atomic = True
-                self.atomic_result = self.atomic_result or s.result is not None
+                self.atomic_result = self.atomic_result or getattr(s, "result", None) is not None  # reducers have none
             elif not isinstance(s, (t.SeqStmt, t.IfThenElse, t.Evaluate)):
                 self.other = True
             for e in exprs_of(s):

@@ -135,7 +135,7 @@ class Launcher:
                                device_type="gpu")
         dev = None
         for ta in bound.tensors:
-            if ta is not None:
+            if ta is not None and ta.device_type != "none":  # "none": a None for a tensor the kernel never touches
                 if ta.device_type == "cpu":
                     raise ArgumentError(f"{spec.func_name}: argument tensors are on the CPU; this kernel runs on the "
                                         f"GPU ({spec.vendor} {spec.arch}). Move them with .cuda(), or compile with "

@@ -75,7 +75,7 @@ class _Program(ExprCompiler, StmtCompiler, AsyncCompiler, MatrixCompiler, SyncCo
                 self._declare_shared(s)
 
         walk(kernel.body, pre)
-        self.body = self.stmt(kernel.body)
+        self.body = self.stmt(kernel.body) or (lambda st: None)  # an empty kernel body does nothing
         self._grid = [self.expr(E.as_expr(g), None)[0] for g in kernel.grid]
 
     # ---------------------------------------------------------------- slots

@@ -1,0 +1,1 @@
+"""TileLang's ``tilelang.cpu`` package: ``tilewright.cpu.language`` is the language as seen from CPUs."""

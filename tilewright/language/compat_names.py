@@ -1,0 +1,127 @@
+"""TileLang names of launch forms, loop forms and function annotations, each with its TileLang meaning:
+
+* ``T.ClusterKernel(grid..., threads=..., cluster_dims=...)``: a ``T.Kernel`` launched with a thread-block
+  cluster.  Clusters are not implemented: a cluster of one block is the plain launch; a larger one only
+  groups blocks for scheduling, which changes no result (the cluster intrinsics, which would, are
+  refused), so it warns as ``T.Kernel(cluster_dims=...)`` does.
+* ``for i, j in T.Persistent([M, N], wave_size, index):``: a persistent-kernel tile loop.  Block ``index``
+  visits tiles ``index, index + wave_size, ...`` of the row-major tile domain; every tile is visited
+  exactly once by the blocks ``0 .. wave_size - 1`` (the frontend's ``persistent_loop``).
+* ``T.func_attr({...})``: function attributes.  ``"tir.noalias": True`` (parameters do not overlap) is what
+  tilewright assumes of every kernel (its parameters are ``__restrict__``) and ``"global_symbol"`` names
+  the function; other keys, and ``tir.noalias`` false, are refused.
+* ``T.device_assert(cond, msg)``: an assertion.  On a condition known while the kernel is read it is
+  checked then (a false one is a CompileError); a run-time condition is refused (no device-side trap here).
+* ``T.wgmma_gemm`` / ``T.wgmma_mma``: ``T.gemm`` (the gemm planner picks wgmma on sm_90a where it applies;
+  the product is the same with any instruction).
+* the cluster intrinsics (``T.cluster_sync``, ``T.block_rank_in_cluster``, ``T.clc_*``, ...): refused by name.
+"""
+
+from __future__ import annotations
+
+import builtins as _builtins
+
+from ..frontend import builder as _b
+from ..ir import expr as _e
+from . import Kernel, gemm
+
+__all__ = ["ClusterKernel", "Persistent", "func_attr", "device_assert", "wgmma_gemm", "wgmma_mma",
+           "cluster_sync", "cluster_arrive", "cluster_wait", "block_rank_in_cluster", "alloc_cluster_barrier",
+           "clc_try_cancel", "clc_is_canceled", "clc_get_first_ctaid_x", "clc_get_first_ctaid_y",
+           "clc_get_first_ctaid_z"]
+
+
+def ClusterKernel(*grid, threads=128, cluster_dims=None, prelude=None, is_cpu=False):  # noqa: N802 - TileLang name
+    """``with T.ClusterKernel(gx, gy, threads=128, cluster_dims=(2, 1, 1)) as (bx, by):`` (see the module)."""
+    return Kernel(*grid, threads=threads, cluster_dims=cluster_dims, prelude=prelude, is_cpu=is_cpu)
+
+
+class Persistent:
+    """``for i, j in T.Persistent(domain, wave_size, index, group_size=8):`` (see the module docstring).
+    ``group_size`` orders the tiles for L2 reuse in TileLang; the visiting order is free here and
+    every tile is visited once either way."""
+
+    def __init__(self, domain, wave_size, index, group_size=8):
+        domain = (domain,) if isinstance(domain, (_builtins.int, _e.Expr)) else tuple(domain)
+        if not domain:
+            raise _b.error("T.Persistent needs a tile domain, e.g. T.Persistent([M_tiles, N_tiles], wave, block_id)")
+        for d in domain:
+            if isinstance(d, _builtins.bool) or not isinstance(d, (_builtins.int, _e.Expr)) or \
+                    isinstance(d, _builtins.int) and d <= 0:
+                raise _b.error(f"T.Persistent domain sizes must be positive ints or integer kernel values, got {d!r}")
+        if isinstance(wave_size, _builtins.bool) or not isinstance(wave_size, (_builtins.int, _e.Expr)) or \
+                isinstance(wave_size, _builtins.int) and wave_size <= 0:
+            raise _b.error(f"T.Persistent(wave_size=...) must be a positive int or an integer kernel value, "
+                           f"got {wave_size!r}", hint="the number of blocks that share the tiles (the grid size)")
+        self.domain = domain
+        self.wave_size = wave_size
+        self.index = index
+        self.group_size = group_size
+
+    def __iter__(self):
+        raise _b.error("T.Persistent can only be used as `for i, j in T.Persistent(...)` inside a @T.prim_func body")
+
+
+_FUNC_ATTRS = ("tir.noalias", "global_symbol")
+
+
+def func_attr(attrs: dict) -> None:
+    """``T.func_attr({"tir.noalias": True})`` (see the module docstring)."""
+    if not isinstance(attrs, dict):
+        raise _b.error(f"T.func_attr takes a dict of attributes, got {attrs!r}")
+    for key, value in attrs.items():
+        if key == "tir.noalias":
+            if not value:
+                raise _b.error("T.func_attr({'tir.noalias': False}) is not supported: tilewright assumes kernel "
+                               "parameters do not overlap", hint="pass tensors that do not share memory")
+        elif key == "global_symbol":
+            if not isinstance(value, str):
+                raise _b.error(f"T.func_attr: global_symbol must be a string, got {value!r}")
+        else:
+            raise _b.error(f"T.func_attr key {key!r} is not supported here; the keys taken are "
+                           f"{', '.join(map(repr, _FUNC_ATTRS))}", hint="remove it")
+
+
+def device_assert(cond, msg: str = "") -> None:
+    """``T.device_assert(cond, msg)`` (see the module docstring)."""
+    _b.current()
+    value = cond.value if isinstance(cond, _e.Const) else cond
+    if isinstance(value, _e.Expr):
+        raise _b.error(f"T.device_assert on a run-time condition ({value}) is not supported: there is no "
+                       "device-side trap here", hint="check the condition on the host before the call, or guard "
+                       "the code with an `if`")
+    if not value:
+        raise _b.error(f"T.device_assert failed: {msg or 'assertion failed'}")
+
+
+def wgmma_gemm(A, B, C, transpose_A=False, transpose_B=False, policy="square", clear_accum=False, k_pack=1,
+               wg_wait=0):
+    """``T.gemm`` by its Hopper name (see the module docstring)."""
+    return gemm(A, B, C, transpose_A=transpose_A, transpose_B=transpose_B, policy=policy, clear_accum=clear_accum,
+                k_pack=k_pack, wg_wait=wg_wait)
+
+
+wgmma_mma = wgmma_gemm
+
+
+def _cluster_refused(name: str):
+    def refused(*args, **kwargs):
+        raise _b.error(f"T.{name} needs thread-block clusters, which tilewright does not implement (blocks of a "
+                       "T.ClusterKernel launch independently)", hint="share data between blocks through global "
+                       "memory, or use one larger block")
+
+    refused.__name__ = name
+    refused.__doc__ = f"TileLang's ``T.{name}``: refused (thread-block clusters are not implemented)."
+    return refused
+
+
+cluster_sync = _cluster_refused("cluster_sync")
+cluster_arrive = _cluster_refused("cluster_arrive")
+cluster_wait = _cluster_refused("cluster_wait")
+block_rank_in_cluster = _cluster_refused("block_rank_in_cluster")
+alloc_cluster_barrier = _cluster_refused("alloc_cluster_barrier")
+clc_try_cancel = _cluster_refused("clc_try_cancel")
+clc_is_canceled = _cluster_refused("clc_is_canceled")
+clc_get_first_ctaid_x = _cluster_refused("clc_get_first_ctaid_x")
+clc_get_first_ctaid_y = _cluster_refused("clc_get_first_ctaid_y")
+clc_get_first_ctaid_z = _cluster_refused("clc_get_first_ctaid_z")

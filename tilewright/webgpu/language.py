@@ -1,0 +1,7 @@
+"""``tilewright.webgpu.language`` (TileLang's ``tilelang.webgpu.language``): the names of the language the webgpu
+dialect has, the same objects as ``tilewright.language`` (see ``tilewright/language/dialects.py``)."""
+
+from ..language.dialects import module_hooks as _module_hooks
+
+__tilelang_dialect__ = "webgpu"
+__getattr__, __dir__ = _module_hooks(__tilelang_dialect__)
