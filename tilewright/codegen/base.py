@@ -165,7 +165,8 @@ class Printer:
             self.matrix_multiply(s, d)
         elif isinstance(s, th.AtomicRMW):
             self.atomic(s, d)
-        elif isinstance(s, (th.MbarrierInit, th.TmaLoad, th.MbarrierWait)):
+        elif isinstance(s, (th.MbarrierInit, th.TmaLoad, th.MbarrierWait, th.TmaStore, th.TmaStoreCommit,
+                            th.TmaStoreWait)):
             self.tma(s, d)
         elif isinstance(s, (th.MbarrierArrive, th.MbarrierExpectTx, th.NamedBarrier, th.SetMaxNReg,
                             th.FenceProxyAsync)):

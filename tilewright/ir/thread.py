@@ -143,6 +143,45 @@ class TmaLoad(Stmt):
 
 
 @dataclass(eq=False)
+class TmaStore(Stmt):
+    """Block-level: thread ``issuer`` (a thread index of the block) has the TMA copy the shared box that
+    starts at element ``src_index`` of ``src``, laid out in ``layout`` (a ``SharedLayout`` of the box
+    shape whose swizzle matches ``tmap.swizzle``), to the box of ``tmap`` whose first element is at
+    ``coords`` (element coordinates, outermost first); elements outside the tensor are not written
+    (``cp.async.bulk.tensor...global.shared::cta.bulk_group``).  Asynchronous: the store joins the
+    issuer's open bulk group (``TmaStoreCommit`` closes it); ``src`` may be written again only after
+    a ``TmaStoreWait`` of the issuer covering that group (and a barrier that orders the writers after
+    it).  The threads that wrote ``src`` must have run ``FenceProxyAsync`` and a barrier before it."""
+
+    src: Buffer
+    src_index: Any
+    layout: Any
+    tmap: TensorMap
+    coords: tuple
+    issuer: int = 0
+    loc: Any = None
+
+
+@dataclass(eq=False)
+class TmaStoreCommit(Stmt):
+    """Thread ``issuer`` closes its open group of TMA stores (``cp.async.bulk.commit_group``)."""
+
+    issuer: int = 0
+    loc: Any = None
+
+
+@dataclass(eq=False)
+class TmaStoreWait(Stmt):
+    """Thread ``issuer`` waits until at most ``pending`` of its committed TMA-store groups still read
+    their shared source (``cp.async.bulk.wait_group.read pending``).  ``issuer`` None: the first
+    thread of the thread set that runs it (filled in by lowering)."""
+
+    pending: int = 0
+    issuer: Any = None
+    loc: Any = None
+
+
+@dataclass(eq=False)
 class MbarrierWait(Stmt):
     """Every thread waits until the phase of parity ``parity`` (0/1) of mbarrier ``bar[index]``
     has completed, i.e. the TMA loads that arrived on it have landed in shared memory."""

@@ -62,6 +62,14 @@ def thread_stmt_lines(s) -> list[str]:
                 f"swizzle={s.tmap.swizzle}B, mbarrier={s.bar.name}[{expr_str(s.bar_index)}]"
                 + ("" if s.expect_bytes is None else f", expect_bytes={s.expect_bytes}")
                 + ("" if not s.issuer_warp else f", warp={s.issuer_warp}") + ")"]
+    if isinstance(s, th.TmaStore):
+        coords = ", ".join(expr_str(c) for c in s.coords)
+        return [f"tma_store({s.tmap.param.name}[{coords}] +: {s.tmap.box}, {s.src.name}[{expr_str(s.src_index)}], "
+                f"swizzle={s.tmap.swizzle}B, thread={s.issuer})"]
+    if isinstance(s, th.TmaStoreCommit):
+        return [f"tma_store_commit(thread={s.issuer})"]
+    if isinstance(s, th.TmaStoreWait):
+        return [f"tma_store_wait_read({s.pending}, thread={s.issuer})"]
     if isinstance(s, th.MbarrierWait):
         return [f"mbarrier_wait({s.bar.name}[{expr_str(s.index)}], parity={expr_str(s.parity)})"]
     if isinstance(s, th.MbarrierArrive):

@@ -29,8 +29,8 @@ def expand_tile_ops(func: t.PrimFunc) -> t.PrimFunc:
 
 
 def _expand_copy(s: t.Copy):
-    if s.src.buffer.scope == "global" and s.dst.buffer.scope == "shared":
-        return None  # lowered as an asynchronous copy
+    if s.src.buffer.scope == "global" and s.dst.buffer.scope == "shared" or s.mode == "tma_store":
+        return None  # lowered as an asynchronous copy (or TMA stores: plan_tma_stores)
     return copy_as_parallel(s)
 
 

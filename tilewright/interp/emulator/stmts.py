@@ -68,6 +68,12 @@ class StmtCompiler:
             return self.tma_load(s)
         if isinstance(s, th.MbarrierWait):
             return self.mbarrier_wait(s)
+        if isinstance(s, th.TmaStore):
+            return self.tma_store(s)
+        if isinstance(s, th.TmaStoreCommit):
+            return self.tma_store_commit(s)
+        if isinstance(s, th.TmaStoreWait):
+            return self.tma_store_wait(s)
         if isinstance(s, th.MbarrierArrive):
             return self.mbarrier_arrive(s)
         if isinstance(s, th.MbarrierExpectTx):

@@ -1,0 +1,265 @@
+"""TMA stores (sm_90): a shared -> global tile copy becomes cp.async.bulk.tensor stores issued by one
+thread after a proxy fence and a barrier, waited for (wait_group.read) before the staging buffer is
+written again and before the block exits.  Generated-code structure, the fallbacks, the emulator
+against float64 references (outputs NaN-poisoned, aligned and ragged shapes, fp16 and bf16, direct
+and persistent kernels), the emulator's protocol checks, and NVRTC's SASS (UTMASTG, no spills)."""
+
+from __future__ import annotations
+
+import subprocess
+
+import numpy as np
+import pytest
+from toolchains import needs_nvrtc
+
+import tilewright.language as T
+from tilewright.codegen.cuda import print_cuda
+from tilewright.interp.emulator import EmulatorError, RaceError, run_thread_kernel
+from tilewright.ir import thread as th
+from tilewright.ir import tile as t
+from tilewright.ir.visitor import map_stmt, walk
+from tilewright.kernels.gemm import matmul, matmul_persistent
+from tilewright.passes.pipeline import PassContext, run_pipeline
+from tilewright.target import Target
+
+SM90A, SM80 = "cuda -arch=sm_90a", "cuda -arch=sm_80"
+
+
+def _lower(f, target=SM90A, **opts):
+    return run_pipeline(f, PassContext(Target.parse(target), opts))
+
+
+def _nodes(k, cls):
+    out = []
+    walk(k.body if isinstance(k, th.ThreadKernel) else k, lambda s: out.append(s) if isinstance(s, cls) else None)
+    return out
+
+
+def user_gemm(M, N, K, bm=64, bn=64, bk=32, dtype="float16", out_dtype=None, stages=2, threads=128):
+    """A GEMM as a TileLang user writes the shared-memory epilogue."""
+    out_dtype = out_dtype or dtype
+
+    @T.prim_func
+    def staged(A: T.Tensor((M, K), dtype), B: T.Tensor((K, N), dtype), C: T.Tensor((M, N), out_dtype)):
+        with T.Kernel(T.ceildiv(N, bn), T.ceildiv(M, bm), threads=threads) as (bx, by):
+            A_s = T.alloc_shared((bm, bk), dtype)
+            B_s = T.alloc_shared((bk, bn), dtype)
+            C_s = T.alloc_shared((bm, bn), out_dtype)
+            C_l = T.alloc_fragment((bm, bn), "float32")
+            T.clear(C_l)
+            for k in T.Pipelined(T.ceildiv(K, bk), num_stages=stages):
+                T.copy(A[by * bm, k * bk], A_s)
+                T.copy(B[k * bk, bx * bn], B_s)
+                T.gemm(A_s, B_s, C_l)
+            T.copy(C_l, C_s)
+            T.copy(C_s, C[by * bm, bx * bn])
+
+    return staged
+
+
+def _inputs(M, N, K, dtype, seed):
+    import ml_dtypes  # noqa: F401  (bfloat16 for NumPy)
+
+    rng = np.random.default_rng(seed)
+    nd = np.dtype(dtype)
+    a = rng.standard_normal((M, K)).astype(nd)
+    b = rng.standard_normal((K, N)).astype(nd)
+    return a, b, a.astype(np.float64) @ b.astype(np.float64)
+
+
+def _check(c, ref):
+    assert not np.isnan(c.astype(np.float32)).any()
+    err = np.abs(c.astype(np.float64) - ref).max() / np.abs(ref).max()
+    assert err < 1e-2, err  # one rounding of the output to 16 bits
+
+
+# ---------------------------------------------------------------- generated code
+
+
+def test_sm90a_staged_epilogue_is_a_fenced_tma_store_waited_before_exit():
+    k = _lower(user_gemm(256, 256, 128, 128, 128, 32, threads=128, stages=3))
+    stores = _nodes(k, th.TmaStore)
+    assert len(stores) == 2  # 128 fp16 columns = two 128-byte column blocks, one box each
+    assert [(tm.param.name, tm.box, tm.swizzle) for tm in k.tensor_maps][-1] == ("C", (128, 64), 128)
+    assert len(_nodes(k, th.TmaStoreCommit)) == 1 and len(_nodes(k, th.TmaStoreWait)) == 1
+    src = print_cuda(k)
+    fence = src.rindex("fence.proxy.async.shared::cta")
+    store = src.index("cp.async.bulk.tensor.2d.global.shared::cta.tile.bulk_group")
+    commit = src.index("cp.async.bulk.commit_group;")
+    wait = src.index("cp.async.bulk.wait_group.read 0;")
+    assert fence < store < commit < wait
+    between = src[fence:store]
+    assert "bar.sync" in between or "__syncthreads" in between
+    # the consumers issue it: the first consumer thread (warp-specialized: the producer is threads 0..127)
+    assert "if (threadIdx.x == 128) {" in src[store - 200:store]
+
+
+@pytest.mark.parametrize("opts", [{"tw.disable_tma": True}, {"tl.disable_tma_lower": True}, {"optimize_level": 1}])
+def test_switches_keep_the_vectorized_stores(opts):
+    k = _lower(user_gemm(256, 256, 128), **opts)
+    assert not _nodes(k, th.TmaStore) and "cp.async.bulk.tensor.2d.global" not in print_cuda(k)
+
+
+def test_not_eligible_or_not_sm90_keeps_the_vectorized_stores():
+    assert not _nodes(_lower(user_gemm(256, 256, 128), SM80), th.TmaStore)
+    # C rows of 100 halves (200 bytes): not a multiple of 16 bytes, which TMA strides must be
+    assert not _nodes(_lower(user_gemm(256, 100, 128)), th.TmaStore)
+
+
+def test_persistent_kernel_waits_for_the_store_only_before_the_next_rewrite():
+    k = _lower(matmul_persistent(256, 256, 128, 64, 64, 32, num_stages=2, threads=128, num_blocks=2,
+                                 staged_epilogue=True))
+    waits = _nodes(k, th.TmaStoreWait)
+    assert len(waits) == 2  # before the next tile's rewrite of C_shared, and once after the tile loop
+    # the wait inside the tile loop comes after that tile's mainloop (the K loop), not before it
+    tile_loops = [s for s in _nodes(k, t.For) if any(w in _nodes(s, th.TmaStoreWait) for w in waits[:1])]
+    inner = tile_loops[-1]
+    body = inner.body.stmts if isinstance(inner.body, t.SeqStmt) else [inner.body]
+    pos_wait = next(i for i, s in enumerate(body) if _nodes(s, th.TmaStoreWait) or isinstance(s, th.TmaStoreWait))
+    pos_k = next(i for i, s in enumerate(body) if isinstance(s, t.For))
+    assert pos_k < pos_wait
+
+
+# ---------------------------------------------------------------- the emulator
+
+
+@pytest.mark.parametrize("dtype", ["float16", "bfloat16"])
+@pytest.mark.parametrize("M, N, K", [(128, 128, 64), (200, 136, 96)])
+@pytest.mark.parametrize("ws", [True, False])
+def test_direct_kernel_on_the_emulator(M, N, K, dtype, ws):
+    opts = {} if ws else {"tl.disable_warp_specialized": True}
+    k = _lower(user_gemm(M, N, K, dtype=dtype), **opts)
+    assert _nodes(k, th.TmaStore) and (k.num_threads == 256) == ws
+    a, b, ref = _inputs(M, N, K, dtype, seed=M + K)
+    c = np.full((M, N), np.nan, a.dtype)
+    run_thread_kernel(k, [a, b, c])
+    _check(c, ref)
+
+
+@pytest.mark.parametrize("dtype", ["float16", "bfloat16"])
+@pytest.mark.parametrize("M, N, K, blocks", [(128, 128, 64, 2), (200, 136, 96, 3)])
+def test_persistent_kernel_on_the_emulator(M, N, K, blocks, dtype):
+    f = matmul_persistent(M, N, K, 64, 64, 32, dtype, num_stages=2, threads=128, num_blocks=blocks,
+                          staged_epilogue=True)
+    k = _lower(f)
+    assert _nodes(k, th.TmaStore)
+    a, b, ref = _inputs(M, N, K, dtype, seed=N)
+    c = np.full((M, N), np.nan, a.dtype)
+    run_thread_kernel(k, [a, b, np.zeros(1, np.float32), c])
+    _check(c, ref)
+
+
+def test_library_matmul_staged_epilogue_fp32_output_on_the_emulator():
+    M, N, K = 136, 200, 64
+    k = _lower(matmul(M, N, K, 64, 64, 32, out_dtype="float32", num_stages=2, staged_epilogue=True))
+    assert _nodes(k, th.TmaStore)
+    a, b, ref = _inputs(M, N, K, "float16", seed=3)
+    c = np.full((M, N), np.nan, np.float32)
+    run_thread_kernel(k, [a, b, c])
+    assert np.abs(c - ref).max() / np.abs(ref).max() < 1e-5
+
+
+def test_interpreter_is_unaffected():
+    import tilewright
+
+    M, N, K = 96, 80, 64
+    kern = tilewright.compile(user_gemm(M, N, K, 64, 64, 32), target="interpret")
+    a, b, ref = _inputs(M, N, K, "float16", seed=5)
+    c = np.full((M, N), np.nan, np.float16)
+    kern(a, b, c)
+    _check(c, ref)
+
+
+def _persistent(**opts):
+    return _lower(matmul_persistent(128, 128, 64, 64, 64, 32, num_stages=2, threads=128, num_blocks=1,
+                                    staged_epilogue=True), **opts)
+
+
+def _run_persistent(k):
+    a, b, ref = _inputs(128, 128, 64, "float16", seed=9)
+    c = np.full((128, 128), np.nan, np.float16)
+    run_thread_kernel(k, [a, b, np.zeros(1, np.float32), c])
+    return c, ref
+
+
+def _drop(k, pred):
+    def f(s):
+        if isinstance(s, t.SeqStmt):
+            return t.SeqStmt([x for x in s.stmts if not pred(x)])
+        return None
+
+    k.body = map_stmt(k.body, f)
+    return k
+
+
+def test_rewriting_the_staging_buffer_before_the_wait_is_a_race():
+    k = _persistent()
+    first_wait = _nodes(k, th.TmaStoreWait)[0]
+    _drop(k, lambda s: s is first_wait)
+    with pytest.raises(RaceError, match="while a TMA store still reads it"):
+        _run_persistent(k)
+
+
+def test_a_store_without_the_proxy_fence_is_a_race():
+    k = _drop(_persistent(), lambda s: isinstance(s, th.FenceProxyAsync))
+    with pytest.raises(RaceError, match="fence.proxy.async"):
+        _run_persistent(k)
+
+
+def test_exiting_before_the_final_wait_is_an_error():
+    k = _persistent()
+    last_wait = _nodes(k, th.TmaStoreWait)[-1]
+    _drop(k, lambda s: s is last_wait)
+    with pytest.raises(EmulatorError, match="may still read its shared source"):
+        _run_persistent(k)
+
+
+def test_lockstep_mode_checks_the_same_protocol():
+    k = _lower(user_gemm(128, 128, 64), **{"tl.disable_warp_specialized": True})
+    _drop(k, lambda s: isinstance(s, th.TmaStoreWait))
+    a, b, _ = _inputs(128, 128, 64, "float16", seed=1)
+    with pytest.raises(EmulatorError, match="may still read its shared source"):
+        run_thread_kernel(k, [a, b, np.full((128, 128), np.nan, np.float16)])
+
+
+# ---------------------------------------------------------------- the device compiler
+
+
+def _nvdisasm():
+    import glob
+    import os
+    import shutil
+    import sys
+
+    cands = [os.environ.get("TW_NVDISASM"), shutil.which("nvdisasm")]
+    for site in sys.path:
+        cands += glob.glob(os.path.join(site, "nvidia", "*", "bin", "nvdisasm"))
+    return next((c for c in cands if c and os.access(c, os.X_OK)), None)
+
+
+@needs_nvrtc
+@pytest.mark.parametrize("dtype", ["float16", "bfloat16"])
+@pytest.mark.parametrize("persistent", [False, True])
+def test_sass_has_utmastg_and_no_spills(dtype, persistent, tmp_path):
+    from tilewright.toolchain import nvrtc
+
+    if persistent:
+        f = matmul_persistent(4096, 4096, 4096, 128, 256, 64, dtype, num_stages=3, threads=256,
+                              staged_epilogue=True)
+        plain = matmul_persistent(4096, 4096, 4096, 128, 256, 64, dtype, num_stages=3, threads=256)
+    else:
+        f = matmul(4096, 4096, 4096, 128, 256, 64, dtype, num_stages=3, threads=256, staged_epilogue=True)
+        plain = matmul(4096, 4096, 4096, 128, 256, 64, dtype, num_stages=3, threads=256)
+    k, kp = _lower(f), _lower(plain)
+    binary = nvrtc.compile_cuda(print_cuda(k), "sm_90a", [k.name])
+    base = nvrtc.compile_cuda(print_cuda(kp), "sm_90a", [kp.name])
+    res, res0 = binary.resources[k.name], base.resources[kp.name]
+    assert res["spills"] == 0 and res["local_bytes"] == 0, res
+    assert res["registers"] <= res0["registers"], (res, res0)
+    tool = _nvdisasm()
+    if tool is None:
+        pytest.skip("compiled without spills; no nvdisasm here to look into the SASS")
+    path = tmp_path / "k.cubin"
+    path.write_bytes(binary.cubin)
+    sass = subprocess.run([tool, "-c", str(path)], capture_output=True, text=True, check=True).stdout
+    assert "UTMASTG" in sass and "LDL" not in sass and "STL" not in sass
