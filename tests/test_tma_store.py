@@ -361,3 +361,39 @@ def test_bench_gemm_quick_runs_the_staged_user_configs(capsys):
     out = capsys.readouterr().out
     assert "WRONG" not in out and "failed" not in out
     assert "64x128x64 s4 t128 staged" in out and "128x256x64 s3 t256 staged" in out
+
+
+# ---------------------------------------------------------------- the register -> shared epilogue (stmatrix)
+
+
+def test_accumulator_to_shared_copy_is_stmatrix_x4_on_sm90():
+    k = _lower(user_gemm(256, 256, 128, 128, 128, 32, threads=128, stages=3))
+    stm = _nodes(k, th.StoreMatrix)
+    # one consumer warpgroup, a 128x128 fp32 accumulator: 128 registers per thread = 16 x4 stores
+    assert len(stm) == 16 and all(s.num == 4 for s in stm)
+    src = print_cuda(k)
+    assert src.count("stmatrix.sync.aligned.m8n8.x4.shared.b16") == 16
+    # no element-wise (4-byte) stores into the staging tile are left
+    assert "reinterpret_cast<unsigned int*>(&C_s[" not in src
+    for opts, target in (({"tw.disable_stmatrix": True}, SM90A), ({"optimize_level": 1}, SM90A), ({}, SM80)):
+        assert not _nodes(_lower(user_gemm(256, 256, 128, 128, 128, 32, threads=128), target, **opts), th.StoreMatrix)
+
+
+@pytest.mark.parametrize("target, opts, bm, bn, threads", [
+    (SM90A, {}, 128, 256, 256),  # two consumer warpgroups on wgmma m64n256
+    ("cuda -arch=sm_90", {}, 64, 64, 128),  # mma.sync accumulators (2x2 warps), TMA without wgmma
+    (SM90A, {"tl.disable_warp_specialized": True}, 64, 128, 128),  # the block-wide (lockstep) pipeline
+])
+def test_stmatrix_epilogue_on_the_emulator_without_bank_conflicts(target, opts, bm, bn, threads):
+    from tilewright.interp.emulator import count_bank_conflicts
+
+    M, N, K = bm + 8, bn + 24, 64
+    k = _lower(user_gemm(M, N, K, bm, bn, 32, "bfloat16", threads=threads), target, **opts)
+    assert _nodes(k, th.StoreMatrix) and _nodes(k, th.TmaStore)
+    a, b, ref = _inputs(M, N, K, "bfloat16", seed=bm + bn)
+    c = np.full((M, N), np.nan, a.dtype)
+    run_thread_kernel(k, [a, b, c])
+    _check(c, ref)
+    report = count_bank_conflicts(k, [a, b, np.full((M, N), np.nan, a.dtype)])
+    extra, accesses = report.per_buffer()["C_s"]
+    assert accesses and extra == 0, str(report)  # 16-byte rows in the 128-byte TMA swizzle: conflict-free

@@ -159,6 +159,8 @@ class Printer:
             self.async_commit(d)
         elif isinstance(s, th.AsyncWait):
             self.async_wait(s, d)
+        elif isinstance(s, th.StoreMatrix):
+            self.store_matrix(s, d)
         elif isinstance(s, th.LoadMatrix):
             self.load_matrix(s, d)
         elif isinstance(s, th.MatrixMultiply):

@@ -251,6 +251,15 @@ class CudaPrinter(Printer):
         self.emit(d, f'asm volatile("ldmatrix.sync.aligned.m8n8.x{n}{trans}.shared.b16 {{{regs}}}, [%{n}];\\n" '
                      f': {outs} : "r"({addr}));')
 
+    def store_matrix(self, s: th.StoreMatrix, d: int) -> None:
+        n = s.num
+        base = f"reinterpret_cast<const unsigned*>(&{self.name(s.src, s.src.name)}[{s.src_index}])"
+        ins = ", ".join(f'"r"({base}[{i}])' for i in range(n))
+        regs = ", ".join(f"%{1 + i}" for i in range(n))
+        addr = f"tw_smem_addr(&{self.ref(s.dst, s.dst_index)})"
+        self.emit(d, f'asm volatile("stmatrix.sync.aligned.m8n8.x{n}.shared.b16 [%0], {{{regs}}};\\n" :: '
+                     f'"r"({addr}), {ins} : "memory");')
+
     def matrix_multiply(self, s: th.MatrixMultiply, d: int) -> None:
         mi = s.instr
         (db, do), (ab, ao), (bb, bo), (cb, co) = s.d, s.a, s.b, s.c

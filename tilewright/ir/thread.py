@@ -269,6 +269,21 @@ class LoadMatrix(Stmt):
 
 
 @dataclass(eq=False)
+class StoreMatrix(Stmt):
+    """stmatrix (sm_90): the warp stores ``num`` (1, 2, 4) 8x8 matrices of 16-bit elements to shared
+    memory, the mirror of ``LoadMatrix``.  Lane ``l`` supplies ``dst_index`` = the element offset of
+    row ``l % 8`` of matrix ``l // 8`` (8 contiguous, 16-byte aligned elements), and holds, for each
+    matrix q, 2 elements in ``src[src_index + 2q : +2]``: row ``l // 4``, columns ``2 (l % 4) + {0, 1}``."""
+
+    dst: Buffer
+    dst_index: Any
+    src: Buffer
+    src_index: int
+    num: int
+    loc: Any = None
+
+
+@dataclass(eq=False)
 class MatrixMultiply(Stmt):
     """One matrix instruction over the lanes of a warp/wave: D = A @ B + C.
 

@@ -30,6 +30,9 @@ def thread_stmt_lines(s) -> list[str]:
     if isinstance(s, th.LoadMatrix):
         return [f"{s.dst.name}[{s.dst_index} +: {2 * s.num}] = ldmatrix.x{s.num}{'.trans' if s.trans else ''}"
                 f"({s.src.name}[{expr_str(s.src_index)}])"]
+    if isinstance(s, th.StoreMatrix):
+        return [f"{s.dst.name}[{expr_str(s.dst_index)}] = stmatrix.x{s.num}"
+                f"({s.src.name}[{s.src_index} +: {2 * s.num}])"]
     if isinstance(s, th.MatrixMultiply):
         def op(o):
             return f"{o[0].name}[{o[1]}]"

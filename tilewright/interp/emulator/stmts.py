@@ -58,6 +58,8 @@ class StmtCompiler:
             return self.async_wait(s)
         if isinstance(s, th.LoadMatrix):
             return self.load_matrix(s)
+        if isinstance(s, th.StoreMatrix):
+            return self.store_matrix(s)
         if isinstance(s, th.MatrixMultiply):
             return self.matrix_multiply(s)
         if isinstance(s, th.AtomicRMW):
