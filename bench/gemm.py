@@ -3,6 +3,8 @@
 - cuBLAS (``torch.matmul``),
 - Triton (``bench/triton_gemm.py``, five-configuration autotune; left out without triton),
 - the user-written TileLang-style kernel (``tilewright.kernels.matmul``) at its best configuration,
+  among them ones whose C leaves through shared memory as a TileLang user writes it
+  (``T.copy(C_local, C_shared); T.copy(C_shared, C[...])``: a TMA store on sm_90, label "staged"),
 - ``tilewright.ops.matmul`` as a user calls it (tuned entry or shape heuristic), and the best of its
   candidate configurations (direct / split-K / persistent: ``ops/gemm_configs.candidates``), which
   is then kept in the tuning cache so later ``ops.matmul`` calls of that shape use it.
@@ -48,14 +50,21 @@ WGMMA = {"tw.enable_wgmma": True}
 
 
 def user_configs(m: int) -> list:
-    """(block_M, block_N, block_K, stages, threads, pass configs) tried for the user-written kernel."""
+    """(block_M, block_N, block_K, stages, threads, pass configs, staged epilogue) tried for the
+    user-written kernel.  A staged 128x256 tile holds its 64 KiB C tile: three stages, not four."""
     if m <= 16:
-        return [(16, 128, 128, 4, 128, {}), (16, 64, 256, 4, 128, {}), (16, 256, 64, 4, 128, {})]
+        return [(16, 128, 128, 4, 128, {}, False), (16, 64, 256, 4, 128, {}, False), (16, 256, 64, 4, 128, {}, False)]
     if m <= 128:
-        return [(64, 128, 64, 4, 128, WGMMA), (128, 128, 64, 4, 128, WGMMA), (128, 256, 64, 4, 256, WGMMA_WS),
-                (128, 128, 32, 4, 128, {})]
-    return [(128, 256, 64, 4, 256, WGMMA_WS), (128, 256, 64, 3, 256, WGMMA_WS), (128, 128, 64, 4, 128, WGMMA_WS),
-            (128, 128, 32, 4, 128, {})]
+        return [(64, 128, 64, 4, 128, WGMMA, False), (128, 128, 64, 4, 128, WGMMA, False),
+                (128, 256, 64, 4, 256, WGMMA_WS, False), (128, 128, 32, 4, 128, {}, False),
+                (64, 128, 64, 4, 128, WGMMA, True), (128, 256, 64, 3, 256, WGMMA_WS, True)]
+    return [(128, 256, 64, 4, 256, WGMMA_WS, False), (128, 256, 64, 3, 256, WGMMA_WS, False),
+            (128, 128, 64, 4, 128, WGMMA_WS, False), (128, 128, 32, 4, 128, {}, False),
+            (128, 256, 64, 3, 256, WGMMA_WS, True), (128, 128, 64, 4, 128, WGMMA_WS, True)]
+
+
+def user_kernel(m, n, k, dtype, bm, bn, bk, st, thr, staged):
+    return user_matmul(m, n, k, bm, bn, bk, dtype=dtype, num_stages=st, threads=thr, staged_epilogue=staged)
 
 
 def tflops(m, n, k, ms):
@@ -153,14 +162,15 @@ def ops_jobs(m, n, k, dtype, cfg, arch, num_sms, target):
     """The kernels ``ops.matmul`` compiles for ``cfg`` (as ``dispatch._launch_matmul`` builds them)."""
     tiles = (cfg.block_M, cfg.block_N, cfg.block_K, cfg.stages, cfg.threads)
     pc = cfg.pass_configs(arch)
+    staged = cfg.tma_store and dtype in ("float16", "bfloat16")  # as dispatch._plan decides (output = input dtype)
     if cfg.kind == "splitk":
         slices = 1 if cfg.atomic else cfg.splits
         return [(lambda: ops_kernels.linear_splitk(n, k, dtype, False, False, *tiles, cfg.splits, cfg.atomic), pc,
                  target), (lambda: ops_kernels.splitk_epilogue(n, slices, dtype, None, "none"), {}, target)]
     if cfg.kind == "persistent":
         return [(lambda: ops_kernels.linear_persistent(n, k, dtype, dtype, False, False, False, "none", *tiles,
-                                                       num_sms, cfg.group_M), pc, target)]
-    return [(lambda: ops_kernels.linear(n, k, dtype, dtype, False, False, False, "none", *tiles), pc, target)]
+                                                       num_sms, cfg.group_M, staged), pc, target)]
+    return [(lambda: ops_kernels.linear(n, k, dtype, dtype, False, False, False, "none", *tiles, staged), pc, target)]
 
 
 # ---------------------------------------------------------------- one shape
@@ -203,11 +213,12 @@ def run_shape(m, n, k, dtype, device, timer, arch, num_sms, smem, target, tol):
         triton_gemm.matmul(a, b, c_tr)  # autotunes here, outside the timing
         attempt("Triton", lambda: triton_gemm.matmul(a, b, c_tr), c_tr, triton_gemm.best_config())
     c_user = torch.empty(m, n, device=device, dtype=td)
-    for bm, bn, bk, st, thr, pc in user_configs(m):
+    for bm, bn, bk, st, thr, pc, staged in user_configs(m):
         pc = pc if arch == "sm_90" else {}
         label = f"{bm}x{bn}x{bk} s{st} t{thr}" + (" " + "+".join(k.split(".")[1] for k in pc) if pc else "")
+        label += " staged" if staged else ""
         try:
-            kern = tilewright.compile(user_matmul(m, n, k, bm, bn, bk, dtype=dtype, num_stages=st, threads=thr),
+            kern = tilewright.compile(user_kernel(m, n, k, dtype, bm, bn, bk, st, thr, staged),
                                       target=target, pass_configs=pc or None)
         except tilewright.TilewrightError as e:
             print(f"  user kernel {label} refused: {str(e).splitlines()[0]}", flush=True)
@@ -266,9 +277,9 @@ def main(argv=None):
         jobs = []
         for dtype in dtypes:
             for (m, n, k) in shapes:
-                for bm, bn, bk, st, thr, pc in user_configs(m):
-                    jobs.append((lambda m=m, n=n, k=k, bm=bm, bn=bn, bk=bk, st=st, thr=thr, dtype=dtype:
-                                 user_matmul(m, n, k, bm, bn, bk, dtype=dtype, num_stages=st, threads=thr),
+                for bm, bn, bk, st, thr, pc, staged in user_configs(m):
+                    jobs.append((lambda m=m, n=n, k=k, bm=bm, bn=bn, bk=bk, st=st, thr=thr, dtype=dtype, sg=staged:
+                                 user_kernel(m, n, k, dtype, bm, bn, bk, st, thr, sg),
                                  pc if arch == "sm_90" else {}, target))
                 for cfg in gemm_configs.candidates(m, n, k, dtype, arch, num_sms, smem):
                     jobs += ops_jobs(m, n, k, dtype, cfg, arch, num_sms, target)

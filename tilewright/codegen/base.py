@@ -168,13 +168,16 @@ class Printer:
             self.async_commit(d)
         elif isinstance(s, th.AsyncWait):
             self.async_wait(s, d)
+        elif isinstance(s, th.StoreMatrix):
+            self.store_matrix(s, d)
         elif isinstance(s, th.LoadMatrix):
             self.load_matrix(s, d)
         elif isinstance(s, th.MatrixMultiply):
             self.matrix_multiply(s, d)
         elif isinstance(s, th.AtomicRMW):
             self.atomic(s, d)
-        elif isinstance(s, (th.MbarrierInit, th.TmaLoad, th.MbarrierWait)):
+        elif isinstance(s, (th.MbarrierInit, th.TmaLoad, th.MbarrierWait, th.TmaStore, th.TmaStoreCommit,
+                            th.TmaStoreWait)):
             self.tma(s, d)
         elif isinstance(s, (th.MbarrierArrive, th.MbarrierExpectTx, th.NamedBarrier, th.SetMaxNReg,
                             th.FenceProxyAsync)):

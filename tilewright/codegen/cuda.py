@@ -180,6 +180,8 @@ class CudaPrinter(Printer):
         elif isinstance(s, th.MbarrierWait):
             bar = f"tw_smem_addr(&{self.ref(s.bar, s.index)})"
             self.emit(d, f"tw_mbar_wait({bar}, {self.expr(s.parity)});")
+        elif isinstance(s, (th.TmaStore, th.TmaStoreCommit, th.TmaStoreWait)):
+            self.tma_stores([s], d)
         else:
             self.tma_loads([s], d)
 
@@ -198,6 +200,25 @@ class CudaPrinter(Printer):
                     run = []
                 if x is not None:
                     self.stmt(x, d)
+            return
+        if isinstance(s, t.SeqStmt) and any(isinstance(x, _TMA_STORE_NODES) for x in s.stmts):
+            # one thread's TMA stores, commit and wait: one branch on the thread index for the run
+            run = []
+            for x in s.stmts + [None]:
+                if isinstance(x, _TMA_STORE_NODES) and (not run or x.issuer == run[0].issuer):
+                    run.append(x)
+                    continue
+                if run and isinstance(x, th.Comment):
+                    continue
+                if run:
+                    self.tma_stores(run, d)
+                    run = [x] if isinstance(x, _TMA_STORE_NODES) else []
+                    if run:
+                        continue
+                if x is not None:
+                    self.stmt(x, d)
+            if run:
+                self.tma_stores(run, d)
             return
         if isinstance(s, th.NamedBarrier) and not s.arrive_only:
             # bar.sync over the partition's threads (0 would be the block's __syncthreads barrier)
@@ -239,6 +260,27 @@ class CudaPrinter(Printer):
         self.emit(d, f'asm volatile("{op} [%0], [%1, {{{coords}}}], [%2];\\n" :: "r"({dst}), '
                      f'"l"(reinterpret_cast<unsigned long long>(&tw_tmap{index})), "r"({bar}), {ops} : "memory");')
 
+    def tma_stores(self, run: list, d: int) -> None:
+        """TMA stores / commit / wait of one issuing thread (bulk groups are per thread: the thread
+        that commits a group is the one whose wait covers it)."""
+        self.emit(d, f"if (threadIdx.x == {int(run[0].issuer)}) {{")
+        for s in run:
+            if isinstance(s, th.TmaStore):
+                index = self.k.tensor_maps.index(s.tmap)
+                rank = len(s.coords)
+                src = f"tw_smem_addr(&{self.ref(s.src, s.src_index)})"
+                coords = ", ".join(f"%{2 + i}" for i in range(rank))  # innermost first
+                ops = ", ".join(f'"r"((int)({self.expr(c)}))' for c in reversed(s.coords))
+                op = f"cp.async.bulk.tensor.{rank}d.global.shared::cta.tile.bulk_group"
+                self.emit(d + 1, f'asm volatile("{op} [%0, {{{coords}}}], [%1];\\n" :: '
+                                 f'"l"(reinterpret_cast<unsigned long long>(&tw_tmap{index})), "r"({src}), {ops} : '
+                                 '"memory");')
+            elif isinstance(s, th.TmaStoreCommit):
+                self.emit(d + 1, 'asm volatile("cp.async.bulk.commit_group;\\n" ::: "memory");')
+            else:
+                self.emit(d + 1, f'asm volatile("cp.async.bulk.wait_group.read {int(s.pending)};\\n" ::: "memory");')
+        self.emit(d, "}")
+
     def async_copy(self, s: th.AsyncCopy, d: int) -> None:
         dst = f"tw_smem_addr(&{self.ref(s.dst, s.dst_index)})"
         src = f"&{self.ref(s.src, s.src_index)}"
@@ -262,6 +304,15 @@ class CudaPrinter(Printer):
         addr = f"tw_smem_addr(&{self.ref(s.src, s.src_index)})"
         self.emit(d, f'asm volatile("ldmatrix.sync.aligned.m8n8.x{n}{trans}.shared.b16 {{{regs}}}, [%{n}];\\n" '
                      f': {outs} : "r"({addr}));')
+
+    def store_matrix(self, s: th.StoreMatrix, d: int) -> None:
+        n = s.num
+        base = f"reinterpret_cast<const unsigned*>(&{self.name(s.src, s.src.name)}[{s.src_index}])"
+        ins = ", ".join(f'"r"({base}[{i}])' for i in range(n))
+        regs = ", ".join(f"%{1 + i}" for i in range(n))
+        addr = f"tw_smem_addr(&{self.ref(s.dst, s.dst_index)})"
+        self.emit(d, f'asm volatile("stmatrix.sync.aligned.m8n8.x{n}.shared.b16 [%0], {{{regs}}};\\n" :: '
+                     f'"r"({addr}), {ins} : "memory");')
 
     def matrix_multiply(self, s: th.MatrixMultiply, d: int) -> None:
         mi = s.instr
@@ -477,6 +528,9 @@ class CudaPrinter(Printer):
 
         raise CompileError(f"a shuffle of a {d} value is not available in the CUDA backend",
                            hint="shuffle it as float16 or float32")
+
+
+_TMA_STORE_NODES = (th.TmaStore, th.TmaStoreCommit, th.TmaStoreWait)
 
 
 def _uses_warp_sync(kernel) -> bool:

@@ -147,6 +147,45 @@ class TmaLoad(Stmt):
 
 
 @dataclass(eq=False)
+class TmaStore(Stmt):
+    """Block-level: thread ``issuer`` (a thread index of the block) has the TMA copy the shared box that
+    starts at element ``src_index`` of ``src``, laid out in ``layout`` (a ``SharedLayout`` of the box
+    shape whose swizzle matches ``tmap.swizzle``), to the box of ``tmap`` whose first element is at
+    ``coords`` (element coordinates, outermost first); elements outside the tensor are not written
+    (``cp.async.bulk.tensor...global.shared::cta.bulk_group``).  Asynchronous: the store joins the
+    issuer's open bulk group (``TmaStoreCommit`` closes it); ``src`` may be written again only after
+    a ``TmaStoreWait`` of the issuer covering that group (and a barrier that orders the writers after
+    it).  The threads that wrote ``src`` must have run ``FenceProxyAsync`` and a barrier before it."""
+
+    src: Buffer
+    src_index: Any
+    layout: Any
+    tmap: TensorMap
+    coords: tuple
+    issuer: int = 0
+    loc: Any = None
+
+
+@dataclass(eq=False)
+class TmaStoreCommit(Stmt):
+    """Thread ``issuer`` closes its open group of TMA stores (``cp.async.bulk.commit_group``)."""
+
+    issuer: int = 0
+    loc: Any = None
+
+
+@dataclass(eq=False)
+class TmaStoreWait(Stmt):
+    """Thread ``issuer`` waits until at most ``pending`` of its committed TMA-store groups still read
+    their shared source (``cp.async.bulk.wait_group.read pending``).  ``issuer`` None: the first
+    thread of the thread set that runs it (filled in by lowering)."""
+
+    pending: int = 0
+    issuer: Any = None
+    loc: Any = None
+
+
+@dataclass(eq=False)
 class MbarrierWait(Stmt):
     """Every thread waits until the phase of parity ``parity`` (0/1) of mbarrier ``bar[index]``
     has completed, i.e. the TMA loads that arrived on it have landed in shared memory."""
@@ -230,6 +269,21 @@ class LoadMatrix(Stmt):
     src_index: Any
     num: int
     trans: bool = False
+    loc: Any = None
+
+
+@dataclass(eq=False)
+class StoreMatrix(Stmt):
+    """stmatrix (sm_90): the warp stores ``num`` (1, 2, 4) 8x8 matrices of 16-bit elements to shared
+    memory, the mirror of ``LoadMatrix``.  Lane ``l`` supplies ``dst_index`` = the element offset of
+    row ``l % 8`` of matrix ``l // 8`` (8 contiguous, 16-byte aligned elements), and holds, for each
+    matrix q, 2 elements in ``src[src_index + 2q : +2]``: row ``l // 4``, columns ``2 (l % 4) + {0, 1}``."""
+
+    dst: Buffer
+    dst_index: Any
+    src: Buffer
+    src_index: int
+    num: int
     loc: Any = None
 
 

@@ -30,6 +30,9 @@ def thread_stmt_lines(s) -> list[str]:
     if isinstance(s, th.LoadMatrix):
         return [f"{s.dst.name}[{s.dst_index} +: {2 * s.num}] = ldmatrix.x{s.num}{'.trans' if s.trans else ''}"
                 f"({s.src.name}[{expr_str(s.src_index)}])"]
+    if isinstance(s, th.StoreMatrix):
+        return [f"{s.dst.name}[{expr_str(s.dst_index)}] = stmatrix.x{s.num}"
+                f"({s.src.name}[{s.src_index} +: {2 * s.num}])"]
     if isinstance(s, th.MatrixMultiply):
         def op(o):
             return f"{o[0].name}[{o[1]}]"
@@ -63,6 +66,14 @@ def thread_stmt_lines(s) -> list[str]:
                 + ("" if s.expect_bytes is None else f", expect_bytes={s.expect_bytes}")
                 + ("" if not s.issuer_warp else f", warp={s.issuer_warp}")
                 + ("" if s.arrives else ", no arrival") + ")"]
+    if isinstance(s, th.TmaStore):
+        coords = ", ".join(expr_str(c) for c in s.coords)
+        return [f"tma_store({s.tmap.param.name}[{coords}] +: {s.tmap.box}, {s.src.name}[{expr_str(s.src_index)}], "
+                f"swizzle={s.tmap.swizzle}B, thread={s.issuer})"]
+    if isinstance(s, th.TmaStoreCommit):
+        return [f"tma_store_commit(thread={s.issuer})"]
+    if isinstance(s, th.TmaStoreWait):
+        return [f"tma_store_wait_read({s.pending}, thread={s.issuer})"]
     if isinstance(s, th.MbarrierWait):
         return [f"mbarrier_wait({s.bar.name}[{expr_str(s.index)}], parity={expr_str(s.parity)})"]
     if isinstance(s, th.MbarrierArrive):

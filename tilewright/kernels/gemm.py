@@ -1,4 +1,9 @@
-"""Tiled GEMM: C = op(A) @ op(B) (+ optional ReLU), fp32 accumulation, pipelined copies."""
+"""Tiled GEMM: C = op(A) @ op(B) (+ optional ReLU), fp32 accumulation, pipelined copies.
+
+``staged_epilogue=True`` writes C through a shared tile (``T.copy(C_local, C_shared)`` then
+``T.copy(C_shared, C[...])``): on sm_90 that copy is a TMA store (``passes/plan_tma_stores``) that runs
+asynchronously while the block goes on (the next tile's mainloop in the persistent kernel); elsewhere it
+is a plain copy through shared memory.  It costs a ``block_M x block_N`` shared tile in ``out_dtype``."""
 
 from __future__ import annotations
 
@@ -6,9 +11,10 @@ from .. import language as T
 
 
 def matmul(M, N, K, block_M=128, block_N=128, block_K=32, dtype="float16", out_dtype=None, accum_dtype="float32",
-           trans_A=False, trans_B=False, num_stages=3, threads=128, relu=False, swizzle_panel=8):
+           trans_A=False, trans_B=False, num_stages=3, threads=128, relu=False, swizzle_panel=8,
+           staged_epilogue=False):
     """``C[M, N] = op(A) @ op(B)``; A is (K, M) when ``trans_A``, B is (N, K) when ``trans_B``.
-    M may be a ``T.dynamic`` size."""
+    M may be a ``T.dynamic`` size.  ``staged_epilogue``: C leaves through shared memory (see above)."""
     out_dtype = out_dtype or dtype
     a_shape = (K, M) if trans_A else (M, K)
     b_shape = (N, K) if trans_B else (K, N)
@@ -21,6 +27,8 @@ def matmul(M, N, K, block_M=128, block_N=128, block_K=32, dtype="float16", out_d
             A_shared = T.alloc_shared(a_tile, dtype)
             B_shared = T.alloc_shared(b_tile, dtype)
             C_local = T.alloc_fragment((block_M, block_N), accum_dtype)
+            if staged_epilogue:
+                C_shared = T.alloc_shared((block_M, block_N), out_dtype)
             if swizzle_panel:
                 T.use_swizzle(panel_size=swizzle_panel)
             T.clear(C_local)
@@ -37,7 +45,11 @@ def matmul(M, N, K, block_M=128, block_N=128, block_K=32, dtype="float16", out_d
             if relu:
                 for i, j in T.Parallel(block_M, block_N):
                     C_local[i, j] = T.max(C_local[i, j], 0)
-            T.copy(C_local, C[by * block_M, bx * block_N])
+            if staged_epilogue:
+                T.copy(C_local, C_shared)
+                T.copy(C_shared, C[by * block_M, bx * block_N])
+            else:
+                T.copy(C_local, C[by * block_M, bx * block_N])
 
     return gemm
 
@@ -150,7 +162,7 @@ def splitk_reduce(M, N, splits, out_dtype="float16", bias_dtype=None, activation
 # ---------------------------------------------------------------- persistent
 def matmul_persistent(M, N, K, block_M=128, block_N=256, block_K=64, dtype="float16", out_dtype=None,
                       trans_A=False, trans_B=False, num_stages=4, threads=256, num_blocks=132, group_M=8,
-                      bias_dtype=None, activation="none"):
+                      bias_dtype=None, activation="none", staged_epilogue=False):
     """A persistent GEMM: ``num_blocks`` blocks (the SM count) loop over the output tiles, block
     ``b`` taking tiles ``b, b + num_blocks, ...``, so that the grid is one wave and the prologue of
     a tile overlaps the tail of the one before on the same SM.  Tiles are visited in groups of
@@ -159,7 +171,9 @@ def matmul_persistent(M, N, K, block_M=128, block_N=256, block_K=64, dtype="floa
 
     Correct on every target (TMA, cp.async or register-staged pipeline; the barrier before the
     next tile's prologue copies comes from ``insert_barriers``); ``tilewright.ops.matmul`` uses it on
-    sm_90 only, where it was measured."""
+    sm_90 only, where it was measured.  ``staged_epilogue``: C leaves through a shared tile, on sm_90
+    as a TMA store of tile i that overlaps the mainloop of tile i + 1 (the store is waited for only
+    before the shared tile is written again)."""
     out_dtype = out_dtype or dtype
     a_shape, b_shape, a_tile, b_tile = _tiles(trans_A, trans_B, M, N, K, block_M, block_N, block_K)
     n_tiles = -(-N // block_N)
@@ -175,6 +189,8 @@ def matmul_persistent(M, N, K, block_M=128, block_N=256, block_K=64, dtype="floa
             A_shared = T.alloc_shared(a_tile, dtype)
             B_shared = T.alloc_shared(b_tile, dtype)
             C_local = T.alloc_fragment((block_M, block_N), "float32")
+            if staged_epilogue:
+                C_shared = T.alloc_shared((block_M, block_N), out_dtype)
             # this block's tiles: bid, bid + num_blocks, ... below m_tiles * n_tiles (a uniform trip
             # count per block, so the pipeline inside needs no per-tile guard)
             for r in T.serial(T.ceildiv(m_tiles * n_tiles - bid, num_blocks)):
@@ -200,6 +216,10 @@ def matmul_persistent(M, N, K, block_M=128, block_N=256, block_K=64, dtype="floa
                         if bias_dtype:
                             v = v + T.cast(Bias[T.min(tn * block_N + j, N - 1)], "float32")
                         C_local[i, j] = activate(v, activation)
-                T.copy(C_local, C[tm * block_M, tn * block_N])
+                if staged_epilogue:
+                    T.copy(C_local, C_shared)
+                    T.copy(C_shared, C[tm * block_M, tn * block_N])
+                else:
+                    T.copy(C_local, C[tm * block_M, tn * block_N])
 
     return gemm_persistent

@@ -293,6 +293,7 @@ def _plan(cfg, N, K, dtype, out_name, ta, tb, has_bias, activation, target, arch
         return hit
     pc = cfg.pass_configs(arch)
     tiles = (cfg.block_M, cfg.block_N, cfg.block_K, cfg.stages, cfg.threads)
+    staged = cfg.tma_store and out_name in ("float16", "bfloat16")  # (gemm_configs.fit_shared counts 16-bit C)
     if cfg.kind == "splitk":
         slices = 1 if cfg.atomic else cfg.splits
         part = _kernel(("gemm_splitk", N, K, dtype, ta, tb, tiles, cfg.splits, cfg.atomic),
@@ -302,9 +303,10 @@ def _plan(cfg, N, K, dtype, out_name, ta, tb, has_bias, activation, target, arch
                       lambda: kernels.splitk_epilogue(N, slices, out_name, bias_dt, activation), target)
         hit = ("splitk", part, red)
     elif cfg.kind == "persistent":
-        key = ("gemm_persistent", N, K, dtype, out_name, ta, tb, has_bias, activation, tiles, num_sms, cfg.group_M)
+        key = ("gemm_persistent", N, K, dtype, out_name, ta, tb, has_bias, activation, tiles, num_sms, cfg.group_M,
+               staged)
         kern = _kernel(key, lambda: kernels.linear_persistent(N, K, dtype, out_name, ta, tb, has_bias, activation,
-                                                              *tiles, num_sms, cfg.group_M), target, pc)
+                                                              *tiles, num_sms, cfg.group_M, staged), target, pc)
         src = "" if target == "interpret" else kern.get_kernel_source()
         if target == "interpret" or ("cp.async.bulk.tensor" in src and "cp.async.c" not in src):
             hit = ("persistent", kern)
@@ -312,9 +314,9 @@ def _plan(cfg, N, K, dtype, out_name, ta, tb, has_bias, activation, target, arch
         # with a symbolic row count) leave the pipeline on cp.async, which the tile loop does not
         # support yet (matmul_persistent's docstring): one block per tile instead
     if hit is None:
-        key = ("linear", N, K, dtype, out_name, ta, tb, has_bias, activation, tiles)
+        key = ("linear", N, K, dtype, out_name, ta, tb, has_bias, activation, tiles, staged)
         hit = ("direct", _kernel(key, lambda: kernels.linear(N, K, dtype, out_name, ta, tb, has_bias, activation,
-                                                             *tiles), target, pc))
+                                                             *tiles, staged), target, pc))
     _plans[sig] = hit
     return hit
 

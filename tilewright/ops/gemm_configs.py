@@ -7,7 +7,9 @@ A configuration (``GemmConfig``) names one of three library kernels (``kernels/g
 ``splits`` slices, each a block of its own, then a reduction + epilogue kernel: for shapes with too
 few output tiles to fill the GPU, e.g. decode M = 16..128 or K-heavy shapes) and ``persistent``
 (one block per SM looping over the tiles; sm_90 only, see ``matmul_persistent``; warp-specialized
-there: ``passes/warp_specialize.py`` takes a K loop nested in the tile loop).
+there: ``passes/warp_specialize.py`` takes a K loop nested in the tile loop).  ``tma_store``: C
+leaves through a shared tile (``staged_epilogue`` of ``kernels/gemm.py``), on sm_90 as a TMA store
+that overlaps what the block does next; its tile counts against the shared memory (``fit_shared``).
 """
 
 from __future__ import annotations
@@ -33,6 +35,7 @@ class GemmConfig:
     group_M: int = 8         # persistent: tile rows per rasterization group
     wgmma: bool = False      # sm_90: tw.enable_wgmma
     ws: bool = False         # sm_90: tw.warp_specialize
+    tma_store: bool = False  # C through a shared tile (a TMA store on sm_90); 16-bit outputs only
 
     def pass_configs(self, arch: str) -> dict:
         if arch != "sm_90":
@@ -59,7 +62,8 @@ class GemmConfig:
             s += f" k/{self.splits}" + (" atomic" if self.atomic else "")
         if self.kind == "persistent":
             s += f" g{self.group_M}"
-        return s + "".join(f" {n}" for n, on in (("wgmma", self.wgmma), ("ws", self.ws)) if on)
+        return s + "".join(f" {n}" for n, on in (("wgmma", self.wgmma), ("ws", self.ws), ("tma-store", self.tma_store))
+                           if on)
 
 
 def _ceil(a: int, b: int) -> int:
@@ -72,9 +76,11 @@ H200_SHARED_BYTES = 227 * 1024  # what the CPU interpreter plans for (it mirrors
 def fit_shared(cfg: GemmConfig, limit: int, elt_bytes: int = 2) -> GemmConfig:
     """``cfg`` with its operand ring shrunk until it fits ``limit`` bytes of shared memory / LDS
     (64 KiB on AMD, 99 KiB on consumer NVIDIA): first down to three stages, then halving block_K
-    (to 32), then two stages."""
+    (to 32), then two stages.  A ``tma_store`` configuration also holds its 16-bit C tile (a
+    128x256 tile is 64 KiB: four 128x256x64 stages no longer fit an H200, three do)."""
     def need(c):
-        return c.stages * (c.block_M + c.block_N) * c.block_K * elt_bytes
+        staged = c.block_M * c.block_N * 2 if c.tma_store else 0
+        return c.stages * (c.block_M + c.block_N) * c.block_K * elt_bytes + staged
 
     while need(cfg) > limit:
         if cfg.stages > 3:
@@ -116,6 +122,10 @@ def heuristic(M: int, N: int, K: int, dtype: str, arch: str, num_sms: int,
     splits = choose_splits(M, N, K, base, num_sms)
     if splits > 1:
         return dataclasses.replace(base, kind="splitk", splits=splits)
+    if hopper and base.ws:
+        # one block per tile: C leaves by TMA store (three stages then fit, the C tile taking the
+        # fourth's room)
+        return fit_shared(dataclasses.replace(base, tma_store=True), smem_limit)
     return base
 
 
@@ -139,12 +149,16 @@ def candidates(M: int, N: int, K: int, dtype: str, arch: str, num_sms: int,
     elif hopper:
         bases = [GemmConfig("direct", 128, 256, 64, 4, 256, wgmma=True, ws=True),
                  GemmConfig("direct", 128, 256, 64, 3, 256, wgmma=True, ws=True),
+                 GemmConfig("direct", 128, 256, 64, 3, 256, wgmma=True, ws=True, tma_store=True),
                  GemmConfig("direct", 128, 128, 64, 4, 128, wgmma=True, ws=True),
                  # persistent + warp-specialized: the producer loads the next tile's K slices while
                  # the consumers run this tile's epilogue (short K, ragged shapes: the tail of one
                  # tile hides behind the next)
                  GemmConfig("persistent", 128, 128, 64, 4, 256, wgmma=True, ws=True, group_M=8),
-                 GemmConfig("persistent", 128, 256, 64, 4, 256, wgmma=True, ws=True, group_M=8)]
+                 GemmConfig("persistent", 128, 256, 64, 4, 256, wgmma=True, ws=True, group_M=8),
+                 # ... and with the C tile stored by TMA while the next tile's mainloop runs
+                 GemmConfig("persistent", 128, 128, 64, 4, 256, wgmma=True, ws=True, group_M=8, tma_store=True),
+                 GemmConfig("persistent", 128, 256, 64, 3, 256, wgmma=True, ws=True, group_M=8, tma_store=True)]
     else:
         bases = [GemmConfig("direct", 128, 128, 32, 4, 128), GemmConfig("direct", 128, 256, 32, 3, 256)]
     bases = [fit_shared(b, smem_limit) for b in bases]

@@ -12,8 +12,9 @@ from ..kernels.gemm import ACTIVATIONS, activate, matmul_persistent, matmul_spli
 
 
 def linear(N, K, dtype, out_dtype, trans_a, trans_b, has_bias, activation, block_M, block_N, block_K, stages,
-           threads):
-    """``C[m, N] = act(op(A) @ op(B) + bias)``; A is (K, m) when ``trans_a``, B is (N, K) when ``trans_b``."""
+           threads, staged_epilogue=False):
+    """``C[m, N] = act(op(A) @ op(B) + bias)``; A is (K, m) when ``trans_a``, B is (N, K) when ``trans_b``.
+    ``staged_epilogue``: C leaves through a shared tile (a TMA store on sm_90: ``passes/plan_tma_stores``)."""
     M = T.dynamic("m")
     a_shape = (K, M) if trans_a else (M, K)
     b_shape = (N, K) if trans_b else (K, N)
@@ -28,6 +29,8 @@ def linear(N, K, dtype, out_dtype, trans_a, trans_b, has_bias, activation, block
             A_s = T.alloc_shared(a_tile, dtype)
             B_s = T.alloc_shared(b_tile, dtype)
             acc = T.alloc_fragment((block_M, block_N), "float32")
+            if staged_epilogue:
+                C_s = T.alloc_shared((block_M, block_N), out_dtype)
             T.use_swizzle(panel_size=8)
             T.clear(acc)
             for k in T.Pipelined(T.ceildiv(K, block_K), num_stages=stages):
@@ -46,7 +49,11 @@ def linear(N, K, dtype, out_dtype, trans_a, trans_b, has_bias, activation, block
                     if has_bias:
                         v = v + T.cast(Bias[T.min(bx * block_N + j, N - 1)], "float32")
                     acc[i, j] = activate(v, activation)
-            T.copy(acc, C[by * block_M, bx * block_N])
+            if staged_epilogue:
+                T.copy(acc, C_s)
+                T.copy(C_s, C[by * block_M, bx * block_N])
+            else:
+                T.copy(acc, C[by * block_M, bx * block_N])
 
     return linear_kernel
 
@@ -65,10 +72,12 @@ def splitk_epilogue(N, slices, out_dtype, bias_dtype, activation):
 
 
 def linear_persistent(N, K, dtype, out_dtype, trans_a, trans_b, has_bias, activation, block_M, block_N, block_K,
-                      stages, threads, num_blocks, group_M):
-    """``C = act(op(A) @ op(B) + bias)`` by ``num_blocks`` persistent blocks looping over the tiles."""
+                      stages, threads, num_blocks, group_M, staged_epilogue=False):
+    """``C = act(op(A) @ op(B) + bias)`` by ``num_blocks`` persistent blocks looping over the tiles
+    (``staged_epilogue``: tile i's C stored by TMA while tile i + 1's mainloop runs, on sm_90)."""
     return matmul_persistent(T.dynamic("m"), N, K, block_M, block_N, block_K, dtype, out_dtype, trans_a, trans_b,
-                             stages, threads, num_blocks, group_M, dtype if has_bias else None, activation)
+                             stages, threads, num_blocks, group_M, dtype if has_bias else None, activation,
+                             staged_epilogue)
 
 
 def softmax(N, dtype, block_M, threads):

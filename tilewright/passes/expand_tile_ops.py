@@ -30,6 +30,8 @@ def expand_tile_ops(func: t.PrimFunc) -> t.PrimFunc:
 
 
 def _expand_copy(s: t.Copy):
+    if s.mode == "tma_store":
+        return None  # TMA stores: plan_tma_stores
     if s.src.buffer.scope == "global" and s.dst.buffer.scope == "shared" and not dt.is_subbyte(s.src.buffer.dtype):
         return None  # lowered as an asynchronous copy (4-bit elements, two per byte, go one by one)
     return copy_as_parallel(s)

@@ -156,6 +156,7 @@ def infer_layouts(func: t.PrimFunc, ctx) -> t.PrimFunc:
                         wgmma_operands.add(r.buffer)
     # destinations of T.tma_copy are written in the TMA layout too
     tma_copy_dsts = {s.dst.buffer for s in stmts if isinstance(s, t.Copy) and s.user_sync}
+    tma_copy_dsts |= {s.src.buffer for s in stmts if isinstance(s, t.Copy) and s.mode == "tma_store"}  # and sources
     for s in stmts:
         if isinstance(s, t.Alloc) and s.buffer.scope == "shared" and s.buffer.static_shape() is not None:
             b = s.buffer  # (a shared buffer sized at launch is row-major: lowering_context.shared_flat)

@@ -58,6 +58,11 @@ def contiguity(layout, max_group: int) -> int:
 
 
 def lower_parallel(ctx: LoweringContext, p: t.ParallelFor, env: Env, lower_stmt) -> list:
+    from .lower_store_matrix import try_store_matrix
+
+    stored = try_store_matrix(ctx, p, env)  # an accumulator -> 16-bit shared tile copy: stmatrix on sm_90
+    if stored is not None:
+        return stored
     layout = ctx.parallel_layouts[p]
     widest = max([dt.nbytes(b.dtype) for b in _mem_buffers(p)] or [4])
     most = max(16 // widest, 1)

@@ -30,6 +30,7 @@ from ..ir.visitor import free_vars, loads_in, map_stmt, walk
 from . import lower_reducer  # noqa: F401  (registers the reducer ops' lowering)
 from .check_target_limits import shared_overflow_error
 from .lower_copy import lower_copy_g2s, lower_copy_tma
+from .lower_copy_tma_store import lower_copy_tma_store, lower_tma_store_wait
 from .lower_exprs import Env, lower_expr
 from .lower_gemm import lower_gemm, lower_mainloop_body, lower_mainloop_prefetch, mainloop_gemm
 from .lower_gemm_amd import unpad_operand_layouts
@@ -265,6 +266,8 @@ class _StmtLowering:
             return [th.WgmmaWait(s.pending, tuple(ctx.local_of.get(b, b) for b in s.fenced), loc=s.loc)]
         if isinstance(s, th.MbarrierInit):
             return [th.MbarrierInit(ctx.shared_flat(s.bar), s.count, loc=s.loc)]
+        if isinstance(s, th.TmaStoreWait):  # placed by plan_tma_stores: the thread set's issuing thread waits
+            return lower_tma_store_wait(ctx, s)
         if isinstance(s, th.MbarrierWait):
             return [th.MbarrierWait(ctx.shared_flat(s.bar), lower_expr(ctx, s.index, env),
                                     lower_expr(ctx, s.parity, env), loc=s.loc)]
@@ -388,6 +391,8 @@ class _StmtLowering:
 def _lower_copy(lowering: _StmtLowering, s: t.Copy, env: Env) -> list:
     if s.mode == "tma":
         return lower_copy_tma(lowering.ctx, s, env)
+    if s.mode == "tma_store":  # planned by plan_tma_stores
+        return lower_copy_tma_store(lowering.ctx, s, env)
     if s.src.buffer.scope == "global" and s.dst.buffer.scope == "shared":
         return lower_copy_g2s(lowering.ctx, s, env)
     raise CompileError("internal: copy not expanded", s.loc)

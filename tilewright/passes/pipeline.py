@@ -18,6 +18,7 @@ from .insert_barriers import insert_barriers
 from .lower_to_threads import lower_to_threads
 from .pipeline_loops import pipeline_loops
 from .plan_gemms import plan_gemms
+from .plan_tma_stores import plan_tma_stores
 from .simplify_ranges import simplify_ranges
 from .warp_specialize import warp_specialize
 from .warp_specialize_loop import warp_specialize_loop  # attention-shaped loops (attn-hopper)
@@ -41,7 +42,8 @@ def _tile(fn):
 # Tile IR -> Tile IR passes, then the lowering to thread IR.  The list is the same for CUDA and
 # HIP today: the target-specific choices (matrix instructions, async copies, wave size) are made
 # inside the passes from the target record.  Passes record their decisions in ``func.plans``.
-_PASSES = [check_target_limits, warp_specialize, warp_specialize_loop, pipeline_loops, _tile(expand_tile_ops),
+_PASSES = [check_target_limits, warp_specialize, warp_specialize_loop, pipeline_loops, plan_tma_stores,
+           _tile(expand_tile_ops),
            plan_gemms, infer_layouts, _tile(insert_barriers)]
 TILE_PASSES = {"cuda": _PASSES, "hip": _PASSES}
 

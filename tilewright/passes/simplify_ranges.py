@@ -319,6 +319,8 @@ class _Simplifier:
                            pred=fit(pred, self.rng))
         if isinstance(s, th.LoadMatrix):
             return replace(s, src_index=self.expr(s.src_index))
+        if isinstance(s, th.StoreMatrix):
+            return replace(s, dst_index=self.expr(s.dst_index))
         if isinstance(s, th.TmaLoad):
             return replace(s, dst_index=self.expr(s.dst_index), coords=tuple(self.expr(c) for c in s.coords),
                            bar_index=self.expr(s.bar_index))

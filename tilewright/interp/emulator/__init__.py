@@ -55,6 +55,10 @@ Guarantees:
   complete.  A wait on a phase that too few loads arrive on (the GPU would hang), more arrivals
   than the barrier's count, a TMA destination that is not 128-byte aligned, and a TMA load over
   bytes accessed since the last barrier are errors.
+* ``TmaStore`` (by its issuing thread) reads its shared box when issued and writes the part inside the
+  tensor to global memory; the box counts as read until the issuer's ``TmaStoreWait`` retires its
+  group: a write to it before that, a store over shared writes not fenced by ``FenceProxyAsync``,
+  and a block that ends with stores not waited for are errors (``tma_store.py``).
 * With ``check_races=True`` (the default, and what ``execution_backend="emulator"`` runs): per
   block, a shared-memory access raises ``RaceError`` when another thread changed the same byte since
   the last barrier (read-after-write, write-after-write), when a thread changes a byte another
@@ -88,6 +92,7 @@ from .mode import needs_cooperation
 from .program import _program
 from .races import _GlobalRaces
 from .state import _bind_args, _State
+from .tma_store import check_stores_waited
 
 __all__ = [
     "BankConflictReport",
@@ -152,6 +157,7 @@ def run_thread_kernel(kernel: th.ThreadKernel, args: list, *, dyn: dict | None =
             st = _State(prog, kernel, grid, first, nb, globals_, scalars, check_races, graces=graces,
                         banks=bank_counter)
             prog.body(st)
+            check_stores_waited(st, lambda j, st=st: f"block {st.first + j}")
 
 
 def _differs_between_blocks(e) -> bool:

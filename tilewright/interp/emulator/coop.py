@@ -229,6 +229,10 @@ class CoopBlock:
         return DeadlockError(head + "\n" + "\n".join(lines), loc)
 
     def _check_end(self) -> None:
+        from .tma_store import check_stores_waited
+
+        for st in self.states:
+            check_stores_waited(st, lambda j: self.block_name())
         for b in self.named.values():
             if b.arrived:
                 w, where = next(iter(b.arrived.items()))

@@ -31,6 +31,25 @@ class _CoopRaces:
         self.pending = np.zeros(S, np.int32)
         self.tma = np.zeros(S, np.int32)
         self.wgmma = np.zeros(S, np.int32)  # reads of wgmmas issued and not yet retired by a wait_group
+        self.bulk = np.zeros(S, np.int32)  # reads of TMA stores issued and not yet retired by their wait
+        self.unfenced = np.zeros(S, bool)  # changed by warp wa[byte], which has not run fence.proxy.async since
+
+    def bulk_read(self, w, pos, sz, where, name):
+        byts = self._bytes(pos, sz)
+        self.access(w, pos, sz, where, name)
+        bad = self.unfenced[byts]
+        if bad.any():
+            i = int(np.flatnonzero(bad)[0])
+            raise where.error(RaceError, f"a TMA store issued by warp {w} reads shared byte {int(byts[i])} ({name}), "
+                                         f"which {self.blk.agent_names[int(self.wa[byts[i]])]} wrote without a "
+                                         "fence.proxy.async after it (the async proxy may not see the write)")
+        np.add.at(self.bulk, byts, 1)
+
+    def bulk_retire(self, pos, sz):
+        np.subtract.at(self.bulk, self._bytes(pos, sz), 1)
+
+    def fence(self, w):
+        self.unfenced[self.wa == w] = False
 
     @staticmethod
     def _bytes(pos, sz):
@@ -120,6 +139,12 @@ class _CoopRaces:
             return
         byts = byts[changed]
         self._wgmma_reading(byts, f"warp {w}", where, name)
+        if self.bulk[byts].any():
+            i = int(np.flatnonzero(self.bulk[byts])[0])
+            raise where.error(RaceError, f"warp {w} changes shared byte {int(byts[i])} ({name}) while a TMA store "
+                                         "still reads it (missing cp.async.bulk.wait_group.read by the issuing thread, "
+                                         "and a barrier after it, before the buffer is written again)")
+        self.unfenced[byts] = True
         self._unordered_writer(byts, w, "changes", where, name)
         self._unreleased_readers(byts, w, f"warp {w}", where, name)
         self.wa[byts] = w
@@ -142,6 +167,7 @@ class _CoopRaces:
     def tma_land(self, pos, sz, agent, clock):
         byts = self._bytes(pos, sz)
         self.tma[byts] -= 1
+        self.unfenced[byts] = False  # written by the async proxy itself
         self.wa[byts] = agent
         self.wc[byts] = clock
 
@@ -181,6 +207,15 @@ class _WarpRaces:
 
     def barrier(self, active_blocks):
         pass  # ordering comes from the vector clocks
+
+    def bulk_read(self, pos, sz, where, name, issuer):
+        self.t.bulk_read(self.w, pos, sz, where, name)
+
+    def bulk_retire(self, pos, sz):
+        self.t.bulk_retire(pos, sz)
+
+    def fence(self, st):
+        self.t.fence(self.w)
 
     def overwrite_check(self, pos, sz, where, name, block):
         self.t.tma_issue(self.w, pos, sz, where, name)

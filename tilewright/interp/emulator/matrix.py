@@ -74,6 +74,62 @@ class MatrixCompiler:
 
         return ldmatrix
 
+    def store_matrix(self, s: th.StoreMatrix):
+        """stmatrix: lane l's registers 2q, 2q + 1 are row l // 4, columns 2 (l % 4) + {0, 1} of matrix q,
+        whose row r lands at the address lane 8 q + r supplies."""
+        where = _Where(s)
+        if s.dst.scope != "shared" or s.src.scope != "local":
+            raise where.error(EmulatorError, "stmatrix writes registers to shared memory")
+        nd = dt.to_numpy(s.dst.dtype)
+        if nd.itemsize != 2 or s.dst.dtype != s.src.dtype:
+            raise where.error(EmulatorError, f"stmatrix moves 16-bit elements, not {s.src.dtype} -> {s.dst.dtype}")
+        if self.k.num_threads % 32:
+            raise where.error(EmulatorError, "stmatrix needs whole warps of 32 threads")
+        num, si = int(s.num), int(s.src_index)
+        slot = self._reg(s.src)
+        if si < 0 or si + 2 * num > s.src.shape[0]:
+            raise where.error(EmulatorOutOfBoundsError, f"stmatrix reads registers {s.src.name}[{si}:{si + 2 * num}] "
+                                                        f"of {s.src.shape[0]}")
+        place, off, _ = self._shared_of(s.dst, where)
+        n = s.dst.shape[0]
+        fi = self.cexpr(s.dst_index, where)
+        ln = np.arange(32)
+        supplier = ln < 8 * num
+
+        def stmatrix(st):
+            m = st.mask
+            warps = st.L // 32
+            if m is not None:
+                pw = m.reshape(warps, 32)
+                if (pw.any(axis=1) & ~pw.all(axis=1)).any():
+                    raise where.error(DivergenceError, "stmatrix runs under control flow that splits a warp")
+            sup = np.tile(supplier, warps)
+            need = _and(m, sup) if m is not None else sup
+            idx = np.broadcast_to(fi(st, need), (st.L,))
+            idx = _check_range(st, idx, 0, n - 8, need, f"stmatrix row of shared {s.dst.name}", where)
+            _check_align(st, off + idx * 2, 16, need, f"stmatrix row of shared {s.dst.name}", where)
+            base = st.sbase[place]
+            view = st.sviews[nd]
+            act = st.lane if m is None else np.flatnonzero(m)
+            wbase = st.lane - st.lane % 32
+            pos, vals = [], []
+            for q in range(num):
+                row_of = wbase + 8 * q + (st.lane % 32) // 4  # the lane addressing this lane's row of matrix q
+                for e in range(2):
+                    p = base + idx[row_of] + 2 * (st.lane % 4) + e
+                    v = np.broadcast_to(np.asarray(st.regs[slot][si + 2 * q + e]).astype(nd), (st.L,))
+                    pos.append(p[act])
+                    vals.append(v[act])
+            pos, vals = np.concatenate(pos), np.concatenate(vals)
+            if st.banks is not None:
+                lanes = np.flatnonzero(need)
+                st.banks.record(st, where, s.dst.name, (base + idx)[lanes], 2, 16, lanes, "stmatrix")
+            if st.races is not None:
+                st.races.write(pos, nd, vals, np.tile(st.tid[act], 2 * num), where, s.dst.name)
+            view[pos] = vals
+
+        return stmatrix
+
     def matrix_multiply(self, s: th.MatrixMultiply):
         where = _Where(s)
         mi = s.instr

@@ -17,7 +17,8 @@ from ...ir.visitor import walk_expr
 from .sync import COOPERATIVE_ONLY
 
 # statements every thread of a block must reach together in lockstep mode
-_BLOCK_SYNC = (th.Barrier, th.MbarrierInit, th.MbarrierWait, th.TmaLoad, th.AsyncCommit, th.AsyncWait)
+_BLOCK_SYNC = (th.Barrier, th.MbarrierInit, th.MbarrierWait, th.TmaLoad, th.AsyncCommit, th.AsyncWait, th.TmaStore,
+               th.TmaStoreCommit, th.TmaStoreWait)
 
 
 def needs_cooperation(kernel: th.ThreadKernel) -> bool:

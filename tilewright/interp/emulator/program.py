@@ -16,6 +16,7 @@ from .exprs import ExprCompiler
 from .matrix import MatrixCompiler
 from .stmts import StmtCompiler
 from .sync import SyncCompiler
+from .tma_store import TmaStoreCompiler
 
 _PROGRAMS: dict = {}
 
@@ -37,7 +38,7 @@ def _program(kernel: th.ThreadKernel) -> _Program:
 # compilation
 
 
-class _Program(ExprCompiler, StmtCompiler, AsyncCompiler, MatrixCompiler, SyncCompiler):
+class _Program(ExprCompiler, StmtCompiler, AsyncCompiler, MatrixCompiler, SyncCompiler, TmaStoreCompiler):
     """A ``ThreadKernel`` compiled to closures."""
 
     def __init__(self, kernel: th.ThreadKernel):

@@ -25,6 +25,34 @@ class _Races:
         self.rmax = np.full(n, -1, np.int32)
         self.pending = np.zeros(n, np.int32)
         self.wgmma = np.zeros(n, np.int32)  # reads of wgmmas issued and not yet retired by a wait_group
+        self.bulk = np.zeros(n, np.int32)  # reads of TMA stores issued and not yet retired by their wait
+        self.writer = np.full(n, -1, np.int32)  # last thread that changed the byte
+        self.unfenced = np.zeros(n, bool)  # changed by a thread that has not run fence.proxy.async since
+
+    def bulk_read(self, pos, sz, where, name, issuer):
+        """A TMA store issued by thread ``issuer`` reads these bytes until its wait retires them."""
+        byts = self._bytes(pos, sz)
+        self.access(pos, sz, None, where, name, np.full(np.asarray(pos).size, issuer, np.int32))
+        bad = self.unfenced[byts]
+        if bad.any():
+            i = int(np.flatnonzero(bad)[0])
+            raise where.error(RaceError, f"a TMA store reads {self._describe(byts[i], name)}, which thread "
+                                         f"{int(self.writer[byts[i]])} wrote without a fence.proxy.async after it "
+                                         "(the async proxy may not see the write)")
+        np.add.at(self.bulk, byts, 1)
+
+    def bulk_retire(self, pos, sz):
+        np.subtract.at(self.bulk, self._bytes(pos, sz), 1)
+
+    def fence(self, st):
+        hit = np.flatnonzero(self.unfenced)
+        if not hit.size:
+            return
+        active = np.zeros((st.nb, st.T), bool)
+        lanes = st.lane if st.mask is None else np.flatnonzero(st.mask)
+        active[st.block[lanes], st.tid[lanes]] = True
+        clear = active[hit // st.S, self.writer[hit]]
+        self.unfenced[hit[clear]] = False
 
     def wgmma_issue(self, pos, sz):
         np.add.at(self.wgmma, self._bytes(pos, sz), 1)
@@ -95,6 +123,13 @@ class _Races:
             return
         byts, tb = byts[changed], tb[changed]
         self._wgmma_reading(byts, f"thread {int(tb[0])}", where, name)
+        if self.bulk[byts].any():
+            i = int(np.flatnonzero(self.bulk[byts])[0])
+            raise where.error(RaceError, f"thread {int(tb[i])} changes {self._describe(byts[i], name)} while a TMA "
+                                         "store still reads it (missing cp.async.bulk.wait_group.read by the issuing "
+                                         "thread, and a barrier after it, before the buffer is written again)")
+        self.writer[byts] = tb
+        self.unfenced[byts] = True
         rmin, rmax, wmin, wmax = self.rmin[byts], self.rmax[byts], self.wmin[byts], self.wmax[byts]
         other_r = (rmax >= 0) & ~((rmin == tb) & (rmax == tb))
         other_w = (wmax >= 0) & ~((wmin == tb) & (wmax == tb))

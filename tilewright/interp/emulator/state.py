@@ -49,6 +49,7 @@ class _State:
         "banks",
         "mbar",
         "block",
+        "bulk",
         "cache",
         "coop",
         "first",
@@ -113,6 +114,7 @@ class _State:
         self.async_open: list = []
         self.async_groups: list = []
         self.mbar: dict = {}
+        self.bulk: dict = {}  # block of the batch -> tma_store.BulkGroups of its issuing thread
         if coop is not None:
             self.races = coop.races_of(warp) if check_races and self.S else None
             self.graces = None  # the warps of a block run one at a time: see coop_races.py

@@ -58,6 +58,8 @@ class StmtCompiler:
             return self.async_wait(s)
         if isinstance(s, th.LoadMatrix):
             return self.load_matrix(s)
+        if isinstance(s, th.StoreMatrix):
+            return self.store_matrix(s)
         if isinstance(s, th.MatrixMultiply):
             return self.matrix_multiply(s)
         if isinstance(s, th.AtomicRMW):
@@ -68,6 +70,12 @@ class StmtCompiler:
             return self.tma_load(s)
         if isinstance(s, th.MbarrierWait):
             return self.mbarrier_wait(s)
+        if isinstance(s, th.TmaStore):
+            return self.tma_store(s)
+        if isinstance(s, th.TmaStoreCommit):
+            return self.tma_store_commit(s)
+        if isinstance(s, th.TmaStoreWait):
+            return self.tma_store_wait(s)
         if isinstance(s, th.MbarrierArrive):
             return self.mbarrier_arrive(s)
         if isinstance(s, th.MbarrierExpectTx):

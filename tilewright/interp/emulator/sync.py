@@ -111,4 +111,10 @@ class SyncCompiler:
         return min(per_sm // (threads * min_blocks), cap) // 8 * 8
 
     def fence_proxy_async(self, s: th.FenceProxyAsync):
-        return None  # the emulator's async proxy (TMA) reads global memory and writes shared memory only
+        # the executing threads' shared-memory writes become visible to the async proxy: TMA stores
+        # may read them (the race detectors report a store over writes not fenced)
+        def fence(st):
+            if st.races is not None:
+                st.races.fence(st)
+
+        return fence

@@ -1,0 +1,208 @@
+"""Pass ``plan_tma_stores``: shared -> global tile copies become TMA stores on targets with a tensor
+memory accelerator (sm_90).
+
+Needs: Tile IR after ``warp_specialize`` and ``pipeline_loops`` (so that the thread set running each
+statement is final), before ``expand_tile_ops`` (which would turn the copy into per-thread stores).
+Applies to a ``T.copy(S, G[...])`` whose source is a whole 2-D shared buffer ``S`` and whose
+destination tile TMA can describe: the rules of the TMA loads (``pipeline_loops.tma_eligible`` on the
+mirrored copy: same dtype, contiguous last global dimension, other strides multiples of 16 bytes,
+static box extents of at most 256, a tile the TMA layout can hold), with every access of ``S`` made
+by the thread set that runs the copy (the block, or one ``ThreadPartition``) and not under a
+per-thread condition.  Anything else keeps the per-thread vectorized stores.  Off with
+``tw.disable_tma`` / ``tl.disable_tma_lower``, ``optimize_level`` < 2 or ``T.copy(disable_tma=True)``.
+
+Guarantees, for each eligible copy (``mode="tma_store"``):
+
+    fence.proxy.async (every thread of the set: its writes of S become visible to the TMA); barrier
+    the copy: one thread issues one bulk tensor store per 128-byte column block of S, then commits
+    ... before any later statement that writes S while a store may still read it:
+    wait_group.read 0 (the issuing thread); barrier
+    ... at the end of the thread set's body (the kernel, or the partition): wait_group.read 0
+
+So a store overlaps whatever follows it up to the next write of ``S`` (in a persistent kernel, the
+next tile's mainloop), and the block never exits while the TMA still reads its shared memory.  The
+source buffer takes the TMA layout (``infer_layouts``); ragged edges need no mask (the TMA clips).
+"""
+
+from __future__ import annotations
+
+from ..ir import thread as th
+from ..ir import tile as t
+from ..ir.tile_ops import buffer_accesses
+from ..ir.uniformity import Uniformity, thread_sets
+from ..ir.visitor import child_stmts, map_stmt, walk
+
+
+def plan_tma_stores(func: t.PrimFunc, ctx=None) -> t.PrimFunc:
+    if not tma_stores_enabled(ctx):
+        return func
+    kernels = []
+    walk(func.body, lambda s: kernels.append(s) if isinstance(s, t.Kernel) else None)
+    if len(kernels) != 1:
+        return func
+    kernel = kernels[0]
+    sets = thread_sets(kernel, kernel.num_threads)
+    uniform = Uniformity(func)
+    stores = [c for c in _copies_out(kernel, uniform) if _eligible(c, func)]
+    staged: dict = {}  # shared buffer -> thread set of its stores
+    for c in stores:
+        buf = c.src.buffer
+        if staged.get(buf, sets[c]) != sets[c]:
+            staged[buf] = None  # stores of one buffer from different thread sets: keep them plain
+        else:
+            staged.setdefault(buf, sets[c])
+    for buf, ts in list(staged.items()):
+        if ts is None or any(sets[s] != ts for s in _accessors(kernel, buf)):
+            del staged[buf]  # a thread set other than the issuer's touches it: no wait would order it
+    if not staged:
+        return func
+    chosen = {id(c) for c in stores if c.src.buffer in staged}
+    new_kernel = _rewrite(kernel, chosen, set(staged), uniform)
+    func.body = map_stmt(func.body, lambda s: new_kernel if s is kernel else None)
+    return func
+
+
+def tma_stores_enabled(ctx) -> bool:
+    if ctx is None or not ctx.target.has("tma") or ctx.options.get("optimize_level", 2) < 2:
+        return False
+    return not (ctx.options.get("tw.disable_tma") or ctx.options.get("tl.disable_tma_lower"))
+
+
+def tma_store_eligible(c: t.Copy) -> bool:
+    """Whether TMA boxes can do shared -> global copy ``c`` (the load rules on the mirrored copy)."""
+    from .pipeline_loops import tma_eligible
+
+    if c.src.buffer.scope != "shared" or c.dst.buffer.scope != "global" or c.mode != "sync" or c.disable_tma:
+        return False
+    if c.src.buffer.ndim != 2 or not c.src.is_full() or c.src.buffer.static_shape() is None:
+        return False
+    return tma_eligible(t.Copy(c.dst, c.src, c.loc))
+
+
+def _eligible(c: t.Copy, func) -> bool:
+    return tma_store_eligible(c) and c.src.buffer not in func.plans.rings
+
+
+def _copies_out(kernel: t.Kernel, uniform: Uniformity) -> list:
+    """Shared -> global copies that every thread of their thread set reaches together (no per-thread
+    ``if`` above them)."""
+    out: list = []
+
+    def visit(s, region):
+        if s is None:
+            return
+        if isinstance(s, t.Copy) and s.src.buffer.scope == "shared" and s.dst.buffer.scope == "global":
+            out.append(s)
+            return
+        if isinstance(s, t.IfThenElse) and not uniform.is_uniform(s.cond, region):
+            return
+        if isinstance(s, t.ParallelFor) or isinstance(s, t.For) and not _splittable(s, uniform, region):
+            return
+        inner = s if isinstance(s, t.ThreadPartition) else region
+        for c in child_stmts(s):
+            visit(c, inner)
+
+    visit(kernel.body, None)
+    return out
+
+
+def _accessors(kernel: t.Kernel, buf) -> list:
+    """The outermost statements below the kernel's containers that read or write ``buf``."""
+    out: list = []
+
+    def visit(s):
+        if s is None:
+            return
+        if isinstance(s, (t.SeqStmt, t.Kernel, t.ThreadPartition, t.For)) or isinstance(s, t.IfThenElse):
+            for c in child_stmts(s):
+                visit(c)
+            return
+        if _touches(s, buf):
+            out.append(s)
+
+    visit(kernel.body)
+    return out
+
+
+def _touches(s, buf, writes_only: bool = False) -> bool:
+    from ..ir.verifier import exprs_of
+    from ..ir.visitor import loads_in
+
+    found = []
+
+    def f(x):
+        for b, w in buffer_accesses(x):
+            if b is buf and (w or not writes_only):
+                found.append(x)
+        if isinstance(x, t.BufferStore) and x.buffer is buf:
+            found.append(x)
+        if not writes_only and any(ld.buffer is buf for e in exprs_of(x) for ld in loads_in(e)):
+            found.append(x)
+
+    walk(s, f)
+    return bool(found)
+
+
+def _contains(s, ids: set) -> bool:
+    found = []
+    walk(s, lambda x: found.append(x) if id(x) in ids else None)
+    return bool(found)
+
+
+def _rewrite(kernel: t.Kernel, chosen: set, bufs: set, uniform: Uniformity) -> t.Kernel:
+    """The eligible copies become TMA stores; waits go before rewrites of their sources and at the end
+    of each thread set's body that issues stores."""
+
+    def writes_staged(s) -> bool:
+        return any(_touches(s, b, writes_only=True) for b in bufs)
+
+    def fix(s, pending: bool, region):
+        """(new statement(s) as a list, whether a store may still read its source after them)."""
+        if s is None:
+            return [], pending
+        if isinstance(s, t.SeqStmt):
+            out = []
+            for x in s.stmts:
+                nx, pending = fix(x, pending, region)
+                out.extend(nx)
+            return [t.SeqStmt(out, s.loc)], pending
+        if isinstance(s, t.Copy) and id(s) in chosen:
+            store = t.Copy(s.src, s.dst, s.loc, mode="tma_store", coalesced_width=s.coalesced_width)
+            head = _wait(s.loc) if pending else []  # an earlier store of the same buffer is harmless, but cheap
+            return head + [th.FenceProxyAsync(loc=s.loc), th.Barrier(loc=s.loc), store], True
+        if isinstance(s, t.For) and (_contains(s.body, chosen) or pending) and _splittable(s, uniform, region):
+            carried = pending or _contains(s.body, chosen)
+            body, after = fix(s.body, carried, region)
+            return [t.For(s.var, s.start, s.extent, _seq(body), s.kind, s.num_stages, s.loc, dict(s.attrs))], \
+                pending or after
+        if isinstance(s, t.IfThenElse) and uniform.is_uniform(s.cond, region) and (_contains(s, chosen) or pending):
+            a, pa = fix(s.then_body, pending, region)
+            b, pb = fix(s.else_body, pending, region) if s.else_body is not None else ([], pending)
+            return [t.IfThenElse(s.cond, _seq(a), _seq(b) if s.else_body is not None else None, s.loc)], pa or pb
+        if isinstance(s, t.ThreadPartition) and _contains(s, chosen):
+            body, after = fix(s.body, False, s)
+            if after:
+                body = body + [th.TmaStoreWait(0, loc=s.loc)]
+            return [t.ThreadPartition(s.base, s.count, s.role, _seq(body), s.loc)], pending
+        if pending and writes_staged(s):
+            return _wait(getattr(s, "loc", None)) + [s], False
+        return [s], pending
+
+    body, after = fix(kernel.body, False, None)
+    if after:
+        body = body + [th.TmaStoreWait(0, loc=kernel.loc)]
+    return t.Kernel(kernel.grid, kernel.threads, kernel.block_vars, _seq(body), kernel.loc, dict(kernel.attrs))
+
+
+def _splittable(loop: t.For, uniform: Uniformity, region) -> bool:
+    """A loop whose bounds are the same for every thread of the set: barriers may go inside."""
+    return uniform.is_uniform(loop.start, region) and uniform.is_uniform(loop.extent, region)
+
+
+def _wait(loc) -> list:
+    # the issuing thread waits until its stores have read the buffer; the barrier tells the others
+    return [th.TmaStoreWait(0, loc=loc), th.Barrier(loc=loc)]
+
+
+def _seq(stmts: list):
+    return stmts[0] if len(stmts) == 1 else t.SeqStmt(stmts)
