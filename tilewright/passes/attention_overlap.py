@@ -131,8 +131,8 @@ def _match(loop: t.For, consumers: int, ctx):
         return None
     i1, i2 = top
     g1, g2 = body[i1], body[i2]
-    S, P, O = g1.c.buffer, g2.a.buffer, g2.c.buffer
-    if not all(b.scope == "fragment" for b in (S, P, O)) or len({S, P, O}) != 3:
+    S, P, Out = g1.c.buffer, g2.a.buffer, g2.c.buffer  # scores, probabilities (P V's A), output
+    if not all(b.scope == "fragment" for b in (S, P, Out)) or len({S, P, Out}) != 3:
         return None
     if not all(r.buffer.scope == "shared" for r in (g1.a, g1.b, g2.b)):
         return None
@@ -160,7 +160,7 @@ def _match(loop: t.For, consumers: int, ctx):
     kinds = []
     for s in mid:
         touches, writes = _touches(s), _writes(s)
-        if isinstance(s, th.MbarrierWait) or O in touches:
+        if isinstance(s, th.MbarrierWait) or Out in touches:
             if touches & {S, P} or writes & {g1.a.buffer, g1.b.buffer}:
                 return None  # runs while G1 writes S: must leave S (and G1's operands) alone
             kinds.append("D")
@@ -171,7 +171,7 @@ def _match(loop: t.For, consumers: int, ctx):
         else:
             kinds.append("R")
     for s in (*pre, *post):
-        if _touches(s) & {O, P}:
+        if _touches(s) & {Out, P}:
             return None
     # the statement instances the new order moves must commute with the ones they move across
     # (D and G2 of block j move past the rest of block j and the start of block j + 1; Pw past
@@ -238,7 +238,7 @@ def _pipeline(loop: t.For, sc: _Schedule):
     """The statement replacing ``loop`` and the gemms that leave one wgmma group in flight."""
     k, loc = loop.var, loop.loc
     start, n = loop.start, loop.extent
-    S, P, O = sc.g1.c.buffer, sc.g2.a.buffer, sc.g2.c.buffer
+    S, P, Out = sc.g1.c.buffer, sc.g2.a.buffer, sc.g2.c.buffer
     D = [s for s, kind in sc.mid if kind == "D"]
     Pw = [s for s, kind in sc.mid if kind == "P"]
     R = [s for s, kind in sc.mid if kind == "R"]
@@ -251,7 +251,7 @@ def _pipeline(loop: t.For, sc: _Schedule):
     g1 = sc.g1
     g2 = _at(sc.g2, k, prev)
     body = [*sc.pre, g1, *at(D, prev), g2, th.WgmmaWait(1, (S,), loc=loc), *sc.rel1, *R, *sc.post,
-            th.WgmmaWait(0, (O, P), loc=loc), *at(sc.rel2, prev), *Pw]
+            th.WgmmaWait(0, (Out, P), loc=loc), *at(sc.rel2, prev), *Pw]
     steady = t.For(k, start + 1, n - 1, t.SeqStmt(body), "serial", 0, loc, dict(loop.attrs))
     last = start + n - 1
     epilogue = at([*D, sc.g2, *sc.rel2], last)

@@ -361,13 +361,15 @@ def _check_held(st, held) -> None:
     now = st.regs[slot][off:off + len(was)]
     for e, (a, b) in enumerate(zip(was, now)):
         if a is b:
-            continue
+            continue  # untouched (every register write makes a new array)
         a, b = np.asarray(a), np.asarray(b)
-        if a.shape and b.shape and lanes.shape == a.shape == b.shape:
-            a, b = a[lanes], b[lanes]
-        if a.dtype.kind not in "iub":
-            a, b = a.astype(np.float32), b.astype(np.float32)  # 16-bit floats (bfloat16: no NaN-aware compare)
-        if not np.array_equal(a, b, equal_nan=a.dtype.kind == "f"):
+        if role == "accumulator" and (not lanes.shape or lanes.all()):
+            changed = True  # written at all, even with the poison's own value (poison * x is poison)
+        else:  # a register A rewritten with the values it had, or lanes that did not issue: harmless
+            if a.shape and b.shape and lanes.shape == a.shape == b.shape:
+                a, b = a[lanes], b[lanes]
+            changed = a.tobytes() != b.tobytes()
+        if changed:
             raise where.error(EmulatorError, f"{role} register {name}[{off + e}] of this wgmma was written before "
                                              "the wait_group that retires it (the tensor cores "
                                              f"{'write' if role == 'accumulator' else 'read'} it until then)")
