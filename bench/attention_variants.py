@@ -1,9 +1,9 @@
 """Which sm_90a attention loop is fastest: the user-level flash-attention program
 (``tilewright.kernels.flash_attention``) compiled with wgmma only (the sm_90a default), with the
 warp-specialized loop (``tw.warp_specialize``), with ping-pong between its two consumer
-warpgroups (``tw.pingpong``), and with intra-warpgroup pipelining (``tw.attention_overlap``: P V of
-one key block issued with Q K^T of the next, the softmax overlapping it), at two block shapes; and
-``ops.attention`` as shipped, with ping-pong and with the overlap — against SDPA's cuDNN backend,
+warpgroups (``tw.pingpong``), with intra-warpgroup pipelining (``tw.attention_overlap``: P V of
+one key block issued with Q K^T of the next, the softmax overlapping it) and with both, at two block
+shapes; and ``ops.attention`` as shipped, with ping-pong, with the overlap and with both — against SDPA's cuDNN backend,
 bf16, on the issue's shapes.  Each output is checked
 against SDPA (math backend, float32) before it is timed.  ``python bench/attention_variants.py``
 on the H200; the table goes under bench/results/."""
@@ -32,11 +32,13 @@ VARIANTS = [("wgmma 128x128", (128, 128, 2, 256), {}),
             ("ws 128x128", (128, 128, 2, 256), WS),
             ("ws+pp 128x128", (128, 128, 2, 256), {**WS, "tw.pingpong": True}),
             ("ws+ov 128x128", (128, 128, 2, 256), {**WS, "tw.attention_overlap": True}),
+            ("ws+pp+ov 128x128", (128, 128, 2, 256), {**WS, "tw.pingpong": True, "tw.attention_overlap": True}),
             ("ws 128x64", (128, 64, 2, 256), WS),
             ("ws+pp 128x64", (128, 64, 2, 256), {**WS, "tw.pingpong": True}),
             ("ws+ov 128x64", (128, 64, 2, 256), {**WS, "tw.attention_overlap": True})]
 # ops.attention with its sm_90a pass configs (attention_dispatch.HOPPER_CONFIGS) changed so
-OPS_VARIANTS = [("ops", {}), ("ops+pp", {"tw.pingpong": True}), ("ops+ov", {"tw.attention_overlap": True})]
+OPS_VARIANTS = [("ops", {}), ("ops+pp", {"tw.pingpong": True}), ("ops+ov", {"tw.attention_overlap": True}),
+                ("ops+pp+ov", {"tw.pingpong": True, "tw.attention_overlap": True})]
 
 
 def _err(x, ref) -> float:

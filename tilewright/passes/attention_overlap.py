@@ -6,8 +6,7 @@ softmax of block ``j`` runs on the CUDA cores while the tensor cores still compu
 ``warp_specialize_loop`` on the kernel it has just specialized.
 
 Needs: the output of ``warp_specialize_loop`` (a ``"consumer"`` thread partition), before
-``plan_gemms``; both gemms planned on wgmma (``plan_gemm`` is asked the same question); no
-ping-pong turns (``tw.pingpong`` keeps the loop as it is).
+``plan_gemms``; both gemms planned on wgmma (``plan_gemm`` is asked the same question).
 Applies to the consumer partition's top-level serial loop ``for k`` whose body is, in order,
 
     pre    statements before the first gemm (the wait for K's slot, an initialisation of S)
@@ -27,18 +26,25 @@ neither O nor P, and ``D`` touches neither S nor P nor writes G1's operands.
 
 Guarantees (``k`` running from ``s`` over ``n`` iterations; ``X(k')``: X with the loop variable
 replaced by ``k'``; a gemm marked ``~1`` ends with ``wait_group(1)`` (``plans.wgmma_in_flight``),
-unmarked ones with ``wait_group(0)``)::
+``~2`` with ``wait_group(2)``, unmarked ones with ``wait_group(0)``)::
 
     if n > 0:
         pre(s); G1(s); rel1(s); R(s); post(s); Pw(s)                              # prologue
         for k in s + 1 .. s + n - 1:
             pre(k); G1(k)~1                       # S_k issued, in flight
-            D(k-1); G2(k-1)~1                     # O += P_{k-1} V_{k-1} issued; wait_group(1) retires G1(k)
-            wait_group(1) fencing S; rel1(k)      # K's slot free
+            D(k-1); G2(k-1)~2                     # O += P_{k-1} V_{k-1} issued, in flight too
+            wait_group(1) fencing S; rel1(k)      # retires G1(k): S_k complete, K's slot free
             R(k); post(k)                         # softmax of S_k while G2(k-1) runs
             wait_group(0) fencing O and P; rel2(k-1)
             Pw(k)                                 # P_k: registers the retired G2(k-1) no longer reads
         D(s+n-1); G2(s+n-1); rel2(s+n-1)                                          # epilogue
+
+With ping-pong (``tw.pingpong``: each gemm inside its warpgroup's turn, ``bar.sync`` on the
+warpgroup's named barrier before it and ``bar.arrive`` on the other's after it), the turns are
+taken again around the new issue points: ``G1(k)`` through ``G2(k-1)`` in the loop (one turn per
+iteration, as FlashAttention-3 does), ``G1(s)`` in the prologue and ``D; G2`` in the epilogue — so
+each warpgroup still takes the same number of turns (n + 1), and the statements before and after
+the loop that start and close the alternation stay as they are.
 
 No register of an unretired wgmma (S between G1's issue and the wait after G2; O and P between
 G2's issue and ``wait_group(0)``) is read or written by other code, which the emulator checks
@@ -63,7 +69,7 @@ PRODUCER_THREADS = 128  # warp_specialize_loop's producer warpgroup: the consume
 
 
 def attention_overlap(func: t.PrimFunc, ctx) -> t.PrimFunc:
-    if ctx is None or not ctx.options.get(OPTION) or ctx.options.get("tw.pingpong"):
+    if ctx is None or not ctx.options.get(OPTION):
         return func
     kernels = []
     walk(func.body, lambda s: kernels.append(s) if isinstance(s, t.Kernel) else None)
@@ -84,8 +90,8 @@ def attention_overlap(func: t.PrimFunc, ctx) -> t.PrimFunc:
     if sched is None:
         return func
     new, in_flight = _pipeline(loop, sched)
-    for g in in_flight:
-        func.plans.wgmma_in_flight[g] = 1
+    for g, groups in in_flight.items():
+        func.plans.wgmma_in_flight[g] = groups
     func.body = map_stmt(func.body, lambda s: new if s is loop else None)
     return func
 
@@ -120,10 +126,36 @@ class _Schedule:
     g2: t.Gemm
     rel2: list
     post: list
+    turn: tuple = ()  # ping-pong: (bar.sync of this warpgroup's turn, bar.arrive handing it over), or ()
+
+
+def _turns(body: list):
+    """``body`` without ping-pong's turns around its gemms, and the turn's (enter, leave)
+    statements (() without ping-pong); None when named barriers appear otherwise."""
+    named = [i for i, s in enumerate(body) if isinstance(s, th.NamedBarrier)]
+    if not named:
+        return body, ()
+    enter, leave, plain = [], [], []
+    for i, s in enumerate(body):
+        if isinstance(s, th.NamedBarrier):
+            continue
+        if isinstance(s, t.Gemm):
+            if not (0 < i < len(body) - 1 and isinstance(body[i - 1], th.NamedBarrier)
+                    and isinstance(body[i + 1], th.NamedBarrier)):
+                return None
+            enter.append(body[i - 1])
+            leave.append(body[i + 1])
+        plain.append(s)
+    if len(named) != 2 * len(enter) or any(x.arrive_only for x in enter) or not all(x.arrive_only for x in leave):
+        return None
+    return plain, (enter[0], leave[0])
 
 
 def _match(loop: t.For, consumers: int, ctx):
-    body = _flatten(loop.body)
+    taken = _turns(_flatten(loop.body))
+    if taken is None:
+        return None
+    body, turn = taken
     gemms = []
     walk(loop.body, lambda s: gemms.append(s) if isinstance(s, t.Gemm) else None)
     top = [i for i, s in enumerate(body) if isinstance(s, t.Gemm)]
@@ -188,7 +220,7 @@ def _match(loop: t.For, consumers: int, ctx):
     # G2 of block j - 1 runs while R and post of block j do
     if not all(_commute(g2, x) for x in (*post, *pre, g1, *(x for x, k in zip(mid, kinds) if k == "R"))):
         return None
-    return _Schedule(pre, g1, rel1, list(zip(mid, kinds)), g2, rel2, post)
+    return _Schedule(pre, g1, rel1, list(zip(mid, kinds)), g2, rel2, post, turn)
 
 
 def _all(s) -> list:
@@ -246,13 +278,17 @@ def _pipeline(loop: t.For, sc: _Schedule):
     def at(stmts, value):
         return [_at(s, k, value) for s in stmts]
 
-    prologue = at([*sc.pre, sc.g1, *sc.rel1, *R, *sc.post, *Pw], start)
+    enter, leave = ([sc.turn[0]], [sc.turn[1]]) if sc.turn else ([], [])
+    prologue = at([*sc.pre, *enter, sc.g1, *leave, *sc.rel1, *R, *sc.post, *Pw], start)
     prev = k - 1
     g1 = sc.g1
     g2 = _at(sc.g2, k, prev)
-    body = [*sc.pre, g1, *at(D, prev), g2, th.WgmmaWait(1, (S,), loc=loc), *sc.rel1, *R, *sc.post,
-            th.WgmmaWait(0, (Out, P), loc=loc), *at(sc.rel2, prev), *Pw]
+    body = [*sc.pre, *at(enter, k), g1, *at(D, prev), g2, *at(leave, k), th.WgmmaWait(1, (S,), loc=loc), *sc.rel1,
+            *R, *sc.post, th.WgmmaWait(0, (Out, P), loc=loc), *at(sc.rel2, prev), *Pw]
     steady = t.For(k, start + 1, n - 1, t.SeqStmt(body), "serial", 0, loc, dict(loop.attrs))
     last = start + n - 1
-    epilogue = at([*D, sc.g2, *sc.rel2], last)
-    return t.IfThenElse(E.as_expr(n) > 0, t.SeqStmt([*prologue, steady, *epilogue]), None, loc=loc), (g1, g2)
+    epilogue = at([*enter, *D, sc.g2, *leave, *sc.rel2], last)
+    # G1's own wait_group(1) and G2's wait_group(2) retire nothing (they only fence the registers
+    # for the device compiler); the explicit waits after the turn's hand-over do the retiring
+    in_flight = {g1: 1, g2: 2}
+    return t.IfThenElse(E.as_expr(n) > 0, t.SeqStmt([*prologue, steady, *epilogue]), None, loc=loc), in_flight
