@@ -3,10 +3,10 @@
 warp-specialized loop (``tw.warp_specialize``), with ping-pong between its two consumer
 warpgroups (``tw.pingpong``), with intra-warpgroup pipelining (``tw.attention_overlap``: P V of
 one key block issued with Q K^T of the next, the softmax overlapping it) and with both, at two block
-shapes; and ``ops.attention`` as shipped, with ping-pong, with the overlap and with both — against SDPA's cuDNN backend,
-bf16, on the issue's shapes.  Each output is checked
-against SDPA (math backend, float32) before it is timed.  ``python bench/attention_variants.py``
-on the H200; the table goes under bench/results/."""
+shapes; and ``ops.attention`` as shipped, with ping-pong, with the overlap and with both — against
+SDPA's cuDNN backend, bf16, on the issue's shapes.  Each output is checked against SDPA (math
+backend, float32) before it is timed.  ``python bench/attention_variants.py`` on the H200; the
+table goes under bench/results/."""
 
 from __future__ import annotations
 

@@ -382,6 +382,19 @@ def test_off_and_mma_sync_leave_the_loop_alone():
     assert _source(prog, {**mma, "tw.attention_overlap": True}) == _source(prog, mma)
 
 
+def test_tiles_too_large_for_the_registers_are_left_alone():
+    """d = 256 at block 128 x 64: S, P and O live together through the softmax would spill (ptxas
+    measured 36-100 bytes); d = 256 at block 128 x 32 fits and is pipelined."""
+    from tilewright.ops import attention_kernels as ak
+
+    def build(bn):
+        return ak.attention_fwd(2, 1, 256, "float16", "float16", True, False, False, 1, False, False, False, False,
+                                128, bn, 2, 256)
+
+    assert _source(build(64), OVERLAP) == _source(build(64), WS)
+    assert "wgmma.wait_group.sync.aligned 2;" in _source(build(32), OVERLAP)
+
+
 def test_a_loop_of_one_gemm_is_left_alone():
     """The GEMM-shaped loop (copies and one gemm) is warp_specialize's, with its own K-step overlap."""
     from tilewright.kernels import matmul

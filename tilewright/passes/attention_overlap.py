@@ -17,12 +17,14 @@ Applies to the consumer partition's top-level serial loop ``for k`` whose body i
     rel2   mbarrier arrivals right after G2 (V's slot released)
     post   statements (row sums, the running denominator)
 
-with no other gemm, arrival or binding (let) in the body.  ``mid`` splits into ``D`` (statements
-touching O, and mbarrier waits: deferred with G2 to the next iteration), ``Pw`` (statements writing
-P: the cast, moved after the wait that retires the previous G2) and ``R`` (the rest).  The loop is
-declined (returned unchanged) unless every statement instance the new order moves commutes with the
-ones it moves across (no buffer one writes and the other touches), ``pre``/``post``/``R`` touch
-neither O nor P, and ``D`` touches neither S nor P nor writes G1's operands.
+with no other gemm, arrival or binding (let) in the body, and S, P and O small enough to stay in
+registers together through the softmax (``OTHER_REGISTERS``; d = 256 at block 128 x 64 is not).
+``mid`` splits into ``D`` (statements touching O, and mbarrier waits: deferred with G2 to the next
+iteration), ``Pw`` (statements writing P: the cast, moved after the wait that retires the previous
+G2) and ``R`` (the rest).  The loop is declined (returned unchanged) unless every statement
+instance the new order moves commutes with the ones it moves across (no buffer one writes and the
+other touches), ``pre``/``post``/``R`` touch neither O nor P, and ``D`` touches neither S nor P nor
+writes G1's operands.
 
 Guarantees (``k`` running from ``s`` over ``n`` iterations; ``X(k')``: X with the loop variable
 replaced by ``k'``; a gemm marked ``~1`` ends with ``wait_group(1)`` (``plans.wgmma_in_flight``),
@@ -66,6 +68,10 @@ from .pipeline_loops import _buffers_touched_shallow, _flatten
 
 OPTION = "tw.attention_overlap"
 PRODUCER_THREADS = 128  # warp_specialize_loop's producer warpgroup: the consumers start at thread 128
+# registers besides the S, P and O tiles in the pipelined loop (row statistics, addresses, loop
+# state), from ptxas on sm_90a (NVRTC): S + P + O = 160 (d 128, block 128 x 128) used 224 of 232
+# without spilling; 176 (d 256, block 128 x 64) spilled.  Loops above the budget are declined.
+OTHER_REGISTERS = 64
 
 
 def attention_overlap(func: t.PrimFunc, ctx) -> t.PrimFunc:
@@ -170,6 +176,8 @@ def _match(loop: t.For, consumers: int, ctx):
         return None
     if not all(_on_wgmma(g, consumers, ctx) for g in (g1, g2)):
         return None  # mma.sync gemms are synchronous: nothing to overlap (and no wait_group to place)
+    if _tile_registers((S, P, Out), consumers) + OTHER_REGISTERS > _consumer_budget(consumers):
+        return None  # P stays live through the softmax: it would spill
 
     def arrivals(i):
         out = []
@@ -227,6 +235,27 @@ def _all(s) -> list:
     out = []
     walk(s, out.append)
     return out
+
+
+def _tile_registers(bufs, threads: int) -> int:
+    """32-bit registers per thread that the fragments ``bufs`` take, spread over ``threads``."""
+    from ..ir import dtype as dt
+
+    total = 0
+    for b in bufs:
+        n = 1
+        for d in b.shape:
+            n *= int(d)
+        total += -(-n * dt.bits(b.dtype) // (32 * threads))
+    return total
+
+
+def _consumer_budget(consumers: int) -> int:
+    """Registers per consumer thread: warp_specialize_loop's setmaxnreg split, else 255."""
+    from .warp_specialize_loop import _register_split
+
+    split = _register_split(consumers)
+    return split[1] if split else 255
 
 
 def _on_wgmma(g: t.Gemm, consumers: int, ctx) -> bool:
