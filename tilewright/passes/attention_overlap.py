@@ -51,8 +51,9 @@ the loop that start and close the alternation stay as they are.
 No register of an unretired wgmma (S between G1's issue and the wait after G2; O and P between
 G2's issue and ``wait_group(0)``) is read or written by other code, which the emulator checks
 (accumulators read as poison until retired; a write to an accumulator or register-A operand of an
-unretired wgmma is an ``EmulatorError``).  Registers: S (fp32) and P (16-bit) of one block live at
-once, as without the pass; O's rescale moves between the two gemm issues.
+unretired wgmma is an ``EmulatorError``).  Registers: S (fp32), P (16-bit, read by the P V in
+flight) and O now live together through the softmax (without the pass P is dead there), so tiles
+for which ptxas would spill are declined (``OTHER_REGISTERS``).
 """
 
 from __future__ import annotations
