@@ -1,10 +1,12 @@
 """Which sm_90a attention loop is fastest: the user-level flash-attention program
 (``tilewright.kernels.flash_attention``) compiled with wgmma only (the sm_90a default), with the
-warp-specialized loop (``tw.warp_specialize``), and with ping-pong between its two consumer
-warpgroups (``tw.pingpong``), at two block shapes; and ``ops.attention`` as shipped and with
-ping-pong — against SDPA's cuDNN backend, bf16, on the issue's shapes.  Each output is checked
-against SDPA (math backend, float32) before it is timed.  ``python bench/attention_variants.py``
-on the H200; the table goes under bench/results/."""
+warp-specialized loop (``tw.warp_specialize``), with ping-pong between its two consumer
+warpgroups (``tw.pingpong``), with intra-warpgroup pipelining (``tw.attention_overlap``: P V of
+one key block issued with Q K^T of the next, the softmax overlapping it) and with both, at two block
+shapes; and ``ops.attention`` as shipped, with ping-pong, with the overlap and with both — against
+SDPA's cuDNN backend, bf16, on the issue's shapes.  Each output is checked against SDPA (math
+backend, float32) before it is timed.  ``python bench/attention_variants.py`` on the H200; the
+table goes under bench/results/."""
 
 from __future__ import annotations
 
@@ -29,8 +31,14 @@ WS = {"tw.warp_specialize": True}
 VARIANTS = [("wgmma 128x128", (128, 128, 2, 256), {}),
             ("ws 128x128", (128, 128, 2, 256), WS),
             ("ws+pp 128x128", (128, 128, 2, 256), {**WS, "tw.pingpong": True}),
+            ("ws+ov 128x128", (128, 128, 2, 256), {**WS, "tw.attention_overlap": True}),
+            ("ws+pp+ov 128x128", (128, 128, 2, 256), {**WS, "tw.pingpong": True, "tw.attention_overlap": True}),
             ("ws 128x64", (128, 64, 2, 256), WS),
-            ("ws+pp 128x64", (128, 64, 2, 256), {**WS, "tw.pingpong": True})]
+            ("ws+pp 128x64", (128, 64, 2, 256), {**WS, "tw.pingpong": True}),
+            ("ws+ov 128x64", (128, 64, 2, 256), {**WS, "tw.attention_overlap": True})]
+# ops.attention with its sm_90a pass configs (attention_dispatch.HOPPER_CONFIGS) changed so
+OPS_VARIANTS = [("ops", {}), ("ops+pp", {"tw.pingpong": True}), ("ops+ov", {"tw.attention_overlap": True}),
+                ("ops+pp+ov", {"tw.pingpong": True, "tw.attention_overlap": True})]
 
 
 def _err(x, ref) -> float:
@@ -38,8 +46,10 @@ def _err(x, ref) -> float:
 
 
 def main() -> int:
-    rows = ["| B,H,S,D | causal | cuDNN | " + " | ".join(n for n, _, _ in VARIANTS) + " | ops | ops+pp | best/cuDNN |",
-            "|---|---|---|" + "---|" * (len(VARIANTS) + 3)]
+    rows = ["| B,H,S,D | causal | cuDNN | " + " | ".join(n for n, _, _ in VARIANTS) + " | "
+            + " | ".join(n for n, _ in OPS_VARIANTS) + " | best/cuDNN |",
+            "|---|---|---|" + "---|" * (len(VARIANTS) + len(OPS_VARIANTS) + 1)]
+    shipped = dict(attention_dispatch.HOPPER_CONFIGS)
     best_ratios = []
     for b, h, s, d in SHAPES:
         for causal in (False, True):
@@ -63,12 +73,16 @@ def main() -> int:
                 except Exception as ex:  # noqa: BLE001
                     print(f"  {name} {b, h, s, d, causal}: {type(ex).__name__}: {str(ex).splitlines()[0][:150]}")
                     cells.append(float("nan"))
-            for pp in (False, True):
-                attention_dispatch.HOPPER_CONFIGS["tw.pingpong"] = pp
+            for name, pc in OPS_VARIANTS:
+                attention_dispatch.HOPPER_CONFIGS.clear()
+                attention_dispatch.HOPPER_CONFIGS.update({**shipped, **pc})
                 out = ops.attention(q, k, v, causal=causal)
                 e = _err(out, ref)
+                if e >= 2e-2:
+                    print(f"  WRONG {name} {b, h, s, d, causal}: {e:.2e}", flush=True)
                 cells.append(tf(bench_ms(lambda: ops.attention(q, k, v, causal=causal))) if e < 2e-2 else float("nan"))
-            attention_dispatch.HOPPER_CONFIGS.pop("tw.pingpong", None)
+            attention_dispatch.HOPPER_CONFIGS.clear()
+            attention_dispatch.HOPPER_CONFIGS.update(shipped)
             best = max((c for c in cells if c == c), default=float("nan"))
             best_ratios.append(best / cudnn)
             rows.append(f"| {b},{h},{s},{d} | {'yes' if causal else 'no'} | {cudnn:.0f} | "

@@ -87,6 +87,7 @@ class PassConfigKey(str, enum.Enum):
     TW_WARP_SPECIALIZE = "tw.warp_specialize"
     TW_MMA_ORDER = "tw.mma_order"
     TW_PINGPONG = "tw.pingpong"  # attn-hopper: warp_specialize_loop's consumer ping-pong
+    TW_ATTENTION_OVERLAP = "tw.attention_overlap"  # attn-overlap: passes/attention_overlap.py
 
 
 HONOURED: dict[str, str] = {
@@ -102,6 +103,8 @@ HONOURED: dict[str, str] = {
     "tl.disable_warp_specialized": "no automatic warp specialization of T.Pipelined GEMM mainloops on sm_90a",
     "tl.disable_wgmma": "gemms on sm_90a use mma.sync instead of wgmma.mma_async",
     "tw.pingpong": "with tw.warp_specialize, two consumer warpgroups of a loop take turns at their gemms (sm_90)",
+    "tw.attention_overlap": "with tw.warp_specialize on sm_90a, the attention loop issues P V of one key block "
+                            "with Q K^T of the next and overlaps the softmax with it",
 }
 
 # TileLang's keys that change nothing here (their passes do not exist or their choice is fixed).

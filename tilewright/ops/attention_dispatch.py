@@ -66,8 +66,10 @@ def _config(dim: int, rows: int) -> tuple:
 # sm_90a (H100/H200): both gemms on wgmma (Q K^T from shared memory, P V with P from registers) and
 # the key loop warp-specialized: a TMA producer warpgroup fills 2-stage K and V rings, two consumer
 # warpgroups (64 query rows each) compute; setmaxnreg moves registers to the consumers.
-# ``tw.pingpong`` (the consumer warpgroups taking turns at their gemms) is not on until measured.
-HOPPER_CONFIGS = {"tw.enable_wgmma": True, "tw.warp_specialize": True}
+# ``tw.pingpong`` (the consumer warpgroups taking turns at their gemms) is not on until measured;
+# ``tw.attention_overlap`` (P V of one key block issued with Q K^T of the next, the softmax between:
+# passes/attention_overlap.py) neither: set it True here once measured faster.
+HOPPER_CONFIGS = {"tw.enable_wgmma": True, "tw.warp_specialize": True, "tw.attention_overlap": False}
 
 
 def _hopper_config(dim: int, rows: int):

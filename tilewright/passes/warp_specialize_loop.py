@@ -58,6 +58,9 @@ before the loop warpgroup 1 arrives on warpgroup 0's (warpgroup 0 goes first), a
 0 waits once more (consuming warpgroup 1's last arrival), so every phase completes.  The turns
 order the gemms of the two warpgroups as QK0, QK1, PV0, PV1, QK0, ... .
 
+Intra-warpgroup pipelining (pass config ``tw.attention_overlap``): ``attention_overlap`` then
+rotates the consumer loop so that P V of one key block runs while the softmax of the next does.
+
 The register split (``setmaxnreg``): 65536 registers per SM for one block of ``T + 128`` threads;
 the producer keeps ``PRODUCER_REGS``, the consumers share the rest (a multiple of 8, at most 240).
 """
@@ -71,6 +74,7 @@ from ..ir.layout import tma_boxes
 from ..ir.plans import PipelineRing
 from ..ir.verifier import exprs_of
 from ..ir.visitor import free_vars, loads_in, map_stmt, walk
+from .attention_overlap import attention_overlap
 from .pipeline_loops import _buffers_touched_outside, _buffers_touched_shallow, _flatten, _restage, tma_eligible
 from .warp_specialize import ws_enabled
 
@@ -101,7 +105,7 @@ def warp_specialize_loop(func: t.PrimFunc, ctx=None) -> t.PrimFunc:
     regs = _register_split(kernel.num_threads) if ctx.target.has("setmaxnreg") else None
     pingpong = bool(ctx.options.get(PINGPONG)) and kernel.num_threads == 256 and ctx.target.vendor == "nvidia"
     func.body = map_stmt(func.body, lambda s: _specialize(s, func, match, regs, pingpong) if s is kernel else None)
-    return func
+    return attention_overlap(func, ctx)  # tw.attention_overlap: its own pass file says what it does
 
 
 def _register_split(consumers: int):

@@ -295,11 +295,19 @@ class MatrixCompiler:
             out = np.where(on[None, :], prod.astype(d_nd), C)
             # the result lands at the wait_group that retires this wgmma; until then the
             # accumulator registers read as poison (reading them early is a bug the tests then see)
-            pend["result"][key] = (out, on.copy())
-            pend["open"].append(key)
             poison = _poison(d_nd)
             for e in range(ce):
                 regs[doff + e] = np.where(on, poison, regs[doff + e])
+            # what the registers hold from now until the retirement: any other write to them (an
+            # accumulator, or a register A the wgmma is still reading) is a hazard, checked there
+            held = [(d_slot, doff, tuple(regs[doff:doff + ce]), on.copy(), "accumulator", dbuf.name, where)]
+            if a_reg:
+                ar = st.regs[a_slot]
+                held.append((a_slot, aoff, tuple(ar[aoff:aoff + mi.a_elems]), on.copy(), "register A", abuf.name,
+                             where))
+            pend["result"][key] = (out, on.copy(), held[0])
+            pend["open"].append(key)
+            pend["open_held"].extend(held[1:])
 
         return wgmma
 
@@ -308,7 +316,8 @@ class MatrixCompiler:
             pend = _pending(st)
             pend["groups"].append(pend["open"])
             pend["group_reads"].append(pend["open_reads"])
-            pend["open"], pend["open_reads"] = [], []
+            pend["group_held"].append(pend["open_held"])
+            pend["open"], pend["open_reads"], pend["open_held"] = [], [], []
 
         return commit
 
@@ -322,11 +331,14 @@ class MatrixCompiler:
                     if st.races is not None:  # the wgmma has read its operands: ordered from here on
                         st.races.wgmma_retire(pos, eb)
                         st.races.access(pos, eb, None, where, name, tids)
+                for held in pend["group_held"].pop(0):
+                    _check_held(st, held)
                 for key in pend["groups"].pop(0):
                     later = any(key in g for g in pend["groups"]) or key in pend["open"]
                     if later or key not in pend["result"]:
                         continue  # a later wgmma on the same registers is still in flight
-                    out, issued = pend["result"].pop(key)
+                    out, issued, held = pend["result"].pop(key)
+                    _check_held(st, held)
                     slot, off = key
                     regs = st.regs[slot]
                     for e in range(out.shape[0]):
@@ -392,8 +404,31 @@ def _pending(st) -> dict:
     reads of the open and committed groups (flat positions, element bytes, statement, buffer, threads)."""
     pend = st.memo.get(_PENDING)
     if pend is None:
-        pend = st.memo[_PENDING] = {"open": [], "groups": [], "result": {}, "open_reads": [], "group_reads": []}
+        pend = st.memo[_PENDING] = {"open": [], "groups": [], "result": {}, "open_reads": [], "group_reads": [],
+                                    "open_held": [], "group_held": []}
     return pend
+
+
+def _check_held(st, held) -> None:
+    """At a wgmma's retirement: its registers (``held``: slot, first register, the register values
+    its issue left, the issuing lanes, role, buffer, statement) must not have been written since —
+    the hardware writes the accumulator and reads a register A asynchronously until then."""
+    slot, off, was, lanes, role, name, where = held
+    now = st.regs[slot][off:off + len(was)]
+    for e, (a, b) in enumerate(zip(was, now)):
+        if a is b:
+            continue  # untouched (every register write makes a new array)
+        a, b = np.asarray(a), np.asarray(b)
+        if role == "accumulator" and (not lanes.shape or lanes.all()):
+            changed = True  # written at all, even with the poison's own value (poison * x is poison)
+        else:  # a register A rewritten with the values it had, or lanes that did not issue: harmless
+            if a.shape and b.shape and lanes.shape == a.shape == b.shape:
+                a, b = a[lanes], b[lanes]
+            changed = a.tobytes() != b.tobytes()
+        if changed:
+            raise where.error(EmulatorError, f"{role} register {name}[{off + e}] of this wgmma was written before "
+                                             "the wait_group that retires it (the tensor cores "
+                                             f"{'write' if role == 'accumulator' else 'read'} it until then)")
 
 
 def _gather_plan(mi, name: str, index_fn, rows: int, cols: int, elems: int, where: _Where, unique: bool = False):
