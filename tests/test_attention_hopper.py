@@ -33,7 +33,9 @@ from tilewright.target import Target
 from tilewright.target.matrix import REGISTERS, SMEM_DESC
 
 SM90A = "cuda -arch=sm_90a"
-WGMMA = {"tw.enable_wgmma": True}
+# the plain loops (the default adds ping-pong with the intra-warpgroup overlap where it applies:
+# tests/test_attention_overlap.py)
+WGMMA = {"tw.enable_wgmma": True, "tw.attention_overlap": False}
 NP = {"float16": np.float16, "bfloat16": ml_dtypes.bfloat16}
 
 

@@ -75,8 +75,10 @@ PRODUCER_THREADS = 128  # warp_specialize_loop's producer warpgroup: the consume
 OTHER_REGISTERS = 64
 
 
-def attention_overlap(func: t.PrimFunc, ctx) -> t.PrimFunc:
-    if ctx is None or not ctx.options.get(OPTION):
+def attention_overlap(func: t.PrimFunc, ctx, enabled=None) -> t.PrimFunc:
+    """The loop pipelined when ``enabled`` (default: the pass config ``tw.attention_overlap``) and
+    the loop qualifies; ``func.attrs["attention_overlap"]`` then says it was."""
+    if ctx is None or not (ctx.options.get(OPTION) if enabled is None else enabled):
         return func
     kernels = []
     walk(func.body, lambda s: kernels.append(s) if isinstance(s, t.Kernel) else None)
@@ -100,6 +102,7 @@ def attention_overlap(func: t.PrimFunc, ctx) -> t.PrimFunc:
     for g, groups in in_flight.items():
         func.plans.wgmma_in_flight[g] = groups
     func.body = map_stmt(func.body, lambda s: new if s is loop else None)
+    func.attrs["attention_overlap"] = True
     return func
 
 

@@ -61,11 +61,18 @@ order the gemms of the two warpgroups as QK0, QK1, PV0, PV1, QK0, ... .
 Intra-warpgroup pipelining (pass config ``tw.attention_overlap``): ``attention_overlap`` then
 rotates the consumer loop so that P V of one key block runs while the softmax of the next does.
 
+Defaults: with neither ``tw.pingpong`` nor ``tw.attention_overlap`` given, a loop of two consumer
+warpgroups gets both when the overlap applies (it declines loops whose tiles would not stay in
+registers) and neither otherwise: on the H200 both together beat the plain loop on every measured
+shape, ping-pong alone lost (bench/results/2026-12-01-0954-attention-variants-*).
+
 The register split (``setmaxnreg``): 65536 registers per SM for one block of ``T + 128`` threads;
 the producer keeps ``PRODUCER_REGS``, the consumers share the rest (a multiple of 8, at most 240).
 """
 
 from __future__ import annotations
+
+import copy
 
 from ..ir import expr as E
 from ..ir import thread as th
@@ -80,6 +87,7 @@ from .warp_specialize import ws_enabled
 
 OPTION = "tw.warp_specialize"
 PINGPONG = "tw.pingpong"
+OVERLAP = "tw.attention_overlap"
 PINGPONG_BARRIERS = (15, 14)  # named barriers of the turns (partitions' barriers are numbered from 1 up)
 PRODUCER_THREADS = 128  # one warpgroup: TMA is issued by its first warp
 PRODUCER_REGS = 40
@@ -103,9 +111,31 @@ def warp_specialize_loop(func: t.PrimFunc, ctx=None) -> t.PrimFunc:
     if match is None:
         return func
     regs = _register_split(kernel.num_threads) if ctx.target.has("setmaxnreg") else None
-    pingpong = bool(ctx.options.get(PINGPONG)) and kernel.num_threads == 256 and ctx.target.vendor == "nvidia"
+    can_pingpong = kernel.num_threads == 256 and ctx.target.vendor == "nvidia"
+    if can_pingpong and ctx.options.get(PINGPONG) is None and ctx.options.get(OVERLAP) is None:
+        # Neither chosen: ping-pong with the intra-warpgroup overlap, measured faster than the plain
+        # loop on all 8 shapes of bench/results/2026-12-01-0954-attention-variants-* (+4..16%),
+        # where ping-pong alone was slower — so on a copy, kept only if the overlap applies.
+        trial = copy.deepcopy(func)
+        trial_kernel = next(s for s in _kernels(trial))
+        trial_match = _match(trial_kernel, trial)
+        if trial_match is not None:
+            trial.body = map_stmt(trial.body, lambda s: _specialize(s, trial, trial_match, regs, True)
+                                  if s is trial_kernel else None)
+            trial = attention_overlap(trial, ctx, enabled=True)
+            if trial.attrs.get("attention_overlap"):
+                return trial
+        pingpong = False
+    else:
+        pingpong = bool(ctx.options.get(PINGPONG)) and can_pingpong
     func.body = map_stmt(func.body, lambda s: _specialize(s, func, match, regs, pingpong) if s is kernel else None)
     return attention_overlap(func, ctx)  # tw.attention_overlap: its own pass file says what it does
+
+
+def _kernels(func) -> list:
+    out: list = []
+    walk(func.body, lambda s: out.append(s) if isinstance(s, t.Kernel) else None)
+    return out
 
 
 def _register_split(consumers: int):
