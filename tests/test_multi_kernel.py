@@ -200,3 +200,30 @@ def test_two_kernels_in_an_eager_jit_function(rng):
 def test_kernel_sequence_profiler_runs_every_kernel():
     k = tw.compile(two_kernels(128), out_idx=[1, 2], target="interpret")
     assert k.get_profiler().do_bench(warmup=1, rep=1) > 0
+
+
+def test_lower_of_a_kernel_sequence_names_its_parts():
+    func = two_kernels(64)
+    with pytest.raises(CompileError, match="main has 2 T.Kernel blocks"):
+        tw.lower(func, target="cuda -arch=sm_90a")
+    assert [p.name for p in func.attrs["kernel_parts"]] == ["main_kernel0", "main_kernel1"]
+    tw.lower(func.attrs["kernel_parts"][1], target="cuda -arch=sm_90a")
+
+
+@T.macro
+def _launch_doubling(A, B):
+    with T.Kernel(1, threads=64):
+        for i in T.Parallel(64):
+            B[i] = A[i] * 2.0
+
+
+def test_kernel_launched_by_a_macro_is_not_wrapped(rng):
+    """No `with` in the prim_func's own source, but its macro launches the kernel: read as written."""
+
+    @T.prim_func
+    def main(A: T.Tensor((64,), "float32"), B: T.Tensor((64,), "float32")):
+        _launch_doubling(A, B)
+
+    a, b = rand(rng, (64,)), poisoned((64,))
+    tw.compile(main, target="interpret")(a, b)
+    close(b, 2 * f64(a))

@@ -156,6 +156,11 @@ def lower(func, target="auto", optimize_level: int = 2):
 
     if not isinstance(func, t.PrimFunc):
         func = parse_prim_func(func)
+    parts = func.attrs.get("kernel_parts")
+    if parts:
+        raise CompileError(f"tilewright.lower lowers one kernel; {func.name} has {len(parts)} T.Kernel blocks",
+                           func.loc, hint=f"lower each of {func.name}.attrs['kernel_parts'], or compile it "
+                           "(tilewright.compile launches them in order)")
     _verify(func)
     tgt = Target.parse(target)
     kernel = run_pipeline(func, PassContext(tgt, {"optimize_level": optimize_level}))

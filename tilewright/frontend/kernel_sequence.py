@@ -6,8 +6,9 @@ previous one has finished).  ``split_kernels`` makes one single-kernel ``PrimFun
 the prim_func's parameters and the top-level bindings that precede the block; the compiler
 compiles each part and the JIT layer launches them in order (``jit.sequence.KernelSequence``).
 
-A body with no ``T.Kernel`` at all (plain statements on the parameters, as TileLang's TIR allows)
-runs once: the frontend reads it as ``with T.Kernel(1, threads=1):`` around the whole body.
+A body with no ``T.Kernel`` at all (plain statements on the parameters, as TileLang's TIR allows;
+no ``with`` in its source and no kernel launched by a macro it calls) runs once: the frontend reads
+it again as ``with T.Kernel(1, threads=1):`` around the whole body.
 """
 
 from __future__ import annotations
@@ -33,6 +34,7 @@ def split_kernels(func: t.PrimFunc, stmts: list) -> list:
 
 
 def has_no_kernel_block(tree: ast.FunctionDef) -> bool:
-    """Whether the function's source has no ``with`` statement at all: then no T.Kernel block can
-    come from it, and the body is one implicit single-thread kernel."""
+    """Whether the function's own source has no ``with`` statement: then, unless a macro it calls
+    launches one, it has no T.Kernel block, and the body is one implicit single-thread kernel (the
+    frontend reads it normally first and wraps it only when that produced no kernel)."""
     return not any(isinstance(n, (ast.With, ast.AsyncWith)) for n in ast.walk(tree))

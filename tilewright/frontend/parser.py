@@ -337,19 +337,18 @@ class Translator:
 
     # ---------------------------------------------------------------- entry
     def translate(self) -> t.PrimFunc:
-        params, dyn_vars = self.params()
-        B._active.append(self.b)
-        _active_translators.append(self)
+        # a body of plain statements (no `with` anywhere in it, and no kernel from a macro either) runs
+        # once, as one thread: read again inside an implicit `T.Kernel(1, threads=1)`
+        plain = type(self) is Translator and has_no_kernel_block(self.tree)
         try:
-            self.b.loc = self.loc(self.tree)
-            if has_no_kernel_block(self.tree):  # plain statements: they run once, as one thread
-                self.enter_kernel(T.Kernel(1, threads=1), [], self.tree.body, self.tree)
-            else:
-                self.body(self.tree.body)
-            stmts = self.b.pop()
-        finally:
-            B._active.pop()
-            _active_translators.pop()
+            params, dyn_vars, stmts = self.read_body(implicit_kernel=False)
+        except CompileError:
+            if not plain:
+                raise
+            stmts = []
+        if plain and not any(isinstance(s, t.Kernel) for s in stmts):
+            self.__init__(self.fn, self.tree, self.filename, self.line_offset, self.lines, self.gscope)
+            params, dyn_vars, stmts = self.read_body(implicit_kernel=True)
         kernels = [s for s in stmts if isinstance(s, t.Kernel)]
         if not kernels:
             raise CompileError(f"prim_func {self.tree.name} has no `with T.Kernel(...)` block", self.loc(self.tree),
@@ -367,6 +366,22 @@ class Translator:
         if len(kernels) > 1:  # launched one after another, in order (frontend/kernel_sequence.py)
             func.attrs["kernel_parts"] = split_kernels(func, stmts)
         return func
+
+    def read_body(self, implicit_kernel: bool):
+        """(parameters, symbolic sizes, top-level statements) of the function."""
+        params, dyn_vars = self.params()
+        B._active.append(self.b)
+        _active_translators.append(self)
+        try:
+            self.b.loc = self.loc(self.tree)
+            if implicit_kernel:
+                self.enter_kernel(T.Kernel(1, threads=1), [], self.tree.body, self.tree)
+            else:
+                self.body(self.tree.body)
+            return params, dyn_vars, self.b.pop()
+        finally:
+            B._active.pop()
+            _active_translators.pop()
 
     def finish_params(self, params, dyn_vars):
         """Hook: the final parameter list (the eager-JIT reader adds tensors declared in the body)."""
