@@ -14,6 +14,7 @@ from toolchains import needs_hip_compiler, needs_nvrtc
 import tilewright
 import tilewright.language as T
 from tilewright.errors import CompileError
+from tilewright.interp import rng_mrg32k3a as mrg
 from tilewright.interp.rng_philox import PhiloxStates, philox4x32_10
 from tilewright.interp.tile import InterpError
 
@@ -118,7 +119,74 @@ def test_each_thread_has_its_own_stream(default_seq, target, backend):
     assert np.array_equal(a, np.array(want, np.uint32))
 
 
-def guarded_kernel(M, seed, guarded):
+# ============================================================================================
+# MRG32k3a
+
+
+def test_mrg32k3a_model():
+    """L'Ecuyer's published first output for the all-12345 seeds (seed 0 in curand), and jumps by
+    matrix powers equal to stepping."""
+    s1, s2 = mrg.seeded(0, 0, 0)
+    first = [mrg.step(s1, s2) for _ in range(40)]
+    assert abs(first[0] / (mrg.M1 + 1) - 0.1270111220) < 1e-9
+    for off in (1, 5, 17, 39):
+        a, b = mrg.seeded(0, 0, off)
+        assert mrg.step(a, b) == first[off]
+    a, b = mrg.seeded(99, 1, 0)  # offsets and subsequences combine: 5 steps on from subsequence 1
+    for _ in range(5):
+        mrg.step(a, b)
+    assert (a, b) == tuple(mrg.seeded(99, 1, 5))
+
+    def power(mat, m, squarings):  # mat ** (2 ** squarings) mod m, written out here
+        for _ in range(squarings):
+            mat = [[sum(mat[i][k] * mat[k][j] for k in range(3)) % m for j in range(3)] for i in range(3)]
+        return mat
+
+    j1 = power([[0, 1, 0], [0, 0, 1], [mrg.M1 - mrg.A13N, mrg.A12, 0]], mrg.M1, 76)  # a subsequence: 2**76 draws
+    j2 = power([[0, 1, 0], [0, 0, 1], [mrg.M2 - mrg.A23N, 0, mrg.A21]], mrg.M2, 76)
+    s1, s2 = mrg.seeded(99, 1, 0)
+    t1, t2 = mrg.seeded(99, 2, 0)
+    assert t1 == [sum(j1[i][k] * s1[k] for k in range(3)) % mrg.M1 for i in range(3)]
+    assert t2 == [sum(j2[i][k] * s2[k] for k in range(3)) % mrg.M2 for i in range(3)]
+
+
+def mrg_kernel(seed, threads=64, draws=4):
+    @T.prim_func
+    def main(A: T.Tensor((2 * threads * draws,), "uint32"), U: T.Tensor((2 * threads * draws,), "float32"),
+             D: T.Tensor((2 * threads * draws,), "float64")):
+        with T.Kernel(2, threads=threads) as bx:
+            tx = T.get_thread_binding()
+            T.rng_init(seed, tx % 3, bx * 7 + tx, generator="curandStateMRG32k3a_t")
+            for k in T.serial(draws):
+                g = (bx * threads + tx) * draws + k
+                A[g] = T.rng_rand()
+                U[g] = T.rng_rand_float()
+                D[g] = T.rng_rand_float(bit=64)
+
+    return main
+
+
+@pytest.mark.parametrize("target,backend", EMULATORS, ids=EMULATOR_IDS)
+def test_mrg32k3a_kernels(target, backend):
+    threads, draws, seed = 64, 4, 2**33 + 5
+    n = 2 * threads * draws
+    a, u, d = np.zeros(n, np.uint32), np.full(n, np.nan, np.float32), np.full(n, np.nan)
+    tilewright.compile(mrg_kernel(seed, threads, draws), target=target, execution_backend=backend)(a, u, d)
+    wa, wu, wd = [], [], []
+    for bx in range(2):
+        for tx in range(threads):
+            s1, s2 = mrg.seeded(seed, tx % 3, bx * 7 + tx)
+            for _ in range(draws):
+                wa.append(min(int(mrg.step(s1, s2) * 1.000000048662), 2**32 - 1))
+                wu.append(np.float32(mrg.step(s1, s2) * 2.3283065498378288e-10))
+                wd.append(mrg.step(s1, s2) * 2.3283065498378288e-10)
+    assert np.array_equal(a, np.array(wa, np.uint32))
+    assert np.array_equal(u, np.array(wu, np.float32))
+    assert np.array_equal(d, np.array(wd))
+    assert 0 < u.min() and u.max() <= 1
+
+
+def guarded_kernel(M, seed, guarded, generator="curandStatePhilox4_32_10_t"):
     threads = 64
 
     @T.prim_func
@@ -127,7 +195,7 @@ def guarded_kernel(M, seed, guarded):
             tx = T.get_thread_binding()
             s = T.alloc_shared((threads,), "int32")
             if bx < n or not guarded:
-                T.rng_init(seed, 0, bx)
+                T.rng_init(seed, 0, bx, generator=generator)
                 s[tx] = 1
                 T.cumsum(s, dim=0)
                 if tx == 0:
@@ -137,11 +205,16 @@ def guarded_kernel(M, seed, guarded):
 
 
 @pytest.mark.parametrize("target,backend", EMULATORS, ids=EMULATOR_IDS)
-def test_init_under_a_guard(target, backend):
+@pytest.mark.parametrize("generator", ["curandStatePhilox4_32_10_t", "curandStateMRG32k3a_t"])
+def test_init_under_a_guard(generator, target, backend):
     M, n, sentinel = 16, 9, 0xDEADBEEF
     a = np.full(M, sentinel, np.uint32)
-    tilewright.compile(guarded_kernel(M, 42, True), target=target, execution_backend=backend)(a, n)
-    assert np.array_equal(a[:n], np.array([word(42, 0, bx) for bx in range(n)], np.uint32))
+    tilewright.compile(guarded_kernel(M, 42, True, generator), target=target, execution_backend=backend)(a, n)
+    if generator.startswith("curandStatePhilox"):
+        want = [word(42, 0, bx) for bx in range(n)]
+    else:
+        want = [min(int(mrg.step(*mrg.seeded(42, 0, bx)) * 1.000000048662), 2**32 - 1) for bx in range(n)]
+    assert np.array_equal(a[:n], np.array(want, np.uint32))
     assert (a[n:] == sentinel).all()
 
 
@@ -185,7 +258,7 @@ def normal_kernel():
 
 
 def test_refusals():
-    with pytest.raises(CompileError, match="curandStateXORWOW_t.*Philox4x32-10 generator only"):
+    with pytest.raises(CompileError, match="curandStateXORWOW_t.*not supported.*Philox4x32-10 and MRG32k3a"):
         @T.prim_func
         def xorwow(A: T.Tensor((32,), "uint32")):
             with T.Kernel(1, threads=32):
@@ -217,7 +290,7 @@ def test_refusals():
 @needs_nvrtc
 def test_cuda_compiles(tmp_path, monkeypatch):
     monkeypatch.setenv("TILEWRIGHT_CACHE_DIR", str(tmp_path))
-    for func in (rand_1d(384, 42), normal_kernel(), guarded_kernel(16, 42, True)):
+    for func in (rand_1d(384, 42), normal_kernel(), guarded_kernel(16, 42, True), mrg_kernel(5)):
         k = tilewright.compile(func, target=CUDA)
         assert k.get_code_object()[:4] == b"\x7fELF"
         assert "tw_rng_t tw_rng_state;" in k.get_kernel_source()
@@ -226,7 +299,7 @@ def test_cuda_compiles(tmp_path, monkeypatch):
 @needs_hip_compiler
 def test_hip_compiles(tmp_path, monkeypatch):
     monkeypatch.setenv("TILEWRIGHT_CACHE_DIR", str(tmp_path))
-    for func in (per_thread_kernel(42), guarded_kernel(16, 42, True)):
+    for func in (per_thread_kernel(42), guarded_kernel(16, 42, True), mrg_kernel(5)):
         assert tilewright.compile(func, target=GFX942).get_code_object()[:4] == b"\x7fELF"
 
 

@@ -112,3 +112,32 @@ class PhiloxStates:
 DRAWS = {"rng_rand": ("next_u32", "uint32"), "rng_uniform_f32": ("uniform_f32", "float32"),
          "rng_uniform_f64": ("uniform_f64", "float64"), "rng_normal_f32": ("normal_f32", "float32"),
          "rng_normal_f64": ("normal_f64", "float64")}
+
+
+GENERATOR_KINDS = {"curandStatePhilox4_32_10_t": 0, "curandStateMRG32k3a_t": 1}  # rng_init's last operand
+
+
+class LaneGenerators:
+    """Each lane's generator, of the kind its last ``rng_init`` chose: Philox4x32-10 (here) or
+    MRG32k3a (rng_mrg32k3a.py)."""
+
+    def __init__(self, n: int):
+        from .rng_mrg32k3a import MRG32k3aStates
+
+        self.philox, self.mrg = PhiloxStates(n), MRG32k3aStates(n)
+        self.kind = np.full(n, -1, np.int8)  # -1: not seeded
+
+    def init(self, lanes, seed, seq, off, kind: int) -> None:
+        (self.mrg if kind else self.philox).init(lanes, seed, seq, off)
+        self.kind[lanes] = kind
+
+    def unseeded(self, lanes):
+        return lanes[self.kind[lanes] < 0]
+
+    def draw(self, method: str, lanes, nd) -> np.ndarray:
+        out = np.zeros(len(lanes), nd)
+        for kind, gen in ((0, self.philox), (1, self.mrg)):
+            pick = self.kind[lanes] == kind
+            if pick.any():
+                out[pick] = getattr(gen, method)(lanes[pick])
+        return out
