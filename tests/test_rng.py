@@ -399,3 +399,25 @@ def test_on_gpu():
     tilewright.compile(normal_kernel(), target=CUDA, execution_backend="emulator")(rd, re_)
     np.testing.assert_allclose(d.cpu().numpy(), rd, rtol=1e-5, atol=1e-5)
     np.testing.assert_allclose(e.cpu().numpy(), re_, rtol=1e-12, atol=1e-12)
+
+
+def test_mrg32k3a_and_xorwow_on_gpu():
+    torch = pytest.importorskip("torch")
+    if not torch.cuda.is_available():
+        pytest.skip("needs an NVIDIA GPU with a CUDA build of PyTorch")
+    n = 2 * 64 * 4
+    mk = [torch.zeros(n, dtype=torch.uint32, device="cuda"), torch.full((n,), float("nan"), device="cuda"),
+          torch.full((n,), float("nan"), dtype=torch.float64, device="cuda")]
+    tilewright.compile(mrg_kernel(11), target="cuda")(*mk)
+    ref = [np.zeros(n, np.uint32), np.full(n, np.nan, np.float32), np.full(n, np.nan)]
+    tilewright.compile(mrg_kernel(11), target=CUDA, execution_backend="emulator")(*ref)
+    for got, want in zip(mk, ref):
+        assert np.array_equal(got.cpu().numpy(), want)
+    n = 2 * 64 * 3
+    xk = [torch.zeros(n, dtype=torch.uint32, device="cuda"),
+          torch.full((n,), float("nan"), dtype=torch.float64, device="cuda")]
+    tilewright.compile(xorwow_kernel(11), target="cuda")(*xk)
+    ref = [np.zeros(n, np.uint32), np.full(n, np.nan)]
+    tilewright.compile(xorwow_kernel(11), target=CUDA, execution_backend="emulator")(*ref)
+    for got, want in zip(xk, ref):
+        assert np.array_equal(got.cpu().numpy(), want)
