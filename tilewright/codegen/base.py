@@ -357,8 +357,8 @@ class Printer:
         if name == "reinterpret":  # same width (T.reinterpret, T.view with a dtype): a bit copy
             return f"tw_bitcast<{self.ctype(e.dtype)}>({self.expr(e.args[0])})"
         if name == "rng_init":
-            seed, seq, off = (self.expr(x) for x in e.args)
-            return f"tw_rng_init({rng.STATE}, {seed}, {seq}, {off})"
+            seed, seq, off = (self.expr(x) for x in e.args[:3])
+            return f"tw_rng_init({rng.STATE}, {seed}, {seq}, {off}, {int(e.args[3].value)})"
         if name in rng.DRAW_FUNCTIONS:
             return f"{rng.DRAW_FUNCTIONS[name]}({rng.STATE})"
         if name in ("isnan", "isinf", "isfinite"):

@@ -35,43 +35,24 @@ def philox4x32_10(c0, c1, c2, c3, k0, k1):
     return c0, c1, c2, c3
 
 
-class PhiloxStates:
-    """The generator state of ``n`` threads: key, sequence, position and the kept normal values."""
+class CurandConversions:
+    """curand's conversions of 32-bit draws (``next_u32``, given by a subclass) to floats, shared by
+    Philox and XORWOW, with the second value of each Box-Muller pair kept per thread."""
 
     def __init__(self, n: int):
-        z = np.zeros(n, np.uint64)
-        self.k0, self.k1, self.s0, self.s1, self.pos = z.copy(), z.copy(), z.copy(), z.copy(), z.copy()
-        self.ready = np.zeros(n, bool)  # rng_init ran on this thread
         self.has_f32, self.keep_f32 = np.zeros(n, bool), np.zeros(n, np.float32)
         self.has_f64, self.keep_f64 = np.zeros(n, bool), np.zeros(n, np.float64)
 
-    def init(self, lanes, seed, seq, off) -> None:
-        """``curand_init(seed, seq, off)`` on the threads ``lanes`` (an index array)."""
-        seed, seq, off = (np.broadcast_to(np.asarray(v).astype(np.uint64), lanes.shape) for v in (seed, seq, off))
-        self.k0[lanes], self.k1[lanes] = seed & _LO, seed >> _S32
-        self.s0[lanes], self.s1[lanes] = seq & _LO, seq >> _S32
-        self.pos[lanes] = off
-        self.ready[lanes] = True
+    def reset_normals(self, lanes) -> None:
         self.has_f32[lanes] = False
         self.has_f64[lanes] = False
 
     def next_u32(self, lanes) -> np.ndarray:
-        """One draw (``curand``) on each thread of ``lanes``; their positions advance by one."""
-        pos = self.pos[lanes]
-        q = pos >> np.uint64(2)
-        words = philox4x32_10(q & _LO, q >> _S32, self.s0[lanes], self.s1[lanes], self.k0[lanes], self.k1[lanes])
-        which = (pos & np.uint64(3)).astype(np.int64)
-        out = np.choose(which, words).astype(np.uint32)
-        self.pos[lanes] = pos + np.uint64(1)
-        return out
+        raise NotImplementedError
 
     def uniform_f32(self, lanes) -> np.ndarray:
         x = self.next_u32(lanes).astype(np.float32)
         return (x * np.float32(2.0**-32) + np.float32(2.0**-33)).astype(np.float32)
-
-    def uniform_f64(self, lanes) -> np.ndarray:
-        """One draw: (x + 1) * 2**-32, as curand_uniform_double of a Philox state."""
-        return (self.next_u32(lanes).astype(np.float64) + 1.0) * 2.0**-32
 
     def _two_words(self, lanes) -> np.ndarray:
         """(x ^ y << 21) of two draws: 53 random bits, as an integer-valued float64."""
@@ -109,6 +90,67 @@ class PhiloxStates:
         return out
 
 
+class PhiloxStates(CurandConversions):
+    """The Philox generator state of ``n`` threads: key, sequence and position."""
+
+    def __init__(self, n: int):
+        super().__init__(n)
+        z = np.zeros(n, np.uint64)
+        self.k0, self.k1, self.s0, self.s1, self.pos = z.copy(), z.copy(), z.copy(), z.copy(), z.copy()
+
+    def init(self, lanes, seed, seq, off) -> None:
+        """``curand_init(seed, seq, off)`` on the threads ``lanes`` (an index array)."""
+        seed, seq, off = (np.broadcast_to(np.asarray(v).astype(np.uint64), lanes.shape) for v in (seed, seq, off))
+        self.k0[lanes], self.k1[lanes] = seed & _LO, seed >> _S32
+        self.s0[lanes], self.s1[lanes] = seq & _LO, seq >> _S32
+        self.pos[lanes] = off
+        self.reset_normals(lanes)
+
+    def next_u32(self, lanes) -> np.ndarray:
+        """One draw (``curand``) on each thread of ``lanes``; their positions advance by one."""
+        pos = self.pos[lanes]
+        q = pos >> np.uint64(2)
+        words = philox4x32_10(q & _LO, q >> _S32, self.s0[lanes], self.s1[lanes], self.k0[lanes], self.k1[lanes])
+        which = (pos & np.uint64(3)).astype(np.int64)
+        out = np.choose(which, words).astype(np.uint32)
+        self.pos[lanes] = pos + np.uint64(1)
+        return out
+
+    def uniform_f64(self, lanes) -> np.ndarray:
+        """One draw: (x + 1) * 2**-32, as curand_uniform_double of a Philox state."""
+        return (self.next_u32(lanes).astype(np.float64) + 1.0) * 2.0**-32
+
+
 DRAWS = {"rng_rand": ("next_u32", "uint32"), "rng_uniform_f32": ("uniform_f32", "float32"),
          "rng_uniform_f64": ("uniform_f64", "float64"), "rng_normal_f32": ("normal_f32", "float32"),
          "rng_normal_f64": ("normal_f64", "float64")}
+
+
+GENERATOR_KINDS = {"curandStatePhilox4_32_10_t": 0, "curandStateMRG32k3a_t": 1, "curandStateXORWOW_t": 2}
+
+
+class LaneGenerators:
+    """Each lane's generator, of the kind its last ``rng_init`` chose: Philox4x32-10 (here), MRG32k3a
+    (rng_mrg32k3a.py) or XORWOW (rng_xorwow.py)."""
+
+    def __init__(self, n: int):
+        from .rng_mrg32k3a import MRG32k3aStates
+        from .rng_xorwow import XorwowStates
+
+        self.generators = (PhiloxStates(n), MRG32k3aStates(n), XorwowStates(n))  # by kind
+        self.kind = np.full(n, -1, np.int8)  # -1: not seeded
+
+    def init(self, lanes, seed, seq, off, kind: int) -> None:
+        self.generators[kind].init(lanes, seed, seq, off)
+        self.kind[lanes] = kind
+
+    def unseeded(self, lanes):
+        return lanes[self.kind[lanes] < 0]
+
+    def draw(self, method: str, lanes, nd) -> np.ndarray:
+        out = np.zeros(len(lanes), nd)
+        for kind, gen in enumerate(self.generators):
+            pick = self.kind[lanes] == kind
+            if pick.any():
+                out[pick] = getattr(gen, method)(lanes[pick])
+        return out

@@ -2,12 +2,12 @@
 ``T.rng_rand()`` (a uint32) and ``T.rng_rand_float(bit=32, dist="uniform")``.
 
 Each thread owns a generator: ``rng_init`` seeds it (``seq`` defaults to the thread's global index,
-blocks x-fastest then threads, as in TileLang), each draw advances it.  The generator is Philox4x32-10
-with curand's state layout (interp/rng_philox.py), TileLang's default; curand's XORWOW and MRG32k3a
-are refused.  A draw is bound to a ``let`` where it is written, so it happens exactly there, once per
-executing thread (inside ``T.Parallel``, once per element the thread holds, in its order), never
-hoisted or shared.  The emulator and the CUDA and HIP backends run it; the tile interpreter has no
-threads and refuses it.
+blocks x-fastest then threads, as in TileLang), each draw advances it.  The generators are curand's
+Philox4x32-10 (TileLang's default; interp/rng_philox.py), MRG32k3a (interp/rng_mrg32k3a.py) and
+XORWOW (interp/rng_xorwow.py), with curand's seeding, skips and conversions.  A draw is bound to a ``let`` where it
+is written, so it happens exactly there, once per executing thread (inside ``T.Parallel``, once per
+element the thread holds, in its order), never hoisted or shared.  The emulator and the CUDA and HIP
+backends run it; the tile interpreter has no threads and refuses it.
 """
 
 from __future__ import annotations
@@ -21,6 +21,7 @@ __all__ = ["rng_init", "rng_rand", "rng_rand_float"]
 
 PHILOX = "curandStatePhilox4_32_10_t"
 _CURAND_GENERATORS = (PHILOX, "curandStateXORWOW_t", "curandStateMRG32k3a_t")
+_KINDS = {PHILOX: 0, "curandStateMRG32k3a_t": 1, "curandStateXORWOW_t": 2}  # rng_init's last operand
 
 
 def _in_kernel(what: str):
@@ -45,16 +46,13 @@ def _global_thread_index(b):
 
 
 def rng_init(seed, seq=None, off=0, generator=PHILOX):
-    """Seed this thread's generator: curand_init(seed, seq, off) of Philox4x32-10."""
+    """Seed this thread's generator: curand_init(seed, seq, off) of the chosen curand generator."""
     b = _in_kernel("T.rng_init")
     if generator not in _CURAND_GENERATORS:
         raise InvalidArgumentError(f"T.rng_init: unknown generator {generator!r}; expected one of "
                                    f"{', '.join(_CURAND_GENERATORS)}", b.loc)
-    if generator != PHILOX:
-        raise _b.error(f"T.rng_init(generator={generator!r}) is not supported: tilewright implements curand's "
-                       f"Philox4x32-10 generator only", hint=f"use generator='{PHILOX}' (the default)")
     seq = _global_thread_index(b) if seq is None else _e.cast("uint64", seq)
-    args = (_e.cast("uint64", seed), seq, _e.cast("uint64", off))
+    args = (_e.cast("uint64", seed), seq, _e.cast("uint64", off), _e.Const(_KINDS[generator], "int32"))
     _bind(b, _e.Call("rng_init", args, "int32"), "rng_seeded")
 
 

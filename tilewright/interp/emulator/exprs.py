@@ -11,7 +11,7 @@ from ...ir.analysis import is_nonnegative
 from ...ir.visitor import walk_expr
 from .. import debug_print
 from ..ieee_rounding import ieee_function
-from ..rng_philox import DRAWS, PhiloxStates
+from ..rng_philox import DRAWS, LaneGenerators
 from ..warp_ops import VOTES, WARP_CALLS, source_threads, vote
 from .errors import DivergenceError, EmulatorError, EmulatorOutOfBoundsError
 from .mathfns import _BINOPS, _MATH, _check_division, _check_int32, _float_to_int, _fma, _trunc_div
@@ -253,30 +253,31 @@ class ExprCompiler:
 
         def states(st, need):
             if st.rng is None:
-                st.rng = PhiloxStates(st.L)
+                st.rng = LaneGenerators(st.L)
             active = st.mask if need is None else need
             lanes = np.arange(st.L) if active is None else np.flatnonzero(np.broadcast_to(active, (st.L,)))
             return st.rng, lanes
 
         if e.name == "rng_init":
-            fs, _, _ = self._children(e.args, where)
+            fs, _, _ = self._children(e.args[:3], where)
+            kind = int(e.args[3].value)
 
             def init(st, need):
                 g, lanes = states(st, need)
-                g.init(lanes, *[np.broadcast_to(f(st, need), (st.L,))[lanes] for f in fs])
+                g.init(lanes, *[np.broadcast_to(f(st, need), (st.L,))[lanes] for f in fs], kind)
                 return np.int32(0)
 
             return init
-        method = getattr(PhiloxStates, DRAWS[e.name][0])
+        method = DRAWS[e.name][0]
 
         def draw(st, need):
             g, lanes = states(st, need)
-            if not g.ready[lanes].all():
-                lane = lanes[~g.ready[lanes]][0]
-                raise where.error(EmulatorError, f"{st.where(lane)} draws a random number before T.rng_init seeded "
+            bad = g.unseeded(lanes)
+            if len(bad):
+                raise where.error(EmulatorError, f"{st.where(bad[0])} draws a random number before T.rng_init seeded "
                                                  "its generator")
             out = np.zeros(st.L, nd)
-            out[lanes] = method(g, lanes)
+            out[lanes] = g.draw(method, lanes, nd)
             return out
 
         return draw
