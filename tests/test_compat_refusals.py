@@ -632,3 +632,13 @@ def test_zero_grid_dimension_at_launch_raises(target):
     close(out, np.ones(4), 0, 0)
     with pytest.raises(ArgumentError, match=r"grid dimension x of T.Kernel is 0 with these argument sizes"):
         kern(np.zeros(0, np.float32))
+
+
+def test_alloc_global_workspace_is_not_a_profiler_input():
+    """The profiler makes inputs for the declared parameters only: a reference sees the same ones."""
+    N = 256
+    kern = tw.compile(through_workspace(N, 64), target="interpret", out_idx=[1])
+    profiler = kern.get_profiler()
+    (a,) = profiler.random_inputs()
+    assert a.shape == (N,)
+    profiler.assert_allclose(lambda a: 3 * f64(a), atol=1e-6, rtol=1e-6)

@@ -41,9 +41,9 @@ class JITKernel:
         self._launcher = None
         self._out_plan = None  # made on the first call that allocates outputs
         # T.alloc_global workspaces: hidden parameters after the declared ones, allocated by each call
-        self._workspaces = tuple(i for i, p in enumerate(self.params)
+        self.workspace_idx = tuple(i for i, p in enumerate(self.params)
                                  if isinstance(p, t.Buffer) and p.attrs.get("workspace"))
-        self._allocated = tuple(out_idx) + self._workspaces
+        self._allocated = tuple(out_idx) + self.workspace_idx
         self._host_assumes = func.attrs.get("host_assumes", ())
         from ..compiler import kernel_of
 
@@ -206,12 +206,12 @@ class JITKernel:
 
     # ------------------------------------------------------------------ calling
     def __call__(self, *args, stream=None):
-        n_declared = len(self.params) - len(self._workspaces)
+        n_declared = len(self.params) - len(self.workspace_idx)
         n_in = n_declared - len(self.out_idx)
         if len(args) == n_in and self._allocated:
             full = self._with_outputs(args)
-        elif len(args) == n_declared and self._workspaces:
-            full = self._with_outputs_general(args, self._workspaces)
+        elif len(args) == n_declared and self.workspace_idx:
+            full = self._with_outputs_general(args, self.workspace_idx)
         elif len(args) == len(self.params):
             full = list(args)
         else:

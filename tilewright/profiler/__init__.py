@@ -43,7 +43,7 @@ class Profiler:
         rng = _Rng(seed, on_device)
         ins = []
         for i, p in enumerate(k.params):
-            if i in k.out_idx:
+            if i in k.out_idx or i in getattr(k, "workspace_idx", ()):  # outputs, T.alloc_global: the call makes them
                 continue
             if not isinstance(p, t.Buffer):
                 ins.append(1.0 if p.dtype.startswith(("float", "bfloat")) else 1)
@@ -64,6 +64,8 @@ class Profiler:
         rng = _Rng(1, k.backend == "device")
         out = []
         for i, p in enumerate(k.params):
+            if i in getattr(k, "workspace_idx", ()):
+                continue
             if i in k.out_idx:
                 shape = tuple(_size(s, dynamic_symbolic_constraints) for s in p.shape)
                 out.append(make_input(p.dtype, shape, self.supply_type, rng, k.backend == "device"))
