@@ -318,3 +318,56 @@ def test_e8m0_torch_tensors_and_rounding(backend):
     want = np.arange(1, 9, dtype=np.float32).astype(_ml("float8_e8m0fnu")).view(np.uint8)
     np.testing.assert_array_equal(x.view(torch.uint8)[:8].numpy(), want)
     assert (x.view(torch.uint8)[8:] == 255).all()
+
+
+def reduce_kernel(dtype):
+    @T.prim_func
+    def rowmax(A: T.Tensor((16, 64), dtype), B: T.Tensor((16,), dtype)):
+        with T.Kernel(1, threads=128):
+            F = T.alloc_fragment((16, 64), dtype)
+            R = T.alloc_fragment((16,), dtype)
+            T.copy(A, F)
+            T.reduce_max(F, R, dim=1)  # across the threads of a row: warp shuffles of the one-byte values
+            T.copy(R, B)
+
+    return rowmax
+
+
+@pytest.mark.parametrize("backend", sorted(BACKENDS))
+@pytest.mark.parametrize("dtype", [*FOUR_BIT, "float8_e8m0fnu"])
+def test_row_max_shuffles_the_values(dtype, backend):
+    rng = np.random.default_rng(9)
+    kernel = tilewright.compile(reduce_kernel(dtype), **BACKENDS[backend])
+    if dtype in FOUR_BIT:
+        a, b = _storage(rng, (16, 32)), _storage(rng, (8,))
+        kernel(a, b)
+        want = np.empty(8, np.int8)
+        pack(unpack(a.numpy(), dtype).astype(np.float32).max(axis=1).astype(_ml(dtype)), want)
+        np.testing.assert_array_equal(b.numpy(), want)
+    else:
+        a = rng.integers(0, 255, (16, 64)).astype(np.uint8).view(_ml(dtype))
+        b = np.full(16, 255, np.uint8).view(_ml(dtype))
+        kernel(a, b)
+        np.testing.assert_array_equal(b.view(np.uint8), a.view(np.uint8).max(axis=1))
+
+
+def test_atomics_of_one_byte_types_are_refused():
+    with pytest.raises(CompileError, match="atomic_add on int4 values is not supported"):
+
+        @T.prim_func
+        def acc(A: T.Tensor((64,), "int4")):
+            with T.Kernel(1, threads=64):
+                for i in T.Parallel(64):
+                    T.atomic_add(A[i], 1)
+
+
+@needs_nvrtc
+@pytest.mark.parametrize("dtype", [*FOUR_BIT, "float8_e8m0fnu"])
+def test_nvrtc_compiles_reductions(dtype):
+    tilewright.compile(reduce_kernel(dtype), target="cuda -arch=sm_90a")
+
+
+@needs_hip_compiler
+@pytest.mark.parametrize("dtype", ["int4", "float4_e2m1fn"])
+def test_clang_compiles_reductions(dtype):
+    tilewright.compile(reduce_kernel(dtype), target="hip -arch=gfx942")

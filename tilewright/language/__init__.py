@@ -605,6 +605,10 @@ def _atomic(op, dst, value, memory_order=None, return_prev=False):
     element's value before the update) or tile form ``T.atomic_add(A[i:i+m, :], tile)``."""
     b = _b.current()
     order = _memory_order(op, memory_order)
+    target = getattr(dst, "buffer", dst)
+    if getattr(target, "dtype", None) in ("int4", "uint4", "float4_e2m1fn", "float8_e8m0fnu"):
+        raise _b.error(f"T.atomic_{op} on {target.dtype} values is not supported: no GPU has atomics of that type",
+                       hint="accumulate in a float32 / int32 buffer and convert afterwards")
     if isinstance(dst, _e.Load) and not isinstance(value, (_t.Buffer, _t.Region)):
         r = _t.Region(dst.buffer, dst.indices, tuple(1 for _ in dst.indices), tuple(range(len(dst.indices))))
         prev = _e.Var(b.fresh("prev"), dst.buffer.dtype, kind="let") if return_prev else None
