@@ -223,6 +223,12 @@ def test_dtype_names_and_torch_storage():
     assert T.int4.as_torch() is torch.int8
     assert T.float4_e2m1fn.as_torch() is getattr(torch, "float4_e2m1fn_x2", torch.int8)
     assert T.float8_e8m0fnu.as_torch() is torch.float8_e8m0fnu
+    assert T.float4_e2m1_unpacked.bits == 8 and T.float4_e2m1_unpacked != T.float4_e2m1fn
+
+    from tilewright.language.dtypes import is_float4, resolve_torch_storage_dtype
+
+    assert resolve_torch_storage_dtype(T.int4) == T.int8 and resolve_torch_storage_dtype(T.float16) == T.float16
+    assert is_float4(T.float4_e2m1fn) and is_float4("custom[float4_e2m1_unpacked]8") and not is_float4(T.float16)
 
 
 # ---------------------------------------------------------------- the device conversions, run on the host

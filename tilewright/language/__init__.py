@@ -42,7 +42,7 @@ class DType(str):
 
     @property
     def lanes(self) -> int:
-        return 2 if str(self) in _PACKED_PAIRS else 1
+        return 1 if str(self) == "float4_e2m1_unpacked" else 2 if str(self) in _PACKED_PAIRS else 1
 
     def is_float4(self) -> bool:
         return str(self).startswith("float4")
@@ -64,7 +64,7 @@ class DType(str):
 
 # packed-pair names TileLang has: (element dtype, bits of the pair); usable as names, refused as element types
 _PACKED_PAIRS = {"float4_e2m1fnx2": ("float4_e2m1fn", 8), "bfloat16x2": ("bfloat16", 32),
-                 "float32x2": ("float32", 64)}
+                 "float32x2": ("float32", 64), "float4_e2m1_unpacked": ("float4_e2m1fn", 8)}
 
 
 for _name in _dt.ALL_DTYPES:
