@@ -377,3 +377,12 @@ def test_nvrtc_compiles_reductions(dtype):
 @pytest.mark.parametrize("dtype", ["int4", "float4_e2m1fn"])
 def test_clang_compiles_reductions(dtype):
     tilewright.compile(reduce_kernel(dtype), target="hip -arch=gfx942")
+
+
+def test_gpu_launch_binds_four_bit_tensors_on_the_checked_path():
+    """The launcher's fast path compares torch shapes with the parameter's: a 4-bit parameter's
+    storage shape differs, so its tensors must take the checked path (which halves the last dim)."""
+    from tilewright.runtime.launcher import _OTHER, _fast_spec
+
+    spec = _fast_spec(roundtrip_kernel("int4").params)
+    assert spec[0][0] is _OTHER and spec[1][0] is _OTHER and spec[2][0] is not _OTHER
