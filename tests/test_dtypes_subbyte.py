@@ -386,3 +386,15 @@ def test_gpu_launch_binds_four_bit_tensors_on_the_checked_path():
 
     spec = _fast_spec(roundtrip_kernel("int4").params)
     assert spec[0][0] is _OTHER and spec[1][0] is _OTHER and spec[2][0] is not _OTHER
+
+
+def test_profiler_supplies_four_bit_inputs():
+    from tilewright.profiler.supply import make_input
+
+    class Rng:
+        numpy = np.random.default_rng(10)
+
+    x = make_input("int4", (4, 8), None, Rng, on_device=False)
+    assert x.dtype == _ml("int4") and x.shape == (4, 8) and len(np.unique(x.astype(np.int8))) > 4
+    one = make_input("float4_e2m1fn", (4, 8), "One", Rng, on_device=False)
+    np.testing.assert_array_equal(one.astype(np.float32), np.ones((4, 8), np.float32))
