@@ -223,6 +223,12 @@ def test_dtype_names_and_torch_storage():
     assert T.int4.as_torch() is torch.int8
     assert T.float4_e2m1fn.as_torch() is getattr(torch, "float4_e2m1fn_x2", torch.int8)
     assert T.float8_e8m0fnu.as_torch() is torch.float8_e8m0fnu
+    assert T.float4_e2m1_unpacked.bits == 8 and T.float4_e2m1_unpacked != T.float4_e2m1fn
+
+    from tilewright.language.dtypes import is_float4, resolve_torch_storage_dtype
+
+    assert resolve_torch_storage_dtype(T.int4) == T.int8 and resolve_torch_storage_dtype(T.float16) == T.float16
+    assert is_float4(T.float4_e2m1fn) and is_float4("custom[float4_e2m1_unpacked]8") and not is_float4(T.float16)
 
 
 # ---------------------------------------------------------------- the device conversions, run on the host
@@ -318,3 +324,77 @@ def test_e8m0_torch_tensors_and_rounding(backend):
     want = np.arange(1, 9, dtype=np.float32).astype(_ml("float8_e8m0fnu")).view(np.uint8)
     np.testing.assert_array_equal(x.view(torch.uint8)[:8].numpy(), want)
     assert (x.view(torch.uint8)[8:] == 255).all()
+
+
+def reduce_kernel(dtype):
+    @T.prim_func
+    def rowmax(A: T.Tensor((16, 64), dtype), B: T.Tensor((16,), dtype)):
+        with T.Kernel(1, threads=128):
+            F = T.alloc_fragment((16, 64), dtype)
+            R = T.alloc_fragment((16,), dtype)
+            T.copy(A, F)
+            T.reduce_max(F, R, dim=1)  # across the threads of a row: warp shuffles of the one-byte values
+            T.copy(R, B)
+
+    return rowmax
+
+
+@pytest.mark.parametrize("backend", sorted(BACKENDS))
+@pytest.mark.parametrize("dtype", [*FOUR_BIT, "float8_e8m0fnu"])
+def test_row_max_shuffles_the_values(dtype, backend):
+    rng = np.random.default_rng(9)
+    kernel = tilewright.compile(reduce_kernel(dtype), **BACKENDS[backend])
+    if dtype in FOUR_BIT:
+        a, b = _storage(rng, (16, 32)), _storage(rng, (8,))
+        kernel(a, b)
+        want = np.empty(8, np.int8)
+        pack(unpack(a.numpy(), dtype).astype(np.float32).max(axis=1).astype(_ml(dtype)), want)
+        np.testing.assert_array_equal(b.numpy(), want)
+    else:
+        a = rng.integers(0, 255, (16, 64)).astype(np.uint8).view(_ml(dtype))
+        b = np.full(16, 255, np.uint8).view(_ml(dtype))
+        kernel(a, b)
+        np.testing.assert_array_equal(b.view(np.uint8), a.view(np.uint8).max(axis=1))
+
+
+def test_atomics_of_one_byte_types_are_refused():
+    with pytest.raises(CompileError, match="atomic_add on int4 values is not supported"):
+
+        @T.prim_func
+        def acc(A: T.Tensor((64,), "int4")):
+            with T.Kernel(1, threads=64):
+                for i in T.Parallel(64):
+                    T.atomic_add(A[i], 1)
+
+
+@needs_nvrtc
+@pytest.mark.parametrize("dtype", [*FOUR_BIT, "float8_e8m0fnu"])
+def test_nvrtc_compiles_reductions(dtype):
+    tilewright.compile(reduce_kernel(dtype), target="cuda -arch=sm_90a")
+
+
+@needs_hip_compiler
+@pytest.mark.parametrize("dtype", ["int4", "float4_e2m1fn"])
+def test_clang_compiles_reductions(dtype):
+    tilewright.compile(reduce_kernel(dtype), target="hip -arch=gfx942")
+
+
+def test_gpu_launch_binds_four_bit_tensors_on_the_checked_path():
+    """The launcher's fast path compares torch shapes with the parameter's: a 4-bit parameter's
+    storage shape differs, so its tensors must take the checked path (which halves the last dim)."""
+    from tilewright.runtime.launcher import _OTHER, _fast_spec
+
+    spec = _fast_spec(roundtrip_kernel("int4").params)
+    assert spec[0][0] is _OTHER and spec[1][0] is _OTHER and spec[2][0] is not _OTHER
+
+
+def test_profiler_supplies_four_bit_inputs():
+    from tilewright.profiler.supply import make_input
+
+    class Rng:
+        numpy = np.random.default_rng(10)
+
+    x = make_input("int4", (4, 8), None, Rng, on_device=False)
+    assert x.dtype == _ml("int4") and x.shape == (4, 8) and len(np.unique(x.astype(np.int8))) > 4
+    one = make_input("float4_e2m1fn", (4, 8), "One", Rng, on_device=False)
+    np.testing.assert_array_equal(one.astype(np.float32), np.ones((4, 8), np.float32))

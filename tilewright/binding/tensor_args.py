@@ -53,11 +53,9 @@ DTYPE_ITEMSIZE: dict[str, int] = {
     "uint64": 8,
     "float8_e8m0fnu": 1,
     "float4_e2m1fn_x2": 1,  # torch's packed pair of fp4 values (the storage of a float4_e2m1fn tensor)
-    # NumPy (ml_dtypes) arrays of 4-bit types hold one element per byte (the CPU backends take them)
-    "int4": 1,
-    "uint4": 1,
-    "float4_e2m1fn": 1,
 }
+# NumPy (ml_dtypes) arrays of the 4-bit types: one element per byte (the CPU backends take them)
+_NUMPY_FOUR_BIT = {"int4": 1, "uint4": 1, "float4_e2m1fn": 1}
 
 # 4-bit dtypes: their tensors are byte storage, two elements per byte (ir/dtype.py); the torch dtype of
 # that storage, when torch has a dedicated one (float4_e2m1fn_x2), else int8
@@ -105,7 +103,7 @@ class TensorArg:
 
     @property
     def itemsize(self) -> int:
-        return DTYPE_ITEMSIZE[self.dtype]
+        return DTYPE_ITEMSIZE.get(self.dtype) or _NUMPY_FOUR_BIT[self.dtype]
 
     @property
     def nbytes(self) -> int:
@@ -177,7 +175,7 @@ def to_torch_dtype(name: str):
     """``"bfloat16"`` -> ``torch.bfloat16`` (imports torch)."""
     import torch
 
-    if name not in DTYPE_ITEMSIZE:
+    if name not in DTYPE_ITEMSIZE and name not in _NUMPY_FOUR_BIT:
         raise ArgumentError(f"unknown dtype {name!r}; use one of {', '.join(DTYPE_ITEMSIZE)}")
     name = torch_storage_name(name)
     dt = getattr(torch, name, None)
@@ -213,7 +211,7 @@ def to_numpy_dtype(name: str):
     """``"bfloat16"`` -> the NumPy dtype (ml_dtypes for bfloat16 and the float8 types)."""
     import numpy as np
 
-    if name not in DTYPE_ITEMSIZE or name == "float4_e2m1fn_x2":
+    if name not in DTYPE_ITEMSIZE and name not in _NUMPY_FOUR_BIT or name == "float4_e2m1fn_x2":
         raise ArgumentError(f"unknown dtype {name!r}; use one of {', '.join(DTYPE_ITEMSIZE)}")
     if name in ("bfloat16", "float8_e4m3fn", "float8_e5m2", "float8_e8m0fnu", "int4", "uint4", "float4_e2m1fn"):
         import ml_dtypes
@@ -229,7 +227,7 @@ def _numpy_dtype_name(dt) -> str:
     name = _numpy_names.get(dt)
     if name is None:
         name = dt.name
-        if name not in DTYPE_ITEMSIZE:
+        if name not in DTYPE_ITEMSIZE and name not in _NUMPY_FOUR_BIT:
             raise ArgumentError(
                 f"NumPy arrays of dtype {dt} are not supported; use one of {', '.join(DTYPE_ITEMSIZE)}"
             )

@@ -474,6 +474,10 @@ class CudaPrinter(Printer):
         self.emit(d, "}")
 
     def shuffle(self, e) -> str:
+        if e.dtype in subbyte.CTYPES:  # one-byte structs travel as float / int (exact for their values)
+            wide = "float" if dt.is_float(e.dtype) else "int"
+            inner = f"__shfl_xor_sync(0xffffffffu, ({wide})({self.expr(e.value)}), {e.mask}, {e.width})"
+            return f"{self.ctype(e.dtype)}({inner})"
         return f"__shfl_xor_sync(0xffffffffu, {self.expr(e.value)}, {e.mask}, {e.width})"
 
     def debug_print(self, e) -> str:

@@ -493,6 +493,10 @@ class HipPrinter(Printer):
             raise InternalError(f"shuffle xor {e.mask} within {e.width} lanes on a wave of {ws}", "codegen_hip")
         v = self.expr(e.value)
         d = e.dtype
+        if d in subbyte.CTYPES:  # one-byte structs travel as float / int (exact for their values)
+            if dt.is_float(d):
+                return f"{self.ctype(d)}(tw_shfl_xor_f32((float)({v}), {e.mask}))"
+            return f"{self.ctype(d)}(tw_shfl_xor_i32((int)({v}), {e.mask}))"
         if d == "float32":
             return f"tw_shfl_xor_f32({v}, {e.mask})"
         if d == "float64":

@@ -44,7 +44,7 @@ class DType(str):
 
     @property
     def lanes(self) -> int:
-        return 2 if str(self) in _PACKED_PAIRS else 1
+        return 1 if str(self) == "float4_e2m1_unpacked" else 2 if str(self) in _PACKED_PAIRS else 1
 
     def is_float4(self) -> bool:
         return str(self).startswith("float4")
@@ -66,7 +66,7 @@ class DType(str):
 
 # packed-pair names TileLang has: (element dtype, bits of the pair); usable as names, refused as element types
 _PACKED_PAIRS = {"float4_e2m1fnx2": ("float4_e2m1fn", 8), "bfloat16x2": ("bfloat16", 32),
-                 "float32x2": ("float32", 64)}
+                 "float32x2": ("float32", 64), "float4_e2m1_unpacked": ("float4_e2m1fn", 8)}
 
 
 for _name in _dt.ALL_DTYPES:
@@ -690,6 +690,10 @@ def _atomic(op, dst, value, memory_order=None, return_prev=False):
     element's value before the update) or tile form ``T.atomic_add(A[i:i+m, :], tile)``."""
     b = _b.current()
     order = _memory_order(op, memory_order)
+    target = getattr(dst, "buffer", dst)
+    if getattr(target, "dtype", None) in ("int4", "uint4", "float4_e2m1fn", "float8_e8m0fnu"):
+        raise _b.error(f"T.atomic_{op} on {target.dtype} values is not supported: no GPU has atomics of that type",
+                       hint="accumulate in a float32 / int32 buffer and convert afterwards")
     if isinstance(dst, _e.Load) and not isinstance(value, (_t.Buffer, _t.Region)):
         r = _t.Region(dst.buffer, dst.indices, tuple(1 for _ in dst.indices), tuple(range(len(dst.indices))))
         prev = _e.Var(b.fresh("prev"), dst.buffer.dtype, kind="let") if return_prev else None

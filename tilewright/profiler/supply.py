@@ -71,10 +71,31 @@ def _floats(kind: str, dtype: str, shape, rng, on_device: bool):
     return x.astype(np.float32).astype(dt.to_numpy(dtype))
 
 
+def _four_bit(dtype: str, shape: tuple, kind: str, rng, on_device: bool):
+    """A 4-bit input: on the device, packed bytes of shape (..., n // 2) (ir/dtype.py); on the host, the
+    unpacked ml_dtypes array.  Random codes, or every element 0 / 1."""
+    codes = {"Zero": 0, "One": 2 if dtype == "float4_e2m1fn" else 1}.get(kind)
+    logical = (np.full(shape, codes, np.uint8) if codes is not None
+               else rng.numpy.integers(0, 16, shape).astype(np.uint8))
+    if not on_device:
+        from ..binding.packed import unpack
+
+        packed = logical[..., 0::2] | (logical[..., 1::2] << 4)
+        return unpack(packed, dtype)
+    import torch
+
+    from ..binding.tensor_args import to_torch_dtype
+
+    packed = torch.from_numpy(np.ascontiguousarray(logical[..., 0::2] | (logical[..., 1::2] << 4)))
+    return packed.to("cuda").view(to_torch_dtype(dtype))
+
+
 def make_input(dtype: str, shape: tuple, supply, rng, on_device: bool):
     """One input tensor of ``dtype`` and ``shape`` as ``supply`` (a ``TensorSupplyType``, its
     name, or None for ``Auto``) says; ``rng`` holds the seeded generators."""
     kind = _kind(supply)
+    if dt.is_subbyte(dtype):
+        return _four_bit(dtype, shape, kind, rng, on_device)
     if kind in ("Zero", "One"):
         value = 0 if kind == "Zero" else 1
         if on_device:

@@ -223,8 +223,9 @@ def _fast_spec(params) -> list:
     out = []
     for p in params:
         if isinstance(p, t.Buffer):
-            if p.attrs.get("explicit_strides"):
-                out.append((_OTHER, None, None))  # declared strides: checked on the general path
+            if p.attrs.get("explicit_strides") or dt.is_subbyte(p.dtype):
+                # declared strides, or 4-bit elements two per byte (storage shape != shape): the general path
+                out.append((_OTHER, None, None))
                 continue
             shape = tuple(p.shape)
             static = all(isinstance(s, int) for s in shape)
