@@ -6,6 +6,7 @@ NVRTC builds of the configurations the H200 benchmark runs, without spills."""
 
 from __future__ import annotations
 
+import functools
 import re
 
 import numpy as np
@@ -243,9 +244,16 @@ def test_heuristic_fills_the_gpu_without_tiny_k_slices(M, N, K):
         if cfg.kind == "splitk":
             assert tiles * cfg.splits <= 132 and -(-K // cfg.block_K) >= 4 * cfg.splits
         if tiles * 2 > 132:
-            assert cfg.kind == "direct"
+            assert cfg.kind in ("direct", "persistent")
         assert (cfg.wgmma or cfg.ws) <= (arch == "sm_90") and not cfg.pass_configs("gfx942")
-    assert gemm_configs.heuristic(16, 8192, 8192, "float16", "sm_90", 132).kind == "splitk"
+    # measured on the H200 (bench/results/2026-12-01-0835-gemm-*, -0954-gemm-*): decode over 8192
+    # columns takes thin deep blocks without a split, 128 rows two K halves of 128x128 tiles, short K
+    # over many tiles the persistent kernel with TMA stores
+    h = functools.partial(gemm_configs.heuristic, dtype="float16", arch="sm_90", num_sms=132)
+    assert (h(16, 8192, 8192).kind, h(16, 8192, 8192).block_N) == ("direct", 64)
+    assert (h(128, 8192, 8192).kind, h(128, 8192, 8192).block_N, h(128, 8192, 8192).splits) == ("splitk", 128, 2)
+    assert h(8192, 8192, 1024).kind == "persistent" and h(8192, 8192, 1024).tma_store
+    assert h(16, 1024, 1024).kind == "splitk"  # too few columns to fill the GPU: split
     cands = gemm_configs.candidates(M, N, K, "float16", "sm_90", 132)
     assert cands[0] == gemm_configs.heuristic(M, N, K, "float16", "sm_90", 132) and len(set(cands)) == len(cands)
     assert all(c.kind != "persistent" for c in gemm_configs.candidates(M, N, K, "float16", "gfx942", 304))

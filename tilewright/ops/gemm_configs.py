@@ -108,6 +108,16 @@ def heuristic(M: int, N: int, K: int, dtype: str, arch: str, num_sms: int,
     """The configuration for a shape without a tuned entry (measured on an H200 for sm_90: see
     bench/results; elsewhere the mma.sync/MFMA table that was there before)."""
     hopper = arch == "sm_90"
+    if hopper and M <= 16 and _ceil(N, 64) >= num_sms * 9 // 10:
+        # decode over enough columns to fill the GPU: thin deep blocks, no split (1.17-1.20x cuBLAS at
+        # 16x8192x8192 in bench/results/2026-12-01-0835-gemm-* and -0954-gemm-*, split-K 1.09x)
+        return fit_shared(GemmConfig("direct", 16, 64, 256, 4, 128), smem_limit)
+    if hopper and 64 < M <= 128 and _ceil(N, 128) < num_sms:
+        # a few rows: K ranges of 128x128 tiles fill the GPU (two halves: 0.79-0.80x at 128x8192x8192
+        # in the same runs, against 0.58-0.60x for four quarters of 128x256 tiles)
+        tile = fit_shared(GemmConfig("direct", 128, 128, 64, 4, 128, wgmma=True), smem_limit)
+        splits = choose_splits(M, N, K, tile, num_sms)
+        return dataclasses.replace(tile, kind="splitk", splits=splits) if splits > 1 else tile
     if M <= 16:
         base = GemmConfig("direct", 16, 128, 128, 4, 128)
     elif M <= 64:
@@ -123,6 +133,12 @@ def heuristic(M: int, N: int, K: int, dtype: str, arch: str, num_sms: int,
     if splits > 1:
         return dataclasses.replace(base, kind="splitk", splits=splits)
     if hopper and base.ws:
+        if K <= 1024 and _ceil(M, base.block_M) * _ceil(N, base.block_N) >= 2 * num_sms:
+            # short K over many tiles: persistent, each tile's TMA store and the next tile's loads
+            # overlapping its mainloop (8192x8192x1024: 0.90x cuBLAS against 0.81x for one block
+            # per tile, bench/results/2026-12-01-0954-gemm-*)
+            return fit_shared(GemmConfig("persistent", base.block_M, base.block_N, base.block_K, 3, base.threads,
+                                         wgmma=True, ws=True, group_M=8, tma_store=True), smem_limit)
         # one block per tile: C leaves by TMA store (three stages then fit, the C tile taking the
         # fourth's room)
         return fit_shared(dataclasses.replace(base, tma_store=True), smem_limit)
