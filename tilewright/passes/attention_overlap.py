@@ -110,6 +110,7 @@ def attention_overlap(func: t.PrimFunc, ctx, enabled=None) -> t.PrimFunc:
 
 
 def _touches(s) -> set:
+    """Buffers a statement (and everything nested in it) reads or writes."""
     out: set = set()
     walk(s, lambda x: out.update(b for b, _ in _buffers_touched_shallow(x)))
     return out

@@ -81,8 +81,8 @@ from ..ir.layout import tma_boxes
 from ..ir.plans import PipelineRing
 from ..ir.verifier import exprs_of
 from ..ir.visitor import free_vars, loads_in, map_stmt, walk
-from .attention_overlap import attention_overlap
-from .pipeline_loops import _buffers_touched_outside, _buffers_touched_shallow, _flatten, _restage, tma_eligible
+from .attention_overlap import _touches, _writes, attention_overlap
+from .pipeline_loops import _buffers_touched_outside, _flatten, _restage, tma_eligible
 from .warp_specialize import ws_enabled
 
 OPTION = "tw.warp_specialize"
@@ -151,19 +151,6 @@ class _Match:
     def __init__(self, loop, top, ring_copies, prologue_copies, prelude):
         self.loop, self.top = loop, top
         self.ring_copies, self.prologue_copies, self.prelude = ring_copies, prologue_copies, prelude
-
-
-def _touches(s) -> set:
-    """Buffers a statement (and everything nested in it) reads or writes."""
-    out: set = set()
-    walk(s, lambda x: out.update(b for b, _ in _buffers_touched_shallow(x)))
-    return out
-
-
-def _writes(s) -> set:
-    out: set = set()
-    walk(s, lambda x: out.update(b for b, w in _buffers_touched_shallow(x) if w))
-    return out
 
 
 def _match(kernel: t.Kernel, func):

@@ -46,15 +46,7 @@ class MatrixCompiler:
         def ldmatrix(st):
             m = st.mask
             warps = st.L // 32
-            if m is not None:
-                pw = m.reshape(warps, 32)
-                if (pw.any(axis=1) & ~pw.all(axis=1)).any():
-                    raise where.error(DivergenceError, "ldmatrix runs under control flow that splits a warp")
-            sup = np.tile(supplier, warps)
-            need = _and(m, sup) if m is not None else sup
-            idx = np.broadcast_to(fi(st, need), (st.L,))
-            idx = _check_range(st, idx, 0, n - 8, need, f"ldmatrix row of shared {s.src.name}", where)
-            _check_align(st, off + idx * 2, 16, need, f"ldmatrix row of shared {s.src.name}", where)
+            need, idx = _matrix_rows(st, supplier, fi, n, off, "ldmatrix", s.src.name, where)
             base = st.sbase[place]
             view = st.sviews[nd]
             if st.banks is not None:
@@ -98,16 +90,7 @@ class MatrixCompiler:
 
         def stmatrix(st):
             m = st.mask
-            warps = st.L // 32
-            if m is not None:
-                pw = m.reshape(warps, 32)
-                if (pw.any(axis=1) & ~pw.all(axis=1)).any():
-                    raise where.error(DivergenceError, "stmatrix runs under control flow that splits a warp")
-            sup = np.tile(supplier, warps)
-            need = _and(m, sup) if m is not None else sup
-            idx = np.broadcast_to(fi(st, need), (st.L,))
-            idx = _check_range(st, idx, 0, n - 8, need, f"stmatrix row of shared {s.dst.name}", where)
-            _check_align(st, off + idx * 2, 16, need, f"stmatrix row of shared {s.dst.name}", where)
+            need, idx = _matrix_rows(st, supplier, fi, n, off, "stmatrix", s.dst.name, where)
             base = st.sbase[place]
             view = st.sviews[nd]
             act = st.lane if m is None else np.flatnonzero(m)
@@ -469,3 +452,21 @@ def _gather_plan(mi, name: str, index_fn, rows: int, cols: int, elems: int, wher
 
 
 # --------------------------------------------------------------------------------------------
+
+
+def _matrix_rows(st, supplier, fi, n, off, op, name, where):
+    """ldmatrix/stmatrix: the whole warp takes part (no divergence), the supplying lanes' row
+    indices lie in the shared tile and their rows are 16-byte aligned; returns (lanes that supply a
+    row, their row index)."""
+    m = st.mask
+    warps = st.L // 32
+    if m is not None:
+        pw = m.reshape(warps, 32)
+        if (pw.any(axis=1) & ~pw.all(axis=1)).any():
+            raise where.error(DivergenceError, f"{op} runs under control flow that splits a warp")
+    sup = np.tile(supplier, warps)
+    need = _and(m, sup) if m is not None else sup
+    idx = np.broadcast_to(fi(st, need), (st.L,))
+    idx = _check_range(st, idx, 0, n - 8, need, f"{op} row of shared {name}", where)
+    _check_align(st, off + idx * 2, 16, need, f"{op} row of shared {name}", where)
+    return need, idx
