@@ -29,7 +29,9 @@ def _check(run, M, N, K, dtype):
     want = a.double() @ b.double()
     assert torch.isfinite(c).all(), "some outputs were never written"
     err = ((c.double() - want).abs().max() / want.abs().max()).item()
-    assert err < 2e-3, err
+    # 2e-3 for the arithmetic, plus the rounding of the output: half a bf16 ulp is up to 2**-8 of a
+    # value (the H200 measured 2.1e-3..3.1e-3 for bf16 outputs, fp16 stayed within 2e-3)
+    assert err < 2e-3 + (2.0 ** -8 if dtype == "bfloat16" else 0.0), err
 
 
 @pytest.mark.parametrize("dtype", ["float16", "bfloat16"])

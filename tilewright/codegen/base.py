@@ -363,7 +363,9 @@ class Printer:
             return f"{rng.DRAW_FUNCTIONS[name]}({rng.STATE})"
         if name in ("isnan", "isinf", "isfinite"):
             x = e.args[0]  # float64 stays float64: (float)1e300 would be infinite
-            return f"{name}({self.expr(x) if x.dtype in ('float32', 'float64') else f'(float)({self.expr(x)})'})"
+            # other types as (float)(x), as printed before float32 went bare: the H200 dropped NaN in
+            # float32 reductions after that change (16-bit ones, still cast, were right)
+            return f"{name}({self.expr(x) if x.dtype == 'float64' else f'(float)({self.expr(x)})'})"
         if name == "abs" and not dt.is_float(e.dtype):
             return f"tw_abs({self.expr(e.args[0])})"
         if name == "sigmoid":
