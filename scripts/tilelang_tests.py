@@ -455,14 +455,15 @@ def run_shard(work: str, folder: str, files, env: dict, shard_timeout: float, id
     except subprocess.TimeoutExpired:
         log, code = f"shard timed out after {shard_timeout:.0f} s", "timeout"
         # a test that hangs in native code (a GPU kernel that never finishes) is not stopped by the
-        # per-test alarm: name it as a timeout, from the marker the plugin writes before each test
+        # per-test alarm: name the test that was running as a timeout (a hang, or a slow shard), from
+        # the marker the plugin writes before each test; the shard's later tests are not run
         if os.path.exists(results + ".current"):
             with open(results + ".current") as f:
                 hung = f.read().strip()
             with open(results, "a") as f:
                 f.write(json.dumps({"nodeid": hung, "outcome": "failed", "phase": "call",
                                     "exc_type": "builtins.TimeoutError",
-                                    "message": f"harness timeout: hung; shard killed after {shard_timeout:.0f} s",
+                                    "message": f"harness timeout: running when its shard was killed after {shard_timeout:.0f} s",
                                     "frames": []}) + "\n")
     if code not in (0, 1, 5):  # 0 ok, 1 failures, 5 nothing collected; else the process died
         with open(results, "a") as f:
