@@ -463,7 +463,7 @@ def run_shard(work: str, folder: str, files, env: dict, shard_timeout: float, id
             with open(results, "a") as f:
                 f.write(json.dumps({"nodeid": hung, "outcome": "failed", "phase": "call",
                                     "exc_type": "builtins.TimeoutError",
-                                    "message": f"harness timeout: running when its shard was killed after {shard_timeout:.0f} s",
+                                    "message": f"harness timeout: running when its shard was killed ({shard_timeout:.0f} s)",
                                     "frames": []}) + "\n")
     if code not in (0, 1, 5):  # 0 ok, 1 failures, 5 nothing collected; else the process died
         with open(results, "a") as f:
