@@ -461,10 +461,9 @@ def run_shard(work: str, folder: str, files, env: dict, shard_timeout: float, id
             with open(results + ".current") as f:
                 hung = f.read().strip()
             with open(results, "a") as f:
+                msg = f"harness timeout: running when its shard was killed ({shard_timeout:.0f} s)"
                 f.write(json.dumps({"nodeid": hung, "outcome": "failed", "phase": "call",
-                                    "exc_type": "builtins.TimeoutError",
-                                    "message": f"harness timeout: running when its shard was killed ({shard_timeout:.0f} s)",
-                                    "frames": []}) + "\n")
+                                    "exc_type": "builtins.TimeoutError", "message": msg, "frames": []}) + "\n")
     if code not in (0, 1, 5):  # 0 ok, 1 failures, 5 nothing collected; else the process died
         with open(results, "a") as f:
             f.write(json.dumps({"nodeid": f"{folder}::<shard {' '.join(files)}>", "outcome": "error",
