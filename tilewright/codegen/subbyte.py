@@ -127,7 +127,9 @@ __device__ __forceinline__ float tw_e8m0_to_f32(unsigned b) {
 __device__ __forceinline__ unsigned char tw_f32_to_e8m0(float x) {
   unsigned u = __float_as_uint(x);
   if ((u >> 31) || u == 0u || (u >> 23) == 255u) return 255u;  /* negative, zero, inf, NaN */
-  if ((u >> 23) == 0u) return (unsigned char)((u & 0x7fffffu) > 0x400000u);  /* float32 subnormal */
+  /* float32 subnormal m * 2^-149: code 0 (2^-127, m = 0x400000) up to the midpoint 1.5 * 2^-127, then
+     code 1 (2^-126), ties up like the normal case (ml_dtypes >= 0.7; 0.6 switched at 2^-127 already) */
+  if ((u >> 23) == 0u) return (unsigned char)((u & 0x7fffffu) >= 0x600000u);
   unsigned r = (u + 0x400000u) >> 23;
   return (unsigned char)(r > 254u ? 255u : r);
 }
