@@ -98,8 +98,7 @@ def warp_specialize_loop(func: t.PrimFunc, ctx=None) -> t.PrimFunc:
     if ctx is None or not ws_enabled(ctx.target, ctx.options):
         return func
     explicit = ctx.options.get(OPTION)
-    kernels = []
-    walk(func.body, lambda s: kernels.append(s) if isinstance(s, t.Kernel) else None)
+    kernels = _kernels(func)
     if len(kernels) != 1 or kernels[0].attrs.get("warp_specialized"):
         return func  # several kernels, or the GEMM-mainloop pass already specialized this one
     kernel = kernels[0]
@@ -116,8 +115,8 @@ def warp_specialize_loop(func: t.PrimFunc, ctx=None) -> t.PrimFunc:
         # Neither chosen: ping-pong with the intra-warpgroup overlap, measured faster than the plain
         # loop on all 8 shapes of bench/results/2026-12-01-0954-attention-variants-* (+4..16%),
         # where ping-pong alone was slower — so on a copy, kept only if the overlap applies.
-        trial = copy.deepcopy(func)
-        trial_kernel = next(s for s in _kernels(trial))
+        trial = copy.deepcopy(func)  # buffers, plans and body copied together: one consistent function
+        trial_kernel = _kernels(trial)[0]
         trial_match = _match(trial_kernel, trial)
         if trial_match is not None:
             trial.body = map_stmt(trial.body, lambda s: _specialize(s, trial, trial_match, regs, True)
