@@ -251,27 +251,7 @@ def _f32(x):
 
 
 def _fp8_dtypes(kernel) -> set:
-    from ..ir.visitor import walk, walk_expr
-
-    used = {p.dtype for p in kernel.params if hip_fp8.is_fp8(p.dtype)}
-
-    def see(x):
-        if isinstance(x, E.Expr) and hip_fp8.is_fp8(x.dtype):
-            used.add(x.dtype)
-
-    def f(st):
-        b = getattr(st, "buffer", None)
-        if b is not None and hip_fp8.is_fp8(b.dtype):
-            used.add(b.dtype)
-        for name in ("value", "cond", "pred", "start", "extent"):
-            v = getattr(st, name, None)
-            if isinstance(v, E.Expr):
-                walk_expr(v, see)
-        for ix in getattr(st, "indices", ()) or ():
-            walk_expr(ix, see)
-
-    walk(kernel.body, f)
-    return used
+    return subbyte.kernel_dtypes(kernel, hip_fp8.is_fp8)
 
 
 class HipPrinter(Printer):

@@ -147,19 +147,26 @@ def conversions(dtype: str, vendor: str = "hip") -> str:
 
 def used_dtypes(kernel) -> set:
     """The dtypes of ``CTYPES`` that ``kernel`` uses (parameters, buffers, expressions)."""
+    return kernel_dtypes(kernel, lambda d: d in CTYPES, ("buffer", "src", "dst", "var"))
+
+
+def kernel_dtypes(kernel, keep, buffer_attrs=("buffer",)) -> set:
+    """The dtypes ``d`` with ``keep(d)`` that ``kernel`` uses: of its parameters, of the buffers its
+    statements name in ``buffer_attrs``, and of the expressions in their values, conditions, bounds
+    and indices (which helpers a printer must emit)."""
     from ..ir import expr as E
     from ..ir.visitor import walk, walk_expr
 
-    found = {p.dtype for p in kernel.params if p.dtype in CTYPES}
+    found = {p.dtype for p in kernel.params if keep(p.dtype)}
 
     def see(x):
-        if isinstance(x, E.Expr) and x.dtype in CTYPES:
+        if isinstance(x, E.Expr) and keep(x.dtype):
             found.add(x.dtype)
 
     def f(st):
-        for name in ("buffer", "src", "dst", "var"):
+        for name in buffer_attrs:
             b = getattr(st, name, None)
-            if getattr(b, "dtype", None) in CTYPES:
+            if b is not None and keep(getattr(b, "dtype", None)):
                 found.add(b.dtype)
         for name in ("value", "cond", "pred", "start", "extent"):
             v = getattr(st, name, None)

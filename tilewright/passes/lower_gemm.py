@@ -391,16 +391,23 @@ def _gather(ctx, region, starts, pos_fn, n, dst, dst_off) -> list:
     flat = ctx.shared_flat(buf)
     offs = [ctx.shared_offset(buf, _tile_index(region, starts, pos_fn(e))) for e in range(n)]
     nums = [numeric(ctx, o) for o in offs]
+    return vector_reads(flat, offs, nums, dst, dst_off, max(16 // dt.nbytes(buf.dtype), 1))
+
+
+def vector_reads(flat, offs, nums, dst, dst_off: int, max_run: int, align_base: int = 0, lead_steps=()) -> list:
+    """``dst[dst_off + e] = flat[offs[e]]`` for every ``e``, fused into vector reads (``VecCopy``) of
+    up to ``max_run`` elements over runs whose offsets (``nums``: per-lane values, None when not
+    known) are consecutive in every lane and aligned to the run, as are ``align_base + e`` and each
+    of ``lead_steps`` (what another dim's step adds to the offsets)."""
     out = []
-    e = 0
-    max_run = max(16 // dt.nbytes(buf.dtype), 1)
+    e, n = 0, len(offs)
     while e < n:
         run = 1
         if nums[e] is not None:
-            while run * 2 <= max_run and e + run * 2 <= n and e % (run * 2) == 0:
+            while run * 2 <= max_run and e + run * 2 <= n and (align_base + e) % (run * 2) == 0:
                 cand = run * 2
                 ok = all(nums[e + j] is not None and np.array_equal(nums[e + j], nums[e] + j) for j in range(cand))
-                ok = ok and bool(np.all(nums[e] % cand == 0))
+                ok = ok and bool(np.all(nums[e] % cand == 0)) and all(x % cand == 0 for x in lead_steps)
                 if not ok:
                     break
                 run = cand

@@ -32,6 +32,7 @@ from ..ir import thread as th
 from ..ir import tile as t
 from ..ir.layout_packed import KPackedLayout, PaddedRowsLayout, SwizzledRowsLayout, pack_group
 from .lower_exprs import Env, numeric
+from .lower_gemm import vector_reads
 from .lowering_context import LoweringContext
 
 
@@ -262,21 +263,4 @@ def _vector_gather(ctx: LoweringContext, region: t.Region, starts, pos_fn, n: in
     lay = ctx.shared_layouts[buf]
     lead_steps = [int(lay.offset(tuple(1 if k == d else 0 for k in range(buf.ndim)))) for d in lead]
     max_run = max(16 // dt.nbytes(buf.dtype), 1)
-    out: list = []
-    e = 0
-    while e < n:
-        run = 1
-        if nums[e] is not None:
-            while run * 2 <= max_run and e + run * 2 <= n and (dst_off + e) % (run * 2) == 0:
-                cand = run * 2
-                ok = all(nums[e + i] is not None and np.array_equal(nums[e + i], nums[e] + i) for i in range(cand))
-                ok = ok and bool(np.all(nums[e] % cand == 0)) and all(x % cand == 0 for x in lead_steps)
-                if not ok:
-                    break
-                run = cand
-        if run > 1:
-            out.append(th.VecCopy(dst, E.as_expr(dst_off + e), flat, offs[e], run))
-        else:
-            out.append(t.BufferStore(dst, (E.as_expr(dst_off + e),), E.Load(flat, (offs[e],))))
-        e += run
-    return out
+    return vector_reads(flat, offs, nums, dst, dst_off, max_run, align_base=dst_off, lead_steps=lead_steps)
