@@ -26,7 +26,7 @@ from ..errors import CompileError
 from ..ir import dtype as dt
 from ..ir import expr as E
 from ..ir import tile as t
-from ..ir.analysis import is_nonnegative
+from ..ir.analysis import bounds_condition
 from ..ir.verifier import regions_of
 from ..ir.visitor import free_vars, loads_in, walk
 from .builder import current, error
@@ -179,12 +179,4 @@ def _in_bounds(buf: t.Buffer, idx):
     """Global tensors, and shared buffers sized at launch: elements outside are not read or written."""
     if buf.scope != "global" and not (buf.scope == "shared" and is_dynamic_buffer(buf)):
         return None
-    cond = None
-    for x, n in zip(idx, buf.shape):
-        c = x < n
-        if not is_nonnegative(x):
-            c = E.binary("and", c, x >= 0)
-        if isinstance(c, E.Const) and c.value:
-            continue
-        cond = c if cond is None else E.binary("and", cond, c)
-    return cond
+    return bounds_condition(buf.shape, idx)

@@ -80,6 +80,22 @@ def eval_expr(e, env: dict):
     raise ValueError(f"cannot evaluate {e} at compile time")
 
 
+def bounds_condition(shape, indices):
+    """The condition that ``indices`` lie inside ``shape`` (``0 <= i < n`` per dimension, the lower
+    bound only where an index may be negative), or None when that always holds."""
+    from .expr import binary
+
+    cond = None
+    for x, n in zip(indices, shape):
+        c = x < n
+        if not is_nonnegative(x):
+            c = binary("and", c, x >= 0)
+        if isinstance(c, Const) and c.value:
+            continue
+        cond = c if cond is None else binary("and", cond, c)
+    return cond
+
+
 def is_nonnegative(e) -> bool:
     """Conservative: True only when ``e`` is provably >= 0 (loop/block/thread vars, dims, constants)."""
     if isinstance(e, Const):

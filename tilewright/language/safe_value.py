@@ -17,7 +17,7 @@ from __future__ import annotations
 from ..frontend import builder as _b
 from ..ir import expr as _e
 from ..ir import tile as _t
-from ..ir.analysis import is_nonnegative
+from ..ir.analysis import bounds_condition
 from ..ir.visitor import rewrite_expr
 
 __all__ = ["annotate_safe_value"]
@@ -53,15 +53,7 @@ def safe_value(buf):
 
 def in_bounds(buf, indices):
     """The condition that ``indices`` lie inside ``buf`` (None when that is always so)."""
-    cond = None
-    for x, n in zip(indices, buf.shape):
-        c = x < n
-        if not is_nonnegative(x):
-            c = _e.binary("and", c, x >= 0)
-        if isinstance(c, _e.Const) and c.value:
-            continue
-        cond = c if cond is None else _e.binary("and", cond, c)
-    return cond
+    return bounds_condition(buf.shape, indices)
 
 
 def guarded_reads(value) -> list:

@@ -15,9 +15,9 @@ from __future__ import annotations
 from ..ir import dtype as dt
 from ..ir import expr as E
 from ..ir import tile as t
+from ..ir.analysis import bounds_condition
 from ..ir.tile_ops import hook, register
 from ..ir.visitor import map_stmt, rebuild
-from .analysis import is_nonnegative
 
 
 def expand_tile_ops(func: t.PrimFunc) -> t.PrimFunc:
@@ -86,18 +86,7 @@ def region_indices(r: t.Region, loop_vars: list, shape: tuple) -> tuple:
 
 def in_bounds(buf: t.Buffer, idx) -> E.Expr | None:
     """Bounds predicate for a global buffer access (None when nothing needs checking)."""
-    if buf.scope != "global":
-        return None
-    cond = None
-    for x, n in zip(idx, buf.shape):
-        c = x < n
-        if not is_nonnegative(x):
-            c = E.binary("and", c, x >= 0)
-        if isinstance(c, E.Const):
-            if c.value:
-                continue
-        cond = c if cond is None else E.binary("and", cond, c)
-    return cond
+    return bounds_condition(buf.shape, idx) if buf.scope == "global" else None
 
 
 def _loop_vars(n: int, prefix: str = "i") -> list:
