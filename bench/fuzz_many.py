@@ -41,6 +41,8 @@ def main() -> int:
             cmd += ["--templates", a.templates]
         if a.gpu:
             cmd.append("--gpu")
+        if a.time_limit:  # the worker stops starting cases in time to print its table before the kill
+            cmd += ["--time-limit", str(max(1.0, a.time_limit - 30))]
         procs.append(subprocess.Popen(cmd, cwd=ROOT, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True))
     outputs = []
     for proc in procs:

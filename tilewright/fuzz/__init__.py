@@ -41,14 +41,20 @@ class Report:
 
 
 def fuzz(cases: int, seed: int = 0, backends=DEFAULT_BACKENDS, templates=None, out_dir: str | None = None,
-         shrink_budget: int = 30, log=None, round_robin: bool = False) -> Report:
+         shrink_budget: int = 30, log=None, round_robin: bool = False, time_limit: float = 0) -> Report:
     """Run ``cases`` random cases; ``round_robin`` takes the templates in turn (every template at
-    least once when ``cases >= len(templates)``) instead of drawing one at random."""
+    least once when ``cases >= len(templates)``) instead of drawing one at random.  With
+    ``time_limit`` (seconds) no new case starts after that long, so a bounded run still reports what
+    it did instead of being killed with nothing to show."""
     rng = np.random.default_rng(seed)
     names = list(templates or TEMPLATES)
     report = Report()
     t0 = time.perf_counter()
     for n in range(cases):
+        if time_limit and time.perf_counter() - t0 > time_limit:
+            if log:
+                log(f"time limit of {time_limit:.0f} s reached after {n} of {cases} cases")
+            break
         name = names[n % len(names)] if round_robin else names[int(rng.integers(len(names)))]
         tpl = TEMPLATES[name]
         params = dict(tpl.draw(rng), seed=int(rng.integers(2**31)))
