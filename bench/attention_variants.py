@@ -50,6 +50,7 @@ def main() -> int:
             + " | ".join(n for n, _ in OPS_VARIANTS) + " | best/cuDNN |",
             "|---|---|---|" + "---|" * (len(VARIANTS) + len(OPS_VARIANTS) + 1)]
     shipped = dict(attention_dispatch.HOPPER_CONFIGS)
+    shipped_d64 = dict(attention_dispatch.HOPPER_D64_OVERRIDES)
     best_ratios = []
     for b, h, s, d in SHAPES:
         for causal in (False, True):
@@ -76,6 +77,10 @@ def main() -> int:
             for name, pc in OPS_VARIANTS:
                 attention_dispatch.HOPPER_CONFIGS.clear()
                 attention_dispatch.HOPPER_CONFIGS.update({**shipped, **pc})
+                attention_dispatch.HOPPER_D64_OVERRIDES.clear()  # the variant decides at every head dim
+                if name == "ops":
+                    attention_dispatch.HOPPER_D64_OVERRIDES.update(shipped_d64)
+                attention_dispatch._plans.clear()  # plans remember their kernels per call signature
                 out = ops.attention(q, k, v, causal=causal)
                 e = _err(out, ref)
                 if e >= 2e-2:
@@ -83,6 +88,7 @@ def main() -> int:
                 cells.append(tf(bench_ms(lambda: ops.attention(q, k, v, causal=causal))) if e < 2e-2 else float("nan"))
             attention_dispatch.HOPPER_CONFIGS.clear()
             attention_dispatch.HOPPER_CONFIGS.update(shipped)
+            attention_dispatch.HOPPER_D64_OVERRIDES.update(shipped_d64)
             best = max((c for c in cells if c == c), default=float("nan"))
             best_ratios.append(best / cudnn)
             rows.append(f"| {b},{h},{s},{d} | {'yes' if causal else 'no'} | {cudnn:.0f} | "

@@ -106,13 +106,29 @@ class Uniformity:
                 elif b in self.per_thread:
                     found.append(f"{_what(b)} {b.name}, which holds {self.per_thread[b]}")
                 elif b.scope in ("local", "var"):
-                    other = [r for r in self.written_in.get(b, ()) if r is not None and r is not region]
+                    other = [r for r in self.written_in.get(b, ()) if self._splits(r, region)]
                     if other:
-                        found.append(f"{_what(b)} {b.name}, which is written only by threads "
-                                     f"{_range_text(other[0])}")
+                        found.append(f"{_what(b)} {b.name}, which is written by threads "
+                                     f"{_range_text(other[0])} only")
 
         walk_expr(e, f)
         return found[0] if found else None
+
+    def _splits(self, writer, region) -> bool:
+        """Does a write by partition ``writer`` (None: the block) reach only some threads of
+        ``region``?  Each thread holds its own copy of a local/var buffer, so a write by threads
+        outside ``region`` (a sibling partition: the producer when asking about the consumers)
+        leaves the region's copies as they were, and one by a superset reaches all of them."""
+        if writer is None or writer is region:
+            return False
+        lo, n = (0, self.nthreads) if region is None else (region.base, region.count)
+        if not (isinstance(writer.base, int) and isinstance(writer.count, int) and isinstance(lo, int)
+                and isinstance(n, int)):
+            return True  # ranges not known here: assume the worst
+        w_lo, w_hi, hi = writer.base, writer.base + writer.count, lo + n
+        if w_hi <= lo or hi <= w_lo:
+            return False  # disjoint: the region's threads never run this write
+        return not (w_lo <= lo and hi <= w_hi)
 
     def is_uniform(self, e, region=None) -> bool:
         return self.reason(e, region) is None

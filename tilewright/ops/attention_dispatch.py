@@ -70,6 +70,9 @@ def _config(dim: int, rows: int) -> tuple:
 # ``tw.attention_overlap`` (P V of one key block issued with Q K^T of the next, the softmax between:
 # passes/attention_overlap.py) neither: set it True here once measured faster.
 HOPPER_CONFIGS = {"tw.enable_wgmma": True, "tw.warp_specialize": True, "tw.attention_overlap": False}
+# head dim 64: the overlap measured faster for ops' kernels (bench/results/2026-12-01-0954-attention-
+# variants: 410 vs 386 TFLOP/s dense, 341 vs 318 causal, bf16 4x16x4096x64); at 128 it was slower.
+HOPPER_D64_OVERRIDES = {"tw.attention_overlap": True}
 
 
 def _hopper_config(dim: int, rows: int):
@@ -329,7 +332,9 @@ def _make_plan(q, k, v, causal, scale, varlen, nseq, max_q, has_cache, num_split
     o_hc, o_rb, o_rh = (True, 0, 0) if varlen else (False, H * max_q, max_q)
     plan.o_rows = (q.numel() // (q.shape[1] * D)) if varlen else q.numel() // D
     hopper = _hopper_config(D, max_q) if _is_hopper(q) else None
-    configs = HOPPER_CONFIGS if hopper else None
+    configs = ({**HOPPER_CONFIGS, **HOPPER_D64_OVERRIDES} if D <= 64 else HOPPER_CONFIGS) if hopper else None
+    # the output tile staged through shared memory: it fits beside Q and the K/V rings up to d 128
+    stage_out = bool(hopper) and D <= 128
     bM, bN, stages, threads = _fit_shared(hopper or _config(D, max_q), D, _shared_bytes(q))
     splits = _splits(nseq * H * -(-max_q // bM), -(-keys_hint // bN), num_splits)
     dtype = _dtype_name(q)
@@ -337,8 +342,9 @@ def _make_plan(q, k, v, causal, scale, varlen, nseq, max_q, has_cache, num_split
     out_dtype = dtype if splits == 1 else "float32"
     flags = (causal, varlen, has_cache, splits, q_hc, k_hc, v_hc, o_hc, bM, bN, stages, threads)
     if configs:
-        fwd = _kernel(("attention", H, Hkv, D, dtype, out_dtype, "sm_90a", tuple(sorted(configs.items()))) + flags,
-                      lambda: ak.attention_fwd(H, Hkv, D, dtype, out_dtype, *flags), target, pass_configs=configs)
+        fwd = _kernel(("attention", H, Hkv, D, dtype, out_dtype, "sm_90a", tuple(sorted(configs.items())), stage_out)
+                      + flags, lambda: ak.attention_fwd(H, Hkv, D, dtype, out_dtype, *flags, stage_out=stage_out),
+                      target, pass_configs=configs)
     else:
         fwd = _kernel(("attention", H, Hkv, D, dtype, out_dtype) + flags,
                       lambda: ak.attention_fwd(H, Hkv, D, dtype, out_dtype, *flags), target)

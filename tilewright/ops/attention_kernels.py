@@ -28,13 +28,18 @@ LN2 = 0.6931471805599453
 
 
 def attention_fwd(heads, kv_heads, dim, dtype, out_dtype, causal, varlen, cache_lens, splits, q_hc, k_hc, v_hc,
-                  o_hc, block_M, block_N, stages, threads):
+                  o_hc, block_M, block_N, stages, threads, stage_out=False):
     """Tensors are 2-D row views with static strides, so that their tiles load with 16-byte
     vectors and cp.async: element (batch b, head h, position s, d) of Q is row
     ``b * q_rb + h * q_rh + s``, column ``h * dim + d`` when ``q_hc`` (heads in the columns: a
     (batch, seq, heads, dim) or packed tensor) else ``d`` (a (batch, heads, seq, dim) tensor);
     likewise K, V and the output O (whose split ``p`` starts at row ``p * o_rp``).  The LSE is a
-    flat float32 tensor indexed ``p * l_rp + b * l_rb + h * l_rh + s * l_rs``."""
+    flat float32 tensor indexed ``p * l_rp + b * l_rb + h * l_rh + s * l_rs``.
+
+    ``stage_out``: a block whose query rows all lie in its sequence writes its output tile through
+    shared memory as one tile copy (wide, or TMA stores on sm_90a) instead of each thread storing
+    its accumulator pairs under a row check; the caller sets it where the extra block_M x dim tile
+    fits in shared memory."""
     group = heads // kv_heads
     accum = "float32"
     RQ, RK, RV, RO, RL = (T.dynamic(n) for n in ("rq", "rk", "rv", "ro", "rl"))
@@ -54,6 +59,8 @@ def attention_fwd(heads, kv_heads, dim, dtype, out_dtype, causal, varlen, cache_
             Q_s = T.alloc_shared((block_M, dim), dtype)
             K_s = T.alloc_shared((block_N, dim), dtype)
             V_s = T.alloc_shared((block_N, dim), dtype)
+            if stage_out:
+                O_s = T.alloc_shared((block_M, dim), out_dtype)
             acc_s = T.alloc_fragment((block_M, block_N), accum)
             acc_s_cast = T.alloc_fragment((block_M, block_N), dtype)
             acc_o = T.alloc_fragment((block_M, dim), accum)
@@ -148,9 +155,18 @@ def attention_fwd(heads, kv_heads, dim, dtype, out_dtype, causal, varlen, cache_
                                           -T.infinity(accum))
             o_row = T.alloc_var("int32", 0)
             o_row = part * o_rp + tb * o_rb + by * o_rh + q0 + bx * block_M
-            for i, j in T.Parallel(block_M, dim):
-                if bx * block_M + i < len_q:  # rows past this sequence belong to another one
-                    Out[o_row + i, (by * dim if o_hc else 0) + j] = acc_o[i, j]
+            if stage_out:
+                if (bx + 1) * block_M <= len_q:
+                    T.copy(acc_o, O_s)
+                    T.copy(O_s, Out[o_row, by * dim if o_hc else 0])
+                else:
+                    for i, j in T.Parallel(block_M, dim):
+                        if bx * block_M + i < len_q:
+                            Out[o_row + i, (by * dim if o_hc else 0) + j] = acc_o[i, j]
+            else:
+                for i, j in T.Parallel(block_M, dim):
+                    if bx * block_M + i < len_q:  # rows past this sequence belong to another one
+                        Out[o_row + i, (by * dim if o_hc else 0) + j] = acc_o[i, j]
             for i in T.Parallel(block_M):
                 if bx * block_M + i < len_q:
                     L[part * l_rp + tb * l_rb + by * l_rh + (q0 + bx * block_M + i) * l_rs] = m_use[i]

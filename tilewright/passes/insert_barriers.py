@@ -28,6 +28,7 @@ accessed counts as unordered for the block until the next block barrier after it
 
 from __future__ import annotations
 
+from ..errors import InternalError
 from ..ir import thread as th
 from ..ir import tile as t
 from ..ir.tile_ops import buffer_accesses, collective_name
@@ -202,6 +203,12 @@ def _seq(s, state: _State, w: _Where):
         sa.merge(sb)
         out = t.IfThenElse(s.cond, a, b, s.loc)
         return (t.SeqStmt([th.Barrier(loc=s.loc), out]) if fence else out), sa
+    if isinstance(s, t.IfThenElse) and _has_tile_ops(s) and _needs_inner_barrier(s, w):
+        # the verifier refuses tile operations under per-thread conditions; one that reaches here
+        # (a pass made the condition look per-thread) would lose the barrier its branch needs
+        raise InternalError("a branch on a per-thread condition ("
+                            f"{w.uniformity.reason(s.cond, w.region)}) orders tile operations with a barrier, "
+                            "which its threads cannot all reach", "insert_barriers", s.loc)
     reads, writes, issued = _accesses(s, w.rings)
     if not reads and not writes and not issued:
         return s, state
