@@ -6,7 +6,8 @@ one key block issued with Q K^T of the next, the softmax overlapping it) and wit
 shapes; and ``ops.attention`` as shipped, with ping-pong, with the overlap and with both — against
 SDPA's cuDNN backend, bf16, on the issue's shapes.  Each output is checked against SDPA (math
 backend, float32) before it is timed.  ``python bench/attention_variants.py`` on the H200; the
-table goes under bench/results/."""
+table goes under bench/results/.  ``TW_VARIANTS=short`` keeps one user-program column (the default
+schedule) besides the ops ones."""
 
 from __future__ import annotations
 
@@ -36,6 +37,8 @@ VARIANTS = [("wgmma 128x128", (128, 128, 2, 256), {}),
             ("ws 128x64", (128, 64, 2, 256), WS),
             ("ws+pp 128x64", (128, 64, 2, 256), {**WS, "tw.pingpong": True}),
             ("ws+ov 128x64", (128, 64, 2, 256), {**WS, "tw.attention_overlap": True})]
+if os.environ.get("TW_VARIANTS") == "short":  # one user-program column (the default schedule) and the ops ones
+    VARIANTS = [v for v in VARIANTS if v[0] == "ws+pp+ov 128x128"]
 # ops.attention with its sm_90a pass configs (attention_dispatch.HOPPER_CONFIGS) changed so
 OPS_VARIANTS = [("ops", {}), ("ops+pp", {"tw.pingpong": True}), ("ops+ov", {"tw.attention_overlap": True}),
                 ("ops+pp+ov", {"tw.pingpong": True, "tw.attention_overlap": True})]
