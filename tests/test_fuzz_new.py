@@ -17,11 +17,13 @@ from tilewright.fuzz.templates import TEMPLATES
 from tilewright.fuzz.templates_new import NEW
 
 BACKENDS = ("interpret", "emulator:sm_90a")
+# guarded reads: also the AMD emulator, whose vectorized loads are formed differently
+EXTRA_BACKENDS = {"guarded_select": ("emulator:gfx1100",)}
 
 
 # a template's quick draws: (cases, seed); the attention and persistent cases are the slow ones
 QUICK = {"hopper_gemm": (3, 11), "lib_splitk": (2, 12), "lib_persistent": (2, 13), "ws_attention": (2, 14),
-         "sparse_gemm": (3, 15), "launch_sized": (4, 16)}
+         "sparse_gemm": (3, 15), "launch_sized": (4, 16), "guarded_select": (6, 17)}
 
 
 @pytest.mark.parametrize("name", [t.name for t in NEW])
@@ -36,11 +38,11 @@ def test_new_template_quick_cases(name):
         if name == "ws_attention":
             p.update(batch=1, heads=1, seq=min(p["seq"], 129))
         case = tpl.make(p)
-        outcomes = {b: run_case(case, b) for b in BACKENDS}
+        outcomes = {b: run_case(case, b) for b in BACKENDS + EXTRA_BACKENDS.get(name, ())}
         bad = {b: (o.status, o.detail) for b, o in outcomes.items() if o.status not in ("ok", "refused")}
         assert not bad, (name, p, bad)
         seen.append(outcomes)
-    for b in BACKENDS:
+    for b in BACKENDS + EXTRA_BACKENDS.get(name, ()):
         assert any(o[b].status == "ok" for o in seen), (name, b, [o[b].detail for o in seen])
 
 
@@ -133,3 +135,19 @@ def test_reduction_of_a_reduced_fragment_that_fills_the_threads():
     out = np.full(1, np.nan, np.float32)
     k(x, out)
     assert out[0] == x.max()
+
+
+def test_guarded_select_catches_an_unguarded_read():
+    """The template's expected output holds ``fill`` where the guard fails: a kernel that read A
+    there instead would be judged wrong (the template can fail)."""
+    p = {"rows": 4, "cols": 16, "threads": 64, "dtype": "float32", "blocks": 2, "cut": "both", "offset": 1,
+         "seed_n": 7, "fill": -1.5, "seed": 2}
+    case = TEMPLATES["guarded_select"].make(p)
+    got = [np.copy(a) if isinstance(a, np.ndarray) else a for a in case.args]
+    got[1] = case.expected[1].astype(np.float32)
+    assert judge(case, got).status == "ok"
+    n_rows, n_cols = case.args[2], case.args[3]
+    assert n_rows < 8 or n_cols < 16  # some element is past the guard
+    r, c = (n_rows, 0) if n_rows < 8 else (0, n_cols)
+    got[1][r, c] = 0.25  # a value read from past A's valid part instead of the fill
+    assert judge(case, got).status == "wrong"

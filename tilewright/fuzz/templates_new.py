@@ -16,6 +16,9 @@
 - ``launch_sized``: a shared buffer sized at launch (``T.alloc_shared((n,))`` with ``n`` a scalar
   argument), ``T.Parallel(n)`` over it, tile copies under a thread-index condition, and a reduction
   into ``out[0]``.
+- ``guarded_select``: ``T.if_then_else(i < n, A[...], x)`` inside ``T.Parallel`` over ragged 1-D and
+  2-D tiles (a vectorized loop must not issue the guarded element's load unguarded: an out-of-bounds
+  read the emulator reports), reads offset by a run-time amount, 16-bit and 32-bit elements.
 
 Shapes are small (a few blocks): the emulator runs every thread of every block.
 """
@@ -364,6 +367,39 @@ def _make_launch_sized(p) -> Case:
                 {1: want_b, 3: tot[:, None]}, rtol, max(atol, 1e-5 * R * Cn))
 
 
+# ---------------------------------------------------------------- guarded reads inside T.if_then_else
+def _draw_guarded_select(rng):
+    return {"rows": int(rng.choice((1, 4, 16))), "cols": int(rng.choice((8, 16, 64, 128))),
+            "threads": int(rng.choice((32, 64, 128))), "dtype": str(rng.choice(("float32", "float16", "bfloat16"))),
+            "blocks": int(rng.integers(1, 4)), "cut": str(rng.choice(("cols", "rows", "both"))),
+            "offset": int(rng.choice((0, 1, 3, 8))), "seed_n": int(rng.integers(1 << 30)),
+            "fill": float(rng.choice((0.0, -1.5, 7.0)))}
+
+
+def _make_guarded_select(p) -> Case:
+    R, C, nb, dtype, off, fill = p["rows"], p["cols"], p["blocks"], p["dtype"], p["offset"], p["fill"]
+    rng = np.random.default_rng(p.get("seed", 0))
+    # A holds exactly the elements the guard admits: rows x cols of valid data starting at ``off``
+    n_rows = int(np.random.default_rng(p["seed_n"]).integers(1, nb * R + 1)) if p["cut"] != "cols" else nb * R
+    n_cols = int(np.random.default_rng(p["seed_n"] + 1).integers(1, C + 1)) if p["cut"] != "rows" else C
+    Ar, Ac = T.dynamic("ar"), T.dynamic("ac")
+
+    @T.prim_func
+    def guarded(A: T.Tensor((Ar, Ac), dtype), B: T.Tensor((nb * R, C), dtype), n_r: T.int32, n_c: T.int32,
+                o: T.int32):
+        with T.Kernel(nb, threads=p["threads"]) as bx:
+            F = T.alloc_fragment((R, C), dtype)
+            for i, j in T.Parallel(R, C):
+                F[i, j] = T.if_then_else((bx * R + i < n_r) and (j < n_c), A[bx * R + i, j + o], T.cast(fill, dtype))
+            T.copy(F, B[bx * R, 0])
+
+    a = _rand(rng, (n_rows, n_cols + off), dtype)
+    want = np.full((nb * R, C), fill, dtype=np.float64)
+    want[:n_rows, :n_cols] = _f64(a)[:, off:off + n_cols]
+    return Case("guarded_select", p, guarded, [a, _poison((nb * R, C), dtype), n_rows, n_cols, off],
+                {1: want}, *_tol(dtype))
+
+
 NEW = (
     Template("hopper_gemm", _draw_hopper_gemm, _make_hopper_gemm),
     Template("lib_splitk", _draw_splitk, _make_splitk),
@@ -371,4 +407,5 @@ NEW = (
     Template("ws_attention", _draw_ws_attention, _make_ws_attention),
     Template("sparse_gemm", _draw_sparse_gemm, _make_sparse_gemm),
     Template("launch_sized", _draw_launch_sized, _make_launch_sized),
+    Template("guarded_select", _draw_guarded_select, _make_guarded_select),
 )
