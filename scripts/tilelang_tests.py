@@ -250,7 +250,9 @@ def _reasons_of(node) -> tuple[set, set, bool]:
                        for c in ast.walk(n.test))
         if isinstance(n, ast.Call) and isinstance(n.func, ast.Attribute) and n.func.attr in ("search", "findall",
                                                                                                "count", "match"):
-            return any(isinstance(a, ast.Constant) and isinstance(a.value, str) for a in n.args)
+            # a literal pattern, or an f-string one (``rf"{op}<[^>]*?, (\d+, \d+, \d+),"``)
+            return any(isinstance(a, ast.JoinedStr) or isinstance(a, ast.Constant) and isinstance(a.value, str)
+                       for a in n.args)
         return False
 
     def visit(n, conditional: bool) -> None:
