@@ -25,6 +25,7 @@ from . import builder as B
 from .checks import check_prim_func, mark_written_params
 from .dynamic_parallel import dynamic_parallel
 from .kernel_sequence import has_no_kernel_block, split_kernels
+from .lanes import LaneAccess, has_ramp
 from .param_use import mark_param_use
 from .reducer_epochs import canonicalize_reducers
 from .regions import laid_out_index
@@ -607,6 +608,10 @@ class Translator:
                                hint="store into a buffer from T.alloc_fragment / T.alloc_shared / T.alloc_local")
         if not isinstance(idx, tuple):
             idx = (idx,)
+        if has_ramp(idx) and not hasattr(value, "store_elements"):  # buf[T.Ramp(...)] = scalar (frontend/lanes.py)
+            for st in LaneAccess(buf, idx).stores(value, self.loc(node)):
+                self.b.emit(st)
+            return
         if "layout_map" in buf.attrs:  # a shared buffer with an annotated T.Layout: the physical element
             idx = laid_out_index(buf, idx)
         if hasattr(value, "store_elements"):  # several values at once (T.atomic_addx2(..., return_prev=True))
