@@ -89,6 +89,7 @@ def compile(func, out_idx=None, target="auto", pass_configs=None, optimize_level
     """
     if not isinstance(func, t.PrimFunc):
         func = parse_prim_func(func)
+    out_idx, pass_configs = _attr_options(func, out_idx, pass_configs)
     if func.attrs.get("kernel_parts"):  # several T.Kernel blocks: compiled one by one, launched in order
         from .jit.sequence import KernelSequence
 
@@ -118,6 +119,26 @@ def compile(func, out_idx=None, target="auto", pass_configs=None, optimize_level
         _memo_by_obj[memo_key] = kernel
         _memo_by_text[text_key] = kernel
     return kernel
+
+
+def _attr_options(func: t.PrimFunc, out_idx, pass_configs) -> tuple:
+    """``out_idx`` and ``pass_configs`` with those the function carries (language/func_annotations.py,
+    frontend/eager.py ``read_lazy_prim_func``): a function whose outputs are its returned ``T.empty``
+    tensors takes no other ``out_idx`` (TileLang's ValueError); ``pass_configs`` entries win over
+    ``T.annotate_pass_configs`` ones."""
+    attr_out = func.attrs.get("tilelang_out_idx")
+    if attr_out is not None:
+        if out_idx is not None:
+            raise ValueError(f"Out index conflict: {func.name} returns its T.empty outputs (out_idx {attr_out}), "
+                             f"and out_idx={out_idx!r} is given too; remove the out_idx argument")
+        out_idx = list(attr_out)
+    from_attrs = dict(func.attrs.get("tilelang_pass_configs") or {})
+    if func.attrs.get("tilelang_compile_flags"):
+        from_attrs.setdefault("tl.device_compile_flags", list(func.attrs["tilelang_compile_flags"]))
+    if from_attrs:
+        given = {k.value if isinstance(k, enum.Enum) else str(k): v for k, v in (pass_configs or {}).items()}
+        pass_configs = {**from_attrs, **given}
+    return out_idx, pass_configs
 
 
 def _options(pass_configs, optimize_level: int, execution_backend) -> dict:

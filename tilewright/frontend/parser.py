@@ -362,6 +362,7 @@ class Translator:
         params, dyn_vars = self.finish_params(params, dyn_vars)
         params = params + self.b.__dict__.get("workspaces", [])  # T.alloc_global: hidden, allocated per call
         func = t.PrimFunc(self.tree.name, params, body, dyn_vars, loc=self.loc(self.tree))
+        func.attrs.update(self.b.__dict__.get("func_attrs", {}))  # T.annotate_pass_configs... (language)
         if self.b.__dict__.get("host_assumes"):  # T.assume on sizes: checked by every call (jit/kernel.py)
             func.attrs["host_assumes"] = list(self.b.host_assumes)
         if len(kernels) > 1:  # launched one after another, in order (frontend/kernel_sequence.py)
@@ -926,9 +927,13 @@ def parse_prim_func(fn, outer_scope: dict | None = None) -> t.PrimFunc:
         hit = _func_memo.get(memo_key)
         if hit is not None:
             return hit
-    scope = _global_scope(fn, outer_scope)
-    tr = Translator(fn, tree, filename, first - 1, text.splitlines(), scope)
-    func = tr.translate()
+    if any(a.annotation is None for a in tree.args.args):  # TileLang's lazy style: declared in the body
+        from .eager import read_lazy_prim_func
+
+        func = read_lazy_prim_func(fn)
+    else:
+        tr = Translator(fn, tree, filename, first - 1, text.splitlines(), _global_scope(fn, outer_scope))
+        func = tr.translate()
     canonicalize_reducers(func)
     func.attrs["source_file"] = filename
     func.attrs["source_line"] = first
