@@ -149,7 +149,8 @@ class EagerTranslator(Translator):
             name = a.arg
             value = self.arguments.get(name, NOT_GIVEN)
             ann = self._annotation(a)
-            if isinstance(ann, T.Tensor) or (isinstance(ann, str) and not is_tensor_like(value)):
+            pointer = getattr(ann, "is_pointer", False)  # `A: T.ptr`, bound by T.make_tensor(A, ...)
+            if isinstance(ann, T.Tensor) or (isinstance(ann, str) and (pointer or not is_tensor_like(value))):
                 self.runtime_names.append(name)
                 self.declare_param(name, ann, self.loc(a))
             elif is_tensor_like(value):
@@ -218,7 +219,7 @@ class EagerTranslator(Translator):
     def declare_param(self, name: str, ann, loc: SourceLocation) -> None:
         value = self.arguments.get(name, NOT_GIVEN)
         if isinstance(ann, str):  # a scalar passed at run time: `n: T.int32`
-            if is_tensor_like(value):
+            if is_tensor_like(value) and not getattr(ann, "is_pointer", False):
                 raise ArgumentError(f"argument {name} is a tensor but is declared as a scalar {ann} (line "
                                     f"{loc.lineno}: {loc.line_text.strip()})")
             try:

@@ -27,6 +27,7 @@ from .dynamic_parallel import dynamic_parallel
 from .kernel_sequence import has_no_kernel_block, split_kernels
 from .lanes import LaneAccess, has_ramp
 from .param_use import mark_param_use
+from .pointer_params import replace_pointer_params
 from .reducer_epochs import canonicalize_reducers
 from .regions import laid_out_index
 
@@ -360,6 +361,7 @@ class Translator:
                                hint="move them inside the kernel block")
         body = t.SeqStmt(stmts) if len(stmts) > 1 else stmts[0]
         params, dyn_vars = self.finish_params(params, dyn_vars)
+        params, dyn_vars = replace_pointer_params(self.b, params, dyn_vars)  # T.make_tensor(a_ptr, ...)
         params = params + self.b.__dict__.get("workspaces", [])  # T.alloc_global: hidden, allocated per call
         func = t.PrimFunc(self.tree.name, params, body, dyn_vars, loc=self.loc(self.tree))
         func.attrs.update(self.b.__dict__.get("func_attrs", {}))  # T.annotate_pass_configs... (language)
