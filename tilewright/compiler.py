@@ -182,6 +182,12 @@ def lower(func, target="auto", optimize_level: int = 2):
         raise CompileError(f"tilewright.lower lowers one kernel; {func.name} has {len(parts)} T.Kernel blocks",
                            func.loc, hint=f"lower each of {func.name}.attrs['kernel_parts'], or compile it "
                            "(tilewright.compile launches them in order)")
+    from .language.source_kernel import source_kernel_of
+
+    if source_kernel_of(func) is not None:
+        raise CompileError(f"{func.name} is a T.CUDASourceCodeKernel: there is nothing to lower", func.loc,
+                           hint="compile it (tilewright.compile(func, target='cuda')); get_kernel_source() "
+                           "returns its source")
     _verify(func)
     tgt = Target.parse(target)
     kernel = run_pipeline(func, PassContext(tgt, {"optimize_level": optimize_level}))
@@ -207,6 +213,10 @@ def _dumper(func_name: str):
 
 
 def _build(func: t.PrimFunc, tgt: Target, outs: tuple, opts: dict, verbose: bool) -> JITKernel:
+    from .language.source_kernel import source_kernel_of
+
+    if source_kernel_of(func) is not None:
+        return _build_source_kernel(func, tgt, outs, opts)
     if tgt.is_interpret:
         return JITKernel(func, tgt, outs, opts, backend="interpret")
     from .backends import backend_for
@@ -243,6 +253,23 @@ def _build(func: t.PrimFunc, tgt: Target, outs: tuple, opts: dict, verbose: bool
     if verbose:
         print(f"[tilewright] compiled {func.name} for {tgt} in {k.compile_seconds:.3f}s")
     return k
+
+
+def _build_source_kernel(func: t.PrimFunc, tgt: Target, outs: tuple, opts: dict) -> JITKernel:
+    """A ``T.CUDASourceCodeKernel``: the user's CUDA source compiled by NVRTC (language/source_kernel.py)."""
+    from .language.source_kernel import source_kernel_of
+
+    source, entry = source_kernel_of(func)
+    if tgt.kind != "cuda" or opts["backend"] == "emulator":
+        where = "the emulator" if opts["backend"] == "emulator" else f"target {tgt}"
+        raise CompileError(f"{func.name} is a T.CUDASourceCodeKernel (CUDA source): {where} cannot run it",
+                           func.body.loc, hint="compile it for a CUDA target (target='cuda') and run it on an "
+                           "NVIDIA GPU")
+    kernel = func.body
+    spec = _spec(func, tgt, kernel_name=entry, code_object=b"", source=source, num_threads=kernel.num_threads,
+                 shared_bytes=0, resources={"shared_bytes": 0})
+    fill_code_object(spec, tgt)
+    return JITKernel(func, tgt, outs, opts, backend="device", spec=spec)
 
 
 def print_source(thread_kernel, target) -> str:

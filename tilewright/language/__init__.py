@@ -1163,6 +1163,7 @@ from .safe_value import guard_reads as _guard_reads  # noqa: E402, F401  (the fr
 from .safe_value import guarded_store as _guarded_store  # noqa: E402
 from .safe_value import safe_value as _safe_value  # noqa: E402
 from .scan import *  # noqa: E402, F403  (cumsum, cummax: language/scan.py)
+from .source_kernel import *  # noqa: E402, F403  (T.CUDASourceCodeKernel: source_kernel.py)
 from .strided import *  # noqa: E402, F403  (T.StridedTensor: language/strided.py)
 from .views import *  # noqa: E402, F403  (reshape, view: language/views.py; T.reinterpret: attrs.py)
 from .warp import *  # noqa: E402, F403  (shfl_*, warp_reduce_*: language/warp.py)
