@@ -43,3 +43,14 @@ def test_make_tensor_gemm_on_the_gpu():
     tilewright.compile(pointers.ptr_gemm(M, N, K), target="cuda")(a, b, c, M, N, K)
     ref = a.double() @ b.double().T
     torch.testing.assert_close(c.double(), ref, rtol=1e-3, atol=1e-3)
+
+
+def test_make_tensor_gemm_with_raw_addresses():
+    M, N, K = 64, 96, 64
+    a = torch.randn(M, K, device="cuda", dtype=torch.float16)
+    b = torch.randn(N, K, device="cuda", dtype=torch.float16)
+    c = torch.full((M, N), float("nan"), device="cuda")
+    kernel = tilewright.compile(pointers.ptr_gemm(M, N, K), target="cuda")
+    kernel(a.data_ptr(), b.data_ptr(), c.data_ptr(), M, N, K)
+    torch.cuda.synchronize()
+    torch.testing.assert_close(c.double(), a.double() @ b.double().T, rtol=1e-3, atol=1e-3)

@@ -114,3 +114,26 @@ def test_make_tensor_refusals():
             A = T.make_tensor(a_ptr, (n * 2,), T.float32)
             with T.Kernel(1, threads=32):
                 A[0] = 1.0
+
+
+def test_a_raw_address_is_sized_by_the_scalars_on_the_gpu_path():
+    from tilewright.binding.args import bind_arguments
+
+    M, N, K = 64, 96, 48
+    func = ptr_gemm(M, N, K)
+    bound = bind_arguments(list(func.params), list(func.dyn_vars), [0x10000, 0x20000, 0x30000, M, N, K],
+                           kernel_name="main", device_type="gpu")
+    a, b, c = bound.values[:3]
+    assert (a.ptr, a.shape, a.strides, a.dtype) == (0x10000, (M, K), (K, 1), "float16")
+    assert (b.shape, c.shape, c.dtype) == ((N, K), (M, N), "float32")
+    with pytest.raises(ArgumentError, match="not 16-byte aligned"):
+        bind_arguments(list(func.params), list(func.dyn_vars), [0x10004, 0x20000, 0x30000, M, N, K],
+                       kernel_name="main", device_type="gpu")
+
+
+@pytest.mark.parametrize("target,backend", [("interpret", None), ("cuda -arch=sm_90a", "emulator")])
+def test_a_raw_address_is_refused_on_the_cpu(rng, target, backend):
+    kernel = tilewright.compile(ptr_gemm(64, 96, 64), target=target, execution_backend=backend)
+    a, b, c = rand(rng, (64, 64), "float16"), rand(rng, (96, 64), "float16"), poisoned((64, 96))
+    with pytest.raises(ArgumentError, match="argument a_ptr is an address .* pass the tensor itself"):
+        kernel(a.ctypes.data, b, c, 64, 96, 64)

@@ -5,7 +5,9 @@ While the body is read, the call records the new buffer for the pointer paramete
 body uses it under the name it is assigned to); when the function is complete, ``replace_pointer_params``
 puts the buffer where the pointer was in the parameter list.  A shape entry that is a scalar parameter
 becomes a symbolic size named ``<pointer>_<scalar>``, bound from the tensor by the argument binder, and a
-host assumption ``size == scalar`` makes every call check that the two agree.
+host assumption ``size == scalar`` makes every call check that the two agree.  The buffer's
+``attrs["pointer_sizes"]`` (symbolic size -> scalar parameter) lets a GPU call pass a raw address
+instead of the tensor, as TileLang's pointer calls do (binding/args.py).
 """
 
 from __future__ import annotations
@@ -37,7 +39,7 @@ def bind_pointer_param(b: Builder, ptr, shape, dtype, strides, what: str) -> t.B
         dtype = dt.canon(dtype)
     except ValueError as e:
         raise error(str(e)) from None
-    dims, new_dyn = [], []
+    dims, new_dyn, sizes = [], [], {}
     assumes = b.__dict__.setdefault("host_assumes", [])
     for s in shape:
         if isinstance(s, E.Const):
@@ -52,11 +54,13 @@ def bind_pointer_param(b: Builder, ptr, shape, dtype, strides, what: str) -> t.B
             dims.append(size)
             new_dyn.append(size)
             assumes.append(E.binary("==", size, E.cast("int32", s)))
+            sizes[size] = s
         else:
             raise error(f"{what}: shape entry {s!r} of {ptr.name} must be a positive int, a T.dynamic size or an "
                         "integer scalar parameter", hint="give the dimension its own scalar parameter or "
                         "T.dynamic name")
     buf = t.Buffer(ptr.name, dims, dtype, "global", loc=b.loc)
+    buf.attrs["pointer_sizes"] = sizes  # a raw address for it takes these sizes from the scalars (binding/args.py)
     bound[ptr] = buf
     b.__dict__.setdefault("pointer_dyn", []).extend(new_dyn)
     return buf
