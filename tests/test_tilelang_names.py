@@ -987,7 +987,6 @@ def test_block_votes_compile_with_nvrtc(tmp_path, monkeypatch):
 
 @pytest.mark.parametrize("name,call", [
     ("T.named_barrier_arrive", lambda: T.named_barrier_arrive(1, 128)),
-    ("T.let", lambda: T.let(None, 1)),
 ])
 def test_unsupported_names_are_refused_by_name(name, call):
     with pytest.raises(CompileError, match=rf"{name} .*not supported") as e:

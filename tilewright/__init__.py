@@ -7,6 +7,7 @@ from . import config, language, layout, math, target  # noqa: F401
 from .autotune import AutoTuner, autotune, set_autotune_inputs  # noqa: F401
 from .compat import PassConfigKey, TensorSupplyType, cdiv, disable_cache, enable_cache  # noqa: F401
 from .compiler import compile, jit, lower  # noqa: F401
+from .env import env  # noqa: F401  (TileLang's tilelang.env object: env.py)
 from .errors import (  # noqa: F401
     ArgumentError,
     CompileError,
@@ -25,3 +26,4 @@ __version__ = "0.1.0"
 
 config.configure_logging()
 lazy_jit = jit  # TileLang's name for the eager-JIT decorator
+DataType = language.DType  # TileLang's tilelang.DataType (TVM's): DataType("float16").bits

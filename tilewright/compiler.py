@@ -89,6 +89,7 @@ def compile(func, out_idx=None, target="auto", pass_configs=None, optimize_level
     """
     if not isinstance(func, t.PrimFunc):
         func = parse_prim_func(func)
+    out_idx, pass_configs = _attr_options(func, out_idx, pass_configs)
     if func.attrs.get("kernel_parts"):  # several T.Kernel blocks: compiled one by one, launched in order
         from .jit.sequence import KernelSequence
 
@@ -118,6 +119,26 @@ def compile(func, out_idx=None, target="auto", pass_configs=None, optimize_level
         _memo_by_obj[memo_key] = kernel
         _memo_by_text[text_key] = kernel
     return kernel
+
+
+def _attr_options(func: t.PrimFunc, out_idx, pass_configs) -> tuple:
+    """``out_idx`` and ``pass_configs`` with those the function carries (language/func_annotations.py,
+    frontend/eager.py ``read_lazy_prim_func``): a function whose outputs are its returned ``T.empty``
+    tensors takes no other ``out_idx`` (TileLang's ValueError); ``pass_configs`` entries win over
+    ``T.annotate_pass_configs`` ones."""
+    attr_out = func.attrs.get("tilelang_out_idx")
+    if attr_out is not None:
+        if out_idx is not None:
+            raise ValueError(f"Out index conflict: {func.name} returns its T.empty outputs (out_idx {attr_out}), "
+                             f"and out_idx={out_idx!r} is given too; remove the out_idx argument")
+        out_idx = list(attr_out)
+    from_attrs = dict(func.attrs.get("tilelang_pass_configs") or {})
+    if func.attrs.get("tilelang_compile_flags"):
+        from_attrs.setdefault("tl.device_compile_flags", list(func.attrs["tilelang_compile_flags"]))
+    if from_attrs:
+        given = {k.value if isinstance(k, enum.Enum) else str(k): v for k, v in (pass_configs or {}).items()}
+        pass_configs = {**from_attrs, **given}
+    return out_idx, pass_configs
 
 
 def _options(pass_configs, optimize_level: int, execution_backend) -> dict:
@@ -161,6 +182,12 @@ def lower(func, target="auto", optimize_level: int = 2):
         raise CompileError(f"tilewright.lower lowers one kernel; {func.name} has {len(parts)} T.Kernel blocks",
                            func.loc, hint=f"lower each of {func.name}.attrs['kernel_parts'], or compile it "
                            "(tilewright.compile launches them in order)")
+    from .language.source_kernel import source_kernel_of
+
+    if source_kernel_of(func) is not None:
+        raise CompileError(f"{func.name} is a T.CUDASourceCodeKernel: there is nothing to lower", func.loc,
+                           hint="compile it (tilewright.compile(func, target='cuda')); get_kernel_source() "
+                           "returns its source")
     _verify(func)
     tgt = Target.parse(target)
     kernel = run_pipeline(func, PassContext(tgt, {"optimize_level": optimize_level}))
@@ -186,6 +213,10 @@ def _dumper(func_name: str):
 
 
 def _build(func: t.PrimFunc, tgt: Target, outs: tuple, opts: dict, verbose: bool) -> JITKernel:
+    from .language.source_kernel import source_kernel_of
+
+    if source_kernel_of(func) is not None:
+        return _build_source_kernel(func, tgt, outs, opts)
     if tgt.is_interpret:
         return JITKernel(func, tgt, outs, opts, backend="interpret")
     from .backends import backend_for
@@ -222,6 +253,23 @@ def _build(func: t.PrimFunc, tgt: Target, outs: tuple, opts: dict, verbose: bool
     if verbose:
         print(f"[tilewright] compiled {func.name} for {tgt} in {k.compile_seconds:.3f}s")
     return k
+
+
+def _build_source_kernel(func: t.PrimFunc, tgt: Target, outs: tuple, opts: dict) -> JITKernel:
+    """A ``T.CUDASourceCodeKernel``: the user's CUDA source compiled by NVRTC (language/source_kernel.py)."""
+    from .language.source_kernel import source_kernel_of
+
+    source, entry = source_kernel_of(func)
+    if tgt.kind != "cuda" or opts["backend"] == "emulator":
+        where = "the emulator" if opts["backend"] == "emulator" else f"target {tgt}"
+        raise CompileError(f"{func.name} is a T.CUDASourceCodeKernel (CUDA source): {where} cannot run it",
+                           func.body.loc, hint="compile it for a CUDA target (target='cuda') and run it on an "
+                           "NVIDIA GPU")
+    kernel = func.body
+    spec = _spec(func, tgt, kernel_name=entry, code_object=b"", source=source, num_threads=kernel.num_threads,
+                 shared_bytes=0, resources={"shared_bytes": 0})
+    fill_code_object(spec, tgt)
+    return JITKernel(func, tgt, outs, opts, backend="device", spec=spec)
 
 
 def print_source(thread_kernel, target) -> str:

@@ -16,11 +16,13 @@ from .tuner import AutoTuner, given_names
 
 class _Autotuned:
     def __init__(self, fn, configs, profile_kw: dict):
+        # first: update_wrapper copies the wrapped object's __dict__ (an eager @jit function's own `fn`,
+        # `kw`...), which must not replace the attributes set below
+        functools.update_wrapper(self, getattr(fn, "builder", fn))
         self.fn = fn  # a @jit function (its compile options are used) or a bare builder
         self.configs = configs
         self.profile_kw = profile_kw
         self.results: dict = {}
-        functools.update_wrapper(self, getattr(fn, "builder", fn))
 
     def __call__(self, *args, **kwargs):
         keys = self._config_keys(args, kwargs)
@@ -39,6 +41,16 @@ class _Autotuned:
         # TileLang's tuned kernel says what won: ``kernel.config`` and ``kernel.latency`` (ms)
         kernel.config, kernel.latency = hit.config, hit.latency
         return kernel
+
+    def compile(self, *args, **kwargs):
+        """TileLang's ``tuned.compile(...)``: with every tuned argument given, the kernel of that
+        config, compiled without tuning (T.const sizes by keyword, ``M=1024``, as the @jit function's
+        ``compile`` takes them); otherwise the tuned kernel for the arguments given, as a call is."""
+        keys = self._config_keys(args, kwargs)
+        if keys and keys <= given_names(self.fn, args, kwargs):
+            direct = getattr(self.fn, "compile", None)
+            return direct(*args, **kwargs) if direct is not None else self._compile_directly(args, kwargs)
+        return self(*args, **kwargs)
 
     def tune(self, *args, **kwargs):
         """Run the tuner and return the whole ``AutotuneResult`` (best config, latency, report)."""

@@ -39,9 +39,17 @@ def bind_arguments(params: list, dyn_vars: list, args: list, *, kernel_name: str
         names = ", ".join(p.name for p in params)
         raise ArgumentError(f"{kernel_name} takes {len(params)} arguments ({names}); {len(args)} were given")
     bound_dyn = given_dyn(kernel_name, dyn_vars, dyn)
-    values, tensors = [], []
+    values, tensors, addresses = [], [], []
     device = None
     for p, a in zip(params, args):
+        if isinstance(p, t.Buffer) and p.attrs.get("pointer_sizes") is not None and _is_address(a):
+            if host_arrays or device_type not in (None, "gpu"):
+                raise ArgumentError(f"{kernel_name}: argument {p.name} is an address ({int(a):#x}); the CPU backends "
+                                    "address only the arrays they are given: pass the tensor itself")
+            addresses.append((len(values), p, int(a)))  # sized once the scalars are bound (below)
+            values.append(None)
+            tensors.append(None)
+            continue
         if isinstance(p, t.Buffer) and a is None:
             ta = _null_tensor(p, kernel_name)  # an optional tensor the kernel never touches: a null pointer
             values.append(ta)
@@ -69,10 +77,45 @@ def bind_arguments(params: list, dyn_vars: list, args: list, *, kernel_name: str
         else:
             values.append(check_scalar(p, a, kernel_name))
             tensors.append(None)
+    for i, p, addr in addresses:
+        values[i] = tensors[i] = _address_arg(p, addr, params, values, bound_dyn, kernel_name, require_alignment)
     missing = [v.name for v in dyn_vars if v not in bound_dyn]
     if missing:
         raise ArgumentError(f"{kernel_name}: could not infer dynamic dimension(s) {missing} from the arguments")
     return BoundArgs(tensors, values, bound_dyn)
+
+
+def _is_address(a) -> bool:
+    import numpy as np
+
+    return isinstance(a, (int, np.integer)) and not isinstance(a, (bool, np.bool_))
+
+
+def _address_arg(p: t.Buffer, addr: int, params: list, values: list, dyn: dict, kname: str,
+                 align: int) -> TensorArg:
+    """A raw device address for a ``T.make_tensor`` pointer parameter (frontend/pointer_params.py): its
+    sizes come from the scalar arguments they were declared with.  Only the GPU takes one, and nothing
+    can check that the memory there is this large; the tensor itself is checked."""
+    if addr <= 0 or addr >= 2**64:
+        raise ArgumentError(f"{kname}: argument {p.name} is the address {addr:#x}, which is not a device address")
+    if addr % align:
+        raise ArgumentError(f"{kname}: argument {p.name} (address {addr:#x}) is not {align}-byte aligned")
+    shape = []
+    for d, want in enumerate(p.shape):
+        if isinstance(want, Var):
+            scalar = p.attrs["pointer_sizes"].get(want)
+            value = next(v for q, v in zip(params, values) if q is scalar) if scalar is not None else dyn.get(want)
+            if value is None:
+                raise ArgumentError(f"{kname}: argument {p.name} is an address, so dimension {d} ({want.name}) "
+                                    "cannot be read from it; pass the tensor itself")
+            if dyn.setdefault(want, int(value)) != int(value):
+                raise ArgumentError(f"{kname}: size {want.name} of {p.name} is {value}, but was already bound to "
+                                    f"{dyn[want]}")
+            shape.append(int(value))
+        else:
+            shape.append(int(want))
+    strides = t.row_major_strides(tuple(shape))
+    return TensorArg(addr, tuple(shape), tuple(int(s) for s in strides), p.dtype, "none", -1)
 
 
 def _null_tensor(p: t.Buffer, kernel_name: str) -> TensorArg:

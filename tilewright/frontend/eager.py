@@ -149,7 +149,8 @@ class EagerTranslator(Translator):
             name = a.arg
             value = self.arguments.get(name, NOT_GIVEN)
             ann = self._annotation(a)
-            if isinstance(ann, T.Tensor) or (isinstance(ann, str) and not is_tensor_like(value)):
+            pointer = getattr(ann, "is_pointer", False)  # `A: T.ptr`, bound by T.make_tensor(A, ...)
+            if isinstance(ann, T.Tensor) or (isinstance(ann, str) and (pointer or not is_tensor_like(value))):
                 self.runtime_names.append(name)
                 self.declare_param(name, ann, self.loc(a))
             elif is_tensor_like(value):
@@ -218,7 +219,7 @@ class EagerTranslator(Translator):
     def declare_param(self, name: str, ann, loc: SourceLocation) -> None:
         value = self.arguments.get(name, NOT_GIVEN)
         if isinstance(ann, str):  # a scalar passed at run time: `n: T.int32`
-            if is_tensor_like(value):
+            if is_tensor_like(value) and not getattr(ann, "is_pointer", False):
                 raise ArgumentError(f"argument {name} is a tensor but is declared as a scalar {ann} (line "
                                     f"{loc.lineno}: {loc.line_text.strip()})")
             try:
@@ -436,6 +437,19 @@ def read_eager(fn, arguments: dict, sizes: dict) -> tuple:
     return func, EagerInfo(list(tr.runtime_names), out_idx, tr.returns_tuple, dict(tr.sizes))
 
 
+def read_lazy_prim_func(fn) -> t.PrimFunc:
+    """A ``@T.prim_func`` in TileLang's lazy style: parameters without annotations, declared in the
+    body (``A: T.Tensor(...)``), outputs made with ``T.empty`` and returned.  It is read as an eager
+    function called without arguments; the returned outputs become the last parameters and their
+    indices (negative, counted from the end) are ``attrs["tilelang_out_idx"]``, which
+    ``tilewright.compile`` takes as ``out_idx``."""
+    func, info = read_eager(fn, {}, discover_sizes(fn, {}, {}))
+    if info.out_idx:
+        n = len([p for p in func.params if not (isinstance(p, t.Buffer) and p.attrs.get("workspace"))])
+        func.attrs["tilelang_out_idx"] = [i - n for i in info.out_idx]
+    return func
+
+
 def is_eager_function(fn) -> bool:
     """Whether a ``@jit`` function is written in the eager style (it is the kernel) rather than as a
     builder returning a ``@T.prim_func``: its body, outside nested functions, has ``with T.Kernel``,
@@ -471,4 +485,4 @@ def _mentions_tensor(node) -> bool:
 
 
 __all__ = ["NOT_GIVEN", "EagerInfo", "declare_sizes", "discover_sizes", "is_eager_function",
-           "is_size_names", "is_tensor_like", "new_output", "read_eager"]
+           "is_size_names", "is_tensor_like", "new_output", "read_eager", "read_lazy_prim_func"]

@@ -25,7 +25,9 @@ from . import builder as B
 from .checks import check_prim_func, mark_written_params
 from .dynamic_parallel import dynamic_parallel
 from .kernel_sequence import has_no_kernel_block, split_kernels
+from .lanes import LaneAccess, has_ramp
 from .param_use import mark_param_use
+from .pointer_params import replace_pointer_params
 from .reducer_epochs import canonicalize_reducers
 from .regions import laid_out_index
 
@@ -359,8 +361,10 @@ class Translator:
                                hint="move them inside the kernel block")
         body = t.SeqStmt(stmts) if len(stmts) > 1 else stmts[0]
         params, dyn_vars = self.finish_params(params, dyn_vars)
+        params, dyn_vars = replace_pointer_params(self.b, params, dyn_vars)  # T.make_tensor(a_ptr, ...)
         params = params + self.b.__dict__.get("workspaces", [])  # T.alloc_global: hidden, allocated per call
         func = t.PrimFunc(self.tree.name, params, body, dyn_vars, loc=self.loc(self.tree))
+        func.attrs.update(self.b.__dict__.get("func_attrs", {}))  # T.annotate_pass_configs... (language)
         if self.b.__dict__.get("host_assumes"):  # T.assume on sizes: checked by every call (jit/kernel.py)
             func.attrs["host_assumes"] = list(self.b.host_assumes)
         if len(kernels) > 1:  # launched one after another, in order (frontend/kernel_sequence.py)
@@ -607,6 +611,10 @@ class Translator:
                                hint="store into a buffer from T.alloc_fragment / T.alloc_shared / T.alloc_local")
         if not isinstance(idx, tuple):
             idx = (idx,)
+        if has_ramp(idx) and not hasattr(value, "store_elements"):  # buf[T.Ramp(...)] = scalar (frontend/lanes.py)
+            for st in LaneAccess(buf, idx).stores(value, self.loc(node)):
+                self.b.emit(st)
+            return
         if "layout_map" in buf.attrs:  # a shared buffer with an annotated T.Layout: the physical element
             idx = laid_out_index(buf, idx)
         if hasattr(value, "store_elements"):  # several values at once (T.atomic_addx2(..., return_prev=True))
@@ -921,9 +929,13 @@ def parse_prim_func(fn, outer_scope: dict | None = None) -> t.PrimFunc:
         hit = _func_memo.get(memo_key)
         if hit is not None:
             return hit
-    scope = _global_scope(fn, outer_scope)
-    tr = Translator(fn, tree, filename, first - 1, text.splitlines(), scope)
-    func = tr.translate()
+    if any(a.annotation is None for a in tree.args.args):  # TileLang's lazy style: declared in the body
+        from .eager import read_lazy_prim_func
+
+        func = read_lazy_prim_func(fn)
+    else:
+        tr = Translator(fn, tree, filename, first - 1, text.splitlines(), _global_scope(fn, outer_scope))
+        func = tr.translate()
     canonicalize_reducers(func)
     func.attrs["source_file"] = filename
     func.attrs["source_line"] = first

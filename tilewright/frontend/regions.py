@@ -6,12 +6,15 @@ from __future__ import annotations
 from ..ir.expr import Expr, Load, as_expr, const_value
 from ..ir.tile import Buffer, Region
 from .builder import error
+from .lanes import LaneAccess, has_ramp
 
 
 def subscript(buf: Buffer, idx):
     """``buf[idx]``: a ``Load`` when every index is a scalar, a ``Region`` when any is a slice."""
     if not isinstance(idx, tuple):
         idx = (idx,)
+    if has_ramp(idx):  # T.Ramp lanes (frontend/lanes.py)
+        return LaneAccess(buf, idx)
     if "layout_map" in buf.attrs:  # a shared buffer with an annotated T.Layout (language/layout_objects.py)
         return Load(buf, laid_out_index(buf, idx))
     if any(i is Ellipsis for i in idx):
@@ -137,6 +140,8 @@ def to_region(x, other_shape=None, what="operand") -> Region:
         return Region.full(x)
     if isinstance(x, Region):
         return x
+    if isinstance(x, LaneAccess):
+        return x.as_region()
     if isinstance(x, Load):
         buf = x.buffer
         if other_shape is None:

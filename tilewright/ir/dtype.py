@@ -98,6 +98,8 @@ _NOT_SUPPORTED = {
                             "memory) is not supported: use float4_e2m1fn",
     "bfloat16x2": "bfloat16x2 (a packed pair of bfloat16) is not supported as an element type: use two bfloat16 "
                   "values or a [2] buffer",
+    "float16x2": "float16x2 (a packed pair of float16) is not supported as an element type: use two float16 "
+                 "values or a [2] buffer",
     "float32x2": "float32x2 (a packed pair of float32) is not supported: use two float32 values or a [2] buffer",
 }
 

@@ -30,6 +30,10 @@ class Expr:
     __slots__ = ("dtype",)
     __hash__ = object.__hash__
 
+    def astype(self, dtype) -> Expr:
+        """This value converted to ``dtype`` (TileLang's ``A[i].astype(dtype)``)."""
+        return cast(str(dtype), self)
+
     # arithmetic -------------------------------------------------------------------------
     def __add__(self, o):
         return binary("+", self, o)

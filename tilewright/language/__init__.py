@@ -29,11 +29,34 @@ from ..ir.expr import Var
 # dtypes: strings that can also build constants / casts, e.g. T.float32(0) or T.float16(x)
 
 
+_NO_VALUE = object()
+
+
+class LetSlot:
+    """TileLang's ``x = T.int32()`` inside a kernel: a name that ``T.let(x, value)`` binds.  Not a
+    value: using it before ``T.let`` is an error at that line."""
+
+    def __init__(self, dtype: str):
+        self.dtype = dtype
+
+    def __repr__(self) -> str:
+        return f"T.{self.dtype}() (a name not yet bound by T.let)"
+
+
+def unbound_var(dtype: str):
+    """``T.int32()``: inside a kernel a ``LetSlot``; outside one (TIR-style code that only builds
+    expressions) a symbolic scalar."""
+    dtype = _dt.canon(dtype)
+    return LetSlot(dtype) if _b.current_or_none() is not None else Var("v", dtype, kind="unbound")
+
+
 class DType(str):
     """A dtype name usable as a value (``T.float16``), an annotation (``n: T.int32``) and a
     constructor (``T.float32(1.5)`` makes a constant, ``T.float16(x)`` casts a kernel value)."""
 
-    def __call__(self, value=0):
+    def __call__(self, value=_NO_VALUE):
+        if value is _NO_VALUE:  # `x = T.int32()`: a name bound later by T.let(x, value)
+            return unbound_var(str(self))
         if isinstance(value, str) and _dt.is_float(str(self)):
             value = _builtins.float(value)
         return _e.cast(str(self), value)
@@ -65,7 +88,7 @@ class DType(str):
 
 
 # packed-pair names TileLang has: (element dtype, bits of the pair); usable as names, refused as element types
-_PACKED_PAIRS = {"float4_e2m1fnx2": ("float4_e2m1fn", 8), "bfloat16x2": ("bfloat16", 32),
+_PACKED_PAIRS = {"float4_e2m1fnx2": ("float4_e2m1fn", 8), "bfloat16x2": ("bfloat16", 32), "float16x2": ("float16", 32),
                  "float32x2": ("float32", 64), "float4_e2m1_unpacked": ("float4_e2m1fn", 8)}
 
 
@@ -95,6 +118,7 @@ int4 = DType("int4")
 uint4 = DType("uint4")
 # TileLang dtypes tilewright cannot hold as element types: using one raises a DTypeError that says so
 float32x2 = DType("float32x2")
+float16x2 = DType("float16x2")
 bfloat16x2 = DType("bfloat16x2")
 float4_e2m1fnx2 = DType("float4_e2m1fnx2")
 float4_e2m1_unpacked = DType("float4_e2m1_unpacked")
@@ -478,9 +502,23 @@ def transpose(src, dst):
     b.emit(_t.ParallelFor((j, i), tuple(d.shape), store, loc=b.loc))
 
 
-def let(*args, **kwargs):
-    raise _b.error("T.let is not supported", hint="bind a name instead: x = value (each assignment of a "
-                   "kernel value is a let binding here)")
+def let(var, value=None):
+    """``T.let(x, value)`` after ``x = T.int32()``: binds the name ``x`` to ``value`` from here on (a
+    let binding, as ``x = value`` is)."""
+    from ..frontend.parser import _active_translators
+
+    b = _b.current()
+    if not isinstance(var, LetSlot) or not _active_translators:
+        raise _b.error(f"T.let(x, value) binds a name made by x = T.int32() (or another dtype), got {var!r}",
+                       hint="or bind a name directly: x = value")
+    if value is None:
+        raise _b.error("T.let(x, value) needs the value")
+    scope = _active_translators[-1].scope
+    names = [n for n, v in scope.items() if v is var]
+    bound = Var(b.fresh(names[0] if names else "let"), var.dtype, kind="let")
+    b.emit(_t.LetStmt(bound, _e.cast(var.dtype, value), loc=b.loc))
+    for n in names:
+        scope[n] = bound
 
 
 # --------------------------------------------------------------------------------------------
@@ -815,6 +853,8 @@ def _first_element(x, what: str):
     """The first element of an element ``A[i, j]`` or of a slice ``A[i, j:j+n]`` along the last dimension."""
     if isinstance(x, _t.Buffer):
         x = _t.Region.full(x)
+    if hasattr(x, "as_region"):  # x[T.Ramp(base, 1, n)] (frontend/lanes.py)
+        x = x.as_region()
     if isinstance(x, _t.Region):
         if any(e != 1 for d, e in enumerate(x.extents[:-1])):
             raise _b.error(f"{what} takes consecutive elements along the last dimension, got a region of shape "
@@ -1112,6 +1152,7 @@ from . import views as _views  # noqa: E402
 from .attrs import *  # noqa: E402, F403  (T.attr, T.comm_reducer, T.tvm_thread_allreduce: attrs.py)
 from .compat_names import *  # noqa: E402, F403  (T.ClusterKernel, T.Persistent, T.func_attr...: compat_names.py)
 from .debug import print  # noqa: E402, A004, F401  (T.print: language/debug.py)
+from .func_annotations import *  # noqa: E402, F403  (T.annotate_pass_configs...: func_annotations.py)
 from .layout_objects import Fragment, Layout  # noqa: E402, F401  (layout_objects.py)
 from .logical import *  # noqa: E402, F403  (any_of, all_of: language/logical.py)
 from .math import *  # noqa: E402, F403
@@ -1122,6 +1163,7 @@ from .safe_value import guard_reads as _guard_reads  # noqa: E402, F401  (the fr
 from .safe_value import guarded_store as _guarded_store  # noqa: E402
 from .safe_value import safe_value as _safe_value  # noqa: E402
 from .scan import *  # noqa: E402, F403  (cumsum, cummax: language/scan.py)
+from .source_kernel import *  # noqa: E402, F403  (T.CUDASourceCodeKernel: source_kernel.py)
 from .strided import *  # noqa: E402, F403  (T.StridedTensor: language/strided.py)
 from .views import *  # noqa: E402, F403  (reshape, view: language/views.py; T.reinterpret: attrs.py)
 from .warp import *  # noqa: E402, F403  (shfl_*, warp_reduce_*: language/warp.py)

@@ -14,6 +14,10 @@
   checked then (a false one is a CompileError); a run-time condition is refused (no device-side trap here).
 * ``T.wgmma_gemm`` / ``T.wgmma_mma``: ``T.gemm`` (the gemm planner picks wgmma on sm_90a where it applies;
   the product is the same with any instruction).
+* ``T.wait_wgmma(n)``: waits until at most ``n`` wgmma groups are in flight.  ``T.gemm`` is synchronous here
+  (its product is complete when it returns, whatever instruction computes it), so there is never a group
+  to wait for: nothing is emitted.
+* ``T.Ramp(base, stride, lanes)``: a vector subscript (frontend/lanes.py).
 * the cluster intrinsics (``T.cluster_sync``, ``T.block_rank_in_cluster``, ``T.clc_*``, ...): refused by name.
 """
 
@@ -22,10 +26,12 @@ from __future__ import annotations
 import builtins as _builtins
 
 from ..frontend import builder as _b
+from ..frontend.lanes import Ramp
 from ..ir import expr as _e
 from . import Kernel, gemm
 
-__all__ = ["ClusterKernel", "Persistent", "func_attr", "device_assert", "wgmma_gemm", "wgmma_mma",
+__all__ = ["Ramp", "wait_wgmma", "ClusterKernel", "Persistent", "func_attr", "device_assert", "wgmma_gemm",
+           "wgmma_mma",
            "cluster_sync", "cluster_arrive", "cluster_wait", "block_rank_in_cluster", "alloc_cluster_barrier",
            "clc_try_cancel", "clc_is_canceled", "clc_get_first_ctaid_x", "clc_get_first_ctaid_y",
            "clc_get_first_ctaid_z"]
@@ -102,6 +108,15 @@ def wgmma_gemm(A, B, C, transpose_A=False, transpose_B=False, policy="square", c
 
 
 wgmma_mma = wgmma_gemm
+
+
+def wait_wgmma(n=0) -> None:
+    """``T.wait_wgmma(n)`` (see the module docstring)."""
+    _b.current()
+    if isinstance(n, _e.Const):
+        n = n.value
+    if isinstance(n, _builtins.bool) or not isinstance(n, _builtins.int) or n < 0:
+        raise _b.error(f"T.wait_wgmma(n) takes a non-negative int known when the kernel is read, got {n!r}")
 
 
 def _cluster_refused(name: str):

@@ -9,14 +9,24 @@
   plain statements, every index mapped); whole-tile operations on it (``T.copy``, ``T.gemm``...) are
   refused, as their lowering places shared tiles itself.  The annotation must come before the buffer's
   first use.
-* A layout on a **global** tensor would change how the caller's memory is addressed, and a
-  ``Fragment`` layout would fix which thread holds which element — both are placed by tilewright
-  itself, so both are refused with a CompileError that says to remove the annotation.
+* A ``Layout`` on a **global** tensor (TileLang permutes a float32 dQ accumulator this way in its
+  attention backward kernels, so that the atomic adds of one warp land close together) is accepted and
+  not applied, with a note in the ``tilewright`` log.  Every access of a global tensor here goes through
+  its logical indices, in this kernel and in every other tilewright kernel that touches the tensor, so
+  the values each logical element receives and yields are the same either way; only the order of the
+  elements in the caller's memory differs (row-major here).  A program that fills such a tensor in one
+  kernel and reads it in another (the attention backward's accumulation and post-processing kernels)
+  therefore computes the same; a caller that reads the raw buffer itself sees the logical (row-major)
+  order, not TileLang's permuted one.  The layout must still fit the tensor (its shape, the number of
+  indices its function takes).
+* A ``Fragment`` layout would fix which thread holds which element, which tilewright places itself:
+  refused with a CompileError that says to remove the annotation.
 """
 
 from __future__ import annotations
 
 import inspect
+import logging
 
 import numpy as np
 
@@ -26,6 +36,7 @@ from ..ir import expr as _e
 from ..ir import tile as _t
 
 __all__ = ["Layout", "Fragment"]
+_log = logging.getLogger("tilewright")
 
 
 class LayoutError(CompileError, ValueError):
@@ -85,11 +96,13 @@ def _name(buf) -> str:
 def _apply_shared_layout(buf, lay: Layout) -> None:
     if not isinstance(buf, _t.Buffer):
         raise _b.error(f"T.annotate_layout: the key {buf!r} is not a buffer")
+    if buf.scope == "global":
+        _accept_global_layout(buf, lay)
+        return
     if buf.scope != "shared":
-        what = "a global tensor (the caller's memory)" if buf.scope == "global" else f"a {buf.scope} buffer"
-        raise _b.error(f"T.annotate_layout({buf.name}: T.Layout(...)): {buf.name} is {what}, whose placement "
-                       "tilewright does not take from the program", hint="remove the annotation (the kernel computes "
-                       "the same with tilewright's placement), or stage the data in a T.alloc_shared buffer")
+        raise _b.error(f"T.annotate_layout({buf.name}: T.Layout(...)): {buf.name} is a {buf.scope} buffer, whose "
+                       "placement tilewright does not take from the program", hint="remove the annotation (the kernel "
+                       "computes the same with tilewright's placement), or stage the data in a T.alloc_shared buffer")
     if "layout_map" in buf.attrs:
         raise _b.error(f"T.annotate_layout: shared buffer {buf.name} already has a layout")
     if tuple(lay.shape) != tuple(buf.shape):
@@ -127,6 +140,23 @@ def _apply_shared_layout(buf, lay: Layout) -> None:
     buf.strides = (1,)
     buf.attrs["layout_map"] = index_map
     buf.attrs["logical_shape"] = logical_shape
+
+
+def _accept_global_layout(buf, lay: Layout) -> None:
+    """A ``Layout`` on a global tensor: checked against the tensor, then left unapplied (see the module)."""
+    if len(lay.shape) != buf.ndim or any(isinstance(a, int) and isinstance(b, int) and a != b
+                                         for a, b in zip(lay.shape, buf.shape)):
+        raise _b.error(f"T.annotate_layout: the layout of {buf.name} has shape {tuple(lay.shape)}, the tensor "
+                       f"{tuple(buf.shape)}")
+    nparams = len(inspect.signature(lay.forward_fn).parameters)
+    if nparams != buf.ndim:
+        raise _b.error(f"the layout function of {buf.name} takes {nparams} indices; {buf.name} has {buf.ndim} "
+                       "dimensions")
+    loc = _b.current().loc
+    where = f" ({loc.filename}:{loc.lineno})" if loc is not None else ""
+    _log.info("T.annotate_layout on the global tensor %s%s is not applied: tilewright addresses global tensors by "
+              "their logical indices in every kernel, which gives the same values; the caller's buffer holds the "
+              "elements in row-major order", buf.name, where)
 
 
 def _check_injective(buf, grid, phys, flat) -> None:

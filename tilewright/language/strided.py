@@ -7,10 +7,20 @@ is ``T.Tensor((M, N), dtype, strides=(NN, 1))``: the kernel addresses element ``
 is read from the argument).  Vector accesses are used only where the declared strides prove the
 elements contiguous (the copy lowering reads the buffer's strides), so any stride gives correct loads.
 
-``T.ptr`` is TileLang's pointer type: a tensor of pointers (``T.Tensor([G], T.ptr)``, a pointer table)
-is a tensor of 64-bit integers, as in TileLang, and a ``T.ptr`` scalar parameter takes a 64-bit
-integer.  ``T.make_tensor(ptr, shape, dtype)`` (a tensor at an address known only at run time) is
-refused: every global tensor here is a kernel parameter, whose shape, dtype and strides the call checks.
+``T.ptr`` (and ``T.handle``) is TileLang's pointer type: a tensor of pointers (``T.Tensor([G], T.ptr)``, a
+pointer table) is a tensor of 64-bit integers, as in TileLang, and a ``T.ptr`` scalar parameter takes a
+64-bit integer.
+
+``A = T.make_tensor(a_ptr, shape, dtype)`` (or ``T.match_buffer(a_ptr, shape, dtype)``) at the top of the
+function, on a ``T.ptr`` / ``T.handle`` *parameter*, makes that parameter a tensor parameter of this
+shape and dtype (TVM's buffer binding of a handle): the call passes the tensor itself, whose shape,
+dtype, strides and device are checked as for any ``T.Tensor`` parameter.  A shape entry that is a scalar
+parameter (``(m, k)`` with ``m: T.int32``) becomes a symbolic size read from the tensor, and every call
+checks that it equals the scalar argument (a RuntimeError names both, as TileLang's host check does).
+
+``T.make_tensor`` on an address computed in the kernel (``T.make_tensor(ptrs[bx], ...)``, a pointer table)
+is refused: such a tensor's extent and liveness cannot be checked by the call, and the CPU interpreter
+and emulator cannot address it.
 """
 
 from __future__ import annotations
@@ -38,14 +48,30 @@ class _StridedTensorSpelling:
 
 StridedTensor = _StridedTensorSpelling()
 
-ptr = DType("int64")  # TileLang's T.ptr: an address (pointer tables are int64 tensors)
+class PointerType(DType):
+    """``T.ptr`` / ``T.handle``: a 64-bit address (``int64`` wherever a dtype is needed)."""
+
+    is_pointer = True
+
+
+ptr = PointerType("int64")  # TileLang's T.ptr: an address (pointer tables are int64 tensors)
+handle = ptr
 
 
 def make_tensor(ptr, shape, dtype="float32", strides=None):
-    """``T.make_tensor(ptr, shape, dtype)``: refused (see the module docstring)."""
-    raise _b.error("T.make_tensor (a tensor at an address known only at run time) is not supported: global "
-                   "tensors are kernel parameters", hint="pass the tensor itself as a T.Tensor(shape, dtype) "
-                   "parameter; for a group of tensors, pass one stacked or concatenated tensor and index it")
+    """``T.make_tensor(ptr, shape, dtype)`` (see the module docstring)."""
+    b = _b.current()
+    from ..frontend.pointer_params import bind_pointer_param
+
+    return bind_pointer_param(b, ptr, shape, dtype, strides, "T.make_tensor")
 
 
-__all__ = ["StridedTensor", "ptr", "make_tensor"]
+def match_buffer(param, shape, dtype="float32", strides=None, **kwargs):
+    """``T.match_buffer(handle, shape, dtype)`` (see the module docstring)."""
+    b = _b.current()
+    from ..frontend.pointer_params import bind_pointer_param
+
+    return bind_pointer_param(b, param, shape, dtype, strides, "T.match_buffer")
+
+
+__all__ = ["StridedTensor", "ptr", "handle", "make_tensor", "match_buffer"]
