@@ -18,7 +18,7 @@ Guarantees, recorded in ``func.plans`` (``ir.plans.Plans``):
      to all threads leaves its destination to a default layout (``lower_reduce`` / ``lower_parallel``
      then go through shared memory).
 * ``parallel_layouts[loop]``: the layout each ``T.Parallel`` loop iterates by (``WholeLayout``, every
-  thread every iteration, for a loop that stores to a per-thread ``local`` buffer).
+  thread every iteration, for a loop that fills a block-wide table ``frontend.uniform_fragments`` made).
 * ``shared_layouts[buffer]``: row-major, XOR-swizzled for tiles read by matrix loads; the TMA
   layout (``SharedLayout(tma=True)``) for ring buffers ``pipeline_loops`` marked for TMA and for
   operands of wgmma gemms (the layout a wgmma matrix descriptor describes).  A wgmma accumulator
@@ -138,9 +138,9 @@ def infer_layouts(func: t.PrimFunc, ctx) -> t.PrimFunc:
     par_layouts = func.plans.parallel_layouts
     for p in parallels:
         drive = _driving(p, layouts)
-        if drive is None and _stores_to_local(p):
-            # a per-thread buffer is whole in every thread: each runs every iteration (a striped
-            # layout would fill each thread's copy only at the positions it iterates)
+        if drive is None and _fills_table(p):
+            # a block-wide table (frontend.uniform_fragments) is whole in every thread: each runs
+            # every iteration (a striped layout would fill each copy only at the positions it iterates)
             drive = WholeLayout(p.extents, count(p))
         elif drive is None:
             dtypes = [b.dtype for b in _buffers_in(p)] or ["float32"]
@@ -202,9 +202,15 @@ def _fragment_thread_counts(stmts, count) -> dict:
     return out
 
 
-def _stores_to_local(p) -> bool:
+def _fills_table(p) -> bool:
+    """The loop stores to a fragment that ``frontend.uniform_fragments`` made a per-thread table."""
     found = []
-    walk(p.body, lambda s: found.append(s) if isinstance(s, t.BufferStore) and s.buffer.scope == "local" else None)
+
+    def f(s):
+        if isinstance(s, t.BufferStore) and s.buffer.scope == "local" and s.buffer.attrs.get("uniform_table"):
+            found.append(s)
+
+    walk(p.body, f)
     return bool(found)
 
 
