@@ -8,6 +8,10 @@
    thread folds in the partials of its partners ``tid ^ m`` for every combination of the
    cross-warp bits, and a second barrier before the scratch can be reused.
 3. With ``clear=False`` the old destination value is folded in last.
+With ``nan_propagate`` the combine is a select on ``isnan`` that names each operand twice: the folds
+store every step (a nested expression would double per element), and the partner's value is
+shuffled into a register before the select (a shuffle inside ``?:`` runs only in the lanes taking
+that side, so a lane holding NaN would skip it and its partner would read an undefined value).
 Registers a padded layout does not fill contribute the operation's identity.  When the holders of
 one result are not paired by thread-index bits, or the source layout groups its registers
 differently in different threads (no ``ReducedLayout``), the source goes through shared memory and
