@@ -42,8 +42,6 @@ def test_reducer_on_gpu(name, rng):
 
 @pytest.mark.parametrize(("op", "dtype", "nan_propagate", "clear"), nan_cpu.CASES)
 def test_nan_in_max_min_reductions_on_gpu(op, dtype, nan_propagate, clear, rng):
-    if nan_propagate and dtype == "float32":
-        pytest.skip("refused on NVIDIA (it dropped NaN on the H200): tests/test_reduce_nan.py checks the refusal")
     a = rand(rng, (8, 64), dtype)
     a[1, 7] = np.nan
     a[5, :] = np.nan

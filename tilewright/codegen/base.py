@@ -9,7 +9,7 @@ from __future__ import annotations
 import math
 import re
 
-from ..errors import CompileError
+from ..errors import CompileError, InternalError
 from ..ir import dtype as dt
 from ..ir import expr as E
 from ..ir import thread as th
@@ -286,6 +286,7 @@ class Printer:
         if isinstance(e, E.Cast):
             return self.cast(e.dtype, e.a)
         if isinstance(e, E.Select):
+            _check_no_shuffle(e.a, e.b)
             return f"({self.expr(e.cond, 1)} ? {self.expr(e.a, 1)} : {self.expr(e.b, 1)})"
         if isinstance(e, E.Call):
             return self.call(e)
@@ -307,6 +308,8 @@ class Printer:
         if op == "//" and dt.is_float(e.dtype):
             return self.call(E.Call("floor", (E.binary("/", e.a, e.b),), e.dtype))
         p = _PREC[op]
+        if op in ("and", "or"):
+            _check_no_shuffle(e.b)  # evaluated only where the left side does not decide
         s = f"{self.expr(e.a, p)} {_C_OP.get(op, op)} {self.expr(e.b, p + 1)}"
         return f"({s})"
 
@@ -385,3 +388,18 @@ class Printer:
 
     def shuffle(self, e: E.Shuffle) -> str:
         raise NotImplementedError
+
+
+def _check_no_shuffle(*sides) -> None:
+    """C evaluates one side of ``?:`` (the right one of ``&&``, ``||``) only in the lanes that need
+    it: a warp shuffle there would read lanes that are not executing it (undefined; NaN-propagating
+    reductions lost their NaN so).  Lowering shuffles into a register first; this catches one that
+    was not."""
+    from ..ir.visitor import walk_expr
+
+    found = []
+    for side in sides:
+        walk_expr(side, lambda x: found.append(x) if isinstance(x, E.Shuffle) else None)
+    if found:
+        raise InternalError("a warp shuffle inside a lazily evaluated operand (?:, &&, ||) runs in only some lanes",
+                            "lower_to_threads")

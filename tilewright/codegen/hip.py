@@ -314,7 +314,8 @@ class HipPrinter(Printer):
             text += hip_fp8.helpers(fp8_used)
         text += subbyte.helpers(subbyte.used_dtypes(self.k), "hip")
         if uses_rng(self.k):
-            text += rng_source("TW_DEV", "__device__ const", normal=False)  # call() refuses the normal draws
+            text += rng_source("static __device__ __noinline__ __attribute__((unused))", "__device__ const",
+                              normal=False)  # call() refuses the normal draws
         if self.k.shared_bytes:
             # File scope, as HIP expects of an unsized extern __shared__ array: its size is the
             # launch's sharedMemBytes (the code object's group_segment_fixed_size stays 0).

@@ -56,6 +56,7 @@ def uniform_fragments_to_local(func: t.PrimFunc) -> t.PrimFunc:
         small = all(isinstance(n, int) for n in buf.shape) and math.prod(buf.shape) <= MAX_ELEMENTS
         if buf in read_outside and buf not in disqualified and small and not buf.attrs.get("layout"):
             buf.scope = "local"
+            buf.attrs["uniform_table"] = True  # infer_layouts: the loops filling it run whole in every thread
     return func
 
 

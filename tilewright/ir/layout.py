@@ -143,6 +143,28 @@ class StripedLayout(FragmentLayout):
         return f"Striped{self.shape}(T={self.num_threads}, vec={self.vec}, regs={self.num_regs})"
 
 
+class WholeLayout(FragmentLayout):
+    """Every thread holds every element, register ``r`` the ``r``-th in row-major order: how a
+    ``T.Parallel`` loop that fills a per-thread (``local``) buffer iterates, each thread running it
+    whole (a block-wide table that ``frontend.uniform_fragments`` made local is one)."""
+
+    kind = "whole"
+
+    def __init__(self, shape, num_threads: int):
+        self.shape = tuple(shape)
+        self.num_threads = num_threads
+        self.num_regs = int(np.prod(self.shape))
+
+    def flat(self, tid, r):
+        return r
+
+    def index(self, tid, r):
+        return _unflatten(r, self.shape)
+
+    def __repr__(self):
+        return f"Whole{self.shape}(T={self.num_threads})"
+
+
 def _unflatten(f, shape):
     idx = []
     for d in range(len(shape)):

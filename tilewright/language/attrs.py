@@ -15,8 +15,11 @@
   ``value`` (the identity where ``cond`` is false), the values are combined with the scope's reducer,
   and every thread receives the combined value in ``result`` (an element of a per-thread buffer).
   The reduction runs over the block's threads (the one thread index tilewright has), through a
-  shared-memory buffer of one slot per thread: a barrier, then each thread folds the slots in thread
-  order.
+  shared-memory buffer of one slot per thread, as a tree in TVM's order: with ``p`` the largest power
+  of two up to the thread count, threads below ``n - p`` first fold in slot ``tid + p``; then for
+  offsets ``p/2, p/4, ..., 1`` threads below the offset fold in slot ``tid + offset`` (a barrier after
+  each level), and slot 0 holds the result.  Each combine rounds to the result's type, so the order
+  matters for 16-bit types: it is the order of TVM's shuffle-down all-reduce that TileLang uses.
 * ``T.reinterpret(value, dtype="handle")``: the opaque handle such scopes take; other dtypes (a bit
   cast) are refused.
 """
@@ -122,12 +125,27 @@ def tvm_thread_allreduce(*args, dtype="handle"):
         mine = _e.select(cond, mine, identity)
     nthreads = b.kernel.num_threads
     slots = alloc_shared((nthreads,), out.dtype)
-    b.emit(_t.BufferStore(slots, (b.thread_var,), mine, loc=b.loc))
+    tid = b.thread_var
+    b.emit(_t.BufferStore(slots, (tid,), mine, loc=b.loc))
     sync_threads()
-    acc = alloc_var(out.dtype, identity)
+
+    def fold_in(offset: int, active: int):
+        # threads below ``active`` fold in the slot ``offset`` above their own
+        step = _e.cast(out.dtype, reducer.combine(_e.Load(slots, (tid,)), _e.Load(slots, (tid + offset,))))
+        b.emit(_t.IfThenElse(_e.binary("<", tid, _e.as_expr(active)),
+                             _t.BufferStore(slots, (tid,), step, loc=b.loc), None, loc=b.loc))
+        sync_threads()
+
+    # a tree in TVM's order (halving offsets, as its shuffle-down all-reduce combines), not a
+    # running fold: each combine rounds to the result's type, and a 16-bit product or sum rounded
+    # at every one of n steps drifts further (and differently) from what TileLang computes
+    width = 1 << (nthreads.bit_length() - 1)
+    if width < nthreads:
+        fold_in(width, nthreads - width)
+    while width > 1:
+        width //= 2
+        fold_in(width, width)
+    acc = alloc_var(out.dtype, _e.Load(slots, (_e.as_expr(0),)))
     acc_buf = acc.buffer if isinstance(acc, _e.Load) else acc
-    k = _e.Var(b.fresh("allreduce_k"), "int32", kind="loop")
-    step = _e.cast(out.dtype, reducer.combine(_e.Load(acc_buf, (_e.as_expr(0),)), _e.Load(slots, (k,))))
-    b.emit(_t.For(k, _e.as_expr(0), _e.as_expr(nthreads), _t.BufferStore(acc_buf, (_e.as_expr(0),), step, loc=b.loc),
-                  "serial", loc=b.loc))
+    sync_threads()  # every thread has read slot 0 before the slots can be reused
     b.emit(_t.BufferStore(out, result.indices, _e.Load(acc_buf, (_e.as_expr(0),)), loc=b.loc))

@@ -17,7 +17,8 @@ Guarantees, recorded in ``func.plans`` (``ir.plans.Plans``):
      ``SlicedLayout`` instead; a reduction or projection that still has no register grouping common
      to all threads leaves its destination to a default layout (``lower_reduce`` / ``lower_parallel``
      then go through shared memory).
-* ``parallel_layouts[loop]``: the layout each ``T.Parallel`` loop iterates by.
+* ``parallel_layouts[loop]``: the layout each ``T.Parallel`` loop iterates by (``WholeLayout``, every
+  thread every iteration, for a loop that fills a block-wide table ``frontend.uniform_fragments`` made).
 * ``shared_layouts[buffer]``: row-major, XOR-swizzled for tiles read by matrix loads; the TMA
   layout (``SharedLayout(tma=True)``) for ring buffers ``pipeline_loops`` marked for TMA and for
   operands of wgmma gemms (the layout a wgmma matrix descriptor describes).  A wgmma accumulator
@@ -44,6 +45,7 @@ from ..ir.layout import (
     SimtAccumLayout,
     SlicedLayout,
     StripedLayout,
+    WholeLayout,
 )
 from ..ir.uniformity import thread_sets
 from ..ir.verifier import exprs_of, regions_of
@@ -136,7 +138,11 @@ def infer_layouts(func: t.PrimFunc, ctx) -> t.PrimFunc:
     par_layouts = func.plans.parallel_layouts
     for p in parallels:
         drive = _driving(p, layouts)
-        if drive is None:
+        if drive is None and _fills_table(p):
+            # a block-wide table (frontend.uniform_fragments) is whole in every thread: each runs
+            # every iteration (a striped layout would fill each copy only at the positions it iterates)
+            drive = WholeLayout(p.extents, count(p))
+        elif drive is None:
             dtypes = [b.dtype for b in _buffers_in(p)] or ["float32"]
             vec = _vec_for(p.extents, dtypes)
             if p.coalesced_width is not None:  # the author's bound on the elements per vector access
@@ -194,6 +200,18 @@ def _fragment_thread_counts(stmts, count) -> dict:
                                    "threads", s.loc, hint="use one fragment per thread partition and exchange data "
                                    "through shared memory")
     return out
+
+
+def _fills_table(p) -> bool:
+    """The loop stores to a fragment that ``frontend.uniform_fragments`` made a per-thread table."""
+    found = []
+
+    def f(s):
+        if isinstance(s, t.BufferStore) and s.buffer.scope == "local" and s.buffer.attrs.get("uniform_table"):
+            found.append(s)
+
+    walk(p.body, f)
+    return bool(found)
 
 
 def _reduced(src, dim, shape):

@@ -8,6 +8,10 @@
    thread folds in the partials of its partners ``tid ^ m`` for every combination of the
    cross-warp bits, and a second barrier before the scratch can be reused.
 3. With ``clear=False`` the old destination value is folded in last.
+With ``nan_propagate`` the combine is a select on ``isnan`` that names each operand twice: the folds
+store every step (a nested expression would double per element), and the partner's value is
+shuffled into a register before the select (a shuffle inside ``?:`` runs only in the lanes taking
+that side, so a lane holding NaN would skip it and its partner would read an undefined value).
 Registers a padded layout does not fill contribute the operation's identity.  When the holders of
 one result are not paired by thread-index bits, or the source layout groups its registers
 differently in different threads (no ``ReducedLayout``), the source goes through shared memory and
@@ -46,13 +50,6 @@ def _combine(op: str, nan_propagate: bool, a, b):
 
 
 def lower_reduce(ctx: LoweringContext, s: t.Reduce, env: Env) -> list:
-    if s.nan_propagate and ctx.target.vendor == "nvidia" and s.src.dtype in ("float32", "float64"):
-        # On the H200 the float32 reductions with nan_propagate=True returned the largest number
-        # where a NaN should have won (bench: tests/test_reducer_gpu.py, 2026-12-01), while the
-        # emulator and the 16-bit reductions were right; until the cause is found, refused.
-        raise CompileError(f"T.reduce_{s.op}(nan_propagate=True) of {s.src.dtype} is not supported on NVIDIA "
-                           "GPUs yet (it dropped NaN on the H200)", s.loc,
-                           hint="reduce a float16/bfloat16 copy, or test for NaN with T.isnan before reducing")
     if s.src.scope != "fragment" or s.dst.scope != "fragment":
         raise CompileError("T.reduce source and destination must be fragments", s.loc,
                            hint="T.copy a shared tile into a T.alloc_fragment buffer first")
@@ -96,6 +93,11 @@ def lower_reduce(ctx: LoweringContext, s: t.Reduce, env: Env) -> list:
                 if valid is None:
                     raise CompileError("internal: partial register without validity predicate", s.loc)
                 v = E.select(valid, v, _identity(s.op, acc_t))
+            if s.nan_propagate and acc is not None:
+                # one store a step: the NaN test names each operand twice, so a nested expression
+                # would double in size with every element folded
+                out.append(t.BufferStore(part, (E.as_expr(r2),), acc))
+                acc = E.Load(part, (E.as_expr(r2),))
             acc = v if acc is None else _combine(s.op, s.nan_propagate, acc, v)
         out.append(t.BufferStore(part, (E.as_expr(r2),), acc))
     from .lower_parallel import replication_bits
@@ -117,10 +119,21 @@ def lower_reduce(ctx: LoweringContext, s: t.Reduce, env: Env) -> list:
     ws = ctx.target.warp_size
     inner = [m for m in masks if m < ws]
     cross = [m for m in masks if m >= ws]
+    theirs = None
+    if s.nan_propagate and inner:
+        # the partner's value is shuffled into a register first: the NaN-propagating combine is a
+        # select, and a shuffle in one of its arms runs only in the lanes that take that arm (C's ?:),
+        # so a lane holding NaN would not take part and its partner would read an undefined value
+        theirs = ctx.local_buffer(ctx.fresh("red_peer"), dst_l.num_regs, acc_t)
+        out.append(th.LocalDecl(theirs))
     for m in inner:
         for r2 in range(dst_l.num_regs):
             cur = E.Load(part, (E.as_expr(r2),))
-            v = _combine(s.op, s.nan_propagate, cur, E.Shuffle(cur, m, ws))
+            peer = E.Shuffle(cur, m, ws)
+            if theirs is not None:
+                out.append(t.BufferStore(theirs, (E.as_expr(r2),), peer))
+                peer = E.Load(theirs, (E.as_expr(r2),))
+            v = _combine(s.op, s.nan_propagate, cur, peer)
             out.append(t.BufferStore(part, (E.as_expr(r2),), v))
     if cross:
         nreg = dst_l.num_regs
@@ -148,6 +161,9 @@ def lower_reduce(ctx: LoweringContext, s: t.Reduce, env: Env) -> list:
             acc = None
             for x in sorted([0] + combos):
                 v = E.Load(scratch, ((base | x) * nreg + r2,))
+                if s.nan_propagate and acc is not None:  # one store a step, as in the fold above
+                    out.append(t.BufferStore(part, (E.as_expr(r2),), acc))
+                    acc = E.Load(part, (E.as_expr(r2),))
                 acc = v if acc is None else _combine(s.op, s.nan_propagate, acc, v)
             out.append(t.BufferStore(part, (E.as_expr(r2),), acc))
         out.append(th.Barrier())

@@ -43,7 +43,8 @@ Guarantees:
   (``MisalignedAccessError``); global arrays are assumed 256-byte aligned.
 * Collective operations: ``Barrier``, ``LoadMatrix``, ``MatrixMultiply`` and ``Shuffle`` may not run
   under control flow that splits a block (barrier) or a warp / wave (the others), and a shuffle may not
-  read a lane that is not executing it (``DivergenceError``).
+  read a lane that is not executing it (``DivergenceError``): a shuffle in one side of a ``Select`` (or
+  the right side of ``and`` / ``or``) runs only in the lanes that need that side, as C's ``?:`` does.
 * ``MatrixMultiply`` gathers each warp's / wave's A, B and C from the lanes' registers through the
   instruction's ``a_index`` / ``b_index`` / ``c_index`` (checked to cover the matrices), computes
   ``D = A @ B + C`` in float32 (int64 then int32 for integer instructions) and scatters D.  Replicated

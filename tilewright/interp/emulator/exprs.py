@@ -310,7 +310,9 @@ class ExprCompiler:
 
             def voted(st, need):
                 pred = np.broadcast_to(fp(st, need), (st.L,))
-                active = np.ones(st.L, bool) if st.mask is None else st.mask
+                # the lanes executing the vote (a lazy side of ?: / && / || runs in the lanes needing it)
+                mask = need if need is not None else st.mask
+                active = np.ones(st.L, bool) if mask is None else mask
                 warp_of = st.block * ((st.T + W - 1) // W) + st.tid // W
                 return vote(kind, warp_of, st.tid % W, pred, active, int(fm(st, need)))
 
@@ -327,8 +329,9 @@ class ExprCompiler:
             src = st.lane - st.tid + src_tid
             if (src < 0).any() or (src >= v.shape[0]).any():
                 raise where.error(EmulatorError, "a shuffle reads a lane outside the warp being emulated")
-            if st.mask is not None:
-                bad = ~st.mask[src] & (st.mask if need is None else need)
+            active = need if need is not None else st.mask  # the executing lanes (see shuffle below)
+            if active is not None:
+                bad = active & ~active[src]
                 if bad.any():
                     lane = _first(bad)
                     raise where.error(DivergenceError, f"{st.where(lane)}: shuffle reads lane "
@@ -352,12 +355,11 @@ class ExprCompiler:
                 s = tid ^ xor
                 ok = (s // width == tid // width) & (s < st.T)
                 src = st.memo[memo_key] = st.lane - tid + np.where(ok, s, tid)
-            if st.mask is not None:
-                bad = ~st.mask[src]
-                if need is not None:
-                    bad &= need
-                else:
-                    bad &= st.mask
+            # the lanes executing the shuffle: those that need its value where it sits in the lazy
+            # side of a ?: / && / || (C evaluates that side in those lanes only), else the statement's
+            active = need if need is not None else st.mask
+            if active is not None:
+                bad = active & ~active[src]
                 if bad.any():
                     lane = _first(bad)
                     raise where.error(DivergenceError, f"{st.where(lane)}: shuffle reads lane "
