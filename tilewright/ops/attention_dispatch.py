@@ -429,7 +429,7 @@ class _DensePlan:
     workspace for the split partials) and launches from pointers: the views the general path makes
     (``_rows``) start where the tensors start, which the signature decides once (``direct``)."""
 
-    __slots__ = ("a16", "a32", "dummy", "l_off", "lse_shape", "out_shape", "plan", "tail", "ws_numel")
+    __slots__ = ("a32", "dummy", "l_off", "lse_shape", "plan", "tail", "ws_numel")
 
     def run(self, q, k, v, cache_lens):
         """(out, lse), or None for what the general path handles (a start off a 16-byte boundary)."""
@@ -438,7 +438,7 @@ class _DensePlan:
         if (qp | kp | vp | cp) & 15:
             return None
         torch = _torch()
-        out = torch.empty(self.out_shape, **self.a16)
+        out = torch.empty_like(q, memory_format=torch.contiguous_format)  # (cheaper than shape + keywords)
         lse = torch.empty(self.lse_shape, **self.a32)
         plan = self.plan
         if not self.ws_numel:
@@ -468,8 +468,7 @@ def _remember_dense(key, plan, given, views, out, lse, cache_lens) -> None:
     torch = _torch()
     fast = _DensePlan()
     fast.plan = plan
-    fast.out_shape, fast.lse_shape = tuple(out.shape), tuple(lse.shape)
-    fast.a16 = {"dtype": out.dtype, "device": out.device}
+    fast.lse_shape = tuple(lse.shape)
     fast.a32 = {"dtype": torch.float32, "device": out.device}
     fast.dummy = _placeholder(torch.int32, out.device).data_ptr()  # kept alive by dispatch._placeholders
     nseq = given[0].shape[0]
