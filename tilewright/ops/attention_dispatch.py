@@ -404,8 +404,6 @@ def _check(q, k, v, causal, scale, cu_q, cu_k, max_q, cache_lens, num_splits):
     _checked[key] = True
 
 
-
-
 # ---------------------------------------------------------------- a dense call from pointers
 def _dense_key(q, k, v, causal, scale, max_q, cache_lens, num_splits):
     """Everything ``_check`` and ``_launch_plan`` read of a dense call (per tensor its type, dtype,
@@ -427,7 +425,8 @@ class _DensePlan:
     """A dense call whose launches are bound (``BoundKernel.bound``: the device backend), made by a
     call of the general path that passed the checks.  A repeat call allocates the outputs (and one
     workspace for the split partials) and launches from pointers: the views the general path makes
-    (``_rows``) start where the tensors start, which the signature decides once (``direct``)."""
+    (``_rows``) start where the given tensors start (a plan is kept only for a signature where they
+    do, which the strides decide), so a tensor's own pointer is its view's."""
 
     __slots__ = ("a32", "dummy", "l_off", "lse_shape", "plan", "tail", "ws_numel")
 

@@ -224,7 +224,7 @@ def matmul_impl(a, b, bias, activation, out_dtype, config=None, out=None):
     if memo is not None:
         if len(_matmul_plans) > 4096:
             _matmul_plans.clear()
-        _matmul_plans[memo] = _MatmulRun(plan, cfg, _operand_kind(a), _operand_kind(b), (M, N), out_dtype, bias, a)
+        _matmul_plans[memo] = _MatmulRun(plan, cfg, _operand_kind(a), _operand_kind(b), (M, N), out_dtype, a)
     return out
 
 
@@ -235,7 +235,7 @@ class _MatmulRun:
 
     __slots__ = ("alloc", "atomic", "bias_stub", "first", "op_a", "op_b", "second", "shape", "ws_shape")
 
-    def __init__(self, plan, cfg, op_a, op_b, shape, out_dtype, bias, a):
+    def __init__(self, plan, cfg, op_a, op_b, shape, out_dtype, a):
         from .bound_kernel import BoundKernel
 
         torch = _torch()
@@ -259,7 +259,7 @@ class _MatmulRun:
         self.second(ws, bias_arg, out)
 
 
-_matmul_plans: dict = {}  # argument metadata -> (plan, config, operand handling, output shape and dtype)
+_matmul_plans: dict = {}  # argument metadata (_matmul_key) -> _MatmulRun
 
 
 def _matmul_key(a, b, bias, activation, out_dtype):

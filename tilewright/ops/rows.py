@@ -30,13 +30,6 @@ def _rows_config(N: int, dtype: str) -> tuple:
     return 1, threads
 
 
-def _as_rows(name: str, x):
-    _check_tensor(name, x, None)
-    if x.dim() < 1:
-        raise ArgumentError(f"{name} must have at least one dimension")
-    return x.reshape(-1, x.shape[-1]).contiguous()
-
-
 def _row_key(x):
     """The signature of a tensor argument (see the module docstring), or None for something that
     is not a tensor (the checked path then says what is wrong)."""
