@@ -57,7 +57,6 @@ def scale_rows(X: T.Tensor((M, 256), "float16"), Y: T.Tensor((M, 256), "float16"
             Y[bx * 4 + i, j] = X[bx * 4 + i, j] * s
 
 k = tilewright.compile(add, target="cuda -arch=sm_90")
-k2 = tilewright.compile(add, out_idx=[-1], target="cuda -arch=sm_90")
 kd = tilewright.compile(scale_rows, target="cuda -arch=sm_90")
 if COMPILE_ONLY:
     sys.exit(0)
@@ -81,41 +80,85 @@ def t_ns(call, n=N):
 rows = [
     ("torch.add(out=) on the CPU, 1024 floats (reference point, not a GPU figure)",
      lambda: torch.add(ra, rb, out=rc)),
+    ("torch.add on the CPU, 1024 floats, output allocated (the ops' reference point)", lambda: torch.add(ra, rb)),
     ("cuda_driver CudaFunction.launch (packed args -> stub cuLaunchKernel)",
      lambda: fn.launch((1, 1, 1), (128, 1, 1), 0, 0, k.spec.arg_types, values)),
     ("current stream lookup (cuda_driver.current_stream)", lambda: cd.current_stream(0)),
     ("Launcher.launch (3 tensors, static shapes)", lambda: la.launch([a, b, c])),
     ("JITKernel.__call__ add (all args)", lambda: k(a, b, c)),
-    ("JITKernel.__call__ add (out_idx: output allocated)", lambda: k2(a, b)),
+    # (an out_idx kernel allocates its output on cuda:0, which a CPU build of torch cannot: not here)
     ("JITKernel.__call__ dynamic rows + float scalar", lambda: kd(x, y, 0.5)),
 ]
 ra, rb, rc = torch.randn(1024), torch.randn(1024), torch.empty(1024)
 
-# ops.* dispatch: the kernel launch replaced by the stub launch of the add kernel above (same cost
-# as any launch through the launcher), so the figure is dispatch + one launch
+# ops.* dispatch: each kernel the ops compiled (for the interpreter, the tensors being CPU ones) is
+# swapped for a stand-in that looks like a GPU kernel (backend "device") whose launches are stub
+# launches of the add kernel above (3 pointers: the real kernels pass more), so the figure is the
+# dispatch (checks, plan lookup, output allocation on the CPU) plus one stub launch per kernel
 import tilewright.ops as ops
-from tilewright.jit.kernel import JITKernel
+import tilewright.ops.dispatch as ops_dispatch
+from tilewright.ir import tile as tir
+from tilewright.ir.expr import Var
+
+
+class StubDeviceKernel:
+    backend = "device"
+
+    def __init__(self, real):
+        self.params = real.params
+        self.launcher = self
+
+    def __call__(self, *args, stream=None):  # JITKernel.__call__: checks (here the add's) and a launch
+        la.launch([a, b, c])
+
+    def bind(self, args):  # Launcher.bind: the add's checks; the symbolic sizes of the real arguments
+        la.bind([a, b, c])
+        dyn = {}
+        for p, v in zip(self.params, args):
+            if isinstance(p, tir.Buffer):
+                for want, got in zip(p.shape, v.shape):
+                    if isinstance(want, Var):
+                        dyn[want] = got
+        return [v.data_ptr() if hasattr(v, "data_ptr") else v for v in args], dyn, 0
+
+    def launch_bound(self, values, dyn, dev, stream=None, sync=False):
+        la.launch_bound((list(values) * 3)[:3], {}, 0, stream, sync)  # the add takes 3 pointers
+
+
 xs = torch.randn(64, 1024).half()
-w = torch.randn(1024).half()
+w, bias = torch.randn(1024).half(), torch.randn(1024).half()
 ga, gb = torch.randn(256, 256).half(), torch.randn(256, 256).half()
 q = torch.randn(4, 32, 1, 128).half()
 kv = torch.randn(4, 8, 512, 128).half()
-ops.softmax(xs); ops.rms_norm(xs, w); ops.matmul(ga, gb); ops.attention(q, kv, kv)  # compile (interpreter)
-real_call = JITKernel.__call__
-def stub_call(self, *args, stream=None):
-    la.launch([a, b, c])
-    if len(args) < len(self.params) and self.out_idx:
-        return None
-JITKernel.__call__ = stub_call
-rows += [
-    ("ops.softmax 64x1024 (dispatch + stub launch)", lambda: ops.softmax(xs)),
-    ("ops.rms_norm 64x1024 (dispatch + stub launch)", lambda: ops.rms_norm(xs, w)),
-    ("ops.matmul 256^3 (dispatch + stub launch)", lambda: ops.matmul(ga, gb)),
-    ("ops.attention decode GQA 32/8 kv 512 (dispatch + stub launches)", lambda: ops.attention(q, kv, kv)),
+qp, kp = torch.randn(1, 8, 128, 64).half(), torch.randn(1, 8, 128, 64).half()
+ops_calls = [
+    ("ops.softmax 64x1024", lambda: ops.softmax(xs)),
+    ("ops.rms_norm 64x1024", lambda: ops.rms_norm(xs, w)),
+    ("ops.rms_norm 64x1024 + residual", lambda: ops.rms_norm(xs, w, residual=xs)),
+    ("ops.layer_norm 64x1024", lambda: ops.layer_norm(xs, w, bias)),
+    ("ops.matmul 256^3", lambda: ops.matmul(ga, gb)),
+    ("ops.attention prefill causal 8 heads 128x64", lambda: ops.attention(qp, kp, kp, causal=True)),
+    ("ops.attention decode GQA 32/8 kv 512", lambda: ops.attention(q, kv, kv)),
 ]
+for _, call in ops_calls:
+    call()  # compile (interpreter) and run once for real
+for key, kern in list(ops_dispatch._kernels.items()):
+    ops_dispatch._kernels[key] = StubDeviceKernel(kern)
+# plans made with the real kernels: made again
+if hasattr(ops, "forget_plans"):
+    ops.forget_plans()
+else:  # (the code before ops.forget_plans, for a before/after comparison)
+    import tilewright.ops.attention_dispatch as ops_attention
+    for cache in ("_row_plans", "_matmul_plans", "_gemm_choice"):
+        getattr(ops_dispatch, cache).clear()
+    ops_attention._plans.clear()
+    ops_attention._checked.clear()
+ops_dispatch._plans.clear()
+for _, call in ops_calls:
+    call()
+rows += [(name + " (dispatch + stub launches)", call) for name, call in ops_calls]
 for name, call in rows:
     print(f"| {name} | {t_ns(call):.2f} |", flush=True)
-JITKernel.__call__ = real_call
 """
 
 

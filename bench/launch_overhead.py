@@ -40,11 +40,15 @@ import tilewright.ops as ops  # noqa: E402
 
 x = torch.randn(64, 1024, device="cuda", dtype=torch.float16)
 w = torch.randn(1024, device="cuda", dtype=torch.float16)
+bias = torch.randn(1024, device="cuda", dtype=torch.float16)
 q = torch.randn(4, 32, 1, 128, device="cuda", dtype=torch.float16)
 kv = torch.randn(4, 8, 512, 128, device="cuda", dtype=torch.float16)
+qp = torch.randn(1, 8, 128, 64, device="cuda", dtype=torch.float16)
+kp = torch.randn(1, 8, 128, 64, device="cuda", dtype=torch.float16)
 F = torch.nn.functional
-rows = ["| call | host time per call (us) | vs torch.add(out=) |", "|---|---|---|"]
+rows = ["| call | host time per call (us) | vs torch.add(out=) | vs torch.add |", "|---|---|---|---|"]
 cases = [("torch.add(out=)", lambda: torch.add(a, b, out=c)),
+         ("torch.add (output allocated: the issue's 1.5x reference for ops.*)", lambda: torch.add(a, b)),
          ("tilewright add (all args)", lambda: k(a, b, c)),
          ("tilewright add (out_idx alloc)", lambda: k2(a, b)),
          (f"tilewright 256^3 GEMM ({'TMA' if kg._tma else 'cp.async'})", lambda: kg(ga, gb, gc)),
@@ -55,20 +59,36 @@ cases = [("torch.add(out=)", lambda: torch.add(a, b, out=c)),
          ("torch.softmax 64x1024", lambda: torch.softmax(x, -1)),
          ("ops.rms_norm 64x1024", lambda: ops.rms_norm(x, w)),
          ("F.rms_norm 64x1024", lambda: F.rms_norm(x, (1024,), w)),
+         ("ops.rms_norm 64x1024 + residual", lambda: ops.rms_norm(x, w, residual=x)),
+         ("ops.layer_norm 64x1024", lambda: ops.layer_norm(x, w, bias)),
+         ("F.layer_norm 64x1024", lambda: F.layer_norm(x, (1024,), w, bias)),
+         ("ops.attention prefill (causal, 8 heads, 128x64)", lambda: ops.attention(qp, kp, kp, causal=True)),
+         ("SDPA prefill (causal, 8 heads, 128x64)", lambda: F.scaled_dot_product_attention(qp, kp, kp, is_causal=True)),
          ("ops.attention decode (GQA 32/8, kv 512)", lambda: ops.attention(q, kv, kv)),
          ("SDPA decode (GQA 32/8, kv 512)", lambda: F.scaled_dot_product_attention(q, kv, kv, enable_gqa=True))]
-base = None
-for name, fn in cases:
+
+
+def host_us(fn, n=2000) -> float:
+    """Back-to-back calls, one synchronize; the best of 3 rounds (the host is shared with nothing
+    else here, but a round can still catch a page fault or a context switch)."""
     for _ in range(100):
         fn()
-    torch.cuda.synchronize()
-    t0 = time.perf_counter()
-    for _ in range(2000):
-        fn()
-    torch.cuda.synchronize()
-    us = (time.perf_counter() - t0) / 2000 * 1e6
-    base = base or us
-    rows.append(f"| {name} | {us:.1f} | {us / base:.2f}x |")
+    best = float("inf")
+    for _ in range(3):
+        torch.cuda.synchronize()
+        t0 = time.perf_counter()
+        for _ in range(n):
+            fn()
+        torch.cuda.synchronize()
+        best = min(best, (time.perf_counter() - t0) / n * 1e6)
+    return best
+
+
+times = []
+for name, fn in cases:
+    times.append(host_us(fn))
+    base, alloc_base = times[0], times[1] if len(times) > 1 else times[0]  # torch.add(out=), torch.add
+    rows.append(f"| {name} | {times[-1]:.1f} | {times[-1] / base:.2f}x | {times[-1] / alloc_base:.2f}x |")
     print(rows[-1], flush=True)
 print("saved", save("launch-overhead", ["Back-to-back calls, one synchronize at the end (bench/launch_overhead.py)", ""]
                     + rows))

@@ -14,7 +14,7 @@ directly, which keeps the host cost of a call small.
 from __future__ import annotations
 
 from .attention_dispatch import attention  # noqa: F401
-from .dispatch import layer_norm, matmul, rms_norm, softmax, tune_matmul  # noqa: F401
+from .dispatch import forget_plans, layer_norm, matmul, rms_norm, softmax, tune_matmul  # noqa: F401
 from .registry import register  # noqa: F401
 
 register()

@@ -8,7 +8,7 @@ import math
 from ..errors import ArgumentError
 from . import attention_kernels as ak
 from .bound_kernel import BoundKernel
-from .dispatch import _check_tensor, _dtype_name, _kernel, _placeholder, _same_device, _target_of, _torch
+from .dispatch import _check_tensor, _dtype_name, _kernel, _placeholder, _same_device, _target_of, _torch, _wants_grad
 
 _NUM_SMS = 132  # the split-KV heuristic aims at filling an H200; a guess elsewhere, and only a speed matter
 
@@ -33,8 +33,7 @@ def attention(q, k, v, causal: bool = False, scale=None, return_lse: bool = Fals
     output 0 and lse -inf.  ``num_splits`` forces the number of split-KV ranges (flash-decoding);
     by default it is chosen from the shapes."""
     torch = _torch()
-    if torch.compiler.is_compiling() or (torch.is_grad_enabled() and any(
-            isinstance(t, torch.Tensor) and t.requires_grad for t in (q, k, v))):
+    if torch.compiler.is_compiling() or (torch.is_grad_enabled() and _wants_grad(q, k, v)):
         # traced, or under autograd (which then says there is no backward instead of dropping the graph)
         out, lse = torch.ops.tilewright.attention(q, k, v, causal, scale, cu_seqlens_q, cu_seqlens_k, max_seqlen_q,
                                                   cache_seqlens, num_splits)
@@ -234,6 +233,14 @@ def _splits(blocks: int, key_blocks: int, forced) -> int:
 
 
 def attention_impl(q, k, v, causal, scale, cu_q, cu_k, max_q, cache_lens, num_splits):
+    dense_key = None
+    if cu_q is None and cu_k is None:
+        dense_key = _dense_key(q, k, v, causal, scale, max_q, cache_lens, num_splits)
+        fast = _dense_plans.get(dense_key) if dense_key is not None else None
+        if fast is not None:
+            done = fast.run(q, k, v, cache_lens)
+            if done is not None:
+                return done
     torch = _torch()
     _check(q, k, v, causal, scale, cu_q, cu_k, max_q, cache_lens, num_splits)
     _check_lengths(q, k, cu_q, cu_k, cache_lens)
@@ -251,10 +258,13 @@ def attention_impl(q, k, v, causal, scale, cu_q, cu_k, max_q, cache_lens, num_sp
         lse.fill_(-math.inf)
         return out.zero_(), lse
     # tiles load as 16-byte vectors or TMA boxes: a view starting off a 16-byte boundary is copied
+    given = (q, k, v)
     q, k, v = (t if t.data_ptr() % 16 == 0 else t.clone() for t in (q, k, v))
     plan = _launch_plan(q, k, v, causal, scale, varlen, nseq, max_q, cache_lens is not None, num_splits)
     qx = q.reshape(plan.q_shape) if plan.q_shape else q
     qv, kv, vv = (_rows(t, varlen)[0] for t in (qx, k, v))
+    if dense_key is not None:
+        _remember_dense(dense_key, plan, given, (qv, kv, vv), out, lse, cache_lens)
     dummy = _placeholder(torch.int32, q.device)  # never read (made once per device: no fill kernel per call)
     cu_q_arg = cu_q.contiguous() if varlen else dummy
     cu_k_arg = cu_k.contiguous() if varlen else (cache_lens.contiguous() if cache_lens is not None else dummy)
@@ -378,6 +388,13 @@ def _meta(t):
 _checked: dict = {}  # argument metadata -> True: _check passed for it
 
 
+def forget_plans() -> None:
+    """Forget the checked signatures and the launch plans (``dispatch.forget_plans``)."""
+    _checked.clear()
+    _plans.clear()
+    _dense_plans.clear()
+
+
 def _check(q, k, v, causal, scale, cu_q, cu_k, max_q, cache_lens, num_splits):
     """``_check_arguments``, skipped for argument metadata that passed it before (a repeat call)."""
     key = (_meta(q), _meta(k), _meta(v), _meta(causal), _meta(scale), _meta(cu_q), _meta(cu_k), _meta(max_q),
@@ -393,3 +410,82 @@ def _check(q, k, v, causal, scale, cu_q, cu_k, max_q, cache_lens, num_splits):
     _checked[key] = True
 
 
+# ---------------------------------------------------------------- a dense call from pointers
+def _dense_key(q, k, v, causal, scale, max_q, cache_lens, num_splits):
+    """Everything ``_check`` and ``_launch_plan`` read of a dense call (per tensor its type, dtype,
+    shape, strides and device; per option its type and value), or None when an argument is not a
+    tensor or cannot be a key (the general path explains)."""
+    try:
+        key = (q.__class__, q.dtype, q.shape, q.stride(), q.device, k.__class__, k.dtype, k.shape, k.stride(),
+               k.device, v.__class__, v.dtype, v.shape, v.stride(), v.device, causal.__class__, causal,
+               scale.__class__, scale, max_q.__class__, max_q, num_splits.__class__, num_splits)
+        if cache_lens is not None:
+            key += (cache_lens.__class__, cache_lens.dtype, cache_lens.shape, cache_lens.stride(), cache_lens.device)
+        hash(key)
+        return key
+    except (AttributeError, TypeError):
+        return None
+
+
+class _DensePlan:
+    """A dense call whose launches are bound (``BoundKernel.bound``: the device backend), made by a
+    call of the general path that passed the checks.  A repeat call allocates the outputs (and one
+    workspace for the split partials) and launches from pointers: the views the general path makes
+    (``_rows``) start where the given tensors start (a plan is kept only for a signature where they
+    do, which the strides decide), so a tensor's own pointer is its view's."""
+
+    __slots__ = ("a32", "dummy", "l_off", "lse_shape", "plan", "tail", "ws_numel")
+
+    def run(self, q, k, v, cache_lens):
+        """(out, lse), or None for what the general path handles (a start off a 16-byte boundary)."""
+        qp, kp, vp = q.data_ptr(), k.data_ptr(), v.data_ptr()
+        cp = self.dummy if cache_lens is None else cache_lens.data_ptr()
+        if (qp | kp | vp | cp) & 15:
+            return None
+        torch = _torch()
+        out = torch.empty_like(q, memory_format=torch.contiguous_format)  # (cheaper than shape + keywords)
+        lse = torch.empty(self.lse_shape, **self.a32)
+        plan = self.plan
+        if not self.ws_numel:
+            plan.fwd.launch_values([qp, kp, vp, out.data_ptr(), lse.data_ptr(), self.dummy, cp, *self.tail])
+            return out, lse
+        ws = torch.empty(self.ws_numel, **self.a32)  # the split partials, output then LSE, in one allocation
+        wp = ws.data_ptr()
+        lp = wp + self.l_off
+        plan.fwd.launch_values([qp, kp, vp, wp, lp, self.dummy, cp, *self.tail])
+        plan.combine.launch_values([wp, lp, out.data_ptr(), lse.data_ptr()])
+        return out, lse
+
+
+_dense_plans: dict = {}  # _dense_key -> _DensePlan
+
+
+def _remember_dense(key, plan, given, views, out, lse, cache_lens) -> None:
+    """After the general path launched a dense call: keep a ``_DensePlan`` when its launches are
+    bound and every view starts where the given tensor does (no copy was made)."""
+    if not plan.fwd.bound or (plan.combine is not None and not plan.combine.bound):
+        return  # the first call of a plan binds during this call: the next call finds it bound
+    for t, view in zip(given, views):
+        if view.data_ptr() != t.data_ptr() or view.untyped_storage().data_ptr() != t.untyped_storage().data_ptr():
+            return  # a layout that is copied every call (the general path does it)
+    if cache_lens is not None and (not cache_lens.is_contiguous() or cache_lens.device.type == "cpu"):
+        return  # (on the CPU _check_lengths reads the lengths every call)
+    torch = _torch()
+    fast = _DensePlan()
+    fast.plan = plan
+    fast.lse_shape = tuple(lse.shape)
+    fast.a32 = {"dtype": torch.float32, "device": out.device}
+    fast.dummy = _placeholder(torch.int32, out.device).data_ptr()  # kept alive by dispatch._placeholders
+    nseq = given[0].shape[0]
+    l_rb, l_rh, l_rs = plan.lse_strides
+    if plan.splits == 1:
+        fast.ws_numel, fast.l_off = 0, 0
+        fast.tail = (nseq,) + plan.head + (0,) + plan.o_strides + (0, l_rb, l_rh, l_rs)
+    else:
+        rows = out.numel() // plan.dim
+        fast.ws_numel = plan.splits * (out.numel() + rows)
+        fast.l_off = plan.splits * out.numel() * 4  # a multiple of 64 bytes: the head dim is a multiple of 16
+        fast.tail = (nseq,) + plan.head + (plan.o_rows,) + plan.o_strides + (rows, l_rb, l_rh, l_rs)
+    if len(_dense_plans) > 4096:
+        _dense_plans.clear()
+    _dense_plans[key] = fast

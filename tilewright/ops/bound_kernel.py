@@ -13,12 +13,19 @@ of a decode attention call (two launches of 22 arguments).
 
 Only for kernels whose every argument the caller's signature fixes; user kernels go through
 ``JITKernel.__call__``, which checks every call.
+
+``RowLaunch``: the same for a row-wise kernel whose only symbolic size is the row count ``m``
+(``ops.softmax``, ``rms_norm``, ``layer_norm``): the caller passes contiguous tensors of the
+plan's signature and the row count; a repeat call reads their pointers, with no reshape to the
+kernel's 2-D shape (a view is a torch call, ~1 us of host time each on the H200's host).
 """
 
 from __future__ import annotations
 
 from ..ir import tile as t
 from ..jit.kernel import _sync_after_launch
+
+_MAX_ROWS = 2**31  # the launcher's bound on a symbolic size (launcher.check_dynamic_sizes)
 
 
 class BoundKernel:
@@ -43,6 +50,17 @@ class BoundKernel:
             values.append(a)
         self._launcher.launch_bound(values, self._dyn, self._dev, None, _sync_after_launch())
 
+    @property
+    def bound(self) -> bool:
+        """Has a first call bound the arguments (so that ``launch_values`` may be used)?"""
+        return self._dyn is not None
+
+    def launch_values(self, values: list) -> None:
+        """Launch with ``values`` made by the caller as a repeat call of ``__call__`` would make them
+        (a pointer per tensor, 16-byte aligned, of a tensor of the bound signature; the scalars):
+        for a caller that knows the pointers without making the views.  Only once ``bound``."""
+        self._launcher.launch_bound(values, self._dyn, self._dev, None, _sync_after_launch())
+
     def _first(self, args) -> None:
         kernel = self.kernel
         if kernel.backend != "device" or len(args) != len(self._is_tensor):
@@ -51,3 +69,54 @@ class BoundKernel:
         values, dyn, dev = launcher.bind(list(args))
         launcher.launch_bound(values, dyn, dev, None, _sync_after_launch())
         self._launcher, self._dyn, self._dev = launcher, dyn, dev
+
+
+class RowLaunch:
+    """A row-wise kernel launched from pointers: parameters are (m, N) buffers (``is_row``) and
+    buffers of static shape, the row count ``m`` the one symbolic size.  Made per call signature
+    of an op (tensor types, dtypes, last dimension, device, options), so every check the launcher
+    makes of a repeat call is fixed by that signature except the pointers (alignment checked here)
+    and the row count (its range checked here)."""
+
+    __slots__ = ("_dev", "_dyn", "_launcher", "_var", "is_row", "kernel", "n")
+
+    def __init__(self, kernel, n: int, is_row: tuple):
+        self.kernel = kernel
+        self.n = n
+        self.is_row = is_row
+        self._launcher = self._var = None
+        self._dyn: dict = {}  # row count -> {m: row count}
+        self._dev = 0
+
+    def __call__(self, tensors: tuple, rows: int) -> None:
+        """Launch over ``tensors`` (one per parameter, each contiguous: ``rows`` x N elements for a
+        row parameter, the parameter's shape otherwise) with ``rows`` > 0."""
+        launcher = self._launcher
+        if launcher is None or not rows < _MAX_ROWS:
+            return self._first(tensors, rows)
+        values = [x.data_ptr() for x in tensors]
+        for p in values:
+            if p & 15:
+                return self._checked(tensors, rows)  # the launcher's checked path explains
+        dyn = self._dyn.get(rows)
+        if dyn is None:
+            dyn = {self._var: rows}
+            if len(self._dyn) < 4096:
+                self._dyn[rows] = dyn
+        launcher.launch_bound(values, dyn, self._dev, None, _sync_after_launch())
+
+    def _checked(self, tensors, rows) -> None:
+        n = self.n
+        self.kernel(*[x.view(rows, n) if r else x for x, r in zip(tensors, self.is_row)])
+
+    def _first(self, tensors, rows) -> None:
+        kernel = self.kernel
+        if kernel.backend != "device" or len(tensors) != len(self.is_row):
+            return self._checked(tensors, rows)  # the interpreter and the emulator: nothing to save
+        n = self.n
+        args = [x.view(rows, n) if r else x for x, r in zip(tensors, self.is_row)]
+        launcher = kernel.launcher
+        values, dyn, dev = launcher.bind(args)  # every check, errors naming the parameter
+        launcher.launch_bound(values, dyn, dev, None, _sync_after_launch())
+        if len(dyn) == 1 and next(iter(dyn.values())) == rows:
+            self._launcher, self._var, self._dev = launcher, next(iter(dyn)), dev

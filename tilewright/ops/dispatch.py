@@ -153,10 +153,17 @@ def matmul(a, b, bias=None, activation=None, out_dtype=None):
     (``ops/gemm_configs.py``)."""
     torch = _torch()
     activation = _normalize_activation(activation)
-    if torch.compiler.is_compiling() or (torch.is_grad_enabled() and any(
-            t is not None and t.requires_grad for t in (a, b, bias))):
+    if torch.compiler.is_compiling() or (torch.is_grad_enabled() and _wants_grad(a, b, bias)):
         return torch.ops.tilewright.matmul(a, b, bias, activation, out_dtype)  # traced, or with autograd
     return matmul_impl(a, b, bias, activation, out_dtype)
+
+
+def _wants_grad(*tensors) -> bool:
+    """Does any of ``tensors`` (None or not a tensor: no) require a gradient?"""
+    for t in tensors:
+        if getattr(t, "requires_grad", False) is True:
+            return True
+    return False
 
 
 def _check_matmul(a, b, bias, activation, out_dtype):
@@ -190,9 +197,8 @@ def matmul_impl(a, b, bias, activation, out_dtype, config=None, out=None):
     if memo is not None:
         hit = _matmul_plans.get(memo)
         if hit is not None:  # a repeat call: the checks passed and the plan was made for this metadata
-            plan, cfg, op_a, op_b, ta, tb, shape, o_dtype = hit
-            out = torch.empty(shape, dtype=o_dtype, device=a.device)
-            _run_matmul(plan, cfg, _OPERAND[op_a](a), _OPERAND[op_b](b), ta, tb, bias, out)
+            out = torch.empty(hit.shape, **hit.alloc)
+            hit(_OPERAND[hit.op_a](a), _OPERAND[hit.op_b](b), bias, out)
             return out
     out_dtype = _check_matmul(a, b, bias, activation, out_dtype)
     M, K = a.shape
@@ -218,11 +224,42 @@ def matmul_impl(a, b, bias, activation, out_dtype, config=None, out=None):
     if memo is not None:
         if len(_matmul_plans) > 4096:
             _matmul_plans.clear()
-        _matmul_plans[memo] = (plan, cfg, _operand_kind(a), _operand_kind(b), ta, tb, (M, N), out_dtype)
+        _matmul_plans[memo] = _MatmulRun(plan, cfg, _operand_kind(a), _operand_kind(b), (M, N), out_dtype, a)
     return out
 
 
-_matmul_plans: dict = {}  # argument metadata -> (plan, config, operand handling, output shape and dtype)
+class _MatmulRun:
+    """The launches of one matmul call signature (``_matmul_key``: shapes, strides, dtypes, device,
+    activation, output dtype), each a ``BoundKernel``: the signature fixes every argument's
+    metadata, the row count included, so a repeat call reads pointers only."""
+
+    __slots__ = ("alloc", "atomic", "bias_stub", "first", "op_a", "op_b", "second", "shape", "ws_shape")
+
+    def __init__(self, plan, cfg, op_a, op_b, shape, out_dtype, a):
+        from .bound_kernel import BoundKernel
+
+        torch = _torch()
+        self.op_a, self.op_b, self.shape = op_a, op_b, shape
+        self.alloc = {"dtype": out_dtype, "device": a.device}
+        self.first = BoundKernel(plan[1])
+        self.second = BoundKernel(plan[2]) if plan[0] == "splitk" else None
+        self.atomic = cfg.atomic
+        self.ws_shape = (shape[0], 1 if cfg.atomic else cfg.splits, shape[1])
+        # the bias parameter of a kernel compiled without bias (never read), as _run_matmul passes it
+        self.bias_stub = _placeholder(a.dtype if plan[0] == "direct" else torch.float32, a.device)
+
+    def __call__(self, av, bv, bias, out) -> None:
+        bias_arg = self.bias_stub if bias is None else bias.contiguous()
+        if self.second is None:
+            self.first(av, bv, bias_arg, out)
+            return
+        torch = _torch()
+        ws = (torch.zeros if self.atomic else torch.empty)(self.ws_shape, dtype=torch.float32, device=out.device)
+        self.first(av, bv, ws)
+        self.second(ws, bias_arg, out)
+
+
+_matmul_plans: dict = {}  # argument metadata (_matmul_key) -> _MatmulRun
 
 
 def _matmul_key(a, b, bias, activation, out_dtype):
@@ -412,158 +449,21 @@ def record_tuned(a, b, bias, activation, out_dtype, best, latency_ms: float, row
                                  bias is not None, activation, arch, device)
     gemm_configs.store(key, best, latency_ms, [{"config": c.to_json(), "latency_ms": ms, "note": n}
                                                for c, ms, n in rows], arch, device)
-    _gemm_choice.clear()  # every row count of the bucket now finds the tuned entry
+    forget_plans()  # every row count of the bucket now finds the tuned entry
+
+
+def forget_plans() -> None:
+    """Forget every call plan and configuration choice ``tilewright.ops`` remembers (the kernels
+    stay compiled).  ``tune_matmul``/``record_tuned`` do this themselves; call it after the tuning
+    cache changed otherwise (another process tuned, ``TILEWRIGHT_CACHE_DIR`` now names another
+    folder): a configuration is read from the tuning cache once per process and call signature."""
+    from . import attention_dispatch, rows
+
+    _gemm_choice.clear()
     _matmul_plans.clear()
+    rows._row_plans.clear()
+    attention_dispatch.forget_plans()
 
 
-# ---------------------------------------------------------------- row-wise operators
-def _rows_config(N: int, dtype: str) -> tuple:
-    """(block_M, threads): a whole row per block, held in registers, about 32 elements per thread
-    (bench/rows_sweep.py on the H200 at N = 8192: 256 threads within 2% of the best configuration
-    of softmax, RMSNorm and LayerNorm in fp16, bf16 and fp32; 512 threads lost up to 24% in 16-bit);
-    fewer threads for short rows so that every thread has work."""
-    threads = 32
-    while threads < 512 and threads * 32 < N:
-        threads *= 2
-    return 1, threads
-
-
-def _as_rows(name: str, x):
-    _check_tensor(name, x, None)
-    if x.dim() < 1:
-        raise ArgumentError(f"{name} must have at least one dimension")
-    return x.reshape(-1, x.shape[-1]).contiguous()
-
-
-def softmax(x, dim: int = -1):
-    """Softmax over the last dimension (``dim`` must be -1 or x.dim() - 1)."""
-    torch = _torch()
-    if torch.compiler.is_compiling():
-        return torch.ops.tilewright.softmax(x, dim)
-    return softmax_impl(x, dim)
-
-
-_row_plans: dict = {}  # call metadata -> kernel: a repeat call skips the checks and the configuration choice
-
-
-def _row_key(x):
-    """What the checks and the configuration of a row-wise call depend on, or None (then the
-    checked path runs): the tensor type (a subclass may behave otherwise), dtype, rank, last
-    dimension and device.  Row counts and strides are not in it: each call reshapes to contiguous
-    rows, which is correct for any of them."""
-    try:
-        return (x.__class__, x.dtype, x.dim(), x.shape[-1], x.device)
-    except (AttributeError, IndexError, TypeError):
-        return None
-
-
-def softmax_impl(x, dim):
-    key = _row_key(x)
-    kern = _row_plans.get(("softmax", key, dim)) if key is not None else None
-    if kern is None:
-        return _softmax_checked(x, dim, key)
-    rows = x.reshape(-1, key[3]).contiguous()
-    out = _torch().empty_like(rows)
-    if rows.numel():
-        kern(rows, out)
-    return out.reshape(x.shape)
-
-
-def _softmax_checked(x, dim, key):
-    torch = _torch()
-    rows = _as_rows("x", x)  # checks x first: a non-tensor has no .dim()
-    if dim not in (-1, x.dim() - 1):
-        raise ArgumentError(f"softmax runs over the last dimension; got dim={dim} for a {x.dim()}-D tensor "
-                            "(move that dimension last with .transpose)")
-    out = torch.empty_like(rows)
-    if rows.numel():
-        N, dtype = rows.shape[1], _dtype_name(x)
-        cfg = _rows_config(N, dtype)
-        kern = _kernel(("softmax", N, dtype, cfg), lambda: kernels.softmax(N, dtype, *cfg), _target_of(x))
-        kern(rows, out)
-        if key is not None:
-            _row_plans[("softmax", key, dim)] = kern  # the checks passed: the same metadata passes them again
-    return out.reshape(x.shape)
-
-
-def rms_norm(x, weight, eps: float = 1e-6, residual=None):
-    """RMSNorm over the last dimension, scaled by ``weight``.  With ``residual``, normalizes
-    ``x + residual`` and returns ``(normed, x + residual)`` (the fused pre-norm of a transformer block)."""
-    torch = _torch()
-    if torch.compiler.is_compiling():
-        y, r = torch.ops.tilewright.rms_norm(x, weight, eps, residual)
-        return y if residual is None else (y, r)
-    y, r = rms_norm_impl(x, weight, eps, residual)
-    return y if residual is None else (y, r)
-
-
-def rms_norm_impl(x, weight, eps, residual):
-    key = _row_key(x)
-    if key is not None and residual is None:
-        wkey = _row_key(weight)
-        plan_key = ("rms_norm", key, wkey, eps.__class__, eps)
-        kern = _row_plans.get(plan_key) if wkey is not None else None
-        if kern is not None:
-            rows = x.reshape(-1, key[3]).contiguous()
-            out = _torch().empty_like(rows)
-            if rows.numel():
-                kern(rows, rows, weight.contiguous(), out, out)
-            y = out.reshape(x.shape)
-            return y, y
-    return _rms_norm_checked(x, weight, eps, residual)
-
-
-def _rms_norm_checked(x, weight, eps, residual):
-    torch = _torch()
-    rows = _as_rows("x", x)
-    N, dtype = rows.shape[1], _dtype_name(x)
-    _check_tensor("weight", weight, 1, (dtype,))
-    if weight.shape[0] != N:
-        raise ArgumentError(f"weight has {weight.shape[0]} elements; x's last dimension is {N}")
-    if residual is not None:
-        _check_tensor("residual", residual, None, (dtype,))
-        if residual.shape != x.shape:
-            raise ArgumentError(f"residual has shape {tuple(residual.shape)}; x has {tuple(x.shape)}")
-    _same_device(x=x, weight=weight, residual=residual)
-    _check_eps(eps)
-    res_rows = residual.reshape(-1, N).contiguous() if residual is not None else rows
-    out = torch.empty_like(rows)
-    res_out = torch.empty_like(rows) if residual is not None else out
-    if rows.numel():
-        cfg = _rows_config(N, dtype)
-        key = ("rms_norm", N, dtype, float(eps), cfg, residual is not None)
-        kern = _kernel(key, lambda: kernels.rms_norm(N, dtype, float(eps), *cfg, residual is not None),
-                       _target_of(x))
-        kern(rows, res_rows, weight.contiguous(), out, res_out)
-        xkey, wkey = _row_key(x), _row_key(weight)
-        if residual is None and xkey is not None and wkey is not None:
-            # the checks passed for this metadata (x, weight: type, dtype, rank, length, device; eps)
-            _row_plans[("rms_norm", xkey, wkey, eps.__class__, eps)] = kern
-    return out.reshape(x.shape), (res_out.reshape(x.shape) if residual is not None else out.reshape(x.shape))
-
-
-def layer_norm(x, weight, bias, eps: float = 1e-5):
-    """LayerNorm over the last dimension with ``weight`` and ``bias`` of that length."""
-    torch = _torch()
-    if torch.compiler.is_compiling():
-        return torch.ops.tilewright.layer_norm(x, weight, bias, eps)
-    return layer_norm_impl(x, weight, bias, eps)
-
-
-def layer_norm_impl(x, weight, bias, eps):
-    torch = _torch()
-    rows = _as_rows("x", x)
-    N, dtype = rows.shape[1], _dtype_name(x)
-    for name, t in (("weight", weight), ("bias", bias)):
-        _check_tensor(name, t, 1, (dtype,))
-        if t.shape[0] != N:
-            raise ArgumentError(f"{name} has {t.shape[0]} elements; x's last dimension is {N}")
-    _same_device(x=x, weight=weight, bias=bias)
-    _check_eps(eps)
-    out = torch.empty_like(rows)
-    if rows.numel():
-        cfg = _rows_config(N, dtype)
-        key = ("layer_norm", N, dtype, float(eps), cfg)
-        kern = _kernel(key, lambda: kernels.layer_norm(N, dtype, float(eps), *cfg), _target_of(x))
-        kern(rows, weight.contiguous(), bias.contiguous(), out)
-    return out.reshape(x.shape)
+# ---------------------------------------------------------------- row-wise operators (ops/rows.py)
+from .rows import layer_norm, layer_norm_impl, rms_norm, rms_norm_impl, softmax, softmax_impl  # noqa: E402,F401

@@ -1,0 +1,212 @@
+"""The row-wise operators of ``tilewright.ops``: ``softmax``, ``rms_norm`` (optionally with a fused
+residual add) and ``layer_norm`` over the last dimension.
+
+A call is checked once per call signature: the first call with a signature (per tensor: its
+type, dtype, rank, last dimension and device; eps by type and value; dim) runs every argument
+check and picks the configuration and the kernel; the plan it leaves (``_RowPlan``) serves every
+later call of that signature with no check repeated, because each check reads only what the
+signature fixes.  What the signature does not fix is handled per call: the row count (any; its
+range is checked at launch), the strides (a tensor that is not contiguous is copied, as the
+checked path does) and the data pointers (a start that is not 16-byte aligned is copied too:
+the kernels load 16-byte vectors), and for the residual its full shape (compared, as a tuple).
+"""
+
+from __future__ import annotations
+
+from ..errors import ArgumentError
+from . import kernels
+from .bound_kernel import RowLaunch
+from .dispatch import _check_eps, _check_tensor, _dtype_name, _kernel, _same_device, _target_of, _torch
+
+
+def _rows_config(N: int, dtype: str) -> tuple:
+    """(block_M, threads): a whole row per block, held in registers, about 32 elements per thread
+    (bench/rows_sweep.py on the H200 at N = 8192: 256 threads within 2% of the best configuration
+    of softmax, RMSNorm and LayerNorm in fp16, bf16 and fp32; 512 threads lost up to 24% in 16-bit);
+    fewer threads for short rows so that every thread has work."""
+    threads = 32
+    while threads < 512 and threads * 32 < N:
+        threads *= 2
+    return 1, threads
+
+
+def _row_key(x):
+    """The signature of a tensor argument (see the module docstring), or None for something that
+    is not a tensor (the checked path then says what is wrong)."""
+    try:
+        return (x.__class__, x.dtype, x.dim(), x.shape[-1], x.device)
+    except (AttributeError, IndexError, TypeError):
+        return None
+
+
+def _dense(x):
+    """``x``, or a copy of it when it is not contiguous or does not start on a 16-byte boundary."""
+    if not x.is_contiguous():
+        return x.contiguous()
+    if x.data_ptr() & 15:
+        return x.clone()
+    return x
+
+
+class _RowPlan:
+    """What a signature decides: the launch (``RowLaunch``) and the row width.  Outputs are
+    ``torch.empty_like`` of the contiguous input (x's dtype and device; measured half the host
+    time of ``torch.empty(shape, dtype=, device=)``, whose keyword arguments torch parses per call)."""
+
+    __slots__ = ("launch", "n")
+
+    def __init__(self, kernel, n: int, is_row: tuple):
+        self.launch = RowLaunch(kernel, n, is_row)
+        self.n = n or 1  # rows = numel // n; with no columns there are no elements and nothing to launch
+
+
+_row_plans: dict = {}  # signature -> _RowPlan
+_PLANS_MAX = 4096
+
+
+def _remember(key, plan) -> None:
+    if len(_row_plans) >= _PLANS_MAX:
+        _row_plans.clear()
+    try:
+        _row_plans[key] = plan
+    except TypeError:  # an argument that passed the checks but cannot be a key: checked every call
+        pass
+
+
+def _lookup(key):
+    try:
+        return _row_plans.get(key)
+    except TypeError:  # an unhashable argument (a list for dim, ...): the checked path explains
+        return None
+
+
+# ---------------------------------------------------------------- softmax
+def softmax(x, dim: int = -1):
+    """Softmax over the last dimension (``dim`` must be -1 or x.dim() - 1)."""
+    torch = _torch()
+    if torch.compiler.is_compiling():
+        return torch.ops.tilewright.softmax(x, dim)
+    return softmax_impl(x, dim)
+
+
+def softmax_impl(x, dim):
+    key = ("softmax", _row_key(x), dim.__class__, dim)
+    plan = _lookup(key)
+    if plan is None:
+        plan = _softmax_plan(x, dim)
+        _remember(key, plan)
+    x = _dense(x)
+    out = _torch().empty_like(x)
+    rows = x.numel() // plan.n
+    if rows:
+        plan.launch((x, out), rows)
+    return out
+
+
+def _softmax_plan(x, dim) -> _RowPlan:
+    _check_tensor("x", x, None)  # checks x first: a non-tensor has no .dim()
+    if x.dim() < 1:
+        raise ArgumentError("x must have at least one dimension")
+    if dim not in (-1, x.dim() - 1):
+        raise ArgumentError(f"softmax runs over the last dimension; got dim={dim!r} for a {x.dim()}-D tensor "
+                            "(move that dimension last with .transpose)")
+    N, dtype = x.shape[-1], _dtype_name(x)
+    cfg = _rows_config(N, dtype)
+    kern = _kernel(("softmax", N, dtype, cfg), lambda: kernels.softmax(N, dtype, *cfg), _target_of(x)) if N else None
+    return _RowPlan(kern, N, (True, True))
+
+
+# ---------------------------------------------------------------- RMSNorm
+def rms_norm(x, weight, eps: float = 1e-6, residual=None):
+    """RMSNorm over the last dimension, scaled by ``weight``.  With ``residual``, normalizes
+    ``x + residual`` and returns ``(normed, x + residual)`` (the fused pre-norm of a transformer block)."""
+    torch = _torch()
+    if torch.compiler.is_compiling():
+        y, r = torch.ops.tilewright.rms_norm(x, weight, eps, residual)
+        return y if residual is None else (y, r)
+    y, r = rms_norm_impl(x, weight, eps, residual)
+    return y if residual is None else (y, r)
+
+
+def rms_norm_impl(x, weight, eps, residual):
+    """(normed, x + residual), or (normed, normed) without a residual."""
+    has_res = residual is not None
+    key = ("rms_norm", _row_key(x), _row_key(weight), eps.__class__, eps, _row_key(residual) if has_res else None)
+    plan = _lookup(key)
+    if plan is None or (has_res and residual.shape != x.shape):
+        plan = _rms_norm_plan(x, weight, eps, residual)
+        _remember(key, plan)
+    torch = _torch()
+    x, w = _dense(x), _dense(weight)
+    out = torch.empty_like(x)
+    rows = x.numel() // plan.n
+    if not has_res:
+        if rows:
+            plan.launch((x, x, w, out, out), rows)
+        return out, out
+    r = _dense(residual)
+    res_out = torch.empty_like(x)
+    if rows:
+        plan.launch((x, r, w, out, res_out), rows)
+    return out, res_out
+
+
+def _rms_norm_plan(x, weight, eps, residual) -> _RowPlan:
+    _check_tensor("x", x, None)
+    if x.dim() < 1:
+        raise ArgumentError("x must have at least one dimension")
+    N, dtype = x.shape[-1], _dtype_name(x)
+    _check_tensor("weight", weight, 1, (dtype,))
+    if weight.shape[0] != N:
+        raise ArgumentError(f"weight has {weight.shape[0]} elements; x's last dimension is {N}")
+    if residual is not None:
+        _check_tensor("residual", residual, None, (dtype,))
+        if residual.shape != x.shape:
+            raise ArgumentError(f"residual has shape {tuple(residual.shape)}; x has {tuple(x.shape)}")
+    _same_device(x=x, weight=weight, residual=residual)
+    _check_eps(eps)
+    cfg = _rows_config(N, dtype)
+    has_res = residual is not None
+    kern = _kernel(("rms_norm", N, dtype, float(eps), cfg, has_res),
+                   lambda: kernels.rms_norm(N, dtype, float(eps), *cfg, has_res), _target_of(x)) if N else None
+    return _RowPlan(kern, N, (True, True, False, True, True))
+
+
+# ---------------------------------------------------------------- LayerNorm
+def layer_norm(x, weight, bias, eps: float = 1e-5):
+    """LayerNorm over the last dimension with ``weight`` and ``bias`` of that length."""
+    torch = _torch()
+    if torch.compiler.is_compiling():
+        return torch.ops.tilewright.layer_norm(x, weight, bias, eps)
+    return layer_norm_impl(x, weight, bias, eps)
+
+
+def layer_norm_impl(x, weight, bias, eps):
+    key = ("layer_norm", _row_key(x), _row_key(weight), _row_key(bias), eps.__class__, eps)
+    plan = _lookup(key)
+    if plan is None:
+        plan = _layer_norm_plan(x, weight, bias, eps)
+        _remember(key, plan)
+    x = _dense(x)
+    out = _torch().empty_like(x)
+    rows = x.numel() // plan.n
+    if rows:
+        plan.launch((x, _dense(weight), _dense(bias), out), rows)
+    return out
+
+
+def _layer_norm_plan(x, weight, bias, eps) -> _RowPlan:
+    _check_tensor("x", x, None)
+    if x.dim() < 1:
+        raise ArgumentError("x must have at least one dimension")
+    N, dtype = x.shape[-1], _dtype_name(x)
+    for name, t in (("weight", weight), ("bias", bias)):
+        _check_tensor(name, t, 1, (dtype,))
+        if t.shape[0] != N:
+            raise ArgumentError(f"{name} has {t.shape[0]} elements; x's last dimension is {N}")
+    _same_device(x=x, weight=weight, bias=bias)
+    _check_eps(eps)
+    cfg = _rows_config(N, dtype)
+    kern = _kernel(("layer_norm", N, dtype, float(eps), cfg),
+                   lambda: kernels.layer_norm(N, dtype, float(eps), *cfg), _target_of(x)) if N else None
+    return _RowPlan(kern, N, (True, False, False, True))
