@@ -167,7 +167,7 @@ class Uniformity:
             self._visit(s.body, s, divergent)
             return
         if isinstance(s, t.ParallelFor):
-            self._visit(s.body, region, "a value stored inside T.Parallel (each thread runs its own iterations)")
+            self._visit(s.body, region, divergent or _IN_PARALLEL)
             return
         if isinstance(s, t.IfThenElse):
             why = self.reason(s.cond, region)
@@ -194,6 +194,11 @@ class Uniformity:
             vals = list(s.indices) + [s.value] if isinstance(s, t.BufferStore) else (
                 [s.init] if s.init is not None else [])
             why = divergent
+            if why == _IN_PARALLEL and b.attrs.get("uniform_table"):
+                # a block-wide table (frontend/uniform_fragments.py): every thread runs all the
+                # iterations of the loops filling it (infer_layouts' WholeLayout), so it is per-thread
+                # only if a stored value is
+                why = None
             for v in vals:
                 why = why or (lambda r: f"a per-thread value ({r})" if r else None)(self.reason(v, region))
             if why:
@@ -201,6 +206,9 @@ class Uniformity:
             return
         for c in child_stmts(s):
             self._visit(c, region, divergent)
+
+
+_IN_PARALLEL = "a value stored inside T.Parallel (each thread runs its own iterations)"
 
 
 def _what(b) -> str:
