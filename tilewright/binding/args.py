@@ -2,7 +2,8 @@
 
 Every tensor argument is checked against its parameter: what it is (``describe_arg``), dtype,
 number of dimensions, each static dimension, consistent values for symbolic dimensions
-(``T.dynamic``: non-negative, below 2**31), device, row-major contiguity, 16-byte alignment on
+(``T.dynamic``: non-negative, below 2**31; dimensions declared as expressions such as ``n * 4``:
+``shape_exprs``), device, row-major contiguity, 16-byte alignment on
 GPUs (vector accesses assume it) and, for a parameter the kernel writes, that it is writable.
 Scalars are checked against their dtype (an int parameter takes an int that fits, not a bool or a
 float).  Every error is an ``ArgumentError`` that names the kernel and the parameter and says what
@@ -17,6 +18,7 @@ from ..errors import ArgumentError
 from ..ir import tile as t
 from ..ir.expr import Var
 from .packed import is_packed_storage, logical_arg
+from .shape_exprs import is_shape_expr, resolve_shape_exprs
 from .tensor_args import TensorArg, describe_arg
 
 _INT32_MAX = 2**31 - 1
@@ -69,6 +71,7 @@ def bind_arguments(params: list, dyn_vars: list, args: list, *, kernel_name: str
         else:
             values.append(check_scalar(p, a, kernel_name))
             tensors.append(None)
+    resolve_shape_exprs(params, values, bound_dyn, kernel_name, _dim_value)
     missing = [v.name for v in dyn_vars if v not in bound_dyn]
     if missing:
         raise ArgumentError(f"{kernel_name}: could not infer dynamic dimension(s) {missing} from the arguments")
@@ -145,6 +148,8 @@ def check_tensor(p: t.Buffer, ta: TensorArg, dyn: dict, kname: str, align: int) 
                 raise ArgumentError(f"{kname}: argument {p.name} dimension {d} is {got}, but the dynamic size "
                                     f"{want.name} was already bound to {dyn[want]}")
             dyn[want] = _dim_value(kname, want, got, f"dimension {d} of argument {p.name}")
+        elif is_shape_expr(want):
+            continue  # n * 4: checked once every plain dimension is bound (resolve_shape_exprs)
         elif want != got:
             raise ArgumentError(f"{kname}: argument {p.name} has shape {tuple(ta.shape)}, expected "
                                 f"{_shape_text(p.shape)} (dimension {d} is {got}, expected {want})")

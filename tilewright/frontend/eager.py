@@ -28,9 +28,11 @@ from ..errors import ArgumentError, CompileError, SourceLocation, TilewrightErro
 from ..ir import dtype as dt
 from ..ir import expr as E
 from ..ir import tile as t
+from ..ir.visitor import free_vars
 from . import builder as B
 from .parser import Translator, _active_translators, _global_scope, _source_of
 from .reducer_epochs import canonicalize_reducers
+from .shape_annotations import size_expression
 
 NOT_GIVEN = type("NotGiven", (), {"__repr__": lambda self: "<not given>"})()
 _NAMES = re.compile(r"^\s*[A-Za-z_]\w*(\s*[,\s]\s*[A-Za-z_]\w*)*\s*,?\s*$")
@@ -130,6 +132,8 @@ class EagerTranslator(Translator):
                 out.append(s)
             elif self.discovering and isinstance(s, E.Expr):
                 out.append(s)  # an expression of not-yet-bound sizes: checked on the second reading
+            elif isinstance(s, E.Expr):  # m * 2 + 1 of T.dynamic sizes or scalar parameters: bound at the call
+                out.append(size_expression(s, f"{what} shape entry {s}", [], self.b.loc))
             else:
                 raise CompileError(f"{what} shape entry {s!r} must be a positive int, a T.const size or a T.dynamic "
                                    "name", self.b.loc, hint="give the dimension its own T.dynamic name and compute "
@@ -351,14 +355,19 @@ class EagerTranslator(Translator):
         for p in out:
             declared = p.strides if isinstance(p, t.Buffer) and p.attrs.get("explicit_strides") else ()
             for s in tuple(getattr(p, "shape", ())) + tuple(declared):
-                if isinstance(s, E.Var) and all(s is not d for d in dyn):
-                    dyn.append(s)
+                for v in sorted(free_vars(s), key=lambda v: v.name) if isinstance(s, E.Expr) else ():
+                    if v.kind == "dyn" and all(v is not d for d in dyn):
+                        dyn.append(v)
+        inputs = out[:len(self.runtime_names)]
+        given = {id(v) for p in inputs for d in (getattr(p, "shape", ()) if isinstance(p, t.Buffer) else (p,))
+                 if isinstance(d, E.Expr) for v in free_vars(d)}
         for o in returned:
             for s in o.shape:
-                if isinstance(s, E.Var) and not any(s is d for p in out[:len(self.runtime_names)]
-                                                    for d in getattr(p, "shape", ())):
-                    raise CompileError(f"the size {s.name} of output {o.name} is not the size of any input tensor",
-                                       o.loc, hint="use sizes that an input's declaration binds")
+                for v in sorted(free_vars(s), key=lambda v: v.name) if isinstance(s, E.Expr) else ():
+                    if id(v) not in given:
+                        raise CompileError(f"the size {v.name} of output {o.name} is not the size of any input "
+                                           "tensor", o.loc, hint="use sizes that an input's declaration binds, or "
+                                           "scalar parameters")
         return out, dyn
 
 

@@ -28,6 +28,7 @@ from .kernel_sequence import has_no_kernel_block, split_kernels
 from .param_use import mark_param_use
 from .reducer_epochs import canonicalize_reducers
 from .regions import laid_out_index
+from .shape_annotations import size_expression
 
 _MISSING = object()
 
@@ -411,10 +412,8 @@ class Translator:
                         shape.append(s)
                     elif isinstance(s, int) and not isinstance(s, bool) and s > 0:
                         shape.append(s)
-                    elif isinstance(s, E.Expr):
-                        raise CompileError(f"shape entry {s} of {a.arg!r} must be an int or a single T.dynamic(...) "
-                                           "name", self.loc(a), hint="give the dimension its own T.dynamic name and "
-                                           "compute derived sizes inside the kernel")
+                    elif isinstance(s, E.Expr):  # n * 4: bound or checked at the call (binding.shape_exprs)
+                        shape.append(size_expression(s, f"shape entry {s} of {a.arg!r}", dyn, self.loc(a)))
                     else:
                         raise CompileError(f"shape entry {s!r} of {a.arg!r} must be a positive int or T.dynamic",
                                            self.loc(a), hint="use a positive int, or M = T.dynamic('M') for a size "

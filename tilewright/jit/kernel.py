@@ -16,6 +16,7 @@ import numpy as np
 
 from ..binding.args import bind_arguments
 from ..binding.packed import pack, unpack
+from ..binding.shape_exprs import shape_value, sizes_from_inputs
 from ..binding.tensor_args import PACKED_STORAGE
 from ..errors import ArgumentError
 from ..ir import dtype as dt
@@ -297,30 +298,25 @@ class JITKernel:
         full = [None] * len(self.params)
         for i, a in zip(in_params, inputs):
             full[i] = a
-        dyn: dict = {}
-        like = None
+        like = next((full[i] for i in in_params if isinstance(self.params[i], t.Buffer) and full[i] is not None),
+                    None)
         for i in in_params:
             p, a = self.params[i], full[i]
-            if isinstance(p, t.Buffer) and a is not None:  # None: an optional tensor the kernel never touches
-                shape = tuple(a.shape) if hasattr(a, "shape") else None
-                if shape is None:
-                    raise ArgumentError(f"{self.func.name}: argument {p.name} is not a tensor")
-                if len(shape) == p.ndim:
-                    for want, got in zip(p.shape, shape):
-                        if isinstance(want, Var):
-                            dyn.setdefault(want, int(got))
-                like = like if like is not None else a
+            if isinstance(p, t.Buffer) and a is not None and not hasattr(a, "shape"):
+                raise ArgumentError(f"{self.func.name}: argument {p.name} is not a tensor")
+        sizes = sizes_from_inputs(self.params, {i: full[i] for i in in_params}, self.func.name)
         for i in allocated:
             p = self.params[i]
             shape = []
             for s in p.shape:
-                if isinstance(s, Var):
-                    if s not in dyn:
-                        raise ArgumentError(f"{self.func.name}: the size {s.name} of output {p.name} is not given "
-                                            "by any input; pass the output tensor explicitly")
-                    shape.append(dyn[s])
-                else:
-                    shape.append(s)
+                try:
+                    shape.append(shape_value(s, sizes))
+                except KeyError as e:
+                    raise ArgumentError(f"{self.func.name}: the size {e.args[0]} of output {p.name} is not given "
+                                        "by any input; pass the output tensor explicitly") from None
+                if shape[-1] < 0:
+                    raise ArgumentError(f"{self.func.name}: output {p.name} would have dimension {len(shape) - 1} "
+                                        f"= {s} = {shape[-1]} for these arguments; sizes cannot be negative")
             full[i] = _empty_like(like, tuple(shape), p.dtype, self.backend)
         return full
 
@@ -368,9 +364,22 @@ def _empty_like(like, shape, dtype: str, backend: str):
             shape = _packed_shape(shape, dtype)
         return torch.empty(shape, dtype=to_torch_dtype(dtype), device=like.device)
     if backend == "device":
-        raise ArgumentError("cannot allocate outputs on the GPU without torch tensors among the inputs; pass the "
-                            "outputs explicitly")
+        torch = _torch_with_gpu()
+        if torch is None:
+            raise ArgumentError("cannot allocate outputs on the GPU without torch tensors among the inputs; pass the "
+                                "outputs explicitly")
+        # no tensor among the inputs (scalars only): TileLang allocates on the current device
+        return _empty_like(torch.empty(0, device="cuda"), shape, dtype, backend)
     return np.empty(shape, dtype=dt.to_numpy(dtype))
+
+
+def _torch_with_gpu():
+    """torch when it is installed and sees a GPU (CUDA or ROCm, both "cuda" to torch), else None."""
+    try:
+        import torch
+    except ImportError:
+        return None
+    return torch if torch.cuda.is_available() else None
 
 
 def _packed_shape(shape, dtype: str) -> tuple:
