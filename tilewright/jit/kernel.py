@@ -15,7 +15,7 @@ import os
 import numpy as np
 
 from ..binding.args import bind_arguments
-from ..binding.packed import pack, unpack
+from ..binding.packed import pack, unpack_view
 from ..binding.shape_exprs import shape_value, sizes_from_inputs
 from ..binding.tensor_args import PACKED_STORAGE
 from ..errors import ArgumentError
@@ -401,8 +401,9 @@ def _to_numpy_args(params, full):
         if dt.is_subbyte(p.dtype) and _is_byte_storage(a):
             # 4-bit values, two per byte: the CPU backends work on one element per byte (copied back after)
             view = a.detach().view(__import__("torch").uint8).numpy() if mod.startswith("torch") else a
-            arrays.append(unpack(view, p.dtype))
-            backs.append((arrays[-1], view))
+            logical, unpacked, storage = unpack_view(view, p.dtype)  # strided storage keeps its strides
+            arrays.append(logical)
+            backs.append((unpacked, storage))
             continue
         if mod.startswith("torch"):
             if a.device.type != "cpu":
