@@ -209,8 +209,9 @@ def test_scatter_into_strided_storage_writes_nibbles(dynamic_strides):
 
 def test_byte_count_mismatch_names_the_storage():
     kern = widen_kernel("interpret", None)
-    with pytest.raises(ArgumentError, match=r"argument x has shape \(3, 14\).*dimension 1 is 14, expected 16"):
+    with pytest.raises(ArgumentError, match=r"argument x has shape \(3, 14\).*dimension 1 is 14, expected 16") as e:
         kern(random_bytes((3, 7)), nan_out(3, 16))
+    assert "byte storage of float4_e2m1fn values, two per byte" in str(e.value)
 
 
 def test_odd_last_dimension_cannot_be_byte_storage():

@@ -51,9 +51,17 @@ def bind_arguments(params: list, dyn_vars: list, args: list, *, kernel_name: str
             continue
         if isinstance(p, t.Buffer):
             ta = describe_param(p, a, kernel_name, host_arrays)
-            if is_packed_storage(p.dtype, ta):  # 4-bit elements, two per byte: check the logical tensor
+            packed = is_packed_storage(p.dtype, ta)
+            if packed:  # 4-bit elements, two per byte: check the logical tensor
                 ta = logical_arg(p, ta, kernel_name)
-            check_tensor(p, ta, bound_dyn, kernel_name, require_alignment)
+            try:
+                check_tensor(p, ta, bound_dyn, kernel_name, require_alignment)
+            except ArgumentError as e:
+                if not packed:
+                    raise
+                raise ArgumentError(f"{e} (argument {p.name} is byte storage of {p.dtype} values, two per byte: "
+                                    "its shape and strides are counted in elements, the last dimension twice its "
+                                    "bytes)") from None
             dev = (ta.device_type, ta.device_index)
             if device_type == "gpu" and ta.device_type == "cpu":
                 raise ArgumentError(f"{kernel_name}: argument {p.name} is on the CPU; this kernel runs on the GPU. "
