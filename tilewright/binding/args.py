@@ -17,7 +17,7 @@ from dataclasses import dataclass
 from ..errors import ArgumentError
 from ..ir import tile as t
 from ..ir.expr import Var
-from .packed import is_packed_storage, logical_arg
+from .packed import is_packed_storage, logical_arg, storage_note
 from .shape_exprs import is_shape_expr, resolve_shape_exprs
 from .tensor_args import TensorArg, describe_arg
 
@@ -59,9 +59,7 @@ def bind_arguments(params: list, dyn_vars: list, args: list, *, kernel_name: str
             except ArgumentError as e:
                 if not packed:
                     raise
-                raise ArgumentError(f"{e} (argument {p.name} is byte storage of {p.dtype} values, two per byte: "
-                                    "its shape and strides are counted in elements, the last dimension twice its "
-                                    "bytes)") from None
+                raise ArgumentError(f"{e} {storage_note(p)}") from None
             dev = (ta.device_type, ta.device_index)
             if device_type == "gpu" and ta.device_type == "cpu":
                 raise ArgumentError(f"{kernel_name}: argument {p.name} is on the CPU; this kernel runs on the GPU. "

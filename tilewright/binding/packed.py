@@ -26,6 +26,12 @@ def is_packed_storage(p_dtype: str, ta: TensorArg) -> bool:
     return dt.is_subbyte(p_dtype) and ta.dtype in PACKED_STORAGE
 
 
+def storage_note(p) -> str:
+    """What an error about a byte-storage argument of 4-bit parameter ``p`` adds."""
+    return (f"(argument {p.name} is byte storage of {p.dtype} values, two per byte: its shape and strides are "
+            "counted in elements, the last dimension twice its bytes)")
+
+
 def logical_arg(p, ta: TensorArg, kname: str) -> TensorArg:
     """The argument ``ta`` (byte storage of 4-bit parameter ``p``) in elements of ``p.dtype``."""
     if not ta.shape:

@@ -10,12 +10,13 @@ runtime, the interpreters and the compiler, and none of them imports it.
 
 from __future__ import annotations
 
+import contextlib
 import os
 
 import numpy as np
 
 from ..binding.args import bind_arguments
-from ..binding.packed import pack, unpack_view
+from ..binding.packed import pack, storage_note, unpack_view
 from ..binding.shape_exprs import shape_value, sizes_from_inputs
 from ..binding.tensor_args import PACKED_STORAGE
 from ..errors import ArgumentError
@@ -223,9 +224,11 @@ class JITKernel:
         if self.backend == "device":
             (self._launcher or self.launcher).launch(full, stream, sync=_sync_after_launch())
         elif self.backend == "interpret":
-            self._run_interpret(full)
+            with _storage_explained(self.func.name, self.params, full):
+                self._run_interpret(full)
         else:
-            self._run_emulator(full)
+            with _storage_explained(self.func.name, self.params, full):
+                self._run_emulator(full)
         if not self.out_idx:
             return None
         if len(self.out_idx) == 1:
@@ -420,6 +423,20 @@ def _to_numpy_args(params, full):
         else:
             arrays.append(a)  # NumPy arrays; anything else is explained by the argument binder
     return arrays, backs
+
+
+@contextlib.contextmanager
+def _storage_explained(kname: str, params, full):
+    """The CPU backends check 4-bit byte storage after unpacking it: an error about such an argument says
+    that its shape counts elements (as the device binder's does)."""
+    try:
+        yield
+    except ArgumentError as e:
+        for p, a in zip(params, full):
+            if isinstance(p, t.Buffer) and dt.is_subbyte(p.dtype) and _is_byte_storage(a) \
+                    and str(e).startswith(f"{kname}: argument {p.name} "):
+                raise ArgumentError(f"{e} {storage_note(p)}") from None
+        raise
 
 
 def _is_byte_storage(a) -> bool:
