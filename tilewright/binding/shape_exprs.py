@@ -95,8 +95,8 @@ def sizes_from_inputs(params, args: dict, kname: str) -> dict:
         p = params[i]
         if isinstance(p, Var):
             v = a.item() if hasattr(a, "item") and getattr(a, "ndim", None) == 0 else a
-            if isinstance(v, (int, np.integer)) and not isinstance(v, (bool, np.bool_)):
-                env[p] = described[i] = int(v)
+            if isinstance(v, (int, float, np.number, np.bool_)):  # T.assume conditions may use any scalar
+                env[p] = described[i] = v.item() if isinstance(v, np.generic) else v
             continue
         if a is None or not hasattr(a, "shape") or len(a.shape) != p.ndim:
             continue  # the binder explains it

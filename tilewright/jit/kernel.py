@@ -238,14 +238,7 @@ class JITKernel:
     def _check_assumes(self, full) -> None:
         """``T.assume`` conditions on sizes and scalar parameters, evaluated for this call's arguments:
         RuntimeError (as TileLang's host check) when one is false."""
-        env: dict = {}
-        for p, a in zip(self.params, full):
-            if isinstance(p, Var):
-                env[p] = a.item() if hasattr(a, "item") else a
-            elif hasattr(a, "shape") and len(a.shape) == p.ndim:
-                for want, got in zip(p.shape, a.shape):
-                    if isinstance(want, Var):
-                        env.setdefault(want, int(got))
+        env = sizes_from_inputs(self.params, dict(enumerate(full)), self.func.name)  # sizes of n * 4 dims too
         for cond in self._host_assumes:
             try:
                 holds = bool(eval_expr(cond, env))
