@@ -257,3 +257,23 @@ def test_dimension_of_a_scalar_parameter_is_checked_against_its_value(rng):
         close(b, f64(a) * 3)
         with pytest.raises(ArgumentError, match=r"argument A .*dimension 0 is 9, expected m \+ 1 = 8"):
             kern(7, a, b)
+
+
+def test_expression_dimension_beyond_int32_needs_int64_sizes():
+    """The kernel computes a declared expression in the sizes' width: a dimension of 2**31 or more is
+    refused for int32 sizes (checked on a described argument; no such tensor is allocated)."""
+    from tilewright.binding.args import bind_arguments
+    from tilewright.binding.tensor_args import TensorArg
+    from tilewright.ir import tile as t
+
+    for dtype, ok in (("int32", False), ("int64", True)):
+        n = T.dynamic("n", dtype)
+        buf = t.Buffer("A", (n * 4,), "int8", "global")
+        arg = TensorArg(0, (2**31 + 4,), (1,), "int8", "cpu", 0)
+        if ok:
+            bound = bind_arguments([buf], [n], [arg], kernel_name="k", device_type=None)
+            assert bound.dyn[n] == (2**31 + 4) // 4
+        else:
+            with pytest.raises(ArgumentError, match=r"argument A dimension 0 \(n \* 4\) is 2147483652, which does not "
+                                                    "fit in int32"):
+                bind_arguments([buf], [n], [arg], kernel_name="k", device_type=None)

@@ -24,6 +24,8 @@ from ..ir.analysis import affine_coeffs, eval_expr
 from ..ir.expr import Expr, Var
 from ..ir.visitor import free_vars
 
+_INT32_MAX = 2**31 - 1
+
 
 def is_shape_expr(dim) -> bool:
     """A dimension that is neither an int nor a single symbolic name."""
@@ -67,6 +69,9 @@ def resolve_shape_exprs(params, values, dyn: dict, kname: str, dim_value) -> Non
                                 "them")
         expected = int(eval_expr(want, env))
         got = int(ta.shape[d])
+        if got > _INT32_MAX and want.dtype != "int64":  # the kernel computes the expression in 32 bits
+            raise ArgumentError(f"{kname}: argument {p.name} dimension {d} ({want}) is {got}, which does not fit in "
+                                "int32; declare its sizes T.dynamic(name, 'int64') for dimensions of 2**31 or more")
         if expected != got:
             bound = ", ".join(f"{v.name}={env[v]}" for v in sorted(free_vars(want), key=lambda v: v.name))
             raise ArgumentError(f"{kname}: argument {p.name} has shape {tuple(ta.shape)}; dimension {d} is {got}, "
