@@ -2,7 +2,8 @@
 
 Every tensor argument is checked against its parameter: what it is (``describe_arg``), dtype,
 number of dimensions, each static dimension, consistent values for symbolic dimensions
-(``T.dynamic``: non-negative, below 2**31), device, row-major contiguity, 16-byte alignment on
+(``T.dynamic``: non-negative, below 2**31; dimensions declared as expressions such as ``n * 4``:
+``shape_exprs``), device, row-major contiguity, 16-byte alignment on
 GPUs (vector accesses assume it) and, for a parameter the kernel writes, that it is writable.
 Scalars are checked against their dtype (an int parameter takes an int that fits, not a bool or a
 float).  Every error is an ``ArgumentError`` that names the kernel and the parameter and says what
@@ -16,7 +17,8 @@ from dataclasses import dataclass
 from ..errors import ArgumentError
 from ..ir import tile as t
 from ..ir.expr import Var
-from .packed import is_packed_storage, logical_arg
+from .packed import is_packed_storage, logical_arg, storage_note
+from .shape_exprs import is_shape_expr, resolve_shape_exprs
 from .tensor_args import TensorArg, describe_arg
 
 _INT32_MAX = 2**31 - 1
@@ -57,9 +59,15 @@ def bind_arguments(params: list, dyn_vars: list, args: list, *, kernel_name: str
             continue
         if isinstance(p, t.Buffer):
             ta = describe_param(p, a, kernel_name, host_arrays)
-            if is_packed_storage(p.dtype, ta):  # 4-bit elements, two per byte: check the logical tensor
+            packed = is_packed_storage(p.dtype, ta)
+            if packed:  # 4-bit elements, two per byte: check the logical tensor
                 ta = logical_arg(p, ta, kernel_name)
-            check_tensor(p, ta, bound_dyn, kernel_name, require_alignment)
+            try:
+                check_tensor(p, ta, bound_dyn, kernel_name, require_alignment)
+            except ArgumentError as e:
+                if not packed:
+                    raise
+                raise ArgumentError(f"{e} {storage_note(p)}") from None
             dev = (ta.device_type, ta.device_index)
             if device_type == "gpu" and ta.device_type == "cpu":
                 raise ArgumentError(f"{kernel_name}: argument {p.name} is on the CPU; this kernel runs on the GPU. "
@@ -79,6 +87,7 @@ def bind_arguments(params: list, dyn_vars: list, args: list, *, kernel_name: str
             tensors.append(None)
     for i, p, addr in addresses:
         values[i] = tensors[i] = _address_arg(p, addr, params, values, bound_dyn, kernel_name, require_alignment)
+    resolve_shape_exprs(params, values, bound_dyn, kernel_name, _dim_value)
     missing = [v.name for v in dyn_vars if v not in bound_dyn]
     if missing:
         raise ArgumentError(f"{kernel_name}: could not infer dynamic dimension(s) {missing} from the arguments")
@@ -188,6 +197,8 @@ def check_tensor(p: t.Buffer, ta: TensorArg, dyn: dict, kname: str, align: int) 
                 raise ArgumentError(f"{kname}: argument {p.name} dimension {d} is {got}, but the dynamic size "
                                     f"{want.name} was already bound to {dyn[want]}")
             dyn[want] = _dim_value(kname, want, got, f"dimension {d} of argument {p.name}")
+        elif is_shape_expr(want):
+            continue  # n * 4: checked once every plain dimension is bound (resolve_shape_exprs)
         elif want != got:
             raise ArgumentError(f"{kname}: argument {p.name} has shape {tuple(ta.shape)}, expected "
                                 f"{_shape_text(p.shape)} (dimension {d} is {got}, expected {want})")

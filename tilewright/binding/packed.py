@@ -26,6 +26,12 @@ def is_packed_storage(p_dtype: str, ta: TensorArg) -> bool:
     return dt.is_subbyte(p_dtype) and ta.dtype in PACKED_STORAGE
 
 
+def storage_note(p) -> str:
+    """What an error about a byte-storage argument of 4-bit parameter ``p`` adds."""
+    return (f"(argument {p.name} is byte storage of {p.dtype} values, two per byte: its shape and strides are "
+            "counted in elements, the last dimension twice its bytes)")
+
+
 def logical_arg(p, ta: TensorArg, kname: str) -> TensorArg:
     """The argument ``ta`` (byte storage of 4-bit parameter ``p``) in elements of ``p.dtype``."""
     if not ta.shape:
@@ -48,6 +54,23 @@ def unpack(storage: np.ndarray, dtype: str) -> np.ndarray:
     if dtype == "int4":  # the ml_dtypes int4 byte holds the sign-extended value
         nibbles = ((nibbles ^ 8).astype(np.int8) - 8).view(np.uint8)
     return nibbles.view(dt.to_numpy(dtype))
+
+
+def unpack_view(storage: np.ndarray, dtype: str) -> tuple:
+    """(logical array, unpacked memory, storage memory) of byte storage ``storage`` for the CPU backends:
+    the logical array (one element per byte) keeps the storage's layout -- row strides doubled, a strided
+    tensor stays strided -- by viewing the unpacked copy of the whole byte span the storage covers;
+    ``pack(unpacked memory, storage memory)`` writes it back."""
+    b = storage.view(np.uint8)
+    if b.size == 0 or b.ndim == 0 or b.flags.c_contiguous or any(st < 0 for st in b.strides):
+        logical = unpack(b, dtype)
+        return logical, logical, b
+    span = 1 + sum((n - 1) * st for n, st in zip(b.shape, b.strides))  # bytes from the first element to the last
+    memory = np.lib.stride_tricks.as_strided(b, shape=(span,), strides=(1,))
+    unpacked = unpack(memory, dtype)
+    shape = (*b.shape[:-1], b.shape[-1] * 2)
+    logical = np.lib.stride_tricks.as_strided(unpacked, shape=shape, strides=(*(st * 2 for st in b.strides[:-1]), 1))
+    return logical, unpacked, memory
 
 
 def pack(logical: np.ndarray, storage: np.ndarray) -> None:

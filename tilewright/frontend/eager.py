@@ -24,13 +24,16 @@ import re
 from dataclasses import dataclass, field
 
 from .. import language as T
+from ..binding.tensor_args import PACKED_STORAGE
 from ..errors import ArgumentError, CompileError, SourceLocation, TilewrightError
 from ..ir import dtype as dt
 from ..ir import expr as E
 from ..ir import tile as t
+from ..ir.visitor import free_vars
 from . import builder as B
 from .parser import Translator, _active_translators, _global_scope, _source_of
 from .reducer_epochs import canonicalize_reducers
+from .shape_annotations import size_expression
 
 NOT_GIVEN = type("NotGiven", (), {"__repr__": lambda self: "<not given>"})()
 _NAMES = re.compile(r"^\s*[A-Za-z_]\w*(\s*[,\s]\s*[A-Za-z_]\w*)*\s*,?\s*$")
@@ -92,7 +95,7 @@ class EagerTranslator(Translator):
         self.sizes = dict(sizes)  # T.const name -> int, known
         self.discovering = discovering
         self.symbols: dict = {}  # T.const name -> (Var, loc) while discovering
-        self.bound_at: dict = {}  # T.const name -> (parameter, dimension, line) that bound it
+        self.bound_at: dict = {}  # T.const name -> (parameter, index, line, "dimension" or "stride") that bound it
         self.runtime_names: list = []  # tensor and scalar parameters, signature order
         self.decl: dict = {}  # parameter name -> Buffer / Var
         self.implicit: set = set()
@@ -130,6 +133,8 @@ class EagerTranslator(Translator):
                 out.append(s)
             elif self.discovering and isinstance(s, E.Expr):
                 out.append(s)  # an expression of not-yet-bound sizes: checked on the second reading
+            elif isinstance(s, E.Expr):  # m * 2 + 1 of T.dynamic sizes or scalar parameters: bound at the call
+                out.append(size_expression(s, f"{what} shape entry {s}", [], self.b.loc))
             else:
                 raise CompileError(f"{what} shape entry {s!r} must be a positive int, a T.const size or a T.dynamic "
                                    "name", self.b.loc, hint="give the dimension its own T.dynamic name and compute "
@@ -261,7 +266,9 @@ class EagerTranslator(Translator):
             self.b.loc = saved
 
     def bind(self, name: str, ann, value, loc: SourceLocation) -> None:
-        """Check an argument against its declaration and bind the T.const sizes it uses."""
+        """Check an argument against its declaration and bind the T.const sizes (and strides) it uses.
+        A 4-bit declaration takes byte storage (two elements per byte): its shape and strides count
+        elements, so the storage's last dimension is doubled (``binding.packed``)."""
         if not is_tensor_like(value):
             raise ArgumentError(f"argument {name} is declared as a tensor (line {loc.lineno}: "
                                 f"{loc.line_text.strip()}) but got {type(value).__name__}")
@@ -269,30 +276,41 @@ class EagerTranslator(Translator):
         if len(got) != len(ann.shape):
             raise ArgumentError(f"argument {name} has shape {tuple(got)} ({len(got)} dimensions); its declaration at "
                                 f"line {loc.lineno} has {len(ann.shape)}: {loc.line_text.strip()}")
-        try:
-            got_dtype = dt.canon(value.dtype)
-        except ValueError:
-            got_dtype = None
-        if got_dtype is not None and got_dtype != ann.dtype:
+        got_dtype = _dtype_name(value.dtype)
+        packed = dt.is_subbyte(ann.dtype) and got_dtype in PACKED_STORAGE
+        if got_dtype is not None and got_dtype != ann.dtype and not packed:
             raise ArgumentError(f"argument {name} has dtype {got_dtype}; its declaration at line {loc.lineno} says "
                                 f"{ann.dtype}: {loc.line_text.strip()}")
+        strides = _strides_of(value)
+        if packed:  # counted in elements of the declared 4-bit type
+            got = (*got[:-1], got[-1] * 2) if isinstance(got[-1], int) else got
+            if strides is not None:
+                strides = (*(s * 2 for s in strides[:-1]), 1)
+        self._bind_dims(name, "dimension", ann.shape, got, loc, packed)
+        if ann.strides is not None and strides is not None:
+            self._bind_dims(name, "stride", ann.strides, strides, loc, packed)
+
+    def _bind_dims(self, name, what: str, declared, got, loc, packed: bool) -> None:
         symbols = {id(v): n for n, (v, _) in self.symbols.items()}
-        for i, (want, g) in enumerate(zip(ann.shape, got)):
+        for i, (want, g) in enumerate(zip(declared, got)):
             if not isinstance(g, int):
                 continue  # a symbolic argument (T.Tensor spec): nothing to bind
             if isinstance(want, E.Var) and id(want) in symbols:
                 size = symbols[id(want)]
                 if size in self.sizes and self.sizes[size] != g:
                     where = self.bound_at.get(size)
-                    first = f"{where[0]} dimension {where[1]} (line {where[2]})" if where else "an earlier binding"
+                    first = f"{where[0]} {where[3]} {where[1]} (line {where[2]})" if where else "an earlier binding"
                     raise CompileError(f"size {size} is bound twice with different values: {self.sizes[size]} by "
-                                       f"{first}, {g} by {name} dimension {i}", loc,
+                                       f"{first}, {g} by {name} {what} {i}", loc,
                                        hint="the arguments' shapes disagree; check which tensor has the wrong shape")
                 self.sizes[size] = g
-                self.bound_at.setdefault(size, (name, i, loc.lineno))
+                self.bound_at.setdefault(size, (name, i, loc.lineno, what))
             elif isinstance(want, E.Const) and want.value != g or isinstance(want, int) and want != g:
-                raise ArgumentError(f"argument {name} has shape {got}; its declaration at line {loc.lineno} needs "
-                                    f"dimension {i} to be {want}: {loc.line_text.strip()}")
+                storage = (" (the argument is byte storage of 4-bit values, two per byte: its last dimension counts "
+                           "half the elements)" if packed and what == "dimension" and i == len(got) - 1 else "")
+                values = "shape" if what == "dimension" else "strides"
+                raise ArgumentError(f"argument {name} has {values} {tuple(got)}{storage}; its declaration at line "
+                                    f"{loc.lineno} needs {what} {i} to be {want}: {loc.line_text.strip()}")
 
     # ---------------------------------------------------------------- statements
     def stmt(self, s) -> None:
@@ -352,15 +370,45 @@ class EagerTranslator(Translator):
         for p in out:
             declared = p.strides if isinstance(p, t.Buffer) and p.attrs.get("explicit_strides") else ()
             for s in tuple(getattr(p, "shape", ())) + tuple(declared):
-                if isinstance(s, E.Var) and all(s is not d for d in dyn):
-                    dyn.append(s)
+                for v in sorted(free_vars(s), key=lambda v: v.name) if isinstance(s, E.Expr) else ():
+                    if v.kind == "dyn" and all(v is not d for d in dyn):
+                        dyn.append(v)
+        inputs = out[:len(self.runtime_names)]
+        given = {id(v) for p in inputs for d in (getattr(p, "shape", ()) if isinstance(p, t.Buffer) else (p,))
+                 if isinstance(d, E.Expr) for v in free_vars(d)}
         for o in returned:
             for s in o.shape:
-                if isinstance(s, E.Var) and not any(s is d for p in out[:len(self.runtime_names)]
-                                                    for d in getattr(p, "shape", ())):
-                    raise CompileError(f"the size {s.name} of output {o.name} is not the size of any input tensor",
-                                       o.loc, hint="use sizes that an input's declaration binds")
+                for v in sorted(free_vars(s), key=lambda v: v.name) if isinstance(s, E.Expr) else ():
+                    if id(v) not in given:
+                        raise CompileError(f"the size {v.name} of output {o.name} is not the size of any input "
+                                           "tensor", o.loc, hint="use sizes that an input's declaration binds, or "
+                                           "scalar parameters")
         return out, dyn
+
+
+def _dtype_name(dtype) -> str | None:
+    """Our name of an argument's dtype (torch's packed ``float4_e2m1fn_x2`` too), None if unknown."""
+    text = str(dtype).removeprefix("torch.")
+    if text in PACKED_STORAGE:
+        return text
+    try:
+        return dt.canon(dtype)
+    except ValueError:
+        return None
+
+
+def _strides_of(value) -> tuple | None:
+    """An argument's strides in elements (torch tensors, NumPy arrays), None when it has none (a spec)."""
+    stride = getattr(value, "stride", None)
+    if callable(stride):
+        try:
+            return tuple(int(s) for s in stride())
+        except (TypeError, ValueError):
+            return None
+    byte_strides, itemsize = getattr(value, "strides", None), getattr(value, "itemsize", None)
+    if isinstance(byte_strides, tuple) and isinstance(itemsize, int) and itemsize:
+        return tuple(int(s) // itemsize for s in byte_strides)
+    return None
 
 
 def _same_on_both_sides(cond) -> bool:

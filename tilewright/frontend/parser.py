@@ -30,6 +30,7 @@ from .param_use import mark_param_use
 from .pointer_params import replace_pointer_params
 from .reducer_epochs import canonicalize_reducers
 from .regions import laid_out_index
+from .shape_annotations import size_expression
 
 _MISSING = object()
 
@@ -413,16 +414,14 @@ class Translator:
                         if all(s is not d for d in dyn):
                             dyn.append(s)
                         shape.append(s)
-                    elif isinstance(s, int) and not isinstance(s, bool) and s > 0:
-                        shape.append(s)
-                    elif isinstance(s, E.Expr):
-                        raise CompileError(f"shape entry {s} of {a.arg!r} must be an int or a single T.dynamic(...) "
-                                           "name", self.loc(a), hint="give the dimension its own T.dynamic name and "
-                                           "compute derived sizes inside the kernel")
+                    elif isinstance(s, int) and not isinstance(s, bool) and s >= 0:
+                        shape.append(s)  # 0: an empty tensor (its loops run no iteration, as in TileLang)
+                    elif isinstance(s, E.Expr):  # n * 4: bound or checked at the call (binding.shape_exprs)
+                        shape.append(size_expression(s, f"shape entry {s} of {a.arg!r}", dyn, self.loc(a)))
                     else:
-                        raise CompileError(f"shape entry {s!r} of {a.arg!r} must be a positive int or T.dynamic",
-                                           self.loc(a), hint="use a positive int, or M = T.dynamic('M') for a size "
-                                           "known only at the call")
+                        raise CompileError(f"shape entry {s!r} of {a.arg!r} must be a non-negative int or T.dynamic",
+                                           self.loc(a), hint="use an int, or M = T.dynamic('M') for a size known only "
+                                           "at the call")
                 for s in ann.strides or ():  # a symbolic stride is bound from the argument like a size
                     if isinstance(s, E.Var):
                         s.kind = "dyn"

@@ -97,7 +97,7 @@ def stride_mismatch(buf: Buffer, strides: tuple, bound: dict) -> str | None:
             if bound.setdefault(want, got) != got:
                 return (f"has stride {got} in dimension {d}, but the symbolic stride {want.name} was already bound "
                         f"to {bound[want]}")
-        elif want != got and n != 1:
+        elif want != got and (n if isinstance(n, int) else bound.get(n)) != 1:  # a symbolic size: its bound value
             declared = ", ".join(getattr(x, "name", str(x)) for x in buf.strides)
             return (f"has strides {tuple(int(x) for x in strides)} (elements), the kernel expects ({declared}) "
                     "(T.Tensor(strides=...)); pass a tensor with those strides")

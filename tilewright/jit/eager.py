@@ -91,29 +91,10 @@ class EagerJitFunction:
                 raise ArgumentError(f"{self.fn.__name__}: argument {n} is a T.Tensor spec; calls take real tensors "
                                     "(use .compile(...) for a spec)")
             runtime.append(v)
-        if outs and kernel.backend == "device" and not any(_is_torch(v) for v in runtime):
-            result = self._run_without_tensor_inputs(kernel, runtime)
-        else:
-            result = kernel(*runtime)
+        result = kernel(*runtime)  # outputs no input tensor tells the device of: on the current GPU (jit.kernel)
         if info.returns_tuple:
             return tuple(result) if isinstance(result, list) else (result,)
         return result if outs else None
-
-    def _run_without_tensor_inputs(self, kernel, inputs):
-        """Outputs of a kernel no input tensor tells the device of: allocated on the current GPU."""
-        import torch
-
-        from ..binding.tensor_args import to_torch_dtype
-
-        full = list(inputs)
-        for i in kernel.out_idx:
-            p = kernel.params[i]
-            if not all(isinstance(s, int) for s in p.shape):
-                raise ArgumentError(f"{self.fn.__name__}: the output {p.name} has a size no input gives")
-            full.insert(i, torch.empty(p.shape, dtype=to_torch_dtype(p.dtype), device="cuda"))
-        kernel(*full)
-        outs = [full[i] for i in kernel.out_idx]
-        return outs[0] if len(outs) == 1 else outs
 
     def compile(self, *args, **kwargs):
         """The compiled ``JITKernel`` for these arguments: tensors (or ``T.Tensor`` specs, or left out
@@ -149,7 +130,3 @@ def _arg_key(v):
         v = v.item()  # a NumPy scalar: keyed by its value
     return ("value", type(v).__name__, v)
 
-
-
-def _is_torch(v) -> bool:
-    return type(v).__module__.startswith("torch")

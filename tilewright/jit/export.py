@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import os
 
+from ..binding.shape_exprs import is_shape_expr
 from ..codegen.base import Printer
 from ..errors import TilewrightError
 from ..ir import tile as t
@@ -46,6 +47,11 @@ def export_kernel(kernel, path: str) -> str:
     if kernel._tma is not None:
         raise TilewrightError("export does not write the host-side TMA descriptor setup yet; compile the kernel "
                               "with pass_configs={'tw.disable_tma': True} to export it (its copies then use cp.async)")
+    exprs = [f"{p.name} dimension {d} ({s})" for p in kernel.func.params if isinstance(p, t.Buffer)
+             for d, s in enumerate(p.shape) if is_shape_expr(s)]
+    if exprs:  # the generated launcher binds sizes from plain dimensions only
+        raise TilewrightError(f"export does not write the host-side binding of dimensions declared as expressions "
+                              f"yet: {', '.join(exprs)}; give such a dimension its own T.dynamic name to export")
     os.makedirs(path, exist_ok=True)
     hip = kernel.target.is_hip
     src_name = "kernel.hip" if hip else "kernel.cu"

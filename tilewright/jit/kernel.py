@@ -10,12 +10,14 @@ runtime, the interpreters and the compiler, and none of them imports it.
 
 from __future__ import annotations
 
+import contextlib
 import os
 
 import numpy as np
 
 from ..binding.args import bind_arguments
-from ..binding.packed import pack, unpack
+from ..binding.packed import pack, storage_note, unpack_view
+from ..binding.shape_exprs import shape_value, sizes_from_inputs
 from ..binding.tensor_args import PACKED_STORAGE
 from ..errors import ArgumentError
 from ..ir import dtype as dt
@@ -222,9 +224,11 @@ class JITKernel:
         if self.backend == "device":
             (self._launcher or self.launcher).launch(full, stream, sync=_sync_after_launch())
         elif self.backend == "interpret":
-            self._run_interpret(full)
+            with _storage_explained(self.func.name, self.params, full):
+                self._run_interpret(full)
         else:
-            self._run_emulator(full)
+            with _storage_explained(self.func.name, self.params, full):
+                self._run_emulator(full)
         if not self.out_idx:
             return None
         if len(self.out_idx) == 1:
@@ -234,14 +238,7 @@ class JITKernel:
     def _check_assumes(self, full) -> None:
         """``T.assume`` conditions on sizes and scalar parameters, evaluated for this call's arguments:
         RuntimeError (as TileLang's host check) when one is false."""
-        env: dict = {}
-        for p, a in zip(self.params, full):
-            if isinstance(p, Var):
-                env[p] = a.item() if hasattr(a, "item") else a
-            elif hasattr(a, "shape") and len(a.shape) == p.ndim:
-                for want, got in zip(p.shape, a.shape):
-                    if isinstance(want, Var):
-                        env.setdefault(want, int(got))
+        env = sizes_from_inputs(self.params, dict(enumerate(full)), self.func.name)  # sizes of n * 4 dims too
         for cond in self._host_assumes:
             try:
                 holds = bool(eval_expr(cond, env))
@@ -297,30 +294,25 @@ class JITKernel:
         full = [None] * len(self.params)
         for i, a in zip(in_params, inputs):
             full[i] = a
-        dyn: dict = {}
-        like = None
+        like = next((full[i] for i in in_params if isinstance(self.params[i], t.Buffer) and full[i] is not None),
+                    None)
         for i in in_params:
             p, a = self.params[i], full[i]
-            if isinstance(p, t.Buffer) and a is not None:  # None: an optional tensor the kernel never touches
-                shape = tuple(a.shape) if hasattr(a, "shape") else None
-                if shape is None:
-                    raise ArgumentError(f"{self.func.name}: argument {p.name} is not a tensor")
-                if len(shape) == p.ndim:
-                    for want, got in zip(p.shape, shape):
-                        if isinstance(want, Var):
-                            dyn.setdefault(want, int(got))
-                like = like if like is not None else a
+            if isinstance(p, t.Buffer) and a is not None and not hasattr(a, "shape"):
+                raise ArgumentError(f"{self.func.name}: argument {p.name} is not a tensor")
+        sizes = sizes_from_inputs(self.params, {i: full[i] for i in in_params}, self.func.name)
         for i in allocated:
             p = self.params[i]
             shape = []
             for s in p.shape:
-                if isinstance(s, Var):
-                    if s not in dyn:
-                        raise ArgumentError(f"{self.func.name}: the size {s.name} of output {p.name} is not given "
-                                            "by any input; pass the output tensor explicitly")
-                    shape.append(dyn[s])
-                else:
-                    shape.append(s)
+                try:
+                    shape.append(shape_value(s, sizes))
+                except KeyError as e:
+                    raise ArgumentError(f"{self.func.name}: the size {e.args[0]} of output {p.name} is not given "
+                                        "by any input; pass the output tensor explicitly") from None
+                if shape[-1] < 0:
+                    raise ArgumentError(f"{self.func.name}: output {p.name} would have dimension {len(shape) - 1} "
+                                        f"= {s} = {shape[-1]} for these arguments; sizes cannot be negative")
             full[i] = _empty_like(like, tuple(shape), p.dtype, self.backend)
         return full
 
@@ -376,9 +368,22 @@ def _empty_like(like, shape, dtype: str, backend: str):
             shape = _packed_shape(shape, dtype)
         return torch.empty(shape, dtype=to_torch_dtype(dtype), device=like.device)
     if backend == "device":
-        raise ArgumentError("cannot allocate outputs on the GPU without torch tensors among the inputs; pass the "
-                            "outputs explicitly")
+        torch = _torch_with_gpu()
+        if torch is None:
+            raise ArgumentError("cannot allocate outputs on the GPU without torch tensors among the inputs; pass the "
+                                "outputs explicitly")
+        # no tensor among the inputs (scalars only): TileLang allocates on the current device
+        return _empty_like(torch.empty(0, device="cuda"), shape, dtype, backend)
     return np.empty(shape, dtype=dt.to_numpy(dtype))
+
+
+def _torch_with_gpu():
+    """torch when it is installed and sees a GPU (CUDA or ROCm, both "cuda" to torch), else None."""
+    try:
+        import torch
+    except ImportError:
+        return None
+    return torch if torch.cuda.is_available() else None
 
 
 def _packed_shape(shape, dtype: str) -> tuple:
@@ -400,8 +405,9 @@ def _to_numpy_args(params, full):
         if dt.is_subbyte(p.dtype) and _is_byte_storage(a):
             # 4-bit values, two per byte: the CPU backends work on one element per byte (copied back after)
             view = a.detach().view(__import__("torch").uint8).numpy() if mod.startswith("torch") else a
-            arrays.append(unpack(view, p.dtype))
-            backs.append((arrays[-1], view))
+            logical, unpacked, storage = unpack_view(view, p.dtype)  # strided storage keeps its strides
+            arrays.append(logical)
+            backs.append((unpacked, storage))
             continue
         if mod.startswith("torch"):
             if a.device.type != "cpu":
@@ -418,6 +424,20 @@ def _to_numpy_args(params, full):
         else:
             arrays.append(a)  # NumPy arrays; anything else is explained by the argument binder
     return arrays, backs
+
+
+@contextlib.contextmanager
+def _storage_explained(kname: str, params, full):
+    """The CPU backends check 4-bit byte storage after unpacking it: an error about such an argument says
+    that its shape counts elements (as the device binder's does)."""
+    try:
+        yield
+    except ArgumentError as e:
+        for p, a in zip(params, full):
+            if isinstance(p, t.Buffer) and dt.is_subbyte(p.dtype) and _is_byte_storage(a) \
+                    and str(e).startswith(f"{kname}: argument {p.name} "):
+                raise ArgumentError(f"{e} {storage_note(p)}") from None
+        raise
 
 
 def _is_byte_storage(a) -> bool:

@@ -181,8 +181,8 @@ class Tensor:
 
     def __class_getitem__(cls, item):
         # T.Tensor[shape, dtype], or T.Tensor[shape] (float32, TileLang's default); a dtype is a
-        # string (T.float16 is one), never a size
-        if isinstance(item, tuple) and len(item) == 2 and isinstance(item[1], str):
+        # string (T.float16 is one) or a torch / NumPy dtype (torch.uint8), never a size
+        if isinstance(item, tuple) and len(item) == 2 and _is_dtype(item[1]):
             return cls(item[0], item[1])
         return cls(item)
 
@@ -191,6 +191,19 @@ class Tensor:
 
 
 Buffer = Tensor
+
+
+def _is_dtype(x) -> bool:
+    """A dtype spelling (``"float16"``, ``T.float16``, ``torch.uint8``, ``np.int8``), not a size or shape."""
+    if isinstance(x, str):
+        return True
+    if isinstance(x, (_builtins.int, _builtins.bool, tuple, list, PrimExpr)) or any(x is k for k in (int, float, bool)):
+        return False
+    try:
+        _dt.canon(x)
+    except (ValueError, TypeError):
+        return False
+    return True
 
 
 def dynamic(name: str, dtype: str = "int32") -> Var:

@@ -139,6 +139,8 @@ def tma_eligible(c: t.Copy) -> bool:
         return False
     if dt.is_subbyte(buf.dtype):  # two per byte: copied element by element
         return False
+    if any(isinstance(n, int) and n == 0 for n in buf.shape):  # an empty tensor: no tensor map describes it
+        return False
     esize = dt.nbytes(buf.dtype)
     unit_last = isinstance(buf.strides[-1], int) and buf.strides[-1] == 1  # a run-time stride is not 1
     if not unit_last or not all(isinstance(x, int) and x * esize % 16 == 0 for x in buf.strides[:-1]):
