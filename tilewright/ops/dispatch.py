@@ -461,6 +461,7 @@ def forget_plans() -> None:
 
     _gemm_choice.clear()
     _matmul_plans.clear()
+    _plans.clear()  # launch signature -> kernels: looked up again through _kernel (still compiled there)
     rows._row_plans.clear()
     attention_dispatch.forget_plans()
 
