@@ -567,6 +567,9 @@ def tma_store_wait(read=False):
 
 def fill(buf, value):
     b = _b.current()
+    if isinstance(buf, _e.Load):  # one element (TileLang's T.fill(buf[i], v) / T.clear(a T.alloc_var)): one store
+        b.emit(_t.BufferStore(buf.buffer, buf.indices, _e.cast(buf.buffer.dtype, value), loc=b.loc))
+        return
     r = _to_region(buf, what="fill target")
     if _dynamic_shared.is_dynamic_region(r):
         return _dynamic_shared.fill_elements(r, value)  # a run-time size: an element loop
