@@ -60,3 +60,62 @@ def test_fill_and_clear_of_one_element(rng):
         assert c.tolist() == [0, 7]
 
     run_everywhere(func, make, check)
+
+
+# --------------------------------------------------------------------------------------------
+# tile atomics with a scalar value: a region or a whole buffer, every element updated once
+
+
+def atomic_region_scalar(M, N, bm, bn, op):
+    atomic = getattr(T, f"atomic_{op}")
+
+    @T.prim_func
+    def main(A: T.Tensor((M, N), "float32"), V: T.Tensor((1,), "float32")):
+        with T.Kernel(T.ceildiv(M, bm), T.ceildiv(N, bn), threads=64) as (bx, by):
+            atomic(A[bx * bm:(bx + 1) * bm, by * bn:(by + 1) * bn], V[0])
+
+    return main
+
+
+@pytest.mark.parametrize("op", ["add", "max"])
+def test_tile_atomic_of_a_scalar_into_a_region(rng, op):
+    M, N = 96, 80  # 80 is not a multiple of the 32-wide blocks: the last column block is partial
+    func = atomic_region_scalar(M, N, 32, 32, op)
+    a0 = rand(rng, (M, N))
+    v = rand(rng, (1,), lo=-0.3, hi=0.3)
+
+    def check(args):
+        a, _ = args
+        want = f64(a0) + f64(v)[0] if op == "add" else np.maximum(f64(a0), f64(v)[0])
+        close(a, want)
+
+    run_everywhere(func, lambda: (a0.copy(), v), check)
+
+
+def atomic_whole_buffer():
+    @T.prim_func
+    def main(A: T.Tensor((1,), "float32"), B: T.Tensor((1,), "float32"), C: T.Tensor((4,), "float32")):
+        with T.Kernel(1) as _:
+            A_local = T.alloc_local([1], "float32")
+            T.copy(A, A_local)
+            T.clear(B)
+            T.atomic_add(B, A_local)  # a one-element tile
+            T.atomic_add(B, 1)  # a scalar into the whole buffer
+            T.atomic_max(C, A[0])
+
+    return main
+
+
+def test_tile_atomic_into_a_whole_buffer(rng):
+    func = atomic_whole_buffer()
+    c0 = rand(rng, (4,))
+
+    def make():
+        return rand(rng, (1,)), poisoned((1,)), c0.copy()
+
+    def check(args):
+        a, b, c = args
+        close(b, f64(a) + 1.0)
+        close(c, np.maximum(f64(c0), f64(a)[0]))
+
+    run_everywhere(func, make, check)
