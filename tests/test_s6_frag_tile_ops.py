@@ -119,3 +119,102 @@ def test_tile_atomic_into_a_whole_buffer(rng):
         close(c, np.maximum(f64(c0), f64(a)[0]))
 
     run_everywhere(func, make, check)
+
+
+# --------------------------------------------------------------------------------------------
+# scans of a region or a view
+
+
+def scan_ref(a, dim, reverse, op):
+    x = np.flip(f64(a), dim) if reverse else f64(a)
+    y = np.cumsum(x, axis=dim) if op == "cumsum" else np.maximum.accumulate(x, axis=dim)
+    return np.flip(y, dim) if reverse else y
+
+
+def scan_strided(M, N, pitch_src, pitch_dst, op, dim, reverse, scope):
+    scan = getattr(T, op)
+
+    @T.prim_func
+    def main(A: T.Tensor((M, N), "float32"), B: T.Tensor((M, N), "float32"), G: T.Tensor((M, pitch_dst), "float32")):
+        with T.Kernel(1, threads=128) as _:
+            src = T.alloc_shared((M, pitch_src), "float32")
+            dst = T.alloc_shared((M, pitch_dst), "float32")
+            for i, j in T.Parallel(M, pitch_src):
+                src[i, j] = -7.0
+            for i, j in T.Parallel(M, pitch_dst):
+                dst[i, j] = -9.0
+            for i, j in T.Parallel(M, N):
+                src[i, j] = A[i, j]
+            if scope == "fragment":
+                frag = T.alloc_fragment((M, N), "float32")
+                T.copy(src[0:M, 0:N], frag)
+                scan(src=frag, dst=dst[0:M, 0:N], dim=dim, reverse=reverse)
+            else:
+                scan(src=src[0:M, 0:N], dst=dst[0:M, 0:N], dim=dim, reverse=reverse)
+            for i, j in T.Parallel(M, N):
+                B[i, j] = dst[i, j]
+            T.copy(dst, G)  # the columns past N keep their value
+
+    return main
+
+
+@pytest.mark.parametrize("op", ["cumsum", "cummax"])
+@pytest.mark.parametrize("dim,reverse", [(0, False), (1, True)])
+@pytest.mark.parametrize("scope", ["shared", "fragment"])
+def test_scan_of_a_strided_region(rng, op, dim, reverse, scope):
+    M, N = 8, 40
+    func = scan_strided(M, N, 64, 80, op, dim, reverse, scope)
+
+    def check(args):
+        a, b, g = args
+        close(b, scan_ref(a, dim, reverse, op), rtol=1e-5, atol=1e-4)
+        assert np.all(g[:, N:] == -9.0)
+
+    run_everywhere(func, lambda: (rand(rng, (M, N)), poisoned((M, N)), poisoned((M, 80))), check)
+
+
+def scan_offset_rows(H, W, r0, r1, op, dim):
+    scan = getattr(T, op)
+
+    @T.prim_func
+    def main(A: T.Tensor((H, W), "float32"), B: T.Tensor((H, W), "float32")):
+        with T.Kernel(1, threads=128):
+            A_shared = T.alloc_shared((H, W), "float32")
+            T.copy(A, A_shared)
+            scan(A_shared[r0:r1, :], dim=dim)  # in place, rows r0..r1 only
+            T.copy(A_shared, B)
+
+    return main
+
+
+@pytest.mark.parametrize("op", ["cumsum", "cummax"])
+@pytest.mark.parametrize("dim", [0, 1])
+def test_scan_of_rows_at_an_offset(rng, op, dim):
+    H, W, r0, r1 = 128, 8, 64, 128
+    func = scan_offset_rows(H, W, r0, r1, op, dim)
+
+    def check(args):
+        a, b = args
+        want = f64(a).copy()
+        want[r0:r1] = scan_ref(a[r0:r1], dim, False, op)
+        close(b, want, rtol=1e-5, atol=1e-4)
+
+    run_everywhere(func, lambda: (rand(rng, (H, W)), poisoned((H, W))), check)
+
+
+def cumsum_of_a_view(hidden):
+    @T.prim_func
+    def main(x: T.Tensor((4, hidden), "float32"), y: T.Tensor((4, hidden), "float32")):
+        with T.Kernel(4, threads=128) as pid:
+            smem = T.alloc_shared((hidden,), "float32")
+            T.copy(x[pid, :], smem)
+            T.cumsum(T.view(smem, (1, hidden)), dim=1)
+            T.copy(smem, y[pid, :])
+
+    return main
+
+
+def test_cumsum_of_a_view(rng):
+    func = cumsum_of_a_view(128)
+    run_everywhere(func, lambda: (rand(rng, (4, 128)), poisoned((4, 128))),
+                   lambda args: close(args[1], np.cumsum(f64(args[0]), axis=1), rtol=1e-5, atol=1e-4))
