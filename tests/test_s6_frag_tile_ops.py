@@ -218,3 +218,110 @@ def test_cumsum_of_a_view(rng):
     func = cumsum_of_a_view(128)
     run_everywhere(func, lambda: (rand(rng, (4, 128)), poisoned((4, 128))),
                    lambda args: close(args[1], np.cumsum(f64(args[0]), axis=1), rtol=1e-5, atol=1e-4))
+
+
+# --------------------------------------------------------------------------------------------
+# T.gemm with a float32 A fragment where no matrix instruction takes float32 from registers (sm_90a):
+# A is staged through shared memory and multiplied by float32 FMA (at least as exact as TileLang's tf32)
+
+
+def gemm_fp32_fragment_a(M, N, K, bk, trans_b, dtype="float32"):
+    @T.prim_func
+    def main(A: T.Tensor((M, K), dtype), B: T.Tensor((N, K) if trans_b else (K, N), dtype),
+             C: T.Tensor((M, N), "float32")):
+        with T.Kernel(1, threads=128):
+            acc = T.alloc_fragment((M, N), "float32")
+            T.clear(acc)
+            for ko in T.Pipelined(K // bk, num_stages=2):
+                a_s = T.alloc_shared((M, bk), dtype)
+                b_s = T.alloc_shared((N, bk) if trans_b else (bk, N), dtype)
+                a_f = T.alloc_fragment((M, bk), dtype)
+                T.copy(A[0, ko * bk], a_s)
+                if trans_b:
+                    T.copy(B[0, ko * bk], b_s)
+                else:
+                    T.copy(B[ko * bk, 0], b_s)
+                T.copy(a_s, a_f)
+                for i, k in T.Parallel(M, bk):
+                    a_f[i, k] = a_f[i, k] * 2.0
+                T.gemm(a_f, b_s, acc, transpose_B=trans_b)
+            T.copy(acc, C)
+
+    return main
+
+
+@pytest.mark.parametrize("trans_b", [False, True])
+@pytest.mark.parametrize("dtype", ["float32", "tfloat32"])
+def test_gemm_with_a_float32_fragment_operand(rng, trans_b, dtype):
+    M, N, K, bk = 32, 32, 64, 32
+    func = gemm_fp32_fragment_a(M, N, K, bk, trans_b, dtype)
+
+    def make():
+        return rand(rng, (M, K)), rand(rng, (N, K) if trans_b else (K, N)), poisoned((M, N))
+
+    def check(args):
+        a, b, c = args
+        close(c, 2.0 * f64(a) @ (f64(b).T if trans_b else f64(b)), rtol=1e-5, atol=1e-4)
+
+    run_everywhere(func, make, check)
+
+
+# --------------------------------------------------------------------------------------------
+# tile copies and fills of a run-time extent
+
+
+def copy_dynamic_into_static():
+    length = T.dynamic("len")
+
+    @T.prim_func
+    def main(g: T.Tensor((length,), "int32"), out: T.Tensor((1024,), "int32")):
+        with T.Kernel(1, threads=64):
+            s = T.alloc_shared((1024,), "int32")
+            for i in T.Parallel(1024):
+                s[i] = -5
+            T.copy(g[0:length], s)  # (len,) into (1024,): the elements both have
+            T.copy(s, out)
+
+    return main
+
+
+@pytest.mark.parametrize("n", [100, 1500])
+def test_copy_of_a_run_time_length_into_a_fixed_tile(rng, n):
+    func = copy_dynamic_into_static()
+
+    def check(args):
+        g, out = args
+        want = np.full(1024, -5, np.int64)
+        m = min(n, 1024)
+        want[:m] = g[:m]
+        np.testing.assert_array_equal(out, want)
+
+    run_everywhere(func, lambda: (rng.integers(-1000, 1000, n).astype(np.int32), np.full(1024, -9, np.int32)),
+                   check)
+
+
+def fill_dynamic_slice():
+    num_tokens = T.dynamic("num_tokens")
+
+    @T.prim_func
+    def main(x: T.Tensor((num_tokens,), "int64"), lo: T.int32, hi: T.int32):
+        with T.Kernel(1, threads=128):
+            a, b = T.alloc_var(T.int32), T.alloc_var(T.int32)
+            a = lo
+            b = hi
+            T.fill(x[a:b], 3)  # TileLang issue 1008: a slice whose extent is computed in the kernel
+
+    return main
+
+
+@pytest.mark.parametrize("lo,hi", [(5, 777), (10, 10), (600, 1000)])
+def test_fill_of_a_slice_computed_in_the_kernel(rng, lo, hi):
+    func = fill_dynamic_slice()
+    x0 = rng.integers(-50, 50, 1000).astype(np.int64)
+
+    def check(args):
+        want = x0.copy()
+        want[lo:hi] = 3
+        np.testing.assert_array_equal(args[0], want)
+
+    run_everywhere(func, lambda: (x0.copy(), np.int32(lo), np.int32(hi)), check)

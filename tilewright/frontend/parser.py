@@ -111,12 +111,21 @@ def _tw_range(*args):
 
 
 def _tw_print(*args, **kwargs):
+    """Python's print, run while the kernel is traced (as TileLang runs it); inside a kernel body it
+    warns that it printed once, on the CPU, the traced expressions -- not values on the GPU."""
     b = B.current_or_none()
     if b is not None and b.kernel is not None:
-        raise B.error("print() inside a kernel body would run once, on the CPU, while the kernel is traced -- "
-                      "not on the GPU for each thread",
-                      hint="to inspect values, write them to an output tensor and print that after the call; "
-                      "a print() before `with T.Kernel(...)` runs at trace time")
+        import warnings
+
+        from ..errors import TilewrightWarning
+
+        msg = ("print() inside a kernel body ran once, on the CPU, while the kernel was traced (it printed "
+               "expressions, not values), not on the GPU for each thread; to inspect values use T.print, or write "
+               "them to an output tensor and print that after the call")
+        if b.loc is not None:
+            warnings.warn_explicit(msg, TilewrightWarning, b.loc.filename, b.loc.lineno)
+        else:
+            warnings.warn(msg, TilewrightWarning, stacklevel=2)
     return builtins.print(*args, **kwargs)
 
 

@@ -710,6 +710,11 @@ def _atomic(op, dst, value, memory_order=None, return_prev=False):
                            "return_prev=True)")
         v = _to_region(value, what="atomic value")
         d = _to_region(dst, v.shape, "atomic destination")
+        for r in (v, d):
+            if not all(isinstance(n, _builtins.int) for n in r.extents):
+                raise _b.error(f"T.atomic_{op} of a tile needs compile-time tile extents, got {r.buffer.name} "
+                               f"extents {tuple(r.extents)}",
+                               hint="update elements in a T.Parallel loop of constant extent, guarded by the bound")
         b.emit(_t.Atomic(op, d, v, order=order))
         return None
     if isinstance(dst, (_t.Buffer, _t.Region)):
