@@ -223,7 +223,8 @@ def test_serial_reduce_of_a_gemm_accumulator_is_refused(target):
     assert info.value.loc is not None  # the error names the kernel line
 
 
-def unknown_range_index(N):
+def unknown_range_index(N, store):
+    """A fragment column picked by a value read at run time: read through shared memory; written, refused."""
     @T.prim_func
     def main(A: T.Tensor((N, 4), "float32"), B: T.Tensor((N,), "float32"), R: T.Tensor((1,), "int32")):
         with T.Kernel(1, threads=128):
@@ -233,12 +234,19 @@ def unknown_range_index(N):
             T.reduce_sum(src, rs, dim=1)
             r = R[0]
             for k in T.Parallel(N):
-                rs[k] = src[k, r]
+                if store:
+                    src[k, r] = rs[k]
+                else:
+                    rs[k] = rs[k] + src[k, r]
             T.copy(rs, B)
 
     return main
 
 
-def test_fragment_index_of_unknown_range_is_refused():
+def test_fragment_index_read_at_run_time(rng):
+    N = 128
+    run_everywhere(unknown_range_index(N, False),
+                   lambda: (rand(rng, (N, 4)), poisoned((N,)), np.array([2], np.int32)),
+                   lambda args: close(args[1], f64(args[0]).sum(axis=1) + f64(args[0])[:, 2]))
     with pytest.raises(CompileError, match="thread-distributed fragment"):
-        tw.compile(unknown_range_index(128), target="cuda -arch=sm_90a", execution_backend="emulator")
+        tw.compile(unknown_range_index(N, True), target="cuda -arch=sm_90a", execution_backend="emulator")

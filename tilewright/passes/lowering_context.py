@@ -18,12 +18,14 @@ import itertools
 import numpy as np
 
 from ..errors import CompileError, InternalError
+from ..ir import dtype as dt
 from ..ir import expr as E
 from ..ir import tile as t
 from ..ir.layout import SharedLayout
 from ..ir.uniformity import Uniformity
 from ..ir.visitor import free_vars, rewrite_expr, walk
 from .analysis import eval_expr
+from .share_shared_memory import OFFSETS_ATTR as SHARED_OFFSETS_ATTR
 
 _MAX_UNIFORM_POINTS = 4096  # most values of the serial loop variables in a fragment index that are tried
 
@@ -190,7 +192,14 @@ class LoweringContext:
             lay = self.shared_layouts.get(buf) or SharedLayout(buf.shape, buf.dtype)
             self.shared_layouts[buf] = lay
             # TMA swizzles by shared-address bits: a tile starts on the pattern's 1 KiB period
-            self.shared_of[buf] = self.alloc_shared(buf.name, lay.numel, buf.dtype, 1024 if lay.tma else 128)
+            planned = self.func.attrs.get(SHARED_OFFSETS_ATTR)
+            if planned and buf in planned:  # placed by lifetime (share_shared_memory)
+                flat = t.Buffer(buf.name, (lay.numel,), buf.dtype, "shared")
+                self.shared_offsets[flat] = planned[buf]
+                self.shared_top = max(self.shared_top, planned[buf] + lay.numel * dt.nbytes(buf.dtype))
+                self.shared_of[buf] = flat
+            else:
+                self.shared_of[buf] = self.alloc_shared(buf.name, lay.numel, buf.dtype, 1024 if lay.tma else 128)
         return self.shared_of[buf]
 
     def _dynamic_shared_flat(self, buf: t.Buffer) -> t.Buffer:
@@ -283,10 +292,11 @@ class LoweringContext:
         combos = int(np.prod([n for _, n in ranges])) if all(r is not None for r in ranges) else None
         if combos is None or combos > _MAX_UNIFORM_POINTS:
             what = ", ".join(v.name for v, r in zip(uniform, ranges) if r is None) or "their values"
+            # (the words "does not hold" let a T.Parallel loop read the fragment through shared memory)
             raise CompileError(
                 f"fragment {buf.name} is indexed by {', '.join(str(x) for x in idx)}, which depends on a value "
-                f"other than the T.Parallel loop variables ({what}): a thread-distributed fragment is only read "
-                "at positions each thread holds, which can be checked for loop variables of constant range", loc,
+                f"other than the T.Parallel loop variables ({what}): a thread-distributed fragment, and a thread "
+                "does not hold every element such an index may name", loc,
                 hint="index fragments by the loop variables of the enclosing T.Parallel, constants or serial loop "
                 "variables of constant range; a fragment's elements live in registers of fixed threads")
         regs = {}
@@ -295,9 +305,10 @@ class LoweringContext:
             try:
                 regs[point] = self._register_at(buf, lay, idx, env, loc, active)
             except CompileError as e:
-                if not _instruction_layout(lay) or ("does not hold" not in e.message
-                                                    and "different registers" not in e.message):
-                    raise  # a layout of the compiler's choosing: a T.Parallel loop reads it through shared memory
+                inner = [v for v in uniform if v in self.loop_ranges_in_parallel()]
+                if not inner or not _instruction_layout(lay) or ("does not hold" not in e.message
+                                                                 and "different registers" not in e.message):
+                    raise  # the T.Parallel loop reads the fragment through shared memory instead
                 at = ", ".join(f"{v.name} = {x}" for v, x in zip(uniform, point))
                 where = ", ".join(str(x) for x in idx)
                 raise CompileError(
@@ -312,8 +323,13 @@ class LoweringContext:
         """(start, extent) of every value serial loop variable ``var`` takes in the kernel (None: not
         a loop variable of constant bounds)."""
         if self._loop_ranges is None:
-            self._loop_ranges = _constant_loop_ranges(self.func.body)
+            self._loop_ranges, self._inner_loop_vars = _constant_loop_ranges(self.func.body)
         return self._loop_ranges.get(var)
+
+    def loop_ranges_in_parallel(self) -> set:
+        """The variables of serial loops inside a T.Parallel body (a thread's own loop over elements)."""
+        self.loop_range(None)
+        return self._inner_loop_vars
 
     def _register_at(self, buf: t.Buffer, lay, idx, np_env: dict, loc, active) -> int:
         try:
@@ -354,12 +370,19 @@ class LoweringContext:
         return rewrite_expr(e, lambda x: env.get(x) if isinstance(x, E.Var) else None)
 
 
-def _constant_loop_ranges(body) -> dict:
-    """var -> (start, extent) of the serial loops of constant bounds; a variable of several loops gets
-    the range covering all of them."""
+def _constant_loop_ranges(body) -> tuple:
+    """(var -> (start, extent) of the serial loops of constant bounds, a variable of several loops
+    getting the range covering all of them; the variables of loops inside a T.Parallel body)."""
     out: dict = {}
+    inner: set = set()
+
+    def in_parallel(s):
+        if isinstance(s, t.For):
+            inner.add(s.var)
 
     def f(s):
+        if isinstance(s, t.ParallelFor):
+            walk(s.body, in_parallel)
         if isinstance(s, t.For) and isinstance(s.start, E.Const) and isinstance(s.extent, E.Const):
             lo, n = int(s.start.value), int(s.extent.value)
             if n <= 0:
@@ -372,12 +395,13 @@ def _constant_loop_ranges(body) -> dict:
             out[s.var] = (lo, n)
 
     walk(body, f)
-    return out
+    return out, inner
 
 
 def _instruction_layout(lay) -> bool:
     """Whether a fragment's layout is a matrix instruction's (a T.gemm accumulator or operand), which
-    no other use can change: TileLang refuses a serial loop over such a fragment's elements."""
+    no other use can change: TileLang refuses a serial loop inside T.Parallel over such a fragment's
+    elements (issue 2393)."""
     from ..ir.layout import MmaAccumLayout, MmaOperandLayout, SimtAccumLayout
 
     return isinstance(lay, (MmaAccumLayout, MmaOperandLayout, SimtAccumLayout))
