@@ -224,14 +224,18 @@ def test_dynamic_grid_over_the_gpu_limit_is_refused_at_launch(rng):
         np.testing.assert_allclose(out, 2 * small.astype(np.float64))
 
 
-def test_print_in_kernel_is_refused(tmp_path):
-    _refused(tmp_path, """
+def test_print_in_kernel_runs_at_trace_time_with_a_warning(capsys):
+    # TileLang runs a Python print() in a kernel body while tracing (issue 830); tilewright too, and warns
+    from tilewright.errors import TilewrightWarning
+
+    with pytest.warns(TilewrightWarning, match=r"print\(\) inside a kernel body ran once, on the CPU"):
         @T.prim_func
-        def bad(A: T.Tensor((4,), "float32")):
-            with T.Kernel(1, threads=32):
-                print("value", A[0])  # <-- here
+        def traced(A: T.Tensor((4,), "float32")):
+            with T.Kernel(1, threads=32) as pid:
+                print("value", pid)
                 A[0] = 1.0
-        """, "print() inside a kernel body", "output tensor")
+
+    assert "value" in capsys.readouterr().out
 
 
 def test_print_before_the_kernel_block_runs_at_trace_time(capsys):
@@ -304,14 +308,23 @@ def test_loop_name_can_be_reused_by_a_new_loop_or_assignment(rng):
     np.testing.assert_allclose(b, want, rtol=1e-6)
 
 
-def test_list_comprehension_gives_the_real_reason(tmp_path):
-    text = _refused(tmp_path, """
-        @T.prim_func
-        def bad(A: T.Tensor((8,), "float32")):
-            with T.Kernel(1, threads=32):
-                vals = [A[k] for k in (0, 1, 2)]  # <-- here
-        """, "comprehension", "kernel name 'A'", "T.unroll")
-    assert "is not defined" not in text
+def test_comprehension_and_lambda_see_kernel_names(rng):
+    # TileLang runs a comprehension or lambda in a kernel body while tracing, seeing the kernel's names
+    # (grouped_gemm: sum((size + block_M - 1) // block_M for size in sizes)); tilewright on every Python
+    @T.prim_func
+    def ok(A: T.Tensor((8,), "float32"), B: T.Tensor((8,), "float32")):
+        with T.Kernel(1, threads=32):
+            scale = 3
+            total = sum(A[k] * scale for k in (0, 1, 2))
+            first = (lambda j: A[j] + scale)(7)
+            B[0] = total
+            B[1] = first
+
+    for target in ("interpret", "cuda -arch=sm_90a"):
+        a, b = rand(rng, 8), poisoned(8)
+        tilewright.compile(ok, target=target, execution_backend=None if target == "interpret" else "emulator")(a, b)
+        a64 = a.astype(np.float64)
+        np.testing.assert_allclose(b[:2], [3 * a64[:3].sum(), a64[7] + 3], rtol=1e-6)
 
 
 def test_shared_memory_overflow_names_the_allocations(tmp_path):
@@ -349,16 +362,6 @@ def test_more_broken_statements_are_refused_at_the_line(tmp_path, stmt, needles)
             with T.Kernel(1, threads=32):
                 {stmt}  # <-- here
         """, *needles)
-
-
-def test_lambda_using_a_kernel_name_gives_the_real_reason(tmp_path):
-    _refused(tmp_path, """
-        @T.prim_func
-        def bad(A: T.Tensor((8,), "float32")):
-            with T.Kernel(1, threads=32):
-                f = lambda j: A[j]
-                A[0] = f(1)  # <-- here
-        """, "cannot use the kernel name 'A'")
 
 
 @pytest.mark.parametrize(("grid", "needle"), [("0", "grid dimension x of T.Kernel is 0"),

@@ -73,9 +73,19 @@ def is_dynamic_region(r: t.Region) -> bool:
 def copy_elements(src: t.Region, dst: t.Region, pad=None) -> None:
     """``T.copy`` of a run-time size: an element loop (dtype-converting, global bounds respected;
     out-of-bounds source elements read as ``pad``, zero when not given)."""
-    shape = _iteration_shape(src, dst)
+    shape, limits = _iteration_shape(src, dst)
 
     def body(idx):
+        store = _copy_store(idx)
+        if limits:  # a run-time extent against a compile-time one: the elements both sides have
+            cond = None
+            for d, n in limits:
+                c = idx[d] < n
+                cond = c if cond is None else E.binary("and", cond, c)
+            store = t.IfThenElse(cond, store, None, loc=current().loc)
+        return store
+
+    def _copy_store(idx):
         sidx, didx = _indices(src, idx, shape), _indices(dst, idx, shape)
         value = E.Load(src.buffer, sidx)
         sp = _in_bounds(src.buffer, sidx)
@@ -154,13 +164,32 @@ def _check_operand(r: t.Region, what: str, shape) -> None:
 
 
 def _iteration_shape(src: t.Region, dst: t.Region) -> tuple:
+    """(loop shape, [(loop dim, run-time bound)]): the common shape of the two tiles; where one side's
+    extent is known only at run time and the other's at compile time (``T.copy(A[0:n], S)`` with
+    ``S`` of 1024 elements), TileLang copies the elements both sides have: the loop runs over the
+    compile-time extent and an element is copied when it is below the run-time one."""
     a, b = tuple(src.shape), tuple(dst.shape)
     if t.same_dims(a, b):
-        return a
+        return a, []
     a2 = tuple(x for x in a if not (isinstance(x, int) and x == 1))
     b2 = tuple(x for x in b if not (isinstance(x, int) and x == 1))
     if t.same_dims(a2, b2):
-        return a2
+        return a2, []
+    for x, y in ((a, b), (a2, b2)):
+        if len(x) != len(y):
+            continue
+        shape, limits = [], []
+        for d, (p, q) in enumerate(zip(x, y)):
+            if t.same_dims((p,), (q,)):
+                shape.append(p)
+            elif isinstance(p, int) != isinstance(q, int):
+                static, dynamic = (p, q) if isinstance(p, int) else (q, p)
+                shape.append(static)
+                limits.append((d, dynamic))
+            else:
+                break
+        else:
+            return tuple(shape), limits
     raise error(f"T.copy between tiles of shapes {a} and {b}, which cannot be shown equal",
                 hint="slice both sides with the same sizes (the same T.dynamic names or kernel arguments)")
 

@@ -114,12 +114,21 @@ def _tw_range(*args):
 
 
 def _tw_print(*args, **kwargs):
+    """Python's print, run while the kernel is traced (as TileLang runs it); inside a kernel body it
+    warns that it printed once, on the CPU, the traced expressions -- not values on the GPU."""
     b = B.current_or_none()
     if b is not None and b.kernel is not None:
-        raise B.error("print() inside a kernel body would run once, on the CPU, while the kernel is traced -- "
-                      "not on the GPU for each thread",
-                      hint="to inspect values, write them to an output tensor and print that after the call; "
-                      "a print() before `with T.Kernel(...)` runs at trace time")
+        import warnings
+
+        from ..errors import TilewrightWarning
+
+        msg = ("print() inside a kernel body ran once, on the CPU, while the kernel was traced (it printed "
+               "expressions, not values), not on the GPU for each thread; to inspect values use T.print, or write "
+               "them to an output tensor and print that after the call")
+        if b.loc is not None:
+            warnings.warn_explicit(msg, TilewrightWarning, b.loc.filename, b.loc.lineno)
+        else:
+            warnings.warn(msg, TilewrightWarning, stacklevel=2)
     return builtins.print(*args, **kwargs)
 
 
@@ -263,29 +272,6 @@ class Translator:
         return SourceLocation(self.filename, lineno + self.line_offset, col, text, self.tree.name)
 
     # ---------------------------------------------------------------- evaluation
-    def _refuse_kernel_names_in_nested_scopes(self, node) -> None:
-        """A comprehension using a kernel name is refused on every Python version: up to 3.11 it runs
-        in a scope of its own that cannot see kernel names (a NameError), from 3.12 it is inlined and
-        would see them — one program must mean the same everywhere.  (A lambda keeps its own scope on
-        every version: its NameError is explained where it is called.)  Comprehensions over
-        ``range()`` are left to the kernel-loop error, which says more."""
-        comprehensions = (ast.ListComp, ast.SetComp, ast.DictComp, ast.GeneratorExp)
-        for sub in ast.walk(node):
-            if not isinstance(sub, comprehensions):
-                continue
-            if any(isinstance(g.iter, ast.Call) and isinstance(g.iter.func, (ast.Name, ast.Attribute))
-                   and getattr(g.iter.func, "id", getattr(g.iter.func, "attr", "")) in ("range", "serial", "unroll")
-                   for g in sub.generators):
-                continue
-            bound = {n.id for n in ast.walk(sub) if isinstance(n, ast.Name) and isinstance(n.ctx, ast.Store)}
-            for n in ast.walk(sub):
-                if isinstance(n, ast.Name) and isinstance(n.ctx, ast.Load) and n.id not in bound and n.id in self.scope:
-                    raise CompileError(
-                        f"a comprehension or lambda inside a kernel cannot use the kernel name {n.id!r}: Python "
-                        "evaluates it in a scope of its own, which sees only globals and closure variables",
-                        self.loc(node), hint="write the loop out (T.Parallel, T.serial or T.unroll), or build the "
-                        "list outside the prim_func from compile-time values")
-
     def eval(self, node):
         try:
             code = _compile_expr(node, self.filename)
@@ -302,9 +288,12 @@ class Translator:
                     raise CompileError(f"loop variable {n!r} is used after its loop (line {dead.loop_line}) ended",
                                        self.loc(node), hint="a kernel loop variable exists only inside its loop; "
                                        "to keep a value for later, store it in a T.alloc_var inside the loop")
-        if has_comprehension:
-            self._refuse_kernel_names_in_nested_scopes(node)
         try:
+            if has_comprehension:
+                # a comprehension or lambda runs while the kernel is traced, as in TileLang, and sees the
+                # kernel's names through its globals: up to Python 3.11 it has a scope of its own that sees
+                # only globals, from 3.12 a comprehension is inlined -- one program means the same on both
+                return eval(code, {**self.gscope, **self.scope}, self.scope)
             return eval(code, self.gscope, self.scope)
         except CompileError as e:
             if has_comprehension and "kernel loops can only be used" in str(e):

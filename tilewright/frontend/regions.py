@@ -65,8 +65,9 @@ def _index(buf, i):
 
 
 def _extent(buf, d, lo, hi):
-    """Static extent of ``lo:hi``: either both constants, or ``hi - lo`` folds to a constant
-    (``k*32 : (k+1)*32``), or the slice covers a symbolic dimension whole."""
+    """Extent of ``lo:hi``: static when both are constants or ``hi - lo`` folds to a constant
+    (``k*32 : (k+1)*32``); the symbolic dimension when the slice covers it whole; else the run-time
+    integer ``hi - lo``."""
     diff = as_expr(hi) - as_expr(lo)
     v = const_value(diff)
     if v is None:
@@ -74,6 +75,10 @@ def _extent(buf, d, lo, hi):
     if v is None:
         if const_value(lo) == 0 and hi is buf.shape[d]:
             return buf.shape[d]
+        if getattr(diff, "dtype", None) in ("int32", "int64"):
+            # known only at run time (TileLang's T.fill(x[a:b], v) with a, b computed in the kernel): tile
+            # copies and fills of such a region are element loops (frontend/dynamic_shared.py)
+            return diff
         raise error(
             f"the slice extent of {buf.name} in dimension {d} is not a compile-time constant",
             hint="write slices as start:start+EXTENT with a constant EXTENT, e.g. A[k*32:(k+1)*32, :]",

@@ -618,6 +618,9 @@ def tma_store_wait(read=False):
 
 def fill(buf, value):
     b = _b.current()
+    if isinstance(buf, _e.Load):  # one element (TileLang's T.fill(buf[i], v) / T.clear(a T.alloc_var)): one store
+        b.emit(_t.BufferStore(buf.buffer, buf.indices, _e.cast(buf.buffer.dtype, value), loc=b.loc))
+        return
     r = _to_region(buf, what="fill target")
     if _dynamic_shared.is_dynamic_region(r):
         return _dynamic_shared.fill_elements(r, value)  # a run-time size: an element loop
@@ -758,9 +761,42 @@ def _atomic(op, dst, value, memory_order=None, return_prev=False):
                            "return_prev=True)")
         v = _to_region(value, what="atomic value")
         d = _to_region(dst, v.shape, "atomic destination")
+        for r in (v, d):
+            if not all(isinstance(n, _builtins.int) for n in r.extents):
+                raise _b.error(f"T.atomic_{op} of a tile needs compile-time tile extents, got {r.buffer.name} "
+                               f"extents {tuple(r.extents)}",
+                               hint="update elements in a T.Parallel loop of constant extent, guarded by the bound")
         b.emit(_t.Atomic(op, d, v, order=order))
         return None
+    if isinstance(dst, (_t.Buffer, _t.Region)):
+        if return_prev:
+            raise _b.error(f"T.atomic_{op}(..., return_prev=True) needs an element destination such as A[i, j]; "
+                           "a tile update has no single previous value")
+        _atomic_broadcast(op, _to_region(dst, what="atomic destination"), value, order)
+        return None
     raise _b.error(f"T.atomic_{op}: the destination must be an element A[i, j] or a region, got {dst!r}")
+
+
+def _atomic_broadcast(op, dst, value, order):
+    """``T.atomic_add(A[i:i+m, :], v)`` / ``T.atomic_add(B, v)``: every element of the region is updated
+    once with the scalar ``v`` (TileLang's tile atomic with a scalar value), as a T.Parallel loop of
+    element atomics; elements of a global region past the tensor's end are left alone."""
+    from ..ir.analysis import bounds_condition
+
+    b = _b.current()
+    shape = tuple(dst.extents)
+    if not all(isinstance(n, _builtins.int) for n in shape):
+        raise _b.error(f"T.atomic_{op} of a scalar into a region of {dst.buffer.name} needs compile-time extents, "
+                       f"got {shape}", hint="update elements in a T.Parallel loop of constant extent")
+    vs = tuple(_e.Var(b.fresh("a"), "int32", kind="loop") for _ in shape)
+    idx = tuple(s + v for s, v in zip(dst.starts, vs))
+    elem = _t.Region(dst.buffer, idx, tuple(1 for _ in idx), tuple(range(len(idx))))
+    body = _t.Atomic(op, elem, _e.cast(dst.buffer.dtype, value), order=order, loc=b.loc)
+    if dst.buffer.scope == "global":
+        cond = bounds_condition(dst.buffer.shape, idx)
+        if cond is not None:
+            body = _t.IfThenElse(cond, body, None, loc=b.loc)
+    b.emit(_t.ParallelFor(vs, shape, body, loc=b.loc))
 
 
 def atomic_add(dst, value, memory_order=None, return_prev=False, use_tma=False):

@@ -7,7 +7,8 @@ Guarantees, recorded in ``func.plans`` (``ir.plans.Plans``):
 * ``fragment_layouts[buffer]``: a ``FragmentLayout`` for every fragment, found in this order:
   1. ``T.gemm`` accumulators take the matrix instruction's accumulator layout over a warp grid
      of the gemm's plan (a SIMT layout when the plan is SIMT); a fragment A operand takes the
-     matching operand layout.
+     matching operand layout (of a SIMT gemm, no layout from the gemm: ``lower_gemm`` stages it in
+     shared memory).
   2. Propagation to a fixpoint: ``T.reduce`` gives its destination the reduced source layout;
      in a ``T.Parallel`` loop, fragments indexed exactly by the loop variables share one layout,
      and fragments indexed by a subset of them take the projection of it.
@@ -93,13 +94,10 @@ def infer_layouts(func: t.PrimFunc, ctx) -> t.PrimFunc:
                 if not s.c.is_full():
                     raise CompileError(f"T.gemm accumulator {s.c.buffer.name} must be used whole", s.loc)
                 assign(s.c.buffer, lay, "a T.gemm accumulator", s.loc)
-            if s.a.buffer.scope == "fragment":
+            if s.a.buffer.scope == "fragment" and plan.kind == "mma":  # (SIMT: lower_gemm stages A in shared)
                 if s.trans_a:
                     raise CompileError("T.gemm with A in a fragment does not support transpose_A=True", s.loc,
                                        hint="transpose while filling the fragment instead")
-                if plan.kind != "mma":
-                    raise CompileError(f"T.gemm with A in a fragment needs a matrix instruction for "
-                                       f"{s.a.buffer.dtype} on {target}", s.loc, hint="stage A in shared memory")
                 assign(s.a.buffer, MmaOperandLayout(tuple(s.a.shape), plan.instr, plan.warps_m, plan.warps_n,
                                                     count(s)), "a T.gemm A operand", s.loc)
             if s.b.buffer.scope == "fragment":

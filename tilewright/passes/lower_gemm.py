@@ -240,7 +240,18 @@ def lower_gemm(ctx: LoweringContext, s: t.Gemm, env: Env) -> list:
     if plan.kind == "simt":
         a_starts = tuple(lower_expr(ctx, x, env) for x in s.a.starts)
         b_starts = tuple(lower_expr(ctx, x, env) for x in s.b.starts)
-        out.extend(_simt(ctx, s, plan, lay, c_local, a_starts, b_starts))
+        staged = {}
+        if s.a.buffer.scope == "fragment":
+            # no matrix instruction takes this A from registers (float32 on NVIDIA): each thread needs
+            # whole rows of A, which other threads hold, so A is written row-major to a shared scratch
+            # (between barriers, as a layout conversion) and the multiply-adds read it there
+            from .lower_parallel import convert_through_shared
+
+            inner = env.child()
+            inner.frag_redirect = dict(env.frag_redirect)
+            out.extend(convert_through_shared(ctx, s.a.buffer, inner, s.loc))
+            staged = inner.frag_redirect
+        out.extend(_simt(ctx, s, plan, lay, c_local, a_starts, b_starts, staged))
         return out
     g = _MmaGemm(ctx, s, env)
     if plan.family in ("mfma", "wmma"):  # AMD: vector operand reads, K pairing (lower_gemm_amd.py)
@@ -419,7 +430,9 @@ def vector_reads(flat, offs, nums, dst, dst_off: int, max_run: int, align_base: 
     return out
 
 
-def _simt(ctx, s, plan, lay, c_local, a_starts, b_starts) -> list:
+def _simt(ctx, s, plan, lay, c_local, a_starts, b_starts, staged=None) -> list:
+    """Scalar multiply-adds over K; operands in shared memory (``staged``: fragments -> the shared
+    scratch holding them row-major)."""
     tm, tn = plan.tm, plan.tn
     ti, tj = ctx.tid // tn, ctx.tid % tn
     k_total = s.a.shape[0] if s.trans_a else s.a.shape[1]
@@ -440,7 +453,9 @@ def _simt(ctx, s, plan, lay, c_local, a_starts, b_starts) -> list:
         idx = _tile_index(region, starts, pos)
         if buf.scope == "shared":
             return E.Load(ctx.shared_flat(buf), (ctx.shared_offset(buf, idx),))
-        raise NotImplementedError("SIMT gemm operands must be in shared memory")
+        if staged and buf in staged:
+            return E.Load(staged[buf], (ctx.strided_offset(buf, idx),))
+        raise InternalError(f"SIMT gemm operand {buf.name} is in {buf.scope} memory, not shared", "lower_gemm")
 
     for a in range(lay.per_m):
         m = ti + tm * a

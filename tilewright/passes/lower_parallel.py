@@ -100,7 +100,7 @@ def lower_parallel(ctx: LoweringContext, p: t.ParallelFor, env: Env, lower_stmt)
                            hint="split the loop: one T.Parallel for the fragment writes, one for the memory update")
     ctx.begin_scratch()
     for buf in _mismatched_fragments(ctx, p, layout, env):
-        out.extend(_convert_through_shared(ctx, buf, env, p.loc))
+        out.extend(convert_through_shared(ctx, buf, env, p.loc))
     for r0 in range(0, layout.num_regs, g):
         pos0 = layout.index(ctx.tid, r0)
         group_env = env.child()
@@ -248,7 +248,7 @@ def _mismatched_fragments(ctx, p, layout, env) -> list:
                 continue
             try:
                 idx = tuple(lower_expr(ctx, i, e) for i in ld.indices)
-                ctx.frag_register(ld.buffer, idx, {ctx.tid: ctx.tid_np}, active=active)
+                ctx.frag_register(ld.buffer, idx, {ctx.tid: ctx.tid_np}, p.loc, active=active)
             except CompileError as err:
                 if "does not hold" in err.message or "different registers" in err.message:
                     bad.append(ld.buffer)
@@ -257,7 +257,7 @@ def _mismatched_fragments(ctx, p, layout, env) -> list:
     return bad
 
 
-def _convert_through_shared(ctx, buf, env, loc) -> list:
+def convert_through_shared(ctx, buf, env, loc) -> list:
     """Write fragment ``buf`` to a shared scratch tile (row-major) so that the loop reads it
     from there; the barriers order the exchange (and protect the scratch across loop iterations)."""
     lay = ctx.layouts[buf]

@@ -18,12 +18,16 @@ import itertools
 import numpy as np
 
 from ..errors import CompileError, InternalError
+from ..ir import dtype as dt
 from ..ir import expr as E
 from ..ir import tile as t
 from ..ir.layout import SharedLayout
 from ..ir.uniformity import Uniformity
-from ..ir.visitor import rewrite_expr
+from ..ir.visitor import free_vars, rewrite_expr, walk
 from .analysis import eval_expr
+from .share_shared_memory import OFFSETS_ATTR as SHARED_OFFSETS_ATTR
+
+_MAX_UNIFORM_POINTS = 4096  # most values of the serial loop variables in a fragment index that are tried
 
 
 class LoweringContext:
@@ -66,6 +70,7 @@ class LoweringContext:
         self.scratch_offsets: dict = {}
         self.scratch_decls: list = []
         self.tid_np = np.arange(self.nthreads)
+        self._loop_ranges: dict | None = None  # serial loop variable -> (start, extent), see loop_range
 
     @contextlib.contextmanager
     def thread_set(self, base: int, count: int, local_tid, region=None):
@@ -187,7 +192,14 @@ class LoweringContext:
             lay = self.shared_layouts.get(buf) or SharedLayout(buf.shape, buf.dtype)
             self.shared_layouts[buf] = lay
             # TMA swizzles by shared-address bits: a tile starts on the pattern's 1 KiB period
-            self.shared_of[buf] = self.alloc_shared(buf.name, lay.numel, buf.dtype, 1024 if lay.tma else 128)
+            planned = self.func.attrs.get(SHARED_OFFSETS_ATTR)
+            if planned and buf in planned:  # placed by lifetime (share_shared_memory)
+                flat = t.Buffer(buf.name, (lay.numel,), buf.dtype, "shared")
+                self.shared_offsets[flat] = planned[buf]
+                self.shared_top = max(self.shared_top, planned[buf] + lay.numel * dt.nbytes(buf.dtype))
+                self.shared_of[buf] = flat
+            else:
+                self.shared_of[buf] = self.alloc_shared(buf.name, lay.numel, buf.dtype, 1024 if lay.tma else 128)
         return self.shared_of[buf]
 
     def _dynamic_shared_flat(self, buf: t.Buffer) -> t.Buffer:
@@ -256,16 +268,70 @@ class LoweringContext:
         raise InternalError(f"flat access to {buf.scope} buffer {buf.name}", "lower_to_threads")
 
     # ---------------------------------------------------------------- fragments
-    def frag_register(self, buf: t.Buffer, idx, np_env: dict, loc=None, active=None) -> int:
+    def frag_register(self, buf: t.Buffer, idx, np_env: dict, loc=None, active=None):
         """The register (same in every thread) holding ``buf[idx]`` where ``np_env`` binds the
         variables of ``idx`` to per-thread NumPy values; ``active`` (a bool per thread) leaves out
-        threads that do not execute the access (padding positions of a layout)."""
+        threads that do not execute the access (padding positions of a layout).
+
+        An index may also hold serial loop variables (``src[i, k]`` in a ``T.Parallel(K)`` inside
+        ``for i in T.serial(4)``), the same in every thread: TileLang reads each thread's own element
+        there.  Every value of those variables is tried; when each thread holds its elements, in a
+        register that is the same in every thread and affine in the variables, the register is that
+        expression (an int when it is constant), else the kernel is refused (a thread-distributed
+        fragment read along a serial loop)."""
         lay = self.layouts[buf]
         if lay.num_threads != self.nthreads:
             raise CompileError(f"fragment {buf.name} is laid out over {lay.num_threads} threads but used by a set of "
                                f"{self.nthreads} threads", loc, hint="use one fragment per thread partition and "
                                "exchange data through shared memory")
         np_env = {**self.thread_values(), **np_env}
+        uniform = sorted({v for x in idx for v in free_vars(x) if v not in np_env}, key=lambda v: v.name)
+        if not uniform:
+            return self._register_at(buf, lay, idx, np_env, loc, active)
+        ranges = [self.loop_range(v) for v in uniform]
+        combos = int(np.prod([n for _, n in ranges])) if all(r is not None for r in ranges) else None
+        if combos is None or combos > _MAX_UNIFORM_POINTS:
+            what = ", ".join(v.name for v, r in zip(uniform, ranges) if r is None) or "their values"
+            # (the words "does not hold" let a T.Parallel loop read the fragment through shared memory)
+            raise CompileError(
+                f"fragment {buf.name} is indexed by {', '.join(str(x) for x in idx)}, which depends on a value "
+                f"other than the T.Parallel loop variables ({what}): a thread-distributed fragment, and a thread "
+                "does not hold every element such an index may name", loc,
+                hint="index fragments by the loop variables of the enclosing T.Parallel, constants or serial loop "
+                "variables of constant range; a fragment's elements live in registers of fixed threads")
+        regs = {}
+        for point in itertools.product(*(range(s, s + n) for s, n in ranges)):
+            env = {**np_env, **dict(zip(uniform, point))}
+            try:
+                regs[point] = self._register_at(buf, lay, idx, env, loc, active)
+            except CompileError as e:
+                inner = [v for v in uniform if v in self.loop_ranges_in_parallel()]
+                if not inner or not _instruction_layout(lay) or ("does not hold" not in e.message
+                                                                 and "different registers" not in e.message):
+                    raise  # the T.Parallel loop reads the fragment through shared memory instead
+                at = ", ".join(f"{v.name} = {x}" for v, x in zip(uniform, point))
+                where = ", ".join(str(x) for x in idx)
+                raise CompileError(
+                    f"{buf.name} is a thread-distributed fragment: at {at} its element {buf.name}[{where}] is not "
+                    "held, at one register in all threads, by the threads that read it", loc,
+                    hint="reduce a fragment along a dimension with T.reduce_sum / T.reduce_max (not a T.serial "
+                    "loop over its elements), or copy it to shared memory (T.alloc_shared + T.copy) and read it "
+                    "there") from None
+        return _affine_register(buf, uniform, ranges, regs, loc)
+
+    def loop_range(self, var) -> tuple | None:
+        """(start, extent) of every value serial loop variable ``var`` takes in the kernel (None: not
+        a loop variable of constant bounds)."""
+        if self._loop_ranges is None:
+            self._loop_ranges, self._inner_loop_vars = _constant_loop_ranges(self.func.body)
+        return self._loop_ranges.get(var)
+
+    def loop_ranges_in_parallel(self) -> set:
+        """The variables of serial loops inside a T.Parallel body (a thread's own loop over elements)."""
+        self.loop_range(None)
+        return self._inner_loop_vars
+
+    def _register_at(self, buf: t.Buffer, lay, idx, np_env: dict, loc, active) -> int:
         try:
             vals = [np.broadcast_to(np.asarray(eval_expr(x, np_env), dtype=np.int64), (self.nthreads,))
                     for x in idx]
@@ -302,3 +368,63 @@ class LoweringContext:
 
     def substitute_vars(self, e, env: dict):
         return rewrite_expr(e, lambda x: env.get(x) if isinstance(x, E.Var) else None)
+
+
+def _constant_loop_ranges(body) -> tuple:
+    """(var -> (start, extent) of the serial loops of constant bounds, a variable of several loops
+    getting the range covering all of them; the variables of loops inside a T.Parallel body)."""
+    out: dict = {}
+    inner: set = set()
+
+    def in_parallel(s):
+        if isinstance(s, t.For):
+            inner.add(s.var)
+
+    def f(s):
+        if isinstance(s, t.ParallelFor):
+            walk(s.body, in_parallel)
+        if isinstance(s, t.For) and isinstance(s.start, E.Const) and isinstance(s.extent, E.Const):
+            lo, n = int(s.start.value), int(s.extent.value)
+            if n <= 0:
+                return
+            if s.var in out:
+                lo0, n0 = out[s.var]
+                hi = max(lo0 + n0, lo + n)
+                lo = min(lo0, lo)
+                n = hi - lo
+            out[s.var] = (lo, n)
+
+    walk(body, f)
+    return out, inner
+
+
+def _instruction_layout(lay) -> bool:
+    """Whether a fragment's layout is a matrix instruction's (a T.gemm accumulator or operand), which
+    no other use can change: TileLang refuses a serial loop inside T.Parallel over such a fragment's
+    elements (issue 2393)."""
+    from ..ir.layout import MmaAccumLayout, MmaOperandLayout, SimtAccumLayout
+
+    return isinstance(lay, (MmaAccumLayout, MmaOperandLayout, SimtAccumLayout))
+
+
+def _affine_register(buf, uniform: list, ranges: list, regs: dict, loc):
+    """The register expression ``r0 + sum(c_k * v_k)`` that gives ``regs[point]`` at every point of the
+    loop ranges (an int when no variable moves it); refused when the registers are not affine."""
+    start = tuple(s for s, _ in ranges)
+    r0 = regs[start]
+    coeffs = []
+    for k, (s, n) in enumerate(ranges):
+        nxt = start[:k] + (s + 1,) + start[k + 1:]
+        coeffs.append(regs[nxt] - r0 if n > 1 else 0)
+    for point, r in regs.items():
+        if r != r0 + sum(c * (x - s) for c, x, s in zip(coeffs, point, start)):
+            raise CompileError(
+                f"{buf.name} is a thread-distributed fragment whose registers along "
+                f"{', '.join(v.name for v in uniform)} follow no linear pattern", loc,
+                hint=f"index {buf.name} by the T.Parallel loop variables, or copy it to shared memory and read it "
+                "there")
+    out = E.as_expr(r0 - sum(c * s for c, s in zip(coeffs, start)))
+    for c, v in zip(coeffs, uniform):
+        if c:
+            out = out + v * c
+    return int(out.value) if isinstance(out, E.Const) else out

@@ -19,6 +19,7 @@ from .lower_to_threads import lower_to_threads
 from .pipeline_loops import pipeline_loops
 from .plan_gemms import plan_gemms
 from .plan_tma_stores import plan_tma_stores
+from .share_shared_memory import share_shared_memory
 from .simplify_ranges import simplify_ranges
 from .warp_specialize import warp_specialize
 from .warp_specialize_loop import warp_specialize_loop  # attention-shaped loops (attn-hopper)
@@ -44,7 +45,7 @@ def _tile(fn):
 # inside the passes from the target record.  Passes record their decisions in ``func.plans``.
 _PASSES = [check_target_limits, warp_specialize, warp_specialize_loop, pipeline_loops, plan_tma_stores,
            _tile(expand_tile_ops),
-           plan_gemms, infer_layouts, _tile(insert_barriers)]
+           plan_gemms, infer_layouts, _tile(insert_barriers), share_shared_memory]
 TILE_PASSES = {"cuda": _PASSES, "hip": _PASSES}
 
 

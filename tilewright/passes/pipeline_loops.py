@@ -53,7 +53,7 @@ from ..ir.layout import SharedLayout, tma_boxes
 from ..ir.plans import GemmMainloop, PipelineRing
 from ..ir.tile_ops import buffer_accesses, decl_of, op_binds, rebuild_op
 from ..ir.uniformity import thread_sets
-from ..ir.visitor import free_vars, map_stmt, rewrite_expr, substitute, walk
+from ..ir.visitor import free_vars, map_stmt, rebuild, rewrite_expr, substitute, walk
 
 
 def pipeline_loops(func: t.PrimFunc, ctx=None) -> t.PrimFunc:
@@ -72,7 +72,9 @@ def pipeline_loops(func: t.PrimFunc, ctx=None) -> t.PrimFunc:
 
     def rewrite(s):
         if isinstance(s, t.For) and s.kind == "pipelined":
-            return _pipeline(s, func, allocs, restaged, no_prefetch, tma and s not in in_partition, func.plans)
+            hoisted, s = _hoist_shared_allocs(s)
+            out = _pipeline(s, func, allocs, restaged, no_prefetch, tma and s not in in_partition, func.plans)
+            return t.SeqStmt([*hoisted, out]) if hoisted else out
         return None
 
     func.body = map_stmt(func.body, rewrite)
@@ -84,6 +86,20 @@ def pipeline_loops(func: t.PrimFunc, ctx=None) -> t.PrimFunc:
 
         func.body = map_stmt(func.body, realloc)
     return func
+
+
+def _hoist_shared_allocs(loop: t.For):
+    """(the shared ``Alloc``s at the top level of a pipelined loop's body, the loop without them):
+    TileLang allows ``T.alloc_shared`` inside a ``T.Pipelined`` body, and the prologue issued before
+    the loop copies into those buffers, so they are declared before it (a shared buffer's place is
+    fixed for the whole kernel either way)."""
+    body = _flatten(loop.body)
+    hoisted = [s for s in body if isinstance(s, t.Alloc) and s.buffer.scope == "shared"]
+    if not hoisted:
+        return [], loop
+    rest = [s for s in body if not (isinstance(s, t.Alloc) and s.buffer.scope == "shared")]
+    new_body = t.SeqStmt(rest) if len(rest) != 1 else rest[0]
+    return hoisted, rebuild(loop, body=new_body)
 
 
 def _flatten(body) -> list:
