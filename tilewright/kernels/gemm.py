@@ -199,7 +199,14 @@ def matmul_persistent(M, N, K, block_M=128, block_N=256, block_K=64, dtype="floa
                 rows = T.min(m_tiles - first_m, group)
                 tm = first_m + tile % (group * n_tiles) % rows
                 tn = tile % (group * n_tiles) // rows
-                T.clear(C_local)
+                if bias_dtype:
+                    # the bias seeds the accumulator: read before the mainloop, it is not live beside
+                    # the 128 accumulators of a 128x256 tile in the epilogue (where its loads, hoisted
+                    # by ptxas, spilled 408 bytes)
+                    for i, j in T.Parallel(block_M, block_N):
+                        C_local[i, j] = T.cast(Bias[T.min(tn * block_N + j, N - 1)], "float32")
+                else:
+                    T.clear(C_local)
                 for k in T.Pipelined(T.ceildiv(K, block_K), num_stages=num_stages):
                     if trans_A:
                         T.copy(A[k * block_K, tm * block_M], A_shared)
@@ -210,12 +217,9 @@ def matmul_persistent(M, N, K, block_M=128, block_N=256, block_K=64, dtype="floa
                     else:
                         T.copy(B[k * block_K, tn * block_N], B_shared)
                     T.gemm(A_shared, B_shared, C_local, transpose_A=trans_A, transpose_B=trans_B)
-                if bias_dtype or activation != "none":
+                if activation != "none":
                     for i, j in T.Parallel(block_M, block_N):
-                        v = C_local[i, j]
-                        if bias_dtype:
-                            v = v + T.cast(Bias[T.min(tn * block_N + j, N - 1)], "float32")
-                        C_local[i, j] = activate(v, activation)
+                        C_local[i, j] = activate(C_local[i, j], activation)
                 if staged_epilogue:
                     T.copy(C_local, C_shared)
                     T.copy(C_shared, C[tm * block_M, tn * block_N])
