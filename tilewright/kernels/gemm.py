@@ -238,15 +238,20 @@ def streamk_plan(tiles: int, k_steps: int, num_blocks: int, max_splits: int = 4)
     fill whole waves (the kernel is then the plain persistent one).  E.g. 192 tiles of 16 steps on
     132 blocks: 32 steps at s = 1, 24 at s = 2 (one full wave, then 60 tiles in 120 halves); the
     ideal, every block the same share, is 23.3."""
-    waves, rest = divmod(tiles, num_blocks)
-    best, best_steps = 1, None
-    for s in range(1, max_splits + 1):
-        if s > 1 and (rest == 0 or k_steps < 2 * s):
+    rest = tiles % num_blocks
+    best = 1
+    for s in range(2, max_splits + 1):
+        if rest == 0 or k_steps < 2 * s:
             break
-        steps = waves * k_steps + -(-rest * s // num_blocks) * -(-k_steps // s)
-        if best_steps is None or steps < best_steps:
-            best, best_steps = s, steps
+        if streamk_steps(tiles, k_steps, num_blocks, s) < streamk_steps(tiles, k_steps, num_blocks, best):
+            best = s
     return best
+
+
+def streamk_steps(tiles: int, k_steps: int, num_blocks: int, splits: int) -> int:
+    """K steps of the busiest block of ``matmul_streamk`` (``streamk_plan``)."""
+    waves, rest = divmod(tiles, num_blocks)
+    return waves * k_steps + -(-rest * splits // num_blocks) * -(-k_steps // splits)
 
 
 def _tile_coords(tile, m_tiles, n_tiles: int, group: int):
