@@ -317,8 +317,9 @@ def _plan(cfg, N, K, dtype, out_name, ta, tb, has_bias, activation, target, arch
     elif cfg.kind == "streamk":
         bias_dt = dtype if has_bias else None
         first = _kernel(("gemm_streamk", N, K, dtype, out_name, ta, tb, has_bias, activation, tiles, num_sms,
-                         cfg.splits), lambda: kernels.linear_streamk(N, K, dtype, out_name, ta, tb, has_bias, activation,
-                                                                     *tiles, num_sms, cfg.splits), target, pc)
+                         cfg.splits),
+                        lambda: kernels.linear_streamk(N, K, dtype, out_name, ta, tb, has_bias, activation, *tiles,
+                                                       num_sms, cfg.splits), target, pc)
         fix = _kernel(("gemm_streamk_fixup", N, cfg.block_M, cfg.block_N, cfg.splits, num_sms, out_name, bias_dt,
                        activation), lambda: kernels.streamk_epilogue(N, cfg.block_M, cfg.block_N, cfg.splits, num_sms,
                                                                      out_name, bias_dt, activation), target)

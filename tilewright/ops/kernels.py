@@ -8,8 +8,15 @@ reduction length are static, so rows live in registers and loops are fully known
 from __future__ import annotations
 
 from .. import language as T
-from ..kernels.gemm import (ACTIVATIONS, activate, matmul_persistent, matmul_splitk, matmul_streamk,  # noqa: F401
-                           splitk_reduce, streamk_fixup)
+from ..kernels.gemm import (  # noqa: F401
+    ACTIVATIONS,
+    activate,
+    matmul_persistent,
+    matmul_splitk,
+    matmul_streamk,
+    splitk_reduce,
+    streamk_fixup,
+)
 
 
 def linear(N, K, dtype, out_dtype, trans_a, trans_b, has_bias, activation, block_M, block_N, block_K, stages,
