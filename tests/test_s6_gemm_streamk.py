@@ -116,7 +116,9 @@ def test_streamk_kernels_build_without_spills(bn, splits, dtype, has_bias, activ
         assert k.num_threads == want_threads
         src = print_cuda(k)
         if f is first:
-            assert "wgmma.mma_async" in src and "cp.async.bulk.tensor" in src and "setmaxnreg" in src
+            assert "wgmma.mma_async" in src and "cp.async.bulk.tensor" in src
+            # registers move to the consumers only when they are two warpgroups (one already has 255)
+            assert ("setmaxnreg" in src) == (threads == 256)
         res = nvrtc.compile_cuda(src, "sm_90a", [k.name]).resources[k.name]
         assert res["spills"] == 0 and res["local_bytes"] == 0, (k.name, res)
 

@@ -181,6 +181,9 @@ def matmul_persistent(M, N, K, block_M=128, block_N=256, block_K=64, dtype="floa
     bias_len = N if bias_dtype else 1
     bias_dt = bias_dtype or "float32"
     group = max(group_M, 1)
+    # large fragments (64+ accumulators a thread) take the bias before the mainloop (see below);
+    # small ones add it in the epilogue, where seeding cost a 16x64 tile of 128 threads a spill
+    seed_bias = bool(bias_dtype) and block_M * block_N // threads >= 64
 
     @T.prim_func
     def gemm_persistent(A: T.Tensor(a_shape, dtype), B: T.Tensor(b_shape, dtype),
@@ -199,7 +202,7 @@ def matmul_persistent(M, N, K, block_M=128, block_N=256, block_K=64, dtype="floa
                 rows = T.min(m_tiles - first_m, group)
                 tm = first_m + tile % (group * n_tiles) % rows
                 tn = tile % (group * n_tiles) // rows
-                if bias_dtype:
+                if seed_bias:
                     # the bias seeds the accumulator: read before the mainloop, it is not live beside
                     # the 128 accumulators of a 128x256 tile in the epilogue (where its loads, hoisted
                     # by ptxas, spilled 408 bytes)
@@ -217,9 +220,12 @@ def matmul_persistent(M, N, K, block_M=128, block_N=256, block_K=64, dtype="floa
                     else:
                         T.copy(B[k * block_K, tn * block_N], B_shared)
                     T.gemm(A_shared, B_shared, C_local, transpose_A=trans_A, transpose_B=trans_B)
-                if activation != "none":
+                if (bias_dtype and not seed_bias) or activation != "none":
                     for i, j in T.Parallel(block_M, block_N):
-                        C_local[i, j] = activate(C_local[i, j], activation)
+                        v = C_local[i, j]
+                        if bias_dtype and not seed_bias:
+                            v = v + T.cast(Bias[T.min(tn * block_N + j, N - 1)], "float32")
+                        C_local[i, j] = activate(v, activation)
                 if staged_epilogue:
                     T.copy(C_local, C_shared)
                     T.copy(C_shared, C[tm * block_M, tn * block_N])
