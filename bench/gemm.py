@@ -16,6 +16,9 @@ is compiled in parallel worker processes (filling the disk cache), so a run take
 
 ``python bench/gemm.py`` on a GPU (results under bench/results/); ``--quick`` runs two tiny shapes
 (on the CPU through the tile interpreter when there is no GPU: a check that the script works).
+``--weak`` times only the two shapes furthest below cuBLAS (2000x3000x1000 and 128x8192x8192):
+cuBLAS, ``ops.matmul`` as called (the heuristic) and every candidate configuration (among them the
+data-parallel + stream-K ones), each listed with its ratio to cuBLAS (no Triton, no user kernel).
 """
 
 from __future__ import annotations
@@ -45,6 +48,7 @@ from tilewright.ops import kernels as ops_kernels  # noqa: E402
 SHAPES = [(4096, 4096, 4096), (8192, 8192, 8192), (16, 8192, 8192), (128, 8192, 8192), (8192, 8192, 1024),
           (2000, 3000, 1000)]
 QUICK_SHAPES = [(64, 96, 128), (16, 128, 2048)]  # the second takes split-K
+WEAK_SHAPES = [(2000, 3000, 1000), (128, 8192, 8192)]  # tiles that fill the GPU badly (bench/results/*-0954-gemm-*)
 WGMMA_WS = {"tw.enable_wgmma": True, "tw.warp_specialize": True}
 WGMMA = {"tw.enable_wgmma": True}
 
@@ -167,6 +171,11 @@ def ops_jobs(m, n, k, dtype, cfg, arch, num_sms, target):
         slices = 1 if cfg.atomic else cfg.splits
         return [(lambda: ops_kernels.linear_splitk(n, k, dtype, False, False, *tiles, cfg.splits, cfg.atomic), pc,
                  target), (lambda: ops_kernels.splitk_epilogue(n, slices, dtype, None, "none"), {}, target)]
+    if cfg.kind == "streamk":
+        return [(lambda: ops_kernels.linear_streamk(n, k, dtype, dtype, False, False, False, "none", *tiles, num_sms,
+                                                    cfg.splits), pc, target),
+                (lambda: ops_kernels.streamk_epilogue(n, cfg.block_M, cfg.block_N, cfg.splits, num_sms, dtype, None,
+                                                      "none"), {}, target)]
     if cfg.kind == "persistent":
         return [(lambda: ops_kernels.linear_persistent(n, k, dtype, dtype, False, False, False, "none", *tiles,
                                                        num_sms, cfg.group_M, staged), pc, target)]
@@ -178,7 +187,9 @@ def rel_err(got, ref) -> float:
     return (got.double() - ref).abs().max().item() / (ref.abs().max().item() + 1e-12)
 
 
-def run_shape(m, n, k, dtype, device, timer, arch, num_sms, smem, target, tol):
+def run_shape(m, n, k, dtype, device, timer, arch, num_sms, smem, target, tol, ops_only=False, per_config=None):
+    """The contenders on one shape: {name: (ms, label)}; ``ops_only``: cuBLAS and ops.matmul only;
+    ``per_config`` (a list) receives (config, ms or None) for every candidate configuration."""
     td = getattr(torch, dtype)
     g = torch.Generator(device=device).manual_seed(m * 31 + n * 7 + k)
     a = torch.randn(m, k, device=device, dtype=td, generator=g)
@@ -208,12 +219,12 @@ def run_shape(m, n, k, dtype, device, timer, arch, num_sms, smem, target, tol):
 
     c_ref = torch.empty(m, n, device=device, dtype=td)
     attempt("cuBLAS", lambda: torch.matmul(a, b, out=c_ref), c_ref, "torch.matmul")
-    if triton_gemm.matmul is not None and device == "cuda":
+    if triton_gemm.matmul is not None and device == "cuda" and not ops_only:
         c_tr = torch.empty(m, n, device=device, dtype=td)
         triton_gemm.matmul(a, b, c_tr)  # autotunes here, outside the timing
         attempt("Triton", lambda: triton_gemm.matmul(a, b, c_tr), c_tr, triton_gemm.best_config())
     c_user = torch.empty(m, n, device=device, dtype=td)
-    for bm, bn, bk, st, thr, pc, staged in user_configs(m):
+    for bm, bn, bk, st, thr, pc, staged in ([] if ops_only else user_configs(m)):
         pc = pc if arch == "sm_90" else {}
         label = f"{bm}x{bn}x{bk} s{st} t{thr}" + (" " + "+".join(k.split(".")[1] for k in pc) if pc else "")
         label += " staged" if staged else ""
@@ -232,6 +243,8 @@ def run_shape(m, n, k, dtype, device, timer, arch, num_sms, smem, target, tol):
         ms = attempt("ops best", lambda cfg=cfg: dispatch.matmul_impl(a, b, None, "none", None, config=cfg, out=c_ops),
                      c_ops, cfg.short())
         rows.append((cfg, ms, ""))
+        if per_config is not None:
+            per_config.append((cfg, ms))
     timed = [r for r in rows if r[1] is not None]
     if timed and device == "cuda":
         best = min(timed, key=lambda r: r[1])
@@ -244,6 +257,8 @@ def main(argv=None):
     p.add_argument("--quick", action="store_true", help="two tiny shapes (the CPU interpreter when there is no GPU)")
     p.add_argument("--dtypes", default="float16,bfloat16", help="comma-separated (default: float16,bfloat16)")
     p.add_argument("--shapes", default=None, help="MxNxK,... instead of the issue-8 shapes")
+    p.add_argument("--weak", action="store_true",
+                   help="the two weak shapes only: cuBLAS, ops.matmul and every candidate side by side")
     p.add_argument("--timer", choices=("graph", "do_bench"), default="graph",
                    help="graph: CUDA-graph replays (GPU time); do_bench: triton.testing.do_bench of eager calls")
     p.add_argument("--workers", type=int, default=max(1, min(14, (os.cpu_count() or 2) - 2)),
@@ -258,7 +273,7 @@ def main(argv=None):
     if args.shapes:
         shapes = [tuple(int(x) for x in s.lower().split("x")) for s in args.shapes.split(",")]
     else:
-        shapes = QUICK_SHAPES if args.quick else SHAPES
+        shapes = QUICK_SHAPES if args.quick else WEAK_SHAPES if args.weak else SHAPES
     dtypes = args.dtypes.split(",")
     probe = torch.empty(1, device=device, dtype=torch.float16)
     arch, num_sms, device_name = dispatch._arch_of(probe)
@@ -277,7 +292,7 @@ def main(argv=None):
         jobs = []
         for dtype in dtypes:
             for (m, n, k) in shapes:
-                for bm, bn, bk, st, thr, pc, staged in user_configs(m):
+                for bm, bn, bk, st, thr, pc, staged in ([] if args.weak else user_configs(m)):
                     jobs.append((lambda m=m, n=n, k=k, bm=bm, bn=bn, bk=bk, st=st, thr=thr, dtype=dtype, sg=staged:
                                  user_kernel(m, n, k, dtype, bm, bn, bk, st, thr, sg),
                                  pc if arch == "sm_90" else {}, target))
@@ -291,12 +306,20 @@ def main(argv=None):
             "| best ops config |",
             "|" + "---|" * (2 + len(names) + 7)]
     ratios = {"user kernel": [], "ops.matmul": [], "ops best": [], "Triton": []}
+    candidate_rows = ["", "Every candidate configuration (ops best = the fastest of these):", "",
+                      "| M×N×K | dtype | config | TFLOP/s | ratio to cuBLAS |", "|---|---|---|---|---|"]
     t_start = time.perf_counter()
     for dtype in dtypes:
         for (m, n, k) in shapes:
-            res = run_shape(m, n, k, dtype, device, timer, arch, num_sms, smem, target, tol if on_gpu else 2e-2)
+            per_config = []
+            res = run_shape(m, n, k, dtype, device, timer, arch, num_sms, smem, target, tol if on_gpu else 2e-2,
+                            ops_only=args.weak, per_config=per_config)
             tf = {x: (tflops(m, n, k, res[x][0]) if x in res else None) for x in names}
             ref = tf["cuBLAS"]
+            for cfg, ms in per_config:
+                cell = "failed" if ms is None else f"{tflops(m, n, k, ms):.4g} | " + (
+                    f"{tflops(m, n, k, ms) / ref:.2f}" if ref else "-")
+                candidate_rows.append(f"| {m}×{n}×{k} | {dtype} | {cfg.short()} | {cell} |")
 
             def ratio(x, tf=tf, ref=ref):
                 if tf[x] is None or not ref:
@@ -317,11 +340,13 @@ def main(argv=None):
     wall = time.perf_counter() - t_start
     rows += ["", f"Timer: {args.timer if on_gpu else 'cpu (interpreter)'}; correctness: relative error vs float64 "
                  f"<= {tol if on_gpu else 2e-2} with NaN-poisoned outputs; wall time {wall:.0f} s", ""] + summary
-    if on_gpu and not args.no_compile_times and not args.quick:
+    if args.weak:
+        rows += candidate_rows
+    if on_gpu and not args.no_compile_times and not args.quick and not args.weak:
         rows += ["", compile_times()]
     print("\n".join(rows))
     if on_gpu:
-        print("saved", save("gemm", rows))
+        print("saved", save("gemm-weak" if args.weak else "gemm", rows))
     else:
         print("(CPU quick run: not saved)")
 

@@ -263,7 +263,7 @@ def test_config_json_round_trip_and_bad_entries():
     c = GemmConfig("splitk", 64, 128, 64, 4, 128, splits=3, wgmma=True)
     assert GemmConfig.from_json(c.to_json()) == c
     assert GemmConfig.from_json({"kind": "direct", "nonsense": 1}) is None
-    assert GemmConfig.from_json({"kind": "streamk"}) is None
+    assert GemmConfig.from_json({"kind": "warpspeed"}) is None
 
 
 def test_tuned_entry_overrides_the_heuristic(tmp_path, monkeypatch):

@@ -181,6 +181,9 @@ def matmul_persistent(M, N, K, block_M=128, block_N=256, block_K=64, dtype="floa
     bias_len = N if bias_dtype else 1
     bias_dt = bias_dtype or "float32"
     group = max(group_M, 1)
+    # large fragments (64+ accumulators a thread) take the bias before the mainloop (see below);
+    # small ones add it in the epilogue, where seeding cost a 16x64 tile of 128 threads a spill
+    seed_bias = bool(bias_dtype) and block_M * block_N // threads >= 64
 
     @T.prim_func
     def gemm_persistent(A: T.Tensor(a_shape, dtype), B: T.Tensor(b_shape, dtype),
@@ -199,7 +202,14 @@ def matmul_persistent(M, N, K, block_M=128, block_N=256, block_K=64, dtype="floa
                 rows = T.min(m_tiles - first_m, group)
                 tm = first_m + tile % (group * n_tiles) % rows
                 tn = tile % (group * n_tiles) // rows
-                T.clear(C_local)
+                if seed_bias:
+                    # the bias seeds the accumulator: read before the mainloop, it is not live beside
+                    # the 128 accumulators of a 128x256 tile in the epilogue (where its loads, hoisted
+                    # by ptxas, spilled 408 bytes)
+                    for i, j in T.Parallel(block_M, block_N):
+                        C_local[i, j] = T.cast(Bias[T.min(tn * block_N + j, N - 1)], "float32")
+                else:
+                    T.clear(C_local)
                 for k in T.Pipelined(T.ceildiv(K, block_K), num_stages=num_stages):
                     if trans_A:
                         T.copy(A[k * block_K, tm * block_M], A_shared)
@@ -210,10 +220,10 @@ def matmul_persistent(M, N, K, block_M=128, block_N=256, block_K=64, dtype="floa
                     else:
                         T.copy(B[k * block_K, tn * block_N], B_shared)
                     T.gemm(A_shared, B_shared, C_local, transpose_A=trans_A, transpose_B=trans_B)
-                if bias_dtype or activation != "none":
+                if (bias_dtype and not seed_bias) or activation != "none":
                     for i, j in T.Parallel(block_M, block_N):
                         v = C_local[i, j]
-                        if bias_dtype:
+                        if bias_dtype and not seed_bias:
                             v = v + T.cast(Bias[T.min(tn * block_N + j, N - 1)], "float32")
                         C_local[i, j] = activate(v, activation)
                 if staged_epilogue:
@@ -223,3 +233,155 @@ def matmul_persistent(M, N, K, block_M=128, block_N=256, block_K=64, dtype="floa
                     T.copy(C_local, C[tm * block_M, tn * block_N])
 
     return gemm_persistent
+
+
+# ---------------------------------------------------------------- data-parallel + stream-K hybrid
+def streamk_plan(tiles: int, k_steps: int, num_blocks: int, max_splits: int = 4) -> int:
+    """The K slices ``s`` (1..``max_splits``) the left-over tiles are cut into in ``matmul_streamk``,
+    for ``tiles`` output tiles of ``k_steps`` K steps on ``num_blocks`` blocks: the one with the
+    fewest K steps on the busiest block, ``w * k_steps + ceil(r * s / num_blocks) * ceil(k_steps / s)``
+    (``w`` full waves, ``r`` tiles left over), ties to fewer slices (less partial traffic).  1 when the tiles
+    fill whole waves (the kernel is then the plain persistent one).  E.g. 192 tiles of 16 steps on
+    132 blocks: 32 steps at s = 1, 24 at s = 2 (one full wave, then 60 tiles in 120 halves); the
+    ideal, every block the same share, is 23.3."""
+    rest = tiles % num_blocks
+    best = 1
+    for s in range(2, max_splits + 1):
+        if rest == 0 or k_steps < 2 * s:
+            break
+        if streamk_steps(tiles, k_steps, num_blocks, s) < streamk_steps(tiles, k_steps, num_blocks, best):
+            best = s
+    return best
+
+
+def streamk_steps(tiles: int, k_steps: int, num_blocks: int, splits: int) -> int:
+    """K steps of the busiest block of ``matmul_streamk`` (``streamk_plan``)."""
+    waves, rest = divmod(tiles, num_blocks)
+    return waves * k_steps + -(-rest * splits // num_blocks) * -(-k_steps // splits)
+
+
+def _tile_coords(tile, m_tiles, n_tiles: int, group: int):
+    """(tile row, tile column) of rasterized tile ``tile``: groups of ``group`` tile rows, column by
+    column within a group (concurrent tiles share operand panels in L2); ``group`` 0 or 1: row by
+    row (no division by the group's row count, which varies with a dynamic M: fewer registers for
+    the index math)."""
+    if group <= 1:
+        return tile // n_tiles, tile % n_tiles
+    first_m = tile // (group * n_tiles) * group
+    rows = T.min(m_tiles - first_m, group)
+    return first_m + tile % (group * n_tiles) % rows, tile % (group * n_tiles) // rows
+
+
+def matmul_streamk(M, N, K, block_M=128, block_N=256, block_K=64, splits=2, dtype="float16", out_dtype=None,
+                   trans_A=False, trans_B=False, num_stages=4, threads=256, num_blocks=132, group_M=0,
+                   bias_dtype=None, activation="none"):
+    """First kernel of a data-parallel + stream-K GEMM, for shapes whose tiles leave the last wave
+    part empty (2000x3000 in 128x256 tiles: 192 tiles on 132 SMs, 1.45 waves) or fill less than
+    one (128x8192: 32..64 tiles).  ``num_blocks`` persistent blocks; of the output tiles (rasterized
+    as in ``matmul_persistent``) the ``w`` full waves are data-parallel: block ``b`` computes tiles
+    ``b, b + num_blocks, ...`` whole (bias seeded into the accumulator, activation, store to C).
+    The ``r`` tiles left over are cut into ``splits`` K slices of ``k_tiles_per_split`` steps, and
+    these ``r * splits`` units are spread over all blocks; each unit's fp32 partial goes to slot
+    ``(tile - w * num_blocks, z)`` of the workspace ``W[num_blocks, splits, block_M, block_N]``,
+    and ``streamk_fixup`` adds the slices in order (the same bits every run), the bias and the
+    activation, and stores C.  The K trip count is two-phase (whole tiles, then slices), which the
+    warp-specialized ring follows (``passes/warp_specialize._tile_steps``).  ``streamk_plan``
+    picks the slices; ``splits = 1`` is the persistent kernel (the fixup then has nothing to do)."""
+    out_dtype = out_dtype or dtype
+    a_shape, b_shape, a_tile, b_tile = _tiles(trans_A, trans_B, M, N, K, block_M, block_N, block_K)
+    n_tiles = -(-N // block_N)
+    m_tiles = T.ceildiv(M, block_M)
+    k_steps = -(-K // block_K)
+    kps = k_tiles_per_split(K, block_K, splits)
+    bias_len = N if bias_dtype else 1
+    bias_dt = bias_dtype or "float32"
+    group = group_M
+    S, s = num_blocks, splits
+
+    @T.prim_func
+    def gemm_streamk(A: T.Tensor(a_shape, dtype), B: T.Tensor(b_shape, dtype), Bias: T.Tensor((bias_len,), bias_dt),
+                     C: T.Tensor((M, N), out_dtype), W: T.Tensor((num_blocks, splits, block_M, block_N), "float32")):
+        with T.Kernel(num_blocks, threads=threads) as bid:
+            A_shared = T.alloc_shared(a_tile, dtype)
+            B_shared = T.alloc_shared(b_tile, dtype)
+            C_local = T.alloc_fragment((block_M, block_N), "float32")
+            waves = m_tiles * n_tiles // S
+            rest = m_tiles * n_tiles - waves * S
+            # this block's units: its data-parallel tiles (one per wave), then its share of the
+            # stream-K units v = bid, bid + S, ... below rest * s
+            for r in T.serial(waves + (rest * s - bid + S - 1) // S):
+                dp = r < waves
+                v = (r - waves) * S + bid
+                tile = T.if_then_else(dp, r * S + bid, waves * S + v // s)
+                k0 = T.if_then_else(dp, 0, v % s * kps)
+                tm, tn = _tile_coords(tile, m_tiles, n_tiles, group)
+                if dp:
+                    if bias_dtype:
+                        # seeded with the bias (as in matmul_persistent: no bias loads beside the
+                        # accumulators at the end)
+                        for i, j in T.Parallel(block_M, block_N):
+                            C_local[i, j] = T.cast(Bias[T.min(tn * block_N + j, N - 1)], "float32")
+                    else:
+                        T.clear(C_local)
+                else:
+                    T.clear(C_local)
+                for k in T.Pipelined(T.if_then_else(r < waves, k_steps, kps), num_stages=num_stages):
+                    if trans_A:
+                        T.copy(A[(k0 + k) * block_K, tm * block_M], A_shared)
+                    else:
+                        T.copy(A[tm * block_M, (k0 + k) * block_K], A_shared)
+                    if trans_B:
+                        T.copy(B[tn * block_N, (k0 + k) * block_K], B_shared)
+                    else:
+                        T.copy(B[(k0 + k) * block_K, tn * block_N], B_shared)
+                    T.gemm(A_shared, B_shared, C_local, transpose_A=trans_A, transpose_B=trans_B)
+                if dp:
+                    if activation != "none":
+                        for i, j in T.Parallel(block_M, block_N):
+                            C_local[i, j] = activate(C_local[i, j], activation)
+                    T.copy(C_local, C[tm * block_M, tn * block_N])
+                else:
+                    # slot (v // s, v % s), in range here (v < rest * s, rest < S): element stores,
+                    # which a tile copy would guard one by one
+                    for i, j in T.Parallel(block_M, block_N):
+                        W[v // s, v % s, i, j] = C_local[i, j]
+
+    return gemm_streamk
+
+
+def streamk_fixup(M, N, block_M=128, block_N=256, splits=2, num_blocks=132, group_M=0, out_dtype="float16",
+                  bias_dtype=None, activation="none", fix_M=16, threads=128):
+    """Second kernel of ``matmul_streamk``: for each stream-K tile ``q`` (grid z; the blocks of
+    ``q >= r`` have nothing to do), ``C = act(sum_z W[q, z] + bias)`` over ``fix_M`` rows x
+    ``block_N`` columns per block, the slices added in order 0, 1, ..."""
+    n_tiles = -(-N // block_N)
+    m_tiles = T.ceildiv(M, block_M)
+    bias_len = N if bias_dtype else 1
+    bias_dt = bias_dtype or "float32"
+    group = group_M
+    S = num_blocks
+
+    @T.prim_func
+    def gemm_streamk_fixup(W: T.Tensor((num_blocks, splits, block_M, block_N), "float32"),
+                           Bias: T.Tensor((bias_len,), bias_dt), C: T.Tensor((M, N), out_dtype)):
+        with T.Kernel(block_M // fix_M, num_blocks, threads=threads) as (bx, q):
+            acc = T.alloc_fragment((fix_M, block_N), "float32")
+            part = T.alloc_fragment((fix_M, block_N), "float32")
+            waves = m_tiles * n_tiles // S
+            if q < m_tiles * n_tiles - waves * S:
+                tm, tn = _tile_coords(waves * S + q, m_tiles, n_tiles, group)
+                row = bx * fix_M
+                T.copy(W[q, 0, row:row + fix_M, 0:block_N], acc)
+                for z in T.serial(1, splits):
+                    T.copy(W[q, z, row:row + fix_M, 0:block_N], part)
+                    for i, j in T.Parallel(fix_M, block_N):
+                        acc[i, j] = acc[i, j] + part[i, j]
+                if bias_dtype or activation != "none":
+                    for i, j in T.Parallel(fix_M, block_N):
+                        v = acc[i, j]
+                        if bias_dtype:
+                            v = v + T.cast(Bias[T.min(tn * block_N + j, N - 1)], "float32")
+                        acc[i, j] = activate(v, activation)
+                T.copy(acc, C[tm * block_M + bx * fix_M, tn * block_N])
+
+    return gemm_streamk_fixup

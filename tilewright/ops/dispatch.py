@@ -218,8 +218,8 @@ def matmul_impl(a, b, bias, activation, out_dtype, config=None, out=None):
     bv, tb = _operand("b", b)
     arch, num_sms, _ = _arch_of(a)
     cfg = config or matmul_config(M, N, K, a, ta, tb, bias is not None, activation, out_dtype)
-    if cfg.kind == "persistent" and arch not in ("sm_90", "interpret"):
-        raise ArgumentError(f"the persistent GEMM runs on sm_90 only (this device is {arch})")
+    if cfg.kind in ("persistent", "streamk") and arch not in ("sm_90", "interpret"):
+        raise ArgumentError(f"the {cfg.kind} GEMM runs on sm_90 only (this device is {arch})")
     plan = _launch_matmul(cfg, av, bv, ta, tb, bias, activation, out, arch, num_sms)
     if memo is not None:
         if len(_matmul_plans) > 4096:
@@ -323,7 +323,8 @@ _plans: dict = {}  # launch signature -> (kind, kernels): compiled once, looked 
 
 
 def _plan(cfg, N, K, dtype, out_name, ta, tb, has_bias, activation, target, arch, num_sms):
-    """``("splitk", partial, reduction)``, ``("persistent", kernel)`` or ``("direct", kernel)``."""
+    """``("splitk", partial, reduction)``, ``("persistent", kernel)``, ``("streamk", kernel, fixup,
+    blocks)`` or ``("direct", kernel)``."""
     sig = (cfg, N, K, dtype, out_name, ta, tb, has_bias, activation, target, arch, num_sms)
     hit = _plans.get(sig)
     if hit is not None:
@@ -350,6 +351,19 @@ def _plan(cfg, N, K, dtype, out_name, ta, tb, has_bias, activation, target, arch
         # else: operands TMA cannot describe (strides that are not 16-byte multiples, a transposed A
         # with a symbolic row count) leave the pipeline on cp.async, which the tile loop does not
         # support yet (matmul_persistent's docstring): one block per tile instead
+    elif cfg.kind == "streamk":
+        bias_dt = dtype if has_bias else None
+        first = _kernel(("gemm_streamk", N, K, dtype, out_name, ta, tb, has_bias, activation, tiles, num_sms,
+                         cfg.splits),
+                        lambda: kernels.linear_streamk(N, K, dtype, out_name, ta, tb, has_bias, activation, *tiles,
+                                                       num_sms, cfg.splits), target, pc)
+        fix = _kernel(("gemm_streamk_fixup", N, cfg.block_M, cfg.block_N, cfg.splits, num_sms, out_name, bias_dt,
+                       activation), lambda: kernels.streamk_epilogue(N, cfg.block_M, cfg.block_N, cfg.splits, num_sms,
+                                                                     out_name, bias_dt, activation), target)
+        src = "" if target == "interpret" else first.get_kernel_source()
+        if target == "interpret" or ("cp.async.bulk.tensor" in src and "cp.async.c" not in src):
+            hit = ("streamk", first, fix, num_sms)
+        # else: as for "persistent" above, one block per tile
     if hit is None:
         key = ("linear", N, K, dtype, out_name, ta, tb, has_bias, activation, tiles, staged)
         hit = ("direct", _kernel(key, lambda: kernels.linear(N, K, dtype, out_name, ta, tb, has_bias, activation,
@@ -376,6 +390,12 @@ def _run_matmul(plan, cfg, av, bv, ta, tb, bias, out):
     bias_arg = bias.contiguous() if bias is not None else _placeholder(torch.float32, av.device)
     if plan[0] == "persistent":
         plan[1](av, bv, bias_arg, out)
+        return
+    if plan[0] == "streamk":
+        # one fp32 tile per (left-over tile, K slice): at most num_sms left-over tiles
+        ws = torch.empty((plan[3], cfg.splits, cfg.block_M, cfg.block_N), dtype=torch.float32, device=av.device)
+        plan[1](av, bv, bias_arg, out, ws)
+        plan[2](ws, bias_arg, out)
         return
     M, N = out.shape
     slices = 1 if cfg.atomic else cfg.splits

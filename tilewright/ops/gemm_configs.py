@@ -2,12 +2,15 @@
 for tuning, and tuned winners kept in the persistent tuning cache (``autotune/cache.py``), which
 override the heuristic.
 
-A configuration (``GemmConfig``) names one of three library kernels (``kernels/gemm.py`` through
+A configuration (``GemmConfig``) names one of four library kernels (``kernels/gemm.py`` through
 ``ops/kernels.py``): ``direct`` (one block per output tile), ``splitk`` (the K range cut into
 ``splits`` slices, each a block of its own, then a reduction + epilogue kernel: for shapes with too
-few output tiles to fill the GPU, e.g. decode M = 16..128 or K-heavy shapes) and ``persistent``
+few output tiles to fill the GPU, e.g. decode M = 16..128 or K-heavy shapes), ``persistent``
 (one block per SM looping over the tiles; sm_90 only, see ``matmul_persistent``; warp-specialized
-there: ``passes/warp_specialize.py`` takes a K loop nested in the tile loop).  ``tma_store``: C
+there: ``passes/warp_specialize.py`` takes a K loop nested in the tile loop) and ``streamk`` (sm_90
+only, ``matmul_streamk``: persistent, the full waves of tiles data-parallel and the tiles left over
+cut into ``splits`` K slices spread over all SMs, then a fixup kernel: for tile counts that leave
+the last wave part empty, e.g. 2000x3000 in 128x256 tiles, 1.45 waves).  ``tma_store``: C
 leaves through a shared tile (``staged_epilogue`` of ``kernels/gemm.py``), on sm_90 as a TMA store
 that overlaps what the block does next; its tile counts against the shared memory (``fit_shared``).
 """
@@ -19,7 +22,7 @@ import functools
 
 from ..autotune import cache as tuning_cache
 
-KINDS = ("direct", "splitk", "persistent")
+KINDS = ("direct", "splitk", "persistent", "streamk")
 
 
 @dataclasses.dataclass(frozen=True)
@@ -30,7 +33,7 @@ class GemmConfig:
     block_K: int = 32
     stages: int = 4
     threads: int = 128
-    splits: int = 1          # splitk: slices of K
+    splits: int = 1          # splitk: slices of K; streamk: slices of each left-over tile
     atomic: bool = False     # splitk: fp32 atomics into one workspace slice (not bit-reproducible)
     group_M: int = 8         # persistent: tile rows per rasterization group
     wgmma: bool = False      # sm_90: tw.enable_wgmma
@@ -62,6 +65,8 @@ class GemmConfig:
             s += f" k/{self.splits}" + (" atomic" if self.atomic else "")
         if self.kind == "persistent":
             s += f" g{self.group_M}"
+        if self.kind == "streamk":
+            s += f" sk/{self.splits}"
         return s + "".join(f" {n}" for n, on in (("wgmma", self.wgmma), ("ws", self.ws), ("tma-store", self.tma_store))
                            if on)
 
@@ -101,6 +106,37 @@ def choose_splits(M: int, N: int, K: int, cfg: GemmConfig, num_sms: int, max_spl
     if tiles * 2 > num_sms:
         return 1
     return max(1, min(num_sms // tiles, _ceil(K, cfg.block_K) // 4, max_splits))
+
+
+def streamk(M: int, N: int, K: int, base: GemmConfig, num_sms: int) -> GemmConfig | None:
+    """``base``'s tiles as a data-parallel + stream-K configuration (``kind="streamk"``, the slices
+    from ``kernels.gemm.streamk_plan``), or None when it would save the busiest block less than an
+    eighth of its K steps (the tiles fill whole waves, or the last wave is nearly full: 8192x8192 in
+    128x256 tiles is 15.5 waves, 252 steps instead of 256 would not pay for the fixup)."""
+    from ..kernels.gemm import streamk_plan, streamk_steps
+
+    tiles = _ceil(M, base.block_M) * _ceil(N, base.block_N)
+    k_steps = _ceil(K, base.block_K)
+    splits = streamk_plan(tiles, k_steps, num_sms)
+    if 8 * streamk_steps(tiles, k_steps, num_sms, splits) > 7 * streamk_steps(tiles, k_steps, num_sms, 1):
+        return None
+    return dataclasses.replace(base, kind="streamk", splits=splits, group_M=0, tma_store=False)
+
+
+# 128 x N x K with long K (128x8192x8192: 64 tiles of 128x128, 32 of 128x256 on 132 SMs): the
+# configurations timed for it, the heuristic's first.  Each line says which measurement it rests on.
+ROWS128_HOPPER = (
+    # split-K, two K halves of 128x128 tiles: 0.79-0.80x cuBLAS (bench/results/2026-12-01-0835-gemm-*,
+    # -0954-gemm-*; four quarters of 128x256 tiles, 256 threads: 0.58-0.60x in the same runs)
+    GemmConfig("splitk", 128, 128, 64, 4, 128, splits=2, wgmma=True),
+    # split-K, 64x256 tiles (two tile rows, so A is read by half as many blocks per column):
+    # not yet measured
+    GemmConfig("splitk", 64, 256, 64, 4, 128, splits=2, wgmma=True),
+    # data-parallel + stream-K (here all stream-K: less than one wave of tiles), one launch for the
+    # slices and a fixup instead of split-K's partial + reduction over the whole of C: not yet measured
+    GemmConfig("streamk", 128, 128, 64, 4, 128, splits=2, group_M=0, wgmma=True, ws=True),
+    GemmConfig("streamk", 128, 256, 64, 4, 256, splits=4, group_M=0, wgmma=True, ws=True),
+)
 
 
 def heuristic(M: int, N: int, K: int, dtype: str, arch: str, num_sms: int,
@@ -198,8 +234,23 @@ def candidates(M: int, N: int, K: int, dtype: str, arch: str, num_sms: int,
             # last wave, at the price of the fp32 partials' traffic (two-pass, or atomics in L2)
             out.append(dataclasses.replace(b, kind="splitk", splits=2))
             out.append(dataclasses.replace(b, kind="splitk", splits=2, atomic=True))
+    if hopper and 64 < M <= 128:
+        for c in ROWS128_HOPPER:
+            c = fit_shared(c, smem_limit)
+            if c.kind == "streamk":
+                c = streamk(M, N, K, c, num_sms)
+            if c is not None and c.splits <= _ceil(K, c.block_K):
+                out.append(c)
+    if hopper and M > 128:
+        # the left-over tiles cut into K slices (2000x3000x1000 in 128x256 tiles: one full wave,
+        # then 60 tiles in 120 halves, 24 K steps on the busiest block instead of 32): not yet measured
+        for tile in (GemmConfig("direct", 128, 256, 64, 4, 256, wgmma=True, ws=True),
+                     GemmConfig("direct", 128, 128, 64, 4, 128, wgmma=True, ws=True)):
+            c = streamk(M, N, K, fit_shared(tile, smem_limit), num_sms)
+            if c is not None:
+                out.append(c)
     if not hopper:
-        out = [c for c in out if c.kind != "persistent"]
+        out = [c for c in out if c.kind not in ("persistent", "streamk")]
     seen, unique = set(), []
     for c in out:
         if c not in seen:

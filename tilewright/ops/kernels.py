@@ -8,7 +8,15 @@ reduction length are static, so rows live in registers and loops are fully known
 from __future__ import annotations
 
 from .. import language as T
-from ..kernels.gemm import ACTIVATIONS, activate, matmul_persistent, matmul_splitk, splitk_reduce  # noqa: F401
+from ..kernels.gemm import (  # noqa: F401
+    ACTIVATIONS,
+    activate,
+    matmul_persistent,
+    matmul_splitk,
+    matmul_streamk,
+    splitk_reduce,
+    streamk_fixup,
+)
 
 
 def linear(N, K, dtype, out_dtype, trans_a, trans_b, has_bias, activation, block_M, block_N, block_K, stages,
@@ -78,6 +86,20 @@ def linear_persistent(N, K, dtype, out_dtype, trans_a, trans_b, has_bias, activa
     return matmul_persistent(T.dynamic("m"), N, K, block_M, block_N, block_K, dtype, out_dtype, trans_a, trans_b,
                              stages, threads, num_blocks, group_M, dtype if has_bias else None, activation,
                              staged_epilogue)
+
+
+def linear_streamk(N, K, dtype, out_dtype, trans_a, trans_b, has_bias, activation, block_M, block_N, block_K,
+                   stages, threads, num_blocks, splits):
+    """Data-parallel + stream-K ``C = act(op(A) @ op(B) + bias)`` (``kernels.gemm.matmul_streamk``):
+    whole tiles for the full waves, K slices of the left-over tiles into the workspace."""
+    return matmul_streamk(T.dynamic("m"), N, K, block_M, block_N, block_K, splits, dtype, out_dtype, trans_a,
+                          trans_b, stages, threads, num_blocks, 0, dtype if has_bias else None, activation)
+
+
+def streamk_epilogue(N, block_M, block_N, splits, num_blocks, out_dtype, bias_dtype, activation):
+    """Second kernel of ``linear_streamk``: the left-over tiles' slices added in order, bias, activation."""
+    return streamk_fixup(T.dynamic("m"), N, block_M, block_N, splits, num_blocks, 0, out_dtype, bias_dtype,
+                         activation)
 
 
 def softmax(N, dtype, block_M, threads):

@@ -14,7 +14,10 @@ The *persistent form* is accepted too: no top-level pipelined loop, but one top-
 *tile loop* whose body holds that ``T.Pipelined`` K loop among its top-level statements (the
 statements before it: index math, ``T.clear``; after it: the epilogue, the copy-out).  Then the
 tile loop's bounds and the K loop's bounds must be tile-invariant (parameters, block indices, no
-memory reads: the K trip count is the same for every tile), and the TMA coordinates may also read
+memory reads: the K trip count is the same for every tile) -- or, for a data-parallel + stream-K
+GEMM (``kernels/gemm.matmul_streamk``), the trip count may be *two-phase*,
+``T.if_then_else(r < P, E1, E2)`` with ``P``, ``E1``, ``E2`` tile-invariant (whole tiles first, then
+K slices; ``_tile_steps``) -- and the TMA coordinates may also read
 the tile loop's variable and scalars ``LetStmt``-bound before the K loop from such values without
 memory reads (the producer recomputes them); anything else is declined.
 Any other kernel is returned unchanged (this is an optimization, never a change of meaning).
@@ -35,7 +38,8 @@ Guarantees, for ``S`` stages and ``T`` original threads (the block grows to ``T 
 Persistent form: both roles run the tile loop ``for r``; the producer's body is the recomputed
 scalars then its K loop, the consumers' is the statements before the K loop, their K loop, the
 drain below, the statements after it.  Every ``k`` above is then the block's running K-step count
-``(r - r0) * k_iters + (k - k0)``, so the ring's slots and phases continue across tiles and the
+``(r - r0) * k_iters + (k - k0)`` (two-phase: the steps of every earlier tile of either phase
+plus ``k - k0``), so the ring's slots and phases continue across tiles and the
 producer fills slots with the next tile's K slices while the consumers run this tile's epilogue;
 the release of the previous step's slot happens from a tile's second K step on, and the drain
 (after each tile's K loop) releases the tile's last slot.
@@ -170,14 +174,17 @@ def _match(kernel: t.Kernel, func):
     else:
         # the producer runs the tile loop too: everything its TMA coordinates and trip counts read
         # must be pure scalar arithmetic it can recompute (lets before the K loop, duplicated);
-        # the K trip count must be the same for every tile (the ring counter is tile * k_iters + k)
+        # the K trip count must be the same for every tile (the ring counter is tile * k_iters + k),
+        # or two-phase (_two_phase)
         outer_, before, _ = tiles
         for x in (outer_.start, outer_.extent):
             if loads_in(x) or free_vars(x) - invariant:
                 return None
-        for x in (loop.start, loop.extent):
-            if loads_in(x) or free_vars(x) - invariant:
-                return None
+        if loads_in(loop.start) or free_vars(loop.start) - invariant:
+            return None
+        if (loads_in(loop.extent) or free_vars(loop.extent) - invariant) and \
+                _two_phase(loop.extent, outer_.var, invariant) is None:
+            return None
         known = invariant | {outer_.var}
         for s in before:
             if isinstance(s, t.LetStmt) and not loads_in(s.value) and not free_vars(s.value) - known:
@@ -193,6 +200,36 @@ def _match(kernel: t.Kernel, func):
     if ring & _buffers_touched_outside(func.body, loop):
         return None
     return loop, copies, gemm, top, tiles, lets
+
+
+def _two_phase(extent, var, invariant):
+    """(P, E1, E2) when ``extent`` is ``select(var < P, E1, E2)`` with ``P``, ``E1``, ``E2`` free of
+    memory reads and of everything but ``invariant`` values, else None."""
+    from ..ir import expr as e
+
+    if not (isinstance(extent, e.Select) and isinstance(extent.cond, e.BinOp) and extent.cond.op == "<"
+            and extent.cond.a is var):
+        return None
+    parts = (extent.cond.b, extent.a, extent.b)
+    if any(loads_in(x) or free_vars(x) - invariant for x in parts):
+        return None
+    return parts
+
+
+def _tile_steps(outer: t.For, extent):
+    """(K steps of the tiles before tile ``outer.var``, K steps of this one) of a persistent kernel:
+    ``(r - r0) * extent`` for a tile-invariant trip count; for a two-phase one (``_two_phase``) the
+    ``n1 = max(P - r0, 0)`` first tiles take ``E1`` steps and the rest ``E2``."""
+    from ..ir import expr as e
+
+    r, r0 = outer.var, outer.start
+    phases = _two_phase(extent, r, set(free_vars(extent)) - {r})
+    if phases is None:
+        return (r - r0) * extent, extent
+    p, e1, e2 = phases
+    n1 = e.emax(p - r0, 0)
+    done = e.select(r - r0 < n1, (r - r0) * e1, n1 * e1 + (r - r0 - n1) * e2)
+    return done, extent
 
 
 def _uses_var(root, var) -> bool:
@@ -258,7 +295,9 @@ def _specialize(kernel: t.Kernel, func, ctx, rings: dict, in_flight: dict, loop:
     rel = k - loop.start
     # the ring position: K steps run so far in this block (over every earlier tile of a persistent
     # kernel too, whose K trip count is the same for every tile), so phases continue across tiles
-    it = rel if tiles is None else (tiles[0].var - tiles[0].start) * loop.extent + rel
+    # (two-phase trip counts: ``_tile_steps``)
+    done = _tile_steps(tiles[0], loop.extent)[0] if tiles is not None else None
+    it = rel if tiles is None else done + rel
     slot = it % stages
     round_ = it // stages
 
@@ -288,7 +327,7 @@ def _specialize(kernel: t.Kernel, func, ctx, rings: dict, in_flight: dict, loop:
             staged,
             t.IfThenElse(rel > 0, th.MbarrierArrive(empty, prev, elected=True, loc=loc), None, loc=loc)]),
             "serial", 0, loc, dict(loop.attrs))
-        last = loop.extent - 1 if tiles is None else (tiles[0].var - tiles[0].start + 1) * loop.extent - 1
+        last = loop.extent - 1 if tiles is None else done + loop.extent - 1
         drain = [th.WgmmaWait(0, (gemm.c.buffer,), loc=loc),
                  th.MbarrierArrive(empty, last % stages, elected=True, loc=loc)]
         drain = [t.IfThenElse(loop.extent > 0, t.SeqStmt(drain), None, loc=loc)]
