@@ -96,6 +96,47 @@ def test_ops_matmul_streamk_config_in_the_interpreter():
     assert (out.double() - want).abs().max().item() <= 1e-4 * max(1.0, want.abs().max().item())
 
 
+def test_ops_matmul_streamk_repeat_calls(monkeypatch):
+    """A stream-K configuration chosen for a shape (tuned, or one day by the heuristic) serves repeat
+    calls through the per-signature plan: workspace and fixup kernel included, every call's output
+    poisoned first."""
+    torch = pytest.importorskip("torch")
+    from tilewright.ops import dispatch
+
+    cfg = GemmConfig("streamk", 16, 64, 32, 2, 128, splits=3, group_M=0)
+    monkeypatch.setattr(dispatch, "matmul_config", lambda *a, **k: cfg)
+    dispatch.forget_plans()
+    real_empty = torch.empty
+    monkeypatch.setattr(dispatch, "_torch", lambda: _NanEmpty(torch, real_empty))
+    g = torch.Generator().manual_seed(8)
+    w = torch.randn(72, 300, generator=g).half()
+    bias = torch.randn(72, generator=g).half()
+    try:
+        for _ in range(3):
+            a = torch.randn(37, 300, generator=g).half()
+            out = dispatch.matmul_impl(a, w.t(), bias, "relu", torch.float32)
+            want = torch.relu(a.double() @ w.double().t() + bias.double())
+            assert torch.isfinite(out).all()
+            assert (out.double() - want).abs().max().item() <= 1e-4 * max(1.0, want.abs().max().item())
+        assert len(dispatch._matmul_plans) == 1
+    finally:
+        dispatch.forget_plans()
+
+
+class _NanEmpty:
+    """torch with ``empty`` returning NaN-filled float tensors (outputs and workspaces poisoned)."""
+
+    def __init__(self, torch, empty):
+        self._torch, self._empty = torch, empty
+
+    def __getattr__(self, name):
+        return getattr(self._torch, name)
+
+    def empty(self, *a, **k):
+        t = self._empty(*a, **k)
+        return t.fill_(float("nan")) if t.is_floating_point() else t
+
+
 # ---------------------------------------------------------------- resources on sm_90a
 @needs_nvrtc
 @pytest.mark.parametrize("bn, splits, dtype, has_bias, activation", [

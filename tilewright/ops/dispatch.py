@@ -233,7 +233,7 @@ class _MatmulRun:
     activation, output dtype), each a ``BoundKernel``: the signature fixes every argument's
     metadata, the row count included, so a repeat call reads pointers only."""
 
-    __slots__ = ("alloc", "atomic", "bias_stub", "first", "op_a", "op_b", "second", "shape", "ws_shape")
+    __slots__ = ("alloc", "atomic", "bias_stub", "first", "op_a", "op_b", "second", "shape", "streamk", "ws_shape")
 
     def __init__(self, plan, cfg, op_a, op_b, shape, out_dtype, a):
         from .bound_kernel import BoundKernel
@@ -242,9 +242,13 @@ class _MatmulRun:
         self.op_a, self.op_b, self.shape = op_a, op_b, shape
         self.alloc = {"dtype": out_dtype, "device": a.device}
         self.first = BoundKernel(plan[1])
-        self.second = BoundKernel(plan[2]) if plan[0] == "splitk" else None
+        self.second = BoundKernel(plan[2]) if plan[0] in ("splitk", "streamk") else None
         self.atomic = cfg.atomic
-        self.ws_shape = (shape[0], 1 if cfg.atomic else cfg.splits, shape[1])
+        self.streamk = plan[0] == "streamk"
+        # split-K: one fp32 slice per split of the output; stream-K: one fp32 tile per (left-over
+        # tile, K slice), at most one left-over tile per SM (as _run_matmul allocates them)
+        self.ws_shape = ((plan[3], cfg.splits, cfg.block_M, cfg.block_N) if self.streamk
+                         else (shape[0], 1 if cfg.atomic else cfg.splits, shape[1]))
         # the bias parameter of a kernel compiled without bias (never read), as _run_matmul passes it
         self.bias_stub = _placeholder(a.dtype if plan[0] == "direct" else torch.float32, a.device)
 
@@ -254,6 +258,11 @@ class _MatmulRun:
             self.first(av, bv, bias_arg, out)
             return
         torch = _torch()
+        if self.streamk:
+            ws = torch.empty(self.ws_shape, dtype=torch.float32, device=out.device)
+            self.first(av, bv, bias_arg, out, ws)
+            self.second(ws, bias_arg, out)
+            return
         ws = (torch.zeros if self.atomic else torch.empty)(self.ws_shape, dtype=torch.float32, device=out.device)
         self.first(av, bv, ws)
         self.second(ws, bias_arg, out)
