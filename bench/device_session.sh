@@ -14,7 +14,8 @@ for part in "$@"; do
     tests)
       timeout 240 python -m pytest -q -p no:cacheprovider -n 8 tests/test_gpu*.py tests/test_*gpu*.py \
         tests/test_regress_frontend.py tests/test_cuda_driver.py tests/test_tensor_args.py tests/test_llama_dropin.py \
-        tests/test_ops_attention_hopper.py tests/test_launch_stub_driver.py >"$OUT/gpu-tests.log" 2>&1
+        tests/test_ops_attention_hopper.py tests/test_launch_stub_driver.py tests/test_s6_gemm_streamk.py \
+        >"$OUT/gpu-tests.log" 2>&1
       note "tests rc=$?: $(grep -E '[0-9]+ (passed|failed)' "$OUT/gpu-tests.log" | tail -1)"
       grep -E "^FAILED|^ERROR" "$OUT/gpu-tests.log" | head -20 | tee -a "$SUMMARY"
       # the GPU tests of files that are mostly CPU tests (their names say gpu)
