@@ -285,3 +285,23 @@ def test_expression_dimension_beyond_int32_needs_int64_sizes():
             with pytest.raises(ArgumentError, match=r"argument A dimension 0 \(n \* 4\) is 2147483652, which does not "
                                                     "fit in int32"):
                 bind_arguments([buf], [n], [arg], kernel_name="k", device_type=None)
+
+
+def test_gpu_fast_binder_leaves_expression_dimensions_to_the_checked_path():
+    """The GPU launcher's fast argument path reads sizes straight off tensor shapes; a dimension
+    declared as an expression (n * 4) would have bound the expression itself as a size (on the H200:
+    KeyError n at launch), so such a parameter goes through the checked binder, which solves n."""
+    from tilewright.runtime.launcher import _OTHER, _fast_spec
+
+    for a_coeff, b_coeff in ((4, 0), (1, 1)):
+        (kind, _dtype, _shape), = _fast_spec(fill_affine(a_coeff, b_coeff).params)
+        assert kind is _OTHER
+    m = T.dynamic("m")
+
+    @T.prim_func
+    def plain(A: T.Tensor((m, 8), "float32")):
+        with T.Kernel(1) as _:
+            A[0, 0] = 1.0
+
+    (kind, _dtype, shape), = _fast_spec(plain.params)
+    assert kind != _OTHER and shape[1] == 8  # a plain size still takes the fast path

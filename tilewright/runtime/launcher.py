@@ -228,6 +228,12 @@ def _fast_spec(params) -> list:
                 out.append((_OTHER, None, None))
                 continue
             shape = tuple(p.shape)
+            if not all(isinstance(s, (int, Var)) for s in shape):
+                # a dimension declared as an expression of sizes (n * 4): the general path solves the
+                # sizes from it and checks it (binding/shape_exprs.py); here it would bind the
+                # expression itself as a size
+                out.append((_OTHER, None, None))
+                continue
             static = all(isinstance(s, int) for s in shape)
             out.append((_STATIC if static else _DYNAMIC, to_torch_dtype(p.dtype), shape))
         elif p.dtype in ("int32", "int64"):
