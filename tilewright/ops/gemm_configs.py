@@ -130,10 +130,12 @@ ROWS128_HOPPER = (
     # -0954-gemm-*; four quarters of 128x256 tiles, 256 threads: 0.58-0.60x in the same runs)
     GemmConfig("splitk", 128, 128, 64, 4, 128, splits=2, wgmma=True),
     # split-K, 64x256 tiles (two tile rows, so A is read by half as many blocks per column):
-    # not yet measured
+    # 0.69x (bench/results/2026-12-01-1411-gemm-weak-*, fp16)
     GemmConfig("splitk", 64, 256, 64, 4, 128, splits=2, wgmma=True),
     # data-parallel + stream-K (here all stream-K: less than one wave of tiles), one launch for the
-    # slices and a fixup instead of split-K's partial + reduction over the whole of C: not yet measured
+    # slices and a fixup instead of split-K's partial + reduction over the whole of C: 0.70-0.72x
+    # (128x128, 2 slices) and 0.60-0.61x (128x256, 4 slices) in -1411-gemm-weak; its tiles leave
+    # through plain stores, which cost the persistent kernel half its speed before TMA stores
     GemmConfig("streamk", 128, 128, 64, 4, 128, splits=2, group_M=0, wgmma=True, ws=True),
     GemmConfig("streamk", 128, 256, 64, 4, 256, splits=4, group_M=0, wgmma=True, ws=True),
 )
@@ -243,7 +245,8 @@ def candidates(M: int, N: int, K: int, dtype: str, arch: str, num_sms: int,
                 out.append(c)
     if hopper and M > 128:
         # the left-over tiles cut into K slices (2000x3000x1000 in 128x256 tiles: one full wave,
-        # then 60 tiles in 120 halves, 24 K steps on the busiest block instead of 32): not yet measured
+        # then 60 tiles in 120 halves, 24 K steps on the busiest block instead of 32): 0.38-0.39x
+        # cuBLAS in -1411-gemm-weak against 0.68-0.69x for persistent 128x128 with TMA stores
         for tile in (GemmConfig("direct", 128, 256, 64, 4, 256, wgmma=True, ws=True),
                      GemmConfig("direct", 128, 128, 64, 4, 128, wgmma=True, ws=True)):
             c = streamk(M, N, K, fit_shared(tile, smem_limit), num_sms)
