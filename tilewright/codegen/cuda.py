@@ -13,6 +13,7 @@ from ..ir.visitor import walk
 from ..target.matrix import WGMMA_LAYOUT_TYPE
 from . import subbyte
 from .base import Printer
+from .hip_fp8 import const_bits as fp8_const_bits  # the byte of an fp8 constant (no HIP in it)
 from .rng import rng_source, uses_rng
 
 _CTYPES = {
@@ -113,6 +114,13 @@ class CudaPrinter(Printer):
 
     def ctype(self, dtype: str) -> str:
         return _CTYPES[dtype]
+
+    def const(self, c) -> str:
+        # an fp8 constant by its bits (as the CPU backends round it): the __nv_fp8_* constructors
+        # saturate, so T.infinity("float8_e5m2") came out as 57344 on the GPU instead of inf
+        if c.dtype in ("float8_e4m3fn", "float8_e5m2"):
+            return f"tw_from_bits8<{self.ctype(c.dtype)}>({fp8_const_bits(c.value, c.dtype):#04x})"
+        return super().const(c)
 
     def mode_cast(self, e) -> str:
         """T.cast(..., round='rz'/'rp'/'rm') to a 16-bit float, or T.cast(..., sat=False) to fp8."""
