@@ -177,6 +177,13 @@ def heuristic(M: int, N: int, K: int, dtype: str, arch: str, num_sms: int,
             # per tile, bench/results/2026-12-01-0954-gemm-*)
             return fit_shared(GemmConfig("persistent", base.block_M, base.block_N, base.block_K, 3, base.threads,
                                          wgmma=True, ws=True, group_M=8, tma_store=True), smem_limit)
+        if K <= 1024 and _ceil(M, 128) * _ceil(N, 128) >= 2 * num_sms:
+            # short K, less than two waves of 128x256 tiles but at least two of 128x128 (2000x3000x1000:
+            # 1.45 waves against 2.9): persistent 128x128 blocks even out the last wave (0.74x / 0.68x
+            # cuBLAS fp16 / bf16 against 0.66x / 0.61x for one 128x256 block per tile,
+            # bench/results/2026-12-01-1410-gemm-*; 0.68x / 0.69x in -1411-gemm-weak-*)
+            return fit_shared(GemmConfig("persistent", 128, 128, base.block_K, 4, base.threads, wgmma=True, ws=True,
+                                         group_M=8, tma_store=True), smem_limit)
         # one block per tile: C leaves by TMA store (three stages then fit, the C tile taking the
         # fourth's room)
         return fit_shared(dataclasses.replace(base, tma_store=True), smem_limit)
