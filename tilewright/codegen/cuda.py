@@ -13,7 +13,6 @@ from ..ir.visitor import walk
 from ..target.matrix import WGMMA_LAYOUT_TYPE
 from . import subbyte
 from .base import Printer
-from .hip_fp8 import const_bits as fp8_const_bits  # the byte of an fp8 constant (no HIP in it)
 from .rng import rng_source, uses_rng
 
 _CTYPES = {
@@ -119,7 +118,8 @@ class CudaPrinter(Printer):
         # an fp8 constant by its bits (as the CPU backends round it): the __nv_fp8_* constructors
         # saturate, so T.infinity("float8_e5m2") came out as 57344 on the GPU instead of inf
         if c.dtype in ("float8_e4m3fn", "float8_e5m2"):
-            return f"tw_from_bits8<{self.ctype(c.dtype)}>({fp8_const_bits(c.value, c.dtype):#04x})"
+            bits = np.array([c.value], np.float32).astype(dt.to_numpy(c.dtype)).view(np.uint8)[0]
+            return f"tw_from_bits8<{self.ctype(c.dtype)}>({int(bits):#04x})"
         return super().const(c)
 
     def mode_cast(self, e) -> str:
