@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import numpy as np
 import pytest
+from test_ws_persistent import _sm90_gpu
 from toolchains import needs_nvrtc
 
 import tilewright
@@ -104,10 +105,11 @@ def test_ops_matmul_streamk_repeat_calls(monkeypatch):
     from tilewright.ops import dispatch
 
     cfg = GemmConfig("streamk", 16, 64, 32, 2, 128, splits=3, group_M=0)
+    from test_s6_host_plans import PoisonTorch
+
     monkeypatch.setattr(dispatch, "matmul_config", lambda *a, **k: cfg)
     dispatch.forget_plans()
-    real_empty = torch.empty
-    monkeypatch.setattr(dispatch, "_torch", lambda: _NanEmpty(torch, real_empty))
+    monkeypatch.setattr(dispatch, "_torch", lambda: PoisonTorch())
     g = torch.Generator().manual_seed(8)
     w = torch.randn(72, 300, generator=g).half()
     bias = torch.randn(72, generator=g).half()
@@ -121,20 +123,6 @@ def test_ops_matmul_streamk_repeat_calls(monkeypatch):
         assert len(dispatch._matmul_plans) == 1
     finally:
         dispatch.forget_plans()
-
-
-class _NanEmpty:
-    """torch with ``empty`` returning NaN-filled float tensors (outputs and workspaces poisoned)."""
-
-    def __init__(self, torch, empty):
-        self._torch, self._empty = torch, empty
-
-    def __getattr__(self, name):
-        return getattr(self._torch, name)
-
-    def empty(self, *a, **k):
-        t = self._empty(*a, **k)
-        return t.fill_(float("nan")) if t.is_floating_point() else t
 
 
 # ---------------------------------------------------------------- resources on sm_90a
@@ -165,15 +153,6 @@ def test_streamk_kernels_build_without_spills(bn, splits, dtype, has_bias, activ
 
 
 # ---------------------------------------------------------------- on the GPU (skipped without an sm_90 one)
-def _sm90_gpu() -> bool:
-    try:
-        import torch
-    except ImportError:
-        return False
-    return (torch.cuda.is_available() and not getattr(torch.version, "hip", None)
-            and torch.cuda.get_device_capability() >= (9, 0))
-
-
 @pytest.mark.skipif(not _sm90_gpu(), reason="needs an sm_90 NVIDIA GPU with a CUDA build of PyTorch")
 @pytest.mark.parametrize("M, N, K, dtype, bias, activation", [
     (2000, 3000, 1000, "float16", False, "none"), (2000, 3000, 1000, "bfloat16", True, "silu"),

@@ -14,28 +14,13 @@ torch = pytest.importorskip("torch")
 if not torch.cuda.is_available() or getattr(torch.version, "hip", None):
     pytest.skip("needs an NVIDIA GPU with a CUDA build of PyTorch", allow_module_level=True)
 
+from test_s6_host_plans import PoisonTorch  # noqa: E402
+
 from tilewright import ops  # noqa: E402
 
 dispatch = importlib.import_module("tilewright.ops.dispatch")
 rows_mod = importlib.import_module("tilewright.ops.rows")
 attn = importlib.import_module("tilewright.ops.attention_dispatch")
-
-
-def _poison(x):
-    return x.fill_(float("nan")) if x.is_floating_point() else x.fill_(-7)
-
-
-class PoisonTorch:
-    def __getattr__(self, name):
-        return getattr(torch, name)
-
-    @staticmethod
-    def empty(*a, **kw):
-        return _poison(torch.empty(*a, **kw))
-
-    @staticmethod
-    def empty_like(*a, **kw):
-        return _poison(torch.empty_like(*a, **kw))
 
 
 @pytest.fixture
