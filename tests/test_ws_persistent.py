@@ -221,21 +221,24 @@ def test_ops_persistent_candidates_are_warp_specialized():
     for shape in [(4096, 4096, 4096), (8192, 8192, 1024), (2000, 3000, 1000)]:
         pers = [c for c in gemm_configs.candidates(*shape, "float16", "sm_90", 132) if c.kind == "persistent"]
         assert pers and all(c.ws and c.wgmma for c in pers)
-        assert {(c.block_M, c.block_N) for c in pers} == {(128, 128), (128, 256)}
+        assert {(c.block_M, c.block_N) for c in pers} == {(128, 128), (128, 256), (128, 192), (192, 128)}
 
 
-@pytest.mark.parametrize("bn, blocks", [(128, 3), (256, 2)])
-def test_ops_persistent_kernel_with_bias_and_activation_on_the_emulator(bn, blocks):
+@pytest.mark.parametrize("bm, bn, threads, blocks, staged", [
+    (128, 128, 256, 3, False), (128, 256, 256, 2, False),
+    (128, 192, 256, 2, True), (192, 128, 256, 2, True), (192, 128, 384, 3, True)])
+def test_ops_persistent_kernel_with_bias_and_activation_on_the_emulator(bm, bn, threads, blocks, staged):
     """The kernel ops.matmul runs (dynamic row count, bias + silu epilogue per tile, bf16 out) at the
-    candidates' full tile sizes, with fewer blocks than tiles and a partial last round."""
+    candidates' full tile sizes, with fewer blocks than tiles and a partial last round; C through
+    the shared tile and a TMA store where ``staged``."""
     from tilewright.ops import gemm_configs, kernels
 
-    cfg = gemm_configs.GemmConfig("persistent", 128, bn, 64, 4, 256, wgmma=True, ws=True)
+    cfg = gemm_configs.GemmConfig("persistent", bm, bn, 64, 4, threads, wgmma=True, ws=True)
     M, N, K = 300, 2 * bn, 200
-    f = kernels.linear_persistent(N, K, "bfloat16", "bfloat16", False, True, True, "silu", 128, bn, 64, 4, 256,
-                                  blocks, 8)
+    f = kernels.linear_persistent(N, K, "bfloat16", "bfloat16", False, True, True, "silu", bm, bn, 64, 4, threads,
+                                  blocks, 8, staged)
     k = tilewright.compile(f, target=SM90, execution_backend="emulator", pass_configs=cfg.pass_configs("sm_90"))
-    assert k.num_threads == 384
+    assert k.num_threads == threads + 128
     rng = np.random.default_rng(bn)
     bf = tilewright.ir.dtype.to_numpy("bfloat16")
     a = rng.uniform(-1, 1, (M, K)).astype(bf)

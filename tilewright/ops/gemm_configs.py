@@ -138,6 +138,13 @@ ROWS128_HOPPER = (
     # through plain stores, which cost the persistent kernel half its speed before TMA stores
     GemmConfig("streamk", 128, 128, 64, 4, 128, splits=2, group_M=0, wgmma=True, ws=True),
     GemmConfig("streamk", 128, 256, 64, 4, 256, splits=4, group_M=0, wgmma=True, ws=True),
+    # not yet timed: the split-K halves warp-specialized (two consumer warpgroups) or with a deeper
+    # ring, and cuBLAS's choice for this shape without its 1x2 cluster (128x64 tiles, 128 blocks, no
+    # split, 8 stages: bench/results/2026-12-01-1522-ncu-*)
+    GemmConfig("splitk", 128, 128, 64, 4, 256, splits=2, wgmma=True, ws=True),
+    GemmConfig("splitk", 128, 128, 64, 6, 128, splits=2, wgmma=True),
+    GemmConfig("direct", 128, 64, 64, 8, 256, wgmma=True, ws=True),
+    GemmConfig("direct", 128, 64, 64, 8, 128, wgmma=True),
 )
 
 
@@ -219,7 +226,13 @@ def candidates(M: int, N: int, K: int, dtype: str, arch: str, num_sms: int,
                  GemmConfig("persistent", 128, 256, 64, 4, 256, wgmma=True, ws=True, group_M=8),
                  # ... and with the C tile stored by TMA while the next tile's mainloop runs
                  GemmConfig("persistent", 128, 128, 64, 4, 256, wgmma=True, ws=True, group_M=8, tma_store=True),
-                 GemmConfig("persistent", 128, 256, 64, 3, 256, wgmma=True, ws=True, group_M=8, tma_store=True)]
+                 GemmConfig("persistent", 128, 256, 64, 3, 256, wgmma=True, ws=True, group_M=8, tma_store=True),
+                 # tiles between 128x128 and 128x256, so that a ragged shape's tile count comes out near a
+                 # whole number of waves (2000x3000: 256 tiles of 128x192, 264 of 192x128 = 2 x 132;
+                 # cuBLAS takes 192x128 there, bench/results/2026-12-01-1522-ncu-*)
+                 GemmConfig("persistent", 128, 192, 64, 4, 256, wgmma=True, ws=True, group_M=8, tma_store=True),
+                 GemmConfig("persistent", 192, 128, 64, 4, 256, wgmma=True, ws=True, group_M=8, tma_store=True),
+                 GemmConfig("persistent", 192, 128, 64, 4, 384, wgmma=True, ws=True, group_M=8, tma_store=True)]
     else:
         bases = [GemmConfig("direct", 128, 128, 32, 4, 128), GemmConfig("direct", 128, 256, 32, 3, 256)]
     bases = [fit_shared(b, smem_limit) for b in bases]
