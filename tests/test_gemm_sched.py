@@ -246,13 +246,18 @@ def test_heuristic_fills_the_gpu_without_tiny_k_slices(M, N, K):
         if tiles * 2 > 132:
             assert cfg.kind in ("direct", "persistent")
         assert (cfg.wgmma or cfg.ws) <= (arch == "sm_90") and not cfg.pass_configs("gfx942")
-    # measured on the H200 (bench/results/2026-12-01-0835-gemm-*, -0954-gemm-*): decode over 8192
-    # columns takes thin deep blocks without a split, 128 rows two K halves of 128x128 tiles, short K
-    # over many tiles the persistent kernel with TMA stores
+    # measured on the H200 (bench/results/2026-12-01-0835-gemm-*, -0954-gemm-*, -1526-gemm-weak-*):
+    # decode over 8192 columns takes thin deep blocks without a split, 128 rows over 8192 columns
+    # 128x64 tiles 8 stages deep without a split, over 2048 columns two K halves of 128x128 tiles,
+    # short K over many tiles the persistent kernel with TMA stores (128x192 tiles where 128x256
+    # would leave the second wave part empty)
     h = functools.partial(gemm_configs.heuristic, dtype="float16", arch="sm_90", num_sms=132)
     assert (h(16, 8192, 8192).kind, h(16, 8192, 8192).block_N) == ("direct", 64)
-    assert (h(128, 8192, 8192).kind, h(128, 8192, 8192).block_N, h(128, 8192, 8192).splits) == ("splitk", 128, 2)
+    c128 = h(128, 8192, 8192)
+    assert (c128.kind, c128.block_N, c128.stages, c128.ws) == ("direct", 64, 8, True)
+    assert (h(128, 2048, 8192).kind, h(128, 2048, 8192).block_N) == ("splitk", 128)
     assert h(8192, 8192, 1024).kind == "persistent" and h(8192, 8192, 1024).tma_store
+    assert (h(2000, 3000, 1000).kind, h(2000, 3000, 1000).block_N) == ("persistent", 192)
     assert h(16, 1024, 1024).kind == "splitk"  # too few columns to fill the GPU: split
     cands = gemm_configs.candidates(M, N, K, "float16", "sm_90", 132)
     assert cands[0] == gemm_configs.heuristic(M, N, K, "float16", "sm_90", 132) and len(set(cands)) == len(cands)

@@ -138,13 +138,16 @@ ROWS128_HOPPER = (
     # through plain stores, which cost the persistent kernel half its speed before TMA stores
     GemmConfig("streamk", 128, 128, 64, 4, 128, splits=2, group_M=0, wgmma=True, ws=True),
     GemmConfig("streamk", 128, 256, 64, 4, 256, splits=4, group_M=0, wgmma=True, ws=True),
-    # not yet timed: the split-K halves warp-specialized (two consumer warpgroups) or with a deeper
-    # ring, and cuBLAS's choice for this shape without its 1x2 cluster (128x64 tiles, 128 blocks, no
-    # split, 8 stages: bench/results/2026-12-01-1522-ncu-*)
-    GemmConfig("splitk", 128, 128, 64, 4, 256, splits=2, wgmma=True, ws=True),
-    GemmConfig("splitk", 128, 128, 64, 6, 128, splits=2, wgmma=True),
+    # cuBLAS's tiles for this shape without its 1x2 cluster (128x64, 128 blocks, no split, 8 stages:
+    # bench/results/2026-12-01-1522-ncu-*), two consumer warpgroups: 0.90-0.91x in -1526-gemm-weak-*
+    # (the heuristic's choice now); one warpgroup 0.66x; the split-K halves warp-specialized 0.76x or
+    # six stages deep 0.77x (kept off the list)
     GemmConfig("direct", 128, 64, 64, 8, 256, wgmma=True, ws=True),
     GemmConfig("direct", 128, 64, 64, 8, 128, wgmma=True),
+    # not yet timed: the same with C by TMA store, a ninth stage, or 128-deep K steps
+    GemmConfig("direct", 128, 64, 64, 8, 256, wgmma=True, ws=True, tma_store=True),
+    GemmConfig("direct", 128, 64, 64, 9, 256, wgmma=True, ws=True),
+    GemmConfig("direct", 128, 64, 128, 4, 256, wgmma=True, ws=True),
 )
 
 
@@ -157,9 +160,16 @@ def heuristic(M: int, N: int, K: int, dtype: str, arch: str, num_sms: int,
         # decode over enough columns to fill the GPU: thin deep blocks, no split (1.17-1.20x cuBLAS at
         # 16x8192x8192 in bench/results/2026-12-01-0835-gemm-* and -0954-gemm-*, split-K 1.09x)
         return fit_shared(GemmConfig("direct", 16, 64, 256, 4, 128), smem_limit)
+    if hopper and 64 < M <= 128 and _ceil(N, 64) * 4 >= num_sms * 3:
+        # a few rows over enough columns for about a wave of 128x64 tiles: one block per tile, no
+        # split, an 8-deep ring and two consumer warpgroups (cuBLAS's tiles for 128x8192x8192, less
+        # its cluster): 0.90x / 0.91x cuBLAS fp16 / bf16 against 0.79x / 0.80x for two K halves of
+        # 128x128 tiles (bench/results/2026-12-01-1526-gemm-weak-*)
+        return fit_shared(GemmConfig("direct", 128, 64, 64, 8, 256, wgmma=True, ws=True), smem_limit)
     if hopper and 64 < M <= 128 and _ceil(N, 128) < num_sms:
-        # a few rows: K ranges of 128x128 tiles fill the GPU (two halves: 0.79-0.80x at 128x8192x8192
-        # in the same runs, against 0.58-0.60x for four quarters of 128x256 tiles)
+        # a few rows and fewer columns: K ranges of 128x128 tiles fill the GPU (two halves: 0.79-0.80x
+        # at 128x8192x8192 in -0835-gemm-* and -0954-gemm-*, against 0.58-0.60x for four quarters of
+        # 128x256 tiles)
         tile = fit_shared(GemmConfig("direct", 128, 128, 64, 4, 128, wgmma=True), smem_limit)
         splits = choose_splits(M, N, K, tile, num_sms)
         return dataclasses.replace(tile, kind="splitk", splits=splits) if splits > 1 else tile
@@ -186,10 +196,10 @@ def heuristic(M: int, N: int, K: int, dtype: str, arch: str, num_sms: int,
                                          wgmma=True, ws=True, group_M=8, tma_store=True), smem_limit)
         if K <= 1024 and _ceil(M, 128) * _ceil(N, 128) >= 2 * num_sms:
             # short K, less than two waves of 128x256 tiles but at least two of 128x128 (2000x3000x1000:
-            # 1.45 waves against 2.9): persistent 128x128 blocks even out the last wave (0.74x / 0.68x
-            # cuBLAS fp16 / bf16 against 0.66x / 0.61x for one 128x256 block per tile,
-            # bench/results/2026-12-01-1410-gemm-*; 0.68x / 0.69x in -1411-gemm-weak-*)
-            return fit_shared(GemmConfig("persistent", 128, 128, base.block_K, 4, base.threads, wgmma=True, ws=True,
+            # 1.45 waves of 128x256, 1.94 of 128x192): persistent 128x192 blocks, C by TMA store (0.80x /
+            # 0.77x cuBLAS fp16 / bf16 against 0.67x / 0.66x for persistent 128x128 and 0.54x for one
+            # 128x256 block per tile, bench/results/2026-12-01-1526-gemm-weak-*)
+            return fit_shared(GemmConfig("persistent", 128, 192, base.block_K, 4, base.threads, wgmma=True, ws=True,
                                          group_M=8, tma_store=True), smem_limit)
         # one block per tile: C leaves by TMA store (three stages then fit, the C tile taking the
         # fourth's room)
