@@ -188,17 +188,17 @@ def heuristic(M: int, N: int, K: int, dtype: str, arch: str, num_sms: int,
     if splits > 1:
         return dataclasses.replace(base, kind="splitk", splits=splits)
     if hopper and base.ws:
-        if K <= 1024 and _ceil(M, base.block_M) * _ceil(N, base.block_N) >= 2 * num_sms:
-            # short K over many tiles: persistent, each tile's TMA store and the next tile's loads
-            # overlapping its mainloop (8192x8192x1024: 0.90x cuBLAS against 0.81x for one block
-            # per tile, bench/results/2026-12-01-0954-gemm-*)
-            return fit_shared(GemmConfig("persistent", base.block_M, base.block_N, base.block_K, 3, base.threads,
-                                         wgmma=True, ws=True, group_M=8, tma_store=True), smem_limit)
-        if K <= 1024 and _ceil(M, 128) * _ceil(N, 128) >= 2 * num_sms:
-            # short K, less than two waves of 128x256 tiles but at least two of 128x128 (2000x3000x1000:
-            # 1.45 waves of 128x256, 1.94 of 128x192): persistent 128x192 blocks, C by TMA store (0.80x /
-            # 0.77x cuBLAS fp16 / bf16 against 0.67x / 0.66x for persistent 128x128 and 0.54x for one
-            # 128x256 block per tile, bench/results/2026-12-01-1526-gemm-weak-*)
+        waves = _ceil(M, base.block_M) * _ceil(N, base.block_N) / num_sms
+        if (K <= 1024 and _ceil(M, 128) * _ceil(N, 128) >= 2 * num_sms) or waves >= 8:
+            # persistent 128x192 blocks, each tile's TMA store and the next tile's loads overlapping its
+            # mainloop, for short K over at least two waves of 128x128 tiles or for many waves of tiles
+            # (bench/results/2026-12-01-1526-gemm-weak-* and -1542-gemm-weak-*, TFLOP/s fp16 / bf16):
+            # 8192x8192x1024  688 / 705 against 612 / 645 (persistent 128x256), 536 / 557 (one 128x256
+            #                 block per tile)
+            # 2000x3000x1000  437 / 431 against 367 / 368 (persistent 128x128), 298 / 302 (one block per
+            #                 128x256 tile: 1.45 waves, where 128x192 tiles make 1.94)
+            # 8192^3          628 / 643 against 589 / 605 (one block per 128x256 tile)
+            # At 4096^3 (3.9 waves of 128x256) one block per tile stays ahead: 687 / 713 against 656 / 662.
             return fit_shared(GemmConfig("persistent", 128, 192, base.block_K, 4, base.threads, wgmma=True, ws=True,
                                          group_M=8, tma_store=True), smem_limit)
         # one block per tile: C leaves by TMA store (three stages then fit, the C tile taking the
