@@ -61,10 +61,12 @@ def user_configs(m: int) -> list:
     if m <= 128:
         return [(64, 128, 64, 4, 128, WGMMA, False), (128, 128, 64, 4, 128, WGMMA, False),
                 (128, 256, 64, 4, 256, WGMMA_WS, False), (128, 128, 32, 4, 128, {}, False),
-                (64, 128, 64, 4, 128, WGMMA, True), (128, 256, 64, 3, 256, WGMMA_WS, True)]
+                (64, 128, 64, 4, 128, WGMMA, True), (128, 256, 64, 3, 256, WGMMA_WS, True),
+                (128, 64, 64, 8, 256, WGMMA_WS, False)]  # cuBLAS's 128x8192x8192 tiles (ncu, 2026-12-01)
     return [(128, 256, 64, 4, 256, WGMMA_WS, False), (128, 256, 64, 3, 256, WGMMA_WS, False),
             (128, 128, 64, 4, 128, WGMMA_WS, False), (128, 128, 32, 4, 128, {}, False),
-            (128, 256, 64, 3, 256, WGMMA_WS, True), (128, 128, 64, 4, 128, WGMMA_WS, True)]
+            (128, 256, 64, 3, 256, WGMMA_WS, True), (128, 128, 64, 4, 128, WGMMA_WS, True),
+            (128, 192, 64, 4, 256, WGMMA_WS, True)]  # ops.matmul's persistent tiles, one block per tile here
 
 
 def user_kernel(m, n, k, dtype, bm, bn, bk, st, thr, staged):
