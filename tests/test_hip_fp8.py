@@ -1,6 +1,7 @@
 """The HIP path's fp8 conversions (integer-only device functions in codegen/hip_fp8.py) agree with
-ml_dtypes, which the interpreter and the emulator use: every byte decodes to the same float, and
-floats (normal, subnormal, ties, overflow, NaN, signed zero) encode to the same value.  The device
+the interpreter and the emulator: every byte decodes to the same float as ml_dtypes decodes it, and
+floats (normal, subnormal, ties, overflow, NaN, signed zero) encode to the same value: saturating
+(ir/float8.py, CUDA's satfinite) for the default encoder, as ml_dtypes rounds for the ``_nosat`` one.  The device
 functions are plain C++, so they are compiled and run on the host with g++."""
 
 from __future__ import annotations
@@ -13,6 +14,7 @@ import numpy as np
 import pytest
 
 from tilewright.codegen import hip_fp8
+from tilewright.ir import float8
 
 pytestmark = pytest.mark.skipif(shutil.which("g++") is None, reason="needs g++ to run the conversions on the host")
 
@@ -30,8 +32,9 @@ def _samples(dtype: str) -> np.ndarray:
     return pts.astype(np.float32)
 
 
+@pytest.mark.parametrize("sat", [True, False], ids=["sat", "nosat"])
 @pytest.mark.parametrize("dtype", sorted(hip_fp8.FP8))
-def test_fp8_conversions_match_ml_dtypes(dtype, tmp_path):
+def test_fp8_conversions_match_ml_dtypes(dtype, sat, tmp_path):
     n = hip_fp8.short(dtype)
     pts = _samples(dtype)
     src = hip_fp8.helpers([dtype]).replace("__device__ __forceinline__", "static inline")
@@ -44,7 +47,7 @@ int main() {{
   for (int b = 0; b < 256; ++b) {{ float f = tw_{n}_to_f32((unsigned char)b); unsigned u; std::memcpy(&u, &f, 4);
     std::printf("%u\\n", u); }}
   for (unsigned i = 0; i < sizeof(inputs) / sizeof(inputs[0]); ++i) {{ float f; std::memcpy(&f, &inputs[i], 4);
-    std::printf("%u\\n", (unsigned)tw_f32_to_{n}(f)); }}
+    std::printf("%u\\n", (unsigned)tw_f32_to_{n}{"" if sat else "_nosat"}(f)); }}
   return 0;
 }}
 """
@@ -58,7 +61,9 @@ int main() {{
     ok = ~np.isnan(want)
     np.testing.assert_array_equal(decoded[ok], want[ok])
     got = np.array(out[256:], dtype=np.uint8).view(t).astype(np.float32)
-    ref = pts.astype(t).astype(np.float32)
+    ref = (float8.convert(pts, np.dtype(t)) if sat else pts.astype(t)).astype(np.float32)
+    if sat:  # nothing but NaN becomes NaN, and the largest finite values are reached
+        assert np.isnan(ref).sum() == np.isnan(pts).sum() and (ref == float(ml_dtypes.finfo(t).max)).any()
     np.testing.assert_array_equal(np.isnan(got), np.isnan(ref))
     ok = ~np.isnan(ref)
     np.testing.assert_array_equal(got[ok], ref[ok])

@@ -18,6 +18,7 @@ from .errors import (  # noqa: F401
 )
 from .jit import JITKernel  # noqa: F401
 from .jit.parallel import par_compile  # noqa: F401
+from .math import next_power_of_2  # noqa: F401  (TileLang exports it at the top level too)
 from .profiler import Profiler  # noqa: F401
 
 # The one version string: pyproject.toml reads it from this line (setuptools dynamic version); the

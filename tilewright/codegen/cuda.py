@@ -7,6 +7,7 @@ from __future__ import annotations
 import numpy as np
 
 from ..ir import dtype as dt
+from ..ir import expr as E
 from ..ir import thread as th
 from ..ir import tile as t
 from ..ir.visitor import walk
@@ -108,6 +109,14 @@ _IEEE_HALF = {"add": "__hadd({0}, {1})", "sub": "__hsub({0}, {1})", "mul": "__hm
               "frsqrt": "(1.0 / sqrt((double)(float)({0})))"}
 
 
+def _is_fp8(dtype: str) -> bool:
+    return dtype in ("float8_e4m3fn", "float8_e5m2")
+
+
+def _widen_fp8(x):
+    return E.Cast("float32", x) if _is_fp8(x.dtype) else x
+
+
 class CudaPrinter(Printer):
     FLOAT_FN = {**Printer.FLOAT_FN, "round": "tw_RoundTiesAwayFromZero"}
 
@@ -121,6 +130,16 @@ class CudaPrinter(Printer):
             bits = np.array([c.value], np.float32).astype(dt.to_numpy(c.dtype)).view(np.uint8)[0]
             return f"tw_from_bits8<{self.ctype(c.dtype)}>({int(bits):#04x})"
         return super().const(c)
+
+    def expr(self, e, prec: int = 0) -> str:
+        # cuda_fp8.h gives __nv_fp8_* no arithmetic: operate on float and convert back (saturating,
+        # as every conversion to fp8 is: ir/float8.py)
+        if isinstance(e, E.BinOp) and e.op not in ("and", "or") and (_is_fp8(e.a.dtype) or _is_fp8(e.b.dtype)):
+            s = super().expr(E.binary(e.op, _widen_fp8(e.a), _widen_fp8(e.b)), prec)
+            return f"{self.ctype(e.dtype)}({s})" if _is_fp8(e.dtype) else s
+        if isinstance(e, E.UnOp) and e.op == "neg" and _is_fp8(e.dtype):
+            return f"{self.ctype(e.dtype)}(-(float)({self.expr(e.a)}))"
+        return super().expr(e, prec)
 
     def mode_cast(self, e) -> str:
         """T.cast(..., round='rz'/'rp'/'rm') to a 16-bit float, or T.cast(..., sat=False) to fp8."""

@@ -390,8 +390,10 @@ class HipPrinter(Printer):
                                hint="draw uniform numbers (dist='uniform') and transform them, or run on CUDA")
         if name.startswith("rng_"):
             return super().call(e)  # the base printer's calls of codegen/rng.py's functions
-        if name == "cast_nosat":  # fp8 conversions here never saturate (hip_fp8)
-            return self.cast(e.dtype, args[0])
+        if name == "cast_nosat":  # T.cast(..., sat=False): the encoder without saturation (hip_fp8)
+            a = args[0]
+            as_float = self.expr(a) if a.dtype == "float32" else self.cast("float32", a)
+            return f"tw_f32_to_{hip_fp8.short(e.dtype)}_nosat({as_float})"
         if name.startswith("cast_"):
             mode = {"cast_rz": "rz", "cast_ru": "rp", "cast_rd": "rm"}[name]
             raise CompileError(f"T.cast(..., round='{mode}') is not available in the HIP backend: AMD GPUs set the "

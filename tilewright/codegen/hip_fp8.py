@@ -4,10 +4,14 @@ and every use converts through float32 with small integer-only device functions 
 bytes, packed like int8.
 
 Formats (as in ml_dtypes, which the emulator and the interpreter use):
-  float8_e4m3fn    bias 7,  no infinities, NaN = S.1111.111, overflow -> NaN
-  float8_e4m3fnuz  bias 8,  no infinities, no -0, NaN = 0x80, overflow -> NaN   (MFMA fp8 on gfx942)
-  float8_e5m2      bias 15, IEEE-style infinities and NaNs, overflow -> inf
-  float8_e5m2fnuz  bias 16, no infinities, no -0, NaN = 0x80, overflow -> NaN
+  float8_e4m3fn    bias 7,  no infinities, NaN = S.1111.111
+  float8_e4m3fnuz  bias 8,  no infinities, no -0, NaN = 0x80   (MFMA fp8 on gfx942)
+  float8_e5m2      bias 15, IEEE-style infinities and NaNs
+  float8_e5m2fnuz  bias 16, no infinities, no -0, NaN = 0x80
+
+``tw_f32_to_<fmt>`` saturates, as CUDA's conversions do (ir/float8.py): a value beyond the largest
+finite one, an infinity included, becomes that value with its sign; NaN stays NaN.
+``tw_f32_to_<fmt>_nosat`` (``T.cast(..., sat=False)``) gives infinity (e5m2) or NaN instead.
 """
 
 from __future__ import annotations
@@ -33,7 +37,8 @@ def short(dtype: str) -> str:
 
 
 def const_bits(value: float, dtype: str) -> int:
-    """The byte of a float constant in this format (rounded as ml_dtypes rounds)."""
+    """The byte of a float constant in this format (its value is already what the type holds:
+    ir/float8.py; ml_dtypes rounds it to the byte)."""
     return int(np.array([value], dtype=np.float32).astype(getattr(ml_dtypes, dtype)).view(np.uint8)[0])
 
 
@@ -68,7 +73,7 @@ __device__ __forceinline__ float tw_{n}_to_f32(unsigned char b) {{
              : (float)man * {sub_scale};
   return s ? -v : v;
 }}
-__device__ __forceinline__ unsigned char tw_f32_to_{n}(float x) {{
+__device__ __forceinline__ unsigned char tw_f32_to_{n}_mode(float x, bool sat) {{
   unsigned u = __builtin_bit_cast(unsigned, x), s = (u >> 24) & 0x80u, a = u & 0x7fffffffu;
   if (a > 0x7f800000u) return {nan};
   unsigned r;
@@ -79,8 +84,10 @@ __device__ __forceinline__ unsigned char tw_f32_to_{n}(float x) {{
     r = (a + ((1u << (sh - 1)) - 1u) + ((a >> sh) & 1u)) >> sh;
     r -= {(127 - bias) << m}u;
   }}
-  if (r > {max_bits}u) return s | {overflow};
+  if (r > {max_bits}u) return s | (sat ? {max_bits}u : {overflow});  /* an infinity lands here too */
   {"if (r == 0u) return 0u;  /* no negative zero in this format */" if kind == "fnuz" else ""}
   return (unsigned char)(s | r);
-}}""")
+}}
+__device__ __forceinline__ unsigned char tw_f32_to_{n}(float x) {{ return tw_f32_to_{n}_mode(x, true); }}
+__device__ __forceinline__ unsigned char tw_f32_to_{n}_nosat(float x) {{ return tw_f32_to_{n}_mode(x, false); }}""")
     return "\n".join(out) + "\n"

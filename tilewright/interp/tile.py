@@ -59,6 +59,7 @@ import numpy as np
 from ..errors import SourceLocation, TilewrightError
 from ..ir import dtype as dt
 from ..ir import expr as E
+from ..ir import float8 as _float8
 from ..ir import thread as th
 from ..ir import tile as t
 from ..ir.tile_ops import hooks, register
@@ -144,10 +145,9 @@ class _Ctx:
 
 
 def _to(x, npdt: np.dtype):
-    """``x`` as a NumPy value of dtype ``npdt`` (scalars stay scalars)."""
-    if isinstance(x, np.ndarray):
-        return x if x.dtype == npdt else x.astype(npdt)
-    return npdt.type(x)
+    """``x`` as a NumPy value of dtype ``npdt`` (scalars stay scalars); to an fp8 type saturating,
+    as the GPU converts (ir/float8.py)."""
+    return _float8.convert(x, npdt)
 
 
 def _lift(x, work: np.dtype):
@@ -500,6 +500,9 @@ class _ExprCompiler:
         if fn is None:
             raise InterpError(f"intrinsic T.{name} is not supported by the tile interpreter")
         work = _F64 if e.dtype == "float64" or name == "fma" else _F32
+        if name == "cast_nosat":  # T.cast(..., sat=False): NumPy's conversion, which does not saturate
+            f0 = fargs[0]
+            return lambda c: _float8.convert_nosat(_lift(f0(c), work), npdt)
         if len(fargs) == 1:
             f0 = fargs[0]
             return lambda c: _to(fn(_lift(f0(c), work)), npdt)
@@ -663,6 +666,8 @@ def _scatter(arr: np.ndarray, idx: list, val, mask, buf: t.Buffer, skip: int) ->
     """``arr[idx] = val`` for the active lanes (``mask``), index arrays and values broadcast."""
     if mask is False:
         return
+    if _float8.saturating_max(arr.dtype) is not None and np.asarray(val).dtype != arr.dtype:
+        val = _to(val, arr.dtype)  # NumPy's own conversion to fp8 would not saturate
     if not any(isinstance(i, np.ndarray) for i in idx):
         # one element: the active lanes must agree on what they store
         if isinstance(val, np.ndarray):
@@ -1152,6 +1157,7 @@ class _Interpreter:
         """Store ``data`` (shaped as the region's extents); global out-of-bounds parts are dropped."""
         buf, arr, starts, extents, shape, threaded = self._region(r, c, what)
         inside, clip, sub = _clip_region(starts, extents, shape)
+        data = _to(data, arr.dtype)  # to an fp8 type saturating (NumPy's assignment would not)
         if threaded:
             arr[(slice(None),) + self._onchip_slices(buf, starts, extents, shape, inside, what)] = data
             return
@@ -1187,6 +1193,8 @@ class _Interpreter:
         self._tile_op_allowed(c, "T.fill")
         v = self._scalar(s.value, c, "the T.fill value")
         _, arr, _, extents, _, _ = self._region(s.dst, c, "T.fill")
+        if _float8.saturating_max(arr.dtype) is not None:
+            v = _to(np.asarray(v), arr.dtype)  # saturating (np.full's own conversion would not)
         self._write_region(s.dst, c, np.full(extents, v, dtype=arr.dtype), "T.fill")
 
     def x_gemm(self, s: t.Gemm, c: _Ctx) -> None:
@@ -1212,7 +1220,7 @@ class _Interpreter:
             old = self._read_region(s.c, c, "T.gemm C").reshape(s.c.shape)
             prod = old.astype(prod.dtype) + prod
         ext = [int(x) for x in s.c.extents]
-        self._write_region(s.c, c, prod.astype(cdt).reshape(ext), "T.gemm C")
+        self._write_region(s.c, c, _to(prod, cdt).reshape(ext), "T.gemm C")
 
     def x_reduce(self, s: t.Reduce, c: _Ctx) -> None:
         self._tile_op_allowed(c, f"T.reduce_{s.op}")
@@ -1249,7 +1257,7 @@ class _Interpreter:
                 r = old + r
             else:
                 r = fmin(old, r) if s.op == "min" else fmax(old, r)
-        self._write_region(self.full_region(s.dst), c, r.astype(dt.to_numpy(s.dst.dtype)), f"T.reduce_{s.op}")
+        self._write_region(self.full_region(s.dst), c, _to(r, dt.to_numpy(s.dst.dtype)), f"T.reduce_{s.op}")
 
     def x_atomic(self, s: t.Atomic, c: _Ctx) -> None:
         if s.op not in ("add", "max", "min", *_BITWISE_ATOMICS):

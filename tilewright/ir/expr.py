@@ -13,6 +13,7 @@ import operator
 from typing import Any
 
 from . import dtype as dt
+from . import float8 as _float8
 
 _BIN_SYMBOLS = {
     "+": "add", "-": "sub", "*": "mul", "/": "div", "//": "floordiv", "%": "mod",
@@ -178,7 +179,9 @@ class Const(Expr):
     def __init__(self, value, dtype: str):
         self.dtype = dtype
         if dt.is_float(dtype):
-            self.value = float(value)
+            # an fp8 constant holds what a conversion to its type gives (ir/float8.py): saturated,
+            # except that T.infinity("float8_e5m2") stays infinite
+            self.value = _float8.const_value(float(value), dtype) if dtype in _float8.SATURATING else float(value)
         elif dtype == "bool":
             self.value = bool(value)
         else:

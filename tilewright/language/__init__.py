@@ -1261,7 +1261,14 @@ def cast(x, dtype, round="", sat=True, rbits=None):  # noqa: A002 - TileLang's k
 
 
 def infinity(dtype):
-    return _e.Const(_math.inf, _dt.canon(dtype))
+    """+infinity of ``dtype``: a float type with an infinity (float8_e5m2 has one; float8_e4m3fn, the
+    fnuz formats, float8_e8m0fnu and the 4-bit floats have none, and TileLang refuses them too)."""
+    d = _dt.canon(dtype)
+    if not _dt.is_float(d) or (d.startswith(("float8", "float4")) and d != "float8_e5m2"):
+        raise _b.error(f"T.infinity({d!r}): {d} has no infinity",
+                       hint=f"use T.max_value({d!r}) for its largest finite value, or a type with an infinity "
+                       "(float16, bfloat16, float32, float64, float8_e5m2)")
+    return _e.Const(_math.inf, d)
 
 
 def max_value(dtype):

@@ -1,14 +1,13 @@
 """TileLang's ``T.cast(value, dtype, round="", sat=True, rbits=None)``: a conversion with a PTX-style
 rounding modifier and saturation choice.
 
-What each combination means here (every backend computes the same values, with one known exception
-below):
+What each combination means here (every backend computes the same values):
 
-* ``round=""`` or ``"rn"`` with ``sat=True``: the ordinary conversion ``T.Cast(dtype, value)``.
-  Known difference, not yet resolved: a value beyond the largest finite fp8 one (or an infinity)
-  saturates to it on CUDA (the ``__nv_fp8_*`` constructors are ``satfinite``, as TileLang's default
-  is) but becomes infinity / NaN on the interpreter, the emulator and HIP (ml_dtypes' rounding).
-  Values in range agree everywhere; fp8 constants (``T.infinity``) are exact everywhere.
+* ``round=""`` or ``"rn"`` with ``sat=True``: the ordinary conversion ``T.Cast(dtype, value)``.  To
+  an fp8 type it saturates on every backend, as CUDA's ``__nv_fp8_*`` constructors (``satfinite``,
+  TileLang's default) do: a value beyond the largest finite one, an infinity included, becomes that
+  value with its sign, NaN stays NaN (ir/float8.py; the interpreter, the emulator and HIP's
+  ``tw_f32_to_*`` follow it).  fp8 constants are exact: ``T.infinity("float8_e5m2")`` is infinity.
 * ``sat=False`` to an 8-bit float: no saturation, so a value beyond the largest finite one becomes
   NaN (``float8_e4m3fn``, which has no infinity) or infinity (``float8_e5m2``) — the intrinsic
   ``cast_nosat``.  To other types a conversion never saturates, so ``sat`` changes nothing there.

@@ -7,6 +7,7 @@ import numpy as np
 
 from ...ir import dtype as dt
 from ...ir import expr as E
+from ...ir import float8
 from ...ir.analysis import is_nonnegative
 from ...ir.visitor import walk_expr
 from .. import debug_print
@@ -146,6 +147,14 @@ class ExprCompiler:
 
             return checked_int32, inv, key
 
+        if float8.saturating_max(nd) is not None and op not in ("min", "max"):
+            # fp8 operands: computed in float32 and converted back (saturating), as the printers do;
+            # ml_dtypes' own fp8 arithmetic would round to infinity / NaN
+            def binary(st, need):
+                return _fix(fn(_fix(fa(st, need), _F32), _fix(fb(st, need), _F32)), nd)
+
+            return binary, inv, key
+
         def binary(st, need):
             return _fix(fn(fa(st, need), fb(st, need)), nd)
 
@@ -241,6 +250,13 @@ class ExprCompiler:
         else:
             raise EmulatorError(f"the emulator does not know the math function {name!r}")
         work = _F64 if nd == _F64 else _F32  # 16-bit and 8-bit floats compute in float32, then round
+        if name == "cast_nosat":  # T.cast(..., sat=False): the one fp8 conversion that does not saturate
+            f0 = fs[0]
+
+            def nosat(st, need):
+                return float8.convert_nosat(_fix(f0(st, need), work), nd)
+
+            return nosat, inv, key
 
         def mathcall(st, need):
             args = [_fix(f(st, need), work) for f in fs]

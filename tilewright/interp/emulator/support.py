@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import numpy as np
 
+from ...ir import float8
 from ...ir import thread as th  # noqa: F401
 from ...ir import tile as t
 from ...ir.printer import expr_str, print_stmt
@@ -16,12 +17,15 @@ _F64 = np.dtype(np.float64)
 
 
 def _fix(v, nd: np.dtype):
-    """``v`` as a NumPy value of dtype ``nd`` (scalars stay scalars)."""
+    """``v`` as a NumPy value of dtype ``nd`` (scalars stay scalars); to an fp8 type saturating, as
+    the GPU converts (ir/float8.py)."""
     if isinstance(v, np.ndarray):
-        return v if v.dtype == nd else v.astype(nd)
+        if v.dtype == nd:
+            return v
+        return v.astype(nd) if float8.saturating_max(nd) is None else float8.convert(v, nd)
     if isinstance(v, np.generic) and v.dtype == nd:
         return v
-    return nd.type(v)
+    return nd.type(v) if float8.saturating_max(nd) is None else float8.convert(v, nd)
 
 
 def _and(m, c):
