@@ -38,7 +38,8 @@ LN2 = 0.6931471805599453
 
 def decode_config(dim: int, smem: int) -> tuple:
     """(block_H, block_N, stages, threads): 16 query rows (the smallest MMA M), key blocks of
-    64 x dim (32 at d 256), 4 stages at d <= 64 and 3 above, shrunk (stages, then block_N) until
+    64 x dim (32 at d 256), 4 stages at d <= 64 and 3 above, shrunk (stages to 2, block_N to 32,
+    stages to 1) until
     the query tile, the K/V rings and the score scratch fit in ``smem`` bytes (AMD's 64 KiB LDS).
     On an H200 (227 KiB) two blocks of d 128 fit per SM, each with two key blocks (64 KiB) in flight."""
     bH, bN, stages, threads = 16, 64 if dim <= 128 else 32, 4 if dim <= 64 else 3, 128
@@ -48,10 +49,12 @@ def decode_config(dim: int, smem: int) -> tuple:
     while (bH + 2 * stages * bN) * dim * 2 + 2 * bH * bN * 4 > smem:
         if stages > 2:
             stages -= 1
-        elif bN > 16:
+        elif bN > 32:
             bN //= 2
         elif stages > 1:
             stages -= 1
+        elif bN > 16:  # (16-key blocks do not split over AMD's 32-wide MFMA at two waves)
+            bN //= 2
         else:
             break
     return bH, bN, stages, threads
@@ -207,9 +210,9 @@ KERNEL = os.environ.get("TW_DECODE_KERNEL", "new")
 
 
 def _torch():
-    from .dispatch import _torch as torch_module
+    from . import attention_dispatch as ad  # (its name: tests that poison its allocations poison these too)
 
-    return torch_module()
+    return ad._torch()
 
 
 class _DecodePlan:
