@@ -182,6 +182,25 @@ def test_lowered_code_on_the_emulator(monkeypatch, target, _poison_and_count):
     assert _counters_zero()
 
 
+@needs_nvrtc
+@pytest.mark.parametrize("config", ["64,3,32", "32,4,64", "128,2,128"])
+def test_swept_configurations(monkeypatch, config, _poison_and_count):
+    """The configurations bench/decode_splits.py sweeps (TW_DECODE_CONFIG): one warp (the score tile
+    stays in registers), two warps, 128-key blocks -- their sm_90a code on the emulator."""
+    monkeypatch.setenv("TW_DECODE_CONFIG", config)
+    monkeypatch.setattr(ad, "_kernel", lambda key, build, _t, pass_configs=None: tilewright.compile(
+        build(), target="cuda -arch=sm_90a", execution_backend="emulator", pass_configs=pass_configs))
+    g = torch.Generator().manual_seed(12)
+    B, H, Hkv, S, D = 2, 8, 2, 300, 64
+    q, k, v = _rand(g, B, H, 1, D, dtype=torch.bfloat16), _rand(g, B, Hkv, S, D), _rand(g, B, Hkv, S, D)
+    k, v = k.bfloat16(), v.bfloat16()
+    lens = [277, 3]
+    out, lse = ops.attention(q, k, v, return_lse=True, cache_seqlens=torch.tensor(lens, dtype=torch.int32),
+                             num_splits=2)
+    _check(out, lse, *reference(q, k, v, lens))
+    assert _counters_zero()
+
+
 @pytest.mark.parametrize("D", [64, 128, 256])
 @pytest.mark.parametrize("target", [
     pytest.param("cuda -arch=sm_90a", marks=needs_nvrtc),

@@ -38,14 +38,18 @@ LN2 = 0.6931471805599453
 
 def decode_config(dim: int, smem: int) -> tuple:
     """(block_H, block_N, stages, threads): 16 query rows (the smallest MMA M), key blocks of
-    64 x dim (32 at d 256), 4 stages at d <= 64 and 3 above, shrunk (stages to 2, block_N to 32,
-    stages to 1) until
-    the query tile, the K/V rings and the score scratch fit in ``smem`` bytes (AMD's 64 KiB LDS).
-    On an H200 (227 KiB) two blocks of d 128 fit per SM, each with two key blocks (64 KiB) in flight."""
+    64 x dim (32 at d 256), 4 stages at d <= 64 and 3 above, 4 warps; shrunk (stages to 2, block_N
+    to 32, stages to 1) until the query tile, the K/V rings and the score scratch fit in ``smem``
+    bytes (AMD's 64 KiB LDS).  On an H200 (227 KiB) two blocks of d 128 fit per SM, each with two
+    key blocks (64 KiB) in flight.  Not measured yet against other choices: ``TW_DECODE_CONFIG``
+    ("block_N,stages[,threads]", e.g. "64,3,32": one warp, no cross-warp reductions per key block)
+    overrides it for sweeps (bench/decode_splits.py); the shrinking still applies."""
     bH, bN, stages, threads = 16, 64 if dim <= 128 else 32, 4 if dim <= 64 else 3, 128
-    env = os.environ.get("TW_DECODE_CONFIG")  # "block_N,stages": for sweeps on a GPU (bench/decode_splits.py)
+    env = os.environ.get("TW_DECODE_CONFIG")  # "block_N,stages[,threads]": sweeps on a GPU (bench/decode_splits.py)
     if env:
-        bN, stages = (int(x) for x in env.split(","))
+        given = [int(x) for x in env.split(",")]
+        bN, stages = given[:2]
+        threads = given[2] if len(given) > 2 else threads
     while (bH + 2 * stages * bN) * dim * 2 + 2 * bH * bN * 4 > smem:
         if stages > 2:
             stages -= 1
