@@ -8,7 +8,9 @@ SM keeps in flight and how little fixed cost each block and launch adds:
 
 - one block per (sequence, kv head, group slice, split): the query heads that share the kv head
   (GQA/MQA; ``group`` = heads / kv_heads, up to ``block_H`` of them) are the rows of the block, so
-  the keys and values are read once for the whole group and the query tile is loaded once;
+  the keys and values are read once for the whole group; the query tile is loaded once, straight
+  into the registers of the first gemm's operand (no shared-memory round trip whose wait would
+  hold back the first key blocks' copies: the loads are in flight while the pipeline starts);
 - K and V of a key block are both copied at the top of the body, so that ``T.Pipelined`` issues
   both ``stages - 1`` key blocks ahead (3 or 4 stages: twice the general kernel's bytes in flight);
 - the split-KV merge is fused: every block of a (sequence, kv head, slice) writes its normalized
@@ -90,7 +92,7 @@ def decode_fwd(heads, kv_heads, dim, dtype, has_cache, splits, k_hc, v_hc, block
         # the splits of one group are neighbours in launch order: they finish together, and the
         # last of them (the combiner) waits least
         with T.Kernel(splits, kv_heads * slices, nseq, threads=threads) as (part, by, bz):
-            Q_s = T.alloc_shared((block_H, dim), dtype)
+            Q_f = T.alloc_fragment((block_H, dim), dtype)
             K_s = T.alloc_shared((block_N, dim), dtype)
             V_s = T.alloc_shared((block_N, dim), dtype)
             acc_s = T.alloc_fragment((block_H, block_N), accum)
@@ -121,8 +123,9 @@ def decode_fwd(heads, kv_heads, dim, dtype, has_cache, splits, k_hc, v_hc, block
             k_row = bz * k_rb + kvh * k_rh
             v_row = bz * v_rb + kvh * v_rh
 
-            # rows past the group (another kv head's queries) are computed and never stored
-            T.copy(Q[q_row, 0], Q_s)
+            # rows past the group (another kv head's queries) are computed and never stored; rows
+            # past the tensor are not read
+            T.copy(Q[q_row, 0], Q_f)
             T.fill(acc_o, 0)
             T.fill(denom, 0)
             T.fill(m_cur, -T.infinity(accum))
@@ -130,7 +133,7 @@ def decode_fwd(heads, kv_heads, dim, dtype, has_cache, splits, k_hc, v_hc, block
                 # both copies first: the pipeline issues K and V of a key block stages - 1 blocks ahead
                 T.copy(K[k_row + kb * block_N, kvh * dim if k_hc else 0], K_s)
                 T.copy(V[v_row + kb * block_N, kvh * dim if v_hc else 0], V_s)
-                T.gemm(Q_s, K_s, acc_s, transpose_B=True, clear_accum=True, policy=T.GemmWarpPolicy.FullRow)
+                T.gemm(Q_f, K_s, acc_s, transpose_B=True, clear_accum=True, policy=T.GemmWarpPolicy.FullRow)
                 if (kb + 1) * block_N > len_k:  # the last key block: keys past the sequence are masked
                     for i, j in T.Parallel(block_H, block_N):
                         acc_s[i, j] = T.if_then_else(kb * block_N + j < len_k, acc_s[i, j], -T.infinity(accum))
