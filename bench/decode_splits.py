@@ -2,11 +2,11 @@
 caches of 4k-64k tokens (grouped-query heads, as ``bench/attention.py``'s decode table), in GB/s
 of K and V read and as a fraction of the copy bandwidth measured in the same run, for
 
-- the old path (``TW_DECODE_KERNEL=old``: the general attention kernel plus a combine launch) and
+- the old path (``TILEWRIGHT_DECODE_KERNEL=old``: the general attention kernel plus a combine launch) and
   the new flash-decoding kernel (``ops/decode_kernels.py``, the merge fused), each with the split
   heuristic's choice, against SDPA;
 - the new kernel with ``num_splits`` forced over a range (is the heuristic's choice the best?);
-- the new kernel's configurations (``TW_DECODE_CONFIG`` = block_N,stages,threads) with the
+- the new kernel's configurations (``TILEWRIGHT_DECODE_CONFIG`` = block_N,stages,threads) with the
   heuristic's splits (which one should be the default?).
 
 Table 1 times each call as ``bench_ms`` does (triton's do_bench: the L2 flushed by a 256 MB write
@@ -45,9 +45,9 @@ def use(kernel: str, config: str | None = None) -> None:
     """Select the decode path (and the new kernel's configuration) for the calls that follow."""
     decode_kernels.KERNEL = kernel
     if config is None:
-        os.environ.pop("TW_DECODE_CONFIG", None)
+        os.environ.pop("TILEWRIGHT_DECODE_CONFIG", None)
     else:
-        os.environ["TW_DECODE_CONFIG"] = config
+        os.environ["TILEWRIGHT_DECODE_CONFIG"] = config
     attention_dispatch.forget_plans()  # plans remember their configuration
 
 

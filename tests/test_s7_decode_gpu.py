@@ -3,7 +3,7 @@ against float64 with the op's allocations poisoned (NaN): head dims 64/128/256, 
 (group 32: two 16-row slices), ragged cache lengths with 0 and lengths off the key block, forced and
 chosen split counts, LSE; repeat calls from pointers with fresh tensors (the merge counters must be
 back at zero for each), two streams at once (their own counters), a CUDA graph replayed with new
-inputs, and agreement with the old path (TW_DECODE_KERNEL=old).  Skipped without a GPU."""
+inputs, and agreement with the old path (TILEWRIGHT_DECODE_KERNEL=old).  Skipped without a GPU."""
 
 from __future__ import annotations
 

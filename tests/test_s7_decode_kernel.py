@@ -185,9 +185,9 @@ def test_lowered_code_on_the_emulator(monkeypatch, target, _poison_and_count):
 @needs_nvrtc
 @pytest.mark.parametrize("config", ["64,3,32", "32,4,64", "128,2,128"])
 def test_swept_configurations(monkeypatch, config, _poison_and_count):
-    """The configurations bench/decode_splits.py sweeps (TW_DECODE_CONFIG): one warp (the score tile
+    """The configurations bench/decode_splits.py sweeps (TILEWRIGHT_DECODE_CONFIG): one warp (the score tile
     stays in registers), two warps, 128-key blocks -- their sm_90a code on the emulator."""
-    monkeypatch.setenv("TW_DECODE_CONFIG", config)
+    monkeypatch.setenv("TILEWRIGHT_DECODE_CONFIG", config)
     monkeypatch.setattr(ad, "_kernel", lambda key, build, _t, pass_configs=None: tilewright.compile(
         build(), target="cuda -arch=sm_90a", execution_backend="emulator", pass_configs=pass_configs))
     g = torch.Generator().manual_seed(12)

@@ -30,8 +30,8 @@ order, so one launch's counters are back at zero before the next starts.
 from __future__ import annotations
 
 import math
-import os
 
+from .. import config
 from .. import language as T
 
 LOG2E = 1.4426950408889634
@@ -43,15 +43,19 @@ def decode_config(dim: int, smem: int) -> tuple:
     64 x dim (32 at d 256), 4 stages at d <= 64 and 3 above, 4 warps; shrunk (stages to 2, block_N
     to 32, stages to 1) until the query tile, the K/V rings and the score scratch fit in ``smem``
     bytes (AMD's 64 KiB LDS).  On an H200 (227 KiB) two blocks of d 128 fit per SM, each with two
-    key blocks (64 KiB) in flight.  Not measured yet against other choices: ``TW_DECODE_CONFIG``
+    key blocks (64 KiB) in flight.  Not measured yet against other choices: ``TILEWRIGHT_DECODE_CONFIG``
     ("block_N,stages[,threads]", e.g. "64,3,32": one warp, no cross-warp reductions per key block)
     overrides it for sweeps (bench/decode_splits.py); the shrinking still applies."""
     bH, bN, stages, threads = 16, 64 if dim <= 128 else 32, 4 if dim <= 64 else 3, 128
-    env = os.environ.get("TW_DECODE_CONFIG")  # "block_N,stages[,threads]": sweeps on a GPU (bench/decode_splits.py)
+    env = config.get("decode_config")  # "block_N,stages[,threads]": sweeps on a GPU (bench/decode_splits.py)
     if env:
-        given = [int(x) for x in env.split(",")]
-        bN, stages = given[:2]
-        threads = given[2] if len(given) > 2 else threads
+        try:
+            given = [int(x) for x in env.split(",")]
+            bN, stages = given[:2]
+            threads = given[2] if len(given) > 2 else threads
+        except ValueError:
+            raise ValueError(f"TILEWRIGHT_DECODE_CONFIG={env!r}: expected 'block_N,stages' or "
+                             "'block_N,stages,threads' (integers, e.g. '64,3,128')") from None
     while (bH + 2 * stages * bN) * dim * 2 + 2 * bH * bN * 4 > smem:
         if stages > 2:
             stages -= 1
@@ -210,10 +214,10 @@ def decode_fwd(heads, kv_heads, dim, dtype, has_cache, splits, k_hc, v_hc, block
 
 
 # ---------------------------------------------------------------- host side
-# ``attention_dispatch.attention_impl`` calls ``attention_decode`` first for dense calls while
-# ``KERNEL`` is "new"; "old" keeps decoding on the general kernel and its combine launch (both
-# paths are timed by bench/decode_splits.py, which switches this at run time).
-KERNEL = os.environ.get("TW_DECODE_KERNEL", "new")
+# ``attention_dispatch.attention_impl`` calls ``attention_decode`` first for dense calls unless
+# ``KERNEL`` is "old" (TILEWRIGHT_DECODE_KERNEL=old), which keeps decoding on the general kernel and
+# its combine launch (both paths are timed by bench/decode_splits.py, which switches this at run time).
+KERNEL = config.get("decode_kernel")
 
 
 def _torch():
