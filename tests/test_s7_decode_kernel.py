@@ -166,14 +166,16 @@ def test_empty_cache_gives_zeros_and_minus_inf():
     pytest.param("cuda -arch=sm_90a", marks=needs_nvrtc),
     pytest.param("hip -arch=gfx942", marks=needs_hip_compiler),
 ])
-def test_lowered_code_on_the_emulator(monkeypatch, target, _poison_and_count):
+@pytest.mark.parametrize("D", [64, 80])
+def test_lowered_code_on_the_emulator(monkeypatch, target, D, _poison_and_count):
     """The per-thread code of each target run by the CPU emulator: the sm_90a TMA ring and its
-    mbarrier phases, gfx942's smaller LDS configuration, the fused merge's counter."""
+    mbarrier phases, gfx942's smaller LDS configuration, the fused merge's counter; d 80 (an odd
+    multiple of 16) on 2 warps / 1 wave."""
     monkeypatch.setattr(ad, "_kernel", lambda key, build, _t, pass_configs=None: tilewright.compile(
         build(), target=target, execution_backend="emulator", pass_configs=pass_configs))
     monkeypatch.setattr(ad, "_shared_bytes", lambda t: 65536 if "hip" in target else 232448)
     g = torch.Generator().manual_seed(11)
-    B, H, Hkv, S, D = 2, 8, 2, 300, 64
+    B, H, Hkv, S = 2, 8, 2, 300
     q, k, v = _rand(g, B, H, 1, D), _rand(g, B, Hkv, S, D), _rand(g, B, Hkv, S, D)
     lens = [300, 0]
     cache = torch.tensor(lens, dtype=torch.int32)
@@ -201,7 +203,7 @@ def test_swept_configurations(monkeypatch, config, _poison_and_count):
     assert _counters_zero()
 
 
-@pytest.mark.parametrize("D", [64, 128, 256])
+@pytest.mark.parametrize("D", [64, 80, 128, 256])
 @pytest.mark.parametrize("target", [
     pytest.param("cuda -arch=sm_90a", marks=needs_nvrtc),
     pytest.param("hip -arch=gfx942", marks=needs_hip_compiler),
@@ -215,3 +217,16 @@ def test_compiles_without_spills(target, D):
     usage = kern.resource_usage
     assert usage["spills"] == 0, (cfg, usage)
     assert usage["shared_bytes"] <= smem, (cfg, usage)
+
+
+@pytest.mark.parametrize("target", [
+    pytest.param("cuda -arch=sm_90a", marks=needs_nvrtc),
+    pytest.param("hip -arch=gfx942", marks=needs_hip_compiler),
+])
+def test_every_head_dim_has_a_warp_partition(target):
+    """Head dims ops.attention accepts (multiples of 16 up to 256) lower for both targets: the odd
+    multiples of 16 take 2 warps / 1 wave (4 warps cannot split them in the P V gemm)."""
+    smem = 65536 if "hip" in target else 232448
+    for D in (16, 48, 112, 144, 208, 240):
+        tilewright.compile(dk.decode_fwd(8, 2, D, "float16", False, 2, False, False, *dk.decode_config(D, smem)),
+                           target=target, execution_backend="emulator")

@@ -40,13 +40,18 @@ LN2 = 0.6931471805599453
 
 def decode_config(dim: int, smem: int) -> tuple:
     """(block_H, block_N, stages, threads): 16 query rows (the smallest MMA M), key blocks of
-    64 x dim (32 at d 256), 4 stages at d <= 64 and 3 above, 4 warps; shrunk (stages to 2, block_N
+    64 x dim (32 at d 256), 4 stages at d <= 64 and 3 above, 4 warps (2 where d is an odd multiple
+    of 16); shrunk (stages to 2, block_N
     to 32, stages to 1) until the query tile, the K/V rings and the score scratch fit in ``smem``
     bytes (AMD's 64 KiB LDS).  On an H200 (227 KiB) two blocks of d 128 fit per SM, each with two
     key blocks (64 KiB) in flight.  Not measured yet against other choices: ``TILEWRIGHT_DECODE_CONFIG``
     ("block_N,stages[,threads]", e.g. "64,3,32": one warp, no cross-warp reductions per key block)
     overrides it for sweeps (bench/decode_splits.py); the shrinking still applies."""
-    bH, bN, stages, threads = 16, 64 if dim <= 128 else 32, 4 if dim <= 64 else 3, 128
+    bH, bN, stages = 16, 64 if dim <= 128 else 32, 4 if dim <= 64 else 3
+    # P V splits the head dim over the warps: 4 warps (2 waves of 64) need a multiple of 32 (the
+    # MMA's n8 per NVIDIA warp, MFMA's 16 per AMD wave); an odd multiple of 16 (48, 80, 112, ...)
+    # takes 2 warps (1 wave)
+    threads = 128 if dim % 32 == 0 else 64
     env = config.get("decode_config")  # "block_N,stages[,threads]": sweeps on a GPU (bench/decode_splits.py)
     if env:
         try:
@@ -243,16 +248,21 @@ def forget_plans() -> None:
     _fast.clear()
 
 
+_current_stream: list = []  # the runtime's current_stream(device index), found on first use
+
+
 def _stream(device) -> int:
     """The current stream of ``device`` as a number (0 on the CPU: the interpreter runs in order)."""
     if device.type == "cpu":
         return 0
-    torch = _torch()
-    if torch.version.hip:
-        from ..runtime.hip_runtime import current_stream
-    else:
-        from ..runtime.cuda_driver import current_stream
-    return current_stream(device.index if device.index is not None else torch.cuda.current_device())
+    if not _current_stream:
+        if _torch().version.hip:
+            from ..runtime.hip_runtime import current_stream
+        else:
+            from ..runtime.cuda_driver import current_stream
+        _current_stream.append(current_stream)
+    index = device.index
+    return _current_stream[0](index if index is not None else _torch().cuda.current_device())
 
 
 def _counter(device, n: int):
