@@ -294,6 +294,9 @@ def attention_decode(q, k, v, causal, scale, max_q, cache_lens, num_splits):
     ``ArgumentError`` (its checks run first)."""
     from . import attention_dispatch as ad
 
+    shape = getattr(q, "shape", None)
+    if shape is None or len(shape) != 4 or shape[2] != 1:
+        return None  # (first and cheaply: every dense call comes here)
     key = ad._dense_key(q, k, v, causal, scale, max_q, cache_lens, num_splits)
     if key is not None:
         fast = _fast.get(key)
@@ -302,7 +305,7 @@ def attention_decode(q, k, v, causal, scale, max_q, cache_lens, num_splits):
             if done is not None:
                 return done
     torch = _torch()
-    if not (isinstance(q, torch.Tensor) and q.dim() == 4 and q.shape[2] == 1):
+    if not isinstance(q, torch.Tensor):
         return None
     ad._check(q, k, v, causal, scale, None, None, max_q, cache_lens, num_splits)
     ad._check_lengths(q, k, None, None, cache_lens)
