@@ -53,6 +53,13 @@ KNOBS = {
                          "Size cap of the on-disk kernel cache in MiB (least recently used go first; 0: no cap)."),
     "log": Knob("TILEWRIGHT_LOG", str, "",
                 "Log level of the 'tilewright' logger (debug, info, warning); unset: Python's defaults."),
+    "decode_kernel": Knob("TILEWRIGHT_DECODE_KERNEL", str, "new",
+                          "ops.attention with one query token: 'new' (the flash-decoding kernel, "
+                          "ops/decode_kernels.py) or 'old' (the general attention kernel and a combine launch); "
+                          "for benchmarking."),
+    "decode_config": Knob("TILEWRIGHT_DECODE_CONFIG", str, "",
+                          "'block_N,stages[,threads]' of the flash-decoding kernel instead of its default (sweeps: "
+                          "bench/decode_splits.py)."),
 }
 
 

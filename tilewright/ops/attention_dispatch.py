@@ -7,6 +7,7 @@ import math
 
 from ..errors import ArgumentError
 from . import attention_kernels as ak
+from . import decode_kernels
 from .bound_kernel import BoundKernel
 from .dispatch import _check_tensor, _dtype_name, _kernel, _placeholder, _same_device, _target_of, _torch, _wants_grad
 
@@ -233,6 +234,10 @@ def _splits(blocks: int, key_blocks: int, forced) -> int:
 
 
 def attention_impl(q, k, v, causal, scale, cu_q, cu_k, max_q, cache_lens, num_splits):
+    if cu_q is None and cu_k is None and decode_kernels.KERNEL != "old":  # one query token: flash-decoding
+        done = decode_kernels.attention_decode(q, k, v, causal, scale, max_q, cache_lens, num_splits)
+        if done is not None:
+            return done
     dense_key = None
     if cu_q is None and cu_k is None:
         dense_key = _dense_key(q, k, v, causal, scale, max_q, cache_lens, num_splits)
@@ -393,6 +398,7 @@ def forget_plans() -> None:
     _checked.clear()
     _plans.clear()
     _dense_plans.clear()
+    decode_kernels.forget_plans()
 
 
 def _check(q, k, v, causal, scale, cu_q, cu_k, max_q, cache_lens, num_splits):
