@@ -434,7 +434,7 @@ class _DensePlan:
     (``_rows``) start where the given tensors start (a plan is kept only for a signature where they
     do, which the strides decide), so a tensor's own pointer is its view's."""
 
-    __slots__ = ("a32", "dummy", "l_off", "lse_shape", "plan", "tail", "ws_numel")
+    __slots__ = ("device", "dummy", "f32", "l_off", "lse_shape", "plan", "q_dense", "tail", "ws_numel")
 
     def run(self, q, k, v, cache_lens):
         """(out, lse), or None for what the general path handles (a start off a 16-byte boundary)."""
@@ -443,13 +443,14 @@ class _DensePlan:
         if (qp | kp | vp | cp) & 15:
             return None
         torch = _torch()
-        out = torch.empty_like(q, memory_format=torch.contiguous_format)  # (cheaper than shape + keywords)
-        lse = torch.empty(self.lse_shape, **self.a32)
+        # (cheaper than shape + keywords; a contiguous q, which the plan's key proves, needs no format)
+        out = torch.empty_like(q) if self.q_dense else torch.empty_like(q, memory_format=torch.contiguous_format)
+        lse = torch.empty(*self.lse_shape, dtype=self.f32, device=self.device)  # (sizes apart: parsed faster)
         plan = self.plan
         if not self.ws_numel:
             plan.fwd.launch_values([qp, kp, vp, out.data_ptr(), lse.data_ptr(), self.dummy, cp, *self.tail])
             return out, lse
-        ws = torch.empty(self.ws_numel, **self.a32)  # the split partials, output then LSE, in one allocation
+        ws = torch.empty(self.ws_numel, dtype=self.f32, device=self.device)  # the split partials, output then LSE
         wp = ws.data_ptr()
         lp = wp + self.l_off
         plan.fwd.launch_values([qp, kp, vp, wp, lp, self.dummy, cp, *self.tail])
@@ -474,7 +475,8 @@ def _remember_dense(key, plan, given, views, out, lse, cache_lens) -> None:
     fast = _DensePlan()
     fast.plan = plan
     fast.lse_shape = tuple(lse.shape)
-    fast.a32 = {"dtype": torch.float32, "device": out.device}
+    fast.f32, fast.device = torch.float32, out.device
+    fast.q_dense = given[0].is_contiguous()  # (the key holds q's strides: the same for every call of the plan)
     fast.dummy = _placeholder(torch.int32, out.device).data_ptr()  # kept alive by dispatch._placeholders
     nseq = given[0].shape[0]
     l_rb, l_rh, l_rs = plan.lse_strides

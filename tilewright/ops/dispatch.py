@@ -197,8 +197,9 @@ def matmul_impl(a, b, bias, activation, out_dtype, config=None, out=None):
     if memo is not None:
         hit = _matmul_plans.get(memo)
         if hit is not None:  # a repeat call: the checks passed and the plan was made for this metadata
-            out = torch.empty(hit.shape, **hit.alloc)
-            hit(_OPERAND[hit.op_a](a), _OPERAND[hit.op_b](b), bias, out)
+            out = torch.empty(hit.M, hit.N, dtype=hit.dtype, device=hit.device)  # (sizes apart: parsed faster)
+            hit(a if hit.op_a == 0 else _OPERAND[hit.op_a](a), b if hit.op_b == 0 else _OPERAND[hit.op_b](b), bias,
+                out)
             return out
     out_dtype = _check_matmul(a, b, bias, activation, out_dtype)
     M, K = a.shape
@@ -233,14 +234,16 @@ class _MatmulRun:
     activation, output dtype), each a ``BoundKernel``: the signature fixes every argument's
     metadata, the row count included, so a repeat call reads pointers only."""
 
-    __slots__ = ("alloc", "atomic", "bias_stub", "first", "op_a", "op_b", "second", "shape", "streamk", "ws_shape")
+    __slots__ = ("M", "N", "atomic", "bias_stub", "device", "dtype", "first", "op_a", "op_b", "second", "streamk",
+                 "ws_shape")
 
     def __init__(self, plan, cfg, op_a, op_b, shape, out_dtype, a):
         from .bound_kernel import BoundKernel
 
         torch = _torch()
-        self.op_a, self.op_b, self.shape = op_a, op_b, shape
-        self.alloc = {"dtype": out_dtype, "device": a.device}
+        self.op_a, self.op_b = op_a, op_b
+        self.M, self.N = shape
+        self.dtype, self.device = out_dtype, a.device
         self.first = BoundKernel(plan[1])
         self.second = BoundKernel(plan[2]) if plan[0] in ("splitk", "streamk") else None
         self.atomic = cfg.atomic
@@ -259,11 +262,11 @@ class _MatmulRun:
             return
         torch = _torch()
         if self.streamk:
-            ws = torch.empty(self.ws_shape, dtype=torch.float32, device=out.device)
+            ws = torch.empty(*self.ws_shape, dtype=torch.float32, device=self.device)
             self.first(av, bv, bias_arg, out, ws)
             self.second(ws, bias_arg, out)
             return
-        ws = (torch.zeros if self.atomic else torch.empty)(self.ws_shape, dtype=torch.float32, device=out.device)
+        ws = (torch.zeros if self.atomic else torch.empty)(*self.ws_shape, dtype=torch.float32, device=self.device)
         self.first(av, bv, ws)
         self.second(ws, bias_arg, out)
 
