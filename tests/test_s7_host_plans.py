@@ -176,3 +176,43 @@ def test_matmul_and_attention_through_prepared_launches(prepared_path):
         _close(out, ref, 3e-3)
     used = [k for k in prepared_path.values() if k.bound_launches]
     assert used and all(k.binds == 1 and k.prepared_launches >= 2 for k in used)
+
+
+# ---------------------------------------------------------------- out_idx outputs the launcher trusts
+def _out_idx_kernel():
+    @T.prim_func
+    def add(A: T.Tensor((256,), "float32"), B: T.Tensor((256,), "float32"), C: T.Tensor((256,), "float32")):
+        with T.Kernel(2, threads=128) as bx:
+            for i in T.Parallel(128):
+                C[bx * 128 + i] = A[bx * 128 + i] + B[bx * 128 + i]
+
+    k = tilewright.compile(add, target="cuda -arch=sm_90a", out_idx=[2])
+    rt = FakeRuntime()
+    k._launcher = Launcher(k.spec, rt)
+    return k, rt.fn
+
+
+def test_out_idx_outputs_are_launched_without_a_second_check():
+    k, fn = _out_idx_kernel()
+    a, b = _fake(torch.randn(256)), _fake(torch.randn(256))
+    for _ in range(2):
+        c = k(a, b)
+        assert tuple(c.shape) == (256,) and c.dtype == torch.float32 and c.is_contiguous()
+        assert tuple(fn.launches[-1][5]) == (a.data_ptr(), b.data_ptr(), c.data_ptr())
+
+
+def test_trusting_new_outputs_never_trusts_a_passed_output():
+    """The trust is for outputs the call itself allocated: the same kernel called with every
+    argument still checks the output it is given (a wrong one is refused, not launched)."""
+    k, fn = _out_idx_kernel()
+    a, b = _fake(torch.randn(256)), _fake(torch.randn(256))
+    k(a, b)
+    launches = len(fn.launches)
+    for bad in (_fake(torch.randn(128)), _fake(torch.randn(256, dtype=torch.float64)), _fake(torch.randn(512)[::2])):
+        assert k.launcher._fast_torch_bind([a, b, bad]) is None
+        with pytest.raises(tilewright.errors.ArgumentError, match="C"):
+            k(a, b, bad)
+    assert len(fn.launches) == launches
+    assert k.launcher._fast_torch_bind([a, b, _fake(torch.randn(256))], (2,)) is not None
+    # an input in an out position is not trusted: the inputs are still checked with trusted outputs
+    assert k.launcher._fast_torch_bind([_fake(torch.randn(128)), b, _fake(torch.randn(256))], (2,)) is None
