@@ -216,3 +216,52 @@ def test_trusting_new_outputs_never_trusts_a_passed_output():
     assert k.launcher._fast_torch_bind([a, b, _fake(torch.randn(256))], (2,)) is not None
     # an input in an out position is not trusted: the inputs are still checked with trusted outputs
     assert k.launcher._fast_torch_bind([_fake(torch.randn(128)), b, _fake(torch.randn(256))], (2,)) is None
+
+
+# ---------------------------------------------------------------- attention's LSE when not returned
+def _attn_ref_lse(q, k, v, causal=False):
+    g = q.shape[1] // k.shape[1]
+    k, v = k.double().repeat_interleave(g, 1), v.double().repeat_interleave(g, 1)
+    s = q.double() @ k.transpose(-1, -2) / q.shape[-1] ** 0.5
+    if causal:
+        sq, sk = s.shape[-2], s.shape[-1]
+        s = s.masked_fill(~torch.ones(sq, sk, dtype=torch.bool).tril(sk - sq), float("-inf"))
+    return torch.softmax(s, -1) @ v, torch.logsumexp(s, -1)
+
+
+@pytest.mark.parametrize("case", ["decode_split", "prefill"])
+def test_attention_without_lse_writes_it_to_scratch_and_returned_lse_stays_right(prepared_path, case):
+    torch.manual_seed(24)
+    kv = torch.randn(1, 2, 128, 32).half()
+    splits, causal = (2 if case == "decode_split" else 1), case == "prefill"
+    seq = 16 if causal else 1
+    for i in range(6):  # plan made, bound, then repeat calls alternating with and without the LSE
+        q = torch.randn(1, 4, seq, 32).half()
+        want, want_lse = _attn_ref_lse(q, kv, kv, causal)
+        if i % 2:
+            out, lse = ops.attention(q, kv, kv, causal=causal, num_splits=splits, return_lse=True)
+            _close(lse, want_lse, 1e-3)
+            assert all(lse.data_ptr() != b.data_ptr() for b in attn._lse_scratch.get(lse.device, []))
+        else:
+            out = ops.attention(q, kv, kv, causal=causal, num_splits=splits)
+        _close(out, want, 3e-3)
+    assert len(attn._dense_plans) == 1
+    _, lse_plan = attn.attention_impl(q, kv, kv, causal, None, None, None, None, None, splits, want_lse=False)
+    assert lse_plan is None  # the repeat call's LSE went to the scratch buffer
+    scratch = attn._lse_scratch[q.device]
+    assert scratch and scratch[-1].numel() >= 4 * seq
+
+
+def test_lse_scratch_grows_and_keeps_the_old_buffers():
+    dev = torch.device("cpu")
+    saved = attn._lse_scratch.pop(dev, None)
+    try:
+        p1 = attn._scratch_lse(100, dev)
+        assert attn._scratch_lse(50, dev) == p1  # big enough: the same buffer
+        attn._scratch_lse(1000, dev)
+        bufs = attn._lse_scratch[dev]
+        assert len(bufs) == 2 and bufs[0].data_ptr() == p1 and bufs[1].numel() >= 1000  # the first still alive
+    finally:
+        attn._lse_scratch.pop(dev, None)
+        if saved is not None:
+            attn._lse_scratch[dev] = saved

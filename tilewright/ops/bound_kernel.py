@@ -108,6 +108,14 @@ class RowLaunch:
                 return self._checked(tensors, rows)  # the launcher's checked path explains
         prepared(values, None, _sync_after_launch())
 
+    def pointers(self, values: list, rows: int, tensors: tuple) -> None:
+        """``self(tensors, rows)`` for a caller that has read the pointers (``values``, one per
+        tensor, each 16-byte aligned: the caller checked them or allocated the tensor)."""
+        prepared = self._prepared.get(rows)
+        if prepared is None:
+            return self._first(tensors, rows)
+        prepared(values, None, _sync_after_launch())
+
     def _checked(self, tensors, rows) -> None:
         n = self.n
         self.kernel(*[x.view(rows, n) if r else x for x, r in zip(tensors, self.is_row)])
