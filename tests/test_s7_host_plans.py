@@ -12,11 +12,11 @@ import pytest
 
 torch = pytest.importorskip("torch")
 
+from test_host_fast_paths import FakeRuntime, _fake  # noqa: E402
+from test_s6_host_plans import PointerKernel, PoisonTorch, _close, _ln_ref, _rms_ref, _softmax_ref  # noqa: E402
+
 import tilewright  # noqa: E402
 import tilewright.language as T  # noqa: E402
-from test_host_fast_paths import FakeRuntime, _fake  # noqa: E402
-from test_s6_host_plans import (PointerKernel, PoisonTorch, _close, _ln_ref, _rms_ref,  # noqa: E402
-                                _softmax_ref)
 from tilewright import ops  # noqa: E402
 from tilewright.ops.bound_kernel import BoundKernel  # noqa: E402
 from tilewright.runtime.launcher import Launcher  # noqa: E402
