@@ -265,3 +265,25 @@ def test_lse_scratch_grows_and_keeps_the_old_buffers():
         attn._lse_scratch.pop(dev, None)
         if saved is not None:
             attn._lse_scratch[dev] = saved
+
+
+# ---------------------------------------------------------------- matmul from pointers
+def test_matmul_direct_plan_launches_pointers_of_transposed_operands(prepared_path, monkeypatch):
+    monkeypatch.setitem(dispatch._archs, torch.device("cpu"), ("sm_90", 132, "the CPU as an H200"))
+    torch.manual_seed(25)
+    bias = torch.randn(48).half()
+    for a_t, b_t, with_bias in ((False, False, False), (True, False, True), (False, True, True), (True, True, False)):
+        for i in range(4):  # checked, bound, then from pointers
+            a = torch.randn(64, 32).half().t() if a_t else torch.randn(32, 64).half()
+            b = torch.randn(48, 64).half().t() if b_t else torch.randn(64, 48).half()
+            want = a.double() @ b.double() + (bias.double() if with_bias else 0)
+            _close(ops.matmul(a, b, bias=bias if with_bias else None), want, 1e-2)
+        run = dispatch._matmul_plans[dispatch._matmul_key(a, b, bias if with_bias else None, "none", None)]
+        assert run.direct and run.first.bound
+    base = torch.randn(32 * 64 + 8).half()
+    a = base[1:1 + 32 * 64].view(32, 64)  # the signature of a plan, a start off a 16-byte boundary
+    assert a.data_ptr() % 16
+    b = torch.randn(64, 48).half()
+    _close(ops.matmul(a, b), a.double() @ b.double(), 1e-2)
+    assert not dispatch._matmul_plans[dispatch._matmul_key(a, b, None, "none", None)].from_pointers(
+        a, b, None, torch.empty(32, 48).half())

@@ -198,8 +198,8 @@ def matmul_impl(a, b, bias, activation, out_dtype, config=None, out=None):
         hit = _matmul_plans.get(memo)
         if hit is not None:  # a repeat call: the checks passed and the plan was made for this metadata
             out = torch.empty(hit.M, hit.N, dtype=hit.dtype, device=hit.device)  # (sizes apart: parsed faster)
-            hit(a if hit.op_a == 0 else _OPERAND[hit.op_a](a), b if hit.op_b == 0 else _OPERAND[hit.op_b](b), bias,
-                out)
+            if not hit.from_pointers(a, b, bias, out):
+                hit(_OPERAND[hit.op_a](a), _OPERAND[hit.op_b](b), bias, out)
             return out
     out_dtype = _check_matmul(a, b, bias, activation, out_dtype)
     M, K = a.shape
@@ -234,8 +234,8 @@ class _MatmulRun:
     activation, output dtype), each a ``BoundKernel``: the signature fixes every argument's
     metadata, the row count included, so a repeat call reads pointers only."""
 
-    __slots__ = ("M", "N", "atomic", "bias_stub", "device", "dtype", "first", "op_a", "op_b", "second", "streamk",
-                 "ws_shape")
+    __slots__ = ("M", "N", "atomic", "bias_stub", "device", "direct", "dtype", "first", "op_a", "op_b", "second",
+                 "streamk", "ws_shape")
 
     def __init__(self, plan, cfg, op_a, op_b, shape, out_dtype, a):
         from .bound_kernel import BoundKernel
@@ -254,6 +254,27 @@ class _MatmulRun:
                          else (shape[0], 1 if cfg.atomic else cfg.splits, shape[1]))
         # the bias parameter of a kernel compiled without bias (never read), as _run_matmul passes it
         self.bias_stub = _placeholder(a.dtype if plan[0] == "direct" else torch.float32, a.device)
+        # one launch of (A, B, bias, C) with A and B passed as they are or as their transposes (which
+        # start where they do): a bound repeat call needs only the pointers (from_pointers)
+        self.direct = self.second is None and op_a < 2 and op_b < 2 and len(self.first.kernel.params) == 4
+
+    def from_pointers(self, a, b, bias, out) -> bool:
+        """Launch a repeat call from the pointers of ``a``, ``b``, ``bias`` and ``out`` (the plan's
+        key fixed their metadata; the transposed views ``__call__`` would pass start where ``a``
+        and ``b`` do); False where ``__call__`` is needed (before the first bind, a copied operand,
+        a second launch, a start off a 16-byte boundary)."""
+        first = self.first
+        if not self.direct or not first.bound:
+            return False
+        if bias is None:
+            bias = self.bias_stub
+        elif not bias.is_contiguous():
+            return False
+        ap, bp, cp = a.data_ptr(), b.data_ptr(), bias.data_ptr()
+        if (ap | bp | cp) & 15:
+            return False
+        first.launch_values([ap, bp, cp, out.data_ptr()])
+        return True
 
     def __call__(self, av, bv, bias, out) -> None:
         bias_arg = self.bias_stub if bias is None else bias.contiguous()
