@@ -273,7 +273,7 @@ def test_matmul_direct_plan_launches_pointers_of_transposed_operands(prepared_pa
     torch.manual_seed(25)
     bias = torch.randn(48).half()
     for a_t, b_t, with_bias in ((False, False, False), (True, False, True), (False, True, True), (True, True, False)):
-        for i in range(4):  # checked, bound, then from pointers
+        for _ in range(4):  # checked, bound, then from pointers
             a = torch.randn(64, 32).half().t() if a_t else torch.randn(32, 64).half()
             b = torch.randn(48, 64).half().t() if b_t else torch.randn(64, 48).half()
             want = a.double() @ b.double() + (bias.double() if with_bias else 0)
