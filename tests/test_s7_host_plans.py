@@ -287,3 +287,21 @@ def test_matmul_direct_plan_launches_pointers_of_transposed_operands(prepared_pa
     _close(ops.matmul(a, b), a.double() @ b.double(), 1e-2)
     assert not dispatch._matmul_plans[dispatch._matmul_key(a, b, None, "none", None)].from_pointers(
         a, b, None, torch.empty(32, 48).half())
+
+
+def test_unhashable_options_after_good_calls_get_the_checked_paths_errors(prepared_path):
+    """The plan lookups hash the key once, in the lookup: an unhashable option there is no plan
+    (and no crash), and the checked path names it."""
+    torch.manual_seed(26)
+    a, b = torch.randn(32, 64).half(), torch.randn(64, 48).half()
+    kv, q = torch.randn(1, 2, 128, 32).half(), torch.randn(1, 4, 1, 32).half()
+    for _ in range(3):
+        ops.matmul(a, b)
+        ops.attention(q, kv, kv)
+    with pytest.raises(tilewright.errors.ArgumentError, match="activation"):
+        ops.matmul(a, b, activation=["relu"])
+    with pytest.raises(tilewright.errors.ArgumentError, match="scale"):
+        ops.attention(q, kv, kv, scale=[0.5])
+    with pytest.raises(tilewright.errors.ArgumentError, match="num_splits"):
+        ops.attention(q, kv, kv, num_splits=[2])
+    _close(ops.matmul(a, b), a.double() @ b.double(), 1e-2)  # and the good signature still runs from its plan

@@ -193,9 +193,12 @@ def matmul_impl(a, b, bias, activation, out_dtype, config=None, out=None):
     benchmark and the tests)."""
     torch = _torch()
     activation = _normalize_activation(activation)
-    memo = _matmul_key(a, b, bias, activation, out_dtype) if config is None and out is None else None
+    memo = _matmul_key(a, b, bias, activation, out_dtype, False) if config is None and out is None else None
     if memo is not None:
-        hit = _matmul_plans.get(memo)
+        try:  # (the lookup hashes the key: an unhashable argument raises here, and then there is no memo)
+            hit = _matmul_plans.get(memo)
+        except TypeError:
+            memo = hit = None
         if hit is not None:  # a repeat call: the checks passed and the plan was made for this metadata
             out = torch.empty(hit.M, hit.N, dtype=hit.dtype, device=hit.device)  # (sizes apart: parsed faster)
             if not hit.from_pointers(a, b, bias, out):
@@ -295,7 +298,7 @@ class _MatmulRun:
 _matmul_plans: dict = {}  # argument metadata (_matmul_key) -> _MatmulRun
 
 
-def _matmul_key(a, b, bias, activation, out_dtype):
+def _matmul_key(a, b, bias, activation, out_dtype, hashed=True):
     """What the checks, the configuration and the operand handling of a matmul call depend on:
     type, dtype, shape, strides and device of each tensor, the activation and the output dtype
     (None when an argument is not a tensor: the checked path says what is wrong)."""
@@ -304,7 +307,8 @@ def _matmul_key(a, b, bias, activation, out_dtype):
                b.device, activation, out_dtype)
         if bias is not None:
             key += (bias.__class__, bias.dtype, bias.shape, bias.stride(), bias.device)
-        hash(key)
+        if hashed:  # (matmul_impl's lookup finds out itself: no second hash of the key)
+            hash(key)
         return key
     except (AttributeError, TypeError):
         return None
