@@ -9,7 +9,9 @@ the kernel launch itself replaced by the stub path above, so they show the host 
 adds to the launch.  What the GPU adds (torch's allocator and stream lookup on CUDA) is not here:
 run ``bench/launch_overhead.py`` on the GPU for that.
 
-``python bench/host_overhead_cpu.py`` (needs a C compiler for the stub and NVRTC to compile).
+``python bench/host_overhead_cpu.py`` (needs a C compiler for the stub and NVRTC to compile);
+``HOST_BENCH_PROFILE=softmax python bench/host_overhead_cpu.py``: a cProfile of the rows whose name
+holds that text, instead of the timing.
 """
 
 from __future__ import annotations
@@ -58,45 +60,59 @@ def scale_rows(X: T.Tensor((M, 256), "float16"), Y: T.Tensor((M, 256), "float16"
 
 k = tilewright.compile(add, target="cuda -arch=sm_90")
 kd = tilewright.compile(scale_rows, target="cuda -arch=sm_90")
-if COMPILE_ONLY:
-    sys.exit(0)
-a, b, c = (fake(torch.randn(1024)) for _ in range(3))
-x, y = fake(torch.randn(64, 256).half()), fake(torch.empty(64, 256).half())
-la = k.launcher
-fn = la.function(0)
-values = (a.data_ptr(), b.data_ptr(), c.data_ptr())
-
-def t_ns(call, n=N):
-    for _ in range(n // 10):
-        call()
-    best = float("inf")
-    for _ in range(REPEATS):
-        t0 = time.perf_counter_ns()
-        for _ in range(n):
-            call()
-        best = min(best, (time.perf_counter_ns() - t0) / n)
-    return best / 1000
-
-rows = [
-    ("torch.add(out=) on the CPU, 1024 floats (reference point, not a GPU figure)",
-     lambda: torch.add(ra, rb, out=rc)),
-    ("torch.add on the CPU, 1024 floats, output allocated (the ops' reference point)", lambda: torch.add(ra, rb)),
-    ("cuda_driver CudaFunction.launch (packed args -> stub cuLaunchKernel)",
-     lambda: fn.launch((1, 1, 1), (128, 1, 1), 0, 0, k.spec.arg_types, values)),
-    ("current stream lookup (cuda_driver.current_stream)", lambda: cd.current_stream(0)),
-    ("Launcher.launch (3 tensors, static shapes)", lambda: la.launch([a, b, c])),
-    ("JITKernel.__call__ add (all args)", lambda: k(a, b, c)),
-    # (an out_idx kernel allocates its output on cuda:0, which a CPU build of torch cannot: not here)
-    ("JITKernel.__call__ dynamic rows + float scalar", lambda: kd(x, y, 0.5)),
-]
-ra, rb, rc = torch.randn(1024), torch.randn(1024), torch.empty(1024)
-
-# ops.* dispatch: each kernel the ops compiled (for the interpreter, the tensors being CPU ones) is
-# swapped for a stand-in that looks like a GPU kernel (backend "device") whose launches are stub
-# launches of the add kernel above (3 pointers: the real kernels pass more), so the figure is the
-# dispatch (checks, plan lookup, output allocation on the CPU) plus one stub launch per kernel
+# ops.* dispatch: the ops run on CPU tensors (so they compile their kernels for the interpreter);
+# each such kernel also gets a CUDA twin, the same kernel compiled for sm_90a (in the compile-only
+# pass: the disk cache then serves it beside the stub driver).  For the timing each kernel is
+# swapped for its twin seen through a launcher that takes the CPU tensors for CUDA ones when it
+# checks them (the first call of a plan), so the figure is the dispatch (checks, plan lookup,
+# output allocation on the CPU) plus the real launch path of the ops' own kernels (their argument
+# lists, symbolic grids, TMA descriptors) into the stub.  A kernel without a twin (one sm_90a
+# refuses) falls back to a stand-in whose launches are stub launches of the add kernel above.
 import tilewright.ops as ops
 import tilewright.ops.dispatch as ops_dispatch
+import tilewright.ops.rows as ops_rows
+import tilewright.ops.attention_dispatch as ops_attention
+from tilewright.runtime.launcher import Launcher
+
+_real_kernel = ops_dispatch._kernel
+twins = {}  # id(interpreter kernel) -> its sm_90a twin, or None
+
+
+def _kernel_with_twin(key, build, target, pass_configs=None):
+    kern = _real_kernel(key, build, target, pass_configs)
+    if id(kern) not in twins:
+        try:
+            twins[id(kern)] = tilewright.compile(build(), target="cuda -arch=sm_90a", pass_configs=pass_configs or None)
+        except Exception as e:  # noqa: BLE001
+            print(f"(no sm_90a twin of {key[0]}: {type(e).__name__}: {str(e)[:200]})", file=sys.stderr)
+            twins[id(kern)] = None
+    return kern
+
+
+for _mod in (ops_dispatch, ops_rows, ops_attention):
+    _mod._kernel = _kernel_with_twin
+# matmul chooses its configuration as on an H200 (sm_90: 256^3 is one direct launch; the CPU's own
+# choice, as any other architecture's, would be split-K: two launches)
+ops_dispatch._archs[torch.device("cpu")] = ("sm_90", 132, "the CPU as an H200")
+
+
+class FakeBindLauncher(Launcher):
+    # the twin's launcher, checking CPU tensors as if on cuda:0 (the stub never reads them)
+
+    def bind(self, args):
+        return super().bind([fake(v) if isinstance(v, torch.Tensor) else v for v in args])
+
+
+class TwinKernel:
+    backend = "device"
+
+    def __init__(self, twin):
+        self.params = twin.params
+        self.launcher = FakeBindLauncher(twin.spec, twin.launcher.runtime)
+
+    def __call__(self, *args, stream=None):  # JITKernel.__call__ (the checked path)
+        self.launcher.launch([fake(v) if isinstance(v, torch.Tensor) else v for v in args], stream)
+
 from tilewright.ir import tile as tir
 from tilewright.ir.expr import Var
 
@@ -141,9 +157,45 @@ ops_calls = [
     ("ops.attention decode GQA 32/8 kv 512", lambda: ops.attention(q, kv, kv)),
 ]
 for _, call in ops_calls:
-    call()  # compile (interpreter) and run once for real
+    call()  # compile (interpreter, and the sm_90a twins) and run once for real
+for _mod in (ops_dispatch, ops_rows, ops_attention):
+    _mod._kernel = _real_kernel
+if COMPILE_ONLY:
+    sys.exit(0)
+a, b, c = (fake(torch.randn(1024)) for _ in range(3))
+x, y = fake(torch.randn(64, 256).half()), fake(torch.empty(64, 256).half())
+la = k.launcher
+fn = la.function(0)
+values = (a.data_ptr(), b.data_ptr(), c.data_ptr())
+
+def t_ns(call, n=N):
+    for _ in range(n // 10):
+        call()
+    best = float("inf")
+    for _ in range(REPEATS):
+        t0 = time.perf_counter_ns()
+        for _ in range(n):
+            call()
+        best = min(best, (time.perf_counter_ns() - t0) / n)
+    return best / 1000
+
+rows = [
+    ("torch.add(out=) on the CPU, 1024 floats (reference point, not a GPU figure)",
+     lambda: torch.add(ra, rb, out=rc)),
+    ("torch.add on the CPU, 1024 floats, output allocated (the ops' reference point)", lambda: torch.add(ra, rb)),
+    ("cuda_driver CudaFunction.launch (packed args -> stub cuLaunchKernel)",
+     lambda: fn.launch((1, 1, 1), (128, 1, 1), 0, 0, k.spec.arg_types, values)),
+    ("current stream lookup (cuda_driver.current_stream)", lambda: cd.current_stream(0)),
+    ("Launcher.launch (3 tensors, static shapes)", lambda: la.launch([a, b, c])),
+    ("JITKernel.__call__ add (all args)", lambda: k(a, b, c)),
+    # (an out_idx kernel allocates its output on cuda:0, which a CPU build of torch cannot: not here)
+    ("JITKernel.__call__ dynamic rows + float scalar", lambda: kd(x, y, 0.5)),
+]
+ra, rb, rc = torch.randn(1024), torch.randn(1024), torch.empty(1024)
+
 for key, kern in list(ops_dispatch._kernels.items()):
-    ops_dispatch._kernels[key] = StubDeviceKernel(kern)
+    twin = twins.get(id(kern))
+    ops_dispatch._kernels[key] = TwinKernel(twin) if twin is not None else StubDeviceKernel(kern)
 # plans made with the real kernels: made again
 if hasattr(ops, "forget_plans"):
     ops.forget_plans()
@@ -157,6 +209,25 @@ ops_dispatch._plans.clear()
 for _, call in ops_calls:
     call()
 rows += [(name + " (dispatch + stub launches)", call) for name, call in ops_calls]
+print(f"(sm_90a twins: {sum(v is not None for v in twins.values())} of {len(twins)} kernels)", file=sys.stderr)
+import gc
+gc.collect()
+gc.freeze()  # the compiled kernels' objects out of the collector's way (a collection during a timing is not ours)
+if PROFILE:  # HOST_BENCH_PROFILE=<words of a row name>: cProfile of those rows instead of the timing
+    import cProfile, io, pstats
+    for name, call in rows:
+        if PROFILE.lower() not in name.lower():
+            continue
+        prof = cProfile.Profile()
+        prof.enable()
+        for _ in range(N):
+            call()
+        prof.disable()
+        text = io.StringIO()
+        pstats.Stats(prof, stream=text).sort_stats("tottime").print_stats(25)
+        print(f"===== {name} ({N} calls; tottime in s: per call us = s * 1e6 / {N})")
+        print("\n".join(line[:170] for line in text.getvalue().splitlines()[:45]), flush=True)
+    sys.exit(0)
 for name, call in rows:
     print(f"| {name} | {t_ns(call):.2f} |", flush=True)
 """
@@ -184,7 +255,8 @@ def main() -> None:
         script = os.path.join(tmp, "host_overhead_body.py")  # a file: kernels need readable source
         for compile_only in (True, False):
             with open(script, "w") as f:
-                f.write(f"ROOT = {ROOT!r}\nN = {n}\nREPEATS = {repeats}\nCOMPILE_ONLY = {compile_only}\n" + _BODY)
+                f.write(f"ROOT = {ROOT!r}\nN = {n}\nREPEATS = {repeats}\nCOMPILE_ONLY = {compile_only}\n"
+                        f"PROFILE = {os.environ.get('HOST_BENCH_PROFILE', '')!r}\n" + _BODY)
             if compile_only:  # NVRTC does not run beside the stub driver: fill the disk cache first
                 subprocess.run([sys.executable, script], env=dict(os.environ, PYTHONPATH=ROOT), check=True)
         subprocess.run([sys.executable, "-X", "faulthandler", script], env=env, check=True)

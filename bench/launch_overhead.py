@@ -65,7 +65,17 @@ cases = [("torch.add(out=)", lambda: torch.add(a, b, out=c)),
          ("ops.attention prefill (causal, 8 heads, 128x64)", lambda: ops.attention(qp, kp, kp, causal=True)),
          ("SDPA prefill (causal, 8 heads, 128x64)", lambda: F.scaled_dot_product_attention(qp, kp, kp, is_causal=True)),
          ("ops.attention decode (GQA 32/8, kv 512)", lambda: ops.attention(q, kv, kv)),
-         ("SDPA decode (GQA 32/8, kv 512)", lambda: F.scaled_dot_product_attention(q, kv, kv, enable_gqa=True))]
+         ("SDPA decode (GQA 32/8, kv 512)", lambda: F.scaled_dot_product_attention(q, kv, kv, enable_gqa=True)),
+         # what the rows above are made of, for choosing what to cut next: one launch instead of
+         # split-KV's two (the GPU time of the unsplit kernel counts too), the LSE returned (one
+         # allocation more: without return_lse a repeat call writes it to a scratch buffer), and
+         # the allocations themselves
+         ("ops.attention decode, num_splits=1 (one launch)", lambda: ops.attention(q, kv, kv, num_splits=1)),
+         ("ops.attention decode, return_lse=True", lambda: ops.attention(q, kv, kv, return_lse=True)),
+         ("ops.attention prefill, return_lse=True", lambda: ops.attention(qp, kp, kp, causal=True, return_lse=True)),
+         ("torch.empty_like 64x1024 fp16", lambda: torch.empty_like(x)),
+         ("torch.empty(64, 1024, dtype=, device=)", lambda: torch.empty(64, 1024, dtype=x.dtype, device=x.device)),
+         ("torch.empty((64, 1024), dtype=, device=)", lambda: torch.empty((64, 1024), dtype=x.dtype, device=x.device))]
 
 
 def host_us(fn, n=2000) -> float:

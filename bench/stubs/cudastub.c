@@ -78,6 +78,10 @@ CUresult cuLaunchKernel(void *f, unsigned gx, unsigned gy, unsigned gz, unsigned
   last_params = params; last_stream = s;
   return 0;
 }
+// TMA descriptors: 128 bytes of zeros (the host cost is the binding's, as with a real driver)
+CUresult cuTensorMapEncodeTiled(void *tmap, int dtype, unsigned rank, void *addr, const unsigned long long *dims,
+                                const unsigned long long *strides, const unsigned *box, const unsigned *estrides,
+                                int interleave, int swizzle, int l2, int oob) { memset(tmap, 0, 128); return 0; }
 CUresult cuLaunchKernelEx(const void *cfg, void *f, void **params, void **extra) { launches++; return 0; }
 CUresult cuStreamCreate(void **s, unsigned f) { *s = fake + 40; return 0; }
 CUresult cuStreamCreateWithPriority(void **s, unsigned f, int p) { *s = fake + 40; return 0; }

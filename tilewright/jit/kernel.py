@@ -210,8 +210,9 @@ class JITKernel:
     def __call__(self, *args, stream=None):
         n_declared = len(self.params) - len(self.workspace_idx)
         n_in = n_declared - len(self.out_idx)
+        fresh = ()  # indices of outputs made here as torch.empty of their static shape (the launcher trusts them)
         if len(args) == n_in and self._allocated:
-            full = self._with_outputs(args)
+            full, fresh = self._outputs_and_fresh(args)
         elif len(args) == n_declared and self.workspace_idx:
             full = self._with_outputs_general(args, self.workspace_idx)
         elif len(args) == len(self.params):
@@ -222,7 +223,7 @@ class JITKernel:
         if self._host_assumes:
             self._check_assumes(full)
         if self.backend == "device":
-            (self._launcher or self.launcher).launch(full, stream, sync=_sync_after_launch())
+            (self._launcher or self.launcher).launch(full, stream, _sync_after_launch(), fresh)
         elif self.backend == "interpret":
             with _storage_explained(self.func.name, self.params, full):
                 self._run_interpret(full)
@@ -251,6 +252,12 @@ class JITKernel:
                 raise RuntimeError(f"{self.func.name}: Assume: {cond} does not hold for these arguments ({bound})")
 
     def _with_outputs(self, inputs) -> list:
+        """The full argument list: ``inputs`` and new outputs (and workspaces)."""
+        return self._outputs_and_fresh(inputs)[0]
+
+    def _outputs_and_fresh(self, inputs) -> tuple:
+        """(the full argument list, the indices of the outputs made as ``torch.empty`` of their
+        static shape and dtype on the first input tensor's device, or () for the general path)."""
         plan = self._out_plan
         if plan is None:
             plan = self._out_plan = self._outputs_plan()
@@ -261,12 +268,14 @@ class JITKernel:
             full = [None] * len(self.params)
             for i, a in zip(in_params, inputs):
                 full[i] = a
-            torch = outputs[0][3]
+            empty = outputs[0][3].empty
             device = like.device
             for i, shape, dtype, _ in outputs:
-                full[i] = torch.empty(shape, dtype=dtype, device=device)
-            return full
-        return self._with_outputs_general(inputs, self._allocated)
+                # sizes as separate arguments: torch parses them ~0.5 us faster than a tuple
+                full[i] = empty(*shape, dtype=dtype, device=device) if shape else empty(shape, dtype=dtype,
+                                                                                          device=device)
+            return full, self._allocated
+        return self._with_outputs_general(inputs, self._allocated), ()
 
     def _outputs_plan(self):
         """(input parameter indices, per output (index, static shape, torch dtype, torch) when every

@@ -29,11 +29,12 @@ _MAX_ROWS = 2**31  # the launcher's bound on a symbolic size (launcher.check_dyn
 
 
 class BoundKernel:
-    __slots__ = ("_dev", "_dyn", "_is_tensor", "_launcher", "kernel")
+    __slots__ = ("_dev", "_dyn", "_is_tensor", "_launcher", "_prepared", "kernel")
 
     def __init__(self, kernel):
         self.kernel = kernel
         self._launcher = None
+        self._prepared = None  # the launcher's PreparedLaunch of the first call (None: launch_bound)
         self._dyn = None
         self._dev = 0
         self._is_tensor = tuple(isinstance(p, t.Buffer) for p in kernel.params)
@@ -48,7 +49,7 @@ class BoundKernel:
                 if a & 15:
                     return self.kernel(*args)  # the checked path explains (or copes)
             values.append(a)
-        self._launcher.launch_bound(values, self._dyn, self._dev, None, _sync_after_launch())
+        self.launch_values(values)
 
     @property
     def bound(self) -> bool:
@@ -59,7 +60,11 @@ class BoundKernel:
         """Launch with ``values`` made by the caller as a repeat call of ``__call__`` would make them
         (a pointer per tensor, 16-byte aligned, of a tensor of the bound signature; the scalars):
         for a caller that knows the pointers without making the views.  Only once ``bound``."""
-        self._launcher.launch_bound(values, self._dyn, self._dev, None, _sync_after_launch())
+        prepared = self._prepared
+        if prepared is not None and (not prepared.reads or prepared.matches(values)):
+            prepared(values, None, _sync_after_launch())
+        else:  # other scalars for the grid (or a launcher without prepare): worked out per call
+            self._launcher.launch_bound(values, self._dyn, self._dev, None, _sync_after_launch())
 
     def _first(self, args) -> None:
         kernel = self.kernel
@@ -67,6 +72,8 @@ class BoundKernel:
             return kernel(*args)  # the interpreter and the emulator: nothing to save
         launcher = kernel.launcher
         values, dyn, dev = launcher.bind(list(args))
+        prepare = getattr(launcher, "prepare", None)
+        self._prepared = prepare(values, dyn, dev) if prepare is not None else None
         launcher.launch_bound(values, dyn, dev, None, _sync_after_launch())
         self._launcher, self._dyn, self._dev = launcher, dyn, dev
 
@@ -76,47 +83,77 @@ class RowLaunch:
     buffers of static shape, the row count ``m`` the one symbolic size.  Made per call signature
     of an op (tensor types, dtypes, last dimension, device, options), so every check the launcher
     makes of a repeat call is fixed by that signature except the pointers (alignment checked here)
-    and the row count (its range checked here)."""
+    and the row count (its range checked here, once per row count: each row count keeps its
+    ``PreparedLaunch``, with the grid worked out)."""
 
-    __slots__ = ("_dev", "_dyn", "_launcher", "_var", "is_row", "kernel", "n")
+    __slots__ = ("_dev", "_launcher", "_prepared", "_var", "is_row", "kernel", "n")
 
     def __init__(self, kernel, n: int, is_row: tuple):
         self.kernel = kernel
         self.n = n
         self.is_row = is_row
         self._launcher = self._var = None
-        self._dyn: dict = {}  # row count -> {m: row count}
+        self._prepared: dict = {}  # row count -> PreparedLaunch (or a launch_bound stand-in)
         self._dev = 0
 
     def __call__(self, tensors: tuple, rows: int) -> None:
         """Launch over ``tensors`` (one per parameter, each contiguous: ``rows`` x N elements for a
         row parameter, the parameter's shape otherwise) with ``rows`` > 0."""
-        launcher = self._launcher
-        if launcher is None or not rows < _MAX_ROWS:
+        prepared = self._prepared.get(rows)
+        if prepared is None:
             return self._first(tensors, rows)
         values = [x.data_ptr() for x in tensors]
         for p in values:
             if p & 15:
                 return self._checked(tensors, rows)  # the launcher's checked path explains
-        dyn = self._dyn.get(rows)
-        if dyn is None:
-            dyn = {self._var: rows}
-            if len(self._dyn) < 4096:
-                self._dyn[rows] = dyn
-        launcher.launch_bound(values, dyn, self._dev, None, _sync_after_launch())
+        prepared(values, None, _sync_after_launch())
+
+    def pointers(self, values: list, rows: int, tensors: tuple) -> None:
+        """``self(tensors, rows)`` for a caller that has read the pointers (``values``, one per
+        tensor, each 16-byte aligned: the caller checked them or allocated the tensor)."""
+        prepared = self._prepared.get(rows)
+        if prepared is None:
+            return self._first(tensors, rows)
+        prepared(values, None, _sync_after_launch())
 
     def _checked(self, tensors, rows) -> None:
         n = self.n
         self.kernel(*[x.view(rows, n) if r else x for x, r in zip(tensors, self.is_row)])
 
     def _first(self, tensors, rows) -> None:
+        """The first call of the signature (every check, through ``Launcher.bind``) or of a row count."""
         kernel = self.kernel
         if kernel.backend != "device" or len(tensors) != len(self.is_row):
             return self._checked(tensors, rows)  # the interpreter and the emulator: nothing to save
-        n = self.n
-        args = [x.view(rows, n) if r else x for x, r in zip(tensors, self.is_row)]
-        launcher = kernel.launcher
-        values, dyn, dev = launcher.bind(args)  # every check, errors naming the parameter
-        launcher.launch_bound(values, dyn, dev, None, _sync_after_launch())
-        if len(dyn) == 1 and next(iter(dyn.values())) == rows:
-            self._launcher, self._var, self._dev = launcher, next(iter(dyn)), dev
+        launcher = self._launcher
+        if launcher is None:
+            n = self.n
+            args = [x.view(rows, n) if r else x for x, r in zip(tensors, self.is_row)]
+            launcher = kernel.launcher
+            values, dyn, dev = launcher.bind(args)  # every check, errors naming the parameter
+            launcher.launch_bound(values, dyn, dev, None, _sync_after_launch())
+            if len(dyn) == 1 and next(iter(dyn.values())) == rows:
+                self._launcher, self._var, self._dev = launcher, next(iter(dyn)), dev
+                self._keep(rows, values, dyn)
+            return None
+        values = [x.data_ptr() for x in tensors]
+        if not rows < _MAX_ROWS or any(p & 15 for p in values):
+            return self._checked(tensors, rows)  # the checked path explains
+        self._keep(rows, values, {self._var: rows})(values, None, _sync_after_launch())
+        return None
+
+    def _keep(self, rows: int, values: list, dyn: dict):
+        """The prepared launch of ``rows`` rows, remembered (up to 4096 row counts)."""
+        launcher = self._launcher
+        prepare = getattr(launcher, "prepare", None)
+        if prepare is not None:
+            prepared = prepare(values, dyn, self._dev)
+        else:  # a launcher without prepare (a test's stand-in): launch_bound with these sizes
+            dev = self._dev
+
+            def prepared(vals, stream=None, sync=False):
+                launcher.launch_bound(vals, dyn, dev, stream, sync)
+
+        if len(self._prepared) < 4096:
+            self._prepared[rows] = prepared
+        return prepared

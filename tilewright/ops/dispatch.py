@@ -193,12 +193,16 @@ def matmul_impl(a, b, bias, activation, out_dtype, config=None, out=None):
     benchmark and the tests)."""
     torch = _torch()
     activation = _normalize_activation(activation)
-    memo = _matmul_key(a, b, bias, activation, out_dtype) if config is None and out is None else None
+    memo = _matmul_key(a, b, bias, activation, out_dtype, False) if config is None and out is None else None
     if memo is not None:
-        hit = _matmul_plans.get(memo)
+        try:  # (the lookup hashes the key: an unhashable argument raises here, and then there is no memo)
+            hit = _matmul_plans.get(memo)
+        except TypeError:
+            memo = hit = None
         if hit is not None:  # a repeat call: the checks passed and the plan was made for this metadata
-            out = torch.empty(hit.shape, **hit.alloc)
-            hit(_OPERAND[hit.op_a](a), _OPERAND[hit.op_b](b), bias, out)
+            out = torch.empty(hit.M, hit.N, dtype=hit.dtype, device=hit.device)  # (sizes apart: parsed faster)
+            if not hit.from_pointers(a, b, bias, out):
+                hit(_OPERAND[hit.op_a](a), _OPERAND[hit.op_b](b), bias, out)
             return out
     out_dtype = _check_matmul(a, b, bias, activation, out_dtype)
     M, K = a.shape
@@ -233,14 +237,16 @@ class _MatmulRun:
     activation, output dtype), each a ``BoundKernel``: the signature fixes every argument's
     metadata, the row count included, so a repeat call reads pointers only."""
 
-    __slots__ = ("alloc", "atomic", "bias_stub", "first", "op_a", "op_b", "second", "shape", "streamk", "ws_shape")
+    __slots__ = ("M", "N", "atomic", "bias_stub", "device", "direct", "dtype", "first", "op_a", "op_b", "second",
+                 "streamk", "ws_shape")
 
     def __init__(self, plan, cfg, op_a, op_b, shape, out_dtype, a):
         from .bound_kernel import BoundKernel
 
         torch = _torch()
-        self.op_a, self.op_b, self.shape = op_a, op_b, shape
-        self.alloc = {"dtype": out_dtype, "device": a.device}
+        self.op_a, self.op_b = op_a, op_b
+        self.M, self.N = shape
+        self.dtype, self.device = out_dtype, a.device
         self.first = BoundKernel(plan[1])
         self.second = BoundKernel(plan[2]) if plan[0] in ("splitk", "streamk") else None
         self.atomic = cfg.atomic
@@ -251,6 +257,27 @@ class _MatmulRun:
                          else (shape[0], 1 if cfg.atomic else cfg.splits, shape[1]))
         # the bias parameter of a kernel compiled without bias (never read), as _run_matmul passes it
         self.bias_stub = _placeholder(a.dtype if plan[0] == "direct" else torch.float32, a.device)
+        # one launch of (A, B, bias, C) with A and B passed as they are or as their transposes (which
+        # start where they do): a bound repeat call needs only the pointers (from_pointers)
+        self.direct = self.second is None and op_a < 2 and op_b < 2 and len(self.first.kernel.params) == 4
+
+    def from_pointers(self, a, b, bias, out) -> bool:
+        """Launch a repeat call from the pointers of ``a``, ``b``, ``bias`` and ``out`` (the plan's
+        key fixed their metadata; the transposed views ``__call__`` would pass start where ``a``
+        and ``b`` do); False where ``__call__`` is needed (before the first bind, a copied operand,
+        a second launch, a start off a 16-byte boundary)."""
+        first = self.first
+        if not self.direct or not first.bound:
+            return False
+        if bias is None:
+            bias = self.bias_stub
+        elif not bias.is_contiguous():
+            return False
+        ap, bp, cp = a.data_ptr(), b.data_ptr(), bias.data_ptr()
+        if (ap | bp | cp) & 15:
+            return False
+        first.launch_values([ap, bp, cp, out.data_ptr()])
+        return True
 
     def __call__(self, av, bv, bias, out) -> None:
         bias_arg = self.bias_stub if bias is None else bias.contiguous()
@@ -259,11 +286,11 @@ class _MatmulRun:
             return
         torch = _torch()
         if self.streamk:
-            ws = torch.empty(self.ws_shape, dtype=torch.float32, device=out.device)
+            ws = torch.empty(*self.ws_shape, dtype=torch.float32, device=self.device)
             self.first(av, bv, bias_arg, out, ws)
             self.second(ws, bias_arg, out)
             return
-        ws = (torch.zeros if self.atomic else torch.empty)(self.ws_shape, dtype=torch.float32, device=out.device)
+        ws = (torch.zeros if self.atomic else torch.empty)(*self.ws_shape, dtype=torch.float32, device=self.device)
         self.first(av, bv, ws)
         self.second(ws, bias_arg, out)
 
@@ -271,7 +298,7 @@ class _MatmulRun:
 _matmul_plans: dict = {}  # argument metadata (_matmul_key) -> _MatmulRun
 
 
-def _matmul_key(a, b, bias, activation, out_dtype):
+def _matmul_key(a, b, bias, activation, out_dtype, hashed=True):
     """What the checks, the configuration and the operand handling of a matmul call depend on:
     type, dtype, shape, strides and device of each tensor, the activation and the output dtype
     (None when an argument is not a tensor: the checked path says what is wrong)."""
@@ -280,7 +307,8 @@ def _matmul_key(a, b, bias, activation, out_dtype):
                b.device, activation, out_dtype)
         if bias is not None:
             key += (bias.__class__, bias.dtype, bias.shape, bias.stride(), bias.device)
-        hash(key)
+        if hashed:  # (matmul_impl's lookup finds out itself: no second hash of the key)
+            hash(key)
         return key
     except (AttributeError, TypeError):
         return None

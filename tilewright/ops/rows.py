@@ -40,7 +40,8 @@ def _row_key(x):
 
 
 def _dense(x):
-    """``x``, or a copy of it when it is not contiguous or does not start on a 16-byte boundary."""
+    """``x``, or a copy of it when it is not contiguous or does not start on a 16-byte boundary
+    (so that its pointer may be launched as it is: ``RowLaunch.pointers``)."""
     if not x.is_contiguous():
         return x.contiguous()
     if x.data_ptr() & 15:
@@ -95,11 +96,16 @@ def softmax_impl(x, dim):
     if plan is None:
         plan = _softmax_plan(x, dim)
         _remember(key, plan)
-    x = _dense(x)
-    out = _torch().empty_like(x)
+    if not x.is_contiguous():
+        x = x.contiguous()
+    xp = x.data_ptr()
+    if xp & 15:
+        x = x.clone()
+        xp = x.data_ptr()
+    out = _torch().empty_like(x)  # (a new allocation: aligned)
     rows = x.numel() // plan.n
     if rows:
-        plan.launch((x, out), rows)
+        plan.launch.pointers([xp, out.data_ptr()], rows, (x, out))
     return out
 
 
@@ -142,12 +148,14 @@ def rms_norm_impl(x, weight, eps, residual):
     rows = x.numel() // plan.n
     if not has_res:
         if rows:
-            plan.launch((x, x, w, out, out), rows)
+            xp, op = x.data_ptr(), out.data_ptr()
+            plan.launch.pointers([xp, xp, w.data_ptr(), op, op], rows, (x, x, w, out, out))
         return out, out
     r = _dense(residual)
     res_out = torch.empty_like(x)
     if rows:
-        plan.launch((x, r, w, out, res_out), rows)
+        plan.launch.pointers([x.data_ptr(), r.data_ptr(), w.data_ptr(), out.data_ptr(), res_out.data_ptr()], rows,
+                             (x, r, w, out, res_out))
     return out, res_out
 
 
@@ -187,11 +195,11 @@ def layer_norm_impl(x, weight, bias, eps):
     if plan is None:
         plan = _layer_norm_plan(x, weight, bias, eps)
         _remember(key, plan)
-    x = _dense(x)
+    x, w, b = _dense(x), _dense(weight), _dense(bias)
     out = _torch().empty_like(x)
     rows = x.numel() // plan.n
     if rows:
-        plan.launch((x, _dense(weight), _dense(bias), out), rows)
+        plan.launch.pointers([x.data_ptr(), w.data_ptr(), b.data_ptr(), out.data_ptr()], rows, (x, w, b, out))
     return out
 
 

@@ -33,8 +33,10 @@ class Launcher:
         self._static_grid = spec.static_grid
         self._functions: dict = {}  # device index -> loaded function
         self._fast_spec = None
+        self._fast_specs_allocated: dict = {}  # ``allocated`` indices -> fast spec that trusts them
         self._grid_reads = None  # (Var, parameter index or None) read by a symbolic grid
         self._grid_memo: dict = {}
+        self._reads = None  # indices of the scalar parameters a grid or shared size reads (prepare)
         self._block = (spec.num_threads, 1, 1)
         self.tensor_maps = None
         if spec.tensor_maps:
@@ -42,10 +44,13 @@ class Launcher:
 
             self.tensor_maps = TensorMapEncoder(list(spec.tensor_maps), list(spec.params), spec.func_name)
 
-    def launch(self, args: list, stream=None, sync: bool = False) -> None:
+    def launch(self, args: list, stream=None, sync: bool = False, allocated: tuple = ()) -> None:
         """Check ``args`` (one per parameter), evaluate the grid and launch on ``stream`` (default:
-        torch's current stream of the arguments' device)."""
-        fast = self._fast_torch_bind(args)
+        torch's current stream of the arguments' device).  ``allocated``: indices of arguments the
+        caller has just made as ``torch.empty`` of the parameter's static shape and dtype on the
+        device of the first tensor argument (``JITKernel``'s ``out_idx`` outputs): the fast path
+        takes their pointers without checking them again (the checked path checks everything)."""
+        fast = self._fast_torch_bind(args, allocated)
         values, dyn, dev = fast if fast is not None else self._checked_bind(args)
         self._launch_values(values, dyn, dev, stream, sync)
 
@@ -60,6 +65,33 @@ class Launcher:
         a repeat call whose argument shapes, dtypes, strides and device its call signature fixes,
         reading only the new pointers; see ``ops.bound_kernel.BoundKernel``)."""
         self._launch_values(list(values), dyn, dev, stream, sync)
+
+    def prepare(self, values: list, dyn: dict, dev: int):
+        """A ``PreparedLaunch`` for repeat launches with the symbolic sizes ``dyn`` on device ``dev``
+        and, where the grid or the shared memory size reads scalar parameters, the scalars of
+        ``values`` (values as ``bind`` returns them): grid, dynamic shared bytes, the sizes passed
+        after the parameters and the loaded function are worked out here once, so that a launch
+        packs the new pointers and calls the driver.  Evaluating them per call (``launch_bound``)
+        was ~3 us of a row op's host time on the CPU stub bench."""
+        values = list(values)
+        grid = self._static_grid or self._grid(values, dyn)
+        shared = self.spec.shared_bytes if self.spec.shared_at_launch is None else self._shared_bytes(values, dyn)
+        reads = self._scalar_reads()
+        return PreparedLaunch(self, grid, shared, [dyn[v] for v in self.spec.dyn_vars], dyn, dev,
+                              tuple((i, values[i]) for i in reads))
+
+    def _scalar_reads(self) -> tuple:
+        """Indices of the scalar parameters the grid or the launch-sized shared memory reads."""
+        reads = self._reads
+        if reads is None:
+            used = set().union(*(free_vars(g) for g in self.spec.grid)) if self.spec.grid else set()
+            scalars = [i for i, p in enumerate(self.spec.params) if isinstance(p, Var)]
+            if self.spec.shared_at_launch is not None:
+                reads = tuple(scalars)  # (whatever the size expression reads: all of them, to be safe)
+            else:
+                reads = tuple(i for i in scalars if self.spec.params[i] in used)
+            self._reads = reads
+        return reads
 
     def _launch_values(self, values: list, dyn: dict, dev: int, stream, sync: bool) -> None:
         """``launch_bound`` on a list of values it may extend."""
@@ -146,18 +178,24 @@ class Launcher:
         values = [v.ptr if not isinstance(p, Var) else v for p, v in zip(spec.params, bound.values)]
         return values, bound.dyn, 0 if dev is None else dev
 
-    def _fast_torch_bind(self, args):
+    def _fast_torch_bind(self, args, allocated: tuple = ()):
         """The common case in a few attribute reads per tensor; anything else returns None and goes
         through ``_checked_bind``, which explains what is wrong.
 
         Every check that keeps a launch from reading the wrong memory stays here, per call: dtype,
         shape, device, contiguity and 16-byte alignment of each tensor, the range of each scalar;
         what does not depend on the call (the expected dtypes and shapes) is prepared once."""
-        fast = self._fast_spec
+        fast = self._fast_spec if not allocated else self._fast_specs_allocated.get(allocated)
         if fast is None:
             if sys.modules.get("torch") is None:
                 return None
-            fast = self._fast_spec = _fast_spec(self.spec.params)
+            fast = _fast_spec(self.spec.params)
+            if not allocated:
+                self._fast_spec = fast
+            else:  # the caller's new outputs of static shape: their pointers, unchecked
+                fast = [(_ALLOCATED, None, None) if i in allocated and f[0] is _STATIC else f
+                        for i, f in enumerate(fast)]
+                self._fast_specs_allocated[allocated] = fast
         if len(args) != len(fast):
             return None
         values, dyn, dev = [], None, -1
@@ -193,6 +231,9 @@ class Launcher:
                     dev = d
                 values.append(ptr)
                 continue
+            if kind is _ALLOCATED:
+                values.append(a.data_ptr())
+                continue
             cls = a.__class__
             if kind is _INT:
                 if cls is not int or not dims[0] <= a <= dims[1]:
@@ -210,8 +251,49 @@ class Launcher:
         return values, dyn, max(dev, 0)
 
 
+class PreparedLaunch:
+    """``Launcher.launch_bound`` with the sizes, device and grid-read scalars of one call fixed
+    (``Launcher.prepare``).  Call it with the values of a call that ``bind`` would give the same
+    sizes, device and grid-read scalars (``matches`` checks the scalars): pointers of tensors of
+    the bound signature, 16-byte aligned.  What depends on the pointers (TMA descriptors) is still
+    made per call."""
+
+    __slots__ = ("arg_types", "block", "dev", "dyn", "dyn_items", "fn", "grid", "reads", "runtime", "shared",
+                 "tail", "tensor_maps")
+
+    def __init__(self, launcher: Launcher, grid, shared: int, tail: list, dyn: dict, dev: int, reads: tuple):
+        self.fn = launcher._functions.get(dev) or launcher.function(dev)
+        self.grid, self.block, self.shared = grid, launcher._block, shared
+        self.arg_types = launcher.arg_types
+        self.tail = tail  # the symbolic sizes' values, passed after the parameters
+        self.tensor_maps = launcher.tensor_maps
+        self.dyn, self.dev, self.reads = dyn, dev, reads
+        self.dyn_items = tuple(dyn.items())  # (the descriptors' cache key, made once)
+        self.runtime = launcher.runtime
+
+    def matches(self, values) -> bool:
+        """Do ``values`` carry the scalars the grid (or the shared size) was worked out for?"""
+        for i, v in self.reads:
+            if values[i] != v or values[i].__class__ is not v.__class__:
+                return False
+        return True
+
+    def __call__(self, values: list, stream=None, sync: bool = False) -> None:
+        """Launch with ``values`` (a list this call may extend)."""
+        if self.tail:
+            values += self.tail
+        if self.tensor_maps is not None:
+            values += self.tensor_maps.encode(values, self.dyn, self.dyn_items)
+        if stream is None:
+            stream = self.runtime.current_stream(self.dev)
+        self.fn.launch(self.grid, self.block, self.shared, stream, self.arg_types, values)
+        if sync:
+            self.runtime.synchronize(self.dev)
+
+
 _GRID_MEMO_SIZE = 4096  # distinct size combinations remembered per kernel (then evaluated per call)
 _STATIC, _DYNAMIC, _INT, _FLOAT, _OTHER = "static", "dynamic", "int", "float", "other"
+_ALLOCATED = "allocated"  # an output the caller has just allocated (Launcher.launch's ``allocated``)
 _NO_DYN: dict = {}  # shared, never written: the sizes of a call without symbolic shapes
 
 

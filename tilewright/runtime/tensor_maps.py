@@ -60,7 +60,8 @@ class TensorMapEncoder:
         # kept to a dict lookup per launch)
         self._static = all(isinstance(x, int) for sp in specs for x in params[sp.param_index].shape)
 
-    def encode(self, values: list, dyn: dict) -> list[bytes]:
+    def encode(self, values: list, dyn: dict, dyn_items: tuple | None = None) -> list[bytes]:
+        """The descriptors of a launch; ``dyn_items``: ``tuple(dyn.items())`` when the caller keeps it."""
         if self._static:
             key = tuple(values[sp.param_index] for sp in self.specs)
             hit = self._cache.get(key)
@@ -71,7 +72,8 @@ class TensorMapEncoder:
             return hit
         # symbolic shapes: the addresses and the sizes of this launch identify the descriptors (one
         # lookup per launch instead of evaluating every shape expression)
-        launch_key = (tuple(values[sp.param_index] for sp in self.specs), tuple(dyn.items()))
+        launch_key = (tuple(values[sp.param_index] for sp in self.specs),
+                      tuple(dyn.items()) if dyn_items is None else dyn_items)
         hit = self._cache.get(launch_key)
         if hit is not None:
             return hit
