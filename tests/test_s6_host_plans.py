@@ -23,6 +23,7 @@ from tilewright.errors import ArgumentError  # noqa: E402
 from tilewright.ir import tile as t  # noqa: E402
 from tilewright.ir.analysis import eval_expr  # noqa: E402
 from tilewright.ir.expr import Var  # noqa: E402
+from tilewright.ops import decode_kernels  # noqa: E402
 
 dispatch = importlib.import_module("tilewright.ops.dispatch")
 rows_mod = importlib.import_module("tilewright.ops.rows")
@@ -310,7 +311,10 @@ def _attn_ref(q, k, v, causal=False):
 
 
 @pytest.mark.parametrize("case", ["decode_split", "decode", "prefill", "bshd"])
-def test_attention_repeat_calls_launch_from_pointers(device_path, case):
+def test_attention_repeat_calls_launch_from_pointers(device_path, case, monkeypatch):
+    # the general kernel's dense plans (one query token takes ops/decode_kernels.py unless
+    # TILEWRIGHT_DECODE_KERNEL=old: its own plans are tested in test_s7_decode_*)
+    monkeypatch.setattr(decode_kernels, "KERNEL", "old")
     torch.manual_seed(14)
     kv = torch.randn(1, 2, 128, 32).half()
     splits, causal = (2 if case == "decode_split" else 1), case == "prefill"
@@ -327,7 +331,8 @@ def test_attention_repeat_calls_launch_from_pointers(device_path, case):
         assert w.binds == 1 and w.bound_launches == 4 and w.checked_calls == 0
 
 
-def test_attention_dense_plan_leaves_copies_and_misaligned_starts_to_the_general_path(device_path):
+def test_attention_dense_plan_leaves_copies_and_misaligned_starts_to_the_general_path(device_path, monkeypatch):
+    monkeypatch.setattr(decode_kernels, "KERNEL", "old")  # the general kernel's plans (as above)
     torch.manual_seed(15)
     q = torch.randn(1, 4, 1, 32).half()
     kv = torch.randn(1, 2, 64, 32).half()
