@@ -2,7 +2,7 @@
 (a padded cache or not), in tilewright's own language, built for memory bandwidth.
 
 The general forward (``ops/attention_kernels.attention_fwd``) serves decoding with a 16-row query
-block, 2 cp.async stages and a second launch that merges the split-KV partials.  Decoding reads
+block, 2 pipeline stages and a second launch that merges the split-KV partials.  Decoding reads
 each key and value once and does little arithmetic with it, so what matters is how many bytes each
 SM keeps in flight and how little fixed cost each block and launch adds:
 
@@ -21,7 +21,7 @@ SM keeps in flight and how little fixed cost each block and launch adds:
   the output and LSE, and resets the counter to 0 for the next launch (the counters are zero when
   the host allocates them and every launch leaves them zero).  One launch instead of two.
 
-The host side (``decode``) plans per call signature, as ``attention_dispatch`` does: kernels,
+The host side (``attention_decode``) plans per call signature, as ``attention_dispatch`` does: kernels,
 configuration and split count once; a repeat call allocates the outputs and the partial workspace
 and launches from pointers.  Counters are kept per (device, stream): launches on one stream run in
 order, so one launch's counters are back at zero before the next starts.
@@ -41,12 +41,13 @@ LN2 = 0.6931471805599453
 def decode_config(dim: int, smem: int) -> tuple:
     """(block_H, block_N, stages, threads): 16 query rows (the smallest MMA M), key blocks of
     64 x dim (32 at d 256), 4 stages at d <= 64 and 3 above, 4 warps (2 where d is an odd multiple
-    of 16); shrunk (stages to 2, block_N
-    to 32, stages to 1) until the query tile, the K/V rings and the score scratch fit in ``smem``
-    bytes (AMD's 64 KiB LDS).  On an H200 (227 KiB) two blocks of d 128 fit per SM, each with two
-    key blocks (64 KiB) in flight.  Not measured yet against other choices: ``TILEWRIGHT_DECODE_CONFIG``
-    ("block_N,stages[,threads]", e.g. "64,3,32": one warp, no cross-warp reductions per key block)
-    overrides it for sweeps (bench/decode_splits.py); the shrinking still applies."""
+    of 16); shrunk (stages to 2, block_N to 32, stages to 1) until a query tile, the K/V rings and
+    the score scratch fit in ``smem`` bytes (AMD's 64 KiB LDS; the query tile now lives in
+    registers, so this is conservative).  On an H200 (227 KiB) two blocks of d 128 fit per SM, each
+    with two key blocks (64 KiB) in flight.  Not measured yet against other choices:
+    ``TILEWRIGHT_DECODE_CONFIG`` ("block_N,stages[,threads]", e.g. "64,3,32": one warp, no
+    cross-warp reductions per key block) overrides it for sweeps (bench/decode_splits.py); the
+    shrinking still applies."""
     bH, bN, stages = 16, 64 if dim <= 128 else 32, 4 if dim <= 64 else 3
     # P V splits the head dim over the warps: 4 warps (2 waves of 64) need a multiple of 32 (the
     # MMA's n8 per NVIDIA warp, MFMA's 16 per AMD wave); an odd multiple of 16 (48, 80, 112, ...)
