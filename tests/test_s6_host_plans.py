@@ -315,11 +315,11 @@ def _pointer_plans() -> int:
     return len(attn._dense_plans) + len(attn.decode_kernels._fast)
 
 
+@pytest.mark.parametrize("decode", ["new", "old"])
 @pytest.mark.parametrize("case", ["decode_split", "decode", "prefill", "bshd"])
-def test_attention_repeat_calls_launch_from_pointers(device_path, case, monkeypatch):
-    # the general kernel's dense plans (one query token takes ops/decode_kernels.py unless
-    # TILEWRIGHT_DECODE_KERNEL=old: its own plans are tested in test_s7_decode_*)
-    monkeypatch.setattr(decode_kernels, "KERNEL", "old")
+def test_attention_repeat_calls_launch_from_pointers(device_path, case, decode, monkeypatch):
+    # one query token takes ops/decode_kernels.py, or the general kernel with TILEWRIGHT_DECODE_KERNEL=old
+    monkeypatch.setattr(decode_kernels, "KERNEL", decode)
     torch.manual_seed(14)
     kv = torch.randn(1, 2, 128, 32).half()
     splits, causal = (2 if case == "decode_split" else 1), case == "prefill"
@@ -336,8 +336,10 @@ def test_attention_repeat_calls_launch_from_pointers(device_path, case, monkeypa
         assert w.binds == 1 and w.bound_launches == 4 and w.checked_calls == 0
 
 
-def test_attention_dense_plan_leaves_copies_and_misaligned_starts_to_the_general_path(device_path, monkeypatch):
-    monkeypatch.setattr(decode_kernels, "KERNEL", "old")  # the general kernel's plans (as above)
+@pytest.mark.parametrize("decode", ["new", "old"])
+def test_attention_dense_plan_leaves_copies_and_misaligned_starts_to_the_general_path(device_path, decode,
+                                                                                      monkeypatch):
+    monkeypatch.setattr(decode_kernels, "KERNEL", decode)  # one query token: either decode path (as above)
     torch.manual_seed(15)
     q = torch.randn(1, 4, 1, 32).half()
     kv = torch.randn(1, 2, 64, 32).half()
