@@ -3,8 +3,10 @@
 warp-specialized loop (``tw.warp_specialize``), with ping-pong between its two consumer
 warpgroups (``tw.pingpong``), with intra-warpgroup pipelining (``tw.attention_overlap``: P V of
 one key block issued with Q K^T of the next, the softmax overlapping it) and with both, at two block
-shapes; and ``ops.attention`` as shipped, with ping-pong, with the overlap and with both — against
-SDPA's cuDNN backend, bf16, on the issue's shapes.  Each output is checked against SDPA (math
+shapes; and ``ops.attention`` as shipped, with ping-pong, with the overlap and with both, each also
+with ``attention_dispatch.SPECIALIZE_EVEN`` ("even": lengths that divide the blocks take a kernel
+without tail handling, whose key loop is the user program's) — against SDPA's cuDNN backend, bf16,
+on the issue's shapes.  Each output is checked against SDPA (math
 backend, float32) before it is timed.  ``python bench/attention_variants.py`` on the H200; the
 table goes under bench/results/.  ``TW_VARIANTS=short`` keeps one user-program column (the default
 schedule) besides the ops ones."""
@@ -39,9 +41,13 @@ VARIANTS = [("wgmma 128x128", (128, 128, 2, 256), {}),
             ("ws+ov 128x64", (128, 64, 2, 256), {**WS, "tw.attention_overlap": True})]
 if os.environ.get("TW_VARIANTS") == "short":  # one user-program column (the default schedule) and the ops ones
     VARIANTS = [v for v in VARIANTS if v[0] == "ws+pp+ov 128x128"]
-# ops.attention with its sm_90a pass configs (attention_dispatch.HOPPER_CONFIGS) changed so
-OPS_VARIANTS = [("ops", {}), ("ops+pp", {"tw.pingpong": True}), ("ops+ov", {"tw.attention_overlap": True}),
-                ("ops+pp+ov", {"tw.pingpong": True, "tw.attention_overlap": True})]
+# ops.attention with its sm_90a pass configs (attention_dispatch.HOPPER_CONFIGS) changed so, and
+# attention_dispatch.SPECIALIZE_EVEN set so ("even": the kernel without tail handling where the lengths
+# divide the blocks, as all of SHAPES do)
+PP, OV = {"tw.pingpong": True}, {"tw.attention_overlap": True}
+OPS_VARIANTS = [("ops", {}, False), ("ops+pp", PP, False), ("ops+ov", OV, False), ("ops+pp+ov", {**PP, **OV}, False),
+                ("ops even", {}, True), ("ops even+pp", PP, True), ("ops even+ov", OV, True),
+                ("ops even+pp+ov", {**PP, **OV}, True)]
 
 
 def _err(x, ref) -> float:
@@ -50,10 +56,11 @@ def _err(x, ref) -> float:
 
 def main() -> int:
     rows = ["| B,H,S,D | causal | cuDNN | " + " | ".join(n for n, _, _ in VARIANTS) + " | "
-            + " | ".join(n for n, _ in OPS_VARIANTS) + " | best/cuDNN |",
+            + " | ".join(n for n, _, _ in OPS_VARIANTS) + " | best/cuDNN |",
             "|---|---|---|" + "---|" * (len(VARIANTS) + len(OPS_VARIANTS) + 1)]
     shipped = dict(attention_dispatch.HOPPER_CONFIGS)
     shipped_d64 = dict(attention_dispatch.HOPPER_D64_OVERRIDES)
+    shipped_even = attention_dispatch.SPECIALIZE_EVEN
     best_ratios = []
     for b, h, s, d in SHAPES:
         for causal in (False, True):
@@ -77,13 +84,17 @@ def main() -> int:
                 except Exception as ex:  # noqa: BLE001
                     print(f"  {name} {b, h, s, d, causal}: {type(ex).__name__}: {str(ex).splitlines()[0][:150]}")
                     cells.append(float("nan"))
-            for name, pc in OPS_VARIANTS:
+            for name, pc, even in OPS_VARIANTS:
                 attention_dispatch.HOPPER_CONFIGS.clear()
                 attention_dispatch.HOPPER_CONFIGS.update({**shipped, **pc})
                 attention_dispatch.HOPPER_D64_OVERRIDES.clear()  # the variant decides at every head dim
-                if name == "ops":
+                if not pc:  # "ops" and "ops even": the shipped configs, the d64 overlap included
                     attention_dispatch.HOPPER_D64_OVERRIDES.update(shipped_d64)
-                attention_dispatch._plans.clear()  # plans remember their kernels per call signature
+                attention_dispatch.SPECIALIZE_EVEN = even
+                # plans remember their kernels per call signature, and a dense repeat call launches
+                # its plan's kernel from pointers (_dense_plans): without this every variant after
+                # the first would time the first one's kernel
+                attention_dispatch.forget_plans()
                 out = ops.attention(q, k, v, causal=causal)
                 e = _err(out, ref)
                 if e >= 2e-2:
@@ -92,6 +103,8 @@ def main() -> int:
             attention_dispatch.HOPPER_CONFIGS.clear()
             attention_dispatch.HOPPER_CONFIGS.update(shipped)
             attention_dispatch.HOPPER_D64_OVERRIDES.update(shipped_d64)
+            attention_dispatch.SPECIALIZE_EVEN = shipped_even
+            attention_dispatch.forget_plans()
             best = max((c for c in cells if c == c), default=float("nan"))
             best_ratios.append(best / cudnn)
             rows.append(f"| {b},{h},{s},{d} | {'yes' if causal else 'no'} | {cudnn:.0f} | "

@@ -73,6 +73,10 @@ HOPPER_CONFIGS = {"tw.enable_wgmma": True, "tw.warp_specialize": True, "tw.atten
 # head dim 64: the overlap measured faster for ops' kernels (bench/results/2026-12-01-0954-attention-
 # variants: 410 vs 386 TFLOP/s dense, 341 vs 318 causal, bf16 4x16x4096x64); at 128 it was slower.
 HOPPER_D64_OVERRIDES = {"tw.attention_overlap": True}
+# dense calls whose query/key lengths are multiples of the blocks take a kernel without tail handling
+# (attention_fwd's even_q/even_k: no key mask outside the causal diagonal, no row checks on the output);
+# off until measured (bench/attention_variants.py's "ops even" columns).  Takes effect for new plans.
+SPECIALIZE_EVEN = False
 
 
 def _hopper_config(dim: int, rows: int):
@@ -361,13 +365,19 @@ def _make_plan(q, k, v, causal, scale, varlen, nseq, max_q, has_cache, num_split
     target = _target_of(q)
     out_dtype = dtype if splits == 1 else "float32"
     flags = (causal, varlen, has_cache, splits, q_hc, k_hc, v_hc, o_hc, bM, bN, stages, threads)
+    # lengths known here (dense, no cache) that divide the blocks: no tail handling in the kernel
+    even = SPECIALIZE_EVEN and not varlen and not has_cache
+    even_qk = (even and max_q % bM == 0, even and seq_k % bN == 0)
     if configs:
         fwd = _kernel(("attention", H, Hkv, D, dtype, out_dtype, "sm_90a", tuple(sorted(configs.items())), stage_out)
-                      + flags, lambda: ak.attention_fwd(H, Hkv, D, dtype, out_dtype, *flags, stage_out=stage_out),
+                      + flags + even_qk, lambda: ak.attention_fwd(H, Hkv, D, dtype, out_dtype, *flags,
+                                                                  stage_out=stage_out, even_q=even_qk[0],
+                                                                  even_k=even_qk[1]),
                       target, pass_configs=configs)
     else:
-        fwd = _kernel(("attention", H, Hkv, D, dtype, out_dtype) + flags,
-                      lambda: ak.attention_fwd(H, Hkv, D, dtype, out_dtype, *flags), target)
+        fwd = _kernel(("attention", H, Hkv, D, dtype, out_dtype) + flags + even_qk,
+                      lambda: ak.attention_fwd(H, Hkv, D, dtype, out_dtype, *flags, even_q=even_qk[0],
+                                               even_k=even_qk[1]), target)
     plan.fwd = BoundKernel(fwd)  # the plan's key fixes every argument's metadata: only pointers change
     plan.combine = None
     if splits > 1:

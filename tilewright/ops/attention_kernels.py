@@ -28,7 +28,7 @@ LN2 = 0.6931471805599453
 
 
 def attention_fwd(heads, kv_heads, dim, dtype, out_dtype, causal, varlen, cache_lens, splits, q_hc, k_hc, v_hc,
-                  o_hc, block_M, block_N, stages, threads, stage_out=False):
+                  o_hc, block_M, block_N, stages, threads, stage_out=False, even_q=False, even_k=False):
     """Tensors are 2-D row views with static strides, so that their tiles load with 16-byte
     vectors and cp.async: element (batch b, head h, position s, d) of Q is row
     ``b * q_rb + h * q_rh + s``, column ``h * dim + d`` when ``q_hc`` (heads in the columns: a
@@ -39,7 +39,14 @@ def attention_fwd(heads, kv_heads, dim, dtype, out_dtype, causal, varlen, cache_
     ``stage_out``: a block whose query rows all lie in its sequence writes its output tile through
     shared memory as one tile copy (wide, or TMA stores on sm_90a) instead of each thread storing
     its accumulator pairs under a row check; the caller sets it where the extra block_M x dim tile
-    fits in shared memory."""
+    fits in shared memory.
+
+    ``even_q`` / ``even_k``: the caller guarantees that every sequence's query / key length is a
+    multiple of ``block_M`` / ``block_N`` (dense calls whose lengths divide the blocks), so the
+    kernel has no tail handling: no key mask outside the causal diagonal (none at all without
+    ``causal``: the key loop is the bare Q K^T, softmax, P V), and no row checks on the output and
+    the LSE.  With other lengths such a kernel would read and write past the sequences: the
+    dispatch only sets them where the lengths are known on the host."""
     group = heads // kv_heads
     accum = "float32"
     RQ, RK, RV, RO, RL = (T.dynamic(n) for n in ("rq", "rk", "rv", "ro", "rl"))
@@ -121,15 +128,21 @@ def attention_fwd(heads, kv_heads, dim, dtype, out_dtype, causal, varlen, cache_
                 T.copy(K[k_row + kb * block_N, kvh * dim if k_hc else 0], K_s)
                 T.gemm(Q_s, K_s, acc_s, transpose_B=True, clear_accum=True, policy=T.GemmWarpPolicy.FullRow)
                 # only the tiles crossing the end of the keys or (causal) the diagonal are masked; the
-                # loop bound already skips the tiles entirely above the diagonal
-                if (kb + 1) * block_N > key_end_first:
-                    for i, j in T.Parallel(block_M, block_N):
-                        if causal:
-                            acc_s[i, j] = T.if_then_else(
-                                (kb * block_N + j < len_k) and (kb * block_N + j <= bx * block_M + i + shift),
-                                acc_s[i, j], -T.infinity(accum))
-                        else:
-                            acc_s[i, j] = T.if_then_else(kb * block_N + j < len_k, acc_s[i, j], -T.infinity(accum))
+                # loop bound already skips the tiles entirely above the diagonal.  even_k: every tile
+                # lies within the keys, so only the diagonal is (causal), or nothing
+                if causal or not even_k:
+                    if (kb + 1) * block_N > key_end_first:
+                        for i, j in T.Parallel(block_M, block_N):
+                            if causal and even_k:
+                                acc_s[i, j] = T.if_then_else(kb * block_N + j <= bx * block_M + i + shift,
+                                                             acc_s[i, j], -T.infinity(accum))
+                            elif causal:
+                                acc_s[i, j] = T.if_then_else(
+                                    (kb * block_N + j < len_k) and (kb * block_N + j <= bx * block_M + i + shift),
+                                    acc_s[i, j], -T.infinity(accum))
+                            else:
+                                acc_s[i, j] = T.if_then_else(kb * block_N + j < len_k, acc_s[i, j],
+                                                             -T.infinity(accum))
                 T.copy(m_cur, m_prev)
                 T.reduce_max(acc_s, m_cur, dim=1, clear=False)
                 for i in T.Parallel(block_M):
@@ -148,14 +161,20 @@ def attention_fwd(heads, kv_heads, dim, dtype, out_dtype, causal, varlen, cache_
                 T.reduce_sum(acc_s, row_sum, dim=1)
                 for i in T.Parallel(block_M):
                     denom[i] = denom[i] * rescale[i] + row_sum[i]
-            for i, j in T.Parallel(block_M, dim):
-                acc_o[i, j] = T.if_then_else(denom[i] > 0, acc_o[i, j] / denom[i], 0)
             for i in T.Parallel(block_M):
+                # one reciprocal per row and a multiply per element: a float division is a range check
+                # and a call per element (64 of each per consumer thread at d 128)
+                rescale[i] = T.if_then_else(denom[i] > 0, 1.0 / denom[i], 0)
                 m_use[i] = T.if_then_else(denom[i] > 0, (m_cur[i] * scale_log2 + T.log2(denom[i])) * LN2,
                                           -T.infinity(accum))
+            for i, j in T.Parallel(block_M, dim):
+                acc_o[i, j] *= rescale[i]
             o_row = T.alloc_var("int32", 0)
             o_row = part * o_rp + tb * o_rb + by * o_rh + q0 + bx * block_M
-            if stage_out:
+            if stage_out and even_q:
+                T.copy(acc_o, O_s)
+                T.copy(O_s, Out[o_row, by * dim if o_hc else 0])
+            elif stage_out:
                 if (bx + 1) * block_M <= len_q:
                     T.copy(acc_o, O_s)
                     T.copy(O_s, Out[o_row, by * dim if o_hc else 0])
@@ -163,12 +182,15 @@ def attention_fwd(heads, kv_heads, dim, dtype, out_dtype, causal, varlen, cache_
                     for i, j in T.Parallel(block_M, dim):
                         if bx * block_M + i < len_q:
                             Out[o_row + i, (by * dim if o_hc else 0) + j] = acc_o[i, j]
+            elif even_q:
+                for i, j in T.Parallel(block_M, dim):
+                    Out[o_row + i, (by * dim if o_hc else 0) + j] = acc_o[i, j]
             else:
                 for i, j in T.Parallel(block_M, dim):
                     if bx * block_M + i < len_q:  # rows past this sequence belong to another one
                         Out[o_row + i, (by * dim if o_hc else 0) + j] = acc_o[i, j]
             for i in T.Parallel(block_M):
-                if bx * block_M + i < len_q:
+                if even_q or bx * block_M + i < len_q:
                     L[part * l_rp + tb * l_rb + by * l_rh + (q0 + bx * block_M + i) * l_rs] = m_use[i]
 
     return attention_fwd_kernel
