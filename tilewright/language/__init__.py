@@ -1431,4 +1431,7 @@ def __getattr__(name: str):  # computed when asked for, so it lists names added 
         return names_of(__tilelang_dialect__)
     import sys
 
-    raise AttributeError(f"module {__name__!r} has no attribute {name!r}", name=name, obj=sys.modules[__name__])
+    from .tir.exports import tir_name_hint
+
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}{tir_name_hint(name)}", name=name,
+                         obj=sys.modules[__name__])
