@@ -269,6 +269,7 @@ class _LoopSpec:
         self.start = start
         self.stop = stop
         self.num_stages = num_stages
+        self.vectorized = False  # T.vectorized: an unrolled loop the lowering may vectorize
         if step != 1:
             raise _b.error("loop steps other than 1 are not supported; iterate over a range and scale the index")
 
@@ -1285,8 +1286,11 @@ def Cast(dtype, x):  # noqa: N802 - TVM/TileLang spelling: T.Cast(dtype, value)
 
 
 def vectorized(*args):
-    """Accepted for TileLang compatibility: an unrolled loop (the compiler vectorizes T.Parallel)."""
-    return unroll(*args)
+    """``for i in T.vectorized(n):`` — a loop each thread runs whole, unrolled, with its contiguous
+    global/shared accesses done as vector accesses where the addresses allow (passes/lower_vectorized.py)."""
+    spec = unroll(*args)
+    spec.vectorized = True
+    return spec
 
 
 def floordiv(a, b):
