@@ -69,6 +69,21 @@ class DType(str):
     def lanes(self) -> int:
         return 1 if str(self) == "float4_e2m1_unpacked" else 2 if str(self) in _PACKED_PAIRS else 1
 
+    @property
+    def type_code(self) -> int:
+        """The DLPack type code of the element type (``DLDataTypeCode``, which TVM's ``DataType.type_code``
+        is): int 0, uint 1, float 2, bfloat 4, bool 6, the float8 formats 10-14, float4_e2m1fn 17;
+        TileLang's float4_e2m1_unpacked is its custom type 131."""
+        name = str(self)
+        if name == "float4_e2m1_unpacked":
+            return 131
+        element = _PACKED_PAIRS.get(name, (name, 0))[0]
+        canon = _dt.canon(element)
+        if canon in _DLPACK_CODES:
+            return _DLPACK_CODES[canon]
+        return next(code for prefix, code in (("uint", 1), ("int", 0), ("bfloat", 4), ("float", 2)) if
+                    canon.startswith(prefix))
+
     def is_float4(self) -> bool:
         return str(self).startswith("float4")
 
@@ -86,6 +101,10 @@ class DType(str):
         name = str(self)
         return to_torch_dtype(torch_storage_name(name if name in _PACKED_PAIRS else _dt.canon(name)))
 
+
+# DLPack's codes of the types that are not plain int/uint/float/bfloat (dlpack.h, DLDataTypeCode)
+_DLPACK_CODES = {"bool": 6, "float8_e4m3fn": 10, "float8_e4m3fnuz": 11, "float8_e5m2": 12, "float8_e5m2fnuz": 13,
+                 "float8_e8m0fnu": 14, "float4_e2m1fn": 17}
 
 # packed-pair names TileLang has: (element dtype, bits of the pair); usable as names, refused as element types
 _PACKED_PAIRS = {"float4_e2m1fnx2": ("float4_e2m1fn", 8), "bfloat16x2": ("bfloat16", 32), "float16x2": ("float16", 32),
@@ -549,12 +568,17 @@ def _regions_for_copy(src, dst):
     return s, _to_region(dst, s.shape, "copy destination")
 
 
-def copy(src, dst, coalesced_width=None, disable_tma=False, eviction_policy=None):
+def copy(src, dst, coalesced_width=None, disable_tma=False, eviction_policy=None, *, prefer_instruction=None,
+         annotations=None):
     """Copy a tile between global, shared and fragment memory (any direction, dtype-converting).
     Out-of-bounds parts of a global tile are not read (zero-filled) and not written.
     ``disable_tma=True`` keeps this copy off the TMA path (a pipelined loop holding it uses cp.async
-    for all its copies); ``coalesced_width`` bounds the elements per vector access."""
+    for all its copies); ``coalesced_width`` bounds the elements per vector access.
+    ``prefer_instruction`` ("tma", "cp_async", "sync") and ``annotations`` (a dict of those same
+    settings, taking precedence, as in TileLang): see ``_copy_annotations``."""
     b = _b.current()
+    coalesced_width, disable_tma, eviction_policy = _copy_annotations(
+        annotations, prefer_instruction, coalesced_width, disable_tma, eviction_policy)
     width = _coalesced_width(coalesced_width, "T.copy")
     if eviction_policy is not None:
         if eviction_policy not in ("evict_normal", "evict_first", "evict_last"):
@@ -575,6 +599,40 @@ def copy(src, dst, coalesced_width=None, disable_tma=False, eviction_policy=None
         # a run-time size, or out-of-bounds reads of value `pad` (language/safe_value.py): an element loop
         return _dynamic_shared.copy_elements(s, d, pad)
     b.emit(_t.Copy(s, d, disable_tma=_builtins.bool(disable_tma), coalesced_width=width))
+
+
+_COPY_ANNOTATIONS = ("coalesced_width", "disable_tma", "eviction_policy", "prefer_instruction")
+_EVICTION_CODES = {0: "evict_normal", 1: "evict_first", 2: "evict_last"}  # TileLang's annotation values
+
+
+def _copy_annotations(annotations, prefer, width, disable_tma, eviction):
+    """TileLang's ``T.copy(annotations={...}, prefer_instruction=...)``: the annotation values win over
+    the arguments.  ``prefer_instruction="sync"`` is ``disable_tma=True`` (plain loads and stores);
+    "tma" and "cp_async" are hints: the lowering already issues TMA / cp.async where a pipelined
+    loop stages the copy and plain vector accesses elsewhere, so they change nothing (a warning
+    says so).  Unknown keys or values are errors.  Returns (coalesced_width, disable_tma, eviction_policy)."""
+    if annotations is not None:
+        if not isinstance(annotations, dict):
+            raise _b.error(f"T.copy(annotations=...) takes a dict, got {annotations!r}")
+        unknown = sorted(_builtins.str(k) for k in annotations if k not in _COPY_ANNOTATIONS)
+        if unknown:
+            raise _b.error(f"T.copy(annotations=...): unknown key(s) {', '.join(unknown)}",
+                           hint="the keys are " + ", ".join(_COPY_ANNOTATIONS))
+        width = annotations.get("coalesced_width", width)
+        disable_tma = annotations.get("disable_tma", disable_tma)
+        eviction = annotations.get("eviction_policy", eviction)
+        eviction = _EVICTION_CODES.get(eviction, eviction) if isinstance(eviction, _builtins.int) else eviction
+        prefer = annotations.get("prefer_instruction", prefer)
+    if prefer is not None:
+        if prefer not in ("tma", "cp_async", "sync"):
+            raise _b.error(f"T.copy(prefer_instruction=...) must be 'tma', 'cp_async' or 'sync', got {prefer!r}")
+        if prefer == "sync":
+            disable_tma = True
+        else:
+            _no_effect(f"T.copy(prefer_instruction={prefer!r})", "the copy's instructions are chosen by the "
+                       "lowering (TMA or cp.async where a pipelined loop stages it, vector loads elsewhere)",
+                       "remove it (the copy is the same)")
+    return width, disable_tma, eviction
 
 
 def tma_copy(src, dst, *, barrier=None, eviction_policy=None, annotations=None):
