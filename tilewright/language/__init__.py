@@ -180,9 +180,25 @@ class Tensor:
 
     ``strides=`` (elements, one per dimension: positive ints or ``T.dynamic`` names) addresses the
     tensor with those strides instead of row-major ones; arguments must have exactly those strides
-    (a symbolic stride is read from the argument)."""
+    (a symbolic stride is read from the argument).
 
-    def __init__(self, shape, dtype="float32", strides=None):
+    In a kernel, ``T.Tensor(shape, dtype, buf.data)`` (TileLang/TVM's buffer over another buffer's
+    data) is ``buf`` seen with another shape: ``T.reshape(buf, shape)`` (language/views.py)."""
+
+    def __new__(cls, shape=None, dtype="float32", data=None, strides=None):
+        if data is None:
+            return super().__new__(cls)
+        if not isinstance(data, _t.DataPointer):
+            raise _b.error(f"T.Tensor(shape, dtype, data): data must be a buffer's .data (a view of its memory), "
+                           f"got {data!r}", hint="write T.Tensor(shape, dtype, A.data) for a tensor or buffer A")
+        if strides is not None:
+            raise _b.error("T.Tensor(shape, dtype, buf.data, strides=...) is not supported: the view is row-major")
+        _b.current()  # inside a kernel body
+        if isinstance(shape, (_builtins.int, PrimExpr)):
+            shape = (shape,)
+        return _views.view(data.buffer, tuple(shape), dtype)
+
+    def __init__(self, shape, dtype="float32", data=None, strides=None):
         if isinstance(shape, (_builtins.int, PrimExpr)):
             shape = (shape,)
         self.shape = tuple(shape)
@@ -593,6 +609,9 @@ def copy(src, dst, coalesced_width=None, disable_tma=False, eviction_policy=None
         return
     if _views.is_view(src) or _views.is_view(dst):
         return _views.copy_through_view(src, dst)  # T.copy(T.reshape(A, ...), B): an element loop
+    if _views.is_view_element(src) != _views.is_view_element(dst) and not (
+            isinstance(src, _e.Load) and isinstance(dst, _e.Load)):
+        return _views.copy_view_tile(src, dst)  # T.copy(view[i, j], tile): the view's rectangle
     s, d = _regions_for_copy(src, dst)
     pad = _safe_value(s.buffer) if s.buffer.scope == "global" else None
     if pad is not None or _dynamic_shared.is_dynamic_region(s) or _dynamic_shared.is_dynamic_region(d):
