@@ -140,3 +140,16 @@ def test_compile_timeout_leaves_nvrtc_alone(monkeypatch):
     k(a)
     assert not torch.isnan(a[:4]).any()
 
+
+
+def test_im2col_convolution():
+    """TileLang's test_nvrtc_im2col_tma_desc sizes, float16."""
+    N, C, H, W, F, K, S, D, P = 4, 64, 32, 32, 64, 3, 1, 1, 1
+    k = tw.compile(views.conv_im2col(N, C, H, W, F, K, S, D, P, 64, 128, 32, dtype="float16"), out_idx=-1,
+                   target="cuda")
+    a = torch.randn(N, H, W, C, device="cuda", dtype=torch.float16)
+    b = torch.randn(K, K, C, F, device="cuda", dtype=torch.float16)
+    out = k(a, b)
+    ref = torch.conv2d(a.double().permute(0, 3, 1, 2), b.double().permute(3, 2, 0, 1), stride=S, padding=P,
+                       dilation=D).permute(0, 2, 3, 1)
+    torch.testing.assert_close(out.double(), ref, rtol=1e-2, atol=5e-2)

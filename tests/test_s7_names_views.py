@@ -1,5 +1,5 @@
 """``T.Tensor(shape, dtype, buf.data)`` (TileLang's tensor over another tensor's data, its conv
-example's flattened weights and output) and ``T.copy`` from/to a start element of a view
+example's flattened weights and output), ``T.im2col`` (that example's gather of image patches) and ``T.copy`` from/to a start element of a view
 (``T.copy(view[i, j], tile)``): the copied rectangle is the view's, also where the view merges
 dimensions of the buffer (it used to be taken as a rectangle of the buffer: a wrong result), with
 the parts outside the view not read (zeros) and not written.
@@ -170,3 +170,63 @@ def test_tensor_over_data_is_checked():
             with T.Kernel(1, threads=64):
                 v = T.Tensor((32,), "float32", A.data, strides=(1,))
                 B[0, 0] = v[3]
+
+
+def conv_im2col(N, C, H, W, F, K, S, D, P, bm, bn, bk, dtype="float32"):
+    """TileLang's test_nvrtc_im2col_tma_desc convolution (NHWC image, (K, K, C, F) weights)."""
+    OH = (H + 2 * P - D * (K - 1) - 1) // S + 1
+    OW = (W + 2 * P - D * (K - 1) - 1) // S + 1
+
+    @T.prim_func
+    def main(data: T.Tensor((N, H, W, C), dtype), kernel: T.Tensor((K, K, C, F), dtype),
+             out: T.Tensor((N, OH, OW, F), dtype)):
+        with T.Kernel(T.ceildiv(F, bn), T.ceildiv(N * OH * OW, bm), threads=128) as (bx, by):
+            data_shared = T.alloc_shared((bm, bk), dtype)
+            kernel_shared = T.alloc_shared((bk, bn), dtype)
+            out_local = T.alloc_fragment((bm, bn), "float32")
+            out_shared = T.alloc_shared((bm, bn), dtype)
+            kernel_flat = T.Tensor((K * K * C, F), dtype, kernel.data)
+            out_flat = T.Tensor((N * OH * OW, F), dtype, out.data)
+            T.clear(out_local)
+            for k_iter in T.Pipelined(T.ceildiv(K * K * C, bk), num_stages=2):
+                T.im2col(data, data_shared, by, k_iter, K, S, D, P)
+                T.copy(kernel_flat[k_iter * bk, bx * bn], kernel_shared)
+                T.gemm(data_shared, kernel_shared, out_local)
+            T.copy(out_local, out_shared)
+            T.copy(out_shared, out_flat[by * bm, bx * bn])
+
+    return main
+
+
+def conv_reference(x, w, S, D, P):
+    """float64 NHWC convolution, (K, K, C, F) weights."""
+    N, H, W, C = x.shape
+    K, F = w.shape[0], w.shape[3]
+    OH = (H + 2 * P - D * (K - 1) - 1) // S + 1
+    OW = (W + 2 * P - D * (K - 1) - 1) // S + 1
+    xp = np.zeros((N, H + 2 * P, W + 2 * P, C))
+    xp[:, P:P + H, P:P + W] = x
+    out = np.zeros((N, OH, OW, F))
+    for kh in range(K):
+        for kw in range(K):
+            patch = xp[:, kh * D:kh * D + S * (OH - 1) + 1:S, kw * D:kw * D + S * (OW - 1) + 1:S]
+            out += patch @ f64(w[kh, kw])
+    return out
+
+
+@pytest.mark.parametrize("shape", [
+    (1, 8, 6, 6, 32, 3, 1, 1, 1),   # N, C, H, W, F, K, S, D, P
+    (2, 6, 7, 5, 16, 3, 2, 2, 2),   # strided, dilated, 6 channels (columns cross kernel positions), ragged tiles
+])
+def test_im2col_convolution(rng, shape):
+    N, C, H, W, F, K, S, D, P = shape
+    OH = (H + 2 * P - D * (K - 1) - 1) // S + 1
+    OW = (W + 2 * P - D * (K - 1) - 1) // S + 1
+
+    def args():
+        return [rand(rng, (N, H, W, C)), rand(rng, (K, K, C, F)), poisoned((N, OH, OW, F))]
+
+    def check(a, where):
+        close(a[2], conv_reference(f64(a[0]), a[1], S, D, P), rtol=1e-4, atol=1e-4)
+
+    run_everywhere(conv_im2col(N, C, H, W, F, K, S, D, P, 32, 16, 16), args, check)

@@ -1280,6 +1280,7 @@ from .attrs import *  # noqa: E402, F403  (T.attr, T.comm_reducer, T.tvm_thread_
 from .compat_names import *  # noqa: E402, F403  (T.ClusterKernel, T.Persistent, T.func_attr...: compat_names.py)
 from .debug import print  # noqa: E402, A004, F401  (T.print: language/debug.py)
 from .func_annotations import *  # noqa: E402, F403  (T.annotate_pass_configs...: func_annotations.py)
+from .im2col import *  # noqa: E402, F403  (T.im2col, T.c2d_im2col: language/im2col.py)
 from .layout_objects import Fragment, Layout  # noqa: E402, F401  (layout_objects.py)
 from .logical import *  # noqa: E402, F403  (any_of, all_of: language/logical.py)
 from .math import *  # noqa: E402, F403
