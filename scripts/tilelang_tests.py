@@ -201,7 +201,9 @@ _INTERNAL_ATTRS = {"tvm", "tirx", "tir", "IRModule", "simplify_prim_func", "appl
                    "jit_phase", "kernel_cache", "env", "_all_dtypes", "_normalize_threads", "tir_ir",
                    "_VALID_CAST_ROUNDING_MODES", "to_buffer_region", "rocm_tir",
                    # TileLang's JIT internals (argument parsing and cache keys of its decorator)
-                   "parse_args", "_parse_phase1_key", "_kernel_cache", "_call_form_cache", "set_mode"}
+                   "parse_args", "_parse_phase1_key", "_kernel_cache", "_call_form_cache", "set_mode",
+                   # TileLang's TIR op module, TVM's script parser, where its functions are defined, its nvcc driver
+                   "common_tir_op", "upstream_tir_parser", "__module__", "nvcc"}
 _SOURCE_CALLS = {"get_kernel_source", "get_host_source", "get_source", "kernel_source", "get_code",
                  "get_cuda_source", "imported_modules", "inspect_source", "get_device_source"}
 

@@ -25,6 +25,14 @@ class Knob:
             return raw.strip().lower() in ("1", "true", "yes", "on")
         if self.kind is int:
             return int(raw)
+        if self.kind is float:
+            try:
+                value = float(raw)
+            except ValueError:
+                value = float("nan")
+            if not 0 <= value < float("inf"):
+                raise ValueError(f"{self.env}={raw!r}: expected a finite number >= 0")
+            return value
         return raw
 
 
@@ -51,6 +59,13 @@ KNOBS = {
                           "kind; 1: the current GPU only)."),
     "cache_max_mb": Knob("TILEWRIGHT_CACHE_MAX_MB", int, 4096,
                          "Size cap of the on-disk kernel cache in MiB (least recently used go first; 0: no cap)."),
+    "tmp_dir": Knob("TILEWRIGHT_TMP_DIR", str, "",
+                    "Folder for the compilers' temporary files (the HIP compiler's work folders, the source of a "
+                    "failed compile); empty: the system's temporary folder."),
+    "compile_timeout": Knob("TILEWRIGHT_COMPILE_TIMEOUT_SECONDS", float, 900.0,
+                            "Seconds a HIP compiler process (clang) may run before it is stopped and the compile "
+                            "fails with a ToolchainError (0: no limit). NVRTC and hipRTC compile inside this "
+                            "process and are not limited."),
     "log": Knob("TILEWRIGHT_LOG", str, "",
                 "Log level of the 'tilewright' logger (debug, info, warning); unset: Python's defaults."),
     "decode_kernel": Knob("TILEWRIGHT_DECODE_KERNEL", str, "new",

@@ -241,10 +241,50 @@ def _tilelang_spelling(module: str) -> str:
     return "tilelang" + module[len("tilewright"):] if module.startswith("tilewright") else module
 
 
+class _TilelangAlias:
+    """A finder that makes ``tilelang.x`` the very module ``tilewright.x``, so that TileLang's tests
+    that name modules in strings (``importlib.import_module("tilelang.cpu.language")``) get ours, as
+    their import statements do once rewritten.  Only installed by the rewritten imports below (a
+    TileLang test run): a real TileLang installed next to tilewright is otherwise left alone."""
+
+    def find_spec(self, fullname, path=None, target=None):
+        if fullname != "tilelang" and not fullname.startswith("tilelang."):
+            return None
+        import importlib
+
+        try:
+            module = importlib.import_module("tilewright" + fullname[len("tilelang"):])
+        except ModuleNotFoundError as e:
+            if (e.name or "").startswith("tilewright"):
+                return None  # "No module named 'tilelang.x'": tilewright has no such module
+            raise
+        return importlib.util.spec_from_loader(fullname, _AliasLoader(module),
+                                               is_package=hasattr(module, "__path__"))
+
+
+class _AliasLoader:
+    def __init__(self, module):
+        self.module = module
+
+    def create_module(self, spec):
+        return self.module
+
+    def exec_module(self, module):
+        pass  # already executed under its tilewright name
+
+
+def alias_tilelang() -> None:
+    """Install the ``tilelang`` -> ``tilewright`` module alias (``_TilelangAlias``) once."""
+    if not any(isinstance(f, _TilelangAlias) for f in sys.meta_path):
+        sys.meta_path.insert(0, _TilelangAlias())
+
+
 def lenient_import(module: str):
     """``import tilelang.x as y``: the module ``tilewright.x``, or a ``MissingName`` (TVM, or a
     module tilewright does not have)."""
     import importlib
+
+    alias_tilelang()
 
     if module.split(".")[0] != "tvm":
         try:

@@ -688,8 +688,9 @@ class Translator:
             if it.kind == "pipelined" and it.num_stages < 0:
                 raise CompileError("num_stages must be >= 0", self.loc(s),
                                    hint="use num_stages=2 or 3 (0: no pipelining)")
+            attrs = {"vectorized": True} if it.vectorized else {}
             self.run_loop_body(names, (v,), s, lambda body: t.For(v, start, extent, body, it.kind, it.num_stages,
-                                                                   loc=self.loc(s)))
+                                                                   loc=self.loc(s), attrs=attrs))
         elif isinstance(it, (list, tuple)) or (hasattr(it, "__iter__") and not isinstance(it, (E.Expr, t.Buffer))):
             for x in it:  # a Python-level loop over compile-time values: unrolled here
                 self.assign(s.target, x, s)

@@ -78,8 +78,26 @@ class Buffer:
             raise TypeError(f"subscripting buffer {self.name} needs the frontend: import tilewright first")
         return rule(self, idx)
 
+    @property
+    def data(self) -> DataPointer:
+        """TVM's ``Buffer.data``: this buffer's memory, to declare another view of it in a kernel
+        (``T.Tensor(shape, dtype, buf.data)``)."""
+        return DataPointer(self)
+
     def __repr__(self) -> str:
         return f"Buffer({self.name}, {self.shape}, {self.dtype}, {self.scope})"
+
+
+class DataPointer:
+    """``buf.data``: the memory of ``buffer``; only meaningful as the ``data`` of ``T.Tensor``."""
+
+    __slots__ = ("buffer",)
+
+    def __init__(self, buffer: Buffer):
+        self.buffer = buffer
+
+    def __repr__(self) -> str:
+        return f"{self.buffer.name}.data"
 
 
 def stride_mismatch(buf: Buffer, strides: tuple, bound: dict) -> str | None:

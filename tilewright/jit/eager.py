@@ -92,8 +92,7 @@ class EagerJitFunction:
                                     "(use .compile(...) for a spec)")
             runtime.append(v)
         result = kernel(*runtime)  # outputs no input tensor tells the device of: on the current GPU (jit.kernel)
-        if info.returns_tuple:
-            return tuple(result) if isinstance(result, list) else (result,)
+        # as TileLang: one output is the tensor, several a list (also for `return B, C`)
         return result if outs else None
 
     def compile(self, *args, **kwargs):

@@ -69,6 +69,21 @@ class DType(str):
     def lanes(self) -> int:
         return 1 if str(self) == "float4_e2m1_unpacked" else 2 if str(self) in _PACKED_PAIRS else 1
 
+    @property
+    def type_code(self) -> int:
+        """The DLPack type code of the element type (``DLDataTypeCode``, which TVM's ``DataType.type_code``
+        is): int 0, uint 1, float 2, bfloat 4, bool 6, the float8 formats 10-14, float4_e2m1fn 17;
+        TileLang's float4_e2m1_unpacked is its custom type 131."""
+        name = str(self)
+        if name == "float4_e2m1_unpacked":
+            return 131
+        element = _PACKED_PAIRS.get(name, (name, 0))[0]
+        canon = _dt.canon(element)
+        if canon in _DLPACK_CODES:
+            return _DLPACK_CODES[canon]
+        return next(code for prefix, code in (("uint", 1), ("int", 0), ("bfloat", 4), ("float", 2)) if
+                    canon.startswith(prefix))
+
     def is_float4(self) -> bool:
         return str(self).startswith("float4")
 
@@ -86,6 +101,10 @@ class DType(str):
         name = str(self)
         return to_torch_dtype(torch_storage_name(name if name in _PACKED_PAIRS else _dt.canon(name)))
 
+
+# DLPack's codes of the types that are not plain int/uint/float/bfloat (dlpack.h, DLDataTypeCode)
+_DLPACK_CODES = {"bool": 6, "float8_e4m3fn": 10, "float8_e4m3fnuz": 11, "float8_e5m2": 12, "float8_e5m2fnuz": 13,
+                 "float8_e8m0fnu": 14, "float4_e2m1fn": 17}
 
 # packed-pair names TileLang has: (element dtype, bits of the pair); usable as names, refused as element types
 _PACKED_PAIRS = {"float4_e2m1fnx2": ("float4_e2m1fn", 8), "bfloat16x2": ("bfloat16", 32), "float16x2": ("float16", 32),
@@ -161,9 +180,25 @@ class Tensor:
 
     ``strides=`` (elements, one per dimension: positive ints or ``T.dynamic`` names) addresses the
     tensor with those strides instead of row-major ones; arguments must have exactly those strides
-    (a symbolic stride is read from the argument)."""
+    (a symbolic stride is read from the argument).
 
-    def __init__(self, shape, dtype="float32", strides=None):
+    In a kernel, ``T.Tensor(shape, dtype, buf.data)`` (TileLang/TVM's buffer over another buffer's
+    data) is ``buf`` seen with another shape: ``T.reshape(buf, shape)`` (language/views.py)."""
+
+    def __new__(cls, shape=None, dtype="float32", data=None, strides=None):
+        if data is None:
+            return super().__new__(cls)
+        if not isinstance(data, _t.DataPointer):
+            raise _b.error(f"T.Tensor(shape, dtype, data): data must be a buffer's .data (a view of its memory), "
+                           f"got {data!r}", hint="write T.Tensor(shape, dtype, A.data) for a tensor or buffer A")
+        if strides is not None:
+            raise _b.error("T.Tensor(shape, dtype, buf.data, strides=...) is not supported: the view is row-major")
+        _b.current()  # inside a kernel body
+        if isinstance(shape, (_builtins.int, PrimExpr)):
+            shape = (shape,)
+        return _views.view(data.buffer, tuple(shape), dtype)
+
+    def __init__(self, shape, dtype="float32", data=None, strides=None):
         if isinstance(shape, (_builtins.int, PrimExpr)):
             shape = (shape,)
         self.shape = tuple(shape)
@@ -269,6 +304,7 @@ class _LoopSpec:
         self.start = start
         self.stop = stop
         self.num_stages = num_stages
+        self.vectorized = False  # T.vectorized: an unrolled loop the lowering may vectorize
         if step != 1:
             raise _b.error("loop steps other than 1 are not supported; iterate over a range and scale the index")
 
@@ -548,12 +584,17 @@ def _regions_for_copy(src, dst):
     return s, _to_region(dst, s.shape, "copy destination")
 
 
-def copy(src, dst, coalesced_width=None, disable_tma=False, eviction_policy=None):
+def copy(src, dst, coalesced_width=None, disable_tma=False, eviction_policy=None, *, prefer_instruction=None,
+         annotations=None):
     """Copy a tile between global, shared and fragment memory (any direction, dtype-converting).
     Out-of-bounds parts of a global tile are not read (zero-filled) and not written.
     ``disable_tma=True`` keeps this copy off the TMA path (a pipelined loop holding it uses cp.async
-    for all its copies); ``coalesced_width`` bounds the elements per vector access."""
+    for all its copies); ``coalesced_width`` bounds the elements per vector access.
+    ``prefer_instruction`` ("tma", "cp_async", "sync") and ``annotations`` (a dict of those same
+    settings, taking precedence, as in TileLang): see ``_copy_annotations``."""
     b = _b.current()
+    coalesced_width, disable_tma, eviction_policy = _copy_annotations(
+        annotations, prefer_instruction, coalesced_width, disable_tma, eviction_policy)
     width = _coalesced_width(coalesced_width, "T.copy")
     if eviction_policy is not None:
         if eviction_policy not in ("evict_normal", "evict_first", "evict_last"):
@@ -568,12 +609,49 @@ def copy(src, dst, coalesced_width=None, disable_tma=False, eviction_policy=None
         return
     if _views.is_view(src) or _views.is_view(dst):
         return _views.copy_through_view(src, dst)  # T.copy(T.reshape(A, ...), B): an element loop
+    if _views.is_view_element(src) != _views.is_view_element(dst) and not (
+            isinstance(src, _e.Load) and isinstance(dst, _e.Load)):
+        return _views.copy_view_tile(src, dst)  # T.copy(view[i, j], tile): the view's rectangle
     s, d = _regions_for_copy(src, dst)
     pad = _safe_value(s.buffer) if s.buffer.scope == "global" else None
     if pad is not None or _dynamic_shared.is_dynamic_region(s) or _dynamic_shared.is_dynamic_region(d):
         # a run-time size, or out-of-bounds reads of value `pad` (language/safe_value.py): an element loop
         return _dynamic_shared.copy_elements(s, d, pad)
     b.emit(_t.Copy(s, d, disable_tma=_builtins.bool(disable_tma), coalesced_width=width))
+
+
+_COPY_ANNOTATIONS = ("coalesced_width", "disable_tma", "eviction_policy", "prefer_instruction")
+_EVICTION_CODES = {0: "evict_normal", 1: "evict_first", 2: "evict_last"}  # TileLang's annotation values
+
+
+def _copy_annotations(annotations, prefer, width, disable_tma, eviction):
+    """TileLang's ``T.copy(annotations={...}, prefer_instruction=...)``: the annotation values win over
+    the arguments.  ``prefer_instruction="sync"`` is ``disable_tma=True`` (plain loads and stores);
+    "tma" and "cp_async" are hints: the lowering already issues TMA / cp.async where a pipelined
+    loop stages the copy and plain vector accesses elsewhere, so they change nothing (a warning
+    says so).  Unknown keys or values are errors.  Returns (coalesced_width, disable_tma, eviction_policy)."""
+    if annotations is not None:
+        if not isinstance(annotations, dict):
+            raise _b.error(f"T.copy(annotations=...) takes a dict, got {annotations!r}")
+        unknown = sorted(_builtins.str(k) for k in annotations if k not in _COPY_ANNOTATIONS)
+        if unknown:
+            raise _b.error(f"T.copy(annotations=...): unknown key(s) {', '.join(unknown)}",
+                           hint="the keys are " + ", ".join(_COPY_ANNOTATIONS))
+        width = annotations.get("coalesced_width", width)
+        disable_tma = annotations.get("disable_tma", disable_tma)
+        eviction = annotations.get("eviction_policy", eviction)
+        eviction = _EVICTION_CODES.get(eviction, eviction) if isinstance(eviction, _builtins.int) else eviction
+        prefer = annotations.get("prefer_instruction", prefer)
+    if prefer is not None:
+        if prefer not in ("tma", "cp_async", "sync"):
+            raise _b.error(f"T.copy(prefer_instruction=...) must be 'tma', 'cp_async' or 'sync', got {prefer!r}")
+        if prefer == "sync":
+            disable_tma = True
+        else:
+            _no_effect(f"T.copy(prefer_instruction={prefer!r})", "the copy's instructions are chosen by the "
+                       "lowering (TMA or cp.async where a pipelined loop stages it, vector loads elsewhere)",
+                       "remove it (the copy is the same)")
+    return width, disable_tma, eviction
 
 
 def tma_copy(src, dst, *, barrier=None, eviction_policy=None, annotations=None):
@@ -1202,6 +1280,7 @@ from .attrs import *  # noqa: E402, F403  (T.attr, T.comm_reducer, T.tvm_thread_
 from .compat_names import *  # noqa: E402, F403  (T.ClusterKernel, T.Persistent, T.func_attr...: compat_names.py)
 from .debug import print  # noqa: E402, A004, F401  (T.print: language/debug.py)
 from .func_annotations import *  # noqa: E402, F403  (T.annotate_pass_configs...: func_annotations.py)
+from .im2col import *  # noqa: E402, F403  (T.im2col, T.c2d_im2col: language/im2col.py)
 from .layout_objects import Fragment, Layout  # noqa: E402, F401  (layout_objects.py)
 from .logical import *  # noqa: E402, F403  (any_of, all_of: language/logical.py)
 from .math import *  # noqa: E402, F403
@@ -1292,8 +1371,11 @@ def Cast(dtype, x):  # noqa: N802 - TVM/TileLang spelling: T.Cast(dtype, value)
 
 
 def vectorized(*args):
-    """Accepted for TileLang compatibility: an unrolled loop (the compiler vectorizes T.Parallel)."""
-    return unroll(*args)
+    """``for i in T.vectorized(n):`` — a loop each thread runs whole, unrolled, with its contiguous
+    global/shared accesses done as vector accesses where the addresses allow (passes/lower_vectorized.py)."""
+    spec = unroll(*args)
+    spec.vectorized = True
+    return spec
 
 
 def floordiv(a, b):
@@ -1438,4 +1520,7 @@ def __getattr__(name: str):  # computed when asked for, so it lists names added 
         return names_of(__tilelang_dialect__)
     import sys
 
-    raise AttributeError(f"module {__name__!r} has no attribute {name!r}", name=name, obj=sys.modules[__name__])
+    from .tir.exports import tir_name_hint
+
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}{tir_name_hint(name)}", name=name,
+                         obj=sys.modules[__name__])

@@ -6,23 +6,32 @@ tilewright has one language for every target, so every dialect module hands out 
 ``tilewright.language`` (``cuda.language.copy is language.copy``); what differs is which names each
 dialect has.  The CUDA dialect has all of them; the others leave out the names of CUDA-only hardware
 features (thread-block clusters, TMA, wgmma, warpgroup register reallocation, programmatic dependent
-launch).  None of TileLang's ROCm-only names (its MFMA/WMMA intrinsic emitters) exist here, so the
-ROCm dialect is the common surface.  Each module's ``__all__`` is computed when asked for, so names
-added to ``tilewright.language`` later are listed too, and ``__tilelang_dialect__`` names the dialect.
+launch) and the other names TileLang keeps in its CUDA dialect (``CUDA_ONLY``).  None of TileLang's
+ROCm-only names (its MFMA/WMMA intrinsic emitters) exist here, so the ROCm dialect is the common
+surface.  TileLang's TVM TIR script names (``T.ptx_mma``, ``T.tvm_mfma``) do not exist here at all:
+asking a dialect module for one says what to use instead (``language/tir/exports.py``).  Each
+module's ``__all__`` is computed when asked for, so names added to ``tilewright.language`` later are
+listed too, and ``__tilelang_dialect__`` names the dialect.
 """
 
 from __future__ import annotations
 
 import types
 
-# names of tilewright.language that only NVIDIA hardware has (TileLang keeps them in tilelang.cuda.language)
+from .tir.exports import tir_name_hint
+
+# names of tilewright.language that TileLang has only in its CUDA dialect (tilelang.cuda.language: its
+# CUDA API list and its cluster, pdl, print, random, warpgroup and intrinsics modules).  The ones that
+# tilewright also runs on AMD GPUs (T.print, T.device_assert, T.rng_*, T.named_barrier_arrive) are listed
+# all the same: these modules reproduce TileLang's, and tilewright.language has every name for every target.
 CUDA_ONLY = frozenset({
-    "ClusterKernel", "cluster_sync", "cluster_arrive", "cluster_wait", "block_rank_in_cluster",
-    "alloc_cluster_barrier", "clc_try_cancel", "clc_is_canceled", "clc_get_first_ctaid_x", "clc_get_first_ctaid_y",
-    "clc_get_first_ctaid_z",
-    "pdl_trigger", "pdl_sync", "tma_copy", "ws", "WarpSpecialize", "wgmma_gemm", "wgmma_mma",
-    "set_max_nreg", "inc_max_nreg", "dec_max_nreg", "no_set_max_nreg", "disable_warp_group_reg_alloc",
-    "fence_proxy_async",
+    "ClusterKernel", "CUDASourceCodeKernel", "cluster_sync", "cluster_arrive", "cluster_wait",
+    "block_rank_in_cluster", "alloc_cluster_barrier", "clc_try_cancel", "clc_is_canceled", "clc_get_first_ctaid_x",
+    "clc_get_first_ctaid_y", "clc_get_first_ctaid_z",
+    "pdl_trigger", "pdl_sync", "tma_copy", "tma_store_wait", "ws", "WarpSpecialize", "wgmma_gemm", "wgmma_mma",
+    "wait_wgmma", "set_max_nreg", "inc_max_nreg", "dec_max_nreg", "disable_warp_group_reg_alloc",
+    "fence_proxy_async", "annotate_l2_hit_ratio", "named_barrier_arrive",
+    "print", "device_assert", "rng_init", "rng_rand", "rng_rand_float",
 })
 ROCM_ONLY: frozenset = frozenset()
 
@@ -65,8 +74,8 @@ def module_hooks(dialect: str):
             return names_of(dialect)
         if name in names_of(dialect):
             return getattr(language, name)
-        hint = " (a CUDA-only name: use tilewright.cuda.language or tilewright.language)" \
-            if name in CUDA_ONLY and hasattr(language, name) else ""
+        hint = " (a CUDA-only name, as in TileLang: use tilewright.language or tilewright.cuda.language)" \
+            if name in CUDA_ONLY and hasattr(language, name) else tir_name_hint(name)
         raise AttributeError(f"module 'tilewright.{_module_path(dialect)}' has no attribute {name!r}{hint}")
 
     def __dir__():  # noqa: N807 - the module hook

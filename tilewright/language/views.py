@@ -6,7 +6,9 @@ of the underlying buffer at the same row-major position, so every later stage of
 only the buffer itself (its layout, barriers and memory planning stay exact).  Tile operations
 (``T.copy``, ``T.gemm``, ...) take buffers and slices of buffers, not views: a slice of a view is
 in general not a rectangle of the buffer, so they are refused with a CompileError that says so --
-except ``T.copy`` to or from a whole view, which becomes an element loop (``copy_through_view``).
+except ``T.copy`` to or from a whole view, or from/to a start element of one (``T.copy(view[i, j],
+tile)``: the view's rectangle from (i, j)), which become element loops (``copy_through_view``,
+``copy_view_tile``).  ``T.Tensor(shape, dtype, buf.data)`` in a kernel is ``T.reshape(buf, shape)``.
 A view of a kernel parameter is a view of global memory like any other (row-major positions of its
 logical shape, whatever its strides).
 
@@ -93,6 +95,13 @@ class BufferView:
 
     def __getitem__(self, idx):
         lin, base, vb, bb = self._linear(idx), self.base, self.wide, self.narrow
+        if vb == bb and self.dtype == base.dtype:
+            load = _e.Load(base, self._at(lin))
+            b = _b.current_or_none()
+            if b is not None:  # remembered for T.copy(view[i, j], tile) (copy_view_tile)
+                b.__dict__.setdefault("_view_elements", {})[id(load)] = (load, self, idx if isinstance(idx, tuple)
+                                                                         else (idx,))
+            return load
         if vb == bb:
             return _bitcast(self.dtype, _e.Load(base, self._at(lin)))
         if vb < bb:  # part lin % r of element lin // r
@@ -136,6 +145,59 @@ class BufferView:
     def __repr__(self) -> str:
         b = self.base.name
         return f"view {self.name} of {b} (a T.reshape / T.view: index its elements, or use {b})"
+
+
+def view_element(x):
+    """(view, indices) when ``x`` is the load ``view[indices]`` of this kernel (a start element of a
+    view for T.copy), else None."""
+    b = _b.current_or_none()
+    hit = None if b is None else b.__dict__.get("_view_elements", {}).get(id(x))
+    return None if hit is None or hit[0] is not x else hit[1:]
+
+
+def is_view_element(x) -> bool:
+    return isinstance(x, _e.Load) and view_element(x) is not None
+
+
+def copy_view_tile(src, dst) -> None:
+    """``T.copy(view[i, j], tile)`` / ``T.copy(tile, view[i, j])``: the rectangle of the view that
+    starts at (i, j) and has the tile's shape (leading view dimensions of extent 1), as one
+    T.Parallel element loop; its parts outside the view are not read (zeros) and not written, as
+    for any T.copy of a global tile."""
+    from ..frontend.regions import to_region
+
+    b = _b.current()
+    at_src = is_view_element(src)
+    view, start = view_element(src if at_src else dst)
+    other = dst if at_src else src
+    r = to_region(other, None, "copy destination" if at_src else "copy source")
+    shape = tuple(r.shape) or (1,)
+    while len(shape) > view.ndim and shape[0] == 1:
+        shape = shape[1:]
+    if len(shape) > view.ndim:
+        raise _b.error(f"T.copy: a tile of shape {tuple(r.shape)} does not fit in {view.name}, which has "
+                       f"{view.ndim} dimension(s)")
+    ext = (1,) * (view.ndim - len(shape)) + shape  # the tile's dimensions are the view's last ones
+    vs = tuple(_e.Var(b.fresh("e"), "int32", kind="loop") for _ in shape)
+    full = (_e.as_expr(0),) * (view.ndim - len(shape)) + vs
+    vidx = tuple(_e.as_expr(st) + v for st, v in zip(start, full))
+    inside = None
+    for i, n, e in zip(vidx, view.shape, ext):
+        c = i < n if e > 1 or not isinstance(i, _e.Const) else None
+        if c is not None:
+            inside = c if inside is None else inside & c
+    other_at = element_of(r, (_e.as_expr(0),) * (len(r.shape) - len(shape)) + vs if r.shape else ())
+    if at_src:
+        value = view[vidx]
+        if inside is not None:
+            value = _e.select(inside, value, _e.Const(0, value.dtype))
+        store = _t.BufferStore(other_at.buffer, other_at.indices, _e.cast(other_at.buffer.dtype, value), loc=b.loc)
+    else:
+        stores = view.stores(vidx, other_at, b.loc)
+        store = stores[0] if len(stores) == 1 else _t.SeqStmt(stores)
+        if inside is not None:
+            store = _t.IfThenElse(inside, store, None, loc=b.loc)
+    b.emit(_t.ParallelFor(vs, shape, store, loc=b.loc))
 
 
 def _shape(shape, what: str) -> tuple:

@@ -375,7 +375,10 @@ def _conjuncts(c) -> list:
 
 def _address_ok(ctx, buf, idx, inner_var, g) -> bool:
     """The access buf[idx] advances by one element per step of ``inner_var`` and its start is a
-    multiple of g elements (given 16-byte aligned base pointers)."""
+    multiple of g elements (given 16-byte aligned base pointers).  The element-contiguous dimension
+    is the last one, or for a global tensor the one dimension ``inner_var`` indexes if its stride is
+    1 (a column-major ``T.StridedTensor`` read down its first dimension)."""
+    unit = len(idx) - 1
     if buf.scope == "shared":
         lay = ctx.shared_layouts.get(buf)
         if lay is not None and lay.swizzle and g * dt.nbytes(buf.dtype) > 16:
@@ -385,12 +388,14 @@ def _address_ok(ctx, buf, idx, inner_var, g) -> bool:
         strides = buf.strides
     elif buf.scope == "global":
         strides = buf.strides
+        using = [d for d, x in enumerate(idx) if uses_var(x, inner_var)]
+        unit = using[0] if len(using) == 1 else unit
     else:
         return False
-    if not isinstance(strides[-1], int) or strides[-1] != 1:  # a symbolic innermost stride: element by element
+    if not isinstance(strides[unit], int) or strides[unit] != 1:  # a symbolic unit stride: element by element
         return False
     for d, x in enumerate(idx):
-        if d == len(idx) - 1:
+        if d == unit:
             if not _unit_step_from_aligned(x, inner_var, g):
                 return False
         else:

@@ -36,6 +36,7 @@ from .lower_gemm import lower_gemm, lower_mainloop_body, lower_mainloop_prefetch
 from .lower_gemm_amd import unpad_operand_layouts
 from .lower_parallel import UNGUARDABLE, lower_parallel
 from .lower_reduce import lower_reduce
+from .lower_vectorized import lower_vectorized
 from .lowering_context import LoweringContext
 
 
@@ -224,6 +225,10 @@ class _StmtLowering:
             return [t.IfThenElse(cond, then_b, else_b, loc=s.loc)]
         if isinstance(s, t.ThreadPartition):
             return self.partition(s, env)
+        if isinstance(s, t.For) and s.attrs.get("vectorized"):
+            vectorized = lower_vectorized(ctx, s, env, lambda st, en: self.stmt(st, en), self.stored_by_thread0)
+            if vectorized is not None:
+                return vectorized
         if isinstance(s, t.For):
             inner = env.child()
             inner.thread_dep = env.thread_dep or _thread_dependent(ctx, s.start) or _thread_dependent(ctx, s.extent)
@@ -325,9 +330,14 @@ class _StmtLowering:
             return [t.BufferStore(ctx.local_of[b], (E.as_expr(reg),), value, loc=s.loc)]
         fb, off = ctx.flat_access(b, idx)
         st = t.BufferStore(fb, (off,), value, loc=s.loc)
-        if b.scope in ("shared", "global") and not env.in_parallel and not env.thread_dep and not _uses_thread(ctx, s):
+        if self.stored_by_thread0(s, env):
             return [t.IfThenElse(ctx.tid == 0, st, None, loc=s.loc)]
         return [st]
+
+    def stored_by_thread0(self, s: t.BufferStore, env: Env) -> bool:
+        """A shared/global store that no thread index reaches (outside T.Parallel): thread 0 does it."""
+        return s.buffer.scope in ("shared", "global") and not env.in_parallel and not env.thread_dep \
+            and not _uses_thread(self.ctx, s)
 
     def atomic(self, s: t.Atomic, env: Env) -> list:
         """One ``AtomicRMW`` with the scope of the memory (a shared buffer is the block's) and the

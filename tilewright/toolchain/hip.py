@@ -371,8 +371,25 @@ def _normalize_arch(arch: str) -> str:
     return text
 
 
+def _work_dir() -> str:
+    """A fresh temporary folder, in TILEWRIGHT_TMP_DIR when set."""
+    from .. import config
+
+    root = config.get("tmp_dir") or None
+    if root:
+        os.makedirs(root, exist_ok=True)
+    return tempfile.mkdtemp(prefix="tilewright-hip-", dir=root)
+
+
+def _compile_timeout() -> float | None:
+    """Seconds a compiler process may run (TILEWRIGHT_COMPILE_TIMEOUT_SECONDS; 0: no limit)."""
+    from .. import config
+
+    return config.get("compile_timeout") or None
+
+
 def _write_source(source: str, directory: str | None, filename: str) -> str:
-    directory = directory or tempfile.mkdtemp(prefix="tilewright-hip-")
+    directory = directory or _work_dir()
     os.makedirs(directory, exist_ok=True)
     path = os.path.join(directory, filename)
     with open(path, "w", encoding="utf-8") as f:
@@ -460,13 +477,20 @@ def compile_hip(
         if not ok:
             raise fail("compilation failed" + _arch_hint(log, arch, compiler), log)
     else:
-        workdir = tempfile.mkdtemp(prefix="tilewright-hip-")
+        workdir = _work_dir()
         path = src_path or _write_source(source, workdir, filename)
         out = os.path.join(workdir, os.path.splitext(filename)[0] + f".{arch.split(':')[0]}.hsaco")
         cmd = _clang_command(compiler, arch, path, out, options)
         t0 = time.perf_counter()
+        timeout = _compile_timeout()
         try:
-            proc = subprocess.run(cmd, check=False, capture_output=True, text=True, timeout=900)
+            proc = subprocess.run(cmd, check=False, capture_output=True, text=True, timeout=timeout)
+        except subprocess.TimeoutExpired as exc:  # run() has killed the compiler
+            src_path = src_path or path  # the temporary folder stays: the repro command needs the source
+            log = "\n".join(x if isinstance(x, str) else x.decode(errors="replace")
+                            for x in (exc.stdout, exc.stderr) if x)
+            raise fail(f"the compiler ran past {timeout:g} seconds and was stopped (TILEWRIGHT_COMPILE_TIMEOUT_SECONDS "
+                       "sets the limit; 0: none)", log.strip(), shlex.join(cmd)) from None
         except (OSError, subprocess.SubprocessError) as exc:
             raise fail(f"could not run the compiler: {exc}", repro=shlex.join(cmd)) from exc
         seconds = time.perf_counter() - t0
