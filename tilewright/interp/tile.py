@@ -832,7 +832,7 @@ class _Interpreter:
             if isinstance(v, np.ndarray):
                 raise InterpError(f"grid extent {g} is not a scalar")
             grid.append(int(v))
-        check_launch_grid(grid, self.func.name)
+        check_launch_grid(grid, self.func.name, static=all(isinstance(g, (int, E.Const)) for g in k.grid))
         tx = k.attrs.get("thread_var")
         threaded = tx is not None and tx in _vars_in_stmt_tree(k.body)
         nt = k.num_threads
