@@ -513,13 +513,16 @@ def test_pointer_table_is_an_int64_tensor(rng):
         np.testing.assert_array_equal(out, ptrs // 16)
 
 
-def test_make_tensor_from_a_pointer_table_is_refused_with_a_hint():  # on a T.ptr parameter: test_s6_names_pointers
-    with pytest.raises(tw.errors.CompileError, match=r"T.make_tensor on an address computed inside the kernel"):
-        @T.prim_func
-        def main(ptrs: T.Tensor([2], T.ptr), m: T.int32):
-            with T.Kernel(2, threads=32) as bx:
-                A = T.make_tensor(ptrs[bx], (m, 16), T.float16)
-                A[0, 0] = T.float16(1)
+def test_make_tensor_from_a_pointer_table_entry():  # on a T.ptr parameter: test_s6_names_pointers; more: test_s7_ptrs_tables
+    @T.prim_func
+    def main(ptrs: T.Tensor([2], T.ptr), m: T.int32):
+        with T.Kernel(2, threads=32) as bx:
+            A = T.make_tensor(ptrs[bx], (m, 16), T.float16)
+            A[m - 1, 15] = T.float16(bx + 1)
+
+    arrays = [np.zeros((3, 16), np.float16) for _ in range(2)]
+    tw.compile(main, target="interpret")(tw.pointer_table(arrays), 3)
+    assert [a[2, 15] for a in arrays] == [1, 2] and all(np.count_nonzero(a) == 1 for a in arrays)
 
 
 def test_buffer_map_maps_each_tensor_parameter_to_its_buffer():

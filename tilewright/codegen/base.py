@@ -127,6 +127,10 @@ class Printer:
         elif isinstance(s, th.LocalDecl):
             b = s.buffer
             self.emit(d, f"__align__(16) {self.ctype(b.dtype)} {self.name(b, b.name)}[{b.shape[0]}];")
+        elif isinstance(s, th.GlobalDecl):  # T.make_tensor on an address (a pointer table entry)
+            ct = self.ctype(s.buffer.dtype)
+            self.emit(d, f"{ct}* {self.name(s.buffer, s.buffer.name)} = "  # entries may alias: no __restrict__
+                         f"reinterpret_cast<{ct}*>({self.expr(s.address)});")
         elif isinstance(s, th.SharedDecl):
             b = s.buffer
             ct = self.ctype(b.dtype)

@@ -67,6 +67,7 @@ from ..target.grid import check_launch_grid
 from . import debug_print as _debug_print
 from . import warp_ops as _warp
 from .bind import bind_host_call
+from .host_addresses import AddressBook, AddressError, strided_view
 from .ieee_rounding import extra_float_functions as _extra_float_functions
 from .ieee_rounding import ieee_function as _ieee_function
 
@@ -101,6 +102,7 @@ def run_tile_ir(func: t.PrimFunc, args: list, *, dyn: dict | None = None) -> Non
     names) to ints; missing ones are read from the argument shapes, and every use must agree."""
     env, bufs = _bind_args(func, list(args), dyn)
     interp = _Interpreter(func)
+    interp.addresses = AddressBook(bufs.values())  # T.make_tensor on a pointer table entry
     ctx = _Ctx(env, bufs)
     # masked-off lanes may divide by zero or overflow a cast; their results are discarded
     with np.errstate(all="ignore"):
@@ -857,6 +859,9 @@ class _Interpreter:
 
     def x_alloc(self, s: t.Alloc, c: _Ctx) -> None:
         buf = s.buffer
+        if buf.scope == "global" and s.init is not None:
+            c.bufs[buf] = self._tensor_at_address(s, c)
+            return
         arr = c.bufs.get(buf)
         if arr is None:
             if buf.scope == "global":
@@ -882,6 +887,27 @@ class _Interpreter:
                     _scatter(arr, [c.tid] + [0] * buf.ndim, v, c.mask, buf, 1)
             else:
                 _scatter(arr, [0] * buf.ndim, v, c.mask, buf, 0)
+
+    def _tensor_at_address(self, s: t.Alloc, c: _Ctx) -> np.ndarray:
+        """``T.make_tensor(address, ...)``: the host array the address points into (host_addresses.py)."""
+        buf = s.buffer
+        if c.in_par:
+            raise InterpError(f"T.make_tensor on an address inside T.Parallel ({buf.name}) is not supported",
+                              s.loc)
+        v = self.comp(s.init)(c)
+        if isinstance(v, np.ndarray):
+            flat = v.reshape(-1)
+            if flat.size == 0 or (flat != flat[0]).any():
+                raise InterpError(f"the address of tensor {buf.name} differs between the threads of a block; the "
+                                  "CPU backends need one address per block", s.loc)
+            v = flat[0]
+        dims = [int(self.comp(x)(c)) if isinstance(x, E.Expr) else x for x in buf.shape]
+        strides = [int(self.comp(x)(c)) if isinstance(x, E.Expr) else x for x in buf.strides]
+        try:
+            span = self.addresses.resolve(int(v), dims, strides, buf.dtype, buf.name)
+        except AddressError as err:
+            raise InterpError(str(err), s.loc) from None
+        return strided_view(span, dims, strides)
 
     def _iteration_index(self, c: _Ctx) -> list:
         """Index arrays that pick the current T.Parallel iteration along each axis of the nest."""

@@ -135,7 +135,7 @@ def _sink_guard(stmts: list, cond, part: t.ThreadPartition, ctx: LoweringContext
         if isinstance(x, t.SeqStmt):
             flush()
             out.extend(_sink_guard(x.stmts, cond, part, ctx))
-        elif isinstance(x, (t.LetStmt, th.LocalDecl, th.SharedDecl, th.Comment)):
+        elif isinstance(x, (t.LetStmt, th.LocalDecl, th.SharedDecl, th.GlobalDecl, th.Comment)):
             flush()
             out.append(x)
         elif not _has_barrier([x]):
@@ -298,6 +298,8 @@ class _StmtLowering:
 
     def alloc(self, s: t.Alloc, env: Env) -> list:
         ctx, b = self.ctx, s.buffer
+        if b.scope == "global":  # T.make_tensor on an address: a pointer declared where the call stands
+            return [th.GlobalDecl(b, lower_expr(ctx, s.init, env, s.loc), loc=s.loc)]
         if b.scope == "shared":
             flat = ctx.shared_flat(b)
             if b.static_shape() is None:  # sized at launch: placed once the others are
