@@ -407,3 +407,18 @@ def _check_no_shuffle(*sides) -> None:
     if found:
         raise InternalError("a warp shuffle inside a lazily evaluated operand (?:, &&, ||) runs in only some lanes",
                             "lower_to_threads")
+
+
+def uses_device_assert(kernel) -> bool:
+    """Does the kernel hold a ``T.device_assert`` on a run-time condition (a ``device_assert:`` call)?"""
+    from ..ir.verifier import exprs_of
+    from ..ir.visitor import walk, walk_expr
+
+    found = []
+
+    def in_expr(e):
+        if isinstance(e, E.Call) and e.name.startswith("device_assert:"):
+            found.append(e)
+
+    walk(kernel.body, lambda s: [walk_expr(e, in_expr) for e in exprs_of(s)])
+    return bool(found)

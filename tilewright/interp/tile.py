@@ -65,6 +65,7 @@ from ..ir.tile_ops import hooks, register
 from ..ir.visitor import child_stmts, walk, walk_expr
 from ..target.grid import check_launch_grid
 from . import debug_print as _debug_print
+from . import device_assert as _device_assert
 from . import warp_ops as _warp
 from .bind import bind_host_call
 from .host_addresses import AddressBook, AddressError, strided_view
@@ -471,6 +472,8 @@ class _ExprCompiler:
             return self._warp_call(e, fargs)
         if name.startswith(_debug_print.PRINT_PREFIX):
             return self._print_call(e, fargs)
+        if name.startswith(_device_assert.ASSERT_PREFIX):
+            return self._assert_call(e, fargs)
         if name.startswith("rng_"):  # language/random.py
             raise InterpError("T.rng_init / T.rng_rand / T.rng_rand_float: random numbers come from each thread's own "
                               "generator, and the tile interpreter has no threads: run the kernel on the emulator "
@@ -506,6 +509,28 @@ class _ExprCompiler:
             f0 = fargs[0]
             return lambda c: _to(fn(_lift(f0(c), work)), npdt)
         return lambda c: _to(fn(*[_lift(g(c), work) for g in fargs]), npdt)
+
+    def _assert_call(self, e: E.Call, fargs):
+        """T.device_assert: the first executing thread (T.Parallel iteration) whose condition is false raises."""
+        fc = fargs[0]
+        text = str(e.args[0])
+
+        def asserted(c):
+            ok = np.asarray(fc(c))
+            block = [v_ for k, v_ in c.env.items() if isinstance(k, E.Var) and k.kind == "block"]
+            shape = tuple(c.pshape) if c.in_par else (c.tid.shape if c.tid is not None else ())
+            ok = np.broadcast_to(ok, np.broadcast_shapes(ok.shape, shape))
+            active = np.broadcast_to(True if c.mask is None else c.mask, ok.shape)
+            bad = np.flatnonzero(np.ravel(active & ~ok.astype(bool)))
+            if len(bad):
+                if c.in_par:  # the thread that runs it is the layout's choice: name the iteration
+                    who = f"(T.Parallel iteration {tuple(int(x) for x in np.unravel_index(bad[0], ok.shape))})"
+                else:
+                    who = int(np.ravel(c.tid)[bad[0]]) if c.tid is not None else "(every thread)"
+                _device_assert.fail(e.name, text, block, who)
+            return np.int32(0)
+
+        return asserted
 
     def _print_call(self, e: E.Call, fargs):
         """T.print: each executing thread (each active T.Parallel iteration) prints a line."""
