@@ -353,9 +353,17 @@ def get_thread_binding(dim: int = 0):
     b = _b.current()
     if b.kernel is None:
         raise _b.error("T.get_thread_binding() must be called inside `with T.Kernel(...)`")
-    if dim != 0:
-        raise _b.error("only T.get_thread_binding(0) is supported (threads are numbered linearly)")
-    return b.thread_var
+    if not isinstance(dim, _builtins.int) or isinstance(dim, _builtins.bool) or not 0 <= dim <= 2:
+        raise _b.error(f"T.get_thread_binding(dim) takes 0, 1 or 2 (threadIdx.x, .y, .z), got {dim!r}")
+    # threads are numbered linearly, x fastest: with T.Kernel(threads=(x, y, z)), threadIdx.y is (tid // x) % y
+    threads = tuple(b.kernel.threads) + (1,) * 3
+    inner = _math.prod(threads[:dim])
+    extent = threads[dim]
+    if extent == 1:
+        return _e.as_expr(0)
+    tid = b.thread_var
+    v = tid if inner == 1 else tid // inner
+    return v if extent * inner == _math.prod(threads[:3]) else v % extent
 
 
 def get_block_binding(dim: int = 0):
