@@ -1,0 +1,34 @@
+"""Small TileLang forms that were refused (issue 12 item 3): ``1 << i`` on a kernel variable (deepseek_v32
+topk_selector), ``T.dynamic("a, b")`` naming several sizes (deepseek_v32 sparse_mla_fwd_pipelined), and
+``T.copy`` of a smaller source tile into a larger destination region (test_tilelang_copy_shape_mismatched)."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+import tilewright as tw
+import tilewright.language as T
+
+BACKENDS = [("interpret", None), ("cuda -arch=sm_90a", "emulator"), ("hip -arch=gfx942", "emulator")]
+
+
+def shifts(n, threads):
+    @T.prim_func
+    def main(x: T.Tensor((n,), "int32"), out: T.Tensor((n,), "int32")):
+        with T.Kernel(1, threads=threads):
+            for i in T.serial(n):
+                out[i] = (1 << i) + (x[i] >> i) + (3 << (i % 4)) - (1024 >> (i % 8))
+
+    return main
+
+
+@pytest.mark.parametrize("target,backend", BACKENDS)
+def test_int_shifted_by_a_kernel_variable(target, backend):
+    n = 12
+    x = np.random.default_rng(4).integers(0, 1 << 20, size=n).astype(np.int32)
+    out = np.full(n, -1, np.int32)
+    threads = 64 if target.startswith("hip") else 32
+    tw.compile(shifts(n, threads), target=target, execution_backend=backend)(x, out)
+    i = np.arange(n)
+    np.testing.assert_array_equal(out, (1 << i) + (x >> i) + (3 << (i % 4)) - (1024 >> (i % 8)))
