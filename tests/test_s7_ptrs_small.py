@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import numpy as np
 import pytest
+from zoo import close, f64
 
 import tilewright as tw
 import tilewright.language as T
@@ -32,3 +33,24 @@ def test_int_shifted_by_a_kernel_variable(target, backend):
     tw.compile(shifts(n, threads), target=target, execution_backend=backend)(x, out)
     i = np.arange(n)
     np.testing.assert_array_equal(out, (1 << i) + (x >> i) + (3 << (i % 4)) - (1024 >> (i % 8)))
+
+
+def test_dynamic_with_several_names_gives_a_tuple():
+    batch, seq_len = T.dynamic("batch, seq_len")
+    assert (batch.name, seq_len.name) == ("batch", "seq_len") and T.dynamic("m").name == "m"
+
+    @tw.jit(target="interpret")
+    def scale(Q, heads, dim):
+        b, s = T.dynamic("b s")
+        q_shape = [b, s, heads, dim]
+        Q: T.Tensor(q_shape, T.float32)  # noqa: F821 - the eager style declares the tensor here
+        Out = T.empty([b, s, heads, dim], T.float32)
+        with T.Kernel(s, b, threads=32) as (bx, by):
+            for h, d in T.Parallel(heads, dim):
+                Out[by, bx, h, d] = Q[by, bx, h, d] * 2
+        return Out
+
+    torch = pytest.importorskip("torch")
+    for shape in ((2, 3, 4, 8), (1, 5, 4, 8)):
+        q = torch.randn(*shape)
+        close(scale(q, 4, 8).numpy(), 2 * f64(q.numpy()))

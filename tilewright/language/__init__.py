@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import builtins as _builtins
 import math as _math
+import re as _re
 import warnings as _warnings
 
 from ..errors import CompileError, TilewrightWarning
@@ -207,8 +208,12 @@ def _is_dtype(x) -> bool:
 
 
 def dynamic(name: str, dtype: str = "int32") -> Var:
-    """A symbolic dimension: one compiled kernel serves every value, bound from argument shapes."""
-    return Var(name, _dt.canon(dtype), kind="dyn")
+    """A symbolic dimension: one compiled kernel serves every value, bound from argument shapes.
+    Several names (``T.dynamic("batch, seq_len")``, as in TileLang) give a tuple of them."""
+    names = [n for n in _re.split(r"[,\s]+", name.strip()) if n] if isinstance(name, str) else [name]
+    if len(names) > 1:
+        return tuple(Var(n, _dt.canon(dtype), kind="dyn") for n in names)
+    return Var(name.strip() if isinstance(name, str) else name, _dt.canon(dtype), kind="dyn")
 
 
 symbolic = dynamic
