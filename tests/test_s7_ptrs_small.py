@@ -4,12 +4,15 @@ topk_selector), ``T.dynamic("a, b")`` naming several sizes (deepseek_v32 sparse_
 
 from __future__ import annotations
 
+import warnings
+
 import numpy as np
 import pytest
-from zoo import close, f64
+from zoo import close, f64, poisoned
 
 import tilewright as tw
 import tilewright.language as T
+from tilewright.errors import CompileError, TilewrightWarning
 
 BACKENDS = [("interpret", None), ("cuda -arch=sm_90a", "emulator"), ("hip -arch=gfx942", "emulator")]
 
@@ -54,3 +57,43 @@ def test_dynamic_with_several_names_gives_a_tuple():
     for shape in ((2, 3, 4, 8), (1, 5, 4, 8)):
         q = torch.randn(*shape)
         close(scale(q, 4, 8).numpy(), 2 * f64(q.numpy()))
+
+
+def copy_smaller_source(M, N, threads):
+    @T.prim_func
+    def main(A: T.Tensor((M, N), "float16"), B: T.Tensor((M, N), "float16")):
+        with T.Kernel(1, threads=threads):
+            T.copy(A[:, :2], B[:, :3])
+
+    return main
+
+
+@pytest.mark.parametrize("target,backend", BACKENDS)
+def test_copy_of_a_smaller_source_fills_the_start_of_the_destination(target, backend):
+    M, N = 128, 8
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore", TilewrightWarning)  # checked below (a kernel is read once per source)
+        func = copy_smaller_source(M, N, 64 if target.startswith("hip") else 128)
+    a = np.random.default_rng(9).standard_normal((M, N)).astype(np.float16)
+    b = poisoned((M, N), "float16")
+    tw.compile(func, target=target, execution_backend=backend)(a, b)
+    close(b[:, :2], f64(a[:, :2]), 0, 0)
+    assert np.isnan(b[:, 2:].astype(np.float32)).all()  # the rest of the region is left alone
+
+
+def test_copy_of_a_smaller_source_warns():
+    with pytest.warns(TilewrightWarning, match=r"smaller than the destination region of B \(40, 3\)"):
+        copy_smaller_source(40, 5, 32)
+
+
+def test_copy_of_a_larger_source_is_still_refused():
+    with pytest.raises(CompileError, match=r"the source tile A has shape \(128,\) but the destination B_shared has "
+                                           r"shape \(64,\)"):
+        @T.prim_func
+        def main(A: T.Tensor((128,), "float32"), B: T.Tensor((64,), "float32")):
+            with T.Kernel(1, threads=128):
+                B_shared = T.alloc_shared((64,), "float32")
+                T.copy(A[0:128], B_shared[0:64])
+                T.copy(B_shared, B)
+
+        tw.compile(main, target="interpret")

@@ -582,11 +582,31 @@ def copy(src, dst, coalesced_width=None, disable_tma=False, eviction_policy=None
     if _views.is_view(src) or _views.is_view(dst):
         return _views.copy_through_view(src, dst)  # T.copy(T.reshape(A, ...), B): an element loop
     s, d = _regions_for_copy(src, dst)
+    d = _fit_destination(s, d)
     pad = _safe_value(s.buffer) if s.buffer.scope == "global" else None
     if pad is not None or _dynamic_shared.is_dynamic_region(s) or _dynamic_shared.is_dynamic_region(d):
         # a run-time size, or out-of-bounds reads of value `pad` (language/safe_value.py): an element loop
         return _dynamic_shared.copy_elements(s, d, pad)
     b.emit(_t.Copy(s, d, disable_tma=_builtins.bool(disable_tma), coalesced_width=width))
+
+
+def _fit_destination(s, d):
+    """TileLang's copy of a smaller source tile into a larger destination region (``T.copy(A[:, :2],
+    B[:, :3])``, test_tilelang_copy_shape_mismatched): the source's elements go to the start of the
+    destination region, the rest of it is left alone.  A larger source, or tiles of other ranks, stay
+    a CompileError (ir/verifier.py: nothing is dropped or broadcast silently)."""
+    ss, ds = s.shape, d.shape
+    if (len(ss) != len(ds) or d.squeezed or ss == ds or not all(isinstance(x, _builtins.int) for x in ss + ds)
+            or not all(a <= c for a, c in zip(ss, ds))):
+        return d
+    message = (f"T.copy: the source tile {s.buffer.name} {ss} is smaller than the destination region of "
+               f"{d.buffer.name} {ds}; it is copied to the start of that region, as TileLang does")
+    loc = _b.current().loc
+    if loc is not None:
+        _warnings.warn_explicit(message, TilewrightWarning, loc.filename, loc.lineno)
+    else:
+        _warnings.warn(message, TilewrightWarning, stacklevel=3)
+    return _t.Region(d.buffer, d.starts, ss, ())
 
 
 def tma_copy(src, dst, *, barrier=None, eviction_policy=None, annotations=None):
