@@ -97,3 +97,39 @@ def test_copy_of_a_larger_source_is_still_refused():
                 T.copy(B_shared, B)
 
         tw.compile(main, target="interpret")
+
+
+def scalar_before_tma_tensor(M, N, K):
+    """A scalar parameter before the tensor a TMA descriptor describes (block_causal_attention_varlen's
+    ``max_seqlen: T.int32`` before ``Output``): the descriptor names the right parameter."""
+
+    @T.prim_func
+    def main(scale: T.float32, A: T.Tensor((M, K), "float16"), B: T.Tensor((K, N), "float16"),
+             C: T.Tensor((M, N), "float32")):
+        with T.Kernel(N // 64, M // 64, threads=128) as (bx, by):
+            A_s = T.alloc_shared((64, 32), "float16")
+            B_s = T.alloc_shared((32, 64), "float16")
+            acc = T.alloc_fragment((64, 64), "float32")
+            T.clear(acc)
+            for k in T.Pipelined(K // 32, num_stages=2):
+                T.copy(A[by * 64, k * 32], A_s)
+                T.copy(B[k * 32, bx * 64], B_s)
+                T.gemm(A_s, B_s, acc)
+            for i, j in T.Parallel(64, 64):
+                acc[i, j] = acc[i, j] * scale
+            T.copy(acc, C[by * 64, bx * 64])
+
+    return main
+
+
+def test_tensor_map_of_a_parameter_after_a_scalar():
+    M, N, K = 128, 128, 64
+    func = scalar_before_tma_tensor(M, N, K)
+    kern = tw.compile(func, target="cuda -arch=sm_90a", execution_backend="emulator")
+    assert kern.spec.tensor_maps and {m.param_index for m in kern.spec.tensor_maps} <= {1, 2}
+    rng = np.random.default_rng(12)
+    a = rng.standard_normal((M, K)).astype(np.float16)
+    b = rng.standard_normal((K, N)).astype(np.float16)
+    c = poisoned((M, N))
+    kern(0.5, a, b, c)
+    close(c, 0.5 * f64(a) @ f64(b), 1e-3, 1e-3)
