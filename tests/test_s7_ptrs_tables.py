@@ -177,3 +177,37 @@ def test_hip_declares_a_typed_pointer_and_compiles():
     kern = tw.compile(multi_copy(3, 64, threads=64), target="hip -arch=gfx942")
     assert "* Src = reinterpret_cast<" in kern.get_kernel_source()
     assert kern.get_code_object()[:4] == b"\x7fELF"
+
+
+def shared_accumulators(G, N):
+    """Blocks bx and bx + 2 add into the same table entry: atomics through tensors at addresses."""
+
+    @T.prim_func
+    def main(dst_ptrs: T.Tensor([G], T.ptr), x: T.Tensor([G, N], "float32")):
+        with T.Kernel(G, threads=64) as bx:
+            D = T.make_tensor(dst_ptrs[bx % 2], (N,), "float32")
+            for i in T.Parallel(N):
+                T.atomic_add(D[i], x[bx, i])
+
+    return main
+
+
+@pytest.mark.parametrize("target,backend,scale", BACKENDS)
+def test_atomics_through_table_entries(target, backend, scale):
+    G, N = 4, 64
+    x = np.random.default_rng(21).standard_normal((G, N)).astype(np.float32)
+    start = np.random.default_rng(22).standard_normal((2, N)).astype(np.float32)
+    outs = [start[0].copy(), start[1].copy()]
+    _compile(shared_accumulators(G, N), target, backend)(tw.pointer_table(outs), x)
+    close(outs[0], f64(start[0]) + f64(x[0]) + f64(x[2]))
+    close(outs[1], f64(start[1]) + f64(x[1]) + f64(x[3]))
+
+
+def test_make_tensor_on_an_address_inside_t_parallel_is_refused():
+    with pytest.raises(CompileError, match="on an address inside T.Parallel is not supported"):
+        @T.prim_func
+        def bad(ptrs: T.Tensor([4], T.ptr), out: T.Tensor([4], "float32")):
+            with T.Kernel(1, threads=32):
+                for i in T.Parallel(4):
+                    X = T.make_tensor(ptrs[i], (1,), "float32")
+                    out[i] = X[0]

@@ -43,6 +43,10 @@ def tensor_at_address(b: Builder, address, shape, dtype, strides, what: str) -> 
     if b.kernel is None:
         raise error(f"{what} on an address value is allowed inside a T.Kernel only",
                     hint="call it inside `with T.Kernel(...)`, after the address is known")
+    if b.parallel_depth:
+        raise error(f"{what} on an address inside T.Parallel is not supported: the tensor would be declared once per "
+                    "iteration", hint="make the tensor before the T.Parallel loop (one address per block or loop "
+                    "iteration of a T.serial loop)")
     if isinstance(address, t.Buffer):
         raise error(f"{what}: the address is the buffer {address.name}; give one entry (e.g. {address.name}[i])",
                     hint="a pointer table is indexed: T.make_tensor(ptrs[i], shape, dtype)")
