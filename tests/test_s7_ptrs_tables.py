@@ -183,7 +183,7 @@ def shared_accumulators(G, N):
     """Blocks bx and bx + 2 add into the same table entry: atomics through tensors at addresses."""
 
     @T.prim_func
-    def main(dst_ptrs: T.Tensor([G], T.ptr), x: T.Tensor([G, N], "float32")):
+    def main(dst_ptrs: T.Tensor([2], T.ptr), x: T.Tensor([G, N], "float32")):
         with T.Kernel(G, threads=64) as bx:
             D = T.make_tensor(dst_ptrs[bx % 2], (N,), "float32")
             for i in T.Parallel(N):
