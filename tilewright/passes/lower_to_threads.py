@@ -11,6 +11,8 @@ moves.  Scalar statements outside ``T.Parallel`` that do
 not depend on the thread index run in every thread for registers, and in thread 0 only for
 stores and atomics to shared/global memory (they would otherwise be repeated per thread).
 Shared memory over the target's budget is refused with a hint.
+A global ``Alloc`` with an address (``T.make_tensor`` on a pointer table entry) becomes a ``GlobalDecl``
+where it stands: its accesses address it through its strides like a tensor parameter.
 A ``ThreadPartition`` becomes a branch on its thread range whose body is lowered for that thread
 set (``LoweringContext.thread_set``: a partition-local thread index, so copies, layouts, gemms
 and reductions are spread over those threads only); its barriers become a named barrier over its
