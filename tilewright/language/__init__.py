@@ -596,8 +596,9 @@ def _fit_destination(s, d):
     destination region, the rest of it is left alone.  A larger source, or tiles of other ranks, stay
     a CompileError (ir/verifier.py: nothing is dropped or broadcast silently)."""
     ss, ds = s.shape, d.shape
-    if (len(ss) != len(ds) or d.squeezed or ss == ds or not all(isinstance(x, _builtins.int) for x in ss + ds)
-            or not all(a <= c for a, c in zip(ss, ds))):
+    if not all(isinstance(x, _builtins.int) for x in ss + ds):  # (first: == on a symbolic size builds an Expr)
+        return d
+    if len(ss) != len(ds) or d.squeezed or ss == ds or not all(a <= c for a, c in zip(ss, ds)):
         return d
     message = (f"T.copy: the source tile {s.buffer.name} {ss} is smaller than the destination region of "
                f"{d.buffer.name} {ds}; it is copied to the start of that region, as TileLang does")
