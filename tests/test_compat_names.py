@@ -377,12 +377,14 @@ def test_func_attr_and_device_assert_refusals():
         def aliasing(A: T.Buffer((16,), T.float32)):
             T.func_attr({"tir.noalias": False})
             A[0] = 1.0
-    with pytest.raises(tw.errors.CompileError, match="T.device_assert on a run-time condition"):
-        @T.prim_func
-        def runtime(A: T.Buffer((16,), T.float32)):
-            with T.Kernel(1, threads=32):
-                for i in T.serial(16):
-                    T.device_assert(A[i] > 0, "positive")
+    @T.prim_func  # a run-time condition is checked by the threads (test_s7_ptrs_assert)
+    def runtime(A: T.Buffer((16,), T.float32)):
+        with T.Kernel(1, threads=32):
+            for i in T.serial(16):
+                T.device_assert(A[i] > 0, "positive")
+
+    with pytest.raises(tw.errors.TilewrightError, match="positive"):
+        tw.compile(runtime, target="interpret")(-np.random.default_rng(0).random(16).astype(np.float32))
     with pytest.raises(tw.errors.CompileError, match="T.device_assert failed: sizes"):
         @T.prim_func
         def failing(A: T.Buffer((16,), T.float32)):
@@ -513,13 +515,16 @@ def test_pointer_table_is_an_int64_tensor(rng):
         np.testing.assert_array_equal(out, ptrs // 16)
 
 
-def test_make_tensor_from_a_pointer_table_is_refused_with_a_hint():  # on a T.ptr parameter: test_s6_names_pointers
-    with pytest.raises(tw.errors.CompileError, match=r"T.make_tensor on an address computed inside the kernel"):
-        @T.prim_func
-        def main(ptrs: T.Tensor([2], T.ptr), m: T.int32):
-            with T.Kernel(2, threads=32) as bx:
-                A = T.make_tensor(ptrs[bx], (m, 16), T.float16)
-                A[0, 0] = T.float16(1)
+def test_make_tensor_from_a_pointer_table_entry():  # on a T.ptr parameter: test_s6_names_pointers; more: test_s7_ptrs_tables
+    @T.prim_func
+    def main(ptrs: T.Tensor([2], T.ptr), m: T.int32):
+        with T.Kernel(2, threads=32) as bx:
+            A = T.make_tensor(ptrs[bx], (m, 16), T.float16)
+            A[m - 1, 15] = T.float16(bx + 1)
+
+    arrays = [np.zeros((3, 16), np.float16) for _ in range(2)]
+    tw.compile(main, target="interpret")(tw.pointer_table(arrays), 3)
+    assert [a[2, 15] for a in arrays] == [1, 2] and all(np.count_nonzero(a) == 1 for a in arrays)
 
 
 def test_buffer_map_maps_each_tensor_parameter_to_its_buffer():

@@ -364,7 +364,7 @@ def test_more_broken_statements_are_refused_at_the_line(tmp_path, stmt, needles)
         """, *needles)
 
 
-@pytest.mark.parametrize(("grid", "needle"), [("0", "grid dimension x of T.Kernel is 0"),
+@pytest.mark.parametrize(("grid", "needle"), [("-3", "grid dimension x of T.Kernel is -3"),  # 0: test_s7_ptrs_grid
                                               ("4, -1", "grid dimension y of T.Kernel is -1"),
                                               ("2.5", "grid extents must be integers")])
 def test_grid_of_no_block_or_float_blocks_is_refused(tmp_path, grid, needle):

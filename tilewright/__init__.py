@@ -16,6 +16,7 @@ from .errors import (  # noqa: F401
     TilewrightWarning,
     ToolchainError,
 )
+from .interp.host_addresses import pointer_table  # noqa: F401  (T.make_tensor on table entries, on the CPU)
 from .jit import JITKernel  # noqa: F401
 from .jit.parallel import par_compile  # noqa: F401
 from .math import next_power_of_2  # noqa: F401  (TileLang exports it at the top level too)

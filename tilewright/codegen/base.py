@@ -127,6 +127,10 @@ class Printer:
         elif isinstance(s, th.LocalDecl):
             b = s.buffer
             self.emit(d, f"__align__(16) {self.ctype(b.dtype)} {self.name(b, b.name)}[{b.shape[0]}];")
+        elif isinstance(s, th.GlobalDecl):  # T.make_tensor on an address (a pointer table entry)
+            ct = self.ctype(s.buffer.dtype)
+            self.emit(d, f"{ct}* {self.name(s.buffer, s.buffer.name)} = "  # entries may alias: no __restrict__
+                         f"reinterpret_cast<{ct}*>({self.expr(s.address)});")
         elif isinstance(s, th.SharedDecl):
             b = s.buffer
             ct = self.ctype(b.dtype)
@@ -403,3 +407,18 @@ def _check_no_shuffle(*sides) -> None:
     if found:
         raise InternalError("a warp shuffle inside a lazily evaluated operand (?:, &&, ||) runs in only some lanes",
                             "lower_to_threads")
+
+
+def uses_device_assert(kernel) -> bool:
+    """Does the kernel hold a ``T.device_assert`` on a run-time condition (a ``device_assert:`` call)?"""
+    from ..ir.verifier import exprs_of
+    from ..ir.visitor import walk, walk_expr
+
+    found = []
+
+    def in_expr(e):
+        if isinstance(e, E.Call) and e.name.startswith("device_assert:"):
+            found.append(e)
+
+    walk(kernel.body, lambda s: [walk_expr(e, in_expr) for e in exprs_of(s)])
+    return bool(found)

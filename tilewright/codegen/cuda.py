@@ -13,7 +13,7 @@ from ..ir import tile as t
 from ..ir.visitor import walk
 from ..target.matrix import WGMMA_LAYOUT_TYPE
 from . import subbyte
-from .base import Printer
+from .base import Printer, uses_device_assert
 from .rng import rng_source, uses_rng
 
 _CTYPES = {
@@ -180,6 +180,8 @@ class CudaPrinter(Printer):
         tma = _TMA_HELPERS if self.k.tensor_maps or _uses_warp_sync(self.k) else ""
         wgmma = _WGMMA_HELPERS if _uses_wgmma(self.k) else ""
         ex2 = _EX2_HELPER if _calls(self.k, "__exp2") else ""  # attn-hopper
+        if uses_device_assert(self.k):
+            ex2 += _ASSERT_HELPER
         small = subbyte.helpers(subbyte.used_dtypes(self.k), "cuda")
         # out of line: inlined, the draws of a per-thread loop unrolled over 128 elements made NVRTC take
         # minutes (each draw is a whole generator; TileLang's test_rand_1d timed out on the H200)
@@ -538,6 +540,11 @@ class CudaPrinter(Printer):
             return self.mode_cast(e)
         if e.name.startswith("debug_print:"):
             return self.debug_print(e)
+        if e.name.startswith("device_assert:"):  # T.device_assert: printf and __trap() (tw_device_assert_with_msg)
+            import json
+
+            msg = json.dumps(e.name[len("device_assert:"):] or "assertion failed").replace("%", "%%")
+            return f"tw_device_assert_with_msg({self.expr(e.args[0])}, {msg})"
         if e.name.startswith("warp_vote_"):
             p, m = e.args
             m32 = f"{int(m.value) & 0xFFFFFFFF:#x}u"
@@ -584,6 +591,19 @@ def _uses_warp_sync(kernel) -> bool:
 _EX2_HELPER = r"""
 __device__ __forceinline__ float tw_ex2_approx(float x) {
   float y; asm("ex2.approx.ftz.f32 %0, %1;" : "=f"(y) : "f"(x)); return y; }
+"""
+
+
+_ASSERT_HELPER = r"""
+// T.device_assert: a thread whose condition is false prints where and why, then traps (the launch fails)
+__device__ __forceinline__ int tw_device_assert_with_msg(bool cond, const char* msg) {
+  if (!cond) {
+    printf("T.device_assert failed in block (%d, %d, %d) thread %d: %s\n", (int)blockIdx.x, (int)blockIdx.y,
+           (int)blockIdx.z, (int)threadIdx.x, msg);
+    __trap();
+  }
+  return 0;
+}
 """
 
 

@@ -81,7 +81,7 @@ def _check_static_grid(s) -> None:
                                "must be integers", s.loc, hint="use T.ceildiv(n, block) or // to count blocks")
         v = E.const_value(g) if isinstance(g, E.Const) else None
         if isinstance(v, int):
-            if v < 1:
+            if v < 0:
                 raise CompileError(f"grid dimension {'xyz'[axis]} of T.Kernel is {v}: the kernel would run no block",
                                    s.loc, hint="give every grid dimension at least 1 block")
             msg = grid_limit_error(axis, v)

@@ -8,6 +8,9 @@ becomes a symbolic size named ``<pointer>_<scalar>``, bound from the tensor by t
 host assumption ``size == scalar`` makes every call check that the two agree.  The buffer's
 ``attrs["pointer_sizes"]`` (symbolic size -> scalar parameter) lets a GPU call pass a raw address
 instead of the tensor, as TileLang's pointer calls do (binding/args.py).
+
+Inside the kernel, the same call on an address value (a pointer table entry) makes a tensor at that
+address instead (frontend/address_tensors.py).
 """
 
 from __future__ import annotations
@@ -20,10 +23,9 @@ from .builder import Builder, error
 
 def bind_pointer_param(b: Builder, ptr, shape, dtype, strides, what: str) -> t.Buffer:
     if b.kernel is not None or len(b.blocks) != 1:
-        raise error(f"{what} on an address computed inside the kernel (a pointer table entry) is not supported: "
-                    "the call cannot check such a tensor's extent, dtype or lifetime",
-                    hint="pass the tensors themselves as T.Tensor parameters; for a group of tensors, pass one "
-                    "stacked or concatenated tensor (with an offsets table) and index it")
+        from .address_tensors import tensor_at_address
+
+        return tensor_at_address(b, ptr, shape, dtype, strides, what)
     if not (isinstance(ptr, E.Var) and ptr.kind == "param" and ptr.dtype == "int64"):
         raise error(f"{what}(ptr, shape, dtype) takes a T.ptr parameter of the function, got {ptr!r}",
                     hint="declare the parameter as `a_ptr: T.ptr` and call the kernel with the tensor")

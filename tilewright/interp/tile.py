@@ -66,8 +66,10 @@ from ..ir.tile_ops import hooks, register
 from ..ir.visitor import child_stmts, walk, walk_expr
 from ..target.grid import check_launch_grid
 from . import debug_print as _debug_print
+from . import device_assert as _device_assert
 from . import warp_ops as _warp
 from .bind import bind_host_call
+from .host_addresses import AddressBook, AddressError, strided_view
 from .ieee_rounding import extra_float_functions as _extra_float_functions
 from .ieee_rounding import ieee_function as _ieee_function
 
@@ -102,6 +104,7 @@ def run_tile_ir(func: t.PrimFunc, args: list, *, dyn: dict | None = None) -> Non
     names) to ints; missing ones are read from the argument shapes, and every use must agree."""
     env, bufs = _bind_args(func, list(args), dyn)
     interp = _Interpreter(func)
+    interp.addresses = AddressBook(bufs.values())  # T.make_tensor on a pointer table entry
     ctx = _Ctx(env, bufs)
     # masked-off lanes may divide by zero or overflow a cast; their results are discarded
     with np.errstate(all="ignore"):
@@ -469,6 +472,8 @@ class _ExprCompiler:
             return self._warp_call(e, fargs)
         if name.startswith(_debug_print.PRINT_PREFIX):
             return self._print_call(e, fargs)
+        if name.startswith(_device_assert.ASSERT_PREFIX):
+            return self._assert_call(e, fargs)
         if name.startswith("rng_"):  # language/random.py
             raise InterpError("T.rng_init / T.rng_rand / T.rng_rand_float: random numbers come from each thread's own "
                               "generator, and the tile interpreter has no threads: run the kernel on the emulator "
@@ -507,6 +512,28 @@ class _ExprCompiler:
             f0 = fargs[0]
             return lambda c: _to(fn(_lift(f0(c), work)), npdt)
         return lambda c: _to(fn(*[_lift(g(c), work) for g in fargs]), npdt)
+
+    def _assert_call(self, e: E.Call, fargs):
+        """T.device_assert: the first executing thread (T.Parallel iteration) whose condition is false raises."""
+        fc = fargs[0]
+        text = str(e.args[0])
+
+        def asserted(c):
+            ok = np.asarray(fc(c))
+            block = [v_ for k, v_ in c.env.items() if isinstance(k, E.Var) and k.kind == "block"]
+            shape = tuple(c.pshape) if c.in_par else (c.tid.shape if c.tid is not None else ())
+            ok = np.broadcast_to(ok, np.broadcast_shapes(ok.shape, shape))
+            active = np.broadcast_to(True if c.mask is None else c.mask, ok.shape)
+            bad = np.flatnonzero(np.ravel(active & ~ok.astype(bool)))
+            if len(bad):
+                if c.in_par:  # the thread that runs it is the layout's choice: name the iteration
+                    who = f"(T.Parallel iteration {tuple(int(x) for x in np.unravel_index(bad[0], ok.shape))})"
+                else:
+                    who = int(np.ravel(c.tid)[bad[0]]) if c.tid is not None else "(every thread)"
+                _device_assert.fail(e.name, text, block, who)
+            return np.int32(0)
+
+        return asserted
 
     def _print_call(self, e: E.Call, fargs):
         """T.print: each executing thread (each active T.Parallel iteration) prints a line."""
@@ -837,7 +864,7 @@ class _Interpreter:
             if isinstance(v, np.ndarray):
                 raise InterpError(f"grid extent {g} is not a scalar")
             grid.append(int(v))
-        check_launch_grid(grid, self.func.name)
+        check_launch_grid(grid, self.func.name, static=all(isinstance(g, (int, E.Const)) for g in k.grid))
         tx = k.attrs.get("thread_var")
         threaded = tx is not None and tx in _vars_in_stmt_tree(k.body)
         nt = k.num_threads
@@ -862,6 +889,9 @@ class _Interpreter:
 
     def x_alloc(self, s: t.Alloc, c: _Ctx) -> None:
         buf = s.buffer
+        if buf.scope == "global" and s.init is not None:
+            c.bufs[buf] = self._tensor_at_address(s, c)
+            return
         arr = c.bufs.get(buf)
         if arr is None:
             if buf.scope == "global":
@@ -887,6 +917,27 @@ class _Interpreter:
                     _scatter(arr, [c.tid] + [0] * buf.ndim, v, c.mask, buf, 1)
             else:
                 _scatter(arr, [0] * buf.ndim, v, c.mask, buf, 0)
+
+    def _tensor_at_address(self, s: t.Alloc, c: _Ctx) -> np.ndarray:
+        """``T.make_tensor(address, ...)``: the host array the address points into (host_addresses.py)."""
+        buf = s.buffer
+        if c.in_par:
+            raise InterpError(f"T.make_tensor on an address inside T.Parallel ({buf.name}) is not supported",
+                              s.loc)
+        v = self.comp(s.init)(c)
+        if isinstance(v, np.ndarray):
+            flat = v.reshape(-1)
+            if flat.size == 0 or (flat != flat[0]).any():
+                raise InterpError(f"the address of tensor {buf.name} differs between the threads of a block; the "
+                                  "CPU backends need one address per block", s.loc)
+            v = flat[0]
+        dims = [int(self.comp(x)(c)) if isinstance(x, E.Expr) else x for x in buf.shape]
+        strides = [int(self.comp(x)(c)) if isinstance(x, E.Expr) else x for x in buf.strides]
+        try:
+            span = self.addresses.resolve(int(v), dims, strides, buf.dtype, buf.name)
+        except AddressError as err:
+            raise InterpError(str(err), s.loc) from None
+        return strided_view(span, dims, strides)
 
     def _iteration_index(self, c: _Ctx) -> list:
         """Index arrays that pick the current T.Parallel iteration along each axis of the nest."""

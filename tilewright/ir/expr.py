@@ -114,6 +114,12 @@ class Expr:
     def __rshift__(self, o):
         return binary(">>", self, o)
 
+    def __rlshift__(self, o):  # `1 << i` with a loop variable i (TileLang's deepseek_v32 topk_selector)
+        return binary("<<", o, self)
+
+    def __rrshift__(self, o):
+        return binary(">>", o, self)
+
     # comparisons ------------------------------------------------------------------------
     def __lt__(self, o):
         return binary("<", self, o)

@@ -102,6 +102,10 @@ class _TilePrinter:
             if b.scope == "var":
                 init = "" if s.init is None else f", {expr_str(s.init)}"
                 self.emit(d, f"{b.name} = T.alloc_var({b.dtype!r}{init})")
+            elif b.scope == "global" and s.init is not None:  # a tensor at an address (frontend/address_tensors.py)
+                strides = "" if not b.attrs.get("explicit_strides") else f", strides={_shape_str(b.strides)}"
+                self.emit(d, f"{b.name} = T.make_tensor({expr_str(s.init)}, {_shape_str(b.shape)}, {b.dtype!r}"
+                             f"{strides})")
             else:
                 self.emit(d, f"{b.name} = T.alloc_{b.scope}({_shape_str(b.shape)}, {b.dtype!r})")
         elif isinstance(s, t.For):

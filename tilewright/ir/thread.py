@@ -36,6 +36,16 @@ class LocalDecl(Stmt):
 
 
 @dataclass(eq=False)
+class GlobalDecl(Stmt):
+    """Declare global tensor ``buffer`` at byte address ``address`` (an int64 expression): a tensor made by
+    ``T.make_tensor`` on an address the kernel computed (frontend/address_tensors.py)."""
+
+    buffer: Buffer
+    address: Any
+    loc: Any = None
+
+
+@dataclass(eq=False)
 class SharedDecl(Stmt):
     """Place shared buffer ``buffer`` at byte ``offset`` of the block's dynamic shared memory."""
 

@@ -11,6 +11,8 @@ def thread_stmt_lines(s) -> list[str]:
     name = type(s).__name__
     if isinstance(s, th.LocalDecl):
         return [f"local {s.buffer.dtype} {s.buffer.name}[{s.buffer.shape[0]}]"]
+    if isinstance(s, th.GlobalDecl):
+        return [f"global {s.buffer.dtype} {s.buffer.name}{list(s.buffer.shape)} @ {expr_str(s.address)}"]
     if isinstance(s, th.SharedDecl):
         return [f"shared {s.buffer.dtype} {s.buffer.name}[{s.buffer.shape[0]}] @ {s.offset}"]
     if isinstance(s, th.VecCopy):

@@ -339,10 +339,12 @@ class JITKernel:
         bound = bind_arguments(self.params, self.func.dyn_vars, arrays, kernel_name=self.func.name, device_type="cpu",
                                host_arrays=True)
         check_dynamic_sizes(self.func.name, self.params, bound.dyn)
-        if self.spec.static_grid is None:
+        static = self.spec.static_grid
+        if static is None or 0 in static:  # a static T.Kernel(0) is refused by every call, as in TileLang
             env = dict(bound.dyn)
             env.update((p, v) for p, v in zip(self.params, bound.values) if isinstance(p, Var))
-            check_launch_grid([int(eval_expr(g, env)) for g in self.spec.grid], self.func.name)
+            check_launch_grid([int(eval_expr(g, env)) for g in self.spec.grid], self.func.name,
+                              static=static is not None)
         run_thread_kernel(self.thread_kernel, arrays)
         _copy_back(backs)
 

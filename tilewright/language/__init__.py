@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import builtins as _builtins
 import math as _math
+import re as _re
 import warnings as _warnings
 
 from ..errors import CompileError, TilewrightWarning
@@ -242,8 +243,12 @@ def _is_dtype(x) -> bool:
 
 
 def dynamic(name: str, dtype: str = "int32") -> Var:
-    """A symbolic dimension: one compiled kernel serves every value, bound from argument shapes."""
-    return Var(name, _dt.canon(dtype), kind="dyn")
+    """A symbolic dimension: one compiled kernel serves every value, bound from argument shapes.
+    Several names (``T.dynamic("batch, seq_len")``, as in TileLang) give a tuple of them."""
+    names = [n for n in _re.split(r"[,\s]+", name.strip()) if n] if isinstance(name, str) else [name]
+    if len(names) > 1:
+        return tuple(Var(n, _dt.canon(dtype), kind="dyn") for n in names)
+    return Var(name.strip() if isinstance(name, str) else name, _dt.canon(dtype), kind="dyn")
 
 
 symbolic = dynamic
@@ -389,9 +394,17 @@ def get_thread_binding(dim: int = 0):
     b = _b.current()
     if b.kernel is None:
         raise _b.error("T.get_thread_binding() must be called inside `with T.Kernel(...)`")
-    if dim != 0:
-        raise _b.error("only T.get_thread_binding(0) is supported (threads are numbered linearly)")
-    return b.thread_var
+    if not isinstance(dim, _builtins.int) or isinstance(dim, _builtins.bool) or not 0 <= dim <= 2:
+        raise _b.error(f"T.get_thread_binding(dim) takes 0, 1 or 2 (threadIdx.x, .y, .z), got {dim!r}")
+    # threads are numbered linearly, x fastest: with T.Kernel(threads=(x, y, z)), threadIdx.y is (tid // x) % y
+    threads = tuple(b.kernel.threads) + (1,) * 3
+    inner = _math.prod(threads[:dim])
+    extent = threads[dim]
+    if extent == 1:
+        return _e.as_expr(0)
+    tid = b.thread_var
+    v = tid if inner == 1 else tid // inner
+    return v if extent * inner == _math.prod(threads[:3]) else v % extent
 
 
 def get_block_binding(dim: int = 0):
@@ -613,6 +626,7 @@ def copy(src, dst, coalesced_width=None, disable_tma=False, eviction_policy=None
             isinstance(src, _e.Load) and isinstance(dst, _e.Load)):
         return _views.copy_view_tile(src, dst)  # T.copy(view[i, j], tile): the view's rectangle
     s, d = _regions_for_copy(src, dst)
+    d = _fit_destination(s, d)
     pad = _safe_value(s.buffer) if s.buffer.scope == "global" else None
     if pad is not None or _dynamic_shared.is_dynamic_region(s) or _dynamic_shared.is_dynamic_region(d):
         # a run-time size, or out-of-bounds reads of value `pad` (language/safe_value.py): an element loop
@@ -652,6 +666,26 @@ def _copy_annotations(annotations, prefer, width, disable_tma, eviction):
                        "lowering (TMA or cp.async where a pipelined loop stages it, vector loads elsewhere)",
                        "remove it (the copy is the same)")
     return width, disable_tma, eviction
+
+
+def _fit_destination(s, d):
+    """TileLang's copy of a smaller source tile into a larger destination region (``T.copy(A[:, :2],
+    B[:, :3])``, test_tilelang_copy_shape_mismatched): the source's elements go to the start of the
+    destination region, the rest of it is left alone.  A larger source, or tiles of other ranks, stay
+    a CompileError (ir/verifier.py: nothing is dropped or broadcast silently)."""
+    ss, ds = s.shape, d.shape
+    if not all(isinstance(x, _builtins.int) for x in ss + ds):  # (first: == on a symbolic size builds an Expr)
+        return d
+    if len(ss) != len(ds) or d.squeezed or ss == ds or not all(a <= c for a, c in zip(ss, ds)):
+        return d
+    message = (f"T.copy: the source tile {s.buffer.name} {ss} is smaller than the destination region of "
+               f"{d.buffer.name} {ds}; it is copied to the start of that region, as TileLang does")
+    loc = _b.current().loc
+    if loc is not None:
+        _warnings.warn_explicit(message, TilewrightWarning, loc.filename, loc.lineno)
+    else:
+        _warnings.warn(message, TilewrightWarning, stacklevel=3)
+    return _t.Region(d.buffer, d.starts, ss, ())
 
 
 def tma_copy(src, dst, *, barrier=None, eviction_policy=None, annotations=None):

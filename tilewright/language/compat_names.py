@@ -11,7 +11,11 @@
   tilewright assumes of every kernel (its parameters are ``__restrict__``) and ``"global_symbol"`` names
   the function; other keys, and ``tir.noalias`` false, are refused.
 * ``T.device_assert(cond, msg)``: an assertion.  On a condition known while the kernel is read it is
-  checked then (a false one is a CompileError); a run-time condition is refused (no device-side trap here).
+  checked then (a false one is a CompileError); a run-time condition is checked by every thread that
+  executes it: a ``device_assert:<msg>`` call bound to an unused let (as ``T.print``), printed as
+  ``tw_device_assert_with_msg`` (CUDA: printf of the message, block and thread, then ``__trap()``; HIP:
+  ``__builtin_trap()``, no device printf there), a ``DeviceAssertError`` naming the message, block and thread
+  in the interpreter and the emulator (interp/device_assert.py).
 * ``T.wgmma_gemm`` / ``T.wgmma_mma``: ``T.gemm`` (the gemm planner picks wgmma on sm_90a where it applies;
   the product is the same with any instruction).
 * ``T.wait_wgmma(n)``: waits until at most ``n`` wgmma groups are in flight.  ``T.gemm`` is synchronous here
@@ -28,6 +32,7 @@ import builtins as _builtins
 from ..frontend import builder as _b
 from ..frontend.lanes import Ramp
 from ..ir import expr as _e
+from ..ir import tile as _t
 from . import Kernel, gemm
 
 __all__ = ["Ramp", "wait_wgmma", "ClusterKernel", "Persistent", "func_attr", "device_assert", "wgmma_gemm",
@@ -93,9 +98,13 @@ def device_assert(cond, msg: str = "") -> None:
     _b.current()
     value = cond.value if isinstance(cond, _e.Const) else cond
     if isinstance(value, _e.Expr):
-        raise _b.error(f"T.device_assert on a run-time condition ({value}) is not supported: there is no "
-                       "device-side trap here", hint="check the condition on the host before the call, or guard "
-                       "the code with an `if`")
+        b = _b.current()
+        cond = _e.as_expr(value)
+        if cond.dtype != "bool":
+            cond = _e.binary("!=", cond, _e.cast(cond.dtype, 0))  # a number: true when nonzero
+        call = _e.Call(f"device_assert:{msg}", (cond,), "int32")
+        b.emit(_t.LetStmt(_e.Var(b.fresh("asserted"), "int32", kind="let"), call, loc=b.loc))
+        return
     if not value:
         raise _b.error(f"T.device_assert failed: {msg or 'assertion failed'}")
 

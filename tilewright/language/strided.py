@@ -19,8 +19,8 @@ parameter (``(m, k)`` with ``m: T.int32``) becomes a symbolic size read from the
 checks that it equals the scalar argument (a RuntimeError names both, as TileLang's host check does).
 
 ``T.make_tensor`` on an address computed in the kernel (``T.make_tensor(ptrs[bx], ...)``, a pointer table)
-is refused: such a tensor's extent and liveness cannot be checked by the call, and the CPU interpreter
-and emulator cannot address it.
+makes a tensor at that address, unchecked as in TileLang (frontend/address_tensors.py; on the CPU backends
+the address must point into a known array, interp/host_addresses.py).
 """
 
 from __future__ import annotations

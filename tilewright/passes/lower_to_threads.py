@@ -11,6 +11,8 @@ moves.  Scalar statements outside ``T.Parallel`` that do
 not depend on the thread index run in every thread for registers, and in thread 0 only for
 stores and atomics to shared/global memory (they would otherwise be repeated per thread).
 Shared memory over the target's budget is refused with a hint.
+A global ``Alloc`` with an address (``T.make_tensor`` on a pointer table entry) becomes a ``GlobalDecl``
+where it stands: its accesses address it through its strides like a tensor parameter.
 A ``ThreadPartition`` becomes a branch on its thread range whose body is lowered for that thread
 set (``LoweringContext.thread_set``: a partition-local thread index, so copies, layouts, gemms
 and reductions are spread over those threads only); its barriers become a named barrier over its
@@ -136,7 +138,7 @@ def _sink_guard(stmts: list, cond, part: t.ThreadPartition, ctx: LoweringContext
         if isinstance(x, t.SeqStmt):
             flush()
             out.extend(_sink_guard(x.stmts, cond, part, ctx))
-        elif isinstance(x, (t.LetStmt, th.LocalDecl, th.SharedDecl, th.Comment)):
+        elif isinstance(x, (t.LetStmt, th.LocalDecl, th.SharedDecl, th.GlobalDecl, th.Comment)):
             flush()
             out.append(x)
         elif not _has_barrier([x]):
@@ -303,6 +305,8 @@ class _StmtLowering:
 
     def alloc(self, s: t.Alloc, env: Env) -> list:
         ctx, b = self.ctx, s.buffer
+        if b.scope == "global":  # T.make_tensor on an address: a pointer declared where the call stands
+            return [th.GlobalDecl(b, lower_expr(ctx, s.init, env, s.loc), loc=s.loc)]
         if b.scope == "shared":
             flat = ctx.shared_flat(b)
             if b.static_shape() is None:  # sized at launch: placed once the others are

@@ -155,6 +155,8 @@ def tma_eligible(c: t.Copy) -> bool:
         return False
     if dt.is_subbyte(buf.dtype):  # two per byte: copied element by element
         return False
+    if buf.attrs.get("address"):  # T.make_tensor on an address: the host has no tensor map of it
+        return False
     if any(isinstance(n, int) and n == 0 for n in buf.shape):  # an empty tensor: no tensor map describes it
         return False
     esize = dt.nbytes(buf.dtype)

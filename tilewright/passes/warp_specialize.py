@@ -132,6 +132,8 @@ def _match(kernel: t.Kernel, func):
     tid = kernel.attrs.get("thread_var")
     if tid is not None and _uses_var(kernel.body, tid):
         return None  # the kernel reads its thread index: the renumbering would change its meaning
+    if any(isinstance(s, t.Alloc) and s.buffer.attrs.get("address") for s in _flatten(kernel.body)):
+        return None  # T.make_tensor on an address: its declaration must stay where the address is computed
     top = _flatten(kernel.body)
     tiles = None  # the persistent form: (outer serial tile loop, its statements before / after the K loop)
     level = top

@@ -31,6 +31,8 @@ class Launcher:
         self.runtime = device_runtime
         self.arg_types = spec.arg_types
         self._static_grid = spec.static_grid
+        if self._static_grid is not None and 0 in self._static_grid:
+            self._static_grid = None  # T.Kernel(0): every call is refused by _grid (check_launch_grid), as in TileLang
         self._functions: dict = {}  # device index -> loaded function
         self._fast_spec = None
         self._fast_specs_allocated: dict = {}  # ``allocated`` indices -> fast spec that trusts them
@@ -147,7 +149,7 @@ class Launcher:
             if isinstance(p, Var):
                 env[p] = v
         grid = [int(eval_expr(g, env)) for g in self.spec.grid]
-        check_launch_grid(grid, self.spec.func_name)  # a zero dimension is an error, as in TileLang
+        check_launch_grid(grid, self.spec.func_name, static=not reads)  # a zero dimension is an error, as in TileLang
         grid = tuple(grid) + (1,) * (3 - len(grid))
         if len(self._grid_memo) < _GRID_MEMO_SIZE:
             self._grid_memo[key] = grid

@@ -43,8 +43,9 @@ class TensorMapSpec:
 
 
 def specs_of(thread_kernel) -> list[TensorMapSpec]:
-    params = list(thread_kernel.params)
-    return [TensorMapSpec(params.index(tm.param), tm.param.dtype, tm.box, tm.swizzle)
+    # by identity: list.index compares with ==, which on a scalar parameter (an Expr) builds an expression
+    where = {id(p): i for i, p in enumerate(thread_kernel.params)}
+    return [TensorMapSpec(where[id(tm.param)], tm.param.dtype, tm.box, tm.swizzle)
             for tm in thread_kernel.tensor_maps]
 
 

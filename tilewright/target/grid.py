@@ -22,11 +22,16 @@ def grid_limit_error(axis: int, extent: int) -> str | None:
     return None
 
 
-def check_launch_grid(grid, kernel_name: str) -> None:
+def check_launch_grid(grid, kernel_name: str, static: bool = False) -> None:
     """At launch, for a grid computed from dynamic sizes: ArgumentError when it is over the limits,
     or when a dimension is zero (as TileLang: a launch of no block is refused, not skipped, so that
-    an empty size reaching a grid is noticed)."""
+    an empty size reaching a grid is noticed).  ``static``: the grid is constant (``T.Kernel(0)``
+    compiles, as in TileLang, and every call of it is refused here)."""
     for axis, n in enumerate(grid):
+        if int(n) <= 0 and static:
+            raise ArgumentError(f"{kernel_name}: grid dimension {'xyz'[axis]} of T.Kernel is {int(n)}: the kernel "
+                                "would run no block, so every call is refused; give every grid dimension at least "
+                                "1 block")
         if int(n) <= 0:
             raise ArgumentError(f"{kernel_name}: grid dimension {'xyz'[axis]} of T.Kernel is {int(n)} with these "
                                 "argument sizes: the kernel would run no block; skip the call for empty inputs")

@@ -184,6 +184,9 @@ def _block_dependent_loops(kernel) -> bool:
         elif isinstance(st, t.IfThenElse) and _differs_between_blocks(st.cond) and _waits_async(st):
             found[0] = True  # (block-sparse GEMM: a masked copy waited for in a pipelined loop)
 
+        elif isinstance(st, th.GlobalDecl):
+            found[0] = True  # T.make_tensor on an address: one address per block, one block per batch
+
     walk(kernel.body, f)
     return found[0]
 

@@ -10,7 +10,7 @@ from ...ir import expr as E
 from ...ir import float8
 from ...ir.analysis import is_nonnegative
 from ...ir.visitor import walk_expr
-from .. import debug_print
+from .. import debug_print, device_assert
 from ..ieee_rounding import ieee_function
 from ..rng_philox import DRAWS, LaneGenerators
 from ..warp_ops import VOTES, WARP_CALLS, source_threads, vote
@@ -204,6 +204,8 @@ class ExprCompiler:
             return self.warp_call(e, nd, where)
         if name.startswith(debug_print.PRINT_PREFIX):
             return self.print_call(e, where)
+        if name.startswith(device_assert.ASSERT_PREFIX):
+            return self.assert_call(e, where)
         if name.startswith("rng_"):  # a draw changes the thread's state: never cached, never invariant
             return self.rng_call(e, nd, where), False, None
         fs, inv, keys = self._children(e.args, where)
@@ -297,6 +299,23 @@ class ExprCompiler:
             return out
 
         return draw
+
+    def assert_call(self, e: E.Call, where):
+        """T.device_assert: the first active lane whose condition is false raises DeviceAssertError."""
+        fc = self.cexpr(e.args[0], where)
+        text = str(e.args[0])
+
+        def asserted(st, need):
+            ok = np.broadcast_to(np.asarray(fc(st, need)).astype(bool), (st.L,))
+            active = np.ones(st.L, bool) if st.mask is None else np.broadcast_to(st.mask, (st.L,))
+            bad = np.flatnonzero(active & ~ok)
+            if len(bad):
+                lane = int(bad[0])
+                b, (gx, gy) = st.first + int(st.block[lane]), st.grid[:2]
+                device_assert.fail(e.name, text, (b % gx, (b // gx) % gy, b // (gx * gy)), int(st.tid[lane]))
+            return np.int32(0)
+
+        return asserted, False, None
 
     def print_call(self, e: E.Call, where):
         """T.print: each active lane prints a line, in lane order."""

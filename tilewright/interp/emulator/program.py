@@ -51,6 +51,7 @@ class _Program(ExprCompiler, StmtCompiler, AsyncCompiler, MatrixCompiler, SyncCo
         self.reg_slots: dict = {}
         self.global_params = [p for p in kernel.params if isinstance(p, t.Buffer)]
         self.global_index = {p: i for i, p in enumerate(self.global_params)}
+        self.address_decls: list = []  # GlobalDecl buffers (T.make_tensor on an address): slots after the params
         self.shared: dict = {}  # Buffer -> (place index, byte offset, np dtype)
         self.shared_places: list = []
         self.shared_dtypes: set = set()
@@ -74,6 +75,9 @@ class _Program(ExprCompiler, StmtCompiler, AsyncCompiler, MatrixCompiler, SyncCo
                 self.let_count[s.var] = self.let_count.get(s.var, 0) + 1
             elif isinstance(s, th.SharedDecl):
                 self._declare_shared(s)
+            elif isinstance(s, th.GlobalDecl) and s.buffer not in self.global_index:
+                self.global_index[s.buffer] = len(self.global_params) + len(self.address_decls)
+                self.address_decls.append(s.buffer)
 
         walk(kernel.body, pre)
         self.body = self.stmt(kernel.body) or (lambda st: None)  # an empty kernel body does nothing

@@ -8,7 +8,10 @@ import numpy as np
 from ...ir import dtype as dt
 from ...ir import thread as th
 from ..bind import bind_host_call, strided_span
+from ..host_addresses import AddressBook
 from .races import _GlobalRaces, _Races
+
+ADDRESS_BOOK = "address book"  # the key of the call's AddressBook in the globals dict (not a Buffer)
 
 
 def _bind_args(kernel: th.ThreadKernel, args: list, dyn: dict | None):
@@ -18,6 +21,7 @@ def _bind_args(kernel: th.ThreadKernel, args: list, dyn: dict | None):
     globals_ = {p: strided_span(a) if p.attrs.get("explicit_strides") else a.reshape(-1)  # strided: own strides
                 for p, a in bufs.items()}
     scalars = {p: dt.to_numpy(p.dtype).type(v) for p, v in values.items()}
+    globals_[ADDRESS_BOOK] = AddressBook(bufs.values())
     for v in kernel.dyn_vars:
         scalars[v] = dt.to_numpy(v.dtype).type(dyn_vals[v])
     return globals_, scalars
@@ -54,6 +58,7 @@ class _State:
         "coop",
         "first",
         "glob",
+        "addresses",
         "graces",
         "grid",
         "lane",
@@ -104,7 +109,8 @@ class _State:
         for d, bv in enumerate(kernel.block_vars):
             if bv in prog.var_slots:
                 self.vars[prog.var_slots[bv]] = coords[d].astype(dt.to_numpy(bv.dtype))
-        self.glob = [globals_[p] for p in prog.global_params]
+        self.glob = [globals_[p] for p in prog.global_params] + [None] * len(prog.address_decls)
+        self.addresses = globals_.get(ADDRESS_BOOK)  # T.make_tensor on an address (host_addresses.py)
         if self.S:
             self.smem = np.full(nb * self.S, 0xFF, np.uint8) if smem is None else smem
             self.sviews = {d: self.smem.view(d) for d in prog.shared_dtypes}

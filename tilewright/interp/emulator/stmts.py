@@ -11,6 +11,7 @@ from ...ir import dtype as dt
 from ...ir import expr as E
 from ...ir import thread as th
 from ...ir import tile as t
+from ..host_addresses import AddressError
 from .errors import DivergenceError, EmulatorError, EmulatorOutOfBoundsError, MisalignedAccessError
 from .support import _F32, _and, _check_range, _fix, _is_float_np, _norm_mask, _poison, _rows, _Where
 
@@ -38,6 +39,8 @@ class StmtCompiler:
             return self.local_decl(s)
         if isinstance(s, (th.SharedDecl, th.Comment)):
             return None
+        if isinstance(s, th.GlobalDecl):
+            return self.global_decl(s)
         if isinstance(s, t.LetStmt):
             return self.let(s)
         if isinstance(s, t.BufferStore):
@@ -108,6 +111,40 @@ class StmtCompiler:
         def decl(st):
             # a declaration inside a loop starts fresh each iteration: stale values would hide bugs
             st.regs[slot] = [init] * n
+
+        return decl
+
+    def global_decl(self, s: th.GlobalDecl):
+        """``T.make_tensor`` on an address: the slot of the buffer becomes the host array the address points
+        into (host_addresses.py), one address per block."""
+        where = _Where(s)
+        b = s.buffer
+        gi = self.global_index[b]
+        fa = self.cexpr(s.address, where)
+        fdims = [self.cexpr(E.as_expr(x), where) for x in b.shape]
+        fstrides = [self.cexpr(E.as_expr(x), where) for x in b.strides]
+
+        def one(st, f, what):
+            v = np.broadcast_to(np.asarray(f(st, st.mask)), (st.L,))
+            if st.mask is not None:
+                v = v[np.broadcast_to(st.mask, (st.L,))]
+            if v.size and (v != v[0]).any():
+                raise where.error(EmulatorError, f"the {what} of tensor {b.name} differs between the threads of a "
+                                                 "block; the CPU backends need one per block")
+            return None if not v.size else int(v[0])
+
+        def decl(st):
+            address = one(st, fa, "address")
+            if address is None:  # no lane runs the declaration
+                return
+            dims = [one(st, f, "shape") for f in fdims]
+            strides = [one(st, f, "strides") for f in fstrides]
+            try:
+                st.glob[gi] = st.addresses.resolve(address, dims, strides, b.dtype, b.name)
+            except AddressError as err:
+                raise where.error(EmulatorError, str(err)) from None
+            if st.graces is not None:
+                st.graces.bufs.pop(gi, None)  # another array now: its race records start afresh
 
         return decl
 
