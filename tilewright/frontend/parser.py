@@ -1003,7 +1003,9 @@ def _memo_key(fn, tree, outer_scope):
         elif isinstance(v, tuple) and all(isinstance(x, (int, float, str, bool)) for x in v):
             vals.append((n, "tuple", v))
         elif callable(v) or type(v).__name__ == "module":
-            vals.append((n, "obj", id(v)))
+            # the object itself (hashed by identity), not its id: a function that dies (a layout lambda)
+            # would leave its id to the next one, and the memo would hand back the wrong prim func
+            vals.append((n, "obj", v))
         else:
             return None
     try:

@@ -30,37 +30,42 @@ class LayoutFitError(ValueError):
 class UserFragmentLayout(FragmentLayout):
     kind = "user"
 
-    def __init__(self, shape, threads: np.ndarray, regs: np.ndarray, num_threads: int, name: str = "?"):
-        """``threads`` / ``regs``: ``[numel, replicas]`` holder of each flat element and replica."""
+    def __init__(self, shape, table: np.ndarray, name: str = "?"):
+        """``table[t, r]``: the flat logical index register ``r`` of thread ``t`` holds (-1: none)."""
         self.shape = tuple(shape)
-        self.num_threads = num_threads
+        self.num_threads = table.shape[0]
         self.name = name
-        numel = int(np.prod(self.shape))
-        if threads.min() < 0 or threads.max() >= num_threads:
-            bad = int(np.nonzero((threads < 0) | (threads >= num_threads))[0][0])
-            raise LayoutFitError(f"it places element {_unflatten_int(bad, self.shape)} in thread "
-                                 f"{int(threads.reshape(numel, -1)[bad].max())}, but the block has {num_threads} "
-                                 "threads")
-        if regs.min() < 0:
-            raise LayoutFitError("its local index is negative for some element")
+        used = (table >= 0).any(axis=0)
+        self._table = table[:, used]  # registers that hold nothing anywhere are dropped
+        self.num_regs = self._table.shape[1]
+        self._weights, self._offsets, self._base = _fit_additive(self._table, self.num_threads)
+        self._nbits = max(int(self.num_threads - self._base - 1).bit_length(), 1)
+        self._ranges = [_thread_ranges(self._table[:, r] >= 0) for r in range(self.num_regs)]
+
+    @classmethod
+    def from_holders(cls, shape, threads: np.ndarray, regs: np.ndarray, num_threads: int, name: str = "?"):
+        """From ``threads`` / ``regs``, each ``[numel, replicas]``: the holder of each flat element and replica
+        (what ``T.Fragment`` gives)."""
+        shape = tuple(shape)
+        numel = int(np.prod(shape))
+        if threads.max() >= num_threads:
+            bad = int(np.nonzero((threads >= num_threads).any(axis=1))[0][0])
+            raise LayoutFitError(f"it places element {_unflatten_int(bad, shape)} in thread {int(threads[bad].max())}, "
+                                 f"but the block has {num_threads} threads")
         used = np.unique(regs)
         compact = np.searchsorted(used, regs)  # registers numbered by the local indices the layout uses
-        self.num_regs = len(used)
-        table = np.full((num_threads, self.num_regs), -1, dtype=np.int64)
+        table = np.full((num_threads, len(used)), -1, dtype=np.int64)
         flat = np.broadcast_to(np.arange(numel)[:, None], threads.shape)
         order = np.lexsort((flat.ravel(), compact.ravel(), threads.ravel()))
         t_s, r_s, f_s = threads.ravel()[order], compact.ravel()[order], flat.ravel()[order]
         clash = np.nonzero((t_s[1:] == t_s[:-1]) & (r_s[1:] == r_s[:-1]) & (f_s[1:] != f_s[:-1]))[0]
         if len(clash):
             k = int(clash[0])
-            raise LayoutFitError(f"it puts elements {_unflatten_int(int(f_s[k]), self.shape)} and "
-                                 f"{_unflatten_int(int(f_s[k + 1]), self.shape)} at the same local index "
+            raise LayoutFitError(f"it puts elements {_unflatten_int(int(f_s[k]), shape)} and "
+                                 f"{_unflatten_int(int(f_s[k + 1]), shape)} at the same local index "
                                  f"{int(used[r_s[k]])} of thread {int(t_s[k])}")
         table[t_s, r_s] = f_s
-        self._table = table
-        self._weights, self._offsets, self._base = _fit_additive(table, num_threads)
-        self._nbits = max(int(num_threads - self._base - 1).bit_length(), 1)
-        self._ranges = [_thread_ranges(table[:, r] >= 0) for r in range(self.num_regs)]
+        return cls(shape, table, name)
 
     # the table is known up front (FragmentLayout computes it from index() otherwise)
     @property

@@ -29,7 +29,7 @@ def user_layouts(frags, frag_counts: dict, nthreads: int) -> dict:
         threads, regs, loc = given
         count = frag_counts.get(buf, nthreads)
         try:
-            out[buf] = UserFragmentLayout(buf.shape, threads, regs, count, buf.name)
+            out[buf] = UserFragmentLayout.from_holders(buf.shape, threads, regs, count, buf.name)
         except LayoutFitError as e:
             raise CompileError(f"the T.Fragment layout of {buf.name} cannot be used: {e}", loc or buf.loc,
                                hint="give every element a thread of the block and its own local index, with "
