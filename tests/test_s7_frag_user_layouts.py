@@ -249,3 +249,30 @@ def test_bad_fragment_layouts():
         tw.compile(kern(lambda i, j: (j * 4 + i, 0)), target="cuda -arch=sm_90a")
     with pytest.raises(CompileError, match="same local index"):
         tw.compile(kern(lambda i, j: (j, 0)), target="cuda -arch=sm_90a")
+
+
+def test_identity_layout_on_a_dtype_changing_view(rng):
+    """TileLang's view test: an identity T.Layout on a T.view of a shared buffer is the view's own order."""
+    @T.prim_func
+    def main(A: T.Tensor((64, 64), "float16"), B: T.Tensor((64, 128), "int8")):
+        with T.Kernel(1, threads=128):
+            a_stage = T.alloc_shared((2, 64, 64), "float16")
+            a_i8 = T.view(a_stage, (2, 64, 128), dtype="int8")
+            T.annotate_layout({a_i8: T.Layout((2, 64, 128), lambda s, i, j: [s, i, j])})
+            for i, j in T.Parallel(64, 64):
+                a_stage[0, i, j] = A[i, j]
+            for i, j in T.Parallel(64, 128):
+                B[i, j] = a_i8[0, i, j]
+
+    def check(args):
+        a, b = args
+        np.testing.assert_array_equal(b, a.view(np.int8).reshape(64, 128))
+
+    run_everywhere(main, lambda: (rand(rng, (64, 64), "float16"), np.full((64, 128), 77, np.int8)), check)
+    with pytest.raises(CompileError, match="is not a buffer"):
+        @T.prim_func
+        def other(A: T.Tensor((64, 64), "float16")):
+            with T.Kernel(1, threads=128):
+                a_stage = T.alloc_shared((2, 64, 64), "float16")
+                a_i8 = T.view(a_stage, (2, 64, 128), dtype="int8")
+                T.annotate_layout({a_i8: T.Layout((2, 64, 128), lambda s, i, j: [s, j, i])})

@@ -31,6 +31,7 @@ from .pointer_params import replace_pointer_params
 from .reducer_epochs import canonicalize_reducers
 from .regions import laid_out_index
 from .shape_annotations import size_expression
+from .widen_fragments import widen_fragments
 
 _MISSING = object()
 
@@ -925,6 +926,7 @@ def parse_prim_func(fn, outer_scope: dict | None = None) -> t.PrimFunc:
         tr = Translator(fn, tree, filename, first - 1, text.splitlines(), _global_scope(fn, outer_scope))
         func = tr.translate()
     canonicalize_reducers(func)
+    widen_fragments(func)  # fragments T.Parallel loops index past their shape (frontend/widen_fragments.py)
     func.attrs["source_file"] = filename
     func.attrs["source_line"] = first
     from ..ir.verifier import verify

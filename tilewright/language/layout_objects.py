@@ -171,12 +171,19 @@ def _apply_fragment_layout(buf, lay: Fragment) -> None:
         raise LayoutError(f"the T.Fragment layout of `{buf.name}` gives some element a negative thread or local "
                           "index", _b.current().loc)
     buf.attrs["user_fragment"] = (threads, regs, _b.current().loc)
+    buf.attrs["layout"] = lay  # (frontend.uniform_fragments leaves a fragment with a layout of its own alone)
     return threads, regs
 
 
-def _apply_shared_layout(buf, lay: Layout) -> None:
+def _apply_shared_layout(buf, lay: Layout):
+    from .views import BufferView
+
+    if isinstance(buf, BufferView) and _is_identity(buf, lay):
+        # the row-major order a view already has (TileLang's test annotates a dtype-changing view so)
+        return ()
     if not isinstance(buf, _t.Buffer):
-        raise _b.error(f"T.annotate_layout: the key {buf!r} is not a buffer")
+        raise _b.error(f"T.annotate_layout: the key {buf!r} is not a buffer",
+                       hint="annotate the buffer the view is of; a view takes only the identity layout")
     if buf.scope == "global":
         _accept_global_layout(buf, lay)
         return ()
@@ -222,6 +229,20 @@ def _apply_shared_layout(buf, lay: Layout) -> None:
     buf.attrs["layout_map"] = index_map
     buf.attrs["logical_shape"] = logical_shape
     return (flat, np.asarray(extents))
+
+
+def _is_identity(view, lay: Layout) -> bool:
+    """The layout maps every index of the view to itself."""
+    shape = tuple(view.shape)
+    if tuple(lay.shape) != shape or not all(isinstance(x, (int, np.integer)) for x in shape):
+        return False
+    grid = np.indices(shape).reshape(len(shape), -1)
+    try:
+        phys = lay.forward(*grid)
+    except (TypeError, ValueError):
+        return False
+    return len(phys) == len(shape) and all(np.array_equal(np.broadcast_to(np.asarray(p), g.shape), g)
+                                           for p, g in zip(phys, grid))
 
 
 def _accept_global_layout(buf, lay: Layout) -> None:

@@ -21,7 +21,9 @@ Guarantees, recorded in ``func.plans`` (``ir.plans.Plans``):
      to all threads leaves its destination to a default layout (``lower_reduce`` / ``lower_parallel``
      then go through shared memory).
 * ``parallel_layouts[loop]``: the layout each ``T.Parallel`` loop iterates by (``WholeLayout``, every
-  thread every iteration, for a loop that fills a block-wide table ``frontend.uniform_fragments`` made).
+  thread every iteration, for a loop that fills a block-wide table ``frontend.uniform_fragments`` made;
+  the stored fragment's layout for a loop that stores to it at other positions than its own:
+  ``store_driven_layouts``).
 * ``shared_layouts[buffer]``: row-major, XOR-swizzled for tiles read by matrix loads; the TMA
   layout (``SharedLayout(tma=True)``) for ring buffers ``pipeline_loops`` marked for TMA and for
   operands of wgmma gemms (the layout a wgmma matrix descriptor describes).  A wgmma accumulator
@@ -53,6 +55,7 @@ from ..ir.layout import (
 from ..ir.uniformity import thread_sets
 from ..ir.verifier import exprs_of, regions_of
 from ..ir.visitor import loads_in, walk
+from .store_driven_layouts import store_driven_layout
 from .user_layouts import check_user_reductions, user_layouts
 
 
@@ -161,6 +164,9 @@ def infer_layouts(func: t.PrimFunc, ctx) -> t.PrimFunc:
             if p.coalesced_width is not None:  # the author's bound on the elements per vector access
                 vec = min(vec, p.coalesced_width)
             drive = StripedLayout(p.extents, count(p), vec)
+        # a loop that stores to a fragment at positions other than its own (a transpose, a part or a
+        # reshaped view of an accumulator) iterates by that fragment's layout (store_driven_layouts.py)
+        drive = store_driven_layout(p, layouts, drive, count(p)) or drive
         par_layouts[p] = drive
 
     shared = {}
