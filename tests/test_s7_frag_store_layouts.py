@@ -23,7 +23,7 @@ def rng():
     return np.random.default_rng(2026_1208)
 
 
-def clear_part_of_accumulator(M, N, K, bk):
+def clear_part_of_accumulator(M, N, K, bk, cw=None):
     """TileLang's alias test: a slice of the accumulator cleared through an alias, then a gemm."""
     @T.prim_func
     def main(A: T.Tensor((M, K), "float16"), B: T.Tensor((N, K), "float16"), C: T.Tensor((M, N), "float32")):
@@ -33,7 +33,7 @@ def clear_part_of_accumulator(M, N, K, bk):
             c = T.alloc_fragment((M, N), "float32")
             for i, j in T.Parallel(M, N):
                 c[i, j] = 5.0
-            x = c[:M, :bk]
+            x = c[:M, :cw or bk]
             T.clear(x)
             for ko in T.Pipelined(K // bk, num_stages=0):
                 T.copy(A[0, ko * bk], a_s)
@@ -44,15 +44,16 @@ def clear_part_of_accumulator(M, N, K, bk):
     return main
 
 
-@pytest.mark.parametrize("M,N,K,bk", [(128, 128, 64, 32), (64, 64, 64, 16)])
-def test_clear_a_slice_of_an_accumulator(rng, M, N, K, bk):
+@pytest.mark.parametrize("M,N,K,bk,cw", [(128, 128, 64, 32, None), (64, 64, 64, 16, None), (64, 64, 32, 16, 2)])
+def test_clear_a_slice_of_an_accumulator(rng, M, N, K, bk, cw):
+    """(cw = 2: the columns only every fourth lane of a warp holds in the matrix instructions' layouts)"""
     def check(args):
         a, b, c = args
         want = f64(a) @ f64(b).T
-        want[:, bk:] += 5.0
+        want[:, cw or bk:] += 5.0
         close(c, want, rtol=1e-3, atol=1e-3)
 
-    run_everywhere(clear_part_of_accumulator(M, N, K, bk),
+    run_everywhere(clear_part_of_accumulator(M, N, K, bk, cw),
                    lambda: (rand(rng, (M, K), "float16"), rand(rng, (N, K), "float16"), poisoned((M, N))), check)
 
 

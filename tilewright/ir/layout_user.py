@@ -9,8 +9,9 @@ Lowering needs ``index(tid, r)`` as an expression of the thread index for each (
 It is found from the tables: the flat logical index of register ``r`` in thread ``t`` must be
 ``G(t) + H[r]`` with ``G`` additive over the bits of ``t`` (``G(t) = sum of bit_b(t) * w_b``), which
 holds for every layout written with ``+ - * // %`` by powers of two, the layouts TileLang's own
-lowering accepts.  Which threads hold register ``r`` must be a union of a few thread ranges.  A
-layout outside those forms is refused with a ``LayoutFitError`` saying why.
+lowering accepts.  Which threads hold register ``r`` must be a union of a few thread ranges, or the
+threads of a range whose index has some bits fixed.  A layout outside those forms is refused with a
+``LayoutFitError`` saying why.
 """
 
 from __future__ import annotations
@@ -99,6 +100,14 @@ class UserFragmentLayout(FragmentLayout):
         ranges = self._ranges[r]
         if ranges == [(0, self.num_threads)]:
             return None
+        if isinstance(ranges, tuple):  # threads in [lo, hi) whose index has bits ``value`` under ``mask``
+            mask, value, lo, hi = ranges
+            cond = E.binary("==", tid & mask, value)
+            if lo > 0:
+                cond = E.binary("and", cond, tid >= lo)
+            if hi < self.num_threads:
+                cond = E.binary("and", cond, tid < hi)
+            return cond
         cond = None
         for lo, hi in ranges:
             c = None
@@ -175,6 +184,15 @@ def _thread_ranges(mask: np.ndarray) -> list:
     starts = [int(idx[0])] + [int(idx[k + 1]) for k in breaks]
     ends = [int(idx[k]) + 1 for k in breaks] + [int(idx[-1]) + 1]
     if len(starts) > _MAX_RANGES:
+        # e.g. lanes 0, 4, 8, ... of each warp (a column slice of a matrix accumulator): the holders may
+        # be the threads of a range whose index has fixed bits
+        lo, hi = int(idx[0]), int(idx[-1]) + 1
+        and_all, or_all = int(np.bitwise_and.reduce(idx)), int(np.bitwise_or.reduce(idx))
+        mask = ~(and_all ^ or_all) & ((1 << max(hi - 1, 1).bit_length()) - 1)
+        value = and_all & mask
+        span = np.arange(lo, hi)
+        if mask and np.array_equal(span[(span & mask) == value], idx):
+            return (mask, value, lo, hi)
         raise LayoutFitError(f"the threads holding one local index form {len(starts)} separate ranges (at most "
                              f"{_MAX_RANGES})")
     return list(zip(starts, ends))

@@ -32,8 +32,8 @@ def store_driven_layout(p: t.ParallelFor, layouts: dict, drive, nthreads: int):
     if not all(isinstance(x, int) for x in p.extents):
         return None
     stores = _fragment_stores(p, layouts)
-    if not stores:
-        return None
+    if all(layouts[buf] is drive and _aligned(p, idx) for buf, idx in stores):
+        return None  # (the usual loop: it stores to the fragment it iterates by, at its own positions)
     domain = np.indices(tuple(p.extents)).reshape(len(p.extents), -1)
     env = {v: domain[k] for k, v in enumerate(p.vars)}
     npos = domain.shape[1]
@@ -91,23 +91,25 @@ def _flat_positions(buf, idx, env, npos):
     return flat
 
 
+def _aligned(p, idx) -> bool:
+    return len(idx) == len(p.vars) and all(i is v for i, v in zip(idx, p.vars))
+
+
 def _held(drive, blay, f) -> bool:
     """Under loop layout ``drive``, each thread holds, at one register for all threads, the element of
     ``blay``'s fragment it stores at each of its positions."""
     if drive is None:
         return False
-    dt_ = drive.table
-    if dt_.shape[0] != blay.num_threads:
+    dtab, btab = drive.table, blay.table
+    if dtab.shape[0] != btab.shape[0]:
         return False
-    reg_of = blay.reg_of
-    tids = np.arange(dt_.shape[0])[:, None]
-    ok = dt_ >= 0
-    regs = np.where(ok, reg_of[tids, f[np.maximum(dt_, 0)]], 0)
-    if (regs[ok] < 0).any():
-        return False
-    for r in range(dt_.shape[1]):
-        col = regs[ok[:, r], r]
-        if col.size and (col != col[0]).any():
+    for r in range(dtab.shape[1]):
+        ts = np.nonzero(dtab[:, r] >= 0)[0]
+        if not len(ts):
+            continue
+        want = f[dtab[ts, r]]
+        hit = np.nonzero(btab[ts[0]] == want[0])[0]
+        if not len(hit) or not (btab[ts, hit[0]] == want).all():
             return False
     return True
 
