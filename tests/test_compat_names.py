@@ -393,7 +393,7 @@ def test_func_attr_and_device_assert_refusals():
 
 
 # --------------------------------------------------------------------------------------------
-# layout objects: T.Layout on shared buffers honored, T.Fragment and global layouts refused
+# layout objects: T.Layout on shared buffers honored, T.Fragment on fragments honored (test_s7_frag_user_layouts.py)
 
 
 def shared_roundtrip(fwd, N=128, shift=5):
@@ -475,14 +475,14 @@ def test_tile_operations_on_a_laid_out_shared_buffer_are_refused():
                 T.copy(A, s)
 
 
-def test_fragment_layouts_are_refused():  # a global one is accepted: test_s6_names_layout.py
-    with pytest.raises(tw.errors.CompileError, match=r"T.Fragment\(\.\.\.\)\) is not supported"):
+def test_fragment_layouts_on_shared_buffers_are_refused():  # on fragments: test_s7_frag_user_layouts.py
+    with pytest.raises(tw.errors.CompileError, match=r"T.Fragment\(\.\.\.\)\): s is a shared buffer"):
         @T.prim_func
         def frag(A: T.Tensor((64,), "float32")):
             with T.Kernel(1, threads=64):
-                f = T.alloc_fragment((64,), "float32")
-                T.annotate_layout({f: T.Fragment(f.shape, forward_fn=lambda i: (i, 0))})
-                T.copy(A, f)
+                s = T.alloc_shared((64,), "float32")
+                T.annotate_layout({s: T.Fragment(s.shape, forward_fn=lambda i: (i, 0))})
+                T.copy(A, s)
     with pytest.raises(tw.errors.CompileError, match="must come before the first use of s"):
         @T.prim_func
         def late(A: T.Tensor((64,), "float32")):

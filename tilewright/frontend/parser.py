@@ -31,6 +31,7 @@ from .pointer_params import replace_pointer_params
 from .reducer_epochs import canonicalize_reducers
 from .regions import laid_out_index
 from .shape_annotations import size_expression
+from .widen_fragments import widen_fragments
 
 _MISSING = object()
 
@@ -926,6 +927,7 @@ def parse_prim_func(fn, outer_scope: dict | None = None) -> t.PrimFunc:
         tr = Translator(fn, tree, filename, first - 1, text.splitlines(), _global_scope(fn, outer_scope))
         func = tr.translate()
     canonicalize_reducers(func)
+    widen_fragments(func)  # fragments T.Parallel loops index past their shape (frontend/widen_fragments.py)
     func.attrs["source_file"] = filename
     func.attrs["source_line"] = first
     from ..ir.verifier import verify
@@ -1004,7 +1006,9 @@ def _memo_key(fn, tree, outer_scope):
         elif isinstance(v, tuple) and all(isinstance(x, (int, float, str, bool)) for x in v):
             vals.append((n, "tuple", v))
         elif callable(v) or type(v).__name__ == "module":
-            vals.append((n, "obj", id(v)))
+            # the object itself (hashed by identity), not its id: a function that dies (a layout lambda)
+            # would leave its id to the next one, and the memo would hand back the wrong prim func
+            vals.append((n, "obj", v))
         else:
             return None
     try:

@@ -1084,14 +1084,16 @@ def use_swizzle(panel_size: int = 10, order: str = "row", enable: bool = True):
 
 
 def annotate_layout(layouts: dict):
-    """Layout requests: a ``T.Layout`` on a shared buffer is honored, a ``T.Fragment`` or a layout on a
-    global tensor refused (language/layout_objects.py); ``make_swizzled_layout``-style requests are
-    accepted (tilewright infers shared/fragment layouts and swizzles itself)."""
+    """Layout requests: a ``T.Layout`` on a shared buffer and a ``T.Fragment`` on a fragment are honored, a
+    layout on a global tensor accepted unapplied (language/layout_objects.py); ``make_swizzled_layout``-style
+    requests are accepted (tilewright infers shared layouts and swizzles itself)."""
     from .layout_objects import apply_layouts
 
     b = _b.current()
-    apply_layouts(layouts)
-    b.emit(_t.Annotate("layout", {"buffers": [getattr(k, "name", str(k)) for k in layouts]}))
+    digests = apply_layouts(layouts)
+    # the digests of the layouts' tables are part of the kernel's text, and so of its cache keys: two
+    # kernels that differ only in a layout function must not share a compiled kernel
+    b.emit(_t.Annotate("layout", {"buffers": [getattr(k, "name", str(k)) for k in layouts], "digests": digests}))
 
 
 def annotate_pipeline(*args, **kwargs):

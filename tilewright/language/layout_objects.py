@@ -19,8 +19,12 @@
   therefore computes the same; a caller that reads the raw buffer itself sees the logical (row-major)
   order, not TileLang's permuted one.  The layout must still fit the tensor (its shape, the number of
   indices its function takes).
-* A ``Fragment`` layout would fix which thread holds which element, which tilewright places itself:
-  refused with a CompileError that says to remove the annotation.
+* A ``Fragment`` on a **fragment** fixes which thread holds each element (and, with ``replicate=k``, the
+  ``k`` threads holding copies of it) and at which local index: it is checked here (its shape, that its
+  functions can be evaluated on integer indices) and recorded in ``buf.attrs["user_fragment"]``;
+  ``passes.infer_layouts`` builds the layout (``ir.layout_user``) for the block's threads, and every
+  ``T.Parallel`` loop, reduction, copy and fill over the fragment uses it.  It is not observable on the
+  interpreter, which keeps whole tiles.
 """
 
 from __future__ import annotations
@@ -63,8 +67,9 @@ class Layout:
 
 class Fragment:
     """``T.Fragment(shape, forward_fn=..., forward_thread_fn=..., forward_index_fn=..., replicate=1)``:
-    a fragment layout (which thread holds each element).  Recorded only: ``T.annotate_layout`` refuses
-    it (see the module docstring)."""
+    a fragment layout.  ``forward_fn(*idx[, rep])`` returns ``(thread, local_index)`` (the local index one
+    expression or a list of them); or ``forward_thread_fn(*idx[, rep])`` the thread and
+    ``forward_index_fn(*idx)`` the local index."""
 
     def __init__(self, shape, forward_fn=None, forward_thread_fn=None, forward_index_fn=None, replicate=1,
                  **kwargs):
@@ -77,28 +82,111 @@ class Fragment:
     def __repr__(self) -> str:
         return f"T.Fragment({self.shape}, replicate={self.replicate})"
 
+    def tables(self) -> tuple:
+        """``(threads, regs)``, each ``[numel, replicate]``: where each element (row-major) and each of its
+        replicas lives; a multi-dimensional local index is flattened row-major over its bounding box.
+        Raises ``ValueError`` / ``TypeError`` when the functions do not evaluate on integer indices."""
+        shape = tuple(int(x) for x in self.shape)
+        grid = np.indices(shape).reshape(len(shape), -1)
+        rep = int(self.replicate)
+        threads, locals_ = [], []
+        for k in range(rep):
+            extra = (np.full(grid.shape[1:], k, dtype=np.int64),) if rep > 1 else ()
+            if self.forward_fn is not None:
+                out = self.forward_fn(*grid, *extra)
+                if not isinstance(out, (list, tuple)) or len(out) != 2:
+                    raise ValueError("forward_fn must return (thread, local index)")
+                thread, index = out
+            else:
+                if self.forward_thread_fn is None or self.forward_index_fn is None:
+                    raise ValueError("give forward_fn, or both forward_thread_fn and forward_index_fn")
+                thread, index = self.forward_thread_fn(*grid, *extra), self.forward_index_fn(*grid)
+            index = list(index) if isinstance(index, (list, tuple)) else [index]
+            threads.append(np.broadcast_to(np.asarray(thread, dtype=np.int64), grid.shape[1:]))
+            locals_.append([np.broadcast_to(np.asarray(x, dtype=np.int64), grid.shape[1:]) for x in index])
+        ndim = max(len(x) for x in locals_)
+        if any(len(x) != ndim for x in locals_):
+            raise ValueError("the local index has a different number of dimensions for different replicas")
+        extents = [max(int(x[d].max()) for x in locals_) + 1 for d in range(ndim)]
+        regs = []
+        for x in locals_:
+            flat = np.zeros(grid.shape[1:], dtype=np.int64)
+            for d in range(ndim):
+                flat = flat * extents[d] + x[d]
+            regs.append(flat)
+        return np.stack(threads, axis=1), np.stack(regs, axis=1)
 
-def apply_layouts(layouts: dict) -> None:
-    """``T.annotate_layout`` entries whose value is a ``Layout`` or ``Fragment`` (see the module)."""
+
+def apply_layouts(layouts: dict) -> list:
+    """``T.annotate_layout`` entries whose value is a ``Layout`` or ``Fragment`` (see the module); returns a
+    digest of each applied layout's tables (what the kernel's text shows of them)."""
+    digests = []
     for buf, lay in layouts.items():
         if isinstance(lay, Fragment):
-            raise _b.error(f"T.annotate_layout({_name(buf)}: T.Fragment(...)) is not supported: tilewright chooses "
-                           "which thread holds each fragment element itself", hint="remove the T.Fragment "
-                           "annotation; the kernel computes the same without it")
-        if isinstance(lay, Layout):
-            _apply_shared_layout(buf, lay)
+            threads, regs = _apply_fragment_layout(buf, lay)
+            digests.append(_digest(threads, regs))
+        elif isinstance(lay, Layout):
+            digests.append(_digest(*_apply_shared_layout(buf, lay)))
+    return digests
+
+
+def _digest(*arrays) -> str:
+    import hashlib
+
+    h = hashlib.sha256()
+    for a in arrays:
+        a = np.ascontiguousarray(a, dtype=np.int64)
+        h.update(repr(a.shape).encode())
+        h.update(a.tobytes())
+    return h.hexdigest()[:16]
 
 
 def _name(buf) -> str:
     return getattr(buf, "name", repr(buf))
 
 
-def _apply_shared_layout(buf, lay: Layout) -> None:
+def _apply_fragment_layout(buf, lay: Fragment) -> None:
+    """Check a ``T.Fragment`` against its fragment and record it (see the module docstring)."""
+    if not isinstance(buf, _t.Buffer) or buf.scope != "fragment":
+        what = f"a {buf.scope} buffer" if isinstance(buf, _t.Buffer) else "not a buffer"
+        raise _b.error(f"T.annotate_layout({_name(buf)}: T.Fragment(...)): {_name(buf)} is {what}; a T.Fragment "
+                       "lays out a T.alloc_fragment buffer", hint="annotate the fragment itself")
+    if tuple(lay.shape) != tuple(buf.shape):
+        raise _b.error(f"T.annotate_layout: the T.Fragment of {buf.name} has shape {tuple(lay.shape)}, the fragment "
+                       f"{tuple(buf.shape)}")
+    if not isinstance(lay.replicate, (int, np.integer)) or lay.replicate < 1:
+        raise _b.error(f"T.Fragment(replicate={lay.replicate!r}) for {buf.name}: replicate must be a positive int")
+    if "user_fragment" in buf.attrs:
+        raise _b.error(f"T.annotate_layout: fragment {buf.name} already has a layout")
+    if _used_since_alloc(buf):
+        raise _b.error(f"T.annotate_layout({buf.name}: ...) must come before the first use of {buf.name}",
+                       hint="annotate layouts right after the T.alloc_fragment calls")
+    try:
+        threads, regs = lay.tables()
+    except (TypeError, ValueError, IndexError) as e:
+        raise _b.error(f"the T.Fragment layout of {buf.name} cannot be evaluated on integer indices: {e}",
+                       hint="write forward_fn(*indices[, rep]) -> (thread, local index) with + - * // % on the "
+                       "indices") from None
+    if (threads < 0).any() or (regs < 0).any():
+        raise LayoutError(f"the T.Fragment layout of `{buf.name}` gives some element a negative thread or local "
+                          "index", _b.current().loc)
+    buf.attrs["user_fragment"] = (threads, regs, _b.current().loc)
+    buf.attrs["layout"] = lay  # (frontend.uniform_fragments leaves a fragment with a layout of its own alone)
+    return threads, regs
+
+
+def _apply_shared_layout(buf, lay: Layout):
+    from .views import BufferView
+
+    if isinstance(buf, BufferView) and _is_identity(buf, lay):
+        # the row-major order a view already has (TileLang's test annotates a dtype-changing view so)
+        return ()
     if not isinstance(buf, _t.Buffer):
-        raise _b.error(f"T.annotate_layout: the key {buf!r} is not a buffer")
+        raise _b.error(f"T.annotate_layout: the key {buf!r} is not a buffer",
+                       hint="annotate the buffer the view is of; a view takes only the identity layout")
     if buf.scope == "global":
         _accept_global_layout(buf, lay)
-        return
+        return ()
     if buf.scope != "shared":
         raise _b.error(f"T.annotate_layout({buf.name}: T.Layout(...)): {buf.name} is a {buf.scope} buffer, whose "
                        "placement tilewright does not take from the program", hint="remove the annotation (the kernel "
@@ -140,6 +228,21 @@ def _apply_shared_layout(buf, lay: Layout) -> None:
     buf.strides = (1,)
     buf.attrs["layout_map"] = index_map
     buf.attrs["logical_shape"] = logical_shape
+    return (flat, np.asarray(extents))
+
+
+def _is_identity(view, lay: Layout) -> bool:
+    """The layout maps every index of the view to itself."""
+    shape = tuple(view.shape)
+    if tuple(lay.shape) != shape or not all(isinstance(x, (int, np.integer)) for x in shape):
+        return False
+    grid = np.indices(shape).reshape(len(shape), -1)
+    try:
+        phys = lay.forward(*grid)
+    except (TypeError, ValueError):
+        return False
+    return len(phys) == len(shape) and all(np.array_equal(np.broadcast_to(np.asarray(p), g.shape), g)
+                                           for p, g in zip(phys, grid))
 
 
 def _accept_global_layout(buf, lay: Layout) -> None:

@@ -5,6 +5,8 @@ Needs: Tile IR after ``expand_tile_ops`` (elementwise work is in ``ParallelFor``
 Guarantees, recorded in ``func.plans`` (``ir.plans.Plans``):
 
 * ``fragment_layouts[buffer]``: a ``FragmentLayout`` for every fragment, found in this order:
+  0. A fragment with a ``T.Fragment`` annotation takes that layout (``user_layouts``); an operation
+     that needs another (a gemm accumulator or operand) is a CompileError.
   1. ``T.gemm`` accumulators take the matrix instruction's accumulator layout over a warp grid
      of the gemm's plan (a SIMT layout when the plan is SIMT); a fragment A operand takes the
      matching operand layout (of a SIMT gemm, no layout from the gemm: ``lower_gemm`` stages it in
@@ -19,7 +21,9 @@ Guarantees, recorded in ``func.plans`` (``ir.plans.Plans``):
      to all threads leaves its destination to a default layout (``lower_reduce`` / ``lower_parallel``
      then go through shared memory).
 * ``parallel_layouts[loop]``: the layout each ``T.Parallel`` loop iterates by (``WholeLayout``, every
-  thread every iteration, for a loop that fills a block-wide table ``frontend.uniform_fragments`` made).
+  thread every iteration, for a loop that fills a block-wide table ``frontend.uniform_fragments`` made;
+  the stored fragment's layout for a loop that stores to it at other positions than its own:
+  ``store_driven_layouts``).
 * ``shared_layouts[buffer]``: row-major, XOR-swizzled for tiles read by matrix loads; the TMA
   layout (``SharedLayout(tma=True)``) for ring buffers ``pipeline_loops`` marked for TMA and for
   operands of wgmma gemms (the layout a wgmma matrix descriptor describes).  A wgmma accumulator
@@ -51,6 +55,8 @@ from ..ir.layout import (
 from ..ir.uniformity import thread_sets
 from ..ir.verifier import exprs_of, regions_of
 from ..ir.visitor import loads_in, walk
+from .store_driven_layouts import store_driven_layout
+from .user_layouts import check_user_reductions, user_layouts
 
 
 def infer_layouts(func: t.PrimFunc, ctx) -> t.PrimFunc:
@@ -81,6 +87,17 @@ def infer_layouts(func: t.PrimFunc, ctx) -> t.PrimFunc:
                                hint="use separate fragments for the two uses and T.copy between them")
         return False
 
+    # 0. layouts the program gives (T.annotate_layout with a T.Fragment)
+    user = user_layouts(frags, frag_counts, nthreads)
+    layouts.update(user)
+
+    def assign_op(buf, lay, why, loc):
+        if buf in user and not user[buf].same_as(lay):
+            raise CompileError(f"fragment {buf.name} is laid out by its T.Fragment annotation, but {why} needs it in "
+                               f"the layout {lay}", loc, hint=f"remove the T.Fragment annotation of {buf.name}, or "
+                               "T.copy between a fragment in that layout and one for this operation")
+        assign(buf, lay, why, loc)
+
     # 1. gemm constraints
     for s in stmts:
         if isinstance(s, t.Gemm):
@@ -93,13 +110,13 @@ def infer_layouts(func: t.PrimFunc, ctx) -> t.PrimFunc:
             if s.c.buffer.scope == "fragment":
                 if not s.c.is_full():
                     raise CompileError(f"T.gemm accumulator {s.c.buffer.name} must be used whole", s.loc)
-                assign(s.c.buffer, lay, "a T.gemm accumulator", s.loc)
+                assign_op(s.c.buffer, lay, "T.gemm (as its accumulator)", s.loc)
             if s.a.buffer.scope == "fragment" and plan.kind == "mma":  # (SIMT: lower_gemm stages A in shared)
                 if s.trans_a:
                     raise CompileError("T.gemm with A in a fragment does not support transpose_A=True", s.loc,
                                        hint="transpose while filling the fragment instead")
-                assign(s.a.buffer, MmaOperandLayout(tuple(s.a.shape), plan.instr, plan.warps_m, plan.warps_n,
-                                                    count(s)), "a T.gemm A operand", s.loc)
+                assign_op(s.a.buffer, MmaOperandLayout(tuple(s.a.shape), plan.instr, plan.warps_m, plan.warps_n,
+                                                       count(s)), "T.gemm (as its A operand)", s.loc)
             if s.b.buffer.scope == "fragment":
                 raise CompileError("T.gemm operand B must be in shared memory", s.loc,
                                    hint="T.copy it into a T.alloc_shared buffer first")
@@ -132,6 +149,7 @@ def infer_layouts(func: t.PrimFunc, ctx) -> t.PrimFunc:
             raise CompileError(f"fragment {b.name}{tuple(b.shape)} cannot be spread over {nthreads} threads "
                                f"({lay})", b.loc, hint="use a tile size that the thread count divides") from None
 
+    check_user_reductions(stmts, layouts, user, target)
     _check_register_budget(layouts, nthreads, target)
     par_layouts = func.plans.parallel_layouts
     for p in parallels:
@@ -146,6 +164,9 @@ def infer_layouts(func: t.PrimFunc, ctx) -> t.PrimFunc:
             if p.coalesced_width is not None:  # the author's bound on the elements per vector access
                 vec = min(vec, p.coalesced_width)
             drive = StripedLayout(p.extents, count(p), vec)
+        # a loop that stores to a fragment at positions other than its own (a transpose, a part or a
+        # reshaped view of an accumulator) iterates by that fragment's layout (store_driven_layouts.py)
+        drive = store_driven_layout(p, layouts, drive, count(p)) or drive
         par_layouts[p] = drive
 
     shared = {}

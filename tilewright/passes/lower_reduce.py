@@ -57,6 +57,12 @@ def lower_reduce(ctx: LoweringContext, s: t.Reduce, env: Env) -> list:
     src_local, dst_local = ctx.local_of[s.src], ctx.local_of[s.dst]
     final_dst = None
     natural = isinstance(dst_l, ReducedLayout) and dst_l.src is src_l and dst_l.dim == s.dim
+    if not natural and _groups_registers(src_l, s):
+        # a destination laid out otherwise (a T.Fragment annotation) whose registers hold what the reduced
+        # source layout's would: reduce straight into it
+        red = ReducedLayout(src_l, s.dim, s.dst.shape)
+        if red.same_as(dst_l):
+            dst_l, natural = red, True
     if not natural and not _groups_registers(src_l, s):
         # threads group the source registers of one result differently (a padded layout whose rows
         # straddle rounds differently per thread): fold each result from shared memory, straight into
