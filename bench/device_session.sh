@@ -12,7 +12,7 @@ note() { echo "$*" | tee -a "$SUMMARY"; }
 for part in "$@"; do
   case $part in
     tests)
-      timeout 240 python -m pytest -q -p no:cacheprovider -n 8 tests/test_gpu*.py tests/test_*gpu*.py \
+      timeout 300 python -m pytest -q -p no:cacheprovider -n 8 tests/test_gpu*.py tests/test_*gpu*.py \
         tests/test_regress_frontend.py tests/test_cuda_driver.py tests/test_tensor_args.py tests/test_llama_dropin.py \
         tests/test_ops_attention_hopper.py tests/test_launch_stub_driver.py tests/test_s6_gemm_streamk.py \
         >"$OUT/gpu-tests.log" 2>&1
@@ -21,12 +21,16 @@ for part in "$@"; do
       # the GPU tests of files that are mostly CPU tests (their names say gpu)
       timeout 150 python -m pytest -q -p no:cacheprovider -n 8 -k gpu tests/test_regress_crashes.py \
         tests/test_attention_overlap.py tests/test_ieee_math.py tests/test_cast_modes.py tests/test_rng.py \
+        tests/test_s7_fp8_saturation.py tests/test_s7_attn_even.py tests/test_s7_frag_*.py \
         >"$OUT/gpu-tests-mixed.log" 2>&1
       note "mixed-file GPU tests rc=$?: $(grep -E '[0-9]+ (passed|failed)' "$OUT/gpu-tests-mixed.log" | tail -1)"
       grep -E "^FAILED|^ERROR" "$OUT/gpu-tests-mixed.log" | head -20 | tee -a "$SUMMARY" ;;
     decode)
       timeout 120 python bench/decode_timeline.py >"$OUT/decode.log" 2>&1; note "decode rc=$?"
       grep "^|" "$OUT/decode.log" >>"$SUMMARY" ;;
+    decode-splits)
+      timeout 300 python bench/decode_splits.py >"$OUT/decode-splits.log" 2>&1; note "decode-splits rc=$?"
+      grep "^|" "$OUT/decode-splits.log" | tail -16 >>"$SUMMARY" ;;
     gemm)
       timeout 330 python bench/gemm.py >"$OUT/gemm.log" 2>&1; note "gemm rc=$?"
       grep -E "^\| |gmean|geometric|Compile" "$OUT/gemm.log" | tail -40 >>"$SUMMARY" ;;
