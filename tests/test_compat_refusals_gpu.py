@@ -24,15 +24,33 @@ def run_on_gpu(func, make_args, check, targets=None, out_idx=None):  # noqa: ARG
     """``run_everywhere`` of the CPU tests, on the GPU: NumPy arguments go over as tensors, results
     come back into the same arrays (or are appended, with ``out_idx``) before ``check``."""
     args = make_args()
-    dev = [torch.from_numpy(np.ascontiguousarray(a)).cuda() if isinstance(a, np.ndarray) else a for a in args]
+    dev = [_to_device(a) if isinstance(a, np.ndarray) else a for a in args]
     out = tw.compile(func, target="cuda", out_idx=out_idx)(*dev)
     torch.cuda.synchronize()
     for a, d in zip(args, dev):
         if isinstance(a, np.ndarray):
-            a[...] = d.cpu().numpy()
+            a[...] = _to_host(d)
     if out_idx is not None:
-        args = args + [o.cpu().numpy() for o in (out if isinstance(out, list) else [out])]
+        args = args + [_to_host(o) for o in (out if isinstance(out, list) else [out])]
     check(args)
+
+
+_BF16 = np.dtype(tw.ir.dtype.to_numpy("bfloat16"))
+
+
+def _to_device(a: np.ndarray):
+    """A NumPy array as a CUDA tensor; ml_dtypes' bfloat16 (which torch.from_numpy refuses) by its bits."""
+    a = np.ascontiguousarray(a)
+    if a.dtype == _BF16:
+        return torch.from_numpy(a.view(np.uint16)).cuda().view(torch.bfloat16)
+    return torch.from_numpy(a).cuda()
+
+
+def _to_host(t):
+    """A CUDA tensor back as a NumPy array (bfloat16 by its bits, as ml_dtypes' bfloat16)."""
+    if t.dtype == torch.bfloat16:
+        return t.cpu().view(torch.uint16).numpy().view(_BF16)
+    return t.cpu().numpy()
 
 
 GPU_CASES = [

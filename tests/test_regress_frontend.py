@@ -596,7 +596,11 @@ def test_gpu_atomics_scratch_and_guarded_updates(rng):
     tilewright.compile(_atomic_counts(n, m), target="cuda")(x, h, s)
     assert h.tolist() == [5 + 3 * n * m, -3 + 3 * 2 * m * len(range(0, n, 3))]
     want = 0.25 + 3 * m * x.double().sum().item()
-    assert abs(s.item() - want) <= 1e-4 * (1 + abs(want))
+    # the bound of the emulator's twin test above (3,000 float32 atomic adds in the hardware's order:
+    # a random walk of half-ulp roundings of the running sum); 1e-4 * (1 + |want|) was met on most
+    # runs and missed on one (5.3e-4 off at |want| 1.5, bench/results' 2026-12-01 1656 run)
+    terms = 3 * m * x.double().abs().sum().item() + 0.25
+    assert abs(s.item() - want) <= np.sqrt(3 * n * m) * 2.0**-24 * terms + 1e-6
 
     xs = torch.from_numpy(rand(rng, (100, 7))).cuda()
     y = torch.full((100,), float("nan"), device="cuda")
