@@ -40,15 +40,15 @@ LN2 = 0.6931471805599453
 
 def decode_config(dim: int, smem: int) -> tuple:
     """(block_H, block_N, stages, threads): 16 query rows (the smallest MMA M), key blocks of
-    64 x dim (32 at d 256), 4 stages at d <= 64 and 3 above, 4 warps (2 where d is an odd multiple
-    of 16); shrunk (stages to 2, block_N to 32, stages to 1) until a query tile, the K/V rings and
-    the score scratch fit in ``smem`` bytes (AMD's 64 KiB LDS; the query tile now lives in
-    registers, so this is conservative).  On an H200 (227 KiB) two blocks of d 128 fit per SM, each
-    with two key blocks (64 KiB) in flight.  Not measured yet against other choices:
-    ``TILEWRIGHT_DECODE_CONFIG`` ("block_N,stages[,threads]", e.g. "64,3,32": one warp, no
-    cross-warp reductions per key block) overrides it for sweeps (bench/decode_splits.py); the
-    shrinking still applies."""
-    bH, bN, stages = 16, 64 if dim <= 128 else 32, 4 if dim <= 64 else 3
+    64 x dim (32 at d 256), 4 stages at d <= 64, 2 at d 65..128 and 3 above, 4 warps (2 where d is
+    an odd multiple of 16); shrunk (stages to 2, block_N to 32, stages to 1) until a query tile, the
+    K/V rings and the score scratch fit in ``smem`` bytes (AMD's 64 KiB LDS; the query tile now lives
+    in registers, so this is conservative).  d 128 on an H200: 2 stages measured best of the sweep
+    (64x2 against 64x3, 32x4, 128x2 and one- or two-warp blocks) at every KV length 4k-16k in fp16
+    and bf16, 1-4% ahead of 3 stages (bench/results/2026-12-01-1547-decode-splits-* and -1659-*);
+    d 64 and 256 are not measured.  ``TILEWRIGHT_DECODE_CONFIG`` ("block_N,stages[,threads]")
+    overrides it for sweeps (bench/decode_splits.py); the shrinking still applies."""
+    bH, bN, stages = 16, 64 if dim <= 128 else 32, 4 if dim <= 64 else 2 if dim <= 128 else 3
     # P V splits the head dim over the warps: 4 warps (2 waves of 64) need a multiple of 32 (the
     # MMA's n8 per NVIDIA warp, MFMA's 16 per AMD wave); an odd multiple of 16 (48, 80, 112, ...)
     # takes 2 warps (1 wave)
