@@ -98,23 +98,29 @@ def _poison(x):
     return x.fill_(float("nan")) if x.is_floating_point() else x.fill_(-7)
 
 
-@pytest.fixture
-def device_path(monkeypatch):
-    """The ops' kernels as PointerKernels (one per compiled kernel), plans forgotten before and after."""
+def wrap_op_kernels(monkeypatch, wrapper) -> dict:
+    """The ops' kernels wrapped by ``wrapper`` (one per compiled kernel) and their allocations poisoned,
+    plans forgotten; returns {id(kernel): wrapped} (forget the plans again after the test)."""
     wrapped: dict = {}
     real_kernel = dispatch._kernel
 
     def kernel(*a, **kw):
         k = real_kernel(*a, **kw)
         if id(k) not in wrapped:
-            wrapped[id(k)] = PointerKernel(k)
+            wrapped[id(k)] = wrapper(k)
         return wrapped[id(k)]
 
     for mod in (dispatch, rows_mod, attn):
         monkeypatch.setattr(mod, "_kernel", kernel)
         monkeypatch.setattr(mod, "_torch", lambda: PoisonTorch())
     ops.forget_plans()
-    yield wrapped
+    return wrapped
+
+
+@pytest.fixture
+def device_path(monkeypatch):
+    """The ops' kernels as PointerKernels (one per compiled kernel), plans forgotten before and after."""
+    yield wrap_op_kernels(monkeypatch, PointerKernel)
     ops.forget_plans()
 
 

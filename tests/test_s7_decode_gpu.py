@@ -16,20 +16,16 @@ torch = pytest.importorskip("torch")
 if not torch.cuda.is_available():
     pytest.skip("needs a CUDA GPU", allow_module_level=True)
 
+from test_ops_attention import _PoisonedTorch as PoisonedTorch  # noqa: E402
+
 from tilewright import ops  # noqa: E402
 
 ad = importlib.import_module("tilewright.ops.attention_dispatch")
 dk = importlib.import_module("tilewright.ops.decode_kernels")
 
 
-class _PoisonedTorch:
-    def __getattr__(self, name):
-        return getattr(torch, name)
-
-    @staticmethod
-    def empty(*args, **kwargs):
-        t = torch.empty(*args, **kwargs)
-        return t.fill_(math.nan) if t.is_floating_point() else t.fill_(-7)
+class _PoisonedTorch(PoisonedTorch):
+    """test_ops_attention's poisoned torch, ``empty_like`` poisoned too."""
 
     @staticmethod
     def empty_like(*args, **kwargs):

@@ -15,6 +15,7 @@ import pytest
 
 torch = pytest.importorskip("torch")
 
+from test_ops_attention import _PoisonedTorch  # noqa: E402
 from toolchains import needs_hip_compiler, needs_nvrtc  # noqa: E402
 
 import tilewright  # noqa: E402
@@ -23,18 +24,6 @@ from tilewright.errors import ArgumentError  # noqa: E402
 
 ad = importlib.import_module("tilewright.ops.attention_dispatch")
 dk = importlib.import_module("tilewright.ops.decode_kernels")
-
-
-class _PoisonedTorch:
-    """torch, but ``empty`` returns NaN-filled tensors: an element the kernel fails to write shows."""
-
-    def __getattr__(self, name):
-        return getattr(torch, name)
-
-    @staticmethod
-    def empty(*args, **kwargs):
-        t = torch.empty(*args, **kwargs)
-        return t.fill_(math.nan) if t.is_floating_point() else t.fill_(-7)
 
 
 @pytest.fixture(autouse=True)

@@ -13,7 +13,7 @@ import pytest
 torch = pytest.importorskip("torch")
 
 from test_host_fast_paths import FakeRuntime, _fake  # noqa: E402
-from test_s6_host_plans import PointerKernel, PoisonTorch, _close, _ln_ref, _rms_ref, _softmax_ref  # noqa: E402
+from test_s6_host_plans import PointerKernel, _close, _ln_ref, _rms_ref, _softmax_ref, wrap_op_kernels  # noqa: E402
 
 import tilewright  # noqa: E402
 import tilewright.language as T  # noqa: E402
@@ -115,20 +115,7 @@ class PreparingKernel(PointerKernel):
 
 @pytest.fixture
 def prepared_path(monkeypatch):
-    wrapped: dict = {}
-    real_kernel = dispatch._kernel
-
-    def kernel(*a, **kw):
-        k = real_kernel(*a, **kw)
-        if id(k) not in wrapped:
-            wrapped[id(k)] = PreparingKernel(k)
-        return wrapped[id(k)]
-
-    for mod in (dispatch, rows_mod, attn):
-        monkeypatch.setattr(mod, "_kernel", kernel)
-        monkeypatch.setattr(mod, "_torch", lambda: PoisonTorch())
-    ops.forget_plans()
-    yield wrapped
+    yield wrap_op_kernels(monkeypatch, PreparingKernel)
     ops.forget_plans()
 
 
