@@ -192,24 +192,3 @@ def test_sync_preference_keeps_the_copy_off_tma():
     assert "cp.async.bulk.tensor" not in sync.get_kernel_source()
 
 
-# ---------------------------------------------------------------------------------------- several T.empty outputs
-
-def test_several_outputs_of_an_eager_function_are_a_list(rng):
-    @tw.jit(target="interpret")
-    def kernel(A):
-        m = T.dynamic("m")
-        A: T.Tensor[[m], T.float32]
-        B = T.empty([m], T.float32)
-        C = T.empty([m + 1], T.float32)
-        with T.Kernel(1, threads=64):
-            for i in T.serial(m):
-                B[i] = A[i] + 1.0
-            for i in T.serial(m + 1):
-                C[i] = T.cast(i, T.float32)
-        return B, C
-
-    a = rand(rng, (29,))
-    outputs = kernel(a)
-    assert isinstance(outputs, list) and [o.shape for o in outputs] == [(29,), (30,)]
-    close(outputs[0], f64(a) + 1)
-    close(outputs[1], np.arange(30))
