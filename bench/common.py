@@ -77,3 +77,17 @@ def save(name: str, lines: list[str]) -> str:
         with open(os.path.join(out, os.path.basename(path)), "w") as f:
             f.write(text)
     return path
+
+
+def vector_add():
+    """The 1024-element float32 ``C = A + B`` kernel whose calls bench/launch_overhead.py and
+    bench/decode_timeline.py time beside torch.add (host-bound: one block, a few instructions)."""
+    import tilewright.language as T
+
+    @T.prim_func
+    def add(A: T.Tensor((1024,), "float32"), B: T.Tensor((1024,), "float32"), C: T.Tensor((1024,), "float32")):
+        with T.Kernel(1, threads=128):
+            for i in T.Parallel(1024):
+                C[i] = A[i] + B[i]
+
+    return add

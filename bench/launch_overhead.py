@@ -12,20 +12,12 @@ import torch
 sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 
-from common import save  # noqa: E402
+from common import save, vector_add  # noqa: E402
 
 import tilewright  # noqa: E402
-import tilewright.language as T  # noqa: E402
 from tilewright.kernels import matmul  # noqa: E402
 
-
-@T.prim_func
-def add(A: T.Tensor((1024,), "float32"), B: T.Tensor((1024,), "float32"), C: T.Tensor((1024,), "float32")):
-    with T.Kernel(1, threads=128):
-        for i in T.Parallel(1024):
-            C[i] = A[i] + B[i]
-
-
+add = vector_add()
 a, b = torch.randn(1024, device="cuda"), torch.randn(1024, device="cuda")
 c = torch.empty_like(a)
 k = tilewright.compile(add, target="cuda")
