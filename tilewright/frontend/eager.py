@@ -83,7 +83,6 @@ class EagerInfo:
     parameter order) and how the outputs are returned."""
     runtime_names: list
     out_idx: tuple
-    returns_tuple: bool
     sizes: dict = field(default_factory=dict)
 
 
@@ -103,7 +102,6 @@ class EagerTranslator(Translator):
         self.skipped: list = []  # errors of statements skipped while discovering sizes
         self.outputs: list = []
         self.returned = None
-        self.returns_tuple = False
 
     # ---------------------------------------------------------------- T.const / T.empty
     def size(self, name: str, dtype: str):
@@ -342,8 +340,7 @@ class EagerTranslator(Translator):
         if self.loop_depth or len(self.b.blocks) > 1:
             raise CompileError("`return` must be the last statement of the function, at its top level", self.loc(s))
         value = self.eval(s.value)
-        self.returns_tuple = isinstance(value, (tuple, list))
-        vals = list(value) if self.returns_tuple else [value]
+        vals = list(value) if isinstance(value, (tuple, list)) else [value]
         for v in vals:
             if not isinstance(v, t.Buffer) or all(v is not o for o in self.outputs):
                 raise CompileError(f"an eager @jit function returns the tensors it made with T.empty; got {v!r}",
@@ -482,7 +479,7 @@ def read_eager(fn, arguments: dict, sizes: dict) -> tuple:
     func.attrs["source_line"] = tr.line_offset + 1
     n_in = len(tr.runtime_names)
     out_idx = tuple(range(n_in, n_in + len(tr.returned or [])))
-    return func, EagerInfo(list(tr.runtime_names), out_idx, tr.returns_tuple, dict(tr.sizes))
+    return func, EagerInfo(list(tr.runtime_names), out_idx, dict(tr.sizes))
 
 
 def read_lazy_prim_func(fn) -> t.PrimFunc:
