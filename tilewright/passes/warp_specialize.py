@@ -57,16 +57,21 @@ after its last reader is done with it: the asynchronous consumer frees the slot,
 barrier.  When the producer's shared memory (the mbarriers) would not fit, the kernel is returned
 unchanged.  The emulator runs the result cooperatively (warps advance until they block) and checks
 the protocol (parities, arrival counts, slot reuse).
+
+The kernel's top-level declarations move to the top of the block (both roles see them); a
+``T.alloc_var`` initial value that reads what earlier statements computed stays where it was
+written, as a store in the consumers' part (``hoisted_alloc``; ``warp_specialize_loop`` shares it).
 """
 
 from __future__ import annotations
 
+from ..ir import expr as E
 from ..ir import thread as th
 from ..ir import tile as t
 from ..ir.layout import tma_boxes
 from ..ir.plans import PipelineRing
 from ..ir.visitor import free_vars, loads_in, map_stmt, walk
-from .pipeline_loops import _buffers_touched_outside, _flatten, _restage, tma_eligible
+from .pipeline_loops import _buffers_touched_outside, _buffers_touched_shallow, _flatten, _restage, tma_eligible
 
 PRODUCER_THREADS = 128  # one warpgroup (setmaxnreg works on whole warpgroups) ...
 ISSUER_THREADS = 32  # ... of which the first warp runs the producer loop; the other three idle
@@ -276,6 +281,28 @@ def _plans_wgmma(staged, consumers: int, ctx) -> bool:
     return plan.family == "wgmma"
 
 
+def hoisted_alloc(s: t.Alloc, buf, func, kernel: t.Kernel, kept: set) -> tuple:
+    """(declaration, initialization or None) for a top-level ``Alloc`` that warp specialization
+    moves to the top of the block, above the statements it followed (called in program order;
+    ``kept`` collects the variables whose initial value moved up with them).  A ``T.alloc_var``
+    whose initial value reads anything those statements may have computed (a variable assigned
+    in the kernel, a let, memory the kernel writes) keeps its initialization where it stood, as
+    a store for the consumers (who run those statements); an initial value made of parameters,
+    block indices, global tensors the kernel never writes and never-assigned variables of that
+    kind moves up with the declaration, so every thread (the producer too) sees it."""
+    if s.init is None or buf.scope != "var":
+        return t.Alloc(buf, s.init, loc=s.loc), None
+    init = E.as_expr(s.init)
+    invariant = set(func.params) | set(func.dyn_vars) | set(kernel.block_vars)
+    written: set = set()
+    walk(kernel.body, lambda x: written.update(b for b, w in _buffers_touched_shallow(x) if w))
+    if not (free_vars(init) - invariant) and all(
+            ld.buffer not in written and (ld.buffer.scope == "global" or ld.buffer in kept) for ld in loads_in(init)):
+        kept.add(s.buffer)
+        return t.Alloc(buf, s.init, loc=s.loc), None
+    return t.Alloc(buf, None, loc=s.loc), t.BufferStore(buf, (E.as_expr(0),), s.init, loc=s.loc)
+
+
 def _specialize(kernel: t.Kernel, func, ctx, rings: dict, in_flight: dict, loop: t.For, copies: list, gemm: t.Gemm,
                 top: list, tiles, lets: list):
     stages = loop.num_stages
@@ -342,12 +369,15 @@ def _specialize(kernel: t.Kernel, func, ctx, rings: dict, in_flight: dict, loop:
         releases = consumers  # every thread read the slot itself: every thread releases it
 
     mainloop = loop if tiles is None else tiles[0]
-    allocs, before, after, seen_loop = [], [], [], False
+    allocs, before, after, seen_loop, kept = [], [], [], False, set()
     for s in top:
         if s is mainloop:
             seen_loop = True
         elif isinstance(s, t.Alloc):
-            allocs.append(t.Alloc(new_bufs.get(s.buffer, s.buffer), s.init, loc=s.loc))
+            alloc, init = hoisted_alloc(s, new_bufs.get(s.buffer, s.buffer), func, kernel, kept)
+            allocs.append(alloc)
+            if init is not None:
+                (after if seen_loop else before).append(init)
         elif isinstance(s, t.Annotate):
             allocs.append(s)  # block-index rasterization and layouts apply to the whole block
         else:

@@ -83,7 +83,7 @@ from ..ir.verifier import exprs_of
 from ..ir.visitor import free_vars, loads_in, map_stmt, walk
 from .attention_overlap import _touches, _writes, attention_overlap
 from .pipeline_loops import _buffers_touched_outside, _flatten, _restage, tma_eligible
-from .warp_specialize import ws_enabled
+from .warp_specialize import hoisted_alloc, ws_enabled
 
 OPTION = "tw.warp_specialize"
 PINGPONG = "tw.pingpong"
@@ -308,12 +308,15 @@ def _specialize(kernel: t.Kernel, func, m: _Match, regs, pingpong: bool = False)
         cbody, turns_before, turns_after = _take_turns(kernel, cbody, loc)
     consumer_loop = t.For(k, loop.start, loop.extent, t.SeqStmt(cbody), "serial", 0, loc, dict(loop.attrs))
 
-    allocs, before, after, seen_loop = [], [], [], False
+    allocs, before, after, seen_loop, kept = [], [], [], False, set()
     for s in m.top:
         if s is loop:
             seen_loop = True
         elif isinstance(s, t.Alloc):
-            allocs.append(t.Alloc(new_bufs.get(s.buffer, s.buffer), s.init, loc=s.loc))
+            alloc, init = hoisted_alloc(s, new_bufs.get(s.buffer, s.buffer), func, kernel, kept)
+            allocs.append(alloc)
+            if init is not None:
+                (after if seen_loop else before).append(init)
         elif isinstance(s, t.Annotate):
             allocs.append(s)  # block-index rasterization and layouts apply to the whole block
         elif s in m.prologue_copies:
