@@ -12,7 +12,7 @@ note() { echo "$*" | tee -a "$SUMMARY"; }
 for part in "$@"; do
   case $part in
     tests)
-      timeout 300 python -m pytest -q -p no:cacheprovider -n 8 tests/test_gpu*.py tests/test_*gpu*.py \
+      timeout 420 python -m pytest -q -p no:cacheprovider -n 8 tests/test_gpu*.py tests/test_*gpu*.py \
         tests/test_regress_frontend.py tests/test_cuda_driver.py tests/test_tensor_args.py tests/test_llama_dropin.py \
         tests/test_ops_attention_hopper.py tests/test_launch_stub_driver.py tests/test_s6_gemm_streamk.py \
         >"$OUT/gpu-tests.log" 2>&1
@@ -60,6 +60,11 @@ for part in "$@"; do
       python bench/fuzz_many.py --jobs 14 --cases "${FUZZ_CASES:-2800}" --gpu --backends interpret,emulator:sm_90a --seed "${FUZZ_SEED:-9000}" \
         --templates "${FUZZ_TEMPLATES:-}" --time-limit "${FUZZ_LIMIT:-150}" >"$OUT/fuzz.log" 2>&1; note "fuzz rc=$?"
       head -3 "$OUT/fuzz.log" >>"$SUMMARY"; grep -E "^\| all|^case " "$OUT/fuzz.log" | head -20 >>"$SUMMARY" ;;
+    autotune)
+      # tilewright's side of issue 10's autotuner figure (TileLang's wheels are not on the device: see
+      # bench/results/2026-12-01-0949-autotune-vs-tilelang-* for the side-by-side run)
+      timeout 200 python bench/autotune_vs_tilelang.py >"$OUT/autotune.log" 2>&1; note "autotune rc=$?"
+      grep "^|" "$OUT/autotune.log" >>"$SUMMARY" ;;
     hostprof)
       timeout 120 python bench/profile_host.py >"$OUT/profile-host.log" 2>&1; note "hostprof rc=$? (log profile-host.log)" ;;
     multigpu)
