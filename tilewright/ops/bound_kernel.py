@@ -56,15 +56,17 @@ class BoundKernel:
         """Has a first call bound the arguments (so that ``launch_values`` may be used)?"""
         return self._dyn is not None
 
-    def launch_values(self, values: list) -> None:
+    def launch_values(self, values: list, stream=None) -> None:
         """Launch with ``values`` made by the caller as a repeat call of ``__call__`` would make them
         (a pointer per tensor, 16-byte aligned, of a tensor of the bound signature; the scalars):
-        for a caller that knows the pointers without making the views.  Only once ``bound``."""
+        for a caller that knows the pointers without making the views.  Only once ``bound``.
+        ``stream``: the current stream of the bound device when the caller has looked it up
+        (None: looked up here)."""
         prepared = self._prepared
         if prepared is not None and (not prepared.reads or prepared.matches(values)):
-            prepared(values, None, _sync_after_launch())
+            prepared(values, stream, _sync_after_launch())
         else:  # other scalars for the grid (or a launcher without prepare): worked out per call
-            self._launcher.launch_bound(values, self._dyn, self._dev, None, _sync_after_launch())
+            self._launcher.launch_bound(values, self._dyn, self._dev, stream, _sync_after_launch())
 
     def _first(self, args) -> None:
         kernel = self.kernel
