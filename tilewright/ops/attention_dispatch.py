@@ -491,13 +491,13 @@ class _DensePlan:
             lse, ep = None, self.scratch
         plan = self.plan
         if not self.ws_numel:
-            plan.fwd.launch_values([qp, kp, vp, out.data_ptr(), ep, self.dummy, cp, *self.tail])
+            plan.fwd.launch_pointers([qp, kp, vp, out.data_ptr(), ep, self.dummy, cp], self.tail)
             return out, lse
         ws = torch.empty(self.ws_numel, dtype=self.f32, device=self.device)  # the split partials, output then LSE
         wp = ws.data_ptr()
         lp = wp + self.l_off
-        plan.fwd.launch_values([qp, kp, vp, wp, lp, self.dummy, cp, *self.tail])
-        plan.combine.launch_values([wp, lp, out.data_ptr(), ep])
+        plan.fwd.launch_pointers([qp, kp, vp, wp, lp, self.dummy, cp], self.tail)
+        plan.combine.launch_pointers([wp, lp, out.data_ptr(), ep], ())
         return out, lse
 
 

@@ -451,11 +451,11 @@ class _DecodeRun:
         else:
             lse, ep = None, self.scratch
         if not self.split:
-            self.fwd.launch_values([qp, kp, vp, out.data_ptr(), ep, *self.extra, cp, *self.tail])
+            self.fwd.launch_pointers([qp, kp, vp, out.data_ptr(), ep, *self.extra, cp], self.tail)
             return out, lse
         dev = self.dev
         stream = _stream(dev)  # (once: the workspace's key and the launch's stream)
         wp, _, np_, _ = _stream_workspace(self.device, dev, stream, self.numel, self.n_counters)
-        self.fwd.launch_values([qp, kp, vp, out.data_ptr(), ep, wp, wp + self.l_off, np_, cp, *self.tail],
-                               stream if dev >= 0 else None)
+        self.fwd.launch_pointers([qp, kp, vp, out.data_ptr(), ep, wp, wp + self.l_off, np_, cp], self.tail,
+                                 stream if dev >= 0 else None)
         return out, lse

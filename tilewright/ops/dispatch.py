@@ -276,7 +276,7 @@ class _MatmulRun:
         ap, bp, cp = a.data_ptr(), b.data_ptr(), bias.data_ptr()
         if (ap | bp | cp) & 15:
             return False
-        first.launch_values([ap, bp, cp, out.data_ptr()])
+        first.launch_pointers([ap, bp, cp, out.data_ptr()], ())
         return True
 
     def __call__(self, av, bv, bias, out) -> None:
