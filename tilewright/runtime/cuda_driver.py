@@ -581,6 +581,13 @@ def load_function(code_object: bytes, name: str, device_index: int) -> CudaFunct
 _raw_stream: list = []  # torch._C._cuda_getCurrentRawStream, once torch has initialised CUDA
 
 
+def current_stream_function():
+    """The function ``current_stream`` calls once torch has settled it (torch's raw-stream lookup,
+    or the general one on a CPU or ROCm build of torch), for a caller that looks the stream up on
+    every launch; None before (then call ``current_stream``)."""
+    return _raw_stream[0] if _raw_stream else None
+
+
 def current_stream(device_index: int) -> int:
     """torch's current stream of ``device_index`` as a raw handle.  Once torch has initialised CUDA
     (which it never undoes) this is one call into torch's C++ (``_cuda_getCurrentRawStream``: no

@@ -316,8 +316,8 @@ class FixedLaunch:
     buffer belongs to the thread that made it; another thread's launch takes ``PreparedLaunch``'s
     path (its per-thread buffer), so concurrent launches never send each other's pointers."""
 
-    __slots__ = ("_last_maps", "_map_index", "_owner", "_rest", "dev", "dyn", "dyn_items", "launch", "prepared",
-                 "runtime", "tensor_maps")
+    __slots__ = ("_last_maps", "_last_ptrs", "_map_index", "_map_params", "_owner", "_rest", "_stream", "dev", "dyn",
+                 "dyn_items", "launch", "prepared", "runtime", "tensor_maps")
 
     def __init__(self, prepared: PreparedLaunch, launch, rest: list, n_params: int):
         self.prepared, self.launch, self._rest = prepared, launch, rest
@@ -326,20 +326,27 @@ class FixedLaunch:
         # the descriptors follow the parameters and the size arguments, in the encoder's order
         first = n_params + len(prepared.tail)
         self._map_index = tuple(range(first, first + len(self.tensor_maps.specs))) if self.tensor_maps else ()
-        self._last_maps = None
+        self._map_params = tuple(sp.param_index for sp in self.tensor_maps.specs) if self.tensor_maps else ()
+        self._last_maps = self._last_ptrs = None
         self._owner = _get_ident()
+        # the runtime's cheapest current-stream lookup once it has settled (cuda_driver: torch's raw one)
+        settled = getattr(self.runtime, "current_stream_function", None)
+        self._stream = (settled() if settled is not None else None) or self.runtime.current_stream
 
     def __call__(self, ptrs: list, stream=None, sync: bool = False) -> None:
         if _get_ident() != self._owner:
             return self.prepared(list(ptrs) + self._rest, stream, sync)
         if self.tensor_maps is not None:
-            maps = self.tensor_maps.encode(ptrs, self.dyn, self.dyn_items)  # (cached per pointers: a lookup)
-            if maps is not self._last_maps:
-                for i, raw in zip(self._map_index, maps):
-                    self.launch.args.write(i, raw)
-                self._last_maps = maps
+            described = tuple([ptrs[i] for i in self._map_params])
+            if described != self._last_ptrs:  # (the same pointers: the descriptors in the buffer are theirs)
+                maps = self.tensor_maps.encode(ptrs, self.dyn, self.dyn_items)  # (cached per pointers)
+                if maps is not self._last_maps:
+                    for i, raw in zip(self._map_index, maps):
+                        self.launch.args.write(i, raw)
+                    self._last_maps = maps
+                self._last_ptrs = described
         if stream is None:
-            stream = self.runtime.current_stream(self.dev)
+            stream = self._stream(self.dev)
         self.launch(ptrs, stream)
         if sync:
             self.runtime.synchronize(self.dev)
