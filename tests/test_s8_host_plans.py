@@ -179,3 +179,26 @@ def test_row_weights_of_other_layouts_after_good_calls(device_path):  # noqa: F8
     with pytest.raises(ArgumentError, match="eps"):
         ops.rms_norm(x, w, eps=[1e-6])  # unhashable: no memo, the check explains
     _close(ops.rms_norm(x, w), _rms_ref(x, w, 1e-6), 1e-4)  # and the good plan still serves
+
+
+def test_a_graph_capture_gets_partials_and_counters_of_its_own(monkeypatch):
+    from test_s6_host_plans import PointerKernel
+
+    wrap_op_kernels(monkeypatch, PointerKernel)
+    monkeypatch.setattr(attn, "_torch", lambda: CountingTorch())
+    try:
+        q, kv = torch.randn(1, 4, 1, 32).half(), torch.randn(1, 2, 128, 32).half()
+        for _ in range(2):
+            ops.attention(q, kv, kv, num_splits=2)
+        run = next(iter(attn._dense_plans.values()))
+        assert isinstance(run, dk._DecodeRun) and run.split
+        monkeypatch.setattr(run, "dev", 0)  # as on a GPU, whose current stream is capturing:
+        monkeypatch.setattr(dk, "_capturing", lambda dev: True)
+        workspaces = dict(dk._per_stream)
+        CountingTorch.made.clear()
+        want, _ = _decode_ref(q, kv, kv)
+        _close(ops.attention(q, kv, kv, num_splits=2), want, 1e-2)
+        assert dk._per_stream == workspaces  # no stream workspace used or made
+        assert CountingTorch.made.count("empty") == 3  # out, lse and the capture's own partials
+    finally:
+        ops.forget_plans()

@@ -314,11 +314,38 @@ def _stream_workspace(device, dev: int, stream: int, numel: int, n: int) -> tupl
 
 def _partials_and_counter(device, numel: int, n: int) -> tuple:
     """(float32 partials of ``numel`` elements, ``n`` int32 counters) as tensors, from the
-    workspace of the current stream of ``device`` (``_stream_workspace``)."""
+    workspace of the current stream of ``device`` (``_stream_workspace``); new ones while a CUDA
+    graph is being captured there (``_capturing``)."""
     dev = _device_index(device)
+    if _capturing(dev):
+        torch = _torch()
+        return (torch.empty(numel, dtype=torch.float32, device=device),
+                torch.zeros(n, dtype=torch.int32, device=device))
     key = (dev, _stream(dev))
     _stream_workspace(device, dev, key[1], numel, n)
     return _partials[key][:numel], _counters[key][:n]
+
+
+_capture_query: list = []  # torch's "is the current stream capturing a graph?", found on first use
+
+
+def _capturing(dev: int) -> bool:
+    """Is a CUDA (HIP) graph being captured on the current stream (of the current device: torch's
+    query)?  A capture takes its own partials and counters, allocated per call from the graph's
+    memory pool as before the stream workspaces: a graph keeps the addresses it captured for every
+    replay, and a stream workspace may be replaced (and its memory reused) by a later eager call
+    that needs more, or be in use by eager calls on the capture stream while the graph replays."""
+    if dev < 0:
+        return False
+    if not _capture_query:
+        _capture_query.append(getattr(_torch()._C, "_cuda_isCurrentStreamCapturing", None))
+    query = _capture_query[0]
+    if query is None:
+        return False
+    try:
+        return bool(query())
+    except RuntimeError:  # (a build of torch without CUDA: nothing can be capturing)
+        return False
 
 
 def _dummy(device, dim: int):
@@ -454,6 +481,8 @@ class _DecodeRun:
             self.fwd.launch_pointers([qp, kp, vp, out.data_ptr(), ep, *self.extra, cp], self.tail)
             return out, lse
         dev = self.dev
+        if dev >= 0 and _capturing(dev):
+            return None  # a graph capture: the checked path gives it partials and counters of its own
         stream = _stream(dev)  # (once: the workspace's key and the launch's stream)
         wp, _, np_, _ = _stream_workspace(self.device, dev, stream, self.numel, self.n_counters)
         self.fwd.launch_pointers([qp, kp, vp, out.data_ptr(), ep, wp, wp + self.l_off, np_, cp], self.tail,
