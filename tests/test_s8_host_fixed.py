@@ -268,3 +268,23 @@ def test_launch_pointers_leaves_other_grid_scalars_to_launch_bound():
         bound.launch_pointers([a.data_ptr(), b.data_ptr()], g)
         grids.append((rt.fn.driver_launches or rt.fn.general_launches).pop()[0])
     assert grids == [(4, 1, 1), (6, 1, 1), (4, 1, 1)]
+
+
+def test_launch_pointers_on_a_runtime_without_fixed_launches():
+    from test_host_fast_paths import FakeRuntime as PlainRuntime  # its function has launch only (as HIP's)
+
+    k = _tma_kernel()
+    rt = PlainRuntime()
+    k._launcher = la = Launcher(k.spec, rt)
+    la.tensor_maps = FakeMaps(la.tensor_maps.specs)
+    bound = BoundKernel(k)
+    a, b = _fake(torch.randn(64, 64).half()), _fake(torch.randn(64, 64).half())
+    bound(a, b, 2.0)
+    scalars = (2.0,)
+    for _ in range(3):
+        c = _fake(torch.randn(64, 64).half())
+        bound.launch_pointers([c.data_ptr(), b.data_ptr()], scalars)
+        grid, block, shared, stream, types, values = rt.fn.launches[-1]
+        assert tuple(values[:3]) == (c.data_ptr(), b.data_ptr(), 2.0) and stream == 0x77
+        ptrs = [c.data_ptr(), b.data_ptr()]
+        assert list(values[4:]) == la.tensor_maps.encode(ptrs, {v: 64 for v in k.spec.dyn_vars})

@@ -78,13 +78,16 @@ class BoundKernel:
         if fixed is None or scalars is not self._fixed_scalars:
             prepared = self._prepared
             values = ptrs + list(scalars)
-            if prepared is None or (prepared.reads and not prepared.matches(values)):
-                return self.launch_values(values, stream)  # (launch_bound, as launch_values decides)
-            make = getattr(prepared, "fixed", None)
-            fixed = make(values, len(ptrs)) if make is not None else None
-            if fixed is None:
-                return self.launch_values(values, stream)  # (a runtime without fixed launches: every call)
+            make = None
+            if prepared is not None and (not prepared.reads or prepared.matches(values)):
+                make = getattr(prepared, "fixed", None)
+            # False: no buffer for these scalars (other grid scalars, a runtime without fixed launches)
+            fixed = (make(values, len(ptrs)) if make is not None else None) or False
             self._fixed, self._fixed_scalars = fixed, scalars
+            if fixed is False:
+                return self.launch_values(values, stream)
+        elif fixed is False:
+            return self.launch_values(ptrs + list(scalars), stream)
         fixed(ptrs, stream, _sync_after_launch())
         return None
 
