@@ -340,9 +340,12 @@ class FixedLaunch:
             described = tuple([ptrs[i] for i in self._map_params])
             if described != self._last_ptrs:  # (the same pointers: the descriptors in the buffer are theirs)
                 maps = self.tensor_maps.encode(ptrs, self.dyn, self.dyn_items)  # (cached per pointers)
-                if maps is not self._last_maps:
-                    for i, raw in zip(self._map_index, maps):
-                        self.launch.args.write(i, raw)
+                last = self._last_maps
+                if maps is not last:
+                    args = self.launch.args
+                    for n, (i, raw) in enumerate(zip(self._map_index, maps)):
+                        if last is None or raw != last[n]:  # (only those whose pointer changed: 128-byte copies)
+                            args.write(i, raw)
                     self._last_maps = maps
                 self._last_ptrs = described
         if stream is None:
