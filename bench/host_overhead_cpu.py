@@ -11,7 +11,8 @@ run ``bench/launch_overhead.py`` on the GPU for that.
 
 ``python bench/host_overhead_cpu.py`` (needs a C compiler for the stub and NVRTC to compile);
 ``HOST_BENCH_PROFILE=softmax python bench/host_overhead_cpu.py``: a cProfile of the rows whose name
-holds that text, instead of the timing.
+holds that text, instead of the timing; ``HOST_BENCH_ONLY=matmul``: time only the rows whose name
+holds that text (an A/B comparison of one row on a busy machine).
 """
 
 from __future__ import annotations
@@ -229,7 +230,8 @@ if PROFILE:  # HOST_BENCH_PROFILE=<words of a row name>: cProfile of those rows 
         print("\n".join(line[:170] for line in text.getvalue().splitlines()[:45]), flush=True)
     sys.exit(0)
 for name, call in rows:
-    print(f"| {name} | {t_ns(call):.2f} |", flush=True)
+    if ONLY.lower() in name.lower():
+        print(f"| {name} | {t_ns(call):.2f} |", flush=True)
 """
 
 
@@ -256,7 +258,8 @@ def main() -> None:
         for compile_only in (True, False):
             with open(script, "w") as f:
                 f.write(f"ROOT = {ROOT!r}\nN = {n}\nREPEATS = {repeats}\nCOMPILE_ONLY = {compile_only}\n"
-                        f"PROFILE = {os.environ.get('HOST_BENCH_PROFILE', '')!r}\n" + _BODY)
+                        f"PROFILE = {os.environ.get('HOST_BENCH_PROFILE', '')!r}\n"
+                        f"ONLY = {os.environ.get('HOST_BENCH_ONLY', '')!r}\n" + _BODY)
             if compile_only:  # NVRTC does not run beside the stub driver: fill the disk cache first
                 subprocess.run([sys.executable, script], env=dict(os.environ, PYTHONPATH=ROOT), check=True)
         subprocess.run([sys.executable, "-X", "faulthandler", script], env=env, check=True)

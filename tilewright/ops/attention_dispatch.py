@@ -38,6 +38,19 @@ def attention(q, k, v, causal: bool = False, scale=None, return_lse: bool = Fals
         # traced, or under autograd (which then says there is no backward instead of dropping the graph)
         out, lse = torch.ops.tilewright.attention(q, k, v, causal, scale, cu_seqlens_q, cu_seqlens_k, max_seqlen_q,
                                                   cache_seqlens, num_splits)
+    elif cu_seqlens_q is None and cu_seqlens_k is None:
+        # a repeat dense call: one lookup keyed on everything its checks and plan read, then the
+        # allocations and the launches (``_DensePlan``, ``decode_kernels._DecodeRun``)
+        key = _dense_key(q, k, v, causal, scale, max_seqlen_q, cache_seqlens, num_splits, hashed=False)
+        try:  # (the lookup hashes the key: an unhashable option raises here, and then there is no plan)
+            fast = _dense_plans.get(key) if key is not None else None
+        except TypeError:
+            fast = None
+        done = fast.run(q, k, v, cache_seqlens, return_lse) if fast is not None else None
+        if done is None:
+            done = attention_impl(q, k, v, causal, scale, None, None, max_seqlen_q, cache_seqlens, num_splits,
+                                  want_lse=return_lse)
+        return done if return_lse else done[0]
     else:
         out, lse = attention_impl(q, k, v, causal, scale, cu_seqlens_q, cu_seqlens_k, max_seqlen_q, cache_seqlens,
                                   num_splits, want_lse=return_lse)
@@ -241,7 +254,7 @@ def attention_impl(q, k, v, causal, scale, cu_q, cu_k, max_q, cache_lens, num_sp
     """(out, lse); ``want_lse=False`` allows lse None (a repeat dense call then lets the kernels
     write the LSE to a scratch buffer instead of allocating it)."""
     if cu_q is None and cu_k is None and decode_kernels.KERNEL != "old":  # one query token: flash-decoding
-        done = decode_kernels.attention_decode(q, k, v, causal, scale, max_q, cache_lens, num_splits)
+        done = decode_kernels.attention_decode(q, k, v, causal, scale, max_q, cache_lens, num_splits, want_lse)
         if done is not None:
             return done
     dense_key = None
@@ -457,7 +470,8 @@ class _DensePlan:
     (``_rows``) start where the given tensors start (a plan is kept only for a signature where they
     do, which the strides decide), so a tensor's own pointer is its view's."""
 
-    __slots__ = ("device", "dummy", "f32", "l_off", "lse_shape", "plan", "q_dense", "scratch", "tail", "ws_numel")
+    __slots__ = ("device", "dummy", "f32", "l_off", "lse_shape", "plan", "q_dense", "scratch", "tail", "torch",
+                 "ws_numel")
 
     def run(self, q, k, v, cache_lens, want_lse=True):
         """(out, lse), or None for what the general path handles (a start off a 16-byte boundary);
@@ -467,7 +481,7 @@ class _DensePlan:
         cp = self.dummy if cache_lens is None else cache_lens.data_ptr()
         if (qp | kp | vp | cp) & 15:
             return None
-        torch = _torch()
+        torch = self.torch  # (the module's at plan time: tests that poison its allocations poison these)
         # (cheaper than shape + keywords; a contiguous q, which the plan's key proves, needs no format)
         out = torch.empty_like(q) if self.q_dense else torch.empty_like(q, memory_format=torch.contiguous_format)
         if want_lse:
@@ -477,17 +491,17 @@ class _DensePlan:
             lse, ep = None, self.scratch
         plan = self.plan
         if not self.ws_numel:
-            plan.fwd.launch_values([qp, kp, vp, out.data_ptr(), ep, self.dummy, cp, *self.tail])
+            plan.fwd.launch_pointers([qp, kp, vp, out.data_ptr(), ep, self.dummy, cp], self.tail)
             return out, lse
         ws = torch.empty(self.ws_numel, dtype=self.f32, device=self.device)  # the split partials, output then LSE
         wp = ws.data_ptr()
         lp = wp + self.l_off
-        plan.fwd.launch_values([qp, kp, vp, wp, lp, self.dummy, cp, *self.tail])
-        plan.combine.launch_values([wp, lp, out.data_ptr(), ep])
+        plan.fwd.launch_pointers([qp, kp, vp, wp, lp, self.dummy, cp], self.tail)
+        plan.combine.launch_pointers([wp, lp, out.data_ptr(), ep], ())
         return out, lse
 
 
-_dense_plans: dict = {}  # _dense_key -> _DensePlan
+_dense_plans: dict = {}  # _dense_key -> _DensePlan or decode_kernels._DecodeRun (repeat calls from pointers)
 _lse_scratch: dict = {}  # device -> float32 buffers, the largest last
 
 
@@ -516,7 +530,7 @@ def _remember_dense(key, plan, given, views, out, lse, cache_lens) -> None:
         return  # (on the CPU _check_lengths reads the lengths every call)
     torch = _torch()
     fast = _DensePlan()
-    fast.plan = plan
+    fast.plan, fast.torch = plan, torch
     fast.lse_shape = tuple(lse.shape)
     fast.f32, fast.device = torch.float32, out.device
     fast.q_dense = given[0].is_contiguous()  # (the key holds q's strides: the same for every call of the plan)
@@ -532,6 +546,12 @@ def _remember_dense(key, plan, given, views, out, lse, cache_lens) -> None:
         fast.ws_numel = plan.splits * (out.numel() + rows)
         fast.l_off = plan.splits * out.numel() * 4  # a multiple of 64 bytes: the head dim is a multiple of 16
         fast.tail = (nseq,) + plan.head + (plan.o_rows,) + plan.o_strides + (rows, l_rb, l_rh, l_rs)
+    _remember_plan(key, fast)
+
+
+def _remember_plan(key, run) -> None:
+    """Keep ``run`` (a ``_DensePlan`` or a ``decode_kernels._DecodeRun``: a ``run(q, k, v,
+    cache_lens, want_lse)`` giving (out, lse) or None) for repeat calls of the dense key ``key``."""
     if len(_dense_plans) > 4096:
         _dense_plans.clear()
-    _dense_plans[key] = fast
+    _dense_plans[key] = run

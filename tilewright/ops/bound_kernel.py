@@ -29,10 +29,11 @@ _MAX_ROWS = 2**31  # the launcher's bound on a symbolic size (launcher.check_dyn
 
 
 class BoundKernel:
-    __slots__ = ("_dev", "_dyn", "_is_tensor", "_launcher", "_prepared", "kernel")
+    __slots__ = ("_dev", "_dyn", "_fixed", "_fixed_scalars", "_is_tensor", "_launcher", "_prepared", "kernel")
 
     def __init__(self, kernel):
         self.kernel = kernel
+        self._fixed = self._fixed_scalars = None  # launch_pointers: the FixedLaunch and the scalars it holds
         self._launcher = None
         self._prepared = None  # the launcher's PreparedLaunch of the first call (None: launch_bound)
         self._dyn = None
@@ -56,15 +57,39 @@ class BoundKernel:
         """Has a first call bound the arguments (so that ``launch_values`` may be used)?"""
         return self._dyn is not None
 
-    def launch_values(self, values: list) -> None:
+    def launch_values(self, values: list, stream=None) -> None:
         """Launch with ``values`` made by the caller as a repeat call of ``__call__`` would make them
         (a pointer per tensor, 16-byte aligned, of a tensor of the bound signature; the scalars):
-        for a caller that knows the pointers without making the views.  Only once ``bound``."""
+        for a caller that knows the pointers without making the views.  Only once ``bound``.
+        ``stream``: the current stream of the bound device when the caller has looked it up
+        (None: looked up here)."""
         prepared = self._prepared
         if prepared is not None and (not prepared.reads or prepared.matches(values)):
-            prepared(values, None, _sync_after_launch())
+            prepared(values, stream, _sync_after_launch())
         else:  # other scalars for the grid (or a launcher without prepare): worked out per call
-            self._launcher.launch_bound(values, self._dyn, self._dev, None, _sync_after_launch())
+            self._launcher.launch_bound(values, self._dyn, self._dev, stream, _sync_after_launch())
+
+    def launch_pointers(self, ptrs: list, scalars: tuple, stream=None) -> None:
+        """``launch_values(ptrs + list(scalars), stream)`` for a caller that passes the same
+        ``scalars`` object every call (a plan's tuple of the arguments after the pointers): the
+        first call packs the whole argument buffer once (``PreparedLaunch.fixed``), later calls
+        write only ``ptrs``.  Another ``scalars`` object makes a new buffer.  Only once ``bound``."""
+        fixed = self._fixed
+        if fixed is None or scalars is not self._fixed_scalars:
+            prepared = self._prepared
+            values = ptrs + list(scalars)
+            make = None
+            if prepared is not None and (not prepared.reads or prepared.matches(values)):
+                make = getattr(prepared, "fixed", None)
+            # False: no buffer for these scalars (other grid scalars, a runtime without fixed launches)
+            fixed = (make(values, len(ptrs)) if make is not None else None) or False
+            self._fixed, self._fixed_scalars = fixed, scalars
+            if fixed is False:
+                return self.launch_values(values, stream)
+        elif fixed is False:
+            return self.launch_values(ptrs + list(scalars), stream)
+        fixed(ptrs, stream, _sync_after_launch())
+        return None
 
     def _first(self, args) -> None:
         kernel = self.kernel
@@ -148,6 +173,8 @@ class RowLaunch:
         prepare = getattr(launcher, "prepare", None)
         if prepare is not None:
             prepared = prepare(values, dyn, self._dev)
+            fixed = getattr(prepared, "fixed", None)  # every value a pointer: the buffer packed once
+            prepared = (fixed(values, len(values)) if fixed is not None else None) or prepared
         else:  # a launcher without prepare (a test's stand-in): launch_bound with these sizes
             dev = self._dev
 

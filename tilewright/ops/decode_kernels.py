@@ -249,22 +249,31 @@ class _DecodePlan:
 
 
 _plans: dict = {}  # dense key (attention_dispatch._dense_key) -> _DecodePlan
-_fast: dict = {}  # dense key -> _DecodePlan whose views are the given tensors (a launch from pointers)
-_counters: dict = {}  # (device, stream, count) -> int32 zeros (left zero by every launch)
+_counters: dict = {}  # (device index, stream) -> int32 zeros (left zero by every launch)
+_partials: dict = {}  # (device index, stream) -> float32 workspace of the split partials
+_per_stream: dict = {}  # (device index, stream) -> (partials address, its elements, counters address, their count)
 _dummies: dict = {}  # (device, dim) -> the never-read tensors of a launch without splits
 
 
 def forget_plans() -> None:
     _plans.clear()
-    _fast.clear()
 
 
 _current_stream: list = []  # the runtime's current_stream(device index), found on first use
 
 
-def _stream(device) -> int:
-    """The current stream of ``device`` as a number (0 on the CPU: the interpreter runs in order)."""
+def _device_index(device) -> int:
+    """The index of a GPU device (the current one for "cuda" without an index); -1 for the CPU."""
     if device.type == "cpu":
+        return -1
+    index = device.index
+    return index if index is not None else _torch().cuda.current_device()
+
+
+def _stream(dev: int) -> int:
+    """The current stream of device index ``dev`` as a number (0 on the CPU, ``dev`` -1: the
+    interpreter runs in order)."""
+    if dev < 0:
         return 0
     if not _current_stream:
         if _torch().version.hip:
@@ -272,21 +281,71 @@ def _stream(device) -> int:
         else:
             from ..runtime.cuda_driver import current_stream
         _current_stream.append(current_stream)
-    index = device.index
-    return _current_stream[0](index if index is not None else _torch().cuda.current_device())
+    return _current_stream[0](dev)
 
 
-def _counter(device, n: int):
-    """``n`` int32 counters for launches on the current stream of ``device``: launches of one stream
-    run in order and each leaves its counters zero, so they are never cleared again; another
-    stream (which may run at the same time) gets its own."""
-    key = (device, _stream(device), n)
-    hit = _counters.get(key)
-    if hit is None:
-        if len(_counters) > 1024:
-            _counters.clear()
-        hit = _counters[key] = _torch().zeros(n, dtype=_torch().int32, device=device)
+def _stream_workspace(device, dev: int, stream: int, numel: int, n: int) -> tuple:
+    """(partials address, elements, counters address, count) for launches on ``stream`` of
+    ``device`` needing ``numel`` float32 partials and ``n`` int32 counters.  One of each per
+    (device, stream), reused by every launch there: launches of one stream run in order, each
+    reads its partials within the launch and leaves its counters zero, so the next launch finds
+    them as it needs them; another stream (which may run at the same time) gets its own.  Grown
+    (replaced) when a launch needs more: the old tensors were allocated on this stream, so torch's
+    allocator hands their memory to nothing that runs before this stream's launches finish."""
+    key = (dev, stream)
+    hit = _per_stream.get(key)
+    if hit is not None and hit[1] >= numel and hit[3] >= n:
+        return hit
+    torch = _torch()
+    if len(_per_stream) > 1024:  # (streams come and go: forget them all, as the allocator would)
+        _per_stream.clear()
+        _partials.clear()
+        _counters.clear()
+    part, cnt = _partials.get(key), _counters.get(key)
+    if part is None or part.numel() < numel:
+        part = _partials[key] = torch.empty(max(numel, 2 * (0 if part is None else part.numel())),
+                                            dtype=torch.float32, device=device)
+    if cnt is None or cnt.numel() < n:
+        cnt = _counters[key] = torch.zeros(max(n, 2 * (0 if cnt is None else cnt.numel())), dtype=torch.int32,
+                                           device=device)
+    hit = _per_stream[key] = (part.data_ptr(), part.numel(), cnt.data_ptr(), cnt.numel())
     return hit
+
+
+def _partials_and_counter(device, numel: int, n: int) -> tuple:
+    """(float32 partials of ``numel`` elements, ``n`` int32 counters) as tensors, from the
+    workspace of the current stream of ``device`` (``_stream_workspace``); new ones while a CUDA
+    graph is being captured there (``_capturing``)."""
+    dev = _device_index(device)
+    if _capturing(dev):
+        torch = _torch()
+        return (torch.empty(numel, dtype=torch.float32, device=device),
+                torch.zeros(n, dtype=torch.int32, device=device))
+    key = (dev, _stream(dev))
+    _stream_workspace(device, dev, key[1], numel, n)
+    return _partials[key][:numel], _counters[key][:n]
+
+
+_capture_query: list = []  # torch's "is the current stream capturing a graph?", found on first use
+
+
+def _capturing(dev: int) -> bool:
+    """Is a CUDA (HIP) graph being captured on the current stream (of the current device: torch's
+    query)?  A capture takes its own partials and counters, allocated per call from the graph's
+    memory pool as before the stream workspaces: a graph keeps the addresses it captured for every
+    replay, and a stream workspace may be replaced (and its memory reused) by a later eager call
+    that needs more, or be in use by eager calls on the capture stream while the graph replays."""
+    if dev < 0:
+        return False
+    if not _capture_query:
+        _capture_query.append(getattr(_torch()._C, "_cuda_isCurrentStreamCapturing", None))
+    query = _capture_query[0]
+    if query is None:
+        return False
+    try:
+        return bool(query())
+    except RuntimeError:  # (a build of torch without CUDA: nothing can be capturing)
+        return False
 
 
 def _dummy(device, dim: int):
@@ -299,10 +358,12 @@ def _dummy(device, dim: int):
     return hit
 
 
-def attention_decode(q, k, v, causal, scale, max_q, cache_lens, num_splits):
+def attention_decode(q, k, v, causal, scale, max_q, cache_lens, num_splits, want_lse=True):
     """``(out, lse)`` of a dense call with one query token (``ops.attention``'s result for it), or
     None for every other call (the general path).  Bad arguments raise the general path's
-    ``ArgumentError`` (its checks run first)."""
+    ``ArgumentError`` (its checks run first).  ``want_lse=False`` allows lse None (a repeat call
+    then lets the kernel write it to a scratch buffer).  A repeat call of a signature seen before
+    is served by ``attention_dispatch.attention`` from the plan this leaves (``_DecodeRun``)."""
     ad = _ad()
 
     shape = getattr(q, "shape", None)
@@ -310,9 +371,9 @@ def attention_decode(q, k, v, causal, scale, max_q, cache_lens, num_splits):
         return None  # (first and cheaply: every dense call comes here)
     key = ad._dense_key(q, k, v, causal, scale, max_q, cache_lens, num_splits)
     if key is not None:
-        fast = _fast.get(key)
+        fast = ad._dense_plans.get(key)
         if fast is not None:
-            done = _run_fast(fast, q, k, v, cache_lens)
+            done = fast.run(q, k, v, cache_lens, want_lse)
             if done is not None:
                 return done
     torch = _torch()
@@ -341,17 +402,14 @@ def attention_decode(q, k, v, causal, scale, max_q, cache_lens, num_splits):
     if plan.splits == 1:
         opart, lpart, cnt = _dummy(q.device, D)
     else:
-        ws = torch.empty(plan.splits * B * H * (D + 1), dtype=torch.float32, device=q.device)
+        ws, cnt = _partials_and_counter(q.device, plan.splits * B * H * (D + 1), plan.counters)
         opart = ws[:plan.splits * B * H * D].view(plan.splits * B * H, D)
         lpart = ws[plan.splits * B * H * D:]
-        cnt = _counter(q.device, plan.counters)
     plan.fwd(qv, kv, vv, out.view(B * H, D), lse.view(B * H), opart, lpart, cnt, lens, *plan.tail)
     if key is not None and plan.fwd.bound and all(
             x.data_ptr() == t.data_ptr() for x, t in zip((qv, kv, vv), given)) and (
             cache_lens is None or (cache_lens.is_contiguous() and cache_lens.device.type != "cpu")):
-        if len(_fast) > 4096:
-            _fast.clear()
-        _fast[key] = plan
+        ad._remember_plan(key, _DecodeRun(plan, given[0], torch))
     return out, lse
 
 
@@ -376,24 +434,57 @@ def _make_plan(q, k, scale, num_splits, has_cache, k_hc, v_hc, strides) -> _Deco
     return plan
 
 
-def _run_fast(plan, q, k, v, cache_lens):
-    """A repeat call of a signature whose views are the given tensors: launched from pointers."""
-    ad = _ad()
+class _DecodeRun:
+    """A repeat call of a signature whose views are the given tensors (their metadata fixed by the
+    key it is kept under: attention_dispatch._dense_key, which holds every tensor's type, dtype,
+    shape, strides and device and every option), launched from pointers: one allocation (the
+    output; the LSE too when it is wanted, else the kernel writes it to a never-read scratch
+    buffer), the split partials and counters from the stream's workspace (``_stream_workspace``),
+    the current stream looked up once and one launch.  Everything else is worked out here once."""
 
-    torch = _torch()
-    lens = cache_lens if cache_lens is not None else ad._placeholder(torch.int32, q.device)
-    qp, kp, vp, cp = q.data_ptr(), k.data_ptr(), v.data_ptr(), lens.data_ptr()
-    if (qp | kp | vp | cp) & 15:
-        return None
-    out = torch.empty_like(q, memory_format=torch.contiguous_format)
-    lse = torch.empty(q.shape[:3], dtype=torch.float32, device=q.device)
-    if plan.splits == 1:
-        opart, lpart, cnt = _dummy(q.device, plan.dim)
-        extra = [opart.data_ptr(), lpart.data_ptr(), cnt.data_ptr()]
-    else:
-        n = plan.splits * plan.rows
-        ws = torch.empty(n * (plan.dim + 1), dtype=torch.float32, device=q.device)
-        wp = ws.data_ptr()
-        extra = [wp, wp + n * plan.dim * 4, _counter(q.device, plan.counters).data_ptr()]
-    plan.fwd.launch_values([qp, kp, vp, out.data_ptr(), lse.data_ptr(), *extra, cp, *plan.tail])
-    return out, lse
+    __slots__ = ("dev", "device", "extra", "f32", "fwd", "l_off", "lens", "lse_shape", "n_counters", "numel",
+                 "q_dense", "scratch", "split", "tail", "torch")
+
+    def __init__(self, plan: _DecodePlan, q, torch):
+        ad = _ad()
+        self.fwd, self.tail = plan.fwd, plan.tail
+        self.torch = torch  # (the module's at plan time: tests that poison its allocations poison these)
+        self.device = q.device
+        self.dev = _device_index(q.device)
+        self.f32 = torch.float32
+        self.q_dense = q.is_contiguous()  # (the key holds q's strides: the same for every call of the plan)
+        self.lse_shape = tuple(q.shape[:3])
+        self.scratch = ad._scratch_lse(plan.rows, q.device)  # never freed: its address stays valid
+        self.lens = ad._placeholder(torch.int32, q.device).data_ptr()  # (kept alive by dispatch._placeholders)
+        self.split = plan.splits > 1
+        self.numel = plan.splits * plan.rows * (plan.dim + 1)
+        self.l_off = plan.splits * plan.rows * plan.dim * 4  # the partial LSEs after the partial outputs
+        self.n_counters = plan.counters
+        self.extra = () if self.split else tuple(t.data_ptr() for t in _dummy(q.device, plan.dim))  # (never freed)
+
+    def run(self, q, k, v, cache_lens, want_lse=True):
+        """(out, lse), lse None unless ``want_lse``; None for what the checked path handles (a start
+        off a 16-byte boundary; the decode kernel switched off by ``KERNEL``)."""
+        qp, kp, vp = q.data_ptr(), k.data_ptr(), v.data_ptr()
+        cp = self.lens if cache_lens is None else cache_lens.data_ptr()
+        if (qp | kp | vp | cp) & 15 or KERNEL == "old":
+            return None
+        torch = self.torch
+        # (cheaper than shape + keywords; a contiguous q needs no format)
+        out = torch.empty_like(q) if self.q_dense else torch.empty_like(q, memory_format=torch.contiguous_format)
+        if want_lse:
+            lse = torch.empty(*self.lse_shape, dtype=self.f32, device=self.device)  # (sizes apart: parsed faster)
+            ep = lse.data_ptr()
+        else:
+            lse, ep = None, self.scratch
+        if not self.split:
+            self.fwd.launch_pointers([qp, kp, vp, out.data_ptr(), ep, *self.extra, cp], self.tail)
+            return out, lse
+        dev = self.dev
+        if dev >= 0 and _capturing(dev):
+            return None  # a graph capture: the checked path gives it partials and counters of its own
+        stream = _stream(dev)  # (once: the workspace's key and the launch's stream)
+        wp, _, np_, _ = _stream_workspace(self.device, dev, stream, self.numel, self.n_counters)
+        self.fwd.launch_pointers([qp, kp, vp, out.data_ptr(), ep, wp, wp + self.l_off, np_, cp], self.tail,
+                                 stream if dev >= 0 else None)
+        return out, lse

@@ -152,18 +152,20 @@ def matmul(a, b, bias=None, activation=None, out_dtype=None):
     comes from a tuned entry of the tuning cache (``tune_matmul``) or else a shape heuristic
     (``ops/gemm_configs.py``)."""
     torch = _torch()
-    activation = _normalize_activation(activation)
+    if activation is None:
+        activation = "none"
     if torch.compiler.is_compiling() or (torch.is_grad_enabled() and _wants_grad(a, b, bias)):
         return torch.ops.tilewright.matmul(a, b, bias, activation, out_dtype)  # traced, or with autograd
     return matmul_impl(a, b, bias, activation, out_dtype)
 
 
-def _wants_grad(*tensors) -> bool:
-    """Does any of ``tensors`` (None or not a tensor: no) require a gradient?"""
-    for t in tensors:
-        if getattr(t, "requires_grad", False) is True:
-            return True
-    return False
+def _wants_grad(a, b, c=None) -> bool:
+    """Does any of the tensors (None or not a tensor: no) require a gradient?"""
+    try:  # (three attribute reads: the common case, tensors and None)
+        return (a.requires_grad is True or b.requires_grad is True
+                or (c is not None and c.requires_grad is True))
+    except AttributeError:
+        return any(getattr(t, "requires_grad", False) is True for t in (a, b, c))
 
 
 def _check_matmul(a, b, bias, activation, out_dtype):
@@ -200,7 +202,7 @@ def matmul_impl(a, b, bias, activation, out_dtype, config=None, out=None):
         except TypeError:
             memo = hit = None
         if hit is not None:  # a repeat call: the checks passed and the plan was made for this metadata
-            out = torch.empty(hit.M, hit.N, dtype=hit.dtype, device=hit.device)  # (sizes apart: parsed faster)
+            out = hit.empty(hit.M, hit.N, dtype=hit.dtype, device=hit.device)  # (sizes apart: parsed faster)
             if not hit.from_pointers(a, b, bias, out):
                 hit(_OPERAND[hit.op_a](a), _OPERAND[hit.op_b](b), bias, out)
             return out
@@ -237,8 +239,8 @@ class _MatmulRun:
     activation, output dtype), each a ``BoundKernel``: the signature fixes every argument's
     metadata, the row count included, so a repeat call reads pointers only."""
 
-    __slots__ = ("M", "N", "atomic", "bias_stub", "device", "direct", "dtype", "first", "op_a", "op_b", "second",
-                 "streamk", "ws_shape")
+    __slots__ = ("M", "N", "atomic", "bias_ptr", "bias_stub", "device", "direct", "dtype", "empty", "first", "op_a",
+                 "op_b", "second", "streamk", "ws_shape")
 
     def __init__(self, plan, cfg, op_a, op_b, shape, out_dtype, a):
         from .bound_kernel import BoundKernel
@@ -257,6 +259,8 @@ class _MatmulRun:
                          else (shape[0], 1 if cfg.atomic else cfg.splits, shape[1]))
         # the bias parameter of a kernel compiled without bias (never read), as _run_matmul passes it
         self.bias_stub = _placeholder(a.dtype if plan[0] == "direct" else torch.float32, a.device)
+        self.bias_ptr = self.bias_stub.data_ptr()  # (the placeholder is never freed: its address stays valid)
+        self.empty = torch.empty  # (the module's at plan time: tests that poison its allocations poison this)
         # one launch of (A, B, bias, C) with A and B passed as they are or as their transposes (which
         # start where they do): a bound repeat call needs only the pointers (from_pointers)
         self.direct = self.second is None and op_a < 2 and op_b < 2 and len(self.first.kernel.params) == 4
@@ -270,13 +274,15 @@ class _MatmulRun:
         if not self.direct or not first.bound:
             return False
         if bias is None:
-            bias = self.bias_stub
+            cp = self.bias_ptr
         elif not bias.is_contiguous():
             return False
-        ap, bp, cp = a.data_ptr(), b.data_ptr(), bias.data_ptr()
+        else:
+            cp = bias.data_ptr()
+        ap, bp = a.data_ptr(), b.data_ptr()
         if (ap | bp | cp) & 15:
             return False
-        first.launch_values([ap, bp, cp, out.data_ptr()])
+        first.launch_pointers([ap, bp, cp, out.data_ptr()], ())
         return True
 
     def __call__(self, av, bv, bias, out) -> None:

@@ -54,11 +54,12 @@ class _RowPlan:
     ``torch.empty_like`` of the contiguous input (x's dtype and device; measured half the host
     time of ``torch.empty(shape, dtype=, device=)``, whose keyword arguments torch parses per call)."""
 
-    __slots__ = ("launch", "n")
+    __slots__ = ("empty_like", "launch", "n")
 
     def __init__(self, kernel, n: int, is_row: tuple):
         self.launch = RowLaunch(kernel, n, is_row)
         self.n = n or 1  # rows = numel // n; with no columns there are no elements and nothing to launch
+        self.empty_like = _torch().empty_like  # (the module's at plan time: tests that poison it poison this)
 
 
 _row_plans: dict = {}  # signature -> _RowPlan
@@ -74,13 +75,6 @@ def _remember(key, plan) -> None:
         pass
 
 
-def _lookup(key):
-    try:
-        return _row_plans.get(key)
-    except TypeError:  # an unhashable argument (a list for dim, ...): the checked path explains
-        return None
-
-
 # ---------------------------------------------------------------- softmax
 def softmax(x, dim: int = -1):
     """Softmax over the last dimension (``dim`` must be -1 or x.dim() - 1)."""
@@ -91,18 +85,22 @@ def softmax(x, dim: int = -1):
 
 
 def softmax_impl(x, dim):
-    key = ("softmax", _row_key(x), dim.__class__, dim)
-    plan = _lookup(key)
+    try:  # (one flat key: _row_key's items of x; an unhashable dim raises in the lookup)
+        key = ("softmax", x.__class__, x.dtype, x.dim(), x.shape[-1], x.device, dim.__class__, dim)
+        plan = _row_plans.get(key)
+    except (AttributeError, IndexError, TypeError):
+        key = plan = None  # not a tensor, no dimension, an unhashable dim: the checked path explains
     if plan is None:
         plan = _softmax_plan(x, dim)
-        _remember(key, plan)
+        if key is not None:
+            _remember(key, plan)
     if not x.is_contiguous():
         x = x.contiguous()
     xp = x.data_ptr()
     if xp & 15:
         x = x.clone()
         xp = x.data_ptr()
-    out = _torch().empty_like(x)  # (a new allocation: aligned)
+    out = plan.empty_like(x)  # (a new allocation: aligned)
     rows = x.numel() // plan.n
     if rows:
         plan.launch.pointers([xp, out.data_ptr()], rows, (x, out))
@@ -137,24 +135,40 @@ def rms_norm(x, weight, eps: float = 1e-6, residual=None):
 def rms_norm_impl(x, weight, eps, residual):
     """(normed, x + residual), or (normed, normed) without a residual."""
     has_res = residual is not None
-    key = ("rms_norm", _row_key(x), _row_key(weight), eps.__class__, eps, _row_key(residual) if has_res else None)
-    plan = _lookup(key)
+    try:  # (one flat key: _row_key's items of x and weight; an unhashable eps raises in the lookup)
+        key = ("rms_norm", x.__class__, x.dtype, x.dim(), x.shape[-1], x.device, weight.__class__, weight.dtype,
+               weight.dim(), weight.shape[-1], weight.device, eps.__class__, eps)
+        if has_res:
+            key += _row_key(residual) or (None,)
+        plan = _row_plans.get(key)
+    except (AttributeError, IndexError, TypeError):
+        key = plan = None  # not a tensor, no dimension, an unhashable eps: the checked path explains
     if plan is None or (has_res and residual.shape != x.shape):
         plan = _rms_norm_plan(x, weight, eps, residual)
-        _remember(key, plan)
-    torch = _torch()
-    x, w = _dense(x), _dense(weight)
-    out = torch.empty_like(x)
+        if key is not None:
+            _remember(key, plan)
+    if not x.is_contiguous():
+        x = x.contiguous()
+    xp = x.data_ptr()
+    if xp & 15:
+        x = x.clone()
+        xp = x.data_ptr()
+    w = weight if weight.is_contiguous() else weight.contiguous()
+    wp = w.data_ptr()
+    if wp & 15:
+        w = w.clone()
+        wp = w.data_ptr()
+    out = plan.empty_like(x)
     rows = x.numel() // plan.n
     if not has_res:
         if rows:
-            xp, op = x.data_ptr(), out.data_ptr()
-            plan.launch.pointers([xp, xp, w.data_ptr(), op, op], rows, (x, x, w, out, out))
+            op = out.data_ptr()
+            plan.launch.pointers([xp, xp, wp, op, op], rows, (x, x, w, out, out))
         return out, out
     r = _dense(residual)
-    res_out = torch.empty_like(x)
+    res_out = plan.empty_like(x)
     if rows:
-        plan.launch.pointers([x.data_ptr(), r.data_ptr(), w.data_ptr(), out.data_ptr(), res_out.data_ptr()], rows,
+        plan.launch.pointers([xp, r.data_ptr(), wp, out.data_ptr(), res_out.data_ptr()], rows,
                              (x, r, w, out, res_out))
     return out, res_out
 
@@ -190,13 +204,19 @@ def layer_norm(x, weight, bias, eps: float = 1e-5):
 
 
 def layer_norm_impl(x, weight, bias, eps):
-    key = ("layer_norm", _row_key(x), _row_key(weight), _row_key(bias), eps.__class__, eps)
-    plan = _lookup(key)
+    try:  # (one flat key: _row_key's items of x, weight and bias; an unhashable eps raises in the lookup)
+        key = ("layer_norm", x.__class__, x.dtype, x.dim(), x.shape[-1], x.device, weight.__class__, weight.dtype,
+               weight.dim(), weight.shape[-1], weight.device, bias.__class__, bias.dtype, bias.dim(), bias.shape[-1],
+               bias.device, eps.__class__, eps)
+        plan = _row_plans.get(key)
+    except (AttributeError, IndexError, TypeError):
+        key = plan = None  # not a tensor, no dimension, an unhashable eps: the checked path explains
     if plan is None:
         plan = _layer_norm_plan(x, weight, bias, eps)
-        _remember(key, plan)
+        if key is not None:
+            _remember(key, plan)
     x, w, b = _dense(x), _dense(weight), _dense(bias)
-    out = _torch().empty_like(x)
+    out = plan.empty_like(x)
     rows = x.numel() // plan.n
     if rows:
         plan.launch.pointers([x.data_ptr(), w.data_ptr(), b.data_ptr(), out.data_ptr()], rows, (x, w, b, out))

@@ -29,7 +29,7 @@ from contextlib import contextmanager, suppress
 
 from ..binding import tensor_args as _tensor_args
 from ..errors import ArgumentError, RuntimeLaunchError
-from .launch_args import ARG_TYPES, ArgPacker
+from .launch_args import ARG_TYPES, ArgPacker, FixedArgs
 
 __all__ = [
     "ARG_TYPES",
@@ -390,6 +390,19 @@ class CudaFunction:
         self._dynamic_shared_limit = nbytes
 
     # ---------------------------------------------------------------- launching
+    def fixed_launch(self, grid, block, shared_bytes: int, arg_types: tuple, values, n_lead: int):
+        """A ``FixedCudaLaunch`` of ``values`` (packed once), whose launches change only the
+        ``n_lead`` leading pointers; None where the layout does not allow it (``FixedArgs.make``)."""
+        packer = self._packers.get(arg_types)
+        if packer is None:
+            packer = self._packers[arg_types] = _ArgPacker(tuple(arg_types))
+        args = FixedArgs.make(packer, values, n_lead)
+        if args is None:
+            return None
+        if shared_bytes > self._dynamic_shared_limit:
+            self.set_max_dynamic_shared(shared_bytes)
+        return FixedCudaLaunch(self, grid, block, shared_bytes, arg_types, args)
+
     def launch(
         self,
         grid: tuple[int, int, int],
@@ -460,6 +473,31 @@ class CudaFunction:
                 "this kernel), the grid (y and z at most 65535) and the dynamic shared memory size"
             )
         return msg
+
+
+class FixedCudaLaunch:
+    """``CudaFunction.launch`` of one grid, block, shared size and argument buffer (``FixedArgs``)
+    whose leading pointers are written per launch: the write and ``cuLaunchKernel``, nothing else
+    (packing every value through ``launch`` was ~1.5 us of a 22-argument launch on the CPU stub
+    bench).  A launch the driver refuses is made again through ``launch``, which retries in our
+    context and explains the error."""
+
+    __slots__ = ("_call", "_fn", "_launch", "_prefix", "_success", "args", "arg_types", "block", "grid", "shared")
+
+    def __init__(self, fn: CudaFunction, grid, block, shared: int, arg_types: tuple, args: FixedArgs):
+        self._fn, self.args, self.arg_types = fn, args, arg_types
+        self.grid, self.block, self.shared = tuple(grid), tuple(block), shared
+        self._prefix = (fn.handle, *self.grid, *self.block, shared)
+        self._launch, self._success = fn._launch_fn, fn._success
+
+    def __call__(self, ptrs, stream: int) -> None:
+        """Launch on ``stream`` with ``ptrs`` as the leading pointers."""
+        args = self.args
+        args.lead.pack_into(args.mv, 0, *ptrs)
+        (err,) = self._launch(*self._prefix, stream, args.address, 0)
+        if err != self._success:  # (nothing was launched) the general path retries or explains
+            values = list(ptrs) + args.values[len(ptrs):]
+            self._fn.launch(self.grid, self.block, self.shared, stream, self.arg_types, values)
 
 
 def _stream_text(stream) -> str:
@@ -541,6 +579,13 @@ def load_function(code_object: bytes, name: str, device_index: int) -> CudaFunct
 
 
 _raw_stream: list = []  # torch._C._cuda_getCurrentRawStream, once torch has initialised CUDA
+
+
+def current_stream_function():
+    """The function ``current_stream`` calls once torch has settled it (torch's raw-stream lookup,
+    or the general one on a CPU or ROCm build of torch), for a caller that looks the stream up on
+    every launch; None before (then call ``current_stream``)."""
+    return _raw_stream[0] if _raw_stream else None
 
 
 def current_stream(device_index: int) -> int:

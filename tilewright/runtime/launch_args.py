@@ -87,3 +87,47 @@ class ArgPacker:
             except struct.error as e:
                 return ArgumentError(f"kernel argument {i} ({t}) cannot take {v!r}: {e}")
         return ArgumentError(f"cannot pack kernel arguments {values!r} as {self.arg_types}: {exc}")
+
+
+class FixedArgs:
+    """One launch's argument buffer, packed once with every value (``packer``'s layout), for a
+    caller that launches it again and again changing only the leading pointers (``write_lead``:
+    one ``struct.pack_into`` of ``n_lead`` 8-byte values) and, when they change, 128-byte values
+    such as TMA descriptors (``write``).  Its own buffer, not the packer's per-thread one: the
+    caller keeps it to one thread (a concurrent launch of the same buffer would send the other
+    thread's pointers).  ``make`` returns None where the leading values are not 8-byte pointer
+    slots at the start of the buffer."""
+
+    __slots__ = ("_data", "_ptrs", "address", "array", "lead", "mv", "offsets", "values")
+
+    @classmethod
+    def make(cls, packer: ArgPacker, values, n_lead: int):
+        if len(values) != len(packer.arg_types) or n_lead > len(values):
+            return None
+        if any(packer.arg_types[i] != "ptr" or packer.offsets[i] != 8 * i for i in range(n_lead)):
+            return None
+        return cls(packer, values, n_lead)
+
+    def __init__(self, packer: ArgPacker, values, n_lead: int):
+        self._data = (ctypes.c_uint64 * max((packer.size + 7) // 8, 1))()  # 8-byte aligned storage
+        base = ctypes.addressof(self._data)
+        self._ptrs = (ctypes.c_void_p * max(len(packer.offsets), 1))(*[base + off for off in packer.offsets])
+        self.mv = memoryview(self._data).cast("B")
+        self.address, self.array = ctypes.addressof(self._ptrs), self._ptrs
+        self.offsets = packer.offsets
+        self.values = list(values)  # what the buffer holds (for a caller that must launch them otherwise)
+        try:
+            packer.struct.pack_into(self.mv, 0, *values)
+        except struct.error as exc:
+            raise packer._explain(values, exc) from None
+        self.lead = struct.Struct(f"<{n_lead}Q")
+
+    def write_lead(self, ptrs) -> None:
+        """The leading pointers of the next launch (``n_lead`` of them; the caller keeps to that)."""
+        self.lead.pack_into(self.mv, 0, *ptrs)
+
+    def write(self, index: int, raw: bytes) -> None:
+        """Argument ``index`` (a 128-byte value: a TMA descriptor) of the next launch."""
+        off = self.offsets[index]
+        self.mv[off:off + len(raw)] = raw
+        self.values[index] = raw

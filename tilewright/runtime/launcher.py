@@ -13,6 +13,7 @@ checked one (``args.bind_arguments``), which explains what is wrong with an argu
 from __future__ import annotations
 
 import sys
+from threading import get_ident as _get_ident
 
 from ..binding.args import bind_arguments
 from ..errors import ArgumentError
@@ -280,6 +281,20 @@ class PreparedLaunch:
                 return False
         return True
 
+    def fixed(self, values: list, n_lead: int):
+        """A ``FixedLaunch`` of ``values`` (as for ``__call__``) for a caller whose later launches
+        change only the ``n_lead`` leading values, all pointers (an ops plan: its scalars are fixed
+        by its key); None where the runtime or the layout does not allow it (then ``__call__``)."""
+        make = getattr(self.fn, "fixed_launch", None)
+        maps = self.tensor_maps
+        if make is None or (maps is not None and any(sp.param_index >= n_lead for sp in maps.specs)):
+            return None
+        full = list(values) + list(self.tail)
+        if maps is not None:
+            full += maps.encode(full, self.dyn, self.dyn_items)
+        launch = make(self.grid, self.block, self.shared, self.arg_types, full, n_lead)
+        return None if launch is None else FixedLaunch(self, launch, list(values[n_lead:]), len(values))
+
     def __call__(self, values: list, stream=None, sync: bool = False) -> None:
         """Launch with ``values`` (a list this call may extend)."""
         if self.tail:
@@ -291,6 +306,54 @@ class PreparedLaunch:
         self.fn.launch(self.grid, self.block, self.shared, stream, self.arg_types, values)
         if sync:
             self.runtime.synchronize(self.dev)
+
+
+class FixedLaunch:
+    """A ``PreparedLaunch`` whose argument buffer is packed once (the runtime's fixed launch, e.g.
+    ``cuda_driver.FixedCudaLaunch``): a launch writes the leading pointers, the TMA descriptors
+    when the pointers they describe changed, and calls the driver.  Call it with the pointers only
+    (``__call__(ptrs, stream, sync)``, as ``PreparedLaunch``'s with the scalars left out).  The
+    buffer belongs to the thread that made it; another thread's launch takes ``PreparedLaunch``'s
+    path (its per-thread buffer), so concurrent launches never send each other's pointers."""
+
+    __slots__ = ("_last_maps", "_last_ptrs", "_map_index", "_map_params", "_owner", "_rest", "_stream", "dev", "dyn",
+                 "dyn_items", "launch", "prepared", "runtime", "tensor_maps")
+
+    def __init__(self, prepared: PreparedLaunch, launch, rest: list, n_params: int):
+        self.prepared, self.launch, self._rest = prepared, launch, rest
+        self.dev, self.runtime = prepared.dev, prepared.runtime
+        self.dyn, self.dyn_items, self.tensor_maps = prepared.dyn, prepared.dyn_items, prepared.tensor_maps
+        # the descriptors follow the parameters and the size arguments, in the encoder's order
+        first = n_params + len(prepared.tail)
+        self._map_index = tuple(range(first, first + len(self.tensor_maps.specs))) if self.tensor_maps else ()
+        self._map_params = tuple(sp.param_index for sp in self.tensor_maps.specs) if self.tensor_maps else ()
+        self._last_maps = self._last_ptrs = None
+        self._owner = _get_ident()
+        # the runtime's cheapest current-stream lookup once it has settled (cuda_driver: torch's raw one)
+        settled = getattr(self.runtime, "current_stream_function", None)
+        self._stream = (settled() if settled is not None else None) or self.runtime.current_stream
+
+    def __call__(self, ptrs: list, stream=None, sync: bool = False) -> None:
+        if _get_ident() != self._owner:
+            return self.prepared(list(ptrs) + self._rest, stream, sync)
+        if self.tensor_maps is not None:
+            described = tuple([ptrs[i] for i in self._map_params])
+            if described != self._last_ptrs:  # (the same pointers: the descriptors in the buffer are theirs)
+                maps = self.tensor_maps.encode(ptrs, self.dyn, self.dyn_items)  # (cached per pointers)
+                last = self._last_maps
+                if maps is not last:
+                    args = self.launch.args
+                    for n, (i, raw) in enumerate(zip(self._map_index, maps)):
+                        if last is None or raw != last[n]:  # (only those whose pointer changed: 128-byte copies)
+                            args.write(i, raw)
+                    self._last_maps = maps
+                self._last_ptrs = described
+        if stream is None:
+            stream = self._stream(self.dev)
+        self.launch(ptrs, stream)
+        if sync:
+            self.runtime.synchronize(self.dev)
+        return None
 
 
 _GRID_MEMO_SIZE = 4096  # distinct size combinations remembered per kernel (then evaluated per call)
