@@ -54,6 +54,126 @@ def attention_fwd(heads, kv_heads, dim, dtype, out_dtype, causal, varlen, cache_
     q_cols, k_cols, v_cols, o_cols = (heads * dim if q_hc else dim, kv_heads * dim if k_hc else dim,
                                       kv_heads * dim if v_hc else dim, heads * dim if o_hc else dim)
 
+    @T.macro
+    def attend(bx, by, bz, Q, K, V, Out, L, CuQ, CuK, seq_q, seq_k, scale, q_rb, q_rh, k_rb, k_rh, v_rb, v_rh,
+               o_rp, o_rb, o_rh, l_rp, l_rb, l_rh, l_rs, Q_s, K_s, V_s, O_s, acc_s, acc_s_cast, acc_o, m_cur, m_prev,
+               m_use, rescale, row_sum, denom):
+        """One work item: query block ``bx`` of head ``by`` of (sequence, split) ``bz``."""
+        seq = bz // splits
+        part = bz % splits
+        kvh = by // group
+        scale_log2 = T.alloc_var(accum)
+        scale_log2 = scale * LOG2E  # exp(x * scale) = exp2(x * scale * log2(e))
+        tb = T.alloc_var("int32")  # the tensor's batch index (0 for packed sequences)
+        q0 = T.alloc_var("int32")  # first position of this sequence in Q/O/L
+        k0 = T.alloc_var("int32")  # first position of this sequence in K/V
+        len_q = T.alloc_var("int32")
+        len_k = T.alloc_var("int32")
+        if varlen:
+            tb = 0
+            q0 = CuQ[seq]
+            k0 = CuK[seq]
+            len_q = CuQ[seq + 1] - CuQ[seq]
+            len_k = CuK[seq + 1] - CuK[seq]
+        else:
+            tb = seq
+            q0 = 0
+            k0 = 0
+            len_q = seq_q
+            len_k = CuK[seq] if cache_lens else seq_k
+        shift = len_k - len_q  # causal: query i sees keys j <= i + shift
+        key_end = T.alloc_var("int32")
+        key_end = T.max(T.min(len_k, (bx + 1) * block_M + shift), 0) if causal else len_k
+        # the keys every row of this block sees: tiles ending at or before it need no mask
+        key_end_first = T.alloc_var("int32")
+        key_end_first = T.min(len_k, bx * block_M + shift + 1) if causal else len_k
+        per_part = T.ceildiv(T.ceildiv(len_k, block_N), splits)
+        lo = T.alloc_var("int32")
+        hi = T.alloc_var("int32")
+        lo = part * per_part
+        hi = T.max(T.min(lo + per_part, T.ceildiv(key_end, block_N)), lo)
+        q_row = T.alloc_var("int32")
+        k_row = T.alloc_var("int32")
+        v_row = T.alloc_var("int32")
+        q_row = tb * q_rb + by * q_rh + q0 + bx * block_M
+        k_row = tb * k_rb + kvh * k_rh + k0
+        v_row = tb * v_rb + kvh * v_rh + k0
+
+        # rows past this sequence (another head's or sequence's) are read but never used:
+        # their scores are masked and their outputs not stored
+        T.copy(Q[q_row, by * dim if q_hc else 0], Q_s)
+        T.fill(acc_o, 0)
+        T.fill(denom, 0)
+        T.fill(m_cur, -T.infinity(accum))
+        for kb in T.Pipelined(lo, hi, num_stages=stages):
+            T.copy(K[k_row + kb * block_N, kvh * dim if k_hc else 0], K_s)
+            T.gemm(Q_s, K_s, acc_s, transpose_B=True, clear_accum=True, policy=T.GemmWarpPolicy.FullRow)
+            # only the tiles crossing the end of the keys or (causal) the diagonal are masked; the
+            # loop bound already skips the tiles entirely above the diagonal.  even_k: every tile
+            # lies within the keys, so only the diagonal is (causal), or nothing
+            if causal or not even_k:
+                if (kb + 1) * block_N > key_end_first:
+                    for i, j in T.Parallel(block_M, block_N):
+                        if causal and even_k:
+                            acc_s[i, j] = T.if_then_else(kb * block_N + j <= bx * block_M + i + shift,
+                                                         acc_s[i, j], -T.infinity(accum))
+                        elif causal:
+                            acc_s[i, j] = T.if_then_else(
+                                (kb * block_N + j < len_k) and (kb * block_N + j <= bx * block_M + i + shift),
+                                acc_s[i, j], -T.infinity(accum))
+                        else:
+                            acc_s[i, j] = T.if_then_else(kb * block_N + j < len_k, acc_s[i, j],
+                                                         -T.infinity(accum))
+            T.copy(m_cur, m_prev)
+            T.reduce_max(acc_s, m_cur, dim=1, clear=False)
+            for i in T.Parallel(block_M):
+                # a row with every key so far masked keeps max -inf; subtract 0 instead (no inf - inf)
+                m_use[i] = T.if_then_else(m_cur[i] == -T.infinity(accum), 0, m_cur[i])
+                rescale[i] = T.exp2((m_prev[i] - m_use[i]) * scale_log2)
+            for i, j in T.Parallel(block_M, dim):
+                acc_o[i, j] *= rescale[i]
+            for i, j in T.Parallel(block_M, block_N):
+                # the hardware's 2**x (ex2.approx.ftz on CUDA: one instruction; exp2f adds three
+                # for a denormal range these probabilities do not need)
+                acc_s[i, j] = T.__exp2(acc_s[i, j] * scale_log2 - m_use[i] * scale_log2)
+            T.copy(acc_s, acc_s_cast)
+            T.copy(V[v_row + kb * block_N, kvh * dim if v_hc else 0], V_s)
+            T.gemm(acc_s_cast, V_s, acc_o, policy=T.GemmWarpPolicy.FullRow)
+            T.reduce_sum(acc_s, row_sum, dim=1)
+            for i in T.Parallel(block_M):
+                denom[i] = denom[i] * rescale[i] + row_sum[i]
+        for i in T.Parallel(block_M):
+            # one reciprocal per row and a multiply per element: a float division is a range check
+            # and a call per element (64 of each per consumer thread at d 128)
+            rescale[i] = T.if_then_else(denom[i] > 0, 1.0 / denom[i], 0)
+            m_use[i] = T.if_then_else(denom[i] > 0, (m_cur[i] * scale_log2 + T.log2(denom[i])) * LN2,
+                                      -T.infinity(accum))
+        for i, j in T.Parallel(block_M, dim):
+            acc_o[i, j] *= rescale[i]
+        o_row = T.alloc_var("int32")
+        o_row = part * o_rp + tb * o_rb + by * o_rh + q0 + bx * block_M
+        if stage_out and even_q:
+            T.copy(acc_o, O_s)
+            T.copy(O_s, Out[o_row, by * dim if o_hc else 0])
+        elif stage_out:
+            if (bx + 1) * block_M <= len_q:
+                T.copy(acc_o, O_s)
+                T.copy(O_s, Out[o_row, by * dim if o_hc else 0])
+            else:
+                for i, j in T.Parallel(block_M, dim):
+                    if bx * block_M + i < len_q:
+                        Out[o_row + i, (by * dim if o_hc else 0) + j] = acc_o[i, j]
+        elif even_q:
+            for i, j in T.Parallel(block_M, dim):
+                Out[o_row + i, (by * dim if o_hc else 0) + j] = acc_o[i, j]
+        else:
+            for i, j in T.Parallel(block_M, dim):
+                if bx * block_M + i < len_q:  # rows past this sequence belong to another one
+                    Out[o_row + i, (by * dim if o_hc else 0) + j] = acc_o[i, j]
+        for i in T.Parallel(block_M):
+            if even_q or bx * block_M + i < len_q:
+                L[part * l_rp + tb * l_rb + by * l_rh + (q0 + bx * block_M + i) * l_rs] = m_use[i]
+
     @T.prim_func
     def attention_fwd_kernel(Q: T.Tensor((RQ, q_cols), dtype), K: T.Tensor((RK, k_cols), dtype),
                              V: T.Tensor((RV, v_cols), dtype), Out: T.Tensor((RO, o_cols), out_dtype),
@@ -66,8 +186,7 @@ def attention_fwd(heads, kv_heads, dim, dtype, out_dtype, causal, varlen, cache_
             Q_s = T.alloc_shared((block_M, dim), dtype)
             K_s = T.alloc_shared((block_N, dim), dtype)
             V_s = T.alloc_shared((block_N, dim), dtype)
-            if stage_out:
-                O_s = T.alloc_shared((block_M, dim), out_dtype)
+            O_s = T.alloc_shared((block_M, dim), out_dtype) if stage_out else None
             acc_s = T.alloc_fragment((block_M, block_N), accum)
             acc_s_cast = T.alloc_fragment((block_M, block_N), dtype)
             acc_o = T.alloc_fragment((block_M, dim), accum)
@@ -77,121 +196,11 @@ def attention_fwd(heads, kv_heads, dim, dtype, out_dtype, causal, varlen, cache_
             rescale = T.alloc_fragment((block_M,), accum)
             row_sum = T.alloc_fragment((block_M,), accum)
             denom = T.alloc_fragment((block_M,), accum)
-
             # causal: the query blocks with the most keys are launched first, so the last wave holds
             # the short ones (a better tail); otherwise in order
-            bx = T.ceildiv(max_q, block_M) - 1 - bq if causal else bq
-            seq = bz // splits
-            part = bz % splits
-            kvh = by // group
-            scale_log2 = T.alloc_var(accum, 0)
-            scale_log2 = scale * LOG2E  # exp(x * scale) = exp2(x * scale * log2(e))
-            tb = T.alloc_var("int32", 0)  # the tensor's batch index (0 for packed sequences)
-            q0 = T.alloc_var("int32", 0)  # first position of this sequence in Q/O/L
-            k0 = T.alloc_var("int32", 0)  # first position of this sequence in K/V
-            len_q = T.alloc_var("int32", 0)
-            len_k = T.alloc_var("int32", 0)
-            if varlen:
-                q0 = CuQ[seq]
-                k0 = CuK[seq]
-                len_q = CuQ[seq + 1] - CuQ[seq]
-                len_k = CuK[seq + 1] - CuK[seq]
-            else:
-                tb = seq
-                len_q = seq_q
-                len_k = CuK[seq] if cache_lens else seq_k
-            shift = len_k - len_q  # causal: query i sees keys j <= i + shift
-            key_end = T.alloc_var("int32", 0)
-            key_end = T.max(T.min(len_k, (bx + 1) * block_M + shift), 0) if causal else len_k
-            # the keys every row of this block sees: tiles ending at or before it need no mask
-            key_end_first = T.alloc_var("int32", 0)
-            key_end_first = T.min(len_k, bx * block_M + shift + 1) if causal else len_k
-            per_part = T.ceildiv(T.ceildiv(len_k, block_N), splits)
-            lo = T.alloc_var("int32", 0)
-            hi = T.alloc_var("int32", 0)
-            lo = part * per_part
-            hi = T.max(T.min(lo + per_part, T.ceildiv(key_end, block_N)), lo)
-            q_row = T.alloc_var("int32", 0)
-            k_row = T.alloc_var("int32", 0)
-            v_row = T.alloc_var("int32", 0)
-            q_row = tb * q_rb + by * q_rh + q0 + bx * block_M
-            k_row = tb * k_rb + kvh * k_rh + k0
-            v_row = tb * v_rb + kvh * v_rh + k0
-
-            # rows past this sequence (another head's or sequence's) are read but never used:
-            # their scores are masked and their outputs not stored
-            T.copy(Q[q_row, by * dim if q_hc else 0], Q_s)
-            T.fill(acc_o, 0)
-            T.fill(denom, 0)
-            T.fill(m_cur, -T.infinity(accum))
-            for kb in T.Pipelined(lo, hi, num_stages=stages):
-                T.copy(K[k_row + kb * block_N, kvh * dim if k_hc else 0], K_s)
-                T.gemm(Q_s, K_s, acc_s, transpose_B=True, clear_accum=True, policy=T.GemmWarpPolicy.FullRow)
-                # only the tiles crossing the end of the keys or (causal) the diagonal are masked; the
-                # loop bound already skips the tiles entirely above the diagonal.  even_k: every tile
-                # lies within the keys, so only the diagonal is (causal), or nothing
-                if causal or not even_k:
-                    if (kb + 1) * block_N > key_end_first:
-                        for i, j in T.Parallel(block_M, block_N):
-                            if causal and even_k:
-                                acc_s[i, j] = T.if_then_else(kb * block_N + j <= bx * block_M + i + shift,
-                                                             acc_s[i, j], -T.infinity(accum))
-                            elif causal:
-                                acc_s[i, j] = T.if_then_else(
-                                    (kb * block_N + j < len_k) and (kb * block_N + j <= bx * block_M + i + shift),
-                                    acc_s[i, j], -T.infinity(accum))
-                            else:
-                                acc_s[i, j] = T.if_then_else(kb * block_N + j < len_k, acc_s[i, j],
-                                                             -T.infinity(accum))
-                T.copy(m_cur, m_prev)
-                T.reduce_max(acc_s, m_cur, dim=1, clear=False)
-                for i in T.Parallel(block_M):
-                    # a row with every key so far masked keeps max -inf; subtract 0 instead (no inf - inf)
-                    m_use[i] = T.if_then_else(m_cur[i] == -T.infinity(accum), 0, m_cur[i])
-                    rescale[i] = T.exp2((m_prev[i] - m_use[i]) * scale_log2)
-                for i, j in T.Parallel(block_M, dim):
-                    acc_o[i, j] *= rescale[i]
-                for i, j in T.Parallel(block_M, block_N):
-                    # the hardware's 2**x (ex2.approx.ftz on CUDA: one instruction; exp2f adds three
-                    # for a denormal range these probabilities do not need)
-                    acc_s[i, j] = T.__exp2(acc_s[i, j] * scale_log2 - m_use[i] * scale_log2)
-                T.copy(acc_s, acc_s_cast)
-                T.copy(V[v_row + kb * block_N, kvh * dim if v_hc else 0], V_s)
-                T.gemm(acc_s_cast, V_s, acc_o, policy=T.GemmWarpPolicy.FullRow)
-                T.reduce_sum(acc_s, row_sum, dim=1)
-                for i in T.Parallel(block_M):
-                    denom[i] = denom[i] * rescale[i] + row_sum[i]
-            for i in T.Parallel(block_M):
-                # one reciprocal per row and a multiply per element: a float division is a range check
-                # and a call per element (64 of each per consumer thread at d 128)
-                rescale[i] = T.if_then_else(denom[i] > 0, 1.0 / denom[i], 0)
-                m_use[i] = T.if_then_else(denom[i] > 0, (m_cur[i] * scale_log2 + T.log2(denom[i])) * LN2,
-                                          -T.infinity(accum))
-            for i, j in T.Parallel(block_M, dim):
-                acc_o[i, j] *= rescale[i]
-            o_row = T.alloc_var("int32", 0)
-            o_row = part * o_rp + tb * o_rb + by * o_rh + q0 + bx * block_M
-            if stage_out and even_q:
-                T.copy(acc_o, O_s)
-                T.copy(O_s, Out[o_row, by * dim if o_hc else 0])
-            elif stage_out:
-                if (bx + 1) * block_M <= len_q:
-                    T.copy(acc_o, O_s)
-                    T.copy(O_s, Out[o_row, by * dim if o_hc else 0])
-                else:
-                    for i, j in T.Parallel(block_M, dim):
-                        if bx * block_M + i < len_q:
-                            Out[o_row + i, (by * dim if o_hc else 0) + j] = acc_o[i, j]
-            elif even_q:
-                for i, j in T.Parallel(block_M, dim):
-                    Out[o_row + i, (by * dim if o_hc else 0) + j] = acc_o[i, j]
-            else:
-                for i, j in T.Parallel(block_M, dim):
-                    if bx * block_M + i < len_q:  # rows past this sequence belong to another one
-                        Out[o_row + i, (by * dim if o_hc else 0) + j] = acc_o[i, j]
-            for i in T.Parallel(block_M):
-                if even_q or bx * block_M + i < len_q:
-                    L[part * l_rp + tb * l_rb + by * l_rh + (q0 + bx * block_M + i) * l_rs] = m_use[i]
+            attend(T.ceildiv(max_q, block_M) - 1 - bq if causal else bq, by, bz, Q, K, V, Out, L, CuQ, CuK, seq_q,
+                   seq_k, scale, q_rb, q_rh, k_rb, k_rh, v_rb, v_rh, o_rp, o_rb, o_rh, l_rp, l_rb, l_rh, l_rs, Q_s,
+                   K_s, V_s, O_s, acc_s, acc_s_cast, acc_o, m_cur, m_prev, m_use, rescale, row_sum, denom)
 
     return attention_fwd_kernel
 
