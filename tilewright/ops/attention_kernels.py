@@ -28,7 +28,8 @@ LN2 = 0.6931471805599453
 
 
 def attention_fwd(heads, kv_heads, dim, dtype, out_dtype, causal, varlen, cache_lens, splits, q_hc, k_hc, v_hc,
-                  o_hc, block_M, block_N, stages, threads, stage_out=False, even_q=False, even_k=False):
+                  o_hc, block_M, block_N, stages, threads, stage_out=False, even_q=False, even_k=False,
+                  persistent=0):
     """Tensors are 2-D row views with static strides, so that their tiles load with 16-byte
     vectors and cp.async: element (batch b, head h, position s, d) of Q is row
     ``b * q_rb + h * q_rh + s``, column ``h * dim + d`` when ``q_hc`` (heads in the columns: a
@@ -46,7 +47,15 @@ def attention_fwd(heads, kv_heads, dim, dtype, out_dtype, causal, varlen, cache_
     kernel has no tail handling: no key mask outside the causal diagonal (none at all without
     ``causal``: the key loop is the bare Q K^T, softmax, P V), and no row checks on the output and
     the LSE.  With other lengths such a kernel would read and write past the sequences: the
-    dispatch only sets them where the lengths are known on the host."""
+    dispatch only sets them where the lengths are known on the host.
+
+    ``persistent``: when > 0, a persistent kernel of that many blocks (the SM count): block ``bid``
+    takes the work items (query block, head, sequence and split) ``bid, bid + persistent, ...`` in a
+    serial tile loop around the same per-item code, so that on sm_90a the warp-specialized producer
+    loads the next item's Q, K and V while the consumers finish this item's epilogue
+    (``passes/warp_specialize_persistent_loop.py``), and there is no partly empty last wave of
+    blocks.  Causal: the items with the most key blocks come first (a longest-first order over the
+    blocks' rounds); otherwise the query blocks of a head are adjacent (they share its keys in L2)."""
     group = heads // kv_heads
     accum = "float32"
     RQ, RK, RV, RO, RL = (T.dynamic(n) for n in ("rq", "rk", "rv", "ro", "rl"))
@@ -55,10 +64,30 @@ def attention_fwd(heads, kv_heads, dim, dtype, out_dtype, causal, varlen, cache_
                                       kv_heads * dim if v_hc else dim, heads * dim if o_hc else dim)
 
     @T.macro
-    def attend(bx, by, bz, Q, K, V, Out, L, CuQ, CuK, seq_q, seq_k, scale, q_rb, q_rh, k_rb, k_rh, v_rb, v_rh,
-               o_rp, o_rb, o_rh, l_rp, l_rb, l_rh, l_rs, Q_s, K_s, V_s, O_s, acc_s, acc_s_cast, acc_o, m_cur, m_prev,
-               m_use, rescale, row_sum, denom):
-        """One work item: query block ``bx`` of head ``by`` of (sequence, split) ``bz``."""
+    def tiles():
+        """The block's shared tiles and fragments, in ``attend``'s order."""
+        Q_s = T.alloc_shared((block_M, dim), dtype)
+        K_s = T.alloc_shared((block_N, dim), dtype)
+        V_s = T.alloc_shared((block_N, dim), dtype)
+        O_s = T.alloc_shared((block_M, dim), out_dtype) if stage_out else None
+        acc_s = T.alloc_fragment((block_M, block_N), accum)
+        acc_s_cast = T.alloc_fragment((block_M, block_N), dtype)
+        acc_o = T.alloc_fragment((block_M, dim), accum)
+        m_cur = T.alloc_fragment((block_M,), accum)
+        m_prev = T.alloc_fragment((block_M,), accum)
+        m_use = T.alloc_fragment((block_M,), accum)
+        rescale = T.alloc_fragment((block_M,), accum)
+        row_sum = T.alloc_fragment((block_M,), accum)
+        denom = T.alloc_fragment((block_M,), accum)
+        return Q_s, K_s, V_s, O_s, acc_s, acc_s_cast, acc_o, m_cur, m_prev, m_use, rescale, row_sum, denom
+
+    @T.macro
+    def attend(bx, by, bz, args, bufs):
+        """One work item: query block ``bx`` of head ``by`` of (sequence, split) ``bz``; ``args``
+        the kernel's arguments but ``nseq`` and ``max_q``, ``bufs`` the tiles of ``tiles()``."""
+        (Q, K, V, Out, L, CuQ, CuK, seq_q, seq_k, scale, q_rb, q_rh, k_rb, k_rh, v_rb, v_rh, o_rp, o_rb, o_rh, l_rp,
+         l_rb, l_rh, l_rs) = args
+        Q_s, K_s, V_s, O_s, acc_s, acc_s_cast, acc_o, m_cur, m_prev, m_use, rescale, row_sum, denom = bufs
         seq = bz // splits
         part = bz % splits
         kvh = by // group
@@ -174,6 +203,34 @@ def attention_fwd(heads, kv_heads, dim, dtype, out_dtype, causal, varlen, cache_
             if even_q or bx * block_M + i < len_q:
                 L[part * l_rp + tb * l_rb + by * l_rh + (q0 + bx * block_M + i) * l_rs] = m_use[i]
 
+    if persistent:
+        @T.prim_func
+        def attention_fwd_kernel(Q: T.Tensor((RQ, q_cols), dtype), K: T.Tensor((RK, k_cols), dtype),
+                                 V: T.Tensor((RV, v_cols), dtype), Out: T.Tensor((RO, o_cols), out_dtype),
+                                 L: T.Tensor((RL,), accum), CuQ: T.Tensor((NB,), "int32"),
+                                 CuK: T.Tensor((NL,), "int32"), nseq: T.int32, max_q: T.int32, seq_q: T.int32,
+                                 seq_k: T.int32, scale: T.float32, q_rb: T.int32, q_rh: T.int32, k_rb: T.int32,
+                                 k_rh: T.int32, v_rb: T.int32, v_rh: T.int32, o_rp: T.int32, o_rb: T.int32,
+                                 o_rh: T.int32, l_rp: T.int32, l_rb: T.int32, l_rh: T.int32, l_rs: T.int32):
+            with T.Kernel(persistent, threads=threads) as bid:
+                args = (Q, K, V, Out, L, CuQ, CuK, seq_q, seq_k, scale, q_rb, q_rh, k_rb, k_rh, v_rb, v_rh, o_rp,
+                        o_rb, o_rh, l_rp, l_rb, l_rh, l_rs)
+                bufs = tiles()
+                # work item w = r * persistent + bid: items in order of query block (the longest first when
+                # causal: the last round holds the short ones), then head, then (sequence, split); a
+                # uniform trip count per block, so the key loop's pipeline needs no per-item guard
+                for r in T.serial(T.ceildiv(T.ceildiv(max_q, block_M) * heads * nseq * splits - bid, persistent)):
+                    if causal:
+                        attend(T.ceildiv(max_q, block_M) - 1 - (r * persistent + bid) // (heads * nseq * splits),
+                               (r * persistent + bid) % heads,
+                               (r * persistent + bid) % (heads * nseq * splits) // heads, args, bufs)
+                    else:  # the query blocks of one head next to each other: they share its keys in L2
+                        attend((r * persistent + bid) % T.ceildiv(max_q, block_M),
+                               (r * persistent + bid) // T.ceildiv(max_q, block_M) % heads,
+                               (r * persistent + bid) // T.ceildiv(max_q, block_M) // heads, args, bufs)
+
+        return attention_fwd_kernel
+
     @T.prim_func
     def attention_fwd_kernel(Q: T.Tensor((RQ, q_cols), dtype), K: T.Tensor((RK, k_cols), dtype),
                              V: T.Tensor((RV, v_cols), dtype), Out: T.Tensor((RO, o_cols), out_dtype),
@@ -183,24 +240,11 @@ def attention_fwd(heads, kv_heads, dim, dtype, out_dtype, causal, varlen, cache_
                              v_rh: T.int32, o_rp: T.int32, o_rb: T.int32, o_rh: T.int32, l_rp: T.int32,
                              l_rb: T.int32, l_rh: T.int32, l_rs: T.int32):
         with T.Kernel(T.ceildiv(max_q, block_M), heads, nseq * splits, threads=threads) as (bq, by, bz):
-            Q_s = T.alloc_shared((block_M, dim), dtype)
-            K_s = T.alloc_shared((block_N, dim), dtype)
-            V_s = T.alloc_shared((block_N, dim), dtype)
-            O_s = T.alloc_shared((block_M, dim), out_dtype) if stage_out else None
-            acc_s = T.alloc_fragment((block_M, block_N), accum)
-            acc_s_cast = T.alloc_fragment((block_M, block_N), dtype)
-            acc_o = T.alloc_fragment((block_M, dim), accum)
-            m_cur = T.alloc_fragment((block_M,), accum)
-            m_prev = T.alloc_fragment((block_M,), accum)
-            m_use = T.alloc_fragment((block_M,), accum)
-            rescale = T.alloc_fragment((block_M,), accum)
-            row_sum = T.alloc_fragment((block_M,), accum)
-            denom = T.alloc_fragment((block_M,), accum)
             # causal: the query blocks with the most keys are launched first, so the last wave holds
             # the short ones (a better tail); otherwise in order
-            attend(T.ceildiv(max_q, block_M) - 1 - bq if causal else bq, by, bz, Q, K, V, Out, L, CuQ, CuK, seq_q,
-                   seq_k, scale, q_rb, q_rh, k_rb, k_rh, v_rb, v_rh, o_rp, o_rb, o_rh, l_rp, l_rb, l_rh, l_rs, Q_s,
-                   K_s, V_s, O_s, acc_s, acc_s_cast, acc_o, m_cur, m_prev, m_use, rescale, row_sum, denom)
+            attend(T.ceildiv(max_q, block_M) - 1 - bq if causal else bq, by, bz,
+                   (Q, K, V, Out, L, CuQ, CuK, seq_q, seq_k, scale, q_rb, q_rh, k_rb, k_rh, v_rb, v_rh, o_rp, o_rb,
+                    o_rh, l_rp, l_rb, l_rh, l_rs), tiles())
 
     return attention_fwd_kernel
 
