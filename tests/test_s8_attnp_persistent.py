@@ -10,6 +10,7 @@ from __future__ import annotations
 import importlib
 
 import pytest
+from toolchains import needs_nvrtc
 
 torch = pytest.importorskip("torch")
 
@@ -298,3 +299,29 @@ def test_seeded_protocol_faults_are_caught(monkeypatch, fault, message):
     assert k.num_threads == 384
     with pytest.raises(EmulatorError, match=message):
         _run_two_gemm(k, items=6, seed=2)
+
+
+# ---------------------------------------------------------------- NVRTC
+@needs_nvrtc
+@pytest.mark.parametrize("dim, dtype, causal, schedule", [
+    (64, "float16", True, {}), (128, "bfloat16", False, {}),
+    (128, "float16", True, {"tw.pingpong": True, "tw.attention_overlap": True}),
+    (64, "bfloat16", False, {"tw.pingpong": True, "tw.attention_overlap": True})])
+def test_persistent_kernel_builds_without_spills(dim, dtype, causal, schedule):
+    """The H200 kernels (132 blocks, blocks 128 x 128, two stages, the staged output tile) with the
+    shipped configs and with ping-pong and the overlap: no spills, shared memory within the limit."""
+    from tilewright.codegen.cuda import print_cuda
+    from tilewright.ops import attention_kernels as ak
+    from tilewright.passes.pipeline import PassContext, run_pipeline
+    from tilewright.target import Target
+    from tilewright.toolchain import nvrtc
+
+    configs = {**dispatch.HOPPER_CONFIGS, **(dispatch.HOPPER_D64_OVERRIDES if dim <= 64 else {}), **schedule}
+    f = ak.attention_fwd(16, 16, dim, dtype, dtype, causal, False, False, 1, False, False, False, False, 128, 128, 2,
+                         256, stage_out=True, persistent=132)
+    k = run_pipeline(f, PassContext(Target.parse(SM90A), {"optimize_level": 2, **configs}))
+    src = print_cuda(k)
+    assert k.num_threads == 384 and "Q_s_empty" in src and "setmaxnreg" in src
+    assert k.shared_bytes <= 232448
+    res = nvrtc.compile_cuda(src, "sm_90a", [k.name]).resources[k.name]
+    assert res["spills"] == 0 and res["local_bytes"] == 0, res
