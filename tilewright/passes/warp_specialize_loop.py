@@ -26,6 +26,10 @@ and no other pipelined loop or thread partition, where:
   ring the consumers wait on once.  A kernel given setmaxnreg is printed with
   ``__launch_bounds__(T + 128, 1)`` (ptxas needs the register count at entry).
 
+The *persistent form* (``warp_specialize_persistent_loop.py``, its own contract): the same loop
+inside a serial tile loop over work items, each item loading its prologue tile (Q) before it;
+both roles then run the tile loop and the producer loads ahead into the next item.
+
 Any other kernel is returned unchanged (an optimization, never a change of meaning).
 
 Guarantees, for ``S`` stages, ``T`` original threads and ring buffers ``X`` (the block grows to
