@@ -325,3 +325,30 @@ def test_persistent_kernel_builds_without_spills(dim, dtype, causal, schedule):
     assert k.shared_bytes <= 232448
     res = nvrtc.compile_cuda(src, "sm_90a", [k.name]).resources[k.name]
     assert res["spills"] == 0 and res["local_bytes"] == 0, res
+
+
+# ---------------------------------------------------------------- other targets
+@pytest.mark.parametrize("target", ["interpret", "cuda -arch=sm_80"])
+def test_persistent_kernel_is_correct_without_warp_specialization(monkeypatch, target):
+    """Where the pass does not apply (no TMA) the persistent kernel is a plain tile loop around the
+    pipelined key loop (cp.async on sm_80, run by the emulator; the tile interpreter): still right."""
+    def compile_for(key, build, _target, pass_configs=None):
+        backend = {} if target == "interpret" else {"execution_backend": "emulator"}
+        return tilewright.compile(build(), target=target, pass_configs=pass_configs, **backend)
+
+    monkeypatch.setattr(dispatch, "_torch", lambda: _PoisonedTorch())
+    monkeypatch.setattr(dispatch, "_kernel", compile_for)
+    monkeypatch.setattr(dispatch, "_is_hopper", lambda t: True)
+    monkeypatch.setattr(dispatch, "_shared_bytes", lambda t: 232448)
+    monkeypatch.setattr(dispatch, "_sm_count", lambda t: BLOCKS)
+    monkeypatch.setattr(dispatch, "PERSISTENT", True)
+    dispatch.forget_plans()
+    try:
+        g = torch.Generator().manual_seed(45)
+        q, k, v = _rand(g, 1, 2, 300, 64), _rand(g, 1, 1, 200, 64), _rand(g, 1, 1, 200, 64)
+        out, lse = ops.attention(q, k, v, causal=True, return_lse=True)
+        want, want_lse = reference(q, k, v, True)
+        _close(out, want)
+        _close_lse(lse, want_lse)
+    finally:
+        dispatch.forget_plans()
