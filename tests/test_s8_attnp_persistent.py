@@ -352,3 +352,17 @@ def test_persistent_kernel_is_correct_without_warp_specialization(monkeypatch, t
         _close_lse(lse, want_lse)
     finally:
         dispatch.forget_plans()
+
+
+def test_one_prologue_slot_on_the_emulator(monkeypatch):
+    """With one Q slot (where a second does not fit) the producer waits for the consumers' release
+    at the end of each item before loading the next Q; items of 0, 1 and 2 key steps."""
+    import tilewright.passes.warp_specialize_loop as wsl
+
+    monkeypatch.setenv("TILEWRIGHT_DISABLE_CACHE", "1")
+    monkeypatch.setattr(wsl, "prologue_slots", lambda *args: 1)
+    k = tilewright.compile(_two_gemm_tiles(blocks=2, items=7), target=SM90A, execution_backend="emulator",
+                           pass_configs=WS)
+    src = k.get_kernel_source()
+    assert k.num_threads == 384 and "&Q_s_empty[0]" in src and "&Q_s_full[1]" not in src
+    _run_two_gemm(k, items=7, seed=3)

@@ -54,9 +54,9 @@ PRODUCER_THREADS = 128
 
 
 def match_persistent(kernel: t.Kernel, func, match_level):
-    """``match_level(kernel, func, top, tile_var)`` (``warp_specialize_loop._match``) on the tile
-    loop's body with its allocations hoisted, the result carrying ``outer`` (the tile loop) and
-    ``allocs`` (the kernel's top-level statements before it, and the hoisted allocations); or None."""
+    """``match_level(kernel, func, top, tile_var)`` (``warp_specialize_loop._match``) on the kernel's
+    allocations, those of the tile loop (hoisted) and the tile loop's other statements, the result
+    carrying ``outer`` (the tile loop); or None."""
     top = _flatten(kernel.body)
     outer = [s for s in top if isinstance(s, t.For) and s.kind == "serial"
              and any(isinstance(x, t.For) and x.kind == "pipelined" for x in _flatten(s.body))]
