@@ -5,11 +5,13 @@ warpgroups (``tw.pingpong``), with intra-warpgroup pipelining (``tw.attention_ov
 one key block issued with Q K^T of the next, the softmax overlapping it) and with both, at two block
 shapes; and ``ops.attention`` as shipped, with ping-pong, with the overlap and with both, each also
 with ``attention_dispatch.SPECIALIZE_EVEN`` ("even": lengths that divide the blocks take a kernel
-without tail handling, whose key loop is the user program's) — against SDPA's cuDNN backend, bf16,
+without tail handling, whose key loop is the user program's) and with ``attention_dispatch.PERSISTENT``
+("pers": one block per SM looping over the work items) — against SDPA's cuDNN backend, bf16,
 on the issue's shapes.  Each output is checked against SDPA (math
 backend, float32) before it is timed.  ``python bench/attention_variants.py`` on the H200; the
 table goes under bench/results/.  ``TW_VARIANTS=short`` keeps one user-program column (the default
-schedule) besides the ops ones."""
+schedule) besides the ops ones; ``TW_VARIANTS=pers`` that column, "ops", "ops even" and the
+persistent ones."""
 
 from __future__ import annotations
 
@@ -45,9 +47,18 @@ if os.environ.get("TW_VARIANTS") == "short":  # one user-program column (the def
 # attention_dispatch.SPECIALIZE_EVEN set so ("even": the kernel without tail handling where the lengths
 # divide the blocks, as all of SHAPES do)
 PP, OV = {"tw.pingpong": True}, {"tw.attention_overlap": True}
-OPS_VARIANTS = [("ops", {}, False), ("ops+pp", PP, False), ("ops+ov", OV, False), ("ops+pp+ov", {**PP, **OV}, False),
-                ("ops even", {}, True), ("ops even+pp", PP, True), ("ops even+ov", OV, True),
-                ("ops even+pp+ov", {**PP, **OV}, True)]
+# (name, pass configs, SPECIALIZE_EVEN, PERSISTENT): "pers" is the persistent kernel (one block per SM
+# looping over the work items: attention_dispatch.PERSISTENT)
+OPS_VARIANTS = [("ops", {}, False, False), ("ops+pp", PP, False, False), ("ops+ov", OV, False, False),
+                ("ops+pp+ov", {**PP, **OV}, False, False), ("ops even", {}, True, False),
+                ("ops even+pp", PP, True, False), ("ops even+ov", OV, True, False),
+                ("ops even+pp+ov", {**PP, **OV}, True, False),
+                ("ops pers", {}, False, True), ("ops pers+pp", PP, False, True), ("ops pers+ov", OV, False, True),
+                ("ops pers+pp+ov", {**PP, **OV}, False, True), ("ops even pers", {}, True, True),
+                ("ops even pers+pp+ov", {**PP, **OV}, True, True)]
+if os.environ.get("TW_VARIANTS") == "pers":  # the shipped kernel and the persistent ones only
+    VARIANTS = [v for v in VARIANTS if v[0] == "ws+pp+ov 128x128"]
+    OPS_VARIANTS = [v for v in OPS_VARIANTS if v[0] in ("ops", "ops even") or "pers" in v[0]]
 
 
 def _err(x, ref) -> float:
@@ -56,11 +67,12 @@ def _err(x, ref) -> float:
 
 def main() -> int:
     rows = ["| B,H,S,D | causal | cuDNN | " + " | ".join(n for n, _, _ in VARIANTS) + " | "
-            + " | ".join(n for n, _, _ in OPS_VARIANTS) + " | best/cuDNN |",
+            + " | ".join(v[0] for v in OPS_VARIANTS) + " | best/cuDNN |",
             "|---|---|---|" + "---|" * (len(VARIANTS) + len(OPS_VARIANTS) + 1)]
     shipped = dict(attention_dispatch.HOPPER_CONFIGS)
     shipped_d64 = dict(attention_dispatch.HOPPER_D64_OVERRIDES)
     shipped_even = attention_dispatch.SPECIALIZE_EVEN
+    shipped_pers = attention_dispatch.PERSISTENT
     best_ratios = []
     for b, h, s, d in SHAPES:
         for causal in (False, True):
@@ -84,13 +96,14 @@ def main() -> int:
                 except Exception as ex:  # noqa: BLE001
                     print(f"  {name} {b, h, s, d, causal}: {type(ex).__name__}: {str(ex).splitlines()[0][:150]}")
                     cells.append(float("nan"))
-            for name, pc, even in OPS_VARIANTS:
+            for name, pc, even, pers in OPS_VARIANTS:
                 attention_dispatch.HOPPER_CONFIGS.clear()
                 attention_dispatch.HOPPER_CONFIGS.update({**shipped, **pc})
                 attention_dispatch.HOPPER_D64_OVERRIDES.clear()  # the variant decides at every head dim
                 if not pc:  # "ops" and "ops even": the shipped configs, the d64 overlap included
                     attention_dispatch.HOPPER_D64_OVERRIDES.update(shipped_d64)
                 attention_dispatch.SPECIALIZE_EVEN = even
+                attention_dispatch.PERSISTENT = pers
                 # plans remember their kernels per call signature, and a dense repeat call launches
                 # its plan's kernel from pointers (_dense_plans): without this every variant after
                 # the first would time the first one's kernel
@@ -104,6 +117,7 @@ def main() -> int:
             attention_dispatch.HOPPER_CONFIGS.update(shipped)
             attention_dispatch.HOPPER_D64_OVERRIDES.update(shipped_d64)
             attention_dispatch.SPECIALIZE_EVEN = shipped_even
+            attention_dispatch.PERSISTENT = shipped_pers
             attention_dispatch.forget_plans()
             best = max((c for c in cells if c == c), default=float("nan"))
             best_ratios.append(best / cudnn)

@@ -90,6 +90,10 @@ HOPPER_D64_OVERRIDES = {"tw.attention_overlap": True}
 # (attention_fwd's even_q/even_k: no key mask outside the causal diagonal, no row checks on the output);
 # off until measured (bench/attention_variants.py's "ops even" columns).  Takes effect for new plans.
 SPECIALIZE_EVEN = False
+# the persistent forward kernel (attention_fwd's ``persistent``: one block per SM looping over the work
+# items, the producer loading the next item during this one's epilogue) on the sm_90a path; off until
+# measured (bench/attention_variants.py's "pers" columns).  Takes effect for new plans.
+PERSISTENT = False
 
 
 def _hopper_config(dim: int, rows: int):
@@ -140,6 +144,14 @@ def _fit_shared(cfg: tuple, dim: int, smem: int) -> tuple:
         else:
             break
     return bM, bN, stages, threads
+
+
+@_per_device
+def _sm_count(t) -> int:
+    """Multiprocessors of ``t``'s device (the persistent kernel's grid); CPU tensors plan for an H200."""
+    if t.device.type == "cpu":
+        return _NUM_SMS
+    return _torch().cuda.get_device_properties(t.device).multi_processor_count
 
 
 @_per_device
@@ -381,11 +393,12 @@ def _make_plan(q, k, v, causal, scale, varlen, nseq, max_q, has_cache, num_split
     # lengths known here (dense, no cache) that divide the blocks: no tail handling in the kernel
     even = SPECIALIZE_EVEN and not varlen and not has_cache
     even_qk = (even and max_q % bM == 0, even and seq_k % bN == 0)
+    persistent = _sm_count(q) if PERSISTENT and configs else 0
     if configs:
         fwd = _kernel(("attention", H, Hkv, D, dtype, out_dtype, "sm_90a", tuple(sorted(configs.items())), stage_out)
-                      + flags + even_qk, lambda: ak.attention_fwd(H, Hkv, D, dtype, out_dtype, *flags,
-                                                                  stage_out=stage_out, even_q=even_qk[0],
-                                                                  even_k=even_qk[1]),
+                      + flags + even_qk + ((persistent,) if persistent else ()),
+                      lambda: ak.attention_fwd(H, Hkv, D, dtype, out_dtype, *flags, stage_out=stage_out,
+                                               even_q=even_qk[0], even_k=even_qk[1], persistent=persistent),
                       target, pass_configs=configs)
     else:
         fwd = _kernel(("attention", H, Hkv, D, dtype, out_dtype) + flags + even_qk,

@@ -28,7 +28,8 @@ LN2 = 0.6931471805599453
 
 
 def attention_fwd(heads, kv_heads, dim, dtype, out_dtype, causal, varlen, cache_lens, splits, q_hc, k_hc, v_hc,
-                  o_hc, block_M, block_N, stages, threads, stage_out=False, even_q=False, even_k=False):
+                  o_hc, block_M, block_N, stages, threads, stage_out=False, even_q=False, even_k=False,
+                  persistent=0):
     """Tensors are 2-D row views with static strides, so that their tiles load with 16-byte
     vectors and cp.async: element (batch b, head h, position s, d) of Q is row
     ``b * q_rb + h * q_rh + s``, column ``h * dim + d`` when ``q_hc`` (heads in the columns: a
@@ -46,13 +47,189 @@ def attention_fwd(heads, kv_heads, dim, dtype, out_dtype, causal, varlen, cache_
     kernel has no tail handling: no key mask outside the causal diagonal (none at all without
     ``causal``: the key loop is the bare Q K^T, softmax, P V), and no row checks on the output and
     the LSE.  With other lengths such a kernel would read and write past the sequences: the
-    dispatch only sets them where the lengths are known on the host."""
+    dispatch only sets them where the lengths are known on the host.
+
+    ``persistent``: when > 0, a persistent kernel of that many blocks (the SM count): block ``bid``
+    takes the work items (query block, head, sequence and split) ``bid, bid + persistent, ...`` in a
+    serial tile loop around the same per-item code, so that on sm_90a the warp-specialized producer
+    loads the next item's Q, K and V while the consumers finish this item's epilogue
+    (``passes/warp_specialize_persistent_loop.py``), and there is no partly empty last wave of
+    blocks.  Causal: the items with the most key blocks come first (a longest-first order over the
+    blocks' rounds); otherwise the query blocks of a head are adjacent (they share its keys in L2)."""
     group = heads // kv_heads
     accum = "float32"
     RQ, RK, RV, RO, RL = (T.dynamic(n) for n in ("rq", "rk", "rv", "ro", "rl"))
     NB, NL = T.dynamic("nb"), T.dynamic("nl")
     q_cols, k_cols, v_cols, o_cols = (heads * dim if q_hc else dim, kv_heads * dim if k_hc else dim,
                                       kv_heads * dim if v_hc else dim, heads * dim if o_hc else dim)
+
+    @T.macro
+    def tiles():
+        """The block's shared tiles and fragments, in ``attend``'s order."""
+        Q_s = T.alloc_shared((block_M, dim), dtype)
+        K_s = T.alloc_shared((block_N, dim), dtype)
+        V_s = T.alloc_shared((block_N, dim), dtype)
+        O_s = T.alloc_shared((block_M, dim), out_dtype) if stage_out else None
+        acc_s = T.alloc_fragment((block_M, block_N), accum)
+        acc_s_cast = T.alloc_fragment((block_M, block_N), dtype)
+        acc_o = T.alloc_fragment((block_M, dim), accum)
+        m_cur = T.alloc_fragment((block_M,), accum)
+        m_prev = T.alloc_fragment((block_M,), accum)
+        m_use = T.alloc_fragment((block_M,), accum)
+        rescale = T.alloc_fragment((block_M,), accum)
+        row_sum = T.alloc_fragment((block_M,), accum)
+        denom = T.alloc_fragment((block_M,), accum)
+        return Q_s, K_s, V_s, O_s, acc_s, acc_s_cast, acc_o, m_cur, m_prev, m_use, rescale, row_sum, denom
+
+    @T.macro
+    def attend(bx, by, bz, args, bufs):
+        """One work item: query block ``bx`` of head ``by`` of (sequence, split) ``bz``; ``args``
+        the kernel's arguments but ``nseq`` and ``max_q``, ``bufs`` the tiles of ``tiles()``."""
+        (Q, K, V, Out, L, CuQ, CuK, seq_q, seq_k, scale, q_rb, q_rh, k_rb, k_rh, v_rb, v_rh, o_rp, o_rb, o_rh, l_rp,
+         l_rb, l_rh, l_rs) = args
+        Q_s, K_s, V_s, O_s, acc_s, acc_s_cast, acc_o, m_cur, m_prev, m_use, rescale, row_sum, denom = bufs
+        seq = bz // splits
+        part = bz % splits
+        kvh = by // group
+        scale_log2 = T.alloc_var(accum)
+        scale_log2 = scale * LOG2E  # exp(x * scale) = exp2(x * scale * log2(e))
+        tb = T.alloc_var("int32")  # the tensor's batch index (0 for packed sequences)
+        q0 = T.alloc_var("int32")  # first position of this sequence in Q/O/L
+        k0 = T.alloc_var("int32")  # first position of this sequence in K/V
+        len_q = T.alloc_var("int32")
+        len_k = T.alloc_var("int32")
+        if varlen:
+            tb = 0
+            q0 = CuQ[seq]
+            k0 = CuK[seq]
+            len_q = CuQ[seq + 1] - CuQ[seq]
+            len_k = CuK[seq + 1] - CuK[seq]
+        else:
+            tb = seq
+            q0 = 0
+            k0 = 0
+            len_q = seq_q
+            len_k = CuK[seq] if cache_lens else seq_k
+        shift = len_k - len_q  # causal: query i sees keys j <= i + shift
+        key_end = T.alloc_var("int32")
+        key_end = T.max(T.min(len_k, (bx + 1) * block_M + shift), 0) if causal else len_k
+        # the keys every row of this block sees: tiles ending at or before it need no mask
+        key_end_first = T.alloc_var("int32")
+        key_end_first = T.min(len_k, bx * block_M + shift + 1) if causal else len_k
+        per_part = T.ceildiv(T.ceildiv(len_k, block_N), splits)
+        lo = T.alloc_var("int32")
+        hi = T.alloc_var("int32")
+        lo = part * per_part
+        hi = T.max(T.min(lo + per_part, T.ceildiv(key_end, block_N)), lo)
+        q_row = T.alloc_var("int32")
+        k_row = T.alloc_var("int32")
+        v_row = T.alloc_var("int32")
+        q_row = tb * q_rb + by * q_rh + q0 + bx * block_M
+        k_row = tb * k_rb + kvh * k_rh + k0
+        v_row = tb * v_rb + kvh * v_rh + k0
+
+        # rows past this sequence (another head's or sequence's) are read but never used:
+        # their scores are masked and their outputs not stored
+        T.copy(Q[q_row, by * dim if q_hc else 0], Q_s)
+        T.fill(acc_o, 0)
+        T.fill(denom, 0)
+        T.fill(m_cur, -T.infinity(accum))
+        for kb in T.Pipelined(lo, hi, num_stages=stages):
+            T.copy(K[k_row + kb * block_N, kvh * dim if k_hc else 0], K_s)
+            T.gemm(Q_s, K_s, acc_s, transpose_B=True, clear_accum=True, policy=T.GemmWarpPolicy.FullRow)
+            # only the tiles crossing the end of the keys or (causal) the diagonal are masked; the
+            # loop bound already skips the tiles entirely above the diagonal.  even_k: every tile
+            # lies within the keys, so only the diagonal is (causal), or nothing
+            if causal or not even_k:
+                if (kb + 1) * block_N > key_end_first:
+                    for i, j in T.Parallel(block_M, block_N):
+                        if causal and even_k:
+                            acc_s[i, j] = T.if_then_else(kb * block_N + j <= bx * block_M + i + shift,
+                                                         acc_s[i, j], -T.infinity(accum))
+                        elif causal:
+                            acc_s[i, j] = T.if_then_else(
+                                (kb * block_N + j < len_k) and (kb * block_N + j <= bx * block_M + i + shift),
+                                acc_s[i, j], -T.infinity(accum))
+                        else:
+                            acc_s[i, j] = T.if_then_else(kb * block_N + j < len_k, acc_s[i, j],
+                                                         -T.infinity(accum))
+            T.copy(m_cur, m_prev)
+            T.reduce_max(acc_s, m_cur, dim=1, clear=False)
+            for i in T.Parallel(block_M):
+                # a row with every key so far masked keeps max -inf; subtract 0 instead (no inf - inf)
+                m_use[i] = T.if_then_else(m_cur[i] == -T.infinity(accum), 0, m_cur[i])
+                rescale[i] = T.exp2((m_prev[i] - m_use[i]) * scale_log2)
+            for i, j in T.Parallel(block_M, dim):
+                acc_o[i, j] *= rescale[i]
+            for i, j in T.Parallel(block_M, block_N):
+                # the hardware's 2**x (ex2.approx.ftz on CUDA: one instruction; exp2f adds three
+                # for a denormal range these probabilities do not need)
+                acc_s[i, j] = T.__exp2(acc_s[i, j] * scale_log2 - m_use[i] * scale_log2)
+            T.copy(acc_s, acc_s_cast)
+            T.copy(V[v_row + kb * block_N, kvh * dim if v_hc else 0], V_s)
+            T.gemm(acc_s_cast, V_s, acc_o, policy=T.GemmWarpPolicy.FullRow)
+            T.reduce_sum(acc_s, row_sum, dim=1)
+            for i in T.Parallel(block_M):
+                denom[i] = denom[i] * rescale[i] + row_sum[i]
+        for i in T.Parallel(block_M):
+            # one reciprocal per row and a multiply per element: a float division is a range check
+            # and a call per element (64 of each per consumer thread at d 128)
+            rescale[i] = T.if_then_else(denom[i] > 0, 1.0 / denom[i], 0)
+            m_use[i] = T.if_then_else(denom[i] > 0, (m_cur[i] * scale_log2 + T.log2(denom[i])) * LN2,
+                                      -T.infinity(accum))
+        for i, j in T.Parallel(block_M, dim):
+            acc_o[i, j] *= rescale[i]
+        o_row = T.alloc_var("int32")
+        o_row = part * o_rp + tb * o_rb + by * o_rh + q0 + bx * block_M
+        if stage_out and even_q:
+            T.copy(acc_o, O_s)
+            T.copy(O_s, Out[o_row, by * dim if o_hc else 0])
+        elif stage_out:
+            if (bx + 1) * block_M <= len_q:
+                T.copy(acc_o, O_s)
+                T.copy(O_s, Out[o_row, by * dim if o_hc else 0])
+            else:
+                for i, j in T.Parallel(block_M, dim):
+                    if bx * block_M + i < len_q:
+                        Out[o_row + i, (by * dim if o_hc else 0) + j] = acc_o[i, j]
+        elif even_q:
+            for i, j in T.Parallel(block_M, dim):
+                Out[o_row + i, (by * dim if o_hc else 0) + j] = acc_o[i, j]
+        else:
+            for i, j in T.Parallel(block_M, dim):
+                if bx * block_M + i < len_q:  # rows past this sequence belong to another one
+                    Out[o_row + i, (by * dim if o_hc else 0) + j] = acc_o[i, j]
+        for i in T.Parallel(block_M):
+            if even_q or bx * block_M + i < len_q:
+                L[part * l_rp + tb * l_rb + by * l_rh + (q0 + bx * block_M + i) * l_rs] = m_use[i]
+
+    if persistent:
+        @T.prim_func
+        def attention_fwd_kernel(Q: T.Tensor((RQ, q_cols), dtype), K: T.Tensor((RK, k_cols), dtype),
+                                 V: T.Tensor((RV, v_cols), dtype), Out: T.Tensor((RO, o_cols), out_dtype),
+                                 L: T.Tensor((RL,), accum), CuQ: T.Tensor((NB,), "int32"),
+                                 CuK: T.Tensor((NL,), "int32"), nseq: T.int32, max_q: T.int32, seq_q: T.int32,
+                                 seq_k: T.int32, scale: T.float32, q_rb: T.int32, q_rh: T.int32, k_rb: T.int32,
+                                 k_rh: T.int32, v_rb: T.int32, v_rh: T.int32, o_rp: T.int32, o_rb: T.int32,
+                                 o_rh: T.int32, l_rp: T.int32, l_rb: T.int32, l_rh: T.int32, l_rs: T.int32):
+            with T.Kernel(persistent, threads=threads) as bid:
+                args = (Q, K, V, Out, L, CuQ, CuK, seq_q, seq_k, scale, q_rb, q_rh, k_rb, k_rh, v_rb, v_rh, o_rp,
+                        o_rb, o_rh, l_rp, l_rb, l_rh, l_rs)
+                bufs = tiles()
+                # work item w = r * persistent + bid: items in order of query block (the longest first when
+                # causal: the last round holds the short ones), then head, then (sequence, split); a
+                # uniform trip count per block, so the key loop's pipeline needs no per-item guard
+                for r in T.serial(T.ceildiv(T.ceildiv(max_q, block_M) * heads * nseq * splits - bid, persistent)):
+                    if causal:
+                        attend(T.ceildiv(max_q, block_M) - 1 - (r * persistent + bid) // (heads * nseq * splits),
+                               (r * persistent + bid) % heads,
+                               (r * persistent + bid) % (heads * nseq * splits) // heads, args, bufs)
+                    else:  # the query blocks of one head next to each other: they share its keys in L2
+                        attend((r * persistent + bid) % T.ceildiv(max_q, block_M),
+                               (r * persistent + bid) // T.ceildiv(max_q, block_M) % heads,
+                               (r * persistent + bid) // T.ceildiv(max_q, block_M) // heads, args, bufs)
+
+        return attention_fwd_kernel
 
     @T.prim_func
     def attention_fwd_kernel(Q: T.Tensor((RQ, q_cols), dtype), K: T.Tensor((RK, k_cols), dtype),
@@ -63,135 +240,11 @@ def attention_fwd(heads, kv_heads, dim, dtype, out_dtype, causal, varlen, cache_
                              v_rh: T.int32, o_rp: T.int32, o_rb: T.int32, o_rh: T.int32, l_rp: T.int32,
                              l_rb: T.int32, l_rh: T.int32, l_rs: T.int32):
         with T.Kernel(T.ceildiv(max_q, block_M), heads, nseq * splits, threads=threads) as (bq, by, bz):
-            Q_s = T.alloc_shared((block_M, dim), dtype)
-            K_s = T.alloc_shared((block_N, dim), dtype)
-            V_s = T.alloc_shared((block_N, dim), dtype)
-            if stage_out:
-                O_s = T.alloc_shared((block_M, dim), out_dtype)
-            acc_s = T.alloc_fragment((block_M, block_N), accum)
-            acc_s_cast = T.alloc_fragment((block_M, block_N), dtype)
-            acc_o = T.alloc_fragment((block_M, dim), accum)
-            m_cur = T.alloc_fragment((block_M,), accum)
-            m_prev = T.alloc_fragment((block_M,), accum)
-            m_use = T.alloc_fragment((block_M,), accum)
-            rescale = T.alloc_fragment((block_M,), accum)
-            row_sum = T.alloc_fragment((block_M,), accum)
-            denom = T.alloc_fragment((block_M,), accum)
-
             # causal: the query blocks with the most keys are launched first, so the last wave holds
             # the short ones (a better tail); otherwise in order
-            bx = T.ceildiv(max_q, block_M) - 1 - bq if causal else bq
-            seq = bz // splits
-            part = bz % splits
-            kvh = by // group
-            scale_log2 = T.alloc_var(accum, 0)
-            scale_log2 = scale * LOG2E  # exp(x * scale) = exp2(x * scale * log2(e))
-            tb = T.alloc_var("int32", 0)  # the tensor's batch index (0 for packed sequences)
-            q0 = T.alloc_var("int32", 0)  # first position of this sequence in Q/O/L
-            k0 = T.alloc_var("int32", 0)  # first position of this sequence in K/V
-            len_q = T.alloc_var("int32", 0)
-            len_k = T.alloc_var("int32", 0)
-            if varlen:
-                q0 = CuQ[seq]
-                k0 = CuK[seq]
-                len_q = CuQ[seq + 1] - CuQ[seq]
-                len_k = CuK[seq + 1] - CuK[seq]
-            else:
-                tb = seq
-                len_q = seq_q
-                len_k = CuK[seq] if cache_lens else seq_k
-            shift = len_k - len_q  # causal: query i sees keys j <= i + shift
-            key_end = T.alloc_var("int32", 0)
-            key_end = T.max(T.min(len_k, (bx + 1) * block_M + shift), 0) if causal else len_k
-            # the keys every row of this block sees: tiles ending at or before it need no mask
-            key_end_first = T.alloc_var("int32", 0)
-            key_end_first = T.min(len_k, bx * block_M + shift + 1) if causal else len_k
-            per_part = T.ceildiv(T.ceildiv(len_k, block_N), splits)
-            lo = T.alloc_var("int32", 0)
-            hi = T.alloc_var("int32", 0)
-            lo = part * per_part
-            hi = T.max(T.min(lo + per_part, T.ceildiv(key_end, block_N)), lo)
-            q_row = T.alloc_var("int32", 0)
-            k_row = T.alloc_var("int32", 0)
-            v_row = T.alloc_var("int32", 0)
-            q_row = tb * q_rb + by * q_rh + q0 + bx * block_M
-            k_row = tb * k_rb + kvh * k_rh + k0
-            v_row = tb * v_rb + kvh * v_rh + k0
-
-            # rows past this sequence (another head's or sequence's) are read but never used:
-            # their scores are masked and their outputs not stored
-            T.copy(Q[q_row, by * dim if q_hc else 0], Q_s)
-            T.fill(acc_o, 0)
-            T.fill(denom, 0)
-            T.fill(m_cur, -T.infinity(accum))
-            for kb in T.Pipelined(lo, hi, num_stages=stages):
-                T.copy(K[k_row + kb * block_N, kvh * dim if k_hc else 0], K_s)
-                T.gemm(Q_s, K_s, acc_s, transpose_B=True, clear_accum=True, policy=T.GemmWarpPolicy.FullRow)
-                # only the tiles crossing the end of the keys or (causal) the diagonal are masked; the
-                # loop bound already skips the tiles entirely above the diagonal.  even_k: every tile
-                # lies within the keys, so only the diagonal is (causal), or nothing
-                if causal or not even_k:
-                    if (kb + 1) * block_N > key_end_first:
-                        for i, j in T.Parallel(block_M, block_N):
-                            if causal and even_k:
-                                acc_s[i, j] = T.if_then_else(kb * block_N + j <= bx * block_M + i + shift,
-                                                             acc_s[i, j], -T.infinity(accum))
-                            elif causal:
-                                acc_s[i, j] = T.if_then_else(
-                                    (kb * block_N + j < len_k) and (kb * block_N + j <= bx * block_M + i + shift),
-                                    acc_s[i, j], -T.infinity(accum))
-                            else:
-                                acc_s[i, j] = T.if_then_else(kb * block_N + j < len_k, acc_s[i, j],
-                                                             -T.infinity(accum))
-                T.copy(m_cur, m_prev)
-                T.reduce_max(acc_s, m_cur, dim=1, clear=False)
-                for i in T.Parallel(block_M):
-                    # a row with every key so far masked keeps max -inf; subtract 0 instead (no inf - inf)
-                    m_use[i] = T.if_then_else(m_cur[i] == -T.infinity(accum), 0, m_cur[i])
-                    rescale[i] = T.exp2((m_prev[i] - m_use[i]) * scale_log2)
-                for i, j in T.Parallel(block_M, dim):
-                    acc_o[i, j] *= rescale[i]
-                for i, j in T.Parallel(block_M, block_N):
-                    # the hardware's 2**x (ex2.approx.ftz on CUDA: one instruction; exp2f adds three
-                    # for a denormal range these probabilities do not need)
-                    acc_s[i, j] = T.__exp2(acc_s[i, j] * scale_log2 - m_use[i] * scale_log2)
-                T.copy(acc_s, acc_s_cast)
-                T.copy(V[v_row + kb * block_N, kvh * dim if v_hc else 0], V_s)
-                T.gemm(acc_s_cast, V_s, acc_o, policy=T.GemmWarpPolicy.FullRow)
-                T.reduce_sum(acc_s, row_sum, dim=1)
-                for i in T.Parallel(block_M):
-                    denom[i] = denom[i] * rescale[i] + row_sum[i]
-            for i in T.Parallel(block_M):
-                # one reciprocal per row and a multiply per element: a float division is a range check
-                # and a call per element (64 of each per consumer thread at d 128)
-                rescale[i] = T.if_then_else(denom[i] > 0, 1.0 / denom[i], 0)
-                m_use[i] = T.if_then_else(denom[i] > 0, (m_cur[i] * scale_log2 + T.log2(denom[i])) * LN2,
-                                          -T.infinity(accum))
-            for i, j in T.Parallel(block_M, dim):
-                acc_o[i, j] *= rescale[i]
-            o_row = T.alloc_var("int32", 0)
-            o_row = part * o_rp + tb * o_rb + by * o_rh + q0 + bx * block_M
-            if stage_out and even_q:
-                T.copy(acc_o, O_s)
-                T.copy(O_s, Out[o_row, by * dim if o_hc else 0])
-            elif stage_out:
-                if (bx + 1) * block_M <= len_q:
-                    T.copy(acc_o, O_s)
-                    T.copy(O_s, Out[o_row, by * dim if o_hc else 0])
-                else:
-                    for i, j in T.Parallel(block_M, dim):
-                        if bx * block_M + i < len_q:
-                            Out[o_row + i, (by * dim if o_hc else 0) + j] = acc_o[i, j]
-            elif even_q:
-                for i, j in T.Parallel(block_M, dim):
-                    Out[o_row + i, (by * dim if o_hc else 0) + j] = acc_o[i, j]
-            else:
-                for i, j in T.Parallel(block_M, dim):
-                    if bx * block_M + i < len_q:  # rows past this sequence belong to another one
-                        Out[o_row + i, (by * dim if o_hc else 0) + j] = acc_o[i, j]
-            for i in T.Parallel(block_M):
-                if even_q or bx * block_M + i < len_q:
-                    L[part * l_rp + tb * l_rb + by * l_rh + (q0 + bx * block_M + i) * l_rs] = m_use[i]
+            attend(T.ceildiv(max_q, block_M) - 1 - bq if causal else bq, by, bz,
+                   (Q, K, V, Out, L, CuQ, CuK, seq_q, seq_k, scale, q_rb, q_rh, k_rb, k_rh, v_rb, v_rh, o_rp, o_rb,
+                    o_rh, l_rp, l_rb, l_rh, l_rs), tiles())
 
     return attention_fwd_kernel
 

@@ -7,7 +7,9 @@ softmax of block ``j`` runs on the CUDA cores while the tensor cores still compu
 
 Needs: the output of ``warp_specialize_loop`` (a ``"consumer"`` thread partition), before
 ``plan_gemms``; both gemms planned on wgmma (``plan_gemm`` is asked the same question).
-Applies to the consumer partition's top-level serial loop ``for k`` whose body is, in order,
+Applies to the consumer partition's top-level serial loop ``for k`` (or, in the persistent form of
+``warp_specialize_loop``, the one at the top level of the partition's tile loop) whose body is, in
+order,
 
     pre    statements before the first gemm (the wait for K's slot, an initialisation of S)
     G1     T.gemm(..., S)             (S: a fragment; A and B in shared memory)
@@ -90,7 +92,7 @@ def attention_overlap(func: t.PrimFunc, ctx, enabled=None) -> t.PrimFunc:
     if len(parts) != 1:
         return func
     part = parts[0]
-    loops = [s for s in _flatten(part.body) if isinstance(s, t.For) and s.kind == "serial"
+    loops = [s for s in _candidate_loops(part) if isinstance(s, t.For) and s.kind == "serial"
              and sum(isinstance(x, t.Gemm) for x in _flatten(s.body)) == 2]
     if len(loops) != 1:
         return func
@@ -104,6 +106,13 @@ def attention_overlap(func: t.PrimFunc, ctx, enabled=None) -> t.PrimFunc:
     func.body = map_stmt(func.body, lambda s: new if s is loop else None)
     func.attrs["attention_overlap"] = True
     return func
+
+
+def _candidate_loops(part: t.ThreadPartition) -> list:
+    """The partition's top-level statements and, for the persistent form (a tile loop around the key
+    loop: warp_specialize_persistent_loop.py), those of its top-level serial loops' bodies."""
+    top = _flatten(part.body)
+    return top + [x for s in top if isinstance(s, t.For) and s.kind == "serial" for x in _flatten(s.body)]
 
 
 # ------------------------------------------------------------------------------ dependences

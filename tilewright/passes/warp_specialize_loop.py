@@ -26,6 +26,10 @@ and no other pipelined loop or thread partition, where:
   ring the consumers wait on once.  A kernel given setmaxnreg is printed with
   ``__launch_bounds__(T + 128, 1)`` (ptxas needs the register count at entry).
 
+The *persistent form* (``warp_specialize_persistent_loop.py``, its own contract): the same loop
+inside a serial tile loop over work items, each item loading its prologue tile (Q) before it;
+both roles then run the tile loop and the producer loads ahead into the next item.
+
 Any other kernel is returned unchanged (an optimization, never a change of meaning).
 
 Guarantees, for ``S`` stages, ``T`` original threads and ring buffers ``X`` (the block grows to
@@ -84,6 +88,7 @@ from ..ir.visitor import free_vars, loads_in, map_stmt, walk
 from .attention_overlap import _touches, _writes, attention_overlap
 from .pipeline_loops import _buffers_touched_outside, _flatten, _restage, tma_eligible
 from .warp_specialize import hoisted_alloc, ws_enabled
+from .warp_specialize_persistent_loop import match_persistent, prologue_slots, specialize_persistent
 
 OPTION = "tw.warp_specialize"
 PINGPONG = "tw.pingpong"
@@ -106,7 +111,7 @@ def warp_specialize_loop(func: t.PrimFunc, ctx=None) -> t.PrimFunc:
         # by default only with two or more consumer warpgroups, the configurations measured faster
         # than the plain wgmma loop on the H200 (bench/results/2026-12-01-0805-attention-variants-*)
         return func
-    match = _match(kernel, func)
+    match = _match_any(kernel, func)
     if match is None:
         return func
     regs = _register_split(kernel.num_threads) if ctx.target.has("setmaxnreg") else None
@@ -117,9 +122,9 @@ def warp_specialize_loop(func: t.PrimFunc, ctx=None) -> t.PrimFunc:
         # where ping-pong alone was slower — so on a copy, kept only if the overlap applies.
         trial = copy.deepcopy(func)  # buffers, plans and body copied together: one consistent function
         trial_kernel = _kernels(trial)[0]
-        trial_match = _match(trial_kernel, trial)
+        trial_match = _match_any(trial_kernel, trial)
         if trial_match is not None:
-            trial.body = map_stmt(trial.body, lambda s: _specialize(s, trial, trial_match, regs, True)
+            trial.body = map_stmt(trial.body, lambda s: _specialize_any(s, trial, trial_match, regs, True, ctx)
                                   if s is trial_kernel else None)
             trial = attention_overlap(trial, ctx, enabled=True)
             if trial.attrs.get("attention_overlap"):
@@ -127,8 +132,22 @@ def warp_specialize_loop(func: t.PrimFunc, ctx=None) -> t.PrimFunc:
         pingpong = False
     else:
         pingpong = bool(ctx.options.get(PINGPONG)) and can_pingpong
-    func.body = map_stmt(func.body, lambda s: _specialize(s, func, match, regs, pingpong) if s is kernel else None)
+    func.body = map_stmt(func.body, lambda s: _specialize_any(s, func, match, regs, pingpong, ctx)
+                         if s is kernel else None)
     return attention_overlap(func, ctx)  # tw.attention_overlap: its own pass file says what it does
+
+
+def _match_any(kernel: t.Kernel, func):
+    """The plain form's ``_Match``, else the persistent form's (warp_specialize_persistent_loop.py)."""
+    m = _match(kernel, func)
+    return m if m is not None else match_persistent(kernel, func, _match)
+
+
+def _specialize_any(kernel: t.Kernel, func, m, regs, pingpong: bool, ctx):
+    if getattr(m, "outer", None) is None:
+        return _specialize(kernel, func, m, regs, pingpong)
+    slots = prologue_slots(kernel, m, ctx.target.max_shared_bytes)
+    return specialize_persistent(kernel, func, m, regs, pingpong, slots, _take_turns)
 
 
 def _kernels(func) -> list:
@@ -150,9 +169,12 @@ class _Match:
     def __init__(self, loop, top, ring_copies, prologue_copies, prelude):
         self.loop, self.top = loop, top
         self.ring_copies, self.prologue_copies, self.prelude = ring_copies, prologue_copies, prelude
+        self.outer = None  # the persistent form's tile loop (warp_specialize_persistent_loop.py)
 
 
-def _match(kernel: t.Kernel, func):
+def _match(kernel: t.Kernel, func, top=None, tile_var=None):
+    """A ``_Match`` of the kernel's statements ``top`` (default: its top level; the persistent form
+    passes a tile loop's body, whose variable ``tile_var`` the prelude may read too), or None."""
     threads = kernel.num_threads
     if threads % 128 or threads + PRODUCER_THREADS > 1024 or len(kernel.threads) != 1:
         return None
@@ -161,7 +183,7 @@ def _match(kernel: t.Kernel, func):
         return None  # the kernel reads its thread index: the renumbering would change its meaning
     if any(isinstance(s, t.Alloc) and s.buffer.attrs.get("address") for s in _flatten(kernel.body)):
         return None  # T.make_tensor on an address: its declaration must stay where the address is computed
-    top = _flatten(kernel.body)
+    top = _flatten(kernel.body) if top is None else top
     loops = [s for s in top if isinstance(s, t.For) and s.kind == "pipelined"]
     others = []
     walk(kernel.body, lambda s: others.append(s) if isinstance(s, t.ThreadPartition) or (
@@ -181,6 +203,8 @@ def _match(kernel: t.Kernel, func):
         return None
     written = _writes(kernel.body)
     allowed_vars = {loop.var} | set(func.params) | set(func.dyn_vars) | set(kernel.block_vars)
+    if tile_var is not None:
+        allowed_vars.add(tile_var)
     readable = {b for b in _touches(kernel.body) if b.scope == "global" and b not in written}
 
     def computable(e) -> bool:

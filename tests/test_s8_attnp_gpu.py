@@ -1,0 +1,147 @@
+"""The persistent attention forward (``attention_dispatch.PERSISTENT``) on an sm_90 GPU (H100/H200):
+every mode of ``ops.attention`` against float64 with NaN-poisoned outputs, under each consumer
+schedule (plain, ping-pong, the overlap, both), and the kernel checked to be the persistent one (a
+grid of one block per multiprocessor, 384 threads).  Skipped without such a GPU."""
+
+from __future__ import annotations
+
+import importlib
+import math
+
+import pytest
+
+torch = pytest.importorskip("torch")
+if not (torch.cuda.is_available() and not getattr(torch.version, "hip", None)
+        and torch.cuda.get_device_capability() == (9, 0)):
+    pytest.skip("needs an sm_90 NVIDIA GPU with a CUDA build of PyTorch", allow_module_level=True)
+
+from tilewright import ops  # noqa: E402
+
+dispatch = importlib.import_module("tilewright.ops.attention_dispatch")
+SCHEDULES = {"shipped": {}, "pp": {"tw.pingpong": True, "tw.attention_overlap": False},
+             "ov": {"tw.pingpong": False, "tw.attention_overlap": True},
+             "pp+ov": {"tw.pingpong": True, "tw.attention_overlap": True}}
+
+
+@pytest.fixture(params=list(SCHEDULES))
+def persistent(request, monkeypatch):
+    """PERSISTENT on, the schedule's pass configs over the shipped ones, outputs poisoned; the
+    forward kernels built are recorded."""
+    built = []
+    real_kernel = dispatch._kernel
+
+    def record(key, build, target, pass_configs=None):
+        k = real_kernel(key, build, target, pass_configs)
+        if key[0] == "attention":
+            built.append((key, k))
+        return k
+
+    class Poisoned:
+        def __getattr__(self, name):
+            return getattr(torch, name)
+
+        @staticmethod
+        def empty(*args, **kwargs):
+            return torch.empty(*args, **kwargs).fill_(math.nan)
+
+    monkeypatch.setattr(dispatch, "_kernel", record)
+    monkeypatch.setattr(dispatch, "_torch", lambda: Poisoned())
+    monkeypatch.setattr(dispatch, "PERSISTENT", True)
+    configs = SCHEDULES[request.param]
+    monkeypatch.setattr(dispatch, "HOPPER_CONFIGS", {**dispatch.HOPPER_CONFIGS, **configs})
+    if configs:
+        monkeypatch.setattr(dispatch, "HOPPER_D64_OVERRIDES", {})
+    dispatch.forget_plans()
+    yield built
+    dispatch.forget_plans()
+
+
+def _was_persistent(built):
+    key, k = built[-1]
+    sms = torch.cuda.get_device_properties(0).multi_processor_count
+    assert key[-1] == sms and k.num_threads == 384, (key, k.num_threads)
+    assert "Q_s_empty" in k.get_kernel_source()
+
+
+def reference(q, k, v, causal, kv_len=None):
+    """float64 on the GPU, one batch at a time."""
+    B, H, Sq, D = q.shape
+    Sk, g = k.shape[2], H // k.shape[1]
+    outs, lses = [], []
+    for b in range(B):
+        qb, kb, vb = q[b].double(), k[b].double().repeat_interleave(g, 0), v[b].double().repeat_interleave(g, 0)
+        n = kv_len[b] if kv_len is not None else Sk
+        s = qb @ kb.transpose(-1, -2) / math.sqrt(D)
+        i, j = torch.arange(Sq, device=q.device)[:, None], torch.arange(Sk, device=q.device)[None]
+        mask = (j >= n) | ((j > i + n - Sq) if causal else torch.zeros_like(j, dtype=torch.bool))
+        s = s.masked_fill(mask, -math.inf)
+        lse = torch.logsumexp(s, -1)
+        outs.append(torch.exp(s - lse[..., None]).nan_to_num(0.0) @ vb)
+        lses.append(lse)
+    return torch.stack(outs), torch.stack(lses)
+
+
+def _rel(got, want):
+    assert not got.isnan().any(), "NaN in the output (an unwritten or poisoned element)"
+    return ((got.double() - want).abs().max() / want.abs().max().clamp_min(1e-6)).item()
+
+
+def _rand(*shape, dtype):
+    return torch.randn(*shape, device="cuda", dtype=torch.float32).to(dtype)
+
+
+@pytest.mark.parametrize("dtype", [torch.float16, torch.bfloat16])
+@pytest.mark.parametrize("B, H, Hkv, Sq, Sk, D", [
+    (16, 16, 16, 1024, 1024, 128),  # the issue's shape: 2048 items over 132 blocks
+    (1, 16, 4, 2048, 2048, 64),     # GQA
+    (1, 8, 1, 1000, 1337, 128),     # MQA, ragged, Sq < Sk
+    (2, 8, 2, 517, 517, 256),       # d = 256
+    (3, 5, 5, 700, 300, 64),        # Sq > Sk: causal items without keys
+])
+@pytest.mark.parametrize("causal", [False, True])
+def test_dense_persistent_on_gpu(persistent, B, H, Hkv, Sq, Sk, D, causal, dtype):
+    torch.manual_seed(B * H + Sq + D)
+    q, k, v = _rand(B, H, Sq, D, dtype=dtype), _rand(B, Hkv, Sk, D, dtype=dtype), _rand(B, Hkv, Sk, D, dtype=dtype)
+    out, lse = ops.attention(q, k, v, causal=causal, return_lse=True)
+    want, want_lse = reference(q, k, v, causal)
+    assert _rel(out, want) < 3e-3 * (4 if dtype == torch.bfloat16 else 1)
+    finite = torch.isfinite(want_lse)
+    assert torch.equal(torch.isfinite(lse), finite)
+    assert (lse.double()[finite] - want_lse[finite]).abs().max().item() < 1e-3
+    _was_persistent(persistent)
+    # a repeat call (the plan's bound launch from pointers) reads its own inputs
+    q2 = _rand(B, H, Sq, D, dtype=dtype)
+    assert _rel(ops.attention(q2, k, v, causal=causal), reference(q2, k, v, causal)[0]) < 3e-3 * (
+        4 if dtype == torch.bfloat16 else 1)
+
+
+def test_varlen_kv_cache_and_split_kv_persistent_on_gpu(persistent):
+    torch.manual_seed(3)
+    lens_q = [300, 1, 2048, 77, 0, 129]
+    lens_k = [500, 7, 2048, 0, 33, 129]
+    cu_q = torch.tensor([0] + list(torch.tensor(lens_q).cumsum(0)), dtype=torch.int32, device="cuda")
+    cu_k = torch.tensor([0] + list(torch.tensor(lens_k).cumsum(0)), dtype=torch.int32, device="cuda")
+    qp = _rand(int(cu_q[-1]), 8, 128, dtype=torch.float16)
+    kp, vp = (_rand(int(cu_k[-1]), 2, 128, dtype=torch.float16) for _ in range(2))
+    for causal in (False, True):
+        out = ops.attention(qp, kp, vp, causal=causal, cu_seqlens_q=cu_q, cu_seqlens_k=cu_k,
+                            max_seqlen_q=max(lens_q))
+        _was_persistent(persistent)
+        for b in range(len(lens_q)):
+            sq, sk = slice(int(cu_q[b]), int(cu_q[b + 1])), slice(int(cu_k[b]), int(cu_k[b + 1]))
+            if lens_q[b] == 0:
+                continue
+            want, _ = reference(qp[sq].transpose(0, 1)[None], kp[sk].transpose(0, 1)[None],
+                                vp[sk].transpose(0, 1)[None], causal)
+            got = out[sq].transpose(0, 1)[None]
+            if lens_k[b] == 0:
+                assert (got == 0).all()
+            else:
+                assert _rel(got, want) < 3e-3
+    # a padded KV cache, prefill of 200 queries, in 3 split-KV ranges
+    q = _rand(2, 8, 200, 128, dtype=torch.bfloat16)
+    k, v = (_rand(2, 2, 4096, 128, dtype=torch.bfloat16) for _ in range(2))
+    lens = torch.tensor([4096, 1234], dtype=torch.int32, device="cuda")
+    out = ops.attention(q, k, v, causal=True, cache_seqlens=lens, num_splits=3)
+    _was_persistent(persistent)
+    assert _rel(out, reference(q, k, v, True, kv_len=lens.tolist())[0]) < 1e-2
