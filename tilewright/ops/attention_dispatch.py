@@ -91,9 +91,15 @@ HOPPER_D64_OVERRIDES = {"tw.attention_overlap": True}
 # off until measured (bench/attention_variants.py's "ops even" columns).  Takes effect for new plans.
 SPECIALIZE_EVEN = False
 # the persistent forward kernel (attention_fwd's ``persistent``: one block per SM looping over the work
-# items, the producer loading the next item during this one's epilogue) on the sm_90a path; off until
-# measured (bench/attention_variants.py's "pers" columns).  Takes effect for new plans.
-PERSISTENT = False
+# items, the producer loading the next item during this one's epilogue) on the sm_90a path.  True: always,
+# False: never, "auto": where a work item has at most PERSISTENT_MAX_KEY_BLOCKS key blocks, i.e. where
+# each block's fixed cost (Q load, pipeline fill, epilogue) weighs most.  Measured on the H200
+# (bench/results/2026-12-01-1856-attention-variants-*, bf16 TFLOP/s, grid kernel -> persistent):
+# 16x16x1024x128 (8 key blocks) 454 -> 515 non-causal, 327 -> 338 causal; 4x16x4096x128 539 -> 549 and
+# 474 -> 449 causal; 1x16x16384x128 558 -> 551 and 554 -> 496; 4x16x4096x64 430 -> 403.  Takes effect
+# for new plans.
+PERSISTENT = "auto"
+PERSISTENT_MAX_KEY_BLOCKS = 8
 
 
 def _hopper_config(dim: int, rows: int):
@@ -393,7 +399,8 @@ def _make_plan(q, k, v, causal, scale, varlen, nseq, max_q, has_cache, num_split
     # lengths known here (dense, no cache) that divide the blocks: no tail handling in the kernel
     even = SPECIALIZE_EVEN and not varlen and not has_cache
     even_qk = (even and max_q % bM == 0, even and seq_k % bN == 0)
-    persistent = _sm_count(q) if PERSISTENT and configs else 0
+    few_keys = -(-keys_hint // bN) <= PERSISTENT_MAX_KEY_BLOCKS
+    persistent = _sm_count(q) if configs and (PERSISTENT is True or PERSISTENT == "auto" and few_keys) else 0
     if configs:
         fwd = _kernel(("attention", H, Hkv, D, dtype, out_dtype, "sm_90a", tuple(sorted(configs.items())), stage_out)
                       + flags + even_qk + ((persistent,) if persistent else ()),
