@@ -64,6 +64,7 @@ from __future__ import annotations
 from ..ir import thread as th
 from ..ir import tile as t
 from ..ir.layout import tma_boxes
+from .cluster_multicast import multicast_plan, releases_to_cluster, share_of
 from ..ir.plans import PipelineRing
 from ..ir.visitor import free_vars, loads_in, map_stmt, walk
 from .pipeline_loops import _buffers_touched_outside, _flatten, _restage, tma_eligible
@@ -292,6 +293,13 @@ def _specialize(kernel: t.Kernel, func, ctx, rings: dict, in_flight: dict, loop:
         rings[nb] = PipelineRing(stages, True, full)
         new_bufs[old] = nb
     boxes = sum(tma_boxes(c.dst.buffer.shape, c.dst.buffer.dtype)[0] for c in copies)
+    # a cluster of 2 along a grid axis whose blocks load the same tiles: each loads its share of them and
+    # multicasts it to both (cluster_multicast.py); the ring's slots are then released cluster-wide
+    plan = multicast_plan(kernel, loop, copies, tiles, ctx.target)
+    sharers, shared = plan if plan is not None else (1, [])
+
+    def released(arrive):
+        return [arrive] if sharers == 1 else releases_to_cluster(arrive, sharers)
 
     k = loop.var
     rel = k - loop.start
@@ -305,9 +313,17 @@ def _specialize(kernel: t.Kernel, func, ctx, rings: dict, in_flight: dict, loop:
 
     def tma_copy(c: t.Copy) -> t.Copy:
         nb = new_bufs[c.dst.buffer]
-        dst = t.Region(nb, (slot,) + tuple(c.dst.starts), (1,) + tuple(c.dst.extents),
-                       (0,) + tuple(d + 1 for d in c.dst.squeezed))
-        return t.Copy(c.src, dst, c.loc, mode="tma", barrier=(full, slot), coalesced_width=c.coalesced_width)
+
+        def ring_region(starts, extents):
+            return t.Region(nb, (slot,) + tuple(starts), (1,) + tuple(extents),
+                            (0,) + tuple(d + 1 for d in c.dst.squeezed))
+
+        if any(c is x for x in shared):
+            src, dst, mask = share_of(c, sharers, ring_region)
+            return t.Copy(src, dst, c.loc, mode="tma", barrier=(full, slot), coalesced_width=c.coalesced_width,
+                          multicast=mask)
+        return t.Copy(c.src, ring_region(c.dst.starts, c.dst.extents), c.loc, mode="tma", barrier=(full, slot),
+                      coalesced_width=c.coalesced_width)
 
     producer_loop = t.For(k, loop.start, loop.extent, t.SeqStmt([
         th.MbarrierWait(empty, slot, (round_ + 1) % 2, loc=loc),  # a fresh barrier passes round 0
@@ -327,17 +343,18 @@ def _specialize(kernel: t.Kernel, func, ctx, rings: dict, in_flight: dict, loop:
         consumer_loop = t.For(k, loop.start, loop.extent, t.SeqStmt([
             th.MbarrierWait(full, slot, round_ % 2, loc=loc),
             staged,
-            t.IfThenElse(rel > 0, th.MbarrierArrive(empty, prev, elected=True, loc=loc), None, loc=loc)]),
+            t.IfThenElse(rel > 0, t.SeqStmt(released(th.MbarrierArrive(empty, prev, elected=True, loc=loc))), None,
+                         loc=loc)]),
             "serial", 0, loc, dict(loop.attrs))
         last = loop.extent - 1 if tiles is None else done + loop.extent - 1
         drain = [th.WgmmaWait(0, (gemm.c.buffer,), loc=loc),
-                 th.MbarrierArrive(empty, last % stages, elected=True, loc=loc)]
+                 *released(th.MbarrierArrive(empty, last % stages, elected=True, loc=loc))]
         drain = [t.IfThenElse(loop.extent > 0, t.SeqStmt(drain), None, loc=loc)]
     else:
         consumer_loop = t.For(k, loop.start, loop.extent, t.SeqStmt([
             th.MbarrierWait(full, slot, round_ % 2, loc=loc),
             staged,
-            th.MbarrierArrive(empty, slot, loc=loc)]), "serial", 0, loc, dict(loop.attrs))
+            *released(th.MbarrierArrive(empty, slot, loc=loc))]), "serial", 0, loc, dict(loop.attrs))
         drain = []
         releases = consumers  # every thread read the slot itself: every thread releases it
 
@@ -368,12 +385,16 @@ def _specialize(kernel: t.Kernel, func, ctx, rings: dict, in_flight: dict, loop:
         consumer_part = [t.For(outer.var, outer.start, outer.extent,
                                t.SeqStmt([*tile_before, consumer_loop, *drain, *tile_after]), "serial", 0,
                                outer.loc, dict(outer.attrs))]
+    # multicast: the peers' barriers exist before anyone uses them; no block exits before its peer's
+    # last releases of its slots (which nobody waits for) have arrived
+    cluster_sync = [th.ClusterBarrier(loc=loc)] if sharers > 1 else []
     body = [*allocs, t.Alloc(full, loc=loc), t.Alloc(empty, loc=loc),
-            th.MbarrierInit(full, boxes, loc=loc), th.MbarrierInit(empty, releases, loc=loc), th.Barrier(loc=loc),
+            th.MbarrierInit(full, boxes, loc=loc), th.MbarrierInit(empty, releases * sharers, loc=loc),
+            th.Barrier(loc=loc), *cluster_sync,
             t.ThreadPartition(0, PRODUCER_THREADS, "producer", t.SeqStmt([
                 *give, t.ThreadPartition(0, ISSUER_THREADS, "TMA issuer", t.SeqStmt([producer_loop]), loc)]), loc),
             t.ThreadPartition(PRODUCER_THREADS, consumers, "consumer",
-                              t.SeqStmt([*take, *before, *consumer_part, *after]), loc)]
+                              t.SeqStmt([*take, *before, *consumer_part, *after]), loc), *cluster_sync]
     attrs = dict(kernel.attrs, warp_specialized=(PRODUCER_THREADS, consumers, stages))
     return t.Kernel(kernel.grid, (consumers + PRODUCER_THREADS,), kernel.block_vars, t.SeqStmt(body), kernel.loc,
                     attrs)

@@ -133,6 +133,8 @@ def run_thread_kernel(kernel: th.ThreadKernel, args: list, *, dyn: dict | None =
     with np.errstate(all="ignore"):  # inactive lanes may divide by zero or overflow; ignored
         grid = prog.eval_grid(scalars)
         nblocks = grid[0] * grid[1] * grid[2]
+        if kernel.attrs.get("cluster_dims"):
+            cluster_blocks(kernel, grid)  # whole clusters, or the error the launch would give
         T = kernel.num_threads
         S = kernel.shared_bytes
         per_batch = max(1, MAX_LANES // T)

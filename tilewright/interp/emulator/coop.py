@@ -127,6 +127,8 @@ class CoopBlock:
         self.registers: dict = {}  # (rank, warpgroup) -> registers per thread after its setmaxnreg
         self.cluster_bar = _Barrier("the cluster barrier")
         self.cluster_arrived: dict = {}  # warp -> generation of the cluster barrier it arrived in, not waited yet
+        self.remote: list = [[] for _ in firsts]  # per block: (warp, its clock, where) of peers' accesses to it
+        self.exited: set = set()
         self.trackers = [_CoopRaces(self, r) for r in range(self.nblocks)] if self.S else None
         self.tracker = self.trackers[0] if self.S else None
         self.states = []
@@ -163,6 +165,27 @@ class CoopBlock:
     def _exited(self, rank: int) -> bool:
         return all(self.done[rank * self.wpb:(rank + 1) * self.wpb])
 
+    def _block_exit(self, rank: int) -> None:
+        """When block ``rank``'s last warp finished: every access of a peer to its shared memory
+        (remote arrive, multicast) must be ordered before its exit (by a cluster barrier, or by a
+        wait of the block that observed it); otherwise the GPU may run it after the block exited."""
+        if rank in self.exited or not self._exited(rank):
+            return
+        self.exited.add(rank)
+        warps = range(rank * self.wpb, (rank + 1) * self.wpb)
+        exit_vc = np.max(self.vc[list(warps)], axis=0)
+        for g, clock, where in self.remote[rank]:
+            if exit_vc[g] < clock:
+                self.failure = where.error(EmulatorError, f"{self.block_name(rank)} (cluster rank {rank}) may exit "
+                                                          f"before this access of {self.warp_name(g)} to its shared "
+                                                          "memory: nothing orders the access before the exit (a "
+                                                          "cluster barrier at the end of the kernel?)")
+                return
+
+    def _note_remote(self, st, rank: int, where) -> None:
+        if rank != st.rank:
+            self.remote[rank].append((st.gwarp, int(self.vc[st.gwarp, st.gwarp]), where))
+
     # ------------------------------------------------------------------ scheduler
     def run(self, body) -> None:
         threads = [threading.Thread(target=self._warp_main, args=(w, body), daemon=True,
@@ -177,6 +200,8 @@ class CoopBlock:
                     break
                 last = w
                 self._switch_to(w)
+                if self.done[w] and self.failure is None:
+                    self._block_exit(w // self.wpb)
             if self.failure is None and not all(self.done):
                 self.failure = self._deadlock()
         finally:
@@ -431,6 +456,7 @@ class CoopBlock:
     def mbar_arrive(self, st, key, arrivals: int, tx: int, where, rank=None) -> None:
         w = st.gwarp
         rank = st.rank if rank is None else self._peer(st, rank, where, "a remote mbarrier arrive")
+        self._note_remote(st, rank, where)
         m = self.mbar(key, where, rank)
         left = m.count - m.arrived
         if arrivals > left:
@@ -479,6 +505,7 @@ class CoopBlock:
             raise where.error(EmulatorError, "a multicast TMA load with an empty ctaMask")
         for r in ranks:
             self._peer(st, r, where, "a multicast TMA load")
+            self._note_remote(st, r, where)
         nbytes = vals.size * vals.dtype.itemsize
         expect = nbytes if expect_bytes is None else int(expect_bytes)
         if expect and arrives:
