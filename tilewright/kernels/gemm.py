@@ -10,12 +10,40 @@ from __future__ import annotations
 from .. import language as T
 
 
+def cluster_grid(N, M, block_M, block_N, cluster=(1, 1)):
+    """The (x, y) grid of one block per ``block_M x block_N`` tile, rounded up to whole thread-block
+    clusters of ``cluster`` = (cx, cy) blocks (the extra blocks' tiles lie outside C: they load zeros
+    and store nothing)."""
+    cx, cy = cluster
+    gx = T.ceildiv(N, block_N * cx) * cx if cx > 1 else T.ceildiv(N, block_N)
+    gy = T.ceildiv(M, block_M * cy) * cy if cy > 1 else T.ceildiv(M, block_M)
+    return gx, gy
+
+
+def cluster_kernel_args(cluster=(1, 1), swizzle_panel=8):
+    """``T.Kernel`` keywords and the ``T.use_swizzle`` order of a GEMM whose blocks form clusters of
+    ``cluster`` = (cx, cy): two blocks along x (neighbouring N tiles) share their A tile, along y
+    (neighbouring M tiles) their B tile, which ``warp_specialize`` then loads once per cluster by TMA
+    multicast (``passes/cluster_multicast.py``, sm_90a) -- when the rasterization's fast axis is the
+    cluster's (hence "col" order for a cluster along y)."""
+    if tuple(cluster) == (1, 1):
+        return {}, "row"
+    if sorted(cluster) != [1, 2] or swizzle_panel % 2:
+        raise ValueError(f"GEMM clusters are (2, 1) or (1, 2), with an even swizzle panel; got {cluster}, "
+                         f"panel {swizzle_panel}")
+    return {"cluster_dims": (cluster[0], cluster[1], 1)}, "row" if cluster[0] == 2 else "col"
+
+
 def matmul(M, N, K, block_M=128, block_N=128, block_K=32, dtype="float16", out_dtype=None, accum_dtype="float32",
            trans_A=False, trans_B=False, num_stages=3, threads=128, relu=False, swizzle_panel=8,
-           staged_epilogue=False):
+           staged_epilogue=False, cluster=(1, 1)):
     """``C[M, N] = op(A) @ op(B)``; A is (K, M) when ``trans_A``, B is (N, K) when ``trans_B``.
-    M may be a ``T.dynamic`` size.  ``staged_epilogue``: C leaves through shared memory (see above)."""
+    M may be a ``T.dynamic`` size.  ``staged_epilogue``: C leaves through a shared tile (see above).
+    ``cluster`` = (2, 1) or (1, 2): thread-block clusters of two blocks sharing an operand tile
+    (``cluster_kernel_args``)."""
     out_dtype = out_dtype or dtype
+    kernel_kw, order = cluster_kernel_args(cluster, swizzle_panel or 2)
+    gx, gy = cluster_grid(N, M, block_M, block_N, cluster)
     a_shape = (K, M) if trans_A else (M, K)
     b_shape = (N, K) if trans_B else (K, N)
     a_tile = (block_K, block_M) if trans_A else (block_M, block_K)
@@ -23,14 +51,14 @@ def matmul(M, N, K, block_M=128, block_N=128, block_K=32, dtype="float16", out_d
 
     @T.prim_func
     def gemm(A: T.Tensor(a_shape, dtype), B: T.Tensor(b_shape, dtype), C: T.Tensor((M, N), out_dtype)):
-        with T.Kernel(T.ceildiv(N, block_N), T.ceildiv(M, block_M), threads=threads) as (bx, by):
+        with T.Kernel(gx, gy, threads=threads, **kernel_kw) as (bx, by):
             A_shared = T.alloc_shared(a_tile, dtype)
             B_shared = T.alloc_shared(b_tile, dtype)
             C_local = T.alloc_fragment((block_M, block_N), accum_dtype)
             if staged_epilogue:
                 C_shared = T.alloc_shared((block_M, block_N), out_dtype)
             if swizzle_panel:
-                T.use_swizzle(panel_size=swizzle_panel)
+                T.use_swizzle(panel_size=swizzle_panel, order=order)
             T.clear(C_local)
             for k in T.Pipelined(T.ceildiv(K, block_K), num_stages=num_stages):
                 if trans_A:

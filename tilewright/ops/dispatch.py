@@ -402,9 +402,11 @@ def _plan(cfg, N, K, dtype, out_name, ta, tb, has_bias, activation, target, arch
             hit = ("streamk", first, fix, num_sms)
         # else: as for "persistent" above, one block per tile
     if hit is None:
-        key = ("linear", N, K, dtype, out_name, ta, tb, has_bias, activation, tiles, staged)
+        cluster = cfg.cluster if target != "interpret" else (1, 1)  # (the interpreter has no clusters)
+        key = ("linear", N, K, dtype, out_name, ta, tb, has_bias, activation, tiles, staged) + (
+            (cluster,) if cluster != (1, 1) else ())
         hit = ("direct", _kernel(key, lambda: kernels.linear(N, K, dtype, out_name, ta, tb, has_bias, activation,
-                                                             *tiles, staged), target, pc))
+                                                             *tiles, staged, cluster), target, pc))
     _plans[sig] = hit
     return hit
 

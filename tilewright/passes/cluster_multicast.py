@@ -3,9 +3,12 @@ cluster share, so that the cluster fetches each shared tile from L2 once.
 
 When (``multicast_plan``; otherwise None and the ring stays per block): the kernel has ``cluster_dims``
 of ``n = 2`` blocks along one grid axis and 1 along the others, on a target with clusters (sm_90+), in
-the direct form (no persistent tile loop), without block-index rasterization (``T.use_swizzle``: the
-blocks of a launched cluster would not be neighbours of the tile grid), and with a K loop whose
-bounds do not read that axis's block index (the blocks of a cluster run the same K steps).  A
+the direct form (no persistent tile loop), and with a K loop whose
+bounds do not read that axis's block index (the blocks of a cluster run the same K steps).  With
+block-index rasterization (``T.use_swizzle``) the cluster's axis must be the panel's fast axis (x for
+``order="row"``) and the panel even: the two launched neighbours of a cluster then get neighbouring
+tiles along that axis (the panel width, ``min(grid - first, panel)``, stays even on a grid of whole
+clusters), in the same row (column) of the panel.  A
 mainloop copy is *shared* when its global coordinates do not read that axis's block index either:
 the blocks of one cluster differ only there, so they load the same tile (two blocks in one tile row
 share A; in one tile column, B).  It must be a plain 2-D tile (no squeezed dimensions) whose rows
@@ -47,8 +50,10 @@ def multicast_plan(kernel: t.Kernel, loop: t.For, copies: list, tiles, target):
         return None
     swizzled = []
     walk(kernel.body, lambda s: swizzled.append(s) if isinstance(s, t.Annotate) and s.kind == "swizzle" else None)
-    if swizzled:
-        return None
+    for s in swizzled:
+        fast = 0 if s.attrs["order"] == "row" else 1
+        if axis != fast or s.attrs["panel_size"] % 2 or len(kernel.grid) < 2:
+            return None
     bv = kernel.block_vars[axis]
     for x in (loop.start, loop.extent):
         if loads_in(x) or bv in free_vars(x):

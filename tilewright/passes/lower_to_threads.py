@@ -30,6 +30,7 @@ from ..ir import tile as t
 from ..ir.tile_ops import hook, register
 from ..ir.visitor import free_vars, loads_in, map_stmt, walk
 from . import lower_reducer  # noqa: F401  (registers the reducer ops' lowering)
+from .check_clusters import cluster_dims_for
 from .check_target_limits import shared_overflow_error
 from .lower_copy import lower_copy_g2s, lower_copy_tma
 from .lower_copy_tma_store import lower_copy_tma_store, lower_tma_store_wait
@@ -39,7 +40,6 @@ from .lower_gemm_amd import unpad_operand_layouts
 from .lower_parallel import UNGUARDABLE, lower_parallel
 from .lower_reduce import lower_reduce
 from .lower_vectorized import lower_vectorized
-from .check_clusters import cluster_dims_for
 from .lowering_context import LoweringContext
 
 

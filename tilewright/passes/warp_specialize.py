@@ -64,9 +64,9 @@ from __future__ import annotations
 from ..ir import thread as th
 from ..ir import tile as t
 from ..ir.layout import tma_boxes
-from .cluster_multicast import multicast_plan, releases_to_cluster, share_of
 from ..ir.plans import PipelineRing
 from ..ir.visitor import free_vars, loads_in, map_stmt, walk
+from .cluster_multicast import multicast_plan, releases_to_cluster, share_of
 from .pipeline_loops import _buffers_touched_outside, _flatten, _restage, tma_eligible
 
 PRODUCER_THREADS = 128  # one warpgroup (setmaxnreg works on whole warpgroups) ...

@@ -91,6 +91,7 @@ class _Mbar:
         self.last = None  # where the latest arrival happened
         self.skipped_tma = 0  # TmaLoads that warps other than warp 0 executed (not issued)
         self.expects: list = []  # (warp, its clock, where) of the expect-tx without arrival of this phase
+        self.init = (0, 0)  # (warp, its clock) of the initialisation
 
 
 class CoopBlock:
@@ -185,6 +186,16 @@ class CoopBlock:
     def _note_remote(self, st, rank: int, where) -> None:
         if rank != st.rank:
             self.remote[rank].append((st.gwarp, int(self.vc[st.gwarp, st.gwarp]), where))
+
+    def _ordered_after_init(self, st, m: _Mbar, where, what: str) -> None:
+        """A peer's use of ``m`` must be ordered after ``m``'s initialisation in its own block (a cluster
+        barrier between them), whatever order the emulator happened to run the blocks in."""
+        g, clock = m.init
+        if m.rank != st.rank and self.vc[st.gwarp, g] < clock:
+            raise where.error(EmulatorError, f"{self.warp_name(st.gwarp)} {what} mbarrier {m.name} of "
+                                             f"{self.block_name(m.rank)}, and nothing orders that after the "
+                                             "barrier's MbarrierInit there (a cluster barrier after the "
+                                             "initialisation?)")
 
     # ------------------------------------------------------------------ scheduler
     def run(self, body) -> None:
@@ -431,6 +442,7 @@ class CoopBlock:
             full = (st.rank, key, i)
             agent = self.agent_index[full]
             self.mbars[full] = _Mbar(f"{name}[{i}]", count, agent, self.nagents, st.rank)
+            self.mbars[full].init = (st.gwarp, int(self.vc[st.gwarp, st.gwarp]))  # for peers: ordered after it?
 
     def mbar(self, key, where, rank: int = 0) -> _Mbar:
         """The mbarrier at shared place ``key`` = (place, index) of block ``rank`` of the cluster."""
@@ -458,6 +470,7 @@ class CoopBlock:
         rank = st.rank if rank is None else self._peer(st, rank, where, "a remote mbarrier arrive")
         self._note_remote(st, rank, where)
         m = self.mbar(key, where, rank)
+        self._ordered_after_init(st, m, where, "arrives on")
         left = m.count - m.arrived
         if arrivals > left:
             raise where.error(EmulatorError, f"{self.warp_name(w)} brings {arrivals} arrivals to mbarrier {m.name}, "
@@ -514,6 +527,7 @@ class CoopBlock:
             self.mbar_expect_tx(st, key, expect, where)
         for r in ranks:
             m = self.mbar(key, where, r)
+            self._ordered_after_init(st, m, where, "multicasts a TMA load onto")
             if self.trackers is not None:
                 self.trackers[r].tma_issue(st.gwarp, pos, vals.dtype.itemsize, where, name)
             m.landings.append((pos, vals))
