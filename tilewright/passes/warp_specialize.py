@@ -52,6 +52,13 @@ warp's wait); after the loop ``wait_group(0)``
 completes the accumulator and the last slot is released.  (S = 1 keeps the synchronous release:
 the producer would wait for the very slot the consumer is about to read.)
 
+Thread-block clusters (``cluster_multicast.py``): in a kernel launched in clusters of two blocks
+along one grid axis whose blocks load the same operand tile (its coordinates do not read that axis's
+block index), each block's producer loads half of that tile with ``.multicast::cluster`` into both
+blocks; ``full[s]`` then expects the whole stage's bytes, ``empty[s]`` counts the consumers of both
+blocks (each releasing warp arrives on ``empty[s]`` of every block of the cluster), and cluster
+barriers follow the mbarrier initialisation and end the kernel.
+
 A slot is refilled only after every consumer thread has arrived on its ``empty`` barrier, i.e.
 after its last reader is done with it: the asynchronous consumer frees the slot, not a block
 barrier.  When the producer's shared memory (the mbarriers) would not fit, the kernel is returned
