@@ -18,7 +18,7 @@ import tilewright
 from tilewright.interp.emulator import EmulatorError, RaceError
 from tilewright.ir import thread as th
 from tilewright.ir.visitor import map_stmt
-from tilewright.kernels.gemm import matmul
+from tilewright.kernels.gemm import matmul, matmul_persistent
 from tilewright.ops import gemm_configs, kernels
 
 SM90 = "cuda -arch=sm_90a"
@@ -73,6 +73,30 @@ def test_ops_kernel_with_clusters_dynamic_rows_bias_and_activation(cluster):
         k(a, b, bias, c)
         x = a.astype(np.float64) @ b.astype(np.float64) + bias.astype(np.float64)
         np.testing.assert_allclose(c.astype(np.float64), x / (1 + np.exp(-x)), rtol=2e-2, atol=2e-2)
+
+
+@pytest.mark.parametrize("M, N, K, stages, blocks, dtype, staged, bias", [
+    (200, 320, 96, 3, 4, "float16", False, False),  # 5 N tiles: the last pair's second tile lies outside C
+    (136, 192, 64, 2, 6, "bfloat16", True, True),   # TMA-store epilogue, bias seeded; partial last round
+])
+def test_persistent_multicast_gemm_walks_tile_pairs(M, N, K, stages, blocks, dtype, staged, bias):
+    """matmul_persistent(cluster=2): the two blocks of a cluster take neighbouring N tiles in lockstep,
+    the ring continuing across tiles in both, A multicast."""
+    out = dtype if staged else "float32"
+    f = matmul_persistent(M, N, K, 64, 64, 32, dtype=dtype, out_dtype=out, num_stages=stages, threads=128,
+                          num_blocks=blocks, cluster=2, staged_epilogue=staged, bias_dtype="float32" if bias else None)
+    k = tilewright.compile(f, target=SM90, execution_backend="emulator")
+    src = k.get_kernel_source()
+    assert k.num_threads == 256 and src.count(".multicast::cluster") == 1 and "__cluster_dims__(2, 1, 1)" in src
+    rng = np.random.default_rng(5)
+    nd = tilewright.ir.dtype.to_numpy(dtype)
+    a, b = rng.uniform(-1, 1, (M, K)).astype(nd), rng.uniform(-1, 1, (K, N)).astype(nd)
+    bv = rng.uniform(-1, 1, N).astype(np.float32) if bias else np.zeros(1, np.float32)
+    c = np.full((M, N), np.nan, tilewright.ir.dtype.to_numpy(out))
+    k(a, b, bv, c)
+    want = a.astype(np.float64) @ b.astype(np.float64) + (bv.astype(np.float64) if bias else 0)
+    tol = 2e-3 if out == "float32" else 4e-2
+    np.testing.assert_allclose(c.astype(np.float64), want, rtol=tol, atol=tol)
 
 
 def test_multicast_is_declined_where_the_blocks_do_not_share_a_tile():
@@ -168,7 +192,8 @@ def test_cluster_candidates_are_listed_and_parse_back():
     cands = _cluster_candidates()
     names = {c.short() for c in cands}
     assert {"direct 128x256x64 s3 t256 wgmma ws tma-store c2x1", "direct 128x256x64 s3 t256 wgmma ws tma-store c1x2",
-            "direct 256x128x64 s4 t256 wgmma ws c2x1", "direct 128x64x64 s8 t256 wgmma ws c2x1"} <= names
+            "direct 256x128x64 s4 t256 wgmma ws c2x1", "direct 128x64x64 s8 t256 wgmma ws c2x1",
+            "persistent 128x192x64 s4 t256 g8 wgmma ws tma-store c2x1"} <= names
     for shape in [(4096, 4096, 4096), (128, 8192, 8192), (2000, 3000, 1000), (16, 8192, 8192)]:
         assert gemm_configs.heuristic(*shape, "float16", "sm_90", 132).cluster == (1, 1)  # measured first
         for c in gemm_configs.candidates(*shape, "float16", "sm_90", 132):
@@ -177,7 +202,8 @@ def test_cluster_candidates_are_listed_and_parse_back():
     assert not [c for c in gemm_configs.candidates(4096, 4096, 4096, "float16", "sm_80", 108) if c.cluster != (1, 1)]
     # a stored entry of a cluster the kernels do not have, or on a kind without clusters, is a miss
     assert gemm_configs.GemmConfig.from_json({"kind": "direct", "cluster": [2, 2]}) is None
-    assert gemm_configs.GemmConfig.from_json({"kind": "persistent", "cluster": [2, 1]}) is None
+    assert gemm_configs.GemmConfig.from_json({"kind": "persistent", "cluster": [1, 2]}) is None
+    assert gemm_configs.GemmConfig.from_json({"kind": "splitk", "cluster": [2, 1]}) is None
     with pytest.raises(ValueError):
         gemm_configs.GemmConfig.parse("direct 128x256 s3")
 
@@ -192,9 +218,13 @@ def test_cluster_candidates_build_with_multicast_and_without_spills(cfg, tmp_pat
     from tilewright.target import Target
     from tilewright.toolchain import nvrtc
 
-    dtype = "bfloat16" if cfg.block_M == 256 else "float16"
-    f = kernels.linear(4096, 4096, dtype, dtype, False, False, False, "none", cfg.block_M, cfg.block_N, cfg.block_K,
-                       cfg.stages, cfg.threads, cfg.tma_store, cfg.cluster)
+    dtype = "bfloat16" if cfg.block_M == 256 or cfg.kind == "persistent" else "float16"
+    tiles = (cfg.block_M, cfg.block_N, cfg.block_K, cfg.stages, cfg.threads)
+    if cfg.kind == "persistent":
+        f = kernels.linear_persistent(4096, 4096, dtype, dtype, False, False, True, "none", *tiles, 132, cfg.group_M,
+                                      cfg.tma_store, cfg.cluster[0])
+    else:
+        f = kernels.linear(4096, 4096, dtype, dtype, False, False, False, "none", *tiles, cfg.tma_store, cfg.cluster)
     k = run_pipeline(f, PassContext(Target.parse(SM90), {"optimize_level": 2, **cfg.pass_configs("sm_90")}))
     assert k.num_threads == cfg.threads + 128
     src = print_cuda(k)

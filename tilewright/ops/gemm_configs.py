@@ -39,8 +39,9 @@ class GemmConfig:
     wgmma: bool = False      # sm_90: tw.enable_wgmma
     ws: bool = False         # sm_90: tw.warp_specialize
     tma_store: bool = False  # C through a shared tile (a TMA store on sm_90); 16-bit outputs only
-    # direct on sm_90: thread-block clusters of (cx, cy) blocks: (2, 1) two neighbouring N tiles, whose
-    # A tile is loaded once by TMA multicast; (1, 2) two neighbouring M tiles sharing B (CLUSTERS)
+    # sm_90: thread-block clusters of (cx, cy) blocks: (2, 1) two neighbouring N tiles, whose A tile is
+    # loaded once by TMA multicast; (1, 2) two neighbouring M tiles sharing B (direct only; CLUSTERS).
+    # A persistent kernel's (2, 1) clusters walk pairs of N tiles in lockstep
     cluster: tuple = (1, 1)
 
     def pass_configs(self, arch: str) -> dict:
@@ -63,7 +64,8 @@ class GemmConfig:
             cfg = cls(**d)
         except (TypeError, ValueError):
             return None
-        if cfg.cluster not in CLUSTERS or cfg.cluster != (1, 1) and cfg.kind != "direct":
+        if cfg.cluster not in CLUSTERS or cfg.cluster != (1, 1) and cfg.kind not in ("direct", "persistent") \
+                or cfg.kind == "persistent" and cfg.cluster == (1, 2):
             return None
         return cfg if cfg.kind in KINDS and cfg.splits >= 1 else None
 
@@ -199,8 +201,9 @@ ROWS128_HOPPER = (
 
 
 def cluster_candidates(M: int, N: int, K: int) -> list[GemmConfig]:
-    """sm_90 direct configurations whose blocks run in thread-block clusters of two, the shared operand
-    tile loaded once per cluster by TMA multicast (``passes/cluster_multicast.py``).  cuBLAS runs
+    """sm_90 configurations whose blocks run in thread-block clusters of two, the shared operand tile
+    loaded once per cluster by TMA multicast (``passes/cluster_multicast.py``): direct ones along x or
+    y, persistent ones along x (pairs of N tiles, ``kernels.gemm.matmul_persistent``).  cuBLAS runs
     clusters of two at 4096^3 (256x128 tiles, bench/results/2026-12-01-1813-ncu-gemm-4096-*), 128x8192x8192
     and 2000x3000x1000 (-1522-ncu-weak-gemm-*).  Not yet timed: candidates only, never the heuristic's
     choice.  A cluster along an axis of a single tile would only double the grid: left out."""
@@ -212,10 +215,19 @@ def cluster_candidates(M: int, N: int, K: int) -> list[GemmConfig]:
         # 128x128 each), C by TMA store (three stages) or a fourth stage instead
         tiles = [ws(128, 256, 3, True), ws(128, 256, 4), ws(256, 128, 3, True), ws(256, 128, 4)]
         clusters = [(2, 1), (1, 2)]
+        # and the persistent kernels of the heuristic (128x192, TMA stores) and of 8192^3-like shapes,
+        # their clusters walking pairs of N tiles
+        persistent = [GemmConfig("persistent", 128, 192, 64, 4, 256, group_M=8, wgmma=True, ws=True, tma_store=True),
+                      GemmConfig("persistent", 128, 256, 64, 3, 256, group_M=8, wgmma=True, ws=True, tma_store=True)]
+        if _ceil(N, 128) >= 2:
+            out_p = [dataclasses.replace(c, cluster=(2, 1)) for c in persistent]
+        else:
+            out_p = []
     elif M > 64:
         # a few rows (128x8192x8192): cuBLAS's 128x64 tiles in pairs of neighbouring N tiles sharing A
         tiles = [ws(128, 64, 8)]
         clusters = [(2, 1)]
+        out_p = []
     else:
         return []
     out = []
@@ -223,7 +235,7 @@ def cluster_candidates(M: int, N: int, K: int) -> list[GemmConfig]:
         for cx, cy in clusters:
             if _ceil(N, c.block_N) >= cx > 1 or _ceil(M, c.block_M) >= cy > 1:
                 out.append(dataclasses.replace(c, cluster=(cx, cy)))
-    return out
+    return out + out_p
 
 
 def heuristic(M: int, N: int, K: int, dtype: str, arch: str, num_sms: int,

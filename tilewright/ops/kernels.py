@@ -86,12 +86,13 @@ def splitk_epilogue(N, slices, out_dtype, bias_dtype, activation):
 
 
 def linear_persistent(N, K, dtype, out_dtype, trans_a, trans_b, has_bias, activation, block_M, block_N, block_K,
-                      stages, threads, num_blocks, group_M, staged_epilogue=False):
+                      stages, threads, num_blocks, group_M, staged_epilogue=False, cluster=1):
     """``C = act(op(A) @ op(B) + bias)`` by ``num_blocks`` persistent blocks looping over the tiles
-    (``staged_epilogue``: tile i's C stored by TMA while tile i + 1's mainloop runs, on sm_90)."""
+    (``staged_epilogue``: tile i's C stored by TMA while tile i + 1's mainloop runs, on sm_90;
+    ``cluster=2``: clusters of two blocks taking pairs of N tiles, A multicast: ``matmul_persistent``)."""
     return matmul_persistent(T.dynamic("m"), N, K, block_M, block_N, block_K, dtype, out_dtype, trans_a, trans_b,
                              stages, threads, num_blocks, group_M, dtype if has_bias else None, activation,
-                             staged_epilogue)
+                             staged_epilogue, cluster)
 
 
 def linear_streamk(N, K, dtype, out_dtype, trans_a, trans_b, has_bias, activation, block_M, block_N, block_K,

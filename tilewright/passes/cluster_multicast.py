@@ -2,9 +2,12 @@
 cluster share, so that the cluster fetches each shared tile from L2 once.
 
 When (``multicast_plan``; otherwise None and the ring stays per block): the kernel has ``cluster_dims``
-of ``n = 2`` blocks along one grid axis and 1 along the others, on a target with clusters (sm_90+), in
-the direct form (no persistent tile loop), and with a K loop whose
-bounds do not read that axis's block index (the blocks of a cluster run the same K steps).  With
+of ``n = 2`` blocks along one grid axis and 1 along the others, on a target with clusters (sm_90+),
+and a K loop whose bounds do not read that axis's block index (the blocks of a cluster run the same
+K steps).  In the persistent form the tile loop's bounds must not read it either (the blocks of a
+cluster walk their tile sequences in lockstep: ``kernels.gemm.matmul_persistent(cluster=2)`` gives
+them neighbouring tiles), and the scalars the producer recomputes (``lets``) are read through: a
+coordinate that reads a let reads what the let's value reads.  With
 block-index rasterization (``T.use_swizzle``) the cluster's axis must be the panel's fast axis (x for
 ``order="row"``) and the panel even: the two launched neighbours of a cluster then get neighbouring
 tiles along that axis (the panel width, ``min(grid - first, panel)``, stays even on a grid of whole
@@ -34,17 +37,23 @@ from __future__ import annotations
 from ..ir import expr as E
 from ..ir import thread as th
 from ..ir import tile as t
-from ..ir.visitor import free_vars, loads_in, walk
+from ..ir.visitor import free_vars, loads_in, substitute, walk
 from .check_clusters import cluster_dims_for
 
 SWIZZLE_ROWS = 8  # the TMA swizzle repeats every 8 rows: each share starts on that period
 
 
-def multicast_plan(kernel: t.Kernel, loop: t.For, copies: list, tiles, target):
+def multicast_plan(kernel: t.Kernel, loop: t.For, copies: list, tiles, target, lets=()):
     """(cluster size n, the shared copies) when the mainloop's tiles can be multicast, else None."""
     dims = cluster_dims_for(kernel, target)
-    if dims is None or sorted(dims) != [1, 1, 2] or tiles is not None:
+    if dims is None or sorted(dims) != [1, 1, 2]:
         return None
+    values: dict = {}  # let variable -> its value in terms of what the lets before it read
+    for s in lets:
+        values[s.var] = substitute(s.value, values)
+
+    def reads(x) -> set:
+        return free_vars(substitute(x, values)) if values else free_vars(x)
     axis = dims.index(2)
     if axis >= len(kernel.block_vars):
         return None
@@ -55,14 +64,15 @@ def multicast_plan(kernel: t.Kernel, loop: t.For, copies: list, tiles, target):
         if axis != fast or s.attrs["panel_size"] % 2 or len(kernel.grid) < 2:
             return None
     bv = kernel.block_vars[axis]
-    for x in (loop.start, loop.extent):
-        if loads_in(x) or bv in free_vars(x):
+    bounds = [loop.start, loop.extent] + ([tiles[0].start, tiles[0].extent] if tiles is not None else [])
+    for x in bounds:
+        if loads_in(x) or bv in reads(x):
             return None
     n = 2
     shared = []
     for c in copies:
         src, dst = c.src, c.dst
-        if any(bv in free_vars(x) for x in src.starts) or len(src.starts) != 2 or src.squeezed:
+        if any(bv in reads(x) for x in src.starts) or len(src.starts) != 2 or src.squeezed:
             continue
         if len(dst.buffer.shape) != 2:
             continue

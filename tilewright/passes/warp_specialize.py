@@ -302,7 +302,7 @@ def _specialize(kernel: t.Kernel, func, ctx, rings: dict, in_flight: dict, loop:
     boxes = sum(tma_boxes(c.dst.buffer.shape, c.dst.buffer.dtype)[0] for c in copies)
     # a cluster of 2 along a grid axis whose blocks load the same tiles: each loads its share of them and
     # multicasts it to both (cluster_multicast.py); the ring's slots are then released cluster-wide
-    plan = multicast_plan(kernel, loop, copies, tiles, ctx.target)
+    plan = multicast_plan(kernel, loop, copies, tiles, ctx.target, lets)
     sharers, shared = plan if plan is not None else (1, [])
 
     def released(arrive):
