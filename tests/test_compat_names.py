@@ -355,7 +355,7 @@ def test_cluster_kernel_warns_that_blocks_launch_independently_where_there_are_n
     assert "__cluster_dims__(2, 1, 1)" in k.get_kernel_source()
 
 
-@pytest.mark.parametrize("name", ["clc_is_canceled", "alloc_cluster_barrier"])
+@pytest.mark.parametrize("name", ["clc_is_canceled", "clc_try_cancel"])
 def test_unimplemented_cluster_intrinsics_are_refused_by_name(name):
     with pytest.raises(tw.errors.CompileError, match=rf"T.{name} is not implemented"):
         @T.prim_func

@@ -24,8 +24,8 @@
 * the cluster intrinsics: ``T.block_rank_in_cluster()`` (``%cluster_ctarank``), ``T.cluster_arrive()``,
   ``T.cluster_wait()`` and ``T.cluster_sync()`` (both: ``barrier.cluster``), with
   ``T.mbarrier_arrive(bar, cta_id=r)`` (an arrival on block ``r``'s barrier) -- sm_90+ kernels with
-  ``cluster_dims`` only (check_clusters refuses them elsewhere); ``T.alloc_cluster_barrier`` and
-  ``T.clc_*`` (cluster launch control, sm_100) are refused by name.
+  ``cluster_dims`` only (check_clusters refuses them elsewhere); ``T.alloc_cluster_barrier`` is
+  ``T.alloc_barrier``; ``T.clc_*`` (cluster launch control, sm_100) are refused by name.
 """
 
 from __future__ import annotations
@@ -166,6 +166,14 @@ def cluster_sync() -> None:
     _cluster_barrier(True, True)
 
 
+def alloc_cluster_barrier(arrive_count):
+    """TileLang's barriers for a cluster: ``T.alloc_barrier`` (its initialisation is released to the
+    cluster); peers may arrive on them (``T.mbarrier_arrive(bar, cta_id=r)``) after a ``T.cluster_sync()``."""
+    from . import alloc_barrier
+
+    return alloc_barrier(arrive_count)
+
+
 def block_rank_in_cluster():
     """The rank of this block in its thread-block cluster (``%cluster_ctarank``: ``x + cx * (y + cy * z)``
     of the block's position in the cluster)."""
@@ -173,7 +181,6 @@ def block_rank_in_cluster():
 
     _b.current()
     return _e.Call(_th.CLUSTER_RANK, (), "int32")
-alloc_cluster_barrier = _cluster_refused("alloc_cluster_barrier")
 clc_try_cancel = _cluster_refused("clc_try_cancel")
 clc_is_canceled = _cluster_refused("clc_is_canceled")
 clc_get_first_ctaid_x = _cluster_refused("clc_get_first_ctaid_x")
