@@ -60,7 +60,7 @@ def test_cluster_rank_barrier_and_remote_arrive_on_the_emulator(grid, cluster):
     if cluster != (1, 1):
         assert f"__cluster_dims__({cluster[0]}, {cluster[1]}, 1)" in src
     assert "barrier.cluster.arrive" in src and "barrier.cluster.wait" in src
-    assert "mapa.shared::cluster" in src and "mbarrier.arrive.release.cluster.shared::cluster" in src
+    assert "mapa.shared::cluster" in src and "mbarrier.arrive.shared::cluster.b64" in src
     assert "%%cluster_ctarank" in src
     a = rng.standard_normal((grid[1], grid[0], 128)).astype(np.float32)
     b = np.full_like(a, np.nan)

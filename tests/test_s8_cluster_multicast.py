@@ -53,7 +53,7 @@ def test_multicast_gemm_on_the_emulator(M, N, K, bm, bn, stages, threads, cluste
     src = k.get_kernel_source()
     assert f"__cluster_dims__({cluster[0]}, {cluster[1]}, 1)" in src
     assert src.count(".multicast::cluster") == 1  # the shared operand's share, one box (64 columns or fewer)
-    assert "mbarrier.arrive.release.cluster.shared::cluster" in src and "barrier.cluster.wait" in src
+    assert "mbarrier.arrive.shared::cluster.b64" in src and "barrier.cluster.wait" in src
     _check(k, M, N, K, dtype, trans_B, out)
 
 
@@ -240,3 +240,6 @@ def test_cluster_candidates_build_with_multicast_and_without_spills(cfg, tmp_pat
     sass = subprocess.run([tool, "-c", str(path)], capture_output=True, text=True, check=True).stdout
     assert "UTMALDG.2D.MULTICAST" in sass and "UCGABAR_WAIT" in sass and "HGMMA" in sass
     assert "LDL" not in sass and "STL" not in sass
+    # a GPU-wide fence only at the final cluster barrier: the slots' remote releases in the
+    # K loop must not carry one each (`.release.cluster` did: 2-4.5x slower on the H200)
+    assert sass.count("MEMBAR.ALL.GPU") == 1, sass.count("MEMBAR.ALL.GPU")  # (the first arrival is relaxed)

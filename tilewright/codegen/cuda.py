@@ -488,16 +488,21 @@ class CudaPrinter(Printer):
 
     def sync(self, s, d: int) -> None:
         if isinstance(s, th.MbarrierArrive) and s.cta is not None:
-            # another block's barrier (same offset): its shared::cluster address, a release at cluster scope
+            # another block's barrier (same offset): its shared::cluster address.  The default semantics
+            # (release at CTA scope), as CUTLASS's cluster barriers: `.release.cluster` made ptxas put
+            # MEMBAR.ALL.GPU + ERRBAR before every arrival, which cost the multicast GEMM 2-4.5x on the
+            # H200 (a slot's release per warp and K step); what the arrival orders is the warp's
+            # wgmma reads, which its wgmma.wait_group has completed
             if s.expect_tx is not None or int(s.count) != 1:
                 raise NotImplementedError("a remote mbarrier arrive carries one arrival and no transaction bytes")
             bar = f"tw_mapa(tw_smem_addr(&{self.ref(s.bar, s.index)}), {self.expr(s.cta)})"
-            self.elected([f'asm volatile("mbarrier.arrive.release.cluster.shared::cluster.b64 _, [%0];\\n" :: '
+            self.elected([f'asm volatile("mbarrier.arrive.shared::cluster.b64 _, [%0];\\n" :: '
                           f'"r"({bar}) : "memory");'], s.elected, d)
         elif isinstance(s, th.ClusterBarrier):
             # not .aligned: the threads of a warp may reach it apart (a producer's and consumers' paths)
             if s.arrive:
-                self.emit(d, 'asm volatile("barrier.cluster.arrive.release;\\n" ::: "memory");')
+                sem = "relaxed" if s.relaxed else "release"  # (release: a MEMBAR.ALL.GPU before the arrival)
+                self.emit(d, f'asm volatile("barrier.cluster.arrive.{sem};\\n" ::: "memory");')
             if s.wait:
                 self.emit(d, 'asm volatile("barrier.cluster.wait.acquire;\\n" ::: "memory");')
         elif isinstance(s, th.MbarrierArrive):

@@ -240,6 +240,9 @@ class ClusterBarrier(Stmt):
     arrive: bool = True
     wait: bool = True
     loc: Any = None
+    # ``barrier.cluster.arrive.relaxed``: no release of the executing threads' memory operations (a sync
+    # after MbarrierInit, whose fence.mbarrier_init.release.cluster already publishes the barriers)
+    relaxed: bool = False
 
 
 @dataclass(eq=False)

@@ -89,7 +89,7 @@ def thread_stmt_lines(s) -> list[str]:
         return [f"mbarrier_arrive({s.bar.name}[{expr_str(s.index)}], count={s.count}{tx}"
                 f"{', elected' if s.elected else ''}{cta})"]
     if isinstance(s, th.ClusterBarrier):
-        return [f"cluster_barrier(arrive={s.arrive}, wait={s.wait})"]
+        return [f"cluster_barrier(arrive={s.arrive}, wait={s.wait}{', relaxed' if s.relaxed else ''})"]
     if isinstance(s, th.MbarrierExpectTx):
         return [f"mbarrier_expect_tx({s.bar.name}[{expr_str(s.index)}], {expr_str(s.nbytes)})"]
     if isinstance(s, th.NamedBarrier):

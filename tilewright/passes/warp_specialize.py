@@ -394,10 +394,12 @@ def _specialize(kernel: t.Kernel, func, ctx, rings: dict, in_flight: dict, loop:
                                outer.loc, dict(outer.attrs))]
     # multicast: the peers' barriers exist before anyone uses them; no block exits before its peer's
     # last releases of its slots (which nobody waits for) have arrived
+    # (the first relaxed: the mbarrier initialisation's own fence publishes the barriers to the cluster)
     cluster_sync = [th.ClusterBarrier(loc=loc)] if sharers > 1 else []
+    after_init = [th.ClusterBarrier(loc=loc, relaxed=True)] if sharers > 1 else []
     body = [*allocs, t.Alloc(full, loc=loc), t.Alloc(empty, loc=loc),
             th.MbarrierInit(full, boxes, loc=loc), th.MbarrierInit(empty, releases * sharers, loc=loc),
-            th.Barrier(loc=loc), *cluster_sync,
+            th.Barrier(loc=loc), *after_init,
             t.ThreadPartition(0, PRODUCER_THREADS, "producer", t.SeqStmt([
                 *give, t.ThreadPartition(0, ISSUER_THREADS, "TMA issuer", t.SeqStmt([producer_loop]), loc)]), loc),
             t.ThreadPartition(PRODUCER_THREADS, consumers, "consumer",

@@ -374,7 +374,9 @@ class CoopBlock:
 
     def cluster_barrier(self, st, arrive: bool, wait: bool, where) -> None:
         """``barrier.cluster.arrive`` (every thread of the warp; release) and/or ``.wait`` (until every
-        thread of every block of the cluster arrived in the phase this warp arrived in; acquire)."""
+        thread of every block of the cluster arrived in the phase this warp arrived in; acquire).  A
+        relaxed arrival is taken as a release too: only the compiler emits one, right after an
+        MbarrierInit, whose ``fence.mbarrier_init.release.cluster`` publishes the barriers."""
         w = st.gwarp
         b = self.cluster_bar
         self._whole_warp(st, where, "cluster barrier")
