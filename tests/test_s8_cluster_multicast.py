@@ -146,11 +146,12 @@ def _inject(monkeypatch, fault):
                     if s.cta.value == 0 else t.SeqStmt([])
             if fault == "local_release_only" and isinstance(s, th.MbarrierInit) and s.bar.name.endswith("empty"):
                 return th.MbarrierInit(s.bar, s.count // 2, loc=s.loc)
-            if fault == "no_final_cluster_barrier" and isinstance(s, t.SeqStmt) and s.stmts and \
-                    isinstance(s.stmts[-1], th.ClusterBarrier) and isinstance(s.stmts[-2], t.ThreadPartition):
-                return t.SeqStmt(s.stmts[:-1])
+            if fault == "no_producer_tail" and isinstance(s, t.SeqStmt) and len(s.stmts) > 1 and \
+                    isinstance(s.stmts[0], t.For) and all(isinstance(x, t.IfThenElse) and
+                                                          isinstance(x.then_body, th.MbarrierWait) for x in s.stmts[1:]):
+                return t.SeqStmt(s.stmts[:1])
             if fault == "no_initial_cluster_barrier" and isinstance(s, t.SeqStmt) and \
-                    sum(isinstance(x, th.ClusterBarrier) for x in s.stmts) == 2:
+                    sum(isinstance(x, th.ClusterBarrier) for x in s.stmts) == 1:
                 first = next(i for i, x in enumerate(s.stmts) if isinstance(x, th.ClusterBarrier))
                 return t.SeqStmt(s.stmts[:first] + s.stmts[first + 1:])
             return None
@@ -165,7 +166,7 @@ def _inject(monkeypatch, fault):
 
 @pytest.mark.parametrize("fault, error, message", [
     ("local_release_only", RaceError, r"nothing ordering the two|may still read it"),
-    ("no_final_cluster_barrier", EmulatorError, r"may exit before this access"),
+    ("no_producer_tail", EmulatorError, r"may exit before this access"),
     ("no_initial_cluster_barrier", EmulatorError, r"before its MbarrierInit|nothing orders that after the barrier's "
                                                    r"MbarrierInit"),
 ])
@@ -240,6 +241,7 @@ def test_cluster_candidates_build_with_multicast_and_without_spills(cfg, tmp_pat
     sass = subprocess.run([tool, "-c", str(path)], capture_output=True, text=True, check=True).stdout
     assert "UTMALDG.2D.MULTICAST" in sass and "UCGABAR_WAIT" in sass and "HGMMA" in sass
     assert "LDL" not in sass and "STL" not in sass
-    # a GPU-wide fence only at the final cluster barrier: the slots' remote releases in the
-    # K loop must not carry one each (`.release.cluster` did: 2-4.5x slower on the H200)
-    assert sass.count("MEMBAR.ALL.GPU") == 1, sass.count("MEMBAR.ALL.GPU")  # (the first arrival is relaxed)
+    # no GPU-wide fence: the slots' remote releases in the K loop must not carry one each
+    # (`.release.cluster` did: 2-4.5x slower on the H200)
+    assert "MEMBAR.ALL.GPU" not in sass  # (the cluster barrier after the init is relaxed; the exit waits are
+    # the producer's)

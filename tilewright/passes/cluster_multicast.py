@@ -28,8 +28,8 @@ Guarantees (applied by ``warp_specialize``), for a shared copy of ``R`` rows:
   (or thread) arrives on ``empty[s]`` of every block of the cluster (``cta`` = 0 .. n-1), so a slot
   is refilled -- in every block, by any block's multicast -- only after all its readers are done;
 * the mbarrier initialisation is followed by a cluster barrier (no block multicasts into, or arrives
-  on, a barrier its peer has not initialised) and the kernel ends with one (no block exits while a
-  peer may still arrive on its barriers: the last slots' releases are waited for by nobody).
+  on, a barrier its peer has not initialised), and the producer ends with a wait on every slot's
+  last release (no block exits while a peer may still arrive on its barriers).
 """
 
 from __future__ import annotations

@@ -56,8 +56,9 @@ Thread-block clusters (``cluster_multicast.py``): in a kernel launched in cluste
 along one grid axis whose blocks load the same operand tile (its coordinates do not read that axis's
 block index), each block's producer loads half of that tile with ``.multicast::cluster`` into both
 blocks; ``full[s]`` then expects the whole stage's bytes, ``empty[s]`` counts the consumers of both
-blocks (each releasing warp arrives on ``empty[s]`` of every block of the cluster), and cluster
-barriers follow the mbarrier initialisation and end the kernel.
+blocks (each releasing warp arrives on ``empty[s]`` of every block of the cluster), a cluster
+barrier follows the mbarrier initialisation, and the producer ends waiting for every slot's last
+release (its *tail*: the block exits only after its peer's last arrivals on its barriers).
 
 A slot is refilled only after every consumer thread has arrived on its ``empty`` barrier, i.e.
 after its last reader is done with it: the asynchronous consumer frees the slot, not a block
@@ -242,6 +243,24 @@ def _tile_steps(outer: t.For, extent):
     return done, extent
 
 
+def _producer_tail(empty, stages: int, loop: t.For, tiles, done, loc) -> list:
+    """The producer's last waits on ``empty``: for each slot, the release of its last K step (by the
+    consumers of every block of the cluster), so that the block exits only after its peers' remote
+    arrivals on its barriers (CUTLASS's producer tail does the same; a cluster barrier at the end
+    cost a GPU-wide fence and a wait for the peer's epilogue).  ``total`` K steps ran in this block:
+    slot ``s`` was last used in step ``s + S * ((total - 1 - s) // S)``, released in that phase."""
+    from ..ir import expr as e
+    from ..ir.visitor import substitute
+
+    if tiles is None:
+        total = e.as_expr(loop.extent)
+    else:  # the steps of every tile: the running count after the last one
+        outer = tiles[0]
+        total = e.as_expr(substitute(e.as_expr(done), {outer.var: outer.start + outer.extent}))
+    return [t.IfThenElse(total > s, th.MbarrierWait(empty, s, (total - 1 - s) // stages % 2, loc=loc), None, loc=loc)
+            for s in range(stages)]
+
+
 def _uses_var(root, var) -> bool:
     from ..ir.verifier import exprs_of
 
@@ -392,18 +411,19 @@ def _specialize(kernel: t.Kernel, func, ctx, rings: dict, in_flight: dict, loop:
         consumer_part = [t.For(outer.var, outer.start, outer.extent,
                                t.SeqStmt([*tile_before, consumer_loop, *drain, *tile_after]), "serial", 0,
                                outer.loc, dict(outer.attrs))]
-    # multicast: the peers' barriers exist before anyone uses them; no block exits before its peer's
-    # last releases of its slots (which nobody waits for) have arrived
-    # (the first relaxed: the mbarrier initialisation's own fence publishes the barriers to the cluster)
-    cluster_sync = [th.ClusterBarrier(loc=loc)] if sharers > 1 else []
+    # multicast: the peers' barriers exist before anyone uses them (a cluster barrier, relaxed: the
+    # mbarrier initialisation's own fence publishes the barriers to the cluster); no block exits before
+    # its peer's last releases of its slots have arrived: the producer's tail waits for them
     after_init = [th.ClusterBarrier(loc=loc, relaxed=True)] if sharers > 1 else []
+    tail = _producer_tail(empty, stages, loop, tiles, done, loc) if sharers > 1 else []
     body = [*allocs, t.Alloc(full, loc=loc), t.Alloc(empty, loc=loc),
             th.MbarrierInit(full, boxes, loc=loc), th.MbarrierInit(empty, releases * sharers, loc=loc),
             th.Barrier(loc=loc), *after_init,
             t.ThreadPartition(0, PRODUCER_THREADS, "producer", t.SeqStmt([
-                *give, t.ThreadPartition(0, ISSUER_THREADS, "TMA issuer", t.SeqStmt([producer_loop]), loc)]), loc),
+                *give, t.ThreadPartition(0, ISSUER_THREADS, "TMA issuer", t.SeqStmt([producer_loop, *tail]), loc)]),
+                              loc),
             t.ThreadPartition(PRODUCER_THREADS, consumers, "consumer",
-                              t.SeqStmt([*take, *before, *consumer_part, *after]), loc), *cluster_sync]
+                              t.SeqStmt([*take, *before, *consumer_part, *after]), loc)]
     attrs = dict(kernel.attrs, warp_specialized=(PRODUCER_THREADS, consumers, stages))
     return t.Kernel(kernel.grid, (consumers + PRODUCER_THREADS,), kernel.block_vars, t.SeqStmt(body), kernel.loc,
                     attrs)
