@@ -21,17 +21,19 @@ def cluster_grid(N, M, block_M, block_N, cluster=(1, 1)):
 
 
 def cluster_kernel_args(cluster=(1, 1), swizzle_panel=8):
-    """``T.Kernel`` keywords and the ``T.use_swizzle`` order of a GEMM whose blocks form clusters of
+    """``T.Kernel``'s ``cluster_dims`` (None: no cluster) and the ``T.use_swizzle`` order of a GEMM whose
+    blocks form clusters of
     ``cluster`` = (cx, cy): two blocks along x (neighbouring N tiles) share their A tile, along y
     (neighbouring M tiles) their B tile, which ``warp_specialize`` then loads once per cluster by TMA
     multicast (``passes/cluster_multicast.py``, sm_90a) -- when the rasterization's fast axis is the
     cluster's (hence "col" order for a cluster along y)."""
     if tuple(cluster) == (1, 1):
-        return {}, "row"
+        return None, "row"
     if sorted(cluster) != [1, 2] or swizzle_panel % 2:
         raise ValueError(f"GEMM clusters are (2, 1) or (1, 2), with an even swizzle panel; got {cluster}, "
                          f"panel {swizzle_panel}")
-    return {"cluster_dims": (cluster[0], cluster[1], 1)}, "row" if cluster[0] == 2 else "col"
+    # (a tuple, not keywords: closure values must be hashable for the prim_func memo)
+    return (cluster[0], cluster[1], 1), "row" if cluster[0] == 2 else "col"
 
 
 def matmul(M, N, K, block_M=128, block_N=128, block_K=32, dtype="float16", out_dtype=None, accum_dtype="float32",
@@ -42,7 +44,7 @@ def matmul(M, N, K, block_M=128, block_N=128, block_K=32, dtype="float16", out_d
     ``cluster`` = (2, 1) or (1, 2): thread-block clusters of two blocks sharing an operand tile
     (``cluster_kernel_args``)."""
     out_dtype = out_dtype or dtype
-    kernel_kw, order = cluster_kernel_args(cluster, swizzle_panel or 2)
+    cluster_dims, order = cluster_kernel_args(cluster, swizzle_panel or 2)
     gx, gy = cluster_grid(N, M, block_M, block_N, cluster)
     a_shape = (K, M) if trans_A else (M, K)
     b_shape = (N, K) if trans_B else (K, N)
@@ -51,7 +53,7 @@ def matmul(M, N, K, block_M=128, block_N=128, block_K=32, dtype="float16", out_d
 
     @T.prim_func
     def gemm(A: T.Tensor(a_shape, dtype), B: T.Tensor(b_shape, dtype), C: T.Tensor((M, N), out_dtype)):
-        with T.Kernel(gx, gy, threads=threads, **kernel_kw) as (bx, by):
+        with T.Kernel(gx, gy, threads=threads, cluster_dims=cluster_dims) as (bx, by):
             A_shared = T.alloc_shared(a_tile, dtype)
             B_shared = T.alloc_shared(b_tile, dtype)
             C_local = T.alloc_fragment((block_M, block_N), accum_dtype)

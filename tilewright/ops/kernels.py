@@ -28,7 +28,7 @@ def linear(N, K, dtype, out_dtype, trans_a, trans_b, has_bias, activation, block
     ``cluster`` (2, 1) / (1, 2): clusters of two blocks whose shared A / B tile is multicast
     (``kernels.gemm.cluster_kernel_args``); the grid is rounded up to whole clusters."""
     M = T.dynamic("m")
-    kernel_kw, order = cluster_kernel_args(cluster)
+    cluster_dims, order = cluster_kernel_args(cluster)
     gx, gy = cluster_grid(N, M, block_M, block_N, cluster)
     a_shape = (K, M) if trans_a else (M, K)
     b_shape = (N, K) if trans_b else (K, N)
@@ -39,7 +39,7 @@ def linear(N, K, dtype, out_dtype, trans_a, trans_b, has_bias, activation, block
     @T.prim_func
     def linear_kernel(A: T.Tensor(a_shape, dtype), B: T.Tensor(b_shape, dtype), Bias: T.Tensor((bias_len,), dtype),
                       C: T.Tensor((M, N), out_dtype)):
-        with T.Kernel(gx, gy, threads=threads, **kernel_kw) as (bx, by):
+        with T.Kernel(gx, gy, threads=threads, cluster_dims=cluster_dims) as (bx, by):
             A_s = T.alloc_shared(a_tile, dtype)
             B_s = T.alloc_shared(b_tile, dtype)
             acc = T.alloc_fragment((block_M, block_N), "float32")
