@@ -420,9 +420,12 @@ def test_gemm_k_pack_out_of_range_is_refused(k_pack):
 
 def test_kernel_cluster_dims(rng):
     M, N, K = 64, 128, 64
-    with pytest.warns(TilewrightWarning, match=r"T\.Kernel\(cluster_dims=\.\.\.\) has no effect.*remove cluster_dims"):
-        func = gemm_kernel(M, N, K, 64, 64, 32, kernel_kw={"cluster_dims": (2, 1, 1)})
-    check_gemm(build(func, CUDA, "emulator"), rng, M, N, K)
+    func = gemm_kernel(M, N, K, 64, 64, 32, kernel_kw={"cluster_dims": (2, 1, 1)})
+    with pytest.warns(TilewrightWarning, match=r"T\.Kernel\(cluster_dims=\(2, 1, 1\)\) has no effect.*remove "
+                                               r"cluster_dims"):
+        k = build(func, "cuda -arch=sm_80", "emulator")  # no clusters before sm_90: independent blocks
+    check_gemm(k, rng, M, N, K)
+    check_gemm(build(func, CUDA, "emulator"), rng, M, N, K)  # sm_90a: a real cluster of 2
     ctx = no_warnings()
     try:
         gemm_kernel(M, N, K, 64, 64, 32, kernel_kw={"cluster_dims": 1})

@@ -218,6 +218,10 @@ def _build(func: t.PrimFunc, tgt: Target, outs: tuple, opts: dict, verbose: bool
     if source_kernel_of(func) is not None:
         return _build_source_kernel(func, tgt, outs, opts)
     if tgt.is_interpret:
+        from .passes.check_clusters import check_clusters
+        from .passes.pipeline import PassContext
+
+        check_clusters(func, PassContext(tgt))  # no clusters here: refuse cluster features, warn on cluster_dims
         return JITKernel(func, tgt, outs, opts, backend="interpret")
     from .backends import backend_for
     from .passes.pipeline import PassContext, run_pipeline
@@ -282,8 +286,12 @@ def print_source(thread_kernel, target) -> str:
 def _spec(func: t.PrimFunc, tgt: Target, **built) -> LaunchSpec:
     """The launch spec of ``func`` for ``tgt``: what the function and target say, plus ``built``
     (what the compile produced, or the disk cache kept of it)."""
-    return LaunchSpec(vendor=tgt.kind, arch=tgt.arch, func_name=func.name, grid=kernel_of(func).grid,
-                      params=tuple(func.params), dyn_vars=tuple(func.dyn_vars), **built)
+    from .passes.check_clusters import cluster_dims_for
+
+    kernel = kernel_of(func)
+    return LaunchSpec(vendor=tgt.kind, arch=tgt.arch, func_name=func.name, grid=kernel.grid,
+                      params=tuple(func.params), dyn_vars=tuple(func.dyn_vars),
+                      cluster_dims=cluster_dims_for(kernel, tgt), **built)
 
 
 def _spec_of(func: t.PrimFunc, tgt: Target, thread_kernel, source: str) -> LaunchSpec:

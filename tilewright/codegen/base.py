@@ -184,7 +184,7 @@ class Printer:
                             th.TmaStoreWait)):
             self.tma(s, d)
         elif isinstance(s, (th.MbarrierArrive, th.MbarrierExpectTx, th.NamedBarrier, th.SetMaxNReg,
-                            th.FenceProxyAsync)):
+                            th.FenceProxyAsync, th.ClusterBarrier)):
             self.sync(s, d)
         elif isinstance(s, (th.Wgmma, th.WgmmaFence, th.WgmmaCommit, th.WgmmaWait)):
             self.wgmma(s, d)

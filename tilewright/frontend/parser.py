@@ -797,6 +797,8 @@ class Translator:
         finally:
             self.b.kernel = None
         kernel.attrs["thread_var"] = tx
+        if tuple(getattr(spec, "cluster_dims", (1, 1, 1))) != (1, 1, 1):
+            kernel.attrs["cluster_dims"] = tuple(spec.cluster_dims)  # thread-block clusters: check_clusters.py
         self.b.emit(kernel)
 
     def attr_scope(self, spec, s) -> None:

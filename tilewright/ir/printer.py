@@ -95,7 +95,9 @@ class _TilePrinter:
             grid = ", ".join(expr_str(g) for g in s.grid)
             thr = s.threads[0] if len(s.threads) == 1 else list(s.threads)
             names = ", ".join(v.name for v in s.block_vars)
-            self.emit(d, f"with T.Kernel({grid}, threads={thr}) as ({names},):")
+            cluster = s.attrs.get("cluster_dims")
+            cluster = f", cluster_dims={tuple(cluster)}" if cluster else ""  # in the cache key too
+            self.emit(d, f"with T.Kernel({grid}, threads={thr}{cluster}) as ({names},):")
             self.stmt(s.body, d + 1)
         elif isinstance(s, t.Alloc):
             b = s.buffer

@@ -154,6 +154,8 @@ class TmaLoad(Stmt):
     expect_bytes: Any = None
     issuer_warp: int = 0
     arrives: bool = True
+    multicast: Any = None  # a ctaMask (int): the box lands at the same offset in each of those blocks of the
+    # cluster and completes its bytes on the mbarrier at ``bar``'s offset there (``.multicast::cluster``)
 
 
 @dataclass(eq=False)
@@ -220,6 +222,27 @@ class MbarrierArrive(Stmt):
     expect_tx: Any = None
     elected: bool = False
     loc: Any = None
+    cta: Any = None  # a block rank of the cluster: arrive on the mbarrier at this one's offset in that block
+    # (``mapa`` + ``mbarrier.arrive.release.cluster.shared::cluster``); None: this block's own
+
+
+CLUSTER_RANK = "cluster_ctarank"  # E.Call(CLUSTER_RANK, (), "int32"): the block's rank in its cluster
+
+
+@dataclass(eq=False)
+class ClusterBarrier(Stmt):
+    """The thread-block cluster's barrier (``barrier.cluster.arrive`` / ``barrier.cluster.wait``): every
+    executing thread arrives (``arrive``, release semantics) and/or waits (``wait``, acquire) until every
+    thread of every block of the cluster has arrived in the current phase.  Orders shared memory across
+    the cluster's blocks (mbarrier initialisation before peers use the barriers, a block's exit after
+    its peers' last remote accesses)."""
+
+    arrive: bool = True
+    wait: bool = True
+    loc: Any = None
+    # ``barrier.cluster.arrive.relaxed``: no release of the executing threads' memory operations (a sync
+    # after MbarrierInit, whose fence.mbarrier_init.release.cluster already publishes the barriers)
+    relaxed: bool = False
 
 
 @dataclass(eq=False)

@@ -46,8 +46,12 @@ def thread_stmt_lines(s) -> list[str]:
     if isinstance(s, th.MbarrierArrive):
         extra = "".join([f", count={s.count}" if s.count != 1 else "",
                          f", expect_tx={expr_str(s.expect_tx)}" if s.expect_tx is not None else "",
-                         ", elected" if s.elected else ""])
+                         ", elected" if s.elected else "",
+                         f", cta={expr_str(s.cta)}" if s.cta is not None else ""])
         return [f"mbarrier_arrive({s.bar.name}[{expr_str(s.index)}]{extra})"]
+    if isinstance(s, th.ClusterBarrier):
+        return [f"cluster_barrier({'arrive' if s.arrive else ''}{'+' if s.arrive and s.wait else ''}"
+                f"{'wait' if s.wait else ''})"]
     if isinstance(s, th.MbarrierExpectTx):
         return [f"mbarrier_expect_tx({s.bar.name}[{expr_str(s.index)}], {expr_str(s.nbytes)})"]
     if isinstance(s, th.NamedBarrier):
@@ -67,7 +71,8 @@ def thread_stmt_lines(s) -> list[str]:
                 f"swizzle={s.tmap.swizzle}B, mbarrier={s.bar.name}[{expr_str(s.bar_index)}]"
                 + ("" if s.expect_bytes is None else f", expect_bytes={s.expect_bytes}")
                 + ("" if not s.issuer_warp else f", warp={s.issuer_warp}")
-                + ("" if s.arrives else ", no arrival") + ")"]
+                + ("" if s.arrives else ", no arrival")
+                + ("" if s.multicast is None else f", multicast={s.multicast:#x}") + ")"]
     if isinstance(s, th.TmaStore):
         coords = ", ".join(expr_str(c) for c in s.coords)
         return [f"tma_store({s.tmap.param.name}[{coords}] +: {s.tmap.box}, {s.src.name}[{expr_str(s.src_index)}], "
@@ -80,8 +85,11 @@ def thread_stmt_lines(s) -> list[str]:
         return [f"mbarrier_wait({s.bar.name}[{expr_str(s.index)}], parity={expr_str(s.parity)})"]
     if isinstance(s, th.MbarrierArrive):
         tx = f", expect_tx={expr_str(s.expect_tx)}" if s.expect_tx is not None else ""
+        cta = f", cta={expr_str(s.cta)}" if s.cta is not None else ""
         return [f"mbarrier_arrive({s.bar.name}[{expr_str(s.index)}], count={s.count}{tx}"
-                f"{', elected' if s.elected else ''})"]
+                f"{', elected' if s.elected else ''}{cta})"]
+    if isinstance(s, th.ClusterBarrier):
+        return [f"cluster_barrier(arrive={s.arrive}, wait={s.wait}{', relaxed' if s.relaxed else ''})"]
     if isinstance(s, th.MbarrierExpectTx):
         return [f"mbarrier_expect_tx({s.bar.name}[{expr_str(s.index)}], {expr_str(s.nbytes)})"]
     if isinstance(s, th.NamedBarrier):

@@ -300,6 +300,10 @@ class Copy(Stmt):
     disable_tma: bool = False  # ``T.copy(disable_tma=True)``: never issued as TMA loads
     user_sync: bool = False  # ``T.tma_copy``: one expect_tx of all its bytes on ``barrier``; the program arrives, waits
     coalesced_width: int | None = None  # most elements per vector access
+    # mode "tma" only: a ctaMask (int) of the thread-block cluster: the tile lands at the same place in each
+    # of those blocks, its bytes on the mbarrier at ``barrier``'s place there, and the issuing block's
+    # barrier expects the bytes of all of them (passes/cluster_multicast.py)
+    multicast: Any = None
 
 
 @dataclass(eq=False)

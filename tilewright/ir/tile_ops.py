@@ -204,7 +204,8 @@ def _copy_text(s: t.Copy) -> str:
         bar, idx = s.barrier
         return f"T.tma_copy({_region_str(s.src)}, {_region_str(s.dst)}, barrier={bar.name}[{_expr_str(idx)}])"
     extra = (", disable_tma=True" if s.disable_tma else "") + (
-        "" if s.coalesced_width is None else f", coalesced_width={s.coalesced_width}")
+        "" if s.coalesced_width is None else f", coalesced_width={s.coalesced_width}") + (
+        "" if s.multicast is None else f", multicast={s.multicast:#x}")
     return f"T.copy({_region_str(s.src)}, {_region_str(s.dst)}{extra})"
 
 

@@ -45,6 +45,8 @@ def collective_kind(s) -> str | None:
         return "a named barrier"
     if isinstance(s, th.SetMaxNReg):
         return "T.set_max_nreg"
+    if isinstance(s, th.ClusterBarrier):
+        return "a cluster barrier (T.cluster_sync)"
     if isinstance(s, th.MbarrierInit):
         return "T.alloc_barrier"
     return None

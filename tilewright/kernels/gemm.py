@@ -10,12 +10,42 @@ from __future__ import annotations
 from .. import language as T
 
 
+def cluster_grid(N, M, block_M, block_N, cluster=(1, 1)):
+    """The (x, y) grid of one block per ``block_M x block_N`` tile, rounded up to whole thread-block
+    clusters of ``cluster`` = (cx, cy) blocks (the extra blocks' tiles lie outside C: they load zeros
+    and store nothing)."""
+    cx, cy = cluster
+    gx = T.ceildiv(N, block_N * cx) * cx if cx > 1 else T.ceildiv(N, block_N)
+    gy = T.ceildiv(M, block_M * cy) * cy if cy > 1 else T.ceildiv(M, block_M)
+    return gx, gy
+
+
+def cluster_kernel_args(cluster=(1, 1), swizzle_panel=8):
+    """``T.Kernel``'s ``cluster_dims`` (None: no cluster) and the ``T.use_swizzle`` order of a GEMM whose
+    blocks form clusters of
+    ``cluster`` = (cx, cy): two blocks along x (neighbouring N tiles) share their A tile, along y
+    (neighbouring M tiles) their B tile, which ``warp_specialize`` then loads once per cluster by TMA
+    multicast (``passes/cluster_multicast.py``, sm_90a) -- when the rasterization's fast axis is the
+    cluster's (hence "col" order for a cluster along y)."""
+    if tuple(cluster) == (1, 1):
+        return None, "row"
+    if sorted(cluster) != [1, 2] or swizzle_panel % 2:
+        raise ValueError(f"GEMM clusters are (2, 1) or (1, 2), with an even swizzle panel; got {cluster}, "
+                         f"panel {swizzle_panel}")
+    # (a tuple, not keywords: closure values must be hashable for the prim_func memo)
+    return (cluster[0], cluster[1], 1), "row" if cluster[0] == 2 else "col"
+
+
 def matmul(M, N, K, block_M=128, block_N=128, block_K=32, dtype="float16", out_dtype=None, accum_dtype="float32",
            trans_A=False, trans_B=False, num_stages=3, threads=128, relu=False, swizzle_panel=8,
-           staged_epilogue=False):
+           staged_epilogue=False, cluster=(1, 1)):
     """``C[M, N] = op(A) @ op(B)``; A is (K, M) when ``trans_A``, B is (N, K) when ``trans_B``.
-    M may be a ``T.dynamic`` size.  ``staged_epilogue``: C leaves through shared memory (see above)."""
+    M may be a ``T.dynamic`` size.  ``staged_epilogue``: C leaves through a shared tile (see above).
+    ``cluster`` = (2, 1) or (1, 2): thread-block clusters of two blocks sharing an operand tile
+    (``cluster_kernel_args``)."""
     out_dtype = out_dtype or dtype
+    cluster_dims, order = cluster_kernel_args(cluster, swizzle_panel or 2)
+    gx, gy = cluster_grid(N, M, block_M, block_N, cluster)
     a_shape = (K, M) if trans_A else (M, K)
     b_shape = (N, K) if trans_B else (K, N)
     a_tile = (block_K, block_M) if trans_A else (block_M, block_K)
@@ -23,14 +53,14 @@ def matmul(M, N, K, block_M=128, block_N=128, block_K=32, dtype="float16", out_d
 
     @T.prim_func
     def gemm(A: T.Tensor(a_shape, dtype), B: T.Tensor(b_shape, dtype), C: T.Tensor((M, N), out_dtype)):
-        with T.Kernel(T.ceildiv(N, block_N), T.ceildiv(M, block_M), threads=threads) as (bx, by):
+        with T.Kernel(gx, gy, threads=threads, cluster_dims=cluster_dims) as (bx, by):
             A_shared = T.alloc_shared(a_tile, dtype)
             B_shared = T.alloc_shared(b_tile, dtype)
             C_local = T.alloc_fragment((block_M, block_N), accum_dtype)
             if staged_epilogue:
                 C_shared = T.alloc_shared((block_M, block_N), out_dtype)
             if swizzle_panel:
-                T.use_swizzle(panel_size=swizzle_panel)
+                T.use_swizzle(panel_size=swizzle_panel, order=order)
             T.clear(C_local)
             for k in T.Pipelined(T.ceildiv(K, block_K), num_stages=num_stages):
                 if trans_A:
@@ -162,7 +192,7 @@ def splitk_reduce(M, N, splits, out_dtype="float16", bias_dtype=None, activation
 # ---------------------------------------------------------------- persistent
 def matmul_persistent(M, N, K, block_M=128, block_N=256, block_K=64, dtype="float16", out_dtype=None,
                       trans_A=False, trans_B=False, num_stages=4, threads=256, num_blocks=132, group_M=8,
-                      bias_dtype=None, activation="none", staged_epilogue=False):
+                      bias_dtype=None, activation="none", staged_epilogue=False, cluster=1):
     """A persistent GEMM: ``num_blocks`` blocks (the SM count) loop over the output tiles, block
     ``b`` taking tiles ``b, b + num_blocks, ...``, so that the grid is one wave and the prologue of
     a tile overlaps the tail of the one before on the same SM.  Tiles are visited in groups of
@@ -173,7 +203,14 @@ def matmul_persistent(M, N, K, block_M=128, block_N=256, block_K=64, dtype="floa
     next tile's prologue copies comes from ``insert_barriers``); ``tilewright.ops.matmul`` uses it on
     sm_90 only, where it was measured.  ``staged_epilogue``: C leaves through a shared tile, on sm_90
     as a TMA store of tile i that overlaps the mainloop of tile i + 1 (the store is waited for only
-    before the shared tile is written again)."""
+    before the shared tile is written again).
+
+    ``cluster=2``: the blocks run in thread-block clusters of two (grid ``(2, num_blocks / 2)``) that walk
+    the tiles in lockstep, a pair of neighbouring N tiles at a time (rank ``q`` takes tile ``2 j + q`` of
+    pair ``j``): the pair's A tile is the same, and ``warp_specialize`` loads it once per cluster by TMA
+    multicast (``passes/cluster_multicast.py``, sm_90a)."""
+    if cluster not in (1, 2) or num_blocks % cluster:
+        raise ValueError(f"matmul_persistent: cluster is 1 or 2 and divides num_blocks, got {cluster}, {num_blocks}")
     out_dtype = out_dtype or dtype
     a_shape, b_shape, a_tile, b_tile = _tiles(trans_A, trans_B, M, N, K, block_M, block_N, block_K)
     n_tiles = -(-N // block_N)
@@ -185,52 +222,68 @@ def matmul_persistent(M, N, K, block_M=128, block_N=256, block_K=64, dtype="floa
     # small ones add it in the epilogue, where seeding cost a 16x64 tile of 128 threads a spill
     seed_bias = bool(bias_dtype) and block_M * block_N // threads >= 64
 
-    @T.prim_func
-    def gemm_persistent(A: T.Tensor(a_shape, dtype), B: T.Tensor(b_shape, dtype),
-                        Bias: T.Tensor((bias_len,), bias_dt), C: T.Tensor((M, N), out_dtype)):
-        with T.Kernel(num_blocks, threads=threads) as bid:
-            A_shared = T.alloc_shared(a_tile, dtype)
-            B_shared = T.alloc_shared(b_tile, dtype)
-            C_local = T.alloc_fragment((block_M, block_N), "float32")
+    n_units = n_tiles if cluster == 1 else -(-n_tiles // 2)  # what a walker takes: a tile, or a pair
+
+    @T.macro
+    def tile_loop(A, B, Bias, C, walker, walkers, rank):
+        A_shared = T.alloc_shared(a_tile, dtype)
+        B_shared = T.alloc_shared(b_tile, dtype)
+        C_local = T.alloc_fragment((block_M, block_N), "float32")
+        if staged_epilogue:
+            C_shared = T.alloc_shared((block_M, block_N), out_dtype)
+        # this walker's units (tiles, or pairs of N tiles): walker, walker + walkers, ... below
+        # m_tiles * n_units (a uniform trip count per walker, so the pipeline inside needs no per-tile guard)
+        for r in T.serial(T.ceildiv(m_tiles * n_units - walker, walkers)):
+            tile = r * walkers + walker
+            first_m = tile // (group * n_units) * group
+            rows = T.min(m_tiles - first_m, group)
+            tm = first_m + tile % (group * n_units) % rows
+            if cluster == 1:
+                tn = tile % (group * n_units) // rows
+            else:
+                tn = tile % (group * n_units) // rows * 2 + rank
+            if seed_bias:
+                # the bias seeds the accumulator: read before the mainloop, it is not live beside
+                # the 128 accumulators of a 128x256 tile in the epilogue (where its loads, hoisted
+                # by ptxas, spilled 408 bytes)
+                for i, j in T.Parallel(block_M, block_N):
+                    C_local[i, j] = T.cast(Bias[T.min(tn * block_N + j, N - 1)], "float32")
+            else:
+                T.clear(C_local)
+            for k in T.Pipelined(T.ceildiv(K, block_K), num_stages=num_stages):
+                if trans_A:
+                    T.copy(A[k * block_K, tm * block_M], A_shared)
+                else:
+                    T.copy(A[tm * block_M, k * block_K], A_shared)
+                if trans_B:
+                    T.copy(B[tn * block_N, k * block_K], B_shared)
+                else:
+                    T.copy(B[k * block_K, tn * block_N], B_shared)
+                T.gemm(A_shared, B_shared, C_local, transpose_A=trans_A, transpose_B=trans_B)
+            if (bias_dtype and not seed_bias) or activation != "none":
+                for i, j in T.Parallel(block_M, block_N):
+                    v = C_local[i, j]
+                    if bias_dtype and not seed_bias:
+                        v = v + T.cast(Bias[T.min(tn * block_N + j, N - 1)], "float32")
+                    C_local[i, j] = activate(v, activation)
             if staged_epilogue:
-                C_shared = T.alloc_shared((block_M, block_N), out_dtype)
-            # this block's tiles: bid, bid + num_blocks, ... below m_tiles * n_tiles (a uniform trip
-            # count per block, so the pipeline inside needs no per-tile guard)
-            for r in T.serial(T.ceildiv(m_tiles * n_tiles - bid, num_blocks)):
-                tile = r * num_blocks + bid
-                first_m = tile // (group * n_tiles) * group
-                rows = T.min(m_tiles - first_m, group)
-                tm = first_m + tile % (group * n_tiles) % rows
-                tn = tile % (group * n_tiles) // rows
-                if seed_bias:
-                    # the bias seeds the accumulator: read before the mainloop, it is not live beside
-                    # the 128 accumulators of a 128x256 tile in the epilogue (where its loads, hoisted
-                    # by ptxas, spilled 408 bytes)
-                    for i, j in T.Parallel(block_M, block_N):
-                        C_local[i, j] = T.cast(Bias[T.min(tn * block_N + j, N - 1)], "float32")
-                else:
-                    T.clear(C_local)
-                for k in T.Pipelined(T.ceildiv(K, block_K), num_stages=num_stages):
-                    if trans_A:
-                        T.copy(A[k * block_K, tm * block_M], A_shared)
-                    else:
-                        T.copy(A[tm * block_M, k * block_K], A_shared)
-                    if trans_B:
-                        T.copy(B[tn * block_N, k * block_K], B_shared)
-                    else:
-                        T.copy(B[k * block_K, tn * block_N], B_shared)
-                    T.gemm(A_shared, B_shared, C_local, transpose_A=trans_A, transpose_B=trans_B)
-                if (bias_dtype and not seed_bias) or activation != "none":
-                    for i, j in T.Parallel(block_M, block_N):
-                        v = C_local[i, j]
-                        if bias_dtype and not seed_bias:
-                            v = v + T.cast(Bias[T.min(tn * block_N + j, N - 1)], "float32")
-                        C_local[i, j] = activate(v, activation)
-                if staged_epilogue:
-                    T.copy(C_local, C_shared)
-                    T.copy(C_shared, C[tm * block_M, tn * block_N])
-                else:
-                    T.copy(C_local, C[tm * block_M, tn * block_N])
+                T.copy(C_local, C_shared)
+                T.copy(C_shared, C[tm * block_M, tn * block_N])
+            else:
+                T.copy(C_local, C[tm * block_M, tn * block_N])
+
+    if cluster == 1:
+        @T.prim_func
+        def gemm_persistent(A: T.Tensor(a_shape, dtype), B: T.Tensor(b_shape, dtype),
+                            Bias: T.Tensor((bias_len,), bias_dt), C: T.Tensor((M, N), out_dtype)):
+            with T.Kernel(num_blocks, threads=threads) as bid:
+                tile_loop(A, B, Bias, C, bid, num_blocks, 0)
+    else:
+        @T.prim_func
+        def gemm_persistent(A: T.Tensor(a_shape, dtype), B: T.Tensor(b_shape, dtype),
+                            Bias: T.Tensor((bias_len,), bias_dt), C: T.Tensor((M, N), out_dtype)):
+            with T.Kernel(2, num_blocks // 2, threads=threads, cluster_dims=(2, 1, 1)) as (q, c):
+                tile_loop(A, B, Bias, C, c, num_blocks // 2, q)
 
     return gemm_persistent
 

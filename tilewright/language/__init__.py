@@ -272,7 +272,7 @@ class Kernel:
         if is_cpu:
             raise _b.error("T.Kernel(is_cpu=True) is not supported: tilewright compiles GPU kernels",
                            hint="use target='interpret' to run a GPU kernel on the CPU")
-        _check_cluster_dims(cluster_dims)
+        self.cluster_dims = _check_cluster_dims(cluster_dims)
         self.grid = tuple(_e.as_expr(g) for g in grid)
         if isinstance(threads, _builtins.int):
             threads = (threads,)
@@ -288,19 +288,21 @@ class Kernel:
         return False
 
 
-def _check_cluster_dims(cluster_dims) -> None:
-    """Thread-block clusters do not exist here yet: a cluster of one block is the plain launch; a
-    larger one only groups blocks for scheduling unless the kernel uses cluster features (which
-    would not compile), so it is a hint without effect."""
+def _check_cluster_dims(cluster_dims) -> tuple:
+    """The thread-block cluster shape as three ints ((1, 1, 1): no cluster).  What a target without
+    clusters does with a larger one is decided when the kernel is compiled (passes/check_clusters.py:
+    a warning, blocks launched independently, unless the kernel uses a cluster feature)."""
     if cluster_dims is None:
-        return
+        return (1, 1, 1)
     dims = (cluster_dims,) if isinstance(cluster_dims, _builtins.int) else tuple(cluster_dims)
-    if not 1 <= len(dims) <= 3 or not all(isinstance(d, _builtins.int) and d > 0 for d in dims):
+    if not 1 <= len(dims) <= 3 or not all(isinstance(d, _builtins.int) and not isinstance(d, _builtins.bool)
+                                          and d > 0 for d in dims):
         raise _b.error(f"T.Kernel(cluster_dims=...) must be a positive int or 1 to 3 of them, got {cluster_dims!r}")
-    if _math.prod(dims) != 1:
-        _no_effect("T.Kernel(cluster_dims=...)",
-                   f"thread-block clusters are not implemented, the blocks of cluster {dims} launch independently",
-                   "remove cluster_dims (the results are the same)")
+    dims = dims + (1,) * (3 - len(dims))
+    if _math.prod(dims) > 16:
+        raise _b.error(f"T.Kernel(cluster_dims={cluster_dims!r}): a cluster holds at most 16 blocks (8 portably)",
+                       hint="use cluster_dims=(2, 1, 1) or another shape of at most 8 blocks")
+    return dims
 
 
 class _LoopSpec:
@@ -1180,14 +1182,13 @@ def mbarrier_wait_parity(mbarrier, parity):
 
 
 def mbarrier_arrive(mbarrier, cta_id=None):
-    """Each executing thread arrives once on ``mbarrier``."""
+    """Each executing thread arrives once on ``mbarrier``; with ``cta_id``, on the mbarrier at the same
+    place in block ``cta_id`` (its rank) of the thread-block cluster."""
     from ..ir import thread as _th
 
-    if cta_id is not None:
-        raise _b.error("T.mbarrier_arrive(cta_id=...) arrives on another block of a cluster; thread-block "
-                       "clusters are not supported", hint="leave out cta_id")
     bar, idx = _mbar(mbarrier, "T.mbarrier_arrive")
-    _b.current().emit(_th.MbarrierArrive(bar, idx))
+    cta = None if cta_id is None else _e.as_expr(cta_id)  # the block of the cluster whose barrier it is
+    _b.current().emit(_th.MbarrierArrive(bar, idx, cta=cta))
 
 
 def mbarrier_expect_tx(mbarrier, tx):

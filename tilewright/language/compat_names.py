@@ -1,9 +1,8 @@
 """TileLang names of launch forms, loop forms and function annotations, each with its TileLang meaning:
 
 * ``T.ClusterKernel(grid..., threads=..., cluster_dims=...)``: a ``T.Kernel`` launched with a thread-block
-  cluster.  Clusters are not implemented: a cluster of one block is the plain launch; a larger one only
-  groups blocks for scheduling, which changes no result (the cluster intrinsics, which would, are
-  refused), so it warns as ``T.Kernel(cluster_dims=...)`` does.
+  cluster (``T.Kernel(cluster_dims=...)``: on sm_90+ a real cluster, elsewhere a warning and independent
+  blocks, see passes/check_clusters.py).
 * ``for i, j in T.Persistent([M, N], wave_size, index):``: a persistent-kernel tile loop.  Block ``index``
   visits tiles ``index, index + wave_size, ...`` of the row-major tile domain; every tile is visited
   exactly once by the blocks ``0 .. wave_size - 1`` (the frontend's ``persistent_loop``).
@@ -22,7 +21,11 @@
   (its product is complete when it returns, whatever instruction computes it), so there is never a group
   to wait for: nothing is emitted.
 * ``T.Ramp(base, stride, lanes)``: a vector subscript (frontend/lanes.py).
-* the cluster intrinsics (``T.cluster_sync``, ``T.block_rank_in_cluster``, ``T.clc_*``, ...): refused by name.
+* the cluster intrinsics: ``T.block_rank_in_cluster()`` (``%cluster_ctarank``), ``T.cluster_arrive()``,
+  ``T.cluster_wait()`` and ``T.cluster_sync()`` (both: ``barrier.cluster``), with
+  ``T.mbarrier_arrive(bar, cta_id=r)`` (an arrival on block ``r``'s barrier) -- sm_90+ kernels with
+  ``cluster_dims`` only (check_clusters refuses them elsewhere); ``T.alloc_cluster_barrier`` is
+  ``T.alloc_barrier``; ``T.clc_*`` (cluster launch control, sm_100) are refused by name.
 """
 
 from __future__ import annotations
@@ -130,20 +133,54 @@ def wait_wgmma(n=0) -> None:
 
 def _cluster_refused(name: str):
     def refused(*args, **kwargs):
-        raise _b.error(f"T.{name} needs thread-block clusters, which tilewright does not implement (blocks of a "
-                       "T.ClusterKernel launch independently)", hint="share data between blocks through global "
-                       "memory, or use one larger block")
+        raise _b.error(f"T.{name} is not implemented in tilewright (the cluster features it has are "
+                       "T.block_rank_in_cluster, T.cluster_sync / arrive / wait and T.mbarrier_arrive(cta_id=...))",
+                       hint="use T.alloc_barrier and T.mbarrier_arrive(bar, cta_id=r) for barriers peers arrive on")
 
     refused.__name__ = name
-    refused.__doc__ = f"TileLang's ``T.{name}``: refused (thread-block clusters are not implemented)."
+    refused.__doc__ = f"TileLang's ``T.{name}``: refused (not implemented here)."
     return refused
 
 
-cluster_sync = _cluster_refused("cluster_sync")
-cluster_arrive = _cluster_refused("cluster_arrive")
-cluster_wait = _cluster_refused("cluster_wait")
-block_rank_in_cluster = _cluster_refused("block_rank_in_cluster")
-alloc_cluster_barrier = _cluster_refused("alloc_cluster_barrier")
+def _cluster_barrier(arrive: bool, wait: bool) -> None:
+    from ..ir import thread as _th
+
+    b = _b.current()
+    if b.kernel is None:
+        raise _b.error("the cluster barrier (T.cluster_sync / arrive / wait) must be inside `with T.Kernel(...)`")
+    b.emit(_th.ClusterBarrier(arrive, wait))
+
+
+def cluster_arrive() -> None:
+    """``barrier.cluster.arrive``: the executing threads arrive on the cluster's barrier (release)."""
+    _cluster_barrier(True, False)
+
+
+def cluster_wait() -> None:
+    """``barrier.cluster.wait``: wait until every thread of the cluster arrived in this phase (acquire)."""
+    _cluster_barrier(False, True)
+
+
+def cluster_sync() -> None:
+    """``T.cluster_arrive()`` then ``T.cluster_wait()``: a barrier over every thread of the cluster."""
+    _cluster_barrier(True, True)
+
+
+def alloc_cluster_barrier(arrive_count):
+    """TileLang's barriers for a cluster: ``T.alloc_barrier`` (its initialisation is released to the
+    cluster); peers may arrive on them (``T.mbarrier_arrive(bar, cta_id=r)``) after a ``T.cluster_sync()``."""
+    from . import alloc_barrier
+
+    return alloc_barrier(arrive_count)
+
+
+def block_rank_in_cluster():
+    """The rank of this block in its thread-block cluster (``%cluster_ctarank``: ``x + cx * (y + cy * z)``
+    of the block's position in the cluster)."""
+    from ..ir import thread as _th
+
+    _b.current()
+    return _e.Call(_th.CLUSTER_RANK, (), "int32")
 clc_try_cancel = _cluster_refused("clc_try_cancel")
 clc_is_canceled = _cluster_refused("clc_is_canceled")
 clc_get_first_ctaid_x = _cluster_refused("clc_get_first_ctaid_x")

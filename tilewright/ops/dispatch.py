@@ -384,10 +384,12 @@ def _plan(cfg, N, K, dtype, out_name, ta, tb, has_bias, activation, target, arch
                       lambda: kernels.splitk_epilogue(N, slices, out_name, bias_dt, activation), target)
         hit = ("splitk", part, red)
     elif cfg.kind == "persistent":
-        key = ("gemm_persistent", N, K, dtype, out_name, ta, tb, has_bias, activation, tiles, num_sms, cfg.group_M,
-               staged)
+        pair = cfg.cluster[0] if target != "interpret" else 1  # clusters of two: an even number of blocks
+        blocks = num_sms // pair * pair
+        key = ("gemm_persistent", N, K, dtype, out_name, ta, tb, has_bias, activation, tiles, blocks, cfg.group_M,
+               staged) + ((pair,) if pair != 1 else ())
         kern = _kernel(key, lambda: kernels.linear_persistent(N, K, dtype, out_name, ta, tb, has_bias, activation,
-                                                              *tiles, num_sms, cfg.group_M, staged), target, pc)
+                                                              *tiles, blocks, cfg.group_M, staged, pair), target, pc)
         src = "" if target == "interpret" else kern.get_kernel_source()
         if target == "interpret" or ("cp.async.bulk.tensor" in src and "cp.async.c" not in src):
             hit = ("persistent", kern)
@@ -408,9 +410,11 @@ def _plan(cfg, N, K, dtype, out_name, ta, tb, has_bias, activation, target, arch
             hit = ("streamk", first, fix, num_sms)
         # else: as for "persistent" above, one block per tile
     if hit is None:
-        key = ("linear", N, K, dtype, out_name, ta, tb, has_bias, activation, tiles, staged)
+        cluster = cfg.cluster if target != "interpret" else (1, 1)  # (the interpreter has no clusters)
+        key = ("linear", N, K, dtype, out_name, ta, tb, has_bias, activation, tiles, staged) + (
+            (cluster,) if cluster != (1, 1) else ())
         hit = ("direct", _kernel(key, lambda: kernels.linear(N, K, dtype, out_name, ta, tb, has_bias, activation,
-                                                             *tiles, staged), target, pc))
+                                                             *tiles, staged, cluster), target, pc))
     _plans[sig] = hit
     return hit
 

@@ -39,6 +39,10 @@ class GemmConfig:
     wgmma: bool = False      # sm_90: tw.enable_wgmma
     ws: bool = False         # sm_90: tw.warp_specialize
     tma_store: bool = False  # C through a shared tile (a TMA store on sm_90); 16-bit outputs only
+    # sm_90: thread-block clusters of (cx, cy) blocks: (2, 1) two neighbouring N tiles, whose A tile is
+    # loaded once by TMA multicast; (1, 2) two neighbouring M tiles sharing B (direct only; CLUSTERS).
+    # A persistent kernel's (2, 1) clusters walk pairs of N tiles in lockstep
+    cluster: tuple = (1, 1)
 
     def pass_configs(self, arch: str) -> dict:
         if arch != "sm_90":
@@ -54,8 +58,14 @@ class GemmConfig:
     def from_json(cls, d) -> GemmConfig | None:
         """The stored form back, or None when it does not describe a configuration (a miss)."""
         try:
+            d = dict(d)
+            if "cluster" in d:
+                d["cluster"] = tuple(d["cluster"])  # a JSON list
             cfg = cls(**d)
-        except TypeError:
+        except (TypeError, ValueError):
+            return None
+        if cfg.cluster not in CLUSTERS or cfg.cluster != (1, 1) and cfg.kind not in ("direct", "persistent") \
+                or cfg.kind == "persistent" and cfg.cluster == (1, 2):
             return None
         return cfg if cfg.kind in KINDS and cfg.splits >= 1 else None
 
@@ -67,8 +77,47 @@ class GemmConfig:
             s += f" g{self.group_M}"
         if self.kind == "streamk":
             s += f" sk/{self.splits}"
-        return s + "".join(f" {n}" for n, on in (("wgmma", self.wgmma), ("ws", self.ws), ("tma-store", self.tma_store))
-                           if on)
+        s += "".join(f" {n}" for n, on in (("wgmma", self.wgmma), ("ws", self.ws), ("tma-store", self.tma_store)) if on)
+        return s + (f" c{self.cluster[0]}x{self.cluster[1]}" if self.cluster != (1, 1) else "")
+
+    @classmethod
+    def parse(cls, text: str) -> GemmConfig:
+        """The configuration ``short()`` printed (e.g. ``"direct 128x256x64 s3 t256 wgmma ws tma-store c2x1"``),
+        to select one candidate by its name (bench/gemm.py prints them so)."""
+        words = text.split()
+        if not words or words[0] not in KINDS:
+            raise ValueError(f"a GEMM configuration starts with its kind ({', '.join(KINDS)}): {text!r}")
+        try:
+            bm, bn, bk = (int(x) for x in words[1].split("x"))
+            kw: dict = {"kind": words[0], "block_M": bm, "block_N": bn, "block_K": bk}
+            for w in words[2:]:
+                if w in ("wgmma", "ws", "atomic"):
+                    kw[w] = True
+                elif w == "tma-store":
+                    kw["tma_store"] = True
+                elif w.startswith("sk/") or w.startswith("k/"):
+                    kw["splits"] = int(w.split("/")[1])
+                elif w[0] == "s":
+                    kw["stages"] = int(w[1:])
+                elif w[0] == "t":
+                    kw["threads"] = int(w[1:])
+                elif w[0] == "g":
+                    kw["group_M"] = int(w[1:])
+                elif w[0] == "c":
+                    kw["cluster"] = tuple(int(x) for x in w[1:].split("x"))
+                else:
+                    raise ValueError(w)
+        except (ValueError, IndexError) as e:
+            raise ValueError(f"not a GEMM configuration: {text!r} ({e})") from None
+        if kw["kind"] == "streamk":
+            kw.setdefault("group_M", 0)  # (what streamk() makes; short() leaves it out)
+        cfg = cls.from_json(kw)
+        if cfg is None:
+            raise ValueError(f"not a GEMM configuration: {text!r}")
+        return cfg
+
+
+CLUSTERS = ((1, 1), (2, 1), (1, 2))
 
 
 def _ceil(a: int, b: int) -> int:
@@ -149,6 +198,44 @@ ROWS128_HOPPER = (
     GemmConfig("direct", 128, 64, 64, 9, 256, wgmma=True, ws=True),
     GemmConfig("direct", 128, 64, 128, 4, 256, wgmma=True, ws=True),
 )
+
+
+def cluster_candidates(M: int, N: int, K: int) -> list[GemmConfig]:
+    """sm_90 configurations whose blocks run in thread-block clusters of two, the shared operand tile
+    loaded once per cluster by TMA multicast (``passes/cluster_multicast.py``): direct ones along x or
+    y, persistent ones along x (pairs of N tiles, ``kernels.gemm.matmul_persistent``).  cuBLAS runs
+    clusters of two at 4096^3 (256x128 tiles, bench/results/2026-12-01-1813-ncu-gemm-4096-*), 128x8192x8192
+    and 2000x3000x1000 (-1522-ncu-weak-gemm-*).  Not yet timed: candidates only, never the heuristic's
+    choice.  A cluster along an axis of a single tile would only double the grid: left out."""
+    def ws(bm, bn, stages, tma_store=False):
+        return GemmConfig("direct", bm, bn, 64, stages, 256, wgmma=True, ws=True, tma_store=tma_store)
+
+    if M > 128:
+        # the ops.matmul tile at 4096^3 (128x256) and cuBLAS's (256x128: two consumer warpgroups of
+        # 128x128 each), C by TMA store (three stages) or a fourth stage instead
+        tiles = [ws(128, 256, 3, True), ws(128, 256, 4), ws(256, 128, 3, True), ws(256, 128, 4)]
+        clusters = [(2, 1), (1, 2)]
+        # and the persistent kernels of the heuristic (128x192, TMA stores) and of 8192^3-like shapes,
+        # their clusters walking pairs of N tiles
+        persistent = [GemmConfig("persistent", 128, 192, 64, 4, 256, group_M=8, wgmma=True, ws=True, tma_store=True),
+                      GemmConfig("persistent", 128, 256, 64, 3, 256, group_M=8, wgmma=True, ws=True, tma_store=True)]
+        if _ceil(N, 128) >= 2:
+            out_p = [dataclasses.replace(c, cluster=(2, 1)) for c in persistent]
+        else:
+            out_p = []
+    elif M > 64:
+        # a few rows (128x8192x8192): cuBLAS's 128x64 tiles in pairs of neighbouring N tiles sharing A
+        tiles = [ws(128, 64, 8)]
+        clusters = [(2, 1)]
+        out_p = []
+    else:
+        return []
+    out = []
+    for c in tiles:
+        for cx, cy in clusters:
+            if _ceil(N, c.block_N) >= cx > 1 or _ceil(M, c.block_M) >= cy > 1:
+                out.append(dataclasses.replace(c, cluster=(cx, cy)))
+    return out + out_p
 
 
 def heuristic(M: int, N: int, K: int, dtype: str, arch: str, num_sms: int,
@@ -282,6 +369,8 @@ def candidates(M: int, N: int, K: int, dtype: str, arch: str, num_sms: int,
             c = streamk(M, N, K, fit_shared(tile, smem_limit), num_sms)
             if c is not None:
                 out.append(c)
+    if hopper:
+        out += [fit_shared(c, smem_limit) for c in cluster_candidates(M, N, K)]
     if not hopper:
         out = [c for c in out if c.kind not in ("persistent", "streamk")]
     seen, unique = set(), []

@@ -11,6 +11,8 @@ from .. import language as T
 from ..kernels.gemm import (  # noqa: F401
     ACTIVATIONS,
     activate,
+    cluster_grid,
+    cluster_kernel_args,
     matmul_persistent,
     matmul_splitk,
     matmul_streamk,
@@ -20,10 +22,14 @@ from ..kernels.gemm import (  # noqa: F401
 
 
 def linear(N, K, dtype, out_dtype, trans_a, trans_b, has_bias, activation, block_M, block_N, block_K, stages,
-           threads, staged_epilogue=False):
+           threads, staged_epilogue=False, cluster=(1, 1)):
     """``C[m, N] = act(op(A) @ op(B) + bias)``; A is (K, m) when ``trans_a``, B is (N, K) when ``trans_b``.
-    ``staged_epilogue``: C leaves through a shared tile (a TMA store on sm_90: ``passes/plan_tma_stores``)."""
+    ``staged_epilogue``: C leaves through a shared tile (a TMA store on sm_90: ``passes/plan_tma_stores``).
+    ``cluster`` (2, 1) / (1, 2): clusters of two blocks whose shared A / B tile is multicast
+    (``kernels.gemm.cluster_kernel_args``); the grid is rounded up to whole clusters."""
     M = T.dynamic("m")
+    cluster_dims, order = cluster_kernel_args(cluster)
+    gx, gy = cluster_grid(N, M, block_M, block_N, cluster)
     a_shape = (K, M) if trans_a else (M, K)
     b_shape = (N, K) if trans_b else (K, N)
     a_tile = (block_K, block_M) if trans_a else (block_M, block_K)
@@ -33,13 +39,13 @@ def linear(N, K, dtype, out_dtype, trans_a, trans_b, has_bias, activation, block
     @T.prim_func
     def linear_kernel(A: T.Tensor(a_shape, dtype), B: T.Tensor(b_shape, dtype), Bias: T.Tensor((bias_len,), dtype),
                       C: T.Tensor((M, N), out_dtype)):
-        with T.Kernel(T.ceildiv(N, block_N), T.ceildiv(M, block_M), threads=threads) as (bx, by):
+        with T.Kernel(gx, gy, threads=threads, cluster_dims=cluster_dims) as (bx, by):
             A_s = T.alloc_shared(a_tile, dtype)
             B_s = T.alloc_shared(b_tile, dtype)
             acc = T.alloc_fragment((block_M, block_N), "float32")
             if staged_epilogue:
                 C_s = T.alloc_shared((block_M, block_N), out_dtype)
-            T.use_swizzle(panel_size=8)
+            T.use_swizzle(panel_size=8, order=order)
             T.clear(acc)
             for k in T.Pipelined(T.ceildiv(K, block_K), num_stages=stages):
                 if trans_a:
@@ -80,12 +86,13 @@ def splitk_epilogue(N, slices, out_dtype, bias_dtype, activation):
 
 
 def linear_persistent(N, K, dtype, out_dtype, trans_a, trans_b, has_bias, activation, block_M, block_N, block_K,
-                      stages, threads, num_blocks, group_M, staged_epilogue=False):
+                      stages, threads, num_blocks, group_M, staged_epilogue=False, cluster=1):
     """``C = act(op(A) @ op(B) + bias)`` by ``num_blocks`` persistent blocks looping over the tiles
-    (``staged_epilogue``: tile i's C stored by TMA while tile i + 1's mainloop runs, on sm_90)."""
+    (``staged_epilogue``: tile i's C stored by TMA while tile i + 1's mainloop runs, on sm_90;
+    ``cluster=2``: clusters of two blocks taking pairs of N tiles, A multicast: ``matmul_persistent``)."""
     return matmul_persistent(T.dynamic("m"), N, K, block_M, block_N, block_K, dtype, out_dtype, trans_a, trans_b,
                              stages, threads, num_blocks, group_M, dtype if has_bias else None, activation,
-                             staged_epilogue)
+                             staged_epilogue, cluster)
 
 
 def linear_streamk(N, K, dtype, out_dtype, trans_a, trans_b, has_bias, activation, block_M, block_N, block_K,

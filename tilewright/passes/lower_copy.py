@@ -178,8 +178,9 @@ def lower_copy_tma(ctx: LoweringContext, s: t.Copy, env: Env) -> list:
     dst_starts = [lower_expr(ctx, x, env) for x in dst.starts]
     flat_dst = ctx.shared_flat(dst.buffer)
     lay = ctx.shared_layouts[dst.buffer]
-    rows, cols = (int(x) for x in dst.buffer.shape[-2:])
-    nboxes, box_cols = tma_boxes((rows, cols), dst.buffer.dtype)
+    cols = int(dst.buffer.shape[-1])
+    rows = int(dst.extents[-2])  # the tile's rows, or a multicast copy's share of them: the box's rows
+    nboxes, box_cols = tma_boxes((int(dst.buffer.shape[-2]), cols), dst.buffer.dtype)
     box_layout = SharedLayout((rows, box_cols), dst.buffer.dtype, tma=True)
     box = tuple(int(x) for x in src.extents[:-1]) + (box_cols,)
     tmap = ctx.tensor_map(src.buffer, box, box_layout.tma_swizzle)
@@ -191,15 +192,21 @@ def lower_copy_tma(ctx: LoweringContext, s: t.Copy, env: Env) -> list:
     # arrives with T.barrier_arrive, so several copies can share one barrier phase)
     issuer = ctx.region.base // ctx.target.warp_size if ctx.region is not None else 0
     total = nboxes * int(np.prod(box)) * dt.nbytes(dst.buffer.dtype)
+    # multicast: this block's box lands in every block of the mask, and each of them loads its own share
+    # of the tile the same way: the issuing block's barrier expects the bytes of all the shares
+    sharers = 1 if s.multicast is None else bin(int(s.multicast)).count("1")
     for h in range(nboxes):
-        # the box starts at row 0, column h * box_cols of the tile (the start of a column block)
+        # the box starts at the region's first row (row 0 of a whole tile), column h * box_cols of the
+        # tile (the start of a column block)
         lead = dst_starts[:-2]
-        dst_index = lay.offset(tuple(lead) + (E.as_expr(0), E.as_expr(h * box_cols)))
+        dst_index = lay.offset(tuple(lead) + (dst_starts[-2], E.as_expr(h * box_cols)))
         coords = tuple(starts[:-1]) + (starts[-1] + h * box_cols,)
         expect = (total if h == 0 else 0) if s.user_sync else None
+        if s.multicast is not None:
+            expect = sharers * int(np.prod(box)) * dt.nbytes(dst.buffer.dtype)
         out.append(th.TmaLoad(flat_dst, E.as_expr(dst_index), box_layout, tmap, coords, bar_flat, bar_idx, loc=s.loc,
                               expect_bytes=expect, issuer_warp=issuer if s.user_sync else 0,
-                              arrives=not s.user_sync))
+                              arrives=not s.user_sync, multicast=s.multicast))
     return out
 
 

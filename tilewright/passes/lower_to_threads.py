@@ -30,6 +30,7 @@ from ..ir import tile as t
 from ..ir.tile_ops import hook, register
 from ..ir.visitor import free_vars, loads_in, map_stmt, walk
 from . import lower_reducer  # noqa: F401  (registers the reducer ops' lowering)
+from .check_clusters import cluster_dims_for
 from .check_target_limits import shared_overflow_error
 from .lower_copy import lower_copy_g2s, lower_copy_tma
 from .lower_copy_tma_store import lower_copy_tma_store, lower_tma_store_wait
@@ -76,7 +77,8 @@ def lower_to_threads(func: t.PrimFunc, pctx) -> th.ThreadKernel:
         # register count at entry, which __launch_bounds__(threads, 1) fixes
         attrs={"source_func": func.name,
                "min_blocks_per_sm": pctx.options.get("tw.min_blocks_per_sm") or kernel.attrs.get("min_blocks_per_sm"),
-               "shared_at_launch": at_launch},
+               "shared_at_launch": at_launch,
+               "cluster_dims": cluster_dims_for(kernel, pctx.target)},
         tensor_maps=list(ctx.tensor_maps),
     )
 
@@ -260,12 +262,13 @@ class _StmtLowering:
         if isinstance(s, (t.Annotate, t.Evaluate)):
             return []
         if isinstance(s, (th.Barrier, th.AsyncCommit, th.AsyncWait, th.Comment, th.FenceProxyAsync, th.SetMaxNReg,
-                          th.NamedBarrier)):
+                          th.NamedBarrier, th.ClusterBarrier)):
             return [s]
         if isinstance(s, th.MbarrierArrive):
             return [th.MbarrierArrive(ctx.shared_flat(s.bar), lower_expr(ctx, s.index, env),
                                       s.count, None if s.expect_tx is None else lower_expr(ctx, s.expect_tx, env),
-                                      s.elected, loc=s.loc)]
+                                      s.elected, loc=s.loc,
+                                      cta=None if s.cta is None else lower_expr(ctx, s.cta, env))]
         if isinstance(s, th.MbarrierExpectTx):
             return [th.MbarrierExpectTx(ctx.shared_flat(s.bar), lower_expr(ctx, s.index, env),
                                         lower_expr(ctx, s.nbytes, env), loc=s.loc)]

@@ -11,6 +11,7 @@ from dataclasses import dataclass, field
 from ..errors import InternalError, TilewrightError
 from ..ir import tile as t
 from ..ir.plans import Plans
+from .check_clusters import check_clusters
 from .check_target_limits import check_target_limits
 from .expand_tile_ops import expand_tile_ops
 from .infer_layouts import infer_layouts
@@ -43,7 +44,7 @@ def _tile(fn):
 # Tile IR -> Tile IR passes, then the lowering to thread IR.  The list is the same for CUDA and
 # HIP today: the target-specific choices (matrix instructions, async copies, wave size) are made
 # inside the passes from the target record.  Passes record their decisions in ``func.plans``.
-_PASSES = [check_target_limits, warp_specialize, warp_specialize_loop, pipeline_loops, plan_tma_stores,
+_PASSES = [check_clusters, check_target_limits, warp_specialize, warp_specialize_loop, pipeline_loops, plan_tma_stores,
            _tile(expand_tile_ops),
            plan_gemms, infer_layouts, _tile(insert_barriers), share_shared_memory]
 TILE_PASSES = {"cuda": _PASSES, "hip": _PASSES}

@@ -52,6 +52,14 @@ warp's wait); after the loop ``wait_group(0)``
 completes the accumulator and the last slot is released.  (S = 1 keeps the synchronous release:
 the producer would wait for the very slot the consumer is about to read.)
 
+Thread-block clusters (``cluster_multicast.py``): in a kernel launched in clusters of two blocks
+along one grid axis whose blocks load the same operand tile (its coordinates do not read that axis's
+block index), each block's producer loads half of that tile with ``.multicast::cluster`` into both
+blocks; ``full[s]`` then expects the whole stage's bytes, ``empty[s]`` counts the consumers of both
+blocks (each releasing warp arrives on ``empty[s]`` of every block of the cluster), a cluster
+barrier follows the mbarrier initialisation, and the producer ends waiting for every slot's last
+release (its *tail*: the block exits only after its peer's last arrivals on its barriers).
+
 A slot is refilled only after every consumer thread has arrived on its ``empty`` barrier, i.e.
 after its last reader is done with it: the asynchronous consumer frees the slot, not a block
 barrier.  When the producer's shared memory (the mbarriers) would not fit, the kernel is returned
@@ -71,6 +79,7 @@ from ..ir import tile as t
 from ..ir.layout import tma_boxes
 from ..ir.plans import PipelineRing
 from ..ir.visitor import free_vars, loads_in, map_stmt, walk
+from .cluster_multicast import multicast_plan, releases_to_cluster, share_of
 from .pipeline_loops import _buffers_touched_outside, _buffers_touched_shallow, _flatten, _restage, tma_eligible
 
 PRODUCER_THREADS = 128  # one warpgroup (setmaxnreg works on whole warpgroups) ...
@@ -239,6 +248,24 @@ def _tile_steps(outer: t.For, extent):
     return done, extent
 
 
+def _producer_tail(empty, stages: int, loop: t.For, tiles, done, loc) -> list:
+    """The producer's last waits on ``empty``: for each slot, the release of its last K step (by the
+    consumers of every block of the cluster), so that the block exits only after its peers' remote
+    arrivals on its barriers (CUTLASS's producer tail does the same; a cluster barrier at the end
+    cost a GPU-wide fence and a wait for the peer's epilogue).  ``total`` K steps ran in this block:
+    slot ``s`` was last used in step ``s + S * ((total - 1 - s) // S)``, released in that phase."""
+    from ..ir import expr as e
+    from ..ir.visitor import substitute
+
+    if tiles is None:
+        total = e.as_expr(loop.extent)
+    else:  # the steps of every tile: the running count after the last one
+        outer = tiles[0]
+        total = e.as_expr(substitute(e.as_expr(done), {outer.var: outer.start + outer.extent}))
+    return [t.IfThenElse(total > s, th.MbarrierWait(empty, s, (total - 1 - s) // stages % 2, loc=loc), None, loc=loc)
+            for s in range(stages)]
+
+
 def _uses_var(root, var) -> bool:
     from ..ir.verifier import exprs_of
 
@@ -319,6 +346,13 @@ def _specialize(kernel: t.Kernel, func, ctx, rings: dict, in_flight: dict, loop:
         rings[nb] = PipelineRing(stages, True, full)
         new_bufs[old] = nb
     boxes = sum(tma_boxes(c.dst.buffer.shape, c.dst.buffer.dtype)[0] for c in copies)
+    # a cluster of 2 along a grid axis whose blocks load the same tiles: each loads its share of them and
+    # multicasts it to both (cluster_multicast.py); the ring's slots are then released cluster-wide
+    plan = multicast_plan(kernel, loop, copies, tiles, ctx.target, lets)
+    sharers, shared = plan if plan is not None else (1, [])
+
+    def released(arrive):
+        return [arrive] if sharers == 1 else releases_to_cluster(arrive, sharers)
 
     k = loop.var
     rel = k - loop.start
@@ -332,9 +366,17 @@ def _specialize(kernel: t.Kernel, func, ctx, rings: dict, in_flight: dict, loop:
 
     def tma_copy(c: t.Copy) -> t.Copy:
         nb = new_bufs[c.dst.buffer]
-        dst = t.Region(nb, (slot,) + tuple(c.dst.starts), (1,) + tuple(c.dst.extents),
-                       (0,) + tuple(d + 1 for d in c.dst.squeezed))
-        return t.Copy(c.src, dst, c.loc, mode="tma", barrier=(full, slot), coalesced_width=c.coalesced_width)
+
+        def ring_region(starts, extents):
+            return t.Region(nb, (slot,) + tuple(starts), (1,) + tuple(extents),
+                            (0,) + tuple(d + 1 for d in c.dst.squeezed))
+
+        if any(c is x for x in shared):
+            src, dst, mask = share_of(c, sharers, ring_region)
+            return t.Copy(src, dst, c.loc, mode="tma", barrier=(full, slot), coalesced_width=c.coalesced_width,
+                          multicast=mask)
+        return t.Copy(c.src, ring_region(c.dst.starts, c.dst.extents), c.loc, mode="tma", barrier=(full, slot),
+                      coalesced_width=c.coalesced_width)
 
     producer_loop = t.For(k, loop.start, loop.extent, t.SeqStmt([
         th.MbarrierWait(empty, slot, (round_ + 1) % 2, loc=loc),  # a fresh barrier passes round 0
@@ -354,17 +396,18 @@ def _specialize(kernel: t.Kernel, func, ctx, rings: dict, in_flight: dict, loop:
         consumer_loop = t.For(k, loop.start, loop.extent, t.SeqStmt([
             th.MbarrierWait(full, slot, round_ % 2, loc=loc),
             staged,
-            t.IfThenElse(rel > 0, th.MbarrierArrive(empty, prev, elected=True, loc=loc), None, loc=loc)]),
+            t.IfThenElse(rel > 0, t.SeqStmt(released(th.MbarrierArrive(empty, prev, elected=True, loc=loc))), None,
+                         loc=loc)]),
             "serial", 0, loc, dict(loop.attrs))
         last = loop.extent - 1 if tiles is None else done + loop.extent - 1
         drain = [th.WgmmaWait(0, (gemm.c.buffer,), loc=loc),
-                 th.MbarrierArrive(empty, last % stages, elected=True, loc=loc)]
+                 *released(th.MbarrierArrive(empty, last % stages, elected=True, loc=loc))]
         drain = [t.IfThenElse(loop.extent > 0, t.SeqStmt(drain), None, loc=loc)]
     else:
         consumer_loop = t.For(k, loop.start, loop.extent, t.SeqStmt([
             th.MbarrierWait(full, slot, round_ % 2, loc=loc),
             staged,
-            th.MbarrierArrive(empty, slot, loc=loc)]), "serial", 0, loc, dict(loop.attrs))
+            *released(th.MbarrierArrive(empty, slot, loc=loc))]), "serial", 0, loc, dict(loop.attrs))
         drain = []
         releases = consumers  # every thread read the slot itself: every thread releases it
 
@@ -398,10 +441,17 @@ def _specialize(kernel: t.Kernel, func, ctx, rings: dict, in_flight: dict, loop:
         consumer_part = [t.For(outer.var, outer.start, outer.extent,
                                t.SeqStmt([*tile_before, consumer_loop, *drain, *tile_after]), "serial", 0,
                                outer.loc, dict(outer.attrs))]
+    # multicast: the peers' barriers exist before anyone uses them (a cluster barrier, relaxed: the
+    # mbarrier initialisation's own fence publishes the barriers to the cluster); no block exits before
+    # its peer's last releases of its slots have arrived: the producer's tail waits for them
+    after_init = [th.ClusterBarrier(loc=loc, relaxed=True)] if sharers > 1 else []
+    tail = _producer_tail(empty, stages, loop, tiles, done, loc) if sharers > 1 else []
     body = [*allocs, t.Alloc(full, loc=loc), t.Alloc(empty, loc=loc),
-            th.MbarrierInit(full, boxes, loc=loc), th.MbarrierInit(empty, releases, loc=loc), th.Barrier(loc=loc),
+            th.MbarrierInit(full, boxes, loc=loc), th.MbarrierInit(empty, releases * sharers, loc=loc),
+            th.Barrier(loc=loc), *after_init,
             t.ThreadPartition(0, PRODUCER_THREADS, "producer", t.SeqStmt([
-                *give, t.ThreadPartition(0, ISSUER_THREADS, "TMA issuer", t.SeqStmt([producer_loop]), loc)]), loc),
+                *give, t.ThreadPartition(0, ISSUER_THREADS, "TMA issuer", t.SeqStmt([producer_loop, *tail]), loc)]),
+                              loc),
             t.ThreadPartition(PRODUCER_THREADS, consumers, "consumer",
                               t.SeqStmt([*take, *before, *consumer_part, *after]), loc)]
     attrs = dict(kernel.attrs, warp_specialized=(PRODUCER_THREADS, consumers, stages))

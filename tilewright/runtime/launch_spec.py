@@ -41,6 +41,9 @@ class LaunchSpec:
     toolchain: str = ""
     # a shared buffer sized at launch: (bytes expression over params and dyn_vars, buffer name); None: shared_bytes
     shared_at_launch: tuple | None = None
+    # a thread-block cluster shape (three ints) the code object declares (__cluster_dims__); None: no cluster.
+    # The launch needs a grid of whole clusters (checked per launch when the grid depends on the arguments)
+    cluster_dims: tuple | None = None
 
     @property
     def arg_types(self) -> tuple:

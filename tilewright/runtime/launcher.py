@@ -151,6 +151,8 @@ class Launcher:
                 env[p] = v
         grid = [int(eval_expr(g, env)) for g in self.spec.grid]
         check_launch_grid(grid, self.spec.func_name, static=not reads)  # a zero dimension is an error, as in TileLang
+        if self.spec.cluster_dims is not None:
+            _check_whole_clusters(grid, self.spec.cluster_dims, self.spec.func_name)
         grid = tuple(grid) + (1,) * (3 - len(grid))
         if len(self._grid_memo) < _GRID_MEMO_SIZE:
             self._grid_memo[key] = grid
@@ -405,3 +407,13 @@ def check_dynamic_sizes(func_name: str, params, dyn: dict) -> None:
                       for d, s in enumerate(p.shape) if s is var), "a dynamic size")
         raise ArgumentError(f"{func_name}: {where} is {value}; the dynamic size {var.name} must lie in "
                             f"0..{2**31 - 1} for the compiled code (declare a static size to go beyond)")
+
+
+def _check_whole_clusters(grid, cluster_dims, name: str) -> None:
+    """A kernel declared with ``__cluster_dims__`` launches only on a grid of whole clusters."""
+    for axis, (g, c) in enumerate(zip(grid, cluster_dims)):
+        if g % c:
+            raise ArgumentError(f"{name}: the grid's {'xyz'[axis]} size {g} (from these arguments) is not a multiple "
+                                f"of the kernel's thread-block cluster {tuple(cluster_dims)}: a cluster launch needs "
+                                "whole clusters; pass sizes that give whole clusters, or compile the kernel without "
+                                "cluster_dims")

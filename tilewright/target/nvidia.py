@@ -3,7 +3,8 @@ sm_100a (B200) and sm_120a (RTX 50) as far as the sm_80/sm_90 paths go.
 
 Feature flags follow the PTX ISA's requirements exactly:
 
-* ``tma`` (cp.async.bulk.tensor) and ``mbarrier`` transaction counts: sm_90 and newer;
+* ``tma`` (cp.async.bulk.tensor), ``mbarrier`` transaction counts and ``cluster`` (thread-block clusters:
+  ``__cluster_dims__``, ``barrier.cluster``, ``mapa``, TMA ``.multicast::cluster``): sm_90 and newer;
 * ``wgmma`` and ``setmaxnreg``: sm_90a only (architecture-specific features of Hopper, not carried
   forward: sm_100a has ``tcgen05`` instead and sm_120a has neither);
 * ``tcgen05`` (fifth-generation tensor cores, tensor memory): sm_100a / sm_101a / sm_103a.
@@ -35,7 +36,7 @@ def nvidia_target(arch: str) -> Target:
     async_copy = ["cp.async"]
     arch_specific = m.group(2) == "a"
     if cc >= 90:
-        features += ["tma", "mbarrier"]
+        features += ["tma", "mbarrier", "cluster"]
         async_copy.append("tma")
     if cc == 90 and arch_specific:
         features += ["wgmma", "setmaxnreg"]

@@ -133,6 +133,8 @@ def run_thread_kernel(kernel: th.ThreadKernel, args: list, *, dyn: dict | None =
     with np.errstate(all="ignore"):  # inactive lanes may divide by zero or overflow; ignored
         grid = prog.eval_grid(scalars)
         nblocks = grid[0] * grid[1] * grid[2]
+        if kernel.attrs.get("cluster_dims"):
+            cluster_blocks(kernel, grid)  # whole clusters, or the error the launch would give
         T = kernel.num_threads
         S = kernel.shared_bytes
         per_batch = max(1, MAX_LANES // T)
@@ -147,10 +149,11 @@ def run_thread_kernel(kernel: th.ThreadKernel, args: list, *, dyn: dict | None =
         if coop is None:
             coop = prog.cooperative = needs_cooperation(kernel)
         if coop:
-            # synchronisation under divergent control flow: every block warp by warp
+            # synchronisation under divergent control flow: every block warp by warp; the blocks of
+            # a thread-block cluster together
             W = kernel.target.warp_size if kernel.target is not None else 32
-            for first in range(nblocks):
-                CoopBlock(prog, kernel, grid, first, globals_, scalars, W, banks=bank_counter).run(prog.body)
+            for blocks in cluster_blocks(kernel, grid):
+                CoopBlock(prog, kernel, grid, blocks, globals_, scalars, W, banks=bank_counter).run(prog.body)
             return
         graces = _GlobalRaces() if check_races else None  # one for every batch: made once
         for first in range(0, nblocks, per_batch):
@@ -159,6 +162,35 @@ def run_thread_kernel(kernel: th.ThreadKernel, args: list, *, dyn: dict | None =
                         banks=bank_counter)
             prog.body(st)
             check_stores_waited(st, lambda j, st=st: f"block {st.first + j}")
+
+
+def cluster_blocks(kernel, grid) -> list:
+    """The linear indices of the blocks to run together, per cluster in rank order (one block each
+    without ``cluster_dims``).  A grid that is not whole clusters is an error, as the launch is."""
+    from ...ir.visitor import walk as _walk
+    from .errors import EmulatorError
+
+    dims = kernel.attrs.get("cluster_dims")
+    gx, gy, gz = (int(g) for g in grid)
+    if not dims:
+        uses = []
+        _walk(kernel.body, lambda s: uses.append(s) if isinstance(s, th.ClusterBarrier) or
+              isinstance(s, th.MbarrierArrive) and s.cta is not None or
+              isinstance(s, th.TmaLoad) and s.multicast is not None else None)
+        if uses:
+            raise EmulatorError(f"{type(uses[0]).__name__} (a thread-block cluster feature) in a kernel without "
+                                "cluster_dims: not supported")
+        return [[b] for b in range(gx * gy * gz)]
+    cx, cy, cz = (int(d) for d in dims)
+    if gx % cx or gy % cy or gz % cz:
+        raise EmulatorError(f"grid {(gx, gy, gz)} is not whole clusters of {(cx, cy, cz)}: the launch would fail")
+    out = []
+    for z0 in range(0, gz, cz):
+        for y0 in range(0, gy, cy):
+            for x0 in range(0, gx, cx):
+                out.append([(x0 + a) + gx * ((y0 + b) + gy * (z0 + c))
+                            for c in range(cz) for b in range(cy) for a in range(cx)])
+    return out
 
 
 def _differs_between_blocks(e) -> bool:

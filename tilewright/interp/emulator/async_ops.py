@@ -181,7 +181,7 @@ class AsyncCompiler:
 
         def tma_coop(st):
             if st.warp != s.issuer_warp:  # printed as issued by that warp's elected lane
-                st.coop.mbar((bplace, int(self._first_active(st, fbi))), where).skipped_tma += 1
+                st.coop.mbar((bplace, int(self._first_active(st, fbi))), where, st.rank).skipped_tma += 1
                 return
             if st.mask is not None and not st.mask.all():
                 raise where.error(DivergenceError, f"a TMA load is issued by an elect.sync lane of warp "
@@ -193,13 +193,15 @@ class AsyncCompiler:
             di = np.atleast_1d(self._first_active(st, fdi))
             pos, vals = read_box(st, 0, *vals_of, di)
             st.coop.tma_issue(st, (bplace, int(self._first_active(st, fbi))), pos, vals, where, s.dst.name,
-                              s.expect_bytes, s.arrives)
+                              s.expect_bytes, s.arrives, s.multicast)
 
         def tma(st):
             if st.coop is not None:
                 return tma_coop(st)
             if st.mask is not None:
                 raise where.error(DivergenceError, "TMA load under thread-dependent control flow")
+            if s.multicast is not None:
+                raise where.error(EmulatorError, "a multicast TMA load outside cooperative emulation (emulator bug)")
             coords = [self._block_values(st, f) for f in fcoords]
             shape = [self._block_values(st, f) for f in fshape]
             strides = [self._block_values(st, f) for f in fstrides]

@@ -26,6 +26,15 @@ Synchronisation semantics:
   for, or that skips (or blocks behind) a completed phase it never waited for, is a wrong-parity
   error.  A phase left incomplete when the block ends (an arrive count that never completes) is
   an error.
+* Thread-block clusters (a kernel with ``cluster_dims`` using a cluster feature): the blocks of one
+  cluster run together as one group of warps (warps are numbered over the cluster, block by block
+  in rank order); each block has its own shared memory, mbarriers, named barriers and register
+  pool.  ``MbarrierArrive`` with ``cta`` arrives on the barrier at the same place in that block; a
+  multicast ``TmaLoad`` lands its box at the same offset in every block of its mask and completes
+  its bytes on the mbarrier at the same place there (no arrival: each block's own producer arrives
+  with the bytes it expects); ``ClusterBarrier`` arrive / wait count every thread of the cluster.
+  An access to a block of the cluster whose warps have all finished is an error (the GPU would
+  touch the shared memory of an exited block).
 * Shared memory ordering (always on in this mode): vector clocks per warp, and one per mbarrier
   for the bytes its TMA loads land.  A release (any arrive) publishes the warp's clock to the
   barrier phase, an acquire (a completed wait) joins it.  A read of bytes whose last writer is
@@ -70,8 +79,8 @@ class _Mbar:
     """One mbarrier: the current phase's arrivals and transaction bytes, completed phases, the
     clocks each completed phase publishes, TMA bytes waiting for the phase to land."""
 
-    def __init__(self, name: str, count: int, agent: int, nagents: int):
-        self.name, self.count, self.agent = name, count, agent
+    def __init__(self, name: str, count: int, agent: int, nagents: int, rank: int = 0):
+        self.name, self.count, self.agent, self.rank = name, count, agent, rank
         self.arrived = 0
         self.tx = 0
         self.phase = 0  # completed phases
@@ -82,12 +91,15 @@ class _Mbar:
         self.last = None  # where the latest arrival happened
         self.skipped_tma = 0  # TmaLoads that warps other than warp 0 executed (not issued)
         self.expects: list = []  # (warp, its clock, where) of the expect-tx without arrival of this phase
+        self.init = (0, 0)  # (warp, its clock) of the initialisation
 
 
 class CoopBlock:
-    """One block run cooperatively: its warps' states, scheduler and synchronisation objects."""
+    """One block -- or the blocks of one thread-block cluster (``firsts``: their linear indices in
+    rank order) -- run cooperatively: the warps' states, scheduler and synchronisation objects.
+    Warps are numbered over the cluster (``gwarp`` = rank * warps per block + warp)."""
 
-    def __init__(self, prog, kernel, grid, first: int, globals_: dict, scalars: dict, warp_size: int,
+    def __init__(self, prog, kernel, grid, first, globals_: dict, scalars: dict, warp_size: int,
                  banks=None):
         from .state import _State
 
@@ -95,25 +107,42 @@ class CoopBlock:
         if T % warp_size:
             raise EmulatorError(f"{T} threads are not whole warps of {warp_size}: cooperative emulation needs "
                                 "whole warps")
+        firsts = list(first) if isinstance(first, (list, tuple)) else [first]
         self.W, self.T, self.S = warp_size, T, kernel.shared_bytes
-        self.nwarps = n = T // warp_size
-        self.first, self.grid = first, grid
-        self.mbar_agents = _mbarrier_agents(prog, kernel)
+        self.wpb = T // warp_size  # warps per block
+        self.nblocks = len(firsts)
+        self.nwarps = n = self.wpb * self.nblocks
+        self.firsts, self.first, self.grid = firsts, firsts[0], grid
+        agents = _mbarrier_agents(prog, kernel)
+        self.mbar_agents = {(r,) + key: name if self.nblocks == 1 else f"{name} of block rank {r}"
+                            for r in range(self.nblocks) for key, name in agents.items()}
         self.nagents = n + len(self.mbar_agents)
-        self.agent_names = [f"warp {w}" for w in range(n)] + [f"the TMA loads landing on mbarrier {name}"
-                                                               for name in self.mbar_agents.values()]
+        self.agent_names = [self.warp_name(w) for w in range(n)] + [f"the TMA loads landing on mbarrier {name}"
+                                                                     for name in self.mbar_agents.values()]
         self.agent_index = {key: n + i for i, key in enumerate(self.mbar_agents)}
         self.vc = np.zeros((n, self.nagents), np.int64)
         self.vc[np.arange(n), np.arange(n)] = 1
         self.named: dict = {}
         self.mbars: dict = {}
         self.initial_passes: list = [[] for _ in range(n)]  # per warp: waits that passed a fresh barrier
-        self.registers: dict = {}  # warpgroup -> registers per thread after its setmaxnreg
-        self.tracker = _CoopRaces(self) if self.S else None
-        smem = np.full(self.S, 0xFF, np.uint8) if self.S else None
-        self.states = [_State(prog, kernel, grid, first, 1, globals_, scalars, True, coop=self, warp=w,
-                              warp_size=warp_size, smem=smem, banks=banks) for w in range(n)]
-        self.sviews = self.states[0].sviews if self.S else None
+        self.registers: dict = {}  # (rank, warpgroup) -> registers per thread after its setmaxnreg
+        self.cluster_bar = _Barrier("the cluster barrier")
+        self.cluster_arrived: dict = {}  # warp -> generation of the cluster barrier it arrived in, not waited yet
+        self.remote: list = [[] for _ in firsts]  # per block: (warp, its clock, where) of peers' accesses to it
+        self.exited: set = set()
+        self.trackers = [_CoopRaces(self, r) for r in range(self.nblocks)] if self.S else None
+        self.tracker = self.trackers[0] if self.S else None
+        self.states = []
+        self.smems = []
+        for r, b in enumerate(firsts):
+            smem = np.full(self.S, 0xFF, np.uint8) if self.S else None
+            self.smems.append(smem)
+            for w in range(self.wpb):
+                st = _State(prog, kernel, grid, b, 1, globals_, scalars, True, coop=self, warp=w,
+                            warp_size=warp_size, smem=smem, banks=banks, gwarp=r * self.wpb + w, rank=r)
+                self.states.append(st)
+        self.sviews_of = [self.states[r * self.wpb].sviews for r in range(self.nblocks)] if self.S else None
+        self.sviews = self.sviews_of[0] if self.S else None
         # scheduler
         self.cv = threading.Condition()
         self.turn = _COORDINATOR
@@ -122,15 +151,51 @@ class CoopBlock:
         self.failure: BaseException | None = None
         self.aborting = False
 
-    def races_of(self, warp: int):
-        return _WarpRaces(self.tracker, warp) if self.tracker is not None else None
+    def races_of(self, warp: int, rank: int = 0):
+        return _WarpRaces(self.trackers[rank], warp) if self.trackers is not None else None
 
-    def block_name(self) -> str:
-        b, (gx, gy) = self.first, self.grid[:2]
+    def block_name(self, rank: int = 0) -> str:
+        b, (gx, gy) = self.firsts[rank], self.grid[:2]
         return f"block ({b % gx}, {(b // gx) % gy}, {b // (gx * gy)})"
 
     def warp_name(self, w: int) -> str:
-        return f"warp {w} (threads {w * self.W}..{w * self.W + self.W - 1})"
+        r, lw = divmod(w, self.wpb)
+        name = f"warp {lw} (threads {lw * self.W}..{lw * self.W + self.W - 1})"
+        return name if self.nblocks == 1 else f"{self.block_name(r)} (cluster rank {r}) {name}"
+
+    def _exited(self, rank: int) -> bool:
+        return all(self.done[rank * self.wpb:(rank + 1) * self.wpb])
+
+    def _block_exit(self, rank: int) -> None:
+        """When block ``rank``'s last warp finished: every access of a peer to its shared memory
+        (remote arrive, multicast) must be ordered before its exit (by a cluster barrier, or by a
+        wait of the block that observed it); otherwise the GPU may run it after the block exited."""
+        if rank in self.exited or not self._exited(rank):
+            return
+        self.exited.add(rank)
+        warps = range(rank * self.wpb, (rank + 1) * self.wpb)
+        exit_vc = np.max(self.vc[list(warps)], axis=0)
+        for g, clock, where in self.remote[rank]:
+            if exit_vc[g] < clock:
+                self.failure = where.error(EmulatorError, f"{self.block_name(rank)} (cluster rank {rank}) may exit "
+                                                          f"before this access of {self.warp_name(g)} to its shared "
+                                                          "memory: nothing orders the access before the exit (a "
+                                                          "cluster barrier at the end of the kernel?)")
+                return
+
+    def _note_remote(self, st, rank: int, where) -> None:
+        if rank != st.rank:
+            self.remote[rank].append((st.gwarp, int(self.vc[st.gwarp, st.gwarp]), where))
+
+    def _ordered_after_init(self, st, m: _Mbar, where, what: str) -> None:
+        """A peer's use of ``m`` must be ordered after ``m``'s initialisation in its own block (a cluster
+        barrier between them), whatever order the emulator happened to run the blocks in."""
+        g, clock = m.init
+        if m.rank != st.rank and self.vc[st.gwarp, g] < clock:
+            raise where.error(EmulatorError, f"{self.warp_name(st.gwarp)} {what} mbarrier {m.name} of "
+                                             f"{self.block_name(m.rank)}, and nothing orders that after the "
+                                             "barrier's MbarrierInit there (a cluster barrier after the "
+                                             "initialisation?)")
 
     # ------------------------------------------------------------------ scheduler
     def run(self, body) -> None:
@@ -146,6 +211,8 @@ class CoopBlock:
                     break
                 last = w
                 self._switch_to(w)
+                if self.done[w] and self.failure is None:
+                    self._block_exit(w // self.wpb)
             if self.failure is None and not all(self.done):
                 self.failure = self._deadlock()
         finally:
@@ -223,25 +290,28 @@ class CoopBlock:
                 wrong = f"wrong-parity mbarrier wait: {self.warp_name(w)} {parity_problem}"
                 loc = where.loc
             lines.append(f"  {self.warp_name(w)} waits {text}\n{_loc_text(where)}")
-        head = wrong or f"deadlock in {self.block_name()}: every warp that has not finished is blocked"
+        where_ = self.block_name() if self.nblocks == 1 else "the cluster of " + ", ".join(
+            self.block_name(r) for r in range(self.nblocks))
+        head = wrong or f"deadlock in {where_}: every warp that has not finished is blocked"
         if wrong:
-            head += f"\ndeadlock in {self.block_name()}:"
+            head += f"\ndeadlock in {where_}:"
         return DeadlockError(head + "\n" + "\n".join(lines), loc)
 
     def _check_end(self) -> None:
         from .tma_store import check_stores_waited
 
         for st in self.states:
-            check_stores_waited(st, lambda j: self.block_name())
-        for b in self.named.values():
+            check_stores_waited(st, lambda j, st=st: self.block_name(st.rank))
+        for b in list(self.named.values()) + [self.cluster_bar]:
             if b.arrived:
                 w, where = next(iter(b.arrived.items()))
-                raise where.error(DeadlockError, f"{self.block_name()} ends with {len(b.arrived) * self.W} of "
+                raise where.error(DeadlockError, f"{self.block_name(w // self.wpb)} ends with "
+                                                 f"{len(b.arrived) * self.W} of "
                                                  f"{b.count} threads arrived at {b.name} (first: {self.warp_name(w)}): "
                                                  "its count never completes")
         for m in self.mbars.values():
             if m.arrived or m.tx or m.landings:
-                msg = (f"{self.block_name()} ends with phase {m.phase} of mbarrier {m.name} incomplete: "
+                msg = (f"{self.block_name(m.rank)} ends with phase {m.phase} of mbarrier {m.name} incomplete: "
                        f"{m.arrived} of {m.count} arrivals, {m.tx} transaction bytes outstanding: its arrive count "
                        "never completes")
                 if m.last is not None:
@@ -256,8 +326,9 @@ class CoopBlock:
                                                "execute (control flow splits the warp)")
 
     def barrier(self, st, bid, count: int, arrive_only: bool, where, kind: str = "named barrier", extra=None):
-        w = st.warp
+        w = st.gwarp
         what = "barrier" if kind == "barrier" else f"{kind} {bid[1] if isinstance(bid, tuple) else bid}"
+        bid = (st.rank, bid)  # each block of a cluster has its own barriers
         self._whole_warp(st, where, what)
         if count <= 0 or count % self.W or count > self.T:
             raise where.error(EmulatorError, f"{what} over {count} threads: the count must be a positive multiple "
@@ -301,6 +372,42 @@ class CoopBlock:
         self.block(w, lambda: b.gen > gen, describe, where)
         np.maximum(self.vc[w], b.done_vc[gen], out=self.vc[w])
 
+    def cluster_barrier(self, st, arrive: bool, wait: bool, where) -> None:
+        """``barrier.cluster.arrive`` (every thread of the warp; release) and/or ``.wait`` (until every
+        thread of every block of the cluster arrived in the phase this warp arrived in; acquire).  A
+        relaxed arrival is taken as a release too: only the compiler emits one, right after an
+        MbarrierInit, whose ``fence.mbarrier_init.release.cluster`` publishes the barriers."""
+        w = st.gwarp
+        b = self.cluster_bar
+        self._whole_warp(st, where, "cluster barrier")
+        if arrive:
+            if w in self.cluster_arrived:
+                raise where.error(EmulatorError, f"{self.warp_name(w)} arrives at the cluster barrier again before "
+                                                 "waiting on its previous arrival (barrier.cluster.wait missing?)")
+            self.cluster_arrived[w] = b.gen
+            b.arrived[w] = where
+            b.vc = self.vc[w].copy() if b.vc is None else np.maximum(b.vc, self.vc[w])
+            if len(b.arrived) == self.nwarps:
+                b.done_vc[b.gen] = b.vc
+                b.done_vc.pop(b.gen - 2, None)
+                b.gen += 1
+                b.arrived = {}
+                b.vc = None
+            self.vc[w, w] += 1
+        if not wait:
+            return
+        gen = self.cluster_arrived.pop(w, None)
+        if gen is None:
+            raise where.error(EmulatorError, f"{self.warp_name(w)} waits at the cluster barrier without having "
+                                             "arrived (barrier.cluster.arrive missing?): it would hang")
+
+        def describe():
+            return (f"at the cluster barrier ({len(b.arrived) * self.W} of {self.nwarps * self.W} threads of the "
+                    "cluster arrived in this phase)"), None
+
+        self.block(w, lambda: b.gen > gen, describe, where)
+        np.maximum(self.vc[w], b.done_vc[gen], out=self.vc[w])
+
     # ------------------------------------------------------------------ setmaxnreg
     def set_registers(self, st, group: int, count: int, increase: bool, launch: int, where) -> None:
         """Warpgroup ``group``'s per-thread registers become ``count`` (each of its warps calls this
@@ -308,7 +415,8 @@ class CoopBlock:
         thread); a decrease returns registers to it at once, an increase waits until the pool
         holds them (``setmaxnreg.inc`` retries until then: a split that never fits hangs)."""
         regs = self.registers
-        cur = regs.get(group, launch)
+        rank = st.rank
+        cur = regs.get((rank, group), launch)
         # an increase below (or a decrease above) the current count changes nothing here (this
         # also covers the other warps of the warpgroup, which meet here after the first applied it)
         count = max(cur, count) if increase else min(cur, count)
@@ -318,34 +426,53 @@ class CoopBlock:
         ngroups = self.T // 128
 
         def used(new: int) -> int:
-            return sum((new if g == group else regs.get(g, launch)) * 128 for g in range(ngroups))
+            return sum((new if g == group else regs.get((rank, g), launch)) * 128 for g in range(ngroups))
 
         if increase:
             def describe():
                 return (f"at setmaxnreg.inc {count} of warpgroup {group}: the block's {pool} registers hold "
                         f"{used(cur)} in use, {used(count)} needed (no warpgroup gives any back)"), None
 
-            self.block(st.warp, lambda: used(count) <= pool, describe, where)
-        regs[group] = count
+            self.block(st.gwarp, lambda: used(count) <= pool, describe, where)
+        regs[(rank, group)] = count
 
     # ------------------------------------------------------------------ mbarriers
     def mbar_init(self, st, key, name: str, n: int, count: int, where) -> None:
         if st.warp != 0 or (st.mask is not None and not st.mask[0]):
             return  # printed as `if (warp == 0 && threadIdx.x == 0)`
         for i in range(n):
-            agent = self.agent_index[(key, i)]
-            self.mbars[(key, i)] = _Mbar(f"{name}[{i}]", count, agent, self.nagents)
+            full = (st.rank, key, i)
+            agent = self.agent_index[full]
+            self.mbars[full] = _Mbar(f"{name}[{i}]", count, agent, self.nagents, st.rank)
+            self.mbars[full].init = (st.gwarp, int(self.vc[st.gwarp, st.gwarp]))  # for peers: ordered after it?
 
-    def mbar(self, key, where) -> _Mbar:
-        m = self.mbars.get(key)
+    def mbar(self, key, where, rank: int = 0) -> _Mbar:
+        """The mbarrier at shared place ``key`` = (place, index) of block ``rank`` of the cluster."""
+        full = (rank,) + tuple(key)
+        m = self.mbars.get(full)
         if m is None:
-            raise where.error(EmulatorError, f"mbarrier {self.mbar_agents.get(key, key)} is used before its "
-                                             "MbarrierInit (or before the barrier that publishes it)")
+            raise where.error(EmulatorError, f"mbarrier {self.mbar_agents.get(full, key)} is used before its "
+                                             "MbarrierInit (or before the barrier that publishes it"
+                                             f"{'' if self.nblocks == 1 else ': a cluster barrier for peers'})")
         return m
 
-    def mbar_arrive(self, st, key, arrivals: int, tx: int, where) -> None:
-        w = st.warp
-        m = self.mbar(key, where)
+    def _peer(self, st, rank: int, where, what: str) -> int:
+        """Block ``rank`` of the cluster, checked to exist and not to have exited."""
+        rank = int(rank)
+        if not 0 <= rank < self.nblocks:
+            raise where.error(EmulatorError, f"{what} names block rank {rank} of a cluster of {self.nblocks} block(s)")
+        if rank != st.rank and self._exited(rank):
+            raise where.error(EmulatorError, f"{what} touches {self.block_name(rank)} (cluster rank {rank}), whose "
+                                             "warps have all exited: a block must not exit while its peers may still "
+                                             "access its shared memory (a cluster barrier before the end?)")
+        return rank
+
+    def mbar_arrive(self, st, key, arrivals: int, tx: int, where, rank=None) -> None:
+        w = st.gwarp
+        rank = st.rank if rank is None else self._peer(st, rank, where, "a remote mbarrier arrive")
+        self._note_remote(st, rank, where)
+        m = self.mbar(key, where, rank)
+        self._ordered_after_init(st, m, where, "arrives on")
         left = m.count - m.arrived
         if arrivals > left:
             raise where.error(EmulatorError, f"{self.warp_name(w)} brings {arrivals} arrivals to mbarrier {m.name}, "
@@ -359,15 +486,18 @@ class CoopBlock:
         self.vc[w, w] += 1
 
     def mbar_expect_tx(self, st, key, nbytes: int, where) -> None:
-        m = self.mbar(key, where)
+        m = self.mbar(key, where, st.rank)
         m.tx += nbytes
         m.last = where
-        m.expects.append((st.warp, int(self.vc[st.warp, st.warp]), where))
+        m.expects.append((st.gwarp, int(self.vc[st.gwarp, st.gwarp]), where))
 
-    def tma_issue(self, st, key, pos, vals, where, name: str, expect_bytes=None, arrives: bool = True) -> None:
-        m = self.mbar(key, where)
-        if self.tracker is not None:
-            self.tracker.tma_issue(st.warp, pos, vals.dtype.itemsize, where, name)
+    def tma_issue(self, st, key, pos, vals, where, name: str, expect_bytes=None, arrives: bool = True,
+                  multicast=None) -> None:
+        if multicast is not None:
+            return self._tma_multicast(st, key, pos, vals, where, name, expect_bytes, arrives, int(multicast))
+        m = self.mbar(key, where, st.rank)
+        if self.trackers is not None:
+            self.trackers[st.rank].tma_issue(st.gwarp, pos, vals.dtype.itemsize, where, name)
         nbytes = vals.size * vals.dtype.itemsize
         # mbarrier.arrive.expect_tx(bytes) (this box's, or a T.tma_copy's total on its first box,
         # none on its later boxes; T.tma_copy raises the bytes without arriving), then the copy's
@@ -380,6 +510,31 @@ class CoopBlock:
         m.landings.append((pos, vals))
         m.tx -= nbytes
         self._try_complete(m)
+
+    def _tma_multicast(self, st, key, pos, vals, where, name, expect_bytes, arrives, mask: int) -> None:
+        """``.multicast::cluster``: the issuing thread's expect (and arrival) on its own barrier, the box
+        landing at ``pos`` in every block of ``mask``, its bytes completing there on the barrier at
+        ``key``'s place."""
+        ranks = [r for r in range(16) if mask >> r & 1]
+        if not ranks:
+            raise where.error(EmulatorError, "a multicast TMA load with an empty ctaMask")
+        for r in ranks:
+            self._peer(st, r, where, "a multicast TMA load")
+            self._note_remote(st, r, where)
+        nbytes = vals.size * vals.dtype.itemsize
+        expect = nbytes if expect_bytes is None else int(expect_bytes)
+        if expect and arrives:
+            self.mbar_arrive(st, key, 1, expect, where)
+        elif expect:
+            self.mbar_expect_tx(st, key, expect, where)
+        for r in ranks:
+            m = self.mbar(key, where, r)
+            self._ordered_after_init(st, m, where, "multicasts a TMA load onto")
+            if self.trackers is not None:
+                self.trackers[r].tma_issue(st.gwarp, pos, vals.dtype.itemsize, where, name)
+            m.landings.append((pos, vals))
+            m.tx -= nbytes  # may go below zero until the block's own producer expects the bytes (as on the GPU)
+            self._try_complete(m)
 
     def _try_complete(self, m: _Mbar) -> None:
         if m.arrived != m.count or m.tx != 0:
@@ -397,9 +552,9 @@ class CoopBlock:
                                                  "the threads that run it)")
         clock = m.phase + 1
         for pos, vals in m.landings:
-            self.sviews[vals.dtype][pos] = vals
-            if self.tracker is not None:
-                self.tracker.tma_land(pos, vals.dtype.itemsize, m.agent, clock)
+            self.sviews_of[m.rank][vals.dtype][pos] = vals
+            if self.trackers is not None:
+                self.trackers[m.rank].tma_land(pos, vals.dtype.itemsize, m.agent, clock)
         vc = m.vc.copy()
         vc[m.agent] = clock
         m.phase_vc[m.phase] = vc
@@ -409,8 +564,8 @@ class CoopBlock:
         m.vc[:] = 0
 
     def mbar_wait(self, st, key, parity: int, where) -> None:
-        w = st.warp
-        m = self.mbar(key, where)
+        w = st.gwarp
+        m = self.mbar(key, where, st.rank)
         par = parity & 1
         last = m.observed.get(w)
 

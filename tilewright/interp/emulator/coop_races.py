@@ -22,8 +22,9 @@ class _CoopRaces:
     last changed it and that agent's clock then; each warp's clock at its last read; async copies
     and TMA loads in flight to it."""
 
-    def __init__(self, blk):
+    def __init__(self, blk, rank: int = 0):
         self.blk = blk
+        self.rank = rank  # which block of a cluster (coop.py) this shared memory belongs to
         S = blk.S
         self.wa = np.full(S, -1, np.int32)
         self.wc = np.zeros(S, np.int64)
@@ -134,7 +135,7 @@ class _CoopRaces:
             i = int(np.flatnonzero(clash)[0])
             raise where.error(RaceError, f"threads of warp {w} store different values to shared byte {int(sb[i])} "
                                          f"({name}) in one statement")
-        changed = self.blk.states[0].smem[byts] != new
+        changed = self.blk.smems[self.rank][byts] != new
         if not changed.any():
             return
         byts = byts[changed]

@@ -9,6 +9,7 @@ from ...ir import dtype as dt
 from ...ir import expr as E
 from ...ir import float8
 from ...ir.analysis import is_nonnegative
+from ...ir.thread import CLUSTER_RANK
 from ...ir.visitor import walk_expr
 from .. import debug_print, device_assert
 from ..ieee_rounding import ieee_function
@@ -200,6 +201,8 @@ class ExprCompiler:
 
     def call(self, e: E.Call, nd, where):
         name = e.name
+        if name == CLUSTER_RANK:
+            return self.cluster_rank(where), False, None
         if name in WARP_CALLS:
             return self.warp_call(e, nd, where)
         if name.startswith(debug_print.PRINT_PREFIX):
@@ -299,6 +302,22 @@ class ExprCompiler:
             return out
 
         return draw
+
+    def cluster_rank(self, where):
+        """``%cluster_ctarank``: the block's position in its cluster, ``x + cx * (y + cy * z)``."""
+        dims = self.k.attrs.get("cluster_dims")
+        if not dims:
+            raise where.error(EmulatorError, "T.block_rank_in_cluster() in a kernel launched without a thread-block "
+                                             "cluster")
+        cx, cy, cz = (int(d) for d in dims)
+
+        def rank(st, need):
+            lin = st.block + st.first
+            gx, gy = st.grid[0], st.grid[1]
+            x, y, z = lin % gx, (lin // gx) % gy, lin // (gx * gy)
+            return ((x % cx) + cx * ((y % cy) + cy * (z % cz))).astype(np.int32)
+
+        return rank
 
     def assert_call(self, e: E.Call, where):
         """T.device_assert: the first active lane whose condition is false raises DeviceAssertError."""

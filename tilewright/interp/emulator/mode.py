@@ -56,8 +56,8 @@ def needs_cooperation(kernel: th.ThreadKernel) -> bool:
             if u:
                 varying.add(s.var)
             return visit(s.body, u)
-        if isinstance(s, COOPERATIVE_ONLY):
-            return True
+        if isinstance(s, COOPERATIVE_ONLY) or isinstance(s, th.TmaLoad) and s.multicast is not None:
+            return True  # (a multicast lands in other blocks of the cluster: the cluster runs together)
         return under and isinstance(s, _BLOCK_SYNC)
 
     return visit(kernel.body, False)

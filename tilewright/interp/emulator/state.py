@@ -61,12 +61,14 @@ class _State:
         "addresses",
         "graces",
         "grid",
+        "gwarp",
         "lane",
         "mask",
         "memo",
         "rng",
         "nb",
         "races",
+        "rank",
         "regs",
         "sbase",
         "smem",
@@ -78,10 +80,12 @@ class _State:
 
     def __init__(self, prog, kernel, grid, first: int, nb: int, globals_: dict, scalars: dict,
                  check_races: bool, coop=None, warp: int = 0, warp_size: int = 0, smem=None, graces=None,
-                 banks=None):
+                 banks=None, gwarp: int | None = None, rank: int = 0):
         T = kernel.num_threads
         self.T, self.S, self.nb, self.first, self.grid = T, kernel.shared_bytes, nb, first, grid
         self.coop, self.warp = coop, warp
+        # a block of a cluster (coop.py): the warp's index over the cluster's warps, the block's rank
+        self.gwarp, self.rank = (warp if gwarp is None else gwarp), rank
         self.banks = banks  # a bank_conflicts.BankCounter, or None
         if coop is None:
             self.L = L = nb * T
@@ -122,7 +126,7 @@ class _State:
         self.mbar: dict = {}
         self.bulk: dict = {}  # block of the batch -> tma_store.BulkGroups of its issuing thread
         if coop is not None:
-            self.races = coop.races_of(warp) if check_races and self.S else None
+            self.races = coop.races_of(self.gwarp, rank) if check_races and self.S else None
             self.graces = None  # the warps of a block run one at a time: see coop_races.py
         else:
             self.races = _Races(self) if check_races and self.S else None

@@ -85,6 +85,8 @@ class StmtCompiler:
             return self.mbarrier_expect_tx(s)
         if isinstance(s, th.NamedBarrier):
             return self.named_barrier(s)
+        if isinstance(s, th.ClusterBarrier):
+            return self.cluster_barrier(s)
         if isinstance(s, th.SetMaxNReg):
             return self.set_max_nreg(s)
         if isinstance(s, th.FenceProxyAsync):

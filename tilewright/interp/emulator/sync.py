@@ -11,7 +11,7 @@ from .errors import DivergenceError, EmulatorError
 from .support import _Where
 
 # the statements only the cooperative mode executes
-COOPERATIVE_ONLY = (th.MbarrierArrive, th.MbarrierExpectTx, th.NamedBarrier, th.SetMaxNReg)
+COOPERATIVE_ONLY = (th.MbarrierArrive, th.MbarrierExpectTx, th.NamedBarrier, th.SetMaxNReg, th.ClusterBarrier)
 
 
 class SyncCompiler:
@@ -35,6 +35,7 @@ class SyncCompiler:
         fi = self.cexpr(s.index, where)
         ftx = self.cexpr(s.expect_tx, where) if s.expect_tx is not None else None
         place = self._shared_of(s.bar, where)[0]
+        fcta = self.cexpr(s.cta, where) if s.cta is not None else None
         count = int(s.count)
         if count < 1:
             raise where.error(EmulatorError, f"mbarrier arrive with count {count}: it must be at least 1")
@@ -45,9 +46,27 @@ class SyncCompiler:
                 self._elect(st, where, "an elected mbarrier arrive")
             threads = 1 if s.elected else self._active(st)
             tx = 0 if ftx is None else int(self._first_active(st, ftx)) * threads
-            st.coop.mbar_arrive(st, (place, int(self._first_active(st, fi))), threads * count, tx, where)
+            rank = None
+            if fcta is not None:  # another block's barrier: every executing lane must name the same block
+                ranks = np.broadcast_to(fcta(st, st.mask), (st.L,))
+                ranks = np.unique(ranks if st.mask is None else ranks[st.mask])
+                if len(ranks) != 1:
+                    raise where.error(EmulatorError, "the threads of one warp arrive on the mbarriers of different "
+                                                     f"blocks of the cluster ({', '.join(map(str, ranks))}) in one "
+                                                     "statement: the emulator supports one block per warp")
+                rank = int(ranks[0])
+            st.coop.mbar_arrive(st, (place, int(self._first_active(st, fi))), threads * count, tx, where, rank)
 
         return arrive
+
+    def cluster_barrier(self, s: th.ClusterBarrier):
+        where = _Where(s)
+
+        def cluster_barrier(st):
+            self._coop_only(st, where, "cluster barrier")
+            st.coop.cluster_barrier(st, bool(s.arrive), bool(s.wait), where)
+
+        return cluster_barrier
 
     def mbarrier_expect_tx(self, s: th.MbarrierExpectTx):
         where = _Where(s)
