@@ -196,7 +196,10 @@ def test_cluster_candidates_are_listed_and_parse_back():
             "direct 256x128x64 s4 t256 wgmma ws c2x1", "direct 128x64x64 s8 t256 wgmma ws c2x1",
             "persistent 128x192x64 s4 t256 g8 wgmma ws tma-store c2x1"} <= names
     for shape in [(4096, 4096, 4096), (128, 8192, 8192), (2000, 3000, 1000), (16, 8192, 8192)]:
-        assert gemm_configs.heuristic(*shape, "float16", "sm_90", 132).cluster == (1, 1)  # measured first
+        # measured (bench/results/2026-12-01-1926-gemm-weak-*): only the short-K shape of few tiles per
+        # block takes clusters
+        want = (2, 1) if shape == (2000, 3000, 1000) else (1, 1)
+        assert gemm_configs.heuristic(*shape, "float16", "sm_90", 132).cluster == want
         for c in gemm_configs.candidates(*shape, "float16", "sm_90", 132):
             assert gemm_configs.GemmConfig.parse(c.short()) == c
             assert gemm_configs.GemmConfig.from_json(c.to_json()) == c

@@ -286,8 +286,14 @@ def heuristic(M: int, N: int, K: int, dtype: str, arch: str, num_sms: int,
             #                 128x256 tile: 1.45 waves, where 128x192 tiles make 1.94)
             # 8192^3          628 / 643 against 589 / 605 (one block per 128x256 tile)
             # At 4096^3 (3.9 waves of 128x256) one block per tile stays ahead: 687 / 713 against 656 / 662.
+            # With few tiles per block (at most 4 waves of 128x192), clusters of two blocks taking
+            # neighbouring N tiles, A multicast: 2000x3000x1000 fp16 485 TFLOP/s against 436 without
+            # (bench/results/2026-12-01-1926-gemm-weak-*), while at 8192^3 (21 waves) the cluster's
+            # tile pairs lost (582 against 635), so only there.
+            pairs = _ceil(M, 128) * _ceil(N, 192) <= 4 * num_sms and _ceil(N, 192) >= 2
             return fit_shared(GemmConfig("persistent", 128, 192, base.block_K, 4, base.threads, wgmma=True, ws=True,
-                                         group_M=8, tma_store=True), smem_limit)
+                                         group_M=8, tma_store=True, cluster=(2, 1) if pairs else (1, 1)),
+                              smem_limit)
         # one block per tile: C leaves by TMA store (three stages then fit, the C tile taking the
         # fourth's room)
         return fit_shared(dataclasses.replace(base, tma_store=True), smem_limit)
