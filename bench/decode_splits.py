@@ -7,7 +7,11 @@ of K and V read and as a fraction of the copy bandwidth measured in the same run
   heuristic's choice, against SDPA;
 - the new kernel with ``num_splits`` forced over a range (is the heuristic's choice the best?);
 - the new kernel's configurations (``TILEWRIGHT_DECODE_CONFIG`` = block_N,stages,threads) with the
-  heuristic's splits (which one should be the default?).
+  heuristic's splits (which one should be the default?);
+- in table 2 only, the candidate variants against the fixed cost at KV 4k (``TILEWRIGHT_DECODE_VARIANT``,
+  ``ops/decode_kernels.VARIANTS``: "wave" = as many splits as fit on the GPU at once, "onepass" = the
+  merge's loads all in flight together, "cpasync" = cp.async instead of TMA, "ws" = a TMA producer
+  warpgroup), alone and combined, and the split counts 5 and 6 forced.
 
 Table 1 times each call as ``bench_ms`` does (triton's do_bench: the L2 flushed by a 256 MB write
 before every call, so a call also pays for writing back the flush's dirty lines: a cost of roughly
@@ -37,18 +41,33 @@ from tilewright.ops import attention_dispatch, decode_kernels  # noqa: E402
 
 B, H, HKV, D = 8, 32, 8, 128
 LENS = [4096, 8192, 16384, 65536]
-SPLITS = [1, 2, 4, 8, 16, 32]
-CONFIGS = ["64,3,128", "64,2,128", "32,4,128", "128,2,128", "64,3,64", "64,3,32", "32,6,32"]
+# (1, 16, 32 splits and the one- and two-warp configurations were 2-25% behind in every earlier run: left out)
+SPLITS = [2, 4, 6, 8]
+CONFIGS = ["64,3,128", "64,2,128", "32,4,128", "128,2,128"]
+VARIANTS = ["wave", "onepass", "wave,onepass", "cpasync", "ws", "ws,onepass", "wave,cpasync"]
+FORCED = [5, 6]  # split counts forced in table 2 (6: one full wave at 3 blocks per SM; 5: in between)
 
 
-def use(kernel: str, config: str | None = None) -> None:
-    """Select the decode path (and the new kernel's configuration) for the calls that follow."""
+def use(kernel: str, config: str | None = None, variant: str | None = None) -> None:
+    """Select the decode path (and the new kernel's configuration and variant) for the calls that follow."""
     decode_kernels.KERNEL = kernel
-    if config is None:
-        os.environ.pop("TILEWRIGHT_DECODE_CONFIG", None)
-    else:
-        os.environ["TILEWRIGHT_DECODE_CONFIG"] = config
+    for name, value in (("TILEWRIGHT_DECODE_CONFIG", config), ("TILEWRIGHT_DECODE_VARIANT", variant)):
+        if value is None:
+            os.environ.pop(name, None)
+        else:
+            os.environ[name] = value
     attention_dispatch.forget_plans()  # plans remember their configuration
+
+
+def chosen_splits(variant: str | None) -> str:
+    """The split counts ``variant`` gives the benchmark's shape at each KV length (as the plans choose them)."""
+    use("new", None, variant)
+    smem = attention_dispatch._shared_bytes(torch.empty(1, device="cuda"))
+    cfg = decode_kernels.decode_config(D, smem)
+    got = [decode_kernels.decode_splits(B * HKV, -(-L // cfg[1]), None, D, cfg, smem, attention_dispatch._NUM_SMS)
+           for L in LENS]
+    use("new")
+    return ", ".join(map(str, got))
 
 
 def graph_ms(calls) -> float:
@@ -85,7 +104,9 @@ def main() -> None:
           + " | ".join(CONFIGS) + " | best config |",
           "|---|---|---|---|---|" + "---|" * (len(SPLITS) + len(CONFIGS) + 1)]
     t2 = [f"Decoding, GPU time in a CUDA graph (two KV caches alternated, no flush, no host time): {head}.", "",
-          "| dtype | KV | SDPA | old | new | new, best config of table 1 |", "|---|---|---|---|---|---|"]
+          "| dtype | KV | SDPA | old | new | " + " | ".join(f"new {v}" for v in VARIANTS) + " | "
+          + " | ".join(f"new s={s}" for s in FORCED) + " | new, best config of table 1 |",
+          "|---|---|---|---|---|" + "---|" * (len(VARIANTS) + len(FORCED) + 1)]
     for dtype in (torch.float16, torch.bfloat16):
         for L in LENS:
             g = torch.Generator(device="cuda").manual_seed(L)
@@ -129,13 +150,27 @@ def main() -> None:
                 r = gb / graph_ms([lambda kv=kv: fn(*kv) for kv in kvs]) * 1e3
                 return f"{r:.0f} ({r / roof:.0%})"
 
+            def checked_graph_rate(fn) -> str:  # (a candidate is timed only once it gives the right answer)
+                out = fn()
+                err = ((out.double() - ref).abs() / (1 + ref.abs())).max().item()
+                return graph_rate(fn) if err < 2e-2 else f"WRONG {err:.2g}"
+
             row = [graph_rate(sdpa)]
-            for kernel, config in (("old", None), ("new", None), ("new", best)):
+            for kernel, config in (("old", None), ("new", None)):
                 use(kernel, config)
                 row.append(graph_rate(ours))
+            for variant in VARIANTS:
+                use("new", None, variant)
+                row.append(checked_graph_rate(ours))
+            use("new")
+            row += [checked_graph_rate(lambda kk=k, vv=v, s=s: ours(kk, vv, s)) for s in FORCED]
+            use("new", best)
+            row.append(graph_rate(ours))
             use("new")
             t2.append(f"| {str(dtype)[6:]} | {L} | " + " | ".join(row) + " |")
             print(t2[-1], flush=True)
+    t2 += ["", "Split counts the heuristic / the variants chose (KV 4096 .. 65536): " + "; ".join(
+        f"{v or 'new'}: {chosen_splits(v)}" for v in [None] + VARIANTS)]
     rows = t1 + [""] + t2
     print("\n".join(rows))
     print("saved", save("decode-splits", rows))
