@@ -11,7 +11,9 @@ of K and V read and as a fraction of the copy bandwidth measured in the same run
 - in table 2 only, the candidate variants against the fixed cost at KV 4k (``TILEWRIGHT_DECODE_VARIANT``,
   ``ops/decode_kernels.VARIANTS``: "wave" = as many splits as fit on the GPU at once, "onepass" = the
   merge's loads all in flight together, "cpasync" = cp.async instead of TMA, "ws" = a TMA producer
-  warpgroup), alone and combined, and the split counts 5 and 6 forced.
+  warpgroup), alone and combined, and the split counts 5 and 6 forced;
+- table 3, GPU time: MQA (32 query heads on one KV head), where the 16-row blocks read each KV head
+  twice unless "cover" makes one 32-row block of the group.
 
 Table 1 times each call as ``bench_ms`` does (triton's do_bench: the L2 flushed by a 256 MB write
 before every call, so a call also pays for writing back the flush's dirty lines: a cost of roughly
@@ -93,6 +95,39 @@ def graph_ms(calls) -> float:
     return start.elapsed_time(end) / 100
 
 
+def mqa_table(roof: float) -> list:
+    """Table 3: MQA, batch 8, 32 query heads on 1 KV head, GPU time in a CUDA graph (two caches alternated)."""
+    variants = [None, "cover", "cover,wave", "cover,wave,onepass"]
+    rows = [f"MQA decoding, GPU time in a CUDA graph: batch {B}, {H} query heads, 1 KV head, head dim {D}; GB/s of "
+            f"K and V read once (fraction of the copy bandwidth {roof:.0f} GB/s).", "",
+            "| dtype | KV | SDPA | " + " | ".join(f"new {v}" if v else "new" for v in variants) + " |",
+            "|---|---|---|" + "---|" * len(variants)]
+    for dtype in (torch.float16, torch.bfloat16):
+        for L in (16384, 65536):
+            g = torch.Generator(device="cuda").manual_seed(L + 1)
+            q = torch.randn(B, H, 1, D, device="cuda", dtype=dtype, generator=g)
+            kvs = [tuple(torch.randn(B, 1, L, D, device="cuda", dtype=dtype, generator=g) for _ in range(2))
+                   for _ in range(2)]
+            gb = 2 * B * L * D * q.element_size() / 1e9
+            ref = F.scaled_dot_product_attention(q.double(), kvs[0][0].double(), kvs[0][1].double(), enable_gqa=True)
+
+            def rate(fn) -> str:
+                err = ((fn(*kvs[0]).double() - ref).abs() / (1 + ref.abs())).max().item()
+                if not err < 2e-2:
+                    return f"WRONG {err:.2g}"
+                r = gb / graph_ms([lambda kv=kv: fn(*kv) for kv in kvs]) * 1e3
+                return f"{r:.0f} ({r / roof:.0%})"
+
+            row = [rate(lambda kk, vv: F.scaled_dot_product_attention(q, kk, vv, enable_gqa=True))]
+            for v in variants:
+                use("new", None, v)
+                row.append(rate(lambda kk, vv: ops.attention(q, kk, vv)))
+            use("new")
+            rows.append(f"| {str(dtype)[6:]} | {L} | " + " | ".join(row) + " |")
+            print(rows[-1], flush=True)
+    return rows
+
+
 def main() -> None:
     roof = copy_bandwidth("cuda", False)
     head = (f"batch {B}, {H} query heads, {HKV} KV heads, head dim {D}; GB/s of K and V read (fraction of the "
@@ -171,7 +206,7 @@ def main() -> None:
             print(t2[-1], flush=True)
     t2 += ["", "Split counts the heuristic / the variants chose (KV 4096 .. 65536): " + "; ".join(
         f"{v or 'new'}: {chosen_splits(v)}" for v in [None] + VARIANTS)]
-    rows = t1 + [""] + t2
+    rows = t1 + [""] + t2 + [""] + mqa_table(roof)
     print("\n".join(rows))
     print("saved", save("decode-splits", rows))
 

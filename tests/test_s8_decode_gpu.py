@@ -1,5 +1,5 @@
 """The flash-decoding kernel's candidate variants (ops/decode_kernels.VARIANTS: wave, onepass, cpasync, ws and
-combinations, TILEWRIGHT_DECODE_VARIANT) on a CUDA GPU, against float64 with the op's allocations poisoned
+combinations, cover for MQA; TILEWRIGHT_DECODE_VARIANT) on a CUDA GPU, against float64 with the op's allocations poisoned
 (NaN): the benchmark's shape (batch 8, 32 heads, 8 KV heads, d 128, KV 4k: the split count "wave" picks),
 ragged cache lengths with 0 and lengths off the key block, MQA, head dims 64/256, forced split counts,
 repeat calls from pointers and a CUDA graph replayed with new inputs (the merge counters must be back at
@@ -23,7 +23,8 @@ from tilewright import ops  # noqa: E402
 ad = importlib.import_module("tilewright.ops.attention_dispatch")
 dk = importlib.import_module("tilewright.ops.decode_kernels")
 
-VARIANTS = ["wave", "onepass", "wave,onepass", "cpasync", "ws", "ws,onepass", "wave,cpasync"]
+VARIANTS = ["wave", "onepass", "wave,onepass", "cpasync", "ws", "ws,onepass", "wave,cpasync", "cover",
+            "cover,wave,onepass"]
 
 
 class _PoisonedTorch(PoisonedTorch):
@@ -85,7 +86,8 @@ def _rand(*shape, dtype):
     (4, 32, 8, 4096, 128, [4096, 0, 1, 2049], None),      # ragged cache, an empty sequence
     (3, 16, 2, 3001, 64, [3001, 77, 1000], 7),
     (2, 8, 2, 2000, 256, [2000, 63], 32),
-    (2, 32, 1, 1500, 128, [1500, 999], None),             # MQA group 32: two slices
+    (2, 32, 1, 1500, 128, [1500, 999], None),             # MQA group 32: two slices (one 32-row block with cover)
+    (2, 80, 1, 1200, 64, [1200, 0], 3),                   # group 80: 64 + 16 rows with cover
 ])
 def test_against_float64(variant, B, H, Hkv, S, D, lens, splits, dtype):
     torch.manual_seed(B * H + S + D)

@@ -123,6 +123,30 @@ def test_onepass_merge_over_split_counts(emulate, target, splits):
     _run(3, 40, 2, 300, 64, dtype, [300, 0, 1] if splits != 16 else [257, 150, 0], splits, seed=splits)
 
 
+COVER = [  # (B, H, Hkv, S, D, dtype, lens, splits), block_H
+    ((2, 32, 1, 200, 128, torch.bfloat16, [200, 65], 3), 32),   # MQA group 32: one 32-row block, not two slices
+    ((2, 40, 1, 150, 64, torch.float16, [150, 0], 2), 48),      # group 40: 48 rows, 8 past the group
+    ((1, 32, 1, 100, 256, torch.float16, [100], 2), 32),        # d 256: at most 32 rows
+    ((2, 80, 1, 150, 64, torch.float16, [99, 150], 4), 64),     # group 80: two slices of 64 (the second partial)
+]
+
+
+@pytest.mark.parametrize("target, variant, case", [
+    *(pytest.param(SM90, "cover", c, marks=needs_nvrtc, id=f"sm90-{c[1]}") for c in COVER),
+    *(pytest.param(SM90, "cover,onepass,wave", c, marks=needs_nvrtc, id=f"sm90-all-{c[1]}") for c in COVER[:2]),
+    *(pytest.param(SM80, "cover", c, marks=needs_nvrtc, id=f"sm80-{c[1]}") for c in COVER[1:2]),
+])
+def test_cover_reads_each_kv_head_once(emulate, target, variant, case):
+    case, block_H = case
+    built = emulate(target, variant)
+    _run(*case, seed=block_H)
+    (key, _), = built
+    B, H, Hkv = case[:3]
+    assert key[9] == block_H  # (heads, kv_heads, dim, dtype, cache, splits, k_hc, v_hc, block_H, ...)
+    (plan,) = dk._plans.values()
+    assert plan.counters == B * Hkv * -(-(H // Hkv) // block_H)
+
+
 def test_onepass_emits_no_branch_around_the_merge_loads():
     """What the variant is for: the merge's partial loads are unconditional (rows past the group clamp
     to the group's last row), in an unrolled loop."""

@@ -47,6 +47,8 @@ VARIANTS = {
                "group reads the group's last row), so that all of them can be in flight together",
     "cpasync": "K and V by cp.async (16 bytes a thread) instead of TMA bulk tensor loads",
     "ws": "a warp-specialized producer warpgroup issues the TMA loads (tw.warp_specialize)",
+    "cover": "block_H covers a group of more than 16 query heads (up to 64 at d <= 128, 32 above), so that "
+             "each kv head's keys and values are read once instead of once per 16-row slice (MQA)",
 }
 
 
@@ -61,7 +63,7 @@ def decode_variant() -> tuple:
     return names
 
 
-def decode_config(dim: int, smem: int) -> tuple:
+def decode_config(dim: int, smem: int, group: int = 1) -> tuple:
     """(block_H, block_N, stages, threads, variant): 16 query rows (the smallest MMA M), key blocks of
     64 x dim (32 at d 256), 4 stages at d <= 64, 2 at d 65..128 and 3 above, 4 warps (2 where d is
     an odd multiple of 16); shrunk (stages to 2, block_N to 32, stages to 1) until a query tile, the
@@ -71,8 +73,12 @@ def decode_config(dim: int, smem: int) -> tuple:
     and bf16, 1-4% ahead of 3 stages (bench/results/2026-12-01-1547-decode-splits-* and -1659-*);
     d 64 and 256 are not measured.  ``TILEWRIGHT_DECODE_CONFIG`` ("block_N,stages[,threads]")
     overrides it for sweeps (bench/decode_splits.py); the shrinking still applies.  ``variant``:
-    ``decode_variant()`` (candidates, none by default)."""
+    ``decode_variant()`` (candidates, none by default); with "cover", ``block_H`` is the ``group`` of query
+    heads a kv head serves rounded up to 16, at most 64 (32 at d > 128: 64 rows spill there)."""
+    variant = decode_variant()
     bH, bN, stages = 16, 64 if dim <= 128 else 32, 4 if dim <= 64 else 2 if dim <= 128 else 3
+    if "cover" in variant:
+        bH = max(16, min(64 if dim <= 128 else 32, -(-group // 16) * 16))
     # P V splits the head dim over the warps: 4 warps (2 waves of 64) need a multiple of 32 (the
     # MMA's n8 per NVIDIA warp, MFMA's 16 per AMD wave); an odd multiple of 16 (48, 80, 112, ...)
     # takes 2 warps (1 wave)
@@ -97,20 +103,22 @@ def decode_config(dim: int, smem: int) -> tuple:
             bN //= 2
         else:
             break
-    return bH, bN, stages, threads, decode_variant()
+    return bH, bN, stages, threads, variant
 
 
 def blocks_per_sm(dim: int, cfg: tuple, smem: int) -> int:
     """Blocks of configuration ``cfg`` (``decode_config``'s) one SM holds at once, estimated without
     compiling: shared memory (the K/V rings, the fp32 score scratch, the barriers and the driver's 1 KiB
     a block, against ``smem`` + 1 KiB a SM: 228 KiB on an H200, whose opt-in per block is 227 KiB),
-    threads (2048 a SM) and registers (64K a SM at 128 a thread: measured 96 at d 128, 123
-    warp-specialized, whose producer warpgroup adds 128 threads).  At d 128 on an H200: 3 (2 with
-    3 stages or "ws").  An underestimate only costs splits ("wave" stays within one wave)."""
+    threads (2048 a SM) and registers (64K a SM at 128 a thread up to 16 x 256 or 32 x 128 output
+    elements a block, 255 above: measured 96-127 below, 174 at 64 x 128; 123 warp-specialized, whose
+    producer warpgroup adds 128 threads).  At d 128 on an H200: 3 (2 with 3 stages or "ws").  An
+    underestimate only costs splits ("wave" stays within one wave)."""
     block_H, block_N, stages, threads, variant = cfg
+    regs = 128 if block_H * dim <= 4096 else 255
     threads += 128 if "ws" in variant else 0
     shared = 2 * stages * block_N * dim * 2 + block_H * block_N * 4 + 1024
-    return max(1, min((smem + 1024) // shared, 2048 // threads, 65536 // (threads * 128), 32))
+    return max(1, min((smem + 1024) // shared, 2048 // threads, 65536 // (threads * regs), 32))
 
 
 def decode_splits(groups: int, key_blocks: int, forced, dim: int, cfg: tuple, smem: int, sms: int) -> int:
@@ -443,7 +451,7 @@ def _make_plan(q, k, scale, num_splits, has_cache, k_hc, v_hc, strides) -> _Deco
 
     B, H, _, D = q.shape
     Hkv, Sk = k.shape[1], k.shape[2]
-    cfg = decode_config(D, ad._shared_bytes(q))
+    cfg = decode_config(D, ad._shared_bytes(q), H // Hkv)
     bH, bN = cfg[:2]
     slices = -(-(H // Hkv) // bH)
     plan = _DecodePlan()
