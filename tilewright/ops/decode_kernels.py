@@ -39,7 +39,19 @@ LN2 = 0.6931471805599453
 
 
 # Candidate variants of the kernel for the KV-4k fixed cost (issue 9), chosen by TILEWRIGHT_DECODE_VARIANT
-# (comma-separated names; none by default) and timed side by side by bench/decode_splits.py, table 2:
+# (comma-separated names; none by default) and timed side by side by bench/decode_splits.py, table 2.
+# Where the cost is (batch 8, 32/8 heads, d 128 on an H200; bench/results/2026-12-01-1813-decode-splits-*,
+# graph times): a straight line through KV 16k and 64k gives 4.52 TB/s streaming plus ~8 us a call,
+# which also fits 4k (37.6 us against 38.0 measured) and 8k: the same fixed cost at every length, 21% of
+# the call at 4k.  Counted without a GPU (sm_90a cubin of the default, nvdisasm): 96 registers, 69,760
+# bytes of shared memory, so 3 blocks a SM, 396 slots; the heuristic's 4 splits launch 256 blocks
+# (0.65 of a wave: 124 SMs hold 2, 8 hold 1), each with one 32 KB K+V tile in flight while it computes
+# (2 stages: 8 MB in all, 1.8 us of HBM at 4.5 TB/s, so the steady state is saturated); a tile's
+# compute has 9 block barriers.  The fixed part is then: the launch (~1 us in a graph: a vector add is
+# 1.1 us a call), the first tile's unloaded latency, the last tile's compute, and the fused merge's
+# chain of dependent L2 round trips at the very end (partial stores and fence, the counting atomic, the
+# partials' loads -- ptxas issues most of them together but not the last split's -- then the output
+# stores) during which no block reads HBM.  The variants each shave one of these:
 VARIANTS = {
     "wave": "split count: the most splits whose blocks all fit on the GPU at once (SMs x blocks per SM, "
             "estimated from shared memory, threads and registers) instead of 2 x SMs / groups",
