@@ -206,3 +206,14 @@ def test_unknown_variant_is_refused(monkeypatch):
     monkeypatch.setenv("TILEWRIGHT_DECODE_VARIANT", "wave,fast")
     with pytest.raises(ValueError, match="fast"):
         dk.decode_config(128, 232448)
+
+
+@pytest.mark.parametrize("variant", ["onepass,cover", "wave,cpasync"])
+def test_variants_in_the_tile_interpreter(monkeypatch, variant):
+    """CPU tensors run the tile interpreter (no per-thread code): the variants' tile programs themselves."""
+    monkeypatch.setattr(ad, "_torch", lambda: _PoisonedTorch())
+    monkeypatch.setenv("TILEWRIGHT_DECODE_VARIANT", variant)
+    ad.forget_plans()
+    _run(2, 40, 1, 300, 64, torch.float16, [300, 0], 3, seed=4)
+    _run(1, 8, 2, 700, 128, torch.bfloat16, [650], None, seed=5)
+    ad.forget_plans()
