@@ -77,7 +77,8 @@ KNOBS = {
                           "bench/decode_splits.py)."),
     "decode_variant": Knob("TILEWRIGHT_DECODE_VARIANT", str, "",
                            "Candidate variants of the flash-decoding kernel, comma-separated (wave, onepass, "
-                           "cpasync, ws, cover: ops/decode_kernels.VARIANTS); none by default (bench/decode_splits.py)."),
+                           "cpasync, ws, cover: ops/decode_kernels.VARIANTS); none by default "
+                           "(bench/decode_splits.py)."),
 }
 
 
