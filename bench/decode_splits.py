@@ -9,7 +9,7 @@ of K and V read and as a fraction of the copy bandwidth measured in the same run
 - the new kernel's configurations (``TILEWRIGHT_DECODE_CONFIG`` = block_N,stages,threads) with the
   heuristic's splits (which one should be the default?);
 - in table 2 only, the candidate variants against the fixed cost at KV 4k (``TILEWRIGHT_DECODE_VARIANT``,
-  ``ops/decode_kernels.VARIANTS``: "wave" = as many splits as fit on the GPU at once, "onepass" = the
+  ``ops/decode_kernels.VARIANTS``: "wave" = as many splits as fit on the GPU at once, "flatmerge" = the
   merge's loads all in flight together, "cpasync" = cp.async instead of TMA, "ws" = a TMA producer
   warpgroup), alone and combined, and the split counts 5 and 6 forced;
 - table 3, GPU time: MQA (32 query heads on one KV head), where the 16-row blocks read each KV head
@@ -46,7 +46,7 @@ LENS = [4096, 8192, 16384, 65536]
 # (1, 16, 32 splits and the one- and two-warp configurations were 2-25% behind in every earlier run: left out)
 SPLITS = [2, 4, 6, 8]
 CONFIGS = ["64,3,128", "64,2,128", "32,4,128", "128,2,128"]
-VARIANTS = ["wave", "onepass", "wave,onepass", "cpasync", "ws", "ws,onepass", "wave,cpasync"]
+VARIANTS = ["wave", "flatmerge", "wave,flatmerge", "cpasync", "ws", "ws,flatmerge", "wave,cpasync"]
 FORCED = [5, 6]  # split counts forced in table 2 (6: one full wave at 3 blocks per SM; 5: in between)
 
 
@@ -97,7 +97,7 @@ def graph_ms(calls) -> float:
 
 def mqa_table(roof: float) -> list:
     """Table 3: MQA, batch 8, 32 query heads on 1 KV head, GPU time in a CUDA graph (two caches alternated)."""
-    variants = [None, "cover", "cover,wave", "cover,wave,onepass"]
+    variants = [None, "cover", "cover,wave", "cover,wave,flatmerge"]
     rows = [f"MQA decoding, GPU time in a CUDA graph: batch {B}, {H} query heads, 1 KV head, head dim {D}; GB/s of "
             f"K and V read once (fraction of the copy bandwidth {roof:.0f} GB/s).", "",
             "| dtype | KV | SDPA | " + " | ".join(f"new {v}" if v else "new" for v in variants) + " |",

@@ -1,4 +1,4 @@
-"""The flash-decoding kernel's candidate variants (ops/decode_kernels.VARIANTS: wave, onepass, cpasync, ws and
+"""The flash-decoding kernel's candidate variants (ops/decode_kernels.VARIANTS: wave, flatmerge, cpasync, ws and
 combinations, cover for MQA; TILEWRIGHT_DECODE_VARIANT) on a CUDA GPU, against float64 with the op's allocations poisoned
 (NaN): the benchmark's shape (batch 8, 32 heads, 8 KV heads, d 128, KV 4k: the split count "wave" picks),
 ragged cache lengths with 0 and lengths off the key block, MQA, head dims 64/256, forced split counts,
@@ -23,8 +23,8 @@ from tilewright import ops  # noqa: E402
 ad = importlib.import_module("tilewright.ops.attention_dispatch")
 dk = importlib.import_module("tilewright.ops.decode_kernels")
 
-VARIANTS = ["wave", "onepass", "wave,onepass", "cpasync", "ws", "ws,onepass", "wave,cpasync", "cover",
-            "cover,wave,onepass"]
+VARIANTS = ["wave", "flatmerge", "wave,flatmerge", "cpasync", "ws", "ws,flatmerge", "wave,cpasync", "cover",
+            "cover,wave,flatmerge"]
 
 
 class _PoisonedTorch(PoisonedTorch):

@@ -100,8 +100,8 @@ def _on(target, other):
     return pytest.param(target, other, marks=needs_nvrtc)
 
 
-@pytest.mark.parametrize("target, variant", [_on(SM90, "onepass"), _on(SM90, "cpasync"), _on(SM90, "ws"),
-                                             _on(SM90, "ws,onepass"), _on(SM80, "onepass"), _on(SM80, "cpasync")])
+@pytest.mark.parametrize("target, variant", [_on(SM90, "flatmerge"), _on(SM90, "cpasync"), _on(SM90, "ws"),
+                                             _on(SM90, "ws,flatmerge"), _on(SM80, "flatmerge"), _on(SM80, "cpasync")])
 # ("ws" needs TMA: on sm_80 it is the plain kernel)
 @pytest.mark.parametrize("case", CASES, ids=["gqa4-d64", "mqa8-d128", "d256"])
 def test_variants_against_float64(emulate, target, variant, case):
@@ -114,11 +114,11 @@ def test_variants_against_float64(emulate, target, variant, case):
 
 @pytest.mark.parametrize("target, splits", [_on(SM90, 1), _on(SM90, 2), _on(SM90, 7), _on(SM90, 16), _on(SM90, 32),
                                             _on(SM80, 3), _on(SM80, 32)])
-def test_onepass_merge_over_split_counts(emulate, target, splits):
+def test_flatmerge_over_split_counts(emulate, target, splits):
     """1..32 splits of 3..5 key blocks: most ranges empty (partial LSE -inf, weight 0), a sequence of
     length 0 (every range empty: output 0, LSE -inf), one of length 1; group 20 is two 16-row slices
     (the second one partial: its rows past the group read the group's last row and are not stored)."""
-    emulate(target, "onepass")
+    emulate(target, "flatmerge")
     dtype = torch.bfloat16 if splits % 2 else torch.float16
     _run(3, 40, 2, 300, 64, dtype, [300, 0, 1] if splits != 16 else [257, 150, 0], splits, seed=splits)
 
@@ -133,7 +133,7 @@ COVER = [  # (B, H, Hkv, S, D, dtype, lens, splits), block_H
 
 @pytest.mark.parametrize("target, variant, case", [
     *(pytest.param(SM90, "cover", c, marks=needs_nvrtc, id=f"sm90-{c[1]}") for c in COVER),
-    *(pytest.param(SM90, "cover,onepass,wave", c, marks=needs_nvrtc, id=f"sm90-all-{c[1]}") for c in COVER[:2]),
+    *(pytest.param(SM90, "cover,flatmerge,wave", c, marks=needs_nvrtc, id=f"sm90-all-{c[1]}") for c in COVER[:2]),
     *(pytest.param(SM80, "cover", c, marks=needs_nvrtc, id=f"sm80-{c[1]}") for c in COVER[1:2]),
 ])
 def test_cover_reads_each_kv_head_once(emulate, target, variant, case):
@@ -147,15 +147,17 @@ def test_cover_reads_each_kv_head_once(emulate, target, variant, case):
     assert plan.counters == B * Hkv * -(-(H // Hkv) // block_H)
 
 
-def test_onepass_emits_no_branch_around_the_merge_loads():
+def test_flatmerge_emits_no_branch_around_the_merge_loads():
     """What the variant is for: the merge's partial loads are unconditional (rows past the group clamp
-    to the group's last row), in an unrolled loop."""
-    cfg = dk.decode_config(128, SMEM["cuda -arch=sm_90a"])[:4] + (("onepass",),)
+    to the group's last row), in two unrolled loops, with no select around a weight."""
+    cfg = dk.decode_config(128, SMEM["cuda -arch=sm_90a"])[:4] + (("flatmerge",),)
     src = tilewright.compile(dk.decode_fwd(32, 8, 128, "float16", False, 4, False, False, *cfg),
                              target="cuda -arch=sm_90a", execution_backend="emulator").get_kernel_source()
-    merge = src[src.index("#pragma unroll", src.index("atomicAdd")):]
-    loop = merge[:merge.index("\n    }\n")]
-    assert "Opart[" in loop and "Lpart[" in loop and "if (" not in loop, loop
+    loops = src[src.index("atomicAdd"):].split("#pragma unroll")[1:3]
+    assert len(loops) == 2
+    loops = [loop[:loop.index("\n    }\n")] for loop in loops]
+    assert "Lpart[" in loops[0] and "Opart[" in loops[1] and "Lpart[" in loops[1], loops
+    assert not any("if (" in loop or " ? " in loop for loop in loops), loops
 
 
 @pytest.mark.parametrize("variant, dim, expected", [
@@ -195,7 +197,7 @@ def test_blocks_per_sm_is_not_above_the_compiled_kernels():
 @needs_nvrtc
 def test_wave_variant_runs_with_its_split_count(emulate, monkeypatch):
     """"wave" on a 2-SM 'GPU': 2 x 3 slots for 2 groups -> 3 splits of 18 key blocks, run and checked."""
-    emulate("cuda -arch=sm_90a", "wave,onepass")
+    emulate("cuda -arch=sm_90a", "wave,flatmerge")
     monkeypatch.setattr(ad, "_NUM_SMS", 2)
     _run(1, 8, 2, 1100, 64, torch.float16, [1100], None, seed=3)
     (plan,) = dk._plans.values()
@@ -208,7 +210,7 @@ def test_unknown_variant_is_refused(monkeypatch):
         dk.decode_config(128, 232448)
 
 
-@pytest.mark.parametrize("variant", ["onepass,cover", "wave,cpasync"])
+@pytest.mark.parametrize("variant", ["flatmerge,cover", "wave,cpasync"])
 def test_variants_in_the_tile_interpreter(monkeypatch, variant):
     """CPU tensors run the tile interpreter (no per-thread code): the variants' tile programs themselves."""
     monkeypatch.setattr(ad, "_torch", lambda: _PoisonedTorch())

@@ -76,7 +76,7 @@ KNOBS = {
                           "'block_N,stages[,threads]' of the flash-decoding kernel instead of its default (sweeps: "
                           "bench/decode_splits.py)."),
     "decode_variant": Knob("TILEWRIGHT_DECODE_VARIANT", str, "",
-                           "Candidate variants of the flash-decoding kernel, comma-separated (wave, onepass, "
+                           "Candidate variants of the flash-decoding kernel, comma-separated (wave, flatmerge, "
                            "cpasync, ws, cover: ops/decode_kernels.VARIANTS); none by default "
                            "(bench/decode_splits.py)."),
 }

@@ -50,13 +50,14 @@ LN2 = 0.6931471805599453
 # compute has 9 block barriers.  The fixed part is then: the launch (~1 us in a graph: a vector add is
 # 1.1 us a call), the first tile's unloaded latency, the last tile's compute, and the fused merge's
 # chain of dependent L2 round trips at the very end (partial stores and fence, the counting atomic, the
-# partials' loads -- ptxas issues most of them together but not the last split's -- then the output
-# stores) during which no block reads HBM.  The variants each shave one of these:
+# partials' loads in 2-3 dependent rounds (ptxas: the LSEs and 3 splits' outputs together, the 4th split
+# after a branch), then the output stores) during which no block reads HBM.  The variants each shave one of these:
 VARIANTS = {
     "wave": "split count: the most splits whose blocks all fit on the GPU at once (SMs x blocks per SM, "
             "estimated from shared memory, threads and registers) instead of 2 x SMs / groups",
-    "onepass": "the fused merge in one pass over the partials, every load unconditional (a row past the "
-               "group reads the group's last row), so that all of them can be in flight together",
+    "flatmerge": "the fused merge with every partial load unconditional and unrolled (a row past the group "
+                 "reads the group's last row; no select around a weight for the compiler to make a branch "
+                 "of): at 4 splits the LSEs and 3 splits' outputs load together, the 4th after (was: 3 rounds)",
     "cpasync": "K and V by cp.async (16 bytes a thread) instead of TMA bulk tensor loads",
     "ws": "a warp-specialized producer warpgroup issues the TMA loads (tw.warp_specialize)",
     "cover": "block_H covers a group of more than 16 query heads (up to 64 at d <= 128, 32 above), so that "
@@ -167,14 +168,14 @@ def decode_fwd(heads, kv_heads, dim, dtype, has_cache, splits, k_hc, v_hc, block
     With ``splits > 1``: ``Opart`` (splits * batch * heads, dim) and ``Lpart`` (splits * batch *
     heads,) float32 partials and ``Cnt`` (batch * kv_heads * slices,) int32 counters, zero on entry
     and left zero; with ``splits == 1`` they are never touched.  ``variant``: names of ``VARIANTS``
-    (those that change the kernel: "onepass", "cpasync"; "ws" is a pass config, ``decode_pass_configs``)."""
+    (those that change the kernel: "flatmerge", "cpasync"; "ws" is a pass config, ``decode_pass_configs``)."""
     group = heads // kv_heads
     slices = -(-group // block_H)  # query-row blocks per kv head (group > block_H)
     accum = "float32"
     RQ, RK, RV, RP, NL, NC = (T.dynamic(n) for n in ("rq", "rk", "rv", "rp", "nl", "nc"))
     k_cols, v_cols = kv_heads * dim if k_hc else dim, kv_heads * dim if v_hc else dim
     fused = splits > 1
-    cp_async, one_pass = "cpasync" in variant, "onepass" in variant
+    cp_async, flat_merge = "cpasync" in variant, "flatmerge" in variant
 
     @T.prim_func
     def decode_fwd_kernel(Q: T.Tensor((RQ, dim), dtype), K: T.Tensor((RK, k_cols), dtype),
@@ -276,23 +277,24 @@ def decode_fwd(heads, kv_heads, dim, dtype, has_cache, splits, k_hc, v_hc, block
                     T.fill(m_cur, -T.infinity(accum))
                     T.fill(denom, 0)
                     T.fill(acc_o, 0)
-                    if one_pass:
-                        # rescaling as the main loop does; no load depends on another's value or sits
-                        # under a branch (a row past the group reads the group's last row, unused), so
-                        # the unrolled loop's loads can all be in flight at once
+                    if flat_merge:
+                        # two unrolled passes (the max, then the weighted sum) with no load under a
+                        # branch or depending on another's value (a row past the group reads the
+                        # group's last row, unused) and no select around a weight (a split without
+                        # keys weighs exp2(-inf) = 0 by itself; the max of a row without any is taken
+                        # as 0): nothing for the compiler to turn into a branch around the loads
                         for s in T.unroll(splits):
                             for i in T.Parallel(block_H):
-                                m_use[i] = Lpart[s * rows + q_row + T.min(i, group - 1 - first)]
-                                m_prev[i] = T.max(m_cur[i], m_use[i])
-                                rescale[i] = T.if_then_else(m_prev[i] == -T.infinity(accum), 0,
-                                                            T.exp2((m_cur[i] - m_prev[i]) * LOG2E))
-                                row_sum[i] = T.if_then_else(m_use[i] == -T.infinity(accum), 0,
-                                                            T.exp2((m_use[i] - m_prev[i]) * LOG2E))
-                                denom[i] = denom[i] * rescale[i] + row_sum[i]
-                                m_cur[i] = m_prev[i]
+                                m_cur[i] = T.max(m_cur[i], Lpart[s * rows + q_row + T.min(i, group - 1 - first)])
+                        for i in T.Parallel(block_H):
+                            m_use[i] = T.if_then_else(m_cur[i] == -T.infinity(accum), 0, m_cur[i])
+                        for s in T.unroll(splits):
+                            for i in T.Parallel(block_H):
+                                row_sum[i] = T.exp2((Lpart[s * rows + q_row + T.min(i, group - 1 - first)]
+                                                     - m_use[i]) * LOG2E)
+                                denom[i] = denom[i] + row_sum[i]
                             for i, j in T.Parallel(block_H, dim):
-                                acc_o[i, j] = acc_o[i, j] * rescale[i] + Opart[
-                                    s * rows + q_row + T.min(i, group - 1 - first), j] * row_sum[i]
+                                acc_o[i, j] += Opart[s * rows + q_row + T.min(i, group - 1 - first), j] * row_sum[i]
                     else:
                         for s in T.serial(splits):
                             for i in T.Parallel(block_H):
