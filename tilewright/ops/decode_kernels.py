@@ -50,14 +50,16 @@ LN2 = 0.6931471805599453
 # compute has 9 block barriers.  The fixed part is then: the launch (~1 us in a graph: a vector add is
 # 1.1 us a call), the first tile's unloaded latency, the last tile's compute, and the fused merge's
 # chain of dependent L2 round trips at the very end (partial stores and fence, the counting atomic, the
-# partials' loads in 2-3 dependent rounds (ptxas: the LSEs and 3 splits' outputs together, the 4th split
-# after a branch), then the output stores) during which no block reads HBM.  The variants each shave one of these:
+# partials' loads in 6-9 dependent rounds at 4-8 splits (see "flatmerge"), then the output stores) during
+# which no block reads HBM.  The variants each shave one of these:
 VARIANTS = {
     "wave": "split count: the most splits whose blocks all fit on the GPU at once (SMs x blocks per SM, "
             "estimated from shared memory, threads and registers) instead of 2 x SMs / groups",
     "flatmerge": "the fused merge with every partial load unconditional and unrolled (a row past the group "
                  "reads the group's last row; no select around a weight for the compiler to make a branch "
-                 "of): at 4 splits the LSEs and 3 splits' outputs load together, the 4th after (was: 3 rounds)",
+                 "of).  Dependent load rounds after the count, from the sm_90a SASS at 4/6/8 splits: 2/2/2 "
+                 "(16+4, 32+4, 44+4 loads) against the default's 6/8/9 (a batch, then one L1 or L2 load at a "
+                 "time under branches, then the last split's outputs)",
     "cpasync": "K and V by cp.async (16 bytes a thread) instead of TMA bulk tensor loads",
     "ws": "a warp-specialized producer warpgroup issues the TMA loads (tw.warp_specialize)",
     "cover": "block_H covers a group of more than 16 query heads (up to 64 at d <= 128, 32 above), so that "
