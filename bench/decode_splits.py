@@ -13,7 +13,8 @@ of K and V read and as a fraction of the copy bandwidth measured in the same run
   merge's loads all in flight together, "cpasync" = cp.async instead of TMA, "ws" = a TMA producer
   warpgroup), alone and combined, and the split counts 5 and 6 forced;
 - table 3, GPU time: MQA (32 query heads on one KV head), where the 16-row blocks read each KV head
-  twice unless "cover" makes one 32-row block of the group.
+  twice unless "cover" makes one 32-row block of the group, with split counts forced (the merging
+  block reads every split's partial: many splits make a long merge).
 
 Table 1 times each call as ``bench_ms`` does (triton's do_bench: the L2 flushed by a 256 MB write
 before every call, so a call also pays for writing back the flush's dirty lines: a cost of roughly
@@ -43,11 +44,18 @@ from tilewright.ops import attention_dispatch, decode_kernels  # noqa: E402
 
 B, H, HKV, D = 8, 32, 8, 128
 LENS = [4096, 8192, 16384, 65536]
-# (1, 16, 32 splits and the one- and two-warp configurations were 2-25% behind in every earlier run: left out)
-SPLITS = [2, 4, 6, 8]
-CONFIGS = ["64,3,128", "64,2,128", "32,4,128", "128,2,128"]
-VARIANTS = ["wave", "flatmerge", "wave,flatmerge", "cpasync", "ws", "ws,flatmerge", "wave,cpasync"]
-FORCED = [5, 6]  # split counts forced in table 2 (6: one full wave at 3 blocks per SM; 5: in between)
+# (1, 2, 8, 16, 32 splits and the configurations 32,4,128, 128,2,128 and one- or two-warp blocks were 2-25% behind
+# in every earlier run, the last at 18:57: left out)
+SPLITS = [3, 4, 6]
+CONFIGS = ["64,3,128", "64,2,128"]
+# (the 18:57 run: wave, cpasync, ws and their combinations 1-4 points behind "new" at every length; flatmerge is
+# new since: two load rounds instead of 6-9)
+VARIANTS = ["flatmerge", "wave", "cpasync", "ws"]
+FORCED = [3, 5]  # split counts forced in table 2 (3: 192 blocks, at most 2 a SM; 5: 320 blocks)
+# table 3 (MQA): (variant, num_splits) -- cover reads each K/V tile once but its merge block reads
+# splits x 32 rows x 128 x 4 bytes (540 KB at the heuristic's 33 splits): fewer splits trade merge for bandwidth
+MQA = [(None, None), (None, 8), ("cover", None), ("cover", 4), ("cover", 8), ("cover", 16),
+       ("cover,flatmerge", 16), ("flatmerge", None)]
 
 
 def use(kernel: str, config: str | None = None, variant: str | None = None) -> None:
@@ -97,11 +105,10 @@ def graph_ms(calls) -> float:
 
 def mqa_table(roof: float) -> list:
     """Table 3: MQA, batch 8, 32 query heads on 1 KV head, GPU time in a CUDA graph (two caches alternated)."""
-    variants = [None, "cover", "cover,wave", "cover,wave,flatmerge"]
+    labels = ["new" + (f" {v}" if v else "") + (f" s={n}" if n else "") for v, n in MQA]
     rows = [f"MQA decoding, GPU time in a CUDA graph: batch {B}, {H} query heads, 1 KV head, head dim {D}; GB/s of "
-            f"K and V read once (fraction of the copy bandwidth {roof:.0f} GB/s).", "",
-            "| dtype | KV | SDPA | " + " | ".join(f"new {v}" if v else "new" for v in variants) + " |",
-            "|---|---|---|" + "---|" * len(variants)]
+            f"K and V read once (fraction of the copy bandwidth {roof:.0f} GB/s); s=N: num_splits forced.", "",
+            "| dtype | KV | SDPA | old | " + " | ".join(labels) + " |", "|---|---|---|---|" + "---|" * len(MQA)]
     for dtype in (torch.float16, torch.bfloat16):
         for L in (16384, 65536):
             g = torch.Generator(device="cuda").manual_seed(L + 1)
@@ -119,9 +126,11 @@ def mqa_table(roof: float) -> list:
                 return f"{r:.0f} ({r / roof:.0%})"
 
             row = [rate(lambda kk, vv: F.scaled_dot_product_attention(q, kk, vv, enable_gqa=True))]
-            for v in variants:
+            use("old")
+            row.append(rate(lambda kk, vv: ops.attention(q, kk, vv)))
+            for v, n in MQA:
                 use("new", None, v)
-                row.append(rate(lambda kk, vv: ops.attention(q, kk, vv)))
+                row.append(rate(lambda kk, vv, n=n: ops.attention(q, kk, vv, num_splits=n)))
             use("new")
             rows.append(f"| {str(dtype)[6:]} | {L} | " + " | ".join(row) + " |")
             print(rows[-1], flush=True)
