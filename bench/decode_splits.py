@@ -52,10 +52,12 @@ CONFIGS = ["64,3,128", "64,2,128"]
 # new since: two load rounds instead of 6-9)
 VARIANTS = ["flatmerge", "wave", "cpasync", "ws"]
 FORCED = [3, 5]  # split counts forced in table 2 (3: 192 blocks, at most 2 a SM; 5: 320 blocks)
-# table 3 (MQA): (variant, num_splits) -- cover reads each K/V tile once but its merge block reads
-# splits x 32 rows x 128 x 4 bytes (540 KB at the heuristic's 33 splits): fewer splits trade merge for bandwidth
-MQA = [(None, None), (None, 8), ("cover", None), ("cover", 4), ("cover", 8), ("cover", 16),
-       ("cover,flatmerge", 16), ("flatmerge", None)]
+# table 3 (MQA): (variant, num_splits, config) -- cover reads each K/V tile once but its merge block reads
+# splits x 32 rows x 128 x 4 bytes (540 KB at the heuristic's 33 splits): fewer splits trade merge for bandwidth,
+# and 4 stages (3 tiles of 32 KB in flight a block, 1 block a SM) keep the bytes in flight with fewer blocks
+MQA = [(None, None, None), (None, 8, None), ("cover", None, None), ("cover", 4, None), ("cover", 8, None),
+       ("cover", 16, None), ("cover,flatmerge", 16, None), ("flatmerge", None, None), ("cover", 8, "64,4,128"),
+       ("cover", 16, "64,4,128")]
 
 
 def use(kernel: str, config: str | None = None, variant: str | None = None) -> None:
@@ -105,7 +107,7 @@ def graph_ms(calls) -> float:
 
 def mqa_table(roof: float) -> list:
     """Table 3: MQA, batch 8, 32 query heads on 1 KV head, GPU time in a CUDA graph (two caches alternated)."""
-    labels = ["new" + (f" {v}" if v else "") + (f" s={n}" if n else "") for v, n in MQA]
+    labels = ["new" + (f" {v}" if v else "") + (f" s={n}" if n else "") + (f" {c}" if c else "") for v, n, c in MQA]
     rows = [f"MQA decoding, GPU time in a CUDA graph: batch {B}, {H} query heads, 1 KV head, head dim {D}; GB/s of "
             f"K and V read once (fraction of the copy bandwidth {roof:.0f} GB/s); s=N: num_splits forced.", "",
             "| dtype | KV | SDPA | old | " + " | ".join(labels) + " |", "|---|---|---|---|" + "---|" * len(MQA)]
@@ -128,8 +130,8 @@ def mqa_table(roof: float) -> list:
             row = [rate(lambda kk, vv: F.scaled_dot_product_attention(q, kk, vv, enable_gqa=True))]
             use("old")
             row.append(rate(lambda kk, vv: ops.attention(q, kk, vv)))
-            for v, n in MQA:
-                use("new", None, v)
+            for v, n, c in MQA:
+                use("new", c, v)
                 row.append(rate(lambda kk, vv, n=n: ops.attention(q, kk, vv, num_splits=n)))
             use("new")
             rows.append(f"| {str(dtype)[6:]} | {L} | " + " | ".join(row) + " |")

@@ -219,3 +219,13 @@ def test_variants_in_the_tile_interpreter(monkeypatch, variant):
     _run(2, 40, 1, 300, 64, torch.float16, [300, 0], 3, seed=4)
     _run(1, 8, 2, 700, 128, torch.bfloat16, [650], None, seed=5)
     ad.forget_plans()
+
+
+@needs_nvrtc
+def test_cover_with_four_stages(emulate, monkeypatch):
+    """bench/decode_splits.py's MQA columns: cover (32 rows) with 4 stages of 64 keys (TILEWRIGHT_DECODE_CONFIG)."""
+    monkeypatch.setenv("TILEWRIGHT_DECODE_CONFIG", "64,4,128")
+    built = emulate(SM90, "cover")
+    _run(2, 32, 1, 500, 128, torch.float16, [500, 70], 2, seed=6)
+    (key, _), = built
+    assert key[9:13] == (32, 64, 4, 128)
