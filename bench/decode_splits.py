@@ -7,7 +7,14 @@ of K and V read and as a fraction of the copy bandwidth measured in the same run
   heuristic's choice, against SDPA;
 - the new kernel with ``num_splits`` forced over a range (is the heuristic's choice the best?);
 - the new kernel's configurations (``TILEWRIGHT_DECODE_CONFIG`` = block_N,stages,threads) with the
-  heuristic's splits (which one should be the default?).
+  heuristic's splits (which one should be the default?);
+- in table 2 only, the candidate variants against the fixed cost at KV 4k (``TILEWRIGHT_DECODE_VARIANT``,
+  ``ops/decode_kernels.VARIANTS``: "wave" = as many splits as fit on the GPU at once, "flatmerge" = the
+  merge's loads all in flight together, "cpasync" = cp.async instead of TMA, "ws" = a TMA producer
+  warpgroup), alone and combined, and the split counts 5 and 6 forced;
+- table 3, GPU time: MQA (32 query heads on one KV head), where the 16-row blocks read each KV head
+  twice unless "cover" makes one 32-row block of the group, with split counts forced (the merging
+  block reads every split's partial: many splits make a long merge).
 
 Table 1 times each call as ``bench_ms`` does (triton's do_bench: the L2 flushed by a 256 MB write
 before every call, so a call also pays for writing back the flush's dirty lines: a cost of roughly
@@ -37,18 +44,42 @@ from tilewright.ops import attention_dispatch, decode_kernels  # noqa: E402
 
 B, H, HKV, D = 8, 32, 8, 128
 LENS = [4096, 8192, 16384, 65536]
-SPLITS = [1, 2, 4, 8, 16, 32]
-CONFIGS = ["64,3,128", "64,2,128", "32,4,128", "128,2,128", "64,3,64", "64,3,32", "32,6,32"]
+# (1, 2, 8, 16, 32 splits and the configurations 32,4,128, 128,2,128 and one- or two-warp blocks were 2-25% behind
+# in every earlier run, the last at 18:57: left out)
+SPLITS = [3, 4, 6]
+CONFIGS = ["64,3,128", "64,2,128"]
+# (the 18:57 run: wave, cpasync, ws and their combinations 1-4 points behind "new" at every length; flatmerge is
+# new since: two load rounds instead of 6-9)
+VARIANTS = ["flatmerge", "wave", "cpasync", "ws"]
+FORCED = [3, 5]  # split counts forced in table 2 (3: 192 blocks, at most 2 a SM; 5: 320 blocks)
+# table 3 (MQA): (variant, num_splits, config) -- cover reads each K/V tile once but its merge block reads
+# splits x 32 rows x 128 x 4 bytes (540 KB at the heuristic's 33 splits): fewer splits trade merge for bandwidth,
+# and 4 stages (3 tiles of 32 KB in flight a block, 1 block a SM) keep the bytes in flight with fewer blocks
+MQA = [(None, None, None), (None, 8, None), ("cover", None, None), ("cover", 4, None), ("cover", 8, None),
+       ("cover", 16, None), ("cover,flatmerge", 16, None), ("flatmerge", None, None), ("cover", 8, "64,4,128"),
+       ("cover", 16, "64,4,128")]
 
 
-def use(kernel: str, config: str | None = None) -> None:
-    """Select the decode path (and the new kernel's configuration) for the calls that follow."""
+def use(kernel: str, config: str | None = None, variant: str | None = None) -> None:
+    """Select the decode path (and the new kernel's configuration and variant) for the calls that follow."""
     decode_kernels.KERNEL = kernel
-    if config is None:
-        os.environ.pop("TILEWRIGHT_DECODE_CONFIG", None)
-    else:
-        os.environ["TILEWRIGHT_DECODE_CONFIG"] = config
+    for name, value in (("TILEWRIGHT_DECODE_CONFIG", config), ("TILEWRIGHT_DECODE_VARIANT", variant)):
+        if value is None:
+            os.environ.pop(name, None)
+        else:
+            os.environ[name] = value
     attention_dispatch.forget_plans()  # plans remember their configuration
+
+
+def chosen_splits(variant: str | None) -> str:
+    """The split counts ``variant`` gives the benchmark's shape at each KV length (as the plans choose them)."""
+    use("new", None, variant)
+    smem = attention_dispatch._shared_bytes(torch.empty(1, device="cuda"))
+    cfg = decode_kernels.decode_config(D, smem)
+    got = [decode_kernels.decode_splits(B * HKV, -(-L // cfg[1]), None, D, cfg, smem, attention_dispatch._NUM_SMS)
+           for L in LENS]
+    use("new")
+    return ", ".join(map(str, got))
 
 
 def graph_ms(calls) -> float:
@@ -74,6 +105,40 @@ def graph_ms(calls) -> float:
     return start.elapsed_time(end) / 100
 
 
+def mqa_table(roof: float) -> list:
+    """Table 3: MQA, batch 8, 32 query heads on 1 KV head, GPU time in a CUDA graph (two caches alternated)."""
+    labels = ["new" + (f" {v}" if v else "") + (f" s={n}" if n else "") + (f" {c}" if c else "") for v, n, c in MQA]
+    rows = [f"MQA decoding, GPU time in a CUDA graph: batch {B}, {H} query heads, 1 KV head, head dim {D}; GB/s of "
+            f"K and V read once (fraction of the copy bandwidth {roof:.0f} GB/s); s=N: num_splits forced.", "",
+            "| dtype | KV | SDPA | old | " + " | ".join(labels) + " |", "|---|---|---|---|" + "---|" * len(MQA)]
+    for dtype in (torch.float16, torch.bfloat16):
+        for L in (16384, 65536):
+            g = torch.Generator(device="cuda").manual_seed(L + 1)
+            q = torch.randn(B, H, 1, D, device="cuda", dtype=dtype, generator=g)
+            kvs = [tuple(torch.randn(B, 1, L, D, device="cuda", dtype=dtype, generator=g) for _ in range(2))
+                   for _ in range(2)]
+            gb = 2 * B * L * D * q.element_size() / 1e9
+            ref = F.scaled_dot_product_attention(q.double(), kvs[0][0].double(), kvs[0][1].double(), enable_gqa=True)
+
+            def rate(fn) -> str:
+                err = ((fn(*kvs[0]).double() - ref).abs() / (1 + ref.abs())).max().item()
+                if not err < 2e-2:
+                    return f"WRONG {err:.2g}"
+                r = gb / graph_ms([lambda kv=kv: fn(*kv) for kv in kvs]) * 1e3
+                return f"{r:.0f} ({r / roof:.0%})"
+
+            row = [rate(lambda kk, vv: F.scaled_dot_product_attention(q, kk, vv, enable_gqa=True))]
+            use("old")
+            row.append(rate(lambda kk, vv: ops.attention(q, kk, vv)))
+            for v, n, c in MQA:
+                use("new", c, v)
+                row.append(rate(lambda kk, vv, n=n: ops.attention(q, kk, vv, num_splits=n)))
+            use("new")
+            rows.append(f"| {str(dtype)[6:]} | {L} | " + " | ".join(row) + " |")
+            print(rows[-1], flush=True)
+    return rows
+
+
 def main() -> None:
     roof = copy_bandwidth("cuda", False)
     head = (f"batch {B}, {H} query heads, {HKV} KV heads, head dim {D}; GB/s of K and V read (fraction of the "
@@ -85,7 +150,9 @@ def main() -> None:
           + " | ".join(CONFIGS) + " | best config |",
           "|---|---|---|---|---|" + "---|" * (len(SPLITS) + len(CONFIGS) + 1)]
     t2 = [f"Decoding, GPU time in a CUDA graph (two KV caches alternated, no flush, no host time): {head}.", "",
-          "| dtype | KV | SDPA | old | new | new, best config of table 1 |", "|---|---|---|---|---|---|"]
+          "| dtype | KV | SDPA | old | new | " + " | ".join(f"new {v}" for v in VARIANTS) + " | "
+          + " | ".join(f"new s={s}" for s in FORCED) + " | new, best config of table 1 |",
+          "|---|---|---|---|---|" + "---|" * (len(VARIANTS) + len(FORCED) + 1)]
     for dtype in (torch.float16, torch.bfloat16):
         for L in LENS:
             g = torch.Generator(device="cuda").manual_seed(L)
@@ -129,14 +196,28 @@ def main() -> None:
                 r = gb / graph_ms([lambda kv=kv: fn(*kv) for kv in kvs]) * 1e3
                 return f"{r:.0f} ({r / roof:.0%})"
 
+            def checked_graph_rate(fn) -> str:  # (a candidate is timed only once it gives the right answer)
+                out = fn()
+                err = ((out.double() - ref).abs() / (1 + ref.abs())).max().item()
+                return graph_rate(fn) if err < 2e-2 else f"WRONG {err:.2g}"
+
             row = [graph_rate(sdpa)]
-            for kernel, config in (("old", None), ("new", None), ("new", best)):
+            for kernel, config in (("old", None), ("new", None)):
                 use(kernel, config)
                 row.append(graph_rate(ours))
+            for variant in VARIANTS:
+                use("new", None, variant)
+                row.append(checked_graph_rate(ours))
+            use("new")
+            row += [checked_graph_rate(lambda kk=k, vv=v, s=s: ours(kk, vv, s)) for s in FORCED]
+            use("new", best)
+            row.append(graph_rate(ours))
             use("new")
             t2.append(f"| {str(dtype)[6:]} | {L} | " + " | ".join(row) + " |")
             print(t2[-1], flush=True)
-    rows = t1 + [""] + t2
+    t2 += ["", "Split counts the heuristic / the variants chose (KV 4096 .. 65536): " + "; ".join(
+        f"{v or 'new'}: {chosen_splits(v)}" for v in [None] + VARIANTS)]
+    rows = t1 + [""] + t2 + [""] + mqa_table(roof)
     print("\n".join(rows))
     print("saved", save("decode-splits", rows))
 

@@ -75,6 +75,10 @@ KNOBS = {
     "decode_config": Knob("TILEWRIGHT_DECODE_CONFIG", str, "",
                           "'block_N,stages[,threads]' of the flash-decoding kernel instead of its default (sweeps: "
                           "bench/decode_splits.py)."),
+    "decode_variant": Knob("TILEWRIGHT_DECODE_VARIANT", str, "",
+                           "Candidate variants of the flash-decoding kernel, comma-separated (wave, flatmerge, "
+                           "cpasync, ws, cover: ops/decode_kernels.VARIANTS); none by default "
+                           "(bench/decode_splits.py)."),
 }
 
 

@@ -38,8 +38,48 @@ LOG2E = 1.4426950408889634
 LN2 = 0.6931471805599453
 
 
-def decode_config(dim: int, smem: int) -> tuple:
-    """(block_H, block_N, stages, threads): 16 query rows (the smallest MMA M), key blocks of
+# Candidate variants of the kernel for the KV-4k fixed cost (issue 9), chosen by TILEWRIGHT_DECODE_VARIANT
+# (comma-separated names; none by default) and timed side by side by bench/decode_splits.py, table 2.
+# Where the cost is (batch 8, 32/8 heads, d 128 on an H200; bench/results/2026-12-01-1813-decode-splits-*,
+# graph times): a straight line through KV 16k and 64k gives 4.52 TB/s streaming plus ~8 us a call,
+# which also fits 4k (37.6 us against 38.0 measured) and 8k: the same fixed cost at every length, 21% of
+# the call at 4k.  Counted without a GPU (sm_90a cubin of the default, nvdisasm): 96 registers, 69,760
+# bytes of shared memory, so 3 blocks a SM, 396 slots; the heuristic's 4 splits launch 256 blocks
+# (0.65 of a wave: 124 SMs hold 2, 8 hold 1), each with one 32 KB K+V tile in flight while it computes
+# (2 stages: 8 MB in all, 1.8 us of HBM at 4.5 TB/s, so the steady state is saturated); a tile's
+# compute has 9 block barriers.  The fixed part is then: the launch (~1 us in a graph: a vector add is
+# 1.1 us a call), the first tile's unloaded latency, the last tile's compute, and the fused merge's
+# chain of dependent L2 round trips at the very end (partial stores and fence, the counting atomic, the
+# partials' loads in 6-9 dependent rounds at 4-8 splits (see "flatmerge"), then the output stores) during
+# which no block reads HBM.  The variants each shave one of these:
+VARIANTS = {
+    "wave": "split count: the most splits whose blocks all fit on the GPU at once (SMs x blocks per SM, "
+            "estimated from shared memory, threads and registers) instead of 2 x SMs / groups",
+    "flatmerge": "the fused merge with every partial load unconditional and unrolled (a row past the group "
+                 "reads the group's last row; no select around a weight for the compiler to make a branch "
+                 "of).  Dependent load rounds after the count, from the sm_90a SASS at 4/6/8 splits: 2/2/2 "
+                 "(16+4, 32+4, 44+4 loads) against the default's 6/8/9 (a batch, then one L1 or L2 load at a "
+                 "time under branches, then the last split's outputs)",
+    "cpasync": "K and V by cp.async (16 bytes a thread) instead of TMA bulk tensor loads",
+    "ws": "a warp-specialized producer warpgroup issues the TMA loads (tw.warp_specialize)",
+    "cover": "block_H covers a group of more than 16 query heads (up to 64 at d <= 128, 32 above), so that "
+             "each kv head's keys and values are read once instead of once per 16-row slice (MQA)",
+}
+
+
+def decode_variant() -> tuple:
+    """The candidate variants named by ``TILEWRIGHT_DECODE_VARIANT`` (sorted, for kernel cache keys)."""
+    raw = config.get("decode_variant")
+    names = tuple(sorted({x.strip() for x in raw.split(",") if x.strip()})) if raw else ()
+    unknown = [n for n in names if n not in VARIANTS]
+    if unknown:
+        raise ValueError(f"TILEWRIGHT_DECODE_VARIANT={raw!r}: unknown {', '.join(unknown)}; expected a "
+                         f"comma-separated subset of {', '.join(VARIANTS)}")
+    return names
+
+
+def decode_config(dim: int, smem: int, group: int = 1) -> tuple:
+    """(block_H, block_N, stages, threads, variant): 16 query rows (the smallest MMA M), key blocks of
     64 x dim (32 at d 256), 4 stages at d <= 64, 2 at d 65..128 and 3 above, 4 warps (2 where d is
     an odd multiple of 16); shrunk (stages to 2, block_N to 32, stages to 1) until a query tile, the
     K/V rings and the score scratch fit in ``smem`` bytes (AMD's 64 KiB LDS; the query tile now lives
@@ -47,8 +87,13 @@ def decode_config(dim: int, smem: int) -> tuple:
     (64x2 against 64x3, 32x4, 128x2 and one- or two-warp blocks) at every KV length 4k-16k in fp16
     and bf16, 1-4% ahead of 3 stages (bench/results/2026-12-01-1547-decode-splits-* and -1659-*);
     d 64 and 256 are not measured.  ``TILEWRIGHT_DECODE_CONFIG`` ("block_N,stages[,threads]")
-    overrides it for sweeps (bench/decode_splits.py); the shrinking still applies."""
+    overrides it for sweeps (bench/decode_splits.py); the shrinking still applies.  ``variant``:
+    ``decode_variant()`` (candidates, none by default); with "cover", ``block_H`` is the ``group`` of query
+    heads a kv head serves rounded up to 16, at most 64 (32 at d > 128: 64 rows spill there)."""
+    variant = decode_variant()
     bH, bN, stages = 16, 64 if dim <= 128 else 32, 4 if dim <= 64 else 2 if dim <= 128 else 3
+    if "cover" in variant:
+        bH = max(16, min(64 if dim <= 128 else 32, -(-group // 16) * 16))
     # P V splits the head dim over the warps: 4 warps (2 waves of 64) need a multiple of 32 (the
     # MMA's n8 per NVIDIA warp, MFMA's 16 per AMD wave); an odd multiple of 16 (48, 80, 112, ...)
     # takes 2 warps (1 wave)
@@ -73,10 +118,50 @@ def decode_config(dim: int, smem: int) -> tuple:
             bN //= 2
         else:
             break
-    return bH, bN, stages, threads
+    return bH, bN, stages, threads, variant
 
 
-def decode_fwd(heads, kv_heads, dim, dtype, has_cache, splits, k_hc, v_hc, block_H, block_N, stages, threads):
+def blocks_per_sm(dim: int, cfg: tuple, smem: int) -> int:
+    """Blocks of configuration ``cfg`` (``decode_config``'s) one SM holds at once, estimated without
+    compiling: shared memory (the K/V rings, the fp32 score scratch, the barriers and the driver's 1 KiB
+    a block, against ``smem`` + 1 KiB a SM: 228 KiB on an H200, whose opt-in per block is 227 KiB),
+    threads (2048 a SM) and registers (64K a SM at 128 a thread up to 16 x 256 or 32 x 128 output
+    elements a block, 255 above: measured 96-127 below, 174 at 64 x 128; 123 warp-specialized, whose
+    producer warpgroup adds 128 threads).  At d 128 on an H200: 3 (2 with 3 stages or "ws").  An
+    underestimate only costs splits ("wave" stays within one wave)."""
+    block_H, block_N, stages, threads, variant = cfg
+    regs = 128 if block_H * dim <= 4096 else 255
+    threads += 128 if "ws" in variant else 0
+    shared = 2 * stages * block_N * dim * 2 + block_H * block_N * 4 + 1024
+    return max(1, min((smem + 1024) // shared, 2048 // threads, 65536 // (threads * regs), 32))
+
+
+def decode_splits(groups: int, key_blocks: int, forced, dim: int, cfg: tuple, smem: int, sms: int) -> int:
+    """Split-KV ranges for ``groups`` blocks of (sequence, kv head, slice) over ``key_blocks`` key
+    blocks: ``forced`` (num_splits) as given (at most one a key block); else the general heuristic
+    (attention_dispatch._splits: 2 x SMs / groups, each range at least 4 key blocks); with the "wave"
+    variant, the most splits whose blocks all fit on ``sms`` SMs at once (``blocks_per_sm``), each
+    range at least 4 key blocks: one wave, no partial second one (at batch 8 x 8 kv heads on an H200:
+    6 splits, 384 blocks of 396 slots, against the heuristic's 4: 256 blocks, 124 SMs holding 2 and
+    8 holding 1; 8 splits, 512 blocks, is a wave and a third and measured 20% slower at KV 4k)."""
+    from .attention_dispatch import _splits
+
+    if forced is not None or "wave" not in cfg[4]:
+        return _splits(groups, key_blocks, forced)
+    if key_blocks < 8:
+        return 1
+    slots = sms * blocks_per_sm(dim, cfg, smem)
+    return max(1, min(slots // groups, key_blocks // 4, 64))
+
+
+def decode_pass_configs(variant: tuple):
+    """Compiler options of a variant: "ws" turns on the warp-specialized loop (a TMA producer
+    warpgroup; by default only kernels of two or more consumer warpgroups get it); else None."""
+    return {"tw.warp_specialize": True} if "ws" in variant else None
+
+
+def decode_fwd(heads, kv_heads, dim, dtype, has_cache, splits, k_hc, v_hc, block_H, block_N, stages, threads,
+               variant=()):
     """One query token per sequence.  ``Q``/``Out``: (batch * heads, dim) rows (query head ``h`` of
     sequence ``b`` is row ``b * heads + h``); ``L``: (batch * heads,) float32.  K/V are 2-D row views
     as in ``attention_fwd``: key ``s`` of kv head ``g`` of sequence ``b`` is row ``b * k_rb + g * k_rh
@@ -84,13 +169,15 @@ def decode_fwd(heads, kv_heads, dim, dtype, has_cache, splits, k_hc, v_hc, block
     the cache lengths when ``has_cache`` (else never read; every sequence has ``seq_k`` keys).
     With ``splits > 1``: ``Opart`` (splits * batch * heads, dim) and ``Lpart`` (splits * batch *
     heads,) float32 partials and ``Cnt`` (batch * kv_heads * slices,) int32 counters, zero on entry
-    and left zero; with ``splits == 1`` they are never touched."""
+    and left zero; with ``splits == 1`` they are never touched.  ``variant``: names of ``VARIANTS``
+    (those that change the kernel: "flatmerge", "cpasync"; "ws" is a pass config, ``decode_pass_configs``)."""
     group = heads // kv_heads
     slices = -(-group // block_H)  # query-row blocks per kv head (group > block_H)
     accum = "float32"
     RQ, RK, RV, RP, NL, NC = (T.dynamic(n) for n in ("rq", "rk", "rv", "rp", "nl", "nc"))
     k_cols, v_cols = kv_heads * dim if k_hc else dim, kv_heads * dim if v_hc else dim
     fused = splits > 1
+    cp_async, flat_merge = "cpasync" in variant, "flatmerge" in variant
 
     @T.prim_func
     def decode_fwd_kernel(Q: T.Tensor((RQ, dim), dtype), K: T.Tensor((RK, k_cols), dtype),
@@ -141,8 +228,8 @@ def decode_fwd(heads, kv_heads, dim, dtype, has_cache, splits, k_hc, v_hc, block
             T.fill(m_cur, -T.infinity(accum))
             for kb in T.Pipelined(lo, hi, num_stages=stages):
                 # both copies first: the pipeline issues K and V of a key block stages - 1 blocks ahead
-                T.copy(K[k_row + kb * block_N, kvh * dim if k_hc else 0], K_s)
-                T.copy(V[v_row + kb * block_N, kvh * dim if v_hc else 0], V_s)
+                T.copy(K[k_row + kb * block_N, kvh * dim if k_hc else 0], K_s, disable_tma=cp_async)
+                T.copy(V[v_row + kb * block_N, kvh * dim if v_hc else 0], V_s, disable_tma=cp_async)
                 T.gemm(Q_f, K_s, acc_s, transpose_B=True, clear_accum=True, policy=T.GemmWarpPolicy.FullRow)
                 if (kb + 1) * block_N > len_k:  # the last key block: keys past the sequence are masked
                     for i, j in T.Parallel(block_H, block_N):
@@ -190,23 +277,42 @@ def decode_fwd(heads, kv_heads, dim, dtype, has_cache, splits, k_hc, v_hc, block
                 prev = T.atomic_add(Cnt[counter], 1, memory_order="acq_rel", return_prev=True)
                 if prev == splits - 1:
                     T.fill(m_cur, -T.infinity(accum))
-                    for s in T.serial(splits):
-                        for i in T.Parallel(block_H):
-                            if first + i < group:
-                                m_cur[i] = T.max(m_cur[i], Lpart[s * rows + q_row + i])
                     T.fill(denom, 0)
                     T.fill(acc_o, 0)
-                    for s in T.serial(splits):
+                    if flat_merge:
+                        # two unrolled passes (the max, then the weighted sum) with no load under a
+                        # branch or depending on another's value (a row past the group reads the
+                        # group's last row, unused) and no select around a weight (a split without
+                        # keys weighs exp2(-inf) = 0 by itself; the max of a row without any is taken
+                        # as 0): nothing for the compiler to turn into a branch around the loads
+                        for s in T.unroll(splits):
+                            for i in T.Parallel(block_H):
+                                m_cur[i] = T.max(m_cur[i], Lpart[s * rows + q_row + T.min(i, group - 1 - first)])
                         for i in T.Parallel(block_H):
-                            row_sum[i] = 0
-                            if first + i < group:
-                                m_use[i] = Lpart[s * rows + q_row + i]
-                                row_sum[i] = T.if_then_else(m_use[i] == -T.infinity(accum), 0,
-                                                            T.exp2((m_use[i] - m_cur[i]) * LOG2E))
-                            denom[i] = denom[i] + row_sum[i]
-                        for i, j in T.Parallel(block_H, dim):
-                            if first + i < group:
-                                acc_o[i, j] += Opart[s * rows + q_row + i, j] * row_sum[i]
+                            m_use[i] = T.if_then_else(m_cur[i] == -T.infinity(accum), 0, m_cur[i])
+                        for s in T.unroll(splits):
+                            for i in T.Parallel(block_H):
+                                row_sum[i] = T.exp2((Lpart[s * rows + q_row + T.min(i, group - 1 - first)]
+                                                     - m_use[i]) * LOG2E)
+                                denom[i] = denom[i] + row_sum[i]
+                            for i, j in T.Parallel(block_H, dim):
+                                acc_o[i, j] += Opart[s * rows + q_row + T.min(i, group - 1 - first), j] * row_sum[i]
+                    else:
+                        for s in T.serial(splits):
+                            for i in T.Parallel(block_H):
+                                if first + i < group:
+                                    m_cur[i] = T.max(m_cur[i], Lpart[s * rows + q_row + i])
+                        for s in T.serial(splits):
+                            for i in T.Parallel(block_H):
+                                row_sum[i] = 0
+                                if first + i < group:
+                                    m_use[i] = Lpart[s * rows + q_row + i]
+                                    row_sum[i] = T.if_then_else(m_use[i] == -T.infinity(accum), 0,
+                                                                T.exp2((m_use[i] - m_cur[i]) * LOG2E))
+                                denom[i] = denom[i] + row_sum[i]
+                            for i, j in T.Parallel(block_H, dim):
+                                if first + i < group:
+                                    acc_o[i, j] += Opart[s * rows + q_row + i, j] * row_sum[i]
                     for i, j in T.Parallel(block_H, dim):
                         if first + i < group:
                             Out[q_row + i, j] = T.if_then_else(denom[i] > 0, acc_o[i, j] / denom[i], 0)
@@ -419,15 +525,17 @@ def _make_plan(q, k, scale, num_splits, has_cache, k_hc, v_hc, strides) -> _Deco
 
     B, H, _, D = q.shape
     Hkv, Sk = k.shape[1], k.shape[2]
-    bH, bN, stages, threads = decode_config(D, ad._shared_bytes(q))
+    cfg = decode_config(D, ad._shared_bytes(q), H // Hkv)
+    bH, bN = cfg[:2]
     slices = -(-(H // Hkv) // bH)
     plan = _DecodePlan()
     plan.counters = B * Hkv * slices
-    plan.splits = ad._splits(plan.counters, -(-Sk // bN), num_splits)
+    plan.splits = decode_splits(plan.counters, -(-Sk // bN), num_splits, D, cfg, ad._shared_bytes(q), ad._NUM_SMS)
     dtype = ad._dtype_name(q)
-    flags = (H, Hkv, D, dtype, has_cache, plan.splits, k_hc, v_hc, bH, bN, stages, threads)
+    flags = (H, Hkv, D, dtype, has_cache, plan.splits, k_hc, v_hc) + cfg
     # (through attention_dispatch's names: tests that compile its kernels for another target catch these too)
-    plan.fwd = BoundKernel(ad._kernel(("decode",) + flags, lambda: decode_fwd(*flags), ad._target_of(q)))
+    plan.fwd = BoundKernel(ad._kernel(("decode",) + flags, lambda: decode_fwd(*flags), ad._target_of(q),
+                                      pass_configs=decode_pass_configs(cfg[4])))
     scale = float(scale) if scale is not None else 1.0 / math.sqrt(D)
     plan.tail = (B, Sk, scale) + strides
     plan.dim, plan.heads, plan.rows = D, H, B * H

@@ -1,0 +1,136 @@
+"""The flash-decoding kernel's candidate variants (ops/decode_kernels.VARIANTS: wave, flatmerge, cpasync, ws and
+combinations, cover for MQA; TILEWRIGHT_DECODE_VARIANT) on a CUDA GPU, against float64 with the op's allocations poisoned
+(NaN): the benchmark's shape (batch 8, 32 heads, 8 KV heads, d 128, KV 4k: the split count "wave" picks),
+ragged cache lengths with 0 and lengths off the key block, MQA, head dims 64/256, forced split counts,
+repeat calls from pointers and a CUDA graph replayed with new inputs (the merge counters must be back at
+zero each time).  Skipped without a GPU."""
+
+from __future__ import annotations
+
+import importlib
+import math
+
+import pytest
+
+torch = pytest.importorskip("torch")
+if not torch.cuda.is_available():
+    pytest.skip("needs a CUDA GPU", allow_module_level=True)
+
+from test_ops_attention import _PoisonedTorch as PoisonedTorch  # noqa: E402
+
+from tilewright import ops  # noqa: E402
+
+ad = importlib.import_module("tilewright.ops.attention_dispatch")
+dk = importlib.import_module("tilewright.ops.decode_kernels")
+
+VARIANTS = ["wave", "flatmerge", "wave,flatmerge", "cpasync", "ws", "ws,flatmerge", "wave,cpasync", "cover",
+            "cover,wave,flatmerge"]
+
+
+class _PoisonedTorch(PoisonedTorch):
+    """test_ops_attention's poisoned torch, ``empty_like`` poisoned too (the pointer path's outputs)."""
+
+    @staticmethod
+    def empty_like(*args, **kwargs):
+        t = torch.empty_like(*args, **kwargs)
+        return t.fill_(math.nan) if t.is_floating_point() else t.fill_(-7)
+
+
+@pytest.fixture(autouse=True)
+def _poison(monkeypatch):
+    monkeypatch.setattr(ad, "_torch", lambda: _PoisonedTorch())
+    yield
+    ad.forget_plans()
+
+
+@pytest.fixture(params=VARIANTS)
+def variant(request, monkeypatch):
+    monkeypatch.setenv("TILEWRIGHT_DECODE_VARIANT", request.param)
+    ad.forget_plans()
+    return request.param
+
+
+def reference(q, k, v, kv_len=None):
+    """float64 on the GPU, one sequence at a time."""
+    B, H, _, D = q.shape
+    g = H // k.shape[1]
+    outs, lses = [], []
+    for b in range(B):
+        kb, vb = k[b].double().repeat_interleave(g, 0), v[b].double().repeat_interleave(g, 0)
+        s = q[b].double() @ kb.transpose(-1, -2) / math.sqrt(D)
+        if kv_len is not None:
+            s[..., kv_len[b]:] = -math.inf
+        lse = torch.logsumexp(s, -1)
+        outs.append(torch.exp(s - lse[..., None]).nan_to_num(0.0) @ vb)
+        lses.append(lse)
+    return torch.stack(outs), torch.stack(lses)
+
+
+def _check(out, lse, want, want_lse, dtype):
+    assert not out.isnan().any()
+    err = ((out.double() - want).abs().max() / want.abs().max().clamp_min(1e-6)).item()
+    assert err < 3e-3 * (4 if dtype == torch.bfloat16 else 1), err
+    finite = torch.isfinite(want_lse)
+    assert torch.equal(torch.isfinite(lse), finite) and (lse[~finite] == -math.inf).all()
+    assert (lse.double()[finite] - want_lse[finite]).abs().max().item() < 1e-3
+    assert all(int(c.abs().sum()) == 0 for c in dk._counters.values()), "a merge counter left non-zero"
+
+
+def _rand(*shape, dtype):
+    return torch.randn(*shape, device="cuda", dtype=torch.float32).to(dtype)
+
+
+@pytest.mark.parametrize("dtype", [torch.float16, torch.bfloat16])
+@pytest.mark.parametrize("B, H, Hkv, S, D, lens, splits", [
+    (8, 32, 8, 4096, 128, None, None),                    # the benchmark's shape, the variant's splits
+    (4, 32, 8, 4096, 128, [4096, 0, 1, 2049], None),      # ragged cache, an empty sequence
+    (3, 16, 2, 3001, 64, [3001, 77, 1000], 7),
+    (2, 8, 2, 2000, 256, [2000, 63], 32),
+    (2, 32, 1, 1500, 128, [1500, 999], None),             # MQA group 32: two slices (one 32-row block with cover)
+    (2, 80, 1, 1200, 64, [1200, 0], 3),                   # group 80: 64 + 16 rows with cover
+])
+def test_against_float64(variant, B, H, Hkv, S, D, lens, splits, dtype):
+    torch.manual_seed(B * H + S + D)
+    q, k, v = _rand(B, H, 1, D, dtype=dtype), _rand(B, Hkv, S, D, dtype=dtype), _rand(B, Hkv, S, D, dtype=dtype)
+    cache = torch.tensor(lens, dtype=torch.int32, device="cuda") if lens is not None else None
+    want, want_lse = reference(q, k, v, lens)
+    for _ in range(3):  # the first call plans and binds; the others launch from pointers
+        out, lse = ops.attention(q, k, v, return_lse=True, cache_seqlens=cache, num_splits=splits)
+        torch.cuda.synchronize()
+        _check(out, lse, want, want_lse, dtype)
+
+
+def test_cuda_graph_replay_with_new_inputs(variant):
+    dtype = torch.float16
+    torch.manual_seed(6)
+    q, k, v = _rand(8, 32, 1, 128, dtype=dtype), _rand(8, 8, 4096, 128, dtype=dtype), _rand(8, 8, 4096, 128,
+                                                                                          dtype=dtype)
+    s = torch.cuda.Stream()
+    s.wait_stream(torch.cuda.current_stream())
+    with torch.cuda.stream(s):
+        ops.attention(q, k, v)
+    torch.cuda.current_stream().wait_stream(s)
+    g = torch.cuda.CUDAGraph()
+    with torch.cuda.graph(g):
+        out, lse = ops.attention(q, k, v, return_lse=True)
+    for _ in range(3):
+        q.copy_(_rand(*q.shape, dtype=dtype))
+        k.copy_(_rand(*k.shape, dtype=dtype))
+        g.replay()
+        torch.cuda.synchronize()
+        _check(out, lse, *reference(q, k, v), dtype)
+
+
+def test_wave_fills_the_gpu_in_one_wave(monkeypatch):
+    """"wave" at the benchmark's shape: as many blocks as the SMs hold at once by the compiled kernel's
+    own resources (shared memory, registers), not more."""
+    monkeypatch.setenv("TILEWRIGHT_DECODE_VARIANT", "wave")
+    ad.forget_plans()
+    q, k, v = (_rand(*s, dtype=torch.float16) for s in ((8, 32, 1, 128), (8, 8, 4096, 128), (8, 8, 4096, 128)))
+    ops.attention(q, k, v)
+    (plan,) = dk._plans.values()
+    use = plan.fwd.kernel.resource_usage
+    props = torch.cuda.get_device_properties(0)
+    per_sm = min(getattr(props, "shared_memory_per_multiprocessor", 233472) // (use["shared_bytes"] + 1024),
+                 65536 // (use["registers"] * plan.fwd.kernel.num_threads))
+    assert 1 < plan.splits and plan.splits * 64 <= props.multi_processor_count * per_sm, (plan.splits, use)
