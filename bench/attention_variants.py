@@ -6,12 +6,14 @@ one key block issued with Q K^T of the next, the softmax overlapping it) and wit
 shapes; and ``ops.attention`` as shipped, with ping-pong, with the overlap and with both, each also
 with ``attention_dispatch.SPECIALIZE_EVEN`` ("even": lengths that divide the blocks take a kernel
 without tail handling, whose key loop is the user program's) and with ``attention_dispatch.PERSISTENT``
-("pers": one block per SM looping over the work items) — against SDPA's cuDNN backend, bf16,
+("pers": one block per SM looping over the work items; "lf-snake" / "hm-snake": its causal item
+orders ``attention_dispatch.PERSISTENT_ORDER`` "longest_first_snake" / "head_major_snake", the same
+kernel as "ops pers" without causal) — against SDPA's cuDNN backend, bf16,
 on the issue's shapes.  Each output is checked against SDPA (math
 backend, float32) before it is timed.  ``python bench/attention_variants.py`` on the H200; the
 table goes under bench/results/.  ``TW_VARIANTS=short`` keeps one user-program column (the default
 schedule) besides the ops ones; ``TW_VARIANTS=pers`` that column, "ops", "ops even" and the
-persistent ones."""
+persistent ones; ``TW_VARIANTS=order`` only "ops", "ops pers" and the persistent item orders."""
 
 from __future__ import annotations
 
@@ -47,18 +49,24 @@ if os.environ.get("TW_VARIANTS") == "short":  # one user-program column (the def
 # attention_dispatch.SPECIALIZE_EVEN set so ("even": the kernel without tail handling where the lengths
 # divide the blocks, as all of SHAPES do)
 PP, OV = {"tw.pingpong": True}, {"tw.attention_overlap": True}
-# (name, pass configs, SPECIALIZE_EVEN, PERSISTENT): "pers" is the persistent kernel (one block per SM
-# looping over the work items: attention_dispatch.PERSISTENT)
+# (name, pass configs, SPECIALIZE_EVEN, PERSISTENT[, PERSISTENT_ORDER]): "pers" is the persistent kernel
+# (one block per SM looping over the work items: attention_dispatch.PERSISTENT), its causal items in the
+# order PERSISTENT_ORDER ("longest_first" unless given)
 OPS_VARIANTS = [("ops", {}, False, False), ("ops+pp", PP, False, False), ("ops+ov", OV, False, False),
                 ("ops+pp+ov", {**PP, **OV}, False, False), ("ops even", {}, True, False),
                 ("ops even+pp", PP, True, False), ("ops even+ov", OV, True, False),
                 ("ops even+pp+ov", {**PP, **OV}, True, False),
                 ("ops pers", {}, False, True), ("ops pers+pp", PP, False, True), ("ops pers+ov", OV, False, True),
                 ("ops pers+pp+ov", {**PP, **OV}, False, True), ("ops even pers", {}, True, True),
-                ("ops even pers+pp+ov", {**PP, **OV}, True, True)]
+                ("ops even pers+pp+ov", {**PP, **OV}, True, True),
+                ("ops pers lf-snake", {}, False, True, "longest_first_snake"),
+                ("ops pers hm-snake", {}, False, True, "head_major_snake")]
 if os.environ.get("TW_VARIANTS") == "pers":  # the shipped kernel and the persistent ones only
     VARIANTS = [v for v in VARIANTS if v[0] == "ws+pp+ov 128x128"]
     OPS_VARIANTS = [v for v in OPS_VARIANTS if v[0] in ("ops", "ops even") or "pers" in v[0]]
+if os.environ.get("TW_VARIANTS") == "order":  # the grid kernel, the persistent one and its causal item orders
+    VARIANTS = []
+    OPS_VARIANTS = [v for v in OPS_VARIANTS if v[0] in ("ops", "ops pers") or "snake" in v[0]]
 
 
 def _err(x, ref) -> float:
@@ -66,13 +74,14 @@ def _err(x, ref) -> float:
 
 
 def main() -> int:
-    rows = ["| B,H,S,D | causal | cuDNN | " + " | ".join(n for n, _, _ in VARIANTS) + " | "
-            + " | ".join(v[0] for v in OPS_VARIANTS) + " | best/cuDNN |",
+    rows = ["| B,H,S,D | causal | cuDNN | " + " | ".join([n for n, _, _ in VARIANTS] + [v[0] for v in OPS_VARIANTS])
+            + " | best/cuDNN |",
             "|---|---|---|" + "---|" * (len(VARIANTS) + len(OPS_VARIANTS) + 1)]
     shipped = dict(attention_dispatch.HOPPER_CONFIGS)
     shipped_d64 = dict(attention_dispatch.HOPPER_D64_OVERRIDES)
     shipped_even = attention_dispatch.SPECIALIZE_EVEN
     shipped_pers = attention_dispatch.PERSISTENT
+    shipped_order = attention_dispatch.PERSISTENT_ORDER
     best_ratios = []
     for b, h, s, d in SHAPES:
         for causal in (False, True):
@@ -96,7 +105,7 @@ def main() -> int:
                 except Exception as ex:  # noqa: BLE001
                     print(f"  {name} {b, h, s, d, causal}: {type(ex).__name__}: {str(ex).splitlines()[0][:150]}")
                     cells.append(float("nan"))
-            for name, pc, even, pers in OPS_VARIANTS:
+            for name, pc, even, pers, *order in OPS_VARIANTS:
                 attention_dispatch.HOPPER_CONFIGS.clear()
                 attention_dispatch.HOPPER_CONFIGS.update({**shipped, **pc})
                 attention_dispatch.HOPPER_D64_OVERRIDES.clear()  # the variant decides at every head dim
@@ -104,6 +113,7 @@ def main() -> int:
                     attention_dispatch.HOPPER_D64_OVERRIDES.update(shipped_d64)
                 attention_dispatch.SPECIALIZE_EVEN = even
                 attention_dispatch.PERSISTENT = pers
+                attention_dispatch.PERSISTENT_ORDER = order[0] if order else "longest_first"
                 # plans remember their kernels per call signature, and a dense repeat call launches
                 # its plan's kernel from pointers (_dense_plans): without this every variant after
                 # the first would time the first one's kernel
@@ -118,6 +128,7 @@ def main() -> int:
             attention_dispatch.HOPPER_D64_OVERRIDES.update(shipped_d64)
             attention_dispatch.SPECIALIZE_EVEN = shipped_even
             attention_dispatch.PERSISTENT = shipped_pers
+            attention_dispatch.PERSISTENT_ORDER = shipped_order
             attention_dispatch.forget_plans()
             best = max((c for c in cells if c == c), default=float("nan"))
             best_ratios.append(best / cudnn)

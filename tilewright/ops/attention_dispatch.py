@@ -100,6 +100,11 @@ SPECIALIZE_EVEN = False
 # for new plans.
 PERSISTENT = "auto"
 PERSISTENT_MAX_KEY_BLOCKS = 8
+# how the causal persistent kernel orders and deals its work items (attention_kernels.PERSISTENT_ORDERS):
+# "longest_first" (dealt in rounds: block b always gets the b-th longest of each round), candidates
+# "longest_first_snake" (dealt back and forth: balanced) and "head_major_snake" (one head's query blocks
+# together: L2 reuse of its keys).  Takes effect for new plans.
+PERSISTENT_ORDER = "longest_first"
 
 
 def _hopper_config(dim: int, rows: int):
@@ -403,9 +408,10 @@ def _make_plan(q, k, v, causal, scale, varlen, nseq, max_q, has_cache, num_split
     persistent = _sm_count(q) if configs and (PERSISTENT is True or PERSISTENT == "auto" and few_keys) else 0
     if configs:
         fwd = _kernel(("attention", H, Hkv, D, dtype, out_dtype, "sm_90a", tuple(sorted(configs.items())), stage_out)
-                      + flags + even_qk + ((persistent,) if persistent else ()),
+                      + flags + even_qk + ((persistent, PERSISTENT_ORDER) if persistent else ()),
                       lambda: ak.attention_fwd(H, Hkv, D, dtype, out_dtype, *flags, stage_out=stage_out,
-                                               even_q=even_qk[0], even_k=even_qk[1], persistent=persistent),
+                                               even_q=even_qk[0], even_k=even_qk[1], persistent=persistent,
+                                               order=PERSISTENT_ORDER),
                       target, pass_configs=configs)
     else:
         fwd = _kernel(("attention", H, Hkv, D, dtype, out_dtype) + flags + even_qk,

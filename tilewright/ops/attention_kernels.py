@@ -25,11 +25,13 @@ from .. import language as T
 
 LOG2E = 1.4426950408889634
 LN2 = 0.6931471805599453
+# how a causal persistent kernel orders its work items and deals them to the blocks (attention_fwd's ``order``)
+PERSISTENT_ORDERS = ("longest_first", "longest_first_snake", "head_major_snake")
 
 
 def attention_fwd(heads, kv_heads, dim, dtype, out_dtype, causal, varlen, cache_lens, splits, q_hc, k_hc, v_hc,
                   o_hc, block_M, block_N, stages, threads, stage_out=False, even_q=False, even_k=False,
-                  persistent=0):
+                  persistent=0, order="longest_first"):
     """Tensors are 2-D row views with static strides, so that their tiles load with 16-byte
     vectors and cp.async: element (batch b, head h, position s, d) of Q is row
     ``b * q_rb + h * q_rh + s``, column ``h * dim + d`` when ``q_hc`` (heads in the columns: a
@@ -55,7 +57,19 @@ def attention_fwd(heads, kv_heads, dim, dtype, out_dtype, causal, varlen, cache_
     loads the next item's Q, K and V while the consumers finish this item's epilogue
     (``passes/warp_specialize_persistent_loop.py``), and there is no partly empty last wave of
     blocks.  Causal: the items with the most key blocks come first (a longest-first order over the
-    blocks' rounds); otherwise the query blocks of a head are adjacent (they share its keys in L2)."""
+    blocks' rounds); otherwise the query blocks of a head are adjacent (they share its keys in L2).
+
+    ``order`` (causal persistent kernels; ``PERSISTENT_ORDERS``): how the causal items are ordered and
+    dealt to the blocks.  "longest_first": as above, block ``bid`` taking item ``r * persistent + bid``
+    in round ``r``; so block 0 gets the longest item of every round and the last block the shortest,
+    a static imbalance (about 6% at 16 heads and 4k-16k keys).  "longest_first_snake": the same order,
+    dealt back and forth (in odd rounds block ``bid`` takes ``r * persistent + persistent - 1 - bid``),
+    so a block's long item of one round pairs with a short one in the next.  "head_major_snake": the
+    query blocks of one (head, sequence, split) together (the longest first), heads in order, dealt
+    back and forth: the blocks running at one time read few heads' keys (L2 reuse, as the grid
+    kernel's launch order), at the price of a worse balance where a head's items are not a round."""
+    if order not in PERSISTENT_ORDERS:
+        raise ValueError(f"attention_fwd: order {order!r} is not one of {PERSISTENT_ORDERS}")
     group = heads // kv_heads
     accum = "float32"
     RQ, RK, RV, RO, RL = (T.dynamic(n) for n in ("rq", "rk", "rv", "ro", "rl"))
@@ -219,15 +233,29 @@ def attention_fwd(heads, kv_heads, dim, dtype, out_dtype, causal, varlen, cache_
                 # work item w = r * persistent + bid: items in order of query block (the longest first when
                 # causal: the last round holds the short ones), then head, then (sequence, split); a
                 # uniform trip count per block, so the key loop's pipeline needs no per-item guard
-                for r in T.serial(T.ceildiv(T.ceildiv(max_q, block_M) * heads * nseq * splits - bid, persistent)):
-                    if causal:
-                        attend(T.ceildiv(max_q, block_M) - 1 - (r * persistent + bid) // (heads * nseq * splits),
-                               (r * persistent + bid) % heads,
-                               (r * persistent + bid) % (heads * nseq * splits) // heads, args, bufs)
-                    else:  # the query blocks of one head next to each other: they share its keys in L2
-                        attend((r * persistent + bid) % T.ceildiv(max_q, block_M),
-                               (r * persistent + bid) // T.ceildiv(max_q, block_M) % heads,
-                               (r * persistent + bid) // T.ceildiv(max_q, block_M) // heads, args, bufs)
+                nq = T.ceildiv(max_q, block_M)
+                items = nq * heads * nseq * splits
+                if causal and order != "longest_first":
+                    # dealt back and forth: in odd rounds block bid takes the round's item persistent - 1 - bid;
+                    # a block runs the items of the full rounds and, where its place in the last round
+                    # (``j_last``) is below the items left over, one more
+                    j_last = bid + items // persistent % 2 * (persistent - 1 - 2 * bid)
+                    for r in T.serial(T.ceildiv(items - j_last, persistent)):
+                        w = r * persistent + bid + r % 2 * (persistent - 1 - 2 * bid)
+                        if order == "head_major_snake":  # one head's query blocks together, the longest first
+                            attend(nq - 1 - w % nq, w // nq % heads, w // nq // heads, args, bufs)
+                        else:
+                            attend(nq - 1 - w // (heads * nseq * splits), w % heads,
+                                   w % (heads * nseq * splits) // heads, args, bufs)
+                else:
+                    for r in T.serial(T.ceildiv(items - bid, persistent)):
+                        if causal:
+                            attend(nq - 1 - (r * persistent + bid) // (heads * nseq * splits),
+                                   (r * persistent + bid) % heads,
+                                   (r * persistent + bid) % (heads * nseq * splits) // heads, args, bufs)
+                        else:  # the query blocks of one head next to each other: they share its keys in L2
+                            attend((r * persistent + bid) % nq, (r * persistent + bid) // nq % heads,
+                                   (r * persistent + bid) // nq // heads, args, bufs)
 
         return attention_fwd_kernel
 
