@@ -47,15 +47,16 @@ def _round_to(x, dtype):
 
 # ---------------------------------------------------------------- T.Fragment layouts given by the program
 def _draw_user_fragment(rng):
-    kind = str(rng.choice(("cols", "rows", "flat")))
+    kind = str(rng.choice(("cols", "rows", "flat", "cols_rep", "split_fns")))
     vec = int(rng.choice((1, 2, 4, 8)))
     threads = int(rng.choice((64, 128, 256)))
-    nt = int(rng.choice([t for t in (8, 16, 32, 64, 128, 256) if t <= threads]))
+    reps = 2 if kind == "cols_rep" else 1  # x itself replicated over two groups of threads
+    nt = int(rng.choice([t for t in (8, 16, 32, 64, 128) if t * reps <= threads]))
     rows = int(rng.choice((1, 2, 3, 4)))
     if kind == "rows":  # each row over its own group of nt // rows threads (nt a multiple of rows)
         rows = int(rng.choice([r for r in (1, 2, 4) if nt % r == 0 and nt // r >= 1]))
     # a reduction needs a warp-aligned power-of-two range: offsets of whole 64-thread waves
-    off = int(rng.choice([o for o in range(0, threads - nt + 1, 32)]))
+    off = int(rng.choice([o for o in range(0, threads - nt * reps + 1, 32)]))
     return {"kind": kind, "vec": vec, "threads": threads, "nt": nt, "rows": rows, "off": off,
             "fill": str(rng.choice(("copy", "loop", "fill_then_add"))),
             "other": str(rng.choice(("none", "global", "fragment", "mirror"))),
@@ -63,9 +64,20 @@ def _draw_user_fragment(rng):
             "dtype": str(rng.choice(F_DTYPES)), "scale": float(rng.choice((0.5, -1.0, 3.0)))}
 
 
+def _user_fragment_layout(p, shape, fn):
+    """The ``T.Fragment`` of the drawn kind (``fn`` from ``_user_shape_and_fn``)."""
+    kind, vec, nt, off = p["kind"], p["vec"], p["nt"], p["off"]
+    if kind == "cols_rep":
+        return T.Fragment(shape, forward_fn=lambda i, j, rep: (off + rep * nt + j // vec, i * vec + j % vec),
+                          replicate=2)
+    if kind == "split_fns":
+        return T.Fragment(shape, forward_thread_fn=lambda i, j: fn(i, j)[0], forward_index_fn=lambda i, j: fn(i, j)[1])
+    return T.Fragment(shape, forward_fn=fn)
+
+
 def _user_shape_and_fn(p):
     kind, vec, nt, rows, off = p["kind"], p["vec"], p["nt"], p["rows"], p["off"]
-    if kind == "cols":  # every row over the same nt threads, vec consecutive columns a thread
+    if kind in ("cols", "cols_rep", "split_fns"):  # every row over the same nt threads, vec columns a thread
         width = nt * vec
         return (rows, width), (lambda i, j: (off + j // vec, i * vec + j % vec))
     if kind == "rows":  # row i over threads off + i * g ... (g = nt // rows), vec columns a thread
@@ -85,7 +97,7 @@ def _user_shape_and_fn(p):
 def _make_user_fragment(p) -> Case:
     (R, W), fn = _user_shape_and_fn(p)
     dtype, scale, other, red = p["dtype"], p["scale"], p["other"], p["reduce"]
-    red_nt = p["nt"] if p["kind"] == "cols" else 0  # the threads holding one row: a replicated result there
+    red_nt = p["nt"] if p["kind"] in ("cols", "split_fns") else 0  # one row's threads: a replicated result there
     replicated = red == "sum_replicated" and red_nt > 0
     reducer = T.reduce_max if red == "max" else T.reduce_sum
     off = p["off"]
@@ -98,10 +110,10 @@ def _make_user_fragment(p) -> Case:
             y = T.alloc_fragment((R, W), "float32")
             r = T.alloc_fragment((R,), "float32")
             if replicated:
-                T.annotate_layout({x: T.Fragment((R, W), forward_fn=fn),
+                T.annotate_layout({x: _user_fragment_layout(p, (R, W), fn),
                                    r: T.Fragment((R,), forward_fn=lambda i, rep: (off + rep, i), replicate=red_nt)})
             else:
-                T.annotate_layout({x: T.Fragment((R, W), forward_fn=fn)})
+                T.annotate_layout({x: _user_fragment_layout(p, (R, W), fn)})
             if p["fill"] == "copy":
                 T.copy(X, x)
             elif p["fill"] == "loop":
