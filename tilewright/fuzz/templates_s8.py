@@ -307,7 +307,7 @@ def _make_widen(p) -> Case:
 # ---------------------------------------------------------------- T.vectorized loops
 def _draw_vectorized(rng):
     return {"variant": str(rng.choice(("scale", "invariant", "accumulate", "prefix", "fill", "shared", "window",
-                                        "strided"))), "start": int(rng.choice((0, 1, 2, 4, 8))),
+                                        "strided", "inplace_dep"))), "start": int(rng.choice((0, 1, 2, 4, 8))),
             "m": int(rng.choice((2, 3, 4, 5, 8, 12, 16, 24, 32, 33))), "k": int(rng.choice((1, 2, 4))),
             "threads": int(rng.choice((32, 64, 128))), "blocks": int(rng.choice((1, 2))),
             "dtype": str(rng.choice(("float32", "float16", "bfloat16", "int8", "int32"))),
@@ -352,6 +352,9 @@ def _make_vectorized(p) -> Case:
             elif variant == "window":  # columns [s0, M) only, from a start that may be unaligned
                 for col in T.vectorized(s0, M):
                     B[row, col] = A[row, col] - C[row, col // K]
+            elif variant == "inplace_dep":  # iteration col reads what iteration col // K (<= col) stored
+                for col in T.vectorized(M):
+                    A[row, col] = A[row, col] + A[row, col // K] * T.cast(2, dtype)
             elif variant == "strided":  # every other element of a row of 2M, into a row of M
                 for col in T.vectorized(M // 2):
                     B[row, col] = A[row, 2 * col + 1]
@@ -383,6 +386,16 @@ def _make_vectorized(p) -> Case:
         if is_int:
             want[:, :s0] = np.iinfo(np.dtype(dt.to_numpy(dtype))).min
         expected[2] = want
+    elif variant == "inplace_dep":
+        seq = fa.copy()
+        bits = 8 * np.dtype(dt.to_numpy(dtype)).itemsize
+
+        def rounded(x):  # integers wrap around (two's complement), floats round to the dtype
+            return (x + 2 ** (bits - 1)) % 2 ** bits - 2 ** (bits - 1) if is_int else _round_to(x, dtype)
+
+        for col in range(M):  # one iteration after another
+            seq[:, col] = rounded(seq[:, col] + rounded(seq[:, col // K] * 2))
+        expected[0] = seq
     elif variant == "strided":
         want = np.full((N, M), np.iinfo(np.dtype(dt.to_numpy(dtype))).min if is_int else np.nan)
         h = M // 2
