@@ -98,8 +98,9 @@ def _check_no_fnuz(func: t.PrimFunc) -> None:
 
     def refuse(dtype, what, loc):
         raise CompileError(f"{what} has type {dtype}, an AMD (gfx942) 8-bit float that CUDA targets do not have",
-                           loc, hint=f"use {_AMD_ONLY[dtype]} on CUDA (the same bits of exponent and mantissa, "
-                           "with infinities/negative zero as the OCP format defines them)")
+                           loc, hint=f"use {_AMD_ONLY[dtype]} on CUDA (the OCP format of the same exponent and "
+                           "mantissa widths; its exponent bias differs by one, so values convert rather than "
+                           "share bits)")
 
     for p in func.params:
         if getattr(p, "dtype", None) in _AMD_ONLY:
