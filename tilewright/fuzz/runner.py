@@ -89,8 +89,8 @@ def judge(case, results) -> Outcome:
             return Outcome("wrong", f"output {index}: shape {got.shape}, expected {want.shape}")
         unwritten = ~np.isfinite(got) & np.isfinite(want)
         out_dtype = np.asarray(case.args[index]).dtype
-        if np.issubdtype(out_dtype, np.integer):
-            unwritten = got == np.iinfo(out_dtype).min
+        if np.issubdtype(out_dtype, np.integer):  # (the sentinel expected: an element that must stay unwritten)
+            unwritten = (got == np.iinfo(out_dtype).min) & (want != np.iinfo(out_dtype).min)
         if unwritten.any():
             where = tuple(int(v) for v in np.argwhere(unwritten)[0])
             return Outcome("wrong", f"output {index}: {int(unwritten.sum())} elements never written (first {where})")

@@ -390,3 +390,7 @@ TEMPLATES.update({t.name: t for t in MORE})
 from .templates_new import NEW  # noqa: E402 - the features that landed last: wgmma/WS defaults, split-K, ...
 
 TEMPLATES.update({t.name: t for t in NEW})
+
+from .templates_s8 import S8  # noqa: E402 - session 8: user layouts, vectorized loops, fp8, views, tile atomics
+
+TEMPLATES.update({t.name: t for t in S8})

@@ -100,19 +100,19 @@ class UserFragmentLayout(FragmentLayout):
         ranges = self._ranges[r]
         if ranges == [(0, self.num_threads)]:
             return None
-        if isinstance(ranges, tuple):  # threads in [lo, hi) whose index has bits ``value`` under ``mask``
-            mask, value, lo, hi = ranges
-            cond = E.binary("==", tid & mask, value)
-            if lo > 0:
-                cond = E.binary("and", cond, tid >= lo)
-            if hi < self.num_threads:
-                cond = E.binary("and", cond, tid < hi)
-            return cond
         cond = None
-        for lo, hi in ranges:
+        for piece in ranges:
             c = None
+            if piece[0] == "bits":  # threads in [lo, hi) whose index has ``value`` under ``bits``
+                _, bits, value, lo, hi = piece
+                c = E.binary("==", tid & bits, value)
+            elif piece[0] == "period":  # threads in [lo, hi) with (t - lo) % P < L
+                _, period, length, lo, hi = piece
+                c = E.binary("<", (tid - lo) % period, length)
+            else:
+                lo, hi = piece
             if lo > 0:
-                c = tid >= lo
+                c = (tid >= lo) if c is None else E.binary("and", c, tid >= lo)
             if hi < self.num_threads:
                 c = (tid < hi) if c is None else E.binary("and", c, tid < hi)
             cond = c if cond is None else E.binary("or", cond, c)
@@ -176,26 +176,58 @@ def _fit_additive(table: np.ndarray, num_threads: int):
 
 
 def _thread_ranges(mask: np.ndarray) -> list:
-    """``[(lo, hi), ...]``: the runs of consecutive threads where ``mask`` is set."""
+    """The threads where ``mask`` is set, as at most ``_MAX_RANGES`` pieces: ``(lo, hi)``, a run of
+    consecutive threads; ``("bits", bits, value, lo, hi)``, the threads of ``[lo, hi)`` whose index has
+    ``value`` under ``bits`` (e.g. lanes 0, 4, 8, ... of each warp: a column slice of a matrix
+    accumulator); ``("period", P, L, lo, hi)``, the threads of ``[lo, hi)`` with ``(t - lo) % P < L``
+    (e.g. the first 28 lanes of each warp: a row slice of one).  Pieces are taken greedily, each
+    covering as many consecutive runs as it can."""
     idx = np.nonzero(mask)[0]
     if not len(idx):
         raise LayoutFitError("a local index is held by no thread")
     breaks = np.nonzero(np.diff(idx) != 1)[0]
     starts = [int(idx[0])] + [int(idx[k + 1]) for k in breaks]
     ends = [int(idx[k]) + 1 for k in breaks] + [int(idx[-1]) + 1]
-    if len(starts) > _MAX_RANGES:
-        # e.g. lanes 0, 4, 8, ... of each warp (a column slice of a matrix accumulator): the holders may
-        # be the threads of a range whose index has fixed bits
-        lo, hi = int(idx[0]), int(idx[-1]) + 1
-        and_all, or_all = int(np.bitwise_and.reduce(idx)), int(np.bitwise_or.reduce(idx))
-        mask = ~(and_all ^ or_all) & ((1 << max(hi - 1, 1).bit_length()) - 1)
-        value = and_all & mask
-        span = np.arange(lo, hi)
-        if mask and np.array_equal(span[(span & mask) == value], idx):
-            return (mask, value, lo, hi)
-        raise LayoutFitError(f"the threads holding one local index form {len(starts)} separate ranges (at most "
-                             f"{_MAX_RANGES})")
-    return list(zip(starts, ends))
+    if len(starts) <= _MAX_RANGES:
+        return list(zip(starts, ends))
+    pieces, i = [], 0
+    while i < len(starts):
+        j_bits, bits = i, None
+        while j_bits + 1 < len(starts):
+            fixed = _fixed_bits(np.concatenate([np.arange(starts[k], ends[k]) for k in range(i, j_bits + 2)]))
+            if fixed is None:
+                break
+            j_bits, bits = j_bits + 1, fixed
+        j_per = i
+        length = ends[i] - starts[i]
+        while (j_per + 1 < len(starts) and ends[j_per + 1] - starts[j_per + 1] == length
+               and starts[j_per + 1] - starts[j_per] == (starts[i + 1] - starts[i])):
+            j_per += 1
+        if j_bits == j_per == i:
+            pieces.append((starts[i], ends[i]))
+        elif j_bits >= j_per:
+            pieces.append(("bits",) + bits)
+        else:
+            pieces.append(("period", starts[i + 1] - starts[i], length, starts[i], ends[j_per]))
+        i = max(j_bits, j_per) + 1
+    if len(pieces) > _MAX_RANGES:
+        raise LayoutFitError(f"the threads holding one local index form {len(starts)} separate ranges, not "
+                             f"{_MAX_RANGES} or fewer runs, runs repeating with a period, or runs with some index "
+                             "bits fixed")
+    return pieces
+
+
+def _fixed_bits(idx: np.ndarray):
+    """``(bits, value, lo, hi)`` when ``idx`` (sorted) is exactly the threads of ``[lo, hi)`` whose index
+    has ``value`` under ``bits``; None otherwise."""
+    lo, hi = int(idx[0]), int(idx[-1]) + 1
+    and_all, or_all = int(np.bitwise_and.reduce(idx)), int(np.bitwise_or.reduce(idx))
+    bits = ~(and_all ^ or_all) & ((1 << max(hi - 1, 1).bit_length()) - 1)
+    value = and_all & bits
+    span = np.arange(lo, hi)
+    if bits and np.array_equal(span[(span & bits) == value], idx):
+        return (bits, value, lo, hi)
+    return None
 
 
 def flat_index(shape, idx) -> np.ndarray:

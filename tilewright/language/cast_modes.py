@@ -9,7 +9,7 @@ What each combination means here (every backend computes the same values):
   value with its sign, NaN stays NaN (ir/float8.py; the interpreter, the emulator and HIP's
   ``tw_f32_to_*`` follow it).  fp8 constants are exact: ``T.infinity("float8_e5m2")`` is infinity.
 * ``sat=False`` to an 8-bit float: no saturation, so a value beyond the largest finite one becomes
-  NaN (``float8_e4m3fn``, which has no infinity) or infinity (``float8_e5m2``) — the intrinsic
+  NaN (``float8_e4m3fn`` and the fnuz formats, which have no infinity) or infinity (``float8_e5m2``) — the intrinsic
   ``cast_nosat``.  To other types a conversion never saturates, so ``sat`` changes nothing there.
 * ``round="rz"`` / ``"rp"`` / ``"rm"`` (toward zero, +inf, -inf) from float32, float16 or bfloat16
   to float16 or bfloat16: the intrinsics ``cast_rz`` / ``cast_ru`` / ``cast_rd`` (CUDA's
@@ -30,7 +30,8 @@ from .math import InvalidArgumentError
 
 VALID_ROUNDING_MODES = {"", "rn", "rz", "rp", "rm", "rs"}
 _DIRECTED = {"rz": "cast_rz", "rp": "cast_ru", "rm": "cast_rd"}
-_FP8 = ("float8_e4m3fn", "float8_e5m2")
+# every saturating 8-bit float (ir/float8.SATURATING): sat=False keeps its meaning on the fnuz formats too
+_FP8 = ("float8_e4m3fn", "float8_e5m2", "float8_e4m3fnuz", "float8_e5m2fnuz")
 
 
 def _invalid(message: str):

@@ -7,7 +7,9 @@ empty); otherwise a ``CompileError`` at the ``T.Kernel`` line says what to chang
 buffers the kernel declares fit the target's shared memory per block (placed one after another, or
 sharing memory where their lifetimes do not overlap: ``share_shared_memory``); otherwise the error points at
 the largest allocation and lists the largest ones with their lines (``shared_overflow_error`` is
-also what ``lower_to_threads`` raises when pipelining stages push the total over).
+also what ``lower_to_threads`` raises when pipelining stages push the total over).  On CUDA no
+buffer or value has an AMD-only 8-bit float type (``float8_e4m3fnuz`` / ``float8_e5m2fnuz``: CUDA
+has no such type), which is refused naming the parameter or line.
 """
 
 from __future__ import annotations
@@ -80,4 +82,37 @@ def check_target_limits(func: t.PrimFunc, ctx) -> t.PrimFunc:
                                f"{target.arch}", k.loc, hint=f"use a multiple of {target.warp_size} threads "
                                f"(e.g. {max(target.warp_size, n - n % target.warp_size)})")
         _check_declared_shared(k, target)
+    if target.is_cuda:
+        _check_no_fnuz(func)
     return func
+
+
+_AMD_ONLY = {"float8_e4m3fnuz": "float8_e4m3fn", "float8_e5m2fnuz": "float8_e5m2"}
+
+
+def _check_no_fnuz(func: t.PrimFunc) -> None:
+    """CUDA has no fnuz 8-bit floats (gfx942's MFMA formats): a CompileError instead of a code
+    generator without a C type for them."""
+    from ..ir.verifier import exprs_of
+    from ..ir.visitor import walk_expr
+
+    def refuse(dtype, what, loc):
+        raise CompileError(f"{what} has type {dtype}, an AMD (gfx942) 8-bit float that CUDA targets do not have",
+                           loc, hint=f"use {_AMD_ONLY[dtype]} on CUDA (the OCP format of the same exponent and "
+                           "mantissa widths; its exponent bias differs by one, so values convert rather than "
+                           "share bits)")
+
+    for p in func.params:
+        if getattr(p, "dtype", None) in _AMD_ONLY:
+            refuse(p.dtype, f"parameter {p.name}", getattr(p, "loc", None) or func.loc)
+
+    def stmt(s):
+        if isinstance(s, t.Alloc) and s.buffer.dtype in _AMD_ONLY:
+            refuse(s.buffer.dtype, f"buffer {s.buffer.name}", s.buffer.loc or getattr(s, "loc", None))
+        for e in exprs_of(s):
+            def expr(x):
+                if getattr(x, "dtype", None) in _AMD_ONLY:
+                    refuse(x.dtype, "a value", getattr(s, "loc", None) or func.loc)
+            walk_expr(e, expr)
+
+    walk(func.body, stmt)
