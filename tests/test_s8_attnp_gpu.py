@@ -59,7 +59,8 @@ def persistent(request, monkeypatch):
 def _was_persistent(built):
     key, k = built[-1]
     sms = torch.cuda.get_device_properties(0).multi_processor_count
-    assert key[-1] == sms and k.num_threads == 384, (key, k.num_threads)
+    # the plan's kernel key ends with the persistent grid and the work-item order
+    assert key[-2] == sms and key[-1] == dispatch.PERSISTENT_ORDER and k.num_threads == 384, (key, k.num_threads)
     assert "Q_s_empty" in k.get_kernel_source()
 
 
