@@ -17,7 +17,7 @@ import torch
 sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 
-from common import save, vector_add  # noqa: E402
+from common import graph_us, save, vector_add  # noqa: E402
 
 import tilewright.ops as ops  # noqa: E402
 
@@ -33,26 +33,6 @@ def host_us(fn, n=500) -> float:
         fn()
     torch.cuda.synchronize()
     return (time.perf_counter() - t0) / n * 1e6
-
-
-def graph_us(fn, n=20, replays=20) -> float:
-    s = torch.cuda.Stream()
-    s.wait_stream(torch.cuda.current_stream())
-    with torch.cuda.stream(s):
-        for _ in range(3):
-            fn()
-    torch.cuda.current_stream().wait_stream(s)
-    g = torch.cuda.CUDAGraph()
-    with torch.cuda.graph(g):
-        for _ in range(n):
-            fn()
-    g.replay()
-    torch.cuda.synchronize()
-    t0 = time.perf_counter()
-    for _ in range(replays):
-        g.replay()
-    torch.cuda.synchronize()
-    return (time.perf_counter() - t0) / (n * replays) * 1e6
 
 
 def main() -> None:

@@ -12,7 +12,7 @@ import torch
 sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 
-from common import save, vector_add  # noqa: E402
+from common import graph_us, save, vector_add  # noqa: E402
 
 import tilewright  # noqa: E402
 from tilewright.kernels import matmul  # noqa: E402
@@ -86,29 +86,12 @@ def host_us(fn, n=2000) -> float:
     return best
 
 
-def gpu_us(fn, n=200) -> float:
-    """GPU time per call alone: ``n`` calls captured in one CUDA graph and replayed (no host work).
-    Where it comes near the host time above, the back-to-back loop waited for the GPU and its
-    figure is GPU time, not host time.  NaN where the call cannot be captured."""
+def gpu_us(fn) -> float:
+    """GPU time per call alone (``common.graph_us``).  Where it comes near the host time above, the
+    back-to-back loop waited for the GPU and its figure is GPU time, not host time.  NaN where the
+    call cannot be captured in a CUDA graph."""
     try:
-        s = torch.cuda.Stream()
-        s.wait_stream(torch.cuda.current_stream())
-        with torch.cuda.stream(s):
-            for _ in range(3):
-                fn()
-        torch.cuda.current_stream().wait_stream(s)
-        g = torch.cuda.CUDAGraph()
-        with torch.cuda.graph(g):
-            for _ in range(n):
-                fn()
-        g.replay()
-        torch.cuda.synchronize()
-        t0, t1 = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
-        t0.record()
-        g.replay()
-        t1.record()
-        torch.cuda.synchronize()
-        return t0.elapsed_time(t1) * 1e3 / n
+        return graph_us(fn)
     except Exception:  # noqa: BLE001 - a call that cannot be captured gets no GPU figure
         torch.cuda.synchronize()
         return float("nan")

@@ -14,11 +14,10 @@ import pytest
 
 torch = pytest.importorskip("torch")
 
-from test_ops_attention import _close, _close_lse, _PoisonedTorch, _rand, _varlen_case, reference  # noqa: E402
-from test_s8_attnp_persistent import BLOCKS, SM90A, _items, _persistent_kernel  # noqa: E402
+from test_ops_attention import _close, _close_lse, _rand, _varlen_case, reference  # noqa: E402
+from test_s8_attnp_persistent import BLOCKS, SM90A, _items, _persistent_kernel, persistent_on_cpu  # noqa: E402
 from toolchains import needs_nvrtc  # noqa: E402
 
-import tilewright  # noqa: E402
 from tilewright import ops  # noqa: E402
 from tilewright.ops import attention_kernels as ak  # noqa: E402
 
@@ -28,24 +27,7 @@ CANDIDATES = ["longest_first_snake", "head_major_snake"]
 
 @pytest.fixture
 def persistent(monkeypatch):
-    """As test_s8_attnp_persistent's fixture: ops.attention on the emulated sm_90a path with the
-    persistent kernel on ``BLOCKS`` multiprocessors; the kernels used are recorded."""
-    used = []
-
-    def compile_for_emulator(key, build, _target, pass_configs=None):
-        k = tilewright.compile(build(), target=SM90A, execution_backend="emulator", pass_configs=pass_configs)
-        used.append((key, pass_configs, k))
-        return k
-
-    monkeypatch.setattr(dispatch, "_torch", lambda: _PoisonedTorch())
-    monkeypatch.setattr(dispatch, "_kernel", compile_for_emulator)
-    monkeypatch.setattr(dispatch, "_is_hopper", lambda t: True)
-    monkeypatch.setattr(dispatch, "_shared_bytes", lambda t: 232448)
-    monkeypatch.setattr(dispatch, "_sm_count", lambda t: BLOCKS)
-    monkeypatch.setattr(dispatch, "PERSISTENT", True)
-    dispatch.forget_plans()
-    yield used
-    dispatch.forget_plans()
+    yield from persistent_on_cpu(monkeypatch)
 
 
 @pytest.fixture(params=CANDIDATES)
@@ -124,14 +106,8 @@ def test_every_item_runs_once_on_the_interpreter(monkeypatch, order, blocks):
     """The tile interpreter, 2 batches x 3 heads x 4 query blocks = 24 items on grids of 2 to 13
     blocks (full rounds odd and even, remainders 0 to 4, one grid with fewer rounds than items per
     head): every output row right (none left poisoned)."""
-    monkeypatch.setattr(dispatch, "_torch", lambda: _PoisonedTorch())
-    monkeypatch.setattr(dispatch, "_kernel", lambda key, build, _t, pass_configs=None:
-                        tilewright.compile(build(), target="interpret", pass_configs=pass_configs))
-    monkeypatch.setattr(dispatch, "_is_hopper", lambda t: True)
-    monkeypatch.setattr(dispatch, "_shared_bytes", lambda t: 232448)
-    monkeypatch.setattr(dispatch, "_sm_count", lambda t: blocks)
-    monkeypatch.setattr(dispatch, "PERSISTENT", True)
-    dispatch.forget_plans()
+    setup = persistent_on_cpu(monkeypatch, blocks, target="interpret", backend=None)
+    next(setup)
     try:
         g = torch.Generator().manual_seed(53 + blocks)
         q, k, v = _rand(g, 2, 3, 500, 64), _rand(g, 2, 3, 430, 64), _rand(g, 2, 3, 430, 64)
@@ -140,7 +116,7 @@ def test_every_item_runs_once_on_the_interpreter(monkeypatch, order, blocks):
         _close(out, want)
         _close_lse(lse, want_lse)
     finally:
-        dispatch.forget_plans()
+        setup.close()  # forgets the plans
 
 
 def test_an_unknown_order_is_refused():

@@ -24,26 +24,34 @@ SM90A = "cuda -arch=sm_90a"
 BLOCKS = 3  # the persistent grid in these tests: a few blocks, each with several items
 
 
-@pytest.fixture
-def persistent(monkeypatch):
-    """ops.attention as on an H200 with the persistent kernel on and ``BLOCKS`` multiprocessors; the
-    kernels used are recorded."""
+def persistent_on_cpu(monkeypatch, blocks=BLOCKS, target=SM90A, backend="emulator"):
+    """ops.attention as on an H200 with the persistent kernel on and ``blocks`` multiprocessors, its
+    kernels compiled for ``target`` and run on the CPU (the emulator, or the tile interpreter with
+    ``target="interpret", backend=None``), outputs poisoned; yields the list of kernels used (key,
+    pass configs, kernel).  Shared with test_s8_attn2_persistent_order.py."""
     used = []
 
-    def compile_for_emulator(key, build, _target, pass_configs=None):
-        k = tilewright.compile(build(), target=SM90A, execution_backend="emulator", pass_configs=pass_configs)
+    def compile_on_cpu(key, build, _target, pass_configs=None):
+        k = tilewright.compile(build(), target=target, execution_backend=backend, pass_configs=pass_configs)
         used.append((key, pass_configs, k))
         return k
 
     monkeypatch.setattr(dispatch, "_torch", lambda: _PoisonedTorch())
-    monkeypatch.setattr(dispatch, "_kernel", compile_for_emulator)
+    monkeypatch.setattr(dispatch, "_kernel", compile_on_cpu)
     monkeypatch.setattr(dispatch, "_is_hopper", lambda t: True)
     monkeypatch.setattr(dispatch, "_shared_bytes", lambda t: 232448)
-    monkeypatch.setattr(dispatch, "_sm_count", lambda t: BLOCKS)
+    monkeypatch.setattr(dispatch, "_sm_count", lambda t: blocks)
     monkeypatch.setattr(dispatch, "PERSISTENT", True)
     dispatch.forget_plans()
-    yield used
-    dispatch.forget_plans()
+    try:
+        yield used
+    finally:
+        dispatch.forget_plans()
+
+
+@pytest.fixture
+def persistent(monkeypatch):
+    yield from persistent_on_cpu(monkeypatch)
 
 
 def _persistent_kernel(used):

@@ -88,7 +88,7 @@ from ..ir.visitor import free_vars, loads_in, map_stmt, walk
 from .attention_overlap import _touches, _writes, attention_overlap
 from .pipeline_loops import _buffers_touched_outside, _flatten, _restage, tma_eligible
 from .warp_specialize import hoisted_alloc, ws_enabled
-from .warp_specialize_persistent_loop import match_persistent, prologue_slots, specialize_persistent
+from .warp_specialize_persistent_loop import consumer_steps, match_persistent, prologue_slots, specialize_persistent
 
 OPTION = "tw.warp_specialize"
 PINGPONG = "tw.pingpong"
@@ -313,20 +313,7 @@ def _specialize(kernel: t.Kernel, func, m: _Match, regs, pingpong: bool = False)
         return _restage(_restage(t.SeqStmt([s]), once, 0), ringed, index)
 
     # consumers: the body with waits where the loads were and arrivals after each ring's last use
-    body = _flatten(loop.body)
-    last_use = {}
-    for i, s in enumerate(body):
-        for buf in _touches(s) & set(empty):
-            last_use[buf] = i
-    cbody = []
-    for i, s in enumerate(body):
-        if s in m.ring_copies:
-            cbody.append(th.MbarrierWait(full[s.dst.buffer], slot, round_ % 2, loc=s.loc))
-        else:
-            cbody.append(restage(s, slot))
-        for buf in empty:
-            if last_use.get(buf, -1) == i or (buf not in last_use and s in m.ring_copies and s.dst.buffer is buf):
-                cbody.append(th.MbarrierArrive(empty[buf], slot, loc=s.loc))
+    cbody = consumer_steps(_flatten(loop.body), m.ring_copies, list(empty), full, empty, slot, round_, restage)
     turns_before, turns_after = [], []
     if pingpong:
         cbody, turns_before, turns_after = _take_turns(kernel, cbody, loc)

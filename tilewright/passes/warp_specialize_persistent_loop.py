@@ -159,22 +159,7 @@ def specialize_persistent(kernel: t.Kernel, func, m, regs, pingpong: bool, q_slo
                              dict(outer.attrs))]
 
     # consumers: the loop body with waits where the loads were and arrivals after each ring's last use
-    from .attention_overlap import _touches
-
-    body = _flatten(loop.body)
-    last_use = {}
-    for i, s in enumerate(body):
-        for buf in _touches(s) & set(ringed):
-            last_use[buf] = i
-    cbody = []
-    for i, s in enumerate(body):
-        if s in m.ring_copies:
-            cbody.append(th.MbarrierWait(full[s.dst.buffer], slot, round_ % 2, loc=s.loc))
-        else:
-            cbody.append(restage(s, slot))
-        for buf in ringed:
-            if last_use.get(buf, -1) == i or (buf not in last_use and s in m.ring_copies and s.dst.buffer is buf):
-                cbody.append(th.MbarrierArrive(empty[buf], slot, loc=s.loc))
+    cbody = consumer_steps(_flatten(loop.body), m.ring_copies, ringed, full, empty, slot, round_, restage)
     turns_before, turns_after = [], []
     if pingpong:
         cbody, turns_before, turns_after = take_turns(kernel, cbody, loc)
@@ -216,3 +201,25 @@ def specialize_persistent(kernel: t.Kernel, func, m, regs, pingpong: bool, q_slo
     return t.Kernel(kernel.grid, (consumers + PRODUCER_THREADS,), kernel.block_vars, t.SeqStmt(new_body),
                     kernel.loc, attrs)
 
+
+def consumer_steps(body: list, ring_copies, released, full: dict, empty: dict, slot, round_, restage) -> list:
+    """The consumers' key-loop body (shared with ``warp_specialize_loop``'s plain form): each ring
+    copy becomes a wait on its slot's ``full`` barrier, every other statement is restaged onto the
+    slot, and after the last statement touching a ring buffer of ``released`` (or its copy, where
+    nothing reads it) comes the arrival on that ring's ``empty`` barrier."""
+    from .attention_overlap import _touches
+
+    last_use = {}
+    for i, s in enumerate(body):
+        for buf in _touches(s) & set(released):
+            last_use[buf] = i
+    out = []
+    for i, s in enumerate(body):
+        if s in ring_copies:
+            out.append(th.MbarrierWait(full[s.dst.buffer], slot, round_ % 2, loc=s.loc))
+        else:
+            out.append(restage(s, slot))
+        for buf in released:
+            if last_use.get(buf, -1) == i or (buf not in last_use and s in ring_copies and s.dst.buffer is buf):
+                out.append(th.MbarrierArrive(empty[buf], slot, loc=s.loc))
+    return out
