@@ -91,14 +91,9 @@ def test_dense_persistent(persistent, B, H, Hkv, Sq, Sk, D, causal, dtype):
     _persistent_kernel(persistent)
 
 
-@pytest.mark.parametrize("causal", [False, True])
-def test_varlen_persistent(persistent, causal):
-    """Packed sequences, one of them empty: items whose key loops have 0, 1 and 2 steps follow one
-    another in a block (the ring position is a running count)."""
-    g = torch.Generator().manual_seed(40 + causal)
-    lens_q, lens_k = [70, 0, 140, 200], [90, 30, 250, 0]
-    q, k, v, cu_q, cu_k = _varlen_case(g, lens_q, lens_k, 2, 1, 64)
-    out, lse = ops.attention(q, k, v, causal=causal, return_lse=True, cu_seqlens_q=cu_q, cu_seqlens_k=cu_k)
+def check_varlen(q, k, v, cu_q, cu_k, lens_q, out, lse, causal):
+    """Each packed sequence's rows of ``out`` / ``lse`` against float64 (no row left poisoned).
+    Shared with test_s8_attn2_persistent_order.py."""
     assert not out.isnan().any()
     for b in range(len(lens_q)):
         qs, ks = slice(int(cu_q[b]), int(cu_q[b + 1])), slice(int(cu_k[b]), int(cu_k[b + 1]))
@@ -107,6 +102,17 @@ def test_varlen_persistent(persistent, causal):
                                        v[ks].transpose(0, 1)[None], causal)
             _close(out[qs], want[0].transpose(0, 1))
             _close_lse(lse[:, qs], want_lse[0])
+
+
+@pytest.mark.parametrize("causal", [False, True])
+def test_varlen_persistent(persistent, causal):
+    """Packed sequences, one of them empty: items whose key loops have 0, 1 and 2 steps follow one
+    another in a block (the ring position is a running count)."""
+    g = torch.Generator().manual_seed(40 + causal)
+    lens_q, lens_k = [70, 0, 140, 200], [90, 30, 250, 0]
+    q, k, v, cu_q, cu_k = _varlen_case(g, lens_q, lens_k, 2, 1, 64)
+    out, lse = ops.attention(q, k, v, causal=causal, return_lse=True, cu_seqlens_q=cu_q, cu_seqlens_k=cu_k)
+    check_varlen(q, k, v, cu_q, cu_k, lens_q, out, lse, causal)
     _persistent_kernel(persistent)
 
 
