@@ -394,3 +394,7 @@ TEMPLATES.update({t.name: t for t in NEW})
 from .templates_s8 import S8  # noqa: E402 - session 8: user layouts, vectorized loops, fp8, views, tile atomics
 
 TEMPLATES.update({t.name: t for t in S8})
+
+from .templates_s9 import S9  # noqa: E402 - session 8 features: clusters, var inits under WS, T.Persistent
+
+TEMPLATES.update({t.name: t for t in S9})
