@@ -19,7 +19,7 @@ def main(argv=None) -> int:
     p.add_argument("--templates", default="",
                    help=f"comma-separated subset of {', '.join(TEMPLATES)}; 'new' = those of templates_new.py, "
                    "'s8' = those of templates_s8.py, "
-                   "'s9' = those of templates_s9.py")
+                   "'s9' = those of templates_s9.py, 'ops' = those of ops_cases.py")
     p.add_argument("--out", default="fuzz-findings", help="folder for shrunk repro scripts")
     p.add_argument("--no-shrink", action="store_true")
     p.add_argument("--time-limit", type=float, default=0, help="start no new case after this many seconds")
@@ -27,9 +27,11 @@ def main(argv=None) -> int:
     backends = [b for b in a.backends.split(",") if b] + (["gpu"] if a.gpu else [])
     from .templates_new import NEW
     from .templates_s8 import S8
+    from .ops_cases import OPS
     from .templates_s9 import S9
 
-    groups = {"new": [x.name for x in NEW], "s8": [x.name for x in S8], "s9": [x.name for x in S9]}
+    groups = {"new": [x.name for x in NEW], "s8": [x.name for x in S8], "s9": [x.name for x in S9],
+              "ops": [x.name for x in OPS]}
     names = [t for t in a.templates.split(",") if t]
     templates = [n for t in names for n in groups.get(t, [t])] or None
     unknown = [t for t in templates or () if t not in TEMPLATES]
