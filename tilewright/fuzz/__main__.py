@@ -25,9 +25,9 @@ def main(argv=None) -> int:
     p.add_argument("--time-limit", type=float, default=0, help="start no new case after this many seconds")
     a = p.parse_args(argv)
     backends = [b for b in a.backends.split(",") if b] + (["gpu"] if a.gpu else [])
+    from .ops_cases import OPS
     from .templates_new import NEW
     from .templates_s8 import S8
-    from .ops_cases import OPS
     from .templates_s9 import S9
 
     groups = {"new": [x.name for x in NEW], "s8": [x.name for x in S8], "s9": [x.name for x in S9],

@@ -104,7 +104,8 @@ def _draw_cluster_gemm(rng):
             "stages": int(rng.integers(1, 5)), "threads": 128 if bm * bn <= 64 * 64 else int(rng.choice((128, 256))),
             "trans_a": bool(rng.random() < 0.2), "trans_b": bool(rng.random() < 0.4),
             "dtype": str(rng.choice(("float16", "bfloat16"))), "out": str(rng.choice(("float32", "in"))),
-            "staged": bool(rng.random() < 0.4), "panel": int(rng.choice((2, 4, 8))), "blocks": int(rng.choice((2, 4, 6))),
+            "staged": bool(rng.random() < 0.4), "panel": int(rng.choice((2, 4, 8))),
+            "blocks": int(rng.choice((2, 4, 6))),
             "bias": bool(rng.random() < 0.5), "act": str(rng.choice(sorted(_ACTS)))}
 
 
