@@ -265,7 +265,8 @@ def _draw_persistent_tiles(rng):
     return {"body": body, "bm": bm, "bn": bn, "bk": int(rng.choice((16, 32))),
             "m": _ragged(rng, bm, 3), "n": _ragged(rng, bn, 3), "k": int(rng.choice((16, 32, 48, 64, 96))),
             "wave": int(rng.integers(1, 6)), "stages": int(rng.integers(1, 4)), "threads": int(rng.choice((64, 128))),
-            "dtype": str(rng.choice(("float16", "bfloat16"))), "ws": bool(rng.random() < 0.5)}
+            "dtype": str(rng.choice(("float16", "bfloat16"))), "ws": bool(rng.random() < 0.5),
+            "epi": str(rng.choice(("plain", "var_scale", "let_coords")))}
 
 
 def _make_persistent_tiles(p) -> Case:
@@ -274,24 +275,45 @@ def _make_persistent_tiles(p) -> Case:
     ksteps = -(-K // bk)
     rng = np.random.default_rng(p.get("seed", 0))
     if p["body"] == "gemm":
+        epi = p.get("epi", "plain")
+
         @T.prim_func
         def kernel(A: T.Tensor((M, K), dtype), B: T.Tensor((K, N), dtype), C: T.Tensor((M, N), "float32")):
             with T.Kernel(wave, threads=p["threads"]) as bid:
                 A_s = T.alloc_shared((bm, bk), dtype)
                 B_s = T.alloc_shared((bk, bn), dtype)
                 acc = T.alloc_fragment((bm, bn), "float32")
+                w = T.alloc_var("float32", init=1.0)
                 for ti, tj in T.Persistent([MB, NB], wave, bid):
+                    row = ti * bm  # (a let the producer recomputes, in the let_coords form)
+                    col = tj * bn
+                    if epi == "var_scale":
+                        w = T.cast(ti * 3 + tj + 1, "float32")  # assigned per tile, read by the epilogue
                     T.clear(acc)
                     for k in T.Pipelined(ksteps, num_stages=p["stages"]):
-                        T.copy(A[ti * bm, k * bk], A_s)
-                        T.copy(B[k * bk, tj * bn], B_s)
+                        if epi == "let_coords":
+                            T.copy(A[row, k * bk], A_s)
+                            T.copy(B[k * bk, col], B_s)
+                        else:
+                            T.copy(A[ti * bm, k * bk], A_s)
+                            T.copy(B[k * bk, tj * bn], B_s)
                         T.gemm(A_s, B_s, acc)
-                    T.copy(acc, C[ti * bm, tj * bn])
+                    if epi == "var_scale":
+                        for i, j in T.Parallel(bm, bn):
+                            if ti * bm + i < M and tj * bn + j < N:
+                                C[ti * bm + i, tj * bn + j] = acc[i, j] * w
+                    else:
+                        T.copy(acc, C[ti * bm, tj * bn])
 
         a, b = _rand(rng, (M, K), dtype), _rand(rng, (K, N), dtype)
+        want = _f64(a) @ _f64(b)
+        if epi == "var_scale":
+            ti, tj = np.meshgrid(np.arange(M) // bm, np.arange(N) // bn, indexing="ij")
+            want = want * (ti * 3 + tj + 1)
         rtol, atol = _gemm_tol(dtype, "float32", K)
-        return Case("persistent_tiles", p, kernel, [a, b, _poison((M, N), "float32")], {2: _f64(a) @ _f64(b)},
-                    rtol, atol, pass_configs={"tw.warp_specialize": p["ws"]})
+        return Case("persistent_tiles", p, kernel, [a, b, _poison((M, N), "float32")], {2: want},
+                    rtol, atol * (3 * MB + NB if epi == "var_scale" else 1),
+                    pass_configs={"tw.warp_specialize": p["ws"]})
 
     @T.prim_func
     def rowsum(A: T.Tensor((M, N), dtype), S: T.Tensor((M, NB), "float32")):
