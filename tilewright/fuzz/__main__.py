@@ -23,6 +23,7 @@ def main(argv=None) -> int:
     p.add_argument("--out", default="fuzz-findings", help="folder for shrunk repro scripts")
     p.add_argument("--no-shrink", action="store_true")
     p.add_argument("--time-limit", type=float, default=0, help="start no new case after this many seconds")
+    p.add_argument("--round-robin", action="store_true", help="take the templates in turn instead of at random")
     a = p.parse_args(argv)
     backends = [b for b in a.backends.split(",") if b] + (["gpu"] if a.gpu else [])
     from .ops_cases import OPS
@@ -38,7 +39,7 @@ def main(argv=None) -> int:
     if unknown:
         p.error(f"unknown templates {unknown}; choose from {', '.join(TEMPLATES)}")
     report = fuzz(a.cases, a.seed, backends, templates, a.out, 0 if a.no_shrink else 30,
-                  log=lambda s: print(s, flush=True), time_limit=a.time_limit)
+                  log=lambda s: print(s, flush=True), time_limit=a.time_limit, round_robin=a.round_robin)
     print(report.table())
     print(f"{report.cases} cases, {report.runs} runs, {len(report.findings)} findings in {report.seconds:.0f} s")
     return 1 if report.findings else 0

@@ -10,8 +10,8 @@ call's metadata is a wrong answer there.
 
 - ``ops_matmul``: random shapes (1, primes, ragged), transposes as strides (``w.t()``), bias and
   activation, fp16/bf16 in, the input dtype or fp32 out; the configuration forced to one of
-  ``ops/gemm_configs.candidates()`` (or the heuristic's), split-K, stream-K, persistent and clusters
-  included, with a small SM count so that the persistent grids stay small.
+  ``ops/gemm_configs.candidates()`` of the shape or of a large shape (split-K, stream-K, persistent
+  and clusters included), with a small SM count so that the persistent grids stay small.
 - ``ops_attention``: dense (MHA/GQA/MQA, causal or not, ragged lengths), flash-attn layout
   (``transpose(1, 2)`` views), varlen packed sequences (an empty one included), a padded KV cache
   with ``num_splits``, decoding (one query token) with random split counts, the LSE; on sm_90a the
@@ -131,6 +131,7 @@ def _ragged(rng, most):
 
 
 # ---------------------------------------------------------------- ops.matmul
+HINTS = (None, (4096, 4096, 4096), (128, 8192, 8192), (2000, 3000, 1000))
 CHANGES = ("same", "data", "stride", "dtype", "shape", "option", "offset")
 
 
@@ -141,6 +142,7 @@ def _draw_matmul(rng):
             "ta": bool(rng.random() < 0.3), "tb": bool(rng.random() < 0.5), "bias": bool(rng.random() < 0.5),
             "act": str(rng.choice(sorted(ACTS))), "out32": bool(rng.random() < 0.5),
             "cand": int(rng.integers(0, 1000)), "sms": int(rng.choice((2, 3, 4, 8))),
+            "hint": int(rng.choice((0, 0, 1, 2, 3))),
             "change": str(rng.choice(CHANGES))}
 
 
@@ -154,7 +156,11 @@ def _make_matmul(p) -> Case:
         if arch is None:  # the local GPU: what ops plans for it
             arch = dispatch._arch_of(torch.empty(0, device=device))[0]
         smem = SMEM.get(backend, gemm_configs.H200_SHARED_BYTES)
-        cands = gemm_configs.candidates(p["m"], p["n"], p["k"], p["dtype"], arch, p["sms"], smem)
+        # the candidates of this shape, or of a large one (clusters, persistent, stream-K, split-K
+        # configurations), forced on this small one
+        shape = HINTS[p.get("hint", 0)] or (p["m"], p["n"], p["k"])
+        cands = gemm_configs.candidates(*shape, p["dtype"], arch, p["sms"] if shape == (p["m"], p["n"], p["k"])
+                                        else 132, smem)
         cfg = cands[p["cand"] % len(cands)]
         if arch == "sm_80" and cfg.kind in ("persistent", "streamk"):
             cfg = cands[0]
