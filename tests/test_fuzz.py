@@ -11,13 +11,15 @@ import sys
 import numpy as np
 
 from tilewright.fuzz import fuzz
+from tilewright.fuzz.ops_cases import OPS
 from tilewright.fuzz.runner import judge, run_case
 from tilewright.fuzz.templates import TEMPLATES
 from tilewright.fuzz.templates_new import NEW
 
-# the newest templates have their own quick test (test_fuzz_new.py), which keeps out the draws of
-# two known, xfail-pinned compiler bugs; the long runs (python -m tilewright.fuzz) include them
-FIRST = [t for t in TEMPLATES if t not in {n.name for n in NEW}]
+# the templates of templates_new.py have their own quick test (test_fuzz_new.py), which keeps out the
+# draws of two known, xfail-pinned compiler bugs, and the op-level ones (ops_cases.py: seconds per
+# case) theirs with small sizes (test_fuzz_s9.py); the long runs (python -m tilewright.fuzz) include them
+FIRST = [t for t in TEMPLATES if t not in {n.name for n in (*NEW, *OPS)}]
 
 
 def test_quick_seeded_fuzz_finds_nothing(tmp_path):

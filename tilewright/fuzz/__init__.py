@@ -30,7 +30,7 @@ class Report:
     seconds: float = 0.0
 
     def table(self) -> str:
-        statuses = ("ok", "refused", "wrong", "internal", "crash")
+        statuses = ("ok", "refused", "skipped", "wrong", "internal", "crash")
         lines = ["| template | backend | " + " | ".join(statuses) + " |", "|---|---|" + "---|" * len(statuses)]
         keys = sorted({(t, b) for t, b, _ in self.counts})
         for t, b in keys:

@@ -10,9 +10,10 @@ GPU, via torch tensors).  Outcomes:
   but never a wrong answer);
 - ``wrong``: an output differs from the reference, or was not written;
 - ``internal``: an ``InternalError`` (a compiler bug);
-- ``crash``: any other exception (an emulator, interpreter or runtime bug).
+- ``crash``: any other exception (an emulator, interpreter or runtime bug);
+- ``skipped``: the case does not run on this backend (an op-level case, ``Case.backends``).
 
-Only ``ok`` and ``refused`` are acceptable; the others are findings.
+Only ``ok``, ``refused`` and ``skipped`` are acceptable; the others are findings.
 """
 
 from __future__ import annotations
@@ -24,7 +25,7 @@ import numpy as np
 
 from ..errors import CompileError, InternalError
 
-ACCEPTABLE = ("ok", "refused")
+ACCEPTABLE = ("ok", "refused", "skipped")
 
 
 @dataclass
@@ -48,6 +49,10 @@ def backend_args(backend: str) -> dict:
 def run_case(case, backend: str) -> Outcome:
     from ..compiler import compile as tw_compile
 
+    if case.backends is not None and backend not in case.backends:
+        return Outcome("skipped", f"runs on {', '.join(case.backends)} only")
+    if case.call is not None:
+        return _run_call(case, backend)
     chain = case.chain or [(case.func, list(range(len(case.args))), case.pass_configs)]
     kernels = []
     try:
@@ -72,6 +77,21 @@ def run_case(case, backend: str) -> Outcome:
     except CompileError as e:
         return _refusal(e)
     except Exception as e:  # noqa: BLE001
+        return Outcome("crash", _last_line(e))
+    return judge(case, results)
+
+
+def _run_call(case, backend: str) -> Outcome:
+    """An op-level case: ``case.call(backend)`` compiles, runs and returns the results."""
+    try:
+        results = case.call(backend)
+    except ImportError as e:  # (torch missing)
+        return Outcome("skipped", f"needs {e.name}")
+    except InternalError as e:
+        return Outcome("internal", str(e).strip().splitlines()[0])
+    except CompileError as e:
+        return _refusal(e)
+    except Exception as e:  # noqa: BLE001 - an ArgumentError of a valid call is a finding too
         return Outcome("crash", _last_line(e))
     return judge(case, results)
 

@@ -33,6 +33,10 @@ class Case:
     # kernels run one after another on the same argument list (a library op of several passes):
     # (prim_func, indices into ``args`` that it takes, pass_configs); ``func`` is then the first
     chain: list | None = None
+    # an op-level case (ops_cases.py): ``call(backend)`` runs it and returns the results, indexed as
+    # ``args`` (``func`` is then None); ``backends``: the only backends it runs on (others: skipped)
+    call: object = None
+    backends: tuple | None = None
 
 
 @dataclass(frozen=True)
@@ -394,3 +398,11 @@ TEMPLATES.update({t.name: t for t in NEW})
 from .templates_s8 import S8  # noqa: E402 - session 8: user layouts, vectorized loops, fp8, views, tile atomics
 
 TEMPLATES.update({t.name: t for t in S8})
+
+from .templates_s9 import S9  # noqa: E402 - session 8 features: clusters, var inits under WS, T.Persistent
+
+TEMPLATES.update({t.name: t for t in S9})
+
+from .ops_cases import OPS  # noqa: E402 - ops.matmul / ops.attention called twice, against float64
+
+TEMPLATES.update({t.name: t for t in OPS})

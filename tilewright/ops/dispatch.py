@@ -96,10 +96,16 @@ _archs: dict = {}  # torch device -> (arch, SM count, name)
 def _operand(name: str, t):
     """(tensor to pass, transposed?): a row-major matrix, or the transpose of a row-major one."""
     if t.stride(-1) == 1 and t.stride(0) == t.shape[1]:
-        return t, False
+        return _aligned(t), False
     if t.stride(0) == 1 and t.stride(1) == t.shape[0]:
-        return t.t(), True
+        return _aligned(t.t()), True
     return t.contiguous(), False
+
+
+def _aligned(t):
+    """``t`` (contiguous), or a copy of it when its start is off a 16-byte boundary (a slice, a storage
+    offset): the kernels load vectors, and the launcher refuses such a start on a GPU."""
+    return t.clone() if t.data_ptr() & 15 else t
 
 
 def _arch_of(t) -> tuple[str, int, str]:
@@ -286,7 +292,8 @@ class _MatmulRun:
         return True
 
     def __call__(self, av, bv, bias, out) -> None:
-        bias_arg = self.bias_stub if bias is None else bias.contiguous()
+        av, bv = _aligned(av), _aligned(bv)  # (the plan's key has the strides, not the start's alignment)
+        bias_arg = self.bias_stub if bias is None else _aligned(bias.contiguous())
         if self.second is None:
             self.first(av, bv, bias_arg, out)
             return
@@ -432,9 +439,9 @@ def _launch_matmul(cfg, av, bv, ta, tb, bias, activation, out, arch, num_sms):
 def _run_matmul(plan, cfg, av, bv, ta, tb, bias, out):
     torch = _torch()
     if plan[0] == "direct":
-        plan[1](av, bv, bias.contiguous() if bias is not None else _placeholder(av.dtype, av.device), out)
+        plan[1](av, bv, _aligned(bias.contiguous()) if bias is not None else _placeholder(av.dtype, av.device), out)
         return
-    bias_arg = bias.contiguous() if bias is not None else _placeholder(torch.float32, av.device)
+    bias_arg = _aligned(bias.contiguous()) if bias is not None else _placeholder(torch.float32, av.device)
     if plan[0] == "persistent":
         plan[1](av, bv, bias_arg, out)
         return

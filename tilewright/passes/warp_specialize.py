@@ -10,6 +10,10 @@ Applies to a kernel whose top-level statements contain one ``T.Pipelined`` loop 
 >= 1) whose body is global -> shared tile copies that TMA can do (``tma_eligible``) followed by one
 ``T.gemm`` reading exactly those shared buffers, which nothing outside the loop touches, in a
 kernel that never reads the thread index itself and whose thread count is whole warpgroups.
+The K loop's bounds and the copies' coordinates must be what the producer can compute: the loop
+variable, parameters, block indices, global tensors the kernel never writes and never-assigned
+``T.alloc_var`` scalars initialised from those (a scalar the program assigns before the loop is
+left to ``warp_specialize_loop``, whose producer recomputes such a prelude).
 The *persistent form* is accepted too: no top-level pipelined loop, but one top-level serial
 *tile loop* whose body holds that ``T.Pipelined`` K loop among its top-level statements (the
 statements before it: index math, ``T.clear``; after it: the epilogue, the copy-out).  Then the
@@ -183,10 +187,13 @@ def _match(kernel: t.Kernel, func):
     invariant = set(func.params) | set(func.dyn_vars) | set(kernel.block_vars)
     lets = []  # the scalars the producer recomputes (persistent form only)
     if tiles is None:
-        for c in copies:
-            for st in c.src.starts:
-                if free_vars(st) - {loop.var} - invariant:
-                    return None
+        # the producer runs only the K loop: its bounds and the copies' coordinates may read the
+        # loop variable, parameters, block indices, read-only global tensors and variables whose
+        # initial value moves up with them (hoisted_alloc) and that nothing assigns; not a variable
+        # the program assigns before the loop (the producer would read it unassigned)
+        computable = _producer_computable(kernel, func, top, invariant | {loop.var})
+        if not all(computable(x) for x in (loop.start, loop.extent, *(st for c in copies for st in c.src.starts))):
+            return None
     else:
         # the producer runs the tile loop too: everything its TMA coordinates and trip counts read
         # must be pure scalar arithmetic it can recompute (lets before the K loop, duplicated);
@@ -216,6 +223,26 @@ def _match(kernel: t.Kernel, func):
     if ring & _buffers_touched_outside(func.body, loop):
         return None
     return loop, copies, gemm, top, tiles, lets
+
+
+def _producer_computable(kernel: t.Kernel, func, top: list, known: set):
+    """A test of whether an expression reads only what the producer knows: the variables ``known``,
+    global tensors the kernel never writes, and ``T.alloc_var`` scalars never assigned whose initial
+    value is itself of that kind (``hoisted_alloc`` moves those up, where every thread sees them)."""
+    written: set = set()
+    walk(kernel.body, lambda x: written.update(b for b, w in _buffers_touched_shallow(x) if w))
+    readable: set = set()
+
+    def computable(e) -> bool:
+        e = E.as_expr(e)
+        return not (free_vars(e) - known) and all(
+            ld.buffer not in written and (ld.buffer.scope == "global" or ld.buffer in readable) for ld in loads_in(e))
+
+    for s in top:  # (in program order: an initial value may read a scalar declared before it)
+        if isinstance(s, t.Alloc) and s.buffer.scope == "var" and s.init is not None and s.buffer not in written \
+                and computable(s.init):
+            readable.add(s.buffer)
+    return computable
 
 
 def _two_phase(extent, var, invariant):

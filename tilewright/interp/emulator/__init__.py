@@ -199,9 +199,15 @@ def _differs_between_blocks(e) -> bool:
     return bool(loads_in(e)) or any(v.kind not in ("dyn", "param") for v in free_vars(e))
 
 
+# the statements lockstep mode needs every lane of a batch to reach together (an async-copy wait; the
+# mbarrier-guarded TMA pipeline: a persistent tile loop whose last round some blocks of a batch skip)
+_BATCH_UNIFORM = (th.AsyncWait, th.MbarrierInit, th.MbarrierWait, th.TmaLoad, th.TmaStore, th.TmaStoreCommit,
+                  th.TmaStoreWait)
+
+
 def _waits_async(s) -> bool:
     found = []
-    walk(s, lambda x: found.append(x) if isinstance(x, th.AsyncWait) else None)
+    walk(s, lambda x: found.append(x) if isinstance(x, _BATCH_UNIFORM) else None)
     return bool(found)
 
 
