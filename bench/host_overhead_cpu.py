@@ -156,6 +156,9 @@ ops_calls = [
     ("ops.matmul 256^3", lambda: ops.matmul(ga, gb)),
     ("ops.attention prefill causal 8 heads 128x64", lambda: ops.attention(qp, kp, kp, causal=True)),
     ("ops.attention decode GQA 32/8 kv 512", lambda: ops.attention(q, kv, kv)),
+    ("ops.attention decode num_splits=1", lambda: ops.attention(q, kv, kv, num_splits=1)),
+    ("ops.attention decode return_lse=True", lambda: ops.attention(q, kv, kv, return_lse=True)),
+    ("ops.attention prefill return_lse=True", lambda: ops.attention(qp, kp, kp, causal=True, return_lse=True)),
 ]
 for _, call in ops_calls:
     call()  # compile (interpreter, and the sm_90a twins) and run once for real
