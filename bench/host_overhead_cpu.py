@@ -60,6 +60,7 @@ def scale_rows(X: T.Tensor((M, 256), "float16"), Y: T.Tensor((M, 256), "float16"
             Y[bx * 4 + i, j] = X[bx * 4 + i, j] * s
 
 k = tilewright.compile(add, target="cuda -arch=sm_90")
+k2 = tilewright.compile(add, out_idx=[-1], target="cuda -arch=sm_90")
 kd = tilewright.compile(scale_rows, target="cuda -arch=sm_90")
 # ops.* dispatch: the ops run on CPU tensors (so they compile their kernels for the interpreter);
 # each such kernel also gets a CUDA twin, the same kernel compiled for sm_90a (in the compile-only
@@ -156,6 +157,9 @@ ops_calls = [
     ("ops.matmul 256^3", lambda: ops.matmul(ga, gb)),
     ("ops.attention prefill causal 8 heads 128x64", lambda: ops.attention(qp, kp, kp, causal=True)),
     ("ops.attention decode GQA 32/8 kv 512", lambda: ops.attention(q, kv, kv)),
+    ("ops.attention decode num_splits=1", lambda: ops.attention(q, kv, kv, num_splits=1)),
+    ("ops.attention decode return_lse=True", lambda: ops.attention(q, kv, kv, return_lse=True)),
+    ("ops.attention prefill return_lse=True", lambda: ops.attention(qp, kp, kp, causal=True, return_lse=True)),
 ]
 for _, call in ops_calls:
     call()  # compile (interpreter, and the sm_90a twins) and run once for real
@@ -164,6 +168,18 @@ for _mod in (ops_dispatch, ops_rows, ops_attention):
 if COMPILE_ONLY:
     sys.exit(0)
 a, b, c = (fake(torch.randn(1024)) for _ in range(3))
+
+
+class CudaOnCpu(torch.Tensor):
+    # says is_cuda (the launcher's check) while its device stays the CPU (where out_idx allocates)
+    __torch_function__ = torch._C._disabled_torch_function_impl
+    is_cuda = True
+
+    def get_device(self):
+        return 0
+
+
+a2, b2 = (torch.randn(1024).as_subclass(CudaOnCpu) for _ in range(2))
 x, y = fake(torch.randn(64, 256).half()), fake(torch.empty(64, 256).half())
 la = k.launcher
 fn = la.function(0)
@@ -189,7 +205,9 @@ rows = [
     ("current stream lookup (cuda_driver.current_stream)", lambda: cd.current_stream(0)),
     ("Launcher.launch (3 tensors, static shapes)", lambda: la.launch([a, b, c])),
     ("JITKernel.__call__ add (all args)", lambda: k(a, b, c)),
-    # (an out_idx kernel allocates its output on cuda:0, which a CPU build of torch cannot: not here)
+    # (an out_idx kernel allocates its output on its inputs' device: inputs that say is_cuda but
+    # whose device is the CPU, so that a CPU build of torch can allocate it)
+    ("JITKernel.__call__ add (out_idx: output allocated on the CPU)", lambda: k2(a2, b2)),
     ("JITKernel.__call__ dynamic rows + float scalar", lambda: kd(x, y, 0.5)),
 ]
 ra, rb, rc = torch.randn(1024), torch.randn(1024), torch.empty(1024)

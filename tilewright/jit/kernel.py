@@ -42,6 +42,7 @@ class JITKernel:
         self.compile_seconds = 0.0
         self._launcher = None
         self._out_plan = None  # made on the first call that allocates outputs
+        self._makers: dict = {}  # device -> per output (index, its allocation: _output_makers)
         # T.alloc_global workspaces: hidden parameters after the declared ones, allocated by each call
         self.workspace_idx = tuple(i for i, p in enumerate(self.params)
                                  if isinstance(p, t.Buffer) and p.attrs.get("workspace"))
@@ -268,14 +269,26 @@ class JITKernel:
             full = [None] * len(self.params)
             for i, a in zip(in_params, inputs):
                 full[i] = a
-            empty = outputs[0][3].empty
             device = like.device
-            for i, shape, dtype, _ in outputs:
-                # sizes as separate arguments: torch parses them ~0.5 us faster than a tuple
-                full[i] = empty(*shape, dtype=dtype, device=device) if shape else empty(shape, dtype=dtype,
-                                                                                          device=device)
+            makers = self._makers.get(device)
+            if makers is None:
+                makers = self._output_makers(outputs, device)
+            for i, make in makers:
+                full[i] = make()
             return full, self._allocated
         return self._with_outputs_general(inputs, self._allocated), ()
+
+    def _output_makers(self, outputs, device) -> list:
+        """Per output (its index, a function of no arguments making it on ``device``):
+        ``torch.empty_like`` of a template where one is proven (``jit/alloc_template.py``: ~1 us of
+        host time less per output than ``torch.empty`` with keywords), else ``torch.empty``;
+        remembered per device."""
+        from .alloc_template import empty_maker
+
+        makers = [(i, empty_maker(torch, shape, dtype, device)) for i, shape, dtype, torch in outputs]
+        if len(self._makers) < 64:
+            self._makers[device] = makers
+        return makers
 
     def _outputs_plan(self):
         """(input parameter indices, per output (index, static shape, torch dtype, torch) when every

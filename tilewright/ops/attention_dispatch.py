@@ -6,6 +6,7 @@ from __future__ import annotations
 import math
 
 from ..errors import ArgumentError
+from ..jit.alloc_template import empty_maker
 from . import attention_kernels as ak
 from . import decode_kernels
 from .bound_kernel import BoundKernel
@@ -496,8 +497,7 @@ class _DensePlan:
     (``_rows``) start where the given tensors start (a plan is kept only for a signature where they
     do, which the strides decide), so a tensor's own pointer is its view's."""
 
-    __slots__ = ("device", "dummy", "f32", "l_off", "lse_shape", "plan", "q_dense", "scratch", "tail", "torch",
-                 "ws_numel")
+    __slots__ = ("dummy", "l_off", "make_lse", "make_ws", "plan", "q_dense", "scratch", "tail", "torch", "ws_numel")
 
     def run(self, q, k, v, cache_lens, want_lse=True):
         """(out, lse), or None for what the general path handles (a start off a 16-byte boundary);
@@ -511,7 +511,7 @@ class _DensePlan:
         # (cheaper than shape + keywords; a contiguous q, which the plan's key proves, needs no format)
         out = torch.empty_like(q) if self.q_dense else torch.empty_like(q, memory_format=torch.contiguous_format)
         if want_lse:
-            lse = torch.empty(*self.lse_shape, dtype=self.f32, device=self.device)  # (sizes apart: parsed faster)
+            lse = self.make_lse()  # (empty_like of a template: no keywords to parse)
             ep = lse.data_ptr()
         else:
             lse, ep = None, self.scratch
@@ -519,7 +519,7 @@ class _DensePlan:
         if not self.ws_numel:
             plan.fwd.launch_pointers([qp, kp, vp, out.data_ptr(), ep, self.dummy, cp], self.tail)
             return out, lse
-        ws = torch.empty(self.ws_numel, dtype=self.f32, device=self.device)  # the split partials, output then LSE
+        ws = self.make_ws()  # the split partials, output then LSE
         wp = ws.data_ptr()
         lp = wp + self.l_off
         plan.fwd.launch_pointers([qp, kp, vp, wp, lp, self.dummy, cp], self.tail)
@@ -557,8 +557,9 @@ def _remember_dense(key, plan, given, views, out, lse, cache_lens) -> None:
     torch = _torch()
     fast = _DensePlan()
     fast.plan, fast.torch = plan, torch
-    fast.lse_shape = tuple(lse.shape)
-    fast.f32, fast.device = torch.float32, out.device
+    # the allocations of a repeat call (jit/alloc_template.py: ~1 us of host time less each than
+    # torch.empty with keywords); made through the plan's torch (tests that poison it poison these)
+    fast.make_lse = empty_maker(torch, lse.shape, torch.float32, out.device)
     fast.q_dense = given[0].is_contiguous()  # (the key holds q's strides: the same for every call of the plan)
     fast.scratch = _scratch_lse(lse.numel(), out.device)
     fast.dummy = _placeholder(torch.int32, out.device).data_ptr()  # kept alive by dispatch._placeholders
@@ -570,6 +571,7 @@ def _remember_dense(key, plan, given, views, out, lse, cache_lens) -> None:
     else:
         rows = out.numel() // plan.dim
         fast.ws_numel = plan.splits * (out.numel() + rows)
+        fast.make_ws = empty_maker(torch, (fast.ws_numel,), torch.float32, out.device)
         fast.l_off = plan.splits * out.numel() * 4  # a multiple of 64 bytes: the head dim is a multiple of 16
         fast.tail = (nseq,) + plan.head + (plan.o_rows,) + plan.o_strides + (rows, l_rb, l_rh, l_rs)
     _remember_plan(key, fast)

@@ -550,7 +550,7 @@ class _DecodeRun:
     buffer), the split partials and counters from the stream's workspace (``_stream_workspace``),
     the current stream looked up once and one launch.  Everything else is worked out here once."""
 
-    __slots__ = ("dev", "device", "extra", "f32", "fwd", "l_off", "lens", "lse_shape", "n_counters", "numel",
+    __slots__ = ("dev", "device", "extra", "fwd", "l_off", "lens", "make_lse", "n_counters", "numel",
                  "q_dense", "scratch", "split", "tail", "torch")
 
     def __init__(self, plan: _DecodePlan, q, torch):
@@ -559,9 +559,8 @@ class _DecodeRun:
         self.torch = torch  # (the module's at plan time: tests that poison its allocations poison these)
         self.device = q.device
         self.dev = _device_index(q.device)
-        self.f32 = torch.float32
         self.q_dense = q.is_contiguous()  # (the key holds q's strides: the same for every call of the plan)
-        self.lse_shape = tuple(q.shape[:3])
+        self.make_lse = None  # the LSE's allocation, made by the first call that wants the LSE (_lse_maker)
         self.scratch = ad._scratch_lse(plan.rows, q.device)  # never freed: its address stays valid
         self.lens = ad._placeholder(torch.int32, q.device).data_ptr()  # (kept alive by dispatch._placeholders)
         self.split = plan.splits > 1
@@ -569,6 +568,15 @@ class _DecodeRun:
         self.l_off = plan.splits * plan.rows * plan.dim * 4  # the partial LSEs after the partial outputs
         self.n_counters = plan.counters
         self.extra = () if self.split else tuple(t.data_ptr() for t in _dummy(q.device, plan.dim))  # (never freed)
+
+    def _lse_maker(self, q):
+        """The LSE's allocation: ``torch.empty_like`` of a template (jit/alloc_template.py: no
+        keywords to parse per call)."""
+        from ..jit.alloc_template import empty_maker
+
+        torch = self.torch
+        self.make_lse = empty_maker(torch, tuple(q.shape[:3]), torch.float32, self.device)
+        return self.make_lse
 
     def run(self, q, k, v, cache_lens, want_lse=True):
         """(out, lse), lse None unless ``want_lse``; None for what the checked path handles (a start
@@ -581,7 +589,7 @@ class _DecodeRun:
         # (cheaper than shape + keywords; a contiguous q needs no format)
         out = torch.empty_like(q) if self.q_dense else torch.empty_like(q, memory_format=torch.contiguous_format)
         if want_lse:
-            lse = torch.empty(*self.lse_shape, dtype=self.f32, device=self.device)  # (sizes apart: parsed faster)
+            lse = (self.make_lse or self._lse_maker(q))()
             ep = lse.data_ptr()
         else:
             lse, ep = None, self.scratch

@@ -39,16 +39,6 @@ def _row_key(x):
         return None
 
 
-def _dense(x):
-    """``x``, or a copy of it when it is not contiguous or does not start on a 16-byte boundary
-    (so that its pointer may be launched as it is: ``RowLaunch.pointers``)."""
-    if not x.is_contiguous():
-        return x.contiguous()
-    if x.data_ptr() & 15:
-        return x.clone()
-    return x
-
-
 class _RowPlan:
     """What a signature decides: the launch (``RowLaunch``) and the row width.  Outputs are
     ``torch.empty_like`` of the contiguous input (x's dtype and device; measured half the host
@@ -134,16 +124,19 @@ def rms_norm(x, weight, eps: float = 1e-6, residual=None):
 
 def rms_norm_impl(x, weight, eps, residual):
     """(normed, x + residual), or (normed, normed) without a residual."""
-    has_res = residual is not None
-    try:  # (one flat key: _row_key's items of x and weight; an unhashable eps raises in the lookup)
-        key = ("rms_norm", x.__class__, x.dtype, x.dim(), x.shape[-1], x.device, weight.__class__, weight.dtype,
-               weight.dim(), weight.shape[-1], weight.device, eps.__class__, eps)
-        if has_res:
-            key += _row_key(residual) or (None,)
+    try:  # (one flat key: _row_key's items of x, weight and the residual; an unhashable eps raises in the lookup)
+        if residual is None:
+            key = ("rms_norm", x.__class__, x.dtype, x.dim(), x.shape[-1], x.device, weight.__class__, weight.dtype,
+                   weight.dim(), weight.shape[-1], weight.device, eps.__class__, eps)
+        else:
+            key = ("rms_norm+residual", x.__class__, x.dtype, x.dim(), x.shape[-1], x.device, weight.__class__,
+                   weight.dtype, weight.dim(), weight.shape[-1], weight.device, eps.__class__, eps,
+                   residual.__class__, residual.dtype, residual.device)
         plan = _row_plans.get(key)
     except (AttributeError, IndexError, TypeError):
         key = plan = None  # not a tensor, no dimension, an unhashable eps: the checked path explains
-    if plan is None or (has_res and residual.shape != x.shape):
+    # (the residual's rank and last dimension are x's when its whole shape is: compared every call)
+    if plan is None or (residual is not None and residual.shape != x.shape):
         plan = _rms_norm_plan(x, weight, eps, residual)
         if key is not None:
             _remember(key, plan)
@@ -160,16 +153,19 @@ def rms_norm_impl(x, weight, eps, residual):
         wp = w.data_ptr()
     out = plan.empty_like(x)
     rows = x.numel() // plan.n
-    if not has_res:
+    if residual is None:
         if rows:
             op = out.data_ptr()
             plan.launch.pointers([xp, xp, wp, op, op], rows, (x, x, w, out, out))
         return out, out
-    r = _dense(residual)
+    r = residual if residual.is_contiguous() else residual.contiguous()
+    rp = r.data_ptr()
+    if rp & 15:
+        r = r.clone()
+        rp = r.data_ptr()
     res_out = plan.empty_like(x)
     if rows:
-        plan.launch.pointers([xp, r.data_ptr(), wp, out.data_ptr(), res_out.data_ptr()], rows,
-                             (x, r, w, out, res_out))
+        plan.launch.pointers([xp, rp, wp, out.data_ptr(), res_out.data_ptr()], rows, (x, r, w, out, res_out))
     return out, res_out
 
 
@@ -215,11 +211,26 @@ def layer_norm_impl(x, weight, bias, eps):
         plan = _layer_norm_plan(x, weight, bias, eps)
         if key is not None:
             _remember(key, plan)
-    x, w, b = _dense(x), _dense(weight), _dense(bias)
+    if not x.is_contiguous():  # (a copy when not contiguous or off a 16-byte start: RowLaunch.pointers)
+        x = x.contiguous()
+    xp = x.data_ptr()
+    if xp & 15:
+        x = x.clone()
+        xp = x.data_ptr()
+    w = weight if weight.is_contiguous() else weight.contiguous()
+    wp = w.data_ptr()
+    if wp & 15:
+        w = w.clone()
+        wp = w.data_ptr()
+    b = bias if bias.is_contiguous() else bias.contiguous()
+    bp = b.data_ptr()
+    if bp & 15:
+        b = b.clone()
+        bp = b.data_ptr()
     out = plan.empty_like(x)
     rows = x.numel() // plan.n
     if rows:
-        plan.launch.pointers([x.data_ptr(), w.data_ptr(), b.data_ptr(), out.data_ptr()], rows, (x, w, b, out))
+        plan.launch.pointers([xp, wp, bp, out.data_ptr()], rows, (x, w, b, out))
     return out
 
 

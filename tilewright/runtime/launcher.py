@@ -46,6 +46,11 @@ class Launcher:
             from .tensor_maps import TensorMapEncoder
 
             self.tensor_maps = TensorMapEncoder(list(spec.tensor_maps), list(spec.params), spec.func_name)
+        # a kernel whose every parameter is a tensor of static shape: a checked call's values are
+        # its pointers and nothing else of the launch changes, so each device keeps one argument
+        # buffer packed once (``FixedLaunch``) and a launch writes the pointers into it
+        self._all_static = not spec.dyn_vars and all(isinstance(p, t.Buffer) for p in spec.params)
+        self._fixed: dict = {}  # device index -> FixedLaunch, or False where the runtime has none
 
     def launch(self, args: list, stream=None, sync: bool = False, allocated: tuple = ()) -> None:
         """Check ``args`` (one per parameter), evaluate the grid and launch on ``stream`` (default:
@@ -54,8 +59,26 @@ class Launcher:
         device of the first tensor argument (``JITKernel``'s ``out_idx`` outputs): the fast path
         takes their pointers without checking them again (the checked path checks everything)."""
         fast = self._fast_torch_bind(args, allocated)
-        values, dyn, dev = fast if fast is not None else self._checked_bind(args)
+        if fast is None:
+            values, dyn, dev = self._checked_bind(args)
+        else:
+            values, dyn, dev = fast
+            if dyn is _NO_DYN and self._all_static:  # (every value a checked, aligned pointer)
+                fixed = self._fixed.get(dev)
+                if fixed is None:
+                    fixed = self._fixed_launch(values, dev)
+                if fixed is not False:
+                    fixed(values, stream, sync)
+                    return
         self._launch_values(values, dyn, dev, stream, sync)
+
+    def _fixed_launch(self, values: list, dev: int):
+        """The ``FixedLaunch`` of device ``dev`` for a kernel of static tensor parameters only
+        (``values``: one call's pointers), or False where there is none (a runtime without fixed
+        launches, a layout ``FixedArgs`` does not take); remembered per device."""
+        fixed = self.prepare(values, _NO_DYN, dev).fixed(values, len(values)) or False
+        self._fixed[dev] = fixed
+        return fixed
 
     def bind(self, args: list) -> tuple:
         """(argument values: pointers and scalars, symbolic sizes, device index) of ``args``, every
