@@ -221,7 +221,8 @@ def decode_fwd(heads, kv_heads, dim, dtype, has_cache, splits, k_hc, v_hc, block
     fused = splits > 1
     cp_async, flat_merge = "cpasync" in variant, "flatmerge" in variant
     cm = merge_cluster(splits, variant)  # "cmerge": the cluster of splits that merges together (1: none)
-    rpr = block_H // cm  # rows a block of the cluster merges
+    # rows a block of the cluster merges: the block's rows within the group (GQA 4: 4 of its 16), split c ways
+    rpr = -(-min(group, block_H) // cm)
     rounds = splits // cm  # cluster partials per row slice (1: the cluster writes the output)
 
     @T.macro
