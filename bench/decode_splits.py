@@ -10,7 +10,7 @@ of K and V read and as a fraction of the copy bandwidth measured in the same run
 - table 2 (GPU time): the candidate variants against the fixed cost at KV 4k (``TILEWRIGHT_DECODE_VARIANT``,
   ``ops/decode_kernels.VARIANTS``: "flatmerge" = the merge's loads all in flight together, "cmerge" = the
   merge spread over a thread-block cluster of the group's splits, "wave" = as many splits as fit on the GPU
-  at once), and cmerge with 8 and 6 splits forced;
+  at once), and cmerge with 8 and 6 splits forced and with 2 at 4 stages;
 - table 3, GPU time: MQA (32 query heads on one KV head), where the 16-row blocks read each KV head
   twice unless "cover" makes one 32-row block of the group, and the merging block reads every split's
   partial (many splits make a long merge): cmerge spreads it over clusters, "fill" takes one block a SM,
@@ -52,17 +52,18 @@ T1_VARIANTS = ["cmerge"]
 # behind "new" at every length (left out); flatmerge (2 dependent load rounds in the merge instead of 6-9) is not
 # measured yet; cmerge (session 9) spreads the merge over a cluster of the group's splits (4 splits: one cluster of
 # 4, each block merging 4 of the 16 rows, no counter)
-VARIANTS = ["flatmerge", "cmerge", "cmerge,wave"]
-FORCED = [("cmerge", 8), ("cmerge", 6)]  # (variant, num_splits): 8 = one cluster of 8; 6 = 3 clusters of 2
+VARIANTS = ["flatmerge", "cmerge"]  # (cmerge,wave: wave's 6 splits round down to cmerge's 4)
+# (variant, num_splits, config): 8 = one cluster of 8 (512 blocks: more than a wave); 6 = 3 clusters of 2; 2 with
+# 4 stages = 128 blocks, one a SM with 3 tiles in flight, a cluster of 2 merging 2 rows of 2 partials each
+FORCED = [("cmerge", 8, None), ("cmerge", 6, None), ("cmerge", 2, "64,4,128")]
 # table 3 (MQA): (variant, num_splits, config).  The default (two 16-row slices a kv head, 16 groups, 16 splits)
 # reads K/V twice; cover (one 32-row block, 8 groups, 33 splits) reads it once but its merging block reads
 # 33 x 32 rows x 128 x 4 bytes (540 KB) from L2.  cmerge spreads that over clusters of 8 splits (each block merges
 # 4 of the 32 rows of 8 partials, then the last cluster per row slice merges splits / 8 of those); fill takes one
 # block a SM (16 splits with cover: two clusters; 8 without: one cluster, no counter); 4 stages keep 3 tiles a
 # block in flight when a SM holds one block.
-MQA = [(None, None, None), ("flatmerge", None, None), ("cover", None, None), ("cover", 16, None),
-       ("cover,cmerge", None, None), ("cover,cmerge,fill", None, None), ("cover,cmerge,fill", None, "64,4,128"),
-       ("cover,cmerge", 8, "64,4,128"), ("cmerge", None, None), ("cmerge,fill", None, None),
+MQA = [(None, None, None), ("cover", None, None), ("cover,cmerge", None, None), ("cover,cmerge,fill", None, None),
+       ("cover,cmerge,fill", None, "64,4,128"), ("cmerge", None, None), ("cmerge,fill", None, None),
        ("cmerge,fill", None, "64,4,128"), ("cover,flatmerge,fill", None, "64,4,128")]
 
 
@@ -169,7 +170,7 @@ def main() -> None:
           "|---|---|---|---|---|" + "---|" * len(T1_VARIANTS)]
     t2 = [f"Decoding, GPU time in a CUDA graph (two KV caches alternated, no flush, no host time): {head}.", "",
           "| dtype | KV | SDPA | old | new | " + " | ".join(f"new {v}" for v in VARIANTS) + " | "
-          + " | ".join(f"new {v} s={s}" for v, s in FORCED) + " |",
+          + " | ".join(f"new {v} s={s}" + (f" {c}" if c else "") for v, s, c in FORCED) + " |",
           "|---|---|---|---|---|" + "---|" * (len(VARIANTS) + len(FORCED))]
     for dtype in (torch.float16, torch.bfloat16):
         for L in LENS:
@@ -223,8 +224,8 @@ def main() -> None:
             for variant in VARIANTS:
                 use("new", None, variant)
                 row.append(guarded(lambda: checked_graph_rate(ours)))
-            for variant, n in FORCED:
-                use("new", None, variant)
+            for variant, n, config in FORCED:
+                use("new", config, variant)
                 row.append(guarded(lambda n=n: checked_graph_rate(lambda kk=k, vv=v: ours(kk, vv, n))))
             use("new")
             t2.append(f"| {str(dtype)[6:]} | {L} | " + " | ".join(row) + " |")
