@@ -135,3 +135,23 @@ def test_merge_cluster_and_targets():
     assert dk.decode_for_target(cfg, SM80)[4] == ("cover",)
     assert dk.decode_for_target(cfg, "interpret")[4] == ("cover",)
     assert dk.decode_counters(8, 16, ("cmerge",)) == 64 and dk.decode_counters(8, 16, ()) == 8
+
+
+def test_defaults_by_group_and_none(monkeypatch):
+    """With TILEWRIGHT_DECODE_VARIANT unset a plan takes the DEFAULT_VARIANT (and DEFAULT_CONFIG) of its kind
+    (MQA: a group of more than 16 query heads); "none" is the plain kernel; a set variable wins."""
+    monkeypatch.setattr(dk, "DEFAULT_VARIANT", {"mqa": ("cmerge", "cover", "fill"), "gqa": ("cmerge",)})
+    monkeypatch.setattr(dk, "DEFAULT_CONFIG", {("mqa", 128): "64,4,128"})
+    monkeypatch.delenv("TILEWRIGHT_DECODE_VARIANT", raising=False)
+    monkeypatch.delenv("TILEWRIGHT_DECODE_CONFIG", raising=False)
+    assert dk.decode_config(128, 232448, 32) == (32, 64, 4, 128, ("cmerge", "cover", "fill"))
+    assert dk.decode_config(64, 232448, 32) == (32, 64, 4, 128, ("cmerge", "cover", "fill"))  # (d 64's own rule)
+    assert dk.decode_config(128, 232448, 4) == (16, 64, 2, 128, ("cmerge",))
+    assert dk.decode_config(128, 232448, 16) == (16, 64, 2, 128, ("cmerge",))
+    monkeypatch.setenv("TILEWRIGHT_DECODE_VARIANT", "none")
+    assert dk.decode_config(128, 232448, 32) == (16, 64, 2, 128, ())
+    monkeypatch.setenv("TILEWRIGHT_DECODE_VARIANT", "cover")
+    assert dk.decode_config(128, 232448, 32) == (32, 64, 2, 128, ("cover",))
+    monkeypatch.setenv("TILEWRIGHT_DECODE_VARIANT", "cover,bogus")
+    with pytest.raises(ValueError, match="bogus"):
+        dk.decode_config(128, 232448, 32)

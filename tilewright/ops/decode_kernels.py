@@ -77,14 +77,29 @@ VARIANTS = {
 }
 
 
-def decode_variant() -> tuple:
-    """The candidate variants named by ``TILEWRIGHT_DECODE_VARIANT`` (sorted, for kernel cache keys)."""
+# The variants a plan takes when TILEWRIGHT_DECODE_VARIANT is unset, by the query-head group a kv head serves
+# ("mqa": more than 16, more than one 16-row block; "gqa": 16 or fewer, MHA included); "none" selects the plain kernel.
+DEFAULT_VARIANT = {"mqa": (), "gqa": ()}
+# and their configuration by (kind, head dim) ("block_N,stages[,threads]" as TILEWRIGHT_DECODE_CONFIG; none: the
+# rule of decode_config) where neither variable is set
+DEFAULT_CONFIG: dict = {}
+
+
+def _kind(group: int) -> str:
+    return "mqa" if group > 16 else "gqa"
+
+
+def decode_variant(group: int = 1) -> tuple:
+    """The candidate variants named by ``TILEWRIGHT_DECODE_VARIANT`` (sorted, for kernel cache keys); unset: the
+    ``DEFAULT_VARIANT`` of the ``group`` of query heads a kv head serves; "none": no variant."""
     raw = config.get("decode_variant")
-    names = tuple(sorted({x.strip() for x in raw.split(",") if x.strip()})) if raw else ()
+    if not raw:
+        return DEFAULT_VARIANT[_kind(group)]
+    names = tuple(sorted({x.strip() for x in raw.split(",") if x.strip() and x.strip() != "none"}))
     unknown = [n for n in names if n not in VARIANTS]
     if unknown:
         raise ValueError(f"TILEWRIGHT_DECODE_VARIANT={raw!r}: unknown {', '.join(unknown)}; expected a "
-                         f"comma-separated subset of {', '.join(VARIANTS)}")
+                         f"comma-separated subset of {', '.join(VARIANTS)} (or 'none': the plain kernel)")
     return names
 
 
@@ -97,10 +112,11 @@ def decode_config(dim: int, smem: int, group: int = 1) -> tuple:
     (64x2 against 64x3, 32x4, 128x2 and one- or two-warp blocks) at every KV length 4k-16k in fp16
     and bf16, 1-4% ahead of 3 stages (bench/results/2026-12-01-1547-decode-splits-* and -1659-*);
     d 64 and 256 are not measured.  ``TILEWRIGHT_DECODE_CONFIG`` ("block_N,stages[,threads]")
-    overrides it for sweeps (bench/decode_splits.py); the shrinking still applies.  ``variant``:
-    ``decode_variant()`` (candidates, none by default); with "cover", ``block_H`` is the ``group`` of query
-    heads a kv head serves rounded up to 16, at most 64 (32 at d > 128: 64 rows spill there)."""
-    variant = decode_variant()
+    overrides it for sweeps (bench/decode_splits.py); the shrinking still applies; with neither variable set,
+    ``DEFAULT_CONFIG`` does.  ``variant``: ``decode_variant(group)`` (candidates, ``DEFAULT_VARIANT`` by
+    default); with "cover", ``block_H`` is the ``group`` of query heads a kv head serves rounded up to 16, at
+    most 64 (32 at d > 128: 64 rows spill there)."""
+    variant = decode_variant(group)
     bH, bN, stages = 16, 64 if dim <= 128 else 32, 4 if dim <= 64 else 2 if dim <= 128 else 3
     if "cover" in variant:
         bH = max(16, min(64 if dim <= 128 else 32, -(-group // 16) * 16))
@@ -109,6 +125,8 @@ def decode_config(dim: int, smem: int, group: int = 1) -> tuple:
     # takes 2 warps (1 wave)
     threads = 128 if dim % 32 == 0 else 64
     env = config.get("decode_config")  # "block_N,stages[,threads]": sweeps on a GPU (bench/decode_splits.py)
+    if not env and not config.get("decode_variant"):
+        env = DEFAULT_CONFIG.get((_kind(group), dim), "")
     if env:
         try:
             given = [int(x) for x in env.split(",")]
