@@ -155,3 +155,6 @@ def test_defaults_by_group_and_none(monkeypatch):
     monkeypatch.setenv("TILEWRIGHT_DECODE_VARIANT", "cover,bogus")
     with pytest.raises(ValueError, match="bogus"):
         dk.decode_config(128, 232448, 32)
+    monkeypatch.setenv("TILEWRIGHT_DECODE_VARIANT", "ws,cmerge")  # (the emulator finds the cluster barrier stuck)
+    with pytest.raises(ValueError, match="cmerge and ws cannot be combined"):
+        dk.decode_config(128, 232448, 32)

@@ -100,6 +100,9 @@ def decode_variant(group: int = 1) -> tuple:
     if unknown:
         raise ValueError(f"TILEWRIGHT_DECODE_VARIANT={raw!r}: unknown {', '.join(unknown)}; expected a "
                          f"comma-separated subset of {', '.join(VARIANTS)} (or 'none': the plain kernel)")
+    if "cmerge" in names and "ws" in names:  # (the producer warpgroup does not reach the merge's cluster barrier)
+        raise ValueError(f"TILEWRIGHT_DECODE_VARIANT={raw!r}: cmerge and ws cannot be combined (the cluster barrier "
+                         "of cmerge's merge waits for every warp, and ws's producer warps leave the loop early)")
     return names
 
 
