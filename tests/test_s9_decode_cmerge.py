@@ -60,12 +60,15 @@ CASES = [  # B, H, Hkv, S, D, dtype, lens, splits; variant; the cluster
     ((2, 32, 1, 300, 128, torch.float16, [300, 65], 4), "cmerge", 4),          # MQA, two 16-row slices
     ((2, 4, 4, 260, 64, torch.float16, [260, 1], 4), "cmerge", 4),             # MHA: 1 row of 16 in the group
     ((2, 8, 2, 300, 128, torch.bfloat16, [0, 0], 4), "cmerge", 4),             # no keys at all: 0 and -inf
+    ((2, 80, 1, 300, 64, torch.float16, [99, 299], 4), "cmerge,cover", 4),     # 64-row slices, the second partial
+    ((1, 32, 1, 300, 256, torch.float16, [290], 8), "cmerge,cover", 8),        # d 256: 32-key blocks, 32 rows
 ]
 
 
 @needs_nvrtc
 @pytest.mark.parametrize("case, variant, cluster", CASES,
-                         ids=["gqa4-c4", "gqa4-c8", "gqa4-c2x3", "mqa-cover-c8x2", "mqa-slices", "mha", "empty"])
+                         ids=["gqa4-c4", "gqa4-c8", "gqa4-c2x3", "mqa-cover-c8x2", "mqa-slices", "mha", "empty",
+                              "group80-cover", "d256-cover"])
 def test_cmerge_against_float64(emulate, case, variant, cluster):
     built = emulate(SM90, variant)
     _run(*case, seed=hash((variant, case[7], case[4])) % 1000)
