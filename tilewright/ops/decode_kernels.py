@@ -64,9 +64,17 @@ VARIANTS = {
     "ws": "a warp-specialized producer warpgroup issues the TMA loads (tw.warp_specialize)",
     "cover": "block_H covers a group of more than 16 query heads (up to 64 at d <= 128, 32 above), so that "
              "each kv head's keys and values are read once instead of once per 16-row slice (MQA)",
-    # (session 9, MQA: 8 groups of 32 rows need 16-33 splits to fill 132 SMs, and the block that counts last
-    # then reads 16-33 partials of 32 x 128 fp32 (256-540 KB from L2 at one SM, ~30 us of the call at KV 16k
-    # and 64k: (64k - 16k bytes) / (their time difference) fits 4.5 TB/s streaming plus ~30 us a call))
+    # Where the MQA time goes (session 9; batch 8, 32 query heads on 1 kv head, d 128, KV 16k: K+V 67 MB, 16 us at
+    # copy bandwidth; counted without a GPU from the sm_90a resource report): the default makes two 16-row slices
+    # a kv head, 16 groups x 16 splits = 256 blocks (118 registers, 69,760 bytes: 3 a SM, one wave), each
+    # streaming 512 KB, and reads K/V twice (the two slices of a split are 16 blocks apart in launch order, so L2
+    # may serve the second read); its merging block then reads 16 partials x 16 rows x 512 bytes (128 KB) in
+    # 2-3 dependent L2 rounds a split.  "cover" (one 32-row block: the Q.K^T gemm is M = 32, two m16 MMA tiles,
+    # no waste; 126 registers, 73,856 bytes, 3 a SM) reads K/V once but takes 33 splits for 8 groups, and its
+    # merging block reads 33 x 32 x 512 bytes = 540 KB from L2 at one SM: measured 33% at 16k and 65% at 64k fit
+    # 4.5 TB/s streaming plus ~30 us a call, against ~8 us for GQA, so the merge is the MQA cost.  Both fixes cut
+    # the bytes one block merges: cmerge (over a cluster: 8 partials x 4 rows = 16 KB, then 4 x 4 rows) and fill
+    # (fewer splits: 16 with cover, two clusters of 8).
     "cmerge": "the merge spread over a thread-block cluster (sm_90+) of c = 2..8 neighbouring splits of a "
               "group: after a cluster barrier, block r of the cluster merges rows r/c of the group's rows over "
               "the cluster's c partials (1/c of the rows, not all rows of all splits in one block); with more "
