@@ -5,16 +5,16 @@ of K and V read and as a fraction of the copy bandwidth measured in the same run
 - the old path (``TILEWRIGHT_DECODE_KERNEL=old``: the general attention kernel plus a combine launch) and
   the new flash-decoding kernel (``ops/decode_kernels.py``, the merge fused), each with the split
   heuristic's choice, against SDPA;
-- table 1 (do_bench): the GQA candidate "cmerge" (session 9; the forced split counts and configurations of
-  session 8's runs, 1-25% behind the default, are left out);
+- table 1 (do_bench): the GQA candidate "cmerge,fill" at 4 stages (2 splits, clusters of 2; the forced split
+  counts and configurations of session 8's runs, 1-25% behind the default, are left out);
 - table 2 (GPU time): the candidate variants against the fixed cost at KV 4k (``TILEWRIGHT_DECODE_VARIANT``,
   ``ops/decode_kernels.VARIANTS``: "flatmerge" = the merge's loads all in flight together, "cmerge" = the
-  merge spread over a thread-block cluster of the group's splits, "wave" = as many splits as fit on the GPU
-  at once), and cmerge with 8 and 6 splits forced and with 2 at 4 stages;
-- table 3, GPU time: MQA (32 query heads on one KV head), where the 16-row blocks read each KV head
-  twice unless "cover" makes one 32-row block of the group, and the merging block reads every split's
-  partial (many splits make a long merge): cmerge spreads it over clusters, "fill" takes one block a SM,
-  4 stages keep more bytes in flight a block.
+  merge spread over a thread-block cluster of the group's splits, "fill" = one block a SM), 2 splits at 4
+  stages with and without the cluster;
+- table 3, GPU time: MQA (32 query heads on one KV head), where the plain kernel's 16-row blocks ("none")
+  read each KV head twice unless "cover" makes one 32-row block of the group, and the merging block reads
+  every split's partial (many splits make a long merge): cmerge spreads it over clusters (the MQA default
+  since the 22:32 run of session 9: cover,cmerge).
 
 Table 1 times each call as ``bench_ms`` does (triton's do_bench: the L2 flushed by a 256 MB write
 before every call, so a call also pays for writing back the flush's dirty lines: a cost of roughly
@@ -47,24 +47,27 @@ LENS = [4096, 8192, 16384, 65536]
 # table 1 (do_bench, the L2 flushed): SDPA, old, new and the GQA candidate only.  (Split counts 1-32 forced and the
 # configurations 64,3 / 32,4 / 128,2 / one- or two-warp blocks were 1-25% behind the default in every run up to
 # 18:57 of session 8: left out.)
-T1_VARIANTS = ["cmerge"]
+T1_VARIANTS = [("cmerge,fill", "64,4,128")]  # (variant, config): at batch 8 x 8 kv heads, 2 splits, clusters of 2
 # table 2 (GPU time in a graph): the 18:57 run had wave, onepass, cpasync, ws and their combinations 1-4 points
 # behind "new" at every length (left out); flatmerge (2 dependent load rounds in the merge instead of 6-9) is not
 # measured yet; cmerge (session 9) spreads the merge over a cluster of the group's splits (4 splits: one cluster of
 # 4, each block merging 4 of the 16 rows, no counter)
-VARIANTS = ["flatmerge", "cmerge"]  # (cmerge,wave: wave's 6 splits round down to cmerge's 4)
+VARIANTS = ["flatmerge"]
 # (variant, num_splits, config): 8 = one cluster of 8 (512 blocks: more than a wave); 6 = 3 clusters of 2; 2 with
 # 4 stages = 128 blocks, one a SM with 3 tiles in flight, a cluster of 2 merging 2 rows of 2 partials each
-FORCED = [("cmerge", 8, None), ("cmerge", 6, None), ("cmerge", 2, "64,4,128")]
+# (the 22:32 run: cmerge at 4, 6 and 8 splits lost 1-15 points at every length; 2 splits at 4 stages won 2-3 at 4k
+# only: is that the cluster's merge or one block a SM at 4 stages? fill alone gives the same 2 splits, no cluster)
+FORCED = [("cmerge", 2, "64,4,128"), ("fill", None, "64,4,128"), ("none", 2, "64,4,128")]
 # table 3 (MQA): (variant, num_splits, config).  The default (two 16-row slices a kv head, 16 groups, 16 splits)
 # reads K/V twice; cover (one 32-row block, 8 groups, 33 splits) reads it once but its merging block reads
 # 33 x 32 rows x 128 x 4 bytes (540 KB) from L2.  cmerge spreads that over clusters of 8 splits (each block merges
 # 4 of the 32 rows of 8 partials, then the last cluster per row slice merges splits / 8 of those); fill takes one
 # block a SM (16 splits with cover: two clusters; 8 without: one cluster, no counter); 4 stages keep 3 tiles a
 # block in flight when a SM holds one block.
-MQA = [(None, None, None), ("cover", None, None), ("cover,cmerge", None, None), ("cover,cmerge,fill", None, None),
-       ("cover,cmerge,fill", None, "64,4,128"), ("cmerge", None, None), ("cmerge,fill", None, None),
-       ("cmerge,fill", None, "64,4,128"), ("cover,flatmerge,fill", None, "64,4,128")]
+# (the 22:32 run: cover,cmerge 44% / 62% at 16k / 64k against the plain kernel's 40% / 58%: the MQA default since;
+# the fill variants, one block a SM, 21-46%: left out)
+MQA = [("none", None, None), (None, None, None), ("cover", None, None), ("cover,cmerge", None, "64,3,128"),
+       ("cover,flatmerge", None, None), ("cover,cmerge", 16, None)]
 
 
 def use(kernel: str, config: str | None = None, variant: str | None = None) -> None:
@@ -154,7 +157,7 @@ def mqa_table(roof: float) -> list:
             use("new")
             rows.append(f"| {str(dtype)[6:]} | {L} | " + " | ".join(row) + " |")
             print(rows[-1], flush=True)
-    chosen = dict.fromkeys(v for v, n, c in MQA if n is None)
+    chosen = dict.fromkeys(v for v, n, c in MQA if n is None)  # (None: the default, cover,cmerge)
     rows += ["", "Split counts (cluster of the merge) the variants chose at KV 16384, 65536: " + "; ".join(
         f"{v or 'new'}: {chosen_splits(v, 1, (16384, 65536))}" for v in chosen)]
     return rows
@@ -166,11 +169,11 @@ def main() -> None:
             f"copy bandwidth {roof:.0f} GB/s)")
     t1 = [f"Decoding, do_bench per call (L2 flushed before each call): {head}; old/new = the old path / the new "
           "kernel with the heuristic's splits.", "",
-          "| dtype | KV | SDPA | old | new | " + " | ".join(f"new {v}" for v in T1_VARIANTS) + " |",
+          "| dtype | KV | SDPA | old | new | " + " | ".join(f"new {v} {c}" for v, c in T1_VARIANTS) + " |",
           "|---|---|---|---|---|" + "---|" * len(T1_VARIANTS)]
     t2 = [f"Decoding, GPU time in a CUDA graph (two KV caches alternated, no flush, no host time): {head}.", "",
           "| dtype | KV | SDPA | old | new | " + " | ".join(f"new {v}" for v in VARIANTS) + " | "
-          + " | ".join(f"new {v} s={s}" + (f" {c}" if c else "") for v, s, c in FORCED) + " |",
+          + " | ".join(f"new {v}" + (f" s={s}" if s else "") + (f" {c}" if c else "") for v, s, c in FORCED) + " |",
           "|---|---|---|---|---|" + "---|" * (len(VARIANTS) + len(FORCED))]
     for dtype in (torch.float16, torch.bfloat16):
         for L in LENS:
@@ -201,8 +204,8 @@ def main() -> None:
             cells.append(rate(ours))
             use("new")
             cells.append(rate(ours))
-            for variant in T1_VARIANTS:
-                use("new", None, variant)
+            for variant, config in T1_VARIANTS:
+                use("new", config, variant)
                 cells.append(guarded(lambda: rate(ours)))
             use("new")
             t1.append(f"| {str(dtype)[6:]} | {L} | " + " | ".join(cells) + " |")

@@ -87,7 +87,11 @@ VARIANTS = {
 
 # The variants a plan takes when TILEWRIGHT_DECODE_VARIANT is unset, by the query-head group a kv head serves
 # ("mqa": more than 16, more than one 16-row block; "gqa": 16 or fewer, MHA included); "none" selects the plain kernel.
-DEFAULT_VARIANT = {"mqa": (), "gqa": ()}
+# MQA, the H200 run of 22:32 (session 9, batch 8, 32 heads on 1 kv head, d 128, GPU time in a graph): cover,cmerge
+# 44% of the copy bandwidth at KV 16k and 62% at 64k against the plain kernel's 40% and 58% (fp16 and bf16 alike;
+# cover alone 34% / 64-65%, the fill variants 21-46%).  GQA: cmerge alone lost 1-8 points at every length; with 2
+# splits at 4 stages it won 2-3 points at KV 4k only (83% against 80-81%) and lost 1-2 at 16k-64k: not a default.
+DEFAULT_VARIANT = {"mqa": ("cmerge", "cover"), "gqa": ()}
 # and their configuration by (kind, head dim) ("block_N,stages[,threads]" as TILEWRIGHT_DECODE_CONFIG; none: the
 # rule of decode_config) where neither variable is set
 DEFAULT_CONFIG: dict = {}
@@ -114,7 +118,7 @@ def decode_variant(group: int = 1) -> tuple:
     return names
 
 
-def decode_config(dim: int, smem: int, group: int = 1) -> tuple:
+def decode_config(dim: int, smem: int, group: int = 1, target: str | None = None) -> tuple:
     """(block_H, block_N, stages, threads, variant): 16 query rows (the smallest MMA M), key blocks of
     64 x dim (32 at d 256), 4 stages at d <= 64, 2 at d 65..128 and 3 above, 4 warps (2 where d is
     an odd multiple of 16); shrunk (stages to 2, block_N to 32, stages to 1) until a query tile, the
@@ -126,8 +130,12 @@ def decode_config(dim: int, smem: int, group: int = 1) -> tuple:
     overrides it for sweeps (bench/decode_splits.py); the shrinking still applies; with neither variable set,
     ``DEFAULT_CONFIG`` does.  ``variant``: ``decode_variant(group)`` (candidates, ``DEFAULT_VARIANT`` by
     default); with "cover", ``block_H`` is the ``group`` of query heads a kv head serves rounded up to 16, at
-    most 64 (32 at d > 128: 64 rows spill there)."""
+    most 64 (32 at d > 128: 64 rows spill there).  With ``target`` (its string) and no clusters there, "cmerge"
+    is dropped from a chosen variant and a default that has it becomes the plain kernel."""
     variant = decode_variant(group)
+    if target is not None and "cmerge" in variant and decode_for_target((0, 0, 0, 0, variant), target)[4] != variant:
+        # a target without clusters: a chosen variant loses cmerge, the default (measured with it) is the plain one
+        variant = tuple(v for v in variant if v != "cmerge") if config.get("decode_variant") else ()
     bH, bN, stages = 16, 64 if dim <= 128 else 32, 4 if dim <= 64 else 2 if dim <= 128 else 3
     if "cover" in variant:
         bH = max(16, min(64 if dim <= 128 else 32, -(-group // 16) * 16))
@@ -671,7 +679,7 @@ def _make_plan(q, k, scale, num_splits, has_cache, k_hc, v_hc, strides) -> _Deco
 
     B, H, _, D = q.shape
     Hkv, Sk = k.shape[1], k.shape[2]
-    cfg = decode_for_target(decode_config(D, ad._shared_bytes(q), H // Hkv), ad._target_of(q))
+    cfg = decode_config(D, ad._shared_bytes(q), H // Hkv, ad._target_of(q))
     bH, bN = cfg[:2]
     slices = -(-(H // Hkv) // bH)
     plan = _DecodePlan()
