@@ -5,16 +5,16 @@ of K and V read and as a fraction of the copy bandwidth measured in the same run
 - the old path (``TILEWRIGHT_DECODE_KERNEL=old``: the general attention kernel plus a combine launch) and
   the new flash-decoding kernel (``ops/decode_kernels.py``, the merge fused), each with the split
   heuristic's choice, against SDPA;
-- the new kernel with ``num_splits`` forced over a range (is the heuristic's choice the best?);
-- the new kernel's configurations (``TILEWRIGHT_DECODE_CONFIG`` = block_N,stages,threads) with the
-  heuristic's splits (which one should be the default?);
-- in table 2 only, the candidate variants against the fixed cost at KV 4k (``TILEWRIGHT_DECODE_VARIANT``,
-  ``ops/decode_kernels.VARIANTS``: "wave" = as many splits as fit on the GPU at once, "flatmerge" = the
-  merge's loads all in flight together, "cpasync" = cp.async instead of TMA, "ws" = a TMA producer
-  warpgroup), alone and combined, and the split counts 5 and 6 forced;
-- table 3, GPU time: MQA (32 query heads on one KV head), where the 16-row blocks read each KV head
-  twice unless "cover" makes one 32-row block of the group, with split counts forced (the merging
-  block reads every split's partial: many splits make a long merge).
+- table 1 (do_bench): the GQA candidate "cmerge,fill" at 4 stages (2 splits, clusters of 2; the forced split
+  counts and configurations of session 8's runs, 1-25% behind the default, are left out);
+- table 2 (GPU time): the candidate variants against the fixed cost at KV 4k (``TILEWRIGHT_DECODE_VARIANT``,
+  ``ops/decode_kernels.VARIANTS``: "flatmerge" = the merge's loads all in flight together, "cmerge" = the
+  merge spread over a thread-block cluster of the group's splits, "fill" = one block a SM), 2 splits at 4
+  stages with and without the cluster;
+- table 3, GPU time: MQA (32 query heads on one KV head), where the plain kernel's 16-row blocks ("none")
+  read each KV head twice unless "cover" makes one 32-row block of the group, and the merging block reads
+  every split's partial (many splits make a long merge): cmerge spreads it over clusters (the MQA default
+  since the 22:32 run of session 9: cover,cmerge).
 
 Table 1 times each call as ``bench_ms`` does (triton's do_bench: the L2 flushed by a 256 MB write
 before every call, so a call also pays for writing back the flush's dirty lines: a cost of roughly
@@ -22,7 +22,7 @@ the same microseconds for every kernel, large against 30-40 us calls at KV 4k). 
 time alone: 20 calls captured in a CUDA graph, alternating between two KV caches so that none is
 read from L2, replayed; no host time, no flush.
 
-    python bench/decode_splits.py            # on a GPU (a few minutes on an H200)
+    python bench/decode_splits.py            # on a GPU (about 2 minutes on an H200)
 """
 
 from __future__ import annotations
@@ -44,20 +44,30 @@ from tilewright.ops import attention_dispatch, decode_kernels  # noqa: E402
 
 B, H, HKV, D = 8, 32, 8, 128
 LENS = [4096, 8192, 16384, 65536]
-# (1, 2, 8, 16, 32 splits and the configurations 32,4,128, 128,2,128 and one- or two-warp blocks were 2-25% behind
-# in every earlier run, the last at 18:57: left out)
-SPLITS = [3, 4, 6]
-CONFIGS = ["64,3,128", "64,2,128"]
-# (the 18:57 run: wave, cpasync, ws and their combinations 1-4 points behind "new" at every length; flatmerge is
-# new since: two load rounds instead of 6-9)
-VARIANTS = ["flatmerge", "wave", "cpasync", "ws"]
-FORCED = [3, 5]  # split counts forced in table 2 (3: 192 blocks, at most 2 a SM; 5: 320 blocks)
-# table 3 (MQA): (variant, num_splits, config) -- cover reads each K/V tile once but its merge block reads
-# splits x 32 rows x 128 x 4 bytes (540 KB at the heuristic's 33 splits): fewer splits trade merge for bandwidth,
-# and 4 stages (3 tiles of 32 KB in flight a block, 1 block a SM) keep the bytes in flight with fewer blocks
-MQA = [(None, None, None), (None, 8, None), ("cover", None, None), ("cover", 4, None), ("cover", 8, None),
-       ("cover", 16, None), ("cover,flatmerge", 16, None), ("flatmerge", None, None), ("cover", 8, "64,4,128"),
-       ("cover", 16, "64,4,128")]
+# table 1 (do_bench, the L2 flushed): SDPA, old, new and the GQA candidate only.  (Split counts 1-32 forced and the
+# configurations 64,3 / 32,4 / 128,2 / one- or two-warp blocks were 1-25% behind the default in every run up to
+# 18:57 of session 8: left out.)
+T1_VARIANTS = [("cmerge,fill", "64,4,128")]  # (variant, config): at batch 8 x 8 kv heads, 2 splits, clusters of 2
+# table 2 (GPU time in a graph): the 18:57 run had wave, onepass, cpasync, ws and their combinations 1-4 points
+# behind "new" at every length (left out); flatmerge (2 dependent load rounds in the merge instead of 6-9) is not
+# measured yet; cmerge (session 9) spreads the merge over a cluster of the group's splits (4 splits: one cluster of
+# 4, each block merging 4 of the 16 rows, no counter)
+VARIANTS = ["flatmerge"]
+# (variant, num_splits, config): 8 = one cluster of 8 (512 blocks: more than a wave); 6 = 3 clusters of 2; 2 with
+# 4 stages = 128 blocks, one a SM with 3 tiles in flight, a cluster of 2 merging 2 rows of 2 partials each
+# (the 22:32 run: cmerge at 4, 6 and 8 splits lost 1-15 points at every length; 2 splits at 4 stages won 2-3 at 4k
+# only: is that the cluster's merge or one block a SM at 4 stages? fill alone gives the same 2 splits, no cluster)
+FORCED = [("cmerge", 2, "64,4,128"), ("fill", None, "64,4,128"), ("none", 2, "64,4,128")]
+# table 3 (MQA): (variant, num_splits, config).  The default (two 16-row slices a kv head, 16 groups, 16 splits)
+# reads K/V twice; cover (one 32-row block, 8 groups, 33 splits) reads it once but its merging block reads
+# 33 x 32 rows x 128 x 4 bytes (540 KB) from L2.  cmerge spreads that over clusters of 8 splits (each block merges
+# 4 of the 32 rows of 8 partials, then the last cluster per row slice merges splits / 8 of those); fill takes one
+# block a SM (16 splits with cover: two clusters; 8 without: one cluster, no counter); 4 stages keep 3 tiles a
+# block in flight when a SM holds one block.
+# (the 22:32 run: cover,cmerge 44% / 62% at 16k / 64k against the plain kernel's 40% / 58%: the MQA default since;
+# the fill variants, one block a SM, 21-46%: left out)
+MQA = [("none", None, None), (None, None, None), ("cover", None, None), ("cover,cmerge", None, "64,3,128"),
+       ("cover,flatmerge", None, None), ("cover,cmerge", 16, None)]
 
 
 def use(kernel: str, config: str | None = None, variant: str | None = None) -> None:
@@ -71,15 +81,26 @@ def use(kernel: str, config: str | None = None, variant: str | None = None) -> N
     attention_dispatch.forget_plans()  # plans remember their configuration
 
 
-def chosen_splits(variant: str | None) -> str:
-    """The split counts ``variant`` gives the benchmark's shape at each KV length (as the plans choose them)."""
+def chosen_splits(variant: str | None, hkv: int = HKV, lens=tuple(LENS)) -> str:
+    """The split counts ``variant`` gives the benchmark's shape (``hkv`` KV heads) at each KV length in ``lens``,
+    as the plans choose them."""
     use("new", None, variant)
     smem = attention_dispatch._shared_bytes(torch.empty(1, device="cuda"))
-    cfg = decode_kernels.decode_config(D, smem)
-    got = [decode_kernels.decode_splits(B * HKV, -(-L // cfg[1]), None, D, cfg, smem, attention_dispatch._NUM_SMS)
-           for L in LENS]
+    cfg = decode_kernels.decode_config(D, smem, H // hkv)
+    groups = B * hkv * -(-(H // hkv) // cfg[0])
+    got = [decode_kernels.decode_splits(groups, -(-L // cfg[1]), None, D, cfg, smem, attention_dispatch._NUM_SMS)
+           for L in lens]
     use("new")
-    return ", ".join(map(str, got))
+    return ", ".join(f"{n} (cluster {decode_kernels.merge_cluster(n, cfg[4])})" if "cmerge" in cfg[4] else str(n)
+                     for n in got)
+
+
+def guarded(cell) -> str:
+    """``cell()``, or what a candidate raised (one failing candidate leaves the rest of the run standing)."""
+    try:
+        return cell()
+    except Exception as e:  # noqa: BLE001 - reported in the table
+        return f"ERROR {type(e).__name__}: {str(e)[:80]}".replace("|", "/").replace("\n", " ")
 
 
 def graph_ms(calls) -> float:
@@ -132,10 +153,13 @@ def mqa_table(roof: float) -> list:
             row.append(rate(lambda kk, vv: ops.attention(q, kk, vv)))
             for v, n, c in MQA:
                 use("new", c, v)
-                row.append(rate(lambda kk, vv, n=n: ops.attention(q, kk, vv, num_splits=n)))
+                row.append(guarded(lambda n=n: rate(lambda kk, vv: ops.attention(q, kk, vv, num_splits=n))))
             use("new")
             rows.append(f"| {str(dtype)[6:]} | {L} | " + " | ".join(row) + " |")
             print(rows[-1], flush=True)
+    chosen = dict.fromkeys(v for v, n, c in MQA if n is None)  # (None: the default, cover,cmerge)
+    rows += ["", "Split counts (cluster of the merge) the variants chose at KV 16384, 65536: " + "; ".join(
+        f"{v or 'new'}: {chosen_splits(v, 1, (16384, 65536))}" for v in chosen)]
     return rows
 
 
@@ -144,15 +168,13 @@ def main() -> None:
     head = (f"batch {B}, {H} query heads, {HKV} KV heads, head dim {D}; GB/s of K and V read (fraction of the "
             f"copy bandwidth {roof:.0f} GB/s)")
     t1 = [f"Decoding, do_bench per call (L2 flushed before each call): {head}; old/new = the old path / the new "
-          "kernel with the heuristic's splits; new s=N: splits forced; the configurations (block_N,stages,threads) "
-          "with the heuristic's splits.", "",
-          "| dtype | KV | SDPA | old | new | " + " | ".join(f"new s={s}" for s in SPLITS) + " | "
-          + " | ".join(CONFIGS) + " | best config |",
-          "|---|---|---|---|---|" + "---|" * (len(SPLITS) + len(CONFIGS) + 1)]
+          "kernel with the heuristic's splits.", "",
+          "| dtype | KV | SDPA | old | new | " + " | ".join(f"new {v} {c}" for v, c in T1_VARIANTS) + " |",
+          "|---|---|---|---|---|" + "---|" * len(T1_VARIANTS)]
     t2 = [f"Decoding, GPU time in a CUDA graph (two KV caches alternated, no flush, no host time): {head}.", "",
           "| dtype | KV | SDPA | old | new | " + " | ".join(f"new {v}" for v in VARIANTS) + " | "
-          + " | ".join(f"new s={s}" for s in FORCED) + " | new, best config of table 1 |",
-          "|---|---|---|---|---|" + "---|" * (len(VARIANTS) + len(FORCED) + 1)]
+          + " | ".join(f"new {v}" + (f" s={s}" if s else "") + (f" {c}" if c else "") for v, s, c in FORCED) + " |",
+          "|---|---|---|---|---|" + "---|" * (len(VARIANTS) + len(FORCED))]
     for dtype in (torch.float16, torch.bfloat16):
         for L in LENS:
             g = torch.Generator(device="cuda").manual_seed(L)
@@ -182,14 +204,11 @@ def main() -> None:
             cells.append(rate(ours))
             use("new")
             cells.append(rate(ours))
-            cells += [rate(lambda s=s: ours(s=s)) for s in SPLITS]
-            per = []
-            for c in CONFIGS:
-                use("new", c)
-                per.append(rate(ours))
-            vals = [float(c.split()[0]) if not c.startswith("WRONG") else 0.0 for c in per]
-            best = CONFIGS[max(range(len(CONFIGS)), key=vals.__getitem__)]
-            t1.append(f"| {str(dtype)[6:]} | {L} | " + " | ".join(cells + per) + f" | {best} |")
+            for variant, config in T1_VARIANTS:
+                use("new", config, variant)
+                cells.append(guarded(lambda: rate(ours)))
+            use("new")
+            t1.append(f"| {str(dtype)[6:]} | {L} | " + " | ".join(cells) + " |")
             print(t1[-1], flush=True)
 
             def graph_rate(fn) -> str:
@@ -202,16 +221,15 @@ def main() -> None:
                 return graph_rate(fn) if err < 2e-2 else f"WRONG {err:.2g}"
 
             row = [graph_rate(sdpa)]
-            for kernel, config in (("old", None), ("new", None)):
-                use(kernel, config)
+            for kernel in ("old", "new"):
+                use(kernel)
                 row.append(graph_rate(ours))
             for variant in VARIANTS:
                 use("new", None, variant)
-                row.append(checked_graph_rate(ours))
-            use("new")
-            row += [checked_graph_rate(lambda kk=k, vv=v, s=s: ours(kk, vv, s)) for s in FORCED]
-            use("new", best)
-            row.append(graph_rate(ours))
+                row.append(guarded(lambda: checked_graph_rate(ours)))
+            for variant, n, config in FORCED:
+                use("new", config, variant)
+                row.append(guarded(lambda n=n: checked_graph_rate(lambda kk=k, vv=v: ours(kk, vv, n))))
             use("new")
             t2.append(f"| {str(dtype)[6:]} | {L} | " + " | ".join(row) + " |")
             print(t2[-1], flush=True)

@@ -77,8 +77,8 @@ KNOBS = {
                           "bench/decode_splits.py)."),
     "decode_variant": Knob("TILEWRIGHT_DECODE_VARIANT", str, "",
                            "Candidate variants of the flash-decoding kernel, comma-separated (wave, flatmerge, "
-                           "cpasync, ws, cover: ops/decode_kernels.VARIANTS); none by default "
-                           "(bench/decode_splits.py)."),
+                           "cpasync, ws, cover, cmerge, fill: ops/decode_kernels.VARIANTS; 'none': the plain kernel); "
+                           "unset: ops/decode_kernels.DEFAULT_VARIANT (bench/decode_splits.py)."),
 }
 
 

@@ -64,21 +64,61 @@ VARIANTS = {
     "ws": "a warp-specialized producer warpgroup issues the TMA loads (tw.warp_specialize)",
     "cover": "block_H covers a group of more than 16 query heads (up to 64 at d <= 128, 32 above), so that "
              "each kv head's keys and values are read once instead of once per 16-row slice (MQA)",
+    # Where the MQA time goes (session 9; batch 8, 32 query heads on 1 kv head, d 128, KV 16k: K+V 67 MB, 16 us at
+    # copy bandwidth; counted without a GPU from the sm_90a resource report): the default makes two 16-row slices
+    # a kv head, 16 groups x 16 splits = 256 blocks (118 registers, 69,760 bytes: 3 a SM, one wave), each
+    # streaming 512 KB, and reads K/V twice (the two slices of a split are 16 blocks apart in launch order, so L2
+    # may serve the second read); its merging block then reads 16 partials x 16 rows x 512 bytes (128 KB) in
+    # 2-3 dependent L2 rounds a split.  "cover" (one 32-row block: the Q.K^T gemm is M = 32, two m16 MMA tiles,
+    # no waste; 126 registers, 73,856 bytes, 3 a SM) reads K/V once but takes 33 splits for 8 groups, and its
+    # merging block reads 33 x 32 x 512 bytes = 540 KB from L2 at one SM: measured 33% at 16k and 65% at 64k fit
+    # 4.5 TB/s streaming plus ~30 us a call, against ~8 us for GQA, so the merge is the MQA cost.  Both fixes cut
+    # the bytes one block merges: cmerge (over a cluster: 8 partials x 4 rows = 16 KB, then 4 x 4 rows) and fill
+    # (fewer splits: 16 with cover, two clusters of 8).
+    "cmerge": "the merge spread over a thread-block cluster (sm_90+) of c = 2..8 neighbouring splits of a "
+              "group: after a cluster barrier, block r of the cluster merges rows r/c of the group's rows over "
+              "the cluster's c partials (1/c of the rows, not all rows of all splits in one block); with more "
+              "splits than c, each cluster leaves a partial of its rows and the last cluster to count (a counter "
+              "per row slice) merges splits/c of those.  The split count is rounded down to a multiple of c",
+    "fill": "split count: one block a SM (SMs // groups splits, at least 2, each range at least 4 key blocks) "
+            "instead of 2 x SMs / groups: fewer partials to merge (MQA: 16 splits of 8 groups, not 33)",
 }
 
 
-def decode_variant() -> tuple:
-    """The candidate variants named by ``TILEWRIGHT_DECODE_VARIANT`` (sorted, for kernel cache keys)."""
+# The variants a plan takes when TILEWRIGHT_DECODE_VARIANT is unset, by the query-head group a kv head serves
+# ("mqa": more than 16, more than one 16-row block; "gqa": 16 or fewer, MHA included); "none" selects the plain kernel.
+# MQA, the H200 run of 22:32 (session 9, batch 8, 32 heads on 1 kv head, d 128, GPU time in a graph): cover,cmerge
+# 44% of the copy bandwidth at KV 16k and 62% at 64k against the plain kernel's 40% and 58% (fp16 and bf16 alike;
+# cover alone 34% / 64-65%, the fill variants 21-46%).  GQA: cmerge alone lost 1-8 points at every length; with 2
+# splits at 4 stages it won 2-3 points at KV 4k only (83% against 80-81%) and lost 1-2 at 16k-64k: not a default.
+DEFAULT_VARIANT = {"mqa": ("cmerge", "cover"), "gqa": ()}
+# and their configuration by (kind, head dim) ("block_N,stages[,threads]" as TILEWRIGHT_DECODE_CONFIG; none: the
+# rule of decode_config) where neither variable is set
+DEFAULT_CONFIG: dict = {}
+
+
+def _kind(group: int) -> str:
+    return "mqa" if group > 16 else "gqa"
+
+
+def decode_variant(group: int = 1) -> tuple:
+    """The candidate variants named by ``TILEWRIGHT_DECODE_VARIANT`` (sorted, for kernel cache keys); unset: the
+    ``DEFAULT_VARIANT`` of the ``group`` of query heads a kv head serves; "none": no variant."""
     raw = config.get("decode_variant")
-    names = tuple(sorted({x.strip() for x in raw.split(",") if x.strip()})) if raw else ()
+    if not raw:
+        return DEFAULT_VARIANT[_kind(group)]
+    names = tuple(sorted({x.strip() for x in raw.split(",") if x.strip() and x.strip() != "none"}))
     unknown = [n for n in names if n not in VARIANTS]
     if unknown:
         raise ValueError(f"TILEWRIGHT_DECODE_VARIANT={raw!r}: unknown {', '.join(unknown)}; expected a "
-                         f"comma-separated subset of {', '.join(VARIANTS)}")
+                         f"comma-separated subset of {', '.join(VARIANTS)} (or 'none': the plain kernel)")
+    if "cmerge" in names and "ws" in names:  # (the producer warpgroup does not reach the merge's cluster barrier)
+        raise ValueError(f"TILEWRIGHT_DECODE_VARIANT={raw!r}: cmerge and ws cannot be combined (the cluster barrier "
+                         "of cmerge's merge waits for every warp, and ws's producer warps leave the loop early)")
     return names
 
 
-def decode_config(dim: int, smem: int, group: int = 1) -> tuple:
+def decode_config(dim: int, smem: int, group: int = 1, target: str | None = None) -> tuple:
     """(block_H, block_N, stages, threads, variant): 16 query rows (the smallest MMA M), key blocks of
     64 x dim (32 at d 256), 4 stages at d <= 64, 2 at d 65..128 and 3 above, 4 warps (2 where d is
     an odd multiple of 16); shrunk (stages to 2, block_N to 32, stages to 1) until a query tile, the
@@ -87,10 +127,15 @@ def decode_config(dim: int, smem: int, group: int = 1) -> tuple:
     (64x2 against 64x3, 32x4, 128x2 and one- or two-warp blocks) at every KV length 4k-16k in fp16
     and bf16, 1-4% ahead of 3 stages (bench/results/2026-12-01-1547-decode-splits-* and -1659-*);
     d 64 and 256 are not measured.  ``TILEWRIGHT_DECODE_CONFIG`` ("block_N,stages[,threads]")
-    overrides it for sweeps (bench/decode_splits.py); the shrinking still applies.  ``variant``:
-    ``decode_variant()`` (candidates, none by default); with "cover", ``block_H`` is the ``group`` of query
-    heads a kv head serves rounded up to 16, at most 64 (32 at d > 128: 64 rows spill there)."""
-    variant = decode_variant()
+    overrides it for sweeps (bench/decode_splits.py); the shrinking still applies; with neither variable set,
+    ``DEFAULT_CONFIG`` does.  ``variant``: ``decode_variant(group)`` (candidates, ``DEFAULT_VARIANT`` by
+    default); with "cover", ``block_H`` is the ``group`` of query heads a kv head serves rounded up to 16, at
+    most 64 (32 at d > 128: 64 rows spill there).  With ``target`` (its string) and no clusters there, "cmerge"
+    is dropped from a chosen variant and a default that has it becomes the plain kernel."""
+    variant = decode_variant(group)
+    if target is not None and "cmerge" in variant and decode_for_target((0, 0, 0, 0, variant), target)[4] != variant:
+        # a target without clusters: a chosen variant loses cmerge, the default (measured with it) is the plain one
+        variant = tuple(v for v in variant if v != "cmerge") if config.get("decode_variant") else ()
     bH, bN, stages = 16, 64 if dim <= 128 else 32, 4 if dim <= 64 else 2 if dim <= 128 else 3
     if "cover" in variant:
         bH = max(16, min(64 if dim <= 128 else 32, -(-group // 16) * 16))
@@ -99,6 +144,8 @@ def decode_config(dim: int, smem: int, group: int = 1) -> tuple:
     # takes 2 warps (1 wave)
     threads = 128 if dim % 32 == 0 else 64
     env = config.get("decode_config")  # "block_N,stages[,threads]": sweeps on a GPU (bench/decode_splits.py)
+    if not env and not config.get("decode_variant"):
+        env = DEFAULT_CONFIG.get((_kind(group), dim), "")
     if env:
         try:
             given = [int(x) for x in env.split(",")]
@@ -146,12 +193,44 @@ def decode_splits(groups: int, key_blocks: int, forced, dim: int, cfg: tuple, sm
     8 holding 1; 8 splits, 512 blocks, is a wave and a third and measured 20% slower at KV 4k)."""
     from .attention_dispatch import _splits
 
-    if forced is not None or "wave" not in cfg[4]:
+    variant = cfg[4]
+    if forced is not None:
         return _splits(groups, key_blocks, forced)
-    if key_blocks < 8:
+    if "fill" in variant and groups < sms and key_blocks >= 8:
+        splits = max(1, min(max(2, sms // groups), key_blocks // 4, 64))
+    elif "wave" not in variant:
+        splits = _splits(groups, key_blocks, forced)
+    elif key_blocks < 8:
         return 1
-    slots = sms * blocks_per_sm(dim, cfg, smem)
-    return max(1, min(slots // groups, key_blocks // 4, 64))
+    else:
+        splits = max(1, min(sms * blocks_per_sm(dim, cfg, smem) // groups, key_blocks // 4, 64))
+    if "cmerge" in variant and splits > 1:  # whole clusters of up to 8 splits
+        splits -= splits % min(8, 1 << (splits.bit_length() - 1))
+    return splits
+
+
+def merge_cluster(splits: int, variant: tuple) -> int:
+    """The thread-block cluster of the "cmerge" merge: the most splits, a power of two up to 8, that
+    divides ``splits`` (1: no cluster, the default merge)."""
+    if "cmerge" not in variant or splits < 2:
+        return 1
+    return next(c for c in (8, 4, 2, 1) if splits % c == 0)
+
+
+def decode_for_target(cfg: tuple, target: str) -> tuple:
+    """``cfg`` without the variants the target cannot run ("cmerge" needs clusters: sm_90 and newer)."""
+    if "cmerge" not in cfg[4]:
+        return cfg
+    from ..target.base import Target
+
+    if Target.parse(target).has("cluster"):
+        return cfg
+    return cfg[:4] + (tuple(v for v in cfg[4] if v != "cmerge"),)
+
+
+def decode_counters(groups: int, splits: int, variant: tuple) -> int:
+    """int32 merge counters a launch needs: one a group, or with "cmerge" one a (group, row slice)."""
+    return groups * merge_cluster(splits, variant)
 
 
 def decode_pass_configs(variant: tuple):
@@ -178,6 +257,41 @@ def decode_fwd(heads, kv_heads, dim, dtype, has_cache, splits, k_hc, v_hc, block
     k_cols, v_cols = kv_heads * dim if k_hc else dim, kv_heads * dim if v_hc else dim
     fused = splits > 1
     cp_async, flat_merge = "cpasync" in variant, "flatmerge" in variant
+    cm = merge_cluster(splits, variant)  # "cmerge": the cluster of splits that merges together (1: none)
+    # rows a block of the cluster merges: the block's rows within the group (GQA 4: 4 of its 16), split c ways
+    rpr = -(-min(group, block_H) // cm)
+    rounds = splits // cm  # cluster partials per row slice (1: the cluster writes the output)
+
+    @T.macro
+    def cluster_merge(Opart, Lpart, mo, mm, mw, md, rows, first_slot, step, count, q_row, first, r0):
+        """"cmerge": rows r0 .. r0 + rpr of the partials in slots first_slot + s * step (s < count), merged
+        into mo (weighted sum), mm (max LSE, 0 where no slot has a key) and md (sum of weights); a row past
+        the group reads the group's last row (computed, never stored), so every load is unconditional."""
+        T.fill(mm, -T.infinity(accum))
+        T.fill(md, 0)
+        T.fill(mo, 0)
+        for s in T.unroll(count):
+            for i in T.Parallel(rpr):
+                mm[i] = T.max(mm[i], Lpart[(first_slot + s * step) * rows + q_row + T.min(r0 + i, group - 1 - first)])
+        for i in T.Parallel(rpr):
+            mm[i] = T.if_then_else(mm[i] == -T.infinity(accum), 0, mm[i])
+        for s in T.unroll(count):
+            for i in T.Parallel(rpr):
+                mw[i] = T.exp2((Lpart[(first_slot + s * step) * rows + q_row + T.min(r0 + i, group - 1 - first)]
+                                - mm[i]) * LOG2E)  # (a slot without keys: exp2(-inf) = 0)
+                md[i] = md[i] + mw[i]
+            for i, j in T.Parallel(rpr, dim):
+                mo[i, j] += Opart[(first_slot + s * step) * rows + q_row + T.min(r0 + i, group - 1 - first), j] * mw[i]
+
+    @T.macro
+    def cluster_store(Out, L, mo, mm, md, q_row, first, r0):
+        """The merged rows r0 .. r0 + rpr of ``cluster_merge`` as the output and LSE (0 and -inf without keys)."""
+        for i, j in T.Parallel(rpr, dim):
+            if first + r0 + i < group:
+                Out[q_row + r0 + i, j] = T.if_then_else(md[i] > 0, mo[i, j] / md[i], 0)
+        for i in T.Parallel(rpr):
+            if first + r0 + i < group:
+                L[q_row + r0 + i] = T.if_then_else(md[i] > 0, mm[i] + T.log2(md[i]) * LN2, -T.infinity(accum))
 
     @T.prim_func
     def decode_fwd_kernel(Q: T.Tensor((RQ, dim), dtype), K: T.Tensor((RK, k_cols), dtype),
@@ -188,7 +302,8 @@ def decode_fwd(heads, kv_heads, dim, dtype, has_cache, splits, k_hc, v_hc, block
                           v_rh: T.int32):
         # the splits of one group are neighbours in launch order: they finish together, and the
         # last of them (the combiner) waits least
-        with T.Kernel(splits, kv_heads * slices, nseq, threads=threads) as (part, by, bz):
+        with T.Kernel(splits, kv_heads * slices, nseq, threads=threads,
+                      cluster_dims=(cm, 1, 1) if cm > 1 else None) as (part, by, bz):
             Q_f = T.alloc_fragment((block_H, dim), dtype)
             K_s = T.alloc_shared((block_N, dim), dtype)
             V_s = T.alloc_shared((block_N, dim), dtype)
@@ -201,6 +316,11 @@ def decode_fwd(heads, kv_heads, dim, dtype, has_cache, splits, k_hc, v_hc, block
             rescale = T.alloc_fragment((block_H,), accum)
             row_sum = T.alloc_fragment((block_H,), accum)
             denom = T.alloc_fragment((block_H,), accum)
+            if cm > 1:  # ("cmerge": the merged rows of this block)
+                mo = T.alloc_fragment((rpr, dim), accum)
+                mm = T.alloc_fragment((rpr,), accum)
+                mw = T.alloc_fragment((rpr,), accum)
+                md = T.alloc_fragment((rpr,), accum)
 
             kvh = by // slices
             first = (by % slices) * block_H  # first query row of this block within the group
@@ -261,6 +381,40 @@ def decode_fwd(heads, kv_heads, dim, dtype, has_cache, splits, k_hc, v_hc, block
                 for i in T.Parallel(block_H):
                     if first + i < group:
                         L[q_row + i] = m_use[i]
+            elif cm > 1:
+                rows = nseq * heads
+                for i, j in T.Parallel(block_H, dim):
+                    if first + i < group:
+                        Opart[part * rows + q_row + i, j] = acc_o[i, j]
+                for i in T.Parallel(block_H):
+                    if first + i < group:
+                        Lpart[part * rows + q_row + i] = m_use[i]
+                # the cluster barrier (arrive.release / wait.acquire) orders every block's partial stores
+                # before the reads of its peers: block r of the cluster then merges rows r0 .. r0 + rpr
+                T.cluster_sync()
+                rank = part % cm
+                base = part - rank  # the cluster's first split: its slot takes the cluster's partial
+                r0 = rank * rpr
+                cluster_merge(Opart, Lpart, mo, mm, mw, md, rows, base, 1, cm, q_row, first, r0)
+                if rounds == 1:
+                    cluster_store(Out, L, mo, mm, md, q_row, first, r0)
+                else:
+                    T.sync_threads()  # every thread's reads of the cluster's first slot precede the overwrite
+                    for i, j in T.Parallel(rpr, dim):
+                        if first + r0 + i < group:
+                            Opart[base * rows + q_row + r0 + i, j] = T.if_then_else(md[i] > 0, mo[i, j] / md[i], 0)
+                    for i in T.Parallel(rpr):
+                        if first + r0 + i < group:
+                            Lpart[base * rows + q_row + r0 + i] = T.if_then_else(
+                                md[i] > 0, mm[i] + T.log2(md[i]) * LN2, -T.infinity(accum))
+                    # the last cluster to count for this row slice merges the clusters' partials
+                    counter = (bz * kv_heads * slices + by) * cm + rank
+                    T.sync_threads()
+                    prev = T.atomic_add(Cnt[counter], 1, memory_order="acq_rel", return_prev=True)
+                    if prev == rounds - 1:
+                        cluster_merge(Opart, Lpart, mo, mm, mw, md, rows, 0, cm, rounds, q_row, first, r0)
+                        cluster_store(Out, L, mo, mm, md, q_row, first, r0)
+                        T.atomic_store(Cnt[counter], 0)  # for the next launch
             else:
                 rows = nseq * heads
                 for i, j in T.Parallel(block_H, dim):
@@ -525,12 +679,12 @@ def _make_plan(q, k, scale, num_splits, has_cache, k_hc, v_hc, strides) -> _Deco
 
     B, H, _, D = q.shape
     Hkv, Sk = k.shape[1], k.shape[2]
-    cfg = decode_config(D, ad._shared_bytes(q), H // Hkv)
+    cfg = decode_config(D, ad._shared_bytes(q), H // Hkv, ad._target_of(q))
     bH, bN = cfg[:2]
     slices = -(-(H // Hkv) // bH)
     plan = _DecodePlan()
-    plan.counters = B * Hkv * slices
-    plan.splits = decode_splits(plan.counters, -(-Sk // bN), num_splits, D, cfg, ad._shared_bytes(q), ad._NUM_SMS)
+    plan.splits = decode_splits(B * Hkv * slices, -(-Sk // bN), num_splits, D, cfg, ad._shared_bytes(q), ad._NUM_SMS)
+    plan.counters = decode_counters(B * Hkv * slices, plan.splits, cfg[4])
     dtype = ad._dtype_name(q)
     flags = (H, Hkv, D, dtype, has_cache, plan.splits, k_hc, v_hc) + cfg
     # (through attention_dispatch's names: tests that compile its kernels for another target catch these too)
