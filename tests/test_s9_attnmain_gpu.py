@@ -1,5 +1,6 @@
 """``attention_dispatch.LEAN_LOOP`` on an sm_90 GPU (H100/H200): the lean key loop against float64
-with NaN-poisoned outputs, with the shipped pass configs and with ping-pong + overlap, on the grid
+with NaN-poisoned outputs, with the shipped pass configs, with ping-pong + overlap and with the
+overlap rotated (``tw.attention_overlap_retire = "top"``, also for the user program), on the grid
 kernel (long sequences) and the persistent one: dense MHA/GQA, ragged lengths, head dims 64/128/256,
 causal and not, the flash-attn layout, variable-length batches and the log-sum-exp.  Skipped
 without such a GPU."""
@@ -19,7 +20,9 @@ if not (torch.cuda.is_available() and not getattr(torch.version, "hip", None)
 from tilewright import ops  # noqa: E402
 
 dispatch = importlib.import_module("tilewright.ops.attention_dispatch")
-SCHEDULES = {"shipped": {}, "pp+ov": {"tw.pingpong": True, "tw.attention_overlap": True}}
+SCHEDULES = {"shipped": {}, "pp+ov": {"tw.pingpong": True, "tw.attention_overlap": True},
+             "pp+ov-top": {"tw.pingpong": True, "tw.attention_overlap": True, "tw.attention_overlap_retire": "top"},
+             "ov-top": {"tw.attention_overlap": True, "tw.attention_overlap_retire": "top"}}
 
 
 @pytest.fixture(params=[(s, p) for s in SCHEDULES for p in (False, True)], ids=lambda x: f"{x[0]}-pers{x[1]}")
@@ -122,3 +125,19 @@ def test_lean_varlen(lean):
             want, want_lse = _reference(q[qs].transpose(0, 1)[None], k[ks].transpose(0, 1)[None],
                                         v[ks].transpose(0, 1)[None], False)
             _check(out[qs], lse[:, qs], want[0].transpose(0, 1), want_lse[0], 3e-3)
+
+
+@pytest.mark.parametrize("causal", [False, True])
+def test_user_program_rotated(causal):
+    """The user-level program with its default schedule and the rotated overlap."""
+    import tilewright
+    from tilewright.kernels import flash_attention
+
+    B, H, S, D = 2, 4, 1536, 128
+    k = tilewright.compile(flash_attention(B, H, S, D, causal, 128, 128, 2, 256, "bfloat16"), out_idx=[-1],
+                           pass_configs={"tw.attention_overlap_retire": "top"})
+    g = torch.Generator(device="cuda").manual_seed(9 + causal)
+    q, kk, v = (torch.randn(B, S, H, D, device="cuda", generator=g).to(torch.bfloat16) for _ in range(3))
+    out = k(q, kk, v)
+    want, _ = _reference(q.transpose(1, 2), kk.transpose(1, 2), v.transpose(1, 2), causal)
+    assert (out.transpose(1, 2).double() - want).abs().max().item() <= 1e-2 * max(1.0, want.abs().max().item())
