@@ -13,7 +13,10 @@ on the issue's shapes.  Each output is checked against SDPA (math
 backend, float32) before it is timed.  ``python bench/attention_variants.py`` on the H200; the
 table goes under bench/results/.  ``TW_VARIANTS=short`` keeps one user-program column (the default
 schedule) besides the ops ones; ``TW_VARIANTS=pers`` that column, "ops", "ops even" and the
-persistent ones; ``TW_VARIANTS=order`` only "ops", "ops pers" and the persistent item orders."""
+persistent ones; ``TW_VARIANTS=order`` only "ops", "ops pers" and the persistent item orders;
+``TW_VARIANTS=lean`` its own table (``lean_main``): ``attention_dispatch.LEAN_LOOP`` and the flash-attn
+input layout against the shipped kernel and the user program, at 4k and 16k tokens, head dim 128 and 64;
+``TW_VARIANTS=layout`` that table's "user", "ops" and "ops bshd" columns at 1x16x16384x128 non-causal only."""
 
 from __future__ import annotations
 
@@ -143,5 +146,95 @@ def main() -> int:
     return 0
 
 
+# ---------------------------------------------------------------- TW_VARIANTS=lean (issue 9: the key loop)
+# attention_dispatch.LEAN_LOOP (the loop without the -inf guard where nothing can be masked: attention_fwd's
+# ``lean``) against the shipped kernel, each with the shipped pass configs and with ping-pong + overlap, and
+# ops.attention given the flash-attn layout the user program reads ((B, S, H, D) seen through transpose(1, 2):
+# "bshd") to tell the layout's share of the gap from the kernel's, and the overlap rotated ("top"); the user
+# program (its default schedule, ws+pp+ov, and rotated) is the bar.  Rows: 4k and 16k, d 128 and 64, causal and not.
+LEAN_SHAPES = [(4, 16, 4096, 128), (1, 16, 16384, 128), (4, 16, 4096, 64), (1, 16, 16384, 64)]
+# (name, pass configs added to the shipped ones (None: the shipped ones, d64 overrides included), LEAN_LOOP, bshd);
+# "top": tw.attention_overlap_retire = "top" (passes/attention_overlap.py: the P V in flight waited for at the
+# top of the next iteration, where ptxas cannot hoist the wait above the softmax)
+TOP = {"tw.attention_overlap_retire": "top"}
+LEAN_VARIANTS = [("ops", None, False, False), ("ops lean", None, True, False),
+                 ("ops+pp+ov", {**PP, **OV}, False, False), ("ops lean+pp+ov", {**PP, **OV}, True, False),
+                 ("ops+pp+ov top", {**PP, **OV, **TOP}, False, False),
+                 ("ops lean+pp+ov top", {**PP, **OV, **TOP}, True, False),
+                 ("ops lean+ov top", {**OV, **TOP}, True, False),
+                 ("ops bshd", None, False, True), ("ops lean bshd+pp+ov top", {**PP, **OV, **TOP}, True, True)]
+# the user program: its default schedule (ws+pp+ov) as shipped and with the rotated overlap
+USER_VARIANTS = [("user", {}), ("user top", TOP)]
+LEAN_CAUSAL = (False, True)
+if os.environ.get("TW_VARIANTS") == "layout":  # under a minute: does the input layout make the 16k gap?
+    LEAN_SHAPES, LEAN_CAUSAL = [(1, 16, 16384, 128)], (False,)
+    USER_VARIANTS = USER_VARIANTS[:1]
+    LEAN_VARIANTS = [v for v in LEAN_VARIANTS if v[0] in ("ops", "ops bshd")]
+
+
+def _ops_as(pc, lean, shipped, shipped_d64):
+    """Set attention_dispatch for one variant (forgetting the plans, which remember their kernels)."""
+    attention_dispatch.HOPPER_CONFIGS.clear()
+    attention_dispatch.HOPPER_CONFIGS.update({**shipped, **(pc or {})})
+    attention_dispatch.HOPPER_D64_OVERRIDES.clear()
+    if pc is None:
+        attention_dispatch.HOPPER_D64_OVERRIDES.update(shipped_d64)
+    attention_dispatch.LEAN_LOOP = lean
+    attention_dispatch.forget_plans()
+
+
+def lean_main() -> int:
+    names = [u[0] for u in USER_VARIANTS] + [v[0] for v in LEAN_VARIANTS]
+    rows = ["| B,H,S,D | causal | cuDNN | " + " | ".join(names) + " | ops/cuDNN | best ops/cuDNN | best ops/user |",
+            "|---|---|---|" + "---|" * (len(names) + 3)]
+    shipped = dict(attention_dispatch.HOPPER_CONFIGS)
+    shipped_d64 = dict(attention_dispatch.HOPPER_D64_OVERRIDES)
+    shipped_lean = attention_dispatch.LEAN_LOOP
+    for b, h, s, d in LEAN_SHAPES:
+        for causal in LEAN_CAUSAL:
+            g = torch.Generator(device="cuda").manual_seed(b * s + d)
+            q, k, v = (torch.randn(b, h, s, d, device="cuda", generator=g, dtype=torch.bfloat16) for _ in range(3))
+            ref = sdpa(q.float(), k.float(), v.float(), causal, "math")
+            flops = 4 * b * h * s * s * d / (2 if causal else 1)
+            tf = lambda ms: flops / ms / 1e9  # noqa: E731
+            cudnn = tf(bench_ms(lambda: sdpa(q, k, v, causal, "cudnn")))
+            qs, ks, vs = (t.transpose(1, 2).contiguous() for t in (q, k, v))  # (B, S, H, D)
+            cells = []
+            for uname, upc in USER_VARIANTS:
+                try:
+                    kern = tilewright.compile(flash_attention(b, h, s, d, causal, 128, 128, 2, 256, "bfloat16"),
+                                              out_idx=[-1], pass_configs=upc or None)
+                    e = _err(kern(qs, ks, vs).transpose(1, 2), ref)
+                    cells.append(tf(bench_ms(lambda: kern(qs, ks, vs))) if e < 2e-2 else float("nan"))
+                    if e >= 2e-2:
+                        print(f"  WRONG {uname} {b, h, s, d, causal}: {e:.2e}", flush=True)
+                except Exception as ex:  # noqa: BLE001
+                    print(f"  {uname} {b, h, s, d, causal}: {type(ex).__name__}: {str(ex).splitlines()[0][:150]}")
+                    cells.append(float("nan"))
+            for name, pc, lean, bshd in LEAN_VARIANTS:
+                _ops_as(pc, lean, shipped, shipped_d64)
+                args = tuple(t.transpose(1, 2) for t in (qs, ks, vs)) if bshd else (q, k, v)
+                out = ops.attention(*args, causal=causal)
+                e = _err(out, ref)
+                if e >= 2e-2:
+                    print(f"  WRONG {name} {b, h, s, d, causal}: {e:.2e}", flush=True)
+                cells.append(tf(bench_ms(lambda: ops.attention(*args, causal=causal))) if e < 2e-2 else float("nan"))
+            _ops_as(None, shipped_lean, shipped, shipped_d64)
+            nu = len(USER_VARIANTS)
+            best = max((c for c in cells[nu:] if c == c), default=float("nan"))
+            user = max((c for c in cells[:nu] if c == c), default=float("nan"))
+            rows.append(f"| {b},{h},{s},{d} | {'yes' if causal else 'no'} | {cudnn:.0f} | "
+                        + " | ".join(f"{c:.0f}" for c in cells)
+                        + f" | {cells[nu] / cudnn:.2f} | {best / cudnn:.2f} | {best / user:.2f} |")
+            print(rows[-1], flush=True)
+    rows += ["", "TFLOP/s (4·B·H·S²·D, halved when causal), bf16; ops = ops.attention (shipped configs unless "
+             "+pp+ov), lean = attention_dispatch.LEAN_LOOP, top = tw.attention_overlap_retire \"top\", "
+             "bshd = (B, S, H, D) inputs seen through transpose(1, 2); best ops/user: over the user program's best "
+             "column"]
+    print("\n".join(rows))
+    print("saved", save("attention-variants-lean", rows))
+    return 0
+
+
 if __name__ == "__main__":
-    sys.exit(main())
+    sys.exit(lean_main() if os.environ.get("TW_VARIANTS") in ("lean", "layout") else main())

@@ -105,6 +105,8 @@ HONOURED: dict[str, str] = {
     "tw.pingpong": "with tw.warp_specialize, two consumer warpgroups of a loop take turns at their gemms (sm_90)",
     "tw.attention_overlap": "with tw.warp_specialize on sm_90a, the attention loop issues P V of one key block "
                             "with Q K^T of the next and overlaps the softmax with it",
+    "tw.attention_overlap_retire": "with tw.attention_overlap: 'end' (default) or 'top' of the loop body, where the "
+                                   "P V in flight is waited for",
 }
 
 # TileLang's keys that change nothing here (their passes do not exist or their choice is fixed).

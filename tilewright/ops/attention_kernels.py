@@ -31,7 +31,7 @@ PERSISTENT_ORDERS = ("longest_first", "longest_first_snake", "head_major_snake")
 
 def attention_fwd(heads, kv_heads, dim, dtype, out_dtype, causal, varlen, cache_lens, splits, q_hc, k_hc, v_hc,
                   o_hc, block_M, block_N, stages, threads, stage_out=False, even_q=False, even_k=False,
-                  persistent=0, order="longest_first"):
+                  persistent=0, order="longest_first", lean=False):
     """Tensors are 2-D row views with static strides, so that their tiles load with 16-byte
     vectors and cp.async: element (batch b, head h, position s, d) of Q is row
     ``b * q_rb + h * q_rh + s``, column ``h * dim + d`` when ``q_hc`` (heads in the columns: a
@@ -67,7 +67,14 @@ def attention_fwd(heads, kv_heads, dim, dtype, out_dtype, causal, varlen, cache_
     so a block's long item of one round pairs with a short one in the next.  "head_major_snake": the
     query blocks of one (head, sequence, split) together (the longest first), heads in order, dealt
     back and forth: the blocks running at one time read few heads' keys (L2 reuse, as the grid
-    kernel's launch order), at the price of a worse balance where a head's items are not a round."""
+    kernel's launch order), at the price of a worse balance where a head's items are not a round.
+
+    ``lean`` (``attention_dispatch.LEAN_LOOP``): the key loop's softmax without what only masking
+    needs.  Without ``causal`` a row's running max is finite from the first key block on (every key
+    block of the loop holds a key of the sequence, and every row sees all of them), so the guard
+    that turns a max of -inf into 0 (no inf - inf) is left out; the rescale factor of the output
+    takes the hardware's 2**x (ex2.approx.ftz) like the probabilities do (2**(-inf) is still 0 there).
+    Results are the same up to that rounding; causal kernels keep the guard."""
     if order not in PERSISTENT_ORDERS:
         raise ValueError(f"attention_fwd: order {order!r} is not one of {PERSISTENT_ORDERS}")
     group = heads // kv_heads
@@ -170,9 +177,15 @@ def attention_fwd(heads, kv_heads, dim, dtype, out_dtype, causal, varlen, cache_
             T.copy(m_cur, m_prev)
             T.reduce_max(acc_s, m_cur, dim=1, clear=False)
             for i in T.Parallel(block_M):
-                # a row with every key so far masked keeps max -inf; subtract 0 instead (no inf - inf)
-                m_use[i] = T.if_then_else(m_cur[i] == -T.infinity(accum), 0, m_cur[i])
-                rescale[i] = T.exp2((m_prev[i] - m_use[i]) * scale_log2)
+                if lean and not causal:  # the max is finite (see the docstring): no guard
+                    m_use[i] = m_cur[i]
+                else:
+                    # a row with every key so far masked keeps max -inf; subtract 0 instead (no inf - inf)
+                    m_use[i] = T.if_then_else(m_cur[i] == -T.infinity(accum), 0, m_cur[i])
+                if lean:
+                    rescale[i] = T.__exp2((m_prev[i] - m_use[i]) * scale_log2)
+                else:
+                    rescale[i] = T.exp2((m_prev[i] - m_use[i]) * scale_log2)
             for i, j in T.Parallel(block_M, dim):
                 acc_o[i, j] *= rescale[i]
             for i, j in T.Parallel(block_M, block_N):

@@ -43,6 +43,26 @@ replaced by ``k'``; a gemm marked ``~1`` ends with ``wait_group(1)`` (``plans.wg
             Pw(k)                                 # P_k: registers the retired G2(k-1) no longer reads
         D(s+n-1); G2(s+n-1); rel2(s+n-1)                                          # epilogue
 
+``tw.attention_overlap_retire`` = ``"top"`` (default ``"end"``): the same statements in the same
+order, the loop rotated so that the retiring of ``G2(k-1)`` and the cast of ``P_k`` open iteration
+``k + 1`` instead of closing iteration ``k``::
+
+    if n > 0:
+        pre(s); G1(s); rel1(s); R(s); post(s)                                     # prologue
+        for k in s + 1 .. s + n - 1:
+            wait_group(0) fencing O and P; rel2(k-2) if k >= s + 2; Pw(k-1)
+            pre(k); G1(k)~1; D(k-1); G2(k-1)~2; wait_group(1) fencing S; rel1(k); R(k); post(k)
+        wait_group(0) fencing O and P; rel2(s+n-2) if n >= 2; Pw(s+n-1)
+        D(s+n-1); G2(s+n-1); rel2(s+n-1)                                          # epilogue
+
+Why: ptxas schedules within a basic block, and with the wait at the end of the body it places
+``WARPGROUP.DEPBAR.LE gsb0, 0x0`` before the softmax (seen in the sm_90a SASS of both ops.attention
+and the user program: the P V in flight is waited for before the row max), so the softmax never
+ran under the P V; at the top of the body the wait cannot move above the loop's back edge, and the
+softmax of block ``j`` (the end of the body) runs while G2(j-1) does.  Measured on the H200
+(bf16, ops.attention, 2026-12-01 22:34 UTC): 15-25% slower than the shipped loop (445 vs 558 TFLOP/s
+at 4x16x4096x128 with ping-pong, 478 vs 567 at 16k): the SASS overlap does not pay, so "end" stays.
+
 With ping-pong (``tw.pingpong``: each gemm inside its warpgroup's turn, ``bar.sync`` on the
 warpgroup's named barrier before it and ``bar.arrive`` on the other's after it), the turns are
 taken again around the new issue points: ``G1(k)`` through ``G2(k-1)`` in the loop (one turn per
@@ -70,6 +90,7 @@ from ..ir.visitor import map_stmt, substitute, walk
 from .pipeline_loops import _buffers_touched_shallow, _flatten
 
 OPTION = "tw.attention_overlap"
+RETIRE = "tw.attention_overlap_retire"  # where the P V in flight is retired: "end" of the body or "top"
 PRODUCER_THREADS = 128  # warp_specialize_loop's producer warpgroup: the consumers start at thread 128
 # registers besides the S, P and O tiles in the pipelined loop (row statistics, addresses, loop
 # state), from ptxas on sm_90a (NVRTC): S + P + O = 160 (d 128, block 128 x 128) used 224 of 232
@@ -100,7 +121,12 @@ def attention_overlap(func: t.PrimFunc, ctx, enabled=None) -> t.PrimFunc:
     sched = _match(loop, part.count, ctx)
     if sched is None:
         return func
-    new, in_flight = _pipeline(loop, sched)
+    retire = ctx.options.get(RETIRE, "end")
+    if retire not in ("end", "top"):
+        from ..errors import CompileError
+
+        raise CompileError(f"pass_configs {RETIRE!r} is {retire!r}", hint='use "end" (the default) or "top"')
+    new, in_flight = _pipeline(loop, sched, retire == "top")
     for g, groups in in_flight.items():
         func.plans.wgmma_in_flight[g] = groups
     func.body = map_stmt(func.body, lambda s: new if s is loop else None)
@@ -309,8 +335,9 @@ def _at(s, var, value):
     return sub(s)
 
 
-def _pipeline(loop: t.For, sc: _Schedule):
-    """The statement replacing ``loop`` and the gemms that leave one wgmma group in flight."""
+def _pipeline(loop: t.For, sc: _Schedule, retire_at_top: bool = False):
+    """The statement replacing ``loop`` and the gemms that leave one wgmma group in flight;
+    ``retire_at_top``: the rotated form (``RETIRE`` "top")."""
     k, loc = loop.var, loop.loc
     start, n = loop.start, loop.extent
     S, P, Out = sc.g1.c.buffer, sc.g2.a.buffer, sc.g2.c.buffer
@@ -328,9 +355,20 @@ def _pipeline(loop: t.For, sc: _Schedule):
     g2 = _at(sc.g2, k, prev)
     body = [*sc.pre, *at(enter, k), g1, *at(D, prev), g2, *at(leave, k), th.WgmmaWait(1, (S,), loc=loc), *sc.rel1,
             *R, *sc.post, th.WgmmaWait(0, (Out, P), loc=loc), *at(sc.rel2, prev), *Pw]
-    steady = t.For(k, start + 1, n - 1, t.SeqStmt(body), "serial", 0, loc, dict(loop.attrs))
     last = start + n - 1
     epilogue = at([*enter, *D, sc.g2, *leave, *sc.rel2], last)
+    if retire_at_top:
+        def retire(k_now, release):
+            """wait_group(0); G2(k_now - 2)'s arrivals where ``release``; the cast of P(k_now - 1)."""
+            rel = at(sc.rel2, k_now - 2)
+            done = [t.IfThenElse(release, t.SeqStmt(rel), None, loc=loc)] if rel else []
+            return [th.WgmmaWait(0, (Out, P), loc=loc), *done, *at(Pw, k_now - 1)]
+
+        prologue = prologue[:len(prologue) - len(Pw)]  # P(s) is cast at the top of the first iteration
+        opened = len(body) - len(sc.rel2) - len(Pw) - 1  # the body without its closing wait, arrivals and cast
+        body = retire(k, E.as_expr(k) >= start + 2) + body[:opened]
+        epilogue = retire(start + n, E.as_expr(n) >= 2) + epilogue
+    steady = t.For(k, start + 1, n - 1, t.SeqStmt(body), "serial", 0, loc, dict(loop.attrs))
     # G1's own wait_group(1) and G2's wait_group(2) retire nothing (they only fence the registers
     # for the device compiler); the explicit waits after the turn's hand-over do the retiring
     in_flight = {g1: 1, g2: 2}
