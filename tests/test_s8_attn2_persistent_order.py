@@ -39,7 +39,7 @@ def order(request, monkeypatch):
 
 def test_the_default_is_unchanged():
     assert dispatch.PERSISTENT_ORDER == "longest_first"
-    assert set(CANDIDATES) | {"longest_first"} == set(ak.PERSISTENT_ORDERS)
+    assert set(CANDIDATES) | {"longest_first"} <= set(ak.PERSISTENT_ORDERS)  # ("pairs": test_s9_causal_pairs.py)
 
 
 @pytest.mark.parametrize("B, H, Hkv, Sq, Sk, D, causal, dtype", [

@@ -105,6 +105,10 @@ PERSISTENT_MAX_KEY_BLOCKS = 8
 # "longest_first_snake" (dealt back and forth: balanced) and "head_major_snake" (one head's query blocks
 # together: L2 reuse of its keys).  Takes effect for new plans.
 PERSISTENT_ORDER = "longest_first"
+# the persistent kernel computes each item's coordinates (query block, head, sequence) into int32 scalars
+# once per item (attention_fwd's ``item_vars``) instead of repeating the order's arithmetic, 64-bit
+# divisions included, in the causal mask and the epilogue's row checks.  Takes effect for new plans.
+PERSISTENT_ITEM_VARS = True
 
 
 def _hopper_config(dim: int, rows: int):
@@ -408,10 +412,10 @@ def _make_plan(q, k, v, causal, scale, varlen, nseq, max_q, has_cache, num_split
     persistent = _sm_count(q) if configs and (PERSISTENT is True or PERSISTENT == "auto" and few_keys) else 0
     if configs:
         fwd = _kernel(("attention", H, Hkv, D, dtype, out_dtype, "sm_90a", tuple(sorted(configs.items())), stage_out)
-                      + flags + even_qk + ((persistent, PERSISTENT_ORDER) if persistent else ()),
+                      + flags + even_qk + ((persistent, PERSISTENT_ORDER, PERSISTENT_ITEM_VARS) if persistent else ()),
                       lambda: ak.attention_fwd(H, Hkv, D, dtype, out_dtype, *flags, stage_out=stage_out,
                                                even_q=even_qk[0], even_k=even_qk[1], persistent=persistent,
-                                               order=PERSISTENT_ORDER),
+                                               order=PERSISTENT_ORDER, item_vars=PERSISTENT_ITEM_VARS),
                       target, pass_configs=configs)
     else:
         fwd = _kernel(("attention", H, Hkv, D, dtype, out_dtype) + flags + even_qk,
