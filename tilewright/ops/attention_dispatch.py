@@ -109,6 +109,14 @@ PERSISTENT_ORDER = "longest_first"
 # once per item (attention_fwd's ``item_vars``) instead of repeating the order's arithmetic, 64-bit
 # divisions included, in the causal mask and the epilogue's row checks.  Takes effect for new plans.
 PERSISTENT_ITEM_VARS = True
+# the sm_90a path's shared-memory fit without the float32 score tile, which wgmma keeps in registers
+# (``_fit_shared(scores=False)``, counting Q, the K/V rings and the staged output tile instead): head
+# dim 128 then keeps the two K/V stages of ``_hopper_config`` (the fit with the score tile cut them to
+# one: 131.6 KB of shared memory per block in ncu of the S=1024 kernel, stalls on the K/V loads), and
+# d 256 too.  Off until measured (bench/attention_causal_variants.py "2 stages" columns).
+HOPPER_SCORES_IN_REGISTERS = False
+# head dim <= 64 on the sm_90a path: (block_M, block_N); block_M 128 = two consumer warpgroups.
+HOPPER_D64_BLOCKS = (128, 128)
 
 
 def _hopper_config(dim: int, rows: int):
@@ -119,6 +127,8 @@ def _hopper_config(dim: int, rows: int):
     alone is 128 registers; shared memory: Q 64 KiB + two K and two V slots of 32 KiB)."""
     if rows <= 64:
         return None
+    if dim <= 64:
+        return (*HOPPER_D64_BLOCKS, 2, 2 * HOPPER_D64_BLOCKS[0])
     return (128, 128 if dim <= 128 else 64, 2, 256)
 
 
@@ -145,11 +155,19 @@ def _is_hopper(t) -> bool:
     return torch.cuda.get_device_capability(t.device) == (9, 0)
 
 
-def _fit_shared(cfg: tuple, dim: int, smem: int) -> tuple:
+def _fit_shared(cfg: tuple, dim: int, smem: int, scores: bool = True, out_tile: bool = False) -> tuple:
     """Shrink stages, then block_N, then block_M until Q, the K/V ring and the score tile fit
-    in ``smem`` bytes of shared memory (AMD's 64 KiB LDS, smaller NVIDIA parts)."""
+    in ``smem`` bytes of shared memory (AMD's 64 KiB LDS, smaller NVIDIA parts).  ``scores=False``:
+    the scores live in registers (wgmma) and take no shared memory; ``out_tile``: a block_M x dim
+    output tile is staged there too (``stage_out``), and 1 KiB is kept for the mbarriers."""
     bM, bN, stages, threads = cfg
-    while (bM + 2 * stages * bN) * dim * 2 + 2 * bM * bN * 4 > smem:  # scores: fp32 tile + layout scratch
+
+    def need(bM, bN, stages):
+        if not scores:
+            return (bM * (2 if out_tile else 1) + 2 * stages * bN) * dim * 2 + 1024
+        return (bM + 2 * stages * bN) * dim * 2 + 2 * bM * bN * 4  # scores: fp32 tile + layout scratch
+
+    while need(bM, bN, stages) > smem:
         if stages > 1:
             stages -= 1
         elif bN > 32:
@@ -399,7 +417,9 @@ def _make_plan(q, k, v, causal, scale, varlen, nseq, max_q, has_cache, num_split
     configs = ({**HOPPER_CONFIGS, **HOPPER_D64_OVERRIDES} if D <= 64 else HOPPER_CONFIGS) if hopper else None
     # the output tile staged through shared memory: it fits beside Q and the K/V rings up to d 128
     stage_out = bool(hopper) and D <= 128
-    bM, bN, stages, threads = _fit_shared(hopper or _config(D, max_q), D, _shared_bytes(q))
+    in_regs = bool(hopper) and HOPPER_SCORES_IN_REGISTERS
+    bM, bN, stages, threads = _fit_shared(hopper or _config(D, max_q), D, _shared_bytes(q), scores=not in_regs,
+                                          out_tile=in_regs and stage_out)
     splits = _splits(nseq * H * -(-max_q // bM), -(-keys_hint // bN), num_splits)
     dtype = _dtype_name(q)
     target = _target_of(q)
@@ -410,9 +430,11 @@ def _make_plan(q, k, v, causal, scale, varlen, nseq, max_q, has_cache, num_split
     even_qk = (even and max_q % bM == 0, even and seq_k % bN == 0)
     few_keys = -(-keys_hint // bN) <= PERSISTENT_MAX_KEY_BLOCKS
     persistent = _sm_count(q) if configs and (PERSISTENT is True or PERSISTENT == "auto" and few_keys) else 0
+    # (an empty key suffix with the default: the cache keys stay as they were)
+    exprs = ("item exprs",) if persistent and not PERSISTENT_ITEM_VARS else ()
     if configs:
         fwd = _kernel(("attention", H, Hkv, D, dtype, out_dtype, "sm_90a", tuple(sorted(configs.items())), stage_out)
-                      + flags + even_qk + ((persistent, PERSISTENT_ORDER, PERSISTENT_ITEM_VARS) if persistent else ()),
+                      + flags + even_qk + exprs + ((persistent, PERSISTENT_ORDER) if persistent else ()),
                       lambda: ak.attention_fwd(H, Hkv, D, dtype, out_dtype, *flags, stage_out=stage_out,
                                                even_q=even_qk[0], even_k=even_qk[1], persistent=persistent,
                                                order=PERSISTENT_ORDER, item_vars=PERSISTENT_ITEM_VARS),
