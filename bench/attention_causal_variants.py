@@ -11,6 +11,8 @@ and fp16, against SDPA's cuDNN backend, with the dispatch's module knobs set per
   expressions, as before session 9), the A/B of the int32 coordinate scalars (bf16 rows);
 - "... 2st": ``HOPPER_SCORES_IN_REGISTERS = True`` (the sm_90a shared-memory fit without the score
   tile: two K/V stages at head dim 128 instead of one; d 64 has two either way, so d128 rows only);
+- "... ov": the sm_90a pass configs with ``tw.attention_overlap`` (measured slower at d128 with one
+  K/V stage: does it pay with two?); "... even": ``SPECIALIZE_EVEN`` (no row checks, one mask compare);
 - "d64 MxN": head dim 64 only, ``HOPPER_D64_BLOCKS = (M, N)`` (128x192 with the fit of "2st", which
   keeps its two stages; other rows show "-").
 
@@ -37,6 +39,7 @@ SHAPES = [(16, 16, 1024, 128), (4, 16, 4096, 64), (4, 16, 4096, 128)]
 DTYPES = [torch.bfloat16, torch.float16]
 PERS = {"PERSISTENT": True}
 TWO = {"HOPPER_SCORES_IN_REGISTERS": True}
+OV = {**dispatch.HOPPER_CONFIGS, "tw.attention_overlap": True}  # (d128: the shipped configs with the overlap)
 # (column, dispatch knobs, head dims it applies to, or "bf16" for bf16 rows only (a shorter run), or None for all)
 COLUMNS = [("ops", {}, None),
            ("ops 2st", TWO, (128,)),
@@ -46,6 +49,9 @@ COLUMNS = [("ops", {}, None),
            ("pers pairs", {**PERS, "PERSISTENT_ORDER": "pairs"}, None),
            ("pers hm 2st", {**PERS, **TWO, "PERSISTENT_ORDER": "head_major_snake"}, (128,)),
            ("pers pairs 2st", {**PERS, **TWO, "PERSISTENT_ORDER": "pairs"}, (128,)),
+           ("ops 2st ov", {**TWO, "HOPPER_CONFIGS": OV}, (128,)),
+           ("pers pairs 2st ov", {**PERS, **TWO, "PERSISTENT_ORDER": "pairs", "HOPPER_CONFIGS": OV}, (128,)),
+           ("pers pairs 2st even", {**PERS, **TWO, "PERSISTENT_ORDER": "pairs", "SPECIALIZE_EVEN": True}, (128,)),
            ("d64 128x64", {"HOPPER_D64_BLOCKS": (128, 64)}, (64,)),
            ("d64 128x192", {**TWO, "HOPPER_D64_BLOCKS": (128, 192)}, (64,)),
            ("d64 128x192 pers pairs", {**PERS, **TWO, "PERSISTENT_ORDER": "pairs", "HOPPER_D64_BLOCKS": (128, 192)},

@@ -138,3 +138,30 @@ def test_h200_kernels_build_without_spills(D, bN, persistent):
     assert k.num_threads == 384 and k.shared_bytes <= 232448
     res = nvrtc.compile_cuda(print_cuda(k), "sm_90a", [k.name]).resources[k.name]
     assert res["spills"] == 0 and res["local_bytes"] == 0, res
+
+
+@pytest.mark.parametrize("persistent", [True, False])
+@pytest.mark.parametrize("configs", [{"tw.attention_overlap": True},
+                                     {"tw.attention_overlap": True, "tw.pingpong": True}])
+def test_two_stages_with_the_overlap(monkeypatch, persistent, configs):
+    """d 128 with two K/V stages under the overlap (Q K^T of the next key block issued before the
+    softmax: the next K is in the other slot) and with ping-pong too, causal, ragged, GQA."""
+    setup, used = _on_cpu(monkeypatch, persistent, HOPPER_SCORES_IN_REGISTERS=True, PERSISTENT_ORDER="pairs",
+                          HOPPER_CONFIGS={**dispatch.HOPPER_CONFIGS, **configs})
+    try:
+        flags, k = _dense_case(used, persistent, 1, 2, 1, 300, 460, 128, True, torch.bfloat16, 72 + persistent)
+        assert flags[8:11] == (128, 128, 2) and "wgmma.wait_group.sync.aligned 1" in k.get_kernel_source()
+    finally:
+        setup.close()
+
+
+def test_two_stages_even_lengths(monkeypatch):
+    """``SPECIALIZE_EVEN`` with two stages on the persistent "pairs" kernel: lengths that divide the
+    blocks (no row checks, only the diagonal masked), Sq != Sk."""
+    setup, used = _on_cpu(monkeypatch, True, HOPPER_SCORES_IN_REGISTERS=True, PERSISTENT_ORDER="pairs",
+                          SPECIALIZE_EVEN=True)
+    try:
+        flags, k = _dense_case(used, True, 1, 3, 1, 384, 512, 128, True, torch.float16, 73)
+        assert flags[8:11] == (128, 128, 2) and flags[12:14] == (True, True)  # even_q, even_k
+    finally:
+        setup.close()
