@@ -165,3 +165,31 @@ def test_two_stages_even_lengths(monkeypatch):
         assert flags[8:11] == (128, 128, 2) and flags[12:14] == (True, True)  # even_q, even_k
     finally:
         setup.close()
+
+
+@pytest.mark.parametrize("causal, keys, bound, persistent", [
+    (True, 1100, 8, False), (True, 1100, 9, True), (False, 1100, 9, False), (True, 1024, 8, True),
+    (False, 1024, 8, True)])
+def test_auto_persistence_bound_for_causal_calls(monkeypatch, causal, keys, bound, persistent):
+    """``PERSISTENT="auto"``: a causal call takes the persistent kernel where its items have at most
+    ``PERSISTENT_MAX_KEY_BLOCKS_CAUSAL`` key blocks (1100 keys: 9), a non-causal one at most
+    ``PERSISTENT_MAX_KEY_BLOCKS`` (the plan's kernel key says which; nothing is run)."""
+    keys_seen = []
+
+    class Planned(Exception):
+        pass
+
+    def record(key, build, target, pass_configs=None):
+        keys_seen.append(key)
+        raise Planned  # (the key is all this test reads: no kernel built)
+
+    monkeypatch.setattr(dispatch, "_kernel", record)
+    monkeypatch.setattr(dispatch, "_is_hopper", lambda t: True)
+    monkeypatch.setattr(dispatch, "PERSISTENT", "auto")
+    monkeypatch.setattr(dispatch, "PERSISTENT_MAX_KEY_BLOCKS_CAUSAL", bound)
+    q, k = torch.zeros(1, 2, 1024, 128, dtype=torch.float16), torch.zeros(1, 2, keys, 128, dtype=torch.float16)
+    dispatch.forget_plans()
+    with pytest.raises(Planned):
+        dispatch._make_plan(q, k, k, causal, None, False, 1, 1024, False, None)
+    dispatch.forget_plans()
+    assert (keys_seen[-1][-1] == dispatch.PERSISTENT_ORDER) == persistent, keys_seen[-1]

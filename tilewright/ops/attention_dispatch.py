@@ -100,6 +100,9 @@ SPECIALIZE_EVEN = False
 # for new plans.
 PERSISTENT = "auto"
 PERSISTENT_MAX_KEY_BLOCKS = 8
+# the same bound for causal calls (whose items have 1 .. n key blocks, so that a block's fixed costs and
+# the balance of its items weigh more than without the mask).  Takes effect for new plans.
+PERSISTENT_MAX_KEY_BLOCKS_CAUSAL = 8
 # how the causal persistent kernel orders and deals its work items (attention_kernels.PERSISTENT_ORDERS):
 # "longest_first" (dealt in rounds: block b always gets the b-th longest of each round), candidates
 # "longest_first_snake" (dealt back and forth: balanced) and "head_major_snake" (one head's query blocks
@@ -428,7 +431,7 @@ def _make_plan(q, k, v, causal, scale, varlen, nseq, max_q, has_cache, num_split
     # lengths known here (dense, no cache) that divide the blocks: no tail handling in the kernel
     even = SPECIALIZE_EVEN and not varlen and not has_cache
     even_qk = (even and max_q % bM == 0, even and seq_k % bN == 0)
-    few_keys = -(-keys_hint // bN) <= PERSISTENT_MAX_KEY_BLOCKS
+    few_keys = -(-keys_hint // bN) <= (PERSISTENT_MAX_KEY_BLOCKS_CAUSAL if causal else PERSISTENT_MAX_KEY_BLOCKS)
     persistent = _sm_count(q) if configs and (PERSISTENT is True or PERSISTENT == "auto" and few_keys) else 0
     # (an empty key suffix with the default: the cache keys stay as they were)
     exprs = ("item exprs",) if persistent and not PERSISTENT_ITEM_VARS else ()
