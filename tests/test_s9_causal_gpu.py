@@ -69,7 +69,7 @@ def _was_asked_for(built, D):
     bM, bN, stages = key[17:20]  # (after name, heads, dims, dtypes, target, configs, stage_out, 8 flags)
     if D <= 64:
         assert (bM, bN, stages) == (*dispatch.HOPPER_D64_BLOCKS, 2)
-    elif dispatch.HOPPER_SCORES_IN_REGISTERS:
+    elif dispatch.HOPPER_SCORES_IN_REGISTERS is True:
         assert stages == 2
 
 

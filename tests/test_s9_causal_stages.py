@@ -79,16 +79,57 @@ def test_two_stages_at_d128_and_d256(monkeypatch, persistent, B, H, Hkv, Sq, Sk,
         setup.close()
 
 
-def test_the_fit_without_the_knob_is_unchanged():
-    """Off (the default): d 128 and 256 keep the fit with the score tile (one stage); on: two, and
-    the staged output tile with a second Q slot still fits at d 128."""
-    assert dispatch.HOPPER_SCORES_IN_REGISTERS is False and dispatch.HOPPER_D64_BLOCKS == (128, 128)
+def test_the_fit_with_and_without_the_score_tile():
+    """With the score tile (the non-sm_90a paths, and sm_90a calls other than long causal ones by
+    default): d 128 and 256 get one stage; without it two, and the staged output tile with a second Q
+    slot still fits at d 128."""
+    assert dispatch.HOPPER_D64_BLOCKS == (128, 128)
     fit = dispatch._fit_shared
     assert fit((128, 128, 2, 256), 128, 232448) == (128, 128, 1, 256)
     assert fit((128, 128, 2, 256), 128, 232448, scores=False, out_tile=True) == (128, 128, 2, 256)
     assert fit((128, 64, 2, 256), 256, 232448, scores=False) == (128, 64, 2, 256)
     assert fit((128, 192, 2, 256), 64, 232448, scores=False, out_tile=True) == (128, 192, 2, 256)
     assert fit((128, 128, 2, 256), 128, 101376, scores=False, out_tile=True)[2] == 1  # a smaller part: one stage
+
+
+class _Planned(Exception):
+    pass
+
+
+def _planned_key(monkeypatch, causal, keys, D=128, queries=1024):
+    """The sm_90a kernel key and pass configs a dense call's plan asks for (nothing is built)."""
+    seen = []
+
+    def record(key, build, target, pass_configs=None):
+        seen.append((key, pass_configs))
+        raise _Planned  # (the key is all these tests read)
+
+    monkeypatch.setattr(dispatch, "_kernel", record)
+    monkeypatch.setattr(dispatch, "_is_hopper", lambda t: True)
+    q, k = torch.zeros(1, 2, queries, D, dtype=torch.float16), torch.zeros(1, 2, keys, D, dtype=torch.float16)
+    dispatch.forget_plans()
+    with pytest.raises(_Planned):
+        dispatch._make_plan(q, k, k, causal, None, False, 1, queries, False, None)
+    dispatch.forget_plans()
+    return seen[-1]
+
+
+@pytest.mark.parametrize("causal, keys, D, long_causal", [
+    (True, 4096, 128, True), (True, 1100, 128, True), (True, 1024, 128, False), (False, 4096, 128, False),
+    (True, 4096, 256, False), (True, 4096, 64, True)])
+def test_the_long_causal_defaults(monkeypatch, causal, keys, D, long_causal):
+    """The defaults from the H200 run: causal calls with more than PERSISTENT_MAX_KEY_BLOCKS key
+    blocks at d <= 128 take two K/V stages and (d 65..128) the overlap, and are persistent up to
+    PERSISTENT_MAX_KEY_BLOCKS_CAUSAL (32) key blocks, in the "pairs" order; other calls as before."""
+    assert dispatch.HOPPER_SCORES_IN_REGISTERS == "long causal" and dispatch.PERSISTENT_ORDER == "pairs"
+    assert dispatch.PERSISTENT == "auto" and dispatch.PERSISTENT_MAX_KEY_BLOCKS_CAUSAL == 32
+    key, configs = _planned_key(monkeypatch, causal, keys, D)
+    bN, stages = key[18:20]
+    assert stages == (2 if long_causal or D == 64 else 1)
+    overlap = configs["tw.attention_overlap"]
+    assert overlap == (long_causal or D == 64)
+    blocks = -(-keys // bN)
+    assert (key[-1] == "pairs") == (blocks <= (32 if causal else 8)), key
 
 
 @pytest.mark.parametrize("blocks", [(128, 64), (128, 192)])
@@ -174,22 +215,7 @@ def test_auto_persistence_bound_for_causal_calls(monkeypatch, causal, keys, boun
     """``PERSISTENT="auto"``: a causal call takes the persistent kernel where its items have at most
     ``PERSISTENT_MAX_KEY_BLOCKS_CAUSAL`` key blocks (1100 keys: 9), a non-causal one at most
     ``PERSISTENT_MAX_KEY_BLOCKS`` (the plan's kernel key says which; nothing is run)."""
-    keys_seen = []
-
-    class Planned(Exception):
-        pass
-
-    def record(key, build, target, pass_configs=None):
-        keys_seen.append(key)
-        raise Planned  # (the key is all this test reads: no kernel built)
-
-    monkeypatch.setattr(dispatch, "_kernel", record)
-    monkeypatch.setattr(dispatch, "_is_hopper", lambda t: True)
     monkeypatch.setattr(dispatch, "PERSISTENT", "auto")
     monkeypatch.setattr(dispatch, "PERSISTENT_MAX_KEY_BLOCKS_CAUSAL", bound)
-    q, k = torch.zeros(1, 2, 1024, 128, dtype=torch.float16), torch.zeros(1, 2, keys, 128, dtype=torch.float16)
-    dispatch.forget_plans()
-    with pytest.raises(Planned):
-        dispatch._make_plan(q, k, k, causal, None, False, 1, 1024, False, None)
-    dispatch.forget_plans()
-    assert (keys_seen[-1][-1] == dispatch.PERSISTENT_ORDER) == persistent, keys_seen[-1]
+    key, _ = _planned_key(monkeypatch, causal, keys)
+    assert (key[-1] == dispatch.PERSISTENT_ORDER) == persistent, key
