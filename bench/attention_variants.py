@@ -72,6 +72,12 @@ if os.environ.get("TW_VARIANTS") == "order":  # the grid kernel, the persistent 
     OPS_VARIANTS = [v for v in OPS_VARIANTS if v[0] in ("ops", "ops pers") or "snake" in v[0]]
 
 
+if os.environ.get("TW_VARIANTS") == "causal":  # the causal candidates: bench/attention_causal_variants.py
+    from attention_causal_variants import main as causal_main  # noqa: E402
+
+    sys.exit(causal_main())
+
+
 def _err(x, ref) -> float:
     return float(((x.float() - ref.float()).abs() / (1 + ref.float().abs())).max())
 

@@ -38,8 +38,8 @@ def order(request, monkeypatch):
 
 
 def test_the_default_is_unchanged():
-    assert dispatch.PERSISTENT_ORDER == "longest_first"
-    assert set(CANDIDATES) | {"longest_first"} == set(ak.PERSISTENT_ORDERS)
+    assert dispatch.PERSISTENT_ORDER == "pairs"  # (the H200 run of session 9: test_s9_causal_pairs.py)
+    assert set(CANDIDATES) | {"longest_first"} <= set(ak.PERSISTENT_ORDERS)  # ("pairs": test_s9_causal_pairs.py)
 
 
 @pytest.mark.parametrize("B, H, Hkv, Sq, Sk, D, causal, dtype", [

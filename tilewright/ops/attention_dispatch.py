@@ -101,11 +101,40 @@ SPECIALIZE_EVEN = False
 # for new plans.
 PERSISTENT = "auto"
 PERSISTENT_MAX_KEY_BLOCKS = 8
+# the same bound for causal calls (whose items have 1 .. n key blocks, so that a block's fixed costs and
+# the balance of its items weigh more than without the mask).  32: 4k keys at block_N 128 (H200 run 22:35,
+# bf16 causal 4x16x4096x128: persistent "pairs" 507 TFLOP/s vs the grid kernel 484; with the long-causal
+# configuration below 521 vs 517; d64 355 vs 354); 16k stays on the grid kernel (persistent 444-513 vs
+# 540 at 21:29).  Takes effect for new plans.
+PERSISTENT_MAX_KEY_BLOCKS_CAUSAL = 32
 # how the causal persistent kernel orders and deals its work items (attention_kernels.PERSISTENT_ORDERS):
-# "longest_first" (dealt in rounds: block b always gets the b-th longest of each round), candidates
-# "longest_first_snake" (dealt back and forth: balanced) and "head_major_snake" (one head's query blocks
-# together: L2 reuse of its keys).  Takes effect for new plans.
-PERSISTENT_ORDER = "longest_first"
+# "longest_first" (dealt in rounds: block b always gets the b-th longest of each round), "longest_first_snake"
+# (dealt back and forth: balanced), "head_major_snake" (one head's query blocks together: L2 reuse of its
+# keys) and "pairs" (query blocks i and nq-1-i of a head back to back on one block: the L2 reuse of
+# head-major and equal work per pair at any length).  "pairs", measured on the H200 (bf16 causal TFLOP/s,
+# 22:35 run): 16x16x1024x128 390 (head_major_snake 397, longest_first 334, cuDNN 429), 4x16x4096x128 507
+# (500, 446; 532); head_major_snake's balance breaks where a head's items are not a round (1x16x16384x128
+# at 21:29: 393 vs 513 for longest_first_snake), which pairs avoid.  Takes effect for new plans.
+PERSISTENT_ORDER = "pairs"
+# the persistent kernel computes each item's coordinates (query block, head, sequence) into int32 scalars
+# once per item (attention_fwd's ``item_vars``) instead of repeating the order's arithmetic, 64-bit
+# divisions included, in the causal mask and the epilogue's row checks.  Takes effect for new plans.
+PERSISTENT_ITEM_VARS = True
+# the sm_90a path's shared-memory fit without the float32 score tile, which wgmma keeps in registers
+# (``_fit_shared(scores=False)``, counting Q, the K/V rings and the staged output tile instead): head
+# dim 128 then keeps the two K/V stages of ``_hopper_config`` (the fit with the score tile cut them to
+# one: 131.6 KB of shared memory per block in ncu of the S=1024 kernel, stalls on the K/V loads), and
+# d 256 too.  True: always; "long causal": causal calls at d <= 128 whose items have more than
+# PERSISTENT_MAX_KEY_BLOCKS key blocks (with HOPPER_LONG_CAUSAL_OVERRIDES), the only calls measured: H200
+# 22:35, bf16 causal 4x16x4096x128 with the overlap 521 TFLOP/s persistent (507 with one stage and no
+# overlap), 517 on the grid kernel (484); at 1024 keys it did not pay (382-389 vs 390).  Takes effect for
+# new plans.
+HOPPER_SCORES_IN_REGISTERS = "long causal"
+# the sm_90a pass configs over HOPPER_CONFIGS for those long causal calls at d 65..128 (d <= 64 has the
+# overlap anyway: HOPPER_D64_OVERRIDES): the overlap pays with two K/V stages (above), not with one.
+HOPPER_LONG_CAUSAL_OVERRIDES = {"tw.attention_overlap": True}
+# head dim <= 64 on the sm_90a path: (block_M, block_N); block_M 128 = two consumer warpgroups.
+HOPPER_D64_BLOCKS = (128, 128)
 # the forward kernels' key loop without the softmax's -inf guard where no row can see only masked keys
 # (attention_fwd's ``lean``: non-causal), its output rescale on the hardware's 2**x (11 of ~695 SASS
 # instructions per key block at d 128).  Off: measured at noise level on the H200 (TW_VARIANTS=lean, 22:34 UTC:
@@ -121,6 +150,8 @@ def _hopper_config(dim: int, rows: int):
     alone is 128 registers; shared memory: Q 64 KiB + two K and two V slots of 32 KiB)."""
     if rows <= 64:
         return None
+    if dim <= 64:
+        return (*HOPPER_D64_BLOCKS, 2, 2 * HOPPER_D64_BLOCKS[0])
     return (128, 128 if dim <= 128 else 64, 2, 256)
 
 
@@ -147,11 +178,19 @@ def _is_hopper(t) -> bool:
     return torch.cuda.get_device_capability(t.device) == (9, 0)
 
 
-def _fit_shared(cfg: tuple, dim: int, smem: int) -> tuple:
+def _fit_shared(cfg: tuple, dim: int, smem: int, scores: bool = True, out_tile: bool = False) -> tuple:
     """Shrink stages, then block_N, then block_M until Q, the K/V ring and the score tile fit
-    in ``smem`` bytes of shared memory (AMD's 64 KiB LDS, smaller NVIDIA parts)."""
+    in ``smem`` bytes of shared memory (AMD's 64 KiB LDS, smaller NVIDIA parts).  ``scores=False``:
+    the scores live in registers (wgmma) and take no shared memory; ``out_tile``: a block_M x dim
+    output tile is staged there too (``stage_out``), and 1 KiB is kept for the mbarriers."""
     bM, bN, stages, threads = cfg
-    while (bM + 2 * stages * bN) * dim * 2 + 2 * bM * bN * 4 > smem:  # scores: fp32 tile + layout scratch
+
+    def need(bM, bN, stages):
+        if not scores:
+            return (bM * (2 if out_tile else 1) + 2 * stages * bN) * dim * 2 + 1024
+        return (bM + 2 * stages * bN) * dim * 2 + 2 * bM * bN * 4  # scores: fp32 tile + layout scratch
+
+    while need(bM, bN, stages) > smem:
         if stages > 1:
             stages -= 1
         elif bN > 32:
@@ -399,9 +438,16 @@ def _make_plan(q, k, v, causal, scale, varlen, nseq, max_q, has_cache, num_split
     plan.o_rows = (q.numel() // (q.shape[1] * D)) if varlen else q.numel() // D
     hopper = _hopper_config(D, max_q) if _is_hopper(q) else None
     configs = ({**HOPPER_CONFIGS, **HOPPER_D64_OVERRIDES} if D <= 64 else HOPPER_CONFIGS) if hopper else None
+    # causal with longer keys than the persistent bound (and d <= 128): two K/V stages and the overlap
+    long_causal = bool(hopper) and causal and D <= 128 and -(-keys_hint // hopper[1]) > PERSISTENT_MAX_KEY_BLOCKS
+    if long_causal and D > 64:
+        configs = {**configs, **HOPPER_LONG_CAUSAL_OVERRIDES}
     # the output tile staged through shared memory: it fits beside Q and the K/V rings up to d 128
     stage_out = bool(hopper) and D <= 128
-    bM, bN, stages, threads = _fit_shared(hopper or _config(D, max_q), D, _shared_bytes(q))
+    in_regs = bool(hopper) and (HOPPER_SCORES_IN_REGISTERS is True
+                                or HOPPER_SCORES_IN_REGISTERS == "long causal" and long_causal)
+    bM, bN, stages, threads = _fit_shared(hopper or _config(D, max_q), D, _shared_bytes(q), scores=not in_regs,
+                                          out_tile=in_regs and stage_out)
     splits = _splits(nseq * H * -(-max_q // bM), -(-keys_hint // bN), num_splits)
     dtype = _dtype_name(q)
     target = _target_of(q)
@@ -410,15 +456,18 @@ def _make_plan(q, k, v, causal, scale, varlen, nseq, max_q, has_cache, num_split
     # lengths known here (dense, no cache) that divide the blocks: no tail handling in the kernel
     even = SPECIALIZE_EVEN and not varlen and not has_cache
     even_qk = (even and max_q % bM == 0, even and seq_k % bN == 0)
-    few_keys = -(-keys_hint // bN) <= PERSISTENT_MAX_KEY_BLOCKS
+    few_keys = -(-keys_hint // bN) <= (PERSISTENT_MAX_KEY_BLOCKS_CAUSAL if causal else PERSISTENT_MAX_KEY_BLOCKS)
     lean = ("lean",) if LEAN_LOOP else ()  # (an empty key suffix when off: the cache keys stay as they were)
     persistent = _sm_count(q) if configs and (PERSISTENT is True or PERSISTENT == "auto" and few_keys) else 0
+    # (an empty key suffix with the default: the cache keys stay as they were)
+    exprs = ("item exprs",) if persistent and not PERSISTENT_ITEM_VARS else ()
     if configs:
         fwd = _kernel(("attention", H, Hkv, D, dtype, out_dtype, "sm_90a", tuple(sorted(configs.items())), stage_out)
-                      + flags + even_qk + ((persistent, PERSISTENT_ORDER) if persistent else ()) + lean,
+                      + flags + even_qk + exprs + ((persistent, PERSISTENT_ORDER) if persistent else ()) + lean,
                       lambda: ak.attention_fwd(H, Hkv, D, dtype, out_dtype, *flags, stage_out=stage_out,
                                                even_q=even_qk[0], even_k=even_qk[1], persistent=persistent,
-                                               order=PERSISTENT_ORDER, lean=bool(lean)),
+                                               order=PERSISTENT_ORDER, item_vars=PERSISTENT_ITEM_VARS,
+                                               lean=bool(lean)),
                       target, pass_configs=configs)
     else:
         fwd = _kernel(("attention", H, Hkv, D, dtype, out_dtype) + flags + even_qk + lean,

@@ -26,12 +26,12 @@ from .. import language as T
 LOG2E = 1.4426950408889634
 LN2 = 0.6931471805599453
 # how a causal persistent kernel orders its work items and deals them to the blocks (attention_fwd's ``order``)
-PERSISTENT_ORDERS = ("longest_first", "longest_first_snake", "head_major_snake")
+PERSISTENT_ORDERS = ("longest_first", "longest_first_snake", "head_major_snake", "pairs")
 
 
 def attention_fwd(heads, kv_heads, dim, dtype, out_dtype, causal, varlen, cache_lens, splits, q_hc, k_hc, v_hc,
                   o_hc, block_M, block_N, stages, threads, stage_out=False, even_q=False, even_k=False,
-                  persistent=0, order="longest_first", lean=False):
+                  persistent=0, order="longest_first", item_vars=True, lean=False):
     """Tensors are 2-D row views with static strides, so that their tiles load with 16-byte
     vectors and cp.async: element (batch b, head h, position s, d) of Q is row
     ``b * q_rb + h * q_rh + s``, column ``h * dim + d`` when ``q_hc`` (heads in the columns: a
@@ -68,6 +68,15 @@ def attention_fwd(heads, kv_heads, dim, dtype, out_dtype, causal, varlen, cache_
     query blocks of one (head, sequence, split) together (the longest first), heads in order, dealt
     back and forth: the blocks running at one time read few heads' keys (L2 reuse, as the grid
     kernel's launch order), at the price of a worse balance where a head's items are not a round.
+    "pairs": query blocks ``i`` and ``nq - 1 - i`` of one (head, sequence, split) unit run back to back
+    on one block (the long one first), pairs in unit order dealt a pair per block per two rounds, so
+    that every pair has the same key blocks (nq + 1 with equal lengths) and the short item reads keys
+    the long one just brought into L2; with an odd ``nq`` the units' middle blocks follow as singles,
+    starting at the first block that had a pair fewer.
+
+    ``item_vars`` (persistent kernels): each item's coordinates are computed once into int32 scalars
+    (in both roles) that ``attend`` reads, instead of the order's arithmetic (64-bit divisions by the
+    unit count) repeated in the causal mask and the epilogue's row checks.
 
     ``lean`` (``attention_dispatch.LEAN_LOOP``): the key loop's softmax without what only masking
     needs.  Without ``causal`` a row's running max is finite from the first key block on (every key
@@ -230,6 +239,23 @@ def attention_fwd(heads, kv_heads, dim, dtype, out_dtype, causal, varlen, cache_
             if even_q or bx * block_M + i < len_q:
                 L[part * l_rp + tb * l_rb + by * l_rh + (q0 + bx * block_M + i) * l_rs] = m_use[i]
 
+    @T.macro
+    def item(bx, unit, args, bufs):
+        """One work item of the persistent kernel: query block ``bx`` of (head, sequence, split) unit
+        ``unit`` (head fastest).  ``item_vars``: the coordinates are first computed into int32 scalars
+        (once per item, in both roles) so that ``attend``'s per-element masks and row checks read a
+        register instead of repeating the order's arithmetic (64-bit divisions by the unit count)."""
+        if item_vars:
+            qb = T.alloc_var("int32")
+            hd = T.alloc_var("int32")
+            sq = T.alloc_var("int32")
+            qb = bx
+            hd = unit % heads
+            sq = unit // heads
+            attend(qb, hd, sq, args, bufs)
+        else:
+            attend(bx, unit % heads, unit // heads, args, bufs)
+
     if persistent:
         @T.prim_func
         def attention_fwd_kernel(Q: T.Tensor((RQ, q_cols), dtype), K: T.Tensor((RK, k_cols), dtype),
@@ -243,32 +269,46 @@ def attention_fwd(heads, kv_heads, dim, dtype, out_dtype, causal, varlen, cache_
                 args = (Q, K, V, Out, L, CuQ, CuK, seq_q, seq_k, scale, q_rb, q_rh, k_rb, k_rh, v_rb, v_rh, o_rp,
                         o_rb, o_rh, l_rp, l_rb, l_rh, l_rs)
                 bufs = tiles()
-                # work item w = r * persistent + bid: items in order of query block (the longest first when
-                # causal: the last round holds the short ones), then head, then (sequence, split); a
-                # uniform trip count per block, so the key loop's pipeline needs no per-item guard
                 nq = T.ceildiv(max_q, block_M)
-                items = nq * heads * nseq * splits
-                if causal and order != "longest_first":
+                hz = heads * nseq * splits  # (head, sequence, split) units, each of nq query blocks
+                items = nq * hz
+                if causal and order == "pairs":
+                    # query blocks i and nq - 1 - i of one unit in consecutive rounds of one block (nq + 1 key
+                    # blocks a pair where the keys are as long as the queries), pairs in unit order; with an
+                    # odd nq each unit's middle block is a single, dealt after the pairs from the first
+                    # block that had one pair fewer
+                    half = nq // 2
+                    npairs = half * hz
+                    pairs = T.ceildiv(T.max(npairs - bid, 0), persistent)
+                    first = (bid + persistent - npairs % persistent) % persistent  # this block's place among singles
+                    singles = T.ceildiv(T.max(nq % 2 * hz - first, 0), persistent)
+                    for r in T.serial(2 * pairs + singles):
+                        p = (r // 2) * persistent + bid  # the pair (in the pair rounds)
+                        s = (r - 2 * pairs) * persistent + first  # the single (after them)
+                        paired = r < 2 * pairs
+                        item(T.if_then_else(paired, T.if_then_else(r % 2 == 0, nq - 1 - p % T.max(half, 1),
+                                                                   p % T.max(half, 1)), half),
+                             T.if_then_else(paired, p // T.max(half, 1), s), args, bufs)
+                elif causal and order != "longest_first":
                     # dealt back and forth: in odd rounds block bid takes the round's item persistent - 1 - bid;
                     # a block runs the items of the full rounds and, where its place in the last round
                     # (``j_last``) is below the items left over, one more
                     j_last = bid + items // persistent % 2 * (persistent - 1 - 2 * bid)
                     for r in T.serial(T.ceildiv(items - j_last, persistent)):
                         w = r * persistent + bid + r % 2 * (persistent - 1 - 2 * bid)
-                        if order == "head_major_snake":  # one head's query blocks together, the longest first
-                            attend(nq - 1 - w % nq, w // nq % heads, w // nq // heads, args, bufs)
+                        if order == "head_major_snake":  # one unit's query blocks together, the longest first
+                            item(nq - 1 - w % nq, w // nq, args, bufs)
                         else:
-                            attend(nq - 1 - w // (heads * nseq * splits), w % heads,
-                                   w % (heads * nseq * splits) // heads, args, bufs)
+                            item(nq - 1 - w // hz, w % hz, args, bufs)
                 else:
+                    # work item w = r * persistent + bid: causal, items in order of query block (the longest
+                    # first: the last round holds the short ones), then unit; a uniform trip count per block,
+                    # so the key loop's pipeline needs no per-item guard
                     for r in T.serial(T.ceildiv(items - bid, persistent)):
                         if causal:
-                            attend(nq - 1 - (r * persistent + bid) // (heads * nseq * splits),
-                                   (r * persistent + bid) % heads,
-                                   (r * persistent + bid) % (heads * nseq * splits) // heads, args, bufs)
+                            item(nq - 1 - (r * persistent + bid) // hz, (r * persistent + bid) % hz, args, bufs)
                         else:  # the query blocks of one head next to each other: they share its keys in L2
-                            attend((r * persistent + bid) % nq, (r * persistent + bid) // nq % heads,
-                                   (r * persistent + bid) // nq // heads, args, bufs)
+                            item((r * persistent + bid) % nq, (r * persistent + bid) // nq, args, bufs)
 
         return attention_fwd_kernel
 

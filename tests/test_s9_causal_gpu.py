@@ -1,0 +1,123 @@
+"""The session-9 causal candidates on an sm_90 GPU (H100/H200), each a set of ``attention_dispatch``
+knobs (the "pairs" item order, the item coordinates as expressions, two K/V stages at d 128/256 with
+``HOPPER_SCORES_IN_REGISTERS``, the d64 block shapes ``HOPPER_D64_BLOCKS``), on the grid and the
+persistent kernel: ``ops.attention`` against float64 with NaN-poisoned outputs (causal and not, ragged,
+S_q != S_k both ways, GQA/MQA, the LSE, varlen), and the kernel checked to be the one asked for.
+Skipped without such a GPU."""
+
+from __future__ import annotations
+
+import importlib
+
+import pytest
+
+torch = pytest.importorskip("torch")
+if not (torch.cuda.is_available() and not getattr(torch.version, "hip", None)
+        and torch.cuda.get_device_capability() == (9, 0)):
+    pytest.skip("needs an sm_90 NVIDIA GPU with a CUDA build of PyTorch", allow_module_level=True)
+
+from test_s8_attnp_gpu import _rand, _rel, reference  # noqa: E402
+
+from tilewright import ops  # noqa: E402
+
+dispatch = importlib.import_module("tilewright.ops.attention_dispatch")
+TWO = {"HOPPER_SCORES_IN_REGISTERS": True}
+CANDIDATES = {
+    "pairs": {"PERSISTENT": True, "PERSISTENT_ORDER": "pairs"},
+    "lf exprs": {"PERSISTENT": True, "PERSISTENT_ORDER": "longest_first", "PERSISTENT_ITEM_VARS": False},
+    "2st grid": {**TWO, "PERSISTENT": False},
+    "2st pairs": {**TWO, "PERSISTENT": True, "PERSISTENT_ORDER": "pairs"},
+    "2st hm": {**TWO, "PERSISTENT": True, "PERSISTENT_ORDER": "head_major_snake"},
+    "d64 128x64": {"HOPPER_D64_BLOCKS": (128, 64), "PERSISTENT": False},
+    "d64 128x192 pairs": {**TWO, "HOPPER_D64_BLOCKS": (128, 192), "PERSISTENT": True, "PERSISTENT_ORDER": "pairs"},
+}
+
+
+@pytest.fixture(params=list(CANDIDATES))
+def candidate(request, monkeypatch):
+    """The candidate's knobs, outputs poisoned; the forward kernels built are recorded."""
+    built = []
+    real_kernel = dispatch._kernel
+
+    def record(key, build, target, pass_configs=None):
+        k = real_kernel(key, build, target, pass_configs)
+        if key[0] == "attention":
+            built.append((key, k))
+        return k
+
+    class Poisoned:
+        def __getattr__(self, name):
+            return getattr(torch, name)
+
+        @staticmethod
+        def empty(*args, **kwargs):
+            return torch.empty(*args, **kwargs).fill_(float("nan"))
+
+    monkeypatch.setattr(dispatch, "_kernel", record)
+    monkeypatch.setattr(dispatch, "_torch", lambda: Poisoned())
+    for name, value in CANDIDATES[request.param].items():
+        monkeypatch.setattr(dispatch, name, value)
+    dispatch.forget_plans()
+    yield built
+    dispatch.forget_plans()
+
+
+def _was_asked_for(built, D):
+    key, k = built[-1]
+    assert k.num_threads == 384 and "wgmma" in k.get_kernel_source()
+    assert ("Q_s_empty" in k.get_kernel_source()) == (dispatch.PERSISTENT is True)
+    bM, bN, stages = key[17:20]  # (after name, heads, dims, dtypes, target, configs, stage_out, 8 flags)
+    if D <= 64:
+        assert (bM, bN, stages) == (*dispatch.HOPPER_D64_BLOCKS, 2)
+    elif dispatch.HOPPER_SCORES_IN_REGISTERS is True:
+        assert stages == 2
+
+
+@pytest.mark.parametrize("dtype", [torch.float16, torch.bfloat16])
+@pytest.mark.parametrize("B, H, Hkv, Sq, Sk, D, causal", [
+    (4, 16, 16, 1024, 1024, 128, True),   # the issue's S=1024 shape (fewer batches): 512 items over the SMs
+    (1, 16, 16, 4096, 4096, 64, True),    # the d64 causal shape (one batch)
+    (1, 8, 1, 1000, 1337, 128, True),     # MQA, ragged, Sq < Sk
+    (3, 5, 5, 700, 300, 64, True),        # Sq > Sk: items without keys
+    (2, 8, 2, 517, 517, 256, True),       # d = 256 (two stages of 64 keys with the fit of 2st)
+    (2, 8, 4, 777, 900, 128, False),      # non-causal, GQA, ragged
+])
+def test_candidates_on_gpu(candidate, B, H, Hkv, Sq, Sk, D, causal, dtype):
+    torch.manual_seed(B * H + Sq + D)
+    q, k, v = _rand(B, H, Sq, D, dtype=dtype), _rand(B, Hkv, Sk, D, dtype=dtype), _rand(B, Hkv, Sk, D, dtype=dtype)
+    out, lse = ops.attention(q, k, v, causal=causal, return_lse=True)
+    want, want_lse = reference(q, k, v, causal)
+    assert _rel(out, want) < 3e-3 * (4 if dtype == torch.bfloat16 else 1)
+    finite = torch.isfinite(want_lse)
+    assert torch.equal(torch.isfinite(lse), finite)
+    assert (lse.double()[finite] - want_lse[finite]).abs().max().item() < 1e-3
+    _was_asked_for(candidate, D)
+    # a repeat call (the plan's bound launch from pointers) reads its own inputs
+    q2 = _rand(B, H, Sq, D, dtype=dtype)
+    assert _rel(ops.attention(q2, k, v, causal=causal), reference(q2, k, v, causal)[0]) < 3e-3 * (
+        4 if dtype == torch.bfloat16 else 1)
+
+
+def test_varlen_candidates_on_gpu(candidate):
+    torch.manual_seed(5)
+    lens_q, lens_k = [300, 1, 2048, 77, 0, 129], [500, 7, 2048, 0, 33, 129]
+    cu_q = torch.tensor([0] + list(torch.tensor(lens_q).cumsum(0)), dtype=torch.int32, device="cuda")
+    cu_k = torch.tensor([0] + list(torch.tensor(lens_k).cumsum(0)), dtype=torch.int32, device="cuda")
+    for D in (64, 128):
+        qp = _rand(int(cu_q[-1]), 8, D, dtype=torch.float16)
+        kp, vp = (_rand(int(cu_k[-1]), 2, D, dtype=torch.float16) for _ in range(2))
+        for causal in (False, True):
+            out = ops.attention(qp, kp, vp, causal=causal, cu_seqlens_q=cu_q, cu_seqlens_k=cu_k,
+                                max_seqlen_q=max(lens_q))
+            _was_asked_for(candidate, D)
+            for b in range(len(lens_q)):
+                sq, sk = slice(int(cu_q[b]), int(cu_q[b + 1])), slice(int(cu_k[b]), int(cu_k[b + 1]))
+                if lens_q[b] == 0:
+                    continue
+                got = out[sq].transpose(0, 1)[None]
+                if lens_k[b] == 0:
+                    assert (got == 0).all()
+                else:
+                    want, _ = reference(qp[sq].transpose(0, 1)[None], kp[sk].transpose(0, 1)[None],
+                                        vp[sk].transpose(0, 1)[None], causal)
+                    assert _rel(got, want) < 3e-3
