@@ -314,7 +314,7 @@ def test_gemm_configs_count_the_c_tile_and_hopper_picks_tma_store():
         assert any(c.kind == "direct" and not c.tma_store for c in cands)  # measured against the plain epilogue
         for c in cands:
             ring = c.stages * (c.block_M + c.block_N) * c.block_K * 2
-            assert ring + (c.block_M * c.block_N * 2 if c.tma_store else 0) <= g.H200_SHARED_BYTES, c
+            assert ring + (c.block_M * (c.store_cols or c.block_N) * 2 if c.tma_store else 0) <= g.H200_SHARED_BYTES, c
     # elsewhere nothing changes: no TMA, no C tile
     assert not any(c.tma_store for c in g.candidates(4096, 4096, 4096, "float16", "sm_80", 108))
     assert not g.heuristic(16, 8192, 8192, "float16", "sm_90", 132).tma_store
@@ -335,10 +335,10 @@ def test_ops_tma_store_candidates_fit_and_build_without_spills(persistent):
         tiles = (c.block_M, c.block_N, c.block_K, c.stages, c.threads)
         if persistent:
             f = kernels.linear_persistent(3000, 1000, "bfloat16", "bfloat16", False, False, False, "none", *tiles,
-                                          132, c.group_M, staged_epilogue=True)
+                                          132, c.group_M, staged_epilogue=c.staged_epilogue("bfloat16"))
         else:
             f = kernels.linear(3000, 1000, "bfloat16", "bfloat16", False, False, False, "none", *tiles,
-                               staged_epilogue=True)
+                               staged_epilogue=c.staged_epilogue("bfloat16"))
         k = _lower(f, **c.pass_configs("sm_90"))
         assert _nodes(k, th.TmaStore) and k.num_threads == c.threads + 128
         res = nvrtc.compile_cuda(print_cuda(k), "sm_90a", [k.name]).resources[k.name]

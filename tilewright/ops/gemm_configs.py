@@ -43,6 +43,16 @@ class GemmConfig:
     # loaded once by TMA multicast; (1, 2) two neighbouring M tiles sharing B (direct only; CLUSTERS).
     # A persistent kernel's (2, 1) clusters walk pairs of N tiles in lockstep
     cluster: tuple = (1, 1)
+    # tma_store: the C tile leaves in column chunks of this width through one block_M x store_cols shared
+    # buffer (0: the whole tile at once; kernels.gemm.epilogue_chunks), so that a deeper ring fits beside it
+    store_cols: int = 0
+
+    def staged_epilogue(self, out_dtype: str):
+        """``staged_epilogue`` of the kernels: False (plain stores: no TMA store, or an output that is not
+        16-bit), True (the whole tile) or the chunk width."""
+        if not self.tma_store or out_dtype not in ("float16", "bfloat16"):
+            return False
+        return self.store_cols if self.store_cols and self.store_cols < self.block_N else True
 
     def pass_configs(self, arch: str) -> dict:
         if arch != "sm_90":
@@ -67,6 +77,9 @@ class GemmConfig:
         if cfg.cluster not in CLUSTERS or cfg.cluster != (1, 1) and cfg.kind not in ("direct", "persistent") \
                 or cfg.kind == "persistent" and cfg.cluster == (1, 2):
             return None
+        if cfg.store_cols and (not cfg.tma_store or cfg.store_cols % 8 or cfg.block_N % cfg.store_cols
+                               or cfg.kind not in ("direct", "persistent")):
+            return None
         return cfg if cfg.kind in KINDS and cfg.splits >= 1 else None
 
     def short(self) -> str:
@@ -78,6 +91,7 @@ class GemmConfig:
         if self.kind == "streamk":
             s += f" sk/{self.splits}"
         s += "".join(f" {n}" for n, on in (("wgmma", self.wgmma), ("ws", self.ws), ("tma-store", self.tma_store)) if on)
+        s += f"/{self.store_cols}" if self.tma_store and self.store_cols else ""
         return s + (f" c{self.cluster[0]}x{self.cluster[1]}" if self.cluster != (1, 1) else "")
 
     @classmethod
@@ -95,6 +109,8 @@ class GemmConfig:
                     kw[w] = True
                 elif w == "tma-store":
                     kw["tma_store"] = True
+                elif w.startswith("tma-store/"):
+                    kw["tma_store"], kw["store_cols"] = True, int(w.split("/")[1])
                 elif w.startswith("sk/") or w.startswith("k/"):
                     kw["splits"] = int(w.split("/")[1])
                 elif w[0] == "s":
@@ -131,9 +147,10 @@ def fit_shared(cfg: GemmConfig, limit: int, elt_bytes: int = 2) -> GemmConfig:
     """``cfg`` with its operand ring shrunk until it fits ``limit`` bytes of shared memory / LDS
     (64 KiB on AMD, 99 KiB on consumer NVIDIA): first down to three stages, then halving block_K
     (to 32), then two stages.  A ``tma_store`` configuration also holds its 16-bit C tile (a
-    128x256 tile is 64 KiB: four 128x256x64 stages no longer fit an H200, three do)."""
+    128x256 tile is 64 KiB: four 128x256x64 stages no longer fit an H200, three do; in 128-column
+    chunks, ``store_cols``, 32 KiB and four stages fit)."""
     def need(c):
-        staged = c.block_M * c.block_N * 2 if c.tma_store else 0
+        staged = c.block_M * (c.store_cols or c.block_N) * 2 if c.tma_store else 0
         return c.stages * (c.block_M + c.block_N) * c.block_K * elt_bytes + staged
 
     while need(cfg) > limit:
@@ -197,7 +214,32 @@ ROWS128_HOPPER = (
     GemmConfig("direct", 128, 64, 64, 8, 256, wgmma=True, ws=True, tma_store=True),
     GemmConfig("direct", 128, 64, 64, 9, 256, wgmma=True, ws=True),
     GemmConfig("direct", 128, 64, 128, 4, 256, wgmma=True, ws=True),
+    # not yet timed: cuBLAS's tiles as they are in row-major terms.  cuBLAS computes C^T = B^T A^T, so its
+    # 128x64 tiles with a 1x2 cluster (grid 2x64, -1522-ncu-weak-gemm-*) are 64 rows x 128 columns of C, the
+    # pair two neighbouring N tiles sharing (multicasting) their 64-row A tile: each block streams a
+    # 256-byte-wide strip of B (128-byte strips for 128x64 tiles) and the two M halves of a strip run side
+    # by side, reading it from DRAM once.  Two consumer warpgroups of 64x64 each, or one of 64x128
+    GemmConfig("direct", 64, 128, 64, 8, 256, wgmma=True, ws=True, tma_store=True),
+    GemmConfig("direct", 64, 128, 64, 8, 128, wgmma=True, ws=True, tma_store=True),
+    GemmConfig("direct", 64, 128, 64, 8, 256, wgmma=True, ws=True, tma_store=True, cluster=(2, 1)),
+    GemmConfig("direct", 64, 128, 64, 8, 256, wgmma=True, ws=True, tma_store=True, cluster=(1, 2)),
 )
+
+
+def chunked_store_candidates() -> list[GemmConfig]:
+    """sm_90, more than 128 rows: four stages with C leaving by TMA store in column chunks through a 32 KB
+    buffer (``store_cols``), which with the whole 64 KB tile did not fit.  At 4096^3 the best were one
+    128x256 block per tile with three stages and the whole tile by TMA store (680 TFLOP/s fp16), four
+    stages and plain stores (656), three and plain (633): bench/results/2026-12-01-1926-gemm-weak-*.
+    Not yet timed: candidates only."""
+    def c(kind, bm, bn, cols, **kw):
+        return GemmConfig(kind, bm, bn, 64, 4, 256, wgmma=True, ws=True, tma_store=True, store_cols=cols, **kw)
+
+    return [c("direct", 128, 256, 128), c("direct", 128, 256, 64),
+            # cuBLAS's tile at 4096^3 (256x128, each consumer warpgroup 128x128), 64-column chunks
+            c("direct", 256, 128, 64),
+            # persistent: the producer loads tile i + 1 while the consumers store tile i chunk by chunk
+            c("persistent", 128, 256, 128, group_M=8)]
 
 
 def cluster_candidates(M: int, N: int, K: int) -> list[GemmConfig]:
@@ -336,6 +378,7 @@ def candidates(M: int, N: int, K: int, dtype: str, arch: str, num_sms: int,
                  GemmConfig("persistent", 128, 192, 64, 4, 256, wgmma=True, ws=True, group_M=8, tma_store=True),
                  GemmConfig("persistent", 192, 128, 64, 4, 256, wgmma=True, ws=True, group_M=8, tma_store=True),
                  GemmConfig("persistent", 192, 128, 64, 4, 384, wgmma=True, ws=True, group_M=8, tma_store=True)]
+        bases += chunked_store_candidates()
     else:
         bases = [GemmConfig("direct", 128, 128, 32, 4, 128), GemmConfig("direct", 128, 256, 32, 3, 256)]
     bases = [fit_shared(b, smem_limit) for b in bases]
