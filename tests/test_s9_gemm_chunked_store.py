@@ -49,6 +49,10 @@ CHUNKED = [
      300, 200, 264, "float16", False, "none"),
     (GemmConfig("persistent", 128, 256, 64, 4, 256, group_M=8, wgmma=True, ws=True, tma_store=True, store_cols=128),
      250, 520, 192, "bfloat16", True, "silu"),
+    (GemmConfig("persistent", 256, 128, 64, 4, 256, group_M=8, wgmma=True, ws=True, tma_store=True, store_cols=64),
+     300, 264, 136, "float16", False, "relu"),
+    (GemmConfig("direct", 128, 256, 64, 4, 256, wgmma=True, ws=True, tma_store=True, store_cols=128, cluster=(1, 2)),
+     250, 264, 256, "float16", False, "none"),
 ]
 
 

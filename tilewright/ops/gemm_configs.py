@@ -236,10 +236,13 @@ def chunked_store_candidates() -> list[GemmConfig]:
         return GemmConfig(kind, bm, bn, 64, 4, 256, wgmma=True, ws=True, tma_store=True, store_cols=cols, **kw)
 
     return [c("direct", 128, 256, 128), c("direct", 128, 256, 64),
-            # cuBLAS's tile at 4096^3 (256x128, each consumer warpgroup 128x128), 64-column chunks
+            # cuBLAS's kernel at 4096^3 computes C^T = B^T A^T in 256x128 tiles of C^T with a 1x2 cluster: 128x256
+            # tiles of C whose cluster pairs two neighbouring M tiles sharing (multicasting) their B tile
+            c("direct", 128, 256, 128, cluster=(1, 2)),
+            # 256x128 tiles (each consumer warpgroup 128x128: two m64n128 wgmmas a k-step), 64-column chunks
             c("direct", 256, 128, 64),
             # persistent: the producer loads tile i + 1 while the consumers store tile i chunk by chunk
-            c("persistent", 128, 256, 128, group_M=8)]
+            c("persistent", 128, 256, 128, group_M=8), c("persistent", 256, 128, 64, group_M=8)]
 
 
 def cluster_candidates(M: int, N: int, K: int) -> list[GemmConfig]:
