@@ -21,6 +21,8 @@ NEW = [
     GemmConfig("persistent", 128, 256, 64, 4, 256, group_M=8, wgmma=True, ws=True, tma_store=True, store_cols=128),
     GemmConfig("direct", 128, 256, 64, 4, 256, wgmma=True, ws=True, tma_store=True, store_cols=128, cluster=(1, 2)),
     GemmConfig("persistent", 256, 128, 64, 4, 256, group_M=8, wgmma=True, ws=True, tma_store=True, store_cols=64),
+    GemmConfig("direct", 128, 256, 64, 4, 256, wgmma=True, ws=True, tma_store=True, c_in_ring=True),
+    GemmConfig("direct", 256, 128, 64, 4, 256, wgmma=True, ws=True, tma_store=True, c_in_ring=True),
     GemmConfig("direct", 64, 128, 64, 8, 256, wgmma=True, ws=True, tma_store=True),
     GemmConfig("direct", 64, 128, 64, 8, 128, wgmma=True, ws=True, tma_store=True),
     GemmConfig("direct", 64, 128, 64, 8, 256, wgmma=True, ws=True, tma_store=True, cluster=(2, 1)),
@@ -47,7 +49,7 @@ def test_new_configs_match_float64(cfg, M, N, K, dtype):
     assert _rel(out, want) < 2e-3, cfg.short()
 
 
-@pytest.mark.parametrize("cfg", NEW[:6], ids=lambda c: c.short().replace(" ", "_"))
+@pytest.mark.parametrize("cfg", NEW[:8], ids=lambda c: c.short().replace(" ", "_"))
 def test_chunked_epilogue_with_bias_activation_and_transposed_weight(cfg):
     g = torch.Generator(device="cuda").manual_seed(7)
     a = torch.randn(600, 1000, device="cuda", generator=g).to(torch.bfloat16)

@@ -55,6 +55,14 @@ CHUNKED = [
      250, 264, 256, "float16", False, "none"),
 ]
 
+# the whole C tile in the operand ring's memory (c_in_ring): four stages, no chunks
+IN_RING = [
+    (GemmConfig("direct", 128, 256, 64, 4, 256, wgmma=True, ws=True, tma_store=True, c_in_ring=True),
+     200, 552, 320, "bfloat16", True, "silu"),
+    (GemmConfig("direct", 256, 128, 64, 4, 256, wgmma=True, ws=True, tma_store=True, c_in_ring=True),
+     300, 200, 264, "float16", False, "relu"),
+]
+
 
 @pytest.mark.parametrize("cfg, M, N, K, dtype, trans_b, activation", CHUNKED,
                          ids=lambda x: x.short().replace(" ", "_") if isinstance(x, GemmConfig) else None)
@@ -81,6 +89,32 @@ def test_chunked_tma_store_epilogue_on_the_emulator(cfg, M, N, K, dtype, trans_b
     assert np.isfinite(got).all(), "outputs left unwritten (NaN poison)"
     ulp = 2.0 ** -8 if dtype == "bfloat16" else 2.0 ** -11  # half an ulp of the output, relative
     np.testing.assert_allclose(got, want, rtol=ulp * 1.01, atol=1e-3)
+
+
+@pytest.mark.parametrize("cfg, M, N, K, dtype, trans_b, activation", IN_RING,
+                         ids=lambda x: x.short().replace(" ", "_") if isinstance(x, GemmConfig) else None)
+def test_c_tile_in_the_ring_on_the_emulator(cfg, M, N, K, dtype, trans_b, activation):
+    """Four 48 KB stages and the whole 64 KB C tile in 227 KB: ``share_shared_memory`` places the TMA
+    store's source in the ring's memory (its lifetime starts after the mainloop), behind a consumer
+    barrier that follows every warpgroup's last wgmma wait."""
+    k = _compile(_kernel_of(cfg, N, K, dtype, trans_b, True, activation), cfg)
+    src = k.get_kernel_source()
+    ring = cfg.stages * (cfg.block_M + cfg.block_N) * cfg.block_K * 2
+    assert ring <= k.shared_bytes < ring + 4096, k.shared_bytes  # the C tile takes no memory of its own
+    drain = src.index("wgmma.wait_group.sync.aligned 0")
+    barrier = src.index('bar.sync %0, %1;" :: "r"(1), "r"(256)', drain)
+    assert drain < barrier < src.index("stmatrix.sync.aligned", drain)
+    rng = np.random.default_rng(M)
+    np_dt = BF16 if dtype == "bfloat16" else np.float16
+    a = rng.uniform(-1, 1, (M, K)).astype(np_dt)
+    b = rng.uniform(-1, 1, (N, K) if trans_b else (K, N)).astype(np_dt)
+    bias = rng.uniform(-1, 1, (N,)).astype(np_dt)
+    c = np.full((M, N), np.nan, np_dt)
+    k(a, b, bias, c)
+    got = c.astype(np.float64)
+    assert np.isfinite(got).all(), "outputs left unwritten (NaN poison)"
+    ulp = 2.0 ** -8 if dtype == "bfloat16" else 2.0 ** -11
+    np.testing.assert_allclose(got, _want(a, b.T if trans_b else b, bias, activation), rtol=ulp * 1.01, atol=1e-3)
 
 
 @pytest.mark.parametrize("cfg", [
@@ -144,6 +178,10 @@ def test_store_cols_config_round_trip_and_shared_memory():
     assert c.short() == "direct 128x256x64 s4 t256 wgmma ws tma-store/128"
     assert GemmConfig.parse(c.short()) == c
     assert GemmConfig.from_json(c.to_json()) == c
+    ring = GemmConfig("direct", 128, 256, 64, 4, 256, wgmma=True, ws=True, tma_store=True, c_in_ring=True)
+    assert ring.short().endswith("tma-store/ring") and GemmConfig.parse(ring.short()) == ring
+    assert gemm_configs.fit_shared(ring, gemm_configs.H200_SHARED_BYTES) == ring and ring.staged_epilogue("float16")
+    assert GemmConfig.from_json({**ring.to_json(), "kind": "persistent"}) is None  # direct kernels only
     # four 48 KB stages + a 32 KB chunk buffer fit an H200 (the whole 64 KB tile did not)
     assert gemm_configs.fit_shared(c, gemm_configs.H200_SHARED_BYTES) == c
     whole = GemmConfig("direct", 128, 256, 64, 4, 256, wgmma=True, ws=True, tma_store=True)
@@ -170,7 +208,7 @@ def test_new_candidates_are_listed_and_the_heuristic_is_unchanged():
 
 
 @needs_nvrtc
-@pytest.mark.parametrize("cfg", [c for c, *_ in CHUNKED] + [
+@pytest.mark.parametrize("cfg", [c for c, *_ in CHUNKED + IN_RING] + [
     GemmConfig("direct", 64, 128, 64, 8, 256, wgmma=True, ws=True, tma_store=True, cluster=(2, 1))],
     ids=lambda c: c.short().replace(" ", "_"))
 def test_candidates_build_without_spills(cfg, tmp_path):

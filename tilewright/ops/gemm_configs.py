@@ -46,6 +46,10 @@ class GemmConfig:
     # tma_store: the C tile leaves in column chunks of this width through one block_M x store_cols shared
     # buffer (0: the whole tile at once; kernels.gemm.epilogue_chunks), so that a deeper ring fits beside it
     store_cols: int = 0
+    # direct + tma_store: the C tile takes the operand ring's memory once the mainloop is done with it
+    # (passes/share_shared_memory places it there when the two do not fit one after the other), so it does
+    # not count against the ring: four 48 KB stages and the whole 64 KB tile of 128x256 fit an H200
+    c_in_ring: bool = False
 
     def staged_epilogue(self, out_dtype: str):
         """``staged_epilogue`` of the kernels: False (plain stores: no TMA store, or an output that is not
@@ -80,6 +84,8 @@ class GemmConfig:
         if cfg.store_cols and (not cfg.tma_store or cfg.store_cols % 8 or cfg.block_N % cfg.store_cols
                                or cfg.kind not in ("direct", "persistent")):
             return None
+        if cfg.c_in_ring and (not cfg.tma_store or cfg.kind != "direct"):
+            return None
         return cfg if cfg.kind in KINDS and cfg.splits >= 1 else None
 
     def short(self) -> str:
@@ -92,6 +98,7 @@ class GemmConfig:
             s += f" sk/{self.splits}"
         s += "".join(f" {n}" for n, on in (("wgmma", self.wgmma), ("ws", self.ws), ("tma-store", self.tma_store)) if on)
         s += f"/{self.store_cols}" if self.tma_store and self.store_cols else ""
+        s += "/ring" if self.tma_store and self.c_in_ring else ""
         return s + (f" c{self.cluster[0]}x{self.cluster[1]}" if self.cluster != (1, 1) else "")
 
     @classmethod
@@ -110,7 +117,12 @@ class GemmConfig:
                 elif w == "tma-store":
                     kw["tma_store"] = True
                 elif w.startswith("tma-store/"):
-                    kw["tma_store"], kw["store_cols"] = True, int(w.split("/")[1])
+                    kw["tma_store"] = True
+                    for part in w.split("/")[1:]:
+                        if part == "ring":
+                            kw["c_in_ring"] = True
+                        else:
+                            kw["store_cols"] = int(part)
                 elif w.startswith("sk/") or w.startswith("k/"):
                     kw["splits"] = int(w.split("/")[1])
                 elif w[0] == "s":
@@ -151,7 +163,8 @@ def fit_shared(cfg: GemmConfig, limit: int, elt_bytes: int = 2) -> GemmConfig:
     chunks, ``store_cols``, 32 KiB and four stages fit)."""
     def need(c):
         staged = c.block_M * (c.store_cols or c.block_N) * 2 if c.tma_store else 0
-        return c.stages * (c.block_M + c.block_N) * c.block_K * elt_bytes + staged
+        ring = c.stages * (c.block_M + c.block_N) * c.block_K * elt_bytes
+        return max(ring, staged) if c.c_in_ring else ring + staged
 
     while need(cfg) > limit:
         if cfg.stages > 3:
@@ -242,7 +255,10 @@ def chunked_store_candidates() -> list[GemmConfig]:
             # 256x128 tiles (each consumer warpgroup 128x128: two m64n128 wgmmas a k-step), 64-column chunks
             c("direct", 256, 128, 64),
             # persistent: the producer loads tile i + 1 while the consumers store tile i chunk by chunk
-            c("persistent", 128, 256, 128, group_M=8), c("persistent", 256, 128, 64, group_M=8)]
+            c("persistent", 128, 256, 128, group_M=8), c("persistent", 256, 128, 64, group_M=8),
+            # the whole tile at once, in the memory of the ring (idle after the mainloop of a direct kernel)
+            GemmConfig("direct", 128, 256, 64, 4, 256, wgmma=True, ws=True, tma_store=True, c_in_ring=True),
+            GemmConfig("direct", 256, 128, 64, 4, 256, wgmma=True, ws=True, tma_store=True, c_in_ring=True)]
 
 
 def cluster_candidates(M: int, N: int, K: int) -> list[GemmConfig]:
