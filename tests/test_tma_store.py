@@ -305,10 +305,11 @@ def test_gemm_configs_count_the_c_tile_and_hopper_picks_tma_store():
 
     for shape in [(4096, 4096, 4096), (8192, 8192, 1024), (2000, 3000, 1000)]:
         cfg = g.heuristic(*shape, "float16", "sm_90", 132)
-        kind = "persistent" if shape[2] <= 1024 and shape[0] * shape[1] >= 2 * 132 * 128 * 128 else "direct"
-        # short K over many tiles: persistent 128x192 blocks; 4096^3 one block per 128x256 tile
-        tile = (128, 256, 3) if kind == "direct" else (128, 192, 4)
-        assert cfg.tma_store and cfg.kind == kind and (cfg.block_M, cfg.block_N, cfg.stages) == tile
+        # short K over many tiles: persistent 128x192 blocks; 4096^3 persistent 128x256 blocks, four stages,
+        # C by TMA store in 128-column chunks (session 9)
+        tile = (128, 256, 4, 128) if shape == (4096, 4096, 4096) else (128, 192, 4, 0)
+        assert cfg.tma_store and cfg.kind == "persistent"
+        assert (cfg.block_M, cfg.block_N, cfg.stages, cfg.store_cols) == tile
         cands = g.candidates(*shape, "float16", "sm_90", 132)
         assert any(c.kind == "persistent" and c.tma_store for c in cands)
         assert any(c.kind == "direct" and not c.tma_store for c in cands)  # measured against the plain epilogue

@@ -312,8 +312,11 @@ def heuristic(M: int, N: int, K: int, dtype: str, arch: str, num_sms: int,
         # a few rows over enough columns for about a wave of 128x64 tiles: one block per tile, no
         # split, an 8-deep ring and two consumer warpgroups (cuBLAS's tiles for 128x8192x8192, less
         # its cluster): 0.90x / 0.91x cuBLAS fp16 / bf16 against 0.79x / 0.80x for two K halves of
-        # 128x128 tiles (bench/results/2026-12-01-1526-gemm-weak-*)
-        return fit_shared(GemmConfig("direct", 128, 64, 64, 8, 256, wgmma=True, ws=True), smem_limit)
+        # 128x128 tiles (bench/results/2026-12-01-1526-gemm-weak-*).  C leaves by TMA store (16 KB beside the
+        # 192 KB ring): 425 TFLOP/s fp16 against 401 without at 128x8192x8192 (0.89x / 0.84x cuBLAS in the
+        # mid-session H200 run of 2026-12-01 22:32 UTC, measure9; 423 / 417 in -1926-gemm-weak-*), while
+        # cuBLAS's 64x128 tiles, with or without clusters, lost (0.69-0.83x)
+        return fit_shared(GemmConfig("direct", 128, 64, 64, 8, 256, wgmma=True, ws=True, tma_store=True), smem_limit)
     if hopper and 64 < M <= 128 and _ceil(N, 128) < num_sms:
         # a few rows and fewer columns: K ranges of 128x128 tiles fill the GPU (two halves: 0.79-0.80x
         # at 128x8192x8192 in -0835-gemm-* and -0954-gemm-*, against 0.58-0.60x for four quarters of
@@ -355,9 +358,13 @@ def heuristic(M: int, N: int, K: int, dtype: str, arch: str, num_sms: int,
             return fit_shared(GemmConfig("persistent", 128, 192, base.block_K, 4, base.threads, wgmma=True, ws=True,
                                          group_M=8, tma_store=True, cluster=(2, 1) if pairs else (1, 1)),
                               smem_limit)
-        # one block per tile: C leaves by TMA store (three stages then fit, the C tile taking the
-        # fourth's room)
-        return fit_shared(dataclasses.replace(base, tma_store=True), smem_limit)
+        # a few waves of 128x256 tiles (4096^3: 3.9): persistent blocks, four stages, C stored by TMA in two
+        # 128-column chunks through a 32 KB buffer while the producer loads the next tile: 744 TFLOP/s fp16 =
+        # 0.97x cuBLAS at 4096^3 against 693 (0.91x) for one block per tile with three stages and the whole
+        # C tile, 712 for one block per tile with four stages and the chunks, 727 for persistent 256x128
+        # tiles in 64-column chunks (mid-session H200 run of 2026-12-01 22:32 UTC, measure9)
+        return fit_shared(GemmConfig("persistent", 128, 256, base.block_K, 4, base.threads, wgmma=True, ws=True,
+                                     group_M=8, tma_store=True, store_cols=128), smem_limit)
     return base
 
 
