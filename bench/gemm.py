@@ -168,7 +168,7 @@ def ops_jobs(m, n, k, dtype, cfg, arch, num_sms, target):
     """The kernels ``ops.matmul`` compiles for ``cfg`` (as ``dispatch._launch_matmul`` builds them)."""
     tiles = (cfg.block_M, cfg.block_N, cfg.block_K, cfg.stages, cfg.threads)
     pc = cfg.pass_configs(arch)
-    staged = cfg.tma_store and dtype in ("float16", "bfloat16")  # as dispatch._plan decides (output = input dtype)
+    staged = cfg.staged_epilogue(dtype)  # as dispatch._plan decides (output = input dtype)
     if cfg.kind == "splitk":
         slices = 1 if cfg.atomic else cfg.splits
         return [(lambda: ops_kernels.linear_splitk(n, k, dtype, False, False, *tiles, cfg.splits, cfg.atomic), pc,

@@ -226,9 +226,9 @@ def test_cluster_candidates_build_with_multicast_and_without_spills(cfg, tmp_pat
     tiles = (cfg.block_M, cfg.block_N, cfg.block_K, cfg.stages, cfg.threads)
     if cfg.kind == "persistent":
         f = kernels.linear_persistent(4096, 4096, dtype, dtype, False, False, True, "none", *tiles, 132, cfg.group_M,
-                                      cfg.tma_store, cfg.cluster[0])
+                                      cfg.staged_epilogue(dtype), cfg.cluster[0])
     else:
-        f = kernels.linear(4096, 4096, dtype, dtype, False, False, False, "none", *tiles, cfg.tma_store, cfg.cluster)
+        f = kernels.linear(4096, 4096, dtype, dtype, False, False, False, "none", *tiles, cfg.staged_epilogue(dtype), cfg.cluster)
     k = run_pipeline(f, PassContext(Target.parse(SM90), {"optimize_level": 2, **cfg.pass_configs("sm_90")}))
     assert k.num_threads == cfg.threads + 128
     src = print_cuda(k)

@@ -305,16 +305,18 @@ def test_gemm_configs_count_the_c_tile_and_hopper_picks_tma_store():
 
     for shape in [(4096, 4096, 4096), (8192, 8192, 1024), (2000, 3000, 1000)]:
         cfg = g.heuristic(*shape, "float16", "sm_90", 132)
-        kind = "persistent" if shape[2] <= 1024 and shape[0] * shape[1] >= 2 * 132 * 128 * 128 else "direct"
-        # short K over many tiles: persistent 128x192 blocks; 4096^3 one block per 128x256 tile
-        tile = (128, 256, 3) if kind == "direct" else (128, 192, 4)
-        assert cfg.tma_store and cfg.kind == kind and (cfg.block_M, cfg.block_N, cfg.stages) == tile
+        # short K over many tiles: persistent 128x192 blocks; 4096^3 persistent 128x256 blocks, four stages,
+        # C by TMA store in 128-column chunks (session 9)
+        tile = (128, 256, 4, 128) if shape == (4096, 4096, 4096) else (128, 192, 4, 0)
+        assert cfg.tma_store and cfg.kind == "persistent"
+        assert (cfg.block_M, cfg.block_N, cfg.stages, cfg.store_cols) == tile
         cands = g.candidates(*shape, "float16", "sm_90", 132)
         assert any(c.kind == "persistent" and c.tma_store for c in cands)
         assert any(c.kind == "direct" and not c.tma_store for c in cands)  # measured against the plain epilogue
         for c in cands:
             ring = c.stages * (c.block_M + c.block_N) * c.block_K * 2
-            assert ring + (c.block_M * c.block_N * 2 if c.tma_store else 0) <= g.H200_SHARED_BYTES, c
+            staged = c.block_M * (c.store_cols or c.block_N) * 2 if c.tma_store else 0
+            assert (max(ring, staged) if c.c_in_ring else ring + staged) <= g.H200_SHARED_BYTES, c
     # elsewhere nothing changes: no TMA, no C tile
     assert not any(c.tma_store for c in g.candidates(4096, 4096, 4096, "float16", "sm_80", 108))
     assert not g.heuristic(16, 8192, 8192, "float16", "sm_90", 132).tma_store
@@ -335,10 +337,10 @@ def test_ops_tma_store_candidates_fit_and_build_without_spills(persistent):
         tiles = (c.block_M, c.block_N, c.block_K, c.stages, c.threads)
         if persistent:
             f = kernels.linear_persistent(3000, 1000, "bfloat16", "bfloat16", False, False, False, "none", *tiles,
-                                          132, c.group_M, staged_epilogue=True)
+                                          132, c.group_M, staged_epilogue=c.staged_epilogue("bfloat16"))
         else:
             f = kernels.linear(3000, 1000, "bfloat16", "bfloat16", False, False, False, "none", *tiles,
-                               staged_epilogue=True)
+                               staged_epilogue=c.staged_epilogue("bfloat16"))
         k = _lower(f, **c.pass_configs("sm_90"))
         assert _nodes(k, th.TmaStore) and k.num_threads == c.threads + 128
         res = nvrtc.compile_cuda(print_cuda(k), "sm_90a", [k.name]).resources[k.name]

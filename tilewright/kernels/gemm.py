@@ -3,7 +3,13 @@
 ``staged_epilogue=True`` writes C through a shared tile (``T.copy(C_local, C_shared)`` then
 ``T.copy(C_shared, C[...])``): on sm_90 that copy is a TMA store (``passes/plan_tma_stores``) that runs
 asynchronously while the block goes on (the next tile's mainloop in the persistent kernel); elsewhere it
-is a plain copy through shared memory.  It costs a ``block_M x block_N`` shared tile in ``out_dtype``."""
+is a plain copy through shared memory.  It costs a ``block_M x block_N`` shared tile in ``out_dtype``.
+
+``staged_epilogue=w`` (an int: columns, a multiple of 8 dividing ``block_N``) stages the tile in column
+chunks of ``block_M x w`` through one smaller shared buffer instead: chunk ``c`` is written (stmatrix
+from the accumulator's registers of those columns, ``passes/lower_store_matrix``), stored, and the
+store waited for before chunk ``c + 1`` overwrites the buffer.  A 128x256 tile in 128x128 chunks needs
+32 KB instead of 64 KB, so four 48 KB stages and the staging buffer fit an H200's 227 KB."""
 
 from __future__ import annotations
 
@@ -36,6 +42,32 @@ def cluster_kernel_args(cluster=(1, 1), swizzle_panel=8):
     return (cluster[0], cluster[1], 1), "row" if cluster[0] == 2 else "col"
 
 
+def epilogue_chunks(block_N: int, staged_epilogue) -> tuple:
+    """(chunk width, column offsets of the chunks) of a staged epilogue (``staged_epilogue`` True: the
+    whole tile, one chunk)."""
+    if staged_epilogue is True or staged_epilogue == block_N:
+        return block_N, (0,)
+    w = int(staged_epilogue)
+    if w <= 0 or w % 8 or block_N % w:
+        raise ValueError(f"a staged epilogue's chunk is a multiple of 8 columns dividing block_N={block_N}; "
+                         f"got {staged_epilogue}")
+    return w, tuple(range(0, block_N, w))
+
+
+@T.macro
+def store_staged(C_local, C_shared, C, row, col, chunks):
+    """``C[row:, col:] = C_local`` through the shared buffer ``C_shared``, one column chunk at a time
+    (``epilogue_chunks``; a single chunk is the plain ``T.copy`` pair)."""
+    if len(chunks) == 1:
+        T.copy(C_local, C_shared)
+        T.copy(C_shared, C[row, col])
+    else:
+        for c0 in chunks:  # (a tuple: unrolled while the kernel is traced, each chunk's offset a constant)
+            for i, j in T.Parallel(C_shared.shape[0], C_shared.shape[1]):
+                C_shared[i, j] = C_local[i, c0 + j]
+            T.copy(C_shared, C[row, col + c0])
+
+
 def matmul(M, N, K, block_M=128, block_N=128, block_K=32, dtype="float16", out_dtype=None, accum_dtype="float32",
            trans_A=False, trans_B=False, num_stages=3, threads=128, relu=False, swizzle_panel=8,
            staged_epilogue=False, cluster=(1, 1)):
@@ -44,6 +76,7 @@ def matmul(M, N, K, block_M=128, block_N=128, block_K=32, dtype="float16", out_d
     ``cluster`` = (2, 1) or (1, 2): thread-block clusters of two blocks sharing an operand tile
     (``cluster_kernel_args``)."""
     out_dtype = out_dtype or dtype
+    width, chunks = epilogue_chunks(block_N, staged_epilogue) if staged_epilogue else (block_N, (0,))
     cluster_dims, order = cluster_kernel_args(cluster, swizzle_panel or 2)
     gx, gy = cluster_grid(N, M, block_M, block_N, cluster)
     a_shape = (K, M) if trans_A else (M, K)
@@ -58,7 +91,7 @@ def matmul(M, N, K, block_M=128, block_N=128, block_K=32, dtype="float16", out_d
             B_shared = T.alloc_shared(b_tile, dtype)
             C_local = T.alloc_fragment((block_M, block_N), accum_dtype)
             if staged_epilogue:
-                C_shared = T.alloc_shared((block_M, block_N), out_dtype)
+                C_shared = T.alloc_shared((block_M, width), out_dtype)
             if swizzle_panel:
                 T.use_swizzle(panel_size=swizzle_panel, order=order)
             T.clear(C_local)
@@ -76,8 +109,7 @@ def matmul(M, N, K, block_M=128, block_N=128, block_K=32, dtype="float16", out_d
                 for i, j in T.Parallel(block_M, block_N):
                     C_local[i, j] = T.max(C_local[i, j], 0)
             if staged_epilogue:
-                T.copy(C_local, C_shared)
-                T.copy(C_shared, C[by * block_M, bx * block_N])
+                store_staged(C_local, C_shared, C, by * block_M, bx * block_N, chunks)
             else:
                 T.copy(C_local, C[by * block_M, bx * block_N])
 
@@ -212,6 +244,7 @@ def matmul_persistent(M, N, K, block_M=128, block_N=256, block_K=64, dtype="floa
     if cluster not in (1, 2) or num_blocks % cluster:
         raise ValueError(f"matmul_persistent: cluster is 1 or 2 and divides num_blocks, got {cluster}, {num_blocks}")
     out_dtype = out_dtype or dtype
+    width, chunks = epilogue_chunks(block_N, staged_epilogue) if staged_epilogue else (block_N, (0,))
     a_shape, b_shape, a_tile, b_tile = _tiles(trans_A, trans_B, M, N, K, block_M, block_N, block_K)
     n_tiles = -(-N // block_N)
     m_tiles = T.ceildiv(M, block_M)
@@ -230,7 +263,7 @@ def matmul_persistent(M, N, K, block_M=128, block_N=256, block_K=64, dtype="floa
         B_shared = T.alloc_shared(b_tile, dtype)
         C_local = T.alloc_fragment((block_M, block_N), "float32")
         if staged_epilogue:
-            C_shared = T.alloc_shared((block_M, block_N), out_dtype)
+            C_shared = T.alloc_shared((block_M, width), out_dtype)
         # this walker's units (tiles, or pairs of N tiles): walker, walker + walkers, ... below
         # m_tiles * n_units (a uniform trip count per walker, so the pipeline inside needs no per-tile guard)
         for r in T.serial(T.ceildiv(m_tiles * n_units - walker, walkers)):
@@ -267,8 +300,7 @@ def matmul_persistent(M, N, K, block_M=128, block_N=256, block_K=64, dtype="floa
                         v = v + T.cast(Bias[T.min(tn * block_N + j, N - 1)], "float32")
                     C_local[i, j] = activate(v, activation)
             if staged_epilogue:
-                T.copy(C_local, C_shared)
-                T.copy(C_shared, C[tm * block_M, tn * block_N])
+                store_staged(C_local, C_shared, C, tm * block_M, tn * block_N, chunks)
             else:
                 T.copy(C_local, C[tm * block_M, tn * block_N])
 

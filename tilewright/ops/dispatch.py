@@ -381,7 +381,7 @@ def _plan(cfg, N, K, dtype, out_name, ta, tb, has_bias, activation, target, arch
         return hit
     pc = cfg.pass_configs(arch)
     tiles = (cfg.block_M, cfg.block_N, cfg.block_K, cfg.stages, cfg.threads)
-    staged = cfg.tma_store and out_name in ("float16", "bfloat16")  # (gemm_configs.fit_shared counts 16-bit C)
+    staged = cfg.staged_epilogue(out_name)  # (gemm_configs.fit_shared counts 16-bit C)
     if cfg.kind == "splitk":
         slices = 1 if cfg.atomic else cfg.splits
         part = _kernel(("gemm_splitk", N, K, dtype, ta, tb, tiles, cfg.splits, cfg.atomic),

@@ -43,6 +43,20 @@ class GemmConfig:
     # loaded once by TMA multicast; (1, 2) two neighbouring M tiles sharing B (direct only; CLUSTERS).
     # A persistent kernel's (2, 1) clusters walk pairs of N tiles in lockstep
     cluster: tuple = (1, 1)
+    # tma_store: the C tile leaves in column chunks of this width through one block_M x store_cols shared
+    # buffer (0: the whole tile at once; kernels.gemm.epilogue_chunks), so that a deeper ring fits beside it
+    store_cols: int = 0
+    # direct + tma_store: the C tile takes the operand ring's memory once the mainloop is done with it
+    # (passes/share_shared_memory places it there when the two do not fit one after the other), so it does
+    # not count against the ring: four 48 KB stages and the whole 64 KB tile of 128x256 fit an H200
+    c_in_ring: bool = False
+
+    def staged_epilogue(self, out_dtype: str):
+        """``staged_epilogue`` of the kernels: False (plain stores: no TMA store, or an output that is not
+        16-bit), True (the whole tile) or the chunk width."""
+        if not self.tma_store or out_dtype not in ("float16", "bfloat16"):
+            return False
+        return self.store_cols if self.store_cols and self.store_cols < self.block_N else True
 
     def pass_configs(self, arch: str) -> dict:
         if arch != "sm_90":
@@ -67,6 +81,11 @@ class GemmConfig:
         if cfg.cluster not in CLUSTERS or cfg.cluster != (1, 1) and cfg.kind not in ("direct", "persistent") \
                 or cfg.kind == "persistent" and cfg.cluster == (1, 2):
             return None
+        if cfg.store_cols and (not cfg.tma_store or cfg.store_cols % 8 or cfg.block_N % cfg.store_cols
+                               or cfg.kind not in ("direct", "persistent")):
+            return None
+        if cfg.c_in_ring and (not cfg.tma_store or cfg.kind != "direct"):
+            return None
         return cfg if cfg.kind in KINDS and cfg.splits >= 1 else None
 
     def short(self) -> str:
@@ -78,6 +97,8 @@ class GemmConfig:
         if self.kind == "streamk":
             s += f" sk/{self.splits}"
         s += "".join(f" {n}" for n, on in (("wgmma", self.wgmma), ("ws", self.ws), ("tma-store", self.tma_store)) if on)
+        s += f"/{self.store_cols}" if self.tma_store and self.store_cols else ""
+        s += "/ring" if self.tma_store and self.c_in_ring else ""
         return s + (f" c{self.cluster[0]}x{self.cluster[1]}" if self.cluster != (1, 1) else "")
 
     @classmethod
@@ -95,6 +116,13 @@ class GemmConfig:
                     kw[w] = True
                 elif w == "tma-store":
                     kw["tma_store"] = True
+                elif w.startswith("tma-store/"):
+                    kw["tma_store"] = True
+                    for part in w.split("/")[1:]:
+                        if part == "ring":
+                            kw["c_in_ring"] = True
+                        else:
+                            kw["store_cols"] = int(part)
                 elif w.startswith("sk/") or w.startswith("k/"):
                     kw["splits"] = int(w.split("/")[1])
                 elif w[0] == "s":
@@ -131,10 +159,12 @@ def fit_shared(cfg: GemmConfig, limit: int, elt_bytes: int = 2) -> GemmConfig:
     """``cfg`` with its operand ring shrunk until it fits ``limit`` bytes of shared memory / LDS
     (64 KiB on AMD, 99 KiB on consumer NVIDIA): first down to three stages, then halving block_K
     (to 32), then two stages.  A ``tma_store`` configuration also holds its 16-bit C tile (a
-    128x256 tile is 64 KiB: four 128x256x64 stages no longer fit an H200, three do)."""
+    128x256 tile is 64 KiB: four 128x256x64 stages no longer fit an H200, three do; in 128-column
+    chunks, ``store_cols``, 32 KiB and four stages fit)."""
     def need(c):
-        staged = c.block_M * c.block_N * 2 if c.tma_store else 0
-        return c.stages * (c.block_M + c.block_N) * c.block_K * elt_bytes + staged
+        staged = c.block_M * (c.store_cols or c.block_N) * 2 if c.tma_store else 0
+        ring = c.stages * (c.block_M + c.block_N) * c.block_K * elt_bytes
+        return max(ring, staged) if c.c_in_ring else ring + staged
 
     while need(cfg) > limit:
         if cfg.stages > 3:
@@ -197,7 +227,38 @@ ROWS128_HOPPER = (
     GemmConfig("direct", 128, 64, 64, 8, 256, wgmma=True, ws=True, tma_store=True),
     GemmConfig("direct", 128, 64, 64, 9, 256, wgmma=True, ws=True),
     GemmConfig("direct", 128, 64, 128, 4, 256, wgmma=True, ws=True),
+    # not yet timed: cuBLAS's tiles as they are in row-major terms.  cuBLAS computes C^T = B^T A^T, so its
+    # 128x64 tiles with a 1x2 cluster (grid 2x64, -1522-ncu-weak-gemm-*) are 64 rows x 128 columns of C, the
+    # pair two neighbouring N tiles sharing (multicasting) their 64-row A tile: each block streams a
+    # 256-byte-wide strip of B (128-byte strips for 128x64 tiles) and the two M halves of a strip run side
+    # by side, reading it from DRAM once.  Two consumer warpgroups of 64x64 each, or one of 64x128
+    GemmConfig("direct", 64, 128, 64, 8, 256, wgmma=True, ws=True, tma_store=True),
+    GemmConfig("direct", 64, 128, 64, 8, 128, wgmma=True, ws=True, tma_store=True),
+    GemmConfig("direct", 64, 128, 64, 8, 256, wgmma=True, ws=True, tma_store=True, cluster=(2, 1)),
+    GemmConfig("direct", 64, 128, 64, 8, 256, wgmma=True, ws=True, tma_store=True, cluster=(1, 2)),
 )
+
+
+def chunked_store_candidates() -> list[GemmConfig]:
+    """sm_90, more than 128 rows: four stages with C leaving by TMA store in column chunks through a 32 KB
+    buffer (``store_cols``), which with the whole 64 KB tile did not fit.  At 4096^3 the best were one
+    128x256 block per tile with three stages and the whole tile by TMA store (680 TFLOP/s fp16), four
+    stages and plain stores (656), three and plain (633): bench/results/2026-12-01-1926-gemm-weak-*.
+    Not yet timed: candidates only."""
+    def c(kind, bm, bn, cols, **kw):
+        return GemmConfig(kind, bm, bn, 64, 4, 256, wgmma=True, ws=True, tma_store=True, store_cols=cols, **kw)
+
+    return [c("direct", 128, 256, 128), c("direct", 128, 256, 64),
+            # cuBLAS's kernel at 4096^3 computes C^T = B^T A^T in 256x128 tiles of C^T with a 1x2 cluster: 128x256
+            # tiles of C whose cluster pairs two neighbouring M tiles sharing (multicasting) their B tile
+            c("direct", 128, 256, 128, cluster=(1, 2)),
+            # 256x128 tiles (each consumer warpgroup 128x128: two m64n128 wgmmas a k-step), 64-column chunks
+            c("direct", 256, 128, 64),
+            # persistent: the producer loads tile i + 1 while the consumers store tile i chunk by chunk
+            c("persistent", 128, 256, 128, group_M=8), c("persistent", 256, 128, 64, group_M=8),
+            # the whole tile at once, in the memory of the ring (idle after the mainloop of a direct kernel)
+            GemmConfig("direct", 128, 256, 64, 4, 256, wgmma=True, ws=True, tma_store=True, c_in_ring=True),
+            GemmConfig("direct", 256, 128, 64, 4, 256, wgmma=True, ws=True, tma_store=True, c_in_ring=True)]
 
 
 def cluster_candidates(M: int, N: int, K: int) -> list[GemmConfig]:
@@ -251,8 +312,11 @@ def heuristic(M: int, N: int, K: int, dtype: str, arch: str, num_sms: int,
         # a few rows over enough columns for about a wave of 128x64 tiles: one block per tile, no
         # split, an 8-deep ring and two consumer warpgroups (cuBLAS's tiles for 128x8192x8192, less
         # its cluster): 0.90x / 0.91x cuBLAS fp16 / bf16 against 0.79x / 0.80x for two K halves of
-        # 128x128 tiles (bench/results/2026-12-01-1526-gemm-weak-*)
-        return fit_shared(GemmConfig("direct", 128, 64, 64, 8, 256, wgmma=True, ws=True), smem_limit)
+        # 128x128 tiles (bench/results/2026-12-01-1526-gemm-weak-*).  C leaves by TMA store (16 KB beside the
+        # 192 KB ring): 425 TFLOP/s fp16 against 401 without at 128x8192x8192 (0.89x / 0.84x cuBLAS in the
+        # mid-session H200 run of 2026-12-01 22:32 UTC, measure9; 423 / 417 in -1926-gemm-weak-*), while
+        # cuBLAS's 64x128 tiles, with or without clusters, lost (0.69-0.83x)
+        return fit_shared(GemmConfig("direct", 128, 64, 64, 8, 256, wgmma=True, ws=True, tma_store=True), smem_limit)
     if hopper and 64 < M <= 128 and _ceil(N, 128) < num_sms:
         # a few rows and fewer columns: K ranges of 128x128 tiles fill the GPU (two halves: 0.79-0.80x
         # at 128x8192x8192 in -0835-gemm-* and -0954-gemm-*, against 0.58-0.60x for four quarters of
@@ -294,9 +358,13 @@ def heuristic(M: int, N: int, K: int, dtype: str, arch: str, num_sms: int,
             return fit_shared(GemmConfig("persistent", 128, 192, base.block_K, 4, base.threads, wgmma=True, ws=True,
                                          group_M=8, tma_store=True, cluster=(2, 1) if pairs else (1, 1)),
                               smem_limit)
-        # one block per tile: C leaves by TMA store (three stages then fit, the C tile taking the
-        # fourth's room)
-        return fit_shared(dataclasses.replace(base, tma_store=True), smem_limit)
+        # a few waves of 128x256 tiles (4096^3: 3.9): persistent blocks, four stages, C stored by TMA in two
+        # 128-column chunks through a 32 KB buffer while the producer loads the next tile: 744 TFLOP/s fp16 =
+        # 0.97x cuBLAS at 4096^3 against 693 (0.91x) for one block per tile with three stages and the whole
+        # C tile, 712 for one block per tile with four stages and the chunks, 727 for persistent 256x128
+        # tiles in 64-column chunks (mid-session H200 run of 2026-12-01 22:32 UTC, measure9)
+        return fit_shared(GemmConfig("persistent", 128, 256, base.block_K, 4, base.threads, wgmma=True, ws=True,
+                                     group_M=8, tma_store=True, store_cols=128), smem_limit)
     return base
 
 
@@ -336,6 +404,7 @@ def candidates(M: int, N: int, K: int, dtype: str, arch: str, num_sms: int,
                  GemmConfig("persistent", 128, 192, 64, 4, 256, wgmma=True, ws=True, group_M=8, tma_store=True),
                  GemmConfig("persistent", 192, 128, 64, 4, 256, wgmma=True, ws=True, group_M=8, tma_store=True),
                  GemmConfig("persistent", 192, 128, 64, 4, 384, wgmma=True, ws=True, group_M=8, tma_store=True)]
+        bases += chunked_store_candidates()
     else:
         bases = [GemmConfig("direct", 128, 128, 32, 4, 128), GemmConfig("direct", 128, 256, 32, 3, 256)]
     bases = [fit_shared(b, smem_limit) for b in bases]

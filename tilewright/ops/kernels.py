@@ -13,10 +13,12 @@ from ..kernels.gemm import (  # noqa: F401
     activate,
     cluster_grid,
     cluster_kernel_args,
+    epilogue_chunks,
     matmul_persistent,
     matmul_splitk,
     matmul_streamk,
     splitk_reduce,
+    store_staged,
     streamk_fixup,
 )
 
@@ -24,10 +26,12 @@ from ..kernels.gemm import (  # noqa: F401
 def linear(N, K, dtype, out_dtype, trans_a, trans_b, has_bias, activation, block_M, block_N, block_K, stages,
            threads, staged_epilogue=False, cluster=(1, 1)):
     """``C[m, N] = act(op(A) @ op(B) + bias)``; A is (K, m) when ``trans_a``, B is (N, K) when ``trans_b``.
-    ``staged_epilogue``: C leaves through a shared tile (a TMA store on sm_90: ``passes/plan_tma_stores``).
+    ``staged_epilogue``: C leaves through a shared tile (a TMA store on sm_90: ``passes/plan_tma_stores``),
+    or an int: in column chunks of that width through a smaller one (``kernels.gemm.epilogue_chunks``).
     ``cluster`` (2, 1) / (1, 2): clusters of two blocks whose shared A / B tile is multicast
     (``kernels.gemm.cluster_kernel_args``); the grid is rounded up to whole clusters."""
     M = T.dynamic("m")
+    width, chunks = epilogue_chunks(block_N, staged_epilogue) if staged_epilogue else (block_N, (0,))
     cluster_dims, order = cluster_kernel_args(cluster)
     gx, gy = cluster_grid(N, M, block_M, block_N, cluster)
     a_shape = (K, M) if trans_a else (M, K)
@@ -44,7 +48,7 @@ def linear(N, K, dtype, out_dtype, trans_a, trans_b, has_bias, activation, block
             B_s = T.alloc_shared(b_tile, dtype)
             acc = T.alloc_fragment((block_M, block_N), "float32")
             if staged_epilogue:
-                C_s = T.alloc_shared((block_M, block_N), out_dtype)
+                C_s = T.alloc_shared((block_M, width), out_dtype)
             T.use_swizzle(panel_size=8, order=order)
             T.clear(acc)
             for k in T.Pipelined(T.ceildiv(K, block_K), num_stages=stages):
@@ -64,8 +68,7 @@ def linear(N, K, dtype, out_dtype, trans_a, trans_b, has_bias, activation, block
                         v = v + T.cast(Bias[T.min(bx * block_N + j, N - 1)], "float32")
                     acc[i, j] = activate(v, activation)
             if staged_epilogue:
-                T.copy(acc, C_s)
-                T.copy(C_s, C[by * block_M, bx * block_N])
+                store_staged(acc, C_s, C, by * block_M, bx * block_N, chunks)
             else:
                 T.copy(acc, C[by * block_M, bx * block_N])
 

@@ -12,6 +12,12 @@ one ``StoreMatrix`` of four blocks per eight registers (16-byte rows, one instru
 the values converted to the tile's dtype in registers first.  The destination's shared layout must
 keep 8-element rows contiguous and 16-byte aligned (row-major, the XOR swizzles and the TMA layout
 do).  Anything else returns None: the caller lowers the loop element-wise as before.
+
+A column window of the accumulator, ``C_shared[i, j] = cast(C_local[i, j + c0])`` with a constant
+``c0`` (a multiple of 8) and ``C_shared`` as many rows as ``C_local`` and fewer columns (the sub-tiled
+epilogue of ``kernels/gemm.py``: the tile leaves in column chunks through one small shared buffer), is
+stored the same way from the register pairs whose 8x8 blocks lie inside the window, for every warp
+(a pair inside the window for some warps and outside for others: None).
 """
 
 from __future__ import annotations
@@ -37,7 +43,7 @@ def try_store_matrix(ctx: LoweringContext, p: t.ParallelFor, env: Env) -> list |
     match = _match(p)
     if match is None:
         return None
-    frag, dst = match
+    frag, dst, c0 = match
     lay = ctx.layouts.get(frag)
     if lay is None or frag in env.frag_redirect or env.replica_guard is not None or lay.num_threads != ctx.nthreads:
         return None
@@ -46,7 +52,7 @@ def try_store_matrix(ctx: LoweringContext, p: t.ParallelFor, env: Env) -> list |
     slay = ctx.shared_layouts.get(dst)
     if slay is None or getattr(slay, "packed", False) or not _rows_contiguous(slay, dst.shape):
         return None
-    plan = _plan(lay, tuple(int(x) for x in dst.shape), ctx.nthreads)
+    plan = _plan(lay, tuple(int(x) for x in dst.shape), ctx.nthreads, c0)
     if plan is None:
         return None
     regs = ctx.local_of[frag]
@@ -69,7 +75,8 @@ def try_store_matrix(ctx: LoweringContext, p: t.ParallelFor, env: Env) -> list |
 
 
 def _match(p: t.ParallelFor):
-    """(fragment, shared tile) of ``tile[i, j] = cast(fragment[i, j])`` over the whole 2-D tile."""
+    """(fragment, shared tile, c0) of ``tile[i, j] = cast(fragment[i, j + c0])`` over the whole 2-D tile
+    (``c0`` 0: the whole fragment; else a multiple of 8, the window inside the fragment's columns)."""
     body = p.body
     if len(p.vars) != 2 or not isinstance(body, t.BufferStore):
         return None
@@ -85,12 +92,21 @@ def _match(p: t.ParallelFor):
         value = value.a
     if not isinstance(value, E.Load) or value.buffer.scope != "fragment" or value.buffer.ndim != 2:
         return None
-    if tuple(value.buffer.shape) != tuple(dst.shape) or not dt.is_float(value.buffer.dtype):
+    if value.buffer.static_shape() is None or not dt.is_float(value.buffer.dtype):
         return None
-    for idx in (body.indices, value.indices):
-        if len(idx) != 2 or any(affine_coeffs(x) != {v: 1, None: 0} for x, v in zip(idx, p.vars)):
-            return None
-    return value.buffer, dst
+    rows, cols = (int(x) for x in value.buffer.shape)
+    if rows != int(dst.shape[0]) or len(value.indices) != 2:
+        return None
+    if len(body.indices) != 2 or any(affine_coeffs(x) != {v: 1, None: 0} for x, v in zip(body.indices, p.vars)):
+        return None
+    i, j = p.vars
+    col = affine_coeffs(value.indices[1])
+    if affine_coeffs(value.indices[0]) != {i: 1, None: 0} or col is None or set(col) != {j, None} or col[j] != 1:
+        return None
+    c0 = col[None]
+    if c0 % 8 or c0 < 0 or c0 + int(dst.shape[1]) > cols:
+        return None
+    return value.buffer, dst, c0
 
 
 def _rows_contiguous(slay, shape) -> bool:
@@ -105,15 +121,17 @@ def _rows_contiguous(slay, shape) -> bool:
     return all((np.asarray(slay.offset((r, c + k))) == base + k).all() for k in range(1, 8))
 
 
-def _plan(lay, shape, nthreads: int):
+def _plan(lay, shape, nthreads: int, first_col: int = 0):
     """``[(first register, [(row origin per warp, col origin per warp), ...]), ...]``: groups of up
-    to four 8x8 blocks in consecutive register pairs, or None when the layout is not made of them."""
-    if lay.num_regs % 2 or tuple(lay.shape) != shape:
+    to four 8x8 blocks in consecutive register pairs, or None when the layout is not made of them.
+    ``shape`` is the destination's: the fragment's, or (with ``c0``) a window of its columns
+    ``first_col .. first_col + shape[1]``, the origins then relative to the window."""
+    if lay.num_regs % 2 or len(lay.shape) != 2 or lay.shape[0] != shape[0]:
         return None
     table = np.asarray(lay.table)
     if table.shape != (nthreads, lay.num_regs) or (table < 0).any():
         return None
-    cols = shape[1]
+    cols = int(lay.shape[1])
     rows_t, cols_t = table // cols, table % cols
     lanes = np.arange(nthreads) % WARP
     nwarps = nthreads // WARP
@@ -126,15 +144,27 @@ def _plan(lay, shape, nthreads: int):
         r0w, c0w = r0.reshape(nwarps, WARP), c0.reshape(nwarps, WARP)
         if (r0w != r0w[:, :1]).any() or (c0w != c0w[:, :1]).any() or (c0w % 8).any():
             return None
-        pairs.append((r0w[:, 0], c0w[:, 0]))
+        inside = (c0w[:, 0] >= first_col) & (c0w[:, 0] < first_col + shape[1])
+        if inside.any() != inside.all():
+            return None
+        pairs.append((r0w[:, 0], c0w[:, 0] - first_col) if inside.all() else None)
     groups = []
     for g in range(0, len(pairs), 4):
-        blocks = pairs[g:g + 4]
-        if len(blocks) == 3:  # x1, x2 or x4 only
-            groups.append((2 * g, blocks[:2]))
-            groups.append((2 * g + 4, blocks[2:]))
-        else:
-            groups.append((2 * g, blocks))
+        # (runs of consecutive pairs inside the window: all of them for the whole fragment)
+        run = []
+        for k, b in enumerate(pairs[g:g + 4] + [None]):
+            if b is not None:
+                run.append(b)
+                continue
+            first = 2 * (g + k - len(run))
+            if len(run) == 3:  # x1, x2 or x4 only
+                groups.append((first, run[:2]))
+                groups.append((first + 4, run[2:]))
+            elif run:
+                groups.append((first, run))
+            run = []
+    if sum(len(b) for _, b in groups) * 64 * nwarps != shape[0] * shape[1]:
+        return None  # the window's blocks do not cover the destination
     for _, blocks in groups:
         for dim in (0, 1):
             if _affine_in_warp([b[dim] for b in blocks], nwarps) is None:

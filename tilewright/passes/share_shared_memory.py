@@ -15,8 +15,9 @@ and has no shared buffer sized at launch:
   loop is one statement: a buffer used in it lives through all its iterations).  What a producer
   touches lives from the start of the kernel (its copies may land any time before the consumer's
   last wait for them) to its last use in the timeline; mbarrier words, sources of TMA stores (read
-  asynchronously until a later wait) and buffers used nowhere in the timeline live through the
-  whole kernel;
+  asynchronously until a later wait) live from their first use to the end of the kernel (a staged
+  GEMM epilogue's C tile may take the memory of the operand ring its mainloop is done with); buffers
+  used nowhere in the timeline live through the whole kernel;
 * offsets are assigned largest buffer first, each at the lowest aligned offset free of the buffers
   whose lifetimes overlap its own (``func.attrs["tw.shared_offsets"]``, which ``LoweringContext``
   uses instead of placing buffers one after another);
@@ -143,8 +144,10 @@ def _plan(kernel: t.Kernel, size, limit):
         for buf, pinned in _shared_touched(p.body):
             span[buf] = (0, span[buf][1]) if buf in span and not pinned else (0, last)
     for b in allocs:
-        if b not in span or b in whole or b.dtype == "uint64":  # mbarriers, unknown uses: the whole kernel
+        if b not in span or b.dtype == "uint64":  # mbarriers, unknown uses: the whole kernel
             span[b] = (0, last)
+        elif b in whole:  # a TMA store's source: from its first use to the end (the last wait is there)
+            span[b] = (span[b][0], last)
     order = sorted(allocs, key=lambda b: (-size(b)[0], allocs.index(b)))
     offsets: dict = {}
     for b in order:
