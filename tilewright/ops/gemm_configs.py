@@ -339,10 +339,10 @@ def heuristic(M: int, N: int, K: int, dtype: str, arch: str, num_sms: int,
     if splits > 1:
         return dataclasses.replace(base, kind="splitk", splits=splits)
     if hopper and base.ws:
-        waves = _ceil(M, base.block_M) * _ceil(N, base.block_N) / num_sms
-        if (K <= 1024 and _ceil(M, 128) * _ceil(N, 128) >= 2 * num_sms) or waves >= 8:
+        if K <= 1024 and _ceil(M, 128) * _ceil(N, 128) >= 2 * num_sms:
             # persistent 128x192 blocks, each tile's TMA store and the next tile's loads overlapping its
-            # mainloop, for short K over at least two waves of 128x128 tiles or for many waves of tiles
+            # mainloop, for short K over at least two waves of 128x128 tiles (many waves of tiles with long
+            # K went here too until the chunked store below beat it at 8192^3)
             # (bench/results/2026-12-01-1526-gemm-weak-* and -1542-gemm-weak-*, TFLOP/s fp16 / bf16):
             # 8192x8192x1024  688 / 705 against 612 / 645 (persistent 128x256), 536 / 557 (one 128x256
             #                 block per tile)
@@ -362,7 +362,9 @@ def heuristic(M: int, N: int, K: int, dtype: str, arch: str, num_sms: int,
         # 128-column chunks through a 32 KB buffer while the producer loads the next tile: 744 TFLOP/s fp16 =
         # 0.97x cuBLAS at 4096^3 against 693 (0.91x) for one block per tile with three stages and the whole
         # C tile, 712 for one block per tile with four stages and the chunks, 727 for persistent 256x128
-        # tiles in 64-column chunks (mid-session H200 run of 2026-12-01 22:32 UTC, measure9)
+        # tiles in 64-column chunks (mid-session H200 run of 2026-12-01 22:32 UTC, measure9).  Also for many
+        # waves (8192^3, 21 waves of 128x192): 681 / 691 TFLOP/s fp16 / bf16 = 1.02x / 1.01x cuBLAS against
+        # 627 / 648 for persistent 128x192 tiles (bench/results/2026-12-01-2315-gemm-*, the candidates timed)
         return fit_shared(GemmConfig("persistent", 128, 256, base.block_K, 4, base.threads, wgmma=True, ws=True,
                                      group_M=8, tma_store=True, store_cols=128), smem_limit)
     return base
