@@ -65,6 +65,18 @@ def _remember(key, plan) -> None:
         pass
 
 
+def _dense(t):
+    """``t`` as the row kernels read it, and its address: contiguous, from a 16-byte boundary (they
+    load 16-byte vectors), copied only when it is not."""
+    if not t.is_contiguous():
+        t = t.contiguous()
+    p = t.data_ptr()
+    if p & 15:
+        t = t.clone()
+        p = t.data_ptr()
+    return t, p
+
+
 # ---------------------------------------------------------------- softmax
 def softmax(x, dim: int = -1):
     """Softmax over the last dimension (``dim`` must be -1 or x.dim() - 1)."""
@@ -84,12 +96,7 @@ def softmax_impl(x, dim):
         plan = _softmax_plan(x, dim)
         if key is not None:
             _remember(key, plan)
-    if not x.is_contiguous():
-        x = x.contiguous()
-    xp = x.data_ptr()
-    if xp & 15:
-        x = x.clone()
-        xp = x.data_ptr()
+    x, xp = _dense(x)
     out = plan.empty_like(x)  # (a new allocation: aligned)
     rows = x.numel() // plan.n
     if rows:
@@ -140,17 +147,8 @@ def rms_norm_impl(x, weight, eps, residual):
         plan = _rms_norm_plan(x, weight, eps, residual)
         if key is not None:
             _remember(key, plan)
-    if not x.is_contiguous():
-        x = x.contiguous()
-    xp = x.data_ptr()
-    if xp & 15:
-        x = x.clone()
-        xp = x.data_ptr()
-    w = weight if weight.is_contiguous() else weight.contiguous()
-    wp = w.data_ptr()
-    if wp & 15:
-        w = w.clone()
-        wp = w.data_ptr()
+    x, xp = _dense(x)
+    w, wp = _dense(weight)
     out = plan.empty_like(x)
     rows = x.numel() // plan.n
     if residual is None:
@@ -158,11 +156,7 @@ def rms_norm_impl(x, weight, eps, residual):
             op = out.data_ptr()
             plan.launch.pointers([xp, xp, wp, op, op], rows, (x, x, w, out, out))
         return out, out
-    r = residual if residual.is_contiguous() else residual.contiguous()
-    rp = r.data_ptr()
-    if rp & 15:
-        r = r.clone()
-        rp = r.data_ptr()
+    r, rp = _dense(residual)
     res_out = plan.empty_like(x)
     if rows:
         plan.launch.pointers([xp, rp, wp, out.data_ptr(), res_out.data_ptr()], rows, (x, r, w, out, res_out))
@@ -211,22 +205,9 @@ def layer_norm_impl(x, weight, bias, eps):
         plan = _layer_norm_plan(x, weight, bias, eps)
         if key is not None:
             _remember(key, plan)
-    if not x.is_contiguous():  # (a copy when not contiguous or off a 16-byte start: RowLaunch.pointers)
-        x = x.contiguous()
-    xp = x.data_ptr()
-    if xp & 15:
-        x = x.clone()
-        xp = x.data_ptr()
-    w = weight if weight.is_contiguous() else weight.contiguous()
-    wp = w.data_ptr()
-    if wp & 15:
-        w = w.clone()
-        wp = w.data_ptr()
-    b = bias if bias.is_contiguous() else bias.contiguous()
-    bp = b.data_ptr()
-    if bp & 15:
-        b = b.clone()
-        bp = b.data_ptr()
+    x, xp = _dense(x)
+    w, wp = _dense(weight)
+    b, bp = _dense(bias)
     out = plan.empty_like(x)
     rows = x.numel() // plan.n
     if rows:
