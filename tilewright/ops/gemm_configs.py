@@ -348,8 +348,6 @@ def heuristic(M: int, N: int, K: int, dtype: str, arch: str, num_sms: int,
             #                 block per tile)
             # 2000x3000x1000  437 / 431 against 367 / 368 (persistent 128x128), 298 / 302 (one block per
             #                 128x256 tile: 1.45 waves, where 128x192 tiles make 1.94)
-            # 8192^3          628 / 643 against 589 / 605 (one block per 128x256 tile)
-            # At 4096^3 (3.9 waves of 128x256) one block per tile stays ahead: 687 / 713 against 656 / 662.
             # With few tiles per block (at most 4 waves of 128x192), clusters of two blocks taking
             # neighbouring N tiles, A multicast: 2000x3000x1000 fp16 485 TFLOP/s against 436 without
             # (bench/results/2026-12-01-1926-gemm-weak-*), while at 8192^3 (21 waves) the cluster's
