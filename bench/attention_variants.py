@@ -16,7 +16,9 @@ schedule) besides the ops ones; ``TW_VARIANTS=pers`` that column, "ops", "ops ev
 persistent ones; ``TW_VARIANTS=order`` only "ops", "ops pers" and the persistent item orders;
 ``TW_VARIANTS=lean`` its own table (``lean_main``): ``attention_dispatch.LEAN_LOOP`` and the flash-attn
 input layout against the shipped kernel and the user program, at 4k and 16k tokens, head dim 128 and 64;
-``TW_VARIANTS=layout`` that table's "user", "ops" and "ops bshd" columns at 1x16x16384x128 non-causal only."""
+``TW_VARIANTS=layout`` that table's "user", "ops" and "ops bshd" columns at 1x16x16384x128 non-causal only;
+``TW_VARIANTS=regs`` the table with ``attention_dispatch.HOPPER_SCORES_IN_REGISTERS`` on for every call
+("regs": two K/V stages at d 128) alone, with the overlap, with ping-pong and with both."""
 
 from __future__ import annotations
 
@@ -172,14 +174,28 @@ LEAN_VARIANTS = [("ops", None, False, False), ("ops lean", None, True, False),
 # the user program: its default schedule (ws+pp+ov) as shipped and with the rotated overlap
 USER_VARIANTS = [("user", {}), ("user top", TOP)]
 LEAN_CAUSAL = (False, True)
+SHIPPED_REGS = attention_dispatch.HOPPER_SCORES_IN_REGISTERS
 if os.environ.get("TW_VARIANTS") == "layout":  # under a minute: does the input layout make the 16k gap?
     LEAN_SHAPES, LEAN_CAUSAL = [(1, 16, 16384, 128)], (False,)
     USER_VARIANTS = USER_VARIANTS[:1]
     LEAN_VARIANTS = [v for v in LEAN_VARIANTS if v[0] in ("ops", "ops bshd")]
+# TW_VARIANTS=regs: attention_dispatch.HOPPER_SCORES_IN_REGISTERS = True for every call (a fifth field True:
+# the shared-memory fit without the score tile, so d 128 keeps two K/V stages as the user program has; the
+# shipped "long causal" gives non-causal d 128 one stage), alone and with the overlap and ping-pong
+if os.environ.get("TW_VARIANTS") == "regs":
+    LEAN_SHAPES = [(16, 16, 1024, 128), (4, 16, 4096, 128), (1, 16, 16384, 128), (4, 16, 4096, 64)]
+    USER_VARIANTS = USER_VARIANTS[:1]
+    LEAN_VARIANTS = [("ops", None, False, False), ("ops regs", None, False, False, True),
+                     ("ops regs+ov", OV, False, False, True), ("ops regs+pp+ov", {**PP, **OV}, False, False, True),
+                     ("ops regs+pp", PP, False, False, True), ("ops regs no-ov", {"tw.attention_overlap": False},
+                                                                False, False, True)]
+    LEAN_CAUSAL = (False,)
 
 
-def _ops_as(pc, lean, shipped, shipped_d64):
-    """Set attention_dispatch for one variant (forgetting the plans, which remember their kernels)."""
+def _ops_as(pc, lean, shipped, shipped_d64, regs=None):
+    """Set attention_dispatch for one variant (forgetting the plans, which remember their kernels);
+    ``regs``: HOPPER_SCORES_IN_REGISTERS (None: as shipped)."""
+    attention_dispatch.HOPPER_SCORES_IN_REGISTERS = SHIPPED_REGS if regs is None else regs
     attention_dispatch.HOPPER_CONFIGS.clear()
     attention_dispatch.HOPPER_CONFIGS.update({**shipped, **(pc or {})})
     attention_dispatch.HOPPER_D64_OVERRIDES.clear()
@@ -217,8 +233,8 @@ def lean_main() -> int:
                 except Exception as ex:  # noqa: BLE001
                     print(f"  {uname} {b, h, s, d, causal}: {type(ex).__name__}: {str(ex).splitlines()[0][:150]}")
                     cells.append(float("nan"))
-            for name, pc, lean, bshd in LEAN_VARIANTS:
-                _ops_as(pc, lean, shipped, shipped_d64)
+            for name, pc, lean, bshd, *regs in LEAN_VARIANTS:
+                _ops_as(pc, lean, shipped, shipped_d64, *regs)
                 args = tuple(t.transpose(1, 2) for t in (qs, ks, vs)) if bshd else (q, k, v)
                 out = ops.attention(*args, causal=causal)
                 e = _err(out, ref)
@@ -238,9 +254,9 @@ def lean_main() -> int:
              "bshd = (B, S, H, D) inputs seen through transpose(1, 2); best ops/user: over the user program's best "
              "column"]
     print("\n".join(rows))
-    print("saved", save("attention-variants-lean", rows))
+    print("saved", save("attention-variants-" + os.environ.get("TW_VARIANTS", "lean"), rows))
     return 0
 
 
 if __name__ == "__main__":
-    sys.exit(lean_main() if os.environ.get("TW_VARIANTS") in ("lean", "layout") else main())
+    sys.exit(lean_main() if os.environ.get("TW_VARIANTS") in ("lean", "layout", "regs") else main())
