@@ -133,6 +133,13 @@ HOPPER_SCORES_IN_REGISTERS = "long causal"
 # the sm_90a pass configs over HOPPER_CONFIGS for those long causal calls at d 65..128 (d <= 64 has the
 # overlap anyway: HOPPER_D64_OVERRIDES): the overlap pays with two K/V stages (above), not with one.
 HOPPER_LONG_CAUSAL_OVERRIDES = {"tw.attention_overlap": True}
+# non-causal calls at d 65..128 on the sm_90a path: the fit without the score tile (two K/V stages, as
+# the user program has: with the tile d 128 got one) and these pass configs over HOPPER_CONFIGS; None:
+# as causal calls.  Measured on the H200 (bench/results/2026-12-02-0050-attention-variants-regs, bf16
+# TFLOP/s, one stage shipped -> two stages with ping-pong and the overlap; cuDNN): 16x16x1024x128 517 ->
+# 547 (596), 4x16x4096x128 550 -> 604 (622), 1x16x16384x128 560 -> 615 (618).  Two stages alone gave
+# 501/545/558, with the overlap only 502/521/585, with ping-pong only 473/514/488.  Takes effect for new plans.
+HOPPER_NONCAUSAL_OVERRIDES = {"tw.pingpong": True, "tw.attention_overlap": True}
 # head dim <= 64 on the sm_90a path: (block_M, block_N); block_M 128 = two consumer warpgroups.
 HOPPER_D64_BLOCKS = (128, 128)
 # the forward kernels' key loop without the softmax's -inf guard where no row can see only masked keys
@@ -178,16 +185,18 @@ def _is_hopper(t) -> bool:
     return torch.cuda.get_device_capability(t.device) == (9, 0)
 
 
-def _fit_shared(cfg: tuple, dim: int, smem: int, scores: bool = True, out_tile: bool = False) -> tuple:
+def _fit_shared(cfg: tuple, dim: int, smem: int, scores: bool = True, out_tile: bool = False,
+                out_bytes: int = 2) -> tuple:
     """Shrink stages, then block_N, then block_M until Q, the K/V ring and the score tile fit
     in ``smem`` bytes of shared memory (AMD's 64 KiB LDS, smaller NVIDIA parts).  ``scores=False``:
     the scores live in registers (wgmma) and take no shared memory; ``out_tile``: a block_M x dim
-    output tile is staged there too (``stage_out``), and 1 KiB is kept for the mbarriers."""
+    output tile of ``out_bytes`` per element is staged there too (``stage_out``; 4: a split call's
+    float32 partials), and 1 KiB is kept for the mbarriers."""
     bM, bN, stages, threads = cfg
 
     def need(bM, bN, stages):
         if not scores:
-            return (bM * (2 if out_tile else 1) + 2 * stages * bN) * dim * 2 + 1024
+            return (bM + 2 * stages * bN) * dim * 2 + (bM * dim * out_bytes if out_tile else 0) + 1024
         return (bM + 2 * stages * bN) * dim * 2 + 2 * bM * bN * 4  # scores: fp32 tile + layout scratch
 
     while need(bM, bN, stages) > smem:
@@ -442,13 +451,23 @@ def _make_plan(q, k, v, causal, scale, varlen, nseq, max_q, has_cache, num_split
     long_causal = bool(hopper) and causal and D <= 128 and -(-keys_hint // hopper[1]) > PERSISTENT_MAX_KEY_BLOCKS
     if long_causal and D > 64:
         configs = {**configs, **HOPPER_LONG_CAUSAL_OVERRIDES}
+    noncausal = bool(hopper) and not causal and 64 < D <= 128 and HOPPER_NONCAUSAL_OVERRIDES is not None
+    if noncausal:
+        configs = {**configs, **HOPPER_NONCAUSAL_OVERRIDES}
     # the output tile staged through shared memory: it fits beside Q and the K/V rings up to d 128
     stage_out = bool(hopper) and D <= 128
-    in_regs = bool(hopper) and (HOPPER_SCORES_IN_REGISTERS is True
+    in_regs = bool(hopper) and (HOPPER_SCORES_IN_REGISTERS is True or noncausal
                                 or HOPPER_SCORES_IN_REGISTERS == "long causal" and long_causal)
-    bM, bN, stages, threads = _fit_shared(hopper or _config(D, max_q), D, _shared_bytes(q), scores=not in_regs,
+    # (the split count depends on the blocks, the output dtype on the split count (float32 partials when
+    # split) and the staged output tile's size on the dtype: a split call is fitted again for 4-byte
+    # outputs, in which either dtype fits)
+    cfg = hopper or _config(D, max_q)
+    bM, bN, stages, threads = _fit_shared(cfg, D, _shared_bytes(q), scores=not in_regs,
                                           out_tile=in_regs and stage_out)
     splits = _splits(nseq * H * -(-max_q // bM), -(-keys_hint // bN), num_splits)
+    if splits > 1 and in_regs and stage_out:
+        bM, bN, stages, threads = _fit_shared(cfg, D, _shared_bytes(q), scores=False, out_tile=True, out_bytes=4)
+        splits = _splits(nseq * H * -(-max_q // bM), -(-keys_hint // bN), num_splits)
     dtype = _dtype_name(q)
     target = _target_of(q)
     out_dtype = dtype if splits == 1 else "float32"
