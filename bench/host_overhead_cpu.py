@@ -12,7 +12,14 @@ run ``bench/launch_overhead.py`` on the GPU for that.
 ``python bench/host_overhead_cpu.py`` (needs a C compiler for the stub and NVRTC to compile);
 ``HOST_BENCH_PROFILE=softmax python bench/host_overhead_cpu.py``: a cProfile of the rows whose name
 holds that text, instead of the timing; ``HOST_BENCH_ONLY=matmul``: time only the rows whose name
-holds that text (an A/B comparison of one row on a busy machine).
+holds that text (an A/B comparison of one row on a busy machine); ``HOST_BENCH_STEPS=1``: instead of
+the whole calls, the steps of the slow ones one by one (``bench/host_steps.py``: key and lookup, checks,
+allocations, stream lookup, the launch objects, the driver call).  ``TILEWRIGHT_LAUNCH=ctypes``: the
+fixed launches call ``cuLaunchKernelEx`` through ctypes (``runtime/cuda_driver.py``).
+
+Timing: thread CPU time (``time.thread_time_ns``), best of ``HOST_BENCH_REPEATS`` (30) rounds of
+``HOST_BENCH_N`` (2000) calls, the rows taking turns round by round: on this machine's shared cores
+wall-clock figures moved 2-4x from run to run.
 """
 
 from __future__ import annotations
@@ -27,7 +34,7 @@ ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 STUBS = os.path.join(ROOT, "bench", "stubs")
 
 _BODY = r"""
-import sys, time
+import os, sys, time
 sys.path.insert(0, ROOT)
 import torch
 import tilewright
@@ -185,16 +192,21 @@ la = k.launcher
 fn = la.function(0)
 values = (a.data_ptr(), b.data_ptr(), c.data_ptr())
 
-def t_ns(call, n=N):
-    for _ in range(n // 10):
-        call()
-    best = float("inf")
-    for _ in range(REPEATS):
-        t0 = time.perf_counter_ns()
-        for _ in range(n):
+def best_us(rows, n=N):
+    # per row, the best of REPEATS rounds of n calls in this thread's CPU time (a core taken by another
+    # process does not count), the rows taking turns round by round (a busy spell falls on all alike)
+    for _, call in rows:
+        for _ in range(max(n // 10, 1)):
             call()
-        best = min(best, (time.perf_counter_ns() - t0) / n)
-    return best / 1000
+    best = [float("inf")] * len(rows)
+    clock = time.thread_time_ns
+    for _ in range(REPEATS):
+        for i, (_, call) in enumerate(rows):
+            t0 = clock()
+            for _ in range(n):
+                call()
+            best[i] = min(best[i], (clock() - t0) / n)
+    return [b / 1000 for b in best]
 
 rows = [
     ("torch.add(out=) on the CPU, 1024 floats (reference point, not a GPU figure)",
@@ -247,9 +259,14 @@ if PROFILE:  # HOST_BENCH_PROFILE=<words of a row name>: cProfile of those rows 
         print(f"===== {name} ({N} calls; tottime in s: per call us = s * 1e6 / {N})")
         print("\n".join(line[:170] for line in text.getvalue().splitlines()[:45]), flush=True)
     sys.exit(0)
-for name, call in rows:
-    if ONLY.lower() in name.lower():
-        print(f"| {name} | {t_ns(call):.2f} |", flush=True)
+rows = [(name, call) for name, call in rows if ONLY.lower() in name.lower()]
+if STEPS:  # HOST_BENCH_STEPS=1: the pieces of the slow calls, one by one (bench/host_steps.py)
+    sys.path.insert(0, os.path.join(ROOT, "bench"))
+    from host_steps import steps
+
+    rows = steps(ops_calls, dict(xs=xs, w=w, ga=ga, gb=gb, q=q, kv=kv, qp=qp, kp=kp))
+for (name, _), us in zip(rows, best_us(rows)):
+    print(f"| {name} | {us:.2f} |", flush=True)
 """
 
 
@@ -264,20 +281,23 @@ def build_stub(tmp: str) -> str:
 
 
 def main() -> None:
-    n = int(os.environ.get("HOST_BENCH_N", "20000"))
-    repeats = int(os.environ.get("HOST_BENCH_REPEATS", "5"))
+    n = int(os.environ.get("HOST_BENCH_N", "2000"))
+    repeats = int(os.environ.get("HOST_BENCH_REPEATS", "30"))
     with tempfile.TemporaryDirectory() as tmp:
         build_stub(tmp)
         env = dict(os.environ, LD_LIBRARY_PATH=tmp + os.pathsep + os.environ.get("LD_LIBRARY_PATH", ""),
                    PYTHONPATH=ROOT)
-        print(f"| piece (CPU, stub libcuda, fake CUDA tensors) | host us per call (best of {repeats} x {n}) |")
+        mode = os.environ.get("TILEWRIGHT_LAUNCH") or "bindings"
+        print(f"| piece (CPU, stub libcuda, fake CUDA tensors; launches: {mode}) | host us per call (thread CPU "
+              f"time, best of {repeats} rounds of {n}) |")
         print("|---|---|", flush=True)
         script = os.path.join(tmp, "host_overhead_body.py")  # a file: kernels need readable source
         for compile_only in (True, False):
             with open(script, "w") as f:
                 f.write(f"ROOT = {ROOT!r}\nN = {n}\nREPEATS = {repeats}\nCOMPILE_ONLY = {compile_only}\n"
                         f"PROFILE = {os.environ.get('HOST_BENCH_PROFILE', '')!r}\n"
-                        f"ONLY = {os.environ.get('HOST_BENCH_ONLY', '')!r}\n" + _BODY)
+                        f"ONLY = {os.environ.get('HOST_BENCH_ONLY', '')!r}\n"
+                        f"STEPS = {bool(os.environ.get('HOST_BENCH_STEPS'))!r}\n" + _BODY)
             if compile_only:  # NVRTC does not run beside the stub driver: fill the disk cache first
                 subprocess.run([sys.executable, script], env=dict(os.environ, PYTHONPATH=ROOT), check=True)
         subprocess.run([sys.executable, "-X", "faulthandler", script], env=env, check=True)

@@ -1,5 +1,8 @@
 """Host overhead of a kernel call: a tiny kernel called back to back, synchronized once, against an
-equally tiny torch op.  ``python bench/launch_overhead.py`` on a GPU."""
+equally tiny torch op.  ``python bench/launch_overhead.py`` on a GPU.  ``TILEWRIGHT_LAUNCH=ctypes``:
+the fixed launches call ``cuLaunchKernelEx`` through ctypes (``runtime/cuda_driver.py``);
+``TW_LAUNCH_AB=1``: instead of the table, the tilewright rows with each launch mode in turn
+(``launch_ab``)."""
 
 from __future__ import annotations
 
@@ -70,13 +73,13 @@ cases = [("torch.add(out=)", lambda: torch.add(a, b, out=c)),
          ("torch.empty((64, 1024), dtype=, device=)", lambda: torch.empty((64, 1024), dtype=x.dtype, device=x.device))]
 
 
-def host_us(fn, n=2000) -> float:
+def host_us(fn, n=2000, rounds=3) -> float:
     """Back-to-back calls, one synchronize; the best of 3 rounds (the host is shared with nothing
     else here, but a round can still catch a page fault or a context switch)."""
     for _ in range(100):
         fn()
     best = float("inf")
-    for _ in range(3):
+    for _ in range(rounds):
         torch.cuda.synchronize()
         t0 = time.perf_counter()
         for _ in range(n):
@@ -96,6 +99,43 @@ def gpu_us(fn) -> float:
         torch.cuda.synchronize()
         return float("nan")
 
+
+def _forget_launches() -> None:
+    """Drop every fixed launch made so far (the ops' plans, the kernels' per-device ones), so that
+    the next calls make theirs in the launch mode now set (``TILEWRIGHT_LAUNCH``)."""
+    ops.forget_plans()
+    for kern in (k, k2, kg):
+        kern.launcher._fixed.clear()
+
+
+def launch_ab(rounds: int = 5, n: int = 2000) -> None:
+    """``TW_LAUNCH_AB=1``: every tilewright row (and torch.add for scale) timed with the fixed launches
+    calling cuLaunchKernel through cuda-bindings and cuLaunchKernelEx through ctypes, the two taking
+    turns round by round in this one process (between runs the host's figures moved 30-40%)."""
+    picked = [(name, fn) for name, fn in cases if not name.startswith(("torch.", "F.", "SDPA"))
+              or name.startswith("torch.add (")]
+    best = {(name, mode): float("inf") for name, _ in picked for mode in ("bindings", "ctypes")}
+    for _ in range(rounds):
+        for mode in ("bindings", "ctypes"):
+            os.environ["TILEWRIGHT_LAUNCH"] = mode
+            _forget_launches()
+            for name, fn in picked:
+                best[name, mode] = min(best[name, mode], host_us(fn, n, rounds=1))
+    os.environ.pop("TILEWRIGHT_LAUNCH")
+    _forget_launches()
+    lines = ["| call | bindings (us) | ctypes (us) | ctypes / bindings |", "|---|---|---|---|"]
+    for name, _ in picked:
+        b, c = best[name, "bindings"], best[name, "ctypes"]
+        lines.append(f"| {name} | {b:.2f} | {c:.2f} | {c / b:.3f}x |")
+        print(lines[-1], flush=True)
+    print("saved", save("launch-overhead-ab", [
+        f"TILEWRIGHT_LAUNCH A/B (bench/launch_overhead.py, TW_LAUNCH_AB=1): best of {rounds} rounds of {n} "
+        "back-to-back calls per mode, the modes taking turns", ""] + lines))
+
+
+if os.environ.get("TW_LAUNCH_AB"):
+    launch_ab()
+    sys.exit(0)
 
 rows[0] = rows[0].replace("| vs torch.add |", "| vs torch.add | GPU time per call, CUDA graph (us) |")
 rows[1] += "---|"

@@ -208,7 +208,7 @@ def matmul_impl(a, b, bias, activation, out_dtype, config=None, out=None):
         except TypeError:
             memo = hit = None
         if hit is not None:  # a repeat call: the checks passed and the plan was made for this metadata
-            out = hit.empty(hit.M, hit.N, dtype=hit.dtype, device=hit.device)  # (sizes apart: parsed faster)
+            out = hit.make_out()
             if not hit.from_pointers(a, b, bias, out):
                 hit(_OPERAND[hit.op_a](a), _OPERAND[hit.op_b](b), bias, out)
             return out
@@ -245,7 +245,7 @@ class _MatmulRun:
     activation, output dtype), each a ``BoundKernel``: the signature fixes every argument's
     metadata, the row count included, so a repeat call reads pointers only."""
 
-    __slots__ = ("M", "N", "atomic", "bias_ptr", "bias_stub", "device", "direct", "dtype", "empty", "first", "op_a",
+    __slots__ = ("M", "N", "atomic", "bias_ptr", "bias_stub", "device", "direct", "dtype", "first", "make_out", "op_a",
                  "op_b", "second", "streamk", "ws_shape")
 
     def __init__(self, plan, cfg, op_a, op_b, shape, out_dtype, a):
@@ -266,7 +266,12 @@ class _MatmulRun:
         # the bias parameter of a kernel compiled without bias (never read), as _run_matmul passes it
         self.bias_stub = _placeholder(a.dtype if plan[0] == "direct" else torch.float32, a.device)
         self.bias_ptr = self.bias_stub.data_ptr()  # (the placeholder is never freed: its address stays valid)
-        self.empty = torch.empty  # (the module's at plan time: tests that poison its allocations poison this)
+        # the output of a repeat call: torch.empty_like of a template (jit/alloc_template.py; on the H200's
+        # host torch.empty(M, N, dtype=, device=) measured 2.1 us against torch.empty_like's 1.7), made
+        # through the module's torch at plan time (tests that poison its allocations poison this)
+        from ..jit.alloc_template import empty_maker
+
+        self.make_out = empty_maker(torch, shape, out_dtype, a.device)
         # one launch of (A, B, bias, C) with A and B passed as they are or as their transposes (which
         # start where they do): a bound repeat call needs only the pointers (from_pointers)
         self.direct = self.second is None and op_a < 2 and op_b < 2 and len(self.first.kernel.params) == 4
