@@ -47,6 +47,9 @@ class JITKernel:
         self.workspace_idx = tuple(i for i, p in enumerate(self.params)
                                  if isinstance(p, t.Buffer) and p.attrs.get("workspace"))
         self._allocated = tuple(out_idx) + self.workspace_idx
+        # (declared parameters, inputs): what a call may pass, worked out once (not per call)
+        n_declared = len(self.params) - len(self.workspace_idx)
+        self._counts = (n_declared, n_declared - len(out_idx))
         self._host_assumes = func.attrs.get("host_assumes", ())
         from ..compiler import kernel_of
 
@@ -209,8 +212,7 @@ class JITKernel:
 
     # ------------------------------------------------------------------ calling
     def __call__(self, *args, stream=None):
-        n_declared = len(self.params) - len(self.workspace_idx)
-        n_in = n_declared - len(self.out_idx)
+        n_declared, n_in = self._counts
         fresh = ()  # indices of outputs made here as torch.empty of their static shape (the launcher trusts them)
         if len(args) == n_in and self._allocated:
             full, fresh = self._outputs_and_fresh(args)

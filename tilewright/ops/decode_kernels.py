@@ -754,7 +754,10 @@ class _DecodeRun:
         if dev >= 0 and _capturing(dev):
             return None  # a graph capture: the checked path gives it partials and counters of its own
         stream = _stream(dev)  # (once: the workspace's key and the launch's stream)
-        wp, _, np_, _ = _stream_workspace(self.device, dev, stream, self.numel, self.n_counters)
+        hit = _per_stream.get((dev, stream))  # (_stream_workspace's lookup, inline: a frame less per call)
+        if hit is None or hit[1] < self.numel or hit[3] < self.n_counters:
+            hit = _stream_workspace(self.device, dev, stream, self.numel, self.n_counters)
+        wp, _, np_, _ = hit
         self.fwd.launch_pointers([qp, kp, vp, out.data_ptr(), ep, wp, wp + self.l_off, np_, cp], self.tail,
                                  stream if dev >= 0 else None)
         return out, lse

@@ -200,7 +200,8 @@ def matmul_impl(a, b, bias, activation, out_dtype, config=None, out=None):
     tuned entry and the heuristic, ``out`` receives the result (both for ``tune_matmul``, the
     benchmark and the tests)."""
     torch = _torch()
-    activation = _normalize_activation(activation)
+    if activation is None:  # (_normalize_activation, inline: a frame less per call)
+        activation = "none"
     memo = _matmul_key(a, b, bias, activation, out_dtype, False) if config is None and out is None else None
     if memo is not None:
         try:  # (the lookup hashes the key: an unhashable argument raises here, and then there is no memo)
@@ -282,7 +283,7 @@ class _MatmulRun:
         and ``b`` do); False where ``__call__`` is needed (before the first bind, a copied operand,
         a second launch, a start off a 16-byte boundary)."""
         first = self.first
-        if not self.direct or not first.bound:
+        if not self.direct or first._dyn is None:  # (BoundKernel.bound, read without the property's frame)
             return False
         if bias is None:
             cp = self.bias_ptr

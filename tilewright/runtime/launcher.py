@@ -13,6 +13,7 @@ checked one (``args.bind_arguments``), which explains what is wrong with an argu
 from __future__ import annotations
 
 import sys
+from operator import itemgetter as _itemgetter
 from threading import get_ident as _get_ident
 
 from ..binding.args import bind_arguments
@@ -341,8 +342,8 @@ class FixedLaunch:
     buffer belongs to the thread that made it; another thread's launch takes ``PreparedLaunch``'s
     path (its per-thread buffer), so concurrent launches never send each other's pointers."""
 
-    __slots__ = ("_go", "_last_maps", "_last_ptrs", "_map_index", "_map_params", "_owner", "_rest", "_stream", "dev",
-                 "dyn", "dyn_items", "launch", "prepared", "runtime", "tensor_maps")
+    __slots__ = ("_described", "_go", "_last_maps", "_last_ptrs", "_map_index", "_map_params", "_owner", "_rest",
+                 "_stream", "dev", "dyn", "dyn_items", "launch", "prepared", "runtime", "tensor_maps")
 
     def __init__(self, prepared: PreparedLaunch, launch, rest: list, n_params: int):
         self.prepared, self.launch, self._rest = prepared, launch, rest
@@ -353,6 +354,8 @@ class FixedLaunch:
         first = n_params + len(prepared.tail)
         self._map_index = tuple(range(first, first + len(self.tensor_maps.specs))) if self.tensor_maps else ()
         self._map_params = tuple(sp.param_index for sp in self.tensor_maps.specs) if self.tensor_maps else ()
+        # the pointers the descriptors describe, picked in C (a list comprehension was a frame per launch)
+        self._described = _itemgetter(*self._map_params) if self._map_params else None
         self._last_maps = self._last_ptrs = None
         self._owner = _get_ident()
         # the runtime's cheapest current-stream lookup once it has settled (cuda_driver: torch's raw one)
@@ -363,7 +366,7 @@ class FixedLaunch:
         if _get_ident() != self._owner:
             return self.prepared(list(ptrs) + self._rest, stream, sync)
         if self.tensor_maps is not None:
-            described = tuple([ptrs[i] for i in self._map_params])
+            described = self._described(ptrs)  # (one pointer, or a tuple of them: the same form every call)
             if described != self._last_ptrs:  # (the same pointers: the descriptors in the buffer are theirs)
                 maps = self.tensor_maps.encode(ptrs, self.dyn, self.dyn_items)  # (cached per pointers)
                 last = self._last_maps
