@@ -516,16 +516,16 @@ class FixedCudaLaunch:
 
 
 # ---------------------------------------------------------------- launching through ctypes
-_LAUNCH_ENV = "TILEWRIGHT_LAUNCH"  # "ctypes": FixedCudaLaunch calls cuLaunchKernelEx through ctypes
+_LAUNCH_ENV = "TILEWRIGHT_LAUNCH"  # config.KNOBS["launch"].env
 _ctypes_ex: list = []  # [cuLaunchKernelEx as a ctypes function, or None where there is none]
 
 
 def launch_mode() -> str:
     """How a ``FixedCudaLaunch`` made now calls the driver: "bindings" (cuda-bindings'
-    ``cuLaunchKernel``, the default) or "ctypes" (env ``TILEWRIGHT_LAUNCH=ctypes``)."""
-    import os
+    ``cuLaunchKernel``, the default) or "ctypes" (``TILEWRIGHT_LAUNCH=ctypes``: config.py's "launch")."""
+    from .. import config
 
-    mode = os.environ.get(_LAUNCH_ENV, "").strip().lower() or "bindings"
+    mode = str(config.get("launch")).strip().lower() or "bindings"
     if mode not in ("bindings", "ctypes"):
         raise ArgumentError(f"{_LAUNCH_ENV}={mode!r}: use 'bindings' (cuda-bindings) or 'ctypes'")
     return mode
