@@ -41,6 +41,7 @@ kv = torch.randn(4, 8, 512, 128, device="cuda", dtype=torch.float16)
 qp = torch.randn(1, 8, 128, 64, device="cuda", dtype=torch.float16)
 kp = torch.randn(1, 8, 128, 64, device="cuda", dtype=torch.float16)
 F = torch.nn.functional
+x2_template = torch.empty(1, 1, 1, device="cuda", dtype=torch.float16).expand(2, 64, 1024)  # (alloc_template.py)
 rows = ["| call | host time per call (us) | vs torch.add(out=) | vs torch.add |", "|---|---|---|---|"]
 cases = [("torch.add(out=)", lambda: torch.add(a, b, out=c)),
          ("torch.add (output allocated: the issue's 1.5x reference for ops.*)", lambda: torch.add(a, b)),
@@ -69,6 +70,9 @@ cases = [("torch.add(out=)", lambda: torch.add(a, b, out=c)),
          ("ops.attention decode, return_lse=True", lambda: ops.attention(q, kv, kv, return_lse=True)),
          ("ops.attention prefill, return_lse=True", lambda: ops.attention(qp, kp, kp, causal=True, return_lse=True)),
          ("torch.empty_like 64x1024 fp16", lambda: torch.empty_like(x)),
+         # rms_norm + residual's two outputs: two allocations, or one of both as views (unbind)?
+         ("torch.empty_like 64x1024 fp16, twice", lambda: (torch.empty_like(x), torch.empty_like(x))),
+         ("torch.empty_like 2x64x1024 fp16 template, .unbind(0)", lambda: torch.empty_like(x2_template).unbind(0)),
          ("torch.empty(64, 1024, dtype=, device=)", lambda: torch.empty(64, 1024, dtype=x.dtype, device=x.device)),
          ("torch.empty((64, 1024), dtype=, device=)", lambda: torch.empty((64, 1024), dtype=x.dtype, device=x.device))]
 
