@@ -118,20 +118,33 @@ def launch_ab(rounds: int = 5, n: int = 2000) -> None:
     turns round by round in this one process (between runs the host's figures moved 30-40%)."""
     picked = [(name, fn) for name, fn in cases if not name.startswith(("torch.", "F.", "SDPA"))
               or name.startswith("torch.add (")]
+    from tilewright.runtime import cuda_driver
+
     best = {(name, mode): float("inf") for name, _ in picked for mode in ("bindings", "ctypes")}
+    results = {}  # mode -> the outputs of a few calls (the same kernels: equal to the bit either way)
+    checks = [lambda: ops.softmax(x), lambda: ops.rms_norm(x, w, residual=x)[1], lambda: ops.layer_norm(x, w, bias),
+              lambda: ops.matmul(ga, gb), lambda: ops.attention(qp, kp, kp, causal=True),
+              lambda: ops.attention(q, kv, kv, return_lse=True)[1], lambda: k2(a, b)]
     for _ in range(rounds):
         for mode in ("bindings", "ctypes"):
             os.environ["TILEWRIGHT_LAUNCH"] = mode
             _forget_launches()
             for name, fn in picked:
                 best[name, mode] = min(best[name, mode], host_us(fn, n, rounds=1))
+            results[mode] = [check() for check in checks]
     os.environ.pop("TILEWRIGHT_LAUNCH")
     _forget_launches()
+    torch.cuda.synchronize()
+    diff = max((u.float() - v.float()).abs().max().item() for u, v in zip(results["bindings"], results["ctypes"]))
     lines = ["| call | bindings (us) | ctypes (us) | ctypes / bindings |", "|---|---|---|---|"]
     for name, _ in picked:
-        b, c = best[name, "bindings"], best[name, "ctypes"]
-        lines.append(f"| {name} | {b:.2f} | {c:.2f} | {c / b:.3f}x |")
+        t_b, t_c = best[name, "bindings"], best[name, "ctypes"]
+        lines.append(f"| {name} | {t_b:.2f} | {t_c:.2f} | {t_c / t_b:.3f}x |")
         print(lines[-1], flush=True)
+    lines += ["", f"largest difference between the two modes' results (softmax, rms_norm + residual, layer_norm, "
+              f"matmul, attention prefill, decode LSE, the add kernel): {diff}; ctypes launches the driver refused "
+              f"(made through cuda-bindings instead): {cuda_driver.ctypes_refusals[0]}"]
+    print(lines[-1], flush=True)
     print("saved", save("launch-overhead-ab", [
         f"TILEWRIGHT_LAUNCH A/B (bench/launch_overhead.py, TW_LAUNCH_AB=1): best of {rounds} rounds of {n} "
         "back-to-back calls per mode, the modes taking turns", ""] + lines))
