@@ -14,8 +14,7 @@ run ``bench/launch_overhead.py`` on the GPU for that.
 holds that text, instead of the timing; ``HOST_BENCH_ONLY=matmul``: time only the rows whose name
 holds that text (an A/B comparison of one row on a busy machine); ``HOST_BENCH_STEPS=1``: instead of
 the whole calls, the steps of the slow ones one by one (``bench/host_steps.py``: key and lookup, checks,
-allocations, stream lookup, the launch objects, the driver call).  ``TILEWRIGHT_LAUNCH=ctypes``: the
-fixed launches call ``cuLaunchKernelEx`` through ctypes (``runtime/cuda_driver.py``).
+allocations, stream lookup, the launch objects, the driver call).
 
 Timing: thread CPU time (``time.thread_time_ns``), best of ``HOST_BENCH_REPEATS`` (30) rounds of
 ``HOST_BENCH_N`` (2000) calls, the rows taking turns round by round: on this machine's shared cores
@@ -287,9 +286,8 @@ def main() -> None:
         build_stub(tmp)
         env = dict(os.environ, LD_LIBRARY_PATH=tmp + os.pathsep + os.environ.get("LD_LIBRARY_PATH", ""),
                    PYTHONPATH=ROOT)
-        mode = os.environ.get("TILEWRIGHT_LAUNCH") or "bindings"
-        print(f"| piece (CPU, stub libcuda, fake CUDA tensors; launches: {mode}) | host us per call (thread CPU "
-              f"time, best of {repeats} rounds of {n}) |")
+        print(f"| piece (CPU, stub libcuda, fake CUDA tensors) | host us per call (thread CPU time, best of "
+              f"{repeats} rounds of {n}) |")
         print("|---|---|", flush=True)
         script = os.path.join(tmp, "host_overhead_body.py")  # a file: kernels need readable source
         for compile_only in (True, False):

@@ -47,7 +47,7 @@ def steps(ops_calls, t) -> list:
     plan = rms_key()
     fixed = _fixed_of(plan.launch, 64)
     ptrs = [xs.data_ptr(), xs.data_ptr(), w.data_ptr(), xs.data_ptr(), xs.data_ptr()]
-    go = getattr(fixed, "_go", None)
+    go = getattr(fixed, "launch", None)  # (FixedLaunch's FixedCudaLaunch)
     out += [
         ("  torch.compiler.is_compiling()", torch.compiler.is_compiling),
         ("  plan key (16 items) + dict lookup", rms_key),
@@ -62,7 +62,7 @@ def steps(ops_calls, t) -> list:
         ("  cuda_driver.current_stream(0)", lambda: cuda_driver.current_stream(0)),
     ]
     if go is not None:
-        out.append((f"  driver launch alone ({cuda_driver.launch_mode()}: pack + call)", lambda: go(ptrs, 0)))
+        out.append(("  driver launch alone (pack + call)", lambda: go(ptrs, 0)))
 
     out.append(("ops.attention decode return_lse=True: whole call", calls["ops.attention decode return_lse=True"]))
     dkey = ad._dense_key(q, kv, kv, False, None, None, None, None, hashed=False)

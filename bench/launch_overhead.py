@@ -1,8 +1,5 @@
 """Host overhead of a kernel call: a tiny kernel called back to back, synchronized once, against an
-equally tiny torch op.  ``python bench/launch_overhead.py`` on a GPU.  ``TILEWRIGHT_LAUNCH=ctypes``:
-the fixed launches call ``cuLaunchKernelEx`` through ctypes (``runtime/cuda_driver.py``);
-``TW_LAUNCH_AB=1``: instead of the table, the tilewright rows with each launch mode in turn
-(``launch_ab``)."""
+equally tiny torch op.  ``python bench/launch_overhead.py`` on a GPU."""
 
 from __future__ import annotations
 
@@ -103,56 +100,6 @@ def gpu_us(fn) -> float:
         torch.cuda.synchronize()
         return float("nan")
 
-
-def _forget_launches() -> None:
-    """Drop every fixed launch made so far (the ops' plans, the kernels' per-device ones), so that
-    the next calls make theirs in the launch mode now set (``TILEWRIGHT_LAUNCH``)."""
-    ops.forget_plans()
-    for kern in (k, k2, kg):
-        kern.launcher._fixed.clear()
-
-
-def launch_ab(rounds: int = 5, n: int = 2000) -> None:
-    """``TW_LAUNCH_AB=1``: every tilewright row (and torch.add for scale) timed with the fixed launches
-    calling cuLaunchKernel through cuda-bindings and cuLaunchKernelEx through ctypes, the two taking
-    turns round by round in this one process (between runs the host's figures moved 30-40%)."""
-    picked = [(name, fn) for name, fn in cases if not name.startswith(("torch.", "F.", "SDPA"))
-              or name.startswith("torch.add (")]
-    from tilewright.runtime import cuda_driver
-
-    best = {(name, mode): float("inf") for name, _ in picked for mode in ("bindings", "ctypes")}
-    results = {}  # mode -> the outputs of a few calls (the same kernels: equal to the bit either way)
-    checks = [lambda: ops.softmax(x), lambda: ops.rms_norm(x, w, residual=x)[1], lambda: ops.layer_norm(x, w, bias),
-              lambda: ops.matmul(ga, gb), lambda: ops.attention(qp, kp, kp, causal=True),
-              lambda: ops.attention(q, kv, kv, return_lse=True)[1], lambda: k2(a, b)]
-    for _ in range(rounds):
-        for mode in ("bindings", "ctypes"):
-            os.environ["TILEWRIGHT_LAUNCH"] = mode
-            _forget_launches()
-            for name, fn in picked:
-                best[name, mode] = min(best[name, mode], host_us(fn, n, rounds=1))
-            results[mode] = [check() for check in checks]
-    os.environ.pop("TILEWRIGHT_LAUNCH")
-    _forget_launches()
-    torch.cuda.synchronize()
-    diff = max((u.float() - v.float()).abs().max().item() for u, v in zip(results["bindings"], results["ctypes"]))
-    lines = ["| call | bindings (us) | ctypes (us) | ctypes / bindings |", "|---|---|---|---|"]
-    for name, _ in picked:
-        t_b, t_c = best[name, "bindings"], best[name, "ctypes"]
-        lines.append(f"| {name} | {t_b:.2f} | {t_c:.2f} | {t_c / t_b:.3f}x |")
-        print(lines[-1], flush=True)
-    lines += ["", f"largest difference between the two modes' results (softmax, rms_norm + residual, layer_norm, "
-              f"matmul, attention prefill, decode LSE, the add kernel): {diff}; ctypes launches the driver refused "
-              f"(made through cuda-bindings instead): {cuda_driver.ctypes_refusals[0]}"]
-    print(lines[-1], flush=True)
-    print("saved", save("launch-overhead-ab", [
-        f"TILEWRIGHT_LAUNCH A/B (bench/launch_overhead.py, TW_LAUNCH_AB=1): best of {rounds} rounds of {n} "
-        "back-to-back calls per mode, the modes taking turns", ""] + lines))
-
-
-if os.environ.get("TW_LAUNCH_AB"):
-    launch_ab()
-    sys.exit(0)
 
 rows[0] = rows[0].replace("| vs torch.add |", "| vs torch.add | GPU time per call, CUDA graph (us) |")
 rows[1] += "---|"

@@ -49,10 +49,6 @@ KNOBS = {
                          "Force the HIP compiler: 'hiprtc', 'clang' or a path to a clang binary."),
     "verify_launch": Knob("TILEWRIGHT_SYNC_LAUNCH", bool, False,
                           "Synchronize after every launch and raise on a device error (debugging)."),
-    "launch": Knob("TILEWRIGHT_LAUNCH", str, "bindings",
-                   "How the repeat launches of a plan (ops.*, kernels of static shapes) call the CUDA driver: "
-                   "'bindings' (cuda-bindings' cuLaunchKernel) or 'ctypes' (libcuda's cuLaunchKernelEx through "
-                   "ctypes, its arguments made once). Read when a launch is first prepared."),
     "hip_runtime_lib": Knob("TILEWRIGHT_HIP_RUNTIME_LIB", str, "",
                             "Path of libamdhip64 to load (otherwise ROCM_PATH/HIP_PATH, /opt/rocm, the rocm "
                             "packages or a ROCm PyTorch are searched)."),

@@ -70,32 +70,19 @@ CUresult cuFuncGetParamInfo(void *f, size_t i, size_t *off, size_t *sz) { return
 unsigned last_launch[8];
 void **last_params = 0;
 void *last_stream = 0;
-void *last_function = 0;
 CUresult cuLaunchKernel(void *f, unsigned gx, unsigned gy, unsigned gz, unsigned bx, unsigned by, unsigned bz,
                         unsigned sm, void *s, void **params, void **extra) {
   launches++;
   last_launch[0] = gx; last_launch[1] = gy; last_launch[2] = gz;
   last_launch[3] = bx; last_launch[4] = by; last_launch[5] = bz; last_launch[6] = sm;
-  last_params = params; last_stream = s; last_function = f;
+  last_params = params; last_stream = s;
   return 0;
 }
 // TMA descriptors: 128 bytes of zeros (the host cost is the binding's, as with a real driver)
 CUresult cuTensorMapEncodeTiled(void *tmap, int dtype, unsigned rank, void *addr, const unsigned long long *dims,
                                 const unsigned long long *strides, const unsigned *box, const unsigned *estrides,
                                 int interleave, int swizzle, int l2, int oob) { memset(tmap, 0, 128); return 0; }
-// cuLaunchKernelEx records the same as cuLaunchKernel, read from its CUlaunchConfig (cuda.h 12.0+)
-typedef struct { unsigned grid[3], block[3], shared; void *stream; void *attrs; unsigned nattrs; } stub_launch_config;
-unsigned long long ex_launches = 0;
-int ex_refuse = 0;  // tests: the next ex_refuse launches fail with CUDA_ERROR_INVALID_VALUE (1), nothing recorded
-CUresult cuLaunchKernelEx(const stub_launch_config *cfg, void *f, void **params, void **extra) {
-  if (ex_refuse > 0) { ex_refuse--; return 1; }
-  launches++;
-  ex_launches++;
-  for (int i = 0; i < 3; i++) { last_launch[i] = cfg->grid[i]; last_launch[3 + i] = cfg->block[i]; }
-  last_launch[6] = cfg->shared;
-  last_params = params; last_stream = cfg->stream; last_function = f;
-  return 0;
-}
+CUresult cuLaunchKernelEx(const void *cfg, void *f, void **params, void **extra) { launches++; return 0; }
 CUresult cuStreamCreate(void **s, unsigned f) { *s = fake + 40; return 0; }
 CUresult cuStreamCreateWithPriority(void **s, unsigned f, int p) { *s = fake + 40; return 0; }
 CUresult cuStreamDestroy(void *s) { return 0; }

@@ -19,6 +19,13 @@ Why not ``cuda.core`` (measured, docs/dependencies.md, ``bench/host_launch_stub.
 scalars) it costs 1.1-1.7x our host time per launch, with ``Stream.from_handle`` per call 4-7x; it
 refuses a 128-byte TMA descriptor passed by value (our ``tmap`` arguments); and ``import cuda.core``
 takes 470 ms against 180 ms for ``cuda.bindings.driver``.
+
+Why not libcuda's ``cuLaunchKernelEx`` through ctypes (measured, session 10: every argument made
+into a ctypes object once, a ``CUlaunchConfig`` holding grid, block, shared size and stream): on the
+CPU stub bench a fixed launch took 0.82 us against 0.96 us here, but on the H200 (bench/results/
+2026-12-02-0140-host-overhead-cpu-stub.md, its H200 section) the two took turns in one process with
+no gain above the host's noise (ctypes / bindings 0.85-1.36x per op, torch.add alone moving 1.12x
+between the rounds), so the launch stays on cuda-bindings (no second way to keep correct).
 """
 
 from __future__ import annotations
@@ -480,135 +487,24 @@ class FixedCudaLaunch:
     whose leading pointers are written per launch: the write and ``cuLaunchKernel``, nothing else
     (packing every value through ``launch`` was ~1.5 us of a 22-argument launch on the CPU stub
     bench).  A launch the driver refuses is made again through ``launch``, which retries in our
-    context and explains the error.
+    context and explains the error."""
 
-    ``call`` is the launch itself: through cuda-bindings' ``cuLaunchKernel`` (11 Python arguments
-    converted per call, and a ``CUresult`` enum object made for the result), or, with
-    ``TILEWRIGHT_LAUNCH=ctypes``, libcuda's ``cuLaunchKernelEx`` through ctypes with every argument
-    made once (``_CtypesLaunch``: a ``CUlaunchConfig`` holding grid, block, shared size and stream,
-    the function handle and the ``void*[]`` address), the stream written only when it changes."""
-
-    __slots__ = ("_fn", "_launch", "_prefix", "_success", "args", "arg_types", "block", "call", "grid", "shared")
+    __slots__ = ("_call", "_fn", "_launch", "_prefix", "_success", "args", "arg_types", "block", "grid", "shared")
 
     def __init__(self, fn: CudaFunction, grid, block, shared: int, arg_types: tuple, args: FixedArgs):
         self._fn, self.args, self.arg_types = fn, args, arg_types
         self.grid, self.block, self.shared = tuple(grid), tuple(block), shared
         self._prefix = (fn.handle, *self.grid, *self.block, shared)
         self._launch, self._success = fn._launch_fn, fn._success
-        ex = _ctypes_launch_ex() if launch_mode() == "ctypes" else None
-        self.call = self._bindings if ex is None else _CtypesLaunch(self, ex)
 
     def __call__(self, ptrs, stream: int) -> None:
         """Launch on ``stream`` with ``ptrs`` as the leading pointers."""
-        self.call(ptrs, stream)
-
-    def _bindings(self, ptrs, stream: int) -> None:
         args = self.args
         args.lead.pack_into(args.mv, 0, *ptrs)
         (err,) = self._launch(*self._prefix, stream, args.address, 0)
         if err != self._success:  # (nothing was launched) the general path retries or explains
-            self.refused(ptrs, stream)
-
-    def refused(self, ptrs, stream: int) -> None:
-        """The launch again through ``CudaFunction.launch`` (the driver refused it: nothing ran)."""
-        values = list(ptrs) + self.args.values[len(ptrs):]
-        self._fn.launch(self.grid, self.block, self.shared, stream, self.arg_types, values)
-
-
-# ---------------------------------------------------------------- launching through ctypes
-_LAUNCH_ENV = "TILEWRIGHT_LAUNCH"  # config.KNOBS["launch"].env
-_ctypes_ex: list = []  # [cuLaunchKernelEx as a ctypes function, or None where there is none]
-
-
-def launch_mode() -> str:
-    """How a ``FixedCudaLaunch`` made now calls the driver: "bindings" (cuda-bindings'
-    ``cuLaunchKernel``, the default) or "ctypes" (``TILEWRIGHT_LAUNCH=ctypes``: config.py's "launch")."""
-    from .. import config
-
-    mode = str(config.get("launch")).strip().lower() or "bindings"
-    if mode not in ("bindings", "ctypes"):
-        raise ArgumentError(f"{_LAUNCH_ENV}={mode!r}: use 'bindings' (cuda-bindings) or 'ctypes'")
-    return mode
-
-
-def _ctypes_launch_ex():
-    """libcuda's ``cuLaunchKernelEx`` (CUDA 12.0+) as a ctypes function (the GIL released during
-    the call, as cuda-bindings does), or None: the library or the symbol is missing, or cuda-bindings
-    was told to use the per-thread default stream (its ``_ptsz`` entry points; the plain symbol
-    would take stream 0 as the legacy default stream)."""
-    if not _ctypes_ex:
-        import ctypes
-        import os
-
-        ex = None
-        if not os.environ.get("CUDA_PYTHON_CUDA_PER_THREAD_DEFAULT_STREAM"):
-            try:
-                # the library cuda-bindings loaded (dlopen hands back the same one)
-                lib = ctypes.CDLL("nvcuda.dll" if os.name == "nt" else "libcuda.so.1")
-                ex = lib.cuLaunchKernelEx
-            except (OSError, AttributeError):
-                ex = None
-        if ex is not None:
-            ex.restype = ctypes.c_int
-            ex.argtypes = None  # the arguments are ctypes objects made once: no conversion per call
-        _ctypes_ex.append(ex)
-    return _ctypes_ex[0]
-
-
-def _launch_config_type():
-    import ctypes
-
-    class CUlaunchConfig(ctypes.Structure):  # cuda.h (12.0+): the fields cuLaunchKernelEx reads
-        _fields_ = [("gridDimX", ctypes.c_uint), ("gridDimY", ctypes.c_uint), ("gridDimZ", ctypes.c_uint),
-                    ("blockDimX", ctypes.c_uint), ("blockDimY", ctypes.c_uint), ("blockDimZ", ctypes.c_uint),
-                    ("sharedMemBytes", ctypes.c_uint), ("hStream", ctypes.c_void_p), ("attrs", ctypes.c_void_p),
-                    ("numAttrs", ctypes.c_uint)]
-
-    return CUlaunchConfig
-
-
-_config_type: list = []
-
-
-class _CtypesLaunch:
-    """``FixedCudaLaunch.call`` through ctypes: ``cuLaunchKernelEx(&config, f, params, NULL)`` with
-    the config (grid, block, shared bytes; the stream rewritten when it changes), the function
-    handle and the ``void*[]`` address made into ctypes objects once, so a launch converts no
-    Python value (four ready arguments against cuLaunchKernel's eleven ints)."""
-
-    __slots__ = ("_args", "_call", "_cfg", "_cfg_ref", "_ex", "_fn_ref", "_owner", "_params_ref", "_stream")
-
-    def __init__(self, owner: FixedCudaLaunch, ex):
-        import ctypes
-
-        if not _config_type:
-            _config_type.append(_launch_config_type())
-        self._owner, self._ex, self._args = owner, ex, owner.args
-        cfg = self._cfg = _config_type[0]()
-        cfg.gridDimX, cfg.gridDimY, cfg.gridDimZ = owner.grid
-        cfg.blockDimX, cfg.blockDimY, cfg.blockDimZ = owner.block
-        cfg.sharedMemBytes = owner.shared
-        cfg.hStream, cfg.attrs, cfg.numAttrs = None, None, 0
-        self._stream = 0
-        self._cfg_ref = ctypes.c_void_p(ctypes.addressof(cfg))  # (the config lives as long as this object)
-        self._fn_ref = ctypes.c_void_p(int(owner._fn.handle))
-        self._params_ref = ctypes.c_void_p(owner.args.address)  # (FixedArgs keeps the array alive)
-
-    def __call__(self, ptrs, stream: int) -> None:
-        args = self._args
-        args.lead.pack_into(args.mv, 0, *ptrs)
-        if stream != self._stream:
-            if stream.__class__ is not int:  # a CUstream object (a caller's own): cuda-bindings converts it
-                return self._owner._bindings(ptrs, stream)
-            self._cfg.hStream = stream or None
-            self._stream = stream
-        if self._ex(self._cfg_ref, self._fn_ref, self._params_ref, None):
-            ctypes_refusals[0] += 1  # (for benchmarks: a mode whose launches the driver refuses is no candidate)
-            self._owner.refused(ptrs, stream)  # (nothing was launched) the general path retries or explains
-        return None
-
-
-ctypes_refusals = [0]  # launches cuLaunchKernelEx refused (then made through cuda-bindings), for benchmarks
+            values = list(ptrs) + args.values[len(ptrs):]
+            self._fn.launch(self.grid, self.block, self.shared, stream, self.arg_types, values)
 
 
 def _stream_text(stream) -> str:

@@ -342,12 +342,11 @@ class FixedLaunch:
     buffer belongs to the thread that made it; another thread's launch takes ``PreparedLaunch``'s
     path (its per-thread buffer), so concurrent launches never send each other's pointers."""
 
-    __slots__ = ("_described", "_go", "_last_maps", "_last_ptrs", "_map_index", "_map_params", "_owner", "_rest",
+    __slots__ = ("_described", "_last_maps", "_last_ptrs", "_map_index", "_map_params", "_owner", "_rest",
                  "_stream", "dev", "dyn", "dyn_items", "launch", "prepared", "runtime", "tensor_maps")
 
     def __init__(self, prepared: PreparedLaunch, launch, rest: list, n_params: int):
         self.prepared, self.launch, self._rest = prepared, launch, rest
-        self._go = getattr(launch, "call", launch)  # (the runtime's launch function itself: one call frame less)
         self.dev, self.runtime = prepared.dev, prepared.runtime
         self.dyn, self.dyn_items, self.tensor_maps = prepared.dyn, prepared.dyn_items, prepared.tensor_maps
         # the descriptors follow the parameters and the size arguments, in the encoder's order
@@ -379,7 +378,7 @@ class FixedLaunch:
                 self._last_ptrs = described
         if stream is None:
             stream = self._stream(self.dev)
-        self._go(ptrs, stream)
+        self.launch(ptrs, stream)
         if sync:
             self.runtime.synchronize(self.dev)
         return None
