@@ -34,6 +34,7 @@ OPS_BACKENDS = ("interpret", "emulator:sm_90a", "emulator:sm_80", "gpu")
 ACTS = {"none": lambda x: x, "relu": lambda x: np.maximum(x, 0), "silu": lambda x: x / (1 + np.exp(-x)),
         "gelu_tanh": lambda x: 0.5 * x * (1 + np.tanh(0.7978845608028654 * (x + 0.044715 * x ** 3)))}
 SMEM = {"emulator:sm_90a": 232448, "emulator:sm_80": 166912}
+BUILT: list = []  # (kernel key, pass configs) of the attention kernels planned in the last ``ops_on``
 
 
 def _torch():
@@ -107,6 +108,14 @@ def ops_on(backend: str, sms: int = 132, persistent=None, decode_variant=None, f
         patch(ad, "PERSISTENT", persistent)
     if decode_variant is not None:
         os.environ["TILEWRIGHT_DECODE_VARIANT"] = decode_variant
+    inner = ad._kernel
+    BUILT.clear()
+
+    def recording(key, build, target, pass_configs=None):  # (what the tests read: which kernels were planned)
+        BUILT.append((key, dict(pass_configs or {})))
+        return inner(key, build, target, pass_configs)
+
+    patch(ad, "_kernel", recording)
     dispatch.forget_plans()
     try:
         yield
