@@ -5,7 +5,8 @@ time, written as a user would (not through the library kernels).
   ``T.if_then_else(..., -T.infinity)`` of the ragged key columns, ``exp``/``relu`` of the scores, a
   fragment-to-fragment cast to fp16/bf16 (``T.copy`` of the float32 fragment, a ``T.Parallel`` store
   or through shared memory) feeding a second ``T.gemm`` (``O += P V``), over a ``T.Pipelined`` key
-  loop of 1..4 stages with a ragged last block, row sums of P reduced with ``clear=False``.
+  loop of 1..4 stages with a ragged last block (the key count static or ``T.dynamic``), row sums of
+  P reduced with ``clear=False``.
 - ``splitk_user``: a GEMM split over K by the program (grid z = the splits, each split a range of K
   blocks ``T.Pipelined(lo, hi, num_stages=1..4)``, empty ranges included), ragged K, transposed
   operands, M dynamic (``T.dynamic``) or not; partials added by ``T.atomic_add`` (element or tile
@@ -54,19 +55,21 @@ def _draw_chain(rng):
             "bm": bm, "bn": bn, "stages": int(rng.choice((0, 1, 2, 3, 4))), "threads": _threads(rng, bm, bn),
             "kt": bool(rng.random() < 0.5), "act": str(rng.choice(("exp", "relu"))),
             "cast": str(rng.choice(("copy", "parallel", "shared"))), "dtype": str(rng.choice(("float16", "bfloat16"))),
-            "rowsum": bool(rng.random() < 0.5), "hopper": str(rng.choice(tuple(HOPPER)))}
+            "rowsum": bool(rng.random() < 0.5), "hopper": str(rng.choice(tuple(HOPPER))),
+            "dyn_n": bool(rng.random() < 0.3)}
 
 
 def _make_chain(p) -> Case:
     M, N, D, DV, bm, bn = p["m"], p["n"], p["d"], p["dv"], p["bm"], p["bn"]
     dtype, act, cast, kt = p["dtype"], p["act"], p["cast"], p["kt"]
-    k_shape = (D, N) if kt else (N, D)
+    Nd = T.dynamic("n") if p.get("dyn_n") else N
+    k_shape = (D, Nd) if kt else (Nd, D)
     ks_shape = (D, bn) if kt else (bn, D)
     neg_inf = -T.infinity("float32")
     scale = 2.0 / D  # (|scores| <= 2: exp stays well inside fp16)
 
     @T.prim_func
-    def chain(Q: T.Tensor((M, D), dtype), K: T.Tensor(k_shape, dtype), V: T.Tensor((N, DV), dtype),
+    def chain(Q: T.Tensor((M, D), dtype), K: T.Tensor(k_shape, dtype), V: T.Tensor((Nd, DV), dtype),
               Out: T.Tensor((M, DV), "float32"), L: T.Tensor((M,), "float32")):
         with T.Kernel(T.ceildiv(M, bm), threads=p["threads"]) as bx:
             Qs = T.alloc_shared((bm, D), dtype)
@@ -80,7 +83,7 @@ def _make_chain(p) -> Case:
             T.copy(Q[bx * bm, 0], Qs)
             T.clear(Of)
             T.clear(rs)
-            for j in T.Pipelined(T.ceildiv(N, bn), num_stages=p["stages"]):
+            for j in T.Pipelined(T.ceildiv(Nd, bn), num_stages=p["stages"]):
                 if kt:
                     T.copy(K[0, j * bn], Ks)
                 else:
@@ -89,7 +92,7 @@ def _make_chain(p) -> Case:
                 T.clear(S)
                 T.gemm(Qs, Ks, S, transpose_B=not kt)
                 for r, c in T.Parallel(bm, bn):
-                    S[r, c] = T.if_then_else(j * bn + c < N, S[r, c] * scale, neg_inf)
+                    S[r, c] = T.if_then_else(j * bn + c < Nd, S[r, c] * scale, neg_inf)
                 if act == "exp":
                     for r, c in T.Parallel(bm, bn):
                         S[r, c] = T.exp(S[r, c])
@@ -113,7 +116,7 @@ def _make_chain(p) -> Case:
                 T.copy(rs, L[bx * bm])
 
     rng = np.random.default_rng(p.get("seed", 0))
-    q, k, v = _rand(rng, (M, D), dtype), _rand(rng, k_shape, dtype), _rand(rng, (N, DV), dtype)
+    q, k, v = _rand(rng, (M, D), dtype), _rand(rng, (D, N) if kt else (N, D), dtype), _rand(rng, (N, DV), dtype)
     fk = _f64(k).T if kt else _f64(k)
     s = _f64(q) @ fk.T * scale
     s = np.exp(s) if act == "exp" else np.maximum(s, 0)
@@ -231,11 +234,13 @@ def _draw_reduce_2d(rng):
             "loop": str(rng.choice(("pipelined", "serial"))), "stages": int(rng.choice((1, 2, 3, 4))),
             "threads": int(rng.choice((32, 64, 128, 256))), "dtype": str(rng.choice(("float32", "float16",
                                                                                        "bfloat16"))),
-            "dyn_n": bool(rng.random() < 0.3), "cols": bool(rng.random() < 0.7)}
+            "dyn_n": bool(rng.random() < 0.3), "cols": bool(rng.random() < 0.7),
+            "cdtype": str(rng.choice(("float32", "float32", "float16", "bfloat16")))}
 
 
 def _make_reduce_2d(p) -> Case:
     M, N, bm, bn, op, dtype = p["m"], p["n"], p["bm"], p["bn"], p["op"], p["dtype"]
+    cdtype = p.get("cdtype", "float32")  # the column results' dtype: 16-bit atomics (max: a CAS loop)
     reducer = {"sum": T.reduce_sum, "max": T.reduce_max, "abssum": T.reduce_abssum, "absmax": T.reduce_absmax}[op]
     is_max = op in ("max", "absmax")
     # the identity outside the matrix: -inf for max (absmax reduces |x|, so 0 is its identity too)
@@ -246,7 +251,7 @@ def _make_reduce_2d(p) -> Case:
 
     @T.prim_func
     def red(A: T.Tensor((M, Nd), dtype), Init: T.Tensor((M,), "float32"), Rows: T.Tensor((M,), "float32"),
-            Cols: T.Tensor((Nd,), "float32")):
+            Cols: T.Tensor((Nd,), cdtype)):
         with T.Kernel(T.ceildiv(M, bm), threads=p["threads"]) as bx:
             As = T.alloc_shared((bm, bn), dtype)
             a = T.alloc_fragment((bm, bn), "float32")
@@ -290,7 +295,7 @@ def _make_reduce_2d(p) -> Case:
     x = np.abs(fa) if op.startswith("abs") else fa
     fi = _f64(init)
     rows = np.maximum(x.max(1), fi) if is_max else x.sum(1) + fi
-    col_prior = _rand(rng, (N,), "float32", -3.0, -2.5) if is_max else _rand(rng, (N,), "float32")
+    col_prior = _rand(rng, (N,), cdtype, -3.0, -2.5) if is_max else _rand(rng, (N,), cdtype)
     fc = _f64(col_prior)
     expected = {2: rows}
     if cols:
@@ -299,6 +304,9 @@ def _make_reduce_2d(p) -> Case:
         expected[3] = fc  # (untouched)
     rtol, atol = _tol(dtype if dtype != "float32" else "float32", k=max(M, N))
     rtol, atol = max(rtol, 1e-5), max(atol, 2e-5 * max(M, N))
+    if cdtype != "float32" and cols:  # each block's column partial rounded to 16 bits as it is added
+        eps = 2.0 ** (-10 if cdtype == "float16" else -7)
+        atol = max(atol, eps * float(np.abs(expected[3]).max() + 1) * (-(-M // bm) + 1))
     return Case("reduce_2d", p, red, [a, init, _poison((M,), "float32"), col_prior], expected, rtol, atol)
 
 
