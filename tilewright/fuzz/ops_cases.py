@@ -301,6 +301,8 @@ def _att_values(q, salt):
     if q["mode"] == "varlen":
         lens_q = [q["sq"], 0, max(1, q["sq"] // 2 + 3)][:q["b"] + 1]
         lens_k = [q["sk"], 17, max(1, q["sk"] - 20)][:q["b"] + 1]
+        if q.get("empty_k"):  # the last sequence has queries and no keys (output 0, LSE -inf)
+            lens_k[-1] = 0
         return [r(n, H, D) for n in lens_q], [r(n, Hkv, D) for n in lens_k], [r(n, Hkv, D) for n in lens_k], None
     lens = None
     if q["mode"] in ("cache", "decode"):
@@ -320,7 +322,7 @@ def _att_ref_one(q, k, v, causal, nkeys):
     if causal:
         mask = mask | (np.arange(Sk)[None, :] > np.arange(Sq)[:, None] + nkeys - Sq)
     s = np.where(mask[None], -np.inf, s)
-    m = s.max(-1, keepdims=True)
+    m = s.max(-1, keepdims=True, initial=-np.inf)  # (no keys at all: -inf, as for a fully masked row)
     with np.errstate(invalid="ignore", divide="ignore"):
         e = np.exp(s - np.where(np.isfinite(m), m, 0))
         den = e.sum(-1, keepdims=True)

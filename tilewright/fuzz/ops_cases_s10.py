@@ -4,8 +4,9 @@ sm_90a plan takes two K/V stages with ping-pong and the intra-warpgroup overlap
 
 - ``ops_attention_nc``: the checked call is non-causal with at least 65 query rows (fewer take the
   decode-shaped kernels, not the sm_90a path) at d 80/96/112/128 (ops accepts multiples of 16 only):
-  dense and flash-attn layout (``transpose(1, 2)`` views), varlen with an empty sequence, a padded KV
-  cache with ``num_splits`` (float32 partials staged through shared memory, then the combine kernel);
+  dense and flash-attn layout (``transpose(1, 2)`` views), varlen with an empty sequence (and one
+  with queries but no keys: ``empty_k``), a padded KV cache with ``num_splits`` (float32 partials
+  staged through shared memory, then the combine kernel);
   ragged S_q != S_k both ways, MHA/GQA/MQA, the LSE, fp16/bf16, the persistent kernel on, off or
   "auto" with a small SM count.  The previous call differs in one thing as in ``ops_attention`` (causal
   among them: a plan keyed without the overrides would be reused).
@@ -32,7 +33,7 @@ def _draw_attention_nc(rng):
             "causal": False, "dtype": str(rng.choice(("float16", "bfloat16"))),
             "splits": int(rng.choice((1, 2, 3, 5))), "lse": bool(rng.random() < 0.6),
             "persistent": [True, False, "auto"][int(rng.integers(3))], "sms": int(rng.choice((1, 2, 3, 5))),
-            "variant": "flatmerge", "change": str(rng.choice(ATT_CHANGES))}
+            "variant": "flatmerge", "change": str(rng.choice(ATT_CHANGES)), "empty_k": bool(rng.random() < 0.3)}
 
 
 def _make_attention_nc(p):
