@@ -1,5 +1,6 @@
 """The session-10 fuzz templates (tilewright/fuzz/templates_s10.py: two gemms chained by a cast
-fragment, a user split-K, 2-D reductions with atomics; tilewright/fuzz/ops_cases_s10.py: non-causal
+fragment, a user split-K, 2-D reductions with atomics, the user's WS attention with each ping-pong /
+overlap knob; tilewright/fuzz/ops_cases_s10.py: non-causal
 ops.attention at head dim 80..128 as planned for sm_90a): a few seeded cases of each on the backends
 where they matter, none may give a wrong answer, an internal error or a crash, and each must run (not
 only refusals).  The references are not vacuous (a perturbed output is judged wrong), and the
@@ -20,6 +21,7 @@ from tilewright.fuzz.templates_s10 import S10
 QUICK = {"chain_gemm": (("emulator:sm_90a", "emulator:sm_80", "emulator:gfx942", "interpret"), 4, 101),
          "splitk_user": (("emulator:sm_90a", "emulator:sm_80", "emulator:gfx1100", "interpret"), 4, 102),
          "reduce_2d": (("emulator:sm_90a", "emulator:gfx942", "interpret"), 4, 103),
+         "ws_attn_knobs": (("emulator:sm_90a", "interpret"), 2, 105),
          "ops_attention_nc": (("emulator:sm_90a",), 1, 104)}
 # the op-level draw kept small here (the long runs take it as drawn)
 SMALL = {"ops_attention_nc": {"b": 1, "hkv": 1, "group": 2, "sq": 129, "sk": 150, "d": 80, "mode": "dense"}}

@@ -16,6 +16,10 @@ time, written as a user would (not through the library kernels).
   tiles (``T.Pipelined`` 1..4 stages or ``T.serial``): the row results accumulate over the loop
   with ``clear=False`` (dim 1), the column results of each tile (dim 0) go to global memory by
   ``T.atomic_add`` / ``T.atomic_max`` from every block.
+- ``ws_attn_knobs``: the user's flash attention (``kernels.flash_attention``, 256 threads: two consumer
+  warpgroups, warp-specialized) at head dim 64..128 in steps of 16, causal or not, ragged lengths, with
+  ``tw.pingpong`` / ``tw.attention_overlap`` each on, off or unset (the defaults) and the overlap's
+  ``tw.attention_overlap_retire`` "end" or "top".
 
 Sizes are small (a few blocks): the emulator runs every thread of every block.  Every reference is
 NumPy in float64, written here without the compiler's helpers.
@@ -310,8 +314,32 @@ def _make_reduce_2d(p) -> Case:
     return Case("reduce_2d", p, red, [a, init, _poison((M,), "float32"), col_prior], expected, rtol, atol)
 
 
+# ---------------------------------------------------------------- the user's WS attention, each knob set
+def _draw_ws_knobs(rng):
+    return {"batch": 1, "heads": int(rng.choice((1, 2))), "seq": int(rng.choice((17, 65, 100, 128, 129, 200, 257))),
+            "dim": int(rng.choice((64, 80, 96, 112, 128))), "causal": bool(rng.random() < 0.4),
+            "bn": int(rng.choice((64, 128))), "stages": int(rng.choice((1, 2, 3))),
+            "dtype": str(rng.choice(("float16", "bfloat16"))), "pingpong": str(rng.choice(("unset", "on", "off"))),
+            "overlap": str(rng.choice(("unset", "on", "off"))), "retire": str(rng.choice(("end", "top")))}
+
+
+def _make_ws_knobs(p) -> Case:
+    from .templates_new import _make_ws_attention
+
+    case = _make_ws_attention(dict(p, bm=128, threads=256, ws=True))
+    configs = dict(case.pass_configs)
+    for knob, name in (("pingpong", "tw.pingpong"), ("overlap", "tw.attention_overlap")):
+        if p[knob] != "unset":
+            configs[name] = p[knob] == "on"
+    if p["retire"] == "top":
+        configs["tw.attention_overlap_retire"] = "top"
+    case.pass_configs, case.template = configs, "ws_attn_knobs"
+    return case
+
+
 S10 = [
     Template("chain_gemm", _draw_chain, _make_chain),
     Template("splitk_user", _draw_splitk, _make_splitk),
     Template("reduce_2d", _draw_reduce_2d, _make_reduce_2d),
+    Template("ws_attn_knobs", _draw_ws_knobs, _make_ws_knobs),
 ]
