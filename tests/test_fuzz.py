@@ -12,14 +12,17 @@ import numpy as np
 
 from tilewright.fuzz import fuzz
 from tilewright.fuzz.ops_cases import OPS
+from tilewright.fuzz.ops_cases_s10 import OPS_S10
 from tilewright.fuzz.runner import judge, run_case
 from tilewright.fuzz.templates import TEMPLATES
 from tilewright.fuzz.templates_new import NEW
+from tilewright.fuzz.templates_s10 import S10
 
 # the templates of templates_new.py have their own quick test (test_fuzz_new.py), which keeps out the
 # draws of two known, xfail-pinned compiler bugs, and the op-level ones (ops_cases.py: seconds per
-# case) theirs with small sizes (test_fuzz_s9.py); the long runs (python -m tilewright.fuzz) include them
-FIRST = [t for t in TEMPLATES if t not in {n.name for n in (*NEW, *OPS)}]
+# case) theirs with small sizes (test_fuzz_s9.py), the session-10 ones too (test_fuzz_s10.py); the long
+# runs (python -m tilewright.fuzz) include them
+FIRST = [t for t in TEMPLATES if t not in {n.name for n in (*NEW, *OPS, *S10, *OPS_S10)}]
 
 
 def test_quick_seeded_fuzz_finds_nothing(tmp_path):

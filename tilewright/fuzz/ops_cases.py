@@ -34,6 +34,7 @@ OPS_BACKENDS = ("interpret", "emulator:sm_90a", "emulator:sm_80", "gpu")
 ACTS = {"none": lambda x: x, "relu": lambda x: np.maximum(x, 0), "silu": lambda x: x / (1 + np.exp(-x)),
         "gelu_tanh": lambda x: 0.5 * x * (1 + np.tanh(0.7978845608028654 * (x + 0.044715 * x ** 3)))}
 SMEM = {"emulator:sm_90a": 232448, "emulator:sm_80": 166912}
+BUILT: list = []  # (kernel key, pass configs) of the attention kernels planned in the last ``ops_on``
 
 
 def _torch():
@@ -107,6 +108,14 @@ def ops_on(backend: str, sms: int = 132, persistent=None, decode_variant=None, f
         patch(ad, "PERSISTENT", persistent)
     if decode_variant is not None:
         os.environ["TILEWRIGHT_DECODE_VARIANT"] = decode_variant
+    inner = ad._kernel
+    BUILT.clear()
+
+    def recording(key, build, target, pass_configs=None):  # (what the tests read: which kernels were planned)
+        BUILT.append((key, dict(pass_configs or {})))
+        return inner(key, build, target, pass_configs)
+
+    patch(ad, "_kernel", recording)
     dispatch.forget_plans()
     try:
         yield
@@ -292,6 +301,8 @@ def _att_values(q, salt):
     if q["mode"] == "varlen":
         lens_q = [q["sq"], 0, max(1, q["sq"] // 2 + 3)][:q["b"] + 1]
         lens_k = [q["sk"], 17, max(1, q["sk"] - 20)][:q["b"] + 1]
+        if q.get("empty_k"):  # the last sequence has queries and no keys (output 0, LSE -inf)
+            lens_k[-1] = 0
         return [r(n, H, D) for n in lens_q], [r(n, Hkv, D) for n in lens_k], [r(n, Hkv, D) for n in lens_k], None
     lens = None
     if q["mode"] in ("cache", "decode"):
@@ -311,7 +322,7 @@ def _att_ref_one(q, k, v, causal, nkeys):
     if causal:
         mask = mask | (np.arange(Sk)[None, :] > np.arange(Sq)[:, None] + nkeys - Sq)
     s = np.where(mask[None], -np.inf, s)
-    m = s.max(-1, keepdims=True)
+    m = s.max(-1, keepdims=True, initial=-np.inf)  # (no keys at all: -inf, as for a fully masked row)
     with np.errstate(invalid="ignore", divide="ignore"):
         e = np.exp(s - np.where(np.isfinite(m), m, 0))
         den = e.sum(-1, keepdims=True)

@@ -406,3 +406,11 @@ TEMPLATES.update({t.name: t for t in S9})
 from .ops_cases import OPS  # noqa: E402 - ops.matmul / ops.attention called twice, against float64
 
 TEMPLATES.update({t.name: t for t in OPS})
+
+from .ops_cases_s10 import OPS_S10  # noqa: E402 - session 10: non-causal sm_90a attention at d 65..128
+
+TEMPLATES.update({t.name: t for t in OPS_S10})
+
+from .templates_s10 import S10  # noqa: E402 - session 10: gemm chains, user split-K, 2-D reductions with atomics
+
+TEMPLATES.update({t.name: t for t in S10})

@@ -273,7 +273,12 @@ def _pipeline(loop: t.For, func, allocs, restaged, no_prefetch=False, tma=False,
     if _prefetchable(rest_stmt, new_bufs) and not no_prefetch:
         # the GEMM mainloop shape: [copies..., gemm, wait for the next slot, barrier]
         gemm = rest_stmt.stmts[0]
-        pre = [wait_for(E.as_expr(0)), th.Barrier(loc=loop.loc)]
+        first_wait = wait_for(E.as_expr(0))
+        if use_tma and not (isinstance(loop.extent, E.Const) and loop.extent.value > 0):
+            # a loop that may run no iteration (T.Pipelined(lo, hi) with hi <= lo at run time) issued no
+            # copy in the prologue: a wait on slot 0's mbarrier would hang
+            first_wait = t.IfThenElse(E.as_expr(0) < loop.extent, first_wait, None, loc=loop.loc)
+        pre = [first_wait, th.Barrier(loc=loop.loc)]
         new_body = [issue_stage(stages - 1)]
         if use_tma:
             new_body.append(th.Comment("copies issued by the tensor memory accelerator"))
