@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import numpy as np
 import pytest
+from shared_fuzz import assert_some_case_ran, run_quick_cases
 
 import tilewright
 import tilewright.language as T
@@ -30,20 +31,13 @@ QUICK = {"hopper_gemm": (3, 11), "lib_splitk": (2, 12), "lib_persistent": (2, 13
 def test_new_template_quick_cases(name):
     assert set(QUICK) == {t.name for t in NEW}
     cases, seed = QUICK[name]
-    tpl = TEMPLATES[name]
-    rng = np.random.default_rng(seed)
-    seen = []
-    while len(seen) < cases:
-        p = dict(tpl.draw(rng), seed=int(rng.integers(2**31)))
+    backends = BACKENDS + EXTRA_BACKENDS.get(name, ())
+
+    def small_attention(p):
         if name == "ws_attention":
             p.update(batch=1, heads=1, seq=min(p["seq"], 129))
-        case = tpl.make(p)
-        outcomes = {b: run_case(case, b) for b in BACKENDS + EXTRA_BACKENDS.get(name, ())}
-        bad = {b: (o.status, o.detail) for b, o in outcomes.items() if o.status not in ("ok", "refused")}
-        assert not bad, (name, p, bad)
-        seen.append(outcomes)
-    for b in BACKENDS + EXTRA_BACKENDS.get(name, ()):
-        assert any(o[b].status == "ok" for o in seen), (name, b, [o[b].detail for o in seen])
+
+    assert_some_case_ran(name, run_quick_cases(name, backends, cases, seed, adjust=small_attention), backends)
 
 
 def test_elements_past_the_run_time_extent_are_checked():

@@ -8,11 +8,11 @@ keep no bound fast plans -- ``_DensePlan``, ``from_pointers`` -- which test_s9_f
 
 from __future__ import annotations
 
-import numpy as np
 import pytest
+from shared_fuzz import assert_reference_can_fail, assert_some_case_ran, run_quick_cases
 
 from tilewright.fuzz.ops_cases import OPS
-from tilewright.fuzz.runner import judge, run_case
+from tilewright.fuzz.runner import run_case
 from tilewright.fuzz.templates import TEMPLATES
 from tilewright.fuzz.templates_s9 import S9
 
@@ -32,32 +32,15 @@ SMALL = {"ops_attention": {"b": 1, "hkv": 1, "sq": 65, "sk": 77, "d": 64},
 def test_s9_template_quick_cases(name):
     assert set(QUICK) == {t.name for t in S9 + OPS}
     backends, cases, seed = QUICK[name]
-    tpl = TEMPLATES[name]
-    rng = np.random.default_rng(seed)
-    seen = []
-    for _ in range(cases):
-        p = dict(tpl.draw(rng), seed=int(rng.integers(2**31)), **SMALL.get(name, {}))
-        case = tpl.make(p)
-        outcomes = {b: run_case(case, b) for b in backends}
-        bad = {b: (o.status, o.detail) for b, o in outcomes.items() if o.status not in ("ok", "refused", "skipped")}
-        assert not bad, (name, p, bad)
-        seen.append(outcomes)
-    assert any(o[backends[0]].status == "ok" for o in seen), (name, [o[backends[0]].detail for o in seen])
+    seen = run_quick_cases(name, backends, cases, seed, adjust=lambda p: p.update(SMALL.get(name, {})),
+                           allowed=("ok", "refused", "skipped"))
+    assert_some_case_ran(name, seen, backends[:1])
 
 
 @pytest.mark.parametrize("name", [t.name for t in S9 + OPS])
 def test_s9_reference_is_not_vacuous(name):
     """The expected outputs themselves pass; one element moved by a little more than the tolerance fails."""
-    tpl = TEMPLATES[name]
-    case = tpl.make(dict(tpl.draw(np.random.default_rng(5)), seed=5))
-    got = [np.copy(a) if isinstance(a, np.ndarray) else a for a in case.args]
-    for k, want in case.expected.items():
-        got[k] = want.astype(np.asarray(case.args[k]).dtype)
-    assert judge(case, got).status == "ok"
-    k, want = next(iter(case.expected.items()))
-    where = tuple(int(v) for v in np.argwhere(np.isfinite(want))[0])
-    got[k][where] = got[k][where] * 2 + 1
-    assert judge(case, got).status == "wrong"
+    assert_reference_can_fail(name, 1)
 
 
 def test_cluster_ring_runs_only_where_there_are_clusters():

@@ -8,7 +8,6 @@ inputs, and agreement with the old path (TILEWRIGHT_DECODE_KERNEL=old).  Skipped
 from __future__ import annotations
 
 import importlib
-import math
 
 import pytest
 
@@ -16,55 +15,17 @@ torch = pytest.importorskip("torch")
 if not torch.cuda.is_available():
     pytest.skip("needs a CUDA GPU", allow_module_level=True)
 
-from test_ops_attention import _PoisonedTorch as PoisonedTorch  # noqa: E402
+from shared_gpu_attention import check_decode, check_graph_replay, poisoned_decode  # noqa: E402,F401 - autouse
+from shared_gpu_attention import decode_reference as reference  # noqa: E402
+from shared_gpu_attention import rand_cuda as _rand  # noqa: E402
 
 from tilewright import ops  # noqa: E402
 
-ad = importlib.import_module("tilewright.ops.attention_dispatch")
 dk = importlib.import_module("tilewright.ops.decode_kernels")
 
 
-class _PoisonedTorch(PoisonedTorch):
-    """test_ops_attention's poisoned torch, ``empty_like`` poisoned too."""
-
-    @staticmethod
-    def empty_like(*args, **kwargs):
-        t = torch.empty_like(*args, **kwargs)
-        return t.fill_(math.nan) if t.is_floating_point() else t.fill_(-7)
-
-
-@pytest.fixture(autouse=True)
-def _poison(monkeypatch):
-    monkeypatch.setattr(ad, "_torch", lambda: _PoisonedTorch())
-
-
-def reference(q, k, v, kv_len=None):
-    """float64 on the GPU, one sequence at a time."""
-    B, H, _, D = q.shape
-    g = H // k.shape[1]
-    outs, lses = [], []
-    for b in range(B):
-        kb, vb = k[b].double().repeat_interleave(g, 0), v[b].double().repeat_interleave(g, 0)
-        s = q[b].double() @ kb.transpose(-1, -2) / math.sqrt(D)
-        if kv_len is not None:
-            s[..., kv_len[b]:] = -math.inf
-        lse = torch.logsumexp(s, -1)
-        outs.append(torch.exp(s - lse[..., None]).nan_to_num(0.0) @ vb)
-        lses.append(lse)
-    return torch.stack(outs), torch.stack(lses)
-
-
 def _check(out, lse, want, want_lse, dtype):
-    assert not out.isnan().any()
-    err = ((out.double() - want).abs().max() / want.abs().max().clamp_min(1e-6)).item()
-    assert err < 3e-3 * (4 if dtype == torch.bfloat16 else 1), err
-    finite = torch.isfinite(want_lse)
-    assert torch.equal(torch.isfinite(lse), finite) and (lse[~finite] == -math.inf).all()
-    assert (lse.double()[finite] - want_lse[finite]).abs().max().item() < 1e-3
-
-
-def _rand(*shape, dtype):
-    return torch.randn(*shape, device="cuda", dtype=torch.float32).to(dtype)
+    check_decode(out, lse, want, want_lse, dtype, counters=False)
 
 
 @pytest.mark.parametrize("dtype", [torch.float16, torch.bfloat16])
@@ -117,24 +78,7 @@ def test_two_streams_at_once():
 
 
 def test_cuda_graph_replay_with_new_inputs():
-    dtype = torch.float16
-    torch.manual_seed(6)
-    q, k, v = _rand(2, 32, 1, 128, dtype=dtype), _rand(2, 8, 4096, 128, dtype=dtype), _rand(2, 8, 4096, 128,
-                                                                                          dtype=dtype)
-    s = torch.cuda.Stream()
-    s.wait_stream(torch.cuda.current_stream())
-    with torch.cuda.stream(s):
-        ops.attention(q, k, v, num_splits=4)
-    torch.cuda.current_stream().wait_stream(s)
-    g = torch.cuda.CUDAGraph()
-    with torch.cuda.graph(g):
-        out, lse = ops.attention(q, k, v, return_lse=True, num_splits=4)
-    for _ in range(3):
-        q.copy_(_rand(*q.shape, dtype=dtype))
-        k.copy_(_rand(*k.shape, dtype=dtype))
-        g.replay()
-        torch.cuda.synchronize()
-        _check(out, lse, *reference(q, k, v), dtype)
+    check_graph_replay(2, counters=False, num_splits=4)
 
 
 def test_agrees_with_the_old_path(monkeypatch):

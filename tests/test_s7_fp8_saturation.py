@@ -12,13 +12,16 @@ kernels run on an NVIDIA GPU where there is one.
 
 from __future__ import annotations
 
+import re
+
 import ml_dtypes
 import numpy as np
 import pytest
-from toolchains import needs_nvrtc
+from toolchains import hip_compiler_available, needs_nvrtc
 
 import tilewright
 import tilewright.language as T
+from tilewright.codegen import hip_fp8
 from tilewright.errors import CompileError
 from tilewright.ir import float8
 
@@ -272,22 +275,57 @@ def test_const_values():
     assert float8.const_value(1e9, "float32") == 1e9
 
 
-@needs_nvrtc
-@pytest.mark.parametrize("dtype", FP8)
-def test_cuda_source_compiles(dtype, tmp_path, monkeypatch):
-    """fp8 arithmetic goes through float (cuda_fp8.h gives the types no operators) and compiles."""
-    monkeypatch.setenv("TILEWRIGHT_CACHE_DIR", str(tmp_path))
-    ctype = {"float8_e4m3fn": "__nv_fp8_e4m3", "float8_e5m2": "__nv_fp8_e5m2"}[dtype]
-
+def arithmetic_kernel(dtype):
+    """fp8 arithmetic: each operation in float, its result converted back to ``dtype`` (saturating)."""
     @T.prim_func
     def main(A: T.Tensor((N,), dtype), B: T.Tensor((N,), dtype), C: T.Tensor((N,), dtype)):
         with T.Kernel(1, threads=128):
             for i in T.Parallel(N):
                 C[i] = -(A[i] + B[i]) * A[i]
 
-    k = tilewright.compile(main, target=CUDA)
+    return main
+
+
+@needs_nvrtc
+@pytest.mark.parametrize("dtype", FP8)
+def test_cuda_source_compiles(dtype, tmp_path, monkeypatch):
+    """fp8 arithmetic goes through float (cuda_fp8.h gives the types no operators) and compiles."""
+    monkeypatch.setenv("TILEWRIGHT_CACHE_DIR", str(tmp_path))
+    ctype = {"float8_e4m3fn": "__nv_fp8_e4m3", "float8_e5m2": "__nv_fp8_e5m2"}[dtype]
+    k = tilewright.compile(arithmetic_kernel(dtype), target=CUDA)
     assert k.get_code_object()[:4] == b"\x7fELF"
     assert f"{ctype}((((float)(" in k.get_kernel_source()
+
+
+@pytest.mark.parametrize("dtype", FP8 + FNUZ)
+def test_hip_source_saturates(dtype, tmp_path, monkeypatch):
+    """The HIP side of test_cuda_source_compiles: fp8 arithmetic goes through float (``tw_<type>_to_f32``)
+    and every result is stored through the saturating encoder of codegen/hip_fp8.py, never the ``_nosat``
+    one; run by the gfx942 emulator, sums and products past the largest value give it (NaN stays NaN);
+    and the source compiles with clang where it is installed."""
+    monkeypatch.setenv("TILEWRIGHT_CACHE_DIR", str(tmp_path))
+    n = hip_fp8.short(dtype)
+    k = tilewright.compile(arithmetic_kernel(dtype), target=GFX942, execution_backend="emulator")
+    body = k.get_kernel_source().split('extern "C" __global__')[1]  # (the prelude defines both encoders)
+    encoders = set(re.findall(r"tw_f32_to_\w+\(", body))
+    assert encoders == {f"tw_f32_to_{n}("} and f"tw_f32_to_{n}((tw_{n}_to_f32(" in body, encoders
+    t = _np(dtype)
+    top = float(ml_dtypes.finfo(t).max)
+    rng = np.random.default_rng(16)
+    a = (rng.standard_normal(N) * top / 2).astype(np.float32)
+    b = (rng.standard_normal(N) * top / 2).astype(np.float32)
+    a[:5], b[:5] = [top, -top, top, np.nan, 2.0], [top, -top, -top / 2, 1.0, top]
+    a, b = a.astype(t), b.astype(t)
+    c = np.full(N, np.nan, np.float32).astype(t)
+    k(a, b, c)
+    a64, b64 = a.astype(np.float64), b.astype(np.float64)
+    with np.errstate(invalid="ignore"):  # the NaN operand
+        total = satfinite_reference((a64 + b64).astype(np.float32), dtype)  # (exact, as the test above says)
+        want = satfinite_reference((-total * a64).astype(np.float32), dtype)
+    check(c, want, (dtype, "-(a + b) * a", GFX942))
+    assert float(np.asarray(c[0]).astype(np.float32)) == -top and float(np.asarray(c[1]).astype(np.float32)) == -top
+    if hip_compiler_available():
+        assert tilewright.compile(arithmetic_kernel(dtype), target=GFX942).get_code_object()[:4] == b"\x7fELF"
 
 
 def test_hip_source_uses_both_encoders():

@@ -11,7 +11,7 @@ import pytest
 import tilewright.language as T
 from tilewright.language.dialects import CUDA_ONLY
 from tilewright.language.tir import exports
-from tilewright.testing import _TilelangAlias, alias_tilelang
+from tilewright.testing import _AliasLoader, _TilelangAlias, alias_tilelang
 
 # TileLang's dialect test's own lists of vendor-only names
 TILELANG_CUDA_ONLY_NAMES = {"ClusterKernel", "CUDASourceCodeKernel", "pdl_trigger", "rng_init", "tcgen05_mma",
@@ -19,14 +19,33 @@ TILELANG_CUDA_ONLY_NAMES = {"ClusterKernel", "CUDASourceCodeKernel", "pdl_trigge
 NON_CUDA = ["cpu", "metal", "rocm", "webgpu"]
 
 
-@pytest.fixture
-def tilelang_alias():
-    before = list(sys.meta_path)
+def _tilewright_modules():
+    return {name: m for name, m in sys.modules.items() if name == "tilewright" or name.startswith("tilewright.")}
+
+
+def _alias_for_a_while(monkeypatch):
+    """The alias until resumed, and then what importing through it changed put back: the finder,
+    the ``tilelang.*`` entries of sys.modules, and the ``__spec__`` of each tilewright module handed out
+    under a tilelang name (the import system sets it to the alias's spec, ``tilelang.x``, whose loader
+    is the alias's: left so, a later ``importlib.reload`` or ``importlib.resources`` of that module
+    would look for it as ``tilelang.x``)."""
+    def create_module(loader, spec):  # the module as it is before the import system sets its __spec__
+        module = real_create_module(loader, spec)
+        monkeypatch.setattr(module, "__spec__", module.__spec__)  # (restored when monkeypatch undoes)
+        return module
+
+    real_create_module = _AliasLoader.create_module
+    monkeypatch.setattr(_AliasLoader, "create_module", create_module)
+    monkeypatch.setattr(sys, "meta_path", list(sys.meta_path))
     alias_tilelang()
     yield
-    sys.meta_path[:] = before
     for name in [m for m in sys.modules if m == "tilelang" or m.startswith("tilelang.")]:
-        del sys.modules[name]
+        del sys.modules[name]  # (the specs and the finder: when monkeypatch undoes its changes)
+
+
+@pytest.fixture
+def tilelang_alias(monkeypatch):
+    yield from _alias_for_a_while(monkeypatch)
 
 
 def test_tilelang_module_names_are_tilewright_modules(tilelang_alias):
@@ -41,6 +60,20 @@ def test_tilelang_module_names_are_tilewright_modules(tilelang_alias):
         importlib.import_module("tilelang.no_such_module")
     alias_tilelang()  # installed once
     assert sum(isinstance(f, _TilelangAlias) for f in sys.meta_path) == 1
+
+
+def test_the_alias_is_gone_after_its_test(monkeypatch):
+    """What the fixture above takes back: after it, no tilelang module, no finder and every tilewright
+    module under its own name and spec, as a test in another file expects."""
+    fixture = _alias_for_a_while(monkeypatch)
+    next(fixture)
+    assert importlib.import_module("tilelang.language.tir.exports") is exports
+    assert exports.__spec__.name == "tilelang.language.tir.exports"  # what the import system did
+    next(fixture, None)
+    monkeypatch.undo()
+    assert not any(isinstance(f, _TilelangAlias) for f in sys.meta_path)
+    assert not [m for m in sys.modules if m == "tilelang" or m.startswith("tilelang.")]
+    assert all(m.__spec__.name == name for name, m in _tilewright_modules().items())
 
 
 def test_importing_tilewright_installs_no_alias():

@@ -14,8 +14,10 @@ import pytest
 
 torch = pytest.importorskip("torch")
 
-from test_ops_attention import _close, _close_lse, _rand, _varlen_case, reference  # noqa: E402
-from test_s8_attnp_persistent import BLOCKS, SM90A, _items, _persistent_kernel, check_varlen, persistent_on_cpu  # noqa: E402
+from shared_attention_emulator import BLOCKS, SM90A, check_dense, check_packed, check_split_kv, persistent_on_cpu  # noqa: E402
+from shared_attention_emulator import items as _items  # noqa: E402
+from shared_attention_emulator import persistent_kernel as _persistent_kernel  # noqa: E402
+from test_ops_attention import _close, _close_lse, _rand, reference  # noqa: E402
 from toolchains import needs_nvrtc  # noqa: E402
 
 from tilewright import ops  # noqa: E402
@@ -50,14 +52,7 @@ def test_the_default_is_unchanged():
 ])
 def test_dense_orders(persistent, order, B, H, Hkv, Sq, Sk, D, causal, dtype):
     assert _items(B, H, Sq) % BLOCKS
-    g = torch.Generator().manual_seed(Sq + Sk + D + len(order))
-    q, k, v = _rand(g, B, H, Sq, D, dtype=dtype), _rand(g, B, Hkv, Sk, D, dtype=dtype), \
-        _rand(g, B, Hkv, Sk, D, dtype=dtype)
-    out, lse = ops.attention(q, k, v, causal=causal, return_lse=True)
-    want, want_lse = reference(q, k, v, causal)
-    _close(out, want, tol=3e-3 if dtype == torch.float16 else 1e-2)
-    _close_lse(lse, want_lse)
-    _persistent_kernel(persistent)
+    check_dense(persistent, B, H, Hkv, Sq, Sk, D, causal, dtype, Sq + Sk + D + len(order))
     assert any(key[0] == "attention" and order in key for key, cfg, _ in persistent if cfg)
 
 
@@ -74,24 +69,12 @@ def test_fewer_items_than_blocks(persistent, order):
 
 def test_varlen_orders(persistent, order):
     """Packed sequences, one empty, GQA: items of 0, 1 and 2 key steps dealt back and forth."""
-    g = torch.Generator().manual_seed(51)
-    lens_q, lens_k = [70, 0, 140, 200], [90, 30, 250, 0]
-    q, k, v, cu_q, cu_k = _varlen_case(g, lens_q, lens_k, 2, 1, 64)
-    out, lse = ops.attention(q, k, v, causal=True, return_lse=True, cu_seqlens_q=cu_q, cu_seqlens_k=cu_k)
-    check_varlen(q, k, v, cu_q, cu_k, lens_q, out, lse, True)
-    _persistent_kernel(persistent)
+    check_packed(persistent, 51, True)
 
 
 def test_split_kv_orders(persistent, order):
     """Two split-KV ranges per (batch, head, query block) and a padded cache: 8 items."""
-    g = torch.Generator().manual_seed(52)
-    q, k, v = _rand(g, 2, 2, 80, 128), _rand(g, 2, 1, 300, 128), _rand(g, 2, 1, 300, 128)
-    lens = torch.tensor([300, 93], dtype=torch.int32)
-    out, lse = ops.attention(q, k, v, causal=True, return_lse=True, cache_seqlens=lens, num_splits=2)
-    want, want_lse = reference(q, k, v, True, kv_len=lens.tolist())
-    _close(out, want)
-    _close_lse(lse, want_lse)
-    _persistent_kernel(persistent)
+    check_split_kv(persistent, 52)
 
 
 @pytest.mark.parametrize("blocks", [2, 4, 5, 7, 13])

@@ -15,6 +15,8 @@ if not (torch.cuda.is_available() and not getattr(torch.version, "hip", None)
         and torch.cuda.get_device_capability() == (9, 0)):
     pytest.skip("needs an sm_90 NVIDIA GPU with a CUDA build of PyTorch", allow_module_level=True)
 
+from shared_gpu_attention import record_attention_kernels, use_schedule  # noqa: E402
+
 from tilewright import ops  # noqa: E402
 
 dispatch = importlib.import_module("tilewright.ops.attention_dispatch")
@@ -27,30 +29,9 @@ SCHEDULES = {"shipped": {}, "pp": {"tw.pingpong": True, "tw.attention_overlap": 
 def persistent(request, monkeypatch):
     """PERSISTENT on, the schedule's pass configs over the shipped ones, outputs poisoned; the
     forward kernels built are recorded."""
-    built = []
-    real_kernel = dispatch._kernel
-
-    def record(key, build, target, pass_configs=None):
-        k = real_kernel(key, build, target, pass_configs)
-        if key[0] == "attention":
-            built.append((key, k))
-        return k
-
-    class Poisoned:
-        def __getattr__(self, name):
-            return getattr(torch, name)
-
-        @staticmethod
-        def empty(*args, **kwargs):
-            return torch.empty(*args, **kwargs).fill_(math.nan)
-
-    monkeypatch.setattr(dispatch, "_kernel", record)
-    monkeypatch.setattr(dispatch, "_torch", lambda: Poisoned())
+    built = record_attention_kernels(monkeypatch)
     monkeypatch.setattr(dispatch, "PERSISTENT", True)
-    configs = SCHEDULES[request.param]
-    monkeypatch.setattr(dispatch, "HOPPER_CONFIGS", {**dispatch.HOPPER_CONFIGS, **configs})
-    if configs:
-        monkeypatch.setattr(dispatch, "HOPPER_D64_OVERRIDES", {})
+    use_schedule(monkeypatch, SCHEDULES[request.param])
     dispatch.forget_plans()
     yield built
     dispatch.forget_plans()

@@ -8,7 +8,6 @@ zero each time).  Skipped without a GPU."""
 from __future__ import annotations
 
 import importlib
-import math
 
 import pytest
 
@@ -16,7 +15,10 @@ torch = pytest.importorskip("torch")
 if not torch.cuda.is_available():
     pytest.skip("needs a CUDA GPU", allow_module_level=True)
 
-from test_ops_attention import _PoisonedTorch as PoisonedTorch  # noqa: E402
+from shared_gpu_attention import check_decode as _check  # noqa: E402
+from shared_gpu_attention import check_graph_replay, poisoned_decode  # noqa: E402,F401 - poisoned_decode: autouse
+from shared_gpu_attention import decode_reference as reference  # noqa: E402
+from shared_gpu_attention import rand_cuda as _rand  # noqa: E402
 
 from tilewright import ops  # noqa: E402
 
@@ -27,57 +29,11 @@ VARIANTS = ["wave", "flatmerge", "wave,flatmerge", "cpasync", "ws", "ws,flatmerg
             "cover,wave,flatmerge"]
 
 
-class _PoisonedTorch(PoisonedTorch):
-    """test_ops_attention's poisoned torch, ``empty_like`` poisoned too (the pointer path's outputs)."""
-
-    @staticmethod
-    def empty_like(*args, **kwargs):
-        t = torch.empty_like(*args, **kwargs)
-        return t.fill_(math.nan) if t.is_floating_point() else t.fill_(-7)
-
-
-@pytest.fixture(autouse=True)
-def _poison(monkeypatch):
-    monkeypatch.setattr(ad, "_torch", lambda: _PoisonedTorch())
-    yield
-    ad.forget_plans()
-
-
 @pytest.fixture(params=VARIANTS)
 def variant(request, monkeypatch):
     monkeypatch.setenv("TILEWRIGHT_DECODE_VARIANT", request.param)
     ad.forget_plans()
     return request.param
-
-
-def reference(q, k, v, kv_len=None):
-    """float64 on the GPU, one sequence at a time."""
-    B, H, _, D = q.shape
-    g = H // k.shape[1]
-    outs, lses = [], []
-    for b in range(B):
-        kb, vb = k[b].double().repeat_interleave(g, 0), v[b].double().repeat_interleave(g, 0)
-        s = q[b].double() @ kb.transpose(-1, -2) / math.sqrt(D)
-        if kv_len is not None:
-            s[..., kv_len[b]:] = -math.inf
-        lse = torch.logsumexp(s, -1)
-        outs.append(torch.exp(s - lse[..., None]).nan_to_num(0.0) @ vb)
-        lses.append(lse)
-    return torch.stack(outs), torch.stack(lses)
-
-
-def _check(out, lse, want, want_lse, dtype):
-    assert not out.isnan().any()
-    err = ((out.double() - want).abs().max() / want.abs().max().clamp_min(1e-6)).item()
-    assert err < 3e-3 * (4 if dtype == torch.bfloat16 else 1), err
-    finite = torch.isfinite(want_lse)
-    assert torch.equal(torch.isfinite(lse), finite) and (lse[~finite] == -math.inf).all()
-    assert (lse.double()[finite] - want_lse[finite]).abs().max().item() < 1e-3
-    assert all(int(c.abs().sum()) == 0 for c in dk._counters.values()), "a merge counter left non-zero"
-
-
-def _rand(*shape, dtype):
-    return torch.randn(*shape, device="cuda", dtype=torch.float32).to(dtype)
 
 
 @pytest.mark.parametrize("dtype", [torch.float16, torch.bfloat16])
@@ -101,24 +57,7 @@ def test_against_float64(variant, B, H, Hkv, S, D, lens, splits, dtype):
 
 
 def test_cuda_graph_replay_with_new_inputs(variant):
-    dtype = torch.float16
-    torch.manual_seed(6)
-    q, k, v = _rand(8, 32, 1, 128, dtype=dtype), _rand(8, 8, 4096, 128, dtype=dtype), _rand(8, 8, 4096, 128,
-                                                                                          dtype=dtype)
-    s = torch.cuda.Stream()
-    s.wait_stream(torch.cuda.current_stream())
-    with torch.cuda.stream(s):
-        ops.attention(q, k, v)
-    torch.cuda.current_stream().wait_stream(s)
-    g = torch.cuda.CUDAGraph()
-    with torch.cuda.graph(g):
-        out, lse = ops.attention(q, k, v, return_lse=True)
-    for _ in range(3):
-        q.copy_(_rand(*q.shape, dtype=dtype))
-        k.copy_(_rand(*k.shape, dtype=dtype))
-        g.replay()
-        torch.cuda.synchronize()
-        _check(out, lse, *reference(q, k, v), dtype)
+    check_graph_replay(8)
 
 
 def test_wave_fills_the_gpu_in_one_wave(monkeypatch):

@@ -16,6 +16,7 @@ if not (torch.cuda.is_available() and not getattr(torch.version, "hip", None)
         and torch.cuda.get_device_capability() == (9, 0)):
     pytest.skip("needs an sm_90 NVIDIA GPU with a CUDA build of PyTorch", allow_module_level=True)
 
+from shared_gpu_attention import record_attention_kernels  # noqa: E402
 from test_s8_attnp_gpu import _rand, _rel, reference  # noqa: E402
 
 from tilewright import ops  # noqa: E402
@@ -36,25 +37,7 @@ CANDIDATES = {
 @pytest.fixture(params=list(CANDIDATES))
 def candidate(request, monkeypatch):
     """The candidate's knobs, outputs poisoned; the forward kernels built are recorded."""
-    built = []
-    real_kernel = dispatch._kernel
-
-    def record(key, build, target, pass_configs=None):
-        k = real_kernel(key, build, target, pass_configs)
-        if key[0] == "attention":
-            built.append((key, k))
-        return k
-
-    class Poisoned:
-        def __getattr__(self, name):
-            return getattr(torch, name)
-
-        @staticmethod
-        def empty(*args, **kwargs):
-            return torch.empty(*args, **kwargs).fill_(float("nan"))
-
-    monkeypatch.setattr(dispatch, "_kernel", record)
-    monkeypatch.setattr(dispatch, "_torch", lambda: Poisoned())
+    built = record_attention_kernels(monkeypatch)
     for name, value in CANDIDATES[request.param].items():
         monkeypatch.setattr(dispatch, name, value)
     dispatch.forget_plans()

@@ -11,13 +11,14 @@ query-block counts (odd and even), every item count modulo the grid."""
 from __future__ import annotations
 
 import importlib
+import re
 
 import pytest
 
 torch = pytest.importorskip("torch")
 
-from test_ops_attention import _close, _close_lse, _rand, _varlen_case, reference  # noqa: E402
-from test_s8_attnp_persistent import SM90A, _persistent_kernel, check_varlen, persistent_on_cpu  # noqa: E402
+from shared_attention_emulator import SM90A, check_dense, check_packed, check_split_kv, persistent_on_cpu  # noqa: E402
+from test_ops_attention import _close, _close_lse, _rand, reference  # noqa: E402
 from toolchains import needs_nvrtc  # noqa: E402
 
 from tilewright import ops  # noqa: E402
@@ -32,17 +33,6 @@ def pairs(monkeypatch):
     yield from persistent_on_cpu(monkeypatch)
 
 
-def _dense(used, B, H, Hkv, Sq, Sk, D, causal, dtype, seed):
-    g = torch.Generator().manual_seed(seed)
-    q, k, v = _rand(g, B, H, Sq, D, dtype=dtype), _rand(g, B, Hkv, Sk, D, dtype=dtype), \
-        _rand(g, B, Hkv, Sk, D, dtype=dtype)
-    out, lse = ops.attention(q, k, v, causal=causal, return_lse=True)
-    want, want_lse = reference(q, k, v, causal)
-    _close(out, want, tol=3e-3 if dtype == torch.float16 else 1e-2)
-    _close_lse(lse, want_lse)
-    _persistent_kernel(used)
-
-
 @pytest.mark.parametrize("B, H, Hkv, Sq, Sk, D, causal, dtype", [
     (1, 2, 1, 400, 333, 128, True, torch.float16),    # GQA, ragged, nq 4: 4 pairs on 3 blocks, Sk < Sq
     (1, 5, 1, 256, 256, 64, True, torch.bfloat16),    # MQA, whole tiles, nq 2: 5 pairs on 3 blocks
@@ -51,32 +41,20 @@ def _dense(used, B, H, Hkv, Sq, Sk, D, causal, dtype, seed):
     (1, 2, 2, 129, 77, 64, False, torch.float16),     # non-causal (the order is not used), ragged
 ])
 def test_dense_pairs(pairs, B, H, Hkv, Sq, Sk, D, causal, dtype):
-    _dense(pairs, B, H, Hkv, Sq, Sk, D, causal, dtype, Sq + Sk + D)
+    check_dense(pairs, B, H, Hkv, Sq, Sk, D, causal, dtype, Sq + Sk + D)
     assert any(key[0] == "attention" and "pairs" in key for key, cfg, _ in pairs if cfg)
 
 
 def test_varlen_pairs(pairs):
     """Packed sequences, one empty, GQA: the unit count is the batch's, the items of 0, 1 and 2
     key steps (max_q 200: nq 2, one pair per unit)."""
-    g = torch.Generator().manual_seed(61)
-    lens_q, lens_k = [70, 0, 140, 200], [90, 30, 250, 0]
-    q, k, v, cu_q, cu_k = _varlen_case(g, lens_q, lens_k, 2, 1, 64)
-    out, lse = ops.attention(q, k, v, causal=True, return_lse=True, cu_seqlens_q=cu_q, cu_seqlens_k=cu_k)
-    check_varlen(q, k, v, cu_q, cu_k, lens_q, out, lse, True)
-    _persistent_kernel(pairs)
+    check_packed(pairs, 61, True)
 
 
 def test_split_kv_pairs(pairs):
     """Two split-KV ranges per (batch, head, query block) and a padded cache: units are (head,
     sequence, split), nq 1 (singles only)."""
-    g = torch.Generator().manual_seed(62)
-    q, k, v = _rand(g, 2, 2, 80, 128), _rand(g, 2, 1, 300, 128), _rand(g, 2, 1, 300, 128)
-    lens = torch.tensor([300, 93], dtype=torch.int32)
-    out, lse = ops.attention(q, k, v, causal=True, return_lse=True, cache_seqlens=lens, num_splits=2)
-    want, want_lse = reference(q, k, v, True, kv_len=lens.tolist())
-    _close(out, want)
-    _close_lse(lse, want_lse)
-    _persistent_kernel(pairs)
+    check_split_kv(pairs, 62)
 
 
 @pytest.mark.parametrize("order", ["longest_first", "pairs"])
@@ -88,8 +66,8 @@ def test_item_coordinates_as_expressions(monkeypatch, order):
     setup = persistent_on_cpu(monkeypatch)
     used = next(setup)
     try:
-        _dense(used, 1, 3, 1, 300, 300, 64, True, torch.float16, 63)
-        assert "qb[0]" not in _persistent_kernel(used).get_kernel_source()
+        src = check_dense(used, 1, 3, 1, 300, 300, 64, True, torch.float16, 63).get_kernel_source()
+        assert not re.search(r"\bqb\b", src)
     finally:
         setup.close()
 
@@ -129,6 +107,6 @@ def test_h200_kernels_build_without_spills(order, item_vars):
     k = run_pipeline(f, PassContext(Target.parse(SM90A), {"optimize_level": 2, **dispatch.HOPPER_CONFIGS}))
     src = print_cuda(k)
     assert k.num_threads == 384 and "Q_s_empty" in src and "setmaxnreg" in src
-    assert ("qb[0] * 128" in src) == item_vars
+    assert ("qb * 128" in src) == item_vars
     res = nvrtc.compile_cuda(src, "sm_90a", [k.name]).resources[k.name]
     assert res["spills"] == 0 and res["local_bytes"] == 0, res

@@ -17,7 +17,10 @@ torch = pytest.importorskip("torch")
 if not torch.cuda.is_available():
     pytest.skip("needs a CUDA GPU", allow_module_level=True)
 
-from test_s8_decode_gpu import _check, _poison, _rand, reference  # noqa: E402,F401 - _poison: autouse fixture
+from shared_gpu_attention import check_decode as _check  # noqa: E402
+from shared_gpu_attention import check_graph_replay, poisoned_decode  # noqa: E402,F401 - poisoned_decode: autouse
+from shared_gpu_attention import decode_reference as reference  # noqa: E402
+from shared_gpu_attention import rand_cuda as _rand  # noqa: E402
 
 from tilewright import ops  # noqa: E402
 
@@ -74,21 +77,4 @@ def test_mqa_four_stages(monkeypatch):
 
 
 def test_cuda_graph_replay_with_new_inputs(variant):
-    dtype = torch.float16
-    torch.manual_seed(6)
-    q, k, v = _rand(8, 32, 1, 128, dtype=dtype), _rand(8, 8, 4096, 128, dtype=dtype), _rand(8, 8, 4096, 128,
-                                                                                          dtype=dtype)
-    s = torch.cuda.Stream()
-    s.wait_stream(torch.cuda.current_stream())
-    with torch.cuda.stream(s):
-        ops.attention(q, k, v)
-    torch.cuda.current_stream().wait_stream(s)
-    g = torch.cuda.CUDAGraph()
-    with torch.cuda.graph(g):
-        out, lse = ops.attention(q, k, v, return_lse=True)
-    for _ in range(3):
-        q.copy_(_rand(*q.shape, dtype=dtype))
-        k.copy_(_rand(*k.shape, dtype=dtype))
-        g.replay()
-        torch.cuda.synchronize()
-        _check(out, lse, *reference(q, k, v), dtype)
+    check_graph_replay(8)

@@ -25,6 +25,12 @@ _CPP_KEYWORDS = {
     "delete", "this", "template", "typename", "half", "min", "max", "abs", "exp", "log", "sqrt",
 }
 
+def _is_scalar_local(buf) -> bool:
+    """A register that holds one value (``T.alloc_var``, marked by passes/lower_to_threads.py): declared
+    and used as a plain C++ local, not a one-element array."""
+    return buf.scope == "local" and buf.attrs.get("scalar", False)
+
+
 _PREC = {"or": 1, "and": 2, "|": 3, "^": 4, "&": 5, "==": 6, "!=": 6, "<": 7, "<=": 7, ">": 7, ">=": 7,
          "<<": 8, ">>": 8, "+": 9, "-": 9, "*": 10, "/": 10, "//": 10, "%": 10}
 _C_OP = {"and": "&&", "or": "||", "//": "/"}
@@ -126,7 +132,10 @@ class Printer:
                 self.stmt(x, d)
         elif isinstance(s, th.LocalDecl):
             b = s.buffer
-            self.emit(d, f"__align__(16) {self.ctype(b.dtype)} {self.name(b, b.name)}[{b.shape[0]}];")
+            if _is_scalar_local(b):  # T.alloc_var
+                self.emit(d, f"{self.ctype(b.dtype)} {self.name(b, b.name)};")
+            else:
+                self.emit(d, f"__align__(16) {self.ctype(b.dtype)} {self.name(b, b.name)}[{b.shape[0]}];")
         elif isinstance(s, th.GlobalDecl):  # T.make_tensor on an address (a pointer table entry)
             ct = self.ctype(s.buffer.dtype)
             self.emit(d, f"{ct}* {self.name(s.buffer, s.buffer.name)} = "  # entries may alias: no __restrict__
@@ -143,7 +152,7 @@ class Printer:
                 value = self.cast(b.dtype, s.value) if s.value.dtype != b.dtype else self.expr(s.value)
                 self.emit(d, f"tw_st_{b.dtype}({self.name(b, b.name)}, {self.expr(s.indices[0])}, {value});")
             else:
-                self.emit(d, f"{self.name(b, b.name)}[{self.expr(s.indices[0])}] = {self.expr(s.value)};")
+                self.emit(d, f"{self.ref(b, s.indices[0])} = {self.expr(s.value)};")
         elif isinstance(s, t.IfThenElse):
             self.emit(d, f"if ({self.expr(s.cond)}) {{")
             self.stmt(s.then_body, d + 1)
@@ -206,6 +215,11 @@ class Printer:
                            getattr(s, "loc", None), hint="compile for the target the kernel runs on")
 
     def ref(self, buf, index) -> str:
+        if _is_scalar_local(buf):
+            if not (isinstance(index, E.Const) and index.value == 0):
+                raise InternalError(f"element {self.expr(index)} of the scalar {buf.name} reached the printer",
+                                    "codegen")
+            return self.name(buf, buf.name)
         return f"{self.name(buf, buf.name)}[{self.expr(index)}]"
 
     def vec_copy(self, s: th.VecCopy, d: int) -> None:

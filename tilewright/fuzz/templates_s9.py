@@ -178,69 +178,54 @@ def _make_ws_var_init(p) -> Case:
         return T.alloc_var("int32", init=c[0] + 1)  # (a helper is not rewritten: c is the buffer here)
 
     scale_kind, off_kind = kinds
-    early = p["early"]
-    if form == "gemm":
-        @T.prim_func
-        def kernel(A: T.Tensor((rows, K), "float16"), B: T.Tensor((K, 64), "float16"),
-                   C: T.Tensor((blocks * 64, 64), "float32"), S: T.Tensor((3,), "int32")):
-            with T.Kernel(blocks, threads=128) as bx:
-                if early:
-                    A_s = T.alloc_shared((64, BK), "float16")
+    early, gemm = p["early"], form == "gemm"
+    a_rows, a_cols = (rows, K) if gemm else (rows + K, 64)
+    a_first = 1 if gemm else 0  # (a's first value, overwritten before any use)
+
+    @T.prim_func
+    def kernel(A: T.Tensor((a_rows, a_cols), "float16"), B: T.Tensor((K, 64), "float16"),
+               C: T.Tensor((blocks * 64, 64), "float32"), S: T.Tensor((3,), "int32")):
+        with T.Kernel(blocks, threads=128) as bx:
+            if early:
+                A_s = T.alloc_shared((64, BK), "float16")
+                if gemm:
                     B_s = T.alloc_shared((BK, 64), "float16")
-                a = T.alloc_var("int32", init=1)
-                a = S[0] + 6
-                n = S[1] + a
-                w = init(scale_kind, a, n, S, bx)
-                o = init(off_kind, a, n, S, bx) if off_kind != "none" else 0
-                if scale_kind == "var_then_update":
-                    w = w * 2
-                if off_kind == "var_then_update":
-                    o = o * 2
-                if scale_kind == "var_late" or off_kind == "var_late":
-                    a = a + 100  # the vars declared from a keep a's earlier value
-                if not early:
-                    A_s = T.alloc_shared((64, BK), "float16")
+            a = T.alloc_var("int32", init=a_first)
+            a = S[0] + 6
+            n = S[1] + a
+            w = init(scale_kind, a, n, S, bx)
+            o = init(off_kind, a, n, S, bx) if off_kind != "none" else 0
+            if scale_kind == "var_then_update":
+                w = w * 2
+            if off_kind == "var_then_update":
+                o = o * 2
+            if scale_kind == "var_late" or off_kind == "var_late":
+                a = a + 100  # the vars declared from a keep a's earlier value
+            if not early:
+                A_s = T.alloc_shared((64, BK), "float16")
+                if gemm:
                     B_s = T.alloc_shared((BK, 64), "float16")
-                acc = T.alloc_fragment((64, 64), "float32")
-                T.clear(acc)
-                for k in T.Pipelined(ksteps, num_stages=p["stages"]):
+            acc = T.alloc_fragment((64, 64), "float32")
+            T.clear(acc)
+            for k in T.Pipelined(ksteps, num_stages=p["stages"]):
+                if gemm:  # the GEMM mainloop: A's rows from the offset, the scale in the epilogue
                     T.copy(A[bx * 64 + o, k * BK], A_s)
                     T.copy(B[k * BK, 0], B_s)
                     T.gemm(A_s, B_s, acc)
+                else:  # the general loop: A's rows from the offset and the step, scaled as they are summed
+                    T.copy(A[bx * 64 + o + k * 64, 0], A_s)
+                    for i, j in T.Parallel(64, 64):
+                        acc[i, j] += T.cast(A_s[i, j], "float32") * w
+            if gemm:
                 for i, j in T.Parallel(64, 64):
                     C[bx * 64 + i, j] = acc[i, j] * w
-        configs = {"tw.warp_specialize": True}
-    else:
-        @T.prim_func
-        def kernel(A: T.Tensor((rows + K, 64), "float16"), B: T.Tensor((K, 64), "float16"),
-                   C: T.Tensor((blocks * 64, 64), "float32"), S: T.Tensor((3,), "int32")):
-            with T.Kernel(blocks, threads=128) as bx:
-                if early:
-                    As = T.alloc_shared((64, 64), "float16")
-                a = T.alloc_var("int32", init=0)
-                a = S[0] + 6
-                n = S[1] + a
-                w = init(scale_kind, a, n, S, bx)
-                o = init(off_kind, a, n, S, bx) if off_kind != "none" else 0
-                if scale_kind == "var_then_update":
-                    w = w * 2
-                if off_kind == "var_then_update":
-                    o = o * 2
-                if scale_kind == "var_late" or off_kind == "var_late":
-                    a = a + 100
-                if not early:
-                    As = T.alloc_shared((64, 64), "float16")
-                acc = T.alloc_fragment((64, 64), "float32")
-                T.clear(acc)
-                for k in T.Pipelined(ksteps, num_stages=p["stages"]):
-                    T.copy(A[bx * 64 + o + k * 64, 0], As)
-                    for i, j in T.Parallel(64, 64):
-                        acc[i, j] += T.cast(As[i, j], "float32") * w
+            else:
                 T.copy(acc, C[bx * 64, 0])
-        configs = {"tw.warp_specialize": True, "tw.enable_wgmma": True}
+
+    configs = {"tw.warp_specialize": True} if gemm else {"tw.warp_specialize": True, "tw.enable_wgmma": True}
 
     rng = np.random.default_rng(p.get("seed", 0))
-    a = _rand(rng, (rows, K) if form == "gemm" else (rows + K, 64), "float16")
+    a = _rand(rng, (a_rows, a_cols), "float16")
     b = _rand(rng, (K, 64), "float16")
     sv = np.array(s, np.int32)
     fa, fb = _f64(a), _f64(b)

@@ -322,6 +322,8 @@ class _StmtLowering:
         else:
             n = b.numel()
         local = ctx.local_buffer(b.name, n, b.dtype)
+        if b.scope == "var":
+            local.attrs["scalar"] = True  # one value, printed as a scalar local (codegen/base.py)
         ctx.local_of[b] = local
         out = [th.LocalDecl(local, loc=s.loc)]
         if s.init is not None:

@@ -1,0 +1,127 @@
+"""What the GPU tests of ``ops.attention`` share (test_s7/s8/s9_decode_gpu.py, test_s8_attnp_gpu.py,
+test_s9_causal_gpu.py, test_s9_attnmain_gpu.py): the flash-decoding tests' poisoned allocations, float64
+reference, checks and CUDA-graph replay, and the persistent/lean tests' kernel recorder.  Not a test file;
+its importers skip before importing it where there is no GPU (only torch is needed to import it)."""
+
+from __future__ import annotations
+
+import importlib
+import math
+
+import pytest
+import torch
+from test_ops_attention import _PoisonedTorch as PoisonedTorch
+
+from tilewright import ops
+
+dispatch = importlib.import_module("tilewright.ops.attention_dispatch")
+decode_kernels = importlib.import_module("tilewright.ops.decode_kernels")
+
+
+# ---------------------------------------------------------------- flash decoding (ops/decode_kernels.py)
+class DecodePoisonedTorch(PoisonedTorch):
+    """test_ops_attention's poisoned torch, ``empty_like`` poisoned too (the pointer path's outputs)."""
+
+    @staticmethod
+    def empty_like(*args, **kwargs):
+        t = torch.empty_like(*args, **kwargs)
+        return t.fill_(math.nan) if t.is_floating_point() else t.fill_(-7)
+
+
+@pytest.fixture(autouse=True)
+def poisoned_decode(monkeypatch):
+    """ops.attention's allocations poisoned (NaN, -7) for the importing module's tests; plans forgotten after."""
+    monkeypatch.setattr(dispatch, "_torch", lambda: DecodePoisonedTorch())
+    yield
+    dispatch.forget_plans()
+
+
+def decode_reference(q, k, v, kv_len=None):
+    """float64 on the GPU, one sequence at a time."""
+    B, H, _, D = q.shape
+    g = H // k.shape[1]
+    outs, lses = [], []
+    for b in range(B):
+        kb, vb = k[b].double().repeat_interleave(g, 0), v[b].double().repeat_interleave(g, 0)
+        s = q[b].double() @ kb.transpose(-1, -2) / math.sqrt(D)
+        if kv_len is not None:
+            s[..., kv_len[b]:] = -math.inf
+        lse = torch.logsumexp(s, -1)
+        outs.append(torch.exp(s - lse[..., None]).nan_to_num(0.0) @ vb)
+        lses.append(lse)
+    return torch.stack(outs), torch.stack(lses)
+
+
+def check_decode(out, lse, want, want_lse, dtype, counters=True):
+    """``out``/``lse`` against the float64 ``want``/``want_lse`` (no NaN left, -inf LSE where no key);
+    with ``counters``, every merge counter is back at zero as well."""
+    assert not out.isnan().any()
+    err = ((out.double() - want).abs().max() / want.abs().max().clamp_min(1e-6)).item()
+    assert err < 3e-3 * (4 if dtype == torch.bfloat16 else 1), err
+    finite = torch.isfinite(want_lse)
+    assert torch.equal(torch.isfinite(lse), finite) and (lse[~finite] == -math.inf).all()
+    assert (lse.double()[finite] - want_lse[finite]).abs().max().item() < 1e-3
+    if counters:
+        assert all(int(c.abs().sum()) == 0 for c in decode_kernels._counters.values()), "a merge counter left non-zero"
+
+
+def rand_cuda(*shape, dtype):
+    return torch.randn(*shape, device="cuda", dtype=torch.float32).to(dtype)
+
+
+def check_graph_replay(batch, counters=True, **kwargs):
+    """``ops.attention`` (fp16, ``batch`` x 32 heads over 8 KV heads, d 128, KV 4k; ``kwargs`` passed on)
+    captured in a CUDA graph after a warm-up call on a side stream, then replayed three times with new
+    inputs copied in: each replay against float64 (``counters``: the merge counters back at zero)."""
+    dtype = torch.float16
+    torch.manual_seed(6)
+    q, k, v = rand_cuda(batch, 32, 1, 128, dtype=dtype), rand_cuda(batch, 8, 4096, 128, dtype=dtype), \
+        rand_cuda(batch, 8, 4096, 128, dtype=dtype)
+    s = torch.cuda.Stream()
+    s.wait_stream(torch.cuda.current_stream())
+    with torch.cuda.stream(s):
+        ops.attention(q, k, v, **kwargs)
+    torch.cuda.current_stream().wait_stream(s)
+    g = torch.cuda.CUDAGraph()
+    with torch.cuda.graph(g):
+        out, lse = ops.attention(q, k, v, return_lse=True, **kwargs)
+    for _ in range(3):
+        q.copy_(rand_cuda(*q.shape, dtype=dtype))
+        k.copy_(rand_cuda(*k.shape, dtype=dtype))
+        g.replay()
+        torch.cuda.synchronize()
+        check_decode(out, lse, *decode_reference(q, k, v), dtype, counters)
+
+
+# ---------------------------------------------------------------- the forward kernels (persistent, lean)
+def record_attention_kernels(monkeypatch):
+    """``ops.attention`` with its allocations (``torch.empty``) filled with NaN and each forward kernel
+    it is given recorded: returns the list that gets a (cache key, kernel) pair for each, in order."""
+    built = []
+    real_kernel = dispatch._kernel
+
+    def record(key, build, target, pass_configs=None):
+        k = real_kernel(key, build, target, pass_configs)
+        if key[0] == "attention":
+            built.append((key, k))
+        return k
+
+    class Poisoned:
+        def __getattr__(self, name):
+            return getattr(torch, name)
+
+        @staticmethod
+        def empty(*args, **kwargs):
+            return torch.empty(*args, **kwargs).fill_(math.nan)
+
+    monkeypatch.setattr(dispatch, "_kernel", record)
+    monkeypatch.setattr(dispatch, "_torch", lambda: Poisoned())
+    return built
+
+
+def use_schedule(monkeypatch, configs):
+    """The consumer schedule's pass configs over the shipped Hopper ones (the d64 overrides dropped when
+    a schedule is asked for, so that it applies at every head dim)."""
+    monkeypatch.setattr(dispatch, "HOPPER_CONFIGS", {**dispatch.HOPPER_CONFIGS, **configs})
+    if configs:
+        monkeypatch.setattr(dispatch, "HOPPER_D64_OVERRIDES", {})
