@@ -261,6 +261,45 @@ def chunked_store_candidates() -> list[GemmConfig]:
             GemmConfig("direct", 256, 128, 64, 4, 256, wgmma=True, ws=True, tma_store=True, c_in_ring=True)]
 
 
+def s10_candidates(M: int, N: int, K: int) -> list[GemmConfig]:
+    """sm_90 candidates for the two shapes furthest below cuBLAS (issue 8).  Not yet timed: candidates only.
+
+    Short K over about two waves of tiles (2000x3000x1000: 16 K steps a tile, 256 tiles of 128x192 on 132
+    SMs): every tiling of 2000x3000 leaves the busiest SM the same 128 * 192 * 2 output elements (two
+    128x192 tiles, one 256x192 or 192x256, three 128x128), so what is left to win is the cost per tile --
+    the ring's fill and the epilogue.  One 256x192 tile per block (one wave, 128 of 132 SMs; each consumer
+    warpgroup 128x192, 192 accumulators a thread) pays them once instead of twice, with its A tile
+    multicast to the neighbouring N tile (c2x1) or its B tile to the neighbouring M tile (c1x2), C leaving
+    in 64-column chunks or, with a fourth stage, from the ring's memory; the persistent 128x192 pairs of
+    the heuristic get a fifth stage, C leaving in 64-column chunks (16 KB) so that the ring fits beside
+    it (and the same chunks at four stages, to tell the two changes apart).
+
+    128 rows over many columns, long K (128x8192x8192, memory-bound on B): the heuristic's 128x64 tiles
+    with their A tile multicast to the neighbouring N tile (c2x1: half the L2 reads of A, which is
+    read by all 128 blocks), 128-deep K steps (half as many barrier round trips per byte) and one
+    consumer warpgroup of 128x64 instead of two of 64x64."""
+    def ws(kind, bm, bn, bk, stages, threads=256, **kw):
+        return GemmConfig(kind, bm, bn, bk, stages, threads, wgmma=True, ws=True, tma_store=True, **kw)
+
+    if M > 128:
+        clusters = [c for c in ((2, 1), (1, 2)) if _ceil(N, 192) >= c[0] and _ceil(M, 256) >= c[1]]
+        chunked = ws("direct", 256, 192, 64, 3, store_cols=64)
+        # ... or the whole 96 KB C tile in the ring's memory once the mainloop is done with it: four 56 KB
+        # stages, one TMA store without waits between chunks
+        in_ring = ws("direct", 256, 192, 64, 4, c_in_ring=True)
+        out = [chunked] + [dataclasses.replace(chunked, cluster=c) for c in clusters]
+        out.append(in_ring)  # (alone: cluster_multicast leaves a ring that the C tile shares unicast)
+        if _ceil(N, 192) >= 2:
+            out += [ws("persistent", 128, 192, 64, s, store_cols=64, group_M=8, cluster=(2, 1)) for s in (5, 4)]
+        return out
+    if M > 64:
+        out = [ws("direct", 128, 64, 128, 4), ws("direct", 128, 64, 64, 8, threads=128)]
+        if _ceil(N, 64) >= 2:
+            out.append(ws("direct", 128, 64, 64, 8, cluster=(2, 1)))
+        return out
+    return []
+
+
 def cluster_candidates(M: int, N: int, K: int) -> list[GemmConfig]:
     """sm_90 configurations whose blocks run in thread-block clusters of two, the shared operand tile
     loaded once per cluster by TMA multicast (``passes/cluster_multicast.py``): direct ones along x or
@@ -445,7 +484,7 @@ def candidates(M: int, N: int, K: int, dtype: str, arch: str, num_sms: int,
             if c is not None:
                 out.append(c)
     if hopper:
-        out += [fit_shared(c, smem_limit) for c in cluster_candidates(M, N, K)]
+        out += [fit_shared(c, smem_limit) for c in cluster_candidates(M, N, K) + s10_candidates(M, N, K)]
     if not hopper:
         out = [c for c in out if c.kind not in ("persistent", "streamk")]
     seen, unique = set(), []
