@@ -4,7 +4,8 @@ clusters of two (A or B multicast), C in 64-column chunks; persistent 128x192 pa
 64-column chunks; for 128 rows, 128x64 tiles with 128-deep K steps, one consumer warpgroup, or A multicast.
 On the sm_90a emulator against float64 with NaN-poisoned outputs (ragged M, N and K, fp16 / bf16, bias and
 activation epilogues, B transposed), their place in the candidate lists (the heuristic unchanged), the
-bench's configuration switch, and NVRTC builds without spills (HGMMA in the SASS when nvdisasm is here)."""
+bench's configuration switch, and NVRTC builds without spills (HGMMA in the SASS when nvdisasm is here).
+The mid-session H200 run (2026-12-02 02:07 UTC) made one consumer warpgroup the 128x8192x8192 choice."""
 
 import re
 import subprocess
@@ -82,7 +83,7 @@ def test_s10_candidates_on_the_emulator(cfg, M, N, K, dtype, trans_b, activation
     assert np.abs(out - want).max() <= tol
 
 
-def test_s10_candidates_are_listed_and_the_heuristic_keeps_its_choices():
+def test_s10_candidates_are_listed_and_the_heuristic_takes_the_measured_winner():
     weak = gemm_configs.candidates(2000, 3000, 1000, "float16", "sm_90", 132)
     rows = gemm_configs.candidates(128, 8192, 8192, "float16", "sm_90", 132)
     for cfg, *_ in EMULATED:
@@ -92,7 +93,14 @@ def test_s10_candidates_are_listed_and_the_heuristic_keeps_its_choices():
     h = gemm_configs.heuristic
     assert h(2000, 3000, 1000, "float16", "sm_90", 132).short() == \
         "persistent 128x192x64 s4 t256 g8 wgmma ws tma-store c2x1"
-    assert h(128, 8192, 8192, "float16", "sm_90", 132).short() == "direct 128x64x64 s8 t256 wgmma ws tma-store"
+    # the mid-session H200 run of 2026-12-02 02:07 UTC: one consumer warpgroup won at 128x8192x8192 (fp16 and bf16)
+    assert h(128, 8192, 8192, "float16", "sm_90", 132).short() == "direct 128x64x64 s8 t128 wgmma ws tma-store"
+    assert h(128, 8192, 8192, "bfloat16", "sm_90", 132).short() == "direct 128x64x64 s8 t128 wgmma ws tma-store"
+    # ... and every other bench shape keeps its choice
+    assert h(4096, 4096, 4096, "float16", "sm_90", 132).short() == \
+        "persistent 128x256x64 s4 t256 g8 wgmma ws tma-store/128"
+    assert h(8192, 8192, 1024, "float16", "sm_90", 132).short() == "persistent 128x192x64 s4 t256 g8 wgmma ws tma-store"
+    assert h(16, 8192, 8192, "float16", "sm_90", 132).short() == "direct 16x64x256 s4 t128"
     # a single tile row or column: no cluster along it
     assert all(c.cluster[1] == 1 for c in gemm_configs.s10_candidates(200, 3000, 1000))
     assert all(c.cluster == (1, 1) for c in gemm_configs.s10_candidates(128, 64, 1000))
