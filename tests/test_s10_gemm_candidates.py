@@ -57,6 +57,13 @@ EMULATED = [
 ]
 
 
+# lost in both dtypes in the mid-session H200 run of 2026-12-02 02:07 UTC: off the candidate lists, kernels still tested
+LEFT_OFF = {"direct 256x192x64 s4 t256 wgmma ws tma-store/ring",
+            "persistent 128x192x64 s5 t256 g8 wgmma ws tma-store/64 c2x1",
+            "persistent 128x192x64 s4 t256 g8 wgmma ws tma-store/64 c2x1",
+            "direct 128x64x128 s4 t256 wgmma ws tma-store", "direct 128x64x64 s8 t256 wgmma ws tma-store c2x1"}
+
+
 @pytest.mark.parametrize("cfg, M, N, K, dtype, trans_b, activation", EMULATED,
                          ids=lambda x: x.short().replace(" ", "_") if isinstance(x, GemmConfig) else None)
 def test_s10_candidates_on_the_emulator(cfg, M, N, K, dtype, trans_b, activation):
@@ -87,7 +94,8 @@ def test_s10_candidates_are_listed_and_the_heuristic_takes_the_measured_winner()
     weak = gemm_configs.candidates(2000, 3000, 1000, "float16", "sm_90", 132)
     rows = gemm_configs.candidates(128, 8192, 8192, "float16", "sm_90", 132)
     for cfg, *_ in EMULATED:
-        assert cfg in (weak if cfg.block_N > 64 else rows), cfg.short()
+        listed = cfg in (weak if cfg.block_N > 64 else rows)
+        assert listed == (cfg.short() not in LEFT_OFF), cfg.short()
         assert GemmConfig.parse(cfg.short()) == cfg
         assert gemm_configs.fit_shared(cfg, gemm_configs.H200_SHARED_BYTES) == cfg  # fits as named
     h = gemm_configs.heuristic
@@ -104,6 +112,8 @@ def test_s10_candidates_are_listed_and_the_heuristic_takes_the_measured_winner()
     # a single tile row or column: no cluster along it
     assert all(c.cluster[1] == 1 for c in gemm_configs.s10_candidates(200, 3000, 1000))
     assert all(c.cluster == (1, 1) for c in gemm_configs.s10_candidates(128, 64, 1000))
+    assert [c.short() for c in gemm_configs.s10_candidates(128, 8192, 8192)] == [
+        "direct 128x64x64 s8 t256 wgmma ws tma-store"]  # (the previous choice, beside the new one)
     assert not any(c in gemm_configs.s10_candidates(2000, 3000, 1000)
                    for c in gemm_configs.candidates(2000, 3000, 1000, "float16", "sm_80", 108))
 

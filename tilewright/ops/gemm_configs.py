@@ -262,7 +262,7 @@ def chunked_store_candidates() -> list[GemmConfig]:
 
 
 def s10_candidates(M: int, N: int, K: int) -> list[GemmConfig]:
-    """sm_90 candidates for the two shapes furthest below cuBLAS (issue 8).  Not yet timed: candidates only.
+    """sm_90 candidates for the two shapes furthest below cuBLAS (issue 8), timed once (below), not the heuristic's.
 
     Short K over about two waves of tiles (2000x3000x1000: 16 K steps a tile, 256 tiles of 128x192 on 132
     SMs): every tiling of 2000x3000 leaves the busiest SM the same 128 * 192 * 2 output elements (two
@@ -287,23 +287,16 @@ def s10_candidates(M: int, N: int, K: int) -> list[GemmConfig]:
     def ws(kind, bm, bn, bk, stages, threads=256, **kw):
         return GemmConfig(kind, bm, bn, bk, stages, threads, wgmma=True, ws=True, tma_store=True, **kw)
 
+    # (left off the list after that run, each losing in both dtypes: the 256x192 tile with C in the ring, the
+    # persistent pairs with 64-column chunks at four or five stages, 128-deep K steps and A multicast for
+    # 128 rows; their kernels stay tested in tests/test_s10_gemm_candidates.py)
     if M > 128:
-        clusters = [c for c in ((2, 1), (1, 2)) if _ceil(N, 192) >= c[0] and _ceil(M, 256) >= c[1]]
         chunked = ws("direct", 256, 192, 64, 3, store_cols=64)
-        # ... or the whole 96 KB C tile in the ring's memory once the mainloop is done with it: four 56 KB
-        # stages, one TMA store without waits between chunks
-        in_ring = ws("direct", 256, 192, 64, 4, c_in_ring=True)
-        out = [chunked] + [dataclasses.replace(chunked, cluster=c) for c in clusters]
-        out.append(in_ring)  # (alone: cluster_multicast leaves a ring that the C tile shares unicast)
-        if _ceil(N, 192) >= 2:
-            out += [ws("persistent", 128, 192, 64, s, store_cols=64, group_M=8, cluster=(2, 1)) for s in (5, 4)]
-        return out
+        return [chunked] + [dataclasses.replace(chunked, cluster=c) for c in ((2, 1), (1, 2))
+                            if _ceil(N, 192) >= c[0] and _ceil(M, 256) >= c[1]]
     if M > 64:
-        # (the heuristic's since the mid-session run of 2026-12-02 02:07 UTC: two warpgroups of 64x64 stay here)
-        out = [ws("direct", 128, 64, 128, 4), ws("direct", 128, 64, 64, 8)]
-        if _ceil(N, 64) >= 2:
-            out.append(ws("direct", 128, 64, 64, 8, cluster=(2, 1)))
-        return out
+        # (the heuristic's until that run: two consumer warpgroups of 64x64, for comparison)
+        return [ws("direct", 128, 64, 64, 8)]
     return []
 
 
