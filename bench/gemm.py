@@ -19,6 +19,9 @@ is compiled in parallel worker processes (filling the disk cache), so a run take
 ``--weak`` times only the two shapes furthest below cuBLAS (2000x3000x1000 and 128x8192x8192):
 cuBLAS, ``ops.matmul`` as called (the heuristic) and every candidate configuration (among them the
 data-parallel + stream-K ones), each listed with its ratio to cuBLAS (no Triton, no user kernel).
+``--configs "A;B;..."`` (or the environment variable ``TW_GEMM_CONFIGS``) times exactly these candidate
+configurations, named as the tables print them (``GemmConfig.short``), instead of the whole candidate
+list: a short device run for a few new candidates beside the ones they must beat.
 """
 
 from __future__ import annotations
@@ -179,9 +182,11 @@ def ops_jobs(m, n, k, dtype, cfg, arch, num_sms, target):
                 (lambda: ops_kernels.streamk_epilogue(n, cfg.block_M, cfg.block_N, cfg.splits, num_sms, dtype, None,
                                                       "none"), {}, target)]
     if cfg.kind == "persistent":
+        pair = cfg.cluster[0]  # (as dispatch._plan: clusters of two take an even number of blocks)
         return [(lambda: ops_kernels.linear_persistent(n, k, dtype, dtype, False, False, False, "none", *tiles,
-                                                       num_sms, cfg.group_M, staged), pc, target)]
-    return [(lambda: ops_kernels.linear(n, k, dtype, dtype, False, False, False, "none", *tiles, staged), pc, target)]
+                                                       num_sms // pair * pair, cfg.group_M, staged, pair), pc, target)]
+    return [(lambda: ops_kernels.linear(n, k, dtype, dtype, False, False, False, "none", *tiles, staged, cfg.cluster),
+             pc, target)]
 
 
 # ---------------------------------------------------------------- one shape
@@ -189,9 +194,31 @@ def rel_err(got, ref) -> float:
     return (got.double() - ref).abs().max().item() / (ref.abs().max().item() + 1e-12)
 
 
-def run_shape(m, n, k, dtype, device, timer, arch, num_sms, smem, target, tol, ops_only=False, per_config=None):
+def shape_candidates(m, n, k, dtype, arch, num_sms, smem, only=None) -> list:
+    """The candidate configurations timed for a shape: those of ``only`` (``parse_configs``) for this shape
+    when it names any, else ``gemm_configs.candidates``."""
+    if only:
+        return [cfg for shape, cfg in only if shape is None or shape == (m, n, k)]
+    return gemm_configs.candidates(m, n, k, dtype, arch, num_sms, smem)
+
+
+def parse_configs(text: str | None) -> list:
+    """``--configs`` / ``TW_GEMM_CONFIGS``: configuration names separated by ';', each optionally after
+    ``MxNxK=`` (that shape only; without it, every shape): [(shape or None, GemmConfig)]."""
+    out = []
+    for item in (text or "").split(";"):
+        shape, _, name = item.strip().rpartition("=")
+        if name.strip():
+            out.append((tuple(int(x) for x in shape.lower().split("x")) if shape.strip() else None,
+                        gemm_configs.GemmConfig.parse(name.strip())))
+    return out
+
+
+def run_shape(m, n, k, dtype, device, timer, arch, num_sms, smem, target, tol, ops_only=False, per_config=None,
+              only=None):
     """The contenders on one shape: {name: (ms, label)}; ``ops_only``: cuBLAS and ops.matmul only;
-    ``per_config`` (a list) receives (config, ms or None) for every candidate configuration."""
+    ``per_config`` (a list) receives (config, ms or None) for every candidate configuration (``only``:
+    these configurations instead of the shape's candidate list)."""
     td = getattr(torch, dtype)
     g = torch.Generator(device=device).manual_seed(m * 31 + n * 7 + k)
     a = torch.randn(m, k, device=device, dtype=td, generator=g)
@@ -241,7 +268,7 @@ def run_shape(m, n, k, dtype, device, timer, arch, num_sms, smem, target, tol, o
     called = dispatch.matmul_config(m, n, k, a)
     attempt("ops.matmul", lambda: dispatch.matmul_impl(a, b, None, "none", None, out=c_ops), c_ops, called.short())
     rows = []
-    for cfg in gemm_configs.candidates(m, n, k, dtype, arch, num_sms, smem):
+    for cfg in shape_candidates(m, n, k, dtype, arch, num_sms, smem, only):
         ms = attempt("ops best", lambda cfg=cfg: dispatch.matmul_impl(a, b, None, "none", None, config=cfg, out=c_ops),
                      c_ops, cfg.short())
         rows.append((cfg, ms, ""))
@@ -261,12 +288,16 @@ def main(argv=None):
     p.add_argument("--shapes", default=None, help="MxNxK,... instead of the issue-8 shapes")
     p.add_argument("--weak", action="store_true",
                    help="the two weak shapes only: cuBLAS, ops.matmul and every candidate side by side")
+    p.add_argument("--configs", default=os.environ.get("TW_GEMM_CONFIGS"),
+                   help="';'-separated configurations (as the tables name them) to time instead of every candidate "
+                        "(default: $TW_GEMM_CONFIGS)")
     p.add_argument("--timer", choices=("graph", "do_bench"), default="graph",
                    help="graph: CUDA-graph replays (GPU time); do_bench: triton.testing.do_bench of eager calls")
     p.add_argument("--workers", type=int, default=max(1, min(14, (os.cpu_count() or 2) - 2)),
                    help="processes compiling kernels before the timing (default: CPUs - 2, at most 14)")
     p.add_argument("--no-compile-times", action="store_true", help="skip the cold/warm compile-time line")
     args = p.parse_args(argv)
+    only = parse_configs(args.configs)
 
     on_gpu = torch.cuda.is_available()
     device = "cuda" if on_gpu else "cpu"
@@ -298,7 +329,7 @@ def main(argv=None):
                     jobs.append((lambda m=m, n=n, k=k, bm=bm, bn=bn, bk=bk, st=st, thr=thr, dtype=dtype, sg=staged:
                                  user_kernel(m, n, k, dtype, bm, bn, bk, st, thr, sg),
                                  pc if arch == "sm_90" else {}, target))
-                for cfg in gemm_configs.candidates(m, n, k, dtype, arch, num_sms, smem):
+                for cfg in shape_candidates(m, n, k, dtype, arch, num_sms, smem, only):
                     jobs += ops_jobs(m, n, k, dtype, cfg, arch, num_sms, target)
         precompile(jobs, args.workers)
 
@@ -315,7 +346,7 @@ def main(argv=None):
         for (m, n, k) in shapes:
             per_config = []
             res = run_shape(m, n, k, dtype, device, timer, arch, num_sms, smem, target, tol if on_gpu else 2e-2,
-                            ops_only=args.weak, per_config=per_config)
+                            ops_only=args.weak, per_config=per_config, only=only)
             tf = {x: (tflops(m, n, k, res[x][0]) if x in res else None) for x in names}
             ref = tf["cuBLAS"]
             for cfg, ms in per_config:

@@ -261,6 +261,45 @@ def chunked_store_candidates() -> list[GemmConfig]:
             GemmConfig("direct", 256, 128, 64, 4, 256, wgmma=True, ws=True, tma_store=True, c_in_ring=True)]
 
 
+def s10_candidates(M: int, N: int, K: int) -> list[GemmConfig]:
+    """sm_90 candidates for the two shapes furthest below cuBLAS (issue 8), timed once (below), not the heuristic's.
+
+    Short K over about two waves of tiles (2000x3000x1000: 16 K steps a tile, 256 tiles of 128x192 on 132
+    SMs): every tiling of 2000x3000 leaves the busiest SM the same 128 * 192 * 2 output elements (two
+    128x192 tiles, one 256x192 or 192x256, three 128x128), so what is left to win is the cost per tile --
+    the ring's fill and the epilogue.  One 256x192 tile per block (one wave, 128 of 132 SMs; each consumer
+    warpgroup 128x192, 192 accumulators a thread) pays them once instead of twice, with its A tile
+    multicast to the neighbouring N tile (c2x1) or its B tile to the neighbouring M tile (c1x2), C leaving
+    in 64-column chunks or, with a fourth stage, from the ring's memory; the persistent 128x192 pairs of
+    the heuristic get a fifth stage, C leaving in 64-column chunks (16 KB) so that the ring fits beside
+    it (and the same chunks at four stages, to tell the two changes apart).
+
+    128 rows over many columns, long K (128x8192x8192, memory-bound on B): the heuristic's 128x64 tiles
+    with their A tile multicast to the neighbouring N tile (c2x1: half the L2 reads of A, which is
+    read by all 128 blocks), 128-deep K steps (half as many barrier round trips per byte) and one
+    consumer warpgroup of 128x64 instead of two of 64x64.
+
+    Timed on the H200 (mid-session run of 2026-12-02 02:07 UTC, TFLOP/s fp16 / bf16; cuBLAS 542 / 546 and
+    469 / 475): at 2000x3000x1000 the heuristic's persistent 128x192 pairs 484 / 477, one 256x192 tile per
+    block 467 / 476 (c2x1 470 / 483, c1x2 472 / 482, C in the ring 456 / 471), the pairs with 64-column
+    chunks 461 / 454 (a fifth stage 441 / 449): no change there.  At 128x8192x8192 one consumer warpgroup
+    423 / 437 against 411 / 432 for the heuristic's two: the heuristic's choice since."""
+    def ws(kind, bm, bn, bk, stages, threads=256, **kw):
+        return GemmConfig(kind, bm, bn, bk, stages, threads, wgmma=True, ws=True, tma_store=True, **kw)
+
+    # (left off the list after that run, each losing in both dtypes: the 256x192 tile with C in the ring, the
+    # persistent pairs with 64-column chunks at four or five stages, 128-deep K steps and A multicast for
+    # 128 rows; their kernels stay tested in tests/test_s10_gemm_candidates.py)
+    if M > 128:
+        chunked = ws("direct", 256, 192, 64, 3, store_cols=64)
+        return [chunked] + [dataclasses.replace(chunked, cluster=c) for c in ((2, 1), (1, 2))
+                            if _ceil(N, 192) >= c[0] and _ceil(M, 256) >= c[1]]
+    if M > 64:
+        # (the heuristic's until that run: two consumer warpgroups of 64x64, for comparison)
+        return [ws("direct", 128, 64, 64, 8)]
+    return []
+
+
 def cluster_candidates(M: int, N: int, K: int) -> list[GemmConfig]:
     """sm_90 configurations whose blocks run in thread-block clusters of two, the shared operand tile
     loaded once per cluster by TMA multicast (``passes/cluster_multicast.py``): direct ones along x or
@@ -310,13 +349,16 @@ def heuristic(M: int, N: int, K: int, dtype: str, arch: str, num_sms: int,
         return fit_shared(GemmConfig("direct", 16, 64, 256, 4, 128), smem_limit)
     if hopper and 64 < M <= 128 and _ceil(N, 64) * 4 >= num_sms * 3:
         # a few rows over enough columns for about a wave of 128x64 tiles: one block per tile, no
-        # split, an 8-deep ring and two consumer warpgroups (cuBLAS's tiles for 128x8192x8192, less
+        # split, an 8-deep ring and warp-specialized consumers (cuBLAS's tiles for 128x8192x8192, less
         # its cluster): 0.90x / 0.91x cuBLAS fp16 / bf16 against 0.79x / 0.80x for two K halves of
         # 128x128 tiles (bench/results/2026-12-01-1526-gemm-weak-*).  C leaves by TMA store (16 KB beside the
         # 192 KB ring): 425 TFLOP/s fp16 against 401 without at 128x8192x8192 (0.89x / 0.84x cuBLAS in the
         # mid-session H200 run of 2026-12-01 22:32 UTC, measure9; 423 / 417 in -1926-gemm-weak-*), while
-        # cuBLAS's 64x128 tiles, with or without clusters, lost (0.69-0.83x)
-        return fit_shared(GemmConfig("direct", 128, 64, 64, 8, 256, wgmma=True, ws=True, tma_store=True), smem_limit)
+        # cuBLAS's 64x128 tiles, with or without clusters, lost (0.69-0.83x).  One consumer warpgroup of 128x64
+        # instead of two of 64x64 (threads=128): 423 / 437 TFLOP/s fp16 / bf16 against 411 / 432 for two, with
+        # 128-deep K steps 420 / 424 and A multicast (c2x1) 391 / 397 (mid-session H200 run of 2026-12-02 02:07
+        # UTC, measure10; cuBLAS 469 / 475 there)
+        return fit_shared(GemmConfig("direct", 128, 64, 64, 8, 128, wgmma=True, ws=True, tma_store=True), smem_limit)
     if hopper and 64 < M <= 128 and _ceil(N, 128) < num_sms:
         # a few rows and fewer columns: K ranges of 128x128 tiles fill the GPU (two halves: 0.79-0.80x
         # at 128x8192x8192 in -0835-gemm-* and -0954-gemm-*, against 0.58-0.60x for four quarters of
@@ -445,7 +487,7 @@ def candidates(M: int, N: int, K: int, dtype: str, arch: str, num_sms: int,
             if c is not None:
                 out.append(c)
     if hopper:
-        out += [fit_shared(c, smem_limit) for c in cluster_candidates(M, N, K)]
+        out += [fit_shared(c, smem_limit) for c in cluster_candidates(M, N, K) + s10_candidates(M, N, K)]
     if not hopper:
         out = [c for c in out if c.kind not in ("persistent", "streamk")]
     seen, unique = set(), []

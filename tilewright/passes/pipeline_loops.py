@@ -33,6 +33,15 @@ lowering's (``lower_gemm``), not Tile IR's.  ``tw.disable_gemm_prefetch`` and ``
 keep the plain shape.  Copies marked ``mode="async"`` are left out of the generic
 barrier analysis; their ordering is this structure.
 
+A TMA ring of a loop nested in another loop (a persistent kernel's tile loop) initialises its
+mbarriers once, at the top of the kernel, not in the prologue of every round: PTX leaves
+``mbarrier.init`` on a location that holds a valid mbarrier undefined ("invalidate the mbarrier
+object using mbarrier.inval first", PTX ISA, mbarrier.init).  The phases then continue from round to
+round: a per-thread bit mask ``<k>_phases`` (bit ``s``: slot ``s`` has completed an odd number of
+phases in earlier rounds) makes the wait for iteration ``it`` one for parity
+``(bit (it % S) + it // S) % 2``, and after each round's loop every thread flips the bits of the slots
+that completed an odd number of phases in it (slot ``s``: ``ceil((n - s) / S)`` of ``n`` iterations).
+
 On targets with a tensor memory accelerator (sm_90), when every such copy is a plain 2-D tile of a
 tensor TMA can describe (``tma_eligible``), the copies become ``mode="tma"``: one thread issues
 bulk tensor loads that arrive on one mbarrier per ring slot, and "wait until the copy for k has
@@ -70,11 +79,21 @@ def pipeline_loops(func: t.PrimFunc, ctx=None) -> t.PrimFunc:
     # loops run by a thread partition keep cp.async
     in_partition = {s for s, ts in thread_sets(func.body, 1 << 30).items() if ts != (0, 1 << 30)}
 
+    nested = _pipelined_in_loops(func.body)  # (uids: map_stmt may hand over rebuilt nodes)
+    kernel_top: list = []  # mbarrier set-up of nested rings, for the top of the kernel around them
+
     def rewrite(s):
         if isinstance(s, t.For) and s.kind == "pipelined":
+            once = kernel_top if s.uid in nested else None
             hoisted, s = _hoist_shared_allocs(s)
-            out = _pipeline(s, func, allocs, restaged, no_prefetch, tma and s not in in_partition, func.plans)
+            out = _pipeline(s, func, allocs, restaged, no_prefetch, tma and s not in in_partition, func.plans,
+                            once)
             return t.SeqStmt([*hoisted, out]) if hoisted else out
+        if isinstance(s, t.Kernel) and kernel_top:
+            # (post-order: every loop of this kernel was rewritten before it)
+            top = list(kernel_top)
+            kernel_top.clear()
+            return rebuild(s, body=t.SeqStmt([*top, th.Barrier(loc=s.loc), s.body]))
         return None
 
     func.body = map_stmt(func.body, rewrite)
@@ -86,6 +105,22 @@ def pipeline_loops(func: t.PrimFunc, ctx=None) -> t.PrimFunc:
 
         func.body = map_stmt(func.body, realloc)
     return func
+
+
+def _pipelined_in_loops(root) -> set:
+    """The uids of the pipelined loops that run inside another loop (their prologue runs once a round)."""
+    from ..ir.visitor import child_stmts
+
+    out: set = set()
+    stack = [(root, False)]
+    while stack:
+        s, inside = stack.pop()
+        if isinstance(s, t.For):
+            if s.kind == "pipelined" and inside:
+                out.add(s.uid)
+            inside = True
+        stack.extend((c, inside) for c in child_stmts(s))
+    return out
 
 
 def _hoist_shared_allocs(loop: t.For):
@@ -176,7 +211,9 @@ def tma_eligible(c: t.Copy) -> bool:
     return SharedLayout.tma_compatible(tile, buf.dtype)
 
 
-def _pipeline(loop: t.For, func, allocs, restaged, no_prefetch=False, tma=False, plans=None):
+def _pipeline(loop: t.For, func, allocs, restaged, no_prefetch=False, tma=False, plans=None, kernel_top=None):
+    """``loop`` pipelined (module docstring); ``kernel_top`` (a list: the loop runs inside another loop)
+    receives what a TMA ring sets up once for the whole kernel."""
     stages = loop.num_stages
     serial = t.For(loop.var, loop.start, loop.extent, loop.body, "serial", 0, loop.loc, dict(loop.attrs))
     if stages < 2:
@@ -251,14 +288,30 @@ def _pipeline(loop: t.For, func, allocs, restaged, no_prefetch=False, tma=False,
             return t.Copy(src, dst, c.loc, mode="tma", barrier=(bar, slot), coalesced_width=c.coalesced_width)
         return t.Copy(src, dst, c.loc, mode="async", disable_tma=c.disable_tma, coalesced_width=c.coalesced_width)
 
+    phases = None  # a nested ring's phase bits from earlier rounds (module docstring)
+    if use_tma and kernel_top is not None:
+        phases = t.Buffer(f"{loop.var.name}_phases", (1,), "int32", "var", loc=loop.loc)
+
     def wait_for(it):
         """Wait until the copies of iteration ``it`` have landed (before the block barrier)."""
         if use_tma:
-            return th.MbarrierWait(bar, it % stages, (it // stages) % 2, loc=loop.loc)
+            parity = it // stages
+            if phases is not None:
+                parity = (E.Load(phases, (E.as_expr(0),)) >> (it % stages)) + parity
+            return th.MbarrierWait(bar, it % stages, parity % 2, loc=loop.loc)
         return th.AsyncWait(stages - 2, loc=loop.loc)
 
     prologue = [t.Alloc(bar, loc=loop.loc), th.MbarrierInit(bar, arrivals, loc=loop.loc),
                 th.Barrier(loc=loop.loc)] if use_tma else []
+    after = []
+    if phases is not None:
+        # set up once at the kernel's top; this round's odd phase counts flipped after the loop
+        kernel_top += [t.Alloc(bar, loc=loop.loc), th.MbarrierInit(bar, arrivals, loc=loop.loc),
+                       t.Alloc(phases, E.as_expr(0), loc=loop.loc)]
+        prologue = []
+        n = E.emax(loop.extent, 0)
+        odd = sum(((n + (stages - 1 - s_)) // stages % 2) * (1 << s_) for s_ in range(stages))
+        after = [t.BufferStore(phases, (E.as_expr(0),), E.Load(phases, (E.as_expr(0),)) ^ odd, loc=loop.loc)]
     for s_ in range(stages - 1):
         # in the prologue rel is 0: substitute the loop variable by start
         prologue.append(_fold_guard(map_stmt(issue_stage(s_), lambda x: _subst_stmt(x, {loop.var: loop.start}))))
@@ -292,14 +345,14 @@ def _pipeline(loop: t.For, func, allocs, restaged, no_prefetch=False, tma=False,
                                              substitute(slot_now, {loop.var: loop.start}), use_tma)
         new_loop = t.For(loop.var, loop.start, loop.extent, t.SeqStmt(new_body), "serial", 0, loop.loc,
                          dict(loop.attrs, pipelined=stages, ring_buffers=ring_bufs))
-        return [*prologue, *pre, new_loop, *drain]
+        return [*prologue, *pre, new_loop, *drain, *after]
     new_body = [wait_for(rel), th.Barrier(loc=loop.loc), issue_stage(stages - 1)]
     if not use_tma:
         new_body.append(th.AsyncCommit(loc=loop.loc))
     new_body.append(rest_stmt)
     new_loop = t.For(loop.var, loop.start, loop.extent, t.SeqStmt(new_body), "serial", 0, loop.loc,
                      dict(loop.attrs, pipelined=stages, ring_buffers=ring_bufs))
-    return [*prologue, new_loop, *drain]
+    return [*prologue, new_loop, *drain, *after]
 
 
 def _prefetchable(rest, new_bufs) -> bool:
