@@ -83,8 +83,9 @@ S10_GQA_LENS = [4096, 8192, 16384, 65536]
 # count and merge shape without the cluster launch; 64,3: 3 stages (2 blocks a SM by shared memory, 2 tiles in
 # flight each)
 # (the 22:32 run: cover alone 34% / 65% at 16k / 64k, its one-block merge of 33 partials ~30 us: left out)
+# "wave": the most splits a single wave holds (3 blocks a SM: 49 -> 48 splits, 6 sets of 8, 384 blocks)
 S10_MQA = [("cover,tmerge", None, None), ("cover,tmerge", None, "64,3"), ("cover,tmerge,w8", None, None),
-           ("cover,tmerge,w8", None, "64,3")]
+           ("cover,tmerge,wave", None, None)]
 # DECODE_S10_DTYPES=bfloat16 (or float16) halves the run (the compiles are most of it)
 S10_DTYPES = [getattr(torch, n) for n in os.environ.get("DECODE_S10_DTYPES", "float16,bfloat16").split(",")]
 

@@ -76,3 +76,6 @@ def test_set_sizes_counters_and_split_counts(monkeypatch):
     assert cfg[0] == 32 and cfg[4] == ("cover", "tmerge")  # (no cluster: nothing dropped on sm_80)
     assert dk.decode_splits(8, 256, None, 128, cfg, 232448, 132) == 32  # 2 x 132 // 8 = 33 -> whole sets of 8
     assert dk.decode_splits(8, 256, 7, 128, cfg, 232448, 132) == 7  # num_splits given: as given
+    monkeypatch.setenv("TILEWRIGHT_DECODE_VARIANT", "tmerge,cover,wave")  # one wave: 132 x 3 // 8 = 49 -> 48
+    cfg = dk.decode_config(128, 232448, 32, SM90)
+    assert dk.decode_splits(8, 1024, None, 128, cfg, 232448, 132) == 48 and dk.decode_counters(8, 48, cfg[4]) == 56
