@@ -52,6 +52,16 @@ LN2 = 0.6931471805599453
 # chain of dependent L2 round trips at the very end (partial stores and fence, the counting atomic, the
 # partials' loads in 6-9 dependent rounds at 4-8 splits (see "flatmerge"), then the output stores) during
 # which no block reads HBM.  The variants each shave one of these:
+# The budget at the bar (issue 9: 85% of the copy bandwidth, ~4.22 TB/s, so 3.59 TB/s), session 10, d 128, 2-byte
+# K/V.  GQA (batch 8, 8 kv heads): K+V = 32 KiB a key, 134 MB at KV 4k -> 37.4 us a call at the bar, of which
+# streaming at the measured 4.52 TB/s takes 29.7 us: 7.7 us left for every fixed cost against the ~8 us measured
+# (launch ~1 us, the first tile's latency, the last tile's compute, the merge's dependent L2 round trips); 8k and
+# longer have 15+ us to spare.  256 blocks of 16 key blocks (512 KB) at 4k: 124 SMs hold 2 and 8 hold 1 of the
+# 396 slots (3 a SM).  MQA (batch 8, 1 kv head): 4 KiB a key, 67 MB at KV 16k -> 18.7 us at the bar, streaming
+# 14.8 us: 3.9 us for the fixed cost, half of GQA's, so 85% at 16k needs a fixed cost no GPU run has shown (at 8 us:
+# 69%); 64k (268 MB, 74.8 us) leaves 15 us.  The MQA block (cover: the 32 query rows of a kv head, Q.K^T as two
+# m16 tiles over 2 x 2 warps, no padded rows, 32 MMAs a warp a key block) streams 8 (16k) or 32 (64k) key blocks
+# at 32 splits; its merge reads 32 partials x 32 rows x 512 bytes (512 KB) a group.
 VARIANTS = {
     "wave": "split count: the most splits whose blocks all fit on the GPU at once (SMs x blocks per SM, "
             "estimated from shared memory, threads and registers) instead of 2 x SMs / groups",
