@@ -76,14 +76,18 @@ MQA = [("none", None, None), (None, None, None), ("cover", None, None), ("cover,
 
 # session 10 (--s10): (variant, num_splits, config) columns.  "tmerge": the merge as a tree through global memory,
 # no cluster (sets of up to 8 splits); "w8": 8 warps a block.  The GQA reference "cmerge s=2 64,4,128" is the 22:32
-# run's 83% at KV 4k (one block a SM at 4 stages, a cluster of 2).
+# run's 83% at KV 4k (one block a SM at 4 stages, a cluster of 2).  The 02:07 run (bf16): tmerge 82/93/100/105% at
+# 4k/8k/16k/64k against the default's 81/92/96/96% (the GQA default since); w8, tmerge,w8 70-89%; cmerge s=2
+# 83/93/98/103%.
 S10_GQA = [("tmerge", None, None), ("w8", None, None), ("tmerge,w8", None, None), ("cmerge", 2, "64,4,128")]
 S10_GQA_LENS = [4096, 8192, 16384, 65536]
 # MQA (32 query heads on 1 kv head): the default is cover,cmerge (clusters of 8); cover,tmerge is the same split
 # count and merge shape without the cluster launch; 64,3: 3 stages (2 blocks a SM by shared memory, 2 tiles in
 # flight each)
 # (the 22:32 run: cover alone 34% / 65% at 16k / 64k, its one-block merge of 33 partials ~30 us: left out)
-# "wave": the most splits a single wave holds (3 blocks a SM: 49 -> 48 splits, 6 sets of 8, 384 blocks)
+# "wave": the most splits a single wave holds (3 blocks a SM: 49 -> 48 splits, 6 sets of 8, 384 blocks).
+# The 02:07 run (bf16, KV 16k / 64k): cover,cmerge 44 / 62%, cover,tmerge 41 / 70% (the MQA default from 32k keys
+# since), at 3 stages 41 / 68%, with w8 39 / 63%, with wave 35 / 64%; SDPA 54 / 74%.
 S10_MQA = [("cover,tmerge", None, None), ("cover,tmerge", None, "64,3"), ("cover,tmerge,w8", None, None),
            ("cover,tmerge,wave", None, None)]
 # DECODE_S10_DTYPES=bfloat16 (or float16) halves the run (the compiles are most of it)

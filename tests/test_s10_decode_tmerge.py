@@ -79,3 +79,26 @@ def test_set_sizes_counters_and_split_counts(monkeypatch):
     monkeypatch.setenv("TILEWRIGHT_DECODE_VARIANT", "tmerge,cover,wave")  # one wave: 132 x 3 // 8 = 49 -> 48
     cfg = dk.decode_config(128, 232448, 32, SM90)
     assert dk.decode_splits(8, 1024, None, 128, cfg, 232448, 132) == 48 and dk.decode_counters(8, 48, cfg[4]) == 56
+
+
+def test_defaults_after_the_0207_run(monkeypatch):
+    """The measured defaults (H200, 02:07): GQA tmerge; MQA cover,cmerge below MQA_LONG_FROM keys of cache and
+    cover,tmerge from there; a target without clusters keeps the plain kernel (measured on sm_90a only)."""
+    monkeypatch.delenv("TILEWRIGHT_DECODE_VARIANT", raising=False)
+    monkeypatch.delenv("TILEWRIGHT_DECODE_CONFIG", raising=False)
+    assert dk.decode_config(128, 232448, 4, SM90, 4096) == (16, 64, 2, 128, ("tmerge",))
+    assert dk.decode_config(128, 232448, 32, SM90, 16384) == (32, 64, 2, 128, ("cmerge", "cover"))
+    assert dk.decode_config(128, 232448, 32, SM90, dk.MQA_LONG_FROM) == (32, 64, 2, 128, ("cover", "tmerge"))
+    assert dk.decode_config(128, 232448, 32, SM90) == (32, 64, 2, 128, ("cmerge", "cover"))  # (no length given)
+    assert dk.decode_config(128, 166912, 4, SM80, 4096)[4] == () and dk.decode_config(128, 166912, 32, SM80, 65536)[4] == ()
+
+
+@needs_nvrtc
+def test_mqa_long_default_runs(emulate, monkeypatch):  # noqa: F811 (the fixture)
+    """The default at MQA group 32 with a cache of MQA_LONG_FROM keys or more on sm_90a: cover,tmerge."""
+    monkeypatch.setattr(dk, "MQA_LONG_FROM", 1024)
+    built = emulate(SM90, "")
+    monkeypatch.delenv("TILEWRIGHT_DECODE_VARIANT")
+    _run(2, 32, 1, 1100, 128, torch.bfloat16, [1100, 555], 16, seed=13)
+    (key,) = built
+    assert key[-1] == ("cover", "tmerge") and key[9] == 32

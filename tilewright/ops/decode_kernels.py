@@ -111,22 +111,34 @@ VARIANTS = {
 # 44% of the copy bandwidth at KV 16k and 62% at 64k against the plain kernel's 40% and 58% (fp16 and bf16 alike;
 # cover alone 34% / 64-65%, the fill variants 21-46%).  GQA: cmerge alone lost 1-8 points at every length; with 2
 # splits at 4 stages it won 2-3 points at KV 4k only (83% against 80-81%) and lost 1-2 at 16k-64k: not a default.
-DEFAULT_VARIANT = {"mqa": ("cmerge", "cover"), "gqa": ()}
+# Session 10 (the H200 run of 02:07, bf16, decode-splits-s10): GQA tmerge 82 / 93 / 100 / 105% at KV 4k / 8k / 16k /
+# 64k against the default's 81 / 92 / 96 / 96% (w8 and tmerge,w8 70-89%: 8 warps lose); cmerge s=2 at 4 stages 83 /
+# 93 / 98 / 103%.  MQA cover,tmerge 41% at 16k and 70% at 64k against cover,cmerge's 44% and 62% (cover,tmerge at 3
+# stages 41 / 68%, with w8 39 / 63%, with wave 35 / 64%): a line through the two lengths gives cover,cmerge ~13.5 us
+# of fixed cost and 3.0 TB/s streaming, cover,tmerge ~21 us and 3.9 TB/s (its one-block merge of 8 partials of 32
+# rows is longer; the cluster launch streams slower), crossing near 26k keys: "mqa_long" (MQA_LONG_FROM keys of
+# cache or more) takes cover,tmerge.  Defaults measured on the H200 only: a target without clusters (before sm_90,
+# AMD) keeps the plain kernel (see decode_config).
+DEFAULT_VARIANT = {"mqa": ("cmerge", "cover"), "mqa_long": ("cover", "tmerge"), "gqa": ("tmerge",)}
+MQA_LONG_FROM = 32768
 # and their configuration by (kind, head dim) ("block_N,stages[,threads]" as TILEWRIGHT_DECODE_CONFIG; none: the
 # rule of decode_config) where neither variable is set
 DEFAULT_CONFIG: dict = {}
 
 
-def _kind(group: int) -> str:
-    return "mqa" if group > 16 else "gqa"
+def _kind(group: int, seq_k: int | None = None) -> str:
+    if group <= 16:
+        return "gqa"
+    return "mqa_long" if seq_k is not None and seq_k >= MQA_LONG_FROM else "mqa"
 
 
-def decode_variant(group: int = 1) -> tuple:
+def decode_variant(group: int = 1, seq_k: int | None = None) -> tuple:
     """The candidate variants named by ``TILEWRIGHT_DECODE_VARIANT`` (sorted, for kernel cache keys); unset: the
-    ``DEFAULT_VARIANT`` of the ``group`` of query heads a kv head serves; "none": no variant."""
+    ``DEFAULT_VARIANT`` of the ``group`` of query heads a kv head serves (and, for MQA, of the ``seq_k`` keys of
+    the cache when given); "none": no variant."""
     raw = config.get("decode_variant")
     if not raw:
-        return DEFAULT_VARIANT[_kind(group)]
+        return DEFAULT_VARIANT[_kind(group, seq_k)]
     names = tuple(sorted({x.strip() for x in raw.split(",") if x.strip() and x.strip() != "none"}))
     unknown = [n for n in names if n not in VARIANTS]
     if unknown:
@@ -141,7 +153,7 @@ def decode_variant(group: int = 1) -> tuple:
     return names
 
 
-def decode_config(dim: int, smem: int, group: int = 1, target: str | None = None) -> tuple:
+def decode_config(dim: int, smem: int, group: int = 1, target: str | None = None, seq_k: int | None = None) -> tuple:
     """(block_H, block_N, stages, threads, variant): 16 query rows (the smallest MMA M), key blocks of
     64 x dim (32 at d 256), 4 stages at d <= 64, 2 at d 65..128 and 3 above, 4 warps (2 where d is
     an odd multiple of 16); shrunk (stages to 2, block_N to 32, stages to 1) until a query tile, the
@@ -154,10 +166,11 @@ def decode_config(dim: int, smem: int, group: int = 1, target: str | None = None
     ``DEFAULT_CONFIG`` does.  ``variant``: ``decode_variant(group)`` (candidates, ``DEFAULT_VARIANT`` by
     default); with "cover", ``block_H`` is the ``group`` of query heads a kv head serves rounded up to 16, at
     most 64 (32 at d > 128: 64 rows spill there).  With ``target`` (its string) and no clusters there, "cmerge"
-    is dropped from a chosen variant and a default that has it becomes the plain kernel."""
-    variant = decode_variant(group)
-    if target is not None and "cmerge" in variant and decode_for_target((0, 0, 0, 0, variant), target)[4] != variant:
-        # a target without clusters: a chosen variant loses cmerge, the default (measured with it) is the plain one
+    is dropped from a chosen variant and a default (measured on the H200 only) becomes the plain kernel.  ``seq_k``:
+    the keys of the cache, which pick the MQA default ("mqa_long" from ``MQA_LONG_FROM``)."""
+    variant = decode_variant(group, seq_k)
+    if target is not None and variant and not _has_clusters(target):
+        # a target without clusters: a chosen variant loses cmerge, a default (measured on sm_90a) is the plain one
         variant = tuple(v for v in variant if v != "cmerge") if config.get("decode_variant") else ()
     bH, bN, stages = 16, 64 if dim <= 128 else 32, 4 if dim <= 64 else 2 if dim <= 128 else 3
     if "cover" in variant:
@@ -168,7 +181,7 @@ def decode_config(dim: int, smem: int, group: int = 1, target: str | None = None
     threads = (256 if "w8" in variant else 128) if dim % 32 == 0 else 64
     env = config.get("decode_config")  # "block_N,stages[,threads]": sweeps on a GPU (bench/decode_splits.py)
     if not env and not config.get("decode_variant"):
-        env = DEFAULT_CONFIG.get((_kind(group), dim), "")
+        env = DEFAULT_CONFIG.get((_kind(group, seq_k), dim), "")
     if env:
         try:
             given = [int(x) for x in env.split(",")]
@@ -254,13 +267,15 @@ def _set_of(splits: int) -> int:
 
 def decode_for_target(cfg: tuple, target: str) -> tuple:
     """``cfg`` without the variants the target cannot run ("cmerge" needs clusters: sm_90 and newer)."""
-    if "cmerge" not in cfg[4]:
-        return cfg
-    from ..target.base import Target
-
-    if Target.parse(target).has("cluster"):
+    if "cmerge" not in cfg[4] or _has_clusters(target):
         return cfg
     return cfg[:4] + (tuple(v for v in cfg[4] if v != "cmerge"),)
+
+
+def _has_clusters(target: str) -> bool:
+    from ..target.base import Target
+
+    return Target.parse(target).has("cluster")
 
 
 def decode_counters(groups: int, splits: int, variant: tuple) -> int:
@@ -760,7 +775,7 @@ def _make_plan(q, k, scale, num_splits, has_cache, k_hc, v_hc, strides) -> _Deco
 
     B, H, _, D = q.shape
     Hkv, Sk = k.shape[1], k.shape[2]
-    cfg = decode_config(D, ad._shared_bytes(q), H // Hkv, ad._target_of(q))
+    cfg = decode_config(D, ad._shared_bytes(q), H // Hkv, ad._target_of(q), Sk)
     bH, bN = cfg[:2]
     slices = -(-(H // Hkv) // bH)
     plan = _DecodePlan()
