@@ -23,6 +23,10 @@ time alone: 20 calls captured in a CUDA graph, alternating between two KV caches
 read from L2, replayed; no host time, no flush.
 
     python bench/decode_splits.py            # on a GPU (about 2 minutes on an H200)
+    python bench/decode_splits.py --s10      # session 10's candidates alone: GPU-time tables only (~90 s)
+
+``--s10`` (or DECODE_SPLITS=s10) times, in a CUDA graph as table 2, the GQA candidates (table S10-GQA) and the MQA
+candidates (table S10-MQA) of ``S10_GQA`` / ``S10_MQA`` against SDPA and the default, skipping tables 1-3.
 """
 
 from __future__ import annotations
@@ -68,6 +72,70 @@ FORCED = [("cmerge", 2, "64,4,128"), ("fill", None, "64,4,128"), ("none", 2, "64
 # the fill variants, one block a SM, 21-46%: left out)
 MQA = [("none", None, None), (None, None, None), ("cover", None, None), ("cover,cmerge", None, "64,3,128"),
        ("cover,flatmerge", None, None), ("cover,cmerge", 16, None)]
+
+
+# session 10 (--s10): (variant, num_splits, config) columns.  "tmerge": the merge as a tree through global memory,
+# no cluster (sets of up to 8 splits); "w8": 8 warps a block.  The GQA reference "cmerge s=2 64,4,128" is the 22:32
+# run's 83% at KV 4k (one block a SM at 4 stages, a cluster of 2).  The 02:07 run (bf16): tmerge 82/93/100/105% at
+# 4k/8k/16k/64k against the default's 81/92/96/96% (the GQA default since); w8, tmerge,w8 70-89%; cmerge s=2
+# 83/93/98/103%.
+S10_GQA = [("tmerge", None, None), ("w8", None, None), ("tmerge,w8", None, None), ("cmerge", 2, "64,4,128")]
+S10_GQA_LENS = [4096, 8192, 16384, 65536]
+# MQA (32 query heads on 1 kv head): the default is cover,cmerge (clusters of 8); cover,tmerge is the same split
+# count and merge shape without the cluster launch; 64,3: 3 stages (2 blocks a SM by shared memory, 2 tiles in
+# flight each)
+# (the 22:32 run: cover alone 34% / 65% at 16k / 64k, its one-block merge of 33 partials ~30 us: left out)
+# "wave": the most splits a single wave holds (3 blocks a SM: 49 -> 48 splits, 6 sets of 8, 384 blocks).
+# The 02:07 run (bf16, KV 16k / 64k): cover,cmerge 44 / 62%, cover,tmerge 41 / 70% (the MQA default from 32k keys
+# since), at 3 stages 41 / 68%, with w8 39 / 63%, with wave 35 / 64%; SDPA 54 / 74%.
+S10_MQA = [("cover,tmerge", None, None), ("cover,tmerge", None, "64,3"), ("cover,tmerge,w8", None, None),
+           ("cover,tmerge,wave", None, None)]
+# DECODE_S10_DTYPES=bfloat16 (or float16) halves the run (the compiles are most of it)
+S10_DTYPES = [getattr(torch, n) for n in os.environ.get("DECODE_S10_DTYPES", "float16,bfloat16").split(",")]
+
+
+def label(v, n, c) -> str:
+    return "new" + (f" {v}" if v else "") + (f" s={n}" if n else "") + (f" {c}" if c else "")
+
+
+def s10_table(roof: float, mqa: bool) -> list:
+    """Session 10: GPU time in a CUDA graph (two caches alternated), the default and the candidates of ``S10_MQA``
+    (MQA: 1 KV head) or ``S10_GQA`` (``HKV`` KV heads); every candidate checked against float64 first."""
+    hkv, cands, lens = (1, S10_MQA, (16384, 65536)) if mqa else (HKV, S10_GQA, S10_GQA_LENS)
+    rows = [f"S10-{'MQA' if mqa else 'GQA'}, GPU time in a CUDA graph (two KV caches alternated): batch {B}, {H} query "
+            f"heads, {hkv} KV heads, head dim {D}; GB/s of K and V read once (fraction of the copy bandwidth "
+            f"{roof:.0f} GB/s); s=N: num_splits forced.", "",
+            "| dtype | KV | SDPA | new | " + " | ".join(label(*c) for c in cands) + " |",
+            "|---|---|---|---|" + "---|" * len(cands)]
+    for dtype in S10_DTYPES:
+        for L in lens:
+            g = torch.Generator(device="cuda").manual_seed(L + hkv)
+            q = torch.randn(B, H, 1, D, device="cuda", dtype=dtype, generator=g)
+            kvs = [tuple(torch.randn(B, hkv, L, D, device="cuda", dtype=dtype, generator=g) for _ in range(2))
+                   for _ in range(2)]
+            gb = 2 * B * hkv * L * D * q.element_size() / 1e9
+            ref = F.scaled_dot_product_attention(q.double(), kvs[0][0].double(), kvs[0][1].double(), enable_gqa=True)
+
+            def rate(fn) -> str:
+                err = ((fn(*kvs[0]).double() - ref).abs() / (1 + ref.abs())).max().item()
+                if not err < 2e-2:
+                    return f"WRONG {err:.2g}"
+                r = gb / graph_ms([lambda kv=kv: fn(*kv) for kv in kvs]) * 1e3
+                return f"{r:.0f} ({r / roof:.0%})"
+
+            row = [rate(lambda kk, vv: F.scaled_dot_product_attention(q, kk, vv, enable_gqa=True))]
+            use("new")
+            row.append(rate(lambda kk, vv: ops.attention(q, kk, vv)))
+            for v, n, c in cands:
+                use("new", c, v)
+                row.append(guarded(lambda n=n: rate(lambda kk, vv: ops.attention(q, kk, vv, num_splits=n))))
+            use("new")
+            rows.append(f"| {str(dtype)[6:]} | {L} | " + " | ".join(row) + " |")
+            print(rows[-1], flush=True)
+    chosen = dict.fromkeys(v for v, n, c in cands if n is None)
+    rows += ["", f"Split counts at KV {', '.join(map(str, lens))}: " + "; ".join(
+        f"{v or 'new'}: {chosen_splits(v, hkv, lens)}" for v in [None] + list(chosen))]
+    return rows
 
 
 def use(kernel: str, config: str | None = None, variant: str | None = None) -> None:
@@ -165,6 +233,11 @@ def mqa_table(roof: float) -> list:
 
 def main() -> None:
     roof = copy_bandwidth("cuda", False)
+    if "--s10" in sys.argv or os.environ.get("DECODE_SPLITS") == "s10":
+        rows = s10_table(roof, False) + [""] + s10_table(roof, True)
+        print("\n".join(rows))
+        print("saved", save("decode-splits-s10", rows))
+        return
     head = (f"batch {B}, {H} query heads, {HKV} KV heads, head dim {D}; GB/s of K and V read (fraction of the "
             f"copy bandwidth {roof:.0f} GB/s)")
     t1 = [f"Decoding, do_bench per call (L2 flushed before each call): {head}; old/new = the old path / the new "

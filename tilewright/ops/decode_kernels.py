@@ -52,6 +52,16 @@ LN2 = 0.6931471805599453
 # chain of dependent L2 round trips at the very end (partial stores and fence, the counting atomic, the
 # partials' loads in 6-9 dependent rounds at 4-8 splits (see "flatmerge"), then the output stores) during
 # which no block reads HBM.  The variants each shave one of these:
+# The budget at the bar (issue 9: 85% of the copy bandwidth, ~4.22 TB/s, so 3.59 TB/s), session 10, d 128, 2-byte
+# K/V.  GQA (batch 8, 8 kv heads): K+V = 32 KiB a key, 134 MB at KV 4k -> 37.4 us a call at the bar, of which
+# streaming at the measured 4.52 TB/s takes 29.7 us: 7.7 us left for every fixed cost against the ~8 us measured
+# (launch ~1 us, the first tile's latency, the last tile's compute, the merge's dependent L2 round trips); 8k and
+# longer have 15+ us to spare.  256 blocks of 16 key blocks (512 KB) at 4k: 124 SMs hold 2 and 8 hold 1 of the
+# 396 slots (3 a SM).  MQA (batch 8, 1 kv head): 4 KiB a key, 67 MB at KV 16k -> 18.7 us at the bar, streaming
+# 14.8 us: 3.9 us for the fixed cost, half of GQA's, so 85% at 16k needs a fixed cost no GPU run has shown (at 8 us:
+# 69%); 64k (268 MB, 74.8 us) leaves 15 us.  The MQA block (cover: the 32 query rows of a kv head, Q.K^T as two
+# m16 tiles over 2 x 2 warps, no padded rows, 32 MMAs a warp a key block) streams 8 (16k) or 32 (64k) key blocks
+# at 32 splits; its merge reads 32 partials x 32 rows x 512 bytes (512 KB) a group.
 VARIANTS = {
     "wave": "split count: the most splits whose blocks all fit on the GPU at once (SMs x blocks per SM, "
             "estimated from shared memory, threads and registers) instead of 2 x SMs / groups",
@@ -80,6 +90,16 @@ VARIANTS = {
               "the cluster's c partials (1/c of the rows, not all rows of all splits in one block); with more "
               "splits than c, each cluster leaves a partial of its rows and the last cluster to count (a counter "
               "per row slice) merges splits/c of those.  The split count is rounded down to a multiple of c",
+    "tmerge": "the merge as a tree through global memory, no cluster: the splits of a group form sets of t = 2..8 "
+              "neighbours (a power of two dividing the split count, as cmerge's clusters); the last block of a set "
+              "to count (a counter per set) merges the set's t partials of all the block's rows into the set's first "
+              "slot, then counts on the group's counter, and the last set merges the splits / t set partials.  The "
+              "merging block reads t (then splits / t) partials, not all splits; unlike cmerge no cluster is "
+              "launched (cluster launches of 8 are placed GPC by GPC: the 22:32 MQA run has cover,cmerge,fill, one "
+              "block a SM, at half the rate of cover,flatmerge,fill, the same blocks without the cluster)",
+    "w8": "8 warps (256 threads) a block instead of 4, each warp half the MMAs and softmax of a key block (a shorter "
+          "compute between a block's TMA waits), without the producer warpgroup the compiler would add to a kernel "
+          "of two warpgroups (which would make it 384 threads, one block a SM)",
     "fill": "split count: one block a SM (SMs // groups splits, at least 2, each range at least 4 key blocks) "
             "instead of 2 x SMs / groups: fewer partials to merge (MQA: 16 splits of 8 groups, not 33)",
 }
@@ -91,22 +111,34 @@ VARIANTS = {
 # 44% of the copy bandwidth at KV 16k and 62% at 64k against the plain kernel's 40% and 58% (fp16 and bf16 alike;
 # cover alone 34% / 64-65%, the fill variants 21-46%).  GQA: cmerge alone lost 1-8 points at every length; with 2
 # splits at 4 stages it won 2-3 points at KV 4k only (83% against 80-81%) and lost 1-2 at 16k-64k: not a default.
-DEFAULT_VARIANT = {"mqa": ("cmerge", "cover"), "gqa": ()}
+# Session 10 (the H200 run of 02:07, bf16, decode-splits-s10): GQA tmerge 82 / 93 / 100 / 105% at KV 4k / 8k / 16k /
+# 64k against the default's 81 / 92 / 96 / 96% (w8 and tmerge,w8 70-89%: 8 warps lose); cmerge s=2 at 4 stages 83 /
+# 93 / 98 / 103%.  MQA cover,tmerge 41% at 16k and 70% at 64k against cover,cmerge's 44% and 62% (cover,tmerge at 3
+# stages 41 / 68%, with w8 39 / 63%, with wave 35 / 64%): a line through the two lengths gives cover,cmerge ~13.5 us
+# of fixed cost and 3.0 TB/s streaming, cover,tmerge ~21 us and 3.9 TB/s (its one-block merge of 8 partials of 32
+# rows is longer; the cluster launch streams slower), crossing near 26k keys: "mqa_long" (MQA_LONG_FROM keys of
+# cache or more) takes cover,tmerge.  Defaults measured on the H200 only: a target without clusters (before sm_90,
+# AMD) keeps the plain kernel (see decode_config).
+DEFAULT_VARIANT = {"mqa": ("cmerge", "cover"), "mqa_long": ("cover", "tmerge"), "gqa": ("tmerge",)}
+MQA_LONG_FROM = 32768
 # and their configuration by (kind, head dim) ("block_N,stages[,threads]" as TILEWRIGHT_DECODE_CONFIG; none: the
 # rule of decode_config) where neither variable is set
 DEFAULT_CONFIG: dict = {}
 
 
-def _kind(group: int) -> str:
-    return "mqa" if group > 16 else "gqa"
+def _kind(group: int, seq_k: int | None = None) -> str:
+    if group <= 16:
+        return "gqa"
+    return "mqa_long" if seq_k is not None and seq_k >= MQA_LONG_FROM else "mqa"
 
 
-def decode_variant(group: int = 1) -> tuple:
+def decode_variant(group: int = 1, seq_k: int | None = None) -> tuple:
     """The candidate variants named by ``TILEWRIGHT_DECODE_VARIANT`` (sorted, for kernel cache keys); unset: the
-    ``DEFAULT_VARIANT`` of the ``group`` of query heads a kv head serves; "none": no variant."""
+    ``DEFAULT_VARIANT`` of the ``group`` of query heads a kv head serves (and, for MQA, of the ``seq_k`` keys of
+    the cache when given); "none": no variant."""
     raw = config.get("decode_variant")
     if not raw:
-        return DEFAULT_VARIANT[_kind(group)]
+        return DEFAULT_VARIANT[_kind(group, seq_k)]
     names = tuple(sorted({x.strip() for x in raw.split(",") if x.strip() and x.strip() != "none"}))
     unknown = [n for n in names if n not in VARIANTS]
     if unknown:
@@ -115,10 +147,13 @@ def decode_variant(group: int = 1) -> tuple:
     if "cmerge" in names and "ws" in names:  # (the producer warpgroup does not reach the merge's cluster barrier)
         raise ValueError(f"TILEWRIGHT_DECODE_VARIANT={raw!r}: cmerge and ws cannot be combined (the cluster barrier "
                          "of cmerge's merge waits for every warp, and ws's producer warps leave the loop early)")
+    if "w8" in names and "ws" in names:
+        raise ValueError(f"TILEWRIGHT_DECODE_VARIANT={raw!r}: w8 and ws cannot be combined (w8 is 8 warps without "
+                         "a producer warpgroup, ws adds one)")
     return names
 
 
-def decode_config(dim: int, smem: int, group: int = 1, target: str | None = None) -> tuple:
+def decode_config(dim: int, smem: int, group: int = 1, target: str | None = None, seq_k: int | None = None) -> tuple:
     """(block_H, block_N, stages, threads, variant): 16 query rows (the smallest MMA M), key blocks of
     64 x dim (32 at d 256), 4 stages at d <= 64, 2 at d 65..128 and 3 above, 4 warps (2 where d is
     an odd multiple of 16); shrunk (stages to 2, block_N to 32, stages to 1) until a query tile, the
@@ -131,10 +166,11 @@ def decode_config(dim: int, smem: int, group: int = 1, target: str | None = None
     ``DEFAULT_CONFIG`` does.  ``variant``: ``decode_variant(group)`` (candidates, ``DEFAULT_VARIANT`` by
     default); with "cover", ``block_H`` is the ``group`` of query heads a kv head serves rounded up to 16, at
     most 64 (32 at d > 128: 64 rows spill there).  With ``target`` (its string) and no clusters there, "cmerge"
-    is dropped from a chosen variant and a default that has it becomes the plain kernel."""
-    variant = decode_variant(group)
-    if target is not None and "cmerge" in variant and decode_for_target((0, 0, 0, 0, variant), target)[4] != variant:
-        # a target without clusters: a chosen variant loses cmerge, the default (measured with it) is the plain one
+    is dropped from a chosen variant and a default (measured on the H200 only) becomes the plain kernel.  ``seq_k``:
+    the keys of the cache, which pick the MQA default ("mqa_long" from ``MQA_LONG_FROM``)."""
+    variant = decode_variant(group, seq_k)
+    if target is not None and variant and not _has_clusters(target):
+        # a target without clusters: a chosen variant loses cmerge, a default (measured on sm_90a) is the plain one
         variant = tuple(v for v in variant if v != "cmerge") if config.get("decode_variant") else ()
     bH, bN, stages = 16, 64 if dim <= 128 else 32, 4 if dim <= 64 else 2 if dim <= 128 else 3
     if "cover" in variant:
@@ -142,10 +178,10 @@ def decode_config(dim: int, smem: int, group: int = 1, target: str | None = None
     # P V splits the head dim over the warps: 4 warps (2 waves of 64) need a multiple of 32 (the
     # MMA's n8 per NVIDIA warp, MFMA's 16 per AMD wave); an odd multiple of 16 (48, 80, 112, ...)
     # takes 2 warps (1 wave)
-    threads = 128 if dim % 32 == 0 else 64
+    threads = (256 if "w8" in variant else 128) if dim % 32 == 0 else 64
     env = config.get("decode_config")  # "block_N,stages[,threads]": sweeps on a GPU (bench/decode_splits.py)
     if not env and not config.get("decode_variant"):
-        env = DEFAULT_CONFIG.get((_kind(group), dim), "")
+        env = DEFAULT_CONFIG.get((_kind(group, seq_k), dim), "")
     if env:
         try:
             given = [int(x) for x in env.split(",")]
@@ -204,7 +240,7 @@ def decode_splits(groups: int, key_blocks: int, forced, dim: int, cfg: tuple, sm
         return 1
     else:
         splits = max(1, min(sms * blocks_per_sm(dim, cfg, smem) // groups, key_blocks // 4, 64))
-    if "cmerge" in variant and splits > 1:  # whole clusters of up to 8 splits
+    if ("cmerge" in variant or "tmerge" in variant) and splits > 1:  # whole clusters (sets) of up to 8 splits
         splits -= splits % min(8, 1 << (splits.bit_length() - 1))
     return splits
 
@@ -214,29 +250,50 @@ def merge_cluster(splits: int, variant: tuple) -> int:
     divides ``splits`` (1: no cluster, the default merge)."""
     if "cmerge" not in variant or splits < 2:
         return 1
+    return _set_of(splits)
+
+
+def merge_set(splits: int, variant: tuple) -> int:
+    """The splits of one set of the "tmerge" tree merge (as ``merge_cluster``; 1: not a tree merge).
+    "cmerge" wins where both are named (the cluster merge needs no first-level counters)."""
+    if "tmerge" not in variant or "cmerge" in variant or splits < 2:
+        return 1
+    return _set_of(splits)
+
+
+def _set_of(splits: int) -> int:
     return next(c for c in (8, 4, 2, 1) if splits % c == 0)
 
 
 def decode_for_target(cfg: tuple, target: str) -> tuple:
     """``cfg`` without the variants the target cannot run ("cmerge" needs clusters: sm_90 and newer)."""
-    if "cmerge" not in cfg[4]:
-        return cfg
-    from ..target.base import Target
-
-    if Target.parse(target).has("cluster"):
+    if "cmerge" not in cfg[4] or _has_clusters(target):
         return cfg
     return cfg[:4] + (tuple(v for v in cfg[4] if v != "cmerge"),)
 
 
+def _has_clusters(target: str) -> bool:
+    from ..target.base import Target
+
+    return Target.parse(target).has("cluster")
+
+
 def decode_counters(groups: int, splits: int, variant: tuple) -> int:
-    """int32 merge counters a launch needs: one a group, or with "cmerge" one a (group, row slice)."""
+    """int32 merge counters a launch needs: one a group; with "cmerge" one a (group, row slice); with
+    "tmerge" one a (group, set) and one a group for the second level."""
+    tm = merge_set(splits, variant)
+    if tm > 1:
+        return groups * (splits // tm + 1)
     return groups * merge_cluster(splits, variant)
 
 
 def decode_pass_configs(variant: tuple):
     """Compiler options of a variant: "ws" turns on the warp-specialized loop (a TMA producer
-    warpgroup; by default only kernels of two or more consumer warpgroups get it); else None."""
-    return {"tw.warp_specialize": True} if "ws" in variant else None
+    warpgroup; by default only kernels of two or more consumer warpgroups get it), "w8" keeps it off
+    for its two warpgroups; else None."""
+    if "ws" in variant:
+        return {"tw.warp_specialize": True}
+    return {"tw.warp_specialize": False} if "w8" in variant else None
 
 
 def decode_fwd(heads, kv_heads, dim, dtype, has_cache, splits, k_hc, v_hc, block_H, block_N, stages, threads,
@@ -249,7 +306,9 @@ def decode_fwd(heads, kv_heads, dim, dtype, has_cache, splits, k_hc, v_hc, block
     With ``splits > 1``: ``Opart`` (splits * batch * heads, dim) and ``Lpart`` (splits * batch *
     heads,) float32 partials and ``Cnt`` (batch * kv_heads * slices,) int32 counters, zero on entry
     and left zero; with ``splits == 1`` they are never touched.  ``variant``: names of ``VARIANTS``
-    (those that change the kernel: "flatmerge", "cpasync"; "ws" is a pass config, ``decode_pass_configs``)."""
+    (those that change the kernel: "flatmerge", "cpasync", "cmerge", "tmerge"; "ws" and "w8" are pass configs,
+    ``decode_pass_configs``, "w8" also ``threads``).  With "tmerge", ``Cnt`` holds ``splits // merge_set + 1``
+    counters a (sequence, kv head, slice): one a set, then the group's."""
     group = heads // kv_heads
     slices = -(-group // block_H)  # query-row blocks per kv head (group > block_H)
     accum = "float32"
@@ -261,37 +320,51 @@ def decode_fwd(heads, kv_heads, dim, dtype, has_cache, splits, k_hc, v_hc, block
     # rows a block of the cluster merges: the block's rows within the group (GQA 4: 4 of its 16), split c ways
     rpr = -(-min(group, block_H) // cm)
     rounds = splits // cm  # cluster partials per row slice (1: the cluster writes the output)
+    tm = merge_set(splits, variant)  # "tmerge": splits a set of the tree merge (1: none)
+    tsets = splits // tm  # sets of a group (1: the set's merge writes the output)
 
     @T.macro
-    def cluster_merge(Opart, Lpart, mo, mm, mw, md, rows, first_slot, step, count, q_row, first, r0):
-        """"cmerge": rows r0 .. r0 + rpr of the partials in slots first_slot + s * step (s < count), merged
-        into mo (weighted sum), mm (max LSE, 0 where no slot has a key) and md (sum of weights); a row past
-        the group reads the group's last row (computed, never stored), so every load is unconditional."""
+    def cluster_merge(Opart, Lpart, mo, mm, mw, md, rows, first_slot, step, count, q_row, first, r0, nrows):
+        """"cmerge", "tmerge": rows r0 .. r0 + nrows of the partials in slots first_slot + s * step (s < count),
+        merged into mo (weighted sum), mm (max LSE, 0 where no slot has a key) and md (sum of weights); a row
+        past the group reads the group's last row (computed, never stored), so every load is unconditional."""
         T.fill(mm, -T.infinity(accum))
         T.fill(md, 0)
         T.fill(mo, 0)
         for s in T.unroll(count):
-            for i in T.Parallel(rpr):
+            for i in T.Parallel(nrows):
                 mm[i] = T.max(mm[i], Lpart[(first_slot + s * step) * rows + q_row + T.min(r0 + i, group - 1 - first)])
-        for i in T.Parallel(rpr):
+        for i in T.Parallel(nrows):
             mm[i] = T.if_then_else(mm[i] == -T.infinity(accum), 0, mm[i])
         for s in T.unroll(count):
-            for i in T.Parallel(rpr):
+            for i in T.Parallel(nrows):
                 mw[i] = T.exp2((Lpart[(first_slot + s * step) * rows + q_row + T.min(r0 + i, group - 1 - first)]
                                 - mm[i]) * LOG2E)  # (a slot without keys: exp2(-inf) = 0)
                 md[i] = md[i] + mw[i]
-            for i, j in T.Parallel(rpr, dim):
+            for i, j in T.Parallel(nrows, dim):
                 mo[i, j] += Opart[(first_slot + s * step) * rows + q_row + T.min(r0 + i, group - 1 - first), j] * mw[i]
 
     @T.macro
-    def cluster_store(Out, L, mo, mm, md, q_row, first, r0):
-        """The merged rows r0 .. r0 + rpr of ``cluster_merge`` as the output and LSE (0 and -inf without keys)."""
-        for i, j in T.Parallel(rpr, dim):
+    def cluster_store(Out, L, mo, mm, md, q_row, first, r0, nrows):
+        """The merged rows r0 .. r0 + nrows of ``cluster_merge`` as the output and LSE (0 and -inf without keys)."""
+        for i, j in T.Parallel(nrows, dim):
             if first + r0 + i < group:
                 Out[q_row + r0 + i, j] = T.if_then_else(md[i] > 0, mo[i, j] / md[i], 0)
-        for i in T.Parallel(rpr):
+        for i in T.Parallel(nrows):
             if first + r0 + i < group:
                 L[q_row + r0 + i] = T.if_then_else(md[i] > 0, mm[i] + T.log2(md[i]) * LN2, -T.infinity(accum))
+
+    @T.macro
+    def set_store(Opart, Lpart, mo, mm, md, rows, slot, q_row, first, r0, nrows):
+        """The merged rows r0 .. r0 + nrows of ``cluster_merge`` as the normalized partial of slot ``slot`` (for
+        the next level of the merge)."""
+        for i, j in T.Parallel(nrows, dim):
+            if first + r0 + i < group:
+                Opart[slot * rows + q_row + r0 + i, j] = T.if_then_else(md[i] > 0, mo[i, j] / md[i], 0)
+        for i in T.Parallel(nrows):
+            if first + r0 + i < group:
+                Lpart[slot * rows + q_row + r0 + i] = T.if_then_else(md[i] > 0, mm[i] + T.log2(md[i]) * LN2,
+                                                                     -T.infinity(accum))
 
     @T.prim_func
     def decode_fwd_kernel(Q: T.Tensor((RQ, dim), dtype), K: T.Tensor((RK, k_cols), dtype),
@@ -381,7 +454,8 @@ def decode_fwd(heads, kv_heads, dim, dtype, has_cache, splits, k_hc, v_hc, block
                 for i in T.Parallel(block_H):
                     if first + i < group:
                         L[q_row + i] = m_use[i]
-            elif cm > 1:
+            else:
+                # this split's partial (every merge below reads the partials of its group's splits)
                 rows = nseq * heads
                 for i, j in T.Parallel(block_H, dim):
                     if first + i < group:
@@ -389,92 +463,114 @@ def decode_fwd(heads, kv_heads, dim, dtype, has_cache, splits, k_hc, v_hc, block
                 for i in T.Parallel(block_H):
                     if first + i < group:
                         Lpart[part * rows + q_row + i] = m_use[i]
-                # the cluster barrier (arrive.release / wait.acquire) orders every block's partial stores
-                # before the reads of its peers: block r of the cluster then merges rows r0 .. r0 + rpr
-                T.cluster_sync()
-                rank = part % cm
-                base = part - rank  # the cluster's first split: its slot takes the cluster's partial
-                r0 = rank * rpr
-                cluster_merge(Opart, Lpart, mo, mm, mw, md, rows, base, 1, cm, q_row, first, r0)
-                if rounds == 1:
-                    cluster_store(Out, L, mo, mm, md, q_row, first, r0)
+                if cm > 1:
+                    # the cluster barrier (arrive.release / wait.acquire) orders every block's partial stores
+                    # before the reads of its peers: block r of the cluster then merges rows r0 .. r0 + rpr
+                    T.cluster_sync()
+                    rank = part % cm
+                    base = part - rank  # the cluster's first split: its slot takes the cluster's partial
+                    r0 = rank * rpr
+                    cluster_merge(Opart, Lpart, mo, mm, mw, md, rows, base, 1, cm, q_row, first, r0, rpr)
+                    if rounds == 1:
+                        cluster_store(Out, L, mo, mm, md, q_row, first, r0, rpr)
+                    else:
+                        T.sync_threads()  # every thread's reads of the cluster's first slot precede the overwrite
+                        set_store(Opart, Lpart, mo, mm, md, rows, base, q_row, first, r0, rpr)
+                        # the last cluster to count for this row slice merges the clusters' partials
+                        counter = (bz * kv_heads * slices + by) * cm + rank
+                        T.sync_threads()
+                        prev = T.atomic_add(Cnt[counter], 1, memory_order="acq_rel", return_prev=True)
+                        if prev == rounds - 1:
+                            cluster_merge(Opart, Lpart, mo, mm, mw, md, rows, 0, cm, rounds, q_row, first, r0, rpr)
+                            cluster_store(Out, L, mo, mm, md, q_row, first, r0, rpr)
+                            T.atomic_store(Cnt[counter], 0)  # for the next launch
+                elif tm > 1:
+                    # "tmerge": the last block of a set of tm splits to count merges the set's partials (every row
+                    # of the block, loads unconditional as cmerge's) into the set's first slot; with more than one
+                    # set, the last set to count on the group's counter merges the sets' partials.  The merged
+                    # values reuse the accumulators (acc_o, m_cur, row_sum, denom), free once the partial is stored
+                    grp = bz * kv_heads * slices + by
+                    base = part - part % tm
+                    counter = grp * (tsets + 1) + part // tm
+                    T.sync_threads()  # every thread's partial stores precede the release below (barrier, then fence)
+                    prev = T.atomic_add(Cnt[counter], 1, memory_order="acq_rel", return_prev=True)
+                    if prev == tm - 1:
+                        cluster_merge(Opart, Lpart, acc_o, m_cur, row_sum, denom, rows, base, 1, tm, q_row, first, 0,
+                                      block_H)
+                        T.atomic_store(Cnt[counter], 0)  # for the next launch (every block of the set has counted)
+                        if tsets == 1:
+                            cluster_store(Out, L, acc_o, m_cur, denom, q_row, first, 0, block_H)
+                        else:
+                            T.sync_threads()  # every thread's reads of the set's first slot precede the overwrite
+                            set_store(Opart, Lpart, acc_o, m_cur, denom, rows, base, q_row, first, 0, block_H)
+                            top = grp * (tsets + 1) + tsets
+                            T.sync_threads()
+                            prev_set = T.atomic_add(Cnt[top], 1, memory_order="acq_rel", return_prev=True)
+                            if prev_set == tsets - 1:
+                                cluster_merge(Opart, Lpart, acc_o, m_cur, row_sum, denom, rows, 0, tm, tsets, q_row,
+                                              first, 0, block_H)
+                                cluster_store(Out, L, acc_o, m_cur, denom, q_row, first, 0, block_H)
+                                T.atomic_store(Cnt[top], 0)  # for the next launch
                 else:
-                    T.sync_threads()  # every thread's reads of the cluster's first slot precede the overwrite
-                    for i, j in T.Parallel(rpr, dim):
-                        if first + r0 + i < group:
-                            Opart[base * rows + q_row + r0 + i, j] = T.if_then_else(md[i] > 0, mo[i, j] / md[i], 0)
-                    for i in T.Parallel(rpr):
-                        if first + r0 + i < group:
-                            Lpart[base * rows + q_row + r0 + i] = T.if_then_else(
-                                md[i] > 0, mm[i] + T.log2(md[i]) * LN2, -T.infinity(accum))
-                    # the last cluster to count for this row slice merges the clusters' partials
-                    counter = (bz * kv_heads * slices + by) * cm + rank
+                    # merge: the block that counts last reads every split's partial of its rows
+                    # O = sum_s w_s O_s / sum_s w_s with w_s = exp(L_s - max L), L = max L + log sum_s w_s
+                    # (an empty range, L_s = -inf, weighs 0; rows with no key at all get 0 and -inf).
+                    # The count is an atomic with a fence before (release: the block barrier makes every
+                    # thread's partial stores precede it, so the fence orders them all before the count) and
+                    # one after (acquire: the merging block's loads of the other partials follow the count
+                    # that saw every other block's).  The PTX memory model needs both for the fence-and-
+                    # relaxed-atomic pattern; only the merging block needs the second, which costs the
+                    # others nothing measurable (thread 0 already waits for the atomic's return)
+                    counter = bz * kv_heads * slices + by
                     T.sync_threads()
                     prev = T.atomic_add(Cnt[counter], 1, memory_order="acq_rel", return_prev=True)
-                    if prev == rounds - 1:
-                        cluster_merge(Opart, Lpart, mo, mm, mw, md, rows, 0, cm, rounds, q_row, first, r0)
-                        cluster_store(Out, L, mo, mm, md, q_row, first, r0)
-                        T.atomic_store(Cnt[counter], 0)  # for the next launch
-            else:
-                rows = nseq * heads
-                for i, j in T.Parallel(block_H, dim):
-                    if first + i < group:
-                        Opart[part * rows + q_row + i, j] = acc_o[i, j]
-                for i in T.Parallel(block_H):
-                    if first + i < group:
-                        Lpart[part * rows + q_row + i] = m_use[i]
-                # merge: the block that counts last reads every split's partial of its rows
-                # O = sum_s w_s O_s / sum_s w_s with w_s = exp(L_s - max L), L = max L + log sum_s w_s
-                # (an empty range, L_s = -inf, weighs 0; rows with no key at all get 0 and -inf)
-                counter = bz * kv_heads * slices + by
-                T.sync_threads()  # every thread's partial stores precede the release below (barrier, then fence)
-                prev = T.atomic_add(Cnt[counter], 1, memory_order="acq_rel", return_prev=True)
-                if prev == splits - 1:
-                    T.fill(m_cur, -T.infinity(accum))
-                    T.fill(denom, 0)
-                    T.fill(acc_o, 0)
-                    if flat_merge:
-                        # two unrolled passes (the max, then the weighted sum) with no load under a
-                        # branch or depending on another's value (a row past the group reads the
-                        # group's last row, unused) and no select around a weight (a split without
-                        # keys weighs exp2(-inf) = 0 by itself; the max of a row without any is taken
-                        # as 0): nothing for the compiler to turn into a branch around the loads
-                        for s in T.unroll(splits):
+                    if prev == splits - 1:
+                        T.fill(m_cur, -T.infinity(accum))
+                        T.fill(denom, 0)
+                        T.fill(acc_o, 0)
+                        if flat_merge:
+                            # two unrolled passes (the max, then the weighted sum) with no load under a
+                            # branch or depending on another's value (a row past the group reads the
+                            # group's last row, unused) and no select around a weight (a split without
+                            # keys weighs exp2(-inf) = 0 by itself; the max of a row without any is taken
+                            # as 0): nothing for the compiler to turn into a branch around the loads
+                            for s in T.unroll(splits):
+                                for i in T.Parallel(block_H):
+                                    m_cur[i] = T.max(m_cur[i], Lpart[s * rows + q_row + T.min(i, group - 1 - first)])
                             for i in T.Parallel(block_H):
-                                m_cur[i] = T.max(m_cur[i], Lpart[s * rows + q_row + T.min(i, group - 1 - first)])
+                                m_use[i] = T.if_then_else(m_cur[i] == -T.infinity(accum), 0, m_cur[i])
+                            for s in T.unroll(splits):
+                                for i in T.Parallel(block_H):
+                                    row_sum[i] = T.exp2((Lpart[s * rows + q_row + T.min(i, group - 1 - first)]
+                                                         - m_use[i]) * LOG2E)
+                                    denom[i] = denom[i] + row_sum[i]
+                                for i, j in T.Parallel(block_H, dim):
+                                    acc_o[i, j] += (Opart[s * rows + q_row + T.min(i, group - 1 - first), j]
+                                                    * row_sum[i])
+                        else:
+                            for s in T.serial(splits):
+                                for i in T.Parallel(block_H):
+                                    if first + i < group:
+                                        m_cur[i] = T.max(m_cur[i], Lpart[s * rows + q_row + i])
+                            for s in T.serial(splits):
+                                for i in T.Parallel(block_H):
+                                    row_sum[i] = 0
+                                    if first + i < group:
+                                        m_use[i] = Lpart[s * rows + q_row + i]
+                                        row_sum[i] = T.if_then_else(m_use[i] == -T.infinity(accum), 0,
+                                                                    T.exp2((m_use[i] - m_cur[i]) * LOG2E))
+                                    denom[i] = denom[i] + row_sum[i]
+                                for i, j in T.Parallel(block_H, dim):
+                                    if first + i < group:
+                                        acc_o[i, j] += Opart[s * rows + q_row + i, j] * row_sum[i]
+                        for i, j in T.Parallel(block_H, dim):
+                            if first + i < group:
+                                Out[q_row + i, j] = T.if_then_else(denom[i] > 0, acc_o[i, j] / denom[i], 0)
                         for i in T.Parallel(block_H):
-                            m_use[i] = T.if_then_else(m_cur[i] == -T.infinity(accum), 0, m_cur[i])
-                        for s in T.unroll(splits):
-                            for i in T.Parallel(block_H):
-                                row_sum[i] = T.exp2((Lpart[s * rows + q_row + T.min(i, group - 1 - first)]
-                                                     - m_use[i]) * LOG2E)
-                                denom[i] = denom[i] + row_sum[i]
-                            for i, j in T.Parallel(block_H, dim):
-                                acc_o[i, j] += Opart[s * rows + q_row + T.min(i, group - 1 - first), j] * row_sum[i]
-                    else:
-                        for s in T.serial(splits):
-                            for i in T.Parallel(block_H):
-                                if first + i < group:
-                                    m_cur[i] = T.max(m_cur[i], Lpart[s * rows + q_row + i])
-                        for s in T.serial(splits):
-                            for i in T.Parallel(block_H):
-                                row_sum[i] = 0
-                                if first + i < group:
-                                    m_use[i] = Lpart[s * rows + q_row + i]
-                                    row_sum[i] = T.if_then_else(m_use[i] == -T.infinity(accum), 0,
-                                                                T.exp2((m_use[i] - m_cur[i]) * LOG2E))
-                                denom[i] = denom[i] + row_sum[i]
-                            for i, j in T.Parallel(block_H, dim):
-                                if first + i < group:
-                                    acc_o[i, j] += Opart[s * rows + q_row + i, j] * row_sum[i]
-                    for i, j in T.Parallel(block_H, dim):
-                        if first + i < group:
-                            Out[q_row + i, j] = T.if_then_else(denom[i] > 0, acc_o[i, j] / denom[i], 0)
-                    for i in T.Parallel(block_H):
-                        if first + i < group:
-                            L[q_row + i] = T.if_then_else(denom[i] > 0, m_cur[i] + T.log2(denom[i]) * LN2,
-                                                          -T.infinity(accum))
-                    T.atomic_store(Cnt[counter], 0)  # for the next launch (every block of this group has counted)
+                            if first + i < group:
+                                L[q_row + i] = T.if_then_else(denom[i] > 0, m_cur[i] + T.log2(denom[i]) * LN2,
+                                                              -T.infinity(accum))
+                        T.atomic_store(Cnt[counter], 0)  # for the next launch (every block of this group has counted)
 
     return decode_fwd_kernel
 
@@ -679,7 +775,7 @@ def _make_plan(q, k, scale, num_splits, has_cache, k_hc, v_hc, strides) -> _Deco
 
     B, H, _, D = q.shape
     Hkv, Sk = k.shape[1], k.shape[2]
-    cfg = decode_config(D, ad._shared_bytes(q), H // Hkv, ad._target_of(q))
+    cfg = decode_config(D, ad._shared_bytes(q), H // Hkv, ad._target_of(q), Sk)
     bH, bN = cfg[:2]
     slices = -(-(H // Hkv) // bH)
     plan = _DecodePlan()
