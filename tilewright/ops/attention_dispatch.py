@@ -140,6 +140,12 @@ HOPPER_LONG_CAUSAL_OVERRIDES = {"tw.attention_overlap": True}
 # 547 (596), 4x16x4096x128 550 -> 604 (622), 1x16x16384x128 560 -> 615 (618).  Two stages alone gave
 # 501/545/558, with the overlap only 502/521/585, with ping-pong only 473/514/488.  Takes effect for new plans.
 HOPPER_NONCAUSAL_OVERRIDES = {"tw.pingpong": True, "tw.attention_overlap": True}
+# short causal calls at d 65..128 on the sm_90a path (items of at most PERSISTENT_MAX_KEY_BLOCKS key blocks:
+# 1024 keys at block_N 128, the persistent "pairs" kernel): None keeps the fit with the score tile (one K/V
+# stage at d 128) and HOPPER_CONFIGS; a dict takes the fit without the score tile (two stages) and these pass
+# configs over HOPPER_CONFIGS, as non-causal calls do.  Candidate (bench/attention_variants.py TW_VARIANTS=s10);
+# None until measured.  Takes effect for new plans.
+HOPPER_SHORT_CAUSAL_OVERRIDES = None
 # head dim <= 64 on the sm_90a path: (block_M, block_N); block_M 128 = two consumer warpgroups.
 HOPPER_D64_BLOCKS = (128, 128)
 # the forward kernels' key loop without the softmax's -inf guard where no row can see only masked keys
@@ -454,9 +460,13 @@ def _make_plan(q, k, v, causal, scale, varlen, nseq, max_q, has_cache, num_split
     noncausal = bool(hopper) and not causal and 64 < D <= 128 and HOPPER_NONCAUSAL_OVERRIDES is not None
     if noncausal:
         configs = {**configs, **HOPPER_NONCAUSAL_OVERRIDES}
+    short_causal = (bool(hopper) and causal and 64 < D <= 128 and not long_causal
+                    and HOPPER_SHORT_CAUSAL_OVERRIDES is not None)
+    if short_causal:
+        configs = {**configs, **HOPPER_SHORT_CAUSAL_OVERRIDES}
     # the output tile staged through shared memory: it fits beside Q and the K/V rings up to d 128
     stage_out = bool(hopper) and D <= 128
-    in_regs = bool(hopper) and (HOPPER_SCORES_IN_REGISTERS is True or noncausal
+    in_regs = bool(hopper) and (HOPPER_SCORES_IN_REGISTERS is True or noncausal or short_causal
                                 or HOPPER_SCORES_IN_REGISTERS == "long causal" and long_causal)
     # (the split count depends on the blocks, the output dtype on the split count (float32 partials when
     # split) and the staged output tile's size on the dtype: a split call is fitted again for 4-byte

@@ -1,0 +1,146 @@
+"""Session 10's sm_90a attention candidates (bench/attention_variants.py ``TW_VARIANTS=s10``), each a set of
+``attention_dispatch`` knobs:
+
+- ping-pong with the overlap for long causal calls at d 128 (``HOPPER_LONG_CAUSAL_OVERRIDES``), for short
+  causal calls at d 128 with two K/V stages (``HOPPER_SHORT_CAUSAL_OVERRIDES``) and at head dim 64
+  (``HOPPER_D64_OVERRIDES``); short causal calls with two stages and the overlap only, or neither;
+- head dim 64 with 128 x 192 blocks under ping-pong and the overlap.
+
+Each run by the cooperative emulator (which checks the mbarrier protocol, slot reuse and that no register
+of an unretired wgmma is touched) on the grid and the persistent kernel, against float64 with poisoned
+outputs: causal and not, ragged lengths, S_q != S_k both ways, GQA, the LSE, varlen with an empty sequence;
+and the H200 kernels built with NVRTC without spills."""
+
+from __future__ import annotations
+
+import importlib
+
+import pytest
+
+torch = pytest.importorskip("torch")
+
+from test_ops_attention import _varlen_case  # noqa: E402
+from test_s8_attnp_persistent import SM90A, check_varlen  # noqa: E402
+from test_s9_causal_stages import _dense_case, _on_cpu, _planned_key, _sm90_kernel  # noqa: E402
+from toolchains import needs_nvrtc  # noqa: E402
+
+from tilewright import ops  # noqa: E402
+from tilewright.ops import attention_kernels as ak  # noqa: E402
+
+dispatch = importlib.import_module("tilewright.ops.attention_dispatch")
+PP_OV = {"tw.pingpong": True, "tw.attention_overlap": True}
+OV = {"tw.attention_overlap": True}
+
+
+def _configs(used):
+    return [c for key, c, _ in used if key[0] == "attention" and c][-1]
+
+
+def test_the_short_causal_knob_is_off_by_default(monkeypatch):
+    """None (the default until measured): a short causal call at d 128 keeps one K/V stage and no ping-pong."""
+    assert dispatch.HOPPER_SHORT_CAUSAL_OVERRIDES is None
+    key, configs = _planned_key(monkeypatch, True, 1024)
+    assert key[19] == 1 and "tw.pingpong" not in configs
+
+
+@pytest.mark.parametrize("overrides", [PP_OV, OV, {}])
+@pytest.mark.parametrize("keys, D, short", [(1024, 128, True), (1024, 96, True), (1100, 128, False),
+                                            (1024, 64, False), (1024, 256, False)])
+def test_the_short_causal_knob_plans(monkeypatch, overrides, keys, D, short):
+    """Set, it gives short causal calls at d 65..128 two stages and its configs; long causal calls (more
+    than PERSISTENT_MAX_KEY_BLOCKS key blocks), d 64 and d 256 are left as they were."""
+    before = _planned_key(monkeypatch, True, keys, D)
+    monkeypatch.setattr(dispatch, "HOPPER_SHORT_CAUSAL_OVERRIDES", overrides)
+    key, configs = _planned_key(monkeypatch, True, keys, D)
+    if not short:
+        assert (key, configs) == before
+        return
+    assert key[19] == 2
+    assert configs == {**dispatch.HOPPER_CONFIGS, **overrides}
+    assert _planned_key(monkeypatch, False, keys, D)[1].get("tw.pingpong")  # (non-causal: its own knob)
+
+
+@pytest.mark.parametrize("persistent", [True, False])
+@pytest.mark.parametrize("overrides", [PP_OV, OV])
+@pytest.mark.parametrize("B, H, Hkv, Sq, Sk, dtype", [
+    (1, 2, 1, 400, 333, torch.float16),     # GQA, ragged, fewer keys than queries
+    (1, 2, 2, 200, 460, torch.bfloat16),    # more keys than queries: the diagonal in the 3rd of 4 key blocks
+])
+def test_short_causal_two_stages(monkeypatch, persistent, overrides, B, H, Hkv, Sq, Sk, dtype):
+    setup, used = _on_cpu(monkeypatch, persistent, HOPPER_SHORT_CAUSAL_OVERRIDES=overrides,
+                          PERSISTENT_ORDER="pairs")
+    try:
+        flags, k = _dense_case(used, persistent, B, H, Hkv, Sq, Sk, 128, True, dtype, Sq + Sk + persistent)
+        assert flags[8:11] == (128, 128, 2)
+        assert _configs(used) == {**dispatch.HOPPER_CONFIGS, **overrides}
+    finally:
+        setup.close()
+
+
+@pytest.mark.parametrize("persistent", [True, False])
+@pytest.mark.parametrize("Sq, Sk", [(300, 460), (460, 333)])
+def test_long_causal_pingpong(monkeypatch, persistent, Sq, Sk):
+    """Long causal with ping-pong and the overlap (PERSISTENT_MAX_KEY_BLOCKS 2 makes 3..4 key blocks a long
+    causal call, so that the emulator runs it small), GQA, ragged."""
+    monkeypatch.setattr(dispatch, "PERSISTENT_MAX_KEY_BLOCKS", 2)
+    setup, used = _on_cpu(monkeypatch, persistent, HOPPER_LONG_CAUSAL_OVERRIDES=PP_OV, PERSISTENT_ORDER="pairs")
+    try:
+        flags, k = _dense_case(used, persistent, 1, 2, 1, Sq, Sk, 128, True, torch.bfloat16, Sq * Sk + persistent)
+        assert flags[8:11] == (128, 128, 2)
+        assert _configs(used)["tw.pingpong"] and "wgmma.wait_group.sync.aligned 1" in k.get_kernel_source()
+    finally:
+        setup.close()
+
+
+@pytest.mark.parametrize("blocks", [(128, 128), (128, 192)])
+@pytest.mark.parametrize("persistent", [True, False])
+@pytest.mark.parametrize("Sq, Sk, causal", [(300, 333, True), (333, 200, True), (129, 250, False)])
+def test_d64_pingpong(monkeypatch, blocks, persistent, Sq, Sk, causal):
+    """Head dim 64 with ping-pong and the overlap at 128 x 128 and 128 x 192 blocks (two stages: the fit
+    without the score tile), GQA, ragged."""
+    setup, used = _on_cpu(monkeypatch, persistent, HOPPER_D64_BLOCKS=blocks, HOPPER_D64_OVERRIDES=PP_OV,
+                          HOPPER_SCORES_IN_REGISTERS=True, PERSISTENT_ORDER="pairs")
+    try:
+        flags, k = _dense_case(used, persistent, 1, 2, 1, Sq, Sk, 64, causal, torch.float16, Sq + Sk + blocks[1])
+        assert tuple(flags[8:11]) == (*blocks, 2)
+        assert _configs(used) == {**dispatch.HOPPER_CONFIGS, **PP_OV}
+    finally:
+        setup.close()
+
+
+def test_varlen_with_the_candidates(monkeypatch):
+    """Packed sequences (one empty) on the persistent kernel with every ping-pong candidate set: short causal
+    d 128 (two stages)."""
+    setup, used = _on_cpu(monkeypatch, True, HOPPER_SHORT_CAUSAL_OVERRIDES=PP_OV, HOPPER_LONG_CAUSAL_OVERRIDES=PP_OV,
+                          HOPPER_D64_OVERRIDES=PP_OV, PERSISTENT_ORDER="pairs")
+    try:
+        g = torch.Generator().manual_seed(1020)
+        lens_q, lens_k = [70, 0, 140, 200], [90, 30, 250, 0]
+        q, k, v, cu_q, cu_k = _varlen_case(g, lens_q, lens_k, 2, 1, 128)
+        out, lse = ops.attention(q, k, v, causal=True, return_lse=True, cu_seqlens_q=cu_q, cu_seqlens_k=cu_k)
+        check_varlen(q, k, v, cu_q, cu_k, lens_q, out, lse, True)
+        assert _sm90_kernel(used, True)[0][8:11] == (128, 128, 2)
+        assert _configs(used)["tw.pingpong"]
+    finally:
+        setup.close()
+
+
+@needs_nvrtc
+@pytest.mark.parametrize("D, bN, causal, persistent, configs", [
+    (128, 128, True, 132, PP_OV), (128, 128, True, 0, PP_OV), (64, 128, True, 132, PP_OV),
+    (64, 128, False, 0, PP_OV), (64, 192, False, 0, PP_OV), (64, 192, True, 132, PP_OV)])
+def test_h200_kernels_build_without_spills(D, bN, causal, persistent, configs):
+    """The candidates' H200 kernels (16 heads, two stages) build with NVRTC without spills, within a
+    block's shared memory."""
+    from tilewright.codegen.cuda import print_cuda
+    from tilewright.passes.pipeline import PassContext, run_pipeline
+    from tilewright.target import Target
+    from tilewright.toolchain import nvrtc
+
+    f = ak.attention_fwd(16, 16, D, "bfloat16", "bfloat16", causal, False, False, 1, False, False, False, False,
+                         128, bN, 2, 256, stage_out=True, persistent=persistent, order="pairs")
+    k = run_pipeline(f, PassContext(Target.parse(SM90A), {"optimize_level": 2, **dispatch.HOPPER_CONFIGS,
+                                                          **configs}))
+    assert k.num_threads == 384 and k.shared_bytes <= 232448
+    res = nvrtc.compile_cuda(print_cuda(k), "sm_90a", [k.name]).resources[k.name]
+    assert res["spills"] == 0 and res["local_bytes"] == 0, res
