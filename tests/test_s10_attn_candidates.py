@@ -4,7 +4,8 @@
 - ping-pong with the overlap for long causal calls at d 128 (``HOPPER_LONG_CAUSAL_OVERRIDES``), for short
   causal calls at d 128 with two K/V stages (``HOPPER_SHORT_CAUSAL_OVERRIDES``) and at head dim 64
   (``HOPPER_D64_OVERRIDES``); short causal calls with two stages and the overlap only, or neither;
-- head dim 64 with 128 x 192 blocks under ping-pong and the overlap.
+- head dim 64 with 128 x 192 blocks under ping-pong and the overlap;
+- non-causal d 128 with 128 x 176 blocks (``HOPPER_NONCAUSAL_BLOCK_N``) on the grid kernel.
 
 Each run by the cooperative emulator (which checks the mbarrier protocol, slot reuse and that no register
 of an unretired wgmma is touched) on the grid and the persistent kernel, against float64 with poisoned
@@ -128,7 +129,7 @@ def test_varlen_with_the_candidates(monkeypatch):
 @needs_nvrtc
 @pytest.mark.parametrize("D, bN, causal, persistent, configs", [
     (128, 128, True, 132, PP_OV), (128, 128, True, 0, PP_OV), (64, 128, True, 132, PP_OV),
-    (64, 128, False, 0, PP_OV), (64, 192, False, 0, PP_OV), (64, 192, True, 132, PP_OV)])
+    (64, 128, False, 0, PP_OV), (64, 192, False, 0, PP_OV), (64, 192, True, 132, PP_OV), (128, 176, False, 0, PP_OV)])
 def test_h200_kernels_build_without_spills(D, bN, causal, persistent, configs):
     """The candidates' H200 kernels (16 heads, two stages) build with NVRTC without spills, within a
     block's shared memory."""
@@ -144,3 +145,61 @@ def test_h200_kernels_build_without_spills(D, bN, causal, persistent, configs):
     assert k.num_threads == 384 and k.shared_bytes <= 232448
     res = nvrtc.compile_cuda(print_cuda(k), "sm_90a", [k.name]).resources[k.name]
     assert res["spills"] == 0 and res["local_bytes"] == 0, res
+
+
+@pytest.mark.parametrize("keys, num_splits, bN, stages, persistent", [
+    (4096, None, 176, 2, False), (1024, None, 176, 2, False), (4096, 2, 128, 2, False), (1024, 2, 128, 2, True)])
+def test_the_wide_noncausal_block_plans(monkeypatch, keys, num_splits, bN, stages, persistent):
+    """HOPPER_NONCAUSAL_BLOCK_N 176: non-causal d 128 takes 128 x 176 blocks with two stages on the grid kernel
+    (1024 keys too, which "auto" would make persistent); a split call keeps 128 (its float32 output tile), and is
+    persistent again where "auto" says so."""
+    assert dispatch.HOPPER_NONCAUSAL_BLOCK_N == 128
+    monkeypatch.setattr(dispatch, "HOPPER_NONCAUSAL_BLOCK_N", 176)
+    seen = []
+
+    def record(key, build, target, pass_configs=None):
+        seen.append(key)
+        raise RuntimeError("planned")
+
+    monkeypatch.setattr(dispatch, "_kernel", record)
+    monkeypatch.setattr(dispatch, "_is_hopper", lambda t: True)
+    # (32 heads: 256 query blocks fill the SMs, so that only a forced num_splits splits)
+    q, k = torch.zeros(1, 32, 1024, 128, dtype=torch.float16), torch.zeros(1, 32, keys, 128, dtype=torch.float16)
+    dispatch.forget_plans()
+    with pytest.raises(RuntimeError, match="planned"):
+        dispatch._make_plan(q, k, k, False, None, False, 1, 1024, False, num_splits)
+    dispatch.forget_plans()
+    key = seen[-1]
+    assert key[18:20] == (bN, stages) and (key[-1] == "pairs") == persistent, key
+    assert _planned_key(monkeypatch, True, keys)[0][18] == 128  # causal calls keep 128
+
+
+@pytest.mark.parametrize("persistent", [True, "auto"])
+@pytest.mark.parametrize("B, H, Hkv, Sq, Sk, dtype", [
+    (1, 2, 1, 300, 400, torch.bfloat16),   # GQA, ragged: 176 + 176 + 48 keys through the 2-slot ring
+    (2, 1, 1, 150, 176, torch.float16),    # exactly one key block, two sequences
+])
+def test_wide_noncausal_block(monkeypatch, persistent, B, H, Hkv, Sq, Sk, dtype):
+    """128 x 176 blocks (ping-pong and the overlap, the shipped non-causal configs) on the grid kernel, even
+    where PERSISTENT asks for the persistent one."""
+    setup, used = _on_cpu(monkeypatch, persistent, HOPPER_NONCAUSAL_BLOCK_N=176)
+    try:
+        flags, k = _dense_case(used, False, B, H, Hkv, Sq, Sk, 128, False, dtype, Sq + Sk + B)
+        assert flags[8:11] == (128, 176, 2)
+        assert _configs(used) == {**dispatch.HOPPER_CONFIGS, **dispatch.HOPPER_NONCAUSAL_OVERRIDES}
+    finally:
+        setup.close()
+
+
+def test_wide_noncausal_block_varlen(monkeypatch):
+    """Packed sequences (one empty, one without keys) with 128 x 176 blocks."""
+    setup, used = _on_cpu(monkeypatch, "auto", HOPPER_NONCAUSAL_BLOCK_N=176)
+    try:
+        g = torch.Generator().manual_seed(1021)
+        lens_q, lens_k = [130, 0, 200], [380, 40, 0]
+        q, k, v, cu_q, cu_k = _varlen_case(g, lens_q, lens_k, 2, 1, 128)
+        out, lse = ops.attention(q, k, v, causal=False, return_lse=True, cu_seqlens_q=cu_q, cu_seqlens_k=cu_k)
+        check_varlen(q, k, v, cu_q, cu_k, lens_q, out, lse, False)
+        assert _sm90_kernel(used, False)[0][8:11] == (128, 176, 2)
+    finally:
+        setup.close()

@@ -1,9 +1,9 @@
 """Session 10's sm_90a attention candidates (tests/test_s10_attn_candidates.py runs them in the emulator)
 on an sm_90 GPU (H100/H200): ping-pong with the overlap for long causal, short causal (two K/V stages) and
-head dim 64 calls, short causal with the overlap only, 128 x 192 blocks at d 64, each on the grid and the
-persistent kernel: ``ops.attention`` against float64 with NaN-poisoned outputs (causal and not, ragged,
-S_q != S_k both ways, GQA/MQA, the LSE, varlen with empty sequences), and the kernel checked to be the one
-asked for.  Skipped without such a GPU."""
+head dim 64 calls, short causal with the overlap only, 128 x 192 blocks at d 64, 128 x 176 blocks for
+non-causal d 128 (grid kernel), each on the grid and the persistent kernel: ``ops.attention`` against
+float64 with NaN-poisoned outputs (causal and not, ragged, S_q != S_k both ways, GQA/MQA, the LSE, varlen
+with empty sequences), and the kernel checked to be the one asked for.  Skipped without such a GPU."""
 
 from __future__ import annotations
 
@@ -32,6 +32,7 @@ CANDIDATES = {
                         "HOPPER_D64_OVERRIDES": PP_OV, "PERSISTENT": False},
     "d64 192 pp pers": {"HOPPER_D64_BLOCKS": (128, 192), "HOPPER_SCORES_IN_REGISTERS": True,
                         "HOPPER_D64_OVERRIDES": PP_OV, "PERSISTENT": True, "PERSISTENT_ORDER": "pairs"},
+    "nc 176": {"HOPPER_NONCAUSAL_BLOCK_N": 176},
 }
 
 
@@ -68,7 +69,10 @@ def _was_asked_for(built, D, causal):
     key, configs, k = built[-1]
     src = k.get_kernel_source()
     assert k.num_threads == 384 and "wgmma" in src
-    if dispatch.PERSISTENT is True:
+    wide = not causal and 64 < D <= 128 and dispatch.HOPPER_NONCAUSAL_BLOCK_N != 128
+    if wide:
+        assert key[18:20] == (dispatch.HOPPER_NONCAUSAL_BLOCK_N, 2) and "Q_s_empty" not in src
+    elif dispatch.PERSISTENT is True:
         assert "Q_s_empty" in src
     elif dispatch.PERSISTENT is False:
         assert "Q_s_empty" not in src
@@ -92,6 +96,8 @@ def _was_asked_for(built, D, causal):
     (1, 8, 2, 2000, 1500, 128, True),     # GQA, Sq > Sk: rows without keys, long causal
     (3, 5, 5, 700, 300, 64, True),        # Sq > Sk at d 64
     (2, 8, 4, 777, 900, 64, False),       # non-causal, GQA, ragged
+    (2, 8, 4, 777, 900, 128, False),      # non-causal d 128 (128 x 176 blocks under "nc 176")
+    (4, 16, 16, 1024, 1024, 128, False),  # the issue's S=1024 shape (fewer batches), non-causal
 ])
 def test_candidates_on_gpu(candidate, B, H, Hkv, Sq, Sk, D, causal, dtype):
     torch.manual_seed(B * H + Sq + D)

@@ -140,6 +140,12 @@ HOPPER_LONG_CAUSAL_OVERRIDES = {"tw.attention_overlap": True}
 # 547 (596), 4x16x4096x128 550 -> 604 (622), 1x16x16384x128 560 -> 615 (618).  Two stages alone gave
 # 501/545/558, with the overlap only 502/521/585, with ping-pong only 473/514/488.  Takes effect for new plans.
 HOPPER_NONCAUSAL_OVERRIDES = {"tw.pingpong": True, "tw.attention_overlap": True}
+# the key block (block_N) of those non-causal calls: 128, or wider (FlashAttention-3's sm_90 tile for d 128
+# non-causal is 128 x 176: fewer key blocks, each softmax's fixed cost over more keys).  A wider block takes
+# the grid kernel (the persistent kernel's second Q slot does not fit beside two stages of 176 keys), whose
+# staged output tile reuses Q's shared memory (Q is dead after the key loop), so the fit leaves it out;
+# split calls keep 128.  Candidate (TW_VARIANTS=s10), 128 until measured.  Takes effect for new plans.
+HOPPER_NONCAUSAL_BLOCK_N = 128
 # short causal calls at d 65..128 on the sm_90a path (items of at most PERSISTENT_MAX_KEY_BLOCKS key blocks:
 # 1024 keys at block_N 128, the persistent "pairs" kernel): None keeps the fit with the score tile (one K/V
 # stage at d 128) and HOPPER_CONFIGS; a dict takes the fit without the score tile (two stages) and these pass
@@ -472,9 +478,16 @@ def _make_plan(q, k, v, causal, scale, varlen, nseq, max_q, has_cache, num_split
     # split) and the staged output tile's size on the dtype: a split call is fitted again for 4-byte
     # outputs, in which either dtype fits)
     cfg = hopper or _config(D, max_q)
-    bM, bN, stages, threads = _fit_shared(cfg, D, _shared_bytes(q), scores=not in_regs,
-                                          out_tile=in_regs and stage_out)
-    splits = _splits(nseq * H * -(-max_q // bM), -(-keys_hint // bN), num_splits)
+    wide = noncausal and HOPPER_NONCAUSAL_BLOCK_N != cfg[1]  # (the grid kernel only: see the knob)
+    if wide:
+        bM, bN, stages, threads = _fit_shared((cfg[0], HOPPER_NONCAUSAL_BLOCK_N, *cfg[2:]), D, _shared_bytes(q),
+                                              scores=False)
+        splits = _splits(nseq * H * -(-max_q // bM), -(-keys_hint // bN), num_splits)
+        wide = splits == 1 and stages == cfg[2]
+    if not wide:
+        bM, bN, stages, threads = _fit_shared(cfg, D, _shared_bytes(q), scores=not in_regs,
+                                              out_tile=in_regs and stage_out)
+        splits = _splits(nseq * H * -(-max_q // bM), -(-keys_hint // bN), num_splits)
     if splits > 1 and in_regs and stage_out:
         bM, bN, stages, threads = _fit_shared(cfg, D, _shared_bytes(q), scores=False, out_tile=True, out_bytes=4)
         splits = _splits(nseq * H * -(-max_q // bM), -(-keys_hint // bN), num_splits)
@@ -487,7 +500,8 @@ def _make_plan(q, k, v, causal, scale, varlen, nseq, max_q, has_cache, num_split
     even_qk = (even and max_q % bM == 0, even and seq_k % bN == 0)
     few_keys = -(-keys_hint // bN) <= (PERSISTENT_MAX_KEY_BLOCKS_CAUSAL if causal else PERSISTENT_MAX_KEY_BLOCKS)
     lean = ("lean",) if LEAN_LOOP else ()  # (an empty key suffix when off: the cache keys stay as they were)
-    persistent = _sm_count(q) if configs and (PERSISTENT is True or PERSISTENT == "auto" and few_keys) else 0
+    persistent = _sm_count(q) if configs and not wide and (PERSISTENT is True or PERSISTENT == "auto" and few_keys) \
+        else 0
     # (an empty key suffix with the default: the cache keys stay as they were)
     exprs = ("item exprs",) if persistent and not PERSISTENT_ITEM_VARS else ()
     if configs:
