@@ -273,7 +273,10 @@ def lean_main() -> int:
 #   "d64 192 pp" / "d64 192 ov": head dim 64 with 128 x 192 blocks (two stages: the fit without the score
 #         tile) with ping-pong + overlap / the overlap only;
 #   "nc 176": non-causal d 128 with 128 x 176 blocks (HOPPER_NONCAUSAL_BLOCK_N: FlashAttention-3's tile), the
-#         grid kernel.
+#         grid kernel;
+#   "d64 3wg": head dim 64 with 192 x 128 blocks (FlashAttention-3's query block at d 64): three consumer
+#         warpgroups, so no ping-pong (two only), and the overlap declines (its register budget); the grid
+#         kernel (the persistent causal one spills 244 bytes at 160 registers per consumer thread).
 S10_SHAPES = [(16, 16, 1024, 128), (4, 16, 4096, 128), (1, 16, 16384, 128), (4, 16, 4096, 64)]
 S10_PP = {"HOPPER_LONG_CAUSAL_OVERRIDES": {**OV, **PP}, "HOPPER_SHORT_CAUSAL_OVERRIDES": {**OV, **PP},
           "HOPPER_D64_OVERRIDES": {**OV, **PP}}
@@ -307,7 +310,9 @@ S10_COLUMNS = [("ops", {}, None),
                ("grid pp", {**S10_PP, "PERSISTENT": False}, lambda s, d, c: _rows_persistent(s, d, c) and c),
                ("d64 192 pp", {**D64_192, "HOPPER_D64_OVERRIDES": {**OV, **PP}}, lambda s, d, c: d == 64),
                ("d64 192 ov", {**D64_192, "HOPPER_D64_OVERRIDES": OV}, lambda s, d, c: d == 64),
-               ("nc 176", {"HOPPER_NONCAUSAL_BLOCK_N": 176}, lambda s, d, c: d == 128 and not c)]
+               ("nc 176", {"HOPPER_NONCAUSAL_BLOCK_N": 176}, lambda s, d, c: d == 128 and not c),
+               ("d64 3wg", {"HOPPER_D64_BLOCKS": (192, 128), "HOPPER_SCORES_IN_REGISTERS": True, "PERSISTENT": False},
+                lambda s, d, c: d == 64)]
 
 
 def s10_main() -> int:

@@ -20,7 +20,7 @@ import pytest
 
 torch = pytest.importorskip("torch")
 
-from test_ops_attention import _varlen_case  # noqa: E402
+from test_ops_attention import _close, _close_lse, _rand, _varlen_case, reference  # noqa: E402
 from test_s8_attnp_persistent import SM90A, check_varlen  # noqa: E402
 from test_s9_causal_stages import _dense_case, _on_cpu, _planned_key, _sm90_kernel  # noqa: E402
 from toolchains import needs_nvrtc  # noqa: E402
@@ -127,10 +127,11 @@ def test_varlen_with_the_candidates(monkeypatch):
 
 
 @needs_nvrtc
-@pytest.mark.parametrize("D, bN, causal, persistent, configs", [
-    (128, 128, True, 132, PP_OV), (128, 128, True, 0, PP_OV), (64, 128, True, 132, PP_OV),
-    (64, 128, False, 0, PP_OV), (64, 192, False, 0, PP_OV), (64, 192, True, 132, PP_OV), (128, 176, False, 0, PP_OV)])
-def test_h200_kernels_build_without_spills(D, bN, causal, persistent, configs):
+@pytest.mark.parametrize("D, bM, bN, causal, persistent, configs", [
+    (128, 128, 128, True, 132, PP_OV), (128, 128, 128, True, 0, PP_OV), (64, 128, 128, True, 132, PP_OV),
+    (64, 128, 128, False, 0, PP_OV), (64, 128, 192, False, 0, PP_OV), (64, 128, 192, True, 132, PP_OV),
+    (128, 128, 176, False, 0, PP_OV), (64, 192, 128, False, 0, OV), (64, 192, 128, True, 0, OV)])
+def test_h200_kernels_build_without_spills(D, bM, bN, causal, persistent, configs):
     """The candidates' H200 kernels (16 heads, two stages) build with NVRTC without spills, within a
     block's shared memory."""
     from tilewright.codegen.cuda import print_cuda
@@ -139,10 +140,10 @@ def test_h200_kernels_build_without_spills(D, bN, causal, persistent, configs):
     from tilewright.toolchain import nvrtc
 
     f = ak.attention_fwd(16, 16, D, "bfloat16", "bfloat16", causal, False, False, 1, False, False, False, False,
-                         128, bN, 2, 256, stage_out=True, persistent=persistent, order="pairs")
+                         bM, bN, 2, 2 * bM, stage_out=True, persistent=persistent, order="pairs")
     k = run_pipeline(f, PassContext(Target.parse(SM90A), {"optimize_level": 2, **dispatch.HOPPER_CONFIGS,
                                                           **configs}))
-    assert k.num_threads == 384 and k.shared_bytes <= 232448
+    assert k.num_threads == 2 * bM + 128 and k.shared_bytes <= 232448
     res = nvrtc.compile_cuda(print_cuda(k), "sm_90a", [k.name]).resources[k.name]
     assert res["spills"] == 0 and res["local_bytes"] == 0, res
 
@@ -201,5 +202,29 @@ def test_wide_noncausal_block_varlen(monkeypatch):
         out, lse = ops.attention(q, k, v, causal=False, return_lse=True, cu_seqlens_q=cu_q, cu_seqlens_k=cu_k)
         check_varlen(q, k, v, cu_q, cu_k, lens_q, out, lse, False)
         assert _sm90_kernel(used, False)[0][8:11] == (128, 176, 2)
+    finally:
+        setup.close()
+
+
+@pytest.mark.parametrize("persistent", [True, False])
+@pytest.mark.parametrize("Sq, Sk, causal", [(300, 333, True), (333, 200, True), (129, 250, False), (400, 400, False)])
+def test_d64_three_consumer_warpgroups(monkeypatch, persistent, Sq, Sk, causal):
+    """Head dim 64 with 192 x 128 blocks (FlashAttention-3's query block there): three consumer warpgroups of
+    64 rows (512 threads with the producer), two stages (the fit without the score tile), GQA, ragged."""
+    setup, used = _on_cpu(monkeypatch, persistent, HOPPER_D64_BLOCKS=(192, 128), HOPPER_SCORES_IN_REGISTERS=True,
+                          PERSISTENT_ORDER="pairs")
+    try:
+        g = torch.Generator().manual_seed(Sq + Sk + persistent)
+        q, k, v = _rand(g, 1, 3, Sq, 64, dtype=torch.float16), _rand(g, 1, 1, Sk, 64, dtype=torch.float16), \
+            _rand(g, 1, 1, Sk, 64, dtype=torch.float16)
+        out, lse = ops.attention(q, k, v, causal=causal, return_lse=True)
+        want, want_lse = reference(q, k, v, causal)
+        _close(out, want, tol=3e-3)
+        _close_lse(lse, want_lse)
+        key, cfg, kern = [u for u in used if u[0][0] == "attention" and u[1]][-1]
+        src = kern.get_kernel_source()
+        assert kern.num_threads == 512 and "wgmma.mma_async" in src and "setmaxnreg.inc" in src
+        assert ("Q_s_empty" in src) == persistent and key[17:20] == (192, 128, 2)
+        assert kern.spec.shared_bytes <= 232448
     finally:
         setup.close()

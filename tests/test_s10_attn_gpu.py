@@ -1,9 +1,10 @@
 """Session 10's sm_90a attention candidates (tests/test_s10_attn_candidates.py runs them in the emulator)
 on an sm_90 GPU (H100/H200): ping-pong with the overlap for long causal, short causal (two K/V stages) and
-head dim 64 calls, short causal with the overlap only, 128 x 192 blocks at d 64, 128 x 176 blocks for
-non-causal d 128 (grid kernel), each on the grid and the persistent kernel: ``ops.attention`` against
-float64 with NaN-poisoned outputs (causal and not, ragged, S_q != S_k both ways, GQA/MQA, the LSE, varlen
-with empty sequences), and the kernel checked to be the one asked for.  Skipped without such a GPU."""
+head dim 64 calls, short causal with the overlap only, 128 x 192 and 192 x 128 (three consumer warpgroups)
+blocks at d 64, 128 x 176 blocks for non-causal d 128 (grid kernel), each on the grid and the persistent
+kernel: ``ops.attention`` against float64 with NaN-poisoned outputs (causal and not, ragged, S_q != S_k both
+ways, GQA/MQA, the LSE, varlen with empty sequences), and the kernel checked to be the one asked for.
+Skipped without such a GPU."""
 
 from __future__ import annotations
 
@@ -33,6 +34,9 @@ CANDIDATES = {
     "d64 192 pp pers": {"HOPPER_D64_BLOCKS": (128, 192), "HOPPER_SCORES_IN_REGISTERS": True,
                         "HOPPER_D64_OVERRIDES": PP_OV, "PERSISTENT": True, "PERSISTENT_ORDER": "pairs"},
     "nc 176": {"HOPPER_NONCAUSAL_BLOCK_N": 176},
+    "d64 3wg grid": {"HOPPER_D64_BLOCKS": (192, 128), "HOPPER_SCORES_IN_REGISTERS": True, "PERSISTENT": False},
+    "d64 3wg pers": {"HOPPER_D64_BLOCKS": (192, 128), "HOPPER_SCORES_IN_REGISTERS": True, "PERSISTENT": True,
+                     "PERSISTENT_ORDER": "pairs"},
 }
 
 
@@ -68,7 +72,7 @@ def candidate(request, monkeypatch):
 def _was_asked_for(built, D, causal):
     key, configs, k = built[-1]
     src = k.get_kernel_source()
-    assert k.num_threads == 384 and "wgmma" in src
+    assert k.num_threads == 2 * key[17] + 128 and "wgmma" in src
     wide = not causal and 64 < D <= 128 and dispatch.HOPPER_NONCAUSAL_BLOCK_N != 128
     if wide:
         assert key[18:20] == (dispatch.HOPPER_NONCAUSAL_BLOCK_N, 2) and "Q_s_empty" not in src
