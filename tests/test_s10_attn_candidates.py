@@ -37,11 +37,34 @@ def _configs(used):
     return [c for key, c, _ in used if key[0] == "attention" and c][-1]
 
 
-def test_the_short_causal_knob_is_off_by_default(monkeypatch):
-    """None (the default until measured): a short causal call at d 128 keeps one K/V stage and no ping-pong."""
-    assert dispatch.HOPPER_SHORT_CAUSAL_OVERRIDES is None
+def test_the_session10_defaults(monkeypatch):
+    """From the H200 run (bench/results/2026-12-02-0207-attention-variants-s10): short causal d 128 with two
+    stages, ping-pong and the overlap; d 64 with ping-pong too; even lengths without tail handling; 4k causal
+    keys (32 blocks) on the grid kernel, 1024 (8) persistent; non-causal d 128 keeps 128-key blocks."""
+    assert dispatch.HOPPER_SHORT_CAUSAL_OVERRIDES == PP_OV and dispatch.HOPPER_D64_OVERRIDES == PP_OV
+    assert dispatch.SPECIALIZE_EVEN is True and dispatch.PERSISTENT_MAX_KEY_BLOCKS_CAUSAL == 16
+    assert dispatch.HOPPER_NONCAUSAL_BLOCK_N == 128
     key, configs = _planned_key(monkeypatch, True, 1024)
-    assert key[19] == 1 and "tw.pingpong" not in configs
+    assert key[19] == 2 and configs == {**dispatch.HOPPER_CONFIGS, **PP_OV} and key[-1] == "pairs"
+    assert key[21:23] == (True, True)  # even_q, even_k
+    key, configs = _planned_key(monkeypatch, True, 4096)
+    assert key[19] == 2 and "tw.pingpong" not in configs and key[-1] != "pairs"
+    key, configs = _planned_key(monkeypatch, True, 4096, 64)
+    assert configs == {**dispatch.HOPPER_CONFIGS, **PP_OV} and key[-1] != "pairs"
+
+
+@pytest.mark.parametrize("persistent", [True, False])
+@pytest.mark.parametrize("Sq, Sk, D, causal", [(256, 384, 128, False), (384, 256, 128, True), (256, 384, 64, True),
+                                               (128, 256, 64, False)])
+def test_the_defaults_on_even_lengths(monkeypatch, persistent, Sq, Sk, D, causal):
+    """The shipped knobs where the lengths divide the blocks (the kernel without tail handling), GQA, Sq != Sk."""
+    setup, used = _on_cpu(monkeypatch, persistent, PERSISTENT_ORDER="pairs")
+    try:
+        flags, k = _dense_case(used, persistent, 1, 2, 1, Sq, Sk, D, causal, torch.bfloat16, Sq + Sk + D)
+        assert flags[8:11] == (128, 128, 2) and flags[12:14] == (True, True)
+        assert _configs(used)["tw.pingpong"]
+    finally:
+        setup.close()
 
 
 @pytest.mark.parametrize("overrides", [PP_OV, OV, {}])

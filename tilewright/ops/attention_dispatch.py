@@ -86,11 +86,16 @@ def _config(dim: int, rows: int) -> tuple:
 HOPPER_CONFIGS = {"tw.enable_wgmma": True, "tw.warp_specialize": True, "tw.attention_overlap": False}
 # head dim 64: the overlap measured faster for ops' kernels (bench/results/2026-12-01-0954-attention-
 # variants: 410 vs 386 TFLOP/s dense, 341 vs 318 causal, bf16 4x16x4096x64); at 128 it was slower.
-HOPPER_D64_OVERRIDES = {"tw.attention_overlap": True}
+HOPPER_D64_OVERRIDES = {"tw.attention_overlap": True, "tw.pingpong": True}
+# ping-pong on top (H200, bench/results/2026-12-02-0207-attention-variants-s10, bf16 4x16x4096x64): causal 347 ->
+# 371 TFLOP/s, non-causal 431 -> 432.
 # dense calls whose query/key lengths are multiples of the blocks take a kernel without tail handling
 # (attention_fwd's even_q/even_k: no key mask outside the causal diagonal, no row checks on the output);
-# off until measured (bench/attention_variants.py's "ops even" columns).  Takes effect for new plans.
-SPECIALIZE_EVEN = False
+# on: measured on the H200 with the session-10 configurations (bench/results/2026-12-02-0207-attention-variants-
+# s10, bf16 TFLOP/s, "pp even" column against "pp"/"ops"): non-causal d 128 1024 533 -> 580, 4096 582 -> 611, 16384
+# 612 -> 635; causal 16384 605 -> 625, 1024 398 -> 408; 4096 causal and d 64 within 2% (515 vs 520, 365 vs 371).
+# Takes effect for new plans.
+SPECIALIZE_EVEN = True
 # the persistent forward kernel (attention_fwd's ``persistent``: one block per SM looping over the work
 # items, the producer loading the next item during this one's epilogue) on the sm_90a path.  True: always,
 # False: never, "auto": where a work item has at most PERSISTENT_MAX_KEY_BLOCKS key blocks, i.e. where
@@ -105,8 +110,10 @@ PERSISTENT_MAX_KEY_BLOCKS = 8
 # the balance of its items weigh more than without the mask).  32: 4k keys at block_N 128 (H200 run 22:35,
 # bf16 causal 4x16x4096x128: persistent "pairs" 507 TFLOP/s vs the grid kernel 484; with the long-causal
 # configuration below 521 vs 517; d64 355 vs 354); 16k stays on the grid kernel (persistent 444-513 vs
-# 540 at 21:29).  Takes effect for new plans.
-PERSISTENT_MAX_KEY_BLOCKS_CAUSAL = 32
+# 540 at 21:29).  16: the session-10 run (bench/results/2026-12-02-0207-attention-variants-s10) had 4k on the
+# grid kernel ahead, 534 vs 515 TFLOP/s persistent at d 128 (d 64 with ping-pong: 367 vs 371); 1024 keys stay
+# persistent (grid 329 vs 389).  Takes effect for new plans.
+PERSISTENT_MAX_KEY_BLOCKS_CAUSAL = 16
 # how the causal persistent kernel orders and deals its work items (attention_kernels.PERSISTENT_ORDERS):
 # "longest_first" (dealt in rounds: block b always gets the b-th longest of each round), "longest_first_snake"
 # (dealt back and forth: balanced), "head_major_snake" (one head's query blocks together: L2 reuse of its
@@ -144,14 +151,16 @@ HOPPER_NONCAUSAL_OVERRIDES = {"tw.pingpong": True, "tw.attention_overlap": True}
 # non-causal is 128 x 176: fewer key blocks, each softmax's fixed cost over more keys).  A wider block takes
 # the grid kernel (the persistent kernel's second Q slot does not fit beside two stages of 176 keys), whose
 # staged output tile reuses Q's shared memory (Q is dead after the key loop), so the fit leaves it out;
-# split calls keep 128.  Candidate (TW_VARIANTS=s10), 128 until measured.  Takes effect for new plans.
+# split calls keep 128.  Measured slower on the H200 (bench/results/2026-12-02-0207-attention-variants-s10, bf16
+# TFLOP/s, 176 vs 128): 426 vs 533 at 1024 keys, 497 vs 582 at 4096, 490 vs 612 at 16384.  Takes effect for new plans.
 HOPPER_NONCAUSAL_BLOCK_N = 128
 # short causal calls at d 65..128 on the sm_90a path (items of at most PERSISTENT_MAX_KEY_BLOCKS key blocks:
 # 1024 keys at block_N 128, the persistent "pairs" kernel): None keeps the fit with the score tile (one K/V
 # stage at d 128) and HOPPER_CONFIGS; a dict takes the fit without the score tile (two stages) and these pass
-# configs over HOPPER_CONFIGS, as non-causal calls do.  Candidate (bench/attention_variants.py TW_VARIANTS=s10);
-# None until measured.  Takes effect for new plans.
-HOPPER_SHORT_CAUSAL_OVERRIDES = None
+# configs over HOPPER_CONFIGS, as non-causal calls do.  Measured on the H200 (bench/results/2026-12-02-0207-
+# attention-variants-s10, bf16 16x16x1024x128 causal TFLOP/s): one stage 389, two stages 390, with the overlap
+# 384, with ping-pong and the overlap 398 (408 with SPECIALIZE_EVEN; cuDNN 423).  Takes effect for new plans.
+HOPPER_SHORT_CAUSAL_OVERRIDES = {"tw.pingpong": True, "tw.attention_overlap": True}
 # head dim <= 64 on the sm_90a path: (block_M, block_N); block_M 128 = two consumer warpgroups.
 HOPPER_D64_BLOCKS = (128, 128)
 # the forward kernels' key loop without the softmax's -inf guard where no row can see only masked keys
