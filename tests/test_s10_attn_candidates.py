@@ -251,3 +251,25 @@ def test_d64_three_consumer_warpgroups(monkeypatch, persistent, Sq, Sk, causal):
         assert kern.spec.shared_bytes <= 232448
     finally:
         setup.close()
+
+
+@pytest.mark.parametrize("Sq, Sk", [(384, 256), (200, 333)])
+def test_the_d64_noncausal_three_warpgroups_knob(monkeypatch, Sq, Sk):
+    """HOPPER_D64_NONCAUSAL_BLOCKS (192, 128) (measured faster, off until the other tests ran with it): non-causal
+    d 64 takes 192 x 128 blocks, three consumer warpgroups, two stages, the grid kernel even where PERSISTENT asks
+    for the persistent one; even lengths (no tail handling where they divide the blocks) and ragged ones, GQA."""
+    assert dispatch.HOPPER_D64_NONCAUSAL_BLOCKS is None
+    setup, used = _on_cpu(monkeypatch, True, HOPPER_D64_NONCAUSAL_BLOCKS=(192, 128))
+    try:
+        g = torch.Generator().manual_seed(Sq + Sk)
+        q, k, v = _rand(g, 1, 2, Sq, 64, dtype=torch.bfloat16), _rand(g, 1, 1, Sk, 64, dtype=torch.bfloat16), \
+            _rand(g, 1, 1, Sk, 64, dtype=torch.bfloat16)
+        out, lse = ops.attention(q, k, v, causal=False, return_lse=True)
+        want, want_lse = reference(q, k, v, False)
+        _close(out, want, tol=1e-2)
+        _close_lse(lse, want_lse)
+        key, cfg, kern = [u for u in used if u[0][0] == "attention" and u[1]][-1]
+        assert kern.num_threads == 512 and "Q_s_empty" not in kern.get_kernel_source()
+        assert key[17:20] == (192, 128, 2) and key[21:23] == (Sq % 192 == 0, Sk % 128 == 0)
+    finally:
+        setup.close()

@@ -163,6 +163,13 @@ HOPPER_NONCAUSAL_BLOCK_N = 128
 HOPPER_SHORT_CAUSAL_OVERRIDES = {"tw.pingpong": True, "tw.attention_overlap": True}
 # head dim <= 64 on the sm_90a path: (block_M, block_N); block_M 128 = two consumer warpgroups.
 HOPPER_D64_BLOCKS = (128, 128)
+# non-causal calls at head dim <= 64: 192 x 128 blocks (FlashAttention-3's query block there): three consumer
+# warpgroups (no ping-pong: it takes two), the fit without the score tile (two stages), the grid kernel (the
+# persistent causal one spilled; non-causal not measured).  H200 (bench/results/2026-12-02-0207-attention-variants-
+# s10, bf16 4x16x4096x64): 449 TFLOP/s vs 432 with 128 x 128 and ping-pong (cuDNN 463); causal lost (358 vs 371).
+# None (HOPPER_D64_BLOCKS) until the tests that pin d 64 non-causal blocks have run with it (no time left in
+# session 10); (192, 128) to take it.  Takes effect for new plans.
+HOPPER_D64_NONCAUSAL_BLOCKS = None
 # the forward kernels' key loop without the softmax's -inf guard where no row can see only masked keys
 # (attention_fwd's ``lean``: non-causal), its output rescale on the hardware's 2**x (11 of ~695 SASS
 # instructions per key block at d 128).  Off: measured at noise level on the H200 (TW_VARIANTS=lean, 22:34 UTC:
@@ -467,6 +474,9 @@ def _make_plan(q, k, v, causal, scale, varlen, nseq, max_q, has_cache, num_split
     o_hc, o_rb, o_rh = (True, 0, 0) if varlen else (False, H * max_q, max_q)
     plan.o_rows = (q.numel() // (q.shape[1] * D)) if varlen else q.numel() // D
     hopper = _hopper_config(D, max_q) if _is_hopper(q) else None
+    three_wg = bool(hopper) and not causal and D <= 64 and HOPPER_D64_NONCAUSAL_BLOCKS is not None
+    if three_wg:
+        hopper = (*HOPPER_D64_NONCAUSAL_BLOCKS, 2, 2 * HOPPER_D64_NONCAUSAL_BLOCKS[0])
     configs = ({**HOPPER_CONFIGS, **HOPPER_D64_OVERRIDES} if D <= 64 else HOPPER_CONFIGS) if hopper else None
     # causal with longer keys than the persistent bound (and d <= 128): two K/V stages and the overlap
     long_causal = bool(hopper) and causal and D <= 128 and -(-keys_hint // hopper[1]) > PERSISTENT_MAX_KEY_BLOCKS
@@ -481,7 +491,7 @@ def _make_plan(q, k, v, causal, scale, varlen, nseq, max_q, has_cache, num_split
         configs = {**configs, **HOPPER_SHORT_CAUSAL_OVERRIDES}
     # the output tile staged through shared memory: it fits beside Q and the K/V rings up to d 128
     stage_out = bool(hopper) and D <= 128
-    in_regs = bool(hopper) and (HOPPER_SCORES_IN_REGISTERS is True or noncausal or short_causal
+    in_regs = bool(hopper) and (HOPPER_SCORES_IN_REGISTERS is True or noncausal or short_causal or three_wg
                                 or HOPPER_SCORES_IN_REGISTERS == "long causal" and long_causal)
     # (the split count depends on the blocks, the output dtype on the split count (float32 partials when
     # split) and the staged output tile's size on the dtype: a split call is fitted again for 4-byte
@@ -509,8 +519,9 @@ def _make_plan(q, k, v, causal, scale, varlen, nseq, max_q, has_cache, num_split
     even_qk = (even and max_q % bM == 0, even and seq_k % bN == 0)
     few_keys = -(-keys_hint // bN) <= (PERSISTENT_MAX_KEY_BLOCKS_CAUSAL if causal else PERSISTENT_MAX_KEY_BLOCKS)
     lean = ("lean",) if LEAN_LOOP else ()  # (an empty key suffix when off: the cache keys stay as they were)
-    persistent = _sm_count(q) if configs and not wide and (PERSISTENT is True or PERSISTENT == "auto" and few_keys) \
-        else 0
+    grid_only = wide or three_wg  # (their blocks' persistent kernels do not fit or were not measured)
+    persistent = _sm_count(q) if configs and not grid_only and (PERSISTENT is True or PERSISTENT == "auto"
+                                                                and few_keys) else 0
     # (an empty key suffix with the default: the cache keys stay as they were)
     exprs = ("item exprs",) if persistent and not PERSISTENT_ITEM_VARS else ()
     if configs:
