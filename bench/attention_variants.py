@@ -18,7 +18,9 @@ persistent ones; ``TW_VARIANTS=order`` only "ops", "ops pers" and the persistent
 input layout against the shipped kernel and the user program, at 4k and 16k tokens, head dim 128 and 64;
 ``TW_VARIANTS=layout`` that table's "user", "ops" and "ops bshd" columns at 1x16x16384x128 non-causal only;
 ``TW_VARIANTS=regs`` the table with ``attention_dispatch.HOPPER_SCORES_IN_REGISTERS`` on for every call
-("regs": two K/V stages at d 128) alone, with the overlap, with ping-pong and with both."""
+("regs": two K/V stages at d 128) alone, with the overlap, with ping-pong and with both;
+``TW_VARIANTS=s10`` session 10's candidates (``s10_main``: ping-pong for causal and head dim 64 calls, two
+stages for short causal ones, the grid kernel against the persistent one, 128 x 192 blocks at head dim 64)."""
 
 from __future__ import annotations
 
@@ -258,5 +260,113 @@ def lean_main() -> int:
     return 0
 
 
+# ---------------------------------------------------------------- TW_VARIANTS=s10 (session 10's candidates)
+# ops.attention with attention_dispatch's module knobs set per column, each column only on the rows whose
+# kernel it changes ("-" elsewhere): every issue-9 shape, causal and not, bf16.
+#   "pp": ping-pong with the overlap where it is not on yet: long causal d 128 (HOPPER_LONG_CAUSAL_OVERRIDES),
+#         short causal d 128 with two K/V stages (HOPPER_SHORT_CAUSAL_OVERRIDES) and head dim 64
+#         (HOPPER_D64_OVERRIDES); the three knobs touch disjoint rows, so one column reads as three candidates;
+#   "short ov" / "short 2st": short causal d 128 with two stages and the overlap only / no overlap;
+#   "pp even": "pp" with SPECIALIZE_EVEN (no tail handling: every shape here divides the blocks), all rows;
+#   "grid" / "grid pp": PERSISTENT = False (the grid kernel) where "auto" takes the persistent one, as shipped
+#         and with "pp";
+#   "d64 192 pp" / "d64 192 ov": head dim 64 with 128 x 192 blocks (two stages: the fit without the score
+#         tile) with ping-pong + overlap / the overlap only;
+#   "nc 176": non-causal d 128 with 128 x 176 blocks (HOPPER_NONCAUSAL_BLOCK_N: FlashAttention-3's tile), the
+#         grid kernel;
+#   "d64 3wg": head dim 64 with 192 x 128 blocks (FlashAttention-3's query block at d 64): three consumer
+#         warpgroups, so no ping-pong (two only), and the overlap declines (its register budget); the grid
+#         kernel (the persistent causal one spills 244 bytes at 160 registers per consumer thread).
+S10_SHAPES = [(16, 16, 1024, 128), (4, 16, 4096, 128), (1, 16, 16384, 128), (4, 16, 4096, 64)]
+S10_PP = {"HOPPER_LONG_CAUSAL_OVERRIDES": {**OV, **PP}, "HOPPER_SHORT_CAUSAL_OVERRIDES": {**OV, **PP},
+          "HOPPER_D64_OVERRIDES": {**OV, **PP}}
+D64_192 = {"HOPPER_D64_BLOCKS": (128, 192), "HOPPER_SCORES_IN_REGISTERS": True}
+
+
+def _rows_causal_d128(s, d, causal):
+    return causal and d == 128
+
+
+def _rows_pp(s, d, causal):
+    return d == 64 or causal
+
+
+def _rows_short(s, d, causal):
+    return causal and d == 128 and s <= 1024
+
+
+def _rows_persistent(s, d, causal):  # where PERSISTENT "auto" takes the persistent kernel (block_N 128)
+    return s // 128 <= (attention_dispatch.PERSISTENT_MAX_KEY_BLOCKS_CAUSAL if causal
+                        else attention_dispatch.PERSISTENT_MAX_KEY_BLOCKS)
+
+
+# (column, knobs, rows it changes: None for all)
+S10_COLUMNS = [("ops", {}, None),
+               ("pp", S10_PP, _rows_pp),
+               ("short ov", {"HOPPER_SHORT_CAUSAL_OVERRIDES": OV}, _rows_short),
+               ("short 2st", {"HOPPER_SHORT_CAUSAL_OVERRIDES": {}}, _rows_short),
+               ("pp even", {**S10_PP, "SPECIALIZE_EVEN": True}, None),
+               ("grid", {"PERSISTENT": False}, _rows_persistent),
+               ("grid pp", {**S10_PP, "PERSISTENT": False}, lambda s, d, c: _rows_persistent(s, d, c) and c),
+               ("d64 192 pp", {**D64_192, "HOPPER_D64_OVERRIDES": {**OV, **PP}}, lambda s, d, c: d == 64),
+               ("d64 192 ov", {**D64_192, "HOPPER_D64_OVERRIDES": OV}, lambda s, d, c: d == 64),
+               ("nc 176", {"HOPPER_NONCAUSAL_BLOCK_N": 176}, lambda s, d, c: d == 128 and not c),
+               ("d64 3wg", {"HOPPER_D64_BLOCKS": (192, 128), "HOPPER_SCORES_IN_REGISTERS": True, "PERSISTENT": False},
+                lambda s, d, c: d == 64)]
+
+
+def s10_main() -> int:
+    knobs = sorted({name for _, kn, _ in S10_COLUMNS for name in kn})
+    shipped = {name: getattr(attention_dispatch, name) for name in knobs}
+    rows = ["| B,H,S,D | causal | cuDNN | " + " | ".join(c[0] for c in S10_COLUMNS) + " | best | best/cuDNN |",
+            "|---|---|---|" + "---|" * (len(S10_COLUMNS) + 2)]
+    ratios = []
+    for b, h, s, d in S10_SHAPES:
+        for causal in (False, True):
+            g = torch.Generator(device="cuda").manual_seed(b * s + d)
+            q, k, v = (torch.randn(b, h, s, d, device="cuda", generator=g, dtype=torch.bfloat16) for _ in range(3))
+            ref = sdpa(q.float(), k.float(), v.float(), causal, "math")
+            flops = 4 * b * h * s * s * d / (2 if causal else 1)
+            tf = lambda ms: flops / ms / 1e9  # noqa: E731
+            cudnn = tf(bench_ms(lambda: sdpa(q, k, v, causal, "cudnn")))
+            cells = []
+            for name, kn, applies in S10_COLUMNS:
+                if applies is not None and not applies(s, d, causal):
+                    cells.append(None)
+                    continue
+                for knob, value in kn.items():
+                    setattr(attention_dispatch, knob, value)
+                attention_dispatch.forget_plans()  # plans remember their kernels
+                try:
+                    out = ops.attention(q, k, v, causal=causal)
+                    e = _err(out, ref)
+                    if e >= 2e-2:
+                        print(f"  WRONG {name} {b, h, s, d, causal}: {e:.2e}", flush=True)
+                    cells.append(tf(bench_ms(lambda: ops.attention(q, k, v, causal=causal))) if e < 2e-2
+                                 else float("nan"))
+                except Exception as ex:  # noqa: BLE001
+                    print(f"  {name} {b, h, s, d, causal}: {type(ex).__name__}: {str(ex).splitlines()[0][:150]}")
+                    cells.append(float("nan"))
+                finally:
+                    for knob, value in shipped.items():
+                        setattr(attention_dispatch, knob, value)
+                    attention_dispatch.forget_plans()
+            got = [(c, S10_COLUMNS[i][0]) for i, c in enumerate(cells) if c is not None and c == c]
+            best, best_name = max(got, default=(float("nan"), "-"))
+            ratios.append(best / cudnn)
+            rows.append(f"| {b},{h},{s},{d} | {'yes' if causal else 'no'} | {cudnn:.0f} | "
+                        + " | ".join("-" if c is None else f"{c:.0f}" for c in cells)
+                        + f" | {best_name} | {best / cudnn:.2f} |")
+            print(rows[-1], flush=True)
+    gm = math.exp(sum(math.log(r) for r in ratios) / len(ratios))
+    rows += ["", "TFLOP/s (4·B·H·S²·D, halved when causal), bf16; \"-\": the column's knobs do not change that "
+             f"row's kernel; best column over cuDNN: geometric mean {gm:.2f}x"]
+    print("\n".join(rows))
+    print("saved", save("attention-variants-s10", rows))
+    return 0
+
+
 if __name__ == "__main__":
+    if os.environ.get("TW_VARIANTS") == "s10":
+        sys.exit(s10_main())
     sys.exit(lean_main() if os.environ.get("TW_VARIANTS") in ("lean", "layout", "regs") else main())

@@ -27,10 +27,11 @@ dispatch = importlib.import_module("tilewright.ops.attention_dispatch")
 
 
 @pytest.mark.parametrize("causal, D, stages, pingpong", [
-    (False, 128, 2, True), (False, 96, 2, True), (False, 64, 2, None), (False, 256, 1, None),
+    (False, 128, 2, True), (False, 96, 2, True), (False, 64, 2, True), (False, 256, 1, None),
     (True, 128, 2, None)])
 def test_the_noncausal_defaults(monkeypatch, causal, D, stages, pingpong):
-    """Non-causal d 65..128: two stages, ping-pong and the overlap; d 64, d 256 and causal calls as before
+    """Non-causal d 65..128: two stages, ping-pong and the overlap (d 64 too: HOPPER_D64_OVERRIDES since
+    session 10); d 256 and causal calls as before
     (4096 keys: the causal one is a long causal call, with two stages and the overlap, no ping-pong)."""
     assert dispatch.HOPPER_NONCAUSAL_OVERRIDES == {"tw.pingpong": True, "tw.attention_overlap": True}
     key, configs = _planned_key(monkeypatch, causal, 4096, D)

@@ -94,10 +94,11 @@ def test_interpreter_path(even, B, H, Hkv, Sq, Sk, D, causal):
     _case(B, H, Hkv, Sq, Sk, D, causal, torch.float16)
 
 
-def test_off_by_default_and_ragged_lengths_keep_the_tail_handling(sm90a, monkeypatch):
+def test_off_by_choice_and_ragged_lengths_keep_the_tail_handling(sm90a, monkeypatch):
+    monkeypatch.setattr(dispatch, "SPECIALIZE_EVEN", False)  # (on by default since session 10)
     dispatch.forget_plans()
     _case(1, 1, 1, 256, 256, 64, False, torch.float16)
-    assert _even_flags(sm90a) == (False, False)  # SPECIALIZE_EVEN is off until measured
+    assert _even_flags(sm90a) == (False, False)
     monkeypatch.setattr(dispatch, "SPECIALIZE_EVEN", True)
     dispatch.forget_plans()
     _case(1, 1, 1, 130, 250, 64, False, torch.float16)

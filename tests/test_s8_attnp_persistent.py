@@ -98,6 +98,7 @@ def test_schedules_persistent(persistent, monkeypatch, configs):
     """Every consumer schedule in the persistent form (ping-pong's turns opened and closed per item,
     the overlap's rotated key loop inside the tile loop); d = 128 with two Q slots."""
     monkeypatch.setattr(dispatch, "HOPPER_CONFIGS", {**dispatch.HOPPER_CONFIGS, **configs})
+    monkeypatch.setattr(dispatch, "HOPPER_SHORT_CAUSAL_OVERRIDES", None)  # (its default sets both schedules)
     g = torch.Generator().manual_seed(44)
     q, k, v = _rand(g, 1, 2, 300, 128), _rand(g, 1, 1, 333, 128), _rand(g, 1, 1, 333, 128)
     out, lse = ops.attention(q, k, v, causal=True, return_lse=True)

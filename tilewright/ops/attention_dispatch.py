@@ -86,11 +86,16 @@ def _config(dim: int, rows: int) -> tuple:
 HOPPER_CONFIGS = {"tw.enable_wgmma": True, "tw.warp_specialize": True, "tw.attention_overlap": False}
 # head dim 64: the overlap measured faster for ops' kernels (bench/results/2026-12-01-0954-attention-
 # variants: 410 vs 386 TFLOP/s dense, 341 vs 318 causal, bf16 4x16x4096x64); at 128 it was slower.
-HOPPER_D64_OVERRIDES = {"tw.attention_overlap": True}
+HOPPER_D64_OVERRIDES = {"tw.attention_overlap": True, "tw.pingpong": True}
+# ping-pong on top (H200, bench/results/2026-12-02-0207-attention-variants-s10, bf16 4x16x4096x64): causal 347 ->
+# 371 TFLOP/s, non-causal 431 -> 432.
 # dense calls whose query/key lengths are multiples of the blocks take a kernel without tail handling
 # (attention_fwd's even_q/even_k: no key mask outside the causal diagonal, no row checks on the output);
-# off until measured (bench/attention_variants.py's "ops even" columns).  Takes effect for new plans.
-SPECIALIZE_EVEN = False
+# on: measured on the H200 with the session-10 configurations (bench/results/2026-12-02-0207-attention-variants-
+# s10, bf16 TFLOP/s, "pp even" column against "pp"/"ops"): non-causal d 128 1024 533 -> 580, 4096 582 -> 611, 16384
+# 612 -> 635; causal 16384 605 -> 625, 1024 398 -> 408; 4096 causal and d 64 within 2% (515 vs 520, 365 vs 371).
+# Takes effect for new plans.
+SPECIALIZE_EVEN = True
 # the persistent forward kernel (attention_fwd's ``persistent``: one block per SM looping over the work
 # items, the producer loading the next item during this one's epilogue) on the sm_90a path.  True: always,
 # False: never, "auto": where a work item has at most PERSISTENT_MAX_KEY_BLOCKS key blocks, i.e. where
@@ -105,8 +110,10 @@ PERSISTENT_MAX_KEY_BLOCKS = 8
 # the balance of its items weigh more than without the mask).  32: 4k keys at block_N 128 (H200 run 22:35,
 # bf16 causal 4x16x4096x128: persistent "pairs" 507 TFLOP/s vs the grid kernel 484; with the long-causal
 # configuration below 521 vs 517; d64 355 vs 354); 16k stays on the grid kernel (persistent 444-513 vs
-# 540 at 21:29).  Takes effect for new plans.
-PERSISTENT_MAX_KEY_BLOCKS_CAUSAL = 32
+# 540 at 21:29).  16: the session-10 run (bench/results/2026-12-02-0207-attention-variants-s10) had 4k on the
+# grid kernel ahead, 534 vs 515 TFLOP/s persistent at d 128 (d 64 with ping-pong: 367 vs 371); 1024 keys stay
+# persistent (grid 329 vs 389).  Takes effect for new plans.
+PERSISTENT_MAX_KEY_BLOCKS_CAUSAL = 16
 # how the causal persistent kernel orders and deals its work items (attention_kernels.PERSISTENT_ORDERS):
 # "longest_first" (dealt in rounds: block b always gets the b-th longest of each round), "longest_first_snake"
 # (dealt back and forth: balanced), "head_major_snake" (one head's query blocks together: L2 reuse of its
@@ -140,8 +147,29 @@ HOPPER_LONG_CAUSAL_OVERRIDES = {"tw.attention_overlap": True}
 # 547 (596), 4x16x4096x128 550 -> 604 (622), 1x16x16384x128 560 -> 615 (618).  Two stages alone gave
 # 501/545/558, with the overlap only 502/521/585, with ping-pong only 473/514/488.  Takes effect for new plans.
 HOPPER_NONCAUSAL_OVERRIDES = {"tw.pingpong": True, "tw.attention_overlap": True}
+# the key block (block_N) of those non-causal calls: 128, or wider (FlashAttention-3's sm_90 tile for d 128
+# non-causal is 128 x 176: fewer key blocks, each softmax's fixed cost over more keys).  A wider block takes
+# the grid kernel (the persistent kernel's second Q slot does not fit beside two stages of 176 keys), whose
+# staged output tile reuses Q's shared memory (Q is dead after the key loop), so the fit leaves it out;
+# split calls keep 128.  Measured slower on the H200 (bench/results/2026-12-02-0207-attention-variants-s10, bf16
+# TFLOP/s, 176 vs 128): 426 vs 533 at 1024 keys, 497 vs 582 at 4096, 490 vs 612 at 16384.  Takes effect for new plans.
+HOPPER_NONCAUSAL_BLOCK_N = 128
+# short causal calls at d 65..128 on the sm_90a path (items of at most PERSISTENT_MAX_KEY_BLOCKS key blocks:
+# 1024 keys at block_N 128, the persistent "pairs" kernel): None keeps the fit with the score tile (one K/V
+# stage at d 128) and HOPPER_CONFIGS; a dict takes the fit without the score tile (two stages) and these pass
+# configs over HOPPER_CONFIGS, as non-causal calls do.  Measured on the H200 (bench/results/2026-12-02-0207-
+# attention-variants-s10, bf16 16x16x1024x128 causal TFLOP/s): one stage 389, two stages 390, with the overlap
+# 384, with ping-pong and the overlap 398 (408 with SPECIALIZE_EVEN; cuDNN 423).  Takes effect for new plans.
+HOPPER_SHORT_CAUSAL_OVERRIDES = {"tw.pingpong": True, "tw.attention_overlap": True}
 # head dim <= 64 on the sm_90a path: (block_M, block_N); block_M 128 = two consumer warpgroups.
 HOPPER_D64_BLOCKS = (128, 128)
+# non-causal calls at head dim <= 64: 192 x 128 blocks (FlashAttention-3's query block there): three consumer
+# warpgroups (no ping-pong: it takes two), the fit without the score tile (two stages), the grid kernel (the
+# persistent causal one spilled; non-causal not measured).  H200 (bench/results/2026-12-02-0207-attention-variants-
+# s10, bf16 4x16x4096x64): 449 TFLOP/s vs 432 with 128 x 128 and ping-pong (cuDNN 463); causal lost (358 vs 371).
+# None (HOPPER_D64_BLOCKS) until the tests that pin d 64 non-causal blocks have run with it (no time left in
+# session 10); (192, 128) to take it.  Takes effect for new plans.
+HOPPER_D64_NONCAUSAL_BLOCKS = None
 # the forward kernels' key loop without the softmax's -inf guard where no row can see only masked keys
 # (attention_fwd's ``lean``: non-causal), its output rescale on the hardware's 2**x (11 of ~695 SASS
 # instructions per key block at d 128).  Off: measured at noise level on the H200 (TW_VARIANTS=lean, 22:34 UTC:
@@ -446,6 +474,9 @@ def _make_plan(q, k, v, causal, scale, varlen, nseq, max_q, has_cache, num_split
     o_hc, o_rb, o_rh = (True, 0, 0) if varlen else (False, H * max_q, max_q)
     plan.o_rows = (q.numel() // (q.shape[1] * D)) if varlen else q.numel() // D
     hopper = _hopper_config(D, max_q) if _is_hopper(q) else None
+    three_wg = bool(hopper) and not causal and D <= 64 and HOPPER_D64_NONCAUSAL_BLOCKS is not None
+    if three_wg:
+        hopper = (*HOPPER_D64_NONCAUSAL_BLOCKS, 2, 2 * HOPPER_D64_NONCAUSAL_BLOCKS[0])
     configs = ({**HOPPER_CONFIGS, **HOPPER_D64_OVERRIDES} if D <= 64 else HOPPER_CONFIGS) if hopper else None
     # causal with longer keys than the persistent bound (and d <= 128): two K/V stages and the overlap
     long_causal = bool(hopper) and causal and D <= 128 and -(-keys_hint // hopper[1]) > PERSISTENT_MAX_KEY_BLOCKS
@@ -454,17 +485,28 @@ def _make_plan(q, k, v, causal, scale, varlen, nseq, max_q, has_cache, num_split
     noncausal = bool(hopper) and not causal and 64 < D <= 128 and HOPPER_NONCAUSAL_OVERRIDES is not None
     if noncausal:
         configs = {**configs, **HOPPER_NONCAUSAL_OVERRIDES}
+    short_causal = (bool(hopper) and causal and 64 < D <= 128 and not long_causal
+                    and HOPPER_SHORT_CAUSAL_OVERRIDES is not None)
+    if short_causal:
+        configs = {**configs, **HOPPER_SHORT_CAUSAL_OVERRIDES}
     # the output tile staged through shared memory: it fits beside Q and the K/V rings up to d 128
     stage_out = bool(hopper) and D <= 128
-    in_regs = bool(hopper) and (HOPPER_SCORES_IN_REGISTERS is True or noncausal
+    in_regs = bool(hopper) and (HOPPER_SCORES_IN_REGISTERS is True or noncausal or short_causal or three_wg
                                 or HOPPER_SCORES_IN_REGISTERS == "long causal" and long_causal)
     # (the split count depends on the blocks, the output dtype on the split count (float32 partials when
     # split) and the staged output tile's size on the dtype: a split call is fitted again for 4-byte
     # outputs, in which either dtype fits)
     cfg = hopper or _config(D, max_q)
-    bM, bN, stages, threads = _fit_shared(cfg, D, _shared_bytes(q), scores=not in_regs,
-                                          out_tile=in_regs and stage_out)
-    splits = _splits(nseq * H * -(-max_q // bM), -(-keys_hint // bN), num_splits)
+    wide = noncausal and HOPPER_NONCAUSAL_BLOCK_N != cfg[1]  # (the grid kernel only: see the knob)
+    if wide:
+        bM, bN, stages, threads = _fit_shared((cfg[0], HOPPER_NONCAUSAL_BLOCK_N, *cfg[2:]), D, _shared_bytes(q),
+                                              scores=False)
+        splits = _splits(nseq * H * -(-max_q // bM), -(-keys_hint // bN), num_splits)
+        wide = splits == 1 and stages == cfg[2]
+    if not wide:
+        bM, bN, stages, threads = _fit_shared(cfg, D, _shared_bytes(q), scores=not in_regs,
+                                              out_tile=in_regs and stage_out)
+        splits = _splits(nseq * H * -(-max_q // bM), -(-keys_hint // bN), num_splits)
     if splits > 1 and in_regs and stage_out:
         bM, bN, stages, threads = _fit_shared(cfg, D, _shared_bytes(q), scores=False, out_tile=True, out_bytes=4)
         splits = _splits(nseq * H * -(-max_q // bM), -(-keys_hint // bN), num_splits)
@@ -477,7 +519,9 @@ def _make_plan(q, k, v, causal, scale, varlen, nseq, max_q, has_cache, num_split
     even_qk = (even and max_q % bM == 0, even and seq_k % bN == 0)
     few_keys = -(-keys_hint // bN) <= (PERSISTENT_MAX_KEY_BLOCKS_CAUSAL if causal else PERSISTENT_MAX_KEY_BLOCKS)
     lean = ("lean",) if LEAN_LOOP else ()  # (an empty key suffix when off: the cache keys stay as they were)
-    persistent = _sm_count(q) if configs and (PERSISTENT is True or PERSISTENT == "auto" and few_keys) else 0
+    grid_only = wide or three_wg  # (their blocks' persistent kernels do not fit or were not measured)
+    persistent = _sm_count(q) if configs and not grid_only and (PERSISTENT is True or PERSISTENT == "auto"
+                                                                and few_keys) else 0
     # (an empty key suffix with the default: the cache keys stay as they were)
     exprs = ("item exprs",) if persistent and not PERSISTENT_ITEM_VARS else ()
     if configs:

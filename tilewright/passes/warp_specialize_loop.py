@@ -71,8 +71,8 @@ registers) and neither otherwise: on the H200 both together beat the plain loop 
 shape, ping-pong alone lost (bench/results/2026-12-01-0954-attention-variants-*).
 
 The register split (``setmaxnreg``): 65536 registers per SM for one block of ``T + 128`` threads;
-the producer keeps ``PRODUCER_REGS``, the consumers share the rest (a multiple of 8, at most 240).
-"""
+the producer keeps ``PRODUCER_REGS`` (``PRODUCER_REGS_MANY`` with three or more consumer warpgroups), the
+consumers share the rest (a multiple of 8, at most 240)."""
 
 from __future__ import annotations
 
@@ -96,6 +96,9 @@ OVERLAP = "tw.attention_overlap"
 PINGPONG_BARRIERS = (15, 14)  # named barriers of the turns (partitions' barriers are numbered from 1 up)
 PRODUCER_THREADS = 128  # one warpgroup: TMA is issued by its first warp
 PRODUCER_REGS = 40
+# with three or more consumer warpgroups the producer keeps fewer, so that each consumer gets 160 (not 152:
+# a 192 x 128 block at head dim 64 spilled at 152)
+PRODUCER_REGS_MANY = 32
 REGISTER_FILE = 65536
 
 
@@ -161,8 +164,9 @@ def _register_split(consumers: int):
     warpgroup (which can already use 255 registers: nothing to move)."""
     if consumers < 256:
         return None
-    per = (REGISTER_FILE - PRODUCER_THREADS * PRODUCER_REGS) // consumers // 8 * 8
-    return PRODUCER_REGS, min(per, 240)
+    producer = PRODUCER_REGS if consumers <= 256 else PRODUCER_REGS_MANY
+    per = (REGISTER_FILE - PRODUCER_THREADS * producer) // consumers // 8 * 8
+    return producer, min(per, 240)
 
 
 class _Match:

@@ -1,0 +1,143 @@
+"""Session 10's sm_90a attention candidates (tests/test_s10_attn_candidates.py runs them in the emulator)
+on an sm_90 GPU (H100/H200): ping-pong with the overlap for long causal, short causal (two K/V stages) and
+head dim 64 calls, short causal with the overlap only, 128 x 192 and 192 x 128 (three consumer warpgroups)
+blocks at d 64, 128 x 176 blocks for non-causal d 128 (grid kernel), each on the grid and the persistent
+kernel: ``ops.attention`` against float64 with NaN-poisoned outputs (causal and not, ragged, S_q != S_k both
+ways, GQA/MQA, the LSE, varlen with empty sequences), and the kernel checked to be the one asked for.
+Skipped without such a GPU."""
+
+from __future__ import annotations
+
+import importlib
+
+import pytest
+
+torch = pytest.importorskip("torch")
+if not (torch.cuda.is_available() and not getattr(torch.version, "hip", None)
+        and torch.cuda.get_device_capability() == (9, 0)):
+    pytest.skip("needs an sm_90 NVIDIA GPU with a CUDA build of PyTorch", allow_module_level=True)
+
+from test_s8_attnp_gpu import _rand, _rel, reference  # noqa: E402
+
+from tilewright import ops  # noqa: E402
+
+dispatch = importlib.import_module("tilewright.ops.attention_dispatch")
+PP_OV = {"tw.pingpong": True, "tw.attention_overlap": True}
+PP_ALL = {"HOPPER_LONG_CAUSAL_OVERRIDES": PP_OV, "HOPPER_SHORT_CAUSAL_OVERRIDES": PP_OV, "HOPPER_D64_OVERRIDES": PP_OV}
+CANDIDATES = {
+    "pp auto": PP_ALL,
+    "pp grid": {**PP_ALL, "PERSISTENT": False},
+    "pp pers": {**PP_ALL, "PERSISTENT": True, "PERSISTENT_ORDER": "pairs"},
+    "short ov pers": {"HOPPER_SHORT_CAUSAL_OVERRIDES": {"tw.attention_overlap": True}, "PERSISTENT": True},
+    "d64 192 pp grid": {"HOPPER_D64_BLOCKS": (128, 192), "HOPPER_SCORES_IN_REGISTERS": True,
+                        "HOPPER_D64_OVERRIDES": PP_OV, "PERSISTENT": False},
+    "d64 192 pp pers": {"HOPPER_D64_BLOCKS": (128, 192), "HOPPER_SCORES_IN_REGISTERS": True,
+                        "HOPPER_D64_OVERRIDES": PP_OV, "PERSISTENT": True, "PERSISTENT_ORDER": "pairs"},
+    "nc 176": {"HOPPER_NONCAUSAL_BLOCK_N": 176},
+    "d64 3wg grid": {"HOPPER_D64_BLOCKS": (192, 128), "HOPPER_SCORES_IN_REGISTERS": True, "PERSISTENT": False},
+    "d64 3wg pers": {"HOPPER_D64_BLOCKS": (192, 128), "HOPPER_SCORES_IN_REGISTERS": True, "PERSISTENT": True,
+                     "PERSISTENT_ORDER": "pairs"},
+}
+
+
+@pytest.fixture(params=list(CANDIDATES))
+def candidate(request, monkeypatch):
+    """The candidate's knobs, outputs poisoned; the forward kernels built are recorded (key, configs, kernel)."""
+    built = []
+    real_kernel = dispatch._kernel
+
+    def record(key, build, target, pass_configs=None):
+        k = real_kernel(key, build, target, pass_configs)
+        if key[0] == "attention":
+            built.append((key, pass_configs, k))
+        return k
+
+    class Poisoned:
+        def __getattr__(self, name):
+            return getattr(torch, name)
+
+        @staticmethod
+        def empty(*args, **kwargs):
+            return torch.empty(*args, **kwargs).fill_(float("nan"))
+
+    monkeypatch.setattr(dispatch, "_kernel", record)
+    monkeypatch.setattr(dispatch, "_torch", lambda: Poisoned())
+    for name, value in CANDIDATES[request.param].items():
+        monkeypatch.setattr(dispatch, name, value)
+    dispatch.forget_plans()
+    yield built
+    dispatch.forget_plans()
+
+
+def _was_asked_for(built, D, causal):
+    key, configs, k = built[-1]
+    src = k.get_kernel_source()
+    assert k.num_threads == 2 * key[17] + 128 and "wgmma" in src
+    wide = not causal and 64 < D <= 128 and dispatch.HOPPER_NONCAUSAL_BLOCK_N != 128
+    if wide:
+        assert key[18:20] == (dispatch.HOPPER_NONCAUSAL_BLOCK_N, 2) and "Q_s_empty" not in src
+    elif dispatch.PERSISTENT is True:
+        assert "Q_s_empty" in src
+    elif dispatch.PERSISTENT is False:
+        assert "Q_s_empty" not in src
+    bM, bN, stages = key[17:20]  # (after name, heads, dims, dtypes, target, configs, stage_out, 8 flags)
+    if D <= 64:
+        assert (bM, bN, stages) == (*dispatch.HOPPER_D64_BLOCKS, 2)
+        assert configs.get("tw.pingpong") == dispatch.HOPPER_D64_OVERRIDES.get("tw.pingpong")
+    elif D <= 128:
+        assert stages == 2 or causal and dispatch.HOPPER_SHORT_CAUSAL_OVERRIDES is None
+        if causal and dispatch.HOPPER_SHORT_CAUSAL_OVERRIDES is not None:
+            assert configs["tw.attention_overlap"]
+
+
+@pytest.mark.parametrize("dtype", [torch.float16, torch.bfloat16])
+@pytest.mark.parametrize("B, H, Hkv, Sq, Sk, D, causal", [
+    (4, 16, 16, 1024, 1024, 128, True),   # the issue's S=1024 shape (fewer batches): short causal
+    (1, 16, 16, 4096, 4096, 128, True),   # long causal
+    (1, 16, 16, 4096, 4096, 64, True),    # the d64 shapes (one batch)
+    (1, 16, 16, 4096, 4096, 64, False),
+    (1, 8, 1, 1000, 1337, 128, True),     # MQA, ragged, Sq < Sk
+    (1, 8, 2, 2000, 1500, 128, True),     # GQA, Sq > Sk: rows without keys, long causal
+    (3, 5, 5, 700, 300, 64, True),        # Sq > Sk at d 64
+    (2, 8, 4, 777, 900, 64, False),       # non-causal, GQA, ragged
+    (2, 8, 4, 777, 900, 128, False),      # non-causal d 128 (128 x 176 blocks under "nc 176")
+    (4, 16, 16, 1024, 1024, 128, False),  # the issue's S=1024 shape (fewer batches), non-causal
+])
+def test_candidates_on_gpu(candidate, B, H, Hkv, Sq, Sk, D, causal, dtype):
+    torch.manual_seed(B * H + Sq + D)
+    q, k, v = _rand(B, H, Sq, D, dtype=dtype), _rand(B, Hkv, Sk, D, dtype=dtype), _rand(B, Hkv, Sk, D, dtype=dtype)
+    out, lse = ops.attention(q, k, v, causal=causal, return_lse=True)
+    want, want_lse = reference(q, k, v, causal)
+    tol = 3e-3 * (4 if dtype == torch.bfloat16 else 1)
+    assert _rel(out, want) < tol
+    finite = torch.isfinite(want_lse)
+    assert torch.equal(torch.isfinite(lse), finite)
+    assert (lse.double()[finite] - want_lse[finite]).abs().max().item() < 1e-3
+    _was_asked_for(candidate, D, causal)
+    # a repeat call (the plan's bound launch from pointers) reads its own inputs
+    q2 = _rand(B, H, Sq, D, dtype=dtype)
+    assert _rel(ops.attention(q2, k, v, causal=causal), reference(q2, k, v, causal)[0]) < tol
+
+
+def test_varlen_candidates_on_gpu(candidate):
+    torch.manual_seed(6)
+    lens_q, lens_k = [300, 1, 2048, 77, 0, 129], [500, 7, 2048, 0, 33, 129]
+    cu_q = torch.tensor([0] + list(torch.tensor(lens_q).cumsum(0)), dtype=torch.int32, device="cuda")
+    cu_k = torch.tensor([0] + list(torch.tensor(lens_k).cumsum(0)), dtype=torch.int32, device="cuda")
+    for D in (64, 128):
+        qp = _rand(int(cu_q[-1]), 8, D, dtype=torch.float16)
+        kp, vp = (_rand(int(cu_k[-1]), 2, D, dtype=torch.float16) for _ in range(2))
+        for causal in (False, True):
+            out = ops.attention(qp, kp, vp, causal=causal, cu_seqlens_q=cu_q, cu_seqlens_k=cu_k,
+                                max_seqlen_q=max(lens_q))
+            for b in range(len(lens_q)):
+                sq, sk = slice(int(cu_q[b]), int(cu_q[b + 1])), slice(int(cu_k[b]), int(cu_k[b + 1]))
+                if lens_q[b] == 0:
+                    continue
+                got = out[sq].transpose(0, 1)[None]
+                if lens_k[b] == 0:
+                    assert (got == 0).all()
+                else:
+                    want, _ = reference(qp[sq].transpose(0, 1)[None], kp[sk].transpose(0, 1)[None],
+                                        vp[sk].transpose(0, 1)[None], causal)
+                    assert _rel(got, want) < 3e-3
