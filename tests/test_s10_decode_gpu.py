@@ -16,7 +16,10 @@ torch = pytest.importorskip("torch")
 if not torch.cuda.is_available():
     pytest.skip("needs a CUDA GPU", allow_module_level=True)
 
-from test_s8_decode_gpu import _check, _poison, _rand, reference  # noqa: E402,F401 - _poison: autouse fixture
+from shared_gpu_attention import check_decode as _check  # noqa: E402
+from shared_gpu_attention import decode_reference as reference  # noqa: E402
+from shared_gpu_attention import poisoned_decode  # noqa: E402,F401 - poisoned_decode: autouse
+from shared_gpu_attention import rand_cuda as _rand  # noqa: E402
 
 from tilewright import ops  # noqa: E402
 
