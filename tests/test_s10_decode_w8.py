@@ -60,3 +60,15 @@ def test_w8_kernel_is_256_threads_without_a_producer():
                            target=SM90, execution_backend="emulator", pass_configs=dk.decode_pass_configs(("w8",)))
     src = k.get_kernel_source()
     assert "__launch_bounds__(256)" in src and "setmaxnreg" not in src
+
+
+@pytest.mark.parametrize("variant", [("w8",), ("tmerge", "w8"), ("cover", "tmerge", "w8")])
+def test_w8_at_d256_keeps_four_warps_and_compiles(variant, monkeypatch):
+    """d 256 (block_N 32): the 16 x 32 score tile has MMAs for 4 warps only, so "w8" keeps 128 threads there
+    (8 warps failed to compile on the H200: "No valid warp partition"); the kernel builds for sm_90a."""
+    monkeypatch.setattr(dk, "decode_variant", lambda group, seq_k=None: variant)
+    bH, bN, stages, threads, got = dk.decode_config(256, 232448, 4)
+    assert (bN, threads) == (32, 128) and got == variant
+    k = tilewright.compile(dk.decode_fwd(8, 2, 256, "float16", False, 32, False, False, bH, bN, stages, threads,
+                                         variant), target="cuda -arch=sm_90a", execution_backend="emulator")
+    assert "__launch_bounds__(128" in k.get_kernel_source()

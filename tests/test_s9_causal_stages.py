@@ -120,18 +120,18 @@ def _planned_key(monkeypatch, causal, keys, D=128, queries=1024):
 def test_the_long_causal_defaults(monkeypatch, causal, keys, D, long_causal):
     """The defaults from the H200 run: causal calls with more than PERSISTENT_MAX_KEY_BLOCKS key
     blocks at d <= 128 take two K/V stages and (d 65..128) the overlap, and are persistent up to
-    PERSISTENT_MAX_KEY_BLOCKS_CAUSAL (16 since session 10) key blocks, in the "pairs" order; short causal
+    PERSISTENT_MAX_KEY_BLOCKS_CAUSAL (32) key blocks, in the "pairs" order; short causal
     calls at d 128 take two stages too since session 10 (HOPPER_SHORT_CAUSAL_OVERRIDES), d 256 as before
     (non-causal ones: test_s10_noncausal_stages.py)."""
     assert dispatch.HOPPER_SCORES_IN_REGISTERS == "long causal" and dispatch.PERSISTENT_ORDER == "pairs"
-    assert dispatch.PERSISTENT == "auto" and dispatch.PERSISTENT_MAX_KEY_BLOCKS_CAUSAL == 16
+    assert dispatch.PERSISTENT == "auto" and dispatch.PERSISTENT_MAX_KEY_BLOCKS_CAUSAL == 32
     key, configs = _planned_key(monkeypatch, causal, keys, D)
     bN, stages = key[18:20]
     assert stages == (1 if D == 256 else 2)
     overlap = configs["tw.attention_overlap"]
     assert overlap == (D != 256)
     blocks = -(-keys // bN)
-    assert (key[-1] == "pairs") == (blocks <= (16 if causal else 8)), key
+    assert (key[-1] == "pairs") == (blocks <= (32 if causal else 8)), key
 
 
 @pytest.mark.parametrize("blocks", [(128, 64), (128, 192)])

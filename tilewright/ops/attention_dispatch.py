@@ -112,8 +112,11 @@ PERSISTENT_MAX_KEY_BLOCKS = 8
 # configuration below 521 vs 517; d64 355 vs 354); 16k stays on the grid kernel (persistent 444-513 vs
 # 540 at 21:29).  16: the session-10 run (bench/results/2026-12-02-0207-attention-variants-s10) had 4k on the
 # grid kernel ahead, 534 vs 515 TFLOP/s persistent at d 128 (d 64 with ping-pong: 367 vs 371); 1024 keys stay
-# persistent (grid 329 vs 389).  Takes effect for new plans.
-PERSISTENT_MAX_KEY_BLOCKS_CAUSAL = 16
+# persistent (grid 329 vs 389).  Back to 32 after a paired check with every other session-10 default on
+# (bench/results/2026-12-02-0252-attention-causal4k-NVIDIA-H200, three rounds alternated, TFLOP/s): persistent
+# ahead in each round, bf16 526/514/493 vs grid 517/500/485, fp16 509/502/484 vs 502/481/455 (cuDNN 533/521/524,
+# 510/506/501).  Takes effect for new plans.
+PERSISTENT_MAX_KEY_BLOCKS_CAUSAL = 32
 # how the causal persistent kernel orders and deals its work items (attention_kernels.PERSISTENT_ORDERS):
 # "longest_first" (dealt in rounds: block b always gets the b-th longest of each round), "longest_first_snake"
 # (dealt back and forth: balanced), "head_major_snake" (one head's query blocks together: L2 reuse of its

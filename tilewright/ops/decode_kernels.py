@@ -178,7 +178,9 @@ def decode_config(dim: int, smem: int, group: int = 1, target: str | None = None
     # P V splits the head dim over the warps: 4 warps (2 waves of 64) need a multiple of 32 (the
     # MMA's n8 per NVIDIA warp, MFMA's 16 per AMD wave); an odd multiple of 16 (48, 80, 112, ...)
     # takes 2 warps (1 wave)
-    threads = (256 if "w8" in variant else 128) if dim % 32 == 0 else 64
+    # ("w8": 8 warps only where a block_H x block_N score tile splits over them: at d 256 (block_N 32) the
+    # 16 x 32 tile has 4 warps' worth of m16n8 MMAs, and the planner refuses 8 warps, so it keeps 4)
+    threads = (256 if "w8" in variant and bH * bN >= 16 * 64 else 128) if dim % 32 == 0 else 64
     env = config.get("decode_config")  # "block_N,stages[,threads]": sweeps on a GPU (bench/decode_splits.py)
     if not env and not config.get("decode_variant"):
         env = DEFAULT_CONFIG.get((_kind(group, seq_k), dim), "")
