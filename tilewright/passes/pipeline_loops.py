@@ -308,7 +308,9 @@ def _pipeline(loop: t.For, func, allocs, restaged, no_prefetch=False, tma=False,
         # set up once at the kernel's top; this round's odd phase counts flipped after the loop
         kernel_top += [t.Alloc(bar, loc=loop.loc), th.MbarrierInit(bar, arrivals, loc=loop.loc),
                        t.Alloc(phases, E.as_expr(0), loc=loop.loc)]
-        prologue = []
+        # the block barrier stays in each round's prologue: the round's first TMA loads overwrite ring slots
+        # that threads were still reading at the end of the previous round (the emulator's race check)
+        prologue = [th.Barrier(loc=loop.loc)]
         n = E.emax(loop.extent, 0)
         odd = sum(((n + (stages - 1 - s_)) // stages % 2) * (1 << s_) for s_ in range(stages))
         after = [t.BufferStore(phases, (E.as_expr(0),), E.Load(phases, (E.as_expr(0),)) ^ odd, loc=loop.loc)]
