@@ -230,7 +230,8 @@ def hopper_overlap(monkeypatch):
 
 
 def _overlapped(used):
-    ks = [k for key, cfg, k in used if key[0] == "attention" and cfg == OPS_OVERLAP]
+    # (the shipped defaults may add ping-pong over these configs: d 64, short causal and non-causal calls)
+    ks = [k for key, cfg, k in used if key[0] == "attention" and cfg and OPS_OVERLAP.items() <= cfg.items()]
     assert ks, "the sm_90a path was not taken"
     src = ks[-1].get_kernel_source()
     assert "setmaxnreg.inc" in src and src.count("wgmma.wait_group.sync.aligned 2;") == 1
