@@ -7,6 +7,7 @@ memory roof, the copy bandwidth measured in the same run.
 
     python bench/attention.py            # a GPU: both tables, bf16 and fp16 (a few minutes on an H200)
     python bench/attention.py --quick    # the CPU: tiny shapes in the tile interpreter, end to end
+    python bench/attention.py --no-user  # ops.attention against SDPA only (no autotuning of the user program)
 
 The tables are saved under bench/results/ (``--no-save`` to skip).  Each tilewright output is
 compared with SDPA's before it is timed (the ``err`` columns: the largest |out - SDPA| / (1 + |SDPA|);
@@ -159,7 +160,7 @@ def _tune_in_process(b, h, s, d, causal, dtype, configs, q4, k4, v4, ref4, quick
     return (best[1], best[2], "in process") if best else (None, None, "in process")
 
 
-def forward_table(shapes, configs, dtypes, quick, device) -> tuple:
+def forward_table(shapes, configs, dtypes, quick, device, user=True) -> tuple:
     rows = ["| dtype | B,H,S,D | causal | SDPA flash | SDPA cuDNN | FA2 | user program | ops.attention | "
             "user/cuDNN | ops/cuDNN | ops/flash | ops err | user config |",
             "|---|---|---|---|---|---|---|---|---|---|---|---|---|"]
@@ -180,7 +181,9 @@ def forward_table(shapes, configs, dtypes, quick, device) -> tuple:
                        for be in ("flash", "cudnn")}
                 res["fa2"] = (_nan_on_failure(lambda: tf / bench_ms(lambda: fa2(q4, k4, v4, causal=causal)))
                               if fa2 is not None and device == "cuda" else float("nan"))
-                kern, cfg, _ = tune_user_program(b, h, s, d, causal, dtype, configs, q4, k4, v4, ref4, quick)
+                kern, cfg = None, None
+                if user:  # (its autotuning compiles three configurations a row: most of the run time)
+                    kern, cfg, _ = tune_user_program(b, h, s, d, causal, dtype, configs, q4, k4, v4, ref4, quick)
                 res["user"] = tf / bench_ms(lambda: kern(q4, k4, v4)) if kern is not None else float("nan")
                 out = ops.attention(q, k, v, causal=causal)
                 err = _err(out, ref)
@@ -271,6 +274,7 @@ def main(argv=None):
     p.add_argument("--quick", action="store_true", help="the CPU: tiny shapes in the tile interpreter")
     p.add_argument("--dtypes", default="bfloat16,float16")
     p.add_argument("--no-decode", action="store_true")
+    p.add_argument("--no-user", action="store_true", help="ops.attention and SDPA only (no user-level program)")
     p.add_argument("--no-forward", action="store_true")
     p.add_argument("--no-save", action="store_true")
     a = p.parse_args(argv)
@@ -282,7 +286,7 @@ def main(argv=None):
     rows = []
     if not a.no_forward:
         fwd, _ = forward_table(QUICK_SHAPES if a.quick else SHAPES, QUICK_CONFIGS if a.quick else CONFIGS, dtypes,
-                               a.quick, device)
+                               a.quick, device, user=not a.no_user)
         rows += fwd
     if not a.no_decode:
         roof = copy_bandwidth(device, a.quick)
