@@ -78,6 +78,7 @@ def test_pending_store_state():
     assert plan_tma_stores._groups_newer((a, b), [b]) == 0
     assert plan_tma_stores._groups_newer((a,), [b]) is None
     assert plan_tma_stores._groups_newer(plan_tma_stores.UNKNOWN, [b]) == 0
+    assert plan_tma_stores._groups_newer(plan_tma_stores.UNKNOWN, []) is None  # (a statement writing none of them)
     assert plan_tma_stores._merge((a,), (a,)) == (a,)
     assert plan_tma_stores._merge((a,), (a, b)) == plan_tma_stores.UNKNOWN
 

@@ -168,6 +168,8 @@ def _merge(a, b):
 def _groups_newer(state, written: list):
     """The ``wait_group.read`` count that lets a write of the buffers ``written`` go ahead (None: no store
     reads them): the groups committed after the last store of any of them."""
+    if not written:
+        return None
     if state == UNKNOWN:
         return 0
     last = [i for i, b in enumerate(state) if b in written]
