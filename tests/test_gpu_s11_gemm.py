@@ -12,9 +12,9 @@ if not torch.cuda.is_available() or getattr(torch.version, "hip", None) or \
         torch.cuda.get_device_capability() != (9, 0):
     pytest.skip("needs an sm_90 NVIDIA GPU with a CUDA build of PyTorch", allow_module_level=True)
 
-from test_gpu_s10_gemm import _rel, _run  # noqa: E402
+from test_gpu_s10_gemm import _run, run_bias_silu_transposed  # noqa: E402
 
-from tilewright.ops import dispatch, gemm_configs  # noqa: E402
+from tilewright.ops import gemm_configs  # noqa: E402
 from tilewright.ops.gemm_configs import GemmConfig  # noqa: E402
 
 CANDIDATES = gemm_configs.s11_candidates(2000, 3000, 1000) + [
@@ -30,11 +30,4 @@ def test_double_staging_matches_float64(cfg, M, N, K, dtype):
 
 @pytest.mark.parametrize("cfg", CANDIDATES, ids=lambda c: c.short().replace(" ", "_"))
 def test_double_staging_with_bias_activation_and_transposed_weight(cfg):
-    g = torch.Generator(device="cuda").manual_seed(11)
-    a = torch.randn(600, 1000, device="cuda", generator=g).to(torch.bfloat16)
-    w = torch.randn(1496, 1000, device="cuda", generator=g).to(torch.bfloat16)
-    bias = torch.randn(1496, device="cuda", generator=g).to(torch.bfloat16)
-    want = torch.nn.functional.silu(a.double() @ w.double().t() + bias.double())
-    out = torch.full((600, 1496), float("nan"), device="cuda", dtype=torch.bfloat16)
-    dispatch.matmul_impl(a, w.t(), bias, "silu", None, config=cfg, out=out)
-    assert _rel(out, want) < 2e-3, cfg.short()
+    assert run_bias_silu_transposed(cfg, 600, seed=11) < 2e-3, cfg.short()

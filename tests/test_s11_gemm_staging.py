@@ -7,12 +7,10 @@ the candidate lists (``gemm_configs.s11_candidates``; the heuristic unchanged); 
 
 import re
 
-import numpy as np
 import pytest
-from test_s10_gemm_candidates import _compile, _want
+from test_s10_gemm_candidates import _compile, run_on_the_emulator
 from toolchains import needs_nvrtc
 
-import tilewright
 from tilewright.interp.emulator.errors import RaceError
 from tilewright.ops import gemm_configs
 from tilewright.ops.gemm_configs import GemmConfig
@@ -29,30 +27,10 @@ EMULATED = [
 ]
 
 
-def _run(cfg, M, N, K, dtype, trans_b, activation, seed=0):
-    has_bias = activation != "none"
-    k = _compile(cfg, N, K, dtype, trans_b, has_bias, activation)
-    nd = tilewright.ir.dtype.to_numpy(dtype)
-    rng = np.random.default_rng(M * 7 + N + seed)
-    a = rng.uniform(-1, 1, (M, K)).astype(nd)
-    b = rng.uniform(-1, 1, (K, N)).astype(nd)
-    bias = rng.uniform(-1, 1, N).astype(nd) if has_bias else None
-    c = np.full((M, N), np.nan, nd)
-    placeholder = np.zeros(1, np.float32 if cfg.kind == "persistent" else nd)
-    k(a, np.ascontiguousarray(b.T) if trans_b else b, bias if has_bias else placeholder, c)
-    out = c.astype(np.float64)
-    assert np.isfinite(out).all(), "some outputs were never written"
-    want = _want(a, b, bias, activation)
-    tol = 2.0 ** (-8 if dtype == "bfloat16" else -11) * 1.01 * np.abs(want).max() + 1e-3
-    assert np.abs(out - want).max() <= tol
-    return k.get_kernel_source()
-
-
 @pytest.mark.parametrize("cfg, M, N, K, dtype, trans_b, activation", EMULATED,
                          ids=lambda x: x.short().replace(" ", "_") if isinstance(x, GemmConfig) else None)
 def test_double_staging_on_the_emulator(cfg, M, N, K, dtype, trans_b, activation):
-    src = _run(cfg, M, N, K, dtype, trans_b, activation)
-    assert "wgmma.mma_async" in src and "cp.async.bulk.tensor.2d.global.shared::cta" in src
+    src = run_on_the_emulator(cfg, M, N, K, dtype, trans_b, activation)
     # the chunk written while the other buffer's store runs waits only for the one before that
     assert "cp.async.bulk.wait_group.read 1" in src
 
@@ -69,7 +47,7 @@ def test_a_missing_wait_between_the_buffers_is_reported(monkeypatch):
     monkeypatch.setattr(plan_tma_stores, "_groups_newer", lambda state, written: (
         None if (real(state, written) or 0) >= 1 else real(state, written)))
     with pytest.raises(RaceError, match="TMA store still reads"):
-        _run(P("persistent 128x192x64 s5 t256 g8 wgmma ws tma-store/32x2"), 136, 392, 200, "float16", False, "none")
+        run_on_the_emulator(P("persistent 128x192x64 s5 t256 g8 wgmma ws tma-store/32x2"), 136, 392, 200, "float16", False, "none")
 
 
 def test_pending_store_state():
