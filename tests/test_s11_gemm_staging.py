@@ -3,7 +3,8 @@
 store of two chunks back (``wait_group.read 1``).  On the sm_90a emulator against float64 with NaN-poisoned
 outputs (ragged M, N and K, fp16 / bf16, bias and activation epilogues, B transposed); the emulator reporting
 a write into a buffer a TMA store still reads when that wait is dropped; names, shared-memory accounting and
-the candidate lists (``gemm_configs.s11_candidates``; the heuristic unchanged); NVRTC builds without spills."""
+``gemm_configs.s11_candidates`` (timed on the H200, none won: off the candidate lists, the heuristic unchanged);
+NVRTC builds without spills."""
 
 import re
 
@@ -75,7 +76,8 @@ def test_names_shared_memory_and_candidate_lists():
                 {"store_cols": 64, "store_bufs": 2}):
         assert GemmConfig.from_json({"kind": "persistent", "block_N": 192, **bad}) is None, bad
     weak = gemm_configs.candidates(2000, 3000, 1000, "float16", "sm_90", 132)
-    assert all(c in weak for c in gemm_configs.s11_candidates(2000, 3000, 1000))
+    # none won on the H200 (2026-12-02 05:02 UTC): off the candidate lists, selectable by name
+    assert not any(c in weak for c in gemm_configs.s11_candidates(2000, 3000, 1000))
     assert "persistent 128x192x64 s5 t256 g8 wgmma ws tma-store/32x2 c2x1" in \
         [c.short() for c in gemm_configs.s11_candidates(2000, 3000, 1000)]
     assert gemm_configs.s11_candidates(128, 8192, 8192) == []

@@ -312,7 +312,8 @@ def s10_candidates(M: int, N: int, K: int) -> list[GemmConfig]:
 
 
 def s11_candidates(M: int, N: int, K: int) -> list[GemmConfig]:
-    """sm_90 candidates of session 11 (issue 8), not yet timed: C in column chunks that alternate between two
+    """sm_90 configurations of session 11 (issue 8), timed once and kept off ``candidates`` (none won): C in
+    column chunks that alternate between two
     shared buffers (``store_bufs=2``: a chunk is written while the store of the one before still reads the
     other; the single buffer of ``store_cols`` waits for each chunk's store before the next).
 
@@ -321,7 +322,15 @@ def s11_candidates(M: int, N: int, K: int) -> list[GemmConfig]:
     and two 128x32 chunk buffers (16 KB) are 216 KB.  Our fifth stage beside 64-column chunks in one buffer
     lost (441 / 449 TFLOP/s against 484 / 477, ``s10_candidates``): the chunks' serialized stores are what
     the second buffer removes.  Also the same double chunks at four stages (64 columns: two changes told
-    apart), and for the many-wave shapes the heuristic's persistent 128x256 in 64-column chunk pairs."""
+    apart), and for the many-wave shapes the heuristic's persistent 128x256 in 64-column chunk pairs.
+
+    Timed on the H200 (mid-session run of 2026-12-02 05:02 UTC, one round, TFLOP/s fp16 / bf16): at
+    2000x3000x1000 (cuBLAS 532 / 535) the heuristic's s4 pairs with the whole tile 474 / 473, s5 /32x2 c2x1
+    441 / 442, s4 /64x2 c2x1 471 / 472, s5 /32x2 without the cluster 400 / 405, and the s10 control s5 /64
+    (one buffer) c2x1 443 / 445: the second buffer changes nothing measurable, the fifth stage is what loses.
+    At 4096^3 persistent 128x256 /64x2 727 / 748 against /128's 727 / 753; at 8192x8192x1024 s5 128x192 /32x2
+    574 / 614 and 128x256 /64x2 664 / 691 against the heuristic's 671 / 697.  Selectable by name (``store_bufs``);
+    the kernels stay tested (tests/test_s11_gemm_staging.py, tests/test_gpu_s11_gemm.py)."""
     def p(bm, bn, stages, cols, cluster=(1, 1)):
         return GemmConfig("persistent", bm, bn, 64, stages, 256, group_M=8, wgmma=True, ws=True, tma_store=True,
                           store_cols=cols, store_bufs=2, cluster=cluster)
@@ -519,8 +528,7 @@ def candidates(M: int, N: int, K: int, dtype: str, arch: str, num_sms: int,
             if c is not None:
                 out.append(c)
     if hopper:
-        out += [fit_shared(c, smem_limit) for c in cluster_candidates(M, N, K) + s10_candidates(M, N, K)
-                + s11_candidates(M, N, K)]
+        out += [fit_shared(c, smem_limit) for c in cluster_candidates(M, N, K) + s10_candidates(M, N, K)]
     if not hopper:
         out = [c for c in out if c.kind not in ("persistent", "streamk")]
     seen, unique = set(), []
