@@ -64,9 +64,8 @@ LEFT_OFF = {"direct 256x192x64 s4 t256 wgmma ws tma-store/ring",
             "direct 128x64x128 s4 t256 wgmma ws tma-store", "direct 128x64x64 s8 t256 wgmma ws tma-store c2x1"}
 
 
-@pytest.mark.parametrize("cfg, M, N, K, dtype, trans_b, activation", EMULATED,
-                         ids=lambda x: x.short().replace(" ", "_") if isinstance(x, GemmConfig) else None)
-def test_s10_candidates_on_the_emulator(cfg, M, N, K, dtype, trans_b, activation):
+def run_on_the_emulator(cfg, M, N, K, dtype, trans_b, activation) -> str:
+    """``cfg``'s kernel on the sm_90a emulator against float64, C poisoned with NaN first; its CUDA source."""
     has_bias = activation != "none"
     k = _compile(cfg, N, K, dtype, trans_b, has_bias, activation)
     src = k.get_kernel_source()
@@ -88,6 +87,13 @@ def test_s10_candidates_on_the_emulator(cfg, M, N, K, dtype, trans_b, activation
     want = _want(a, b, bias, activation)
     tol = 2.0 ** (-8 if dtype == "bfloat16" else -11) * 1.01 * np.abs(want).max() + 1e-3
     assert np.abs(out - want).max() <= tol
+    return src
+
+
+@pytest.mark.parametrize("cfg, M, N, K, dtype, trans_b, activation", EMULATED,
+                         ids=lambda x: x.short().replace(" ", "_") if isinstance(x, GemmConfig) else None)
+def test_s10_candidates_on_the_emulator(cfg, M, N, K, dtype, trans_b, activation):
+    run_on_the_emulator(cfg, M, N, K, dtype, trans_b, activation)
 
 
 def test_s10_candidates_are_listed_and_the_heuristic_takes_the_measured_winner():

@@ -9,7 +9,12 @@ is a plain copy through shared memory.  It costs a ``block_M x block_N`` shared 
 chunks of ``block_M x w`` through one smaller shared buffer instead: chunk ``c`` is written (stmatrix
 from the accumulator's registers of those columns, ``passes/lower_store_matrix``), stored, and the
 store waited for before chunk ``c + 1`` overwrites the buffer.  A 128x256 tile in 128x128 chunks needs
-32 KB instead of 64 KB, so four 48 KB stages and the staging buffer fit an H200's 227 KB."""
+32 KB instead of 64 KB, so four 48 KB stages and the staging buffer fit an H200's 227 KB.
+
+``staged_epilogue=(w, 2)``: the chunks alternate between two ``block_M x w`` buffers, so that chunk
+``c + 1`` is written while chunk ``c``'s store still reads the other one (``plan_tma_stores`` then
+waits only for the store of two chunks back, ``wait_group.read 1``): 128x192 tiles in 32-column chunks
+take 16 KB, and a fifth 40 KB stage fits beside them."""
 
 from __future__ import annotations
 
@@ -42,9 +47,22 @@ def cluster_kernel_args(cluster=(1, 1), swizzle_panel=8):
     return (cluster[0], cluster[1], 1), "row" if cluster[0] == 2 else "col"
 
 
+def staging_buffers(staged_epilogue) -> int:
+    """How many shared buffers a staged epilogue's chunks alternate between: 2 for a ``(w, 2)`` pair, else 1."""
+    if isinstance(staged_epilogue, tuple):
+        if len(staged_epilogue) != 2 or staged_epilogue[1] not in (1, 2):
+            raise ValueError(f"a staged epilogue of alternating buffers is (chunk width, 1 or 2); "
+                             f"got {staged_epilogue}")
+        return staged_epilogue[1]
+    return 1
+
+
 def epilogue_chunks(block_N: int, staged_epilogue) -> tuple:
     """(chunk width, column offsets of the chunks) of a staged epilogue (``staged_epilogue`` True: the
-    whole tile, one chunk)."""
+    whole tile, one chunk; a ``(w, buffers)`` pair: chunks of ``w``, see ``staging_buffers``)."""
+    if isinstance(staged_epilogue, tuple):
+        staging_buffers(staged_epilogue)  # (checks the pair)
+        staged_epilogue = staged_epilogue[0]
     if staged_epilogue is True or staged_epilogue == block_N:
         return block_N, (0,)
     w = int(staged_epilogue)
@@ -54,18 +72,26 @@ def epilogue_chunks(block_N: int, staged_epilogue) -> tuple:
     return w, tuple(range(0, block_N, w))
 
 
+def alloc_staging(block_M, width, out_dtype, staged_epilogue) -> tuple:
+    """The shared buffer(s) of a staged epilogue (``staging_buffers`` of them), for ``store_staged``."""
+    return tuple(T.alloc_shared((block_M, width), out_dtype) for _ in range(staging_buffers(staged_epilogue)))
+
+
 @T.macro
 def store_staged(C_local, C_shared, C, row, col, chunks):
-    """``C[row:, col:] = C_local`` through the shared buffer ``C_shared``, one column chunk at a time
-    (``epilogue_chunks``; a single chunk is the plain ``T.copy`` pair)."""
+    """``C[row:, col:] = C_local`` through the shared buffer ``C_shared`` (or a tuple of buffers that the
+    chunks take in turn, ``alloc_staging``), one column chunk at a time (``epilogue_chunks``; a single
+    chunk is the plain ``T.copy`` pair)."""
+    bufs = C_shared if isinstance(C_shared, tuple) else (C_shared,)
     if len(chunks) == 1:
-        T.copy(C_local, C_shared)
-        T.copy(C_shared, C[row, col])
+        T.copy(C_local, bufs[0])
+        T.copy(bufs[0], C[row, col])
     else:
-        for c0 in chunks:  # (a tuple: unrolled while the kernel is traced, each chunk's offset a constant)
-            for i, j in T.Parallel(C_shared.shape[0], C_shared.shape[1]):
-                C_shared[i, j] = C_local[i, c0 + j]
-            T.copy(C_shared, C[row, col + c0])
+        for n, c0 in enumerate(chunks):  # (a tuple: unrolled while the kernel is traced, offsets constant)
+            buf = bufs[n % len(bufs)]
+            for i, j in T.Parallel(buf.shape[0], buf.shape[1]):
+                buf[i, j] = C_local[i, c0 + j]
+            T.copy(buf, C[row, col + c0])
 
 
 def matmul(M, N, K, block_M=128, block_N=128, block_K=32, dtype="float16", out_dtype=None, accum_dtype="float32",
@@ -91,7 +117,7 @@ def matmul(M, N, K, block_M=128, block_N=128, block_K=32, dtype="float16", out_d
             B_shared = T.alloc_shared(b_tile, dtype)
             C_local = T.alloc_fragment((block_M, block_N), accum_dtype)
             if staged_epilogue:
-                C_shared = T.alloc_shared((block_M, width), out_dtype)
+                C_shared = alloc_staging(block_M, width, out_dtype, staged_epilogue)
             if swizzle_panel:
                 T.use_swizzle(panel_size=swizzle_panel, order=order)
             T.clear(C_local)
@@ -263,7 +289,7 @@ def matmul_persistent(M, N, K, block_M=128, block_N=256, block_K=64, dtype="floa
         B_shared = T.alloc_shared(b_tile, dtype)
         C_local = T.alloc_fragment((block_M, block_N), "float32")
         if staged_epilogue:
-            C_shared = T.alloc_shared((block_M, width), out_dtype)
+            C_shared = alloc_staging(block_M, width, out_dtype, staged_epilogue)
         # this walker's units (tiles, or pairs of N tiles): walker, walker + walkers, ... below
         # m_tiles * n_units (a uniform trip count per walker, so the pipeline inside needs no per-tile guard)
         for r in T.serial(T.ceildiv(m_tiles * n_units - walker, walkers)):

@@ -46,6 +46,9 @@ class GemmConfig:
     # tma_store: the C tile leaves in column chunks of this width through one block_M x store_cols shared
     # buffer (0: the whole tile at once; kernels.gemm.epilogue_chunks), so that a deeper ring fits beside it
     store_cols: int = 0
+    # tma_store with store_cols: the chunks alternate between this many buffers (1 or 2); with two, a chunk is
+    # written while the store of the one before still reads the other (kernels.gemm.staging_buffers)
+    store_bufs: int = 1
     # direct + tma_store: the C tile takes the operand ring's memory once the mainloop is done with it
     # (passes/share_shared_memory places it there when the two do not fit one after the other), so it does
     # not count against the ring: four 48 KB stages and the whole 64 KB tile of 128x256 fit an H200
@@ -56,7 +59,9 @@ class GemmConfig:
         16-bit), True (the whole tile) or the chunk width."""
         if not self.tma_store or out_dtype not in ("float16", "bfloat16"):
             return False
-        return self.store_cols if self.store_cols and self.store_cols < self.block_N else True
+        if not self.store_cols or self.store_cols >= self.block_N:
+            return True
+        return (self.store_cols, 2) if self.store_bufs == 2 else self.store_cols
 
     def pass_configs(self, arch: str) -> dict:
         if arch != "sm_90":
@@ -86,6 +91,9 @@ class GemmConfig:
             return None
         if cfg.c_in_ring and (not cfg.tma_store or cfg.kind != "direct"):
             return None
+        if cfg.store_bufs not in (1, 2) or cfg.store_bufs == 2 and (
+                not cfg.store_cols or cfg.store_cols >= cfg.block_N or cfg.c_in_ring):
+            return None
         return cfg if cfg.kind in KINDS and cfg.splits >= 1 else None
 
     def short(self) -> str:
@@ -98,6 +106,7 @@ class GemmConfig:
             s += f" sk/{self.splits}"
         s += "".join(f" {n}" for n, on in (("wgmma", self.wgmma), ("ws", self.ws), ("tma-store", self.tma_store)) if on)
         s += f"/{self.store_cols}" if self.tma_store and self.store_cols else ""
+        s += "x2" if self.tma_store and self.store_bufs == 2 else ""
         s += "/ring" if self.tma_store and self.c_in_ring else ""
         return s + (f" c{self.cluster[0]}x{self.cluster[1]}" if self.cluster != (1, 1) else "")
 
@@ -121,6 +130,8 @@ class GemmConfig:
                     for part in w.split("/")[1:]:
                         if part == "ring":
                             kw["c_in_ring"] = True
+                        elif part.endswith("x2"):  # two buffers taken in turn
+                            kw["store_cols"], kw["store_bufs"] = int(part[:-2]), 2
                         else:
                             kw["store_cols"] = int(part)
                 elif w.startswith("sk/") or w.startswith("k/"):
@@ -162,7 +173,7 @@ def fit_shared(cfg: GemmConfig, limit: int, elt_bytes: int = 2) -> GemmConfig:
     128x256 tile is 64 KiB: four 128x256x64 stages no longer fit an H200, three do; in 128-column
     chunks, ``store_cols``, 32 KiB and four stages fit)."""
     def need(c):
-        staged = c.block_M * (c.store_cols or c.block_N) * 2 if c.tma_store else 0
+        staged = c.block_M * (c.store_cols or c.block_N) * 2 * c.store_bufs if c.tma_store else 0
         ring = c.stages * (c.block_M + c.block_N) * c.block_K * elt_bytes
         return max(ring, staged) if c.c_in_ring else ring + staged
 
@@ -298,6 +309,36 @@ def s10_candidates(M: int, N: int, K: int) -> list[GemmConfig]:
         # (the heuristic's until that run: two consumer warpgroups of 64x64, for comparison)
         return [ws("direct", 128, 64, 64, 8)]
     return []
+
+
+def s11_candidates(M: int, N: int, K: int) -> list[GemmConfig]:
+    """sm_90 configurations of session 11 (issue 8), timed once and kept off ``candidates`` (none won): C in
+    column chunks that alternate between two
+    shared buffers (``store_bufs=2``: a chunk is written while the store of the one before still reads the
+    other; the single buffer of ``store_cols`` waits for each chunk's store before the next).
+
+    cuBLAS at 2000x3000x1000 runs our tiling (128x192 in C's terms, clusters of two sharing A) with five
+    stages and 221 KB of shared memory (bench/results/2026-12-01-1522-ncu-weak-gemm-*): five 40 KB stages
+    and two 128x32 chunk buffers (16 KB) are 216 KB.  Our fifth stage beside 64-column chunks in one buffer
+    lost (441 / 449 TFLOP/s against 484 / 477, ``s10_candidates``): the chunks' serialized stores are what
+    the second buffer removes.  Also the same double chunks at four stages (64 columns: two changes told
+    apart), and for the many-wave shapes the heuristic's persistent 128x256 in 64-column chunk pairs.
+
+    Timed on the H200 (mid-session run of 2026-12-02 05:02 UTC, one round, TFLOP/s fp16 / bf16): at
+    2000x3000x1000 (cuBLAS 532 / 535) the heuristic's s4 pairs with the whole tile 474 / 473, s5 /32x2 c2x1
+    441 / 442, s4 /64x2 c2x1 471 / 472, s5 /32x2 without the cluster 400 / 405, and the s10 control s5 /64
+    (one buffer) c2x1 443 / 445: the second buffer changes nothing measurable, the fifth stage is what loses.
+    At 4096^3 persistent 128x256 /64x2 727 / 748 against /128's 727 / 753; at 8192x8192x1024 s5 128x192 /32x2
+    574 / 614 and 128x256 /64x2 664 / 691 against the heuristic's 671 / 697.  Selectable by name (``store_bufs``);
+    the kernels stay tested (tests/test_s11_gemm_staging.py, tests/test_gpu_s11_gemm.py)."""
+    def p(bm, bn, stages, cols, cluster=(1, 1)):
+        return GemmConfig("persistent", bm, bn, 64, stages, 256, group_M=8, wgmma=True, ws=True, tma_store=True,
+                          store_cols=cols, store_bufs=2, cluster=cluster)
+
+    if M <= 128:
+        return []
+    pair = (2, 1) if _ceil(N, 192) >= 2 else (1, 1)
+    return [p(128, 192, 5, 32, pair), p(128, 192, 4, 64, pair), p(128, 192, 5, 32), p(128, 256, 4, 64)]
 
 
 def cluster_candidates(M: int, N: int, K: int) -> list[GemmConfig]:

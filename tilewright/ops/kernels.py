@@ -11,6 +11,7 @@ from .. import language as T
 from ..kernels.gemm import (  # noqa: F401
     ACTIVATIONS,
     activate,
+    alloc_staging,
     cluster_grid,
     cluster_kernel_args,
     epilogue_chunks,
@@ -48,7 +49,7 @@ def linear(N, K, dtype, out_dtype, trans_a, trans_b, has_bias, activation, block
             B_s = T.alloc_shared(b_tile, dtype)
             acc = T.alloc_fragment((block_M, block_N), "float32")
             if staged_epilogue:
-                C_s = T.alloc_shared((block_M, width), out_dtype)
+                C_s = alloc_staging(block_M, width, out_dtype, staged_epilogue)
             T.use_swizzle(panel_size=8, order=order)
             T.clear(acc)
             for k in T.Pipelined(T.ceildiv(K, block_K), num_stages=stages):

@@ -15,12 +15,17 @@ Guarantees, for each eligible copy (``mode="tma_store"``):
 
     fence.proxy.async (every thread of the set: its writes of S become visible to the TMA); barrier
     the copy: one thread issues one bulk tensor store per 128-byte column block of S, then commits
+              (one group per copy)
     ... before any later statement that writes S while a store may still read it:
-    wait_group.read 0 (the issuing thread); barrier
+    wait_group.read n (the issuing thread); barrier -- n is the number of groups committed after the
+              last store of S when that is known (the stores since then are a straight run of
+              statements: no loop back edge or branch merge in between), else 0
     ... at the end of the thread set's body (the kernel, or the partition): wait_group.read 0
 
 So a store overlaps whatever follows it up to the next write of ``S`` (in a persistent kernel, the
-next tile's mainloop), and the block never exits while the TMA still reads its shared memory.  The
+next tile's mainloop), and the block never exits while the TMA still reads its shared memory.  Two
+staging buffers written in turn (``kernels.gemm.store_staged`` with a pair) wait with n = 1: the
+store of one overlaps the writing of the other.  The
 source buffer takes the TMA layout (``infer_layouts``); ragged edges need no mask (the TMA clips).
 """
 
@@ -149,46 +154,69 @@ def _contains(s, ids: set) -> bool:
     return bool(found)
 
 
+# the pending-store state of ``_rewrite``: a tuple of the staged buffers whose store groups may still read
+# their source, oldest first (exact: a straight run of statements since each), or UNKNOWN (some may, which
+# and how many is not known: the next write of any staged buffer waits for all)
+UNKNOWN = "unknown"
+
+
+def _merge(a, b):
+    """The state after either of two paths (a branch's arms, a loop run zero or more times)."""
+    return a if a == b else UNKNOWN
+
+
+def _groups_newer(state, written: list):
+    """The ``wait_group.read`` count that lets a write of the buffers ``written`` go ahead (None: no store
+    reads them): the groups committed after the last store of any of them."""
+    if not written:
+        return None
+    if state == UNKNOWN:
+        return 0
+    last = [i for i, b in enumerate(state) if b in written]
+    return len(state) - 1 - max(last) if last else None
+
+
 def _rewrite(kernel: t.Kernel, chosen: set, bufs: set, uniform: Uniformity) -> t.Kernel:
     """The eligible copies become TMA stores; waits go before rewrites of their sources and at the end
     of each thread set's body that issues stores."""
 
-    def writes_staged(s) -> bool:
-        return any(_touches(s, b, writes_only=True) for b in bufs)
-
-    def fix(s, pending: bool, region):
-        """(new statement(s) as a list, whether a store may still read its source after them)."""
+    def fix(s, state, region):
+        """(new statement(s) as a list, the pending-store state after them)."""
         if s is None:
-            return [], pending
+            return [], state
         if isinstance(s, t.SeqStmt):
             out = []
             for x in s.stmts:
-                nx, pending = fix(x, pending, region)
+                nx, state = fix(x, state, region)
                 out.extend(nx)
-            return [t.SeqStmt(out, s.loc)], pending
+            return [t.SeqStmt(out, s.loc)], state
         if isinstance(s, t.Copy) and id(s) in chosen:
+            # (no wait: an earlier store still reading the same buffer is harmless)
             store = t.Copy(s.src, s.dst, s.loc, mode="tma_store", coalesced_width=s.coalesced_width)
-            head = _wait(s.loc) if pending else []  # an earlier store of the same buffer is harmless, but cheap
-            return head + [th.FenceProxyAsync(loc=s.loc), th.Barrier(loc=s.loc), store], True
-        if isinstance(s, t.For) and (_contains(s.body, chosen) or pending) and _splittable(s, uniform, region):
-            carried = pending or _contains(s.body, chosen)
-            body, after = fix(s.body, carried, region)
+            after = UNKNOWN if state == UNKNOWN else state + (s.src.buffer,)
+            return [th.FenceProxyAsync(loc=s.loc), th.Barrier(loc=s.loc), store], after
+        if isinstance(s, t.For) and (_contains(s.body, chosen) or state) and _splittable(s, uniform, region):
+            # the body's first iteration may follow an earlier one: it starts from UNKNOWN
+            entry = UNKNOWN if state or _contains(s.body, chosen) else ()
+            body, end = fix(s.body, entry, region)
             return [t.For(s.var, s.start, s.extent, _seq(body), s.kind, s.num_stages, s.loc, dict(s.attrs))], \
-                pending or after
-        if isinstance(s, t.IfThenElse) and uniform.is_uniform(s.cond, region) and (_contains(s, chosen) or pending):
-            a, pa = fix(s.then_body, pending, region)
-            b, pb = fix(s.else_body, pending, region) if s.else_body is not None else ([], pending)
-            return [t.IfThenElse(s.cond, _seq(a), _seq(b) if s.else_body is not None else None, s.loc)], pa or pb
+                _merge(state, end)
+        if isinstance(s, t.IfThenElse) and uniform.is_uniform(s.cond, region) and (_contains(s, chosen) or state):
+            a, pa = fix(s.then_body, state, region)
+            b, pb = fix(s.else_body, state, region) if s.else_body is not None else ([], state)
+            return [t.IfThenElse(s.cond, _seq(a), _seq(b) if s.else_body is not None else None, s.loc)], _merge(pa, pb)
         if isinstance(s, t.ThreadPartition) and _contains(s, chosen):
-            body, after = fix(s.body, False, s)
+            body, after = fix(s.body, (), s)
             if after:
                 body = body + [th.TmaStoreWait(0, loc=s.loc)]
-            return [t.ThreadPartition(s.base, s.count, s.role, _seq(body), s.loc)], pending
-        if pending and writes_staged(s):
-            return _wait(getattr(s, "loc", None)) + [s], False
-        return [s], pending
+            return [t.ThreadPartition(s.base, s.count, s.role, _seq(body), s.loc)], state
+        if state:
+            newer = _groups_newer(state, [b for b in bufs if _touches(s, b, writes_only=True)])
+            if newer is not None:
+                return _wait(getattr(s, "loc", None), newer) + [s], state[len(state) - newer:] if newer else ()
+        return [s], state
 
-    body, after = fix(kernel.body, False, None)
+    body, after = fix(kernel.body, (), None)
     if after:
         body = body + [th.TmaStoreWait(0, loc=kernel.loc)]
     return t.Kernel(kernel.grid, kernel.threads, kernel.block_vars, _seq(body), kernel.loc, dict(kernel.attrs))
@@ -199,9 +227,10 @@ def _splittable(loop: t.For, uniform: Uniformity, region) -> bool:
     return uniform.is_uniform(loop.start, region) and uniform.is_uniform(loop.extent, region)
 
 
-def _wait(loc) -> list:
-    # the issuing thread waits until its stores have read the buffer; the barrier tells the others
-    return [th.TmaStoreWait(0, loc=loc), th.Barrier(loc=loc)]
+def _wait(loc, newer: int = 0) -> list:
+    # the issuing thread waits until all but its ``newer`` latest store groups have read their buffers;
+    # the barrier tells the others
+    return [th.TmaStoreWait(newer, loc=loc), th.Barrier(loc=loc)]
 
 
 def _seq(stmts: list):
