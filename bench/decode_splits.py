@@ -36,7 +36,7 @@ float64 and captured in a CUDA graph first, then all graphs are replayed in ``DE
 rounds (every dtype, length and candidate once a round, so clock or thermal drift over the run, and the order of
 the dtypes, fall on every column alike); a cell is the median over the rounds and the spread (min-max, % of the
 copy bandwidth).  ``DECODE_S11_CANDS`` (comma-separated indexes into ``S11_GQA``), ``DECODE_S11_LENS`` and
-``DECODE_S11_DTYPES`` narrow it.
+``DECODE_S11_DTYPES`` narrow it; ``DECODE_S11_KIND=mqa`` times ``S11_MQA`` (one KV head, KV 16k and 64k) instead.
 """
 
 from __future__ import annotations
@@ -116,6 +116,12 @@ S10_DTYPES = [getattr(torch, n) for n in os.environ.get("DECODE_S10_DTYPES", "fl
 S11_GQA = [("tmerge", 6, None), ("tmerge,fill", None, "64,4"), ("tmerge,fill", None, "64,5"),
            ("tmerge", None, "64,3"), ("tmerge,fill", None, "128,3"), ("none", 1, "64,5"), ("none", 1, "128,3"),
            ("tmerge,cpasync", None, None)]
+# MQA (DECODE_S11_KIND=mqa; 32 query heads on 1 kv head, one 32-row "cover" block a group, 8 groups): the defaults
+# (cover,cmerge below 32k keys, cover,tmerge from there) take 32 splits at 2 a SM and merge 32 partials of 32 rows;
+# these take half the splits (one block a SM, 4 or 5 stages, two sets of 8; at 32 rows the 128-key ring is held to 2
+# stages by shared memory) or a quarter (64 blocks, one set of 8)
+S11_MQA = [("cover,tmerge,fill", None, "64,4"), ("cover,tmerge,fill", None, "64,5"), ("cover,tmerge", 16, None),
+           ("cover,tmerge", 8, "64,5")]
 
 
 def label(v, n, c) -> str:
@@ -167,9 +173,12 @@ def s11_table(roof: float) -> list:
     in interleaved rounds (the module docstring); every candidate checked against float64 before it is timed."""
     import statistics
 
+    mqa = os.environ.get("DECODE_S11_KIND") == "mqa"
+    hkv, table = (1, S11_MQA) if mqa else (HKV, S11_GQA)
     pick = os.environ.get("DECODE_S11_CANDS")
-    cands = [S11_GQA[int(i)] for i in pick.split(",")] if pick else S11_GQA
-    lens = [int(x) for x in os.environ.get("DECODE_S11_LENS", "4096,8192,16384,65536").split(",")]
+    cands = [table[int(i)] for i in pick.split(",")] if pick else table
+    lens = [int(x) for x in os.environ.get("DECODE_S11_LENS", "16384,65536" if mqa else "4096,8192,16384,65536")
+            .split(",")]
     dtypes = [getattr(torch, n) for n in os.environ.get("DECODE_S11_DTYPES", "bfloat16,float16").split(",")]
     rounds = int(os.environ.get("DECODE_S11_ROUNDS", "7"))
     cols = ["SDPA", "new"] + [label(*c) for c in cands]
@@ -178,9 +187,9 @@ def s11_table(roof: float) -> list:
         for L in lens:
             g = torch.Generator(device="cuda").manual_seed(L)
             q = torch.randn(B, H, 1, D, device="cuda", dtype=dtype, generator=g)
-            kvs = [tuple(torch.randn(B, HKV, L, D, device="cuda", dtype=dtype, generator=g) for _ in range(2))
+            kvs = [tuple(torch.randn(B, hkv, L, D, device="cuda", dtype=dtype, generator=g) for _ in range(2))
                    for _ in range(2)]
-            gbs[dtype, L] = 2 * B * HKV * L * D * q.element_size() / 1e9
+            gbs[dtype, L] = 2 * B * hkv * L * D * q.element_size() / 1e9
             ref = F.scaled_dot_product_attention(q.double(), kvs[0][0].double(), kvs[0][1].double(), enable_gqa=True)
             for col, (v, n, c) in zip(cols, [(None, None, None)] * 2 + cands):
                 if col == "SDPA":
@@ -207,9 +216,9 @@ def s11_table(roof: float) -> list:
     for _ in range(rounds):
         for key, graph in graphs.items():
             times[key].append(replay_ms(graph))
-    rows = [f"S11-GQA, GPU time in a CUDA graph (two KV caches alternated), median of {rounds} interleaved rounds "
-            f"(min-max): batch {B}, {H} query heads, {HKV} KV heads, head dim {D}; GB/s of K and V read (% of the copy "
-            f"bandwidth {roof:.0f} GB/s); s=N: num_splits forced.", "",
+    rows = [f"S11-{'MQA' if mqa else 'GQA'}, GPU time in a CUDA graph (two KV caches alternated), median of {rounds} "
+            f"interleaved rounds (min-max): batch {B}, {H} query heads, {hkv} KV heads, head dim {D}; GB/s of K and V "
+            f"read (% of the copy bandwidth {roof:.0f} GB/s); s=N: num_splits forced.", "",
             "| dtype | KV | " + " | ".join(cols) + " |", "|---|---|" + "---|" * len(cols)]
     for dtype in dtypes:
         for L in lens:
@@ -224,7 +233,7 @@ def s11_table(roof: float) -> list:
             rows.append(f"| {str(dtype)[6:]} | {L} | " + " | ".join(row) + " |")
     chosen = dict.fromkeys((v, c) for v, n, c in cands if n is None)
     rows += ["", f"Split counts at KV {', '.join(map(str, lens))}: " + "; ".join(
-        f"{label(v, None, c)}: {chosen_splits(v, HKV, lens, c)}" for v, c in [(None, None)] + list(chosen))]
+        f"{label(v, None, c)}: {chosen_splits(v, hkv, lens, c)}" for v, c in [(None, None)] + list(chosen))]
     return rows
 
 
