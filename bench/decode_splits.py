@@ -183,6 +183,7 @@ def s11_table(roof: float) -> list:
     rounds = int(os.environ.get("DECODE_S11_ROUNDS", "7"))
     cols = ["SDPA", "new"] + [label(*c) for c in cands]
     graphs, cells, gbs = {}, {}, {}  # (dtype, L, column) -> CUDA graph / text instead of a rate; (dtype, L) -> GB
+    inputs = []  # every graph's q and KV caches: a graph replays their addresses, so they live until the timing ends
     for dtype in dtypes:
         for L in lens:
             g = torch.Generator(device="cuda").manual_seed(L)
@@ -190,6 +191,7 @@ def s11_table(roof: float) -> list:
             kvs = [tuple(torch.randn(B, hkv, L, D, device="cuda", dtype=dtype, generator=g) for _ in range(2))
                    for _ in range(2)]
             gbs[dtype, L] = 2 * B * hkv * L * D * q.element_size() / 1e9
+            inputs.append((q, kvs))
             ref = F.scaled_dot_product_attention(q.double(), kvs[0][0].double(), kvs[0][1].double(), enable_gqa=True)
             for col, (v, n, c) in zip(cols, [(None, None, None)] * 2 + cands):
                 if col == "SDPA":
@@ -216,6 +218,7 @@ def s11_table(roof: float) -> list:
     for _ in range(rounds):
         for key, graph in graphs.items():
             times[key].append(replay_ms(graph))
+    del inputs
     rows = [f"S11-{'MQA' if mqa else 'GQA'}, GPU time in a CUDA graph (two KV caches alternated), median of {rounds} "
             f"interleaved rounds (min-max): batch {B}, {H} query heads, {hkv} KV heads, head dim {D}; GB/s of K and V "
             f"read (% of the copy bandwidth {roof:.0f} GB/s); s=N: num_splits forced.", "",
