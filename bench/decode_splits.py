@@ -113,13 +113,20 @@ S10_DTYPES = [getattr(torch, n) for n in os.environ.get("DECODE_S10_DTYPES", "fl
 #  fill 128,3: 2 splits, one block a SM, 128-key tiles (64 KB), 2 ahead: half the block barriers a byte;
 #  s=1 64,5 / 128,3: no split at all (64 blocks, no partials, no merge), each SM streaming 2 MB alone;
 #  cpasync: per-thread 16-byte cp.async instead of TMA bulk tensor loads.
+# The H200 run of 05:21 (bench/results/2026-12-02-052*-decode-splits-s11-*, 5 interleaved rounds, KV 4k / 8k / 64k,
+# bf16; fp16 within 0.5 point): the default 84.3 / 95.1 / 108.1% (SDPA 86.4 / 95.9 / 108.3%) beat every candidate at
+# every length in both dtypes: s=6 79 / 90 / 107, fill 64,4 82.6 / 92.1 / 102.4, fill 64,5 81.5 / 91.3 / 101.7, 64,3
+# 82.4 / 92.9 / 106.2, fill 128,3 83.2 / 93.2 / 105.7, s=1 64,5 49 / 51 / 53, s=1 128,3 61 / 64 / 67, cpasync 82.8 /
+# 94.5 / 107.7.  One 4-warp block a SM streams at most ~33 GB/s (s=1: 2.09 TB/s over 64 SMs; fill at 64k: 4.32 TB/s
+# over 128), about 1 us of compute a 64-key tile, so a SM needs its 2 blocks; the defaults stay.  Left selectable.
 S11_GQA = [("tmerge", 6, None), ("tmerge,fill", None, "64,4"), ("tmerge,fill", None, "64,5"),
            ("tmerge", None, "64,3"), ("tmerge,fill", None, "128,3"), ("none", 1, "64,5"), ("none", 1, "128,3"),
            ("tmerge,cpasync", None, None)]
 # MQA (DECODE_S11_KIND=mqa; 32 query heads on 1 kv head, one 32-row "cover" block a group, 8 groups): the defaults
 # (cover,cmerge below 32k keys, cover,tmerge from there) take 32 splits at 2 a SM and merge 32 partials of 32 rows;
 # these take half the splits (one block a SM, 4 or 5 stages, two sets of 8; at 32 rows the 128-key ring is held to 2
-# stages by shared memory) or a quarter (64 blocks, one set of 8)
+# stages by shared memory) or a quarter (64 blocks, one set of 8).  The 05:22 run (KV 16k / 64k, both dtypes alike):
+# the default 44.5 / 73.3% (SDPA 55.9 / 69.7%) against 41 / 63, 41 / 62, 40 / 60 and 29 / 35%: the defaults stay.
 S11_MQA = [("cover,tmerge,fill", None, "64,4"), ("cover,tmerge,fill", None, "64,5"), ("cover,tmerge", 16, None),
            ("cover,tmerge", 8, "64,5")]
 
@@ -367,7 +374,10 @@ def main() -> None:
     if "--s11" in sys.argv or os.environ.get("DECODE_SPLITS") == "s11":
         rows = s11_table(roof)
         print("\n".join(rows))
-        print("saved", save("decode-splits-s11", rows))
+        # (the kind and the candidates in the name: two commands of one minute must not overwrite each other's file)
+        name = "decode-splits-s11-" + os.environ.get("DECODE_S11_KIND", "gqa") + "".join(
+            f"-{c}" for c in os.environ.get("DECODE_S11_CANDS", "").split(",") if c)
+        print("saved", save(name, rows))
         return
     if "--s10" in sys.argv or os.environ.get("DECODE_SPLITS") == "s10":
         rows = s10_table(roof, False) + [""] + s10_table(roof, True)
