@@ -311,25 +311,7 @@ def guarded(cell) -> str:
 
 def graph_ms(calls) -> float:
     """GPU ms per call of ``calls`` (alternated), 20 calls captured in a CUDA graph and replayed."""
-    s = torch.cuda.Stream()
-    s.wait_stream(torch.cuda.current_stream())
-    with torch.cuda.stream(s):
-        for fn in calls:
-            fn()
-    torch.cuda.current_stream().wait_stream(s)
-    g = torch.cuda.CUDAGraph()
-    with torch.cuda.graph(g):
-        for i in range(20):
-            calls[i % len(calls)]()
-    g.replay()
-    torch.cuda.synchronize()
-    start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
-    start.record()
-    for _ in range(5):
-        g.replay()
-    end.record()
-    torch.cuda.synchronize()
-    return start.elapsed_time(end) / 100
+    return replay_ms(captured(calls))
 
 
 def mqa_table(roof: float) -> list:
