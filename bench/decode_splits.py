@@ -25,8 +25,18 @@ read from L2, replayed; no host time, no flush.
     python bench/decode_splits.py            # on a GPU (about 2 minutes on an H200)
     python bench/decode_splits.py --s10      # session 10's candidates alone: GPU-time tables only (~90 s)
 
+    python bench/decode_splits.py --s11      # session 11's KV-4k candidates, interleaved rounds (~100 s)
+
 ``--s10`` (or DECODE_SPLITS=s10) times, in a CUDA graph as table 2, the GQA candidates (table S10-GQA) and the MQA
 candidates (table S10-MQA) of ``S10_GQA`` / ``S10_MQA`` against SDPA and the default, skipping tables 1-3.
+
+``--s11`` (or DECODE_SPLITS=s11) times the GQA candidates of ``S11_GQA`` (split count, stages, key-block size:
+what each SM keeps in flight against the fixed cost at KV 4k) in both dtypes: every candidate is checked against
+float64 and captured in a CUDA graph first, then all graphs are replayed in ``DECODE_S11_ROUNDS`` interleaved
+rounds (every dtype, length and candidate once a round, so clock or thermal drift over the run, and the order of
+the dtypes, fall on every column alike); a cell is the median over the rounds and the spread (min-max, % of the
+copy bandwidth).  ``DECODE_S11_CANDS`` (comma-separated indexes into ``S11_GQA``), ``DECODE_S11_LENS`` and
+``DECODE_S11_DTYPES`` narrow it; ``DECODE_S11_KIND=mqa`` times ``S11_MQA`` (one KV head, KV 16k and 64k) instead.
 """
 
 from __future__ import annotations
@@ -94,6 +104,33 @@ S10_MQA = [("cover,tmerge", None, None), ("cover,tmerge", None, "64,3"), ("cover
 S10_DTYPES = [getattr(torch, n) for n in os.environ.get("DECODE_S10_DTYPES", "float16,bfloat16").split(",")]
 
 
+# session 11 (--s11): (variant, num_splits, config).  At KV 4k the default (tmerge, 4 splits, 64 keys x 2 stages:
+# 256 blocks, 2 a SM, 64-128 KB in flight a SM) spends ~8 us a call outside streaming; these trade the split count
+# (blocks a SM, the merge's length) against the bytes each block keeps in flight:
+#  6 splits: 384 blocks, 3 a SM on 128 SMs (one wave), a two-level merge (three sets of 2);
+#  fill 64,4 / 64,5: 2 splits, one block a SM with 3 / 4 tiles (96 / 128 KB) ahead, one set of 2 to merge;
+#  64,3: 4 splits, 2 a SM (shared memory) with 2 tiles ahead each;
+#  fill 128,3: 2 splits, one block a SM, 128-key tiles (64 KB), 2 ahead: half the block barriers a byte;
+#  s=1 64,5 / 128,3: no split at all (64 blocks, no partials, no merge), each SM streaming 2 MB alone;
+#  cpasync: per-thread 16-byte cp.async instead of TMA bulk tensor loads.
+# The H200 run of 05:21 (bench/results/2026-12-02-052*-decode-splits-s11-*, 5 interleaved rounds, KV 4k / 8k / 64k,
+# bf16; fp16 within 0.5 point): the default 84.3 / 95.1 / 108.1% (SDPA 86.4 / 95.9 / 108.3%) beat every candidate at
+# every length in both dtypes: s=6 79 / 90 / 107, fill 64,4 82.6 / 92.1 / 102.4, fill 64,5 81.5 / 91.3 / 101.7, 64,3
+# 82.4 / 92.9 / 106.2, fill 128,3 83.2 / 93.2 / 105.7, s=1 64,5 49 / 51 / 53, s=1 128,3 61 / 64 / 67, cpasync 82.8 /
+# 94.5 / 107.7.  One 4-warp block a SM streams at most ~33 GB/s (s=1: 2.09 TB/s over 64 SMs; fill at 64k: 4.32 TB/s
+# over 128), about 1 us of compute a 64-key tile, so a SM needs its 2 blocks; the defaults stay.  Left selectable.
+S11_GQA = [("tmerge", 6, None), ("tmerge,fill", None, "64,4"), ("tmerge,fill", None, "64,5"),
+           ("tmerge", None, "64,3"), ("tmerge,fill", None, "128,3"), ("none", 1, "64,5"), ("none", 1, "128,3"),
+           ("tmerge,cpasync", None, None)]
+# MQA (DECODE_S11_KIND=mqa; 32 query heads on 1 kv head, one 32-row "cover" block a group, 8 groups): the defaults
+# (cover,cmerge below 32k keys, cover,tmerge from there) take 32 splits at 2 a SM and merge 32 partials of 32 rows;
+# these take half the splits (one block a SM, 4 or 5 stages, two sets of 8; at 32 rows the 128-key ring is held to 2
+# stages by shared memory) or a quarter (64 blocks, one set of 8).  The 05:22 run (KV 16k / 64k, both dtypes alike):
+# the default 44.5 / 73.3% (SDPA 55.9 / 69.7%) against 41 / 63, 41 / 62, 40 / 60 and 29 / 35%: the defaults stay.
+S11_MQA = [("cover,tmerge,fill", None, "64,4"), ("cover,tmerge,fill", None, "64,5"), ("cover,tmerge", 16, None),
+           ("cover,tmerge", 8, "64,5")]
+
+
 def label(v, n, c) -> str:
     return "new" + (f" {v}" if v else "") + (f" s={n}" if n else "") + (f" {c}" if c else "")
 
@@ -138,6 +175,107 @@ def s10_table(roof: float, mqa: bool) -> list:
     return rows
 
 
+def s11_table(roof: float) -> list:
+    """Session 11: the GQA candidates of ``S11_GQA`` against SDPA and the default, GPU time in CUDA graphs replayed
+    in interleaved rounds (the module docstring); every candidate checked against float64 before it is timed."""
+    import statistics
+
+    mqa = os.environ.get("DECODE_S11_KIND") == "mqa"
+    hkv, table = (1, S11_MQA) if mqa else (HKV, S11_GQA)
+    pick = os.environ.get("DECODE_S11_CANDS")
+    cands = [table[int(i)] for i in pick.split(",")] if pick else table
+    lens = [int(x) for x in os.environ.get("DECODE_S11_LENS", "16384,65536" if mqa else "4096,8192,16384,65536")
+            .split(",")]
+    dtypes = [getattr(torch, n) for n in os.environ.get("DECODE_S11_DTYPES", "bfloat16,float16").split(",")]
+    rounds = int(os.environ.get("DECODE_S11_ROUNDS", "7"))
+    cols = ["SDPA", "new"] + [label(*c) for c in cands]
+    graphs, cells, gbs = {}, {}, {}  # (dtype, L, column) -> CUDA graph / text instead of a rate; (dtype, L) -> GB
+    inputs = []  # every graph's q and KV caches: a graph replays their addresses, so they live until the timing ends
+    for dtype in dtypes:
+        for L in lens:
+            g = torch.Generator(device="cuda").manual_seed(L)
+            q = torch.randn(B, H, 1, D, device="cuda", dtype=dtype, generator=g)
+            kvs = [tuple(torch.randn(B, hkv, L, D, device="cuda", dtype=dtype, generator=g) for _ in range(2))
+                   for _ in range(2)]
+            gbs[dtype, L] = 2 * B * hkv * L * D * q.element_size() / 1e9
+            inputs.append((q, kvs))
+            ref = F.scaled_dot_product_attention(q.double(), kvs[0][0].double(), kvs[0][1].double(), enable_gqa=True)
+            for col, (v, n, c) in zip(cols, [(None, None, None)] * 2 + cands):
+                if col == "SDPA":
+                    def fn(kk, vv, q=q):
+                        return F.scaled_dot_product_attention(q, kk, vv, enable_gqa=True)
+                else:
+                    use("new", c, v)
+
+                    def fn(kk, vv, q=q, n=n):
+                        return ops.attention(q, kk, vv, num_splits=n)
+                try:
+                    err = ((fn(*kvs[0]).double() - ref).abs() / (1 + ref.abs())).max().item()
+                    if err < 2e-2:
+                        graphs[dtype, L, col] = captured([lambda kv=kv, fn=fn: fn(*kv) for kv in kvs])
+                    else:
+                        cells[dtype, L, col] = f"WRONG {err:.2g}"
+                except Exception as e:  # noqa: BLE001 - reported in the table
+                    cells[dtype, L, col] = f"ERROR {type(e).__name__}: {str(e)[:80]}".replace("|", "/").replace(
+                        "\n", " ")
+                use("new")
+            del ref
+            print(f"captured {str(dtype)[6:]} {L}", flush=True)
+    times: dict = {key: [] for key in graphs}
+    for _ in range(rounds):
+        for key, graph in graphs.items():
+            times[key].append(replay_ms(graph))
+    del inputs
+    rows = [f"S11-{'MQA' if mqa else 'GQA'}, GPU time in a CUDA graph (two KV caches alternated), median of {rounds} "
+            f"interleaved rounds (min-max): batch {B}, {H} query heads, {hkv} KV heads, head dim {D}; GB/s of K and V "
+            f"read (% of the copy bandwidth {roof:.0f} GB/s); s=N: num_splits forced.", "",
+            "| dtype | KV | " + " | ".join(cols) + " |", "|---|---|" + "---|" * len(cols)]
+    for dtype in dtypes:
+        for L in lens:
+            row = []
+            for col in cols:
+                if (dtype, L, col) in cells:
+                    row.append(cells[dtype, L, col])
+                    continue
+                rates = [gbs[dtype, L] / ms * 1e3 for ms in times[dtype, L, col]]
+                r = statistics.median(rates)
+                row.append(f"{r:.0f} ({r / roof:.1%}, {min(rates) / roof:.0%}-{max(rates) / roof:.0%})")
+            rows.append(f"| {str(dtype)[6:]} | {L} | " + " | ".join(row) + " |")
+    chosen = dict.fromkeys((v, c) for v, n, c in cands if n is None)
+    rows += ["", f"Split counts at KV {', '.join(map(str, lens))}: " + "; ".join(
+        f"{label(v, None, c)}: {chosen_splits(v, hkv, lens, c)}" for v, c in [(None, None)] + list(chosen))]
+    return rows
+
+
+def captured(calls):
+    """A CUDA graph of 20 calls of ``calls`` (alternated), each run once first (compiles, plans)."""
+    s = torch.cuda.Stream()
+    s.wait_stream(torch.cuda.current_stream())
+    with torch.cuda.stream(s):
+        for fn in calls:
+            fn()
+    torch.cuda.current_stream().wait_stream(s)
+    g = torch.cuda.CUDAGraph()
+    with torch.cuda.graph(g):
+        for i in range(20):
+            calls[i % len(calls)]()
+    g.replay()
+    torch.cuda.synchronize()
+    return g
+
+
+def replay_ms(g) -> float:
+    """GPU ms per call of a graph of ``captured``: 5 replays (100 calls) after one unmeasured."""
+    g.replay()
+    start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
+    start.record()
+    for _ in range(5):
+        g.replay()
+    end.record()
+    torch.cuda.synchronize()
+    return start.elapsed_time(end) / 100
+
+
 def use(kernel: str, config: str | None = None, variant: str | None = None) -> None:
     """Select the decode path (and the new kernel's configuration and variant) for the calls that follow."""
     decode_kernels.KERNEL = kernel
@@ -149,10 +287,10 @@ def use(kernel: str, config: str | None = None, variant: str | None = None) -> N
     attention_dispatch.forget_plans()  # plans remember their configuration
 
 
-def chosen_splits(variant: str | None, hkv: int = HKV, lens=tuple(LENS)) -> str:
-    """The split counts ``variant`` gives the benchmark's shape (``hkv`` KV heads) at each KV length in ``lens``,
-    as the plans choose them."""
-    use("new", None, variant)
+def chosen_splits(variant: str | None, hkv: int = HKV, lens=tuple(LENS), config: str | None = None) -> str:
+    """The split counts ``variant`` (at ``config``) gives the benchmark's shape (``hkv`` KV heads) at each KV length
+    in ``lens``, as the plans choose them."""
+    use("new", config, variant)
     smem = attention_dispatch._shared_bytes(torch.empty(1, device="cuda"))
     cfg = decode_kernels.decode_config(D, smem, H // hkv)
     groups = B * hkv * -(-(H // hkv) // cfg[0])
@@ -173,25 +311,7 @@ def guarded(cell) -> str:
 
 def graph_ms(calls) -> float:
     """GPU ms per call of ``calls`` (alternated), 20 calls captured in a CUDA graph and replayed."""
-    s = torch.cuda.Stream()
-    s.wait_stream(torch.cuda.current_stream())
-    with torch.cuda.stream(s):
-        for fn in calls:
-            fn()
-    torch.cuda.current_stream().wait_stream(s)
-    g = torch.cuda.CUDAGraph()
-    with torch.cuda.graph(g):
-        for i in range(20):
-            calls[i % len(calls)]()
-    g.replay()
-    torch.cuda.synchronize()
-    start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
-    start.record()
-    for _ in range(5):
-        g.replay()
-    end.record()
-    torch.cuda.synchronize()
-    return start.elapsed_time(end) / 100
+    return replay_ms(captured(calls))
 
 
 def mqa_table(roof: float) -> list:
@@ -233,6 +353,14 @@ def mqa_table(roof: float) -> list:
 
 def main() -> None:
     roof = copy_bandwidth("cuda", False)
+    if "--s11" in sys.argv or os.environ.get("DECODE_SPLITS") == "s11":
+        rows = s11_table(roof)
+        print("\n".join(rows))
+        # (the kind and the candidates in the name: two commands of one minute must not overwrite each other's file)
+        name = "decode-splits-s11-" + os.environ.get("DECODE_S11_KIND", "gqa") + "".join(
+            f"-{c}" for c in os.environ.get("DECODE_S11_CANDS", "").split(",") if c)
+        print("saved", save(name, rows))
+        return
     if "--s10" in sys.argv or os.environ.get("DECODE_SPLITS") == "s10":
         rows = s10_table(roof, False) + [""] + s10_table(roof, True)
         print("\n".join(rows))

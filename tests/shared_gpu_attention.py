@@ -65,6 +65,16 @@ def check_decode(out, lse, want, want_lse, dtype, counters=True):
         assert all(int(c.abs().sum()) == 0 for c in decode_kernels._counters.values()), "a merge counter left non-zero"
 
 
+def check_repeat_calls(q, k, v, cache, splits, dtype, calls=3):
+    """``ops.attention`` with the LSE ``calls`` times against the float64 reference, each checked (the first call
+    plans and binds; the others launch from pointers)."""
+    want, want_lse = decode_reference(q, k, v, None if cache is None else cache.tolist())
+    for _ in range(calls):
+        out, lse = ops.attention(q, k, v, return_lse=True, cache_seqlens=cache, num_splits=splits)
+        torch.cuda.synchronize()
+        check_decode(out, lse, want, want_lse, dtype)
+
+
 def rand_cuda(*shape, dtype):
     return torch.randn(*shape, device="cuda", dtype=torch.float32).to(dtype)
 

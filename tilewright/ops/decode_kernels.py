@@ -62,6 +62,13 @@ LN2 = 0.6931471805599453
 # 69%); 64k (268 MB, 74.8 us) leaves 15 us.  The MQA block (cover: the 32 query rows of a kv head, Q.K^T as two
 # m16 tiles over 2 x 2 warps, no padded rows, 32 MMAs a warp a key block) streams 8 (16k) or 32 (64k) key blocks
 # at 32 splits; its merge reads 32 partials x 32 rows x 512 bytes (512 KB) a group.
+# Session 11 (the H200 run of 05:21, bench/decode_splits.py --s11, CUDA graphs in 5 interleaved rounds): the GQA
+# default 84.3 / 84.5% at KV 4k (bf16 / fp16; SDPA 86%), 95% at 8k, 108% at 64k; fp16 is not behind bf16 once the
+# rounds interleave (session 10's 2-point gap was the run order: bench/attention.py times bf16 first), and the two
+# sm_90a cubins are the same 1672 instructions but for the types of the MMA and the F2FP packing.  Every other split
+# count and ring lost at every length (6 splits 79%, one block a SM at 64,4 / 64,5 / 128,3 81.5-83%, 64,3 82%,
+# cp.async 83%, no split 49-61%): one 4-warp block streams at most ~33 GB/s (about 1 us of compute a 64-key tile), so
+# a SM needs two of them, and what is left at 4k is the fixed cost itself (the first and last tiles' compute among it).
 VARIANTS = {
     "wave": "split count: the most splits whose blocks all fit on the GPU at once (SMs x blocks per SM, "
             "estimated from shared memory, threads and registers) instead of 2 x SMs / groups",
