@@ -35,7 +35,9 @@ sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 from common import graph_us, save, vector_add  # noqa: E402
 
 import tilewright  # noqa: E402
+from tilewright.jit.alloc_template import empty_maker  # noqa: E402
 from tilewright.kernels import matmul  # noqa: E402
+from tilewright.ops.bound_kernel import BoundKernel  # noqa: E402
 
 BAR = 1.5  # issue 10: ops.* host time <= 1.5x torch.add (output allocated)
 REFERENCE = "torch.add (output allocated: the issue's 1.5x reference for ops.*)"
@@ -56,10 +58,15 @@ def make_cases():
 
     x, w, bias = torch.randn(64, 1024, **half), torch.randn(1024, **half), torch.randn(1024, **half)
     q, kv = torch.randn(4, 32, 1, 128, **half), torch.randn(4, 8, 512, 128, **half)
-    kv4k = torch.randn(4, 8, 4096, 128, **half)
+    kv1k = torch.randn(4, 8, 1024, 128, **half)
     qp, kp = torch.randn(1, 8, 128, 64, **half), torch.randn(1, 8, 128, 64, **half)
     F = torch.nn.functional
     x2_template = torch.empty(1, 1, 1, **half).expand(2, 64, 1024)  # (alloc_template.py)
+    bound = BoundKernel(k)
+    bound(a, b, c)  # binds (every check once); launch_pointers then writes only the pointers
+    pa, pb, pc = a.data_ptr(), b.data_ptr(), c.data_ptr()
+    fn, raw_stream = k.launcher.function(0), torch._C._cuda_getCurrentRawStream
+    make_lse = empty_maker(torch, (4, 32, 1), torch.float32, x.device)
     cases = [
         ("torch.add(out=)", lambda: torch.add(a, b, out=c)),
         ("tilewright add (all args)", lambda: k(a, b, c)),
@@ -80,13 +87,12 @@ def make_cases():
          lambda: F.scaled_dot_product_attention(qp, kp, kp, is_causal=True)),
         ("ops.attention decode (GQA 32/8, kv 512)", lambda: ops.attention(q, kv, kv)),
         ("SDPA decode (GQA 32/8, kv 512)", lambda: F.scaled_dot_product_attention(q, kv, kv, enable_gqa=True)),
-        # what the rows above are made of, for choosing what to cut next: the launch count chosen
-        # by hand (one launch; split-KV's two), the LSE returned, a cache long enough for split-KV
-        # to pay (its GPU time decides the short-cache rule), and the allocations themselves
-        ("ops.attention decode, num_splits=1 (one launch)", lambda: ops.attention(q, kv, kv, num_splits=1)),
-        ("ops.attention decode, num_splits=4 (split-KV, two launches)",
-         lambda: ops.attention(q, kv, kv, num_splits=4)),
-        ("ops.attention decode (GQA 32/8, kv 4096)", lambda: ops.attention(q, kv4k, kv4k)),
+        # what the rows above are made of, for choosing what to cut next.  Decode's split count:
+        # both ways are one launch (the merge is fused), the split one adds the capture query and
+        # the stream workspace on the host; GPU time decides where one split may be the default
+        ("ops.attention decode, num_splits=1 (kv 512: one split)", lambda: ops.attention(q, kv, kv, num_splits=1)),
+        ("ops.attention decode (GQA 32/8, kv 1024: 4 splits)", lambda: ops.attention(q, kv1k, kv1k)),
+        ("ops.attention decode, num_splits=1 (kv 1024: one split)", lambda: ops.attention(q, kv1k, kv1k, num_splits=1)),
         ("ops.attention decode, return_lse=True", lambda: ops.attention(q, kv, kv, return_lse=True)),
         ("ops.attention prefill, return_lse=True", lambda: ops.attention(qp, kp, kp, causal=True, return_lse=True)),
         ("torch.empty_like 64x1024 fp16", lambda: torch.empty_like(x)),
@@ -94,6 +100,18 @@ def make_cases():
         ("torch.empty_like 64x1024 fp16, twice", lambda: (torch.empty_like(x), torch.empty_like(x))),
         ("torch.empty_like 2x64x1024 fp16 template, .unbind(0)", lambda: torch.empty_like(x2_template).unbind(0)),
         ("torch.empty(64, 1024, dtype=, device=)", lambda: torch.empty(64, 1024, dtype=x.dtype, device=x.device)),
+        # the single calls an ops call is made of (the ops' own launch path, the driver call alone,
+        # the torch queries of decode's split path), each timed as the rows above: their sum says
+        # what is left that is neither allocation nor launch
+        ("piece: BoundKernel.launch_pointers, add kernel (the ops' launch path)",
+         lambda: bound.launch_pointers([pa, pb, pc], ())),
+        ("piece: CudaFunction.launch, add kernel (pack + cuda-bindings cuLaunchKernel)",
+         lambda: fn.launch((1, 1, 1), (128, 1, 1), 0, raw_stream(0), k.spec.arg_types, (pa, pb, pc))),
+        ("piece: empty_like of a template, (4, 32, 1) fp32 (decode's LSE)", make_lse),
+        ("piece: torch._C._cuda_isCurrentStreamCapturing()", torch._C._cuda_isCurrentStreamCapturing),
+        ("piece: torch._C._cuda_getCurrentRawStream(0)", lambda: raw_stream(0)),
+        ("piece: x.data_ptr()", x.data_ptr),
+        ("piece: torch.compiler.is_compiling()", torch.compiler.is_compiling),
     ]
     return cases, (lambda: torch.add(a, b))
 
@@ -157,7 +175,12 @@ def table(cases, times, ratios, refs, gpu, title: str) -> list[str]:
 
 
 def pin_here() -> str:
-    cpu = os.sched_getcpu() if hasattr(os, "sched_getcpu") else min(os.sched_getaffinity(0))
+    """Pin this thread to the CPU it last ran on (/proc: field 39 of its stat line)."""
+    try:
+        with open("/proc/thread-self/stat") as f:
+            cpu = int(f.read().rsplit(")", 1)[1].split()[36])
+    except (OSError, IndexError, ValueError):
+        cpu = max(os.sched_getaffinity(0))
     os.sched_setaffinity(0, {cpu})  # pid 0: this thread only (on Linux); threads it starts inherit it
     return f"timing thread pinned to CPU {cpu}"
 
