@@ -194,7 +194,8 @@ def test_a_graph_capture_gets_partials_and_counters_of_its_own(monkeypatch):
         run = next(iter(attn._dense_plans.values()))
         assert isinstance(run, dk._DecodeRun) and run.split
         monkeypatch.setattr(run, "dev", 0)  # as on a GPU, whose current stream is capturing:
-        monkeypatch.setattr(dk, "_capturing", lambda dev: True)
+        monkeypatch.setattr(dk, "_capturing", lambda dev: True)  # (the checked path's query)
+        monkeypatch.setattr(run, "capturing", lambda: True)  # (the repeat call's, looked up once)
         workspaces = dict(dk._per_stream)
         CountingTorch.made.clear()
         want, _ = _decode_ref(q, kv, kv)
