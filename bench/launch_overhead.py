@@ -59,6 +59,7 @@ def make_cases():
     x, w, bias = torch.randn(64, 1024, **half), torch.randn(1024, **half), torch.randn(1024, **half)
     q, kv = torch.randn(4, 32, 1, 128, **half), torch.randn(4, 8, 512, 128, **half)
     kv1k = torch.randn(4, 8, 1024, 128, **half)
+    q1, kv1 = q[:1].clone(), kv[:1].clone()
     qp, kp = torch.randn(1, 8, 128, 64, **half), torch.randn(1, 8, 128, 64, **half)
     F = torch.nn.functional
     x2_template = torch.empty(1, 1, 1, **half).expand(2, 64, 1024)  # (alloc_template.py)
@@ -91,6 +92,9 @@ def make_cases():
         # both ways are one launch (the merge is fused), the split one adds the capture query and
         # the stream workspace on the host; GPU time decides where one split may be the default
         ("ops.attention decode, num_splits=1 (kv 512: one split)", lambda: ops.attention(q, kv, kv, num_splits=1)),
+        ("ops.attention decode, batch 1 (kv 512: 2 splits)", lambda: ops.attention(q1, kv1, kv1)),
+        ("ops.attention decode, batch 1, num_splits=1 (kv 512: one split)",
+         lambda: ops.attention(q1, kv1, kv1, num_splits=1)),
         ("ops.attention decode (GQA 32/8, kv 1024: 4 splits)", lambda: ops.attention(q, kv1k, kv1k)),
         ("ops.attention decode, num_splits=1 (kv 1024: one split)", lambda: ops.attention(q, kv1k, kv1k, num_splits=1)),
         ("ops.attention decode, return_lse=True", lambda: ops.attention(q, kv, kv, return_lse=True)),
