@@ -112,6 +112,7 @@ def make_cases():
         ("piece: CudaFunction.launch, add kernel (pack + cuda-bindings cuLaunchKernel)",
          lambda: fn.launch((1, 1, 1), (128, 1, 1), 0, raw_stream(0), k.spec.arg_types, (pa, pb, pc))),
         ("piece: empty_like of a template, (4, 32, 1) fp32 (decode's LSE)", make_lse),
+        ("piece: x.new_empty((64, 1024)) (another allocation entry point)", lambda: x.new_empty((64, 1024))),
         ("piece: torch._C._cuda_isCurrentStreamCapturing()", torch._C._cuda_isCurrentStreamCapturing),
         ("piece: torch._C._cuda_getCurrentRawStream(0)", lambda: raw_stream(0)),
         ("piece: x.data_ptr()", x.data_ptr),
