@@ -68,6 +68,13 @@ def make_cases():
     pa, pb, pc = a.data_ptr(), b.data_ptr(), c.data_ptr()
     fn, raw_stream = k.launcher.function(0), torch._C._cuda_getCurrentRawStream
     make_lse = empty_maker(torch, (4, 32, 1), torch.float32, x.device)
+    from cuda.bindings import driver as drv
+
+    fixed, handle = fn.fixed_launch((1, 1, 1), (128, 1, 1), 0, k.spec.arg_types, (pa, pb, pc), 3), int(fn.handle)
+    try:  # (cuda-bindings' typed launch: a candidate, runtime/cuda_driver._typed_launch_kernel)
+        from cuda.bindings._v2.driver import launch_kernel as typed
+    except ImportError:
+        typed = None
     cases = [
         ("torch.add(out=)", lambda: torch.add(a, b, out=c)),
         ("tilewright add (all args)", lambda: k(a, b, c)),
@@ -111,6 +118,10 @@ def make_cases():
          lambda: bound.launch_pointers([pa, pb, pc], ())),
         ("piece: CudaFunction.launch, add kernel (pack + cuda-bindings cuLaunchKernel)",
          lambda: fn.launch((1, 1, 1), (128, 1, 1), 0, raw_stream(0), k.spec.arg_types, (pa, pb, pc))),
+        ("piece: driver.cuLaunchKernel, add kernel (bare: packed buffer, cuda-bindings)",
+         lambda: drv.cuLaunchKernel(fn.handle, 1, 1, 1, 128, 1, 1, 0, raw_stream(0), fixed.args.address, 0)),
+        *([("piece: _v2 launch_kernel, add kernel (bare: packed buffer, TILEWRIGHT_TYPED_LAUNCH's call)",
+            lambda: typed(handle, 1, 1, 1, 128, 1, 1, 0, raw_stream(0), fixed.args.address, 0))] if typed else []),
         ("piece: empty_like of a template, (4, 32, 1) fp32 (decode's LSE)", make_lse),
         ("piece: x.new_empty((64, 1024)) (another allocation entry point)", lambda: x.new_empty((64, 1024))),
         ("piece: torch._C._cuda_isCurrentStreamCapturing()", torch._C._cuda_isCurrentStreamCapturing),
