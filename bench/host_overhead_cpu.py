@@ -193,6 +193,11 @@ x, y = fake(torch.randn(64, 256).half()), fake(torch.empty(64, 256).half())
 la = k.launcher
 fn = la.function(0)
 values = (a.data_ptr(), b.data_ptr(), c.data_ptr())
+fixed, handle = fn.fixed_launch((1, 1, 1), (128, 1, 1), 0, k.spec.arg_types, values, 3), int(fn.handle)
+try:
+    from cuda.bindings._v2.driver import launch_kernel as typed
+except ImportError:
+    typed = None
 
 def round_us(rows, n=N):
     # per row, REPEATS rounds of n calls in this thread's CPU time (a core taken by another process
@@ -224,6 +229,12 @@ rows = [
     ("torch.add on the CPU, 1024 floats, output allocated (the ops' reference point)", lambda: torch.add(ra, rb)),
     ("cuda_driver CudaFunction.launch (packed args -> stub cuLaunchKernel)",
      lambda: fn.launch((1, 1, 1), (128, 1, 1), 0, 0, k.spec.arg_types, values)),
+    ("cuda_driver FixedCudaLaunch (the ops' packed launch: pointers written, driver call)",
+     lambda: fixed(values, 0)),
+    ("driver.cuLaunchKernel alone (packed buffer; cuda-bindings)",
+     lambda: fn._launch_fn(fn.handle, 1, 1, 1, 128, 1, 1, 0, 0, fixed.args.address, 0)),
+    *([("_v2 launch_kernel alone (packed buffer; TILEWRIGHT_TYPED_LAUNCH's call)",
+        lambda: typed(handle, 1, 1, 1, 128, 1, 1, 0, 0, fixed.args.address, 0))] if typed else []),
     ("current stream lookup (cuda_driver.current_stream)", lambda: cd.current_stream(0)),
     ("Launcher.launch (3 tensors, static shapes)", lambda: la.launch([a, b, c])),
     ("JITKernel.__call__ add (all args)", lambda: k(a, b, c)),
