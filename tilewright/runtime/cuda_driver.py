@@ -341,6 +341,7 @@ class CudaFunction:
         err, limit = driver.cuFuncGetAttribute(attr, handle)
         self._dynamic_shared_limit = int(limit) if err == driver.CUresult.CUDA_SUCCESS else 0
         self._launch_fn = driver.cuLaunchKernel
+        self.typed_launch = _typed_launch_kernel()  # (FixedCudaLaunch's driver call when asked for: None, or it)
         self._success = driver.CUresult.CUDA_SUCCESS
         self._wrong_context = {
             driver.CUresult.CUDA_ERROR_INVALID_CONTEXT,
@@ -506,7 +507,8 @@ class FixedCudaLaunch:
     (packing every value through ``launch`` was ~1.5 us of a 22-argument launch on the CPU stub
     bench).  A launch the driver refuses is made again through ``launch``, which retries in our
     context and explains the error.  With ``TILEWRIGHT_TYPED_LAUNCH`` the driver call is the typed
-    one (``_typed_launch_kernel``), which raises where the other returns an error: the same retry."""
+    one (``CudaFunction.typed_launch``, from ``_typed_launch_kernel``), which raises where the other
+    returns an error: the same retry."""
 
     __slots__ = ("_call", "_fn", "_launch", "_prefix", "_success", "_typed", "args", "arg_types", "block", "grid",
                  "shared")
@@ -514,7 +516,7 @@ class FixedCudaLaunch:
     def __init__(self, fn: CudaFunction, grid, block, shared: int, arg_types: tuple, args: FixedArgs):
         self._fn, self.args, self.arg_types = fn, args, arg_types
         self.grid, self.block, self.shared = tuple(grid), tuple(block), shared
-        self._typed = _typed_launch_kernel()
+        self._typed = getattr(fn, "typed_launch", None)  # (only a function of the real driver has one)
         handle = int(fn.handle) if self._typed is not None else fn.handle
         self._prefix = (handle, *self.grid, *self.block, shared)
         self._launch, self._success = fn._launch_fn, fn._success
