@@ -25,9 +25,13 @@ sys.path.insert(0, ROOT)
 from tilewright.runtime import {module} as rt
 stub = ctypes.CDLL(STUB)
 fn = rt.load_function(b"\x7fELF" + bytes(100), "k", 0)
+typed, calls = getattr(fn, "typed_launch", None), []
+if typed is not None:  # (TILEWRIGHT_TYPED_LAUNCH: counted, so the check below knows it launched, not the fallback)
+    fn.typed_launch = lambda *a: (calls.append(1), typed(*a))[1]
 types = ("ptr", "i32", "f32", "ptr", "i64", "f64", "tmap")
 values = (0x7F0000001000, -5, 1.5, 0x7F0000002000, -(1 << 40), 0.25, bytes(range(128)))
 fn.launch((3, 2, 1), (128, 1, 1), 4096, 0x1234, types, values)
+assert len(calls) == (typed is not None)
 grid = list((ctypes.c_uint * 8).in_dll(stub, "last_launch"))[:7]
 params = ctypes.c_void_p.in_dll(stub, "last_params").value
 stream = ctypes.c_void_p.in_dll(stub, "last_stream").value
@@ -61,9 +65,13 @@ def _run(module: str, stub: str, env: dict) -> str:
     return proc.stdout
 
 
-def test_cuda_launch_reaches_the_driver_with_every_argument(stubs):
+@pytest.mark.parametrize("typed", ["", "1"])  # TILEWRIGHT_TYPED_LAUNCH: cuda-bindings' typed launch_kernel
+def test_cuda_launch_reaches_the_driver_with_every_argument(stubs, typed):
     pytest.importorskip("cuda.bindings")
-    env = dict(os.environ, LD_LIBRARY_PATH=f"{stubs}{os.pathsep}{os.environ.get('LD_LIBRARY_PATH', '')}")
+    if typed:
+        pytest.importorskip("cuda.bindings._v2.driver")
+    env = dict(os.environ, LD_LIBRARY_PATH=f"{stubs}{os.pathsep}{os.environ.get('LD_LIBRARY_PATH', '')}",
+               TILEWRIGHT_TYPED_LAUNCH=typed)
     assert _run("cuda_driver", str(stubs / "libcuda.so.1"), env).strip() == "ok"
 
 

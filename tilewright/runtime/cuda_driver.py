@@ -341,7 +341,8 @@ class CudaFunction:
         err, limit = driver.cuFuncGetAttribute(attr, handle)
         self._dynamic_shared_limit = int(limit) if err == driver.CUresult.CUDA_SUCCESS else 0
         self._launch_fn = driver.cuLaunchKernel
-        self.typed_launch = _typed_launch_kernel()  # (FixedCudaLaunch's driver call when asked for: None, or it)
+        self.typed_launch = _typed_launch_kernel()  # (the typed driver call when asked for: None, or it)
+        self._typed_handle = int(handle) if self.typed_launch is not None else 0
         self._success = driver.CUresult.CUDA_SUCCESS
         self._wrong_context = {
             driver.CUresult.CUDA_ERROR_INVALID_CONTEXT,
@@ -439,6 +440,14 @@ class CudaFunction:
             params = None
         if shared_bytes > self._dynamic_shared_limit:
             self.set_max_dynamic_shared(shared_bytes)
+        typed = self.typed_launch
+        if typed is not None:  # (TILEWRIGHT_TYPED_LAUNCH) ints only; any refusal: the call below explains or retries
+            try:
+                typed(self._typed_handle, grid[0], grid[1], grid[2], block[0], block[1], block[2], shared_bytes,
+                      stream, params or 0, 0)
+                return
+            except Exception:  # noqa: BLE001 - (nothing was launched)
+                pass
         try:
             (err,) = self._launch_fn(
                 self.handle, grid[0], grid[1], grid[2], block[0], block[1], block[2], shared_bytes, stream, params, 0
