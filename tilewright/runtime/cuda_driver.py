@@ -497,8 +497,11 @@ def _typed_launch_kernel():
     stream and parameter array as ints, ``None`` back or an exception on an error) when
     ``TILEWRIGHT_TYPED_LAUNCH`` asks for it and the module exists, else None.  Why a candidate: on
     the CPU stub bench it took 326 ns a launch against 658 ns for ``driver.cuLaunchKernel`` (best of
-    30 interleaved blocks), which wraps every argument and returns a ``CUresult`` made per call;
-    the module's leading underscore says it may change, so it stays opt-in until the H200 says."""
+    30 interleaved blocks), which wraps every argument and returns a ``CUresult`` made per call.
+    Opt-in: the module's leading underscore says it may change, and the H200's cuda-bindings (13.3.1,
+    2026-12-02) has no such call, so there it is not measured (the variable changes nothing); there
+    the bare ``driver.cuLaunchKernel`` of a packed buffer took 5.2-6.1 us of host time, 0.56-0.60x of
+    a whole ``torch.add`` (bench/launch_overhead.py's pieces)."""
     from .. import config
 
     if str(config.get("typed_launch")).strip() not in ("1", "yes", "on", "true"):
