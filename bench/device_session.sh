@@ -35,7 +35,7 @@ for part in "$@"; do
       timeout 330 python bench/gemm.py >"$OUT/gemm.log" 2>&1; note "gemm rc=$?"
       grep -E "^\| |gmean|geometric|Compile" "$OUT/gemm.log" | tail -40 >>"$SUMMARY" ;;
     overhead)
-      timeout 60 python bench/launch_overhead.py >"$OUT/overhead.log" 2>&1; note "overhead rc=$?"
+      timeout 120 python bench/launch_overhead.py --n 500 >"$OUT/overhead.log" 2>&1; note "overhead rc=$?"
       grep "^|" "$OUT/overhead.log" >>"$SUMMARY" ;;
     sanitize)
       for tool in memcheck racecheck; do

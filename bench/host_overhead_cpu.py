@@ -16,9 +16,12 @@ holds that text (an A/B comparison of one row on a busy machine); ``HOST_BENCH_S
 the whole calls, the steps of the slow ones one by one (``bench/host_steps.py``: key and lookup, checks,
 allocations, stream lookup, the launch objects, the driver call).
 
-Timing: thread CPU time (``time.thread_time_ns``), best of ``HOST_BENCH_REPEATS`` (30) rounds of
-``HOST_BENCH_N`` (2000) calls, the rows taking turns round by round: on this machine's shared cores
-wall-clock figures moved 2-4x from run to run.
+Timing: thread CPU time (``time.thread_time_ns``), ``HOST_BENCH_REPEATS`` (30) rounds of
+``HOST_BENCH_N`` (2000) calls, the rows taking turns round by round, each row's block right after a
+block of the reference (torch.add with its output allocated, as in ``bench/launch_overhead.py``): per
+row the best and the median time, the median of its per-round ratios to the reference and their
+spread (on this machine's shared cores wall-clock figures moved 2-4x from run to run).  The ratio
+here is to a CPU torch.add, not the GPU bar: what it is for is comparing a change before/after.
 """
 
 from __future__ import annotations
@@ -190,22 +193,35 @@ x, y = fake(torch.randn(64, 256).half()), fake(torch.empty(64, 256).half())
 la = k.launcher
 fn = la.function(0)
 values = (a.data_ptr(), b.data_ptr(), c.data_ptr())
+fixed, handle = fn.fixed_launch((1, 1, 1), (128, 1, 1), 0, k.spec.arg_types, values, 3), int(fn.handle)
+try:
+    from cuda.bindings._v2.driver import launch_kernel as typed
+except ImportError:
+    typed = None
 
-def best_us(rows, n=N):
-    # per row, the best of REPEATS rounds of n calls in this thread's CPU time (a core taken by another
-    # process does not count), the rows taking turns round by round (a busy spell falls on all alike)
+def round_us(rows, n=N):
+    # per row, REPEATS rounds of n calls in this thread's CPU time (a core taken by another process
+    # does not count), the rows taking turns round by round (a busy spell falls on all alike), each
+    # row's block right after a block of the reference (torch.add with its output allocated, the
+    # ops' 1.5x bar): per row its times and its ratios to the adjacent reference, one per round
     for _, call in rows:
         for _ in range(max(n // 10, 1)):
             call()
-    best = [float("inf")] * len(rows)
+    times, ratios = [[] for _ in rows], [[] for _ in rows]
     clock = time.thread_time_ns
-    for _ in range(REPEATS):
-        for i, (_, call) in enumerate(rows):
-            t0 = clock()
-            for _ in range(n):
-                call()
-            best[i] = min(best[i], (clock() - t0) / n)
-    return [b / 1000 for b in best]
+
+    def block(call):
+        t0 = clock()
+        for _ in range(n):
+            call()
+        return (clock() - t0) / n / 1000
+
+    for r in range(REPEATS):
+        for i in [(j + r) % len(rows) for j in range(len(rows))]:
+            ref = block(reference)
+            times[i].append(block(rows[i][1]))
+            ratios[i].append(times[i][-1] / ref)
+    return times, ratios
 
 rows = [
     ("torch.add(out=) on the CPU, 1024 floats (reference point, not a GPU figure)",
@@ -213,6 +229,12 @@ rows = [
     ("torch.add on the CPU, 1024 floats, output allocated (the ops' reference point)", lambda: torch.add(ra, rb)),
     ("cuda_driver CudaFunction.launch (packed args -> stub cuLaunchKernel)",
      lambda: fn.launch((1, 1, 1), (128, 1, 1), 0, 0, k.spec.arg_types, values)),
+    ("cuda_driver FixedCudaLaunch (the ops' packed launch: pointers written, driver call)",
+     lambda: fixed(values, 0)),
+    ("driver.cuLaunchKernel alone (packed buffer; cuda-bindings)",
+     lambda: fn._launch_fn(fn.handle, 1, 1, 1, 128, 1, 1, 0, 0, fixed.args.address, 0)),
+    *([("_v2 launch_kernel alone (packed buffer; TILEWRIGHT_TYPED_LAUNCH's call)",
+        lambda: typed(handle, 1, 1, 1, 128, 1, 1, 0, 0, fixed.args.address, 0))] if typed else []),
     ("current stream lookup (cuda_driver.current_stream)", lambda: cd.current_stream(0)),
     ("Launcher.launch (3 tensors, static shapes)", lambda: la.launch([a, b, c])),
     ("JITKernel.__call__ add (all args)", lambda: k(a, b, c)),
@@ -222,6 +244,7 @@ rows = [
     ("JITKernel.__call__ dynamic rows + float scalar", lambda: kd(x, y, 0.5)),
 ]
 ra, rb, rc = torch.randn(1024), torch.randn(1024), torch.empty(1024)
+reference = rows[1][1]  # torch.add with its output allocated
 
 for key, kern in list(ops_dispatch._kernels.items()):
     twin = twins.get(id(kern))
@@ -264,8 +287,11 @@ if STEPS:  # HOST_BENCH_STEPS=1: the pieces of the slow calls, one by one (bench
     from host_steps import steps
 
     rows = steps(ops_calls, dict(xs=xs, w=w, ga=ga, gb=gb, q=q, kv=kv, qp=qp, kp=kp))
-for (name, _), us in zip(rows, best_us(rows)):
-    print(f"| {name} | {us:.2f} |", flush=True)
+import statistics
+times, ratios = round_us(rows)
+for (name, _), ts, rs in zip(rows, times, ratios):
+    print(f"| {name} | {min(ts):.2f} | {statistics.median(ts):.2f} | {statistics.median(rs):.2f}x | "
+          f"{min(rs):.2f}-{max(rs):.2f}x |", flush=True)
 """
 
 
@@ -286,9 +312,11 @@ def main() -> None:
         build_stub(tmp)
         env = dict(os.environ, LD_LIBRARY_PATH=tmp + os.pathsep + os.environ.get("LD_LIBRARY_PATH", ""),
                    PYTHONPATH=ROOT)
-        print(f"| piece (CPU, stub libcuda, fake CUDA tensors) | host us per call (thread CPU time, best of "
-              f"{repeats} rounds of {n}) |")
-        print("|---|---|", flush=True)
+        print(f"Thread CPU time per call, {repeats} rounds of {n} calls, each block right after a block of "
+              "torch.add (output allocated, on the CPU); ratio: per round to that adjacent block\n")
+        print("| piece (CPU, stub libcuda, fake CUDA tensors) | host us (best) | host us (median) | "
+              "/ torch.add (median of rounds) | spread (min-max) |")
+        print("|---|---|---|---|---|", flush=True)
         script = os.path.join(tmp, "host_overhead_body.py")  # a file: kernels need readable source
         for compile_only in (True, False):
             with open(script, "w") as f:

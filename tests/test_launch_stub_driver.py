@@ -25,9 +25,13 @@ sys.path.insert(0, ROOT)
 from tilewright.runtime import {module} as rt
 stub = ctypes.CDLL(STUB)
 fn = rt.load_function(b"\x7fELF" + bytes(100), "k", 0)
+typed, calls = getattr(fn, "typed_launch", None), []
+if typed is not None:  # (TILEWRIGHT_TYPED_LAUNCH: counted, so the check below knows it launched, not the fallback)
+    fn.typed_launch = lambda *a: (calls.append(1), typed(*a))[1]
 types = ("ptr", "i32", "f32", "ptr", "i64", "f64", "tmap")
 values = (0x7F0000001000, -5, 1.5, 0x7F0000002000, -(1 << 40), 0.25, bytes(range(128)))
 fn.launch((3, 2, 1), (128, 1, 1), 4096, 0x1234, types, values)
+assert len(calls) == (typed is not None)
 grid = list((ctypes.c_uint * 8).in_dll(stub, "last_launch"))[:7]
 params = ctypes.c_void_p.in_dll(stub, "last_params").value
 stream = ctypes.c_void_p.in_dll(stub, "last_stream").value
@@ -61,15 +65,68 @@ def _run(module: str, stub: str, env: dict) -> str:
     return proc.stdout
 
 
-def test_cuda_launch_reaches_the_driver_with_every_argument(stubs):
+@pytest.mark.parametrize("typed", ["", "1"])  # TILEWRIGHT_TYPED_LAUNCH: cuda-bindings' typed launch_kernel
+def test_cuda_launch_reaches_the_driver_with_every_argument(stubs, typed):
     pytest.importorskip("cuda.bindings")
-    env = dict(os.environ, LD_LIBRARY_PATH=f"{stubs}{os.pathsep}{os.environ.get('LD_LIBRARY_PATH', '')}")
+    if typed:
+        pytest.importorskip("cuda.bindings._v2.driver")
+    env = dict(os.environ, LD_LIBRARY_PATH=f"{stubs}{os.pathsep}{os.environ.get('LD_LIBRARY_PATH', '')}",
+               TILEWRIGHT_TYPED_LAUNCH=typed)
     assert _run("cuda_driver", str(stubs / "libcuda.so.1"), env).strip() == "ok"
 
 
 def test_hip_launch_reaches_the_runtime_with_every_argument(stubs):
     env = dict(os.environ, TILEWRIGHT_HIP_RUNTIME_LIB=str(stubs / "libamdhip64.so"))
     assert _run("hip_runtime", str(stubs / "libamdhip64.so"), env).strip() == "ok"
+
+
+_FIXED = r"""
+import ctypes, struct, sys
+sys.path.insert(0, ROOT)
+from tilewright.runtime import cuda_driver as rt
+stub = ctypes.CDLL(STUB)
+fn = rt.load_function(b"\x7fELF" + bytes(100), "k", 0)
+types = ("ptr", "ptr", "i32", "f32")
+launch = fn.fixed_launch((5, 1, 2), (256, 1, 1), 1024, types, (0x7F0000001000, 0x7F0000002000, 9, 0.5), 2)
+print(type(launch._typed).__name__)  # the driver call in use
+for a, b in ((0x7F0000003000, 0x7F0000004000), (0x7F0000005000, 0x7F0000006000)):
+    launch([a, b], 0x77)
+    grid = list((ctypes.c_uint * 8).in_dll(stub, "last_launch"))[:7]
+    ptrs = (ctypes.c_void_p * 4).from_address(ctypes.c_void_p.in_dll(stub, "last_params").value)
+    got = [ctypes.string_at(p, n) for p, n in zip(ptrs, (8, 8, 4, 4))]
+    assert grid == [5, 1, 2, 256, 1, 1, 1024], grid
+    assert ctypes.c_void_p.in_dll(stub, "last_stream").value == 0x77
+    assert got == [struct.pack("<Q", a), struct.pack("<Q", b), struct.pack("<i", 9), struct.pack("<f", 0.5)], got
+    if launch._typed is not None:  # a typed call that raises (a driver error): the general path launches
+        def refuse(*args):
+            raise RuntimeError("refused")
+        launch._typed = refuse
+print("ok")
+"""
+
+
+@pytest.mark.parametrize("typed", ["", "1"])
+def test_fixed_launch_reaches_the_driver(stubs, typed):
+    """``FixedCudaLaunch`` (the ops' packed launches) with cuda-bindings' cuLaunchKernel and, with
+    TILEWRIGHT_TYPED_LAUNCH=1, its typed launch_kernel (where the module exists): the same grid,
+    stream and argument bytes arrive, the new pointers of each launch among them."""
+    pytest.importorskip("cuda.bindings")
+    env = dict(os.environ, LD_LIBRARY_PATH=f"{stubs}{os.pathsep}{os.environ.get('LD_LIBRARY_PATH', '')}",
+               TILEWRIGHT_TYPED_LAUNCH=typed)
+    code = f"ROOT = {ROOT!r}\nSTUB = {str(stubs / 'libcuda.so.1')!r}\n" + _FIXED
+    proc = subprocess.run([sys.executable, "-c", code], env=env, capture_output=True, text=True, timeout=120)
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+    used, ok = proc.stdout.split()
+    assert ok == "ok"
+    if not typed:
+        assert used == "NoneType"
+    else:  # the typed call where cuda-bindings has it
+        try:
+            from cuda.bindings._v2.driver import launch_kernel  # noqa: F401
+        except ImportError:
+            assert used == "NoneType"
+        else:
+            assert used != "NoneType"
 
 
 _WHOLE_PATH = r"""

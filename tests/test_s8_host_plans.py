@@ -182,19 +182,51 @@ def test_row_weights_of_other_layouts_after_good_calls(device_path):  # noqa: F8
     _close(ops.rms_norm(x, w), _rms_ref(x, w, 1e-6), 1e-4)  # and the good plan still serves
 
 
+def _split_decode_run():
+    """(q, kv, the split decode plan their repeat call is served by)."""
+    q, kv = torch.randn(1, 4, 1, 32).half(), torch.randn(1, 2, 128, 32).half()
+    for _ in range(2):
+        ops.attention(q, kv, kv, num_splits=2)
+    run = next(iter(attn._dense_plans.values()))
+    assert isinstance(run, dk._DecodeRun) and run.split
+    return q, kv, run
+
+
+def test_the_default_stream_skips_the_capture_query(monkeypatch):
+    """A repeat split call on the legacy default stream (0, where no graph can be captured) asks
+    no capture query and uses the stream's workspace; on another stream it asks."""
+    from test_s6_host_plans import PointerKernel
+
+    wrap_op_kernels(monkeypatch, PointerKernel)
+    saved = (dict(dk._per_stream), dict(dk._partials), dict(dk._counters))
+    try:
+        q, kv, run = _split_decode_run()
+        asked = []
+        monkeypatch.setattr(run, "capturing", lambda: asked.append(1) or False)
+        want, _ = _decode_ref(q, kv, kv)
+        for stream, queries in ((0, 0), (5, 1)):
+            monkeypatch.setattr(run, "stream_of", lambda dev, s=stream: s)
+            _close(ops.attention(q, kv, kv, num_splits=2), want, 1e-2)
+            assert len(asked) == queries
+            assert (run.dev, stream) in dk._per_stream  # the stream's workspace served the call
+    finally:
+        ops.forget_plans()
+        for store, old in zip((dk._per_stream, dk._partials, dk._counters), saved):
+            store.clear()
+            store.update(old)
+
+
 def test_a_graph_capture_gets_partials_and_counters_of_its_own(monkeypatch):
     from test_s6_host_plans import PointerKernel
 
     wrap_op_kernels(monkeypatch, PointerKernel)
     monkeypatch.setattr(attn, "_torch", lambda: CountingTorch())
     try:
-        q, kv = torch.randn(1, 4, 1, 32).half(), torch.randn(1, 2, 128, 32).half()
-        for _ in range(2):
-            ops.attention(q, kv, kv, num_splits=2)
-        run = next(iter(attn._dense_plans.values()))
-        assert isinstance(run, dk._DecodeRun) and run.split
+        q, kv, run = _split_decode_run()
         monkeypatch.setattr(run, "dev", 0)  # as on a GPU, whose current stream is capturing:
-        monkeypatch.setattr(dk, "_capturing", lambda dev: True)
+        monkeypatch.setattr(dk, "_capturing", lambda dev: True)  # (the checked path's query)
+        monkeypatch.setattr(run, "capturing", lambda: True)  # (the repeat call's, looked up once)
+        monkeypatch.setattr(run, "stream_of", lambda dev: 7)  # (a capture stream: never the default 0)
         workspaces = dict(dk._per_stream)
         CountingTorch.made.clear()
         want, _ = _decode_ref(q, kv, kv)

@@ -79,6 +79,12 @@ KNOBS = {
                            "Candidate variants of the flash-decoding kernel, comma-separated (wave, flatmerge, "
                            "cpasync, ws, cover, cmerge, fill: ops/decode_kernels.VARIANTS; 'none': the plain kernel); "
                            "unset: ops/decode_kernels.DEFAULT_VARIANT (bench/decode_splits.py)."),
+    "typed_launch": Knob("TILEWRIGHT_TYPED_LAUNCH", str, "",
+                         "'1': CUDA launches (runtime/cuda_driver: the ops' packed ones and CudaFunction.launch) "
+                         "call cuda-bindings' typed cuLaunchKernel (cuda.bindings._v2.driver.launch_kernel: int "
+                         "arguments, raises on an error; a refusal falls to the classic call) where that module "
+                         "exists; unset: cuda.bindings.driver.cuLaunchKernel. A host-time candidate "
+                         "(bench/launch_overhead.py)."),
 }
 
 

@@ -700,17 +700,36 @@ def _capturing(dev: int) -> bool:
     memory pool as before the stream workspaces: a graph keeps the addresses it captured for every
     replay, and a stream workspace may be replaced (and its memory reused) by a later eager call
     that needs more, or be in use by eager calls on the capture stream while the graph replays."""
-    if dev < 0:
-        return False
-    if not _capture_query:
-        _capture_query.append(getattr(_torch()._C, "_cuda_isCurrentStreamCapturing", None))
-    query = _capture_query[0]
+    query = _capture_function(dev)
     if query is None:
         return False
     try:
         return bool(query())
     except RuntimeError:  # (a build of torch without CUDA: nothing can be capturing)
         return False
+
+
+def _stream_function(dev: int):
+    """The cheapest callable giving the current stream of device index ``dev`` as ``_stream`` does:
+    torch's raw-stream lookup once the CUDA runtime has settled it (no frames of ours around it),
+    else ``_stream`` itself (HIP, the CPU, torch before CUDA is initialised)."""
+    if dev >= 0 and not _torch().version.hip:
+        from ..runtime.cuda_driver import current_stream_function
+
+        settled = current_stream_function()
+        if settled is not None:
+            return settled
+    return _stream
+
+
+def _capture_function(dev: int):
+    """``_capturing``'s query, for a caller that calls it per launch without ``_capturing``'s frame
+    (None where nothing can be capturing: the CPU, a torch without the query)."""
+    if dev < 0:
+        return None
+    if not _capture_query:
+        _capture_query.append(getattr(_torch()._C, "_cuda_isCurrentStreamCapturing", None))
+    return _capture_query[0]
 
 
 def _dummy(device, dim: int):
@@ -809,8 +828,8 @@ class _DecodeRun:
     buffer), the split partials and counters from the stream's workspace (``_stream_workspace``),
     the current stream looked up once and one launch.  Everything else is worked out here once."""
 
-    __slots__ = ("dev", "device", "extra", "fwd", "l_off", "lens", "make_lse", "n_counters", "numel",
-                 "q_dense", "scratch", "split", "tail", "torch")
+    __slots__ = ("capturing", "dev", "device", "extra", "fwd", "l_off", "lens", "make_lse", "n_counters", "numel",
+                 "q_dense", "scratch", "split", "stream_of", "tail", "torch")
 
     def __init__(self, plan: _DecodePlan, q, torch):
         ad = _ad()
@@ -827,6 +846,9 @@ class _DecodeRun:
         self.l_off = plan.splits * plan.rows * plan.dim * 4  # the partial LSEs after the partial outputs
         self.n_counters = plan.counters
         self.extra = () if self.split else tuple(t.data_ptr() for t in _dummy(q.device, plan.dim))  # (never freed)
+        # the split launch's per-call queries, looked up once (_capturing's and _stream's frames
+        # cost ~0.14 us a call on this machine's CPU): which stream, is a graph being captured there
+        self.capturing, self.stream_of = _capture_function(self.dev), _stream_function(self.dev)
 
     def _lse_maker(self, q):
         """The LSE's allocation: ``torch.empty_like`` of a template (jit/alloc_template.py: no
@@ -855,10 +877,17 @@ class _DecodeRun:
         if not self.split:
             self.fwd.launch_pointers([qp, kp, vp, out.data_ptr(), ep, *self.extra, cp], self.tail)
             return out, lse
-        dev = self.dev
-        if dev >= 0 and _capturing(dev):
-            return None  # a graph capture: the checked path gives it partials and counters of its own
-        stream = _stream(dev)  # (once: the workspace's key and the launch's stream)
+        dev, capturing = self.dev, self.capturing
+        stream = self.stream_of(dev)  # (once: the workspace's key and the launch's stream)
+        # Is a graph being captured there (_capturing, inline)?  Never on the legacy default
+        # stream (0: CUDA and HIP refuse to capture on it, torch.cuda.graph says "non-default
+        # stream"), the eager default: the query (a runtime call) only for another stream.
+        if stream and capturing is not None:
+            try:
+                if capturing():
+                    return None  # a graph capture: the checked path gives it partials and counters of its own
+            except RuntimeError:  # (a build of torch without CUDA: nothing can be capturing)
+                pass
         hit = _per_stream.get((dev, stream))  # (_stream_workspace's lookup, inline: a frame less per call)
         if hit is None or hit[1] < self.numel or hit[3] < self.n_counters:
             hit = _stream_workspace(self.device, dev, stream, self.numel, self.n_counters)

@@ -341,6 +341,8 @@ class CudaFunction:
         err, limit = driver.cuFuncGetAttribute(attr, handle)
         self._dynamic_shared_limit = int(limit) if err == driver.CUresult.CUDA_SUCCESS else 0
         self._launch_fn = driver.cuLaunchKernel
+        self.typed_launch = _typed_launch_kernel()  # (the typed driver call when asked for: None, or it)
+        self._typed_handle = int(handle) if self.typed_launch is not None else 0
         self._success = driver.CUresult.CUDA_SUCCESS
         self._wrong_context = {
             driver.CUresult.CUDA_ERROR_INVALID_CONTEXT,
@@ -438,6 +440,14 @@ class CudaFunction:
             params = None
         if shared_bytes > self._dynamic_shared_limit:
             self.set_max_dynamic_shared(shared_bytes)
+        typed = self.typed_launch
+        if typed is not None:  # (TILEWRIGHT_TYPED_LAUNCH) ints only; any refusal: the call below explains or retries
+            try:
+                typed(self._typed_handle, grid[0], grid[1], grid[2], block[0], block[1], block[2], shared_bytes,
+                      stream, params or 0, 0)
+                return
+            except Exception:  # noqa: BLE001 - (nothing was launched)
+                pass
         try:
             (err,) = self._launch_fn(
                 self.handle, grid[0], grid[1], grid[2], block[0], block[1], block[2], shared_bytes, stream, params, 0
@@ -482,29 +492,65 @@ class CudaFunction:
         return msg
 
 
+def _typed_launch_kernel():
+    """cuda-bindings' typed ``cuLaunchKernel`` (``cuda.bindings._v2.driver.launch_kernel``: the handle,
+    stream and parameter array as ints, ``None`` back or an exception on an error) when
+    ``TILEWRIGHT_TYPED_LAUNCH`` asks for it and the module exists, else None.  Why a candidate: on
+    the CPU stub bench it took 326 ns a launch against 658 ns for ``driver.cuLaunchKernel`` (best of
+    30 interleaved blocks), which wraps every argument and returns a ``CUresult`` made per call.
+    Opt-in: the module's leading underscore says it may change, and the H200's cuda-bindings (13.3.1,
+    2026-12-02) has no such call, so there it is not measured (the variable changes nothing); there
+    the bare ``driver.cuLaunchKernel`` of a packed buffer took 5.2-6.1 us of host time, 0.56-0.60x of
+    a whole ``torch.add`` (bench/launch_overhead.py's pieces)."""
+    from .. import config
+
+    if str(config.get("typed_launch")).strip() not in ("1", "yes", "on", "true"):
+        return None
+    try:
+        from cuda.bindings._v2.driver import launch_kernel
+    except ImportError:
+        return None
+    return launch_kernel
+
+
 class FixedCudaLaunch:
     """``CudaFunction.launch`` of one grid, block, shared size and argument buffer (``FixedArgs``)
     whose leading pointers are written per launch: the write and ``cuLaunchKernel``, nothing else
     (packing every value through ``launch`` was ~1.5 us of a 22-argument launch on the CPU stub
     bench).  A launch the driver refuses is made again through ``launch``, which retries in our
-    context and explains the error."""
+    context and explains the error.  With ``TILEWRIGHT_TYPED_LAUNCH`` the driver call is the typed
+    one (``CudaFunction.typed_launch``, from ``_typed_launch_kernel``), which raises where the other
+    returns an error: the same retry."""
 
-    __slots__ = ("_call", "_fn", "_launch", "_prefix", "_success", "args", "arg_types", "block", "grid", "shared")
+    __slots__ = ("_call", "_fn", "_launch", "_prefix", "_success", "_typed", "args", "arg_types", "block", "grid",
+                 "shared")
 
     def __init__(self, fn: CudaFunction, grid, block, shared: int, arg_types: tuple, args: FixedArgs):
         self._fn, self.args, self.arg_types = fn, args, arg_types
         self.grid, self.block, self.shared = tuple(grid), tuple(block), shared
-        self._prefix = (fn.handle, *self.grid, *self.block, shared)
+        self._typed = getattr(fn, "typed_launch", None)  # (only a function of the real driver has one)
+        handle = int(fn.handle) if self._typed is not None else fn.handle
+        self._prefix = (handle, *self.grid, *self.block, shared)
         self._launch, self._success = fn._launch_fn, fn._success
 
     def __call__(self, ptrs, stream: int) -> None:
         """Launch on ``stream`` with ``ptrs`` as the leading pointers."""
         args = self.args
         args.lead.pack_into(args.mv, 0, *ptrs)
-        (err,) = self._launch(*self._prefix, stream, args.address, 0)
-        if err != self._success:  # (nothing was launched) the general path retries or explains
-            values = list(ptrs) + args.values[len(ptrs):]
-            self._fn.launch(self.grid, self.block, self.shared, stream, self.arg_types, values)
+        typed = self._typed
+        if typed is not None:
+            try:
+                typed(*self._prefix, stream, args.address, 0)
+                return
+            except Exception:  # noqa: BLE001 - (nothing was launched) the general path retries or explains
+                pass
+        else:
+            (err,) = self._launch(*self._prefix, stream, args.address, 0)
+            if err == self._success:
+                return
+        # (nothing was launched) the general path retries or explains
+        values = list(ptrs) + args.values[len(ptrs):]
+        self._fn.launch(self.grid, self.block, self.shared, stream, self.arg_types, values)
 
 
 def _stream_text(stream) -> str:
