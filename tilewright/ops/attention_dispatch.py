@@ -178,6 +178,13 @@ HOPPER_D64_NONCAUSAL_BLOCKS = None
 # instructions per key block at d 128).  Off: measured at noise level on the H200 (TW_VARIANTS=lean, 22:34 UTC:
 # 536 vs 558 TFLOP/s at 4x16x4096x128, 560 vs 567 at 16k, 362 vs 353 at d 64 causal).  Takes effect for new plans.
 LEAN_LOOP = False
+# head dim <= 64 on the sm_90a path: part of the softmax's 2**x on the FMA pipe (attention_fwd's ``fma_exp2``, a
+# cubic: ``attention_kernels.exp2_on_fma``).  There a block's two gemms per key block take about as long on the
+# tensor cores as its 128 x 128 exponentials on MUFU (16 lanes per clock per SM), and ping-pong runs one warpgroup's
+# softmax under the other's gemms, so the softmax's length bounds the loop.  None: all on MUFU; (k, n): the key
+# columns j with (j // 8) % n < k on the FMA pipe ((1, 4): 16 of a consumer thread's 64 scores).  Not measured yet
+# (bench/attention_variants.py TW_VARIANTS=s11).  Takes effect for new plans.
+HOPPER_D64_FMA_EXP2 = None
 
 
 def _hopper_config(dim: int, rows: int):
@@ -522,6 +529,8 @@ def _make_plan(q, k, v, causal, scale, varlen, nseq, max_q, has_cache, num_split
     even_qk = (even and max_q % bM == 0, even and seq_k % bN == 0)
     few_keys = -(-keys_hint // bN) <= (PERSISTENT_MAX_KEY_BLOCKS_CAUSAL if causal else PERSISTENT_MAX_KEY_BLOCKS)
     lean = ("lean",) if LEAN_LOOP else ()  # (an empty key suffix when off: the cache keys stay as they were)
+    fma_exp2 = HOPPER_D64_FMA_EXP2 if configs and D <= 64 else None
+    lean += (("fma_exp2", fma_exp2),) if fma_exp2 else ()
     grid_only = wide or three_wg  # (their blocks' persistent kernels do not fit or were not measured)
     persistent = _sm_count(q) if configs and not grid_only and (PERSISTENT is True or PERSISTENT == "auto"
                                                                 and few_keys) else 0
@@ -533,12 +542,12 @@ def _make_plan(q, k, v, causal, scale, varlen, nseq, max_q, has_cache, num_split
                       lambda: ak.attention_fwd(H, Hkv, D, dtype, out_dtype, *flags, stage_out=stage_out,
                                                even_q=even_qk[0], even_k=even_qk[1], persistent=persistent,
                                                order=PERSISTENT_ORDER, item_vars=PERSISTENT_ITEM_VARS,
-                                               lean=bool(lean)),
+                                               lean=LEAN_LOOP, fma_exp2=fma_exp2),
                       target, pass_configs=configs)
     else:
         fwd = _kernel(("attention", H, Hkv, D, dtype, out_dtype) + flags + even_qk + lean,
                       lambda: ak.attention_fwd(H, Hkv, D, dtype, out_dtype, *flags, even_q=even_qk[0],
-                                               even_k=even_qk[1], lean=bool(lean)), target)
+                                               even_k=even_qk[1], lean=LEAN_LOOP), target)
     plan.fwd = BoundKernel(fwd)  # the plan's key fixes every argument's metadata: only pointers change
     plan.combine = None
     if splits > 1:
