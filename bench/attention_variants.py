@@ -378,6 +378,8 @@ def s10_main() -> int:
 #               share of the probabilities' 2**x on the FMA pipe (a cubic) instead of MUFU;
 #   "tree fma 1/4", and the same without ping-pong ("... no-pp": the overlap only, both warpgroups' softmax
 #               sharing MUFU at once);
+#   "3wg tree fma 1/4": non-causal d 64 on 192 x 128 blocks (HOPPER_D64_NONCAUSAL_BLOCKS: three consumer
+#               warpgroups, a wash alone in session 10) with the tree and the cubic;
 #   "hm-snake": PERSISTENT_ORDER "head_major_snake" (d 128 causal: 1024 and 4096 keys are persistent, in "pairs");
 #   "grid": PERSISTENT False (1024 keys).
 TREE = {"tw.reduce_tree": True}
@@ -400,6 +402,8 @@ S11_COLUMNS = [("ops", {}, None),
                ("fma 3/8", {"HOPPER_D64_FMA_EXP2": (3, 8)}, _d64),
                ("tree fma 1/4", {"HOPPER_D64_OVERRIDES": {**S11_D64, **TREE}, "HOPPER_D64_FMA_EXP2": (1, 4)}, _d64),
                ("tree fma 1/4 no-pp", {"HOPPER_D64_OVERRIDES": {**OV, **TREE}, "HOPPER_D64_FMA_EXP2": (1, 4)}, _d64),
+               ("3wg tree fma 1/4", {"HOPPER_D64_NONCAUSAL_BLOCKS": (192, 128), "HOPPER_D64_FMA_EXP2": (1, 4),
+                                     "HOPPER_D64_OVERRIDES": {**S11_D64, **TREE}}, lambda s, d, c: d == 64 and not c),
                ("hm-snake", {"PERSISTENT_ORDER": "head_major_snake"}, _d128),
                ("grid", {"PERSISTENT": False}, lambda s, d, c: d == 128 and s <= 1024)]
 S11_ROWS = {"d64": [(4, 16, 4096, 64, False), (4, 16, 4096, 64, True)],

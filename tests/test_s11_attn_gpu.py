@@ -32,6 +32,8 @@ CANDIDATES = {
     "tree fma 1/4 no-pp": {"HOPPER_D64_OVERRIDES": {"tw.attention_overlap": True, **TREE},
                            "HOPPER_D64_FMA_EXP2": (1, 4)},
     "hm-snake": {"PERSISTENT_ORDER": "head_major_snake"},
+    "3wg tree fma 1/4": {"HOPPER_D64_NONCAUSAL_BLOCKS": (192, 128), "HOPPER_D64_FMA_EXP2": (1, 4),
+                         "HOPPER_D64_OVERRIDES": {**PP_OV, **TREE}},
 }
 
 
