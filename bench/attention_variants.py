@@ -382,6 +382,12 @@ def s10_main() -> int:
 #               warpgroups, a wash alone in session 10) with the tree and the cubic;
 #   "hm-snake": PERSISTENT_ORDER "head_major_snake" (d 128 causal: 1024 and 4096 keys are persistent, in "pairs");
 #   "grid": PERSISTENT False (1024 keys).
+# The H200 run of 2026-12-02 05:02 UTC (ratios to cuDNN, bf16 / fp16): d64 non-causal ops 0.937/0.944, tree
+# 0.987/0.990, fma 1/8 0.926/0.924, 1/4 0.868/0.877, 3/8 0.855/0.866, tree fma 1/4 0.878/0.873, its no-pp
+# 0.828/0.842, 3wg 0.858/0.866; causal ops 0.906/0.913, tree 0.921/0.925, the rest below ops.  d128 causal 1k:
+# ops 0.964/0.965, tree 0.965/0.967, hm-snake 0.994/0.978, grid 0.854/0.857; 4k: ops 1.018/0.990, tree
+# 0.859/0.854, hm-snake 0.971/0.967.  Taken: tree at d 64 (HOPPER_D64_OVERRIDES), hm-snake for short causal
+# calls (attention_dispatch.PERSISTENT_ORDER_SHORT_CAUSAL); the "ops" column now includes both.
 TREE = {"tw.reduce_tree": True}
 S11_D64 = {**OV, **PP}  # the shipped HOPPER_D64_OVERRIDES
 

@@ -26,6 +26,7 @@ dispatch = importlib.import_module("tilewright.ops.attention_dispatch")
 PP_OV = {"tw.pingpong": True, "tw.attention_overlap": True}
 TREE = {"tw.reduce_tree": True}
 CANDIDATES = {
+    "shipped": {},  # (since the 05:02 run: the tree at d 64, "head_major_snake" for short causal calls)
     "tree": {"HOPPER_D64_OVERRIDES": {**PP_OV, **TREE}, "HOPPER_CONFIGS": {**dispatch.HOPPER_CONFIGS, **TREE}},
     "fma 1/4": {"HOPPER_D64_FMA_EXP2": (1, 4)},
     "fma 3/8 grid": {"HOPPER_D64_FMA_EXP2": (3, 8), "PERSISTENT": False},

@@ -77,6 +77,26 @@ def test_fma_exp2_kernels(monkeypatch, fma, persistent, B, H, Hkv, Sq, Sk, causa
         setup.close()
 
 
+def test_the_session11_defaults(monkeypatch):
+    """From the H200 run of 05:02 UTC (TW_VARIANTS=s11): tw.reduce_tree at head dim 64 only (it lost at d 128, 4k
+    causal); the cubic off (slower at every share); short causal d 128 calls in "head_major_snake" order, long
+    ones and d 64 in "pairs"."""
+    from test_s9_causal_stages import _planned_key
+    assert dispatch.HOPPER_D64_FMA_EXP2 is None and dispatch.HOPPER_D64_OVERRIDES.get("tw.reduce_tree")
+    assert "tw.reduce_tree" not in dispatch.HOPPER_CONFIGS
+    for causal, keys, D, tree, order in [(True, 1024, 128, False, "head_major_snake"), (True, 1024, 96, False,
+                                                                                        "head_major_snake"),
+                                         (True, 4096, 128, False, "pairs"), (True, 4096, 64, True, "pairs"),
+                                         (True, 1024, 64, True, "pairs"), (False, 4096, 64, True, None),
+                                         (False, 1024, 128, False, "pairs")]:
+        key, configs = _planned_key(monkeypatch, causal, keys, D)
+        assert bool(configs.get("tw.reduce_tree")) == tree, (causal, keys, D)
+        if order:
+            assert key[-1] == order, (causal, keys, D)
+    monkeypatch.setattr(dispatch, "PERSISTENT_ORDER_SHORT_CAUSAL", None)
+    assert _planned_key(monkeypatch, True, 1024, 128)[0][-1] == "pairs"
+
+
 def test_the_knob_is_off_and_only_for_head_dim_64(monkeypatch):
     assert dispatch.HOPPER_D64_FMA_EXP2 is None
     from test_s9_causal_stages import _planned_key

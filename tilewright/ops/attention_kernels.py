@@ -38,9 +38,10 @@ def exp2_on_fma(x):
     and f in [-0.5, 0.5], 2**f by ``EXP2_CUBIC`` (three FFMA) and 2**j built in the exponent bits (j + 127
     << 23).  x below -127 (-inf: masked keys) is taken as -127, whose 2**j has the bits 0: exactly 0; a
     NaN stays NaN (the comparison is false for it and NaN * 2**j is NaN).  ``x`` must be an element
-    load (``acc_s[i, j]``), read more than once here, not an expression to fold: on sm_90a at head dim
-    64 the softmax's 2**x on MUFU (16 lanes per clock per SM) takes as long as the block's two gemms, so
-    moving part of it to the FMA pipe shortens the softmax (FlashAttention-4's trick on Blackwell)."""
+    load (``acc_s[i, j]``), read more than once here, not an expression to fold.  The idea (FlashAttention-4's
+    on Blackwell): at head dim 64 the softmax's 2**x on MUFU (16 lanes per clock per SM) takes about as long
+    as the block's two gemms.  On the H200 every share of it moved here was slower (nine instructions an
+    element instead of one: attention_dispatch.HOPPER_D64_FMA_EXP2), so it is off."""
     xc = T.if_then_else(x < -127.0, -127.0, x)
     t = xc + ROUND_MAGIC
     f = xc - (t - ROUND_MAGIC)
