@@ -17,13 +17,11 @@ import pytest
 
 torch = pytest.importorskip("torch")
 
-from test_ops_attention import _close, _close_lse, _rand, reference  # noqa: E402
 from test_s9_causal_stages import _dense_case, _on_cpu  # noqa: E402
 from toolchains import needs_nvrtc  # noqa: E402
 
 import tilewright  # noqa: E402
 import tilewright.language as T  # noqa: E402
-from tilewright import ops  # noqa: E402
 from tilewright.ops import attention_kernels as ak  # noqa: E402
 
 dispatch = importlib.import_module("tilewright.ops.attention_dispatch")
@@ -173,27 +171,5 @@ def test_reduce_tree_kernels(monkeypatch, persistent, D, knobs, causal, Sq, Sk):
     try:
         flags, k = _dense_case(used, persistent, 1, 2, 1, Sq, Sk, D, causal, torch.bfloat16, Sq + Sk + D)
         assert [c for key, c, _ in used if key[0] == "attention" and c][-1].get("tw.reduce_tree")
-    finally:
-        setup.close()
-
-
-@pytest.mark.parametrize("Sq, Sk", [(200, 290), (384, 256)])
-def test_three_warpgroups_with_the_tree_and_the_cubic(monkeypatch, Sq, Sk):
-    """Non-causal d 64 on 192 x 128 blocks (HOPPER_D64_NONCAUSAL_BLOCKS: three consumer warpgroups, the grid
-    kernel) with tw.reduce_tree and a quarter of the 2**x on the FMA pipe; ragged and even lengths."""
-    setup, used = _on_cpu(monkeypatch, False, HOPPER_D64_NONCAUSAL_BLOCKS=(192, 128), HOPPER_D64_FMA_EXP2=(1, 4),
-                          HOPPER_D64_OVERRIDES={"tw.attention_overlap": True, "tw.pingpong": True,
-                                                "tw.reduce_tree": True})
-    try:
-        g = torch.Generator().manual_seed(Sq + Sk)
-        q, k, v = _rand(g, 1, 2, Sq, 64, dtype=torch.bfloat16), _rand(g, 1, 1, Sk, 64, dtype=torch.bfloat16), \
-            _rand(g, 1, 1, Sk, 64, dtype=torch.bfloat16)
-        out, lse = ops.attention(q, k, v, causal=False, return_lse=True)
-        want, want_lse = reference(q, k, v, False)
-        _close(out, want, tol=1e-2)
-        _close_lse(lse, want_lse)
-        key, configs, kern = [u for u in used if u[0][0] == "attention" and u[1]][-1]
-        assert key[17:19] == (192, 128) and configs["tw.reduce_tree"]
-        assert "12582912.0f" in kern.get_kernel_source()
     finally:
         setup.close()
