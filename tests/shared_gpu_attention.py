@@ -135,3 +135,29 @@ def use_schedule(monkeypatch, configs):
     monkeypatch.setattr(dispatch, "HOPPER_CONFIGS", {**dispatch.HOPPER_CONFIGS, **configs})
     if configs:
         monkeypatch.setattr(dispatch, "HOPPER_D64_OVERRIDES", {})
+
+
+def check_varlen_d64_d128(rand, rel, reference):
+    """A varlen batch with empty and one-token sequences through ops.attention at head dim 64 and 128,
+    causal and not, each sequence against float64 (``rand``, ``rel``, ``reference``: test_s8_attnp_gpu's)."""
+    torch.manual_seed(6)
+    lens_q, lens_k = [300, 1, 2048, 77, 0, 129], [500, 7, 2048, 0, 33, 129]
+    cu_q = torch.tensor([0] + list(torch.tensor(lens_q).cumsum(0)), dtype=torch.int32, device="cuda")
+    cu_k = torch.tensor([0] + list(torch.tensor(lens_k).cumsum(0)), dtype=torch.int32, device="cuda")
+    for D in (64, 128):
+        qp = rand(int(cu_q[-1]), 8, D, dtype=torch.float16)
+        kp, vp = (rand(int(cu_k[-1]), 2, D, dtype=torch.float16) for _ in range(2))
+        for causal in (False, True):
+            out = ops.attention(qp, kp, vp, causal=causal, cu_seqlens_q=cu_q, cu_seqlens_k=cu_k,
+                                max_seqlen_q=max(lens_q))
+            for b in range(len(lens_q)):
+                sq, sk = slice(int(cu_q[b]), int(cu_q[b + 1])), slice(int(cu_k[b]), int(cu_k[b + 1]))
+                if lens_q[b] == 0:
+                    continue
+                got = out[sq].transpose(0, 1)[None]
+                if lens_k[b] == 0:
+                    assert (got == 0).all()
+                else:
+                    want, _ = reference(qp[sq].transpose(0, 1)[None], kp[sk].transpose(0, 1)[None],
+                                        vp[sk].transpose(0, 1)[None], causal)
+                    assert rel(got, want) < 3e-3

@@ -17,6 +17,7 @@ if not (torch.cuda.is_available() and not getattr(torch.version, "hip", None)
         and torch.cuda.get_device_capability() == (9, 0)):
     pytest.skip("needs an sm_90 NVIDIA GPU with a CUDA build of PyTorch", allow_module_level=True)
 
+from shared_gpu_attention import check_varlen_d64_d128  # noqa: E402
 from test_s8_attnp_gpu import _rand, _rel, reference  # noqa: E402
 
 from tilewright import ops  # noqa: E402
@@ -120,24 +121,4 @@ def test_candidates_on_gpu(candidate, B, H, Hkv, Sq, Sk, D, causal, dtype):
 
 
 def test_varlen_candidates_on_gpu(candidate):
-    torch.manual_seed(6)
-    lens_q, lens_k = [300, 1, 2048, 77, 0, 129], [500, 7, 2048, 0, 33, 129]
-    cu_q = torch.tensor([0] + list(torch.tensor(lens_q).cumsum(0)), dtype=torch.int32, device="cuda")
-    cu_k = torch.tensor([0] + list(torch.tensor(lens_k).cumsum(0)), dtype=torch.int32, device="cuda")
-    for D in (64, 128):
-        qp = _rand(int(cu_q[-1]), 8, D, dtype=torch.float16)
-        kp, vp = (_rand(int(cu_k[-1]), 2, D, dtype=torch.float16) for _ in range(2))
-        for causal in (False, True):
-            out = ops.attention(qp, kp, vp, causal=causal, cu_seqlens_q=cu_q, cu_seqlens_k=cu_k,
-                                max_seqlen_q=max(lens_q))
-            for b in range(len(lens_q)):
-                sq, sk = slice(int(cu_q[b]), int(cu_q[b + 1])), slice(int(cu_k[b]), int(cu_k[b + 1]))
-                if lens_q[b] == 0:
-                    continue
-                got = out[sq].transpose(0, 1)[None]
-                if lens_k[b] == 0:
-                    assert (got == 0).all()
-                else:
-                    want, _ = reference(qp[sq].transpose(0, 1)[None], kp[sk].transpose(0, 1)[None],
-                                        vp[sk].transpose(0, 1)[None], causal)
-                    assert _rel(got, want) < 3e-3
+    check_varlen_d64_d128(_rand, _rel, reference)

@@ -35,6 +35,7 @@ def persistent(monkeypatch):
 @pytest.fixture(params=CANDIDATES)
 def order(request, monkeypatch):
     monkeypatch.setattr(dispatch, "PERSISTENT_ORDER", request.param)
+    monkeypatch.setattr(dispatch, "PERSISTENT_ORDER_SHORT_CAUSAL", None)  # (every call in the order under test)
     dispatch.forget_plans()
     return request.param
 

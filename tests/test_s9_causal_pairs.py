@@ -30,6 +30,7 @@ dispatch = importlib.import_module("tilewright.ops.attention_dispatch")
 @pytest.fixture
 def pairs(monkeypatch):
     monkeypatch.setattr(dispatch, "PERSISTENT_ORDER", "pairs")
+    monkeypatch.setattr(dispatch, "PERSISTENT_ORDER_SHORT_CAUSAL", None)  # (short causal calls in pairs too)
     yield from persistent_on_cpu(monkeypatch)
 
 

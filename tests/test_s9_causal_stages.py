@@ -131,7 +131,10 @@ def test_the_long_causal_defaults(monkeypatch, causal, keys, D, long_causal):
     overlap = configs["tw.attention_overlap"]
     assert overlap == (D != 256)
     blocks = -(-keys // bN)
-    assert (key[-1] == "pairs") == (blocks <= (32 if causal else 8)), key
+    # (persistent up to 32 key blocks; short causal calls at d 65..128 in PERSISTENT_ORDER_SHORT_CAUSAL's order)
+    short = causal and blocks <= dispatch.PERSISTENT_MAX_KEY_BLOCKS and 64 < D <= 128
+    order = dispatch.PERSISTENT_ORDER_SHORT_CAUSAL if short else "pairs"
+    assert (key[-1] == order) == (blocks <= (32 if causal else 8)), key
 
 
 @pytest.mark.parametrize("blocks", [(128, 64), (128, 192)])
@@ -219,5 +222,6 @@ def test_auto_persistence_bound_for_causal_calls(monkeypatch, causal, keys, boun
     ``PERSISTENT_MAX_KEY_BLOCKS`` (the plan's kernel key says which; nothing is run)."""
     monkeypatch.setattr(dispatch, "PERSISTENT", "auto")
     monkeypatch.setattr(dispatch, "PERSISTENT_MAX_KEY_BLOCKS_CAUSAL", bound)
+    monkeypatch.setattr(dispatch, "PERSISTENT_ORDER_SHORT_CAUSAL", None)  # (the key then ends in PERSISTENT_ORDER)
     key, _ = _planned_key(monkeypatch, causal, keys)
     assert (key[-1] == dispatch.PERSISTENT_ORDER) == persistent, key
