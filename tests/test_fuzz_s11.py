@@ -116,3 +116,16 @@ def test_the_matmul_cases_reach_the_128_row_tile_and_the_nested_ring():
             rings.add((cfg.ws, tiles % p["sms"] != 0, ksteps % cfg.stages != 0))
     assert (128, 64, 128) in chosen and len(chosen) > 1, chosen  # t128 and something else around it
     assert (False, True, True) in rings and (True, True, True) in rings, rings
+
+
+def test_the_persistent_case_without_warp_specialization_is_the_nested_ring():
+    """Its kernel sets the ring's mbarriers up once and carries the phases over the tiles (``k_phases``)."""
+    from tilewright.ops import dispatch
+
+    tpl = TEMPLATES["ops_matmul_s10def"]
+    p = dict(tpl.draw(np.random.default_rng(1)), seed=1, form="persistent", m=200, n=136, k=232, stages=3, bk=32,
+             sms=5, change="same")  # (12 tiles of 64x64 over 5 blocks: 3, 3, 2, 2, 2; 8 K steps over 3 slots)
+    dispatch._kernels.clear()
+    assert run_case(tpl.make(p), "emulator:sm_90a").status == "ok"
+    (src,) = [k.get_kernel_source() for k in dispatch._kernels.values()]
+    assert "k_phases" in src and src.count("mbarrier.init") == p["stages"], src.count("mbarrier.init")
