@@ -17,9 +17,7 @@ if not (torch.cuda.is_available() and not getattr(torch.version, "hip", None)
         and torch.cuda.get_device_capability() == (9, 0)):
     pytest.skip("needs an sm_90 NVIDIA GPU with a CUDA build of PyTorch", allow_module_level=True)
 
-from test_s8_attnp_gpu import _rand, _rel, reference  # noqa: E402
-
-from tilewright import ops  # noqa: E402
+from shared_gpu_attention import check_dense_calls, check_varlen_calls, with_knobs  # noqa: E402
 
 dispatch = importlib.import_module("tilewright.ops.attention_dispatch")
 PP_OV = {"tw.pingpong": True, "tw.attention_overlap": True}
@@ -43,30 +41,7 @@ CANDIDATES = {
 @pytest.fixture(params=list(CANDIDATES))
 def candidate(request, monkeypatch):
     """The candidate's knobs, outputs poisoned; the forward kernels built are recorded (key, configs, kernel)."""
-    built = []
-    real_kernel = dispatch._kernel
-
-    def record(key, build, target, pass_configs=None):
-        k = real_kernel(key, build, target, pass_configs)
-        if key[0] == "attention":
-            built.append((key, pass_configs, k))
-        return k
-
-    class Poisoned:
-        def __getattr__(self, name):
-            return getattr(torch, name)
-
-        @staticmethod
-        def empty(*args, **kwargs):
-            return torch.empty(*args, **kwargs).fill_(float("nan"))
-
-    monkeypatch.setattr(dispatch, "_kernel", record)
-    monkeypatch.setattr(dispatch, "_torch", lambda: Poisoned())
-    for name, value in CANDIDATES[request.param].items():
-        monkeypatch.setattr(dispatch, name, value)
-    dispatch.forget_plans()
-    yield built
-    dispatch.forget_plans()
+    yield from with_knobs(monkeypatch, CANDIDATES[request.param], with_configs=True)
 
 
 def _was_asked_for(built, D, causal):
@@ -104,40 +79,8 @@ def _was_asked_for(built, D, causal):
     (4, 16, 16, 1024, 1024, 128, False),  # the issue's S=1024 shape (fewer batches), non-causal
 ])
 def test_candidates_on_gpu(candidate, B, H, Hkv, Sq, Sk, D, causal, dtype):
-    torch.manual_seed(B * H + Sq + D)
-    q, k, v = _rand(B, H, Sq, D, dtype=dtype), _rand(B, Hkv, Sk, D, dtype=dtype), _rand(B, Hkv, Sk, D, dtype=dtype)
-    out, lse = ops.attention(q, k, v, causal=causal, return_lse=True)
-    want, want_lse = reference(q, k, v, causal)
-    tol = 3e-3 * (4 if dtype == torch.bfloat16 else 1)
-    assert _rel(out, want) < tol
-    finite = torch.isfinite(want_lse)
-    assert torch.equal(torch.isfinite(lse), finite)
-    assert (lse.double()[finite] - want_lse[finite]).abs().max().item() < 1e-3
-    _was_asked_for(candidate, D, causal)
-    # a repeat call (the plan's bound launch from pointers) reads its own inputs
-    q2 = _rand(B, H, Sq, D, dtype=dtype)
-    assert _rel(ops.attention(q2, k, v, causal=causal), reference(q2, k, v, causal)[0]) < tol
+    check_dense_calls(B, H, Hkv, Sq, Sk, D, causal, dtype, lambda: _was_asked_for(candidate, D, causal))
 
 
 def test_varlen_candidates_on_gpu(candidate):
-    torch.manual_seed(6)
-    lens_q, lens_k = [300, 1, 2048, 77, 0, 129], [500, 7, 2048, 0, 33, 129]
-    cu_q = torch.tensor([0] + list(torch.tensor(lens_q).cumsum(0)), dtype=torch.int32, device="cuda")
-    cu_k = torch.tensor([0] + list(torch.tensor(lens_k).cumsum(0)), dtype=torch.int32, device="cuda")
-    for D in (64, 128):
-        qp = _rand(int(cu_q[-1]), 8, D, dtype=torch.float16)
-        kp, vp = (_rand(int(cu_k[-1]), 2, D, dtype=torch.float16) for _ in range(2))
-        for causal in (False, True):
-            out = ops.attention(qp, kp, vp, causal=causal, cu_seqlens_q=cu_q, cu_seqlens_k=cu_k,
-                                max_seqlen_q=max(lens_q))
-            for b in range(len(lens_q)):
-                sq, sk = slice(int(cu_q[b]), int(cu_q[b + 1])), slice(int(cu_k[b]), int(cu_k[b + 1]))
-                if lens_q[b] == 0:
-                    continue
-                got = out[sq].transpose(0, 1)[None]
-                if lens_k[b] == 0:
-                    assert (got == 0).all()
-                else:
-                    want, _ = reference(qp[sq].transpose(0, 1)[None], kp[sk].transpose(0, 1)[None],
-                                        vp[sk].transpose(0, 1)[None], causal)
-                    assert _rel(got, want) < 3e-3
+    check_varlen_calls(6)
