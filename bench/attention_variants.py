@@ -20,7 +20,9 @@ input layout against the shipped kernel and the user program, at 4k and 16k toke
 ``TW_VARIANTS=regs`` the table with ``attention_dispatch.HOPPER_SCORES_IN_REGISTERS`` on for every call
 ("regs": two K/V stages at d 128) alone, with the overlap, with ping-pong and with both;
 ``TW_VARIANTS=s10`` session 10's candidates (``s10_main``: ping-pong for causal and head dim 64 calls, two
-stages for short causal ones, the grid kernel against the persistent one, 128 x 192 blocks at head dim 64)."""
+stages for short causal ones, the grid kernel against the persistent one, 128 x 192 blocks at head dim 64);
+``TW_VARIANTS=s11`` session 11's (``s11_main``: the softmax's reductions as trees, part of the 2**x on the FMA
+pipe at head dim 64, the persistent causal order at d 128), bf16 and fp16, each interleaved with cuDNN."""
 
 from __future__ import annotations
 
@@ -366,7 +368,119 @@ def s10_main() -> int:
     return 0
 
 
+# ---------------------------------------------------------------- TW_VARIANTS=s11 (session 11's candidates)
+# Interleaved: in each of S11_ROUNDS rounds cuDNN, then every column, on one row and dtype; the cells are the
+# rounds' TFLOP/s ("a/b") and the ratio of their mean to cuDNN's.  TW_S11_ROWS: "d64" (4x16x4096x64, causal and
+# not) or "d128" (16x16x1024x128 and 4x16x4096x128 causal); TW_S11_DTYPES: "bf16", "fp16" or both (default).
+#   "tree":     tw.reduce_tree (passes/lower_reduce.py: the softmax's row max and sum folded as balanced trees,
+#               depth 5 instead of 31 dependent FMNMX/FADD per row at 128-key blocks), over the row's configs;
+#   "fma 1/8", "fma 1/4", "fma 3/8": attention_dispatch.HOPPER_D64_FMA_EXP2 (1, 8) / (1, 4) / (3, 8): that
+#               share of the probabilities' 2**x on the FMA pipe (a cubic) instead of MUFU;
+#   "tree fma 1/4", and the same without ping-pong ("... no-pp": the overlap only, both warpgroups' softmax
+#               sharing MUFU at once);
+#   "3wg tree fma 1/4": non-causal d 64 on 192 x 128 blocks (HOPPER_D64_NONCAUSAL_BLOCKS: three consumer
+#               warpgroups, a wash alone in session 10) with the tree and the cubic;
+#   "hm-snake": PERSISTENT_ORDER "head_major_snake" (d 128 causal: 1024 and 4096 keys are persistent, in "pairs");
+#   "grid": PERSISTENT False (1024 keys).
+# The H200 run of 2026-12-02 05:02 UTC (ratios to cuDNN, bf16 / fp16): d64 non-causal ops 0.937/0.944, tree
+# 0.987/0.990, fma 1/8 0.926/0.924, 1/4 0.868/0.877, 3/8 0.855/0.866, tree fma 1/4 0.878/0.873, its no-pp
+# 0.828/0.842, 3wg 0.858/0.866; causal ops 0.906/0.913, tree 0.921/0.925, the rest below ops.  d128 causal 1k:
+# ops 0.964/0.965, tree 0.965/0.967, hm-snake 0.994/0.978, grid 0.854/0.857; 4k: ops 1.018/0.990, tree
+# 0.859/0.854, hm-snake 0.971/0.967.  Taken: tree at d 64 (HOPPER_D64_OVERRIDES), hm-snake for short causal
+# calls (attention_dispatch.PERSISTENT_ORDER_SHORT_CAUSAL); the "ops" column now includes both.
+TREE = {"tw.reduce_tree": True}
+S11_D64 = {**OV, **PP}  # the shipped HOPPER_D64_OVERRIDES
+
+
+def _d64(s, d, c):
+    return d == 64
+
+
+def _d128(s, d, c):
+    return d == 128
+
+
+S11_COLUMNS = [("ops", {}, None),
+               ("tree", {"HOPPER_D64_OVERRIDES": {**S11_D64, **TREE},
+                         "HOPPER_CONFIGS": {**attention_dispatch.HOPPER_CONFIGS, **TREE}}, None),
+               ("fma 1/8", {"HOPPER_D64_FMA_EXP2": (1, 8)}, _d64),
+               ("fma 1/4", {"HOPPER_D64_FMA_EXP2": (1, 4)}, _d64),
+               ("fma 3/8", {"HOPPER_D64_FMA_EXP2": (3, 8)}, _d64),
+               ("tree fma 1/4", {"HOPPER_D64_OVERRIDES": {**S11_D64, **TREE}, "HOPPER_D64_FMA_EXP2": (1, 4)}, _d64),
+               ("tree fma 1/4 no-pp", {"HOPPER_D64_OVERRIDES": {**OV, **TREE}, "HOPPER_D64_FMA_EXP2": (1, 4)}, _d64),
+               ("3wg tree fma 1/4", {"HOPPER_D64_NONCAUSAL_BLOCKS": (192, 128), "HOPPER_D64_FMA_EXP2": (1, 4),
+                                     "HOPPER_D64_OVERRIDES": {**S11_D64, **TREE}}, lambda s, d, c: d == 64 and not c),
+               ("hm-snake", {"PERSISTENT_ORDER": "head_major_snake"}, _d128),
+               ("grid", {"PERSISTENT": False}, lambda s, d, c: d == 128 and s <= 1024)]
+S11_ROWS = {"d64": [(4, 16, 4096, 64, False), (4, 16, 4096, 64, True)],
+            "d128": [(16, 16, 1024, 128, True), (4, 16, 4096, 128, True)]}
+S11_ROUNDS = 2
+
+
+def _timed(name, kn, q, k, v, causal, ref, tf):
+    """TFLOP/s of ops.attention with ``kn`` set on attention_dispatch (checked first), the knobs restored."""
+    shipped = {knob: getattr(attention_dispatch, knob) for knob in kn}
+    for knob, value in kn.items():
+        setattr(attention_dispatch, knob, value)
+    attention_dispatch.forget_plans()  # plans remember their kernels
+    try:
+        e = _err(ops.attention(q, k, v, causal=causal), ref)
+        if e >= 2e-2:
+            print(f"  WRONG {name} {tuple(q.shape)} causal={causal}: {e:.2e}", flush=True)
+            return float("nan")
+        return tf(bench_ms(lambda: ops.attention(q, k, v, causal=causal)))
+    except Exception as ex:  # noqa: BLE001
+        print(f"  {name} {tuple(q.shape)}: {type(ex).__name__}: {str(ex).splitlines()[0][:150]}")
+        return float("nan")
+    finally:
+        for knob, value in shipped.items():
+            setattr(attention_dispatch, knob, value)
+        attention_dispatch.forget_plans()
+
+
+def s11_main() -> int:
+    which = os.environ.get("TW_S11_ROWS", "d64")
+    dtypes = {"bf16": [torch.bfloat16], "fp16": [torch.float16]}.get(os.environ.get("TW_S11_DTYPES", ""),
+                                                                      [torch.bfloat16, torch.float16])
+    cols = [c for c in S11_COLUMNS if c[2] is None or any(c[2](s, d, ca) for _, _, s, d, ca in S11_ROWS[which])]
+    rows = ["| dtype | B,H,S,D | causal | cuDNN | " + " | ".join(c[0] for c in cols) + " | best/cuDNN |",
+            "|---|---|---|---|" + "---|" * (len(cols) + 1)]
+    for dt in dtypes:
+        for b, h, s, d, causal in S11_ROWS[which]:
+            g = torch.Generator(device="cuda").manual_seed(b * s + d)
+            q, k, v = (torch.randn(b, h, s, d, device="cuda", generator=g, dtype=dt) for _ in range(3))
+            ref = sdpa(q.float(), k.float(), v.float(), causal, "math")
+            flops = 4 * b * h * s * s * d / (2 if causal else 1)
+            tf = lambda ms: flops / ms / 1e9  # noqa: E731
+            res = {"cuDNN": []} | {c[0]: [] for c in cols}
+            for _round in range(S11_ROUNDS):
+                res["cuDNN"].append(tf(bench_ms(lambda: sdpa(q, k, v, causal, "cudnn"))))
+                for name, kn, applies in cols:
+                    if applies is None or applies(s, d, causal):
+                        res[name].append(_timed(name, kn, q, k, v, causal, ref, tf))
+            base = sum(res["cuDNN"]) / len(res["cuDNN"])
+            cells, best = [], 0.0
+            for name in res:
+                xs = res[name]
+                if not xs:
+                    cells.append("-")
+                    continue
+                ratio = sum(xs) / len(xs) / base
+                best = max(best, ratio) if name != "cuDNN" and ratio == ratio else best
+                cells.append("/".join(f"{x:.0f}" for x in xs) + ("" if name == "cuDNN" else f" ({ratio:.3f})"))
+            rows.append(f"| {str(dt)[6:]} | {b},{h},{s},{d} | {'yes' if causal else 'no'} | " + " | ".join(cells)
+                        + f" | {best:.3f} |")
+            print(rows[-1], flush=True)
+    rows += ["", f"TFLOP/s per round (cuDNN and each column alternated, {S11_ROUNDS} rounds), (mean / cuDNN's mean); "
+             "\"-\": the column does not change that row's kernel"]
+    print("\n".join(rows))
+    print("saved", save(f"attention-variants-s11-{which}-{os.environ.get('TW_S11_DTYPES', 'both')}", rows))
+    return 0
+
+
 if __name__ == "__main__":
+    if os.environ.get("TW_VARIANTS") == "s11":
+        sys.exit(s11_main())
     if os.environ.get("TW_VARIANTS") == "s10":
         sys.exit(s10_main())
     sys.exit(lean_main() if os.environ.get("TW_VARIANTS") in ("lean", "layout", "regs") else main())

@@ -40,17 +40,20 @@ def _configs(used):
 def test_the_session10_defaults(monkeypatch):
     """From the H200 run (bench/results/2026-12-02-0207-attention-variants-s10): short causal d 128 with two
     stages, ping-pong and the overlap; d 64 with ping-pong too; even lengths without tail handling; 4k causal
-    keys (32 blocks) and 1024 (8) persistent (the grid kernel lost at 4k in a paired check); non-causal d 128 keeps 128-key blocks."""
-    assert dispatch.HOPPER_SHORT_CAUSAL_OVERRIDES == PP_OV and dispatch.HOPPER_D64_OVERRIDES == PP_OV
+    keys (32 blocks) and 1024 (8) persistent (the grid kernel lost at 4k in a paired check); non-causal d 128 keeps
+    128-key blocks.  Session 11 added tw.reduce_tree at d 64 and the "head_major_snake" order for short causal calls
+    (tests/test_s11_fma_exp2.py)."""
+    assert dispatch.HOPPER_SHORT_CAUSAL_OVERRIDES == PP_OV
+    assert dispatch.HOPPER_D64_OVERRIDES == {**PP_OV, "tw.reduce_tree": True}
     assert dispatch.SPECIALIZE_EVEN is True and dispatch.PERSISTENT_MAX_KEY_BLOCKS_CAUSAL == 32
     assert dispatch.HOPPER_NONCAUSAL_BLOCK_N == 128
     key, configs = _planned_key(monkeypatch, True, 1024)
-    assert key[19] == 2 and configs == {**dispatch.HOPPER_CONFIGS, **PP_OV} and key[-1] == "pairs"
+    assert key[19] == 2 and configs == {**dispatch.HOPPER_CONFIGS, **PP_OV} and key[-1] == "head_major_snake"
     assert key[21:23] == (True, True)  # even_q, even_k
     key, configs = _planned_key(monkeypatch, True, 4096)
     assert key[19] == 2 and "tw.pingpong" not in configs and key[-1] == "pairs"
     key, configs = _planned_key(monkeypatch, True, 4096, 64)
-    assert configs == {**dispatch.HOPPER_CONFIGS, **PP_OV} and key[-1] == "pairs"
+    assert configs == {**dispatch.HOPPER_CONFIGS, **dispatch.HOPPER_D64_OVERRIDES} and key[-1] == "pairs"
 
 
 @pytest.mark.parametrize("persistent", [True, False])

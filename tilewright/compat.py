@@ -107,6 +107,8 @@ HONOURED: dict[str, str] = {
                             "with Q K^T of the next and overlaps the softmax with it",
     "tw.attention_overlap_retire": "with tw.attention_overlap: 'end' (default) or 'top' of the loop body, where the "
                                    "P V in flight is waited for",
+    "tw.reduce_tree": "true: each thread folds its registers of a T.reduce_* as a balanced tree (log2(n) dependent "
+                      "steps instead of n; sums round differently)",
 }
 
 # TileLang's keys that change nothing here (their passes do not exist or their choice is fixed).

@@ -86,9 +86,14 @@ def _config(dim: int, rows: int) -> tuple:
 HOPPER_CONFIGS = {"tw.enable_wgmma": True, "tw.warp_specialize": True, "tw.attention_overlap": False}
 # head dim 64: the overlap measured faster for ops' kernels (bench/results/2026-12-01-0954-attention-
 # variants: 410 vs 386 TFLOP/s dense, 341 vs 318 causal, bf16 4x16x4096x64); at 128 it was slower.
-HOPPER_D64_OVERRIDES = {"tw.attention_overlap": True, "tw.pingpong": True}
+HOPPER_D64_OVERRIDES = {"tw.attention_overlap": True, "tw.pingpong": True, "tw.reduce_tree": True}
 # ping-pong on top (H200, bench/results/2026-12-02-0207-attention-variants-s10, bf16 4x16x4096x64): causal 347 ->
 # 371 TFLOP/s, non-causal 431 -> 432.
+# tw.reduce_tree (the softmax's row max and sum folded as trees, not chains of 31 dependent FMNMX/FADD) on top:
+# H200 session-11 run (05:02 UTC, attention-variants s11, two alternated rounds, TFLOP/s, 4x16x4096x64) non-causal
+# bf16 457/448 vs 433/425 (cuDNN 463/453), fp16 448/436 vs 426/417 (450/444); causal bf16 372/369 vs 366/364
+# (409/397), fp16 369/365 vs 365/360 (404/390).  At d 128 it lost at 4096 causal keys (451/442 vs 538/520 bf16)
+# and tied at 1024: not there.
 # dense calls whose query/key lengths are multiples of the blocks take a kernel without tail handling
 # (attention_fwd's even_q/even_k: no key mask outside the causal diagonal, no row checks on the output);
 # on: measured on the H200 with the session-10 configurations (bench/results/2026-12-02-0207-attention-variants-
@@ -126,6 +131,12 @@ PERSISTENT_MAX_KEY_BLOCKS_CAUSAL = 32
 # (500, 446; 532); head_major_snake's balance breaks where a head's items are not a round (1x16x16384x128
 # at 21:29: 393 vs 513 for longest_first_snake), which pairs avoid.  Takes effect for new plans.
 PERSISTENT_ORDER = "pairs"
+# the order of short causal calls at d 65..128 (items of at most PERSISTENT_MAX_KEY_BLOCKS key blocks: 1024 keys),
+# over PERSISTENT_ORDER; None: PERSISTENT_ORDER.  "head_major_snake" measured ahead of "pairs" there on the H200
+# (session-11 run, 05:02 UTC, attention-variants s11, two alternated rounds, TFLOP/s): 16x16x1024x128 causal bf16
+# 412/411 vs 406/392 (cuDNN 421/407), fp16 402/391 vs 391/391 (410/400); at 4096 keys it lost (510/499 vs 538/520
+# bf16), so long causal calls keep PERSISTENT_ORDER.  Takes effect for new plans.
+PERSISTENT_ORDER_SHORT_CAUSAL = "head_major_snake"
 # the persistent kernel computes each item's coordinates (query block, head, sequence) into int32 scalars
 # once per item (attention_fwd's ``item_vars``) instead of repeating the order's arithmetic, 64-bit
 # divisions included, in the causal mask and the epilogue's row checks.  Takes effect for new plans.
@@ -178,6 +189,15 @@ HOPPER_D64_NONCAUSAL_BLOCKS = None
 # instructions per key block at d 128).  Off: measured at noise level on the H200 (TW_VARIANTS=lean, 22:34 UTC:
 # 536 vs 558 TFLOP/s at 4x16x4096x128, 560 vs 567 at 16k, 362 vs 353 at d 64 causal).  Takes effect for new plans.
 LEAN_LOOP = False
+# head dim <= 64 on the sm_90a path: part of the softmax's 2**x on the FMA pipe (attention_fwd's ``fma_exp2``, a
+# cubic: ``attention_kernels.exp2_on_fma``).  There a block's two gemms per key block take about as long on the
+# tensor cores as its 128 x 128 exponentials on MUFU (16 lanes per clock per SM), and ping-pong runs one warpgroup's
+# softmax under the other's gemms, so the softmax's length bounds the loop.  None: all on MUFU; (k, n): the key
+# columns j with (j // 8) % n < k on the FMA pipe ((1, 4): 16 of a consumer thread's 64 scores).  Measured slower on
+# the H200 (session-11 run, 05:02 UTC, TW_VARIANTS=s11, bf16 4x16x4096x64 TFLOP/s, shipped 433/425 non-causal and
+# 366/364 causal): (1, 8) 428/420 and 363/360, (1, 4) 401/394 and 352/348, (3, 8) 392/391 and 337/337, with the tree
+# 421/383 (457/448 without the cubic); fp16 alike: MUFU is not what bounds the loop.  Off.  Takes effect for new plans.
+HOPPER_D64_FMA_EXP2 = None
 
 
 def _hopper_config(dim: int, rows: int):
@@ -522,23 +542,28 @@ def _make_plan(q, k, v, causal, scale, varlen, nseq, max_q, has_cache, num_split
     even_qk = (even and max_q % bM == 0, even and seq_k % bN == 0)
     few_keys = -(-keys_hint // bN) <= (PERSISTENT_MAX_KEY_BLOCKS_CAUSAL if causal else PERSISTENT_MAX_KEY_BLOCKS)
     lean = ("lean",) if LEAN_LOOP else ()  # (an empty key suffix when off: the cache keys stay as they were)
+    fma_exp2 = HOPPER_D64_FMA_EXP2 if configs and D <= 64 else None
+    lean += (("fma_exp2", fma_exp2),) if fma_exp2 else ()
     grid_only = wide or three_wg  # (their blocks' persistent kernels do not fit or were not measured)
+    # (short causal: as ``short_causal`` without its knob)
+    order = (PERSISTENT_ORDER_SHORT_CAUSAL if PERSISTENT_ORDER_SHORT_CAUSAL and bool(hopper) and causal
+             and 64 < D <= 128 and not long_causal else PERSISTENT_ORDER)
     persistent = _sm_count(q) if configs and not grid_only and (PERSISTENT is True or PERSISTENT == "auto"
                                                                 and few_keys) else 0
     # (an empty key suffix with the default: the cache keys stay as they were)
     exprs = ("item exprs",) if persistent and not PERSISTENT_ITEM_VARS else ()
     if configs:
         fwd = _kernel(("attention", H, Hkv, D, dtype, out_dtype, "sm_90a", tuple(sorted(configs.items())), stage_out)
-                      + flags + even_qk + exprs + ((persistent, PERSISTENT_ORDER) if persistent else ()) + lean,
+                      + flags + even_qk + exprs + ((persistent, order) if persistent else ()) + lean,
                       lambda: ak.attention_fwd(H, Hkv, D, dtype, out_dtype, *flags, stage_out=stage_out,
                                                even_q=even_qk[0], even_k=even_qk[1], persistent=persistent,
-                                               order=PERSISTENT_ORDER, item_vars=PERSISTENT_ITEM_VARS,
-                                               lean=bool(lean)),
+                                               order=order, item_vars=PERSISTENT_ITEM_VARS,
+                                               lean=LEAN_LOOP, fma_exp2=fma_exp2),
                       target, pass_configs=configs)
     else:
         fwd = _kernel(("attention", H, Hkv, D, dtype, out_dtype) + flags + even_qk + lean,
                       lambda: ak.attention_fwd(H, Hkv, D, dtype, out_dtype, *flags, even_q=even_qk[0],
-                                               even_k=even_qk[1], lean=bool(lean)), target)
+                                               even_k=even_qk[1], lean=LEAN_LOOP), target)
     plan.fwd = BoundKernel(fwd)  # the plan's key fixes every argument's metadata: only pointers change
     plan.combine = None
     if splits > 1:

@@ -27,11 +27,33 @@ LOG2E = 1.4426950408889634
 LN2 = 0.6931471805599453
 # how a causal persistent kernel orders its work items and deals them to the blocks (attention_fwd's ``order``)
 PERSISTENT_ORDERS = ("longest_first", "longest_first_snake", "head_major_snake", "pairs")
+# 2**f on f in [-0.5, 0.5]: a cubic fitted for the least largest relative error (7.5e-5 in float32, against
+# bf16's 3.9e-3 rounding of the probabilities it feeds); ``exp2_on_fma``
+EXP2_CUBIC = (0.9999279975891113, 0.6932594180107117, 0.24261191487312317, 0.055180370807647705)
+ROUND_MAGIC = 12582912.0  # 1.5 * 2**23: x + it rounds x (|x| < 2**22) to an integer in its low mantissa bits
+
+
+def exp2_on_fma(x):
+    """2**x for x <= 0 (a softmax's shifted scores) without the MUFU unit: x = j + f with j = round(x)
+    and f in [-0.5, 0.5], 2**f by ``EXP2_CUBIC`` (three FFMA) and 2**j built in the exponent bits (j + 127
+    << 23).  x below -127 (-inf: masked keys) is taken as -127, whose 2**j has the bits 0: exactly 0; a
+    NaN stays NaN (the comparison is false for it and NaN * 2**j is NaN).  ``x`` must be an element
+    load (``acc_s[i, j]``), read more than once here, not an expression to fold.  The idea (FlashAttention-4's
+    on Blackwell): at head dim 64 the softmax's 2**x on MUFU (16 lanes per clock per SM) takes about as long
+    as the block's two gemms.  On the H200 every share of it moved here was slower (nine instructions an
+    element instead of one: attention_dispatch.HOPPER_D64_FMA_EXP2), so it is off."""
+    xc = T.if_then_else(x < -127.0, -127.0, x)
+    t = xc + ROUND_MAGIC
+    f = xc - (t - ROUND_MAGIC)
+    c0, c1, c2, c3 = EXP2_CUBIC
+    poly = ((c3 * f + c2) * f + c1) * f + c0
+    return poly * T.reinterpret((T.reinterpret(t, "uint32") << 23) + 0x3F800000, "float32")
 
 
 def attention_fwd(heads, kv_heads, dim, dtype, out_dtype, causal, varlen, cache_lens, splits, q_hc, k_hc, v_hc,
                   o_hc, block_M, block_N, stages, threads, stage_out=False, even_q=False, even_k=False,
-                  persistent=0, order="longest_first", item_vars=True, lean=False):
+                  persistent=0, order="longest_first", item_vars=True, lean=False,
+                  fma_exp2=None):
     """Tensors are 2-D row views with static strides, so that their tiles load with 16-byte
     vectors and cp.async: element (batch b, head h, position s, d) of Q is row
     ``b * q_rb + h * q_rh + s``, column ``h * dim + d`` when ``q_hc`` (heads in the columns: a
@@ -83,7 +105,13 @@ def attention_fwd(heads, kv_heads, dim, dtype, out_dtype, causal, varlen, cache_
     block of the loop holds a key of the sequence, and every row sees all of them), so the guard
     that turns a max of -inf into 0 (no inf - inf) is left out; the rescale factor of the output
     takes the hardware's 2**x (ex2.approx.ftz) like the probabilities do (2**(-inf) is still 0 there).
-    Results are the same up to that rounding; causal kernels keep the guard."""
+    Results are the same up to that rounding; causal kernels keep the guard.
+
+    ``fma_exp2`` (``attention_dispatch.HOPPER_D64_FMA_EXP2``): None, or (k, n): the probabilities of the
+    key columns j with (j // 8) % n < k are computed by ``exp2_on_fma`` (the FMA pipe) instead of the
+    hardware's 2**x; the shifted scores are first stored to the score tile (so that the cubic reads an
+    element, and the two 2**x split by column: with wgmma's accumulator layout j // 8 is fixed per
+    register, so each register takes one of the two)."""
     if order not in PERSISTENT_ORDERS:
         raise ValueError(f"attention_fwd: order {order!r} is not one of {PERSISTENT_ORDERS}")
     group = heads // kv_heads
@@ -197,10 +225,17 @@ def attention_fwd(heads, kv_heads, dim, dtype, out_dtype, causal, varlen, cache_
                     rescale[i] = T.exp2((m_prev[i] - m_use[i]) * scale_log2)
             for i, j in T.Parallel(block_M, dim):
                 acc_o[i, j] *= rescale[i]
-            for i, j in T.Parallel(block_M, block_N):
-                # the hardware's 2**x (ex2.approx.ftz on CUDA: one instruction; exp2f adds three
-                # for a denormal range these probabilities do not need)
-                acc_s[i, j] = T.__exp2(acc_s[i, j] * scale_log2 - m_use[i] * scale_log2)
+            if fma_exp2 is None:
+                for i, j in T.Parallel(block_M, block_N):
+                    # the hardware's 2**x (ex2.approx.ftz on CUDA: one instruction; exp2f adds three
+                    # for a denormal range these probabilities do not need)
+                    acc_s[i, j] = T.__exp2(acc_s[i, j] * scale_log2 - m_use[i] * scale_log2)
+            else:
+                for i, j in T.Parallel(block_M, block_N):
+                    acc_s[i, j] = acc_s[i, j] * scale_log2 - m_use[i] * scale_log2
+                for i, j in T.Parallel(block_M, block_N):
+                    acc_s[i, j] = T.if_then_else(j // 8 % fma_exp2[1] < fma_exp2[0], exp2_on_fma(acc_s[i, j]),
+                                                 T.__exp2(acc_s[i, j]))
             T.copy(acc_s, acc_s_cast)
             T.copy(V[v_row + kb * block_N, kvh * dim if v_hc else 0], V_s)
             T.gemm(acc_s_cast, V_s, acc_o, policy=T.GemmWarpPolicy.FullRow)

@@ -88,8 +88,14 @@ def lower_reduce(ctx: LoweringContext, s: t.Reduce, env: Env) -> list:
     part = ctx.local_buffer(ctx.fresh("red"), dst_l.num_regs, acc_t)
     out.append(th.LocalDecl(part))
     valid_np = src_l.table >= 0
+    # tw.reduce_tree: each thread's fold as a balanced tree (log2(n) dependent steps instead of n: a
+    # softmax's row max and sum at 32 registers a row are chains that wait on each other's latency);
+    # max/min give the same result in any order, sums round differently.  Not with nan_propagate
+    # (its one-store-a-step fold).
+    tree = bool(ctx.options.get("tw.reduce_tree")) and not s.nan_propagate
     for r2, group in enumerate(dst_l.groups):
         acc = None
+        leaves = []
         for r in group:
             v = E.cast(acc_t, E.Load(src_local, (E.as_expr(r),)))
             if s.op in ("abssum", "absmax"):
@@ -104,7 +110,15 @@ def lower_reduce(ctx: LoweringContext, s: t.Reduce, env: Env) -> list:
                 # would double in size with every element folded
                 out.append(t.BufferStore(part, (E.as_expr(r2),), acc))
                 acc = E.Load(part, (E.as_expr(r2),))
+            if tree:
+                leaves.append(v)
+                continue
             acc = v if acc is None else _combine(s.op, s.nan_propagate, acc, v)
+        if tree:
+            while len(leaves) > 1:  # pairs of neighbours, level by level
+                paired = [_combine(s.op, False, a, b) for a, b in zip(leaves[0::2], leaves[1::2])]
+                leaves = paired + leaves[len(paired) * 2:]
+            acc = leaves[0]
         out.append(t.BufferStore(part, (E.as_expr(r2),), acc))
     from .lower_parallel import replication_bits
 
