@@ -9,15 +9,11 @@ answer), and NVRTC + nvdisasm (HGMMA with a register A, no spills)."""
 from __future__ import annotations
 
 import copy
-import glob
-import os
-import shutil
-import subprocess
-import sys
 
 import ml_dtypes
 import numpy as np
 import pytest
+from test_wgmma import sass_of
 from toolchains import needs_nvrtc
 
 import tilewright
@@ -165,13 +161,6 @@ def test_wgmma_attention_on_the_emulator(B, H, S, D, causal, bm, bn, threads, dt
 # NVRTC and the SASS
 
 
-def _nvdisasm():
-    cands = [os.environ.get("TW_NVDISASM"), shutil.which("nvdisasm")]
-    for site in sys.path:
-        cands += glob.glob(os.path.join(site, "nvidia", "*", "bin", "nvdisasm"))
-    return next((c for c in cands if c and os.access(c, os.X_OK)), None)
-
-
 @needs_nvrtc
 @pytest.mark.parametrize("bm, bn, dim, threads, causal", [(128, 128, 128, 256, False), (128, 64, 128, 256, True),
                                                           (128, 128, 64, 256, True)])
@@ -186,12 +175,7 @@ def test_attention_compiles_to_hgmma_without_spills(bm, bn, dim, threads, causal
     binary = nvrtc.compile_cuda(src, "sm_90a", [k.name])
     res = binary.resources[k.name]
     assert res["spills"] == 0 and res["local_bytes"] == 0, res
-    tool = _nvdisasm()
-    if tool is None:
-        pytest.skip("compiled without spills; no nvdisasm here to read the SASS")
-    path = tmp_path / "k.cubin"
-    path.write_bytes(binary.cubin)
-    sass = subprocess.run([tool, "-c", str(path)], capture_output=True, text=True, check=True).stdout
+    sass = sass_of(binary, tmp_path, "compiled without spills; no nvdisasm here to read the SASS")
     hgmma = [line.split("*/")[-1].strip() for line in sass.splitlines() if "HGMMA." in line]
     shared_a = [x for x in hgmma if x.split(",")[1].strip().startswith("gdesc")]
     register_a = [x for x in hgmma if x.split(",")[1].strip().startswith("R")]
@@ -392,12 +376,7 @@ def test_warp_specialized_attention_compiles_without_spills(bm, bn, dim, causal,
     binary = nvrtc.compile_cuda(src, "sm_90a", [k.name])
     res = binary.resources[k.name]
     assert res["spills"] == 0 and res["local_bytes"] == 0, res
-    tool = _nvdisasm()
-    if tool is None:
-        pytest.skip("compiled without spills; no nvdisasm here to read the SASS")
-    path = tmp_path / "k.cubin"
-    path.write_bytes(binary.cubin)
-    sass = subprocess.run([tool, "-c", str(path)], capture_output=True, text=True, check=True).stdout
+    sass = sass_of(binary, tmp_path, "compiled without spills; no nvdisasm here to read the SASS")
     hgmma = [line.split("*/")[-1].strip() for line in sass.splitlines() if "HGMMA." in line]
     assert len([x for x in hgmma if x.split(",")[1].strip().startswith("R")]) == bn // 16
     assert len([x for x in hgmma if x.split(",")[1].strip().startswith("gdesc")]) == dim // 16

@@ -4,41 +4,20 @@ LSE, varlen, a padded KV cache and split-KV decoding over long KV.  Skipped with
 
 from __future__ import annotations
 
-import math
-
 import pytest
 
 torch = pytest.importorskip("torch")
 if not torch.cuda.is_available():
     pytest.skip("needs a CUDA GPU", allow_module_level=True)
 
+from shared_gpu_attention import dense_reference as reference  # noqa: E402
+from shared_gpu_attention import rand_cuda as _rand  # noqa: E402
+
 from tilewright import ops  # noqa: E402
-
-
-def reference(q, k, v, causal, kv_len=None):
-    """float64 on the GPU, one batch at a time (the score matrix of a long sequence is large)."""
-    B, H, Sq, D = q.shape
-    Sk, g = k.shape[2], H // k.shape[1]
-    outs, lses = [], []
-    for b in range(B):
-        qb, kb, vb = q[b].double(), k[b].double().repeat_interleave(g, 0), v[b].double().repeat_interleave(g, 0)
-        n = kv_len[b] if kv_len is not None else Sk
-        s = qb @ kb.transpose(-1, -2) / math.sqrt(D)
-        i, j = torch.arange(Sq, device=q.device)[:, None], torch.arange(Sk, device=q.device)[None]
-        mask = (j >= n) | ((j > i + n - Sq) if causal else torch.zeros_like(j, dtype=torch.bool))
-        s = s.masked_fill(mask, -math.inf)
-        lse = torch.logsumexp(s, -1)
-        outs.append(torch.exp(s - lse[..., None]).nan_to_num(0.0) @ vb)
-        lses.append(lse)
-    return torch.stack(outs), torch.stack(lses)
 
 
 def _rel(got, want):
     return ((got.double() - want).abs().max() / want.abs().max().clamp_min(1e-6)).item()
-
-
-def _rand(*shape, dtype):
-    return torch.randn(*shape, device="cuda", dtype=torch.float32).to(dtype)
 
 
 @pytest.mark.parametrize("dtype", [torch.float16, torch.bfloat16])

@@ -17,10 +17,7 @@ if not (torch.cuda.is_available() and not getattr(torch.version, "hip", None)
         and torch.cuda.get_device_capability() == (9, 0)):
     pytest.skip("needs an sm_90 NVIDIA GPU with a CUDA build of PyTorch", allow_module_level=True)
 
-from shared_gpu_attention import check_varlen_d64_d128  # noqa: E402
-from test_s8_attnp_gpu import _rand, _rel, reference  # noqa: E402
-
-from tilewright import ops  # noqa: E402
+from shared_gpu_attention import check_dense_calls, check_varlen_calls, with_knobs  # noqa: E402
 
 dispatch = importlib.import_module("tilewright.ops.attention_dispatch")
 PP_OV = {"tw.pingpong": True, "tw.attention_overlap": True}
@@ -44,30 +41,7 @@ CANDIDATES = {
 @pytest.fixture(params=list(CANDIDATES))
 def candidate(request, monkeypatch):
     """The candidate's knobs, outputs poisoned; the forward kernels built are recorded (key, configs, kernel)."""
-    built = []
-    real_kernel = dispatch._kernel
-
-    def record(key, build, target, pass_configs=None):
-        k = real_kernel(key, build, target, pass_configs)
-        if key[0] == "attention":
-            built.append((key, pass_configs, k))
-        return k
-
-    class Poisoned:
-        def __getattr__(self, name):
-            return getattr(torch, name)
-
-        @staticmethod
-        def empty(*args, **kwargs):
-            return torch.empty(*args, **kwargs).fill_(float("nan"))
-
-    monkeypatch.setattr(dispatch, "_kernel", record)
-    monkeypatch.setattr(dispatch, "_torch", lambda: Poisoned())
-    for name, value in CANDIDATES[request.param].items():
-        monkeypatch.setattr(dispatch, name, value)
-    dispatch.forget_plans()
-    yield built
-    dispatch.forget_plans()
+    yield from with_knobs(monkeypatch, CANDIDATES[request.param], with_configs=True)
 
 
 def _was_asked_for(built, D, causal):
@@ -105,20 +79,8 @@ def _was_asked_for(built, D, causal):
     (4, 16, 16, 1024, 1024, 128, False),  # the issue's S=1024 shape (fewer batches), non-causal
 ])
 def test_candidates_on_gpu(candidate, B, H, Hkv, Sq, Sk, D, causal, dtype):
-    torch.manual_seed(B * H + Sq + D)
-    q, k, v = _rand(B, H, Sq, D, dtype=dtype), _rand(B, Hkv, Sk, D, dtype=dtype), _rand(B, Hkv, Sk, D, dtype=dtype)
-    out, lse = ops.attention(q, k, v, causal=causal, return_lse=True)
-    want, want_lse = reference(q, k, v, causal)
-    tol = 3e-3 * (4 if dtype == torch.bfloat16 else 1)
-    assert _rel(out, want) < tol
-    finite = torch.isfinite(want_lse)
-    assert torch.equal(torch.isfinite(lse), finite)
-    assert (lse.double()[finite] - want_lse[finite]).abs().max().item() < 1e-3
-    _was_asked_for(candidate, D, causal)
-    # a repeat call (the plan's bound launch from pointers) reads its own inputs
-    q2 = _rand(B, H, Sq, D, dtype=dtype)
-    assert _rel(ops.attention(q2, k, v, causal=causal), reference(q2, k, v, causal)[0]) < tol
+    check_dense_calls(B, H, Hkv, Sq, Sk, D, causal, dtype, lambda: _was_asked_for(candidate, D, causal))
 
 
 def test_varlen_candidates_on_gpu(candidate):
-    check_varlen_d64_d128(_rand, _rel, reference)
+    check_varlen_calls(6)

@@ -8,7 +8,6 @@ bench's configuration switch, and NVRTC builds without spills (HGMMA in the SASS
 The mid-session H200 run (2026-12-02 02:07 UTC) made one consumer warpgroup the 128x8192x8192 choice."""
 
 import re
-import subprocess
 import sys
 from pathlib import Path
 
@@ -145,7 +144,7 @@ def test_bench_configs_switch_selects_candidates_by_name_and_shape():
 @pytest.mark.parametrize("cfg", [c for c, *_ in EMULATED], ids=lambda c: c.short().replace(" ", "_"))
 def test_s10_candidates_build_without_spills(cfg, tmp_path):
     """NVRTC at the benchmark's shapes: no spills or local memory, HGMMA (and multicast loads) in the SASS."""
-    from test_wgmma import _nvdisasm
+    from test_wgmma import sass_of
 
     from tilewright.toolchain import nvrtc
 
@@ -155,12 +154,7 @@ def test_s10_candidates_build_without_spills(cfg, tmp_path):
     binary = nvrtc.compile_cuda(src, "sm_90a", names)
     res = binary.resources[names[0]]
     assert res["spills"] == 0 and res["local_bytes"] == 0, res
-    tool = _nvdisasm()
-    if tool is None:
-        pytest.skip("compiled without spills; no nvdisasm here to look into the SASS")
-    path = tmp_path / "k.cubin"
-    path.write_bytes(binary.cubin)
-    sass = subprocess.run([tool, "-c", str(path)], capture_output=True, text=True, check=True).stdout
+    sass = sass_of(binary, tmp_path)
     assert "HGMMA" in sass and "LDL" not in sass and "STL" not in sass
     if cfg.cluster != (1, 1):
         assert "MULTICAST" in sass

@@ -5,33 +5,17 @@ back, and a CUDA-graph capture replayed on new data.  Skipped without a CUDA GPU
 
 from __future__ import annotations
 
-import importlib
-
 import pytest
 
 torch = pytest.importorskip("torch")
 if not torch.cuda.is_available() or getattr(torch.version, "hip", None):
     pytest.skip("needs an NVIDIA GPU with a CUDA build of PyTorch", allow_module_level=True)
 
-from test_s6_host_gpu import _attn_ref, _close  # noqa: E402
-from test_s6_host_plans import PoisonTorch  # noqa: E402
+from test_s6_host_gpu import _attn_ref, _close, poisoned  # noqa: E402,F401 - poisoned: a fixture (the ops' outputs NaN)
 
 import tilewright  # noqa: E402
 import tilewright.language as T  # noqa: E402
 from tilewright import ops  # noqa: E402
-
-dispatch = importlib.import_module("tilewright.ops.dispatch")
-rows_mod = importlib.import_module("tilewright.ops.rows")
-attn = importlib.import_module("tilewright.ops.attention_dispatch")
-
-
-@pytest.fixture
-def poisoned(monkeypatch):
-    for mod in (dispatch, rows_mod, attn):
-        monkeypatch.setattr(mod, "_torch", lambda: PoisonTorch())
-    ops.forget_plans()
-    yield
-    ops.forget_plans()
 
 
 def _rms(xd, w, eps=1e-6):
@@ -66,7 +50,8 @@ def _inputs():
     return w, b, g, kv, kp
 
 
-def test_every_op_on_two_streams(poisoned):
+@pytest.mark.usefixtures("poisoned")
+def test_every_op_on_two_streams():
     torch.manual_seed(110)
     w, b, g, kv, kp = _inputs()
     side = torch.cuda.Stream()
@@ -84,7 +69,8 @@ def test_every_op_on_two_streams(poisoned):
     torch.cuda.synchronize()
 
 
-def test_static_kernel_and_graph_capture(poisoned):
+@pytest.mark.usefixtures("poisoned")
+def test_static_kernel_and_graph_capture():
     @T.prim_func
     def add(A: T.Tensor((1024,), "float32"), B: T.Tensor((1024,), "float32"), C: T.Tensor((1024,), "float32")):
         with T.Kernel(1, threads=128):

@@ -15,7 +15,7 @@ torch = pytest.importorskip("torch")
 if not torch.cuda.is_available():
     pytest.skip("needs a CUDA GPU", allow_module_level=True)
 
-from shared_gpu_attention import check_decode, check_graph_replay, poisoned_decode  # noqa: E402,F401 - autouse
+from shared_gpu_attention import check_decode, check_decode_calls, check_graph_replay, poisoned_decode  # noqa: E402,F401 - autouse
 from shared_gpu_attention import decode_reference as reference  # noqa: E402
 from shared_gpu_attention import rand_cuda as _rand  # noqa: E402
 
@@ -38,13 +38,7 @@ def _check(out, lse, want, want_lse, dtype):
     (2, 4, 4, 1000, 64, [1000, 513], 1),                  # MHA, one range
 ])
 def test_against_float64(B, H, Hkv, S, D, lens, splits, dtype):
-    torch.manual_seed(B * H + S + D)
-    q, k, v = _rand(B, H, 1, D, dtype=dtype), _rand(B, Hkv, S, D, dtype=dtype), _rand(B, Hkv, S, D, dtype=dtype)
-    cache = torch.tensor(lens, dtype=torch.int32, device="cuda") if lens is not None else None
-    want, want_lse = reference(q, k, v, lens)
-    for _ in range(3):  # the first call plans and binds; the others launch from pointers
-        out, lse = ops.attention(q, k, v, return_lse=True, cache_seqlens=cache, num_splits=splits)
-        _check(out, lse, want, want_lse, dtype)
+    check_decode_calls(B, H, Hkv, S, D, lens, splits, dtype, counters=False)
 
 
 def test_repeat_calls_with_fresh_tensors():

@@ -6,7 +6,6 @@ grid of one block per multiprocessor, 384 threads).  Skipped without such a GPU.
 from __future__ import annotations
 
 import importlib
-import math
 
 import pytest
 
@@ -15,7 +14,10 @@ if not (torch.cuda.is_available() and not getattr(torch.version, "hip", None)
         and torch.cuda.get_device_capability() == (9, 0)):
     pytest.skip("needs an sm_90 NVIDIA GPU with a CUDA build of PyTorch", allow_module_level=True)
 
-from shared_gpu_attention import record_attention_kernels, use_schedule  # noqa: E402
+from shared_gpu_attention import check_dense_calls, use_schedule, with_knobs  # noqa: E402
+from shared_gpu_attention import dense_reference as reference  # noqa: E402
+from shared_gpu_attention import rand_cuda as _rand  # noqa: E402
+from shared_gpu_attention import rel_err as _rel  # noqa: E402
 
 from tilewright import ops  # noqa: E402
 
@@ -29,12 +31,8 @@ SCHEDULES = {"shipped": {}, "pp": {"tw.pingpong": True, "tw.attention_overlap": 
 def persistent(request, monkeypatch):
     """PERSISTENT on, the schedule's pass configs over the shipped ones, outputs poisoned; the
     forward kernels built are recorded."""
-    built = record_attention_kernels(monkeypatch)
-    monkeypatch.setattr(dispatch, "PERSISTENT", True)
     use_schedule(monkeypatch, SCHEDULES[request.param])
-    dispatch.forget_plans()
-    yield built
-    dispatch.forget_plans()
+    yield from with_knobs(monkeypatch, {"PERSISTENT": True})
 
 
 def _was_persistent(built):
@@ -43,33 +41,6 @@ def _was_persistent(built):
     # the plan's kernel key ends with the persistent grid and the work-item order
     assert key[-2] == sms and key[-1] == dispatch.PERSISTENT_ORDER and k.num_threads == 384, (key, k.num_threads)
     assert "Q_s_empty" in k.get_kernel_source()
-
-
-def reference(q, k, v, causal, kv_len=None):
-    """float64 on the GPU, one batch at a time."""
-    B, H, Sq, D = q.shape
-    Sk, g = k.shape[2], H // k.shape[1]
-    outs, lses = [], []
-    for b in range(B):
-        qb, kb, vb = q[b].double(), k[b].double().repeat_interleave(g, 0), v[b].double().repeat_interleave(g, 0)
-        n = kv_len[b] if kv_len is not None else Sk
-        s = qb @ kb.transpose(-1, -2) / math.sqrt(D)
-        i, j = torch.arange(Sq, device=q.device)[:, None], torch.arange(Sk, device=q.device)[None]
-        mask = (j >= n) | ((j > i + n - Sq) if causal else torch.zeros_like(j, dtype=torch.bool))
-        s = s.masked_fill(mask, -math.inf)
-        lse = torch.logsumexp(s, -1)
-        outs.append(torch.exp(s - lse[..., None]).nan_to_num(0.0) @ vb)
-        lses.append(lse)
-    return torch.stack(outs), torch.stack(lses)
-
-
-def _rel(got, want):
-    assert not got.isnan().any(), "NaN in the output (an unwritten or poisoned element)"
-    return ((got.double() - want).abs().max() / want.abs().max().clamp_min(1e-6)).item()
-
-
-def _rand(*shape, dtype):
-    return torch.randn(*shape, device="cuda", dtype=torch.float32).to(dtype)
 
 
 @pytest.mark.parametrize("dtype", [torch.float16, torch.bfloat16])
@@ -82,19 +53,7 @@ def _rand(*shape, dtype):
 ])
 @pytest.mark.parametrize("causal", [False, True])
 def test_dense_persistent_on_gpu(persistent, B, H, Hkv, Sq, Sk, D, causal, dtype):
-    torch.manual_seed(B * H + Sq + D)
-    q, k, v = _rand(B, H, Sq, D, dtype=dtype), _rand(B, Hkv, Sk, D, dtype=dtype), _rand(B, Hkv, Sk, D, dtype=dtype)
-    out, lse = ops.attention(q, k, v, causal=causal, return_lse=True)
-    want, want_lse = reference(q, k, v, causal)
-    assert _rel(out, want) < 3e-3 * (4 if dtype == torch.bfloat16 else 1)
-    finite = torch.isfinite(want_lse)
-    assert torch.equal(torch.isfinite(lse), finite)
-    assert (lse.double()[finite] - want_lse[finite]).abs().max().item() < 1e-3
-    _was_persistent(persistent)
-    # a repeat call (the plan's bound launch from pointers) reads its own inputs
-    q2 = _rand(B, H, Sq, D, dtype=dtype)
-    assert _rel(ops.attention(q2, k, v, causal=causal), reference(q2, k, v, causal)[0]) < 3e-3 * (
-        4 if dtype == torch.bfloat16 else 1)
+    check_dense_calls(B, H, Hkv, Sq, Sk, D, causal, dtype, lambda: _was_persistent(persistent))
 
 
 def test_varlen_kv_cache_and_split_kv_persistent_on_gpu(persistent):

@@ -8,8 +8,6 @@ outputs, ragged M/N/K, fp16 and bf16.  NVRTC builds of ops.matmul's cluster cand
 
 from __future__ import annotations
 
-import subprocess
-
 import numpy as np
 import pytest
 from toolchains import needs_nvrtc
@@ -215,7 +213,7 @@ def test_cluster_candidates_are_listed_and_parse_back():
 @needs_nvrtc
 @pytest.mark.parametrize("cfg", _cluster_candidates(), ids=lambda c: c.short().replace(" ", "-"))
 def test_cluster_candidates_build_with_multicast_and_without_spills(cfg, tmp_path):
-    from test_wgmma import _nvdisasm
+    from test_wgmma import sass_of
 
     from tilewright.codegen.cuda import print_cuda
     from tilewright.passes.pipeline import PassContext, run_pipeline
@@ -236,12 +234,7 @@ def test_cluster_candidates_build_with_multicast_and_without_spills(cfg, tmp_pat
     binary = nvrtc.compile_cuda(src, "sm_90a", [k.name])
     res = binary.resources[k.name]
     assert res["spills"] == 0 and res["local_bytes"] == 0, res
-    tool = _nvdisasm()
-    if tool is None:
-        pytest.skip("compiled without spills; no nvdisasm here to look into the SASS")
-    path = tmp_path / "k.cubin"
-    path.write_bytes(binary.cubin)
-    sass = subprocess.run([tool, "-c", str(path)], capture_output=True, text=True, check=True).stdout
+    sass = sass_of(binary, tmp_path)
     assert "UTMALDG.2D.MULTICAST" in sass and "UCGABAR_WAIT" in sass and "HGMMA" in sass
     assert "LDL" not in sass and "STL" not in sass
     # no GPU-wide fence: the slots' remote releases in the K loop must not carry one each

@@ -17,7 +17,7 @@ if not (torch.cuda.is_available() and not getattr(torch.version, "hip", None)
         and torch.cuda.get_device_capability() == (9, 0)):
     pytest.skip("needs an sm_90 NVIDIA GPU with a CUDA build of PyTorch", allow_module_level=True)
 
-from shared_gpu_attention import record_attention_kernels, use_schedule  # noqa: E402
+from shared_gpu_attention import use_schedule, with_knobs  # noqa: E402
 
 from tilewright import ops  # noqa: E402
 
@@ -32,13 +32,8 @@ def lean(request, monkeypatch):
     """LEAN_LOOP on with a schedule and the grid or persistent kernel, outputs poisoned; the forward
     kernels built are recorded (cache key, kernel)."""
     schedule, persistent = request.param
-    built = record_attention_kernels(monkeypatch)
-    monkeypatch.setattr(dispatch, "LEAN_LOOP", True)
-    monkeypatch.setattr(dispatch, "PERSISTENT", persistent)
     use_schedule(monkeypatch, SCHEDULES[schedule])
-    dispatch.forget_plans()
-    yield built
-    dispatch.forget_plans()
+    yield from with_knobs(monkeypatch, {"LEAN_LOOP": True, "PERSISTENT": persistent})
 
 
 def _reference(q, k, v, causal):

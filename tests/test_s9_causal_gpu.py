@@ -16,10 +16,7 @@ if not (torch.cuda.is_available() and not getattr(torch.version, "hip", None)
         and torch.cuda.get_device_capability() == (9, 0)):
     pytest.skip("needs an sm_90 NVIDIA GPU with a CUDA build of PyTorch", allow_module_level=True)
 
-from shared_gpu_attention import record_attention_kernels  # noqa: E402
-from test_s8_attnp_gpu import _rand, _rel, reference  # noqa: E402
-
-from tilewright import ops  # noqa: E402
+from shared_gpu_attention import check_dense_calls, check_varlen_calls, with_knobs  # noqa: E402
 
 dispatch = importlib.import_module("tilewright.ops.attention_dispatch")
 TWO = {"HOPPER_SCORES_IN_REGISTERS": True}
@@ -37,12 +34,7 @@ CANDIDATES = {
 @pytest.fixture(params=list(CANDIDATES))
 def candidate(request, monkeypatch):
     """The candidate's knobs, outputs poisoned; the forward kernels built are recorded."""
-    built = record_attention_kernels(monkeypatch)
-    for name, value in CANDIDATES[request.param].items():
-        monkeypatch.setattr(dispatch, name, value)
-    dispatch.forget_plans()
-    yield built
-    dispatch.forget_plans()
+    yield from with_knobs(monkeypatch, CANDIDATES[request.param])
 
 
 def _was_asked_for(built, D):
@@ -66,41 +58,8 @@ def _was_asked_for(built, D):
     (2, 8, 4, 777, 900, 128, False),      # non-causal, GQA, ragged
 ])
 def test_candidates_on_gpu(candidate, B, H, Hkv, Sq, Sk, D, causal, dtype):
-    torch.manual_seed(B * H + Sq + D)
-    q, k, v = _rand(B, H, Sq, D, dtype=dtype), _rand(B, Hkv, Sk, D, dtype=dtype), _rand(B, Hkv, Sk, D, dtype=dtype)
-    out, lse = ops.attention(q, k, v, causal=causal, return_lse=True)
-    want, want_lse = reference(q, k, v, causal)
-    assert _rel(out, want) < 3e-3 * (4 if dtype == torch.bfloat16 else 1)
-    finite = torch.isfinite(want_lse)
-    assert torch.equal(torch.isfinite(lse), finite)
-    assert (lse.double()[finite] - want_lse[finite]).abs().max().item() < 1e-3
-    _was_asked_for(candidate, D)
-    # a repeat call (the plan's bound launch from pointers) reads its own inputs
-    q2 = _rand(B, H, Sq, D, dtype=dtype)
-    assert _rel(ops.attention(q2, k, v, causal=causal), reference(q2, k, v, causal)[0]) < 3e-3 * (
-        4 if dtype == torch.bfloat16 else 1)
+    check_dense_calls(B, H, Hkv, Sq, Sk, D, causal, dtype, lambda: _was_asked_for(candidate, D))
 
 
 def test_varlen_candidates_on_gpu(candidate):
-    torch.manual_seed(5)
-    lens_q, lens_k = [300, 1, 2048, 77, 0, 129], [500, 7, 2048, 0, 33, 129]
-    cu_q = torch.tensor([0] + list(torch.tensor(lens_q).cumsum(0)), dtype=torch.int32, device="cuda")
-    cu_k = torch.tensor([0] + list(torch.tensor(lens_k).cumsum(0)), dtype=torch.int32, device="cuda")
-    for D in (64, 128):
-        qp = _rand(int(cu_q[-1]), 8, D, dtype=torch.float16)
-        kp, vp = (_rand(int(cu_k[-1]), 2, D, dtype=torch.float16) for _ in range(2))
-        for causal in (False, True):
-            out = ops.attention(qp, kp, vp, causal=causal, cu_seqlens_q=cu_q, cu_seqlens_k=cu_k,
-                                max_seqlen_q=max(lens_q))
-            _was_asked_for(candidate, D)
-            for b in range(len(lens_q)):
-                sq, sk = slice(int(cu_q[b]), int(cu_q[b + 1])), slice(int(cu_k[b]), int(cu_k[b + 1]))
-                if lens_q[b] == 0:
-                    continue
-                got = out[sq].transpose(0, 1)[None]
-                if lens_k[b] == 0:
-                    assert (got == 0).all()
-                else:
-                    want, _ = reference(qp[sq].transpose(0, 1)[None], kp[sk].transpose(0, 1)[None],
-                                        vp[sk].transpose(0, 1)[None], causal)
-                    assert _rel(got, want) < 3e-3
+    check_varlen_calls(5, lambda D: _was_asked_for(candidate, D))

@@ -7,7 +7,6 @@ wait per chunk), configuration round trips, and NVRTC builds without spills."""
 
 import functools
 import re
-import subprocess
 
 import numpy as np
 import pytest
@@ -223,7 +222,7 @@ def test_new_candidates_are_listed_and_the_heuristic_takes_the_measured_winners(
 def test_candidates_build_without_spills(cfg, tmp_path):
     """NVRTC at the benchmark's shapes: no spills, at most 168 registers a thread (three warpgroups
     share the 64K registers), and HGMMA in the SASS (when nvdisasm is here)."""
-    from test_wgmma import _nvdisasm
+    from test_wgmma import sass_of
 
     from tilewright.toolchain import nvrtc
 
@@ -234,12 +233,7 @@ def test_candidates_build_without_spills(cfg, tmp_path):
     binary = nvrtc.compile_cuda(src, "sm_90a", names)
     res = binary.resources[names[0]]
     assert res["spills"] == 0 and res["local_bytes"] == 0 and res["registers"] <= 168, res
-    tool = _nvdisasm()
-    if tool is None:
-        pytest.skip("compiled without spills; no nvdisasm here to look into the SASS")
-    path = tmp_path / "k.cubin"
-    path.write_bytes(binary.cubin)
-    sass = subprocess.run([tool, "-c", str(path)], capture_output=True, text=True, check=True).stdout
+    sass = sass_of(binary, tmp_path)
     assert "HGMMA" in sass and "LDL" not in sass and "STL" not in sass
     if cfg.store_cols:
         assert sass.count("UTMASTG") == cfg.block_N // 64 and "STSM" in sass

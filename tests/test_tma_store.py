@@ -6,10 +6,9 @@ and persistent kernels), the emulator's protocol checks, and NVRTC's SASS (UTMAS
 
 from __future__ import annotations
 
-import subprocess
-
 import numpy as np
 import pytest
+from test_wgmma import sass_of
 from toolchains import needs_nvrtc
 
 import tilewright.language as T
@@ -225,18 +224,6 @@ def test_lockstep_mode_checks_the_same_protocol():
 # ---------------------------------------------------------------- the device compiler
 
 
-def _nvdisasm():
-    import glob
-    import os
-    import shutil
-    import sys
-
-    cands = [os.environ.get("TW_NVDISASM"), shutil.which("nvdisasm")]
-    for site in sys.path:
-        cands += glob.glob(os.path.join(site, "nvidia", "*", "bin", "nvdisasm"))
-    return next((c for c in cands if c and os.access(c, os.X_OK)), None)
-
-
 @needs_nvrtc
 @pytest.mark.parametrize("dtype", ["float16", "bfloat16"])
 @pytest.mark.parametrize("persistent", [False, True])
@@ -256,12 +243,7 @@ def test_sass_has_utmastg_and_no_spills(dtype, persistent, tmp_path):
     res, res0 = binary.resources[k.name], base.resources[kp.name]
     assert res["spills"] == 0 and res["local_bytes"] == 0, res
     assert res["registers"] <= res0["registers"], (res, res0)
-    tool = _nvdisasm()
-    if tool is None:
-        pytest.skip("compiled without spills; no nvdisasm here to look into the SASS")
-    path = tmp_path / "k.cubin"
-    path.write_bytes(binary.cubin)
-    sass = subprocess.run([tool, "-c", str(path)], capture_output=True, text=True, check=True).stdout
+    sass = sass_of(binary, tmp_path)
     assert "UTMASTG" in sass and "LDL" not in sass and "STL" not in sass
 
 

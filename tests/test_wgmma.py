@@ -409,12 +409,7 @@ def test_default_128x256x64_gemm_sass_has_hgmma_setmaxnreg_and_no_spills(dtype, 
     res = binary.resources[k.name]
     # with setmaxnreg the device compiler gives every thread the launch budget: 65536 / 384 -> 168
     assert res["spills"] == 0 and res["local_bytes"] == 0 and res["registers"] == 168, res
-    tool = _nvdisasm()
-    if tool is None:
-        pytest.skip("compiled without spills; no nvdisasm here to look into the SASS")
-    path = tmp_path / "k.cubin"
-    path.write_bytes(binary.cubin)
-    sass = subprocess.run([tool, "-c", str(path)], capture_output=True, text=True, check=True).stdout
+    sass = sass_of(binary, tmp_path)
     assert "HGMMA.64x256x16.F32" in sass and "LDL" not in sass and "STL" not in sass
     assert "USETMAXREG.DEALLOC" in sass and "USETMAXREG.TRY_ALLOC" in sass
     assert "WARPGROUP.DEPBAR.LE gsb0, 0x1" in sass and "WARPGROUP.DEPBAR.LE gsb0, 0x0" in sass
@@ -504,6 +499,17 @@ def _nvdisasm():
     return next((c for c in cands if c and os.access(c, os.X_OK)), None)
 
 
+def sass_of(binary, tmp_path, why="compiled without spills; no nvdisasm here to look into the SASS"):
+    """The SASS of an NVRTC ``binary`` (its cubin written under ``tmp_path``, read by nvdisasm); the test
+    skipped with ``why`` where there is no nvdisasm."""
+    tool = _nvdisasm()
+    if tool is None:
+        pytest.skip(why)
+    path = tmp_path / "k.cubin"
+    path.write_bytes(binary.cubin)
+    return subprocess.run([tool, "-c", str(path)], capture_output=True, text=True, check=True).stdout
+
+
 NVRTC_GEMMS = [
     (1024, 1024, 1024, 64, 64, 32, "float16", 128, False),
     (1024, 1024, 1024, 128, 128, 64, "bfloat16", 128, True),
@@ -530,12 +536,7 @@ def test_wgmma_gemm_compiles_for_sm_90a_without_spills(M, N, K, bm, bn, bk, dtyp
     binary = nvrtc.compile_cuda(src, "sm_90a", [k.name])
     res = binary.resources[k.name]
     assert res["spills"] == 0 and res["local_bytes"] == 0, res
-    tool = _nvdisasm()
-    if tool is None:
-        pytest.skip("compiled without spills; no nvdisasm here to look for HGMMA in the SASS")
-    path = tmp_path / "k.cubin"
-    path.write_bytes(binary.cubin)
-    sass = subprocess.run([tool, "-c", str(path)], capture_output=True, text=True, check=True).stdout
+    sass = sass_of(binary, tmp_path, "compiled without spills; no nvdisasm here to look for HGMMA in the SASS")
     assert ("QGMMA." if dtype.startswith("float8") else "HGMMA.") in sass  # the tensor-core warpgroup MMA
 
 
@@ -553,12 +554,7 @@ def test_other_wgmma_variants_compile_without_spills(variant, tmp_path):
     binary = nvrtc.compile_cuda(print_cuda(k), "sm_90a", [k.name])
     res = binary.resources[k.name]
     assert res["spills"] == 0 and res["local_bytes"] == 0, res
-    tool = _nvdisasm()
-    if tool is None:
-        pytest.skip("compiled without spills; no nvdisasm here to look for HGMMA in the SASS")
-    path = tmp_path / "k.cubin"
-    path.write_bytes(binary.cubin)
-    assert "HGMMA." in subprocess.run([tool, "-c", str(path)], capture_output=True, text=True, check=True).stdout
+    assert "HGMMA." in sass_of(binary, tmp_path, "compiled without spills; no nvdisasm here to look for HGMMA in the SASS")
 
 
 # ---------------------------------------------------------------------------------------------

@@ -187,9 +187,8 @@ def test_seeded_protocol_faults_are_caught(monkeypatch, fault, message):
 def test_persistent_128x256_ws_builds_without_spills(dtype, tmp_path):
     """The H200 candidate: 128x256x64 tiles, 4 stages, 256 consumer threads + the producer warpgroup,
     register rebalancing (setmaxnreg), HGMMA in the SASS where nvdisasm is installed."""
-    import subprocess
 
-    from test_wgmma import _nvdisasm
+    from test_wgmma import sass_of
 
     from tilewright.codegen.cuda import print_cuda
     from tilewright.passes.pipeline import PassContext, run_pipeline
@@ -205,12 +204,7 @@ def test_persistent_128x256_ws_builds_without_spills(dtype, tmp_path):
     res = binary.resources[k.name]
     # with setmaxnreg the device compiler gives every thread the launch budget: 65536 / 384 -> 168
     assert res["spills"] == 0 and res["local_bytes"] == 0 and res["registers"] == 168, res
-    tool = _nvdisasm()
-    if tool is None:
-        pytest.skip("compiled without spills; no nvdisasm here to look into the SASS")
-    path = tmp_path / "k.cubin"
-    path.write_bytes(binary.cubin)
-    sass = subprocess.run([tool, "-c", str(path)], capture_output=True, text=True, check=True).stdout
+    sass = sass_of(binary, tmp_path)
     assert "HGMMA.64x256x16.F32" in sass and "LDL" not in sass and "STL" not in sass
 
 

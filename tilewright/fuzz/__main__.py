@@ -20,7 +20,7 @@ def main(argv=None) -> int:
                    help=f"comma-separated subset of {', '.join(TEMPLATES)}; 'new' = those of templates_new.py, "
                    "'s8' = those of templates_s8.py, "
                    "'s9' = those of templates_s9.py, 'ops' = those of ops_cases.py, "
-                   "'s10' = those of templates_s10.py and ops_cases_s10.py")
+                   "'s10' = those of templates_s10.py and ops_cases_s10.py, 's11' = those of ops_cases_s11.py")
     p.add_argument("--out", default="fuzz-findings", help="folder for shrunk repro scripts")
     p.add_argument("--no-shrink", action="store_true")
     p.add_argument("--time-limit", type=float, default=0, help="start no new case after this many seconds")
@@ -29,6 +29,7 @@ def main(argv=None) -> int:
     backends = [b for b in a.backends.split(",") if b] + (["gpu"] if a.gpu else [])
     from .ops_cases import OPS
     from .ops_cases_s10 import OPS_S10
+    from .ops_cases_s11 import OPS_S11
     from .templates_new import NEW
     from .templates_s8 import S8
     from .templates_s9 import S9
@@ -36,7 +37,7 @@ def main(argv=None) -> int:
 
     groups = {"new": [x.name for x in NEW], "s8": [x.name for x in S8], "s9": [x.name for x in S9],
               "ops": [x.name for x in OPS],
-              "s10": [x.name for x in S10 + OPS_S10]}
+              "s10": [x.name for x in S10 + OPS_S10], "s11": [x.name for x in OPS_S11]}
     names = [t for t in a.templates.split(",") if t]
     templates = [n for t in names for n in groups.get(t, [t])] or None
     unknown = [t for t in templates or () if t not in TEMPLATES]

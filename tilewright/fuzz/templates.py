@@ -414,3 +414,7 @@ TEMPLATES.update({t.name: t for t in OPS_S10})
 from .templates_s10 import S10  # noqa: E402 - session 10: gemm chains, user split-K, 2-D reductions with atomics
 
 TEMPLATES.update({t.name: t for t in S10})
+
+from .ops_cases_s11 import OPS_S11  # noqa: E402 - session 11: the session-10 sm_90a defaults at their boundaries
+
+TEMPLATES.update({t.name: t for t in OPS_S11})

@@ -158,6 +158,20 @@ def _make_splitk(p) -> Case:
     as_shape = (bk, bm) if ta else (bm, bk)
     bs_shape = (bn, bk) if tb else (bk, bn)
 
+    @T.macro
+    def split_product(A, B, As, Bs, Cf, bx, by, bz):
+        """Cf += the (by, bx) tile of A B over the K blocks of split bz (none for the last splits)."""
+        for kk in T.Pipelined(bz * per, T.min((bz + 1) * per, kb), num_stages=p["stages"]):
+            if ta:
+                T.copy(A[kk * bk, by * bm], As)
+            else:
+                T.copy(A[by * bm, kk * bk], As)
+            if tb:
+                T.copy(B[bx * bn, kk * bk], Bs)
+            else:
+                T.copy(B[kk * bk, bx * bn], Bs)
+            T.gemm(As, Bs, Cf, transpose_A=ta, transpose_B=tb)
+
     if how == "workspace":
         @T.prim_func
         def part(A: T.Tensor(a_shape, dtype), B: T.Tensor(b_shape, dtype), W: T.Tensor((S, Md, N), "float32")):
@@ -166,16 +180,7 @@ def _make_splitk(p) -> Case:
                 Bs = T.alloc_shared(bs_shape, dtype)
                 Cf = T.alloc_fragment((bm, bn), "float32")
                 T.clear(Cf)
-                for kk in T.Pipelined(bz * per, T.min((bz + 1) * per, kb), num_stages=p["stages"]):
-                    if ta:
-                        T.copy(A[kk * bk, by * bm], As)
-                    else:
-                        T.copy(A[by * bm, kk * bk], As)
-                    if tb:
-                        T.copy(B[bx * bn, kk * bk], Bs)
-                    else:
-                        T.copy(B[kk * bk, bx * bn], Bs)
-                    T.gemm(As, Bs, Cf, transpose_A=ta, transpose_B=tb)
+                split_product(A, B, As, Bs, Cf, bx, by, bz)
                 T.copy(Cf, W[bz, by * bm, bx * bn])
 
         @T.prim_func
@@ -197,16 +202,7 @@ def _make_splitk(p) -> Case:
                 Bs = T.alloc_shared(bs_shape, dtype)
                 Cf = T.alloc_fragment((bm, bn), "float32")
                 T.clear(Cf)
-                for kk in T.Pipelined(bz * per, T.min((bz + 1) * per, kb), num_stages=p["stages"]):
-                    if ta:
-                        T.copy(A[kk * bk, by * bm], As)
-                    else:
-                        T.copy(A[by * bm, kk * bk], As)
-                    if tb:
-                        T.copy(B[bx * bn, kk * bk], Bs)
-                    else:
-                        T.copy(B[kk * bk, bx * bn], Bs)
-                    T.gemm(As, Bs, Cf, transpose_A=ta, transpose_B=tb)
+                split_product(A, B, As, Bs, Cf, bx, by, bz)
                 if how == "atomic_tile":
                     T.atomic_add(C[by * bm, bx * bn], Cf)
                 else:
@@ -253,6 +249,22 @@ def _make_reduce_2d(p) -> Case:
     cols = p["cols"]
     tiles = T.ceildiv(Nd, bn)
 
+    @T.macro
+    def tile_step(A, Cols, As, a, r, c, bx, j):
+        """Column tile j of row band bx: its row results into r, its column results to Cols by atomics."""
+        T.copy(A[bx * bm, j * bn], As)
+        for i, k in T.Parallel(bm, bn):
+            a[i, k] = T.if_then_else(bx * bm + i < M and j * bn + k < Nd, As[i, k], fill)
+        reducer(a, r, dim=1, clear=False)
+        if cols:
+            reducer(a, c, dim=0)
+            for k in T.Parallel(bn):
+                if j * bn + k < Nd:
+                    if is_max:
+                        T.atomic_max(Cols[j * bn + k], c[k])
+                    else:
+                        T.atomic_add(Cols[j * bn + k], c[k])
+
     @T.prim_func
     def red(A: T.Tensor((M, Nd), dtype), Init: T.Tensor((M,), "float32"), Rows: T.Tensor((M,), "float32"),
             Cols: T.Tensor((Nd,), cdtype)):
@@ -264,32 +276,10 @@ def _make_reduce_2d(p) -> Case:
             T.copy(Init[bx * bm], r)
             if p["loop"] == "pipelined":
                 for j in T.Pipelined(tiles, num_stages=p["stages"]):
-                    T.copy(A[bx * bm, j * bn], As)
-                    for i, k in T.Parallel(bm, bn):
-                        a[i, k] = T.if_then_else(bx * bm + i < M and j * bn + k < Nd, As[i, k], fill)
-                    reducer(a, r, dim=1, clear=False)
-                    if cols:
-                        reducer(a, c, dim=0)
-                        for k in T.Parallel(bn):
-                            if j * bn + k < Nd:
-                                if is_max:
-                                    T.atomic_max(Cols[j * bn + k], c[k])
-                                else:
-                                    T.atomic_add(Cols[j * bn + k], c[k])
+                    tile_step(A, Cols, As, a, r, c, bx, j)
             else:
                 for j in T.serial(tiles):
-                    T.copy(A[bx * bm, j * bn], As)
-                    for i, k in T.Parallel(bm, bn):
-                        a[i, k] = T.if_then_else(bx * bm + i < M and j * bn + k < Nd, As[i, k], fill)
-                    reducer(a, r, dim=1, clear=False)
-                    if cols:
-                        reducer(a, c, dim=0)
-                        for k in T.Parallel(bn):
-                            if j * bn + k < Nd:
-                                if is_max:
-                                    T.atomic_max(Cols[j * bn + k], c[k])
-                                else:
-                                    T.atomic_add(Cols[j * bn + k], c[k])
+                    tile_step(A, Cols, As, a, r, c, bx, j)
             T.copy(r, Rows[bx * bm])
 
     rng = np.random.default_rng(p.get("seed", 0))
