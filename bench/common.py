@@ -70,6 +70,10 @@ def save(name: str, lines: list[str]) -> str:
     folder = os.path.join(os.path.dirname(__file__), "results")
     os.makedirs(folder, exist_ok=True)
     path = os.path.join(folder, f"{day}-{hhmm}-{name}-{gpu}.md")  # several runs a day keep their tables
+    for n in range(2, 100):  # a second run of the same bench within the minute keeps the first one's table
+        if not os.path.exists(path):
+            break
+        path = os.path.join(folder, f"{day}-{hhmm}-{name}-{n}-{gpu}.md")
     with open(path, "w") as f:
         f.write(text)
     out = os.environ.get("OUT")
