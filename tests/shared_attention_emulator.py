@@ -77,9 +77,9 @@ def check_varlen(q, k, v, cu_q, cu_k, lens_q, out, lse, causal):
 
 
 # ---------------------------------------------------------------- one call each, checked
-def check_dense(used, B, H, Hkv, Sq, Sk, D, causal, dtype, seed):
-    """A dense (B, H, S, D) call, GQA/MQA by ``Hkv``, with its LSE against float64; returns the persistent
-    kernel that ran it (checked to be one)."""
+def dense_call(B, H, Hkv, Sq, Sk, D, causal, dtype, seed):
+    """A dense (B, H, S, D) call on inputs seeded by ``seed``, GQA/MQA by ``Hkv``, its output and LSE
+    checked against float64."""
     g = torch.Generator().manual_seed(seed)
     q, k, v = _rand(g, B, H, Sq, D, dtype=dtype), _rand(g, B, Hkv, Sk, D, dtype=dtype), \
         _rand(g, B, Hkv, Sk, D, dtype=dtype)
@@ -87,6 +87,11 @@ def check_dense(used, B, H, Hkv, Sq, Sk, D, causal, dtype, seed):
     want, want_lse = reference(q, k, v, causal)
     _close(out, want, tol=3e-3 if dtype == torch.float16 else 1e-2)
     _close_lse(lse, want_lse)
+
+
+def check_dense(used, B, H, Hkv, Sq, Sk, D, causal, dtype, seed):
+    """``dense_call``; returns the persistent kernel that ran it (checked to be one)."""
+    dense_call(B, H, Hkv, Sq, Sk, D, causal, dtype, seed)
     return persistent_kernel(used)
 
 

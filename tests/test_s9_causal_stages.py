@@ -18,7 +18,8 @@ import pytest
 
 torch = pytest.importorskip("torch")
 
-from test_ops_attention import _close, _close_lse, _rand, _varlen_case, reference  # noqa: E402
+from shared_attention_emulator import dense_call  # noqa: E402
+from test_ops_attention import _varlen_case  # noqa: E402
 from test_s8_attnp_persistent import SM90A, check_varlen, persistent_on_cpu  # noqa: E402
 from toolchains import needs_nvrtc  # noqa: E402
 
@@ -52,13 +53,7 @@ def _sm90_kernel(used, persistent):
 
 
 def _dense_case(used, persistent, B, H, Hkv, Sq, Sk, D, causal, dtype, seed):
-    g = torch.Generator().manual_seed(seed)
-    q, k, v = _rand(g, B, H, Sq, D, dtype=dtype), _rand(g, B, Hkv, Sk, D, dtype=dtype), \
-        _rand(g, B, Hkv, Sk, D, dtype=dtype)
-    out, lse = ops.attention(q, k, v, causal=causal, return_lse=True)
-    want, want_lse = reference(q, k, v, causal)
-    _close(out, want, tol=3e-3 if dtype == torch.float16 else 1e-2)
-    _close_lse(lse, want_lse)
+    dense_call(B, H, Hkv, Sq, Sk, D, causal, dtype, seed)
     return _sm90_kernel(used, persistent)
 
 
