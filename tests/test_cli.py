@@ -84,6 +84,9 @@ def test_every_knob_is_documented():
     text = open(os.path.join(os.path.dirname(__file__), "..", "docs", "configuration.md")).read()
     missing = [k.env for k in config.KNOBS.values() if f"`{k.env}`" not in text]
     assert not missing, f"regenerate docs/configuration.md (python -m tilewright.config): {missing}"
+    # and each row says what the registry says (a knob's meaning edited in config.py reaches the page)
+    stale = [row.split("|")[1].strip() for row in config.markdown().splitlines()[2:] if row not in text]
+    assert not stale, f"regenerate the table of docs/configuration.md (python -m tilewright.config): {stale}"
 
 
 def test_tune_runs_an_autotuned_function_from_a_file(tmp_path, capsys, monkeypatch):

@@ -76,8 +76,8 @@ KNOBS = {
                           "'block_N,stages[,threads]' of the flash-decoding kernel instead of its default (sweeps: "
                           "bench/decode_splits.py)."),
     "decode_variant": Knob("TILEWRIGHT_DECODE_VARIANT", str, "",
-                           "Candidate variants of the flash-decoding kernel, comma-separated (wave, flatmerge, "
-                           "cpasync, ws, cover, cmerge, fill: ops/decode_kernels.VARIANTS; 'none': the plain kernel); "
+                           "Candidate variants of the flash-decoding kernel, comma-separated names from "
+                           "ops/decode_kernels.VARIANTS (each with its meaning there; 'none': the plain kernel); "
                            "unset: ops/decode_kernels.DEFAULT_VARIANT (bench/decode_splits.py)."),
     "typed_launch": Knob("TILEWRIGHT_TYPED_LAUNCH", str, "",
                          "'1': CUDA launches (runtime/cuda_driver: the ops' packed ones and CudaFunction.launch) "
@@ -108,9 +108,15 @@ def configure_logging() -> None:
 
 
 def markdown() -> str:
+    """The table of docs/configuration.md (defaults under the home folder written with ``~``, so the
+    page does not depend on who generated it)."""
+    import os
+
+    home = os.path.expanduser("~")
     rows = ["| variable | type | default | meaning |", "|---|---|---|---|"]
     for k in KNOBS.values():
-        rows.append(f"| `{k.env}` | {k.kind.__name__} | `{k.default!r}` | {k.help} |")
+        default = repr(k.default).replace(home + os.sep, "~" + os.sep) if home != "~" else repr(k.default)
+        rows.append(f"| `{k.env}` | {k.kind.__name__} | `{default}` | {k.help} |")
     return "\n".join(rows) + "\n"
 
 
