@@ -450,18 +450,22 @@ def _wmma_gfx11_c(lane, e):
     return (2 * e + lane // 16, lane % 16)
 
 
-def _wmma_gfx11(
-    in_dtype: str, builtin: str, a_vec: str, tag: str, acc_dtype: str = "float32", elems_per_scalar: int = 1
-) -> MatrixInstr:
+def _wmma_call(acc_dtype: str) -> tuple:
+    """The builtin's argument order and immediates, and the accumulator vector type, shared by gfx11 and
+    gfx12: the integer form takes (bool a_signed, a, bool b_signed, b, int8 c, bool clamp) (gfx11
+    "V8iIbV4iIbV4iV8iIb", gfx12 "V8iIbV2iIbV2iV8iIb"); the float forms take (a, b, c), no immediates."""
     if acc_dtype == "int32":
-        # (bool a_signed, int4 a, bool b_signed, int4 b, int8 c, bool clamp): "V8iIbV4iIbV4iV8iIb"
-        call = (("arg_order", "a_signed,a,b_signed,b,c,clamp"), ("a_signed", 1), ("b_signed", 1), ("clamp", 0))
-        c_vec = "int8"
-    else:
-        call = (("arg_order", "a,b,c"),)  # "V8fV16hV16hV8f": no immediates
-        c_vec = "float8"
+        return (("arg_order", "a_signed,a,b_signed,b,c,clamp"), ("a_signed", 1), ("b_signed", 1), ("clamp", 0)), "int8"
+    return (("arg_order", "a,b,c"),), "float8"
+
+
+def _wmma(gen: str, in_dtype: str, builtin: str, a_vec: str, tag: str, acc_dtype: str, ab_elems: int,
+          index: tuple, elems_per_scalar: int, replication: int, min_llvm: str) -> MatrixInstr:
+    """A wave32 16x16x16 WMMA of RDNA generation ``gen`` (``gfx11``/``gfx12``): ``index`` is the (A, B, C)
+    lane/element -> matrix position maps of that generation."""
+    call, c_vec = _wmma_call(acc_dtype)
     return MatrixInstr(
-        name=f"wmma.{'i32' if acc_dtype == 'int32' else 'f32'}.16x16x16.{tag}.gfx11",
+        name=f"wmma.{'i32' if acc_dtype == 'int32' else 'f32'}.16x16x16.{tag}.{gen}",
         vendor="amd",
         m=16,
         n=16,
@@ -470,19 +474,27 @@ def _wmma_gfx11(
         b_dtype=in_dtype,
         acc_dtype=acc_dtype,
         group_size=32,
-        a_elems=16,
-        b_elems=16,
+        a_elems=ab_elems,
+        b_elems=ab_elems,
         c_elems=8,
-        a_index=_wmma_gfx11_a,
-        b_index=_wmma_gfx11_b,
-        c_index=_wmma_gfx11_c,
+        a_index=index[0],
+        b_index=index[1],
+        c_index=index[2],
         mnemonic=builtin,
         extra=(("a_vec", a_vec), ("b_vec", a_vec), ("c_vec", c_vec), ("ab_elems_per_scalar", elems_per_scalar))
         + call
-        # min_llvm 16: first release we are confident has both gfx1100 and these builtins (they may
-        # already be in 15; not confirmed against a release tag, so we err high).
-        + (("replication", 2), ("min_llvm", "16")),
+        + (("replication", replication), ("min_llvm", min_llvm)),
     )
+
+
+def _wmma_gfx11(
+    in_dtype: str, builtin: str, a_vec: str, tag: str, acc_dtype: str = "float32", elems_per_scalar: int = 1
+) -> MatrixInstr:
+    # min_llvm 16: first release we are confident has both gfx1100 and these builtins (they may
+    # already be in 15; not confirmed against a release tag, so we err high).  16 A/B elements per
+    # lane: lanes l and l+16 hold the same data (replication 2).
+    return _wmma("gfx11", in_dtype, builtin, a_vec, tag, acc_dtype, 16, (_wmma_gfx11_a, _wmma_gfx11_b, _wmma_gfx11_c),
+                 elems_per_scalar, 2, "16")
 
 
 def wmma_f32_16x16x16_f16_gfx11() -> MatrixInstr:
@@ -537,33 +549,9 @@ def _wmma_gfx12_c(lane, e):
 
 def _wmma_gfx12(in_dtype: str, builtin: str, a_vec: str, tag: str, acc_dtype: str = "float32") -> MatrixInstr:
     eight_bit = a_vec == "int2"
-    if acc_dtype == "int32":
-        call = (("arg_order", "a_signed,a,b_signed,b,c,clamp"), ("a_signed", 1), ("b_signed", 1), ("clamp", 0))
-        c_vec = "int8"
-    else:
-        call = (("arg_order", "a,b,c"),)
-        c_vec = "float8"
-    return MatrixInstr(
-        name=f"wmma.{'i32' if acc_dtype == 'int32' else 'f32'}.16x16x16.{tag}.gfx12",
-        vendor="amd",
-        m=16,
-        n=16,
-        k=16,
-        a_dtype=in_dtype,
-        b_dtype=in_dtype,
-        acc_dtype=acc_dtype,
-        group_size=32,
-        a_elems=8,
-        b_elems=8,
-        c_elems=8,
-        a_index=_wmma_gfx12_a8 if eight_bit else _wmma_gfx12_a16,
-        b_index=_wmma_gfx12_b8 if eight_bit else _wmma_gfx12_b16,
-        c_index=_wmma_gfx12_c,
-        mnemonic=builtin,
-        extra=(("a_vec", a_vec), ("b_vec", a_vec), ("c_vec", c_vec), ("ab_elems_per_scalar", 4 if eight_bit else 1))
-        + call
-        + (("replication", 1), ("min_llvm", "18")),
-    )
+    index = (_wmma_gfx12_a8, _wmma_gfx12_b8, _wmma_gfx12_c) if eight_bit else \
+        (_wmma_gfx12_a16, _wmma_gfx12_b16, _wmma_gfx12_c)
+    return _wmma("gfx12", in_dtype, builtin, a_vec, tag, acc_dtype, 8, index, 4 if eight_bit else 1, 1, "18")
 
 
 def wmma_f32_16x16x16_f16_gfx12() -> MatrixInstr:
