@@ -213,6 +213,12 @@ def matmul_impl(a, b, bias, activation, out_dtype, config=None, out=None):
             if not hit.from_pointers(a, b, bias, out):
                 hit(_OPERAND[hit.op_a](a), _OPERAND[hit.op_b](b), bias, out)
             return out
+    if config is not None:
+        from .gemm_configs import refusal
+
+        why = refusal(config)
+        if why:
+            raise ArgumentError(f"config {config.short()!r} is not one the GEMM kernels build as named: {why}")
     out_dtype = _check_matmul(a, b, bias, activation, out_dtype)
     M, K = a.shape
     N = b.shape[1]

@@ -83,18 +83,7 @@ class GemmConfig:
             cfg = cls(**d)
         except (TypeError, ValueError):
             return None
-        if cfg.cluster not in CLUSTERS or cfg.cluster != (1, 1) and cfg.kind not in ("direct", "persistent") \
-                or cfg.kind == "persistent" and cfg.cluster == (1, 2):
-            return None
-        if cfg.store_cols and (not cfg.tma_store or cfg.store_cols % 8 or cfg.block_N % cfg.store_cols
-                               or cfg.kind not in ("direct", "persistent")):
-            return None
-        if cfg.c_in_ring and (not cfg.tma_store or cfg.kind != "direct"):
-            return None
-        if cfg.store_bufs not in (1, 2) or cfg.store_bufs == 2 and (
-                not cfg.store_cols or cfg.store_cols >= cfg.block_N or cfg.c_in_ring):
-            return None
-        return cfg if cfg.kind in KINDS and cfg.splits >= 1 else None
+        return None if refusal(cfg) else cfg
 
     def short(self) -> str:
         s = f"{self.kind} {self.block_M}x{self.block_N}x{self.block_K} s{self.stages} t{self.threads}"
@@ -150,13 +139,42 @@ class GemmConfig:
             raise ValueError(f"not a GEMM configuration: {text!r} ({e})") from None
         if kw["kind"] == "streamk":
             kw.setdefault("group_M", 0)  # (what streamk() makes; short() leaves it out)
-        cfg = cls.from_json(kw)
-        if cfg is None:
-            raise ValueError(f"not a GEMM configuration: {text!r}")
+        try:
+            cfg = cls(**kw)
+        except (TypeError, ValueError) as e:
+            raise ValueError(f"not a GEMM configuration: {text!r} ({e})") from None
+        why = refusal(cfg)
+        if why:
+            raise ValueError(f"not a GEMM configuration: {text!r}: {why}")
         return cfg
 
 
 CLUSTERS = ((1, 1), (2, 1), (1, 2))
+
+
+def refusal(cfg: GemmConfig) -> str | None:
+    """Why ``cfg`` is not a configuration the kernels build as named, or None when it is."""
+    if cfg.kind not in KINDS or cfg.splits < 1:
+        return f"kind one of {', '.join(KINDS)} and splits >= 1"
+    if cfg.cluster not in CLUSTERS or cfg.cluster != (1, 1) and cfg.kind not in ("direct", "persistent") \
+            or cfg.kind == "persistent" and cfg.cluster == (1, 2):
+        return "clusters 2x1 / 1x2 on direct kernels, 2x1 on persistent ones, none on the others"
+    if cfg.store_cols:
+        if not cfg.tma_store or cfg.kind not in ("direct", "persistent"):
+            return "column chunks (tma-store/N) only with tma-store on direct or persistent kernels"
+        if cfg.block_N % cfg.store_cols:
+            return f"the chunk width {cfg.store_cols} must divide block_N {cfg.block_N}"
+        # a chunk the TMA layout of the staging buffer holds (16-bit C: rows of 16, 32, 64 bytes or whole
+        # 128-byte swizzle spans); another width (e.g. 48 or 96 columns) would quietly lose the TMA store
+        # to per-thread stores and spill (checked against plan_tma_stores in tests/test_gemm_store_chunks.py)
+        if cfg.store_cols not in (8, 16, 32) and cfg.store_cols % 64:
+            return f"a chunk width of 8, 16, 32 or a multiple of 64 columns, not {cfg.store_cols}"
+    if cfg.c_in_ring and (not cfg.tma_store or cfg.kind != "direct"):
+        return "the C tile in the ring (tma-store/ring) only on direct kernels with tma-store"
+    if cfg.store_bufs not in (1, 2) or cfg.store_bufs == 2 and (
+            not cfg.store_cols or cfg.store_cols >= cfg.block_N or cfg.c_in_ring):
+        return "two staging buffers (tma-store/Nx2) only with column chunks narrower than block_N, not in the ring"
+    return None
 
 
 def _ceil(a: int, b: int) -> int:
