@@ -88,6 +88,7 @@ class PassConfigKey(str, enum.Enum):
     TW_MMA_ORDER = "tw.mma_order"
     TW_PINGPONG = "tw.pingpong"  # attn-hopper: warp_specialize_loop's consumer ping-pong
     TW_ATTENTION_OVERLAP = "tw.attention_overlap"  # attn-overlap: passes/attention_overlap.py
+    TW_FAST_MATH = "tw.fast_math"  # lowering_context.FAST_MATH (same as tl.enable_fast_math)
 
 
 HONOURED: dict[str, str] = {
@@ -107,6 +108,10 @@ HONOURED: dict[str, str] = {
                             "with Q K^T of the next and overlaps the softmax with it",
     "tw.attention_overlap_retire": "with tw.attention_overlap: 'end' (default) or 'top' of the loop body, where the "
                                    "P V in flight is waited for",
+    "tl.enable_fast_math": "float32 exp, exp2, exp10, log, log2, log10, sin, cos, tan take their fast spellings "
+                           "(T.__exp2 ...: the hardware approximation, a few ulp off, denormal results flushed on "
+                           "CUDA); division, sqrt and the other arithmetic stay IEEE",
+    "tw.fast_math": "same as tl.enable_fast_math",
     "tw.reduce_tree": "true: each thread folds its registers of a T.reduce_* as a balanced tree (log2(n) dependent "
                       "steps instead of n; sums round differently)",
 }
@@ -114,7 +119,6 @@ HONOURED: dict[str, str] = {
 # TileLang's keys that change nothing here (their passes do not exist or their choice is fixed).
 TILELANG_WITHOUT_EFFECT: dict[str, str] = {
     "tl.disable_safe_memory_legalize": "out-of-bounds global accesses are always masked",
-    "tl.enable_fast_math": "math functions follow the target's default (precise) implementations",
     "tl.disable_dynamic_tail_split": "there is no tail-split pass",
     "tl.dynamic_alignment": "vector widths are derived from the shapes and strides themselves",
     "tl.config_index_bitwidth": "indices are 32-bit, promoted to 64-bit where a tensor needs it",

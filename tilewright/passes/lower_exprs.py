@@ -3,7 +3,9 @@
 Variables are replaced through a symbolic environment (loop variables of a ``T.Parallel`` become
 the layout's position expressions for the current register); loads become flat loads of global,
 shared or local buffers, fragment loads become register reads (see ``LoweringContext``), and loads
-that a vectorized group already fetched become reads of the group's temporary.
+that a vectorized group already fetched become reads of the group's temporary.  With fast math
+(``tl.enable_fast_math`` / ``tw.fast_math``) the float32 math calls that have a fast spelling take it
+(``exp2`` -> ``__exp2``: on CUDA one ``ex2.approx.ftz`` instead of exp2f's range fix-ups around it).
 """
 
 from __future__ import annotations
@@ -64,7 +66,8 @@ def lower_expr(ctx: LoweringContext, e, env: Env, loc=None):
     if isinstance(e, E.UnOp):
         return E.unary(e.op, lower_expr(ctx, e.a, env, loc))
     if isinstance(e, E.Call):
-        return E.call(e.name, [lower_expr(ctx, a, env, loc) for a in e.args], e.dtype)
+        name = ctx.fast_math.get(e.name, e.name) if e.dtype == "float32" else e.name
+        return E.call(name, [lower_expr(ctx, a, env, loc) for a in e.args], e.dtype)
     if isinstance(e, E.Cast):
         return E.cast(e.dtype, lower_expr(ctx, e.a, env, loc))
     if isinstance(e, E.Select):

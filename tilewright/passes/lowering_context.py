@@ -30,12 +30,23 @@ from .share_shared_memory import OFFSETS_ATTR as SHARED_OFFSETS_ATTR
 _MAX_UNIFORM_POINTS = 4096  # most values of the serial loop variables in a fragment index that are tried
 
 
+# the accurate float32 math calls and their fast spellings (language/math.py: the same function, the
+# hardware's approximation on the GPU), taken under fast math
+FAST_MATH = {"exp": "__exp", "exp2": "__exp2", "exp10": "__exp10", "log": "__log", "log2": "__log2",
+             "log10": "__log10", "sin": "__sin", "cos": "__cos", "tan": "__tan"}
+
+
+def fast_math_enabled(options) -> bool:
+    return bool(options.get("tl.enable_fast_math") or options.get("tw.fast_math"))
+
+
 class LoweringContext:
     def __init__(self, func: t.PrimFunc, kernel: t.Kernel, target, options):
         self.func = func
         self.kernel = kernel
         self.target = target
         self.options = options
+        self.fast_math = FAST_MATH if fast_math_enabled(options or {}) else {}  # accurate -> fast call names
         # the thread set being lowered: threads base .. base+nthreads-1 of the block (the whole block,
         # or a ThreadPartition); ``tid`` numbers them from 0 (inside a partition a let-bound
         # ``block_tid - base``), so copies, layouts, gemms and reductions plan for that set alone
