@@ -8,6 +8,7 @@ memory roof, the copy bandwidth measured in the same run.
     python bench/attention.py            # a GPU: both tables, bf16 and fp16 (a few minutes on an H200)
     python bench/attention.py --quick    # the CPU: tiny shapes in the tile interpreter, end to end
     python bench/attention.py --no-user  # ops.attention against SDPA only (no autotuning of the user program)
+    python bench/attention.py --fast-math --dtypes bfloat16  # the user program with tl.enable_fast_math
 
 The tables are saved under bench/results/ (``--no-save`` to skip).  Each tilewright output is
 compared with SDPA's before it is timed (the ``err`` columns: the largest |out - SDPA| / (1 + |SDPA|);
@@ -208,6 +209,51 @@ def forward_table(shapes, configs, dtypes, quick, device, user=True) -> tuple:
     return rows, gm
 
 
+# the configuration the autotuner picked for the user program per (head dim, causal) on the H200 (0418 run)
+USER_PICKED = {(128, False): (128, 128, 2, 256), (128, True): (128, 128, 2, 256), (64, False): (128, 128, 2, 256),
+               (64, True): (64, 64, 2, 128)}
+
+
+def fast_math_table(shapes, dtypes, quick, device) -> list:
+    """The user program unchanged but for ``pass_configs={"tl.enable_fast_math": True}`` next to itself
+    without it (at the configuration the autotuner picks, USER_PICKED) and cuDNN, each checked against
+    SDPA before it is timed."""
+    rows = ["| dtype | B,H,S,D | causal | SDPA cuDNN | user program | user + tl.enable_fast_math | user/cuDNN | "
+            "fast/cuDNN | fast err | config |", "|---|---|---|---|---|---|---|---|---|---|"]
+    ratios = {"user": [], "fast": []}
+    for dtype in dtypes:
+        tdt = getattr(torch, dtype)
+        for (b, h, s, d) in shapes:
+            for causal in (False, True):
+                tf = 4 * b * h * s * s * d / (2 if causal else 1) / 1e9
+                g = torch.Generator(device=device).manual_seed(b * s + d + causal + 7)
+                q4, k4, v4 = (torch.randn(b, s, h, d, device=device, dtype=tdt, generator=g) for _ in range(3))
+                q, k, v = (x.transpose(1, 2).contiguous() for x in (q4, k4, v4))
+                ref4 = sdpa(q, k, v, causal).transpose(1, 2)
+                cfg = QUICK_CONFIGS[0] if quick else USER_PICKED[(d, causal)]
+                res, err = {"cudnn": _nan_on_failure(lambda: tf / bench_ms(lambda: sdpa(q, k, v, causal, "cudnn")))}, {}
+                for name, pc in (("user", None), ("fast", {"tl.enable_fast_math": True})):
+                    kern = tilewright.compile(flash_attention(b, h, s, d, causal, *cfg, dtype=dtype), out_idx=[3],
+                                              target=_target(quick), pass_configs=pc)
+                    err[name] = _err(kern(q4, k4, v4), ref4)
+                    ok = err[name] < WRONG
+                    if not ok:
+                        print(f"  WRONG RESULT: {name}, error {err[name]:.3g}", flush=True)
+                    res[name] = tf / bench_ms(lambda kern=kern: kern(q4, k4, v4)) if ok else float("nan")
+                base = res["cudnn"] if res["cudnn"] == res["cudnn"] else float("nan")
+                for name in ratios:
+                    if res[name] == res[name] and base == base:
+                        ratios[name].append(res[name] / base)
+                rows.append(f"| {dtype} | {b},{h},{s},{d} | {'yes' if causal else 'no'} | {_f(res['cudnn'])} | "
+                            f"{_f(res['user'])} | {_f(res['fast'])} | {res['user'] / base:.2f} | "
+                            f"{res['fast'] / base:.2f} | {err['fast']:.1e} | {cfg} |")
+                print(rows[-1], flush=True)
+    gm = {n: math.exp(sum(map(math.log, r)) / len(r)) if r else float("nan") for n, r in ratios.items()}
+    rows += ["", f"TFLOP/s; geometric means vs cuDNN: user program {gm['user']:.2f}x, with tl.enable_fast_math "
+             f"{gm['fast']:.2f}x (over {len(ratios['fast'])} rows)."]
+    return rows
+
+
 def copy_bandwidth(device, quick) -> float:
     """GB/s of a device-to-device copy (bytes read + written): the memory roof of this run."""
     n = (1 << 22) if quick else (1 << 30)
@@ -276,6 +322,8 @@ def main(argv=None):
     p.add_argument("--no-decode", action="store_true")
     p.add_argument("--no-user", action="store_true", help="ops.attention and SDPA only (no user-level program)")
     p.add_argument("--no-forward", action="store_true")
+    p.add_argument("--fast-math", action="store_true",
+                   help="only the user program with and without tl.enable_fast_math, against cuDNN")
     p.add_argument("--no-save", action="store_true")
     a = p.parse_args(argv)
     t0 = time.perf_counter()
@@ -284,6 +332,13 @@ def main(argv=None):
         raise SystemExit("no GPU: run with --quick (tiny shapes in the CPU interpreter)")
     dtypes = [x.strip() for x in a.dtypes.split(",") if x.strip()]
     rows = []
+    if a.fast_math:
+        rows = fast_math_table(QUICK_SHAPES if a.quick else SHAPES, dtypes, a.quick, device)
+        rows += ["", f"Run time {time.perf_counter() - t0:.0f} s."]
+        print("\n".join(rows))
+        if not a.no_save:
+            print("saved", save("attention-fast-math-quick" if a.quick else "attention-fast-math", rows))
+        return rows
     if not a.no_forward:
         fwd, _ = forward_table(QUICK_SHAPES if a.quick else SHAPES, QUICK_CONFIGS if a.quick else CONFIGS, dtypes,
                                a.quick, device, user=not a.no_user)
