@@ -58,7 +58,11 @@ def _check(y, x):
     assert not np.isnan(y).any()
     # the hardware approximations: a few ulp relative for exp/exp2/log (their arguments here keep the
     # absolute error of __logf near 1 small), about 2**-21.4 absolute for sin/cos on [-pi, pi]
-    np.testing.assert_allclose(y, ref, rtol=2e-5, atol=2e-6)
+    np.testing.assert_allclose(y[:7], ref[:7], rtol=2e-5, atol=2e-6)
+    # __tanf is __sinf / __cosf: near pi/2 the absolute error of cos grows into tan's by tan's slope 1 + tan**2
+    # (the H200: 6e-5 relative at tan 357)
+    tan_err = np.abs(y[7] - ref[7])
+    assert (tan_err <= 2e-5 * np.abs(ref[7]) + 4e-6 * (1 + ref[7] ** 2)).all(), tan_err.max()
 
 
 def _inputs(rng, n):
