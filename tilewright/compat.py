@@ -89,6 +89,7 @@ class PassConfigKey(str, enum.Enum):
     TW_PINGPONG = "tw.pingpong"  # attn-hopper: warp_specialize_loop's consumer ping-pong
     TW_ATTENTION_OVERLAP = "tw.attention_overlap"  # attn-overlap: passes/attention_overlap.py
     TW_FAST_MATH = "tw.fast_math"  # lowering_context.FAST_MATH (same as tl.enable_fast_math)
+    TW_VERSION_MASKS = "tw.version_masks"  # passes/version_masks.py
 
 
 HONOURED: dict[str, str] = {
@@ -112,6 +113,8 @@ HONOURED: dict[str, str] = {
                            "(T.__exp2 ...: the hardware approximation, a few ulp off, denormal results flushed on "
                            "CUDA); division, sqrt and the other arithmetic stay IEEE",
     "tw.fast_math": "same as tl.enable_fast_math",
+    "tw.version_masks": "false: no unmasked version of a T.Parallel store whose T.if_then_else mask holds for the "
+                        "whole tile (passes/version_masks.py; on by default at optimize_level 2)",
     "tw.reduce_tree": "true: each thread folds its registers of a T.reduce_* as a balanced tree (log2(n) dependent "
                       "steps instead of n; sums round differently)",
 }

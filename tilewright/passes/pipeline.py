@@ -22,6 +22,7 @@ from .plan_gemms import plan_gemms
 from .plan_tma_stores import plan_tma_stores
 from .share_shared_memory import share_shared_memory
 from .simplify_ranges import simplify_ranges
+from .version_masks import version_masks
 from .warp_specialize import warp_specialize
 from .warp_specialize_loop import warp_specialize_loop  # attention-shaped loops (attn-hopper)
 
@@ -44,8 +45,8 @@ def _tile(fn):
 # Tile IR -> Tile IR passes, then the lowering to thread IR.  The list is the same for CUDA and
 # HIP today: the target-specific choices (matrix instructions, async copies, wave size) are made
 # inside the passes from the target record.  Passes record their decisions in ``func.plans``.
-_PASSES = [check_clusters, check_target_limits, warp_specialize, warp_specialize_loop, pipeline_loops, plan_tma_stores,
-           _tile(expand_tile_ops),
+_PASSES = [check_clusters, check_target_limits, version_masks, warp_specialize, warp_specialize_loop, pipeline_loops,
+           plan_tma_stores, _tile(expand_tile_ops),
            plan_gemms, infer_layouts, _tile(insert_barriers), share_shared_memory]
 TILE_PASSES = {"cuda": _PASSES, "hip": _PASSES}
 
