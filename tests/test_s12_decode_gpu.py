@@ -26,7 +26,7 @@ from tilewright import ops  # noqa: E402
 ad = importlib.import_module("tilewright.ops.attention_dispatch")
 dk = importlib.import_module("tilewright.ops.decode_kernels")
 
-CANDIDATES = ["tmerge,gcount", "tmerge,gcount,pdl", "tmerge,gcount,pdlwait", "tmerge,pdl",
+CANDIDATES = ["tmerge,gcount,pdl", "tmerge,gcount,pdlwait", "tmerge,pdl",
               "cmerge,cover,gcount,pdl", "cover,tmerge,gcount,pdl"]  # (the last two MQA: one kv head below)
 
 
@@ -46,7 +46,6 @@ def _inputs(mqa, B, S, dtype, lens=None, seed=0):
 @pytest.mark.parametrize("variant", CANDIDATES)
 @pytest.mark.parametrize("B, S, lens, dtype", [
     (8, 4096, None, torch.float16),                       # the benchmark's shape (MQA: KV 16k)
-    (8, 4096, None, torch.bfloat16),
     (4, 4096, [4096, 0, 1, 2049], torch.bfloat16),        # ragged, an empty sequence, lengths off the key block
 ])
 def test_against_float64(monkeypatch, variant, B, S, lens, dtype):
@@ -57,7 +56,7 @@ def test_against_float64(monkeypatch, variant, B, S, lens, dtype):
     ad.forget_plans()
 
 
-@pytest.mark.parametrize("variant", ["tmerge,gcount,pdl", "tmerge,gcount,pdlwait", "cover,tmerge,gcount,pdl"])
+@pytest.mark.parametrize("variant", ["tmerge,gcount,pdl", "cmerge,cover,gcount,pdl"])
 def test_back_to_back_calls(monkeypatch, variant):
     """Eight calls of new queries and caches launched without a synchronization between them (programmatic
     launches overlap; every call reuses the stream's partials and counters), then each output checked."""
@@ -74,7 +73,6 @@ def test_back_to_back_calls(monkeypatch, variant):
 
 
 @pytest.mark.parametrize("gqa, mqa", [("tmerge,gcount,pdl", "cover,tmerge,gcount,pdl"),
-                                      ("tmerge,gcount", "cmerge,cover,gcount"),
                                       ("tmerge,gcount,pdlwait", "cmerge,cover,gcount,pdl")])
 def test_graph_of_two_shapes_replayed(monkeypatch, gqa, mqa):
     """One capture of six calls: GQA (KV 4k) on two caches alternated and MQA (KV 16k, ragged) between them, so

@@ -77,7 +77,8 @@ KNOBS = {
                           "bench/decode_splits.py)."),
     "decode_variant": Knob("TILEWRIGHT_DECODE_VARIANT", str, "",
                            "Candidate variants of the flash-decoding kernel, comma-separated (wave, flatmerge, "
-                           "cpasync, ws, cover, cmerge, fill: ops/decode_kernels.VARIANTS; 'none': the plain kernel); "
+                           "cpasync, ws, cover, cmerge, tmerge, w8, fill, gcount, pdl, pdlwait: "
+                           "ops/decode_kernels.VARIANTS; 'none': the plain kernel); "
                            "unset: ops/decode_kernels.DEFAULT_VARIANT (bench/decode_splits.py)."),
     "typed_launch": Knob("TILEWRIGHT_TYPED_LAUNCH", str, "",
                          "'1': CUDA launches (runtime/cuda_driver: the ops' packed ones and CudaFunction.launch) "
