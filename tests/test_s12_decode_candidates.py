@@ -200,3 +200,61 @@ def test_h200_kernels_build_without_spills(dtype, variant, splits, heads, block_
     assert k.shared_bytes <= SMEM[SM90]
     res = nvrtc.compile_cuda(print_cuda(k), "sm_90a", [k.name]).resources[k.name]
     assert res["spills"] == 0 and res["local_bytes"] == 0, res
+
+
+def _captured_calls(variant, pool):
+    """Two split calls of ``variant`` "captured" (the capture stood in, as test_s8_host_plans does: a repeat call's run
+    hands the call to the checked path, as ``_DecodeRun.run`` does when its capture query says so, and the checked
+    path's query says a capture is on; capture 42 on stream 7) after a planning call outside it, each checked against
+    float64: (the ``zeros`` the captured calls made, the capture slices, the plan's counters)."""
+    from test_s6_host_plans import PointerKernel
+    from test_s8_host_plans import CountingTorch, _decode_ref, wrap_op_kernels
+
+    from tilewright import ops
+    from tilewright.runtime import cuda_driver
+
+    ad = importlib.import_module("tilewright.ops.attention_dispatch")
+
+    class ZerosCounting(CountingTorch):
+        @staticmethod
+        def zeros(*shape, **kw):
+            CountingTorch.made.append("zeros")
+            return torch.zeros(*shape, **kw)
+
+    g = torch.Generator().manual_seed(12)
+    q, k, v = (torch.randn(*s, generator=g).half() for s in ((1, 4, 1, 32), (1, 2, 300, 32), (1, 2, 300, 32)))
+    want, _ = _decode_ref(q, k, v)
+    with pytest.MonkeyPatch.context() as mp:
+        wrap_op_kernels(mp, PointerKernel)
+        mp.setattr(ad, "_torch", lambda: ZerosCounting())
+        mp.setattr(dk, "_counter_pools", {-1: [pool, 0]})  # (the CPU's device index: the calls' tensors are there)
+        mp.setattr(dk, "_graph_counters", {})
+        mp.setattr(dk, "_stream", lambda dev: 7)
+        mp.setattr(cuda_driver, "capture_sequence", lambda stream: 42)
+        mp.setenv("TILEWRIGHT_DECODE_VARIANT", variant)
+        ad.forget_plans()
+        try:
+            mp.setattr(dk, "_capturing", lambda dev: False)
+            ops.attention(q, k, v, num_splits=4)  # (the plan, made outside the capture)
+            mp.setattr(dk._DecodeRun, "run", lambda self, *args: None)
+            mp.setattr(dk, "_capturing", lambda dev: True)
+            CountingTorch.made.clear()
+            for _ in range(2):
+                got = ops.attention(q, k, v, num_splits=4)
+                assert (got.double() - want).abs().max().item() < 2e-2
+            (plan,) = dk._plans.values()
+            return CountingTorch.made.count("zeros"), dict(dk._graph_counters), plan.counters
+        finally:
+            ad.forget_plans()
+
+
+def test_a_captured_gcount_call_makes_no_zeros():
+    """"gcount": the captured split calls take their counters from the pool's slice of their capture and stream (no
+    ``zeros``, a fill kernel on a GPU, a call); the two calls share the slice and leave it zero.  Without gcount:
+    zeros every call, the pool untouched."""
+    pool = torch.zeros(1000, dtype=torch.int32)
+    zeros, slices, n = _captured_calls("tmerge,gcount", pool)
+    assert zeros == 0 and slices == {(-1, 42, 7): (0, n)} and n > 0
+    assert int(pool.abs().sum()) == 0
+    zeros, slices, _ = _captured_calls("tmerge", pool)
+    assert zeros == 2 and slices == {}
