@@ -142,6 +142,13 @@ S11_MQA = [("cover,tmerge,fill", None, "64,4"), ("cover,tmerge,fill", None, "64,
 # the tail: the last tiles and the merges); "pdlwait" without the trigger (the next kernel's blocks are placed as
 # this one's exit).  "tmerge,pdl" without gcount: the fill kernels between the calls hold the programmatic launch
 # back (a kernel launched without the attribute), so it shows how much of pdl needs gcount.
+# The H200 run of 07:48 (7 interleaved rounds, bf16 / fp16; KV 4k / 8k / 16k / 64k): the default 77.8 / 82.7, 91.8 /
+# 92.9, 99.6 / 99.7, 104.9 / 104.5% (SDPA 80.4 / 84.2, 93.0 / 94.5, 99.7 / 99.6, 105.5 / 105.4); gcount 80.2 / 85.2,
+# 93.9 / 94.5, 100.5, 105.1 / 103.9; gcount,pdl 65.5 / 70.9, 76.4 / 75.6, 78.7 / 78.3, 81.2 / 84.3; gcount,pdlwait
+# 80.9 / 85.6, 94.7 / 94.6, 100.7 / 100.7, 105.2 / 104.6 (the GQA default since); pdl 79.8 / 81.9, 92.6 / 92.5, 99.5 /
+# 99.4, 104.9 / 102.5.  MQA (16k / 64k, both dtypes within 0.1): default 44.4 / 73.0, cmerge,cover,gcount 45.8 / 63.2,
+# with pdl 46.7 / 64.1 (the default below 32k keys since), cover,tmerge,gcount 42.5 / 73.8 (the default from 32k
+# since), with pdl 35.2 / 59.0; SDPA 56-60 / 70-71.
 S12_GQA = [("tmerge,gcount", None, None), ("tmerge,gcount,pdl", None, None), ("tmerge,gcount,pdlwait", None, None),
            ("tmerge,pdl", None, None)]
 # MQA (DECODE_S12_KIND=mqa): the defaults (cover,cmerge below 32k keys, cover,tmerge from there) with gcount, and

@@ -110,9 +110,10 @@ VARIANTS = {
     "fill": "split count: one block a SM (SMs // groups splits, at least 2, each range at least 4 key blocks) "
             "instead of 2 x SMs / groups: fewer partials to merge (MQA: 16 splits of 8 groups, not 33)",
     # Session 12.  A split call captured in a CUDA graph took zeroed merge counters of its own (torch.zeros: a
-    # fill kernel in the graph before every decode kernel, ~1-2 us of a graph's GPU time each at KV 4k's ~38 us,
-    # and a node that would hold back a programmatic launch); the kernel leaves its counters zero, so the calls
-    # captured on one stream of one capture can share one zeroed buffer (_capture_counters).
+    # fill kernel in the graph before every decode kernel, and a node that holds back a programmatic launch); the
+    # kernel leaves its counters zero, so the calls captured on one stream of one capture can share one zeroed
+    # buffer (_capture_counters).  Measured (07:48): the fill cost 1.1-1.2 us of GPU time a call at KV 4k (40.6 ->
+    # 39.4 us bf16, 38.2 -> 37.1 us fp16), and pdlwait on top another 0.1-0.3 us.
     "gcount": "a split call captured in a CUDA graph takes its merge counters from a zeroed buffer of its capture "
               "sequence and stream (one fill kernel a graph and stream) instead of a fill kernel of its own",
     "pdl": "programmatic dependent launch (sm_90+): the kernel starts with griddepcontrol.wait (T.pdl_sync: nothing "
@@ -138,7 +139,16 @@ VARIANTS = {
 # rows is longer; the cluster launch streams slower), crossing near 26k keys: "mqa_long" (MQA_LONG_FROM keys of
 # cache or more) takes cover,tmerge.  Defaults measured on the H200 only: a target without clusters (before sm_90,
 # AMD) keeps the plain kernel (see decode_config).
-DEFAULT_VARIANT = {"mqa": ("cmerge", "cover"), "mqa_long": ("cover", "tmerge"), "gqa": ("tmerge",)}
+# Session 12 (the H200 run of 07:48, bench/decode_splits.py --s12, CUDA graphs in 7 interleaved rounds, bf16 / fp16):
+# GQA gcount,pdlwait 80.9 / 85.6% at KV 4k against the default's 77.8 / 82.7% (SDPA 80.4 / 84.2%; the whole run sat ~3
+# points below session 11's at 4k bf16, SDPA too), 94.7 / 94.6% at 8k (91.8 / 92.9), 100.7% at 16k (99.6-99.7), 105.2
+# / 104.6% at 64k (104.9 / 104.5); gcount alone 80.2 / 85.2, 93.9 / 94.5, 100.5, 105.1 / 103.9; pdl with the early
+# trigger 65-84% (the next call's blocks take the free slots while this one streams and start unevenly spread),
+# pdl without gcount 79.8 / 81.9% at 4k (the fill kernels between the calls hold the programmatic launch back).
+# MQA: cmerge,cover,gcount,pdl 46.7% at 16k (both dtypes) against the default's 44.4% (gcount alone 45.8; SDPA
+# 56-60%); at 64k cover,tmerge,gcount 73.8 / 73.9% against 72.9 / 73.1% (with pdl 59%; the cmerge ones 63-64%).
+DEFAULT_VARIANT = {"mqa": ("cmerge", "cover", "gcount", "pdl"), "mqa_long": ("cover", "gcount", "tmerge"),
+                   "gqa": ("gcount", "pdlwait", "tmerge")}
 MQA_LONG_FROM = 32768
 # and their configuration by (kind, head dim) ("block_N,stages[,threads]" as TILEWRIGHT_DECODE_CONFIG; none: the
 # rule of decode_config) where neither variable is set
