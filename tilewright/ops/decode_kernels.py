@@ -143,8 +143,9 @@ VARIANTS = {
 # GQA gcount,pdlwait 80.9 / 85.6% at KV 4k against the default's 77.8 / 82.7% (SDPA 80.4 / 84.2%; the whole run sat ~3
 # points below session 11's at 4k bf16, SDPA too), 94.7 / 94.6% at 8k (91.8 / 92.9), 100.7% at 16k (99.6-99.7), 105.2
 # / 104.6% at 64k (104.9 / 104.5); gcount alone 80.2 / 85.2, 93.9 / 94.5, 100.5, 105.1 / 103.9; pdl with the early
-# trigger 65-84% (the next call's blocks take the free slots while this one streams and start unevenly spread),
-# pdl without gcount 79.8 / 81.9% at 4k (the fill kernels between the calls hold the programmatic launch back).
+# trigger 65-84% (not explained; a guess: the next call's blocks take the free slots while this one streams and
+# are left unevenly spread), pdl without gcount 79.8 / 81.9% at 4k (the fill kernels between the calls hold the
+# programmatic launch back).
 # MQA: cmerge,cover,gcount,pdl 46.7% at 16k (both dtypes) against the default's 44.4% (gcount alone 45.8; SDPA
 # 56-60%); at 64k cover,tmerge,gcount 73.8 / 73.9% against 72.9 / 73.1% (with pdl 59%; the cmerge ones 63-64%).
 DEFAULT_VARIANT = {"mqa": ("cmerge", "cover", "gcount", "pdl"), "mqa_long": ("cover", "gcount", "tmerge"),
