@@ -26,6 +26,7 @@ read from L2, replayed; no host time, no flush.
     python bench/decode_splits.py --s10      # session 10's candidates alone: GPU-time tables only (~90 s)
 
     python bench/decode_splits.py --s11      # session 11's KV-4k candidates, interleaved rounds (~100 s)
+    python bench/decode_splits.py --s12      # session 12's graph-level candidates (gcount, pdl), as --s11
 
 ``--s10`` (or DECODE_SPLITS=s10) times, in a CUDA graph as table 2, the GQA candidates (table S10-GQA) and the MQA
 candidates (table S10-MQA) of ``S10_GQA`` / ``S10_MQA`` against SDPA and the default, skipping tables 1-3.
@@ -37,6 +38,7 @@ rounds (every dtype, length and candidate once a round, so clock or thermal drif
 the dtypes, fall on every column alike); a cell is the median over the rounds and the spread (min-max, % of the
 copy bandwidth).  ``DECODE_S11_CANDS`` (comma-separated indexes into ``S11_GQA``), ``DECODE_S11_LENS`` and
 ``DECODE_S11_DTYPES`` narrow it; ``DECODE_S11_KIND=mqa`` times ``S11_MQA`` (one KV head, KV 16k and 64k) instead.
+``--s12`` (or DECODE_SPLITS=s12) does the same for ``S12_GQA`` / ``S12_MQA`` with ``DECODE_S12_*`` variables.
 """
 
 from __future__ import annotations
@@ -130,6 +132,30 @@ S11_GQA = [("tmerge", 6, None), ("tmerge,fill", None, "64,4"), ("tmerge,fill", N
 S11_MQA = [("cover,tmerge,fill", None, "64,4"), ("cover,tmerge,fill", None, "64,5"), ("cover,tmerge", 16, None),
            ("cover,tmerge", 8, "64,5")]
 
+# session 12 (--s12): (variant, num_splits, config).  Where KV 4k's ~8 us of fixed cost a call may go that no kernel
+# change of session 11 touched: the graph itself.  A split call captured in a CUDA graph took zeroed merge counters
+# of its own (torch.zeros: a fill kernel before every decode kernel in the graph, a launch and a drain of ~1-2 us
+# of ~38 us); "gcount" takes them from a pool made before the capture (one slice a capture and stream: no fill
+# kernel).  "pdl" launches the kernel with programmatic stream serialization, griddepcontrol.wait first (nothing
+# read or written before the previous kernel has finished) and launch_dependents right after, so that the next
+# decode call's blocks are placed while this one streams and start the moment it ends (its launch and ramp overlap
+# the tail: the last tiles and the merges); "pdlwait" without the trigger (the next kernel's blocks are placed as
+# this one's exit).  "tmerge,pdl" without gcount: the fill kernels between the calls hold the programmatic launch
+# back (a kernel launched without the attribute), so it shows how much of pdl needs gcount.
+# The H200 run of 07:48 (7 interleaved rounds, bf16 / fp16; KV 4k / 8k / 16k / 64k): the default 77.8 / 82.7, 91.8 /
+# 92.9, 99.6 / 99.7, 104.9 / 104.5% (SDPA 80.4 / 84.2, 93.0 / 94.5, 99.7 / 99.6, 105.5 / 105.4); gcount 80.2 / 85.2,
+# 93.9 / 94.5, 100.5, 105.1 / 103.9; gcount,pdl 65.5 / 70.9, 76.4 / 75.6, 78.7 / 78.3, 81.2 / 84.3; gcount,pdlwait
+# 80.9 / 85.6, 94.7 / 94.6, 100.7 / 100.7, 105.2 / 104.6 (the GQA default since); pdl 79.8 / 81.9, 92.6 / 92.5, 99.5 /
+# 99.4, 104.9 / 102.5.  MQA (16k / 64k, both dtypes within 0.1): default 44.4 / 73.0, cmerge,cover,gcount 45.8 / 63.2,
+# with pdl 46.7 / 64.1 (the default below 32k keys since), cover,tmerge,gcount 42.5 / 73.8 (the default from 32k
+# since), with pdl 35.2 / 59.0; SDPA 56-60 / 70-71.
+S12_GQA = [("tmerge,gcount", None, None), ("tmerge,gcount,pdl", None, None), ("tmerge,gcount,pdlwait", None, None),
+           ("tmerge,pdl", None, None)]
+# MQA (DECODE_S12_KIND=mqa): the defaults (cover,cmerge below 32k keys, cover,tmerge from there) with gcount, and
+# with pdl (the cluster launch of cmerge takes the attribute as well)
+S12_MQA = [("cmerge,cover,gcount", None, None), ("cmerge,cover,gcount,pdl", None, None),
+           ("cover,tmerge,gcount", None, None), ("cover,tmerge,gcount,pdl", None, None)]
+
 
 def label(v, n, c) -> str:
     return "new" + (f" {v}" if v else "") + (f" s={n}" if n else "") + (f" {c}" if c else "")
@@ -175,19 +201,22 @@ def s10_table(roof: float, mqa: bool) -> list:
     return rows
 
 
-def s11_table(roof: float) -> list:
-    """Session 11: the GQA candidates of ``S11_GQA`` against SDPA and the default, GPU time in CUDA graphs replayed
-    in interleaved rounds (the module docstring); every candidate checked against float64 before it is timed."""
+def s11_table(roof: float, tag: str = "S11") -> list:
+    """Session 11 (``tag`` "S11") or 12 ("S12"): the GQA candidates of ``S11_GQA`` (``S12_GQA``) against SDPA and the
+    default, GPU time in CUDA graphs replayed in interleaved rounds (the module docstring); every candidate checked
+    against float64 before it is timed.  ``DECODE_<tag>_KIND=mqa``: the MQA table (``S11_MQA`` / ``S12_MQA``)."""
     import statistics
 
-    mqa = os.environ.get("DECODE_S11_KIND") == "mqa"
-    hkv, table = (1, S11_MQA) if mqa else (HKV, S11_GQA)
-    pick = os.environ.get("DECODE_S11_CANDS")
+    env = f"DECODE_{tag}_"
+    mqa = os.environ.get(env + "KIND") == "mqa"
+    tables = {"S11": (S11_GQA, S11_MQA), "S12": (S12_GQA, S12_MQA)}[tag]
+    hkv, table = (1, tables[1]) if mqa else (HKV, tables[0])
+    pick = os.environ.get(env + "CANDS")
     cands = [table[int(i)] for i in pick.split(",")] if pick else table
-    lens = [int(x) for x in os.environ.get("DECODE_S11_LENS", "16384,65536" if mqa else "4096,8192,16384,65536")
+    lens = [int(x) for x in os.environ.get(env + "LENS", "16384,65536" if mqa else "4096,8192,16384,65536")
             .split(",")]
-    dtypes = [getattr(torch, n) for n in os.environ.get("DECODE_S11_DTYPES", "bfloat16,float16").split(",")]
-    rounds = int(os.environ.get("DECODE_S11_ROUNDS", "7"))
+    dtypes = [getattr(torch, n) for n in os.environ.get(env + "DTYPES", "bfloat16,float16").split(",")]
+    rounds = int(os.environ.get(env + "ROUNDS", "7"))
     cols = ["SDPA", "new"] + [label(*c) for c in cands]
     graphs, cells, gbs = {}, {}, {}  # (dtype, L, column) -> CUDA graph / text instead of a rate; (dtype, L) -> GB
     inputs = []  # every graph's q and KV caches: a graph replays their addresses, so they live until the timing ends
@@ -226,7 +255,7 @@ def s11_table(roof: float) -> list:
         for key, graph in graphs.items():
             times[key].append(replay_ms(graph))
     del inputs
-    rows = [f"S11-{'MQA' if mqa else 'GQA'}, GPU time in a CUDA graph (two KV caches alternated), median of {rounds} "
+    rows = [f"{tag}-{'MQA' if mqa else 'GQA'}, GPU time in a CUDA graph (two KV caches alternated), median of {rounds} "
             f"interleaved rounds (min-max): batch {B}, {H} query heads, {hkv} KV heads, head dim {D}; GB/s of K and V "
             f"read (% of the copy bandwidth {roof:.0f} GB/s); s=N: num_splits forced.", "",
             "| dtype | KV | " + " | ".join(cols) + " |", "|---|---|" + "---|" * len(cols)]
@@ -353,14 +382,16 @@ def mqa_table(roof: float) -> list:
 
 def main() -> None:
     roof = copy_bandwidth("cuda", False)
-    if "--s11" in sys.argv or os.environ.get("DECODE_SPLITS") == "s11":
-        rows = s11_table(roof)
-        print("\n".join(rows))
-        # (the kind and the candidates in the name: two commands of one minute must not overwrite each other's file)
-        name = "decode-splits-s11-" + os.environ.get("DECODE_S11_KIND", "gqa") + "".join(
-            f"-{c}" for c in os.environ.get("DECODE_S11_CANDS", "").split(",") if c)
-        print("saved", save(name, rows))
-        return
+    for tag in ("S11", "S12"):
+        if f"--{tag.lower()}" in sys.argv or os.environ.get("DECODE_SPLITS") == tag.lower():
+            rows = s11_table(roof, tag)
+            print("\n".join(rows))
+            # (the kind and the candidates in the name: two commands of one minute must not overwrite each other's
+            # file)
+            name = f"decode-splits-{tag.lower()}-" + os.environ.get(f"DECODE_{tag}_KIND", "gqa") + "".join(
+                f"-{c}" for c in os.environ.get(f"DECODE_{tag}_CANDS", "").split(",") if c)
+            print("saved", save(name, rows))
+            return
     if "--s10" in sys.argv or os.environ.get("DECODE_SPLITS") == "s10":
         rows = s10_table(roof, False) + [""] + s10_table(roof, True)
         print("\n".join(rows))

@@ -37,7 +37,12 @@ kfn = cd.load_function(b"\x7fELF" + bytes(100), "k", 0)
 types, values = ("ptr", "ptr", "ptr", "i32"), (1 << 32, 2 << 32, 3 << 32, 1024)
 def ours():
     kfn.launch((8, 1, 1), (128, 1, 1), 0, 0, types, values)
-cases = [("tilewright CudaFunction.launch (cuda.bindings)", ours)]
+kfn_pdl = cd.load_function(b"\x7fELF" + bytes(100), "k", 0)
+kfn_pdl.launch_programmatic()
+def ours_pdl():
+    kfn_pdl.launch((8, 1, 1), (128, 1, 1), 0, 0, types, values)
+cases = [("tilewright CudaFunction.launch (cuda.bindings)", ours),
+         ("tilewright CudaFunction.launch, programmatic (cuLaunchKernelEx, cached config)", ours_pdl)]
 try:
     from cuda.core import Device, LaunchConfig, ObjectCode, Stream, launch
 except ImportError:

@@ -15,6 +15,7 @@ from tilewright.fuzz import ops_cases
 from tilewright.fuzz.ops_cases_s11 import OPS_S11, _matmul_def_config
 from tilewright.fuzz.runner import run_case
 from tilewright.fuzz.templates import TEMPLATES
+from tilewright.ops import decode_kernels as dk
 
 pytest.importorskip("torch")
 SM90 = ("emulator:sm_90a",)
@@ -79,8 +80,10 @@ def _decode_variant(group, sk, mqa_from, splits):
     return [key for key, _ in ops_cases.BUILT if key[0] == "decode"][-1][-1]
 
 
-@pytest.mark.parametrize("group, mqa_from, want", [(4, None, ("tmerge",)), (24, 1, ("cmerge", "cover")),
-                                                    (24, 0, ("cover", "tmerge")), (24, -1, ("cover", "tmerge"))])
+@pytest.mark.parametrize("group, mqa_from, want", [(4, None, dk.DEFAULT_VARIANT["gqa"]),
+                                                    (24, 1, dk.DEFAULT_VARIANT["mqa"]),
+                                                    (24, 0, dk.DEFAULT_VARIANT["mqa_long"]),
+                                                    (24, -1, dk.DEFAULT_VARIANT["mqa_long"])])
 def test_the_decode_cases_take_the_default_merges(group, mqa_from, want):
     assert _decode_variant(group, 513, mqa_from, 8) == want
 
@@ -89,12 +92,10 @@ def test_the_shipped_mqa_boundary_and_tree_sets():
     """The real MQA_LONG_FROM (too many keys for the emulator) on the plan alone; the forced split counts
     of the template cover sets of 8, 4, 2 and none."""
     from tilewright.fuzz.ops_cases_s11 import SPLITS
-    from tilewright.ops import decode_kernels as dk
-
     at = dk.MQA_LONG_FROM
-    assert dk.decode_config(128, 232448, 32, "cuda -arch=sm_90a", at - 1)[4] == ("cmerge", "cover")
-    assert dk.decode_config(128, 232448, 32, "cuda -arch=sm_90a", at)[4] == ("cover", "tmerge")
-    assert dk.decode_config(128, 232448, 16, "cuda -arch=sm_90a", at)[4] == ("tmerge",)
+    assert dk.decode_config(128, 232448, 32, "cuda -arch=sm_90a", at - 1)[4] == ("cmerge", "cover", "gcount", "pdl")
+    assert dk.decode_config(128, 232448, 32, "cuda -arch=sm_90a", at)[4] == ("cover", "gcount", "tmerge")
+    assert dk.decode_config(128, 232448, 16, "cuda -arch=sm_90a", at)[4] == ("gcount", "pdlwait", "tmerge")
     assert {dk.merge_set(s, ("tmerge",)) for s in SPLITS if s} == {1, 2, 4, 8}
 
 

@@ -14,7 +14,7 @@ from zoo import close, f64, poisoned, rand
 
 import tilewright as tw
 import tilewright.language as T
-from tilewright.errors import ArgumentError, CompileError, TilewrightWarning
+from tilewright.errors import ArgumentError, CompileError
 from tilewright.jit.sequence import KernelSequence
 
 BACKENDS = [("interpret", None), ("cuda -arch=sm_90a", "emulator"), ("hip -arch=gfx942", "emulator")]
@@ -83,14 +83,18 @@ def pdl_pair(N):
     return main
 
 
-def test_pdl_hints_in_a_kernel_sequence_warn_and_compute_the_same(rng):
+def test_pdl_in_a_kernel_sequence_computes_the_same(rng):
+    """T.pdl_trigger / T.pdl_sync are programmatic dependent launch (sm_90+): the second kernel waits for the
+    first before reading what it wrote; the emulator runs the kernels in order."""
     N = 128
-    with pytest.warns(TilewrightWarning, match=r"T.pdl_(trigger|sync)\(\) has no effect"):
-        func = pdl_pair(N)
+    func = pdl_pair(N)
     k = tw.compile(func, target="cuda -arch=sm_90a", execution_backend="emulator")
     a, b, c = rand(rng, (N,)), poisoned((N,)), poisoned((N,))
     k(a, b, c)
     close(c, f64(a)[::-1] * 3 - 1)
+    src = k.get_kernel_source()
+    first, second = src.split("main_kernel1")[0], src.split("main_kernel1")[1]
+    assert "griddepcontrol.launch_dependents;" in first and "griddepcontrol.wait;" in second
 
 
 def test_kernel_sequence_sources_in_launch_order():

@@ -79,7 +79,7 @@ def test_fill_splits_at_the_benchmark_shape(monkeypatch):
     monkeypatch.delenv("TILEWRIGHT_DECODE_VARIANT")
     monkeypatch.delenv("TILEWRIGHT_DECODE_CONFIG")
     cfg = dk.decode_config(128, SMEM[SM90], 4, SM90, 4096)
-    assert cfg == (16, 64, 2, 128, ("tmerge",))
+    assert cfg == (16, 64, 2, 128, dk.DEFAULT_VARIANT["gqa"])
     assert dk.decode_splits(64, 64, None, 128, cfg, SMEM[SM90], 132) == 4
 
 

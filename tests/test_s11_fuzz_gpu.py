@@ -19,6 +19,7 @@ from tilewright.fuzz import ops_cases  # noqa: E402
 from tilewright.fuzz.ops_cases_s11 import OPS_S11  # noqa: E402
 from tilewright.fuzz.runner import run_case  # noqa: E402
 from tilewright.fuzz.templates import TEMPLATES  # noqa: E402
+from tilewright.ops import decode_kernels as dk  # noqa: E402
 
 GPU = ("gpu",)
 
@@ -59,4 +60,4 @@ def test_mqa_decode_at_the_shipped_long_cache_boundary(sk, splits):
     outcome = run_case(tpl.make(p), "gpu")
     assert outcome.status == "ok", (p, outcome)
     variants = {key[-1] for key, _ in ops_cases.BUILT if key[0] == "decode"}
-    assert variants == {("cover", "tmerge") if sk >= 32768 else ("cmerge", "cover")}, variants
+    assert variants == {dk.DEFAULT_VARIANT["mqa_long" if sk >= 32768 else "mqa"]}, variants

@@ -164,14 +164,16 @@ def test_defaults_by_group_and_none(monkeypatch):
 
 
 def test_mqa_default_is_cover_cmerge_where_clusters_exist(monkeypatch):
-    """The measured default (H200, 22:32): MQA (group > 16) takes cover,cmerge on a target with clusters; without
-    clusters the default is the plain kernel (16-row slices), while a chosen variant only loses cmerge."""
+    """The measured default (H200, 22:32; session 12's 07:48 added gcount,pdl): MQA (group > 16) takes cover,cmerge
+    on a target with clusters; without clusters the default is the plain kernel (16-row slices), while a chosen
+    variant only loses cmerge."""
     monkeypatch.delenv("TILEWRIGHT_DECODE_VARIANT", raising=False)
     monkeypatch.delenv("TILEWRIGHT_DECODE_CONFIG", raising=False)
-    assert dk.decode_config(128, 232448, 32, SM90) == (32, 64, 2, 128, ("cmerge", "cover"))
+    assert dk.decode_config(128, 232448, 32, SM90) == (32, 64, 2, 128, ("cmerge", "cover", "gcount", "pdl"))
     assert dk.decode_config(128, 166912, 32, SM80) == (16, 64, 2, 128, ())
     assert dk.decode_config(128, 232448, 32, "interpret") == (16, 64, 2, 128, ())
-    assert dk.decode_config(128, 232448, 4, SM90) == (16, 64, 2, 128, ("tmerge",))  # GQA: session 10's tmerge
+    # GQA: session 10's tmerge, session 12's gcount,pdlwait
+    assert dk.decode_config(128, 232448, 4, SM90) == (16, 64, 2, 128, ("gcount", "pdlwait", "tmerge"))
     monkeypatch.setenv("TILEWRIGHT_DECODE_VARIANT", "cmerge,cover")
     assert dk.decode_config(128, 166912, 32, SM80) == (32, 64, 2, 128, ("cover",))
 
@@ -183,4 +185,4 @@ def test_mqa_default_runs(emulate, monkeypatch):
     monkeypatch.delenv("TILEWRIGHT_DECODE_VARIANT")
     _run(2, 32, 1, 600, 128, torch.float16, [600, 333], 8, seed=11)
     (key,) = built
-    assert key[-1] == ("cmerge", "cover") and key[9] == 32
+    assert key[-1] == ("cmerge", "cover", "gcount", "pdl") and key[9] == 32

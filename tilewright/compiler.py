@@ -291,7 +291,20 @@ def _spec(func: t.PrimFunc, tgt: Target, **built) -> LaunchSpec:
     kernel = kernel_of(func)
     return LaunchSpec(vendor=tgt.kind, arch=tgt.arch, func_name=func.name, grid=kernel.grid,
                       params=tuple(func.params), dyn_vars=tuple(func.dyn_vars),
-                      cluster_dims=cluster_dims_for(kernel, tgt), **built)
+                      cluster_dims=cluster_dims_for(kernel, tgt), programmatic=_programmatic(kernel, tgt), **built)
+
+
+def _programmatic(kernel: t.Kernel, tgt: Target) -> bool:
+    """Is ``kernel`` launched with programmatic stream serialization: it waits for the previous kernel
+    itself (``T.pdl_sync``: a ``GridDependency`` wait) on a CUDA target that has it (sm_90 and newer)."""
+    from .ir import thread as th
+    from .ir.visitor import walk
+
+    if not (tgt.is_cuda and tgt.has("cluster")):
+        return False
+    found = []
+    walk(kernel, lambda s: found.append(s) if isinstance(s, th.GridDependency) and s.action == "wait" else None)
+    return bool(found)
 
 
 def _spec_of(func: t.PrimFunc, tgt: Target, thread_kernel, source: str) -> LaunchSpec:

@@ -193,7 +193,7 @@ class Printer:
                             th.TmaStoreWait)):
             self.tma(s, d)
         elif isinstance(s, (th.MbarrierArrive, th.MbarrierExpectTx, th.NamedBarrier, th.SetMaxNReg,
-                            th.FenceProxyAsync, th.ClusterBarrier)):
+                            th.FenceProxyAsync, th.ClusterBarrier, th.GridDependency)):
             self.sync(s, d)
         elif isinstance(s, (th.Wgmma, th.WgmmaFence, th.WgmmaCommit, th.WgmmaWait)):
             self.wgmma(s, d)

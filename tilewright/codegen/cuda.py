@@ -535,6 +535,11 @@ class CudaPrinter(Printer):
             self.emit(d, f'asm volatile("setmaxnreg.{kind}.sync.aligned.u32 {int(s.count)};\\n" ::: "memory");')
         elif isinstance(s, th.FenceProxyAsync):
             self.emit(d, 'asm volatile("fence.proxy.async.shared::cta;\\n" ::: "memory");')
+        elif isinstance(s, th.GridDependency):
+            if self.k.target.has("cluster"):  # (sm_90 and newer: programmatic dependent launch)
+                self.emit(d, f'asm volatile("griddepcontrol.{s.action};\\n" ::: "memory");')
+            else:
+                self.emit(d, f"// griddepcontrol.{s.action}: no programmatic dependent launch before sm_90")
         else:
             super().sync(s, d)
 

@@ -618,6 +618,9 @@ class HipPrinter(Printer):
             )
 
     def sync(self, s, d: int) -> None:
+        if isinstance(s, th.GridDependency):  # (HIP launches in stream order: the previous kernel has finished)
+            self.emit(d, f"// griddepcontrol.{s.action}: no programmatic dependent launch on AMD")
+            return
         if isinstance(s, th.FenceProxyAsync):
             # AMD has no separate async proxy: LDS writes are ordered for later reads without a fence
             self.emit(d, "// fence.proxy.async: nothing to order on AMD")

@@ -290,6 +290,21 @@ class FenceProxyAsync(Stmt):
 
 
 @dataclass(eq=False)
+class GridDependency(Stmt):
+    """Programmatic dependent launch (sm_90+), ``T.pdl_sync`` / ``T.pdl_trigger``.  ``action`` "wait":
+    ``griddepcontrol.wait``, the executing thread waits until the grids this launch depends on have completed
+    and their memory is visible (at once when it was launched without the programmatic attribute: the stream
+    order already did that); a kernel holding one is launched with programmatic stream serialization
+    (``LaunchSpec.programmatic``), so every global access it makes before its wait must not depend on the
+    previous kernel.  "launch_dependents": ``griddepcontrol.launch_dependents``, the block allows the next
+    programmatic launch to start its blocks (they run until their own wait).  Elsewhere (before sm_90, AMD,
+    the emulator, which runs launches in order) neither has anything to do."""
+
+    action: str  # "wait" or "launch_dependents"
+    loc: Any = None
+
+
+@dataclass(eq=False)
 class LoadMatrix(Stmt):
     """ldmatrix: the warp loads ``num`` (1, 2, 4) 8x8 matrices of 16-bit elements from shared memory.
     Lane ``l`` supplies ``src_index`` = the element offset of row ``l % 8`` of matrix ``l // 8``.

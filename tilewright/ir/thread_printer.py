@@ -61,6 +61,8 @@ def thread_stmt_lines(s) -> list[str]:
         return [f"setmaxnreg.{'inc' if s.increase else 'dec'}({s.count})"]
     if isinstance(s, th.FenceProxyAsync):
         return ["fence_proxy_async()"]
+    if isinstance(s, th.GridDependency):
+        return [f"griddepcontrol.{s.action}()"]
     if isinstance(s, th.Comment):
         return [f"# {s.text}"]
     if isinstance(s, th.MbarrierInit):
@@ -98,6 +100,8 @@ def thread_stmt_lines(s) -> list[str]:
         return [f"set_max_nreg({s.count}, {'inc' if s.increase else 'dec'})"]
     if isinstance(s, th.FenceProxyAsync):
         return ["fence_proxy_async()"]
+    if isinstance(s, th.GridDependency):
+        return [f"griddepcontrol.{s.action}()"]
     return [f"<{name}>"]
 
 

@@ -1502,20 +1502,23 @@ def align_up(x, y):
 
 
 def pdl_trigger():
-    """TileLang's programmatic-dependent-launch trigger (``griddepcontrol.launch_dependents``).
-    tilewright launches kernels without PDL, so the next kernel starts after this one has finished
-    — exactly what a trigger at any point allows: nothing to emit."""
-    _b.current()
-    _no_effect("T.pdl_trigger()", "kernels are launched without programmatic dependent launch (each one starts "
-               "after the previous one has finished)", "remove it to silence this warning")
+    """Programmatic dependent launch (sm_90+): this block lets the next kernel of the stream start its blocks
+    now, if that kernel waits for this one with ``T.pdl_sync`` (``griddepcontrol.launch_dependents``; a
+    block that exits without it counts as having triggered).  Nothing to do elsewhere (``ir.thread.GridDependency``)."""
+    from ..ir import thread as _th
+
+    _b.current().emit(_th.GridDependency("launch_dependents"))
 
 
 def pdl_sync():
-    """TileLang's wait for the previous kernel under programmatic dependent launch
-    (``griddepcontrol.wait``): without PDL the previous kernel has already finished."""
-    _b.current()
-    _no_effect("T.pdl_sync()", "kernels are launched without programmatic dependent launch, so the previous "
-               "kernel has finished before this one starts", "remove it to silence this warning")
+    """Programmatic dependent launch (sm_90+): wait here until the previous kernel of the stream has
+    finished and its writes are visible (``griddepcontrol.wait``).  A kernel holding it is launched with
+    programmatic stream serialization on a CUDA target of sm_90 or newer: it may start while the previous
+    kernel still runs, so nothing before the wait may read what that kernel writes, or write what it reads.
+    Elsewhere the previous kernel has already finished (``ir.thread.GridDependency``)."""
+    from ..ir import thread as _th
+
+    _b.current().emit(_th.GridDependency("wait"))
 
 
 def disable_warp_group_reg_alloc():

@@ -109,6 +109,19 @@ VARIANTS = {
           "of two warpgroups (which would make it 384 threads, one block a SM)",
     "fill": "split count: one block a SM (SMs // groups splits, at least 2, each range at least 4 key blocks) "
             "instead of 2 x SMs / groups: fewer partials to merge (MQA: 16 splits of 8 groups, not 33)",
+    # Session 12.  A split call captured in a CUDA graph took zeroed merge counters of its own (torch.zeros: a
+    # fill kernel in the graph before every decode kernel, and a node that holds back a programmatic launch); the
+    # kernel leaves its counters zero, so the calls captured on one stream of one capture can share one zeroed
+    # buffer (_capture_counters).  Measured (07:48): the fill cost 1.1-1.2 us of GPU time a call at KV 4k (40.6 ->
+    # 39.4 us bf16, 38.2 -> 37.1 us fp16), and pdlwait on top another 0.1-0.3 us.
+    "gcount": "a split call captured in a CUDA graph takes its merge counters from a zeroed buffer of its capture "
+              "sequence and stream (one fill kernel a graph and stream) instead of a fill kernel of its own",
+    "pdl": "programmatic dependent launch (sm_90+): the kernel starts with griddepcontrol.wait (T.pdl_sync: nothing "
+           "is read or written before the previous kernel of the stream has finished) and then lets the next "
+           "kernel's blocks start (T.pdl_trigger), so that a following decode call's launch and block placement "
+           "overlap this call's tail (its last tiles and the merge); launched with programmatic stream serialization",
+    "pdlwait": "as pdl without the trigger: the next kernel may start its blocks once this one's have exited (their "
+               "placement overlaps the end of the grid, not its tail of merges)",
 }
 
 
@@ -126,7 +139,17 @@ VARIANTS = {
 # rows is longer; the cluster launch streams slower), crossing near 26k keys: "mqa_long" (MQA_LONG_FROM keys of
 # cache or more) takes cover,tmerge.  Defaults measured on the H200 only: a target without clusters (before sm_90,
 # AMD) keeps the plain kernel (see decode_config).
-DEFAULT_VARIANT = {"mqa": ("cmerge", "cover"), "mqa_long": ("cover", "tmerge"), "gqa": ("tmerge",)}
+# Session 12 (the H200 run of 07:48, bench/decode_splits.py --s12, CUDA graphs in 7 interleaved rounds, bf16 / fp16):
+# GQA gcount,pdlwait 80.9 / 85.6% at KV 4k against the default's 77.8 / 82.7% (SDPA 80.4 / 84.2%; the whole run sat ~3
+# points below session 11's at 4k bf16, SDPA too), 94.7 / 94.6% at 8k (91.8 / 92.9), 100.7% at 16k (99.6-99.7), 105.2
+# / 104.6% at 64k (104.9 / 104.5); gcount alone 80.2 / 85.2, 93.9 / 94.5, 100.5, 105.1 / 103.9; pdl with the early
+# trigger 65-84% (not explained; a guess: the next call's blocks take the free slots while this one streams and
+# are left unevenly spread), pdl without gcount 79.8 / 81.9% at 4k (the fill kernels between the calls hold the
+# programmatic launch back).
+# MQA: cmerge,cover,gcount,pdl 46.7% at 16k (both dtypes) against the default's 44.4% (gcount alone 45.8; SDPA
+# 56-60%); at 64k cover,tmerge,gcount 73.8 / 73.9% against 72.9 / 73.1% (with pdl 59%; the cmerge ones 63-64%).
+DEFAULT_VARIANT = {"mqa": ("cmerge", "cover", "gcount", "pdl"), "mqa_long": ("cover", "gcount", "tmerge"),
+                   "gqa": ("gcount", "pdlwait", "tmerge")}
 MQA_LONG_FROM = 32768
 # and their configuration by (kind, head dim) ("block_N,stages[,threads]" as TILEWRIGHT_DECODE_CONFIG; none: the
 # rule of decode_config) where neither variable is set
@@ -404,6 +427,10 @@ def decode_fwd(heads, kv_heads, dim, dtype, has_cache, splits, k_hc, v_hc, block
                 mw = T.alloc_fragment((rpr,), accum)
                 md = T.alloc_fragment((rpr,), accum)
 
+            if "pdl" in variant or "pdlwait" in variant:
+                T.pdl_sync()  # (first: every global access below may depend on the previous kernel)
+                if "pdl" in variant:
+                    T.pdl_trigger()
             kvh = by // slices
             first = (by % slices) * block_H  # first query row of this block within the group
             q_row = T.alloc_var("int32", 0)
@@ -610,7 +637,7 @@ def _torch():
 class _DecodePlan:
     """What a call signature decides: the kernel, the split count and the scalar arguments."""
 
-    __slots__ = ("dim", "fwd", "heads", "rows", "splits", "tail", "counters")
+    __slots__ = ("dim", "fwd", "heads", "rows", "splits", "tail", "counters", "graph_counters")
 
 
 _plans: dict = {}  # dense key (attention_dispatch._dense_key) -> _DecodePlan
@@ -677,18 +704,67 @@ def _stream_workspace(device, dev: int, stream: int, numel: int, n: int) -> tupl
     return hit
 
 
-def _partials_and_counter(device, numel: int, n: int) -> tuple:
+def _partials_and_counter(device, numel: int, n: int, per_capture: bool = False) -> tuple:
     """(float32 partials of ``numel`` elements, ``n`` int32 counters) as tensors, from the
     workspace of the current stream of ``device`` (``_stream_workspace``); new ones while a CUDA
-    graph is being captured there (``_capturing``)."""
+    graph is being captured there (``_capturing``), the counters of the capture and stream
+    (``_capture_counters``) when ``per_capture`` ("gcount")."""
     dev = _device_index(device)
     if _capturing(dev):
         torch = _torch()
+        cnt = _capture_counters(device, dev, n) if per_capture else None
         return (torch.empty(numel, dtype=torch.float32, device=device),
-                torch.zeros(n, dtype=torch.int32, device=device))
+                cnt if cnt is not None else torch.zeros(n, dtype=torch.int32, device=device))
     key = (dev, _stream(dev))
     _stream_workspace(device, dev, key[1], numel, n)
     return _partials[key][:numel], _counters[key][:n]
+
+
+_graph_counters: dict = {}  # (device index, capture id, stream) -> (offset, count) in the device's pool ("gcount")
+_counter_pools: dict = {}  # device index -> [int32 zeros made outside any capture, next free offset]
+GRAPH_COUNTER_POOL = 1 << 18  # int32 counters a device keeps for captured split calls (1 MiB)
+
+
+def graph_counter_pool(device, dev: int) -> None:
+    """Make device ``dev``'s pool of zeroed counters for captured calls ("gcount"), once and outside
+    any capture (a plan's first call that is not captured): made on the current stream, which is then
+    waited for, so that a graph replayed on any stream finds it zero."""
+    if dev < 0 or dev in _counter_pools or _torch().version.hip or _capturing(dev):
+        return
+    torch = _torch()
+    pool = torch.zeros(GRAPH_COUNTER_POOL, dtype=torch.int32, device=device)
+    torch.cuda.current_stream(device).synchronize()
+    _counter_pools[dev] = [pool, 0]
+
+
+def _capture_counters(device, dev: int, n: int):
+    """``n`` zeroed int32 merge counters for a split call being captured on the current stream of
+    ``device``, shared by every call captured on that stream in the same capture sequence ("gcount"):
+    they replay in stream order, each leaving the counters zero, so the graph needs no fill kernel
+    for them; a stream the capture forks into gets its own (its calls may run beside the others),
+    and so does every capture (its graph may replay beside another's).  A slice of the device's
+    pool (``graph_counter_pool``), never given to anything else (a graph replays the address for as
+    long as it lives, and nothing says when it is destroyed).  None (the caller then makes zeros of
+    its own, a fill kernel) where there is no pool, the pool is used up or the capture sequence
+    cannot be told.  A call needing more counters than its stream's slice takes a new slice."""
+    held = _counter_pools.get(dev)
+    if held is None:
+        return None
+    from ..runtime.cuda_driver import capture_sequence
+
+    stream = _stream(dev)
+    seq = capture_sequence(stream)
+    if seq is None:
+        return None
+    key = (dev, seq, stream)
+    got = _graph_counters.get(key)
+    if got is None or got[1] < n:
+        pool, free = held
+        if free + n > pool.numel():
+            return None
+        got = _graph_counters[key] = (free, n)
+        held[1] = free + n
+    return held[0][got[0]:got[0] + n]
 
 
 _capture_query: list = []  # torch's "is the current stream capturing a graph?", found on first use
@@ -786,7 +862,7 @@ def attention_decode(q, k, v, causal, scale, max_q, cache_lens, num_splits, want
     if plan.splits == 1:
         opart, lpart, cnt = _dummy(q.device, D)
     else:
-        ws, cnt = _partials_and_counter(q.device, plan.splits * B * H * (D + 1), plan.counters)
+        ws, cnt = _partials_and_counter(q.device, plan.splits * B * H * (D + 1), plan.counters, plan.graph_counters)
         opart = ws[:plan.splits * B * H * D].view(plan.splits * B * H, D)
         lpart = ws[plan.splits * B * H * D:]
     plan.fwd(qv, kv, vv, out.view(B * H, D), lse.view(B * H), opart, lpart, cnt, lens, *plan.tail)
@@ -809,6 +885,9 @@ def _make_plan(q, k, scale, num_splits, has_cache, k_hc, v_hc, strides) -> _Deco
     plan = _DecodePlan()
     plan.splits = decode_splits(B * Hkv * slices, -(-Sk // bN), num_splits, D, cfg, ad._shared_bytes(q), ad._NUM_SMS)
     plan.counters = decode_counters(B * Hkv * slices, plan.splits, cfg[4])
+    plan.graph_counters = "gcount" in cfg[4]
+    if plan.graph_counters and plan.splits > 1:
+        graph_counter_pool(q.device, _device_index(q.device))
     dtype = ad._dtype_name(q)
     flags = (H, Hkv, D, dtype, has_cache, plan.splits, k_hc, v_hc) + cfg
     # (through attention_dispatch's names: tests that compile its kernels for another target catch these too)

@@ -262,7 +262,7 @@ class _StmtLowering:
         if isinstance(s, (t.Annotate, t.Evaluate)):
             return []
         if isinstance(s, (th.Barrier, th.AsyncCommit, th.AsyncWait, th.Comment, th.FenceProxyAsync, th.SetMaxNReg,
-                          th.NamedBarrier, th.ClusterBarrier)):
+                          th.NamedBarrier, th.ClusterBarrier, th.GridDependency)):
             return [s]
         if isinstance(s, th.MbarrierArrive):
             return [th.MbarrierArrive(ctx.shared_flat(s.bar), lower_expr(ctx, s.index, env),

@@ -350,6 +350,39 @@ class CudaFunction:
             driver.CUresult.CUDA_ERROR_CONTEXT_IS_DESTROYED,
         }
 
+    def launch_programmatic(self) -> None:
+        """Launch this kernel with programmatic stream serialization from now on (``cuLaunchKernelEx`` with
+        ``CU_LAUNCH_ATTRIBUTE_PROGRAMMATIC_STREAM_SERIALIZATION``): it may start while the previous kernel
+        of the stream still runs, once that one's blocks have all run ``griddepcontrol.launch_dependents``
+        or exited; the kernel waits for it with ``griddepcontrol.wait`` (``T.pdl_sync``, which makes a
+        compiled kernel's ``LaunchSpec.programmatic``).  The same call shape as ``cuLaunchKernel``, so the
+        launch paths (``launch``, ``FixedCudaLaunch``) take it unchanged; the typed launch is off."""
+        driver = self._driver
+        attr = driver.CUlaunchAttribute()
+        attr.id = driver.CUlaunchAttributeID.CU_LAUNCH_ATTRIBUTE_PROGRAMMATIC_STREAM_SERIALIZATION
+        attr.value.programmaticStreamSerializationAllowed = 1
+        configs: dict = {}  # (grid, block, shared bytes, stream) -> its CUlaunchConfig, made once
+        launch_ex = driver.cuLaunchKernelEx
+
+        def launch(handle, gx, gy, gz, bx, by, bz, shared, stream, params, extra):
+            key = (gx, gy, gz, bx, by, bz, shared, stream)
+            cfg = configs.get(key)
+            if cfg is None:
+                if len(configs) > 256:
+                    configs.clear()
+                cfg = configs[key] = driver.CUlaunchConfig()
+                cfg.gridDimX, cfg.gridDimY, cfg.gridDimZ = gx, gy, gz
+                cfg.blockDimX, cfg.blockDimY, cfg.blockDimZ = bx, by, bz
+                cfg.sharedMemBytes = shared
+                cfg.hStream = driver.CUstream(stream)
+                cfg.attrs = [attr]
+                cfg.numAttrs = 1
+            return launch_ex(cfg, handle, params, extra)
+
+        self._launch_fn = launch
+        self.typed_launch = None
+        self._typed_handle = 0
+
     # ---------------------------------------------------------------- attributes
     def attribute(self, name: str) -> int:
         """A ``CU_FUNC_ATTRIBUTE_*`` value, e.g. ``attribute("NUM_REGS")``."""
@@ -620,6 +653,20 @@ def pointer_device_index(ptr: int) -> int | None:
     except Exception:  # noqa: BLE001 - unknown pointers are an answer, not an error
         return None
     return int(value) if err == driver.CUresult.CUDA_SUCCESS else None
+
+
+def capture_sequence(stream: int) -> int | None:
+    """The id of the graph capture sequence ``stream`` (a raw handle) is capturing into (unique over the
+    process's lifetime, shared by the streams a capture forks into), or None: not capturing, or the driver
+    did not answer."""
+    try:
+        driver = _driver()
+        got = driver.cuStreamGetCaptureInfo(driver.CUstream(stream))
+    except Exception:  # noqa: BLE001 - no answer is an answer: the caller does without the id
+        return None
+    if got[0] != driver.CUresult.CUDA_SUCCESS or got[1] != driver.CUstreamCaptureStatus.CU_STREAM_CAPTURE_STATUS_ACTIVE:
+        return None
+    return int(got[2])
 
 
 # ---------------------------------------------------------------- what runtime.launcher needs of a vendor

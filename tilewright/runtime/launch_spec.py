@@ -44,6 +44,9 @@ class LaunchSpec:
     # a thread-block cluster shape (three ints) the code object declares (__cluster_dims__); None: no cluster.
     # The launch needs a grid of whole clusters (checked per launch when the grid depends on the arguments)
     cluster_dims: tuple | None = None
+    # launched with programmatic stream serialization (CUDA sm_90+): the kernel holds a griddepcontrol.wait
+    # (``T.pdl_sync``) before anything that depends on the previous kernel, so it may start while that one runs
+    programmatic: bool = False
 
     @property
     def arg_types(self) -> tuple:

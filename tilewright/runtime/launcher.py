@@ -143,6 +143,8 @@ class Launcher:
             fn = self.runtime.load_function(self.spec.code_object, self.spec.kernel_name, dev)
             if self.spec.shared_bytes > 48 * 1024:
                 fn.set_max_dynamic_shared(self.spec.shared_bytes)
+            if getattr(self.spec, "programmatic", False):  # (a spec pickled before the field: False)
+                fn.launch_programmatic()
             self._functions[dev] = fn
         return fn
 

@@ -37,8 +37,8 @@ class StmtCompiler:
             return seq
         if isinstance(s, th.LocalDecl):
             return self.local_decl(s)
-        if isinstance(s, (th.SharedDecl, th.Comment)):
-            return None
+        if isinstance(s, (th.SharedDecl, th.Comment, th.GridDependency)):
+            return None  # (GridDependency: the emulator runs launches one after the other)
         if isinstance(s, th.GlobalDecl):
             return self.global_decl(s)
         if isinstance(s, t.LetStmt):
