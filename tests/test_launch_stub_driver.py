@@ -89,18 +89,36 @@ fn = rt.load_function(b"\x7fELF" + bytes(100), "k", 0)
 types = ("ptr", "ptr", "i32", "f32")
 launch = fn.fixed_launch((5, 1, 2), (256, 1, 1), 1024, types, (0x7F0000001000, 0x7F0000002000, 9, 0.5), 2)
 print(type(launch._typed).__name__)  # the driver call in use
-for a, b in ((0x7F0000003000, 0x7F0000004000), (0x7F0000005000, 0x7F0000006000)):
-    launch([a, b], 0x77)
-    grid = list((ctypes.c_uint * 8).in_dll(stub, "last_launch"))[:7]
+
+
+def check(pairs):
+    for a, b in pairs:
+        ctypes.c_void_p.in_dll(stub, "last_params").value = None
+        launch([a, b], 0x77)
+        grid = list((ctypes.c_uint * 8).in_dll(stub, "last_launch"))[:7]
+        ptrs = (ctypes.c_void_p * 4).from_address(ctypes.c_void_p.in_dll(stub, "last_params").value)
+        got = [ctypes.string_at(p, n) for p, n in zip(ptrs, (8, 8, 4, 4))]
+        assert grid == [5, 1, 2, 256, 1, 1, 1024], grid
+        assert ctypes.c_void_p.in_dll(stub, "last_stream").value == 0x77
+        assert got == [struct.pack("<Q", a), struct.pack("<Q", b), struct.pack("<i", 9), struct.pack("<f", 0.5)], got
+        if launch._typed is not None:  # a typed call that raises (a driver error): the general path launches
+            def refuse(*args):
+                raise RuntimeError("refused")
+            launch._typed = refuse
+
+
+check(((0x7F0000003000, 0x7F0000004000), (0x7F0000005000, 0x7F0000006000)))
+# switched at run time (bench/launch_overhead.py --paths both): each way delivers the same bytes
+have_typed = rt.typed_launch_call() is not None
+for on in (False, True, False):
+    assert launch.use_typed_launch(on) == (on and have_typed)
+    assert (launch._typed is not None) == (on and have_typed)
+    check(((0x7F0000007000 + on * 0x100, 0x7F0000008000),))
+    assert fn.use_typed_launch(on) == (on and have_typed)
+    ctypes.c_void_p.in_dll(stub, "last_params").value = None
+    fn.launch((5, 1, 2), (256, 1, 1), 1024, 0x77, types, (0x7F0000009000, 0x7F000000A000, 9, 0.5))
     ptrs = (ctypes.c_void_p * 4).from_address(ctypes.c_void_p.in_dll(stub, "last_params").value)
-    got = [ctypes.string_at(p, n) for p, n in zip(ptrs, (8, 8, 4, 4))]
-    assert grid == [5, 1, 2, 256, 1, 1, 1024], grid
-    assert ctypes.c_void_p.in_dll(stub, "last_stream").value == 0x77
-    assert got == [struct.pack("<Q", a), struct.pack("<Q", b), struct.pack("<i", 9), struct.pack("<f", 0.5)], got
-    if launch._typed is not None:  # a typed call that raises (a driver error): the general path launches
-        def refuse(*args):
-            raise RuntimeError("refused")
-        launch._typed = refuse
+    assert ctypes.string_at(ptrs[0], 8) == struct.pack("<Q", 0x7F0000009000)
 print("ok")
 """
 

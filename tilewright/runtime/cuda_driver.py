@@ -49,12 +49,14 @@ __all__ = [
     "device_name",
     "driver_available",
     "ensure_context",
+    "launch_path",
     "mem_alloc",
     "mem_free",
     "memcpy_dtoh",
     "memcpy_htod",
     "pointer_device_index",
     "synchronize",
+    "typed_launch_call",
 ]
 
 # Argument kinds (ARG_TYPES) and their packing are shared with the other vendor: launch_args.py.
@@ -398,6 +400,16 @@ class CudaFunction:
             )
         self._dynamic_shared_limit = nbytes
 
+    def use_typed_launch(self, on: bool) -> bool:
+        """From now on launch through the typed call (``typed_launch_call``) or through
+        ``driver.cuLaunchKernel``, whatever ``TILEWRIGHT_TYPED_LAUNCH`` said (an A/B bench switching
+        the launches of one process: bench/launch_overhead.py ``--paths``); the ``FixedCudaLaunch``
+        objects made before keep theirs (each has its own switch).  True when the typed call is in
+        use (False where this cuda-bindings has none)."""
+        self.typed_launch = typed_launch_call() if on else None
+        self._typed_handle = int(self.handle) if self.typed_launch is not None else 0
+        return self.typed_launch is not None
+
     # ---------------------------------------------------------------- launching
     def fixed_launch(self, grid, block, shared_bytes: int, arg_types: tuple, values, n_lead: int):
         """A ``FixedCudaLaunch`` of ``values`` (packed once), whose launches change only the
@@ -492,25 +504,40 @@ class CudaFunction:
         return msg
 
 
+_typed_call: list = []  # [cuda.bindings._v2.driver.launch_kernel, or None], looked up once
+
+
+def typed_launch_call():
+    """cuda-bindings' typed ``cuLaunchKernel`` (``cuda.bindings._v2.driver.launch_kernel``: the
+    handle, stream and parameter array as ints, ``None`` back or an exception on an error), or None
+    where this cuda-bindings has none (13.3.1 has none; 13.5.0 has it).  Looked up once."""
+    if not _typed_call:
+        try:
+            from cuda.bindings._v2.driver import launch_kernel
+        except ImportError:
+            launch_kernel = None
+        _typed_call.append(launch_kernel)
+    return _typed_call[0]
+
+
 def _typed_launch_kernel():
-    """cuda-bindings' typed ``cuLaunchKernel`` (``cuda.bindings._v2.driver.launch_kernel``: the handle,
-    stream and parameter array as ints, ``None`` back or an exception on an error) when
-    ``TILEWRIGHT_TYPED_LAUNCH`` asks for it and the module exists, else None.  Why a candidate: on
-    the CPU stub bench it took 326 ns a launch against 658 ns for ``driver.cuLaunchKernel`` (best of
-    30 interleaved blocks), which wraps every argument and returns a ``CUresult`` made per call.
-    Opt-in: the module's leading underscore says it may change, and the H200's cuda-bindings (13.3.1,
-    2026-12-02) has no such call, so there it is not measured (the variable changes nothing); there
-    the bare ``driver.cuLaunchKernel`` of a packed buffer took 5.2-6.1 us of host time, 0.56-0.60x of
-    a whole ``torch.add`` (bench/launch_overhead.py's pieces)."""
+    """The typed call (``typed_launch_call``) where ``TILEWRIGHT_TYPED_LAUNCH`` asks for it and it
+    exists, else None (``driver.cuLaunchKernel``).  Why a candidate: on the CPU stub bench it took
+    326 ns a launch against 658 ns for ``driver.cuLaunchKernel`` (best of 30 interleaved blocks),
+    which wraps every argument and returns a ``CUresult`` made per call.  Opt-in until the H200
+    says (bench/launch_overhead.py ``--paths both``: every ops row both ways, interleaved): the
+    module's leading underscore says it may change, and there the bare ``driver.cuLaunchKernel``
+    of a packed buffer took 5.2-6.1 us of host time, most of it the driver's own."""
     from .. import config
 
-    if str(config.get("typed_launch")).strip() not in ("1", "yes", "on", "true"):
+    if str(config.get("typed_launch")).strip().lower() not in ("1", "yes", "on", "true"):
         return None
-    try:
-        from cuda.bindings._v2.driver import launch_kernel
-    except ImportError:
-        return None
-    return launch_kernel
+    return typed_launch_call()
+
+
+def launch_path() -> str:
+    """Which driver call a CUDA launch made now goes through: ``"typed"`` or ``"bindings"``."""
+    return "bindings" if _typed_launch_kernel() is None else "typed"
 
 
 class FixedCudaLaunch:
@@ -528,10 +555,18 @@ class FixedCudaLaunch:
     def __init__(self, fn: CudaFunction, grid, block, shared: int, arg_types: tuple, args: FixedArgs):
         self._fn, self.args, self.arg_types = fn, args, arg_types
         self.grid, self.block, self.shared = tuple(grid), tuple(block), shared
-        self._typed = getattr(fn, "typed_launch", None)  # (only a function of the real driver has one)
-        handle = int(fn.handle) if self._typed is not None else fn.handle
-        self._prefix = (handle, *self.grid, *self.block, shared)
         self._launch, self._success = fn._launch_fn, fn._success
+        self._set_call(getattr(fn, "typed_launch", None))  # (only a function of the real driver has one)
+
+    def _set_call(self, typed) -> None:
+        self._typed = typed  # the typed driver call (ints only), or None: driver.cuLaunchKernel
+        handle = int(self._fn.handle) if typed is not None else self._fn.handle
+        self._prefix = (handle, *self.grid, *self.block, self.shared)
+
+    def use_typed_launch(self, on: bool) -> bool:
+        """``CudaFunction.use_typed_launch`` for this packed launch; True when the typed call is in use."""
+        self._set_call(typed_launch_call() if on else None)
+        return self._typed is not None
 
     def __call__(self, ptrs, stream: int) -> None:
         """Launch on ``stream`` with ``ptrs`` as the leading pointers."""
