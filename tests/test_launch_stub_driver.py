@@ -104,7 +104,7 @@ def check(pairs):
         if launch._typed is not None:  # a typed call that raises (a driver error): the general path launches
             def refuse(*args):
                 raise RuntimeError("refused")
-            launch._typed = refuse
+            launch._set_call(refuse)
 
 
 check(((0x7F0000003000, 0x7F0000004000), (0x7F0000005000, 0x7F0000006000)))
