@@ -32,7 +32,6 @@ this cuda-bindings has no typed call (13.3.1) the typed rows are left out and th
 from __future__ import annotations
 
 import argparse
-import gc
 import os
 import statistics
 import sys
@@ -173,8 +172,7 @@ class LaunchPaths:
 
     def refresh(self) -> None:
         """Find the launch objects again (after calls that may have made new ones)."""
-        kinds = {cuda_driver.CudaFunction, cuda_driver.FixedCudaLaunch}  # (type(): no proxy's __class__ is asked)
-        self.objs = [o for o in gc.get_objects() if type(o) in kinds]
+        self.objs = cuda_driver.launch_objects()
         self.current = None
 
     def use(self, path) -> None:

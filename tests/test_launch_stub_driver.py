@@ -65,7 +65,7 @@ def _run(module: str, stub: str, env: dict) -> str:
     return proc.stdout
 
 
-@pytest.mark.parametrize("typed", ["", "1"])  # TILEWRIGHT_TYPED_LAUNCH: cuda-bindings' typed launch_kernel
+@pytest.mark.parametrize("typed", ["0", "1"])  # TILEWRIGHT_TYPED_LAUNCH: cuda-bindings' typed launch_kernel
 def test_cuda_launch_reaches_the_driver_with_every_argument(stubs, typed):
     pytest.importorskip("cuda.bindings")
     if typed:
@@ -123,11 +123,14 @@ print("ok")
 """
 
 
-@pytest.mark.parametrize("typed", ["", "1"])
+@pytest.mark.parametrize("typed", ["", "0", "1"])
 def test_fixed_launch_reaches_the_driver(stubs, typed):
     """``FixedCudaLaunch`` (the ops' packed launches) with cuda-bindings' cuLaunchKernel and, with
-    TILEWRIGHT_TYPED_LAUNCH=1, its typed launch_kernel (where the module exists): the same grid,
-    stream and argument bytes arrive, the new pointers of each launch among them."""
+    TILEWRIGHT_TYPED_LAUNCH=1 (unset: cuda_driver.TYPED_LAUNCH_DEFAULT), its typed launch_kernel
+    (where the module exists): the same grid, stream and argument bytes arrive, the new pointers of
+    each launch among them."""
+    from tilewright.runtime.cuda_driver import TYPED_LAUNCH_DEFAULT
+
     pytest.importorskip("cuda.bindings")
     env = dict(os.environ, LD_LIBRARY_PATH=f"{stubs}{os.pathsep}{os.environ.get('LD_LIBRARY_PATH', '')}",
                TILEWRIGHT_TYPED_LAUNCH=typed)
@@ -136,7 +139,7 @@ def test_fixed_launch_reaches_the_driver(stubs, typed):
     assert proc.returncode == 0, proc.stdout + proc.stderr
     used, ok = proc.stdout.split()
     assert ok == "ok"
-    if not typed:
+    if typed == "0" or (not typed and not TYPED_LAUNCH_DEFAULT):
         assert used == "NoneType"
     else:  # the typed call where cuda-bindings has it
         try:

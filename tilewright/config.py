@@ -83,8 +83,9 @@ KNOBS = {
                          "'1': CUDA launches (runtime/cuda_driver: the ops' packed ones and CudaFunction.launch) "
                          "call cuda-bindings' typed cuLaunchKernel (cuda.bindings._v2.driver.launch_kernel: int "
                          "arguments, raises on an error; a refusal falls to the classic call) where that module "
-                         "exists; unset: cuda.bindings.driver.cuLaunchKernel. A host-time candidate "
-                         "(bench/launch_overhead.py)."),
+                         "exists (cuda-bindings 13.5.0 has it, 13.3.1 not); '0': cuda.bindings.driver.cuLaunchKernel; "
+                         "unset: cuda_driver.TYPED_LAUNCH_DEFAULT. A host-time candidate "
+                         "(bench/launch_overhead.py --paths both)."),
 }
 
 

@@ -30,6 +30,7 @@ between the rounds), so the launch stays on cuda-bindings (no second way to keep
 
 from __future__ import annotations
 
+import gc
 import sys
 import threading
 from contextlib import contextmanager, suppress
@@ -531,9 +532,21 @@ def _typed_launch_kernel():
     of a packed buffer took 5.2-6.1 us of host time, most of it the driver's own."""
     from .. import config
 
-    if str(config.get("typed_launch")).strip().lower() not in ("1", "yes", "on", "true"):
+    setting = str(config.get("typed_launch")).strip().lower()
+    if setting in ("0", "no", "off", "false") or (not setting and not TYPED_LAUNCH_DEFAULT):
         return None
     return typed_launch_call()
+
+
+def launch_objects() -> list:
+    """Every ``CudaFunction`` and ``FixedCudaLaunch`` alive (found through the collector), for a
+    bench or test that switches one process's launches (``use_typed_launch`` on each); not for a
+    hot path."""
+    kinds = {CudaFunction, FixedCudaLaunch}  # (type(): no other object's __class__ is asked)
+    return [o for o in gc.get_objects() if type(o) in kinds]
+
+
+TYPED_LAUNCH_DEFAULT = False  # TILEWRIGHT_TYPED_LAUNCH unset: the typed call where it exists (True) or not
 
 
 def launch_path() -> str:
