@@ -66,6 +66,8 @@ def make_cases():
     ga, gb, gc = torch.randn(256, 256, **half), torch.randn(256, 256, **half), torch.empty(256, 256, **half)
     kg = tilewright.compile(matmul(256, 256, 256, 128, 128, 32, num_stages=3), target="cuda")
     import tilewright.ops as ops
+    import tilewright.ops.attention_dispatch as ad
+    import tilewright.ops.dispatch as dispatch
 
     x, w, bias = torch.randn(64, 1024, **half), torch.randn(1024, **half), torch.randn(1024, **half)
     q, kv = torch.randn(4, 32, 1, 128, **half), torch.randn(4, 8, 512, 128, **half)
@@ -148,6 +150,13 @@ def make_cases():
         ("piece: torch._C._cuda_getCurrentRawStream(0)", lambda: raw_stream(0)),
         ("piece: x.data_ptr()", x.data_ptr),
         ("piece: torch.compiler.is_compiling()", torch.compiler.is_compiling),
+        # the plan keys (every tensor's type, dtype, shape, strides, device; the lookup hashes it):
+        # with the allocations and the launch, what is left of the ops rows
+        ("piece: decode's plan key (q, k, v: 23 items) + lookup",
+         lambda: ad._dense_plans.get(ad._dense_key(q, kv, kv, False, None, None, None, None, hashed=False))),
+        ("piece: matmul's plan key (a, b: 12 items) + lookup",
+         lambda: dispatch._matmul_plans.get(dispatch._matmul_key(ga, gb, None, "none", None, False))),
+        ("piece: x.shape, x.stride(), x.device (three metadata reads)", lambda: (x.shape, x.stride(), x.device)),
     ]
     return cases, (lambda: torch.add(a, b))
 
