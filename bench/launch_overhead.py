@@ -212,12 +212,12 @@ def ours(name: str) -> bool:
 
 def rounds(cases, reference, n: int, count: int, paths: LaunchPaths):
     """Per row: its host us of every round and its ratio to the reference timed just before it."""
+    paths.refresh()
     for _, fn, path in [("reference", reference, None), *cases]:  # warm-up (plans, allocator, caches)
-        paths.refresh()  # (the first calls made plans: their launches switch too)
         paths.use(path)
         for _ in range(max(n // 10, 50)):
             fn()
-    paths.refresh()
+    paths.refresh()  # (launches the warm-up made switch too: a walk of the collector, ~0.1 s, so only here)
     times = [[] for _ in cases]
     ratios = [[] for _ in cases]
     refs = []
@@ -321,9 +321,9 @@ def main() -> None:
              + ("" if typed_here or args.paths == "default" else " (no typed rows: this cuda-bindings has none)"), ""]
     print("\n".join(lines), flush=True)
     switch = LaunchPaths()
+    switch.refresh()
     gpu = []
-    for _, fn, path in cases:
-        switch.refresh()
+    for _, fn, path in cases:  # (GPU time is the same either way: launches made here switch from the rounds on)
         switch.use(path)
         gpu.append(float("nan") if args.no_gpu_time else gpu_us(fn))
     modes = {"no": [False], "yes": [True], "1": [True], "both": [False, True]}[args.pin]
