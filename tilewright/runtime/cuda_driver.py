@@ -543,7 +543,8 @@ def launch_objects() -> list:
     bench or test that switches one process's launches (``use_typed_launch`` on each); not for a
     hot path."""
     kinds = {CudaFunction, FixedCudaLaunch}  # (type(): no other object's __class__ is asked)
-    return [o for o in gc.get_objects() if type(o) in kinds]
+    return [o for o in gc.get_objects()
+            if type(o) in kinds and type(getattr(o, "_fn", o)) is CudaFunction]  # (not a test's stand-in's)
 
 
 TYPED_LAUNCH_DEFAULT = False  # TILEWRIGHT_TYPED_LAUNCH unset: the typed call where it exists (True) or not
