@@ -523,13 +523,17 @@ def typed_launch_call():
 
 
 def _typed_launch_kernel():
-    """The typed call (``typed_launch_call``) where ``TILEWRIGHT_TYPED_LAUNCH`` asks for it and it
-    exists, else None (``driver.cuLaunchKernel``).  Why a candidate: on the CPU stub bench it took
-    326 ns a launch against 658 ns for ``driver.cuLaunchKernel`` (best of 30 interleaved blocks),
-    which wraps every argument and returns a ``CUresult`` made per call.  Opt-in until the H200
-    says (bench/launch_overhead.py ``--paths both``: every ops row both ways, interleaved): the
-    module's leading underscore says it may change, and there the bare ``driver.cuLaunchKernel``
-    of a packed buffer took 5.2-6.1 us of host time, most of it the driver's own."""
+    """The typed call (``typed_launch_call``) unless ``TILEWRIGHT_TYPED_LAUNCH`` is "0" (unset:
+    ``TYPED_LAUNCH_DEFAULT``) and where it exists, else None (``driver.cuLaunchKernel``, which wraps
+    every argument and returns a ``CUresult`` made per call).  Why the default: on the H200
+    (2026-12-02 07:49, cuda-bindings 13.5.0, bench/launch_overhead.py ``--paths both``: every row
+    both ways in the same 15 interleaved pinned rounds) the bare typed call took 5.7 us of host
+    time against 6.3 for ``driver.cuLaunchKernel``, and the typed path's ratio to torch.add was
+    lower by 0.02-0.09x (median per row) in at least 10 of 15 rounds for 15 of the 17 rows that
+    launch through tilewright (``ops.rms_norm`` 1.52x -> 1.42x); on the CPU stub 0.17-0.28 us a
+    call against 0.37-0.41.  Where cuda-bindings has no such call (13.3.1) nothing changes; the
+    module's leading underscore says it may change, and any refusal of the typed call (an
+    exception) is launched again, or explained, by the classic call."""
     from .. import config
 
     setting = str(config.get("typed_launch")).strip().lower()
@@ -547,7 +551,7 @@ def launch_objects() -> list:
             if type(o) in kinds and type(getattr(o, "_fn", o)) is CudaFunction]  # (not a test's stand-in's)
 
 
-TYPED_LAUNCH_DEFAULT = False  # TILEWRIGHT_TYPED_LAUNCH unset: the typed call where it exists (True) or not
+TYPED_LAUNCH_DEFAULT = True  # TILEWRIGHT_TYPED_LAUNCH unset: the typed call where it exists (True) or not
 
 
 def launch_path() -> str:
