@@ -528,10 +528,10 @@ def _typed_launch_kernel():
     every argument and returns a ``CUresult`` made per call).  Why the default: on the H200
     (2026-12-02 07:49, cuda-bindings 13.5.0, bench/launch_overhead.py ``--paths both``: every row
     both ways in the same 15 interleaved pinned rounds) the bare typed call took 5.7 us of host
-    time against 6.3 for ``driver.cuLaunchKernel``, and the typed path's ratio to torch.add was
-    lower by 0.02-0.09x (median per row) in at least 10 of 15 rounds for 15 of the 17 rows that
-    launch through tilewright (``ops.rms_norm`` 1.52x -> 1.42x); on the CPU stub 0.17-0.28 us a
-    call against 0.37-0.41.  Where cuda-bindings has no such call (13.3.1) nothing changes; the
+    time against 6.3 for ``driver.cuLaunchKernel``, and of the 19 rows that launch through
+    tilewright the typed path's ratio to torch.add was lower in the median for 18 (by 0.02-0.09x)
+    and lower in at least 10 of the 15 rounds for 17 (``ops.rms_norm`` 1.52x -> 1.42x); on the CPU
+    stub 0.17-0.28 us a call against 0.37-0.41.  Where cuda-bindings has no such call (13.3.1) nothing changes; the
     module's leading underscore says it may change, and any refusal of the typed call (an
     exception) is launched again, or explained, by the classic call."""
     from .. import config
