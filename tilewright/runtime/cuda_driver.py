@@ -345,7 +345,7 @@ class CudaFunction:
         err, limit = driver.cuFuncGetAttribute(attr, handle)
         self._dynamic_shared_limit = int(limit) if err == driver.CUresult.CUDA_SUCCESS else 0
         self._launch_fn = driver.cuLaunchKernel
-        self.typed_launch = _typed_launch_kernel()  # (the typed driver call when asked for: None, or it)
+        self.typed_launch = _typed_launch_kernel()  # (the typed driver call, or None: _typed_launch_kernel)
         self._typed_handle = int(handle) if self.typed_launch is not None else 0
         self._success = driver.CUresult.CUDA_SUCCESS
         self._wrong_context = {
@@ -455,7 +455,7 @@ class CudaFunction:
         if shared_bytes > self._dynamic_shared_limit:
             self.set_max_dynamic_shared(shared_bytes)
         typed = self.typed_launch
-        if typed is not None:  # (TILEWRIGHT_TYPED_LAUNCH) ints only; any refusal: the call below explains or retries
+        if typed is not None:  # (the typed call) ints only; any refusal: the call below explains or retries
             try:
                 typed(self._typed_handle, grid[0], grid[1], grid[2], block[0], block[1], block[2], shared_bytes,
                       stream, params or 0, 0)
@@ -564,9 +564,9 @@ class FixedCudaLaunch:
     whose leading pointers are written per launch: the write and ``cuLaunchKernel``, nothing else
     (packing every value through ``launch`` was ~1.5 us of a 22-argument launch on the CPU stub
     bench).  A launch the driver refuses is made again through ``launch``, which retries in our
-    context and explains the error.  With ``TILEWRIGHT_TYPED_LAUNCH`` the driver call is the typed
-    one (``CudaFunction.typed_launch``, from ``_typed_launch_kernel``), which raises where the other
-    returns an error: the same retry.
+    context and explains the error.  Where the function launches through the typed call
+    (``CudaFunction.typed_launch``, from ``_typed_launch_kernel``: the default where cuda-bindings
+    has it) that call raises where the other returns an error: the same retry.
 
     The driver call is a ``functools.partial`` of it with the handle, grid, block and shared size
     (its C call joins them with the per-launch stream and buffer: 240-370 ns a call into the CPU
