@@ -14,11 +14,15 @@ if not torch.cuda.is_available() or getattr(torch.version, "hip", None):
     pytest.skip("needs an NVIDIA GPU with a CUDA build of PyTorch", allow_module_level=True)
 
 from test_s6_host_gpu import _close, poisoned  # noqa: E402,F401 - poisoned: a fixture (the ops' outputs NaN)
-from test_s10_host_gpu import _every_op, _inputs, _rms  # noqa: E402
+from test_s10_host_gpu import (  # noqa: E402
+    _every_op,
+    _every_op_on,
+    _inputs,
+    _rows_captured_and_replayed,
+    _vector_add,
+)
 
 import tilewright  # noqa: E402
-import tilewright.language as T  # noqa: E402
-from tilewright import ops  # noqa: E402
 from tilewright.errors import ArgumentError, RuntimeLaunchError  # noqa: E402
 from tilewright.runtime import cuda_driver  # noqa: E402
 
@@ -49,50 +53,19 @@ def test_every_op_through_each_launch_path(path):
     q, qp = torch.randn(4, 32, 1, 128, device="cuda").half(), torch.randn(1, 8, 128, 64, device="cuda").half()
     _every_op(x, w, b, g, q, kv, qp, kp)  # plans made (and their packed launches)
     _switch(path)
-    side = torch.cuda.Stream()
-    for where in ("current", "side", "current", "side"):
-        x = torch.randn(64, 1024, device="cuda").half()
-        q = torch.randn(4, 32, 1, 128, device="cuda").half()
-        qp = torch.randn(1, 8, 128, 64, device="cuda").half()
-        if where == "side":
-            side.wait_stream(torch.cuda.current_stream())
-            with torch.cuda.stream(side):
-                _every_op(x, w, b, g, q, kv, qp, kp)
-            torch.cuda.current_stream().wait_stream(side)
-        else:
-            _every_op(x, w, b, g, q, kv, qp, kp)
-    torch.cuda.synchronize()
+    _every_op_on(("current", "side", "current", "side"), w, b, g, kv, kp)
 
 
 @pytest.mark.usefixtures("poisoned", "restore_paths")
 @pytest.mark.parametrize("path", PATHS)
 def test_graph_capture_through_each_launch_path(path):
-    x = torch.randn(64, 1024, device="cuda").half()
-    w = torch.randn(1024, device="cuda").half()
-    for _ in range(3):  # plans made and bound before the capture
-        ops.softmax(x), ops.rms_norm(x, w)
-    _switch(path)
-    torch.cuda.synchronize()
-    graph = torch.cuda.CUDAGraph()
-    with torch.cuda.graph(graph):
-        sm, rn = ops.softmax(x), ops.rms_norm(x, w)
-    x.copy_(torch.randn_like(x))
-    graph.replay()
-    torch.cuda.synchronize()
-    _close(sm, torch.softmax(x.double(), -1), 2e-3)
-    _close(rn, _rms(x.double(), w), 2e-2)
+    _rows_captured_and_replayed(lambda: _switch(path))
 
 
 @pytest.mark.usefixtures("restore_paths")
 @pytest.mark.parametrize("path", PATHS)
 def test_a_refused_launch_is_explained_on_each_path(path):
-    @T.prim_func
-    def add(A: T.Tensor((1024,), "float32"), B: T.Tensor((1024,), "float32"), C: T.Tensor((1024,), "float32")):
-        with T.Kernel(1, threads=128):
-            for i in T.Parallel(1024):
-                C[i] = A[i] + B[i]
-
-    k = tilewright.compile(add, target="cuda")
+    k = tilewright.compile(_vector_add(), target="cuda")
     a, b = torch.randn(1024, device="cuda"), torch.randn(1024, device="cuda")
     c = torch.full((1024,), float("nan"), device="cuda")
     k(a, b, c)
