@@ -194,6 +194,10 @@ la = k.launcher
 fn = la.function(0)
 values = (a.data_ptr(), b.data_ptr(), c.data_ptr())
 fixed, handle = fn.fixed_launch((1, 1, 1), (128, 1, 1), 0, k.spec.arg_types, values, 3), int(fn.handle)
+from tilewright.ops.bound_kernel import BoundKernel
+bound = BoundKernel(k)
+bound(a, b, c)  # binds (every check once); launch_pointers then writes only the pointers
+ptr_list = list(values)
 try:
     from cuda.bindings._v2.driver import launch_kernel as typed
 except ImportError:
@@ -229,6 +233,8 @@ rows = [
     ("torch.add on the CPU, 1024 floats, output allocated (the ops' reference point)", lambda: torch.add(ra, rb)),
     ("cuda_driver CudaFunction.launch (packed args -> stub cuLaunchKernel)",
      lambda: fn.launch((1, 1, 1), (128, 1, 1), 0, 0, k.spec.arg_types, values)),
+    ("BoundKernel.launch_pointers (the ops' launch path: FixedLaunch, stream lookup, FixedCudaLaunch)",
+     lambda: bound.launch_pointers(ptr_list, ())),
     ("cuda_driver FixedCudaLaunch (the ops' packed launch: pointers written, driver call)",
      lambda: fixed(values, 0)),
     ("driver.cuLaunchKernel alone (packed buffer; cuda-bindings)",

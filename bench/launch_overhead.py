@@ -19,6 +19,14 @@ ops rows' median ratios by 0.01-0.17 in 13 of 14.  ``--pin no`` (or ``LAUNCH_PIN
 ``--pin both``: unpinned, then pinned, one table each.
 ``--only TEXT[,TEXT]``: only rows whose name holds one of the texts (the reference is always
 timed).  ``--no-gpu-time``: skip the CUDA-graph GPU-time column.
+
+Launch path: every row that launches through tilewright names the driver call it used in
+brackets: ``[bindings]`` (``cuda.bindings.driver.cuLaunchKernel``) or ``[typed]`` (cuda-bindings'
+``_v2.driver.launch_kernel``, ``runtime/cuda_driver.typed_launch_call``; ``TILEWRIGHT_TYPED_LAUNCH``
+picks the process's default).  ``--paths both`` (``LAUNCH_PATHS=both``) times each such row both
+ways in the same rounds: before each block every loaded kernel's launches are switched
+(``use_typed_launch``), so the two take turns with the reference like any other rows.  Where
+this cuda-bindings has no typed call (13.3.1) the typed rows are left out and the table says so.
 """
 
 from __future__ import annotations
@@ -40,6 +48,7 @@ import tilewright  # noqa: E402
 from tilewright.jit.alloc_template import empty_maker  # noqa: E402
 from tilewright.kernels import matmul  # noqa: E402
 from tilewright.ops.bound_kernel import BoundKernel  # noqa: E402
+from tilewright.runtime import cuda_driver  # noqa: E402
 
 BAR = 1.5  # issue 10: ops.* host time <= 1.5x torch.add (output allocated)
 REFERENCE = "torch.add (output allocated: the issue's 1.5x reference for ops.*)"
@@ -57,6 +66,8 @@ def make_cases():
     ga, gb, gc = torch.randn(256, 256, **half), torch.randn(256, 256, **half), torch.empty(256, 256, **half)
     kg = tilewright.compile(matmul(256, 256, 256, 128, 128, 32, num_stages=3), target="cuda")
     import tilewright.ops as ops
+    import tilewright.ops.attention_dispatch as ad
+    import tilewright.ops.dispatch as dispatch
 
     x, w, bias = torch.randn(64, 1024, **half), torch.randn(1024, **half), torch.randn(1024, **half)
     q, kv = torch.randn(4, 32, 1, 128, **half), torch.randn(4, 8, 512, 128, **half)
@@ -139,6 +150,13 @@ def make_cases():
         ("piece: torch._C._cuda_getCurrentRawStream(0)", lambda: raw_stream(0)),
         ("piece: x.data_ptr()", x.data_ptr),
         ("piece: torch.compiler.is_compiling()", torch.compiler.is_compiling),
+        # the plan keys (every tensor's type, dtype, shape, strides, device; the lookup hashes it):
+        # with the allocations and the launch, what is left of the ops rows
+        ("piece: decode's plan key (q, k, v: 23 items) + lookup",
+         lambda: ad._dense_plans.get(ad._dense_key(q, kv, kv, False, None, None, None, None, hashed=False))),
+        ("piece: matmul's plan key (a, b: 12 items) + lookup",
+         lambda: dispatch._matmul_plans.get(dispatch._matmul_key(ga, gb, None, "none", None, False))),
+        ("piece: x.shape, x.stride(), x.device (three metadata reads)", lambda: (x.shape, x.stride(), x.device)),
     ]
     return cases, (lambda: torch.add(a, b))
 
@@ -153,11 +171,53 @@ def block_us(fn, n: int) -> float:
     return (time.perf_counter() - t0) / n * 1e6
 
 
-def rounds(cases, reference, n: int, count: int):
+class LaunchPaths:
+    """Switches every loaded kernel's launches (``CudaFunction`` and ``FixedCudaLaunch`` objects,
+    found through the collector) to one driver call before a row's block: the rows of both paths
+    share the plans, the allocations and the rounds."""
+
+    def __init__(self):
+        self.objs, self.current = [], None
+
+    def refresh(self) -> None:
+        """Find the launch objects again (after calls that may have made new ones)."""
+        self.objs = cuda_driver.launch_objects()
+        self.current = None
+
+    def use(self, path) -> None:
+        """``path``: "typed", "bindings", or None (a row that does not launch through tilewright)."""
+        if path is None or path == self.current:
+            return
+        for o in self.objs:
+            o.use_typed_launch(path == "typed")
+        self.current = path
+
+
+def with_paths(cases, paths: list) -> list:
+    """(name, call, path) rows: each row that launches through tilewright once per path in ``paths``
+    (its name says which), the others once with path None."""
+    rows = []
+    for name, fn in cases:
+        if ours(name):
+            rows += [(f"{name} [{p}]", fn, p) for p in paths]
+        else:
+            rows.append((name, fn, None))
+    return rows
+
+
+def ours(name: str) -> bool:
+    """Does the row launch through tilewright's launch layer?"""
+    return name.startswith(("ops.", "tilewright ", "piece: BoundKernel", "piece: CudaFunction"))
+
+
+def rounds(cases, reference, n: int, count: int, paths: LaunchPaths):
     """Per row: its host us of every round and its ratio to the reference timed just before it."""
-    for _, fn in [("reference", reference), *cases]:  # warm-up (plans, allocator, caches)
+    paths.refresh()
+    for _, fn, path in [("reference", reference, None), *cases]:  # warm-up (plans, allocator, caches)
+        paths.use(path)
         for _ in range(max(n // 10, 50)):
             fn()
+    paths.refresh()  # (launches the warm-up made switch too: a walk of the collector, ~0.1 s, so only here)
     times = [[] for _ in cases]
     ratios = [[] for _ in cases]
     refs = []
@@ -165,6 +225,7 @@ def rounds(cases, reference, n: int, count: int):
         order = [(i + r) % len(cases) for i in range(len(cases))]  # the starting row rotates
         for i in order:
             ref = block_us(reference, n)
+            paths.use(cases[i][2])
             t = block_us(cases[i][1], n)
             refs.append(ref)
             times[i].append(t)
@@ -189,16 +250,36 @@ def table(cases, times, ratios, refs, gpu, title: str) -> list[str]:
              f"min {min(refs):.1f}, max {max(refs):.1f} over {len(refs)} blocks", "",
              "| call | host us (median) | / torch.add (median of rounds) | spread (min-max) | "
              f"meets {BAR}x | GPU us (graph) |", "|---|---|---|---|---|---|"]
-    for (name, _), ts, rs, g in zip(cases, times, ratios, gpu):
+    for (name, *_), ts, rs, g in zip(cases, times, ratios, gpu):
         med = statistics.median(rs)
         meets = ("yes" if med <= BAR else "NO") if name.startswith("ops.") else ""
         lines.append(f"| {name} | {statistics.median(ts):.1f} | {med:.2f}x | {min(rs):.2f}-{max(rs):.2f}x | "
                      f"{meets} | {g:.1f} |")
-    ops_rows = [(name, statistics.median(rs)) for (name, _), rs in zip(cases, ratios) if name.startswith("ops.")]
+    ops_rows = [(name, statistics.median(rs)) for (name, *_), rs in zip(cases, ratios) if name.startswith("ops.")]
     met = [name for name, med in ops_rows if med <= BAR]
     lines += ["", f"ops rows meeting {BAR}x: {len(met)} of {len(ops_rows)}"
               + (f" ({', '.join(met)})" if met else "")]
-    return lines
+    return lines + paired(cases, ratios)
+
+
+def paired(cases, ratios) -> list[str]:
+    """Rows timed both ways (``--paths both``): per row, the typed path's ratio less the bindings
+    path's, round by round (each against its own adjacent reference): the median and in how many
+    rounds typed was lower."""
+    by_name = {name: rs for (name, *_), rs in zip(cases, ratios)}
+    out = []
+    for (name, _, path), rs in zip(cases, ratios):
+        other = by_name.get(name[: -len(" [bindings]")] + " [typed]") if path == "bindings" else None
+        if other is None:
+            continue
+        diffs = [t - b for t, b in zip(other, rs)]
+        out.append(f"| {name[: -len(' [bindings]')]} | {statistics.median(rs):.2f}x | {statistics.median(other):.2f}x "
+                   f"| {statistics.median(diffs):+.3f} | {sum(d < 0 for d in diffs)} of {len(diffs)} |")
+    if not out:
+        return []
+    return ["", "Typed against bindings, round by round (ratio to the adjacent torch.add):", "",
+            "| call | bindings | typed | typed - bindings (median) | rounds typed lower |", "|---|---|---|---|---|",
+            *out]
 
 
 def pin_here() -> str:
@@ -220,19 +301,36 @@ def main() -> None:
                    choices=["no", "yes", "1", "both"])
     p.add_argument("--only", default=os.environ.get("LAUNCH_ONLY", ""))
     p.add_argument("--no-gpu-time", action="store_true")
+    p.add_argument("--paths", default=os.environ.get("LAUNCH_PATHS", "default"), choices=["default", "both"],
+                   help="the launch path of the rows that launch through tilewright: the process's default "
+                   "(TILEWRIGHT_TYPED_LAUNCH), or both ways in the same rounds")
     args = p.parse_args()
     cases, reference = make_cases()
     if args.only:
         words = [w.lower() for w in args.only.split(",") if w]
         cases = [(name, fn) for name, fn in cases if any(w in name.lower() for w in words)]
-    gpu = [float("nan") if args.no_gpu_time else gpu_us(fn) for _, fn in cases]
-    modes = {"no": [False], "yes": [True], "1": [True], "both": [False, True]}[args.pin]
+    typed_here = cuda_driver.typed_launch_call() is not None
+    paths = [cuda_driver.launch_path()] if args.paths == "default" else ["bindings"] + ["typed"] * typed_here
+    cases = with_paths(cases, paths)
+    import cuda.bindings
+
     lines = [f"Each row: {args.rounds} rounds of {args.n} back-to-back calls, one synchronize per block, "
-             "each block right after a block of the reference; rows take turns (bench/launch_overhead.py)", ""]
+             "each block right after a block of the reference; rows take turns (bench/launch_overhead.py)", "",
+             f"cuda-bindings {cuda.bindings.__version__} (typed launch_kernel: {'yes' if typed_here else 'no'}); "
+             f"launch paths timed: {', '.join(paths)}"
+             + ("" if typed_here or args.paths == "default" else " (no typed rows: this cuda-bindings has none)"), ""]
+    print("\n".join(lines), flush=True)
+    switch = LaunchPaths()
+    switch.refresh()
+    gpu = []
+    for _, fn, path in cases:  # (GPU time is the same either way: launches made here switch from the rounds on)
+        switch.use(path)
+        gpu.append(float("nan") if args.no_gpu_time else gpu_us(fn))
+    modes = {"no": [False], "yes": [True], "1": [True], "both": [False, True]}[args.pin]
     for pinned in modes:
         how = pin_here() if pinned else "unpinned"
         t0 = time.perf_counter()
-        times, ratios, refs = rounds(cases, reference, args.n, args.rounds)
+        times, ratios, refs = rounds(cases, reference, args.n, args.rounds, switch)
         part = table(cases, times, ratios, refs, gpu, f"{how} ({time.perf_counter() - t0:.0f} s)")
         print("\n".join(part), "\n", flush=True)
         lines += part + [""]

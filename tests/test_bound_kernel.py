@@ -66,3 +66,44 @@ def test_other_backends_call_the_kernel_every_time():
     bound(_Tensor(256), 3)
     bound(_Tensor(256), 3)
     assert k.checked_calls == 2 and k.launcher.binds == 0
+
+
+class _Recording:
+    """A prepared launch (FixedLaunch's call form) recording the sync flag of each launch."""
+
+    def __init__(self):
+        self.syncs = []
+
+    def __call__(self, values, stream=None, sync=False):
+        self.syncs.append(sync)
+
+    def fixed(self, values, n_lead):
+        return self
+
+    reads = ()
+
+
+def test_ops_launches_synchronize_exactly_when_the_variable_asks(monkeypatch):
+    """BoundKernel.launch_pointers and RowLaunch check TILEWRIGHT_SYNC_LAUNCH inline (no frame
+    while it is unset): set, each launch synchronizes; unset or "0", none does."""
+    from tilewright.ops.bound_kernel import RowLaunch
+
+    k = _Kernel()
+    bound = BoundKernel(k)
+    bound(_Tensor(256), 3)
+    rec = bound._prepared = _Recording()
+    rows = RowLaunch(k, 4, (True,))
+    row_rec = rows._prepared[7] = _Recording()
+    monkeypatch.delenv("TILEWRIGHT_SYNC_LAUNCH", raising=False)
+    want = []
+    for value in (None, "1", "0", None, "1"):
+        if value is None:
+            monkeypatch.delenv("TILEWRIGHT_SYNC_LAUNCH", raising=False)
+        else:
+            monkeypatch.setenv("TILEWRIGHT_SYNC_LAUNCH", value)
+        bound.launch_pointers([512], (3,))
+        rows([_Tensor(1024)], 7)
+        rows.pointers([2048], 7, None)
+        want.append(value == "1")
+    assert [bool(s) for s in rec.syncs] == want
+    assert [bool(s) for s in row_rec.syncs] == [w for w in want for _ in (0, 1)]

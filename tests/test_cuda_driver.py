@@ -78,6 +78,19 @@ def test_unknown_arg_type():
         cd._ArgPacker(("f16",))
 
 
+@pytest.mark.parametrize("setting", ["", "0", "1", "off", "yes"])
+@pytest.mark.parametrize("available", [False, True])
+def test_launch_path_follows_the_setting_and_what_cuda_bindings_has(monkeypatch, setting, available):
+    """TILEWRIGHT_TYPED_LAUNCH: unset -> TYPED_LAUNCH_DEFAULT, "0"/"off" -> the classic call, "1"/"yes"
+    -> the typed one; the typed call only where cuda-bindings has it (13.3.1 has none: classic)."""
+    typed = object()
+    monkeypatch.setattr(cd, "_typed_call", [typed if available else None])
+    monkeypatch.setenv("TILEWRIGHT_TYPED_LAUNCH", setting)
+    wanted = cd.TYPED_LAUNCH_DEFAULT if setting == "" else setting in ("1", "yes")
+    assert cd._typed_launch_kernel() is (typed if wanted and available else None)
+    assert cd.launch_path() == ("typed" if wanted and available else "bindings")
+
+
 def test_torch_stream_without_torch_initialised_cuda():
     assert cd.current_stream_of_torch(0) == 0 or cd.device_count() > 0
 

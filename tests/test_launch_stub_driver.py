@@ -65,7 +65,7 @@ def _run(module: str, stub: str, env: dict) -> str:
     return proc.stdout
 
 
-@pytest.mark.parametrize("typed", ["", "1"])  # TILEWRIGHT_TYPED_LAUNCH: cuda-bindings' typed launch_kernel
+@pytest.mark.parametrize("typed", ["0", "1"])  # TILEWRIGHT_TYPED_LAUNCH: cuda-bindings' typed launch_kernel
 def test_cuda_launch_reaches_the_driver_with_every_argument(stubs, typed):
     pytest.importorskip("cuda.bindings")
     if typed:
@@ -89,27 +89,48 @@ fn = rt.load_function(b"\x7fELF" + bytes(100), "k", 0)
 types = ("ptr", "ptr", "i32", "f32")
 launch = fn.fixed_launch((5, 1, 2), (256, 1, 1), 1024, types, (0x7F0000001000, 0x7F0000002000, 9, 0.5), 2)
 print(type(launch._typed).__name__)  # the driver call in use
-for a, b in ((0x7F0000003000, 0x7F0000004000), (0x7F0000005000, 0x7F0000006000)):
-    launch([a, b], 0x77)
-    grid = list((ctypes.c_uint * 8).in_dll(stub, "last_launch"))[:7]
+
+
+def check(pairs):
+    for a, b in pairs:
+        ctypes.c_void_p.in_dll(stub, "last_params").value = None
+        launch([a, b], 0x77)
+        grid = list((ctypes.c_uint * 8).in_dll(stub, "last_launch"))[:7]
+        ptrs = (ctypes.c_void_p * 4).from_address(ctypes.c_void_p.in_dll(stub, "last_params").value)
+        got = [ctypes.string_at(p, n) for p, n in zip(ptrs, (8, 8, 4, 4))]
+        assert grid == [5, 1, 2, 256, 1, 1, 1024], grid
+        assert ctypes.c_void_p.in_dll(stub, "last_stream").value == 0x77
+        assert got == [struct.pack("<Q", a), struct.pack("<Q", b), struct.pack("<i", 9), struct.pack("<f", 0.5)], got
+        if launch._typed is not None:  # a typed call that raises (a driver error): the general path launches
+            def refuse(*args):
+                raise RuntimeError("refused")
+            launch._set_call(refuse)
+
+
+check(((0x7F0000003000, 0x7F0000004000), (0x7F0000005000, 0x7F0000006000)))
+# switched at run time (bench/launch_overhead.py --paths both): each way delivers the same bytes
+have_typed = rt.typed_launch_call() is not None
+for on in (False, True, False):
+    assert launch.use_typed_launch(on) == (on and have_typed)
+    assert (launch._typed is not None) == (on and have_typed)
+    check(((0x7F0000007000 + on * 0x100, 0x7F0000008000),))
+    assert fn.use_typed_launch(on) == (on and have_typed)
+    ctypes.c_void_p.in_dll(stub, "last_params").value = None
+    fn.launch((5, 1, 2), (256, 1, 1), 1024, 0x77, types, (0x7F0000009000, 0x7F000000A000, 9, 0.5))
     ptrs = (ctypes.c_void_p * 4).from_address(ctypes.c_void_p.in_dll(stub, "last_params").value)
-    got = [ctypes.string_at(p, n) for p, n in zip(ptrs, (8, 8, 4, 4))]
-    assert grid == [5, 1, 2, 256, 1, 1, 1024], grid
-    assert ctypes.c_void_p.in_dll(stub, "last_stream").value == 0x77
-    assert got == [struct.pack("<Q", a), struct.pack("<Q", b), struct.pack("<i", 9), struct.pack("<f", 0.5)], got
-    if launch._typed is not None:  # a typed call that raises (a driver error): the general path launches
-        def refuse(*args):
-            raise RuntimeError("refused")
-        launch._typed = refuse
+    assert ctypes.string_at(ptrs[0], 8) == struct.pack("<Q", 0x7F0000009000)
 print("ok")
 """
 
 
-@pytest.mark.parametrize("typed", ["", "1"])
+@pytest.mark.parametrize("typed", ["", "0", "1"])
 def test_fixed_launch_reaches_the_driver(stubs, typed):
     """``FixedCudaLaunch`` (the ops' packed launches) with cuda-bindings' cuLaunchKernel and, with
-    TILEWRIGHT_TYPED_LAUNCH=1, its typed launch_kernel (where the module exists): the same grid,
-    stream and argument bytes arrive, the new pointers of each launch among them."""
+    TILEWRIGHT_TYPED_LAUNCH=1 (unset: cuda_driver.TYPED_LAUNCH_DEFAULT), its typed launch_kernel
+    (where the module exists): the same grid, stream and argument bytes arrive, the new pointers of
+    each launch among them."""
+    from tilewright.runtime.cuda_driver import TYPED_LAUNCH_DEFAULT
+
     pytest.importorskip("cuda.bindings")
     env = dict(os.environ, LD_LIBRARY_PATH=f"{stubs}{os.pathsep}{os.environ.get('LD_LIBRARY_PATH', '')}",
                TILEWRIGHT_TYPED_LAUNCH=typed)
@@ -118,7 +139,7 @@ def test_fixed_launch_reaches_the_driver(stubs, typed):
     assert proc.returncode == 0, proc.stdout + proc.stderr
     used, ok = proc.stdout.split()
     assert ok == "ok"
-    if not typed:
+    if typed == "0" or (not typed and not TYPED_LAUNCH_DEFAULT):
         assert used == "NoneType"
     else:  # the typed call where cuda-bindings has it
         try:

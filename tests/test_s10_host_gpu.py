@@ -50,12 +50,11 @@ def _inputs():
     return w, b, g, kv, kp
 
 
-@pytest.mark.usefixtures("poisoned")
-def test_every_op_on_two_streams():
-    torch.manual_seed(110)
-    w, b, g, kv, kp = _inputs()
+def _every_op_on(wheres, w, b, g, kv, kp) -> None:
+    """``_every_op`` with fresh x, q and qp per round, each round on the current stream or a side
+    stream (``wheres``: "current" / "side")."""
     side = torch.cuda.Stream()
-    for where in ("current", "current", "side", "side", "current"):
+    for where in wheres:
         x = torch.randn(64, 1024, device="cuda").half()
         q = torch.randn(4, 32, 1, 128, device="cuda").half()
         qp = torch.randn(1, 8, 128, 64, device="cuda").half()
@@ -70,13 +69,26 @@ def test_every_op_on_two_streams():
 
 
 @pytest.mark.usefixtures("poisoned")
-def test_static_kernel_and_graph_capture():
+def test_every_op_on_two_streams():
+    torch.manual_seed(110)
+    _every_op_on(("current", "current", "side", "side", "current"), *_inputs())
+
+
+def _vector_add():
+    """A kernel of static shapes: C = A + B over 1024 floats, one block of 128 threads."""
+
     @T.prim_func
     def add(A: T.Tensor((1024,), "float32"), B: T.Tensor((1024,), "float32"), C: T.Tensor((1024,), "float32")):
         with T.Kernel(1, threads=128):
             for i in T.Parallel(1024):
                 C[i] = A[i] + B[i]
 
+    return add
+
+
+@pytest.mark.usefixtures("poisoned")
+def test_static_kernel_and_graph_capture():
+    add = _vector_add()
     k = tilewright.compile(add, target="cuda")
     k2 = tilewright.compile(add, out_idx=[-1], target="cuda")
     for _ in range(3):
@@ -85,10 +97,17 @@ def test_static_kernel_and_graph_capture():
         k(a, b, c)
         _close(c, a.double() + b.double(), 1e-6)
         _close(k2(a, b), a.double() + b.double(), 1e-6)
+    _rows_captured_and_replayed()
+
+
+def _rows_captured_and_replayed(before_capture=lambda: None) -> None:
+    """softmax and rms_norm planned and bound, ``before_capture()``, captured in a CUDA graph,
+    replayed on new data and checked against float64."""
     x = torch.randn(64, 1024, device="cuda").half()
     w = torch.randn(1024, device="cuda").half()
     for _ in range(3):  # plans made and bound before the capture
         ops.softmax(x), ops.rms_norm(x, w)
+    before_capture()
     torch.cuda.synchronize()
     graph = torch.cuda.CUDAGraph()
     with torch.cuda.graph(graph):

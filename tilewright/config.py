@@ -80,11 +80,12 @@ KNOBS = {
                            "ops/decode_kernels.VARIANTS (each with its meaning there; 'none': the plain kernel); "
                            "unset: ops/decode_kernels.DEFAULT_VARIANT (bench/decode_splits.py)."),
     "typed_launch": Knob("TILEWRIGHT_TYPED_LAUNCH", str, "",
-                         "'1': CUDA launches (runtime/cuda_driver: the ops' packed ones and CudaFunction.launch) "
+                         "'1' or unset (cuda_driver.TYPED_LAUNCH_DEFAULT, True since the H200 run of 2026-12-02 "
+                         "07:49): CUDA launches (runtime/cuda_driver: the ops' packed ones and CudaFunction.launch) "
                          "call cuda-bindings' typed cuLaunchKernel (cuda.bindings._v2.driver.launch_kernel: int "
                          "arguments, raises on an error; a refusal falls to the classic call) where that module "
-                         "exists; unset: cuda.bindings.driver.cuLaunchKernel. A host-time candidate "
-                         "(bench/launch_overhead.py)."),
+                         "exists (cuda-bindings 13.5.0 has it, 13.3.1 not); '0': cuda.bindings.driver.cuLaunchKernel "
+                         "(bench/launch_overhead.py --paths both times both)."),
 }
 
 

@@ -383,6 +383,21 @@ except AttributeError:
     _SYNC_KEY = None
 
 
+class _Anything:
+    def __contains__(self, key) -> bool:
+        return True
+
+
+# For the ops' launches (ops/bound_kernel.py), per launch: ``_SYNC_KEY in _SYNC_PROBE and
+# _sync_after_launch()`` is ``_sync_after_launch()`` without its frame while the variable is unset
+# (one dict lookup, ~80 ns less on the CPU stub bench).  _SYNC_PROBE is os.environ's own dict,
+# which setting and deleting variables (monkeypatch too) change in place; where there is none,
+# anything "is in" it and the function decides.
+_SYNC_PROBE = getattr(os.environ, "_data", None) if _SYNC_KEY is not None else None
+if _SYNC_PROBE is None:
+    _SYNC_PROBE = _Anything()
+
+
 def _empty_like(like, shape, dtype: str, backend: str):
     mod = type(like).__module__ if like is not None else ""
     if mod.startswith("torch"):

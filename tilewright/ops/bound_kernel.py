@@ -23,7 +23,7 @@ kernel's 2-D shape (a view is a torch call, ~1 us of host time each on the H200'
 from __future__ import annotations
 
 from ..ir import tile as t
-from ..jit.kernel import _sync_after_launch
+from ..jit.kernel import _SYNC_KEY, _SYNC_PROBE, _sync_after_launch
 
 _MAX_ROWS = 2**31  # the launcher's bound on a symbolic size (launcher.check_dynamic_sizes)
 
@@ -88,7 +88,7 @@ class BoundKernel:
                 return self.launch_values(values, stream)
         elif fixed is False:
             return self.launch_values(ptrs + list(scalars), stream)
-        fixed(ptrs, stream, _sync_after_launch())
+        fixed(ptrs, stream, _SYNC_KEY in _SYNC_PROBE and _sync_after_launch())
         return None
 
     def _first(self, args) -> None:
@@ -131,7 +131,7 @@ class RowLaunch:
         for p in values:
             if p & 15:
                 return self._checked(tensors, rows)  # the launcher's checked path explains
-        prepared(values, None, _sync_after_launch())
+        prepared(values, None, _SYNC_KEY in _SYNC_PROBE and _sync_after_launch())
 
     def pointers(self, values: list, rows: int, tensors: tuple) -> None:
         """``self(tensors, rows)`` for a caller that has read the pointers (``values``, one per
@@ -139,7 +139,7 @@ class RowLaunch:
         prepared = self._prepared.get(rows)
         if prepared is None:
             return self._first(tensors, rows)
-        prepared(values, None, _sync_after_launch())
+        prepared(values, None, _SYNC_KEY in _SYNC_PROBE and _sync_after_launch())
 
     def _checked(self, tensors, rows) -> None:
         n = self.n

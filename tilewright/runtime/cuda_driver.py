@@ -30,9 +30,11 @@ between the rounds), so the launch stays on cuda-bindings (no second way to keep
 
 from __future__ import annotations
 
+import gc
 import sys
 import threading
 from contextlib import contextmanager, suppress
+from functools import partial
 
 from ..binding import tensor_args as _tensor_args
 from ..errors import ArgumentError, RuntimeLaunchError
@@ -49,12 +51,14 @@ __all__ = [
     "device_name",
     "driver_available",
     "ensure_context",
+    "launch_path",
     "mem_alloc",
     "mem_free",
     "memcpy_dtoh",
     "memcpy_htod",
     "pointer_device_index",
     "synchronize",
+    "typed_launch_call",
 ]
 
 # Argument kinds (ARG_TYPES) and their packing are shared with the other vendor: launch_args.py.
@@ -341,7 +345,7 @@ class CudaFunction:
         err, limit = driver.cuFuncGetAttribute(attr, handle)
         self._dynamic_shared_limit = int(limit) if err == driver.CUresult.CUDA_SUCCESS else 0
         self._launch_fn = driver.cuLaunchKernel
-        self.typed_launch = _typed_launch_kernel()  # (the typed driver call when asked for: None, or it)
+        self.typed_launch = _typed_launch_kernel()  # (the typed driver call, or None: _typed_launch_kernel)
         self._typed_handle = int(handle) if self.typed_launch is not None else 0
         self._success = driver.CUresult.CUDA_SUCCESS
         self._wrong_context = {
@@ -431,6 +435,16 @@ class CudaFunction:
             )
         self._dynamic_shared_limit = nbytes
 
+    def use_typed_launch(self, on: bool) -> bool:
+        """From now on launch through the typed call (``typed_launch_call``) or through
+        ``driver.cuLaunchKernel``, whatever ``TILEWRIGHT_TYPED_LAUNCH`` said (an A/B bench switching
+        the launches of one process: bench/launch_overhead.py ``--paths``); the ``FixedCudaLaunch``
+        objects made before keep theirs (each has its own switch).  True when the typed call is in
+        use (False where this cuda-bindings has none)."""
+        self.typed_launch = typed_launch_call() if on else None
+        self._typed_handle = int(self.handle) if self.typed_launch is not None else 0
+        return self.typed_launch is not None
+
     # ---------------------------------------------------------------- launching
     def fixed_launch(self, grid, block, shared_bytes: int, arg_types: tuple, values, n_lead: int):
         """A ``FixedCudaLaunch`` of ``values`` (packed once), whose launches change only the
@@ -474,7 +488,7 @@ class CudaFunction:
         if shared_bytes > self._dynamic_shared_limit:
             self.set_max_dynamic_shared(shared_bytes)
         typed = self.typed_launch
-        if typed is not None:  # (TILEWRIGHT_TYPED_LAUNCH) ints only; any refusal: the call below explains or retries
+        if typed is not None:  # (the typed call) ints only; any refusal: the call below explains or retries
             try:
                 typed(self._typed_handle, grid[0], grid[1], grid[2], block[0], block[1], block[2], shared_bytes,
                       stream, params or 0, 0)
@@ -525,25 +539,57 @@ class CudaFunction:
         return msg
 
 
+_typed_call: list = []  # [cuda.bindings._v2.driver.launch_kernel, or None], looked up once
+
+
+def typed_launch_call():
+    """cuda-bindings' typed ``cuLaunchKernel`` (``cuda.bindings._v2.driver.launch_kernel``: the
+    handle, stream and parameter array as ints, ``None`` back or an exception on an error), or None
+    where this cuda-bindings has none (13.3.1 has none; 13.5.0 has it).  Looked up once."""
+    if not _typed_call:
+        try:
+            from cuda.bindings._v2.driver import launch_kernel
+        except ImportError:
+            launch_kernel = None
+        _typed_call.append(launch_kernel)
+    return _typed_call[0]
+
+
 def _typed_launch_kernel():
-    """cuda-bindings' typed ``cuLaunchKernel`` (``cuda.bindings._v2.driver.launch_kernel``: the handle,
-    stream and parameter array as ints, ``None`` back or an exception on an error) when
-    ``TILEWRIGHT_TYPED_LAUNCH`` asks for it and the module exists, else None.  Why a candidate: on
-    the CPU stub bench it took 326 ns a launch against 658 ns for ``driver.cuLaunchKernel`` (best of
-    30 interleaved blocks), which wraps every argument and returns a ``CUresult`` made per call.
-    Opt-in: the module's leading underscore says it may change, and the H200's cuda-bindings (13.3.1,
-    2026-12-02) has no such call, so there it is not measured (the variable changes nothing); there
-    the bare ``driver.cuLaunchKernel`` of a packed buffer took 5.2-6.1 us of host time, 0.56-0.60x of
-    a whole ``torch.add`` (bench/launch_overhead.py's pieces)."""
+    """The typed call (``typed_launch_call``) unless ``TILEWRIGHT_TYPED_LAUNCH`` is "0" (unset:
+    ``TYPED_LAUNCH_DEFAULT``) and where it exists, else None (``driver.cuLaunchKernel``, which wraps
+    every argument and returns a ``CUresult`` made per call).  Why the default: on the H200
+    (2026-12-02 07:49, cuda-bindings 13.5.0, bench/launch_overhead.py ``--paths both``: every row
+    both ways in the same 15 interleaved pinned rounds) the bare typed call took 5.7 us of host
+    time against 6.3 for ``driver.cuLaunchKernel``, and of the 19 rows that launch through
+    tilewright the typed path's ratio to torch.add was lower in the median for 18 (by 0.02-0.09x)
+    and lower in at least 10 of the 15 rounds for 17 (``ops.rms_norm`` 1.52x -> 1.42x); on the CPU
+    stub 0.17-0.28 us a call against 0.37-0.41.  Where cuda-bindings has no such call (13.3.1) nothing changes; the
+    module's leading underscore says it may change, and any refusal of the typed call (an
+    exception) is launched again, or explained, by the classic call."""
     from .. import config
 
-    if str(config.get("typed_launch")).strip() not in ("1", "yes", "on", "true"):
+    setting = str(config.get("typed_launch")).strip().lower()
+    if setting in ("0", "no", "off", "false") or (not setting and not TYPED_LAUNCH_DEFAULT):
         return None
-    try:
-        from cuda.bindings._v2.driver import launch_kernel
-    except ImportError:
-        return None
-    return launch_kernel
+    return typed_launch_call()
+
+
+def launch_objects() -> list:
+    """Every ``CudaFunction`` and ``FixedCudaLaunch`` alive (found through the collector), for a
+    bench or test that switches one process's launches (``use_typed_launch`` on each); not for a
+    hot path."""
+    kinds = {CudaFunction, FixedCudaLaunch}  # (type(): no other object's __class__ is asked)
+    return [o for o in gc.get_objects()
+            if type(o) in kinds and type(getattr(o, "_fn", o)) is CudaFunction]  # (not a test's stand-in's)
+
+
+TYPED_LAUNCH_DEFAULT = True  # TILEWRIGHT_TYPED_LAUNCH unset: the typed call where it exists (True) or not
+
+
+def launch_path() -> str:
+    """Which driver call a CUDA launch made now goes through: ``"typed"`` or ``"bindings"``."""
+    return "bindings" if _typed_launch_kernel() is None else "typed"
 
 
 class FixedCudaLaunch:
@@ -551,38 +597,51 @@ class FixedCudaLaunch:
     whose leading pointers are written per launch: the write and ``cuLaunchKernel``, nothing else
     (packing every value through ``launch`` was ~1.5 us of a 22-argument launch on the CPU stub
     bench).  A launch the driver refuses is made again through ``launch``, which retries in our
-    context and explains the error.  With ``TILEWRIGHT_TYPED_LAUNCH`` the driver call is the typed
-    one (``CudaFunction.typed_launch``, from ``_typed_launch_kernel``), which raises where the other
-    returns an error: the same retry."""
+    context and explains the error.  Where the function launches through the typed call
+    (``CudaFunction.typed_launch``, from ``_typed_launch_kernel``: the default where cuda-bindings
+    has it) that call raises where the other returns an error: the same retry.
 
-    __slots__ = ("_call", "_fn", "_launch", "_prefix", "_success", "_typed", "args", "arg_types", "block", "grid",
-                 "shared")
+    The driver call is a ``functools.partial`` of it with the handle, grid, block and shared size
+    (its C call joins them with the per-launch stream and buffer: 240-370 ns a call into the CPU
+    stub against 440-470 ns for ``call(*prefix, stream, buffer, 0)``), and the pointer write a
+    bound ``Struct.pack_into`` kept with its buffer."""
+
+    __slots__ = ("_address", "_fn", "_go", "_mv", "_pack", "_success", "_typed", "args", "arg_types", "block",
+                 "grid", "shared")
 
     def __init__(self, fn: CudaFunction, grid, block, shared: int, arg_types: tuple, args: FixedArgs):
         self._fn, self.args, self.arg_types = fn, args, arg_types
         self.grid, self.block, self.shared = tuple(grid), tuple(block), shared
-        self._typed = getattr(fn, "typed_launch", None)  # (only a function of the real driver has one)
-        handle = int(fn.handle) if self._typed is not None else fn.handle
-        self._prefix = (handle, *self.grid, *self.block, shared)
-        self._launch, self._success = fn._launch_fn, fn._success
+        self._pack, self._mv, self._address = args.lead.pack_into, args.mv, args.address
+        self._success = fn._success
+        self._set_call(getattr(fn, "typed_launch", None))  # (only a function of the real driver has one)
+
+    def _set_call(self, typed) -> None:
+        """Launch through ``typed`` (the typed driver call: ints only, raises on an error), or through
+        the function's ``driver.cuLaunchKernel`` (returns the error) when None."""
+        self._typed = typed
+        fn = self._fn
+        call, handle = (typed, int(fn.handle)) if typed is not None else (fn._launch_fn, fn.handle)
+        self._go = partial(call, handle, *self.grid, *self.block, self.shared)
+
+    def use_typed_launch(self, on: bool) -> bool:
+        """``CudaFunction.use_typed_launch`` for this packed launch; True when the typed call is in use."""
+        self._set_call(typed_launch_call() if on else None)
+        return self._typed is not None
 
     def __call__(self, ptrs, stream: int) -> None:
         """Launch on ``stream`` with ``ptrs`` as the leading pointers."""
-        args = self.args
-        args.lead.pack_into(args.mv, 0, *ptrs)
-        typed = self._typed
-        if typed is not None:
+        self._pack(self._mv, 0, *ptrs)
+        if self._typed is not None:
             try:
-                typed(*self._prefix, stream, args.address, 0)
+                self._go(stream, self._address, 0)
                 return
             except Exception:  # noqa: BLE001 - (nothing was launched) the general path retries or explains
                 pass
-        else:
-            (err,) = self._launch(*self._prefix, stream, args.address, 0)
-            if err == self._success:
-                return
+        elif self._go(stream, self._address, 0)[0] == self._success:  # ((err,): the classic call's result)
+            return
         # (nothing was launched) the general path retries or explains
-        values = list(ptrs) + args.values[len(ptrs):]
+        values = list(ptrs) + self.args.values[len(ptrs):]
         self._fn.launch(self.grid, self.block, self.shared, stream, self.arg_types, values)
 
 

@@ -1,0 +1,80 @@
+"""Session 12's launch paths on a GPU: every op (tests/test_s10_host_gpu's set, against float64
+with poisoned outputs, fresh inputs each round, on the current stream and a side stream) launched
+through cuda-bindings' ``driver.cuLaunchKernel`` and through its typed ``launch_kernel`` (where
+this cuda-bindings has it: 13.5.0, not 13.3.1), switched in one process as
+bench/launch_overhead.py ``--paths both`` switches them; a CUDA-graph capture through each; a launch
+the driver refuses still gets the explained error.  Skipped without a CUDA GPU."""
+
+from __future__ import annotations
+
+import pytest
+
+torch = pytest.importorskip("torch")
+if not torch.cuda.is_available() or getattr(torch.version, "hip", None):
+    pytest.skip("needs an NVIDIA GPU with a CUDA build of PyTorch", allow_module_level=True)
+
+from test_s6_host_gpu import _close, poisoned  # noqa: E402,F401 - poisoned: a fixture (the ops' outputs NaN)
+from test_s10_host_gpu import (  # noqa: E402
+    _every_op,
+    _every_op_on,
+    _inputs,
+    _rows_captured_and_replayed,
+    _vector_add,
+)
+
+import tilewright  # noqa: E402
+from tilewright.errors import ArgumentError, RuntimeLaunchError  # noqa: E402
+from tilewright.runtime import cuda_driver  # noqa: E402
+
+PATHS = ["bindings"] + (["typed"] if cuda_driver.typed_launch_call() is not None else [])
+
+
+def _switch(path: str) -> None:
+    objs = cuda_driver.launch_objects()
+    assert objs
+    for o in objs:
+        assert o.use_typed_launch(path == "typed") == (path == "typed")
+
+
+@pytest.fixture
+def restore_paths():
+    yield
+    default = cuda_driver.launch_path()
+    for o in cuda_driver.launch_objects():
+        o.use_typed_launch(default == "typed")
+
+
+@pytest.mark.usefixtures("poisoned", "restore_paths")
+@pytest.mark.parametrize("path", PATHS)
+def test_every_op_through_each_launch_path(path):
+    torch.manual_seed(120)
+    w, b, g, kv, kp = _inputs()
+    x = torch.randn(64, 1024, device="cuda").half()
+    q, qp = torch.randn(4, 32, 1, 128, device="cuda").half(), torch.randn(1, 8, 128, 64, device="cuda").half()
+    _every_op(x, w, b, g, q, kv, qp, kp)  # plans made (and their packed launches)
+    _switch(path)
+    _every_op_on(("current", "side", "current", "side"), w, b, g, kv, kp)
+
+
+@pytest.mark.usefixtures("poisoned", "restore_paths")
+@pytest.mark.parametrize("path", PATHS)
+def test_graph_capture_through_each_launch_path(path):
+    _rows_captured_and_replayed(lambda: _switch(path))
+
+
+@pytest.mark.usefixtures("restore_paths")
+@pytest.mark.parametrize("path", PATHS)
+def test_a_refused_launch_is_explained_on_each_path(path):
+    k = tilewright.compile(_vector_add(), target="cuda")
+    a, b = torch.randn(1024, device="cuda"), torch.randn(1024, device="cuda")
+    c = torch.full((1024,), float("nan"), device="cuda")
+    k(a, b, c)
+    fn = k.launcher.function(0)
+    assert fn.use_typed_launch(path == "typed") == (path == "typed")
+    values = (a.data_ptr(), b.data_ptr(), c.data_ptr())
+    with pytest.raises((RuntimeLaunchError, ArgumentError), match="block"):
+        fn.launch((1, 1, 1), (4096, 1, 1), 0, 0, k.spec.arg_types, values)  # over 1024 threads a block
+    c.fill_(float("nan"))
+    fn.launch((1, 1, 1), (128, 1, 1), 0, 0, k.spec.arg_types, values)
+    torch.cuda.synchronize()
+    _close(c, a.double() + b.double(), 1e-6)
