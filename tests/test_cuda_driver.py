@@ -9,6 +9,7 @@ import threading
 
 import numpy as np
 import pytest
+from test_nvrtc import MMA_KERNEL  # the warp-level mma kernel NVRTC builds there, launched here
 
 from tilewright.errors import ArgumentError, RuntimeLaunchError
 from tilewright.runtime import cuda_driver as cd
@@ -142,38 +143,7 @@ extern "C" __global__ void static_and_dynamic(float* out, int n) {
 
 extern "C" __global__ void no_args() {}
 
-extern "C" __global__ void __launch_bounds__(32)
-mma_16x8x16(const __half* __restrict__ A, const __half* __restrict__ Bt, float* __restrict__ C) {
-  __shared__ __align__(128) __half sA[16 * 16];
-  __shared__ __align__(128) __half sB[8 * 16];
-  const int lane = threadIdx.x;
-  unsigned dst = (unsigned)__cvta_generic_to_shared(sA + lane * 8);
-  asm volatile("cp.async.cg.shared.global [%0], [%1], 16;\n" :: "r"(dst), "l"(A + lane * 8));
-  if (lane < 16) {
-    dst = (unsigned)__cvta_generic_to_shared(sB + lane * 8);
-    asm volatile("cp.async.cg.shared.global [%0], [%1], 16;\n" :: "r"(dst), "l"(Bt + lane * 8));
-  }
-  asm volatile("cp.async.commit_group;\n" ::);
-  asm volatile("cp.async.wait_group 0;\n" ::);
-  __syncthreads();
-  unsigned a[4], b[2];
-  unsigned a_addr = (unsigned)__cvta_generic_to_shared(sA + (lane % 16) * 16 + (lane / 16) * 8);
-  asm volatile("ldmatrix.sync.aligned.m8n8.x4.shared.b16 {%0,%1,%2,%3}, [%4];\n"
-               : "=r"(a[0]), "=r"(a[1]), "=r"(a[2]), "=r"(a[3]) : "r"(a_addr));
-  unsigned b_addr = (unsigned)__cvta_generic_to_shared(sB + (lane % 8) * 16 + ((lane / 8) % 2) * 8);
-  asm volatile("ldmatrix.sync.aligned.m8n8.x2.shared.b16 {%0,%1}, [%2];\n" : "=r"(b[0]), "=r"(b[1]) : "r"(b_addr));
-  float c[4] = {0.f, 0.f, 0.f, 0.f};
-  asm volatile("mma.sync.aligned.m16n8k16.row.col.f32.f16.f16.f32 "
-               "{%0,%1,%2,%3}, {%4,%5,%6,%7}, {%8,%9}, {%0,%1,%2,%3};\n"
-               : "+f"(c[0]), "+f"(c[1]), "+f"(c[2]), "+f"(c[3])
-               : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "r"(b[0]), "r"(b[1]));
-  const int row = lane / 4, col = (lane % 4) * 2;
-  C[row * 8 + col] = c[0];
-  C[row * 8 + col + 1] = c[1];
-  C[(row + 8) * 8 + col] = c[2];
-  C[(row + 8) * 8 + col + 1] = c[3];
-}
-"""
+""" + MMA_KERNEL
 KERNEL_NAMES = ["echo_args", "axpy", "big_smem", "static_and_dynamic", "no_args", "mma_16x8x16"]
 
 

@@ -23,10 +23,7 @@ def _need_nvrtc():
 
 # One warp computes C[16x8] = A[16x16] @ B[16x8] with the Ampere tensor-core path: cp.async
 # global->shared, ldmatrix shared->registers, mma.sync m16n8k16.  B is stored transposed (Bt[n][k]).
-MMA_SOURCE = r"""
-#include <cuda_fp16.h>
-#include <cuda_bf16.h>
-
+MMA_KERNEL = r"""
 extern "C" __global__ void __launch_bounds__(32)
 mma_16x8x16(const __half* __restrict__ A, const __half* __restrict__ Bt, float* __restrict__ C) {
   __shared__ __align__(128) __half sA[16 * 16];
@@ -60,7 +57,12 @@ mma_16x8x16(const __half* __restrict__ A, const __half* __restrict__ Bt, float* 
   C[(row + 8) * 8 + col] = c[2];
   C[(row + 8) * 8 + col + 1] = c[3];
 }
+"""
+MMA_SOURCE = r"""
+#include <cuda_fp16.h>
+#include <cuda_bf16.h>
 
+""" + MMA_KERNEL + r"""
 extern "C" __global__ void scale_bf16(__nv_bfloat16* x, float s, int n) {
   int i = blockIdx.x * blockDim.x + threadIdx.x;
   if (i < n) x[i] = __float2bfloat16(__bfloat162float(x[i]) * s);
