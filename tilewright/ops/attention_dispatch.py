@@ -198,6 +198,14 @@ LEAN_LOOP = False
 # 366/364 causal): (1, 8) 428/420 and 363/360, (1, 4) 401/394 and 352/348, (3, 8) 392/391 and 337/337, with the tree
 # 421/383 (457/448 without the cubic); fp16 alike: MUFU is not what bounds the loop.  Off.  Takes effect for new plans.
 HOPPER_D64_FMA_EXP2 = None
+# head dim <= 64 on the sm_90a path: the output tile staged through shared memory and stored by TMA (True), or each
+# consumer thread storing its accumulator pairs to global memory (False), or staged for non-causal calls only
+# ("noncausal").  The staged store has both consumer warpgroups meet at two block-wide barriers per tile (the
+# previous TMA store must have read the tile before it is overwritten, and the store waits for both halves); with
+# ping-pong one warpgroup runs half a key block behind the other, so each work item ends with the first waiting for
+# the second and both restart in step: a fixed cost per item that weighs twice as much at 4k causal (16.5 key blocks
+# an item on average) as non-causal (32).  Unmeasured (session 12's candidate); takes effect for new plans.
+HOPPER_D64_STAGE_OUT = True
 
 
 def _hopper_config(dim: int, rows: int):
@@ -513,7 +521,8 @@ def _make_plan(q, k, v, causal, scale, varlen, nseq, max_q, has_cache, num_split
     if short_causal:
         configs = {**configs, **HOPPER_SHORT_CAUSAL_OVERRIDES}
     # the output tile staged through shared memory: it fits beside Q and the K/V rings up to d 128
-    stage_out = bool(hopper) and D <= 128
+    stage_out = bool(hopper) and D <= 128 and (D > 64 or HOPPER_D64_STAGE_OUT is True
+                                                or HOPPER_D64_STAGE_OUT == "noncausal" and not causal)
     in_regs = bool(hopper) and (HOPPER_SCORES_IN_REGISTERS is True or noncausal or short_causal or three_wg
                                 or HOPPER_SCORES_IN_REGISTERS == "long causal" and long_causal)
     # (the split count depends on the blocks, the output dtype on the split count (float32 partials when
