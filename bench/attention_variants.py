@@ -22,7 +22,9 @@ input layout against the shipped kernel and the user program, at 4k and 16k toke
 ``TW_VARIANTS=s10`` session 10's candidates (``s10_main``: ping-pong for causal and head dim 64 calls, two
 stages for short causal ones, the grid kernel against the persistent one, 128 x 192 blocks at head dim 64);
 ``TW_VARIANTS=s11`` session 11's (``s11_main``: the softmax's reductions as trees, part of the 2**x on the FMA
-pipe at head dim 64, the persistent causal order at d 128), bf16 and fp16, each interleaved with cuDNN."""
+pipe at head dim 64, the persistent causal order at d 128), bf16 and fp16, each interleaved with cuDNN;
+``TW_VARIANTS=s12`` session 12's (``s12_main``: 4x16x4096x64 causal and not: the output stored without staging,
+the folded wgmma descriptors, the grid kernel and the persistent orders), likewise."""
 
 from __future__ import annotations
 
@@ -497,10 +499,14 @@ def s11_main() -> int:
 #   "direct":   HOPPER_D64_STAGE_OUT False: each consumer thread stores its output pairs, no shared-memory staging,
 #               so no block-wide barrier per item that makes the ping-pong warpgroups wait for each other (both rows);
 #   "grid":     PERSISTENT_MAX_KEY_BLOCKS_CAUSAL 16: 4k causal on the grid kernel (longest query blocks first);
-#   "grid direct", "lf-snake", "hm-snake", "lf": PERSISTENT_ORDER "longest_first_snake" / "head_major_snake" /
-#               "longest_first" for the persistent kernel (shipped: "pairs"); "direct hm-snake", "direct lf-snake".
+#   "grid direct"; "lf-snake", "hm-snake": PERSISTENT_ORDER "longest_first_snake" / "head_major_snake" for the
+#               persistent kernel (shipped: "pairs"); "direct hm-snake";
+#   "fold":     tw.wgmma_desc_fold in HOPPER_D64_OVERRIDES (passes/lower_gemm.py: one descriptor computation per
+#               gemm tile, an add per K step: the d 64 key loop 485 -> 447 SASS instructions) (both rows);
+#   "direct fold": both (both rows).
 S12_ROWS = [(4, 16, 4096, 64, True), (4, 16, 4096, 64, False)]
 DIRECT = {"HOPPER_D64_STAGE_OUT": False}
+FOLD = {"HOPPER_D64_OVERRIDES": {**attention_dispatch.HOPPER_D64_OVERRIDES, "tw.wgmma_desc_fold": True}}
 
 
 def _causal(s, d, c):
@@ -509,12 +515,12 @@ def _causal(s, d, c):
 
 S12_COLUMNS = [("ops", {}, None),
                ("direct", DIRECT, None),
+               ("fold", FOLD, None),
+               ("direct fold", {**DIRECT, **FOLD}, None),
                ("grid", {"PERSISTENT_MAX_KEY_BLOCKS_CAUSAL": 16}, _causal),
                ("grid direct", {**DIRECT, "PERSISTENT_MAX_KEY_BLOCKS_CAUSAL": 16}, _causal),
                ("lf-snake", {"PERSISTENT_ORDER": "longest_first_snake"}, _causal),
                ("hm-snake", {"PERSISTENT_ORDER": "head_major_snake"}, _causal),
-               ("lf", {"PERSISTENT_ORDER": "longest_first"}, _causal),
-               ("direct lf-snake", {**DIRECT, "PERSISTENT_ORDER": "longest_first_snake"}, _causal),
                ("direct hm-snake", {**DIRECT, "PERSISTENT_ORDER": "head_major_snake"}, _causal)]
 
 

@@ -2,7 +2,11 @@
 
 - ``attention_dispatch.HOPPER_D64_STAGE_OUT``: the output stored by each consumer thread (False) instead of
   staged through shared memory and stored by TMA behind two block-wide barriers per work item (True, shipped),
-  or staged for non-causal calls only ("noncausal").
+  or staged for non-causal calls only ("noncausal");
+- the pass config ``tw.wgmma_desc_fold`` (in ``HOPPER_D64_OVERRIDES`` for the candidate): a wgmma operand's
+  descriptor printed as its tile's first element's descriptor plus a constant (passes/lower_gemm.py), so that
+  the K steps of a gemm share one descriptor computation (38 of 485 SASS instructions less a key block in the
+  d 64 loop); the emulator decodes the same sum.
 
 Each run by the cooperative emulator (which checks the mbarrier protocol, slot reuse and that no register of
 an unretired wgmma is touched) on the grid and the persistent kernel against float64 with poisoned outputs:
@@ -30,11 +34,16 @@ from tilewright.ops import attention_kernels as ak  # noqa: E402
 dispatch = importlib.import_module("tilewright.ops.attention_dispatch")
 
 
+FOLD = {"HOPPER_D64_OVERRIDES": {**dispatch.HOPPER_D64_OVERRIDES, "tw.wgmma_desc_fold": True}}
+DIRECT = {"HOPPER_D64_STAGE_OUT": False}
+
+
 def _stages_out(k) -> bool:
     """Does the kernel stage its output tile through shared memory (a TMA store from O_s)?"""
     return "O_s" in k.get_kernel_source()
 
 
+@pytest.mark.parametrize("knobs", [DIRECT, FOLD, {**DIRECT, **FOLD}], ids=["direct", "fold", "direct+fold"])
 @pytest.mark.parametrize("persistent", [True, False])
 @pytest.mark.parametrize("B, H, Hkv, Sq, Sk, causal, dtype", [
     (1, 2, 1, 300, 333, True, torch.bfloat16),    # GQA, ragged: the last query block's rows checked
@@ -43,12 +52,13 @@ def _stages_out(k) -> bool:
     (1, 1, 1, 200, 290, False, torch.float16),    # ragged, non-causal
     (2, 2, 1, 256, 256, False, torch.bfloat16),   # even, non-causal, two sequences
 ])
-def test_direct_output_stores(monkeypatch, persistent, B, H, Hkv, Sq, Sk, causal, dtype):
-    setup, used = _on_cpu(monkeypatch, persistent, HOPPER_D64_STAGE_OUT=False, PERSISTENT_ORDER="pairs")
+def test_d64_candidates(monkeypatch, knobs, persistent, B, H, Hkv, Sq, Sk, causal, dtype):
+    setup, used = _on_cpu(monkeypatch, persistent, PERSISTENT_ORDER="pairs", **knobs)
     try:
         flags, k = _dense_case(used, persistent, B, H, Hkv, Sq, Sk, 64, causal, dtype, Sq + Sk + B + persistent)
         assert flags[8:11] == (128, 128, 2)
-        assert not _stages_out(k) and _configs(used)["tw.pingpong"]
+        assert _stages_out(k) == ("HOPPER_D64_STAGE_OUT" not in knobs) and _configs(used)["tw.pingpong"]
+        assert ("ull) + 2ull)" in k.get_kernel_source()) == ("HOPPER_D64_OVERRIDES" in knobs)  # (K's 2nd step)
     finally:
         setup.close()
 
@@ -87,13 +97,53 @@ def test_the_stage_out_knob_plans(monkeypatch, value, causal, staged):
 @needs_nvrtc
 @pytest.mark.parametrize("causal, persistent", [(True, 132), (True, 0), (False, 0), (False, 132)])
 @pytest.mark.parametrize("even", [True, False])
-def test_direct_output_builds_without_spills(causal, persistent, even):
+@pytest.mark.parametrize("stage_out, fold", [(False, False), (False, True), (True, True)])
+def test_candidates_build_without_spills(causal, persistent, even, stage_out, fold):
     from tilewright.toolchain import nvrtc
     f = ak.attention_fwd(16, 16, 64, "bfloat16", "bfloat16", causal, False, False, 1, False, False, False, False,
-                         128, 128, 2, 256, stage_out=False, even_q=even, even_k=even, persistent=persistent,
+                         128, 128, 2, 256, stage_out=stage_out, even_q=even, even_k=even, persistent=persistent,
                          order="pairs")
-    configs = {**dispatch.HOPPER_CONFIGS, **dispatch.HOPPER_D64_OVERRIDES}
+    configs = {**dispatch.HOPPER_CONFIGS, **dispatch.HOPPER_D64_OVERRIDES, "tw.wgmma_desc_fold": fold}
     k = tilewright.compile(f, target="cuda -arch=sm_90a", pass_configs=configs)
     res = nvrtc.compile_cuda(k.get_kernel_source(), "sm_90a", ["attention_fwd_kernel_kernel"]).resources
     assert res["attention_fwd_kernel_kernel"]["spills"] == 0, res
     assert res["attention_fwd_kernel_kernel"]["local_bytes"] == 0, res
+
+
+# ---------------------------------------------------------------- tw.wgmma_desc_fold alone
+def test_the_fold_is_the_same_descriptor():
+    """desc(a) + s == desc(a + 16 s) for every 16-byte aligned shared address pair of an H200 block (232448
+    bytes): the start-address field is the low 14 bits, address / 16, and never carries into the LBO field."""
+    import numpy as np
+
+    from tilewright.target.matrix import wgmma_descriptor
+    top = 232448
+    for lbo, sbo, swz in [(16, 1024, 128), (16384, 1024, 128), (16, 512, 64), (4096, 256, 32)]:
+        for step in (1, 2, 6, 128, 896, top // 16 - 1):
+            for a in np.r_[0:top - 16 * step:16 * 37, top - 16 * step - 16]:
+                a = int(a)
+                assert wgmma_descriptor(a, lbo, sbo, swz) + step == wgmma_descriptor(a + 16 * step, lbo, sbo, swz)
+
+
+def test_byte_step_matches_terms_structurally():
+    from tilewright.ir import expr as E
+    from tilewright.passes.lower_gemm import _byte_step
+    x, y, x2 = E.Var("x"), E.Var("y"), E.Var("x")
+    base = x % 2 * 8192 + y * 64
+    assert _byte_step(base + 16, base, 2) == 2
+    assert _byte_step(x % 2 * 8192 + y * 64 + 1024, base, 2) == 128  # rebuilt alike: same terms
+    assert _byte_step(base + 4, base, 2) == 0  # 8 bytes: not a descriptor step
+    assert _byte_step(base, base + 16, 2) == 0  # below the base
+    assert _byte_step(x2 % 2 * 8192 + y * 64 + 16, base, 2) == 0  # another variable of the same name
+    assert _byte_step((x ^ 2) * 8 + y, (x ^ 0) * 8 + y, 2) == 0  # a swizzled (XOR) step: not a constant
+
+
+@pytest.mark.parametrize("M, N, K, bm, bn, bk, dtype, threads, trans_B", [
+    (128, 128, 192, 64, 128, 64, "float16", 128, False), (128, 256, 128, 128, 256, 64, "bfloat16", 256, True),
+    (100, 120, 200, 64, 128, 64, "bfloat16", 128, True)])
+def test_the_fold_in_gemms_on_the_emulator(M, N, K, bm, bn, bk, dtype, threads, trans_B):
+    """wgmma GEMMs (K-major and MN-major B, ragged) lowered with the fold, run by the emulator (which decodes
+    the folded descriptors) against float64 with a NaN-filled output."""
+    from test_wgmma import _run_gemm
+    k, mm = _run_gemm(M, N, K, bm, bn, bk, dtype, threads, trans_B, seed=M + K, **{"tw.wgmma_desc_fold": True})
+    assert any(w.b.base is not None for w in mm)
