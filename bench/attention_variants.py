@@ -24,7 +24,7 @@ stages for short causal ones, the grid kernel against the persistent one, 128 x 
 ``TW_VARIANTS=s11`` session 11's (``s11_main``: the softmax's reductions as trees, part of the 2**x on the FMA
 pipe at head dim 64, the persistent causal order at d 128), bf16 and fp16, each interleaved with cuDNN;
 ``TW_VARIANTS=s12`` session 12's (``s12_main``: 4x16x4096x64 causal and not: the output stored without staging,
-the folded wgmma descriptors, the grid kernel and the persistent orders), likewise."""
+the folded wgmma descriptors, three K/V stages, the grid kernel and the persistent orders), likewise."""
 
 from __future__ import annotations
 
@@ -503,7 +503,9 @@ def s11_main() -> int:
 #               persistent kernel (shipped: "pairs"); "direct hm-snake";
 #   "fold":     tw.wgmma_desc_fold in HOPPER_D64_OVERRIDES (passes/lower_gemm.py: one descriptor computation per
 #               gemm tile, an add per K step: the d 64 key loop 485 -> 447 SASS instructions) (both rows);
-#   "direct fold": both (both rows).
+#   "direct fold": both (both rows);
+#   "3st", "direct 3st": HOPPER_D64_STAGES 3, a third K/V stage (a key block at d 64 is about an L2 round trip of
+#               its tiles, so two stages give the producer little lead), alone and with "direct" (both rows).
 S12_ROWS = [(4, 16, 4096, 64, True), (4, 16, 4096, 64, False)]
 DIRECT = {"HOPPER_D64_STAGE_OUT": False}
 FOLD = {"HOPPER_D64_OVERRIDES": {**attention_dispatch.HOPPER_D64_OVERRIDES, "tw.wgmma_desc_fold": True}}
@@ -517,6 +519,8 @@ S12_COLUMNS = [("ops", {}, None),
                ("direct", DIRECT, None),
                ("fold", FOLD, None),
                ("direct fold", {**DIRECT, **FOLD}, None),
+               ("3st", {"HOPPER_D64_STAGES": 3}, None),
+               ("direct 3st", {**DIRECT, "HOPPER_D64_STAGES": 3}, None),
                ("grid", {"PERSISTENT_MAX_KEY_BLOCKS_CAUSAL": 16}, _causal),
                ("grid direct", {**DIRECT, "PERSISTENT_MAX_KEY_BLOCKS_CAUSAL": 16}, _causal),
                ("lf-snake", {"PERSISTENT_ORDER": "longest_first_snake"}, _causal),

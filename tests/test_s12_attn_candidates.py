@@ -3,6 +3,7 @@
 - ``attention_dispatch.HOPPER_D64_STAGE_OUT``: the output stored by each consumer thread (False) instead of
   staged through shared memory and stored by TMA behind two block-wide barriers per work item (True, shipped),
   or staged for non-causal calls only ("noncausal");
+- ``attention_dispatch.HOPPER_D64_STAGES`` 3: a third K/V stage at head dim 64;
 - the pass config ``tw.wgmma_desc_fold`` (in ``HOPPER_D64_OVERRIDES`` for the candidate): a wgmma operand's
   descriptor printed as its tile's first element's descriptor plus a constant (passes/lower_gemm.py), so that
   the K steps of a gemm share one descriptor computation (38 of 485 SASS instructions less a key block in the
@@ -36,6 +37,7 @@ dispatch = importlib.import_module("tilewright.ops.attention_dispatch")
 
 FOLD = {"HOPPER_D64_OVERRIDES": {**dispatch.HOPPER_D64_OVERRIDES, "tw.wgmma_desc_fold": True}}
 DIRECT = {"HOPPER_D64_STAGE_OUT": False}
+THREE = {"HOPPER_D64_STAGES": 3}
 
 
 def _stages_out(k) -> bool:
@@ -43,7 +45,8 @@ def _stages_out(k) -> bool:
     return "O_s" in k.get_kernel_source()
 
 
-@pytest.mark.parametrize("knobs", [DIRECT, FOLD, {**DIRECT, **FOLD}], ids=["direct", "fold", "direct+fold"])
+@pytest.mark.parametrize("knobs", [DIRECT, FOLD, {**DIRECT, **FOLD}, THREE, {**DIRECT, **THREE}],
+                         ids=["direct", "fold", "direct+fold", "3st", "direct+3st"])
 @pytest.mark.parametrize("persistent", [True, False])
 @pytest.mark.parametrize("B, H, Hkv, Sq, Sk, causal, dtype", [
     (1, 2, 1, 300, 333, True, torch.bfloat16),    # GQA, ragged: the last query block's rows checked
@@ -56,7 +59,7 @@ def test_d64_candidates(monkeypatch, knobs, persistent, B, H, Hkv, Sq, Sk, causa
     setup, used = _on_cpu(monkeypatch, persistent, PERSISTENT_ORDER="pairs", **knobs)
     try:
         flags, k = _dense_case(used, persistent, B, H, Hkv, Sq, Sk, 64, causal, dtype, Sq + Sk + B + persistent)
-        assert flags[8:11] == (128, 128, 2)
+        assert flags[8:11] == (128, 128, knobs.get("HOPPER_D64_STAGES", 2))
         assert _stages_out(k) == ("HOPPER_D64_STAGE_OUT" not in knobs) and _configs(used)["tw.pingpong"]
         assert ("ull) + 2ull)" in k.get_kernel_source()) == ("HOPPER_D64_OVERRIDES" in knobs)  # (K's 2nd step)
     finally:
@@ -83,6 +86,26 @@ def test_direct_output_varlen(monkeypatch, causal):
         setup.close()
 
 
+@pytest.mark.parametrize("knobs", [DIRECT, {**DIRECT, **THREE}], ids=["direct", "direct+3st"])
+def test_direct_output_split_kv(monkeypatch, knobs):
+    """A causal d 64 call on a padded KV cache (key counts 300 and 93) in two split-KV ranges: the direct store
+    writes float32 partials (each split's rows), merged by the combine kernel."""
+    from test_ops_attention import _close, _close_lse, _rand, reference
+    setup, used = _on_cpu(monkeypatch, True, PERSISTENT_ORDER="pairs", **knobs)
+    try:
+        g = torch.Generator().manual_seed(1213)
+        q, k, v = _rand(g, 2, 2, 80, 64), _rand(g, 2, 1, 300, 64), _rand(g, 2, 1, 300, 64)
+        lens = torch.tensor([300, 93], dtype=torch.int32)
+        out, lse = ops.attention(q, k, v, causal=True, return_lse=True, cache_seqlens=lens, num_splits=2)
+        want, want_lse = reference(q, k, v, True, kv_len=lens.tolist())
+        _close(out, want)
+        _close_lse(lse, want_lse)
+        flags, kern = _sm90_kernel(used, True)
+        assert flags[3] == 2 and not _stages_out(kern)  # (two splits, float32 partials stored directly)
+    finally:
+        setup.close()
+
+
 @pytest.mark.parametrize("value, causal, staged", [
     (True, True, True), (True, False, True), (False, True, False), (False, False, False),
     ("noncausal", True, False), ("noncausal", False, True)])
@@ -97,17 +120,29 @@ def test_the_stage_out_knob_plans(monkeypatch, value, causal, staged):
 @needs_nvrtc
 @pytest.mark.parametrize("causal, persistent", [(True, 132), (True, 0), (False, 0), (False, 132)])
 @pytest.mark.parametrize("even", [True, False])
-@pytest.mark.parametrize("stage_out, fold", [(False, False), (False, True), (True, True)])
-def test_candidates_build_without_spills(causal, persistent, even, stage_out, fold):
+@pytest.mark.parametrize("stage_out, fold, stages", [(False, False, 2), (False, True, 2), (True, True, 2),
+                                                     (True, False, 3), (False, False, 3)])
+def test_candidates_build_without_spills(causal, persistent, even, stage_out, fold, stages):
     from tilewright.toolchain import nvrtc
     f = ak.attention_fwd(16, 16, 64, "bfloat16", "bfloat16", causal, False, False, 1, False, False, False, False,
-                         128, 128, 2, 256, stage_out=stage_out, even_q=even, even_k=even, persistent=persistent,
+                         128, 128, stages, 256, stage_out=stage_out, even_q=even, even_k=even, persistent=persistent,
                          order="pairs")
     configs = {**dispatch.HOPPER_CONFIGS, **dispatch.HOPPER_D64_OVERRIDES, "tw.wgmma_desc_fold": fold}
     k = tilewright.compile(f, target="cuda -arch=sm_90a", pass_configs=configs)
     res = nvrtc.compile_cuda(k.get_kernel_source(), "sm_90a", ["attention_fwd_kernel_kernel"]).resources
     assert res["attention_fwd_kernel_kernel"]["spills"] == 0, res
     assert res["attention_fwd_kernel_kernel"]["local_bytes"] == 0, res
+    assert k.spec.shared_bytes <= 232448
+
+
+def test_the_stages_knob_plans(monkeypatch):
+    """HOPPER_D64_STAGES sets the K/V ring of d 64 calls (4k causal and not; it fits beside Q and the staged
+    output tile), not of d 128."""
+    assert dispatch.HOPPER_D64_STAGES == 2
+    monkeypatch.setattr(dispatch, "HOPPER_D64_STAGES", 3)
+    for causal in (True, False):
+        assert _planned_key(monkeypatch, causal, 4096, 64)[0][19] == 3
+        assert _planned_key(monkeypatch, causal, 4096, 128)[0][19] == 2
 
 
 # ---------------------------------------------------------------- tw.wgmma_desc_fold alone

@@ -1,6 +1,6 @@
 """Session 12's sm_90a candidates (tests/test_s12_attn_candidates.py runs them in the emulator) on an sm_90 GPU
 (H100/H200): ``attention_dispatch.HOPPER_D64_STAGE_OUT`` False (each consumer thread stores its output pairs),
-the pass config ``tw.wgmma_desc_fold`` at head dim 64 (the descriptor of a tile's first element plus a
+``HOPPER_D64_STAGES`` 3, the pass config ``tw.wgmma_desc_fold`` at head dim 64 (the descriptor of a tile's first element plus a
 constant per K step), both, and the persistent orders of the s12 bench: ``ops.attention`` against float64 with
 NaN-poisoned outputs (causal and not, ragged, S_q != S_k both ways, GQA, the LSE, varlen with empty sequences),
 a repeat call from pointers, the kernel checked to be the one asked for; and wgmma GEMMs built with the fold
@@ -27,6 +27,7 @@ FOLD = {"HOPPER_D64_OVERRIDES": {**dispatch.HOPPER_D64_OVERRIDES, "tw.wgmma_desc
 DIRECT = {"HOPPER_D64_STAGE_OUT": False}
 CANDIDATES = {"shipped": {}, "direct": DIRECT, "fold": FOLD, "direct fold": {**DIRECT, **FOLD},
               "direct hm-snake": {**DIRECT, "PERSISTENT_ORDER": "head_major_snake"},
+              "direct 3st": {**DIRECT, "HOPPER_D64_STAGES": 3},
               "grid direct": {**DIRECT, "PERSISTENT_MAX_KEY_BLOCKS_CAUSAL": 16}}
 
 

@@ -177,6 +177,10 @@ HOPPER_NONCAUSAL_BLOCK_N = 128
 HOPPER_SHORT_CAUSAL_OVERRIDES = {"tw.pingpong": True, "tw.attention_overlap": True}
 # head dim <= 64 on the sm_90a path: (block_M, block_N); block_M 128 = two consumer warpgroups.
 HOPPER_D64_BLOCKS = (128, 128)
+# head dim <= 64 on the sm_90a path: the K/V ring's stages (before the shared-memory fit).  At d 64 a key block
+# takes ~1.2 us of a block's time, about an L2 round trip of a 16 KB TMA tile, so two stages leave the producer
+# little lead; 3 is session 12's candidate (unmeasured).  Takes effect for new plans.
+HOPPER_D64_STAGES = 2
 # non-causal calls at head dim <= 64: 192 x 128 blocks (FlashAttention-3's query block there): three consumer
 # warpgroups (no ping-pong: it takes two), the fit without the score tile (two stages), the grid kernel (the
 # persistent causal one spilled; non-causal not measured).  H200 (bench/results/2026-12-02-0207-attention-variants-
@@ -217,7 +221,7 @@ def _hopper_config(dim: int, rows: int):
     if rows <= 64:
         return None
     if dim <= 64:
-        return (*HOPPER_D64_BLOCKS, 2, 2 * HOPPER_D64_BLOCKS[0])
+        return (*HOPPER_D64_BLOCKS, HOPPER_D64_STAGES, 2 * HOPPER_D64_BLOCKS[0])
     return (128, 128 if dim <= 128 else 64, 2, 256)
 
 
@@ -523,7 +527,9 @@ def _make_plan(q, k, v, causal, scale, varlen, nseq, max_q, has_cache, num_split
     # the output tile staged through shared memory: it fits beside Q and the K/V rings up to d 128
     stage_out = bool(hopper) and D <= 128 and (D > 64 or HOPPER_D64_STAGE_OUT is True
                                                 or HOPPER_D64_STAGE_OUT == "noncausal" and not causal)
+    # (a d 64 ring of other than two stages: fitted without the score tile too, which wgmma keeps in registers)
     in_regs = bool(hopper) and (HOPPER_SCORES_IN_REGISTERS is True or noncausal or short_causal or three_wg
+                                or D <= 64 and HOPPER_D64_STAGES != 2
                                 or HOPPER_SCORES_IN_REGISTERS == "long causal" and long_causal)
     # (the split count depends on the blocks, the output dtype on the split count (float32 partials when
     # split) and the staged output tile's size on the dtype: a split call is fitted again for 4-byte
