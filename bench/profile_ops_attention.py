@@ -6,11 +6,13 @@ start/stop so Nsight Compute sees only them (warm-up and compilation excluded):
         python bench/profile_ops_attention.py
 
 A diagnosis aid for the shapes where ops.attention trails cuDNN (bench/attention.py): throughput, stall
-reasons, registers and occupancy of the kernels each side launches.
+reasons, registers and occupancy of the kernels each side launches.  ``TW_DISPATCH="NAME=value;..."`` sets
+``attention_dispatch`` knobs first (values as Python literals), e.g. ``TW_DISPATCH="HOPPER_D64_STAGE_OUT=False"``.
 """
 
 from __future__ import annotations
 
+import ast
 import os
 import sys
 
@@ -20,6 +22,13 @@ from torch.nn.attention import SDPBackend, sdpa_kernel
 sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 
 from tilewright import ops  # noqa: E402
+from tilewright.ops import attention_dispatch  # noqa: E402
+
+for setting in filter(None, os.environ.get("TW_DISPATCH", "").split(";")):
+    knob, value = setting.split("=", 1)
+    if not hasattr(attention_dispatch, knob.strip()):
+        raise SystemExit(f"TW_DISPATCH: attention_dispatch has no knob {knob.strip()!r}")
+    setattr(attention_dispatch, knob.strip(), ast.literal_eval(value.strip()))
 
 B, H, S, D = (int(x) for x in os.environ.get("TW_SHAPE", "16,16,1024,128").split(","))
 causal = os.environ.get("TW_CAUSAL", "0") == "1"

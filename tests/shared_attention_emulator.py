@@ -106,11 +106,11 @@ def check_packed(used, seed, causal):
     return persistent_kernel(used)
 
 
-def check_split_kv(used, seed):
+def check_split_kv(used, seed, dim=128):
     """A causal call on a padded KV cache (key counts 300 and 93) in two split-KV ranges per (batch, head,
     query block), the partial outputs merged by the combine; returns the persistent kernel that ran it."""
     g = torch.Generator().manual_seed(seed)
-    q, k, v = _rand(g, 2, 2, 80, 128), _rand(g, 2, 1, 300, 128), _rand(g, 2, 1, 300, 128)
+    q, k, v = _rand(g, 2, 2, 80, dim), _rand(g, 2, 1, 300, dim), _rand(g, 2, 1, 300, dim)
     lens = torch.tensor([300, 93], dtype=torch.int32)
     out, lse = ops.attention(q, k, v, causal=True, return_lse=True, cache_seqlens=lens, num_splits=2)
     want, want_lse = reference(q, k, v, True, kv_len=lens.tolist())

@@ -117,6 +117,8 @@ HONOURED: dict[str, str] = {
                         "whole tile (passes/version_masks.py; on by default at optimize_level 2)",
     "tw.reduce_tree": "true: each thread folds its registers of a T.reduce_* as a balanced tree (log2(n) dependent "
                       "steps instead of n; sums round differently)",
+    "tw.wgmma_desc_fold": "true: a wgmma operand's shared-memory descriptor is printed as its tile base's descriptor "
+                          "plus a constant (one add per K step instead of the address masked and shifted again)",
 }
 
 # TileLang's keys that change nothing here (their passes do not exist or their choice is fixed).

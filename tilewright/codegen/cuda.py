@@ -429,8 +429,12 @@ class CudaPrinter(Printer):
                 self.emit(d, f'asm volatile("" : {ops} :: "memory");')
 
     def wgmma_desc(self, op: th.WgmmaOperand) -> str:
-        addr = f"tw_smem_addr(&{self.ref(op.buffer, op.index)})"
-        return f"tw_wgmma_desc({addr}, {op.lbo}u, {op.sbo}u, {WGMMA_LAYOUT_TYPE[op.swizzle]}ull)"
+        """The operand's 64-bit descriptor; with ``op.base`` (``tw.wgmma_desc_fold``) the descriptor of the tile's
+        first element plus ``op.step``: the K steps of one gemm then share one descriptor computation (the device
+        compiler folds the common part) instead of masking and shifting each step's address."""
+        addr = f"tw_smem_addr(&{self.ref(op.buffer, op.index if op.base is None else op.base)})"
+        desc = f"tw_wgmma_desc({addr}, {op.lbo}u, {op.sbo}u, {WGMMA_LAYOUT_TYPE[op.swizzle]}ull)"
+        return desc if op.base is None else f"({desc} + {int(op.step)}ull)"
 
     def wgmma_mma(self, s: th.Wgmma, d: int) -> None:
         mi = s.instr

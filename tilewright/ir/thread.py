@@ -358,7 +358,10 @@ class WgmmaOperand:
     which sets the instruction's transpose bit), with a ``swizzle``-byte swizzle (32, 64, 128) and
     the leading / stride byte offsets ``lbo`` / ``sbo`` of ``target.matrix`` (see there).  The
     printer builds the 64-bit descriptor from the buffer's shared address; the emulator encodes and
-    decodes the same value."""
+    decodes the same value.  ``base`` / ``step`` (``tw.wgmma_desc_fold``): ``index`` is ``base`` plus
+    ``step`` * 16 bytes, ``base`` the tile's first element; the printer writes the descriptor of ``base``
+    plus ``step`` (the same value: the start-address field is the address / 16, and both addresses are
+    shared addresses below 2**18), which the K steps of one gemm share."""
 
     buffer: Buffer
     index: Any
@@ -366,6 +369,8 @@ class WgmmaOperand:
     swizzle: int
     lbo: int
     sbo: int
+    base: Any = None
+    step: int = 0
 
 
 @dataclass(eq=False)

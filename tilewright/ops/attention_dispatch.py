@@ -87,6 +87,11 @@ HOPPER_CONFIGS = {"tw.enable_wgmma": True, "tw.warp_specialize": True, "tw.atten
 # head dim 64: the overlap measured faster for ops' kernels (bench/results/2026-12-01-0954-attention-
 # variants: 410 vs 386 TFLOP/s dense, 341 vs 318 causal, bf16 4x16x4096x64); at 128 it was slower.
 HOPPER_D64_OVERRIDES = {"tw.attention_overlap": True, "tw.pingpong": True, "tw.reduce_tree": True}
+# tw.wgmma_desc_fold (the descriptors of a gemm's K steps as one base plus constants: the d 64 key loop 485 -> 447 SASS
+# instructions a key block) measured slower on the H200 (session 12, 07:46 UTC, TW_VARIANTS=s12, 4x16x4096x64 TFLOP/s):
+# non-causal bf16 413/411 vs 455/450, fp16 411/403 vs 451/435; causal 376/375 vs 373/372 bf16, 375/369 vs 371/365
+# fp16 (within the rounds' spread), and with the direct store below it (369/366, 367/364) lost to the store alone
+# (385/384, 383/380).  Not here.
 # ping-pong on top (H200, bench/results/2026-12-02-0207-attention-variants-s10, bf16 4x16x4096x64): causal 347 ->
 # 371 TFLOP/s, non-causal 431 -> 432.
 # tw.reduce_tree (the softmax's row max and sum folded as trees, not chains of 31 dependent FMNMX/FADD) on top:
@@ -177,6 +182,12 @@ HOPPER_NONCAUSAL_BLOCK_N = 128
 HOPPER_SHORT_CAUSAL_OVERRIDES = {"tw.pingpong": True, "tw.attention_overlap": True}
 # head dim <= 64 on the sm_90a path: (block_M, block_N); block_M 128 = two consumer warpgroups.
 HOPPER_D64_BLOCKS = (128, 128)
+# head dim <= 64 on the sm_90a path: the K/V ring's stages (before the shared-memory fit).  At d 64 a key block
+# takes ~1.2 us of a block's time, about an L2 round trip of a 16 KB TMA tile, so two stages leave the producer
+# little lead; 3 measured slower on the H200 (session 12, 07:46 UTC, TW_VARIANTS=s12, 4x16x4096x64 TFLOP/s bf16 / fp16:
+# causal 376/377 and 373/370 vs 373/372 and 371/365 staged, 386/362 and 380/347 vs 385/384 and 383/380 with the direct
+# store; non-causal 451/431 and 440/413 vs 455/450 and 451/435).  Takes effect for new plans.
+HOPPER_D64_STAGES = 2
 # non-causal calls at head dim <= 64: 192 x 128 blocks (FlashAttention-3's query block there): three consumer
 # warpgroups (no ping-pong: it takes two), the fit without the score tile (two stages), the grid kernel (the
 # persistent causal one spilled; non-causal not measured).  H200 (bench/results/2026-12-02-0207-attention-variants-
@@ -198,6 +209,17 @@ LEAN_LOOP = False
 # 366/364 causal): (1, 8) 428/420 and 363/360, (1, 4) 401/394 and 352/348, (3, 8) 392/391 and 337/337, with the tree
 # 421/383 (457/448 without the cubic); fp16 alike: MUFU is not what bounds the loop.  Off.  Takes effect for new plans.
 HOPPER_D64_FMA_EXP2 = None
+# head dim <= 64 on the sm_90a path: the output tile staged through shared memory and stored by TMA (True), or each
+# consumer thread storing its accumulator pairs to global memory (False), or staged for non-causal calls only
+# ("noncausal").  The staged store has both consumer warpgroups meet at two block-wide barriers per tile (the
+# previous TMA store must have read the tile before it is overwritten, and the store waits for both halves); with
+# ping-pong one warpgroup runs half a key block behind the other, so each work item ends with the first waiting for
+# the second and both restart in step: a fixed cost per item that weighs twice as much at 4k causal (16.5 key blocks
+# an item on average) as non-causal (32).  "noncausal" from the H200 run of session 12 (07:46 UTC, TW_VARIANTS=s12,
+# two rounds alternated with cuDNN, TFLOP/s, 4x16x4096x64): causal staged -> direct bf16 373/372 -> 385/384 (0.904 ->
+# 0.933 of cuDNN), fp16 371/365 -> 383/380 (0.923 -> 0.957); non-causal it lost a little (bf16 455/450 -> 455/444,
+# fp16 451/435 -> 443/430), so non-causal calls keep the staged store.  Takes effect for new plans.
+HOPPER_D64_STAGE_OUT = "noncausal"
 
 
 def _hopper_config(dim: int, rows: int):
@@ -209,7 +231,7 @@ def _hopper_config(dim: int, rows: int):
     if rows <= 64:
         return None
     if dim <= 64:
-        return (*HOPPER_D64_BLOCKS, 2, 2 * HOPPER_D64_BLOCKS[0])
+        return (*HOPPER_D64_BLOCKS, HOPPER_D64_STAGES, 2 * HOPPER_D64_BLOCKS[0])
     return (128, 128 if dim <= 128 else 64, 2, 256)
 
 
@@ -513,8 +535,11 @@ def _make_plan(q, k, v, causal, scale, varlen, nseq, max_q, has_cache, num_split
     if short_causal:
         configs = {**configs, **HOPPER_SHORT_CAUSAL_OVERRIDES}
     # the output tile staged through shared memory: it fits beside Q and the K/V rings up to d 128
-    stage_out = bool(hopper) and D <= 128
+    stage_out = bool(hopper) and D <= 128 and (D > 64 or HOPPER_D64_STAGE_OUT is True
+                                                or HOPPER_D64_STAGE_OUT == "noncausal" and not causal)
+    # (a d 64 ring of other than two stages: fitted without the score tile too, which wgmma keeps in registers)
     in_regs = bool(hopper) and (HOPPER_SCORES_IN_REGISTERS is True or noncausal or short_causal or three_wg
+                                or D <= 64 and HOPPER_D64_STAGES != 2
                                 or HOPPER_SCORES_IN_REGISTERS == "long causal" and long_causal)
     # (the split count depends on the blocks, the output dtype on the split count (float32 partials when
     # split) and the staged output tile's size on the dtype: a split call is fitted again for 4-byte

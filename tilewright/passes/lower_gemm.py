@@ -43,6 +43,7 @@ from ..ir import dtype as dt
 from ..ir import expr as E
 from ..ir import thread as th
 from ..ir import tile as t
+from .index_algebra import linear_terms
 from .lower_exprs import Env, lower_expr, numeric
 from .lowering_context import LoweringContext
 
@@ -167,7 +168,49 @@ def _wgmma_operand(ctx: LoweringContext, region: t.Region, starts, k_major: bool
     index = ctx.shared_offset(buf, _tile_index(region, starts, pos))
     rows = buf.shape[-2]
     lbo = 16 if k_major else rows * swizzle  # K-major swizzled layouts do not use LBO
-    return th.WgmmaOperand(ctx.shared_flat(buf), index, "k" if k_major else "mn", swizzle, lbo, 8 * swizzle)
+    base, step = None, 0
+    if ctx.options.get("tw.wgmma_desc_fold"):
+        base = ctx.shared_offset(buf, _tile_index(region, starts, (0, 0)))
+        step = _byte_step(index, base, dt.nbytes(buf.dtype))
+        base = base if step else None
+    return th.WgmmaOperand(ctx.shared_flat(buf), index, "k" if k_major else "mn", swizzle, lbo, 8 * swizzle, base, step)
+
+
+def _byte_step(index, base, nbytes: int) -> int:
+    """(``index`` - ``base``) in 16-byte units where the two differ by a constant multiple of 16 bytes
+    (the same terms, compared structurally, and constants apart), else 0."""
+    ti, ci = linear_terms(index)
+    tb, cb = linear_terms(base)
+    if len(ti) != len(tb) or ci <= cb or (ci - cb) * nbytes % 16:
+        return 0
+    left = list(tb)
+    for coef, atom in ti:
+        hit = next((j for j, (c, a) in enumerate(left) if c == coef and _same_expr(a, atom)), None)
+        if hit is None:
+            return 0
+        left.pop(hit)
+    return (ci - cb) * nbytes // 16
+
+
+def _same_expr(a, b) -> bool:
+    """Structural equality of two index expressions (variables by identity)."""
+    if a is b:
+        return True
+    if type(a) is not type(b) or not isinstance(a, E.Expr):
+        return isinstance(a, (int, float, str)) and a == b
+    if isinstance(a, E.Var):
+        return False
+    if isinstance(a, E.Const):
+        return a.value == b.value and a.dtype == b.dtype
+    slots = [n for k in type(a).__mro__ for n in getattr(k, "__slots__", ())]
+    for n in slots:
+        x, y = getattr(a, n), getattr(b, n)
+        if isinstance(x, (list, tuple)):
+            if not isinstance(y, (list, tuple)) or len(x) != len(y) or not all(map(_same_expr, x, y)):
+                return False
+        elif not _same_expr(x, y):
+            return False
+    return True
 
 
 def _check_atom_starts(region: t.Region, mn_major: bool, starts, width: int) -> None:

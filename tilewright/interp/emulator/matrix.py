@@ -342,6 +342,7 @@ class MatrixCompiler:
             raise where.error(EmulatorError, f"wgmma operand {name} is {buf.dtype}, {mi.name} takes {want}")
         place, off, nd = self._shared_of(buf, where)
         fi = self.cexpr(op.index, where)
+        fb = None if op.base is None else self.cexpr(op.base, where)  # tw.wgmma_desc_fold: base's descriptor + step
         eb = nd.itemsize
         lo, hi = off, off + buf.shape[0] * eb
         k = mi.k
@@ -354,11 +355,13 @@ class MatrixCompiler:
                 j = int(np.flatnonzero((idx != idx[:, :1]).any(axis=1))[0])
                 raise where.error(EmulatorError, f"wgmma operand {name}: the threads of the warpgroup of thread "
                                                  f"{int(st.tid[lane0[j]])} give different descriptor addresses")
+            if fb is not None:  # (as the printer: the descriptor of the tile's first element plus the step)
+                idx = np.broadcast_to(np.asarray(fb(st, None)), (st.L,)).reshape(-1, unit)[lane0 // unit]
             out = np.empty((len(lane0), rows, k), nd)
             for j, l0 in enumerate(lane0):
                 addr = off + int(idx[j, 0]) * eb
                 try:
-                    desc = wgmma_descriptor(addr, op.lbo, op.sbo, op.swizzle)
+                    desc = wgmma_descriptor(addr, op.lbo, op.sbo, op.swizzle) + int(op.step)
                     addrs = wgmma_operand_addresses(desc, op.major, rows, k, eb)
                 except ValueError as e:
                     raise where.error(EmulatorError, f"wgmma operand {name}: {e}") from None
