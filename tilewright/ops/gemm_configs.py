@@ -53,6 +53,10 @@ class GemmConfig:
     # (passes/share_shared_memory places it there when the two do not fit one after the other), so it does
     # not count against the ring: four 48 KB stages and the whole 64 KB tile of 128x256 fit an H200
     c_in_ring: bool = False
+    # persistent, sm_90a: two consumer warpgroups, each holding a whole block_M x block_N tile (threads=128: the
+    # kernel is written for one), take the tiles of the schedule in turn, one's epilogue overlapping the other's
+    # mainloop (passes/warp_specialize_pingpong.py); each keeps its own staged C tile
+    pingpong: bool = False
 
     def staged_epilogue(self, out_dtype: str):
         """``staged_epilogue`` of the kernels: False (plain stores: no TMA store, or an output that is not
@@ -68,7 +72,8 @@ class GemmConfig:
             return {}
         # both explicit: wgmma and warp specialization are the sm_90a defaults, and a configuration
         # says exactly which mainloop it was measured with
-        return {"tw.enable_wgmma": self.wgmma, "tw.warp_specialize": self.ws}
+        return {"tw.enable_wgmma": self.wgmma, "tw.warp_specialize": self.ws,
+                **({"tw.gemm_pingpong": True} if self.pingpong else {})}
 
     def to_json(self) -> dict:
         return dataclasses.asdict(self)
@@ -91,6 +96,9 @@ class GemmConfig:
             return None
         if cfg.c_in_ring and (not cfg.tma_store or cfg.kind != "direct"):
             return None
+        if cfg.pingpong and (cfg.kind != "persistent" or cfg.threads != 128 or cfg.cluster != (1, 1)
+                             or not (cfg.wgmma and cfg.ws)):
+            return None
         if cfg.store_bufs not in (1, 2) or cfg.store_bufs == 2 and (
                 not cfg.store_cols or cfg.store_cols >= cfg.block_N or cfg.c_in_ring):
             return None
@@ -108,6 +116,7 @@ class GemmConfig:
         s += f"/{self.store_cols}" if self.tma_store and self.store_cols else ""
         s += "x2" if self.tma_store and self.store_bufs == 2 else ""
         s += "/ring" if self.tma_store and self.c_in_ring else ""
+        s += " pingpong" if self.pingpong else ""
         return s + (f" c{self.cluster[0]}x{self.cluster[1]}" if self.cluster != (1, 1) else "")
 
     @classmethod
@@ -121,7 +130,7 @@ class GemmConfig:
             bm, bn, bk = (int(x) for x in words[1].split("x"))
             kw: dict = {"kind": words[0], "block_M": bm, "block_N": bn, "block_K": bk}
             for w in words[2:]:
-                if w in ("wgmma", "ws", "atomic"):
+                if w in ("wgmma", "ws", "atomic", "pingpong"):
                     kw[w] = True
                 elif w == "tma-store":
                     kw["tma_store"] = True
@@ -174,6 +183,7 @@ def fit_shared(cfg: GemmConfig, limit: int, elt_bytes: int = 2) -> GemmConfig:
     chunks, ``store_cols``, 32 KiB and four stages fit)."""
     def need(c):
         staged = c.block_M * (c.store_cols or c.block_N) * 2 * c.store_bufs if c.tma_store else 0
+        staged *= 2 if c.pingpong else 1  # (each consumer warpgroup has its own)
         ring = c.stages * (c.block_M + c.block_N) * c.block_K * elt_bytes
         return max(ring, staged) if c.c_in_ring else ring + staged
 
