@@ -351,6 +351,22 @@ def s11_candidates(M: int, N: int, K: int) -> list[GemmConfig]:
     return [p(128, 192, 5, 32, pair), p(128, 192, 4, 64, pair), p(128, 192, 5, 32), p(128, 256, 4, 64)]
 
 
+def s12_candidates(M: int, N: int, K: int) -> list[GemmConfig]:
+    """Session 12: ping-pong persistent GEMMs (``GemmConfig.pingpong``, passes/warp_specialize_pingpong.py): two
+    consumer warpgroups each own a whole tile and take the block's tiles in turn, one's epilogue overlapping the
+    other's mainloop -- the per-tile epilogue and ramp that 2000x3000x1000 (about two 128x192 tiles per SM) pays.
+    128x128 tiles (128 accumulators a thread, four or five stages beside two 32 KB C tiles) and 128x192 (192
+    accumulators: no spills without an activation; gelu_tanh spills, so not for those) in 64-column chunks.  Not yet
+    timed: candidates only, never the heuristic's choice."""
+    def p(bn, stages, cols=0):
+        return GemmConfig("persistent", 128, bn, 64, stages, 128, group_M=8, wgmma=True, ws=True, tma_store=True,
+                          store_cols=cols, pingpong=True)
+
+    if M <= 128:
+        return []
+    return [p(128, 4), p(128, 5), p(192, 4, 64)]
+
+
 def cluster_candidates(M: int, N: int, K: int) -> list[GemmConfig]:
     """sm_90 configurations whose blocks run in thread-block clusters of two, the shared operand tile
     loaded once per cluster by TMA multicast (``passes/cluster_multicast.py``): direct ones along x or
@@ -538,7 +554,8 @@ def candidates(M: int, N: int, K: int, dtype: str, arch: str, num_sms: int,
             if c is not None:
                 out.append(c)
     if hopper:
-        out += [fit_shared(c, smem_limit) for c in cluster_candidates(M, N, K) + s10_candidates(M, N, K)]
+        out += [fit_shared(c, smem_limit) for c in cluster_candidates(M, N, K) + s10_candidates(M, N, K)
+                + s12_candidates(M, N, K)]
     if not hopper:
         out = [c for c in out if c.kind not in ("persistent", "streamk")]
     seen, unique = set(), []

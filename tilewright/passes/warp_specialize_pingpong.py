@@ -59,8 +59,8 @@ def wanted(ctx, tiles, consumers: int, wgmma: bool, stages: int, sharers: int, b
 def pingpong_consumers(outer: t.For, tile_before: list, tile_after: list, mainloop, shared: set, take: list,
                        loc) -> tuple:
     """(the two consumer partitions, the declarations of the second warpgroup's shared buffers).
-    ``mainloop(True)`` builds one warpgroup's (K loop, drain) afresh, its waits naming their phase; ``shared`` are the kernel's shared
-    buffers outside the ring."""
+    ``mainloop(True)`` builds one warpgroup's (K loop, drain) afresh, its waits naming their phase;
+    ``shared`` are the kernel's shared buffers outside the ring."""
     used = _buffers_in(tile_before + tile_after) & shared
     swap = {b: _copy_buffer(b) for b in sorted(used, key=lambda b: b.name)}
     parts = []

@@ -1,0 +1,32 @@
+"""Session 12 ping-pong persistent GEMMs on the GPU (sm_90; ``gemm_configs.s12_candidates``,
+passes/warp_specialize_pingpong.py): through ``ops.matmul`` with each configuration forced, against float64
+with NaN-poisoned outputs, ragged shapes (tile counts odd and even, fewer tiles than SMs), fp16 / bf16, bias,
+activation and a transposed weight.  Skipped without an H100/H200."""
+
+from __future__ import annotations
+
+import pytest
+
+torch = pytest.importorskip("torch")
+if not torch.cuda.is_available() or getattr(torch.version, "hip", None) or \
+        torch.cuda.get_device_capability() != (9, 0):
+    pytest.skip("needs an sm_90 NVIDIA GPU with a CUDA build of PyTorch", allow_module_level=True)
+
+from test_gpu_s10_gemm import _run, run_bias_silu_transposed  # noqa: E402
+
+from tilewright.ops import gemm_configs  # noqa: E402
+
+CANDIDATES = gemm_configs.s12_candidates(2000, 3000, 1000)
+
+
+@pytest.mark.parametrize("cfg", CANDIDATES, ids=lambda c: c.short().replace(" ", "_"))
+@pytest.mark.parametrize("M, N, K", [(2000, 3000, 1000), (4096, 4096, 4096), (300, 1000, 264), (2056, 584, 72),
+                                     (8192, 8192, 1024), (136, 200, 40)])
+@pytest.mark.parametrize("dtype", [torch.float16, torch.bfloat16])
+def test_pingpong_matches_float64(cfg, M, N, K, dtype):
+    assert _run(cfg, M, N, K, dtype) < 2e-3, cfg.short()
+
+
+@pytest.mark.parametrize("cfg", CANDIDATES, ids=lambda c: c.short().replace(" ", "_"))
+def test_pingpong_with_bias_activation_and_transposed_weight(cfg):
+    assert run_bias_silu_transposed(cfg, 600, seed=12) < 2e-3, cfg.short()
