@@ -69,17 +69,21 @@ def pingpong_consumers(outer: t.For, tile_before: list, tile_after: list, mainlo
         before = tile_before if w == 0 else _clone(tile_before, swap)
         after = tile_after if w == 0 else _clone(tile_after, swap)
         mine, other = TURN[w], TURN[1 - w]
-        tile = t.SeqStmt([*before, th.NamedBarrier(mine, 2 * WARPGROUP, loc=loc), k_loop,
-                          th.NamedBarrier(other, 2 * WARPGROUP, arrive_only=True, loc=loc), *drain, *after])
+        tile = t.SeqStmt([*before, *_turn(mine, False, loc), k_loop, *_turn(other, True, loc), *drain, *after])
         body = t.For(outer.var, outer.start, outer.extent,
                      t.SeqStmt([t.IfThenElse(E.binary("==", (outer.var - outer.start) % 2, w), tile, None, loc=loc)]),
                      "serial", 0, outer.loc, dict(outer.attrs))
-        opening = [th.NamedBarrier(TURN[0], 2 * WARPGROUP, arrive_only=True, loc=loc)] if w == 1 else []
-        closing = t.IfThenElse(E.binary("==", E.as_expr(outer.extent) % 2, w),
-                               t.SeqStmt([th.NamedBarrier(mine, 2 * WARPGROUP, loc=loc)]), None, loc=loc)
+        opening = _turn(TURN[0], True, loc) if w == 1 else []
+        closing = t.IfThenElse(E.binary("==", E.as_expr(outer.extent) % 2, w), t.SeqStmt(_turn(mine, False, loc)),
+                               None, loc=loc)
         parts.append(t.ThreadPartition(WARPGROUP * (1 + w), WARPGROUP, f"consumer {w}",
                                        t.SeqStmt([*take, *opening, body, closing]), loc))
     return parts, [t.Alloc(b, loc=b.loc) for b in swap.values()]
+
+
+def _turn(barrier: int, arrive_only: bool, loc) -> list:
+    """Waiting for a turn (``bar.sync``) or handing it on (``bar.arrive``): both warpgroups, 256 threads."""
+    return [th.NamedBarrier(barrier, 2 * WARPGROUP, arrive_only=arrive_only, loc=loc)]
 
 
 def _copy_buffer(b: t.Buffer) -> t.Buffer:
