@@ -20,8 +20,10 @@ CANDIDATES = gemm_configs.s12_candidates(2000, 3000, 1000)
 
 
 @pytest.mark.parametrize("cfg", CANDIDATES, ids=lambda c: c.short().replace(" ", "_"))
-@pytest.mark.parametrize("M, N, K", [(2000, 3000, 1000), (4096, 4096, 4096), (300, 1000, 264), (2056, 584, 72),
-                                     (8192, 8192, 1024), (136, 200, 40)])
+# (N, K of the bench's shapes, whose kernels the bench run compiled, with ragged row counts -- M is a
+# dynamic size: tile counts per block odd, even, and blocks without a tile -- and one ragged N and K)
+@pytest.mark.parametrize("M, N, K", [(2000, 3000, 1000), (4096, 4096, 4096), (136, 3000, 1000), (2056, 8192, 1024),
+                                     (300, 1000, 264)])
 @pytest.mark.parametrize("dtype", [torch.float16, torch.bfloat16])
 def test_pingpong_matches_float64(cfg, M, N, K, dtype):
     assert _run(cfg, M, N, K, dtype) < 2e-3, cfg.short()

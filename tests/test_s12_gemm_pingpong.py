@@ -27,6 +27,9 @@ EMULATED = [
     (P("persistent 128x192x64 s3 t128 g8 wgmma ws tma-store pingpong"), 300, 584, 136, "float16", False, "silu"),
     (P("persistent 128x192x64 s4 t128 g8 wgmma ws tma-store/64 pingpong"), 136, 200, 360, "bfloat16", False, "none"),
     (PP128, 100, 120, 40, "float16", False, "relu"),
+    # clusters of two blocks (A multicast) walking pairs of N tiles: 2 clusters of 2 blocks
+    (P("persistent 128x128x64 s4 t128 g8 wgmma ws tma-store c2x1 pingpong"), 264, 392, 200, "float16", False, "relu"),
+    (P("persistent 128x128x64 s4 t128 g8 wgmma ws tma-store c2x1 pingpong"), 520, 520, 136, "bfloat16", True, "none"),
 ]
 
 
@@ -53,9 +56,9 @@ def test_the_emulator_reports_mainloops_out_of_turn(monkeypatch):
 
 @pytest.mark.parametrize("name", ["persistent 128x128x64 s4 t256 g8 wgmma ws tma-store",
                                   "persistent 128x192x64 s4 t256 g8 wgmma ws tma-store c2x1"])
-def test_the_option_leaves_other_kernels_alone(name):
-    """tw.gemm_pingpong on a kernel of two consumer warpgroups, or one whose clusters multicast: the usual
-    warp-specialized kernel (one consumer partition, no turns)."""
+def test_the_option_leaves_two_warpgroup_kernels_alone(name):
+    """tw.gemm_pingpong on a kernel of two consumer warpgroups: the usual warp-specialized kernel (one
+    consumer partition, no turns)."""
     cfg = P(name)
     k = _kernel_with_option(cfg)
     src = k.get_kernel_source()
@@ -81,11 +84,13 @@ def test_names_shared_memory_and_candidate_lists():
     # each warpgroup has its own staged C tile: 128x192 with whole 48 KB tiles takes three stages, not four
     assert gemm_configs.fit_shared(P("persistent 128x192x64 s4 t128 g8 wgmma ws tma-store pingpong"),
                                    gemm_configs.H200_SHARED_BYTES).stages == 3
-    for bad in ({"threads": 256}, {"kind": "direct"}, {"cluster": (2, 1)}, {"ws": False}):
+    for bad in ({"threads": 256}, {"kind": "direct"}, {"cluster": (1, 2)}, {"ws": False}):
         assert GemmConfig.from_json({**PP128.to_json(), **bad}) is None, bad
     weak = gemm_configs.candidates(2000, 3000, 1000, "float16", "sm_90", 132)
     assert all(c in weak for c in gemm_configs.s12_candidates(2000, 3000, 1000))
     assert gemm_configs.s12_candidates(128, 8192, 8192) == []
+    assert [c.cluster for c in gemm_configs.s12_candidates(2000, 3000, 1000)].count((2, 1)) == 1
+    assert all(c.cluster == (1, 1) for c in gemm_configs.s12_candidates(8192, 8192, 1024))
     assert not any(c.pingpong for c in gemm_configs.candidates(2000, 3000, 1000, "float16", "sm_80", 108))
     for shape in ((2000, 3000, 1000), (4096, 4096, 4096), (8192, 8192, 1024)):
         assert not gemm_configs.heuristic(*shape, "float16", "sm_90", 132).pingpong  # not measured yet

@@ -96,7 +96,7 @@ class GemmConfig:
             return None
         if cfg.c_in_ring and (not cfg.tma_store or cfg.kind != "direct"):
             return None
-        if cfg.pingpong and (cfg.kind != "persistent" or cfg.threads != 128 or cfg.cluster != (1, 1)
+        if cfg.pingpong and (cfg.kind != "persistent" or cfg.threads != 128
                              or not (cfg.wgmma and cfg.ws)):
             return None
         if cfg.store_bufs not in (1, 2) or cfg.store_bufs == 2 and (
@@ -356,7 +356,8 @@ def s12_candidates(M: int, N: int, K: int) -> list[GemmConfig]:
     consumer warpgroups each own a whole tile and take the block's tiles in turn, one's epilogue overlapping the
     other's mainloop -- the per-tile epilogue and ramp that 2000x3000x1000 (about two 128x192 tiles per SM) pays.
     128x128 tiles (128 accumulators a thread, four or five stages beside two 32 KB C tiles) and 128x192 (192
-    accumulators: no spills without an activation; gelu_tanh spills, so not for those) in 64-column chunks.  Not yet
+    accumulators: no spills without an activation; gelu_tanh spills, so not for those) in 64-column chunks; and
+    128x128 in clusters of two blocks walking pairs of N tiles (A multicast) where the tiles are few.  Not yet
     timed: candidates only, never the heuristic's choice."""
     def p(bn, stages, cols=0):
         return GemmConfig("persistent", 128, bn, 64, stages, 128, group_M=8, wgmma=True, ws=True, tma_store=True,
@@ -364,7 +365,11 @@ def s12_candidates(M: int, N: int, K: int) -> list[GemmConfig]:
 
     if M <= 128:
         return []
-    return [p(128, 4), p(128, 5), p(192, 4, 64)]
+    out = [p(128, 4), p(128, 5), p(192, 4, 64)]
+    if _ceil(M, 128) * _ceil(N, 128) <= 4 * 132 and _ceil(N, 128) >= 2:
+        # few tiles per block, as where the heuristic's persistent 128x192 takes clusters of two (A multicast)
+        out.append(dataclasses.replace(p(128, 4), cluster=(2, 1)))
+    return out
 
 
 def cluster_candidates(M: int, N: int, K: int) -> list[GemmConfig]:

@@ -459,7 +459,7 @@ def _specialize(kernel: t.Kernel, func, ctx, rings: dict, in_flight: dict, loop:
         else:
             (after if seen_loop else before).append(s)
     # ping-pong (warp_specialize_pingpong.py): two consumer warpgroups taking the tiles in turn
-    pingpong = pp.wanted(ctx, tiles, consumers, wgmma, stages, sharers, before, after)
+    pingpong = pp.wanted(ctx, tiles, consumers, wgmma, stages, before, after)
     warpgroups = 2 if pingpong else 1
     # (for wgmma consumers only: with mma.sync ones ptxas was seen to ignore setmaxnreg, warning
     # that it cannot determine the register count at entry)

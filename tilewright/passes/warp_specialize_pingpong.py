@@ -6,7 +6,7 @@ store) runs while the other's mainloop keeps the tensor cores busy.
 When: ``warp_specialize`` calls ``pingpong_consumers`` when the pass config is true and the kernel
 is in the persistent form, written for one consumer warpgroup (128 threads: the warpgroup holds the
 whole ``block_M x block_N`` accumulator), its gemm goes to wgmma with a ring of two or more stages,
-no cluster multicast applies, and the kernel's top level holds nothing but declarations,
+and the kernel's top level holds nothing but declarations,
 annotations and the tile loop (so every consumer statement belongs to a tile).  Otherwise the pass
 builds its usual single consumer partition (the option is a request, never a change of meaning).
 
@@ -28,7 +28,9 @@ The turns make the two mainloops follow each other in tile order, which the sing
 warpgroup waits on the ``full`` barrier of step ``it`` only after every earlier step's ``full`` wait
 has passed (the other warpgroup's whole tile), so the barrier is at most one phase behind and its
 parity names step ``it``, not step ``it - 2S``.  Each step is released by the warpgroup that ran it
-(``empty`` counts the 4 warps of one warpgroup).  The second warpgroup's statements are copies with
+(``empty`` counts the 4 warps of one warpgroup; with cluster multicast, those of the same warpgroup
+in both blocks, whose tile loops walk the same pairs of tiles in lockstep, so that the warpgroups of
+one parity in the two blocks consume the same ring steps).  The second warpgroup's statements are copies with
 their own statement identities, and every shared buffer they use that is not a ring (the staged
 epilogue's C tile) is its own copy: the two epilogues never share memory.  Fragments are per thread
 and laid out over 128 threads in both partitions."""
@@ -50,10 +52,10 @@ TURN = (15, 14)
 WARPGROUP = 128
 
 
-def wanted(ctx, tiles, consumers: int, wgmma: bool, stages: int, sharers: int, before: list, after: list) -> bool:
+def wanted(ctx, tiles, consumers: int, wgmma: bool, stages: int, before: list, after: list) -> bool:
     """Whether the ping-pong form applies (module docstring, "When")."""
     return bool(ctx.options.get(OPTION)) and tiles is not None and consumers == WARPGROUP and wgmma \
-        and stages >= 2 and sharers == 1 and not before and not after and ctx.target.vendor == "nvidia"
+        and stages >= 2 and not before and not after and ctx.target.vendor == "nvidia"
 
 
 def pingpong_consumers(outer: t.For, tile_before: list, tile_after: list, mainloop, shared: set, take: list,
