@@ -6,10 +6,9 @@ activation epilogues; B transposed); the emulator reporting the ring's wrong pha
 out; the pass declining kernels it does not apply to; names, shared-memory accounting, candidate lists; NVRTC
 builds for sm_90a without spills, HGMMA in the SASS."""
 
-import re
 
 import pytest
-from test_s10_gemm_candidates import _compile, run_on_the_emulator
+from test_s10_gemm_candidates import assert_builds_without_spills, run_on_the_emulator
 from toolchains import needs_nvrtc
 
 from tilewright.interp.emulator.errors import EmulatorError
@@ -27,6 +26,8 @@ EMULATED = [
     (P("persistent 128x192x64 s3 t128 g8 wgmma ws tma-store pingpong"), 300, 584, 136, "float16", False, "silu"),
     (P("persistent 128x192x64 s4 t128 g8 wgmma ws tma-store/64 pingpong"), 136, 200, 360, "bfloat16", False, "none"),
     (PP128, 100, 120, 40, "float16", False, "relu"),
+    (P("persistent 64x256x64 s4 t128 g8 wgmma ws tma-store pingpong"), 200, 584, 136, "float16", False, "relu"),
+    (P("persistent 64x256x64 s4 t128 g8 wgmma ws tma-store pingpong"), 72, 520, 200, "bfloat16", True, "silu"),
     # clusters of two blocks (A multicast) walking pairs of N tiles: 2 clusters of 2 blocks
     (P("persistent 128x128x64 s4 t128 g8 wgmma ws tma-store c2x1 pingpong"), 264, 392, 200, "float16", False, "relu"),
     (P("persistent 128x128x64 s4 t128 g8 wgmma ws tma-store c2x1 pingpong"), 520, 520, 136, "bfloat16", True, "none"),
@@ -100,14 +101,4 @@ def test_names_shared_memory_and_candidate_lists():
 @pytest.mark.parametrize("cfg", gemm_configs.s12_candidates(2000, 3000, 1000), ids=lambda c: c.short().replace(" ", "_"))
 @pytest.mark.parametrize("dtype", ["float16", "bfloat16"])
 def test_pingpong_builds_without_spills(cfg, dtype, tmp_path):
-    from test_wgmma import sass_of
-
-    from tilewright.toolchain import nvrtc
-
-    src = _compile(cfg, 3000, 1000, dtype, blocks=132).get_kernel_source()
-    names = re.findall(r'__global__ void (?:__\w+__\([^)]*\) )*(\w+)\(', src)
-    binary = nvrtc.compile_cuda(src, "sm_90a", names)
-    res = binary.resources[names[0]]
-    assert res["spills"] == 0 and res["local_bytes"] == 0, res
-    sass = sass_of(binary, tmp_path)
-    assert "HGMMA" in sass and "LDL" not in sass and "STL" not in sass
+    assert_builds_without_spills(cfg, 3000, 1000, dtype, tmp_path)

@@ -356,16 +356,17 @@ def s12_candidates(M: int, N: int, K: int) -> list[GemmConfig]:
     consumer warpgroups each own a whole tile and take the block's tiles in turn, one's epilogue overlapping the
     other's mainloop -- the per-tile epilogue and ramp that 2000x3000x1000 (about two 128x192 tiles per SM) pays.
     128x128 tiles (128 accumulators a thread, four or five stages beside two 32 KB C tiles) and 128x192 (192
-    accumulators: no spills without an activation; gelu_tanh spills, so not for those) in 64-column chunks; and
+    accumulators: no spills without an activation; gelu_tanh spills, so not for those) in 64-column chunks, 64x256
+    (128 accumulators, one m64n256 wgmma per K slice: less shared-memory traffic per flop than two m64n128); and
     128x128 in clusters of two blocks walking pairs of N tiles (A multicast) where the tiles are few.  Not yet
     timed: candidates only, never the heuristic's choice."""
-    def p(bn, stages, cols=0):
-        return GemmConfig("persistent", 128, bn, 64, stages, 128, group_M=8, wgmma=True, ws=True, tma_store=True,
+    def p(bn, stages, cols=0, bm=128):
+        return GemmConfig("persistent", bm, bn, 64, stages, 128, group_M=8, wgmma=True, ws=True, tma_store=True,
                           store_cols=cols, pingpong=True)
 
     if M <= 128:
         return []
-    out = [p(128, 4), p(128, 5), p(192, 4, 64)]
+    out = [p(128, 4), p(128, 5), p(192, 4, 64), p(256, 4, bm=64)]
     if _ceil(M, 128) * _ceil(N, 128) <= 4 * 132 and _ceil(N, 128) >= 2:
         # few tiles per block, as where the heuristic's persistent 128x192 takes clusters of two (A multicast)
         out.append(dataclasses.replace(p(128, 4), cluster=(2, 1)))
