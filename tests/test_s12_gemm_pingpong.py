@@ -87,8 +87,9 @@ def test_names_shared_memory_and_candidate_lists():
                                    gemm_configs.H200_SHARED_BYTES).stages == 3
     for bad in ({"threads": 256}, {"kind": "direct"}, {"cluster": (1, 2)}, {"ws": False}):
         assert GemmConfig.from_json({**PP128.to_json(), **bad}) is None, bad
+    # not yet run on a GPU: selectable by name only
     weak = gemm_configs.candidates(2000, 3000, 1000, "float16", "sm_90", 132)
-    assert all(c in weak for c in gemm_configs.s12_candidates(2000, 3000, 1000))
+    assert not any(c.pingpong for c in weak)
     assert gemm_configs.s12_candidates(128, 8192, 8192) == []
     assert [c.cluster for c in gemm_configs.s12_candidates(2000, 3000, 1000)].count((2, 1)) == 1
     assert all(c.cluster == (1, 1) for c in gemm_configs.s12_candidates(8192, 8192, 1024))

@@ -359,7 +359,8 @@ def s12_candidates(M: int, N: int, K: int) -> list[GemmConfig]:
     accumulators: no spills without an activation; gelu_tanh spills, so not for those) in 64-column chunks, 64x256
     (128 accumulators, one m64n256 wgmma per K slice: less shared-memory traffic per flop than two m64n128); and
     128x128 in clusters of two blocks walking pairs of N tiles (A multicast) where the tiles are few.  Not yet
-    timed: candidates only, never the heuristic's choice."""
+    run on a GPU: selectable by name only (bench/gemm.py --configs), off the candidate lists that tuning times
+    until the H200 has run them."""
     def p(bn, stages, cols=0, bm=128):
         return GemmConfig("persistent", bm, bn, 64, stages, 128, group_M=8, wgmma=True, ws=True, tma_store=True,
                           store_cols=cols, pingpong=True)
@@ -560,8 +561,7 @@ def candidates(M: int, N: int, K: int, dtype: str, arch: str, num_sms: int,
             if c is not None:
                 out.append(c)
     if hopper:
-        out += [fit_shared(c, smem_limit) for c in cluster_candidates(M, N, K) + s10_candidates(M, N, K)
-                + s12_candidates(M, N, K)]
+        out += [fit_shared(c, smem_limit) for c in cluster_candidates(M, N, K) + s10_candidates(M, N, K)]
     if not hopper:
         out = [c for c in out if c.kind not in ("persistent", "streamk")]
     seen, unique = set(), []
