@@ -355,7 +355,8 @@ def s12_candidates(M: int, N: int, K: int) -> list[GemmConfig]:
     """Session 12: ping-pong persistent GEMMs (``GemmConfig.pingpong``, passes/warp_specialize_pingpong.py): two
     consumer warpgroups each own a whole tile and take the block's tiles in turn, one's epilogue overlapping the
     other's mainloop -- the per-tile epilogue and ramp that 2000x3000x1000 (about two 128x192 tiles per SM) pays.
-    128x128 tiles (128 accumulators a thread, four or five stages beside two 32 KB C tiles) and 128x192 (192
+    128x128 tiles (128 accumulators a thread, four or five stages beside two 32 KB C tiles, or six beside two 16 KB
+    buffers of 64-column chunks: the two warpgroups share one ring, so it runs deeper) and 128x192 (192
     accumulators: no spills without an activation; gelu_tanh spills, so not for those) in 64-column chunks, 64x256
     (128 accumulators, one m64n256 wgmma per K slice: less shared-memory traffic per flop than two m64n128); and
     128x128 in clusters of two blocks walking pairs of N tiles (A multicast) where the tiles are few.  Not yet
@@ -367,7 +368,7 @@ def s12_candidates(M: int, N: int, K: int) -> list[GemmConfig]:
 
     if M <= 128:
         return []
-    out = [p(128, 4), p(128, 5), p(192, 4, 64), p(256, 4, bm=64)]
+    out = [p(128, 4), p(128, 5), p(128, 6, 64), p(192, 4, 64), p(256, 4, bm=64)]
     if _ceil(M, 128) * _ceil(N, 128) <= 4 * 132 and _ceil(N, 128) >= 2:
         # few tiles per block, as where the heuristic's persistent 128x192 takes clusters of two (A multicast)
         out.append(dataclasses.replace(p(128, 4), cluster=(2, 1)))
