@@ -32,6 +32,7 @@ EMULATED = [
     # clusters of two blocks (A multicast) walking pairs of N tiles: 2 clusters of 2 blocks
     (P("persistent 128x128x64 s4 t128 g8 wgmma ws tma-store c2x1 pingpong"), 264, 392, 200, "float16", False, "relu"),
     (P("persistent 128x128x64 s4 t128 g8 wgmma ws tma-store c2x1 pingpong"), 520, 520, 136, "bfloat16", True, "none"),
+    (P("persistent 128x192x64 s4 t128 g8 wgmma ws tma-store/64 c2x1 pingpong"), 136, 520, 200, "bfloat16", True, "silu"),
 ]
 
 
@@ -92,7 +93,7 @@ def test_names_shared_memory_and_candidate_lists():
     weak = gemm_configs.candidates(2000, 3000, 1000, "float16", "sm_90", 132)
     assert not any(c.pingpong for c in weak)
     assert gemm_configs.s12_candidates(128, 8192, 8192) == []
-    assert [c.cluster for c in gemm_configs.s12_candidates(2000, 3000, 1000)].count((2, 1)) == 1
+    assert [c.cluster for c in gemm_configs.s12_candidates(2000, 3000, 1000)].count((2, 1)) == 2
     assert all(c.cluster == (1, 1) for c in gemm_configs.s12_candidates(8192, 8192, 1024))
     assert not any(c.pingpong for c in gemm_configs.candidates(2000, 3000, 1000, "float16", "sm_80", 108))
     for shape in ((2000, 3000, 1000), (4096, 4096, 4096), (8192, 8192, 1024)):

@@ -359,8 +359,8 @@ def s12_candidates(M: int, N: int, K: int) -> list[GemmConfig]:
     buffers of 64-column chunks: the two warpgroups share one ring, so it runs deeper) and 128x192 (192
     accumulators: no spills without an activation; gelu_tanh spills, so not for those) in 64-column chunks, 64x256
     (128 accumulators, one m64n256 wgmma per K slice: less shared-memory traffic per flop than two m64n128); and
-    128x128 in clusters of two blocks walking pairs of N tiles (A multicast) where the tiles are few.  Not yet
-    run on a GPU: selectable by name only (bench/gemm.py --configs), off the candidate lists that tuning times
+    128x128 and 128x192 in clusters of two blocks walking pairs of N tiles (A multicast) where the tiles are few.
+    Not yet run on a GPU: selectable by name only (bench/gemm.py --configs), off the candidate lists that tuning times
     until the H200 has run them."""
     def p(bn, stages, cols=0, bm=128):
         return GemmConfig("persistent", bm, bn, 64, stages, 128, group_M=8, wgmma=True, ws=True, tma_store=True,
@@ -371,7 +371,7 @@ def s12_candidates(M: int, N: int, K: int) -> list[GemmConfig]:
     out = [p(128, 4), p(128, 5), p(128, 6, 64), p(192, 4, 64), p(256, 4, bm=64)]
     if _ceil(M, 128) * _ceil(N, 128) <= 4 * 132 and _ceil(N, 128) >= 2:
         # few tiles per block, as where the heuristic's persistent 128x192 takes clusters of two (A multicast)
-        out.append(dataclasses.replace(p(128, 4), cluster=(2, 1)))
+        out += [dataclasses.replace(p(128, 4), cluster=(2, 1)), dataclasses.replace(p(192, 4, 64), cluster=(2, 1))]
     return out
 
 
