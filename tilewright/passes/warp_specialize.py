@@ -56,6 +56,10 @@ warp's wait); after the loop ``wait_group(0)``
 completes the accumulator and the last slot is released.  (S = 1 keeps the synchronous release:
 the producer would wait for the very slot the consumer is about to read.)
 
+Ping-pong (pass config ``tw.gemm_pingpong``, ``warp_specialize_pingpong.py``, its own contract): in the
+persistent form, a kernel written for one consumer warpgroup gets two that take the tiles in turn, each
+with whole tiles, over the same ring (the block grows to ``128 + 2 * 128``).
+
 Thread-block clusters (``cluster_multicast.py``): in a kernel launched in clusters of two blocks
 along one grid axis whose blocks load the same operand tile (its coordinates do not read that axis's
 block index), each block's producer loads half of that tile with ``.multicast::cluster`` into both
