@@ -96,8 +96,23 @@ def test_names_shared_memory_and_candidate_lists():
     assert [c.cluster for c in gemm_configs.s12_candidates(2000, 3000, 1000)].count((2, 1)) == 2
     assert all(c.cluster == (1, 1) for c in gemm_configs.s12_candidates(8192, 8192, 1024))
     assert not any(c.pingpong for c in gemm_configs.candidates(2000, 3000, 1000, "float16", "sm_80", 108))
-    for shape in ((2000, 3000, 1000), (4096, 4096, 4096), (8192, 8192, 1024)):
-        assert not gemm_configs.heuristic(*shape, "float16", "sm_90", 132).pingpong  # not measured yet
+
+
+def test_the_heuristic_takes_pingpong_where_it_won():
+    """Mid-session H200 run of 2026-12-02 07:48 UTC: 128x192 ping-pong in 64-column chunks won at 8192x8192x1024
+    (1.03x / 1.03x cuBLAS against 0.99x / 0.99x), lost at 2000x3000x1000 and 4096^3; a gelu_tanh epilogue (it
+    spills there) or a 32-bit C keeps the kernel of two warpgroups per tile."""
+    h = gemm_configs.heuristic
+    won = h(8192, 8192, 1024, "bfloat16", "sm_90", 132)
+    assert won == P("persistent 128x192x64 s4 t128 g8 wgmma ws tma-store/64 pingpong")
+    assert won in gemm_configs.s12_candidates(8192, 8192, 1024)  # the form the emulator tests check
+    for shape in ((2000, 3000, 1000), (4096, 4096, 4096), (8192, 8192, 8192), (128, 8192, 8192)):
+        assert not h(*shape, "float16", "sm_90", 132).pingpong
+    for epilogue in ({"activation": "gelu_tanh"}, {"out_dtype": "float32"}):
+        other = h(8192, 8192, 1024, "float16", "sm_90", 132, **epilogue)
+        assert not other.pingpong and (other.block_M, other.block_N, other.threads) == (128, 192, 256)
+    assert h(8192, 8192, 1024, "float16", "sm_90", 132, activation="silu").pingpong
+    assert not h(8192, 8192, 1024, "float16", "sm_80", 108).pingpong
 
 
 @needs_nvrtc

@@ -413,10 +413,13 @@ def cluster_candidates(M: int, N: int, K: int) -> list[GemmConfig]:
     return out + out_p
 
 
-def heuristic(M: int, N: int, K: int, dtype: str, arch: str, num_sms: int,
-              smem_limit: int = H200_SHARED_BYTES) -> GemmConfig:
+def heuristic(M: int, N: int, K: int, dtype: str, arch: str, num_sms: int, smem_limit: int = H200_SHARED_BYTES,
+              activation: str = "none", out_dtype: str | None = None) -> GemmConfig:
     """The configuration for a shape without a tuned entry (measured on an H200 for sm_90: see
-    bench/results; elsewhere the mma.sync/MFMA table that was there before)."""
+    bench/results; elsewhere the mma.sync/MFMA table that was there before).  ``activation`` and
+    ``out_dtype`` (None: ``dtype``) describe the epilogue: the ping-pong kernel is chosen only where its
+    measured form applies (a 16-bit C by TMA store, and not gelu_tanh, whose polynomial spills beside
+    the 192 accumulators of a 128x192 ping-pong tile)."""
     hopper = arch == "sm_90"
     if hopper and M <= 16 and _ceil(N, 64) >= num_sms * 9 // 10:
         # decode over enough columns to fill the GPU: thin deep blocks, no split (1.17-1.20x cuBLAS at
@@ -470,6 +473,15 @@ def heuristic(M: int, N: int, K: int, dtype: str, arch: str, num_sms: int,
             # (bench/results/2026-12-01-1926-gemm-weak-*), while at 8192^3 (21 waves) the cluster's
             # tile pairs lost (582 against 635), so only there.
             pairs = _ceil(M, 128) * _ceil(N, 192) <= 4 * num_sms and _ceil(N, 192) >= 2
+            if _ceil(M, 128) * _ceil(N, 192) > 4 * num_sms and pingpong_epilogue(activation, out_dtype or dtype):
+                # more than four waves of 128x192 tiles: two consumer warpgroups taking the tiles in turn, one's
+                # epilogue under the other's mainloop (passes/warp_specialize_pingpong.py): 8192x8192x1024
+                # 719.9 / 739.7 TFLOP/s fp16 / bf16 = 1.03x / 1.03x cuBLAS against 693.8 / 713.2 for the
+                # persistent 128x192 of two warpgroups per tile below (mid-session H200 run of 2026-12-02 07:48
+                # UTC, measure12).  Where the tiles are few it lost: 2000x3000x1000 429.8 / 429.3 against the
+                # clusters' 483.2 / 477; and at 4096^3 (long K: 128x256 below) 660.8 / 653.5 against 748.2 / 778.2
+                return fit_shared(GemmConfig("persistent", 128, 192, base.block_K, 4, 128, wgmma=True, ws=True,
+                                             group_M=8, tma_store=True, store_cols=64, pingpong=True), smem_limit)
             return fit_shared(GemmConfig("persistent", 128, 192, base.block_K, 4, base.threads, wgmma=True, ws=True,
                                          group_M=8, tma_store=True, cluster=(2, 1) if pairs else (1, 1)),
                               smem_limit)
@@ -483,6 +495,11 @@ def heuristic(M: int, N: int, K: int, dtype: str, arch: str, num_sms: int,
         return fit_shared(GemmConfig("persistent", 128, 256, base.block_K, 4, base.threads, wgmma=True, ws=True,
                                      group_M=8, tma_store=True, store_cols=128), smem_limit)
     return base
+
+
+def pingpong_epilogue(activation: str, out_dtype: str) -> bool:
+    """Whether the heuristic's ping-pong kernel serves this epilogue (``heuristic``)."""
+    return activation != "gelu_tanh" and out_dtype in ("float16", "bfloat16")
 
 
 def candidates(M: int, N: int, K: int, dtype: str, arch: str, num_sms: int,
