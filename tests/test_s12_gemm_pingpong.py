@@ -25,6 +25,7 @@ EMULATED = [
     (P("persistent 128x128x64 s5 t128 g8 wgmma ws tma-store pingpong"), 520, 392, 72, "float16", False, "silu"),
     (P("persistent 128x192x64 s3 t128 g8 wgmma ws tma-store pingpong"), 300, 584, 136, "float16", False, "silu"),
     (P("persistent 128x192x64 s4 t128 g8 wgmma ws tma-store/64 pingpong"), 136, 200, 360, "bfloat16", False, "none"),
+    (P("persistent 128x192x64 s4 t128 g8 wgmma ws tma-store/64 pingpong"), 392, 584, 136, "float16", True, "silu"),
     (PP128, 100, 120, 40, "float16", False, "relu"),
     (P("persistent 128x128x64 s6 t128 g8 wgmma ws tma-store/64 pingpong"), 264, 392, 520, "float16", False, "relu"),
     (P("persistent 64x256x64 s4 t128 g8 wgmma ws tma-store pingpong"), 200, 584, 136, "float16", False, "relu"),
