@@ -34,6 +34,8 @@ EMULATED = [
     (P("persistent 128x128x64 s4 t128 g8 wgmma ws tma-store c2x1 pingpong"), 264, 392, 200, "float16", False, "relu"),
     (P("persistent 128x128x64 s4 t128 g8 wgmma ws tma-store c2x1 pingpong"), 520, 520, 136, "bfloat16", True, "none"),
     (P("persistent 128x192x64 s4 t128 g8 wgmma ws tma-store/64 c2x1 pingpong"), 136, 520, 200, "bfloat16", True, "silu"),
+    (P("persistent 128x192x64 s5 t128 g8 wgmma ws tma-store/32 c2x1 pingpong"), 264, 392, 520, "float16", False, "relu"),
+    (P("persistent 128x192x64 s5 t128 g8 wgmma ws tma-store/32 pingpong"), 136, 520, 200, "bfloat16", True, "silu"),
 ]
 
 
@@ -94,7 +96,7 @@ def test_names_shared_memory_and_candidate_lists():
     weak = gemm_configs.candidates(2000, 3000, 1000, "float16", "sm_90", 132)
     assert not any(c.pingpong for c in weak)
     assert gemm_configs.s12_candidates(128, 8192, 8192) == []
-    assert [c.cluster for c in gemm_configs.s12_candidates(2000, 3000, 1000)].count((2, 1)) == 2
+    assert [c.cluster for c in gemm_configs.s12_candidates(2000, 3000, 1000)].count((2, 1)) == 3
     assert all(c.cluster == (1, 1) for c in gemm_configs.s12_candidates(8192, 8192, 1024))
     assert not any(c.pingpong for c in gemm_configs.candidates(2000, 3000, 1000, "float16", "sm_80", 108))
 

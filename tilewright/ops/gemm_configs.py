@@ -360,6 +360,9 @@ def s12_candidates(M: int, N: int, K: int) -> list[GemmConfig]:
     accumulators: no spills without an activation; gelu_tanh spills, so not for those) in 64-column chunks, 64x256
     (128 accumulators, one m64n256 wgmma per K slice: less shared-memory traffic per flop than two m64n128); and
     128x128 and 128x192 in clusters of two blocks walking pairs of N tiles (A multicast) where the tiles are few.
+    After the mid-session run (2026-12-02 07:48 UTC: ping-pong 128x192 won at 8192x8192x1024, lost where the tiles
+    are few): 128x192 five stages deep beside 32-column chunks (a chunk's store waited for before the next: slower
+    stores, which ping-pong hides, for a deeper ring), with and without clusters.
     Not yet run on a GPU: selectable by name only (bench/gemm.py --configs), off the candidate lists that tuning times
     until the H200 has run them."""
     def p(bn, stages, cols=0, bm=128):
@@ -368,10 +371,10 @@ def s12_candidates(M: int, N: int, K: int) -> list[GemmConfig]:
 
     if M <= 128:
         return []
-    out = [p(128, 4), p(128, 5), p(128, 6, 64), p(192, 4, 64), p(256, 4, bm=64)]
+    out = [p(128, 4), p(128, 5), p(128, 6, 64), p(192, 4, 64), p(256, 4, bm=64), p(192, 5, 32)]
     if _ceil(M, 128) * _ceil(N, 128) <= 4 * 132 and _ceil(N, 128) >= 2:
         # few tiles per block, as where the heuristic's persistent 128x192 takes clusters of two (A multicast)
-        out += [dataclasses.replace(p(128, 4), cluster=(2, 1)), dataclasses.replace(p(192, 4, 64), cluster=(2, 1))]
+        out += [dataclasses.replace(c, cluster=(2, 1)) for c in (p(128, 4), p(192, 4, 64), p(192, 5, 32))]
     return out
 
 
