@@ -144,12 +144,18 @@ def test_bench_configs_switch_selects_candidates_by_name_and_shape():
 @pytest.mark.parametrize("cfg", [c for c, *_ in EMULATED], ids=lambda c: c.short().replace(" ", "_"))
 def test_s10_candidates_build_without_spills(cfg, tmp_path):
     """NVRTC at the benchmark's shapes: no spills or local memory, HGMMA (and multicast loads) in the SASS."""
+    N, K = (3000, 1000) if cfg.block_N > 64 else (8192, 8192)
+    assert_builds_without_spills(cfg, N, K, "float16", tmp_path)
+
+
+def assert_builds_without_spills(cfg, N, K, dtype, tmp_path):
+    """``cfg``'s kernel for N, K built by NVRTC for sm_90a (132 blocks): no spills or local memory, HGMMA (and
+    multicast loads with a cluster) in the SASS."""
     from test_wgmma import sass_of
 
     from tilewright.toolchain import nvrtc
 
-    N, K = (3000, 1000) if cfg.block_N > 64 else (8192, 8192)
-    src = _compile(cfg, N, K, blocks=132).get_kernel_source()
+    src = _compile(cfg, N, K, dtype, blocks=132).get_kernel_source()
     names = re.findall(r'__global__ void (?:__\w+__\([^)]*\) )*(\w+)\(', src)
     binary = nvrtc.compile_cuda(src, "sm_90a", names)
     res = binary.resources[names[0]]

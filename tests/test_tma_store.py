@@ -287,9 +287,10 @@ def test_gemm_configs_count_the_c_tile_and_hopper_picks_tma_store():
 
     for shape in [(4096, 4096, 4096), (8192, 8192, 1024), (2000, 3000, 1000)]:
         cfg = g.heuristic(*shape, "float16", "sm_90", 132)
-        # short K over many tiles: persistent 128x192 blocks; 4096^3 persistent 128x256 blocks, four stages,
-        # C by TMA store in 128-column chunks (session 9)
-        tile = (128, 256, 4, 128) if shape == (4096, 4096, 4096) else (128, 192, 4, 0)
+        # short K over many tiles: persistent 128x192 blocks (over more than four waves of them the ping-pong
+        # kernel, C in 64-column chunks: session 12); 4096^3 persistent 128x256 blocks, four stages, C by TMA
+        # store in 128-column chunks (session 9)
+        tile = {(4096, 4096, 4096): (128, 256, 4, 128), (8192, 8192, 1024): (128, 192, 4, 64)}.get(shape, (128, 192, 4, 0))
         assert cfg.tma_store and cfg.kind == "persistent"
         assert (cfg.block_M, cfg.block_N, cfg.stages, cfg.store_cols) == tile
         cands = g.candidates(*shape, "float16", "sm_90", 132)

@@ -90,6 +90,7 @@ class PassConfigKey(str, enum.Enum):
     TW_ATTENTION_OVERLAP = "tw.attention_overlap"  # attn-overlap: passes/attention_overlap.py
     TW_FAST_MATH = "tw.fast_math"  # lowering_context.FAST_MATH (same as tl.enable_fast_math)
     TW_VERSION_MASKS = "tw.version_masks"  # passes/version_masks.py
+    TW_GEMM_PINGPONG = "tw.gemm_pingpong"  # passes/warp_specialize_pingpong.py
 
 
 HONOURED: dict[str, str] = {
@@ -105,6 +106,8 @@ HONOURED: dict[str, str] = {
     "tl.disable_warp_specialized": "no automatic warp specialization of T.Pipelined GEMM mainloops on sm_90a",
     "tl.disable_wgmma": "gemms on sm_90a use mma.sync instead of wgmma.mma_async",
     "tw.pingpong": "with tw.warp_specialize, two consumer warpgroups of a loop take turns at their gemms (sm_90)",
+    "tw.gemm_pingpong": "with tw.warp_specialize on sm_90a, a persistent GEMM written for one consumer warpgroup "
+                        "gets two that take its tiles in turn (one's epilogue overlapping the other's mainloop)",
     "tw.attention_overlap": "with tw.warp_specialize on sm_90a, the attention loop issues P V of one key block "
                             "with Q K^T of the next and overlaps the softmax with it",
     "tw.attention_overlap_retire": "with tw.attention_overlap: 'end' (default) or 'top' of the loop body, where the "

@@ -200,12 +200,17 @@ class TmaStoreWait(Stmt):
 @dataclass(eq=False)
 class MbarrierWait(Stmt):
     """Every thread waits until the phase of parity ``parity`` (0/1) of mbarrier ``bar[index]``
-    has completed, i.e. the TMA loads that arrived on it have landed in shared memory."""
+    has completed, i.e. the TMA loads that arrived on it have landed in shared memory.  ``phase``
+    (optional, for the emulator only; the GPU sees the parity): the number of the phase the wait
+    means, for threads that wait on some phases of a barrier and not on others (ping-pong consumers
+    sharing one ring): the emulator then checks that the wait returns on exactly that phase instead
+    of checking that the thread waited for every phase."""
 
     bar: Buffer
     index: Any
     parity: Any
     loc: Any = None
+    phase: Any = None
 
 
 @dataclass(eq=False)

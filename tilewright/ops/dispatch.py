@@ -364,7 +364,7 @@ def matmul_config(M, N, K, a, trans_a=False, trans_b=False, has_bias=False, acti
         key = gemm_configs.cache_key(M, N, K, _dtype_name(a), out_name, trans_a, trans_b, has_bias, activation, arch,
                                      device)
         hit = gemm_configs.tuned(key) or gemm_configs.heuristic(M, N, K, _dtype_name(a), arch, num_sms,
-                                                              shared_limit(a))
+                                                              shared_limit(a), activation, out_name)
         _gemm_choice[memo] = hit
     return hit
 

@@ -53,6 +53,10 @@ class GemmConfig:
     # (passes/share_shared_memory places it there when the two do not fit one after the other), so it does
     # not count against the ring: four 48 KB stages and the whole 64 KB tile of 128x256 fit an H200
     c_in_ring: bool = False
+    # persistent, sm_90a: two consumer warpgroups, each holding a whole block_M x block_N tile (threads=128: the
+    # kernel is written for one), take the tiles of the schedule in turn, one's epilogue overlapping the other's
+    # mainloop (passes/warp_specialize_pingpong.py); each keeps its own staged C tile
+    pingpong: bool = False
 
     def staged_epilogue(self, out_dtype: str):
         """``staged_epilogue`` of the kernels: False (plain stores: no TMA store, or an output that is not
@@ -68,7 +72,8 @@ class GemmConfig:
             return {}
         # both explicit: wgmma and warp specialization are the sm_90a defaults, and a configuration
         # says exactly which mainloop it was measured with
-        return {"tw.enable_wgmma": self.wgmma, "tw.warp_specialize": self.ws}
+        return {"tw.enable_wgmma": self.wgmma, "tw.warp_specialize": self.ws,
+                **({"tw.gemm_pingpong": True} if self.pingpong else {})}
 
     def to_json(self) -> dict:
         return dataclasses.asdict(self)
@@ -97,6 +102,7 @@ class GemmConfig:
         s += f"/{self.store_cols}" if self.tma_store and self.store_cols else ""
         s += "x2" if self.tma_store and self.store_bufs == 2 else ""
         s += "/ring" if self.tma_store and self.c_in_ring else ""
+        s += " pingpong" if self.pingpong else ""
         return s + (f" c{self.cluster[0]}x{self.cluster[1]}" if self.cluster != (1, 1) else "")
 
     @classmethod
@@ -110,7 +116,7 @@ class GemmConfig:
             bm, bn, bk = (int(x) for x in words[1].split("x"))
             kw: dict = {"kind": words[0], "block_M": bm, "block_N": bn, "block_K": bk}
             for w in words[2:]:
-                if w in ("wgmma", "ws", "atomic"):
+                if w in ("wgmma", "ws", "atomic", "pingpong"):
                     kw[w] = True
                 elif w == "tma-store":
                     kw["tma_store"] = True
@@ -171,6 +177,8 @@ def refusal(cfg: GemmConfig) -> str | None:
             return f"a chunk width of 8, 16, 32 or a multiple of 64 columns, not {cfg.store_cols}"
     if cfg.c_in_ring and (not cfg.tma_store or cfg.kind != "direct"):
         return "the C tile in the ring (tma-store/ring) only on direct kernels with tma-store"
+    if cfg.pingpong and (cfg.kind != "persistent" or cfg.threads != 128 or not (cfg.wgmma and cfg.ws)):
+        return "pingpong only on persistent wgmma ws kernels named with t128 (the threads of one consumer warpgroup)"
     if cfg.store_bufs not in (1, 2) or cfg.store_bufs == 2 and (
             not cfg.store_cols or cfg.store_cols >= cfg.block_N or cfg.c_in_ring):
         return "two staging buffers (tma-store/Nx2) only with column chunks narrower than block_N, not in the ring"
@@ -192,6 +200,7 @@ def fit_shared(cfg: GemmConfig, limit: int, elt_bytes: int = 2) -> GemmConfig:
     chunks, ``store_cols``, 32 KiB and four stages fit)."""
     def need(c):
         staged = c.block_M * (c.store_cols or c.block_N) * 2 * c.store_bufs if c.tma_store else 0
+        staged *= 2 if c.pingpong else 1  # (each consumer warpgroup has its own)
         ring = c.stages * (c.block_M + c.block_N) * c.block_K * elt_bytes
         return max(ring, staged) if c.c_in_ring else ring + staged
 
@@ -359,6 +368,33 @@ def s11_candidates(M: int, N: int, K: int) -> list[GemmConfig]:
     return [p(128, 192, 5, 32, pair), p(128, 192, 4, 64, pair), p(128, 192, 5, 32), p(128, 256, 4, 64)]
 
 
+def s12_candidates(M: int, N: int, K: int) -> list[GemmConfig]:
+    """Session 12: ping-pong persistent GEMMs (``GemmConfig.pingpong``, passes/warp_specialize_pingpong.py): two
+    consumer warpgroups each own a whole tile and take the block's tiles in turn, one's epilogue overlapping the
+    other's mainloop -- the per-tile epilogue and ramp that 2000x3000x1000 (about two 128x192 tiles per SM) pays.
+    128x128 tiles (128 accumulators a thread, four or five stages beside two 32 KB C tiles, or six beside two 16 KB
+    buffers of 64-column chunks: the two warpgroups share one ring, so it runs deeper) and 128x192 (192
+    accumulators: no spills without an activation; gelu_tanh spills, so not for those) in 64-column chunks, 64x256
+    (128 accumulators, one m64n256 wgmma per K slice: less shared-memory traffic per flop than two m64n128); and
+    128x128 and 128x192 in clusters of two blocks walking pairs of N tiles (A multicast) where the tiles are few.
+    After the mid-session run (2026-12-02 07:48 UTC: ping-pong 128x192 won at 8192x8192x1024, lost where the tiles
+    are few): 128x192 five stages deep beside 32-column chunks (a chunk's store waited for before the next: slower
+    stores, which ping-pong hides, for a deeper ring), with and without clusters.
+    Not yet run on a GPU: selectable by name only (bench/gemm.py --configs), off the candidate lists that tuning times
+    until the H200 has run them."""
+    def p(bn, stages, cols=0, bm=128):
+        return GemmConfig("persistent", bm, bn, 64, stages, 128, group_M=8, wgmma=True, ws=True, tma_store=True,
+                          store_cols=cols, pingpong=True)
+
+    if M <= 128:
+        return []
+    out = [p(128, 4), p(128, 5), p(128, 6, 64), p(192, 4, 64), p(256, 4, bm=64), p(192, 5, 32)]
+    if _ceil(M, 128) * _ceil(N, 128) <= 4 * 132 and _ceil(N, 128) >= 2:
+        # few tiles per block, as where the heuristic's persistent 128x192 takes clusters of two (A multicast)
+        out += [dataclasses.replace(c, cluster=(2, 1)) for c in (p(128, 4), p(192, 4, 64), p(192, 5, 32))]
+    return out
+
+
 def cluster_candidates(M: int, N: int, K: int) -> list[GemmConfig]:
     """sm_90 configurations whose blocks run in thread-block clusters of two, the shared operand tile
     loaded once per cluster by TMA multicast (``passes/cluster_multicast.py``): direct ones along x or
@@ -397,10 +433,13 @@ def cluster_candidates(M: int, N: int, K: int) -> list[GemmConfig]:
     return out + out_p
 
 
-def heuristic(M: int, N: int, K: int, dtype: str, arch: str, num_sms: int,
-              smem_limit: int = H200_SHARED_BYTES) -> GemmConfig:
+def heuristic(M: int, N: int, K: int, dtype: str, arch: str, num_sms: int, smem_limit: int = H200_SHARED_BYTES,
+              activation: str = "none", out_dtype: str | None = None) -> GemmConfig:
     """The configuration for a shape without a tuned entry (measured on an H200 for sm_90: see
-    bench/results; elsewhere the mma.sync/MFMA table that was there before)."""
+    bench/results; elsewhere the mma.sync/MFMA table that was there before).  ``activation`` and
+    ``out_dtype`` (None: ``dtype``) describe the epilogue: the ping-pong kernel is chosen only where its
+    measured form applies (a 16-bit C by TMA store, and not gelu_tanh, whose polynomial spills beside
+    the 192 accumulators of a 128x192 ping-pong tile)."""
     hopper = arch == "sm_90"
     if hopper and M <= 16 and _ceil(N, 64) >= num_sms * 9 // 10:
         # decode over enough columns to fill the GPU: thin deep blocks, no split (1.17-1.20x cuBLAS at
@@ -454,6 +493,15 @@ def heuristic(M: int, N: int, K: int, dtype: str, arch: str, num_sms: int,
             # (bench/results/2026-12-01-1926-gemm-weak-*), while at 8192^3 (21 waves) the cluster's
             # tile pairs lost (582 against 635), so only there.
             pairs = _ceil(M, 128) * _ceil(N, 192) <= 4 * num_sms and _ceil(N, 192) >= 2
+            if _ceil(M, 128) * _ceil(N, 192) > 4 * num_sms and pingpong_epilogue(activation, out_dtype or dtype):
+                # more than four waves of 128x192 tiles: two consumer warpgroups taking the tiles in turn, one's
+                # epilogue under the other's mainloop (passes/warp_specialize_pingpong.py): 8192x8192x1024
+                # 719.9 / 739.7 TFLOP/s fp16 / bf16 = 1.03x / 1.03x cuBLAS against 693.8 / 713.2 for the
+                # persistent 128x192 of two warpgroups per tile below (mid-session H200 run of 2026-12-02 07:48
+                # UTC, measure12).  Where the tiles are few it lost: 2000x3000x1000 429.8 / 429.3 against the
+                # clusters' 483.2 / 477; and at 4096^3 (long K: 128x256 below) 660.8 / 653.5 against 748.2 / 778.2
+                return fit_shared(GemmConfig("persistent", 128, 192, base.block_K, 4, 128, wgmma=True, ws=True,
+                                             group_M=8, tma_store=True, store_cols=64, pingpong=True), smem_limit)
             return fit_shared(GemmConfig("persistent", 128, 192, base.block_K, 4, base.threads, wgmma=True, ws=True,
                                          group_M=8, tma_store=True, cluster=(2, 1) if pairs else (1, 1)),
                               smem_limit)
@@ -467,6 +515,11 @@ def heuristic(M: int, N: int, K: int, dtype: str, arch: str, num_sms: int,
         return fit_shared(GemmConfig("persistent", 128, 256, base.block_K, 4, base.threads, wgmma=True, ws=True,
                                      group_M=8, tma_store=True, store_cols=128), smem_limit)
     return base
+
+
+def pingpong_epilogue(activation: str, out_dtype: str) -> bool:
+    """Whether the heuristic's ping-pong kernel serves this epilogue (``heuristic``)."""
+    return activation != "gelu_tanh" and out_dtype in ("float16", "bfloat16")
 
 
 def candidates(M: int, N: int, K: int, dtype: str, arch: str, num_sms: int,

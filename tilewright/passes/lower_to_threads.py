@@ -280,7 +280,8 @@ class _StmtLowering:
             return lower_tma_store_wait(ctx, s)
         if isinstance(s, th.MbarrierWait):
             return [th.MbarrierWait(ctx.shared_flat(s.bar), lower_expr(ctx, s.index, env),
-                                    lower_expr(ctx, s.parity, env), loc=s.loc)]
+                                    lower_expr(ctx, s.parity, env), loc=s.loc,
+                                    phase=None if s.phase is None else lower_expr(ctx, s.phase, env))]
         if isinstance(s, t.Kernel):
             raise CompileError("nested kernels are not supported", s.loc)
         raise CompileError(f"internal: cannot lower {type(s).__name__}", s.loc)

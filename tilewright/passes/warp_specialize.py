@@ -56,6 +56,10 @@ warp's wait); after the loop ``wait_group(0)``
 completes the accumulator and the last slot is released.  (S = 1 keeps the synchronous release:
 the producer would wait for the very slot the consumer is about to read.)
 
+Ping-pong (pass config ``tw.gemm_pingpong``, ``warp_specialize_pingpong.py``, its own contract): in the
+persistent form, a kernel written for one consumer warpgroup gets two that take the tiles in turn, each
+with whole tiles, over the same ring (the block grows to ``128 + 2 * 128``).
+
 Thread-block clusters (``cluster_multicast.py``): in a kernel launched in clusters of two blocks
 along one grid axis whose blocks load the same operand tile (its coordinates do not read that axis's
 block index), each block's producer loads half of that tile with ``.multicast::cluster`` into both
@@ -83,6 +87,7 @@ from ..ir import tile as t
 from ..ir.layout import tma_boxes
 from ..ir.plans import PipelineRing
 from ..ir.visitor import free_vars, loads_in, map_stmt, walk
+from . import warp_specialize_pingpong as pp
 from .cluster_multicast import multicast_plan, releases_to_cluster, share_of
 from .pipeline_loops import _buffers_touched_outside, _buffers_touched_shallow, _flatten, _restage, tma_eligible
 
@@ -408,35 +413,40 @@ def _specialize(kernel: t.Kernel, func, ctx, rings: dict, in_flight: dict, loop:
     producer_loop = t.For(k, loop.start, loop.extent, t.SeqStmt([
         th.MbarrierWait(empty, slot, (round_ + 1) % 2, loc=loc),  # a fresh barrier passes round 0
         *[tma_copy(c) for c in copies]]), "serial", 0, loc, dict(loop.attrs))
-    staged = _restage(t.SeqStmt([gemm]), new_bufs, slot)
-    wgmma = _plans_wgmma(staged, consumers, ctx)
-    if stages >= 2 and wgmma:
-        # wgmma: the group of iteration k stays in flight while iteration k+1 issues its own; after
-        # wait_group(1) in iteration k+1 the group of k has read its slot, which is released then
-        # (S = 1 cannot do this: the producer would wait for the slot the consumer is about to read)
-        # The wgmma hardware, not the threads, reads the slot, and each warp's wait_group says it
-        # is done: one elected lane per consumer warp releases it (8 arrivals for 256 consumers
-        # instead of 256 atomics on one mbarrier per K tile)
-        in_flight[_flatten(staged)[0]] = WGMMA_GROUPS_IN_FLIGHT
-        releases = consumers // ctx.target.warp_size
-        prev = (it - 1) % stages
+    wgmma = _plans_wgmma(_restage(t.SeqStmt([gemm]), new_bufs, slot), consumers, ctx)
+
+    def consumer_mainloop(named_phase=False):
+        """(the consumers' K loop, its drain), built afresh (the ping-pong form builds one per warpgroup,
+        whose ring waits name their phase: ``MbarrierWait.phase``)."""
+        staged = _restage(t.SeqStmt([gemm]), new_bufs, slot)
+        wait_full = th.MbarrierWait(full, slot, round_ % 2, loc=loc, phase=round_ if named_phase else None)
+        if stages >= 2 and wgmma:
+            # wgmma: the group of iteration k stays in flight while iteration k+1 issues its own; after
+            # wait_group(1) in iteration k+1 the group of k has read its slot, which is released then
+            # (S = 1 cannot do this: the producer would wait for the slot the consumer is about to read)
+            # The wgmma hardware, not the threads, reads the slot, and each warp's wait_group says it
+            # is done: one elected lane per consumer warp releases it (8 arrivals for 256 consumers
+            # instead of 256 atomics on one mbarrier per K tile)
+            in_flight[_flatten(staged)[0]] = WGMMA_GROUPS_IN_FLIGHT
+            prev = (it - 1) % stages
+            consumer_loop = t.For(k, loop.start, loop.extent, t.SeqStmt([
+                wait_full,
+                staged,
+                t.IfThenElse(rel > 0, t.SeqStmt(released(th.MbarrierArrive(empty, prev, elected=True, loc=loc))),
+                             None, loc=loc)]),
+                "serial", 0, loc, dict(loop.attrs))
+            last = loop.extent - 1 if tiles is None else done + loop.extent - 1
+            drain = [th.WgmmaWait(0, (gemm.c.buffer,), loc=loc),
+                     *released(th.MbarrierArrive(empty, last % stages, elected=True, loc=loc))]
+            return consumer_loop, [t.IfThenElse(loop.extent > 0, t.SeqStmt(drain), None, loc=loc)]
         consumer_loop = t.For(k, loop.start, loop.extent, t.SeqStmt([
-            th.MbarrierWait(full, slot, round_ % 2, loc=loc),
-            staged,
-            t.IfThenElse(rel > 0, t.SeqStmt(released(th.MbarrierArrive(empty, prev, elected=True, loc=loc))), None,
-                         loc=loc)]),
-            "serial", 0, loc, dict(loop.attrs))
-        last = loop.extent - 1 if tiles is None else done + loop.extent - 1
-        drain = [th.WgmmaWait(0, (gemm.c.buffer,), loc=loc),
-                 *released(th.MbarrierArrive(empty, last % stages, elected=True, loc=loc))]
-        drain = [t.IfThenElse(loop.extent > 0, t.SeqStmt(drain), None, loc=loc)]
-    else:
-        consumer_loop = t.For(k, loop.start, loop.extent, t.SeqStmt([
-            th.MbarrierWait(full, slot, round_ % 2, loc=loc),
+            wait_full,
             staged,
             *released(th.MbarrierArrive(empty, slot, loc=loc))]), "serial", 0, loc, dict(loop.attrs))
-        drain = []
-        releases = consumers  # every thread read the slot itself: every thread releases it
+        return consumer_loop, []
+
+    # wgmma releases: one elected lane per consumer warp; otherwise every thread read the slot itself
+    releases = consumers // ctx.target.warp_size if stages >= 2 and wgmma else consumers
 
     mainloop = loop if tiles is None else tiles[0]
     allocs, before, after, seen_loop, kept = [], [], [], False, set()
@@ -452,12 +462,15 @@ def _specialize(kernel: t.Kernel, func, ctx, rings: dict, in_flight: dict, loop:
             allocs.append(s)  # block-index rasterization and layouts apply to the whole block
         else:
             (after if seen_loop else before).append(s)
+    # ping-pong (warp_specialize_pingpong.py): two consumer warpgroups taking the tiles in turn
+    pingpong = pp.wanted(ctx, tiles, consumers, wgmma, stages, before, after)
+    warpgroups = 2 if pingpong else 1
     # (for wgmma consumers only: with mma.sync ones ptxas was seen to ignore setmaxnreg, warning
     # that it cannot determine the register count at entry)
-    split = register_split(consumers, ctx.target, ctx.options) if wgmma and ctx.target.has("setmaxnreg") else None
+    split = register_split(consumers * warpgroups, ctx.target, ctx.options) \
+        if wgmma and ctx.target.has("setmaxnreg") else None
     give = [th.SetMaxNReg(split[0], False, loc=loc)] if split else []
     take = [th.SetMaxNReg(split[1], True, loc=loc)] if split else []
-    consumer_part = [consumer_loop, *drain]
     if tiles is not None:
         # both roles run the tile loop: the producer with only the scalars its TMA coordinates
         # need, so it fills the ring with the next tile's K slices during this tile's epilogue;
@@ -465,9 +478,21 @@ def _specialize(kernel: t.Kernel, func, ctx, rings: dict, in_flight: dict, loop:
         outer, tile_before, tile_after = tiles
         producer_loop = t.For(outer.var, outer.start, outer.extent, t.SeqStmt([*lets, producer_loop]), "serial", 0,
                               outer.loc, dict(outer.attrs))
-        consumer_part = [t.For(outer.var, outer.start, outer.extent,
-                               t.SeqStmt([*tile_before, consumer_loop, *drain, *tile_after]), "serial", 0,
-                               outer.loc, dict(outer.attrs))]
+    if pingpong:
+        ring = set(new_bufs.values())
+        shared = {x.buffer for x in allocs if isinstance(x, t.Alloc) and x.buffer.scope == "shared"} - ring
+        consumer_parts, copies = pp.pingpong_consumers(outer, tile_before, tile_after, consumer_mainloop, shared,
+                                                       take, loc)
+        allocs += copies
+    else:
+        consumer_loop, drain = consumer_mainloop()
+        consumer_part = [consumer_loop, *drain]
+        if tiles is not None:
+            consumer_part = [t.For(outer.var, outer.start, outer.extent,
+                                   t.SeqStmt([*tile_before, consumer_loop, *drain, *tile_after]), "serial", 0,
+                                   outer.loc, dict(outer.attrs))]
+        consumer_parts = [t.ThreadPartition(PRODUCER_THREADS, consumers, "consumer",
+                                            t.SeqStmt([*take, *before, *consumer_part, *after]), loc)]
     # multicast: the peers' barriers exist before anyone uses them (a cluster barrier, relaxed: the
     # mbarrier initialisation's own fence publishes the barriers to the cluster); no block exits before
     # its peer's last releases of its slots have arrived: the producer's tail waits for them
@@ -479,8 +504,10 @@ def _specialize(kernel: t.Kernel, func, ctx, rings: dict, in_flight: dict, loop:
             t.ThreadPartition(0, PRODUCER_THREADS, "producer", t.SeqStmt([
                 *give, t.ThreadPartition(0, ISSUER_THREADS, "TMA issuer", t.SeqStmt([producer_loop, *tail]), loc)]),
                               loc),
-            t.ThreadPartition(PRODUCER_THREADS, consumers, "consumer",
-                              t.SeqStmt([*take, *before, *consumer_part, *after]), loc)]
+            *consumer_parts]
+    consumers *= warpgroups
     attrs = dict(kernel.attrs, warp_specialized=(PRODUCER_THREADS, consumers, stages))
+    if pingpong:
+        attrs["gemm_pingpong"] = True
     return t.Kernel(kernel.grid, (consumers + PRODUCER_THREADS,), kernel.block_vars, t.SeqStmt(body), kernel.loc,
                     attrs)

@@ -233,12 +233,13 @@ class AsyncCompiler:
     def mbarrier_wait(self, s: th.MbarrierWait):
         where = _Where(s)
         fi, fp = self.cexpr(s.index, where), self.cexpr(s.parity, where)
+        fph = None if s.phase is None else self.cexpr(s.phase, where)
         bplace, _, _ = self._shared_of(s.bar, where)
 
         def wait(st):
             if st.coop is not None:
                 st.coop.mbar_wait(st, (bplace, int(self._first_active(st, fi))), int(self._first_active(st, fp)),
-                                  where)
+                                  where, None if fph is None else int(self._first_active(st, fph)))
                 return
             if st.mask is not None:
                 raise where.error(DivergenceError, "mbarrier wait under thread-dependent control flow is not "

@@ -563,7 +563,10 @@ class CoopBlock:
         m.arrived, m.tx, m.landings, m.expects = 0, 0, [], []
         m.vc[:] = 0
 
-    def mbar_wait(self, st, key, parity: int, where) -> None:
+    def mbar_wait(self, st, key, parity: int, where, phase=None) -> None:
+        """Block warp ``st`` until the phase of ``parity`` has completed; then check the protocol: the
+        phase it returns on is ``phase`` when the wait names one (``MbarrierWait.phase``), else the one
+        after the last it waited for."""
         w = st.gwarp
         m = self.mbar(key, where, st.rank)
         par = parity & 1
@@ -585,11 +588,16 @@ class CoopBlock:
 
         self.block(w, lambda: m.phase % 2 != par, describe, where)
         seen = m.phase - 1
-        if last is not None and seen <= last:
+        if phase is not None and seen != phase:
+            raise where.error(EmulatorError, f"wrong-parity mbarrier wait: {self.warp_name(w)} waits for phase "
+                                             f"{phase} (parity {par}) of mbarrier {m.name} and returns on phase "
+                                             f"{seen}")
+        # (a wait that names its phase may skip the phases other threads waited for)
+        if phase is None and last is not None and seen <= last:
             raise where.error(EmulatorError, f"wrong-parity mbarrier wait: {self.warp_name(w)} waits for parity "
                                              f"{par} of mbarrier {m.name} and returns at once on phase {seen}, which "
                                              f"it already waited for (phase {m.phase} has not completed)")
-        if last is not None and seen > last + 1 or last is None and seen > 0:
+        if phase is None and (last is not None and seen > last + 1 or last is None and seen > 0):
             skipped = 0 if last is None else last + 1
             raise where.error(EmulatorError, f"wrong-parity mbarrier wait: {self.warp_name(w)} waits for parity "
                                              f"{par} of mbarrier {m.name} and observes phase {seen}, skipping phase "
