@@ -502,6 +502,13 @@ def heuristic(M: int, N: int, K: int, dtype: str, arch: str, num_sms: int, smem_
                 # clusters' 483.2 / 477; and at 4096^3 (long K: 128x256 below) 660.8 / 653.5 against 748.2 / 778.2
                 return fit_shared(GemmConfig("persistent", 128, 192, base.block_K, 4, 128, wgmma=True, ws=True,
                                              group_M=8, tma_store=True, store_cols=64, pingpong=True), smem_limit)
+            if pairs and pingpong_epilogue(activation, out_dtype or dtype):
+                # the clusters' tile pairs as ping-pong warpgroups too (final H200 run of 2026-12-02 08:42 UTC,
+                # measure12b, TFLOP/s fp16 / bf16): 2000x3000x1000 483.4 / 484.1 against 468.7 / 471.5 for the
+                # clusters of two warpgroups per tile below, 430.8 / 419.4 for ping-pong without clusters
+                return fit_shared(GemmConfig("persistent", 128, 192, base.block_K, 4, 128, wgmma=True, ws=True,
+                                             group_M=8, tma_store=True, store_cols=64, pingpong=True, cluster=(2, 1)),
+                                  smem_limit)
             return fit_shared(GemmConfig("persistent", 128, 192, base.block_K, 4, base.threads, wgmma=True, ws=True,
                                          group_M=8, tma_store=True, cluster=(2, 1) if pairs else (1, 1)),
                               smem_limit)
