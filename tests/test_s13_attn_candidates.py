@@ -32,9 +32,11 @@ dispatch = importlib.import_module("tilewright.ops.attention_dispatch")
 
 UNIFORM = {"HOPPER_D64_OVERRIDES": {**dispatch.HOPPER_D64_OVERRIDES, "tw.uniform_ring": True}}
 DIRECT = {"HOPPER_D64_STAGE_OUT": False}
+UNIFORM_FOLD = {"HOPPER_D64_OVERRIDES": {**UNIFORM["HOPPER_D64_OVERRIDES"], "tw.wgmma_desc_fold": True}}
 
 
-@pytest.mark.parametrize("knobs", [UNIFORM, {**UNIFORM, **DIRECT}], ids=["uniform", "uniform+direct"])
+@pytest.mark.parametrize("knobs", [UNIFORM, {**UNIFORM, **DIRECT}, UNIFORM_FOLD],
+                         ids=["uniform", "uniform+direct", "uniform+fold"])
 @pytest.mark.parametrize("persistent", [True, False])
 @pytest.mark.parametrize("B, H, Hkv, Sq, Sk, causal, dtype", [
     (1, 2, 1, 300, 333, True, torch.bfloat16),    # GQA, ragged: items of 1..3 key blocks
@@ -48,6 +50,7 @@ def test_d64_uniform_ring(monkeypatch, knobs, persistent, B, H, Hkv, Sq, Sk, cau
         _, k = _dense_case(used, persistent, B, H, Hkv, Sq, Sk, 64, causal, dtype, Sq + Sk + B + persistent + 13)
         # only the persistent kernel has a ring position that runs across work items
         assert (_broadcasts(k.get_kernel_source()) > 0) == persistent
+        assert ("ull) + 2ull)" in k.get_kernel_source()) == (knobs is UNIFORM_FOLD)  # (the fold: K's 2nd step)
     finally:
         setup.close()
 
@@ -106,20 +109,22 @@ def test_uniform_ring_builds_without_spills(causal, even, stage_out):
 
 
 def test_the_emulator_checks_the_promise():
-    """warp_uniform of a value that differs between the lanes of a warp is an error, not lane 0's value."""
+    """warp_uniform of a value that differs between the lanes of a warp is an error, not lane 0's value; one the
+    same in each warp (of the target's width: 32 lanes on sm_90a, 64 on gfx942) passes through."""
     from tilewright.interp.emulator.errors import EmulatorError
-    from tilewright.interp.warp_ops import UNIFORM as NAME
 
-    assert NAME == "warp_uniform"
     with pytest.raises(EmulatorError, match="warp_uniform"):
-        _run_uniform_kernel(lambda tid: tid % 3)
-    out = _run_uniform_kernel(lambda tid: tid // 32 * 7)  # the same in each warp: passes through
+        _run_uniform_kernel(lambda tid: tid % 3, CUDA)
+    out = _run_uniform_kernel(lambda tid: tid // 32 * 7, CUDA)
     assert np.array_equal(out, np.arange(64) // 32 * 7)
+    with pytest.raises(EmulatorError, match="warp_uniform"):
+        _run_uniform_kernel(lambda tid: tid // 32 * 7, GFX942)  # two values in one wave of 64
+    assert np.array_equal(_run_uniform_kernel(lambda tid: tid // 64 + 5, GFX942), np.full(64, 5))
 
 
-def _run_uniform_kernel(value_of_tid):
-    """B[tid] = warp_uniform(value_of_tid(tid)) for 64 threads (two warps), run by the sm_90a emulator, and the
-    printed CUDA: lane 0's value."""
+def _run_uniform_kernel(value_of_tid, target):
+    """B[tid] = warp_uniform(value_of_tid(tid)) for 64 threads, run by the emulator of ``target``; the printed
+    CUDA broadcasts lane 0's value, the HIP source takes the value itself."""
     import tilewright.language as T
     from tilewright.ir import expr as E
 
@@ -130,11 +135,12 @@ def _run_uniform_kernel(value_of_tid):
             v = E.as_expr(value_of_tid(tx))
             B[tx] = E.Call(NAME_UNIFORM, (v,), v.dtype)
 
-    k = tilewright.compile(kernel, target="cuda -arch=sm_90a", execution_backend="emulator")
-    assert _broadcasts(k.get_kernel_source()) == 1
+    k = tilewright.compile(kernel, target=target, execution_backend="emulator")
+    assert _broadcasts(k.get_kernel_source()) == (1 if target == CUDA else 0)
     out = np.full(64, -12345, np.int32)
     k(out)
     return out
 
 
 NAME_UNIFORM = "warp_uniform"
+CUDA, GFX942 = "cuda -arch=sm_90a", "hip -arch=gfx942"
