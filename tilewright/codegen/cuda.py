@@ -74,9 +74,10 @@ template <typename To, typename From> __device__ __forceinline__ To tw_bitcast(F
 __device__ __forceinline__ unsigned tw_smem_addr(const void* p) {
   return static_cast<unsigned>(__cvta_generic_to_shared(p)); }
 // warp_uniform(x) (a value the compiler knows every lane holds): lane 0's, which ptxas then keeps in
-// uniform registers.  Not volatile: the same broadcast in one block is made once (the compiler merges them)
+// uniform registers.  Volatile, so that it stays where it is printed (every lane there); the printer makes
+// one per distinct value of a loop or branch body
 __device__ __forceinline__ int tw_lane0(int x) {
-  int r; asm("shfl.sync.idx.b32 %0, %1, 0, 0x1f, 0xffffffff;" : "=r"(r) : "r"(x)); return r; }
+  int r; asm volatile("shfl.sync.idx.b32 %0, %1, 0, 0x1f, 0xffffffff;" : "=r"(r) : "r"(x)); return r; }
 """
 
 # Only when the kernel uses the tensor memory accelerator (sm_90): the descriptor type of its extra
