@@ -73,6 +73,10 @@ template <typename To, typename From> __device__ __forceinline__ To tw_bitcast(F
   To r; memcpy(&r, &x, sizeof(To)); return r; }
 __device__ __forceinline__ unsigned tw_smem_addr(const void* p) {
   return static_cast<unsigned>(__cvta_generic_to_shared(p)); }
+"""
+
+# Only when the kernel calls warp_uniform (interp/warp_ops.UNIFORM).
+_LANE0_HELPER = r"""
 // warp_uniform(x) (a value the compiler knows every lane holds): lane 0's, which ptxas then keeps in
 // uniform registers.  Volatile, so that it stays where it is printed (every lane there); the printer makes
 // one per distinct value of a loop or branch body
@@ -208,6 +212,8 @@ class CudaPrinter(Printer):
         ex2 = _EX2_HELPER if _calls(self.k, "__exp2") else ""  # attn-hopper
         if uses_device_assert(self.k):
             ex2 += _ASSERT_HELPER
+        if self.k.attrs.get("warp_uniform") or _calls(self.k, "warp_uniform"):  # (the attr: calls in TMA/wgmma)
+            ex2 += _LANE0_HELPER
         small = subbyte.helpers(subbyte.used_dtypes(self.k), "cuda")
         # out of line: inlined, the draws of a per-thread loop unrolled over 128 elements made NVRTC take
         # minutes (each draw is a whole generator; TileLang's test_rand_1d timed out on the H200)
