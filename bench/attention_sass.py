@@ -33,7 +33,11 @@ KERNELS = [("non-causal grid", False, 0, {}, {}),
            ("non-causal grid, fold", False, 0, {}, {"tw.wgmma_desc_fold": True}),
            ("causal persistent, fold", True, 132, {}, {"tw.wgmma_desc_fold": True}),
            ("causal persistent, direct", True, 132, {"stage_out": False}, {}),
-           ("causal persistent, 3 stages", True, 132, {"stages": 3}, {})]
+           ("causal persistent, 3 stages", True, 132, {"stages": 3}, {}),
+           ("causal persistent, direct, uniform", True, 132, {"stage_out": False}, {"tw.uniform_ring": True}),
+           ("causal persistent, direct, uniform, fold", True, 132, {"stage_out": False},
+            {"tw.uniform_ring": True, "tw.wgmma_desc_fold": True}),
+           ("non-causal persistent, uniform", False, 132, {}, {"tw.uniform_ring": True})]
 
 
 def _nvdisasm() -> str:

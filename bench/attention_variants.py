@@ -24,7 +24,9 @@ stages for short causal ones, the grid kernel against the persistent one, 128 x 
 ``TW_VARIANTS=s11`` session 11's (``s11_main``: the softmax's reductions as trees, part of the 2**x on the FMA
 pipe at head dim 64, the persistent causal order at d 128), bf16 and fp16, each interleaved with cuDNN;
 ``TW_VARIANTS=s12`` session 12's (``s12_main``: 4x16x4096x64 causal and not: the output stored without staging,
-the folded wgmma descriptors, three K/V stages, the grid kernel and the persistent orders), likewise."""
+the folded wgmma descriptors, three K/V stages, the grid kernel and the persistent orders), likewise;
+``TW_VARIANTS=s13`` session 13's (``s13_main``: the persistent causal kernel's ring position broadcast from lane 0,
+alone, with the folded descriptors and with the head-major order), likewise."""
 
 from __future__ import annotations
 
@@ -535,14 +537,50 @@ S12_COLUMNS = [("ops", {}, None),
                ("direct hm-snake", {**DIRECT, "PERSISTENT_ORDER": "head_major_snake"}, _causal)]
 
 
+def session_main(tag: str, columns, rows, rounds: int) -> int:
+    """A session's interleaved table: TW_<TAG>_COLUMNS (a comma-separated subset of the columns, default all),
+    TW_<TAG>_ROUNDS (default ``rounds``), TW_<TAG>_DTYPES (bf16, fp16 or both)."""
+    env = f"TW_{tag.upper()}_"
+    keep = os.environ.get(env + "COLUMNS")
+    cols = [c for c in columns if keep is None or c[0] in keep.split(",")]
+    return interleaved_table(f"attention-variants-{tag}-{os.environ.get(env + 'DTYPES', 'both')}", cols, rows,
+                             int(os.environ.get(env + "ROUNDS", str(rounds))), _dtypes(env + "DTYPES"))
+
+
 def s12_main() -> int:
-    keep = os.environ.get("TW_S12_COLUMNS")  # a comma-separated subset of the columns (default: all)
-    cols = [c for c in S12_COLUMNS if keep is None or c[0] in keep.split(",")]
-    return interleaved_table(f"attention-variants-s12-{os.environ.get('TW_S12_DTYPES', 'both')}", cols, S12_ROWS,
-                             int(os.environ.get("TW_S12_ROUNDS", "2")), _dtypes("TW_S12_DTYPES"))
+    return session_main("s12", S12_COLUMNS, S12_ROWS, 2)
+
+
+# ---------------------------------------------------------------- TW_VARIANTS=s13 (session 13's candidates)
+# The causal d 64 kernel is the persistent one, whose key loop ptxas compiles with the ring slot and the wgmma
+# descriptors in vector registers (32 R2UR moves a key block) because the ring position runs across work items.
+# Columns (interleaved with cuDNN, TW_S13_ROUNDS rounds, TW_S13_DTYPES as TW_S11_DTYPES):
+#   "uniform":      tw.uniform_ring in HOPPER_D64_OVERRIDES: the ring position broadcast from lane 0 once a key
+#                   step (passes/warp_specialize_persistent_loop.py), so ptxas keeps the descriptors uniform (the
+#                   causal key loop 696 -> 687 SASS instructions; bench/attention_sass.py);
+#   "uniform fold": with tw.wgmma_desc_fold too (696 -> 650, as short as the grid kernel's 649; the fold alone:
+#                   680, still with the 32 R2UR);
+#   "uniform hm-snake": "uniform" with PERSISTENT_ORDER "head_major_snake" (tied the shipped "pairs" in s12).
+# The non-causal row (the grid kernel: none of these change it) is timed with "ops" as the run's anchor.
+# The H200 run of 2026-12-02 08:41 UTC (ratios to cuDNN, bf16 / fp16, three rounds): causal ops 0.926/0.943, uniform
+# 0.914/0.936, uniform fold 0.842/0.880, uniform hm-snake 0.923/0.959; non-causal ops 0.980/0.975.  Nothing taken:
+# the shorter loops lost (as the fold alone did non-causal in s12).
+UNIFORM = {"HOPPER_D64_OVERRIDES": {**attention_dispatch.HOPPER_D64_OVERRIDES, "tw.uniform_ring": True}}
+UNIFORM_FOLD = {"HOPPER_D64_OVERRIDES": {**attention_dispatch.HOPPER_D64_OVERRIDES, "tw.uniform_ring": True,
+                                         "tw.wgmma_desc_fold": True}}
+S13_COLUMNS = [("ops", {}, None),
+               ("uniform", UNIFORM, _causal),
+               ("uniform fold", UNIFORM_FOLD, _causal),
+               ("uniform hm-snake", {**UNIFORM, "PERSISTENT_ORDER": "head_major_snake"}, _causal)]
+
+
+def s13_main() -> int:
+    return session_main("s13", S13_COLUMNS, S12_ROWS, 3)
 
 
 if __name__ == "__main__":
+    if os.environ.get("TW_VARIANTS") == "s13":
+        sys.exit(s13_main())
     if os.environ.get("TW_VARIANTS") == "s11":
         sys.exit(s11_main())
     if os.environ.get("TW_VARIANTS") == "s12":

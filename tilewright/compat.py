@@ -120,6 +120,9 @@ HONOURED: dict[str, str] = {
                         "whole tile (passes/version_masks.py; on by default at optimize_level 2)",
     "tw.reduce_tree": "true: each thread folds its registers of a T.reduce_* as a balanced tree (log2(n) dependent "
                       "steps instead of n; sums round differently)",
+    "tw.uniform_ring": "true: the persistent attention kernel's consumers take the key loop's bounds and ring "
+                       "position through a broadcast from lane 0 (CUDA), so ptxas keeps the wgmma descriptors in "
+                       "uniform registers",
     "tw.wgmma_desc_fold": "true: a wgmma operand's shared-memory descriptor is printed as its tile base's descriptor "
                           "plus a constant (one add per K step instead of the address masked and shifted again)",
 }

@@ -75,6 +75,15 @@ __device__ __forceinline__ unsigned tw_smem_addr(const void* p) {
   return static_cast<unsigned>(__cvta_generic_to_shared(p)); }
 """
 
+# Only when the kernel calls warp_uniform (interp/warp_ops.UNIFORM).
+_LANE0_HELPER = r"""
+// warp_uniform(x) (a value the compiler knows every lane holds): lane 0's, which ptxas then keeps in
+// uniform registers.  Volatile, so that it stays where it is printed (every lane there); the printer makes
+// one per distinct value of a loop or branch body
+__device__ __forceinline__ int tw_lane0(int x) {
+  int r; asm volatile("shfl.sync.idx.b32 %0, %1, 0, 0x1f, 0xffffffff;" : "=r"(r) : "r"(x)); return r; }
+"""
+
 # Only when the kernel uses the tensor memory accelerator (sm_90): the descriptor type of its extra
 # parameters and the mbarrier helpers.  The descriptor is opaque, 128 bytes, 64-byte aligned.
 _TMA_HELPERS = r"""
@@ -125,6 +134,17 @@ def _is_fp8(dtype: str) -> bool:
 
 def _widen_fp8(x):
     return E.Cast("float32", x) if _is_fp8(x.dtype) else x
+
+
+def _int_sum(e, sign: int):
+    """``([(coef, atom), ...], const)`` with ``sign * e == sum(coef * atom) + const`` over int32 ``+`` / ``-``."""
+    if isinstance(e, E.Const) and isinstance(e.value, int) and not isinstance(e.value, bool):
+        return [], sign * e.value
+    if isinstance(e, E.BinOp) and e.op in ("+", "-") and e.dtype == "int32":
+        ta, ca = _int_sum(e.a, sign)
+        tb, cb = _int_sum(e.b, sign if e.op == "+" else -sign)
+        return ta + tb, ca + cb
+    return [(sign, e)], 0
 
 
 class CudaPrinter(Printer):
@@ -192,6 +212,8 @@ class CudaPrinter(Printer):
         ex2 = _EX2_HELPER if _calls(self.k, "__exp2") else ""  # attn-hopper
         if uses_device_assert(self.k):
             ex2 += _ASSERT_HELPER
+        if self.k.attrs.get("warp_uniform") or _calls(self.k, "warp_uniform"):  # (the attr: calls in TMA/wgmma)
+            ex2 += _LANE0_HELPER
         small = subbyte.helpers(subbyte.used_dtypes(self.k), "cuda")
         # out of line: inlined, the draws of a per-thread loop unrolled over 128 elements made NVRTC take
         # minutes (each draw is a whole generator; TileLang's test_rand_1d timed out on the H200)
@@ -236,6 +258,10 @@ class CudaPrinter(Printer):
             self.tma_loads([s], d)
 
     def stmt(self, s, d: int) -> None:
+        if isinstance(s, t.For) and s.kind != "unroll" and self.k.attrs.get("warp_uniform"):
+            return self.loop_with_broadcasts(s, d)
+        if isinstance(s, t.IfThenElse) and self.k.attrs.get("warp_uniform"):
+            return self.if_with_broadcasts(s, d)
         # consecutive TMA loads (one pipeline stage's copies) are issued by one thread in one block
         if isinstance(s, t.SeqStmt) and any(isinstance(x, th.TmaLoad) for x in s.stmts):
             run: list = []
@@ -581,6 +607,61 @@ class CudaPrinter(Printer):
             return f'(printf({fmt}: %f\\n", {where}, (double)(float)({self.expr(v)})), 0)'
         return f'(printf({fmt}: %lld\\n", {where}, (long long)({self.expr(v)})), 0)'
 
+    # warp_uniform (interp/warp_ops.UNIFORM) inside a loop: each distinct broadcast whose operand the loop body
+    # does not change (it may read the loop variable) is made once, at the top of the body, and named: the
+    # CUDA compiler does not merge equal shuffles, and ptxas keeps what is computed from the one broadcast in
+    # uniform registers.  warp_uniform's promise covers this: its lanes run the whole iteration together.
+    # The branches of an ``if`` are such scopes too (the peeled first and last key steps of a loop).
+    def loop_with_broadcasts(self, s, d: int) -> None:
+        v = self.name(s.var, s.var.name)
+        self.emit(d, f"for (int {v} = {self.expr(s.start)}; {v} < {self.expr(s.start + s.extent)}; ++{v}) {{")
+        self.body_with_broadcasts(s.body, d + 1, s.var.name)
+        self.emit(d, "}")
+
+    def if_with_broadcasts(self, s, d: int) -> None:
+        self.emit(d, f"if ({self.expr(s.cond)}) {{")
+        self.body_with_broadcasts(s.then_body, d + 1, "if")
+        if s.else_body is not None:
+            self.emit(d, "} else {")
+            self.body_with_broadcasts(s.else_body, d + 1, "if")
+        self.emit(d, "}")
+
+    def body_with_broadcasts(self, body, d: int, name: str) -> None:
+        from ..ir.visitor import walk
+
+        written = set()
+        walk(body, lambda x: written.add(x.buffer) if isinstance(x, t.BufferStore) else
+             written.add(x.var) if isinstance(x, (t.LetStmt, t.For)) else None)
+        scope = {"written": written, "name": name, "names": {}}
+        self.uniform_scopes = getattr(self, "uniform_scopes", []) + [scope]
+        at = len(self.lines)
+        self.stmt(body, d)
+        self.uniform_scopes = self.uniform_scopes[:-1]
+        self.lines[at:at] = ["  " * d + f"const int {n} = tw_lane0({arg});" for arg, n in scope["names"].items()]
+
+    def shared_broadcast(self, e) -> str | None:
+        """The name of the loop-top broadcast of ``warp_uniform`` call ``e`` (loop_with_broadcasts), or None."""
+        from ..ir.visitor import free_vars, loads_in
+
+        scopes = getattr(self, "uniform_scopes", [])
+        if not scopes or e.dtype != "int32":
+            return None
+        scope = scopes[-1]
+        arg = e.args[0]
+        if free_vars(arg) & scope["written"] or any(ld.buffer in scope["written"] for ld in loads_in(arg)):
+            return None
+        terms, const = _int_sum(arg, 1)  # one broadcast of x serves x + c: lane 0's x + c is x + c in every lane
+        base = None
+        for coef, atom in terms:
+            term = atom if coef == 1 else E.binary("*", atom, E.Const(coef, "int32"))
+            base = term if base is None else E.binary("+", base, term)
+        if base is None:
+            return self.expr(arg)
+        text = self.expr(base)
+        if text not in scope["names"]:
+            scope["names"][text] = self.name(object(), f"{scope['name']}_uniform")
+        return f"({scope['names'][text]} + {const})" if const else scope["names"][text]
+
     # TileLang's T.shfl_* and warp_size() (language/warp.py): CUDA's own shuffles, width 0 = 32
     _WARP_SHUFFLE = {"warp_shfl_xor": "__shfl_xor_sync", "warp_shfl_down": "__shfl_down_sync",
                      "warp_shfl_up": "__shfl_up_sync", "warp_shfl_idx": "__shfl_sync"}
@@ -610,6 +691,10 @@ class CudaPrinter(Printer):
             if kind == "ballot":
                 return f"((unsigned long long)__ballot_sync({m32}, {self.expr(p)}))"
             return f"((bool)__{kind}_sync({m32}, {self.expr(p)}))"
+        if e.name == "warp_uniform" and e.dtype == "int32":  # interp/warp_ops.UNIFORM (tw_lane0: lane 0's value)
+            return self.shared_broadcast(e) or f"tw_lane0({self.expr(e.args[0])})"
+        if e.name == "warp_uniform":
+            e = E.Call("warp_shfl_idx", (e.args[0], E.const(0), E.const(32)), e.dtype)
         fn = self._WARP_SHUFFLE.get(e.name)
         if fn is None:
             return super().call(e)

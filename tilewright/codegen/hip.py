@@ -363,6 +363,8 @@ class HipPrinter(Printer):
             return "TW_WAVE_SIZE"
         if name == "reinterpret":
             return super().call(e)
+        if name == "warp_uniform":  # interp/warp_ops.UNIFORM: a promise for ptxas; the value itself here
+            return self.expr(args[0])
         if name in _WARP_SHUFFLE_KIND:
             return self.warp_shuffle(e)
         if name.startswith("warp_vote_"):

@@ -92,6 +92,11 @@ HOPPER_D64_OVERRIDES = {"tw.attention_overlap": True, "tw.pingpong": True, "tw.r
 # non-causal bf16 413/411 vs 455/450, fp16 411/403 vs 451/435; causal 376/375 vs 373/372 bf16, 375/369 vs 371/365
 # fp16 (within the rounds' spread), and with the direct store below it (369/366, 367/364) lost to the store alone
 # (385/384, 383/380).  Not here.
+# tw.uniform_ring (the persistent kernel's ring position broadcast from lane 0 each key step, so ptxas keeps the wgmma
+# descriptors in uniform registers: the causal d 64 key loop 696 -> 687 SASS instructions, 650 with the fold too)
+# measured slower as well, session 13, H200 08:41 UTC (TW_VARIANTS=s13, 4x16x4096x64 causal, three rounds, TFLOP/s):
+# bf16 375/375/373 vs 381/381/377, fp16 373/364/359 vs 378/370/355; with the fold 345/345/344 and 344/344/342; with
+# head_major_snake 378/379/378 and 377/373/372 (split: behind in bf16, ahead in fp16).  Not here.
 # ping-pong on top (H200, bench/results/2026-12-02-0207-attention-variants-s10, bf16 4x16x4096x64): causal 347 ->
 # 371 TFLOP/s, non-causal 431 -> 432.
 # tw.reduce_tree (the softmax's row max and sum folded as trees, not chains of 31 dependent FMNMX/FADD) on top:

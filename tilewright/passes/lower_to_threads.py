@@ -78,7 +78,9 @@ def lower_to_threads(func: t.PrimFunc, pctx) -> th.ThreadKernel:
         attrs={"source_func": func.name,
                "min_blocks_per_sm": pctx.options.get("tw.min_blocks_per_sm") or kernel.attrs.get("min_blocks_per_sm"),
                "shared_at_launch": at_launch,
-               "cluster_dims": cluster_dims_for(kernel, pctx.target)},
+               "cluster_dims": cluster_dims_for(kernel, pctx.target),
+               # codegen/cuda.py: one broadcast per distinct warp_uniform value of a loop or branch body
+               **({"warp_uniform": True} if kernel.attrs.get("warp_uniform") else {})},
         tensor_maps=list(ctx.tensor_maps),
     )
 

@@ -93,6 +93,7 @@ from .warp_specialize_persistent_loop import consumer_steps, match_persistent, p
 OPTION = "tw.warp_specialize"
 PINGPONG = "tw.pingpong"
 OVERLAP = "tw.attention_overlap"
+UNIFORM_RING = "tw.uniform_ring"  # the persistent form's ring position through warp_uniform (its docstring)
 PINGPONG_BARRIERS = (15, 14)  # named barriers of the turns (partitions' barriers are numbered from 1 up)
 PRODUCER_THREADS = 128  # one warpgroup: TMA is issued by its first warp
 PRODUCER_REGS = 40
@@ -150,7 +151,8 @@ def _specialize_any(kernel: t.Kernel, func, m, regs, pingpong: bool, ctx):
     if getattr(m, "outer", None) is None:
         return _specialize(kernel, func, m, regs, pingpong)
     slots = prologue_slots(kernel, m, ctx.target.max_shared_bytes)
-    return specialize_persistent(kernel, func, m, regs, pingpong, slots, _take_turns)
+    return specialize_persistent(kernel, func, m, regs, pingpong, slots, _take_turns,
+                                 bool(ctx.options.get(UNIFORM_RING)) and ctx.target.vendor == "nvidia")
 
 
 def _kernels(func) -> list:

@@ -35,6 +35,15 @@ prologue slots (2 when the shared memory holds a second Q tile, else 1):
                Ping-pong's alternation is opened before the tile loop and closed after it (both
                warpgroups take the same turns in every item: the order continues across items)
 
+With ``uniform`` (pass config ``tw.uniform_ring``, NVIDIA, off by default): the consumers' ring position
+is ``warp_uniform(steps + (k - start))`` (interp/warp_ops.py; the emulator checks that every lane holds
+the same value), which CUDA prints as one broadcast from lane 0 a key step (codegen/cuda.py: equal
+broadcasts of a loop body, and of ``x`` and ``x - 1`` after ``attention_overlap``'s shift, share one).
+The value is the same in every consumer thread anyway, but ptxas cannot see that through the persistent
+tile loop, so without it the ring slot and the wgmma descriptors computed from it sit in vector
+registers and move into uniform ones (R2UR) at every gemm: 32 moves a key block at head dim 64.  A
+broadcast once per item is not enough (ptxas keeps the key loop's counter in a vector register).
+
 So the producer runs ahead into the next item (its Q into the other slot, its first K and V
 slices) while the consumers finish this item's softmax and epilogue; ``attention_overlap`` then
 pipelines the key loop inside the tile loop as it does a top-level one.
@@ -103,9 +112,10 @@ def prologue_slots(kernel: t.Kernel, m, max_shared: int) -> int:
     return 2 if total + 1024 <= max_shared else 1
 
 
-def specialize_persistent(kernel: t.Kernel, func, m, regs, pingpong: bool, q_slots: int, take_turns):
+def specialize_persistent(kernel: t.Kernel, func, m, regs, pingpong: bool, q_slots: int, take_turns,
+                          uniform: bool = False):
     """The warp-specialized persistent kernel (module docstring); ``take_turns`` is
-    ``warp_specialize_loop._take_turns``."""
+    ``warp_specialize_loop._take_turns``; ``uniform``: ``tw.uniform_ring``."""
     loop, outer = m.loop, m.outer
     stages = loop.num_stages
     consumers = kernel.num_threads
@@ -159,6 +169,8 @@ def specialize_persistent(kernel: t.Kernel, func, m, regs, pingpong: bool, q_slo
                              dict(outer.attrs))]
 
     # consumers: the loop body with waits where the loads were and arrivals after each ring's last use
+    if uniform:
+        slot, round_ = _uniform_ring(k, loop, steps, stages)
     cbody = consumer_steps(_flatten(loop.body), m.ring_copies, ringed, full, empty, slot, round_, restage)
     turns_before, turns_after = [], []
     if pingpong:
@@ -196,10 +208,22 @@ def specialize_persistent(kernel: t.Kernel, func, m, regs, pingpong: bool, q_slo
                 t.ThreadPartition(PRODUCER_THREADS, consumers, "consumer", t.SeqStmt([*set_regs_c, *consumer]), loc)]
     attrs = dict(kernel.attrs, warp_specialized=(PRODUCER_THREADS, consumers, stages),
                  persistent_prologue_slots=q_slots)
+    if uniform:
+        attrs["warp_uniform"] = True  # codegen/cuda.py: one broadcast per distinct value a loop or branch body
     if regs:
         attrs["min_blocks_per_sm"] = 1  # the split assumes the whole register file: one block per SM
     return t.Kernel(kernel.grid, (consumers + PRODUCER_THREADS,), kernel.block_vars, t.SeqStmt(new_body),
                     kernel.loc, attrs)
+
+
+def _uniform_ring(k, loop, steps, stages: int):
+    """``tw.uniform_ring`` (module docstring): the consumers' ring slot and round, from the ring position
+    passed through ``warp_uniform`` at each key step."""
+    from ..interp.warp_ops import UNIFORM
+
+    it = E.Load(steps, (E.as_expr(0),)) + (k - loop.start)
+    it = E.Call(UNIFORM, (it,), it.dtype)
+    return it % stages, it // stages
 
 
 def consumer_steps(body: list, ring_copies, released, full: dict, empty: dict, slot, round_, restage) -> list:

@@ -14,7 +14,7 @@ from ...ir.visitor import walk_expr
 from .. import debug_print, device_assert
 from ..ieee_rounding import ieee_function
 from ..rng_philox import DRAWS, LaneGenerators
-from ..warp_ops import VOTES, WARP_CALLS, source_threads, vote
+from ..warp_ops import UNIFORM, VOTES, WARP_CALLS, source_threads, vote
 from .errors import DivergenceError, EmulatorError, EmulatorOutOfBoundsError
 from .mathfns import _BINOPS, _MATH, _check_division, _check_int32, _float_to_int, _fma, _trunc_div
 from .memory import _GlobalMem, _SharedMem
@@ -358,6 +358,8 @@ class ExprCompiler:
         if e.name == "warp_size":
             v = np.int32(W)
             return (lambda st, need: v), True, ("c", "int32", W)
+        if e.name == UNIFORM:
+            return self.uniform_call(e, where, W), False, None
         if e.name in VOTES:
             fp, fm = (self.cexpr(a, where) for a in e.args)
             kind = e.name
@@ -393,6 +395,34 @@ class ExprCompiler:
             return _fix(v[src], nd)
 
         return shfl, False, None
+
+    def uniform_call(self, e: E.Call, where, W: int):
+        """``warp_uniform(x)`` (warp_ops.UNIFORM): ``x``, after checking that the executing lanes of each warp
+        hold one value of it (CUDA broadcasts lane 0's, so a lane that differs would compute with another's)."""
+        fv = self.cexpr(e.args[0], where)
+
+        def uniform(st, need):
+            v = fv(st, need)
+            if not isinstance(v, np.ndarray):
+                return v
+            active = need if need is not None else st.mask
+            on = np.ones(v.shape[0], bool) if active is None else np.asarray(active, bool)
+            warp_of = st.block * ((st.T + W - 1) // W) + st.tid // W
+            keys, inv = np.unique(warp_of, return_inverse=True)
+            first = np.full(len(keys), v.shape[0], np.int64)  # each warp's lowest executing lane (lane 0 when full)
+            lanes = np.flatnonzero(on)
+            np.minimum.at(first, inv[lanes], lanes)
+            first = np.minimum(first, v.shape[0] - 1)  # warps with no executing lane: compared nowhere
+            ref = v[first[inv]]
+            bad = on & (ref != v) & ~(np.isnan(ref) & np.isnan(v) if v.dtype.kind == "f" else False)
+            if bad.any():
+                lane = _first(bad)
+                raise where.error(EmulatorError, f"{st.where(lane)}: warp_uniform: this lane holds {v[lane]!r}, "
+                                                 f"lane {int(st.tid[first[inv[lane]]]) % W} of its warp "
+                                                 f"{ref[lane]!r} (a value the compiler took as warp-uniform)")
+            return v
+
+        return uniform
 
     def shuffle(self, e: E.Shuffle, where):
         fv = self.cexpr(e.value, where)
