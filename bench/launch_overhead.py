@@ -81,6 +81,9 @@ def make_cases():
     pa, pb, pc = a.data_ptr(), b.data_ptr(), c.data_ptr()
     fn, raw_stream = k.launcher.function(0), torch._C._cuda_getCurrentRawStream
     make_lse = empty_maker(torch, (4, 32, 1), torch.float32, x.device)
+    # keys equal to the pieces' keys, made apart (the memo compares a call's key with another call's)
+    decode_key = ad._dense_key(q, kv, kv, False, None, None, None, None, hashed=False)
+    matmul_key = dispatch._matmul_key(ga, gb, None, "none", None, False)
     from cuda.bindings import driver as drv
 
     fixed, handle = fn.fixed_launch((1, 1, 1), (128, 1, 1), 0, k.spec.arg_types, (pa, pb, pc), 3), int(fn.handle)
@@ -157,6 +160,19 @@ def make_cases():
         ("piece: matmul's plan key (a, b: 12 items) + lookup",
          lambda: dispatch._matmul_plans.get(dispatch._matmul_key(ga, gb, None, "none", None, False))),
         ("piece: x.shape, x.stride(), x.device (three metadata reads)", lambda: (x.shape, x.stride(), x.device)),
+        # the repeat path since session 12's host2 branch: the key compared with the last call's (an
+        # equal key of another call: the memo's case), no hash and no dict lookup
+        ("piece: decode's plan key == the last call's (the memo's repeat path)",
+         lambda: ad._dense_key(q, kv, kv, False, None, None, None, None, hashed=False) == decode_key),
+        ("piece: matmul's plan key == the last call's (the memo's repeat path)",
+         lambda: dispatch._matmul_key(ga, gb, None, "none", None, False) == matmul_key),
+        # each read of a key alone (is a device object dearer than an index and a type flag here?)
+        ("piece: x.dtype", lambda: x.dtype),
+        ("piece: x.shape", lambda: x.shape),
+        ("piece: x.stride()", x.stride),
+        ("piece: x.device", lambda: x.device),
+        ("piece: x.get_device()", x.get_device),
+        ("piece: x.is_cuda", lambda: x.is_cuda),
     ]
     return cases, (lambda: torch.add(a, b))
 
