@@ -164,6 +164,11 @@ def make_cases():
         # equal key of another call: the memo's case), no hash and no dict lookup
         ("piece: decode's plan key == the last call's (the memo's repeat path)",
          lambda: ad._dense_key(q, kv, kv, False, None, None, None, None, hashed=False) == decode_key),
+        # the same key built in the caller's frame (what a call through _dense_key's frame costs)
+        ("piece: decode's plan key built inline == the last call's (no _dense_key frame)",
+         lambda: (q.__class__, q.dtype, q.shape, q.stride(), q.device, kv.__class__, kv.dtype, kv.shape, kv.stride(),
+                  kv.device, kv.__class__, kv.dtype, kv.shape, kv.stride(), kv.device, False.__class__, False,
+                  None.__class__, None, None.__class__, None, None.__class__, None) == decode_key),
         ("piece: matmul's plan key == the last call's (the memo's repeat path)",
          lambda: dispatch._matmul_key(ga, gb, None, "none", None, False) == matmul_key),
         # each read of a key alone (is a device object dearer than an index and a type flag here?)
