@@ -200,7 +200,6 @@ def matmul_impl(a, b, bias, activation, out_dtype, config=None, out=None):
     """``matmul`` without the torch.library detour; ``config`` (a ``GemmConfig``) overrides the
     tuned entry and the heuristic, ``out`` receives the result (both for ``tune_matmul``, the
     benchmark and the tests)."""
-    torch = _torch()
     if activation is None:  # (_normalize_activation, inline: a frame less per call)
         activation = "none"
     memo = _matmul_key(a, b, bias, activation, out_dtype, False) if config is None and out is None else None
@@ -222,6 +221,7 @@ def matmul_impl(a, b, bias, activation, out_dtype, config=None, out=None):
         if why:
             raise ArgumentError(f"config {config.short()!r} is not one the GEMM kernels build as named: {why}")
     out_dtype = _check_matmul(a, b, bias, activation, out_dtype)
+    torch = _torch()  # (after the repeat path, which does not need it: a frame less there)
     M, K = a.shape
     N = b.shape[1]
     if out is None:

@@ -11,7 +11,11 @@ Contract: ``last`` holds a key stored in the dict together with the plan stored 
 (None, None).  ``find(key)`` returns what ``get(key)`` returns: an equal key hashes equal, so the
 lookup would find the stored key's plan.  Storing a plan makes it the last; every other change
 (clear, pop, del, update, setdefault) empties ``last``.  ``last`` is one tuple replaced whole, so
-another thread reads a key with its own plan.
+another thread reads a key with its own plan.  One race is left: a plan found by one thread while
+another clears the dict can become the last after the clear, until the next change.  It is still a
+plan made (after every check) for that key, so its calls are right; only a configuration chosen
+again after ``ops.forget_plans`` (a new tuning entry) may wait for that thread's next change, as a
+call that found its plan just before the clear uses it without the memo too.
 """
 
 from __future__ import annotations
