@@ -53,8 +53,8 @@ def _misaligned(x):
 
 def _memo_in_dict(plans):
     """The memo holds a key of the dict with the dict's plan (or nothing)."""
-    key, plan = plans.last
-    assert key is None and plan is None or dict.__getitem__(plans, key) is plan
+    key, plan, stamp = plans.last
+    assert key is None and plan is None or dict.__getitem__(plans, key) is plan and stamp is plans.stamp
 
 
 def test_row_memo_misses_every_changed_signature(device_path):  # noqa: F811
@@ -217,18 +217,18 @@ def test_forget_plans_empties_the_memos(device_path):  # noqa: F811
         ops.softmax(x), ops.rms_norm(x, w), ops.matmul(a, b), ops.attention(q, kv, kv)
     assert all(p.last[0] is not None for p in plans)
     ops.forget_plans()
-    assert all(p.last == (None, None) and not p for p in plans)
+    assert all(p.last[0] is None and p.find(p.last[0]) is None and not p for p in plans)
 
 
 def test_plan_dict_finds_what_get_finds_and_forgets_on_every_other_change():
     d = PlanDict()
-    assert d.find(None) is None and d.find(("a", 1)) is None and d.last == (None, None)
+    assert d.find(None) is None and d.find(("a", 1)) is None and d.last[0] is None
     d[("a", 1)] = "A"
-    assert d.last == (("a", 1), "A") and d.find(("a", 1)) == "A"
+    assert d.last[:2] == (("a", 1), "A") and d.find(("a", 1)) == "A"
     d[("b", 2)] = "B"
-    assert d.find(("a", 1)) == "A" and d.last == (("a", 1), "A")  # a lookup hit becomes the last
+    assert d.find(("a", 1)) == "A" and d.last[:2] == (("a", 1), "A")  # a lookup hit becomes the last
     assert d.find(("a", 1.0)) == "A"  # equal keys (as the dict: equal values hash equal)
-    assert d.find(("a", 2)) is None and d.last == (("a", 1), "A")  # a miss leaves it
+    assert d.find(("a", 2)) is None and d.last[:2] == (("a", 1), "A")  # a miss leaves it
     with pytest.raises(TypeError):
         d.find(("a", [1]))  # an unhashable key raises as get does (the callers' checked path)
     d[("a", 1)] = "A2"  # a new plan for the key: the last one
@@ -238,6 +238,25 @@ def test_plan_dict_finds_what_get_finds_and_forgets_on_every_other_change():
                    lambda: d.__ior__({("a", 1): "A5"}), d.clear):
         d[("a", 1)], d[("b", 2)] = "A", "B"
         d.find(("a", 1))
+        stamp = d.stamp
         change()
-        assert d.last == (None, None)
+        assert d.last[0] is None and d.stamp is not stamp
         assert d.find(("a", 1)) == d.get(("a", 1))
+
+
+class ClearedDuringLookup(PlanDict):
+    """Another thread's ``clear`` between ``find``'s lookup and its write of ``last``."""
+
+    def get(self, key, default=None):
+        plan = super().get(key, default)
+        self.clear()
+        return plan
+
+
+def test_a_plan_found_while_the_dict_is_cleared_is_not_served_after_the_clear():
+    d = ClearedDuringLookup()
+    d[("a", 1)] = "A"
+    d.last = (None, None, None)  # (the lookup's path, not the memo's)
+    assert d.find(("a", 1)) == "A"  # found before the clear: this call may use it
+    assert not d and d.last[0] == ("a", 1)  # its write came after the clear, with the stamp read before it
+    assert d.find(("a", 1)) is None  # not served again: the lookup finds nothing
