@@ -73,6 +73,8 @@ def steps(ops_calls, t) -> list:
             ("  torch.is_grad_enabled() + _wants_grad", lambda: torch.is_grad_enabled() and ad._wants_grad(q, kv, kv)),
             ("  _dense_key (23 items) + dict lookup",
              lambda: ad._dense_plans.get(ad._dense_key(q, kv, kv, False, None, None, None, None, hashed=False))),
+            ("  _dense_key (23 items) == the last call's (the memo's repeat path)",
+             lambda: ad._dense_key(q, kv, kv, False, None, None, None, None, hashed=False) == dkey),
             ("  4 data_ptr reads", lambda: (q.data_ptr(), kv.data_ptr(), kv.data_ptr(), q.data_ptr())),
             ("  torch.empty_like(q) (output)", lambda: torch.empty_like(q)),
             ("  make_lse() (the LSE)", run.make_lse or run._lse_maker(q)),
@@ -89,6 +91,8 @@ def steps(ops_calls, t) -> list:
     out += [
         ("  _matmul_key + dict lookup",
          lambda: dispatch._matmul_plans.get(dispatch._matmul_key(ga, gb, None, "none", None, False))),
+        ("  _matmul_key == the last call's (the memo's repeat path)",
+         lambda: dispatch._matmul_key(ga, gb, None, "none", None, False) == mkey),
         ("  torch.empty(M, N, dtype=, device=)", lambda: torch.empty(256, 256, dtype=ga.dtype, device=ga.device)),
     ]
     if hasattr(mrun, "make_out"):

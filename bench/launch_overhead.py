@@ -27,6 +27,11 @@ picks the process's default).  ``--paths both`` (``LAUNCH_PATHS=both``) times ea
 ways in the same rounds: before each block every loaded kernel's launches are switched
 (``use_typed_launch``), so the two take turns with the reference like any other rows.  Where
 this cuda-bindings has no typed call (13.3.1) the typed rows are left out and the table says so.
+
+Plan lookup: ``--memo both`` (``LAUNCH_MEMO=both``) times each ``ops.*`` row twice in the same
+rounds, ``[.., memo]`` (``PlanDict.find``: the last call's key compared first, the default) and
+``[.., lookup]`` (``find`` swapped for the dict's own ``get`` before the block: the lookup as it was
+before the memo), with a memo-against-lookup table round by round.
 """
 
 from __future__ import annotations
@@ -48,6 +53,7 @@ import tilewright  # noqa: E402
 from tilewright.jit.alloc_template import empty_maker  # noqa: E402
 from tilewright.kernels import matmul  # noqa: E402
 from tilewright.ops.bound_kernel import BoundKernel  # noqa: E402
+from tilewright.ops.plan_dict import PlanDict  # noqa: E402
 from tilewright.runtime import cuda_driver  # noqa: E402
 
 BAR = 1.5  # issue 10: ops.* host time <= 1.5x torch.add (output allocated)
@@ -81,6 +87,9 @@ def make_cases():
     pa, pb, pc = a.data_ptr(), b.data_ptr(), c.data_ptr()
     fn, raw_stream = k.launcher.function(0), torch._C._cuda_getCurrentRawStream
     make_lse = empty_maker(torch, (4, 32, 1), torch.float32, x.device)
+    # keys equal to the pieces' keys, made apart (the memo compares a call's key with another call's)
+    decode_key = ad._dense_key(q, kv, kv, False, None, None, None, None, hashed=False)
+    matmul_key = dispatch._matmul_key(ga, gb, None, "none", None, False)
     from cuda.bindings import driver as drv
 
     fixed, handle = fn.fixed_launch((1, 1, 1), (128, 1, 1), 0, k.spec.arg_types, (pa, pb, pc), 3), int(fn.handle)
@@ -157,6 +166,24 @@ def make_cases():
         ("piece: matmul's plan key (a, b: 12 items) + lookup",
          lambda: dispatch._matmul_plans.get(dispatch._matmul_key(ga, gb, None, "none", None, False))),
         ("piece: x.shape, x.stride(), x.device (three metadata reads)", lambda: (x.shape, x.stride(), x.device)),
+        # the repeat path since session 12's host2 branch: the key compared with the last call's (an
+        # equal key of another call: the memo's case), no hash and no dict lookup
+        ("piece: decode's plan key == the last call's (the memo's repeat path)",
+         lambda: ad._dense_key(q, kv, kv, False, None, None, None, None, hashed=False) == decode_key),
+        # the same key built in the caller's frame (what a call through _dense_key's frame costs)
+        ("piece: decode's plan key built inline == the last call's (no _dense_key frame)",
+         lambda: (q.__class__, q.dtype, q.shape, q.stride(), q.device, kv.__class__, kv.dtype, kv.shape, kv.stride(),
+                  kv.device, kv.__class__, kv.dtype, kv.shape, kv.stride(), kv.device, False.__class__, False,
+                  None.__class__, None, None.__class__, None, None.__class__, None) == decode_key),
+        ("piece: matmul's plan key == the last call's (the memo's repeat path)",
+         lambda: dispatch._matmul_key(ga, gb, None, "none", None, False) == matmul_key),
+        # each read of a key alone (is a device object dearer than an index and a type flag here?)
+        ("piece: x.dtype", lambda: x.dtype),
+        ("piece: x.shape", lambda: x.shape),
+        ("piece: x.stride()", x.stride),
+        ("piece: x.device", lambda: x.device),
+        ("piece: x.get_device()", x.get_device),
+        ("piece: x.is_cuda", lambda: x.is_cuda),
     ]
     return cases, (lambda: torch.add(a, b))
 
@@ -185,21 +212,32 @@ class LaunchPaths:
         self.current = None
 
     def use(self, path) -> None:
-        """``path``: "typed", "bindings", or None (a row that does not launch through tilewright)."""
-        if path is None or path == self.current:
+        """``path``: (launch, plan lookup): "typed" or "bindings", and "memo" (``PlanDict.find`` compares
+        with the last call's key first) or "lookup" (``find`` is the dict's own ``get``: the lookup as
+        it was before the memo, no frame); None: a row that does not launch through tilewright."""
+        if path is None:
+            return
+        launch, memo = path
+        PlanDict.find = FIND_MEMO if memo == "memo" else dict.get
+        if launch == self.current:
             return
         for o in self.objs:
-            o.use_typed_launch(path == "typed")
-        self.current = path
+            o.use_typed_launch(launch == "typed")
+        self.current = launch
 
 
-def with_paths(cases, paths: list) -> list:
-    """(name, call, path) rows: each row that launches through tilewright once per path in ``paths``
-    (its name says which), the others once with path None."""
+FIND_MEMO = PlanDict.find
+
+
+def with_paths(cases, paths: list, memos=("memo",)) -> list:
+    """(name, call, (path, memo)) rows: each row that launches through tilewright once per path in
+    ``paths``, and the ops rows once per plan lookup in ``memos`` (its name says which when there are
+    two), the others once with path None."""
     rows = []
     for name, fn in cases:
         if ours(name):
-            rows += [(f"{name} [{p}]", fn, p) for p in paths]
+            ms = memos if name.startswith("ops.") else ("memo",)
+            rows += [(f"{name} [{p}{', ' + m if len(ms) > 1 else ''}]", fn, (p, m)) for p in paths for m in ms]
         else:
             rows.append((name, fn, None))
     return rows
@@ -268,18 +306,23 @@ def paired(cases, ratios) -> list[str]:
     rounds typed was lower."""
     by_name = {name: rs for (name, *_), rs in zip(cases, ratios)}
     out = []
-    for (name, _, path), rs in zip(cases, ratios):
-        other = by_name.get(name[: -len(" [bindings]")] + " [typed]") if path == "bindings" else None
-        if other is None:
-            continue
-        diffs = [t - b for t, b in zip(other, rs)]
-        out.append(f"| {name[: -len(' [bindings]')]} | {statistics.median(rs):.2f}x | {statistics.median(other):.2f}x "
-                   f"| {statistics.median(diffs):+.3f} | {sum(d < 0 for d in diffs)} of {len(diffs)} |")
-    if not out:
-        return []
-    return ["", "Typed against bindings, round by round (ratio to the adjacent torch.add):", "",
-            "| call | bindings | typed | typed - bindings (median) | rounds typed lower |", "|---|---|---|---|---|",
-            *out]
+    for what, (a, b) in (("Typed against bindings", ("bindings", "typed")),
+                         ("Memo against lookup", ("lookup", "memo"))):
+        rows = []
+        for (name, _, path), rs in zip(cases, ratios):
+            if path is None or a not in path:
+                continue
+            other = by_name.get(name.replace(f"[{a}", f"[{b}").replace(f", {a}]", f", {b}]"))
+            if other is None or other is rs:
+                continue
+            diffs = [t - s for t, s in zip(other, rs)]
+            rows.append(f"| {name} | {statistics.median(rs):.2f}x | {statistics.median(other):.2f}x "
+                        f"| {statistics.median(diffs):+.3f} | {sum(d < 0 for d in diffs)} of {len(diffs)} |")
+        if rows:
+            out += ["", f"{what}, round by round (ratio to the adjacent torch.add):", "",
+                    f"| call ({a}) | {a} | {b} | {b} - {a} (median) | rounds {b} lower |", "|---|---|---|---|---|",
+                    *rows]
+    return out
 
 
 def pin_here() -> str:
@@ -301,6 +344,9 @@ def main() -> None:
                    choices=["no", "yes", "1", "both"])
     p.add_argument("--only", default=os.environ.get("LAUNCH_ONLY", ""))
     p.add_argument("--no-gpu-time", action="store_true")
+    p.add_argument("--memo", default=os.environ.get("LAUNCH_MEMO", "on"), choices=["on", "both"],
+                   help="the ops' plan lookup: the last call's key compared first (PlanDict.find), or also "
+                   "the dict's own get (as before the memo) in the same rounds")
     p.add_argument("--paths", default=os.environ.get("LAUNCH_PATHS", "default"), choices=["default", "both"],
                    help="the launch path of the rows that launch through tilewright: the process's default "
                    "(TILEWRIGHT_TYPED_LAUNCH), or both ways in the same rounds")
@@ -311,7 +357,7 @@ def main() -> None:
         cases = [(name, fn) for name, fn in cases if any(w in name.lower() for w in words)]
     typed_here = cuda_driver.typed_launch_call() is not None
     paths = [cuda_driver.launch_path()] if args.paths == "default" else ["bindings"] + ["typed"] * typed_here
-    cases = with_paths(cases, paths)
+    cases = with_paths(cases, paths, ("memo", "lookup") if args.memo == "both" else ("memo",))
     import cuda.bindings
 
     lines = [f"Each row: {args.rounds} rounds of {args.n} back-to-back calls, one synchronize per block, "

@@ -11,6 +11,7 @@ from . import attention_kernels as ak
 from . import decode_kernels
 from .bound_kernel import BoundKernel
 from .dispatch import _check_tensor, _dtype_name, _kernel, _placeholder, _same_device, _target_of, _torch, _wants_grad
+from .plan_dict import PlanDict
 
 _NUM_SMS = 132  # the split-KV heuristic aims at filling an H200; a guess elsewhere, and only a speed matter
 
@@ -43,9 +44,10 @@ def attention(q, k, v, causal: bool = False, scale=None, return_lse: bool = Fals
         # a repeat dense call: one lookup keyed on everything its checks and plan read, then the
         # allocations and the launches (``_DensePlan``, ``decode_kernels._DecodeRun``)
         key = _dense_key(q, k, v, causal, scale, max_seqlen_q, cache_seqlens, num_splits, hashed=False)
-        try:  # (the lookup hashes the key: an unhashable option raises here, and then there is no plan)
-            fast = _dense_plans.get(key) if key is not None else None
-        except TypeError:
+        try:  # (the last call's key compared first, else a lookup, which hashes the key: an option
+            # that cannot be hashed or compared raises here, and then there is no plan)
+            fast = _dense_plans.find(key)
+        except (TypeError, ValueError, RuntimeError):
             fast = None
         done = fast.run(q, k, v, cache_seqlens, return_lse) if fast is not None else None
         if done is None:
@@ -703,7 +705,8 @@ class _DensePlan:
         return out, lse
 
 
-_dense_plans: dict = {}  # _dense_key -> _DensePlan or decode_kernels._DecodeRun (repeat calls from pointers)
+# _dense_key -> _DensePlan or decode_kernels._DecodeRun (repeat calls from pointers; the last call's key first)
+_dense_plans = PlanDict()
 _lse_scratch: dict = {}  # device -> float32 buffers, the largest last
 
 

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from ..errors import ArgumentError
 from . import kernels
+from .plan_dict import PlanDict
 
 _kernels: dict = {}  # (op, static key) -> JITKernel
 _DTYPES = ("float16", "bfloat16", "float32")
@@ -199,14 +200,14 @@ def matmul_impl(a, b, bias, activation, out_dtype, config=None, out=None):
     """``matmul`` without the torch.library detour; ``config`` (a ``GemmConfig``) overrides the
     tuned entry and the heuristic, ``out`` receives the result (both for ``tune_matmul``, the
     benchmark and the tests)."""
-    torch = _torch()
     if activation is None:  # (_normalize_activation, inline: a frame less per call)
         activation = "none"
     memo = _matmul_key(a, b, bias, activation, out_dtype, False) if config is None and out is None else None
     if memo is not None:
-        try:  # (the lookup hashes the key: an unhashable argument raises here, and then there is no memo)
-            hit = _matmul_plans.get(memo)
-        except TypeError:
+        try:  # (the last call's key compared first, else a lookup, which hashes the key: an argument
+            # that cannot be hashed or compared raises here, and then there is no memo)
+            hit = _matmul_plans.find(memo)
+        except (TypeError, ValueError, RuntimeError):
             memo = hit = None
         if hit is not None:  # a repeat call: the checks passed and the plan was made for this metadata
             out = hit.make_out()
@@ -220,6 +221,7 @@ def matmul_impl(a, b, bias, activation, out_dtype, config=None, out=None):
         if why:
             raise ArgumentError(f"config {config.short()!r} is not one the GEMM kernels build as named: {why}")
     out_dtype = _check_matmul(a, b, bias, activation, out_dtype)
+    torch = _torch()  # (after the repeat path, which does not need it: a frame less there)
     M, K = a.shape
     N = b.shape[1]
     if out is None:
@@ -320,7 +322,7 @@ class _MatmulRun:
         self.second(ws, bias_arg, out)
 
 
-_matmul_plans: dict = {}  # argument metadata (_matmul_key) -> _MatmulRun
+_matmul_plans = PlanDict()  # argument metadata (_matmul_key) -> _MatmulRun (the last call's key first)
 
 
 def _matmul_key(a, b, bias, activation, out_dtype, hashed=True):

@@ -18,6 +18,7 @@ from ..errors import ArgumentError
 from . import kernels
 from .bound_kernel import RowLaunch
 from .dispatch import _check_eps, _check_tensor, _dtype_name, _kernel, _same_device, _target_of, _torch
+from .plan_dict import PlanDict
 
 
 def _rows_config(N: int, dtype: str) -> tuple:
@@ -53,7 +54,7 @@ class _RowPlan:
         self.empty_like = _torch().empty_like  # (the module's at plan time: tests that poison it poison this)
 
 
-_row_plans: dict = {}  # signature -> _RowPlan
+_row_plans = PlanDict()  # signature -> _RowPlan (the last call's key compared first)
 _PLANS_MAX = 4096
 
 
@@ -90,8 +91,8 @@ def softmax(x, dim: int = -1):
 def softmax_impl(x, dim):
     try:  # (one flat key: _row_key's items of x; an unhashable dim raises in the lookup)
         key = ("softmax", x.__class__, x.dtype, len(xs := x.shape), xs[-1], x.device, dim.__class__, dim)
-        plan = _row_plans.get(key)
-    except (AttributeError, IndexError, TypeError):
+        plan = _row_plans.find(key)
+    except (AttributeError, IndexError, TypeError, ValueError, RuntimeError):
         key = plan = None  # not a tensor, no dimension, an unhashable dim: the checked path explains
     if plan is None:
         plan = _softmax_plan(x, dim)
@@ -143,8 +144,8 @@ def rms_norm_impl(x, weight, eps, residual):
             key = ("rms_norm+residual", x.__class__, x.dtype, len(xs := x.shape), xs[-1], x.device,
                    weight.__class__, weight.dtype, weight.shape, weight.device, eps.__class__, eps,
                    residual.__class__, residual.dtype, residual.device)
-        plan = _row_plans.get(key)
-    except (AttributeError, IndexError, TypeError):
+        plan = _row_plans.find(key)
+    except (AttributeError, IndexError, TypeError, ValueError, RuntimeError):
         key = plan = xs = None  # not a tensor, no dimension, an unhashable eps: the checked path explains
     # (the residual's rank and last dimension are x's when its whole shape is: compared every call)
     if plan is None or (residual is not None and residual.shape != xs):
@@ -204,8 +205,8 @@ def layer_norm_impl(x, weight, bias, eps):
         key = ("layer_norm", x.__class__, x.dtype, len(xs := x.shape), xs[-1], x.device, weight.__class__,
                weight.dtype, weight.shape, weight.device, bias.__class__, bias.dtype, bias.shape, bias.device,
                eps.__class__, eps)
-        plan = _row_plans.get(key)
-    except (AttributeError, IndexError, TypeError):
+        plan = _row_plans.find(key)
+    except (AttributeError, IndexError, TypeError, ValueError, RuntimeError):
         key = plan = None  # not a tensor, no dimension, an unhashable eps: the checked path explains
     if plan is None:
         plan = _layer_norm_plan(x, weight, bias, eps)
