@@ -27,6 +27,7 @@ read from L2, replayed; no host time, no flush.
 
     python bench/decode_splits.py --s11      # session 11's KV-4k candidates, interleaved rounds (~100 s)
     python bench/decode_splits.py --s12      # session 12's graph-level candidates (gcount, pdl), as --s11
+    python bench/decode_splits.py --s13      # session 13's PDL candidates (pdlpre, pdllate), KV 4k/8k/64k, as --s11
 
 ``--s10`` (or DECODE_SPLITS=s10) times, in a CUDA graph as table 2, the GQA candidates (table S10-GQA) and the MQA
 candidates (table S10-MQA) of ``S10_GQA`` / ``S10_MQA`` against SDPA and the default, skipping tables 1-3.
@@ -38,7 +39,8 @@ rounds (every dtype, length and candidate once a round, so clock or thermal drif
 the dtypes, fall on every column alike); a cell is the median over the rounds and the spread (min-max, % of the
 copy bandwidth).  ``DECODE_S11_CANDS`` (comma-separated indexes into ``S11_GQA``), ``DECODE_S11_LENS`` and
 ``DECODE_S11_DTYPES`` narrow it; ``DECODE_S11_KIND=mqa`` times ``S11_MQA`` (one KV head, KV 16k and 64k) instead.
-``--s12`` (or DECODE_SPLITS=s12) does the same for ``S12_GQA`` / ``S12_MQA`` with ``DECODE_S12_*`` variables.
+``--s12`` (or DECODE_SPLITS=s12) does the same for ``S12_GQA`` / ``S12_MQA`` with ``DECODE_S12_*`` variables, and
+``--s13`` for ``S13_GQA`` / ``S13_MQA`` with ``DECODE_S13_*`` (GQA lengths 4k, 8k and 64k by default).
 """
 
 from __future__ import annotations
@@ -151,6 +153,16 @@ S11_MQA = [("cover,tmerge,fill", None, "64,4"), ("cover,tmerge,fill", None, "64,
 # since), with pdl 35.2 / 59.0; SDPA 56-60 / 70-71.
 S12_GQA = [("tmerge,gcount", None, None), ("tmerge,gcount,pdl", None, None), ("tmerge,gcount,pdlwait", None, None),
            ("tmerge,pdl", None, None)]
+# session 13 (--s13): what of the programmatic-launch overlap the default (tmerge,gcount,pdlwait) leaves at KV 4k.
+# "pdlpre": the block's set-up that reads nothing of the previous kernel (the TMA ring's mbarrier init, fence and
+# barrier; a prefetch of the K/V tensor-map descriptors) ahead of griddepcontrol.wait (passes/pdl_prologue); "pdllate":
+# launch_dependents after the block's last key block, so the next call's launch and placement overlap this one's
+# merges (pdl's trigger at the top lost 15-24 points at every length in the 07:48 run); both together.  KV 4k and 8k
+# for the bar, 64k for no loss (DECODE_S13_LENS).
+S13_GQA = [("tmerge,gcount,pdlpre", None, None), ("tmerge,gcount,pdllate", None, None),
+           ("tmerge,gcount,pdllate,pdlpre", None, None)]
+# MQA (DECODE_S13_KIND=mqa): the short-cache default with the prologue ahead of its wait
+S13_MQA = [("cmerge,cover,gcount,pdl,pdlpre", None, None), ("cover,gcount,pdlpre,tmerge", None, None)]
 # MQA (DECODE_S12_KIND=mqa): the defaults (cover,cmerge below 32k keys, cover,tmerge from there) with gcount, and
 # with pdl (the cluster launch of cmerge takes the attribute as well)
 S12_MQA = [("cmerge,cover,gcount", None, None), ("cmerge,cover,gcount,pdl", None, None),
@@ -202,19 +214,20 @@ def s10_table(roof: float, mqa: bool) -> list:
 
 
 def s11_table(roof: float, tag: str = "S11") -> list:
-    """Session 11 (``tag`` "S11") or 12 ("S12"): the GQA candidates of ``S11_GQA`` (``S12_GQA``) against SDPA and the
-    default, GPU time in CUDA graphs replayed in interleaved rounds (the module docstring); every candidate checked
-    against float64 before it is timed.  ``DECODE_<tag>_KIND=mqa``: the MQA table (``S11_MQA`` / ``S12_MQA``)."""
+    """Session 11 (``tag`` "S11"), 12 ("S12") or 13 ("S13"): the GQA candidates of ``S11_GQA`` (``S12_GQA``,
+    ``S13_GQA``) against SDPA and the default, GPU time in CUDA graphs replayed in interleaved rounds (the module
+    docstring); every candidate checked against float64 before it is timed.  ``DECODE_<tag>_KIND=mqa``: the MQA table
+    (``S11_MQA`` / ``S12_MQA`` / ``S13_MQA``)."""
     import statistics
 
     env = f"DECODE_{tag}_"
     mqa = os.environ.get(env + "KIND") == "mqa"
-    tables = {"S11": (S11_GQA, S11_MQA), "S12": (S12_GQA, S12_MQA)}[tag]
+    tables = {"S11": (S11_GQA, S11_MQA), "S12": (S12_GQA, S12_MQA), "S13": (S13_GQA, S13_MQA)}[tag]
     hkv, table = (1, tables[1]) if mqa else (HKV, tables[0])
     pick = os.environ.get(env + "CANDS")
     cands = [table[int(i)] for i in pick.split(",")] if pick else table
-    lens = [int(x) for x in os.environ.get(env + "LENS", "16384,65536" if mqa else "4096,8192,16384,65536")
-            .split(",")]
+    gqa_lens = "4096,8192,65536" if tag == "S13" else "4096,8192,16384,65536"
+    lens = [int(x) for x in os.environ.get(env + "LENS", "16384,65536" if mqa else gqa_lens).split(",")]
     dtypes = [getattr(torch, n) for n in os.environ.get(env + "DTYPES", "bfloat16,float16").split(",")]
     rounds = int(os.environ.get(env + "ROUNDS", "7"))
     cols = ["SDPA", "new"] + [label(*c) for c in cands]
@@ -382,7 +395,7 @@ def mqa_table(roof: float) -> list:
 
 def main() -> None:
     roof = copy_bandwidth("cuda", False)
-    for tag in ("S11", "S12"):
+    for tag in ("S11", "S12", "S13"):
         if f"--{tag.lower()}" in sys.argv or os.environ.get("DECODE_SPLITS") == tag.lower():
             rows = s11_table(roof, tag)
             print("\n".join(rows))

@@ -122,7 +122,16 @@ VARIANTS = {
            "overlap this call's tail (its last tiles and the merge); launched with programmatic stream serialization",
     "pdlwait": "as pdl without the trigger: the next kernel may start its blocks once this one's have exited (their "
                "placement overlaps the end of the grid, not its tail of merges)",
+    # Session 13 (issue 9's bar at KV 4k bf16): what of the PDL overlap pdlwait leaves.  Both keep griddepcontrol.wait
+    # first for everything that reads global memory, so they cannot change a result, only when blocks start.
+    "pdlpre": "as pdlwait, with the block's set-up that reads nothing of the previous kernel ahead of the wait "
+              "(passes/pdl_prologue, tw.pdl_prologue: the TMA ring's mbarrier init, its fence and block barrier, and a "
+              "prefetch of the K/V tensor-map descriptors), so that it overlaps the previous kernel's tail",
+    "pdllate": "as pdlwait, with the trigger (griddepcontrol.launch_dependents) after the block's last key block "
+               "(before its partial stores and merge): the next kernel's launch and block placement overlap this "
+               "one's merges, not its streaming (pdl's trigger at the top lost 15-24 points at every length)",
 }
+PDL_WAIT = ("pdl", "pdlwait", "pdlpre", "pdllate")  # the variants whose kernel starts with T.pdl_sync
 
 
 # The variants a plan takes when TILEWRIGHT_DECODE_VARIANT is unset, by the query-head group a kv head serves
@@ -322,10 +331,13 @@ def decode_counters(groups: int, splits: int, variant: tuple) -> int:
 def decode_pass_configs(variant: tuple):
     """Compiler options of a variant: "ws" turns on the warp-specialized loop (a TMA producer
     warpgroup; by default only kernels of two or more consumer warpgroups get it), "w8" keeps it off
-    for its two warpgroups; else None."""
+    for its two warpgroups; "pdlpre" turns on ``tw.pdl_prologue``; else None."""
+    configs = {"tw.pdl_prologue": True} if "pdlpre" in variant else {}
     if "ws" in variant:
-        return {"tw.warp_specialize": True}
-    return {"tw.warp_specialize": False} if "w8" in variant else None
+        configs["tw.warp_specialize"] = True
+    elif "w8" in variant:
+        configs["tw.warp_specialize"] = False
+    return configs or None
 
 
 def decode_fwd(heads, kv_heads, dim, dtype, has_cache, splits, k_hc, v_hc, block_H, block_N, stages, threads,
@@ -427,7 +439,7 @@ def decode_fwd(heads, kv_heads, dim, dtype, has_cache, splits, k_hc, v_hc, block
                 mw = T.alloc_fragment((rpr,), accum)
                 md = T.alloc_fragment((rpr,), accum)
 
-            if "pdl" in variant or "pdlwait" in variant:
+            if any(v in variant for v in PDL_WAIT):
                 T.pdl_sync()  # (first: every global access below may depend on the previous kernel)
                 if "pdl" in variant:
                     T.pdl_trigger()
@@ -477,6 +489,8 @@ def decode_fwd(heads, kv_heads, dim, dtype, has_cache, splits, k_hc, v_hc, block
                 T.reduce_sum(acc_s, row_sum, dim=1)
                 for i in T.Parallel(block_H):
                     denom[i] = denom[i] * rescale[i] + row_sum[i]
+            if "pdllate" in variant:
+                T.pdl_trigger()  # (every key block of this split read: the next call may place its blocks)
             # normalized output and log-sum-exp of this range (0 and -inf where it holds no key)
             for i, j in T.Parallel(block_H, dim):
                 acc_o[i, j] = T.if_then_else(denom[i] > 0, acc_o[i, j] / denom[i], 0)

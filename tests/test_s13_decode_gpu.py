@@ -1,0 +1,65 @@
+"""The session-13 decode candidates (bench/decode_splits.py ``S13_GQA`` / ``S13_MQA``) on a CUDA GPU, against float64
+with the op's allocations poisoned (NaN): "pdlpre" (mbarrier set-up and tensor-map prefetch ahead of
+griddepcontrol.wait) and "pdllate" (the trigger after the block's last key block).  The benchmarks' shapes (batch 8,
+32 heads on 8 kv heads at KV 4k, or on 1 at KV 16k; d 128), a ragged cache with an empty sequence and lengths off
+the key block; repeat calls from pointers; many calls back to back without a synchronization (a late trigger lets
+the next call's blocks start while this one merges: each must still wait for it); a CUDA graph of GQA and MQA calls
+replayed with new inputs, the capture pool's counters back at zero.  Skipped without a GPU."""
+
+from __future__ import annotations
+
+import importlib
+
+import pytest
+
+torch = pytest.importorskip("torch")
+if not torch.cuda.is_available():
+    pytest.skip("needs a CUDA GPU", allow_module_level=True)
+
+from shared_gpu_attention import check_decode, check_repeat_calls, decode_reference  # noqa: E402
+from test_s12_decode_gpu import _inputs  # noqa: E402
+from test_s12_decode_gpu import test_graph_of_two_shapes_replayed as _graph_of_two_shapes  # noqa: E402
+
+from tilewright import ops  # noqa: E402
+
+ad = importlib.import_module("tilewright.ops.attention_dispatch")
+
+CANDIDATES = ["tmerge,gcount,pdlpre", "tmerge,gcount,pdllate", "tmerge,gcount,pdllate,pdlpre",
+              "cmerge,cover,gcount,pdl,pdlpre", "cover,gcount,pdlpre,tmerge"]  # (the last two MQA: one kv head)
+
+
+@pytest.mark.parametrize("variant", CANDIDATES)
+@pytest.mark.parametrize("B, S, lens, dtype", [
+    (8, 4096, None, torch.bfloat16),                      # the benchmark's shape (MQA: KV 16k)
+    (4, 4096, [4096, 0, 1, 2049], torch.float16),         # ragged, an empty sequence, lengths off the key block
+])
+def test_against_float64(monkeypatch, variant, B, S, lens, dtype):
+    monkeypatch.setenv("TILEWRIGHT_DECODE_VARIANT", variant)
+    ad.forget_plans()
+    q, k, v, cache = _inputs("cover" in variant, B, S, dtype, lens)
+    check_repeat_calls(q, k, v, cache, None, dtype)
+    ad.forget_plans()
+
+
+@pytest.mark.parametrize("variant", ["tmerge,gcount,pdllate,pdlpre", "tmerge,gcount,pdllate",
+                                     "cmerge,cover,gcount,pdl,pdlpre"])
+def test_back_to_back_calls(monkeypatch, variant):
+    """Eight calls of new queries and caches launched without a synchronization between them (each reuses the
+    stream's partials and counters while the previous call's merges may still run), then each output checked."""
+    monkeypatch.setenv("TILEWRIGHT_DECODE_VARIANT", variant)
+    ad.forget_plans()
+    mqa = "cover" in variant
+    calls = [_inputs(mqa, 8, 1024, torch.bfloat16, [1024, 0, 513, 1, 1024, 64, 1000, 7] if i % 2 else None, seed=i)
+             for i in range(8)]
+    got = [ops.attention(q, k, v, return_lse=True, cache_seqlens=c) for q, k, v, c in calls]
+    torch.cuda.synchronize()
+    for (q, k, v, c), (out, lse) in zip(calls, got):
+        check_decode(out, lse, *decode_reference(q, k, v, None if c is None else c.tolist()), torch.bfloat16)
+    ad.forget_plans()
+
+
+@pytest.mark.parametrize("gqa, mqa", [("tmerge,gcount,pdllate,pdlpre", "cover,gcount,pdlpre,tmerge"),
+                                      ("tmerge,gcount,pdllate", "cmerge,cover,gcount,pdl,pdlpre")])
+def test_graph_replayed(monkeypatch, gqa, mqa):
+    """session 12's capture of six GQA / MQA calls (two shapes, one capture and stream) with these candidates."""
+    _graph_of_two_shapes(monkeypatch, gqa, mqa)
