@@ -8,21 +8,15 @@ replayed with new inputs, the capture pool's counters back at zero.  Skipped wit
 
 from __future__ import annotations
 
-import importlib
-
 import pytest
 
 torch = pytest.importorskip("torch")
 if not torch.cuda.is_available():
     pytest.skip("needs a CUDA GPU", allow_module_level=True)
 
-from shared_gpu_attention import check_decode, check_repeat_calls, decode_reference  # noqa: E402
-from test_s12_decode_gpu import _inputs  # noqa: E402
+from test_s12_decode_gpu import test_against_float64 as _against_float64  # noqa: E402
+from test_s12_decode_gpu import test_back_to_back_calls as _back_to_back  # noqa: E402
 from test_s12_decode_gpu import test_graph_of_two_shapes_replayed as _graph_of_two_shapes  # noqa: E402
-
-from tilewright import ops  # noqa: E402
-
-ad = importlib.import_module("tilewright.ops.attention_dispatch")
 
 CANDIDATES = ["tmerge,gcount,pdlpre", "tmerge,gcount,pdllate", "tmerge,gcount,pdllate,pdlpre",
               "cmerge,cover,gcount,pdl,pdlpre", "cover,gcount,pdlpre,tmerge"]  # (the last two MQA: one kv head)
@@ -34,28 +28,15 @@ CANDIDATES = ["tmerge,gcount,pdlpre", "tmerge,gcount,pdllate", "tmerge,gcount,pd
     (4, 4096, [4096, 0, 1, 2049], torch.float16),         # ragged, an empty sequence, lengths off the key block
 ])
 def test_against_float64(monkeypatch, variant, B, S, lens, dtype):
-    monkeypatch.setenv("TILEWRIGHT_DECODE_VARIANT", variant)
-    ad.forget_plans()
-    q, k, v, cache = _inputs("cover" in variant, B, S, dtype, lens)
-    check_repeat_calls(q, k, v, cache, None, dtype)
-    ad.forget_plans()
+    _against_float64(monkeypatch, variant, B, S, lens, dtype)  # (session 12's check: repeat calls from pointers)
 
 
 @pytest.mark.parametrize("variant", ["tmerge,gcount,pdllate,pdlpre", "tmerge,gcount,pdllate",
                                      "cmerge,cover,gcount,pdl,pdlpre"])
 def test_back_to_back_calls(monkeypatch, variant):
-    """Eight calls of new queries and caches launched without a synchronization between them (each reuses the
-    stream's partials and counters while the previous call's merges may still run), then each output checked."""
-    monkeypatch.setenv("TILEWRIGHT_DECODE_VARIANT", variant)
-    ad.forget_plans()
-    mqa = "cover" in variant
-    calls = [_inputs(mqa, 8, 1024, torch.bfloat16, [1024, 0, 513, 1, 1024, 64, 1000, 7] if i % 2 else None, seed=i)
-             for i in range(8)]
-    got = [ops.attention(q, k, v, return_lse=True, cache_seqlens=c) for q, k, v, c in calls]
-    torch.cuda.synchronize()
-    for (q, k, v, c), (out, lse) in zip(calls, got):
-        check_decode(out, lse, *decode_reference(q, k, v, None if c is None else c.tolist()), torch.bfloat16)
-    ad.forget_plans()
+    """session 12's eight calls launched without a synchronization between them (each reuses the stream's partials
+    and counters while the previous call's merges may still run; a late trigger places it during them)."""
+    _back_to_back(monkeypatch, variant)
 
 
 @pytest.mark.parametrize("gqa, mqa", [("tmerge,gcount,pdllate,pdlpre", "cover,gcount,pdlpre,tmerge"),
