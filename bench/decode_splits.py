@@ -40,7 +40,9 @@ the dtypes, fall on every column alike); a cell is the median over the rounds an
 copy bandwidth).  ``DECODE_S11_CANDS`` (comma-separated indexes into ``S11_GQA``), ``DECODE_S11_LENS`` and
 ``DECODE_S11_DTYPES`` narrow it; ``DECODE_S11_KIND=mqa`` times ``S11_MQA`` (one KV head, KV 16k and 64k) instead.
 ``--s12`` (or DECODE_SPLITS=s12) does the same for ``S12_GQA`` / ``S12_MQA`` with ``DECODE_S12_*`` variables, and
-``--s13`` for ``S13_GQA`` / ``S13_MQA`` with ``DECODE_S13_*`` (GQA lengths 4k, 8k and 64k by default).
+``--s13`` for ``S13_GQA`` / ``S13_MQA`` with ``DECODE_S13_*`` (GQA lengths 4k, 8k and 64k by default; 8 rounds, every
+other one in reverse order, ``DECODE_S13_ORDER=forward`` for all in one order, and a second table of the medians of the
+forward and of the reverse rounds apart: the place of a graph in the round, e.g. bf16 4k first in every forward round).
 """
 
 from __future__ import annotations
@@ -229,7 +231,10 @@ def s11_table(roof: float, tag: str = "S11") -> list:
     gqa_lens = "4096,8192,65536" if tag == "S13" else "4096,8192,16384,65536"
     lens = [int(x) for x in os.environ.get(env + "LENS", "16384,65536" if mqa else gqa_lens).split(",")]
     dtypes = [getattr(torch, n) for n in os.environ.get(env + "DTYPES", "bfloat16,float16").split(",")]
-    rounds = int(os.environ.get(env + "ROUNDS", "7"))
+    rounds = int(os.environ.get(env + "ROUNDS", "8" if tag == "S13" else "7"))
+    # "alternate" (S13's default): odd rounds replay the graphs in reverse order, so that a graph's place in the round
+    # (bf16 4k first in every forward round) is not part of its median; the position table compares the two halves
+    alternate = os.environ.get(env + "ORDER", "alternate" if tag == "S13" else "forward") == "alternate"
     cols = ["SDPA", "new"] + [label(*c) for c in cands]
     graphs, cells, gbs = {}, {}, {}  # (dtype, L, column) -> CUDA graph / text instead of a rate; (dtype, L) -> GB
     inputs = []  # every graph's q and KV caches: a graph replays their addresses, so they live until the timing ends
@@ -264,8 +269,9 @@ def s11_table(roof: float, tag: str = "S11") -> list:
             del ref
             print(f"captured {str(dtype)[6:]} {L}", flush=True)
     times: dict = {key: [] for key in graphs}
-    for _ in range(rounds):
-        for key, graph in graphs.items():
+    order = list(graphs.items())
+    for i in range(rounds):
+        for key, graph in (order[::-1] if alternate and i % 2 else order):
             times[key].append(replay_ms(graph))
     del inputs
     rows = [f"{tag}-{'MQA' if mqa else 'GQA'}, GPU time in a CUDA graph (two KV caches alternated), median of {rounds} "
@@ -283,9 +289,30 @@ def s11_table(roof: float, tag: str = "S11") -> list:
                 r = statistics.median(rates)
                 row.append(f"{r:.0f} ({r / roof:.1%}, {min(rates) / roof:.0%}-{max(rates) / roof:.0%})")
             rows.append(f"| {str(dtype)[6:]} | {L} | " + " | ".join(row) + " |")
+    if alternate and rounds > 1:
+        timed = [c for c in cols if all((d, n, c) in times for d in dtypes for n in lens)]
+        rows += position_table(times, gbs, roof, dtypes, lens, timed)
     chosen = dict.fromkeys((v, c) for v, n, c in cands if n is None)
     rows += ["", f"Split counts at KV {', '.join(map(str, lens))}: " + "; ".join(
         f"{label(v, None, c)}: {chosen_splits(v, hkv, lens, c)}" for v, c in [(None, None)] + list(chosen))]
+    return rows
+
+
+def position_table(times, gbs, roof, dtypes, lens, cols) -> list:
+    """% of the copy bandwidth of ``cols`` as medians over the forward rounds (even) and the reverse ones (odd)
+    apart: a difference the two orders share with SDPA is the graph's place in the round, not the kernel."""
+    import statistics
+
+    def pct(dtype, L, col, half):
+        ms = times[dtype, L, col][half::2]
+        return f"{statistics.median(gbs[dtype, L] / m * 1e3 for m in ms) / roof:.1%}"
+
+    rows = ["", "Position check (median of the forward rounds / of the reverse rounds):", "",
+            "| dtype | KV | " + " | ".join(f"{c} fwd / rev" for c in cols) + " |", "|---|---|" + "---|" * len(cols)]
+    for dtype in dtypes:
+        for L in lens:
+            rows.append(f"| {str(dtype)[6:]} | {L} | " + " | ".join(
+                f"{pct(dtype, L, c, 0)} / {pct(dtype, L, c, 1)}" for c in cols) + " |")
     return rows
 
 
