@@ -160,11 +160,14 @@ S12_GQA = [("tmerge,gcount", None, None), ("tmerge,gcount,pdl", None, None), ("t
 # barrier; a prefetch of the K/V tensor-map descriptors) ahead of griddepcontrol.wait (passes/pdl_prologue); "pdllate":
 # launch_dependents after the block's last key block, so the next call's launch and placement overlap this one's
 # merges (pdl's trigger at the top lost 15-24 points at every length in the 07:48 run); both together.  KV 4k and 8k
-# for the bar, 64k for no loss (DECODE_S13_LENS).
+# for the bar, 64k for no loss (DECODE_S13_LENS).  "lazysum": the softmax denominator summed across the warps once
+# after the loop instead of every key block (6 block barriers a key block instead of 9), alone and with both.
 S13_GQA = [("tmerge,gcount,pdlpre", None, None), ("tmerge,gcount,pdllate", None, None),
-           ("tmerge,gcount,pdllate,pdlpre", None, None)]
-# MQA (DECODE_S13_KIND=mqa): the short-cache default with the prologue ahead of its wait
-S13_MQA = [("cmerge,cover,gcount,pdl,pdlpre", None, None), ("cover,gcount,pdlpre,tmerge", None, None)]
+           ("tmerge,gcount,pdllate,pdlpre", None, None), ("tmerge,gcount,lazysum,pdlwait", None, None),
+           ("tmerge,gcount,lazysum,pdllate,pdlpre", None, None)]
+# MQA (DECODE_S13_KIND=mqa): the defaults with the prologue ahead of the wait, and the short-cache one with lazysum
+S13_MQA = [("cmerge,cover,gcount,pdl,pdlpre", None, None), ("cover,gcount,pdlpre,tmerge", None, None),
+           ("cmerge,cover,gcount,lazysum,pdl", None, None)]
 # MQA (DECODE_S12_KIND=mqa): the defaults (cover,cmerge below 32k keys, cover,tmerge from there) with gcount, and
 # with pdl (the cluster launch of cmerge takes the attribute as well)
 S12_MQA = [("cmerge,cover,gcount", None, None), ("cmerge,cover,gcount,pdl", None, None),

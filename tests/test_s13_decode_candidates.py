@@ -1,7 +1,8 @@
 """The session-13 decode candidates (bench/decode_splits.py ``S13_GQA`` / ``S13_MQA``): "pdlpre" (the block's set-up
 that reads nothing of the previous kernel -- the TMA ring's mbarrier init and a prefetch of the tensor-map
 descriptors -- ahead of griddepcontrol.wait: passes/pdl_prologue, ``tw.pdl_prologue``) and "pdllate" (the trigger,
-griddepcontrol.launch_dependents, after the block's last key block).
+griddepcontrol.launch_dependents, after the block's last key block); "lazysum" (the softmax denominator reduced across
+the warps once after the loop).
 
 In the CPU emulator of their per-thread code for sm_90a (TMA, mbarriers, clusters for cmerge) and sm_80 (cp.async;
 no griddepcontrol there), against float64 on fresh random inputs with every allocation of the op poisoned (NaN):
@@ -36,12 +37,18 @@ CASES = [  # (B, H, Hkv, S, D, dtype, lens, splits), variant, target
     ((2, 8, 2, 600, 128, torch.bfloat16, [600, 70], 4), "tmerge,gcount,pdllate,pdlpre", SM80),   # sm_80: cp.async
     ((2, 32, 1, 1100, 128, torch.float16, [1100, 300], 16), "cmerge,cover,gcount,pdl,pdlpre", SM90),  # MQA clusters
     ((2, 32, 1, 2100, 128, torch.bfloat16, [2100, 129], 16), "cover,gcount,pdlpre,tmerge", SM90),  # MQA, 2 sets of 8
+    ((3, 8, 2, 700, 128, torch.float16, [700, 0, 1], 4), "tmerge,gcount,lazysum,pdlwait", SM90),   # lazysum, empty
+    ((2, 8, 2, 650, 128, torch.bfloat16, [650, 65], 6), "tmerge,gcount,lazysum,pdllate,pdlpre", SM90),
+    ((2, 8, 2, 600, 128, torch.float16, [599, 130], 4), "lazysum,tmerge", SM80),                    # sm_80
+    ((2, 32, 1, 1100, 128, torch.bfloat16, [1100, 0], 16), "cmerge,cover,gcount,lazysum,pdl", SM90),  # MQA 32 rows
+    ((2, 4, 1, 300, 64, torch.float16, [300, 77], 3), "lazysum", SM90),                             # d 64, plain merge
 ]
 
 
 @needs_nvrtc
 @pytest.mark.parametrize("case, variant, target", CASES,
-                         ids=["pre-s4", "late-s6", "both-s4", "both-s1", "sm80", "mqa-cmerge", "mqa-tmerge"])
+                         ids=["pre-s4", "late-s6", "both-s4", "both-s1", "sm80", "mqa-cmerge", "mqa-tmerge", "lazy-s4",
+                              "lazy-all-s6", "lazy-sm80", "lazy-mqa", "lazy-d64"])
 def test_candidates_against_float64(emulate, case, variant, target):  # noqa: F811
     built = emulate(target, variant)
     _run(*case, seed=hash((variant, case[7])) % 1000)
@@ -120,6 +127,27 @@ def test_without_the_option_nothing_moves():
     assert "prefetch.tensormap" not in sm80 and "griddepcontrol." not in sm80.replace("// griddepcontrol.", "")
 
 
+def _loop_barriers(src):
+    """Block barriers in the key-block loop's body, and the source after the loop."""
+    start = src.index("for (int kb = lo")
+    depth = 0
+    for end in range(start, len(src)):
+        depth += {"{": 1, "}": -1}.get(src[end], 0)
+        if src[end] == "}" and depth == 0:
+            return src[start:end].count("__syncthreads();"), src[end:]
+    raise AssertionError("the key-block loop does not close")
+
+
+def test_lazysum_takes_the_row_sum_out_of_the_loop():
+    """"lazysum": 6 block barriers a key block instead of 9 (the row sum's exchange gone), one row-sum reduction
+    after the loop; the scores' max stays in the loop."""
+    base, _ = _loop_barriers(_kernel_text(_cuda(("gcount", "pdlwait", "tmerge"))))
+    src = _kernel_text(_cuda(("gcount", "lazysum", "pdlwait", "tmerge")))
+    lazy, after = _loop_barriers(src)
+    assert (base, lazy) == (9, 6)
+    assert "reduce_sum sum_s" in after and "reduce_max acc_s" in src[src.index("for (int kb = lo"):]
+
+
 def test_pass_configs_of_the_candidates():
     assert dk.decode_pass_configs(("gcount", "pdlpre", "tmerge")) == {"tw.pdl_prologue": True}
     assert dk.decode_pass_configs(("pdlpre", "ws")) == {"tw.pdl_prologue": True, "tw.warp_specialize": True}
@@ -133,7 +161,10 @@ def test_pass_configs_of_the_candidates():
     (("gcount", "pdlpre", "tmerge"), 4, (32, 8), 16), (("gcount", "pdllate", "tmerge"), 4, (32, 8), 16),
     (("gcount", "pdllate", "pdlpre", "tmerge"), 4, (32, 8), 16),
     (("cmerge", "cover", "gcount", "pdl", "pdlpre"), 32, (32, 1), 32),
-    (("cover", "gcount", "pdlpre", "tmerge"), 32, (32, 1), 32)])
+    (("cover", "gcount", "pdlpre", "tmerge"), 32, (32, 1), 32),
+    (("gcount", "lazysum", "pdlwait", "tmerge"), 4, (32, 8), 16),
+    (("gcount", "lazysum", "pdllate", "pdlpre", "tmerge"), 4, (32, 8), 16),
+    (("cmerge", "cover", "gcount", "lazysum", "pdl"), 32, (32, 1), 32)])
 def test_h200_kernels_build_without_spills(dtype, variant, splits, heads, block_H):
     """The benchmark's kernels (32 heads on 8 kv heads, or on 1 with "cover": 32-row blocks; d 128) for the H200:
     no spills, within 227 KiB (prefetch.tensormap assembles for sm_90a)."""

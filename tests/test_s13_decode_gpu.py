@@ -1,6 +1,7 @@
 """The session-13 decode candidates (bench/decode_splits.py ``S13_GQA`` / ``S13_MQA``) on a CUDA GPU, against float64
 with the op's allocations poisoned (NaN): "pdlpre" (mbarrier set-up and tensor-map prefetch ahead of
-griddepcontrol.wait) and "pdllate" (the trigger after the block's last key block).  The benchmarks' shapes (batch 8,
+griddepcontrol.wait), "pdllate" (the trigger after the block's last key block) and "lazysum" (the denominator reduced
+across the warps once, after the loop).  The benchmarks' shapes (batch 8,
 32 heads on 8 kv heads at KV 4k, or on 1 at KV 16k; d 128), a ragged cache with an empty sequence and lengths off
 the key block; repeat calls from pointers; many calls back to back without a synchronization (a late trigger lets
 the next call's blocks start while this one merges: each must still wait for it); a CUDA graph of GQA and MQA calls
@@ -19,7 +20,9 @@ from test_s12_decode_gpu import test_back_to_back_calls as _back_to_back  # noqa
 from test_s12_decode_gpu import test_graph_of_two_shapes_replayed as _graph_of_two_shapes  # noqa: E402
 
 CANDIDATES = ["tmerge,gcount,pdlpre", "tmerge,gcount,pdllate", "tmerge,gcount,pdllate,pdlpre",
-              "cmerge,cover,gcount,pdl,pdlpre", "cover,gcount,pdlpre,tmerge"]  # (the last two MQA: one kv head)
+              "tmerge,gcount,lazysum,pdlwait", "tmerge,gcount,lazysum,pdllate,pdlpre",
+              "cmerge,cover,gcount,pdl,pdlpre", "cover,gcount,pdlpre,tmerge",
+              "cmerge,cover,gcount,lazysum,pdl"]  # (the last three MQA: one kv head)
 
 
 @pytest.mark.parametrize("variant", CANDIDATES)
@@ -32,14 +35,14 @@ def test_against_float64(monkeypatch, variant, B, S, lens, dtype):
 
 
 @pytest.mark.parametrize("variant", ["tmerge,gcount,pdllate,pdlpre", "tmerge,gcount,pdllate",
-                                     "cmerge,cover,gcount,pdl,pdlpre"])
+                                     "tmerge,gcount,lazysum,pdllate,pdlpre", "cmerge,cover,gcount,pdl,pdlpre"])
 def test_back_to_back_calls(monkeypatch, variant):
     """session 12's eight calls launched without a synchronization between them (each reuses the stream's partials
     and counters while the previous call's merges may still run; a late trigger places it during them)."""
     _back_to_back(monkeypatch, variant)
 
 
-@pytest.mark.parametrize("gqa, mqa", [("tmerge,gcount,pdllate,pdlpre", "cover,gcount,pdlpre,tmerge"),
+@pytest.mark.parametrize("gqa, mqa", [("tmerge,gcount,lazysum,pdllate,pdlpre", "cover,gcount,pdlpre,tmerge"),
                                       ("tmerge,gcount,pdllate", "cmerge,cover,gcount,pdl,pdlpre")])
 def test_graph_replayed(monkeypatch, gqa, mqa):
     """session 12's capture of six GQA / MQA calls (two shapes, one capture and stream) with these candidates."""

@@ -130,6 +130,10 @@ VARIANTS = {
     "pdllate": "as pdlwait, with the trigger (griddepcontrol.launch_dependents) after the block's last key block "
                "(before its partial stores and merge): the next kernel's launch and block placement overlap this "
                "one's merges, not its streaming (pdl's trigger at the top lost 15-24 points at every length)",
+    "lazysum": "the softmax denominator kept per score element (a fragment like the scores, rescaled with the output "
+               "and summed into once a key block) and reduced across the warps once after the last key block, not "
+               "every key block: 3 of the 9 block barriers of a key block's compute gone (the row sum's exchange "
+               "through shared memory), so the last tile's compute before the merge is shorter",
 }
 PDL_WAIT = ("pdl", "pdlwait", "pdlpre", "pdllate")  # the variants whose kernel starts with T.pdl_sync
 
@@ -360,6 +364,7 @@ def decode_fwd(heads, kv_heads, dim, dtype, has_cache, splits, k_hc, v_hc, block
     k_cols, v_cols = kv_heads * dim if k_hc else dim, kv_heads * dim if v_hc else dim
     fused = splits > 1
     cp_async, flat_merge = "cpasync" in variant, "flatmerge" in variant
+    lazy_sum = "lazysum" in variant
     cm = merge_cluster(splits, variant)  # "cmerge": the cluster of splits that merges together (1: none)
     # rows a block of the cluster merges: the block's rows within the group (GQA 4: 4 of its 16), split c ways
     rpr = -(-min(group, block_H) // cm)
@@ -433,6 +438,8 @@ def decode_fwd(heads, kv_heads, dim, dtype, has_cache, splits, k_hc, v_hc, block
             rescale = T.alloc_fragment((block_H,), accum)
             row_sum = T.alloc_fragment((block_H,), accum)
             denom = T.alloc_fragment((block_H,), accum)
+            if lazy_sum:  # ("lazysum": the denominator's terms per score element, summed across the warps at the end)
+                sum_s = T.alloc_fragment((block_H, block_N), accum)
             if cm > 1:  # ("cmerge": the merged rows of this block)
                 mo = T.alloc_fragment((rpr, dim), accum)
                 mm = T.alloc_fragment((rpr,), accum)
@@ -466,6 +473,8 @@ def decode_fwd(heads, kv_heads, dim, dtype, has_cache, splits, k_hc, v_hc, block
             T.copy(Q[q_row, 0], Q_f)
             T.fill(acc_o, 0)
             T.fill(denom, 0)
+            if lazy_sum:
+                T.fill(sum_s, 0)
             T.fill(m_cur, -T.infinity(accum))
             for kb in T.Pipelined(lo, hi, num_stages=stages):
                 # both copies first: the pipeline issues K and V of a key block stages - 1 blocks ahead
@@ -486,9 +495,15 @@ def decode_fwd(heads, kv_heads, dim, dtype, has_cache, splits, k_hc, v_hc, block
                     acc_s[i, j] = T.__exp2(acc_s[i, j] * scale_log2 - m_use[i] * scale_log2)
                 T.copy(acc_s, acc_s_cast)
                 T.gemm(acc_s_cast, V_s, acc_o, policy=T.GemmWarpPolicy.FullRow)
-                T.reduce_sum(acc_s, row_sum, dim=1)
-                for i in T.Parallel(block_H):
-                    denom[i] = denom[i] * rescale[i] + row_sum[i]
+                if lazy_sum:
+                    for i, j in T.Parallel(block_H, block_N):
+                        sum_s[i, j] = sum_s[i, j] * rescale[i] + acc_s[i, j]
+                else:
+                    T.reduce_sum(acc_s, row_sum, dim=1)
+                    for i in T.Parallel(block_H):
+                        denom[i] = denom[i] * rescale[i] + row_sum[i]
+            if lazy_sum:
+                T.reduce_sum(sum_s, denom, dim=1)
             if "pdllate" in variant:
                 T.pdl_trigger()  # (every key block of this split read: the next call may place its blocks)
             # normalized output and log-sum-exp of this range (0 and -inf where it holds no key)
