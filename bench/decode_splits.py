@@ -27,6 +27,7 @@ read from L2, replayed; no host time, no flush.
 
     python bench/decode_splits.py --s11      # session 11's KV-4k candidates, interleaved rounds (~100 s)
     python bench/decode_splits.py --s12      # session 12's graph-level candidates (gcount, pdl), as --s11
+    python bench/decode_splits.py --s13      # session 13's PDL candidates (pdlpre, pdllate), KV 4k/8k/64k, as --s11
 
 ``--s10`` (or DECODE_SPLITS=s10) times, in a CUDA graph as table 2, the GQA candidates (table S10-GQA) and the MQA
 candidates (table S10-MQA) of ``S10_GQA`` / ``S10_MQA`` against SDPA and the default, skipping tables 1-3.
@@ -38,7 +39,10 @@ rounds (every dtype, length and candidate once a round, so clock or thermal drif
 the dtypes, fall on every column alike); a cell is the median over the rounds and the spread (min-max, % of the
 copy bandwidth).  ``DECODE_S11_CANDS`` (comma-separated indexes into ``S11_GQA``), ``DECODE_S11_LENS`` and
 ``DECODE_S11_DTYPES`` narrow it; ``DECODE_S11_KIND=mqa`` times ``S11_MQA`` (one KV head, KV 16k and 64k) instead.
-``--s12`` (or DECODE_SPLITS=s12) does the same for ``S12_GQA`` / ``S12_MQA`` with ``DECODE_S12_*`` variables.
+``--s12`` (or DECODE_SPLITS=s12) does the same for ``S12_GQA`` / ``S12_MQA`` with ``DECODE_S12_*`` variables, and
+``--s13`` for ``S13_GQA`` / ``S13_MQA`` with ``DECODE_S13_*`` (GQA lengths 4k, 8k and 64k by default; 8 rounds, every
+other one in reverse order, ``DECODE_S13_ORDER=forward`` for all in one order, and a second table of the medians of the
+forward and of the reverse rounds apart: the place of a graph in the round, e.g. bf16 4k first in every forward round).
 """
 
 from __future__ import annotations
@@ -151,6 +155,24 @@ S11_MQA = [("cover,tmerge,fill", None, "64,4"), ("cover,tmerge,fill", None, "64,
 # since), with pdl 35.2 / 59.0; SDPA 56-60 / 70-71.
 S12_GQA = [("tmerge,gcount", None, None), ("tmerge,gcount,pdl", None, None), ("tmerge,gcount,pdlwait", None, None),
            ("tmerge,pdl", None, None)]
+# session 13 (--s13): what of the programmatic-launch overlap the default (tmerge,gcount,pdlwait) leaves at KV 4k.
+# "pdlpre": the block's set-up that reads nothing of the previous kernel (the TMA ring's mbarrier init, fence and
+# barrier; a prefetch of the K/V tensor-map descriptors) ahead of griddepcontrol.wait (passes/pdl_prologue); "pdllate":
+# launch_dependents after the block's last key block, so the next call's launch and placement overlap this one's
+# merges (pdl's trigger at the top lost 15-24 points at every length in the 07:48 run); both together.  KV 4k and 8k
+# for the bar, 64k for no loss (DECODE_S13_LENS).  "lazysum": the softmax denominator summed across the warps once
+# after the loop instead of every key block (6 block barriers a key block instead of 9), alone and with both.
+# The H200 run of 08:41 (8 rounds in alternating order, bf16 / fp16; KV 4k / 8k / 64k): the default 87.0 / 87.6, 97.4 /
+# 96.5, 108.7 / 108.4% (SDPA 86.4 / 86.4, 97.1 / 96.1, 108.2 / 108.7); pdlpre 87.3 / 87.4, 97.2 / 96.6, 108.7 / 108.4;
+# pdllate 84.7 / 84.0, 94.0 / 92.6, 108.2 / 107.4; pdllate,pdlpre 84.7 / 84.2, 94.1 / 92.6, 108.2 / 107.2; lazysum
+# 87.6 / 87.2, 97.4 / 96.8, 108.7 / 108.1; lazysum,pdllate,pdlpre 85.1 / 84.3, 95.0 / 93.2, 108.2 / 104.4.  Forward and
+# reverse rounds within 0.3 points at 4k (0.7 for fp16 pdllate): no position effect.  Defaults unchanged.  MQA not run.
+S13_GQA = [("tmerge,gcount,pdlpre", None, None), ("tmerge,gcount,pdllate", None, None),
+           ("tmerge,gcount,pdllate,pdlpre", None, None), ("tmerge,gcount,lazysum,pdlwait", None, None),
+           ("tmerge,gcount,lazysum,pdllate,pdlpre", None, None)]
+# MQA (DECODE_S13_KIND=mqa): the defaults with the prologue ahead of the wait, and the short-cache one with lazysum
+S13_MQA = [("cmerge,cover,gcount,pdl,pdlpre", None, None), ("cover,gcount,pdlpre,tmerge", None, None),
+           ("cmerge,cover,gcount,lazysum,pdl", None, None)]
 # MQA (DECODE_S12_KIND=mqa): the defaults (cover,cmerge below 32k keys, cover,tmerge from there) with gcount, and
 # with pdl (the cluster launch of cmerge takes the attribute as well)
 S12_MQA = [("cmerge,cover,gcount", None, None), ("cmerge,cover,gcount,pdl", None, None),
@@ -202,21 +224,25 @@ def s10_table(roof: float, mqa: bool) -> list:
 
 
 def s11_table(roof: float, tag: str = "S11") -> list:
-    """Session 11 (``tag`` "S11") or 12 ("S12"): the GQA candidates of ``S11_GQA`` (``S12_GQA``) against SDPA and the
-    default, GPU time in CUDA graphs replayed in interleaved rounds (the module docstring); every candidate checked
-    against float64 before it is timed.  ``DECODE_<tag>_KIND=mqa``: the MQA table (``S11_MQA`` / ``S12_MQA``)."""
+    """Session 11 (``tag`` "S11"), 12 ("S12") or 13 ("S13"): the GQA candidates of ``S11_GQA`` (``S12_GQA``,
+    ``S13_GQA``) against SDPA and the default, GPU time in CUDA graphs replayed in interleaved rounds (the module
+    docstring); every candidate checked against float64 before it is timed.  ``DECODE_<tag>_KIND=mqa``: the MQA table
+    (``S11_MQA`` / ``S12_MQA`` / ``S13_MQA``)."""
     import statistics
 
     env = f"DECODE_{tag}_"
     mqa = os.environ.get(env + "KIND") == "mqa"
-    tables = {"S11": (S11_GQA, S11_MQA), "S12": (S12_GQA, S12_MQA)}[tag]
+    tables = {"S11": (S11_GQA, S11_MQA), "S12": (S12_GQA, S12_MQA), "S13": (S13_GQA, S13_MQA)}[tag]
     hkv, table = (1, tables[1]) if mqa else (HKV, tables[0])
     pick = os.environ.get(env + "CANDS")
     cands = [table[int(i)] for i in pick.split(",")] if pick else table
-    lens = [int(x) for x in os.environ.get(env + "LENS", "16384,65536" if mqa else "4096,8192,16384,65536")
-            .split(",")]
+    gqa_lens = "4096,8192,65536" if tag == "S13" else "4096,8192,16384,65536"
+    lens = [int(x) for x in os.environ.get(env + "LENS", "16384,65536" if mqa else gqa_lens).split(",")]
     dtypes = [getattr(torch, n) for n in os.environ.get(env + "DTYPES", "bfloat16,float16").split(",")]
-    rounds = int(os.environ.get(env + "ROUNDS", "7"))
+    rounds = int(os.environ.get(env + "ROUNDS", "8" if tag == "S13" else "7"))
+    # "alternate" (S13's default): odd rounds replay the graphs in reverse order, so that a graph's place in the round
+    # (bf16 4k first in every forward round) is not part of its median; the position table compares the two halves
+    alternate = os.environ.get(env + "ORDER", "alternate" if tag == "S13" else "forward") == "alternate"
     cols = ["SDPA", "new"] + [label(*c) for c in cands]
     graphs, cells, gbs = {}, {}, {}  # (dtype, L, column) -> CUDA graph / text instead of a rate; (dtype, L) -> GB
     inputs = []  # every graph's q and KV caches: a graph replays their addresses, so they live until the timing ends
@@ -251,8 +277,9 @@ def s11_table(roof: float, tag: str = "S11") -> list:
             del ref
             print(f"captured {str(dtype)[6:]} {L}", flush=True)
     times: dict = {key: [] for key in graphs}
-    for _ in range(rounds):
-        for key, graph in graphs.items():
+    order = list(graphs.items())
+    for i in range(rounds):
+        for key, graph in (order[::-1] if alternate and i % 2 else order):
             times[key].append(replay_ms(graph))
     del inputs
     rows = [f"{tag}-{'MQA' if mqa else 'GQA'}, GPU time in a CUDA graph (two KV caches alternated), median of {rounds} "
@@ -270,9 +297,30 @@ def s11_table(roof: float, tag: str = "S11") -> list:
                 r = statistics.median(rates)
                 row.append(f"{r:.0f} ({r / roof:.1%}, {min(rates) / roof:.0%}-{max(rates) / roof:.0%})")
             rows.append(f"| {str(dtype)[6:]} | {L} | " + " | ".join(row) + " |")
+    if alternate and rounds > 1:
+        timed = [c for c in cols if all((d, n, c) in times for d in dtypes for n in lens)]
+        rows += position_table(times, gbs, roof, dtypes, lens, timed)
     chosen = dict.fromkeys((v, c) for v, n, c in cands if n is None)
     rows += ["", f"Split counts at KV {', '.join(map(str, lens))}: " + "; ".join(
         f"{label(v, None, c)}: {chosen_splits(v, hkv, lens, c)}" for v, c in [(None, None)] + list(chosen))]
+    return rows
+
+
+def position_table(times, gbs, roof, dtypes, lens, cols) -> list:
+    """% of the copy bandwidth of ``cols`` as medians over the forward rounds (even) and the reverse ones (odd)
+    apart: a difference the two orders share with SDPA is the graph's place in the round, not the kernel."""
+    import statistics
+
+    def pct(dtype, L, col, half):
+        ms = times[dtype, L, col][half::2]
+        return f"{statistics.median(gbs[dtype, L] / m * 1e3 for m in ms) / roof:.1%}"
+
+    rows = ["", "Position check (median of the forward rounds / of the reverse rounds):", "",
+            "| dtype | KV | " + " | ".join(f"{c} fwd / rev" for c in cols) + " |", "|---|---|" + "---|" * len(cols)]
+    for dtype in dtypes:
+        for L in lens:
+            rows.append(f"| {str(dtype)[6:]} | {L} | " + " | ".join(
+                f"{pct(dtype, L, c, 0)} / {pct(dtype, L, c, 1)}" for c in cols) + " |")
     return rows
 
 
@@ -382,7 +430,7 @@ def mqa_table(roof: float) -> list:
 
 def main() -> None:
     roof = copy_bandwidth("cuda", False)
-    for tag in ("S11", "S12"):
+    for tag in ("S11", "S12", "S13"):
         if f"--{tag.lower()}" in sys.argv or os.environ.get("DECODE_SPLITS") == tag.lower():
             rows = s11_table(roof, tag)
             print("\n".join(rows))

@@ -91,6 +91,7 @@ class PassConfigKey(str, enum.Enum):
     TW_FAST_MATH = "tw.fast_math"  # lowering_context.FAST_MATH (same as tl.enable_fast_math)
     TW_VERSION_MASKS = "tw.version_masks"  # passes/version_masks.py
     TW_GEMM_PINGPONG = "tw.gemm_pingpong"  # passes/warp_specialize_pingpong.py
+    TW_PDL_PROLOGUE = "tw.pdl_prologue"  # passes/pdl_prologue.py
 
 
 HONOURED: dict[str, str] = {
@@ -118,6 +119,8 @@ HONOURED: dict[str, str] = {
     "tw.fast_math": "same as tl.enable_fast_math",
     "tw.version_masks": "false: no unmasked version of a T.Parallel store whose T.if_then_else mask holds for the "
                         "whole tile (passes/version_masks.py; on by default at optimize_level 2)",
+    "tw.pdl_prologue": "true: a kernel's TMA mbarrier set-up and descriptor prefetch go ahead of its T.pdl_sync "
+                        "(passes/pdl_prologue.py; sm_90+)",
     "tw.reduce_tree": "true: each thread folds its registers of a T.reduce_* as a balanced tree (log2(n) dependent "
                       "steps instead of n; sums round differently)",
     "tw.uniform_ring": "true: the persistent attention kernel's consumers take the key loop's bounds and ring "

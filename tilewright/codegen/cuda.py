@@ -567,6 +567,12 @@ class CudaPrinter(Printer):
             self.emit(d, 'asm volatile("fence.proxy.async.shared::cta;\\n" ::: "memory");')
         elif isinstance(s, th.GridDependency):
             if self.k.target.has("cluster"):  # (sm_90 and newer: programmatic dependent launch)
+                if s.prefetch_tensor_maps and self.k.tensor_maps:  # (kernel parameters: no dependence on the wait)
+                    self.emit(d, "if (threadIdx.x == 0) {")
+                    for index in range(len(self.k.tensor_maps)):
+                        self.emit(d + 1, 'asm volatile("prefetch.tensormap [%0];\\n" :: '
+                                         f'"l"(reinterpret_cast<unsigned long long>(&tw_tmap{index})) : "memory");')
+                    self.emit(d, "}")
                 self.emit(d, f'asm volatile("griddepcontrol.{s.action};\\n" ::: "memory");')
             else:
                 self.emit(d, f"// griddepcontrol.{s.action}: no programmatic dependent launch before sm_90")

@@ -303,10 +303,12 @@ class GridDependency(Stmt):
     (``LaunchSpec.programmatic``), so every global access it makes before its wait must not depend on the
     previous kernel.  "launch_dependents": ``griddepcontrol.launch_dependents``, the block allows the next
     programmatic launch to start its blocks (they run until their own wait).  Elsewhere (before sm_90, AMD,
-    the emulator, which runs launches in order) neither has anything to do."""
+    the emulator, which runs launches in order) neither has anything to do.  ``prefetch_tensor_maps`` (a wait,
+    ``passes/pdl_prologue``): on CUDA one thread of the block first prefetches the kernel's TMA descriptors."""
 
     action: str  # "wait" or "launch_dependents"
     loc: Any = None
+    prefetch_tensor_maps: bool = False
 
 
 @dataclass(eq=False)

@@ -122,7 +122,28 @@ VARIANTS = {
            "overlap this call's tail (its last tiles and the merge); launched with programmatic stream serialization",
     "pdlwait": "as pdl without the trigger: the next kernel may start its blocks once this one's have exited (their "
                "placement overlaps the end of the grid, not its tail of merges)",
+    # Session 13 (issue 9's bar at KV 4k bf16): what of the PDL overlap pdlwait leaves.  (The bf16 and fp16 sm_90a
+    # cubins of the default, lazysum and pdllate,pdlpre have the same opcodes, counts and registers: 96 / 124 / 96;
+    # bf16 4k sitting below fp16 in the 07:48 run, SDPA included, is not the kernel's code: --s13's position table.)
+    # pdlpre and pdllate keep griddepcontrol.wait first for everything that reads global memory, so they cannot change
+    # a result, only when blocks start.  Measured (08:41, --s13, 8 rounds in alternating order, bf16 / fp16; KV 4k /
+    # 8k / 64k): the default 87.0 / 87.6, 97.4 / 96.5, 108.7 / 108.4% (SDPA 86.4 / 86.4% at 4k: the whole run ~6 points
+    # above 07:48's, forward and reverse rounds within 0.3, so the graph's place in a round is not bf16's gap either);
+    # pdlpre 87.3 / 87.4, 97.2 / 96.6, 108.7 / 108.4; lazysum 87.6 / 87.2, 97.4 / 96.8, 108.7 / 108.1; pdllate 84.7 /
+    # 84.0, 94.0 / 92.6, 108.2 / 107.4 (with pdlpre the same; with lazysum too): no win of 0.5 points in both dtypes,
+    # and any trigger before a block's exit still loses (here 2-3 points, during the merges; not explained).
+    "pdlpre": "as pdlwait, with the block's set-up that reads nothing of the previous kernel ahead of the wait "
+              "(passes/pdl_prologue, tw.pdl_prologue: the TMA ring's mbarrier init, its fence and block barrier, and a "
+              "prefetch of the K/V tensor-map descriptors), so that it overlaps the previous kernel's tail",
+    "pdllate": "as pdlwait, with the trigger (griddepcontrol.launch_dependents) after the block's last key block "
+               "(before its partial stores and merge): the next kernel's launch and block placement overlap this "
+               "one's merges, not its streaming (pdl's trigger at the top lost 15-24 points at every length)",
+    "lazysum": "the softmax denominator kept per score element (a fragment like the scores, rescaled with the output "
+               "and summed into once a key block) and reduced across the warps once after the last key block, not "
+               "every key block: 3 of the 9 block barriers of a key block's compute gone (the row sum's exchange "
+               "through shared memory), so the last tile's compute before the merge is shorter",
 }
+PDL_WAIT = ("pdl", "pdlwait", "pdlpre", "pdllate")  # the variants whose kernel starts with T.pdl_sync
 
 
 # The variants a plan takes when TILEWRIGHT_DECODE_VARIANT is unset, by the query-head group a kv head serves
@@ -148,6 +169,8 @@ VARIANTS = {
 # programmatic launch back).
 # MQA: cmerge,cover,gcount,pdl 46.7% at 16k (both dtypes) against the default's 44.4% (gcount alone 45.8; SDPA
 # 56-60%); at 64k cover,tmerge,gcount 73.8 / 73.9% against 72.9 / 73.1% (with pdl 59%; the cmerge ones 63-64%).
+# Session 13 (08:41, --s13): the GQA default at 87.0 / 87.6% at KV 4k, over issue 9's 85% in both dtypes (SDPA 86.4%);
+# pdlpre, pdllate and lazysum stay candidates (see VARIANTS).
 DEFAULT_VARIANT = {"mqa": ("cmerge", "cover", "gcount", "pdl"), "mqa_long": ("cover", "gcount", "tmerge"),
                    "gqa": ("gcount", "pdlwait", "tmerge")}
 MQA_LONG_FROM = 32768
@@ -322,10 +345,13 @@ def decode_counters(groups: int, splits: int, variant: tuple) -> int:
 def decode_pass_configs(variant: tuple):
     """Compiler options of a variant: "ws" turns on the warp-specialized loop (a TMA producer
     warpgroup; by default only kernels of two or more consumer warpgroups get it), "w8" keeps it off
-    for its two warpgroups; else None."""
+    for its two warpgroups; "pdlpre" turns on ``tw.pdl_prologue``; else None."""
+    configs = {"tw.pdl_prologue": True} if "pdlpre" in variant else {}
     if "ws" in variant:
-        return {"tw.warp_specialize": True}
-    return {"tw.warp_specialize": False} if "w8" in variant else None
+        configs["tw.warp_specialize"] = True
+    elif "w8" in variant:
+        configs["tw.warp_specialize"] = False
+    return configs or None
 
 
 def decode_fwd(heads, kv_heads, dim, dtype, has_cache, splits, k_hc, v_hc, block_H, block_N, stages, threads,
@@ -348,6 +374,7 @@ def decode_fwd(heads, kv_heads, dim, dtype, has_cache, splits, k_hc, v_hc, block
     k_cols, v_cols = kv_heads * dim if k_hc else dim, kv_heads * dim if v_hc else dim
     fused = splits > 1
     cp_async, flat_merge = "cpasync" in variant, "flatmerge" in variant
+    lazy_sum = "lazysum" in variant
     cm = merge_cluster(splits, variant)  # "cmerge": the cluster of splits that merges together (1: none)
     # rows a block of the cluster merges: the block's rows within the group (GQA 4: 4 of its 16), split c ways
     rpr = -(-min(group, block_H) // cm)
@@ -421,13 +448,15 @@ def decode_fwd(heads, kv_heads, dim, dtype, has_cache, splits, k_hc, v_hc, block
             rescale = T.alloc_fragment((block_H,), accum)
             row_sum = T.alloc_fragment((block_H,), accum)
             denom = T.alloc_fragment((block_H,), accum)
+            if lazy_sum:  # ("lazysum": the denominator's terms per score element, summed across the warps at the end)
+                sum_s = T.alloc_fragment((block_H, block_N), accum)
             if cm > 1:  # ("cmerge": the merged rows of this block)
                 mo = T.alloc_fragment((rpr, dim), accum)
                 mm = T.alloc_fragment((rpr,), accum)
                 mw = T.alloc_fragment((rpr,), accum)
                 md = T.alloc_fragment((rpr,), accum)
 
-            if "pdl" in variant or "pdlwait" in variant:
+            if any(v in variant for v in PDL_WAIT):
                 T.pdl_sync()  # (first: every global access below may depend on the previous kernel)
                 if "pdl" in variant:
                     T.pdl_trigger()
@@ -454,6 +483,8 @@ def decode_fwd(heads, kv_heads, dim, dtype, has_cache, splits, k_hc, v_hc, block
             T.copy(Q[q_row, 0], Q_f)
             T.fill(acc_o, 0)
             T.fill(denom, 0)
+            if lazy_sum:
+                T.fill(sum_s, 0)
             T.fill(m_cur, -T.infinity(accum))
             for kb in T.Pipelined(lo, hi, num_stages=stages):
                 # both copies first: the pipeline issues K and V of a key block stages - 1 blocks ahead
@@ -474,9 +505,17 @@ def decode_fwd(heads, kv_heads, dim, dtype, has_cache, splits, k_hc, v_hc, block
                     acc_s[i, j] = T.__exp2(acc_s[i, j] * scale_log2 - m_use[i] * scale_log2)
                 T.copy(acc_s, acc_s_cast)
                 T.gemm(acc_s_cast, V_s, acc_o, policy=T.GemmWarpPolicy.FullRow)
-                T.reduce_sum(acc_s, row_sum, dim=1)
-                for i in T.Parallel(block_H):
-                    denom[i] = denom[i] * rescale[i] + row_sum[i]
+                if lazy_sum:
+                    for i, j in T.Parallel(block_H, block_N):
+                        sum_s[i, j] = sum_s[i, j] * rescale[i] + acc_s[i, j]
+                else:
+                    T.reduce_sum(acc_s, row_sum, dim=1)
+                    for i in T.Parallel(block_H):
+                        denom[i] = denom[i] * rescale[i] + row_sum[i]
+            if lazy_sum:
+                T.reduce_sum(sum_s, denom, dim=1)
+            if "pdllate" in variant:
+                T.pdl_trigger()  # (every key block of this split read: the next call may place its blocks)
             # normalized output and log-sum-exp of this range (0 and -inf where it holds no key)
             for i, j in T.Parallel(block_H, dim):
                 acc_o[i, j] = T.if_then_else(denom[i] > 0, acc_o[i, j] / denom[i], 0)

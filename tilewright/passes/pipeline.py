@@ -17,6 +17,7 @@ from .expand_tile_ops import expand_tile_ops
 from .infer_layouts import infer_layouts
 from .insert_barriers import insert_barriers
 from .lower_to_threads import lower_to_threads
+from .pdl_prologue import pdl_prologue
 from .pipeline_loops import pipeline_loops
 from .plan_gemms import plan_gemms
 from .plan_tma_stores import plan_tma_stores
@@ -46,7 +47,7 @@ def _tile(fn):
 # HIP today: the target-specific choices (matrix instructions, async copies, wave size) are made
 # inside the passes from the target record.  Passes record their decisions in ``func.plans``.
 _PASSES = [check_clusters, check_target_limits, version_masks, warp_specialize, warp_specialize_loop, pipeline_loops,
-           plan_tma_stores, _tile(expand_tile_ops),
+           pdl_prologue, plan_tma_stores, _tile(expand_tile_ops),
            plan_gemms, infer_layouts, _tile(insert_barriers), share_shared_memory]
 TILE_PASSES = {"cuda": _PASSES, "hip": _PASSES}
 
