@@ -90,6 +90,7 @@ class PassConfigKey(str, enum.Enum):
     TW_ATTENTION_OVERLAP = "tw.attention_overlap"  # attn-overlap: passes/attention_overlap.py
     TW_FAST_MATH = "tw.fast_math"  # lowering_context.FAST_MATH (same as tl.enable_fast_math)
     TW_VERSION_MASKS = "tw.version_masks"  # passes/version_masks.py
+    TW_SETMAXNREG = "tw.setmaxnreg"  # lower_to_threads (T.disable_warp_group_reg_alloc)
     TW_GEMM_PINGPONG = "tw.gemm_pingpong"  # passes/warp_specialize_pingpong.py
     TW_PDL_PROLOGUE = "tw.pdl_prologue"  # passes/pdl_prologue.py
 
@@ -117,6 +118,8 @@ HONOURED: dict[str, str] = {
                            "(T.__exp2 ...: the hardware approximation, a few ulp off, denormal results flushed on "
                            "CUDA); division, sqrt and the other arithmetic stay IEEE",
     "tw.fast_math": "same as tl.enable_fast_math",
+    "tw.setmaxnreg": "false: warp-specialized kernels keep the launch's register budget in every warpgroup (no "
+                     "setmaxnreg); T.disable_warp_group_reg_alloc() in a kernel sets it",
     "tw.version_masks": "false: no unmasked version of a T.Parallel store whose T.if_then_else mask holds for the "
                         "whole tile (passes/version_masks.py; on by default at optimize_level 2)",
     "tw.pdl_prologue": "true: a kernel's TMA mbarrier set-up and descriptor prefetch go ahead of its T.pdl_sync "

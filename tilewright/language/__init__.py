@@ -1522,11 +1522,12 @@ def pdl_sync():
 
 
 def disable_warp_group_reg_alloc():
-    """TileLang's switch-off of warpgroup register reallocation (setmaxnreg), which tilewright
-    does not perform."""
-    _b.current()
-    _no_effect("T.disable_warp_group_reg_alloc()", "warpgroup register reallocation (setmaxnreg) is not used",
-               "remove it to silence this warning")
+    """TileLang's switch-off of warpgroup register reallocation: the function compiles with the pass config
+    ``tw.setmaxnreg: False`` (warp-specialized kernels keep the launch's register budget in every warpgroup,
+    no ``setmaxnreg``); an explicit ``pass_configs=`` entry wins."""
+    from .func_annotations import merge_pass_configs
+
+    merge_pass_configs({"tw.setmaxnreg": False})
 
 
 def annotate_l2_hit_ratio(l2_hit_ratio_map: dict):

@@ -23,11 +23,18 @@ def _record(key: str, value) -> None:
     b.__dict__.setdefault("func_attrs", {})[key] = value
 
 
+def merge_pass_configs(configs: dict) -> None:
+    """Add ``configs`` to the function's recorded pass configs (later entries win)."""
+    b = _b.current()
+    attrs = b.__dict__.setdefault("func_attrs", {})
+    attrs["tilelang_pass_configs"] = {**attrs.get("tilelang_pass_configs", {}), **configs}
+
+
 def annotate_pass_configs(configs: dict) -> None:
     """``T.annotate_pass_configs({...})`` (see the module docstring)."""
     if not isinstance(configs, dict):
         raise _b.error(f"T.annotate_pass_configs takes a dict of pass configs, got {configs!r}")
-    _record("tilelang_pass_configs", {k.value if isinstance(k, enum.Enum) else str(k): v for k, v in configs.items()})
+    merge_pass_configs({k.value if isinstance(k, enum.Enum) else str(k): v for k, v in configs.items()})
 
 
 def annotate_compile_flags(flags) -> None:

@@ -263,6 +263,8 @@ class _StmtLowering:
             return lower_op(self, s, env)
         if isinstance(s, (t.Annotate, t.Evaluate)):
             return []
+        if isinstance(s, th.SetMaxNReg) and ctx.options.get("tw.setmaxnreg") is False:
+            return []  # (T.disable_warp_group_reg_alloc: every warpgroup keeps the launch's register budget)
         if isinstance(s, (th.Barrier, th.AsyncCommit, th.AsyncWait, th.Comment, th.FenceProxyAsync, th.SetMaxNReg,
                           th.NamedBarrier, th.ClusterBarrier, th.GridDependency)):
             return [s]
