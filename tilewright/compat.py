@@ -121,7 +121,8 @@ HONOURED: dict[str, str] = {
     "tw.setmaxnreg": "false: warp-specialized kernels keep the launch's register budget in every warpgroup (no "
                      "setmaxnreg); T.disable_warp_group_reg_alloc() in a kernel sets it",
     "tw.version_masks": "false: no unmasked version of a T.Parallel store whose T.if_then_else mask holds for the "
-                        "whole tile (passes/version_masks.py; on by default at optimize_level 2)",
+                        "whole tile (passes/version_masks.py; on by default at optimize_level 2 on CUDA; "
+                        "true: on AMD too)",
     "tw.pdl_prologue": "true: a kernel's TMA mbarrier set-up and descriptor prefetch go ahead of its T.pdl_sync "
                         "(passes/pdl_prologue.py; sm_90+)",
     "tw.reduce_tree": "true: each thread folds its registers of a T.reduce_* as a balanced tree (log2(n) dependent "

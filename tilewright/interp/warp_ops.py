@@ -9,12 +9,14 @@ from __future__ import annotations
 
 import numpy as np
 
+from ..ir import thread as th
+
 SHUFFLES = {"warp_shfl_xor", "warp_shfl_down", "warp_shfl_up", "warp_shfl_idx"}
 # ``warp_uniform(x)``: a compiler-made promise (no language spelling) that every lane of the warp holds the
 # same ``x``; its value is ``x``.  CUDA prints it as a broadcast from lane 0, so that ptxas, which cannot
 # prove the promise itself, keeps ``x`` and what is computed from it in uniform registers; the emulator
 # checks the promise (a lane that differs is an error), the tile interpreter takes ``x``.
-UNIFORM = "warp_uniform"
+UNIFORM = th.WARP_UNIFORM
 WARP_CALLS = SHUFFLES | {"warp_size", UNIFORM} | {"warp_vote_any", "warp_vote_all", "warp_vote_ballot",
                                          "warp_vote_activemask"}
 INTERPRETER_WARP = 32

@@ -232,6 +232,9 @@ class MbarrierArrive(Stmt):
 
 
 CLUSTER_RANK = "cluster_ctarank"  # E.Call(CLUSTER_RANK, (), "int32"): the block's rank in its cluster
+# E.Call(WARP_UNIFORM, (x,), dtype): a compiler-made promise that every lane of the warp holds the same x; its
+# value is x (interp/warp_ops.py: what the printers and the emulator make of it)
+WARP_UNIFORM = "warp_uniform"
 
 
 @dataclass(eq=False)

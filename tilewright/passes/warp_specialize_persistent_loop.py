@@ -36,7 +36,7 @@ prologue slots (2 when the shared memory holds a second Q tile, else 1):
                warpgroups take the same turns in every item: the order continues across items)
 
 With ``uniform`` (pass config ``tw.uniform_ring``, NVIDIA, off by default): the consumers' ring position
-is ``warp_uniform(steps + (k - start))`` (interp/warp_ops.py; the emulator checks that every lane holds
+is ``warp_uniform(steps + (k - start))`` (ir.thread.WARP_UNIFORM; the emulator checks that every lane holds
 the same value), which CUDA prints as one broadcast from lane 0 a key step (codegen/cuda.py: equal
 broadcasts of a loop body, and of ``x`` and ``x - 1`` after ``attention_overlap``'s shift, share one).
 The value is the same in every consumer thread anyway, but ptxas cannot see that through the persistent
@@ -219,10 +219,8 @@ def specialize_persistent(kernel: t.Kernel, func, m, regs, pingpong: bool, q_slo
 def _uniform_ring(k, loop, steps, stages: int):
     """``tw.uniform_ring`` (module docstring): the consumers' ring slot and round, from the ring position
     passed through ``warp_uniform`` at each key step."""
-    from ..interp.warp_ops import UNIFORM
-
     it = E.Load(steps, (E.as_expr(0),)) + (k - loop.start)
-    it = E.Call(UNIFORM, (it,), it.dtype)
+    it = E.Call(th.WARP_UNIFORM, (it,), it.dtype)
     return it % stages, it // stages
 
 
