@@ -35,6 +35,12 @@ def attention(q, k, v, causal: bool = False, scale=None, return_lse: bool = Fals
     scaled scores, (batch, heads, seq_q) ((heads, total_q) for varlen); rows without keys give
     output 0 and lse -inf.  ``num_splits`` forces the number of split-KV ranges (flash-decoding);
     by default it is chosen from the shapes."""
+    if scale.__class__ is not float and scale is not None:
+        scale = _plain_number(scale, float, "scale")
+    if max_seqlen_q.__class__ is not int and max_seqlen_q is not None:
+        max_seqlen_q = _plain_number(max_seqlen_q, int, "max_seqlen_q")
+    if num_splits.__class__ is not int and num_splits is not None:
+        num_splits = _plain_number(num_splits, int, "num_splits")
     torch = _torch()
     if torch.compiler.is_compiling() or (torch.is_grad_enabled() and _wants_grad(q, k, v)):
         # traced, or under autograd (which then says there is no backward instead of dropping the graph)
@@ -58,6 +64,21 @@ def attention(q, k, v, causal: bool = False, scale=None, return_lse: bool = Fals
         out, lse = attention_impl(q, k, v, causal, scale, cu_seqlens_q, cu_seqlens_k, max_seqlen_q, cache_seqlens,
                                   num_splits, want_lse=return_lse)
     return (out, lse) if return_lse else out
+
+
+def _plain_number(x, kind, name):
+    """``x`` as a plain ``kind`` when it is a number of a subclass (a numpy scalar, a user's float
+    type): the plan memos compare option values, and a subclass's ``==`` may raise or lie.  Anything
+    else is returned as it is, for the checks to explain (a bool, a string, a tensor)."""
+    import numbers
+
+    if isinstance(x, bool) or not isinstance(x, numbers.Real if kind is float else numbers.Integral):
+        return x
+    try:
+        plain = kind(x)
+    except Exception as e:  # a number type whose conversion fails: say so rather than pass it on
+        raise ArgumentError(f"{name} must convert to a plain {kind.__name__}; {x!r} raised {e!r}") from None
+    return plain
 
 
 def output_shapes(q, cu_seqlens_q):
