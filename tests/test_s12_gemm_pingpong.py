@@ -129,3 +129,28 @@ def test_the_heuristic_takes_pingpong_where_it_won():
 @pytest.mark.parametrize("dtype", ["float16", "bfloat16"])
 def test_pingpong_builds_without_spills(cfg, dtype, tmp_path):
     assert_builds_without_spills(cfg, 3000, 1000, dtype, tmp_path)
+
+
+def test_partition_barriers_avoid_the_turns(monkeypatch):
+    """The turns' named barriers (15, 14) are placed by the tile pass; the lowering numbers the
+    partitions' own barriers around them, and says so when the ids run out."""
+    from tilewright.errors import CompileError
+    from tilewright.passes import lowering_context
+
+    contexts = []
+    original = lowering_context.LoweringContext.__init__
+
+    def remember(self, *args, **kwargs):
+        original(self, *args, **kwargs)
+        contexts.append(self)
+
+    monkeypatch.setattr(lowering_context.LoweringContext, "__init__", remember)
+    _kernel_with_option(PP128).get_kernel_source()
+    ctx = contexts[-1]
+    assert ctx.fixed_barriers == {14, 15}
+    assert set(ctx.named_barriers.values()).isdisjoint({14, 15})
+    ctx.named_barriers = {}
+    ids = [ctx.named_barrier_id(base, 32) for base in range(0, 13 * 32, 32)]
+    assert ids == list(range(1, 14))
+    with pytest.raises(CompileError, match=r"15 besides the block's \(2 taken by the compiler's ping-pong turns\)"):
+        ctx.named_barrier_id(13 * 32, 32)

@@ -20,6 +20,7 @@ import numpy as np
 from ..errors import CompileError, InternalError
 from ..ir import dtype as dt
 from ..ir import expr as E
+from ..ir import thread as th
 from ..ir import tile as t
 from ..ir.layout import SharedLayout
 from ..ir.uniformity import Uniformity
@@ -55,6 +56,8 @@ class LoweringContext:
         self.block_tid = kernel.attrs["thread_var"]
         self.tid = self.block_tid
         self.named_barriers: dict = {}  # (base, count) -> hardware barrier id
+        # ids the tile passes placed themselves (ping-pong turns: 15, 14), which partitions must not take
+        self.fixed_barriers = _fixed_barrier_ids(kernel.body)
         self.region = None  # the ThreadPartition being lowered (None: the whole block)
         self.uniformity = Uniformity(func)
         self.plans = func.plans
@@ -106,11 +109,14 @@ class LoweringContext:
         """The hardware barrier (1..15; 0 is the block's) that synchronizes threads base..base+count-1."""
         key = (base, count)
         if key not in self.named_barriers:
-            if len(self.named_barriers) >= 15:
-                raise CompileError("the kernel synchronizes more than 15 different thread partitions; the GPU has "
-                                   "16 named barriers (one is the block's)", loc,
-                                   hint="use fewer distinct thread ranges")
-            self.named_barriers[key] = len(self.named_barriers) + 1
+            taken = set(self.named_barriers.values()) | self.fixed_barriers
+            free = [i for i in range(1, 16) if i not in taken]
+            if not free:
+                fixed = f" ({len(self.fixed_barriers)} taken by the compiler's ping-pong turns)" \
+                    if self.fixed_barriers else ""
+                raise CompileError(f"the kernel synchronizes more thread partitions than the GPU has named barriers: "
+                                   f"15 besides the block's{fixed}", loc, hint="use fewer distinct thread ranges")
+            self.named_barriers[key] = free[0]
         return self.named_barriers[key]
 
     # ---------------------------------------------------------------- names and buffers
@@ -439,3 +445,11 @@ def _affine_register(buf, uniform: list, ranges: list, regs: dict, loc):
         if c:
             out = out + v * c
     return int(out.value) if isinstance(out, E.Const) else out
+
+
+def _fixed_barrier_ids(body) -> set:
+    """Named barrier ids already in the tile IR (constants placed by a pass, not by the lowering)."""
+    found: set = set()
+    walk(body, lambda s: found.add(s.barrier_id) if isinstance(s, th.NamedBarrier) and isinstance(s.barrier_id, int)
+         else None)
+    return found
