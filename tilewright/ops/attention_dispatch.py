@@ -202,6 +202,20 @@ HOPPER_D64_STAGES = 2
 # None (HOPPER_D64_BLOCKS) until the tests that pin d 64 non-causal blocks have run with it (no time left in
 # session 10); (192, 128) to take it.  Takes effect for new plans.
 HOPPER_D64_NONCAUSAL_BLOCKS = None
+# causal calls at head dim <= 64: None (HOPPER_D64_BLOCKS), or (192, 128): three consumer warpgroups as above, on the
+# grid kernel (the persistent one spilled at the 160 registers a consumer thread gets: 48-312 bytes, NVRTC sm_90a),
+# with the direct output store (HOPPER_D64_STAGE_OUT "noncausal").  Fewer work items (4x16x4096: 1408 instead of
+# 2048), each K/V tile read once per 192 query rows; the diagonal crosses two key blocks of a 192-row item.  The
+# grid kernel at 192 x 128 lost in session 10 (358 vs 371 TFLOP/s bf16) before the tree and the direct store.
+# Session 14 candidate ("3wg causal" in bench/attention_variants.py TW_VARIANTS=s14).  Takes effect for new plans.
+HOPPER_D64_CAUSAL_BLOCKS = None
+# programmatic dependent launch for the sm_90a forward kernels (attention_fwd's ``pdl``: griddepcontrol.wait
+# first, both warp-specialized roles; with tw.pdl_prologue the tensor-map prefetch before it): in back-to-back
+# calls (a model's layers, CUDA graphs) the next kernel's launch and block placement overlap the previous one's
+# tail.  No trigger: the previous kernel's blocks release the next as they exit.  Decode has it by default
+# (decode_kernels "pdlwait").  Session 14 candidate ("pdl" in TW_VARIANTS=s14, timed by do_bench and in a CUDA
+# graph of back-to-back calls).  Takes effect for new plans.
+PREFILL_PDL = False
 # the forward kernels' key loop without the softmax's -inf guard where no row can see only masked keys
 # (attention_fwd's ``lean``: non-causal), its output rescale on the hardware's 2**x (11 of ~695 SASS
 # instructions per key block at d 128).  Off: measured at noise level on the H200 (TW_VARIANTS=lean, 22:34 UTC:
@@ -526,10 +540,13 @@ def _make_plan(q, k, v, causal, scale, varlen, nseq, max_q, has_cache, num_split
     o_hc, o_rb, o_rh = (True, 0, 0) if varlen else (False, H * max_q, max_q)
     plan.o_rows = (q.numel() // (q.shape[1] * D)) if varlen else q.numel() // D
     hopper = _hopper_config(D, max_q) if _is_hopper(q) else None
-    three_wg = bool(hopper) and not causal and D <= 64 and HOPPER_D64_NONCAUSAL_BLOCKS is not None
+    wide_d64 = HOPPER_D64_CAUSAL_BLOCKS if causal else HOPPER_D64_NONCAUSAL_BLOCKS  # (three consumer warpgroups)
+    three_wg = bool(hopper) and D <= 64 and wide_d64 is not None
     if three_wg:
-        hopper = (*HOPPER_D64_NONCAUSAL_BLOCKS, 2, 2 * HOPPER_D64_NONCAUSAL_BLOCKS[0])
+        hopper = (*wide_d64, 2, 2 * wide_d64[0])
     configs = ({**HOPPER_CONFIGS, **HOPPER_D64_OVERRIDES} if D <= 64 else HOPPER_CONFIGS) if hopper else None
+    if configs and PREFILL_PDL:
+        configs = {**configs, "tw.pdl_prologue": True}
     # causal with longer keys than the persistent bound (and d <= 128): two K/V stages and the overlap
     long_causal = bool(hopper) and causal and D <= 128 and -(-keys_hint // hopper[1]) > PERSISTENT_MAX_KEY_BLOCKS
     if long_causal and D > 64:
@@ -590,7 +607,8 @@ def _make_plan(q, k, v, causal, scale, varlen, nseq, max_q, has_cache, num_split
                       lambda: ak.attention_fwd(H, Hkv, D, dtype, out_dtype, *flags, stage_out=stage_out,
                                                even_q=even_qk[0], even_k=even_qk[1], persistent=persistent,
                                                order=order, item_vars=PERSISTENT_ITEM_VARS,
-                                               lean=LEAN_LOOP, fma_exp2=fma_exp2),
+                                               lean=LEAN_LOOP, fma_exp2=fma_exp2,
+                                               pdl=bool(PREFILL_PDL)),
                       target, pass_configs=configs)
     else:
         fwd = _kernel(("attention", H, Hkv, D, dtype, out_dtype) + flags + even_qk + lean,
