@@ -588,11 +588,13 @@ def s13_main() -> int:
 # TW_S14_DTYPES as TW_S11_DTYPES, TW_S14_COLUMNS a subset):
 #   "3wg":          HOPPER_D64_NONCAUSAL_BLOCKS (192, 128): non-causal d 64 on three consumer warpgroups (the grid
 #                   kernel; a wash at 04:16 before the tree reductions, lost with the FMA 2**x in s11);
+#   "3wg ov":       "3wg" with HOPPER_D64_3WG_OVERLAP: the intra-warpgroup overlap, which the 160 registers of a
+#                   consumer thread otherwise decline (tw.attention_overlap_registers 32; lengths dividing the blocks);
 #   "3wg causal":   HOPPER_D64_CAUSAL_BLOCKS (192, 128): causal d 64 likewise (grid kernel, direct store): 1408
 #                   work items instead of 2048, each K/V tile read once per 192 query rows;
 #   "3wg causal staged": with the staged TMA output store (no ping-pong offset between the warpgroups to wait out);
 #   "pdl":          PREFILL_PDL: griddepcontrol.wait first, programmatic launch (every row);
-#   "3wg pdl":      both 192-row knobs and PDL (d 64 rows).
+#   "3wg pdl":      both 192-row knobs and PDL (d 64 rows; only with TW_S14_COLUMNS naming it).
 # Timed twice: do_bench with its L2 flush (a memset between the calls, which PDL can only overlap with the
 # memset's tail) and ``graph_ms``: 20 calls back to back in a CUDA graph (cuDNN's calls captured the same way),
 # where a programmatic launch overlaps the previous call's tail.  TW_S14_TIMERS: "bench", "graph" or both.
@@ -611,11 +613,14 @@ def _d64_causal(s, d, c):
 
 S14_COLUMNS = [("ops", {}, None),
                ("3wg", {"HOPPER_D64_NONCAUSAL_BLOCKS": (192, 128)}, _d64_not_causal),
+               ("3wg ov", {"HOPPER_D64_NONCAUSAL_BLOCKS": (192, 128), "HOPPER_D64_3WG_OVERLAP": True},
+                _d64_not_causal),
                ("3wg causal", {"HOPPER_D64_CAUSAL_BLOCKS": (192, 128)}, _d64_causal),
                ("3wg causal staged", {"HOPPER_D64_CAUSAL_BLOCKS": (192, 128), "HOPPER_D64_STAGE_OUT": True},
                 _d64_causal),
                ("pdl", PDL, None),
                ("3wg pdl", {**WG3, **PDL}, _d64)]
+S14_DEFAULT_COLUMNS = "ops,3wg,3wg ov,3wg causal,3wg causal staged,pdl"  # ("3wg pdl" when asked for)
 
 
 def graph_ms(fn) -> float:
@@ -625,8 +630,8 @@ def graph_ms(fn) -> float:
 
 def s14_main() -> int:
     env = "TW_S14_"
-    keep = os.environ.get(env + "COLUMNS")
-    cols = [c for c in S14_COLUMNS if keep is None or c[0] in keep.split(",")]
+    keep = os.environ.get(env + "COLUMNS", S14_DEFAULT_COLUMNS).split(",")
+    cols = [c for c in S14_COLUMNS if c[0] in keep]
     rounds = int(os.environ.get(env + "ROUNDS", "2"))
     which = os.environ.get(env + "TIMERS", "both")
     tag = os.environ.get(env + "DTYPES", "both")

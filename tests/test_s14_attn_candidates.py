@@ -103,6 +103,25 @@ def _varlen(used, causal, seed):
     check_varlen(q, k, v, cu_q, cu_k, lens_q, out, lse, causal)
 
 
+# ---------------------------------------------------------------- 192-row non-causal blocks with the overlap
+@pytest.mark.parametrize("B, H, Hkv, Sq, Sk, dtype, overlapped", [
+    (1, 2, 1, 384, 384, torch.bfloat16, True),    # lengths that divide the blocks: the overlap, GQA
+    (2, 1, 1, 192, 256, torch.float16, True),
+    (1, 2, 1, 200, 290, torch.bfloat16, False),   # ragged: the loop as without the knob (it would spill)
+])
+def test_d64_noncausal_three_warpgroups_overlap(monkeypatch, B, H, Hkv, Sq, Sk, dtype, overlapped):
+    setup, used = _on_cpu(monkeypatch, True, HOPPER_D64_NONCAUSAL_BLOCKS=(192, 128), HOPPER_D64_3WG_OVERLAP=True)
+    try:
+        dense_call(B, H, Hkv, Sq, Sk, 64, False, dtype, Sq + Sk + B)
+        key, k = _last_sm90(used)
+        src = k.get_kernel_source()
+        assert k.num_threads == 512 and key[17:19] == (192, 128)
+        assert (("tw.attention_overlap_registers", 32) in key[7]) == overlapped
+        assert ("wgmma.wait_group.sync.aligned 1;" in src) == overlapped  # (P V one key block behind)
+    finally:
+        setup.close()
+
+
 # ---------------------------------------------------------------- programmatic dependent launch
 def _check_pdl(k):
     """One wait, after the mbarrier set-up's block barrier and before both roles; launched programmatically."""
@@ -177,13 +196,13 @@ def test_unspecialized_kernel_keeps_its_wait_in_place():
 
 
 # ---------------------------------------------------------------- the H200 kernels: NVRTC, no spills
-def _nvrtc(causal, even, persistent, bm, pdl, stage_out=False, dim=64):
+def _nvrtc(causal, even, persistent, bm, pdl, stage_out=False, dim=64, dtype="bfloat16", configs=None):
     from tilewright.toolchain import nvrtc
-    f = ak.attention_fwd(16, 16, dim, "bfloat16", "bfloat16", causal, False, False, 1, False, False, False, False,
+    f = ak.attention_fwd(16, 16, dim, dtype, dtype, causal, False, False, 1, False, False, False, False,
                          bm, 128, 2, 2 * bm if bm == 128 else 3 * 128, stage_out=stage_out, even_q=even,
                          even_k=even, persistent=persistent, order="pairs", pdl=pdl)
     configs = {**dispatch.HOPPER_CONFIGS, **(dispatch.HOPPER_D64_OVERRIDES if dim == 64 else {}),
-               "tw.pdl_prologue": pdl}
+               "tw.pdl_prologue": pdl, **(configs or {})}
     k = tilewright.compile(f, target="cuda -arch=sm_90a", pass_configs=configs)
     res = nvrtc.compile_cuda(k.get_kernel_source(), "sm_90a", ["attention_fwd_kernel_kernel"]).resources
     assert res["attention_fwd_kernel_kernel"]["spills"] == 0, res
@@ -205,3 +224,12 @@ def test_three_warpgroups_causal_builds_without_spills(even, pdl, stage_out):
     (False, 132, True, 128), (True, 0, True, 128)])
 def test_pdl_builds_without_spills(causal, persistent, stage_out, dim):
     _check_pdl(_nvrtc(causal, False, persistent, 128, True, stage_out, dim))
+
+
+@needs_nvrtc
+@pytest.mark.parametrize("dtype", ["bfloat16", "float16"])
+@pytest.mark.parametrize("pdl", [True, False])
+def test_three_warpgroups_overlap_builds_without_spills(dtype, pdl):
+    """The kernel HOPPER_D64_3WG_OVERLAP takes (non-causal, lengths that divide the blocks, staged store)."""
+    k = _nvrtc(False, True, 0, 192, pdl, True, dtype=dtype, configs={"tw.attention_overlap_registers": 32})
+    assert "wgmma.wait_group.sync.aligned 1;" in k.get_kernel_source()

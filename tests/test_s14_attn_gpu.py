@@ -34,7 +34,8 @@ WG3 = {"HOPPER_D64_NONCAUSAL_BLOCKS": (192, 128), "HOPPER_D64_CAUSAL_BLOCKS": (1
 CANDIDATES = {"3wg": WG3,
               "3wg causal staged": {**WG3, "HOPPER_D64_STAGE_OUT": True},
               "pdl": {"PREFILL_PDL": True},
-              "3wg pdl": {**WG3, "PREFILL_PDL": True}}
+              "3wg pdl": {**WG3, "PREFILL_PDL": True},
+              "3wg ov": {**WG3, "HOPPER_D64_3WG_OVERLAP": True}}
 
 
 @pytest.fixture(params=list(CANDIDATES))
@@ -66,6 +67,9 @@ def _was_asked_for(candidate, D):
     (2, 8, 4, 777, 900, 128, True),       # d 128 (PDL applies; the block knobs leave it alone), ragged
 ])
 def test_candidates_on_gpu(candidate, B, H, Hkv, Sq, Sk, D, causal, dtype):
+    name = candidate[0]
+    if "pdl" not in name and (D > 64 or "staged" in name and not causal or "ov" in name and causal):
+        pytest.skip(f"{name} builds the kernel of another candidate here")
     check_dense_calls(B, H, Hkv, Sq, Sk, D, causal, dtype, lambda: _was_asked_for(candidate, D))
 
 

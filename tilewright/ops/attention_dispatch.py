@@ -209,6 +209,13 @@ HOPPER_D64_NONCAUSAL_BLOCKS = None
 # grid kernel at 192 x 128 lost in session 10 (358 vs 371 TFLOP/s bf16) before the tree and the direct store.
 # Session 14 candidate ("3wg causal" in bench/attention_variants.py TW_VARIANTS=s14).  Takes effect for new plans.
 HOPPER_D64_CAUSAL_BLOCKS = None
+# those 192 x 128 non-causal blocks (HOPPER_D64_NONCAUSAL_BLOCKS) with the intra-warpgroup overlap (attention_overlap)
+# where the lengths divide the blocks: at the 160 registers of a consumer thread the overlap's fit declines them
+# (S + P + O = 128 plus its estimate of 64 others), so without this they run with neither the overlap nor ping-pong
+# (two warpgroups only); the pass config tw.attention_overlap_registers 32 takes them, built without spills when the
+# kernel has no tail handling (ragged lengths, and causal, spilled 28-72 bytes: those keep the loop as it was).
+# Session 14 candidate ("3wg ov" in TW_VARIANTS=s14).  Takes effect for new plans.
+HOPPER_D64_3WG_OVERLAP = False
 # programmatic dependent launch for the sm_90a forward kernels (attention_fwd's ``pdl``: griddepcontrol.wait
 # first, both warp-specialized roles; with tw.pdl_prologue the tensor-map prefetch before it): in back-to-back
 # calls (a model's layers, CUDA graphs) the next kernel's launch and block placement overlap the previous one's
@@ -591,6 +598,8 @@ def _make_plan(q, k, v, causal, scale, varlen, nseq, max_q, has_cache, num_split
     even_qk = (even and max_q % bM == 0, even and seq_k % bN == 0)
     few_keys = -(-keys_hint // bN) <= (PERSISTENT_MAX_KEY_BLOCKS_CAUSAL if causal else PERSISTENT_MAX_KEY_BLOCKS)
     lean = ("lean",) if LEAN_LOOP else ()  # (an empty key suffix when off: the cache keys stay as they were)
+    if three_wg and not causal and HOPPER_D64_3WG_OVERLAP and all(even_qk) and splits == 1 and bM == wide_d64[0]:
+        configs = {**configs, "tw.attention_overlap_registers": 32}  # (the kernel NVRTC built without spills)
     fma_exp2 = HOPPER_D64_FMA_EXP2 if configs and D <= 64 else None
     lean += (("fma_exp2", fma_exp2),) if fma_exp2 else ()
     grid_only = wide or three_wg  # (their blocks' persistent kernels do not fit or were not measured)
