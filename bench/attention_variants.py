@@ -593,6 +593,9 @@ def s13_main() -> int:
 #   "3wg causal":   HOPPER_D64_CAUSAL_BLOCKS (192, 128): causal d 64 likewise (grid kernel, direct store): 1408
 #                   work items instead of 2048, each K/V tile read once per 192 query rows;
 #   "3wg causal staged": with the staged TMA output store (no ping-pong offset between the warpgroups to wait out);
+#   "3wg causal n64": HOPPER_D64_CAUSAL_BLOCKS (192, 64): the key blocks halved, so that the overlap fits (S + P + O
+#                   80 registers of the 160; at 192 x 128 causal it spilled), grid kernel;
+#   "3wg causal n64 pers": the same on the persistent kernel ("pairs"; HOPPER_D64_CAUSAL_PERSISTENT), FA3's form;
 #   "pdl":          PREFILL_PDL: griddepcontrol.wait first, programmatic launch (every row);
 #   "3wg pdl":      both 192-row knobs and PDL (d 64 rows; only with TW_S14_COLUMNS naming it).
 # Timed twice: do_bench with its L2 flush (a memset between the calls, which PDL can only overlap with the
@@ -618,9 +621,13 @@ S14_COLUMNS = [("ops", {}, None),
                ("3wg causal", {"HOPPER_D64_CAUSAL_BLOCKS": (192, 128)}, _d64_causal),
                ("3wg causal staged", {"HOPPER_D64_CAUSAL_BLOCKS": (192, 128), "HOPPER_D64_STAGE_OUT": True},
                 _d64_causal),
+               ("3wg causal n64", {"HOPPER_D64_CAUSAL_BLOCKS": (192, 64)}, _d64_causal),
+               ("3wg causal n64 pers", {"HOPPER_D64_CAUSAL_BLOCKS": (192, 64), "HOPPER_D64_CAUSAL_PERSISTENT": True},
+                _d64_causal),
                ("pdl", PDL, None),
                ("3wg pdl", {**WG3, **PDL}, _d64)]
-S14_DEFAULT_COLUMNS = "ops,3wg,3wg ov,3wg causal,3wg causal staged,pdl"  # ("3wg pdl" when asked for)
+S14_DEFAULT_COLUMNS = ("ops,3wg,3wg ov,3wg causal,3wg causal staged,3wg causal n64,3wg causal n64 pers,"
+                       "pdl")  # ("3wg pdl" when asked for)
 
 
 def graph_ms(fn) -> float:

@@ -72,6 +72,36 @@ def test_d64_causal_three_warpgroups_staged(monkeypatch, Sq, Sk):
         setup.close()
 
 
+@pytest.mark.parametrize("persistent", [True, False])
+@pytest.mark.parametrize("B, H, Hkv, Sq, Sk, dtype", [
+    (1, 2, 1, 300, 333, torch.bfloat16),   # GQA, ragged: a 192-row block's diagonal across four 64-key blocks
+    (1, 2, 2, 333, 200, torch.float16),    # more queries than keys: rows and whole blocks without keys
+    (1, 2, 1, 384, 384, torch.bfloat16),   # even lengths: no tail handling
+])
+def test_d64_causal_three_warpgroups_n64(monkeypatch, persistent, B, H, Hkv, Sq, Sk, dtype):
+    """HOPPER_D64_CAUSAL_BLOCKS (192, 64): the overlap fits (P V one key block behind); with
+    HOPPER_D64_CAUSAL_PERSISTENT the persistent kernel ("pairs", several items a block) at any key count."""
+    setup, used = _on_cpu(monkeypatch, True, HOPPER_D64_CAUSAL_BLOCKS=(192, 64), PERSISTENT_ORDER="pairs",
+                          HOPPER_D64_CAUSAL_PERSISTENT=persistent)
+    try:
+        dense_call(B, H, Hkv, Sq, Sk, 64, True, dtype, Sq * 3 + Sk + persistent)
+        key, k = _last_sm90(used)
+        src = k.get_kernel_source()
+        assert k.num_threads == 512 and key[17:19] == (192, 64) and ("Q_s_empty" in src) == persistent
+        assert "wgmma.wait_group.sync.aligned 1;" in src
+    finally:
+        setup.close()
+
+
+def test_d64_causal_three_warpgroups_n64_persistent_varlen(monkeypatch):
+    setup, used = _on_cpu(monkeypatch, True, HOPPER_D64_CAUSAL_BLOCKS=(192, 64), HOPPER_D64_CAUSAL_PERSISTENT=True)
+    try:
+        _varlen(used, True, 1416)
+        assert "Q_s_empty" in _last_sm90(used)[1].get_kernel_source()
+    finally:
+        setup.close()
+
+
 def test_d64_causal_three_warpgroups_varlen(monkeypatch):
     setup, used = _on_cpu(monkeypatch, True, HOPPER_D64_CAUSAL_BLOCKS=(192, 128))
     try:
@@ -196,10 +226,10 @@ def test_unspecialized_kernel_keeps_its_wait_in_place():
 
 
 # ---------------------------------------------------------------- the H200 kernels: NVRTC, no spills
-def _nvrtc(causal, even, persistent, bm, pdl, stage_out=False, dim=64, dtype="bfloat16", configs=None):
+def _nvrtc(causal, even, persistent, bm, pdl, stage_out=False, dim=64, dtype="bfloat16", configs=None, bn=128):
     from tilewright.toolchain import nvrtc
     f = ak.attention_fwd(16, 16, dim, dtype, dtype, causal, False, False, 1, False, False, False, False,
-                         bm, 128, 2, 2 * bm if bm == 128 else 3 * 128, stage_out=stage_out, even_q=even,
+                         bm, bn, 2, 2 * bm if bm == 128 else 3 * 128, stage_out=stage_out, even_q=even,
                          even_k=even, persistent=persistent, order="pairs", pdl=pdl)
     configs = {**dispatch.HOPPER_CONFIGS, **(dispatch.HOPPER_D64_OVERRIDES if dim == 64 else {}),
                "tw.pdl_prologue": pdl, **(configs or {})}
@@ -232,4 +262,13 @@ def test_pdl_builds_without_spills(causal, persistent, stage_out, dim):
 def test_three_warpgroups_overlap_builds_without_spills(dtype, pdl):
     """The kernel HOPPER_D64_3WG_OVERLAP takes (non-causal, lengths that divide the blocks, staged store)."""
     k = _nvrtc(False, True, 0, 192, pdl, True, dtype=dtype, configs={"tw.attention_overlap_registers": 32})
+    assert "wgmma.wait_group.sync.aligned 1;" in k.get_kernel_source()
+
+
+@needs_nvrtc
+@pytest.mark.parametrize("even", [True, False])
+@pytest.mark.parametrize("persistent", [132, 0])
+@pytest.mark.parametrize("pdl", [True, False])
+def test_three_warpgroups_causal_n64_builds_without_spills(even, persistent, pdl):
+    k = _nvrtc(True, even, persistent, 192, pdl, bn=64)
     assert "wgmma.wait_group.sync.aligned 1;" in k.get_kernel_source()

@@ -35,7 +35,9 @@ CANDIDATES = {"3wg": WG3,
               "3wg causal staged": {**WG3, "HOPPER_D64_STAGE_OUT": True},
               "pdl": {"PREFILL_PDL": True},
               "3wg pdl": {**WG3, "PREFILL_PDL": True},
-              "3wg ov": {**WG3, "HOPPER_D64_3WG_OVERLAP": True}}
+              "3wg ov": {**WG3, "HOPPER_D64_3WG_OVERLAP": True},
+              "3wg causal n64 pers": {"HOPPER_D64_CAUSAL_BLOCKS": (192, 64), "HOPPER_D64_CAUSAL_PERSISTENT": True},
+              "3wg causal n64": {"HOPPER_D64_CAUSAL_BLOCKS": (192, 64)}}
 
 
 @pytest.fixture(params=list(CANDIDATES))
@@ -51,8 +53,9 @@ def _was_asked_for(candidate, D):
     src = k.get_kernel_source()
     assert "wgmma" in src
     three = "3wg" in name and D <= 64 and "setmaxnreg" in src  # (the sm_90a path: 128+ query rows)
-    if three:
+    if three and (key[9] or "causal" not in name):  # (key[9]: causal; "3wg causal ..." only changes causal calls)
         assert k.num_threads == 512 and key[17] == 192
+        assert ("Q_s_empty" in src) == ("pers" in name)  # (the persistent kernel's second Q slot)
     assert (src.count("griddepcontrol.wait;") == 1) == ("pdl" in name)
     assert bool(k.spec.programmatic) == ("pdl" in name)
 
@@ -68,7 +71,7 @@ def _was_asked_for(candidate, D):
 ])
 def test_candidates_on_gpu(candidate, B, H, Hkv, Sq, Sk, D, causal, dtype):
     name = candidate[0]
-    if "pdl" not in name and (D > 64 or "staged" in name and not causal or "ov" in name and causal):
+    if "pdl" not in name and (D > 64 or ("staged" in name or "n64" in name) and not causal or "ov" in name and causal):
         pytest.skip(f"{name} builds the kernel of another candidate here")
     check_dense_calls(B, H, Hkv, Sq, Sk, D, causal, dtype, lambda: _was_asked_for(candidate, D))
 

@@ -209,6 +209,11 @@ HOPPER_D64_NONCAUSAL_BLOCKS = None
 # grid kernel at 192 x 128 lost in session 10 (358 vs 371 TFLOP/s bf16) before the tree and the direct store.
 # Session 14 candidate ("3wg causal" in bench/attention_variants.py TW_VARIANTS=s14).  Takes effect for new plans.
 HOPPER_D64_CAUSAL_BLOCKS = None
+# with HOPPER_D64_CAUSAL_BLOCKS: the persistent kernel (PERSISTENT_ORDER) at any key count instead of the grid one.
+# Its 192 x 128 form spilled; 192 x 64 (S + P + O = 80 registers of the 160) builds without spills in either kernel
+# and takes the intra-warpgroup overlap (FlashAttention-3's sm_90 causal d 64 is persistent, 192 x 128).  Session 14
+# candidate ("3wg causal n64 pers"; "3wg causal n64" the grid kernel).  Takes effect for new plans.
+HOPPER_D64_CAUSAL_PERSISTENT = False
 # those 192 x 128 non-causal blocks (HOPPER_D64_NONCAUSAL_BLOCKS) with the intra-warpgroup overlap (attention_overlap)
 # where the lengths divide the blocks: at the 160 registers of a consumer thread the overlap's fit declines them
 # (S + P + O = 128 plus its estimate of 64 others), so without this they run with neither the overlap nor ping-pong
@@ -602,7 +607,11 @@ def _make_plan(q, k, v, causal, scale, varlen, nseq, max_q, has_cache, num_split
         configs = {**configs, "tw.attention_overlap_registers": 32}  # (the kernel NVRTC built without spills)
     fma_exp2 = HOPPER_D64_FMA_EXP2 if configs and D <= 64 else None
     lean += (("fma_exp2", fma_exp2),) if fma_exp2 else ()
-    grid_only = wide or three_wg  # (their blocks' persistent kernels do not fit or were not measured)
+    # (their blocks' persistent kernels do not fit or were not measured; HOPPER_D64_CAUSAL_PERSISTENT: causal 3wg
+    # persistent whatever the key count)
+    three_wg_persistent = three_wg and causal and HOPPER_D64_CAUSAL_PERSISTENT
+    grid_only = wide or three_wg and not three_wg_persistent
+    few_keys = few_keys or three_wg_persistent
     # (short causal: as ``short_causal`` without its knob)
     order = (PERSISTENT_ORDER_SHORT_CAUSAL if PERSISTENT_ORDER_SHORT_CAUSAL and bool(hopper) and causal
              and 64 < D <= 128 and not long_causal else PERSISTENT_ORDER)
