@@ -203,9 +203,10 @@ HOPPER_D64_STAGES = 2
 # session 10); (192, 128) to take it.  Takes effect for new plans.
 HOPPER_D64_NONCAUSAL_BLOCKS = None
 # causal calls at head dim <= 64: None (HOPPER_D64_BLOCKS), or (192, 128): three consumer warpgroups as above, on the
-# grid kernel (the persistent one spilled at the 160 registers a consumer thread gets: 48-312 bytes, NVRTC sm_90a),
-# with the direct output store (HOPPER_D64_STAGE_OUT "noncausal").  Fewer work items (4x16x4096: 1408 instead of
-# 2048), each K/V tile read once per 192 query rows; the diagonal crosses two key blocks of a 192-row item.  The
+# grid kernel (the persistent one spilled at the 160 registers a consumer thread gets: 48-312 bytes, NVRTC sm_90a; the
+# intra-warpgroup overlap declines it, and would spill), with the direct output store (HOPPER_D64_STAGE_OUT
+# "noncausal"); or (192, 64): the overlap fits (see HOPPER_D64_CAUSAL_PERSISTENT).  Fewer work items (4x16x4096:
+# 1408 instead of 2048), each K/V tile read once per 192 query rows; the diagonal crosses two 128-key blocks.  The
 # grid kernel at 192 x 128 lost in session 10 (358 vs 371 TFLOP/s bf16) before the tree and the direct store.
 # Session 14 candidate ("3wg causal" in bench/attention_variants.py TW_VARIANTS=s14).  Takes effect for new plans.
 HOPPER_D64_CAUSAL_BLOCKS = None
