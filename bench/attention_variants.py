@@ -601,6 +601,14 @@ def s13_main() -> int:
 # Timed twice: do_bench with its L2 flush (a memset between the calls, which PDL can only overlap with the
 # memset's tail) and ``graph_ms``: 20 calls back to back in a CUDA graph (cuDNN's calls captured the same way),
 # where a programmatic launch overlaps the previous call's tail.  TW_S14_TIMERS: "bench", "graph" or both.
+# For the final run of session 14 also "fma 1/8", "fma 1/4": HOPPER_D64_FMA_EXP2 (1, 8) / (1, 4) (that share of the
+# probabilities' 2**x on the FMA pipe: attention_kernels.exp2_on_fma), last measured in s11 before the tree reductions
+# and the direct causal store; TW_S14_ROWS "d64" keeps the two d 64 rows (the cubic changes no d 128 kernel).
+# The H200 run of 2026-12-02 11:28 UTC (ratios to cuDNN, bf16 / fp16; do_bench, then the CUDA graph): causal ops
+# 0.936/0.953 and 0.943/0.945, 3wg causal 0.839/0.868 and 0.852/0.854, 3wg causal staged 0.834/0.868 and
+# 0.852/0.863, pdl 0.936/0.953 and 0.932/0.937; non-causal ops 0.978/0.987 and 0.991/0.981, 3wg 0.948/0.959 and
+# 0.954/0.940, 3wg ov 0.948/0.956 and 0.961/0.954, pdl 0.971/0.980 and 0.982/0.980; 16x16x1024x128 causal ops
+# 0.983/0.965 and 0.991/0.990, pdl 0.996/0.966 and 0.986/0.986.  Nothing taken (the n64 columns came after that run).
 S14_ROWS = [(4, 16, 4096, 64, True), (4, 16, 4096, 64, False), (16, 16, 1024, 128, True)]
 WG3 = {"HOPPER_D64_NONCAUSAL_BLOCKS": (192, 128), "HOPPER_D64_CAUSAL_BLOCKS": (192, 128)}
 PDL = {"PREFILL_PDL": True}
@@ -625,7 +633,9 @@ S14_COLUMNS = [("ops", {}, None),
                ("3wg causal n64 pers", {"HOPPER_D64_CAUSAL_BLOCKS": (192, 64), "HOPPER_D64_CAUSAL_PERSISTENT": True},
                 _d64_causal),
                ("pdl", PDL, None),
-               ("3wg pdl", {**WG3, **PDL}, _d64)]
+               ("3wg pdl", {**WG3, **PDL}, _d64),
+               ("fma 1/8", {"HOPPER_D64_FMA_EXP2": (1, 8)}, _d64),
+               ("fma 1/4", {"HOPPER_D64_FMA_EXP2": (1, 4)}, _d64)]
 S14_DEFAULT_COLUMNS = ("ops,3wg,3wg ov,3wg causal,3wg causal staged,3wg causal n64,3wg causal n64 pers,"
                        "pdl")  # ("3wg pdl" when asked for)
 
@@ -639,14 +649,15 @@ def s14_main() -> int:
     env = "TW_S14_"
     keep = os.environ.get(env + "COLUMNS", S14_DEFAULT_COLUMNS).split(",")
     cols = [c for c in S14_COLUMNS if c[0] in keep]
+    rows = [r for r in S14_ROWS if os.environ.get(env + "ROWS") != "d64" or r[3] == 64]
     rounds = int(os.environ.get(env + "ROUNDS", "2"))
     which = os.environ.get(env + "TIMERS", "both")
     tag = os.environ.get(env + "DTYPES", "both")
     if which in ("bench", "both"):
-        interleaved_table(f"attention-variants-s14-{tag}", cols, S14_ROWS, rounds, _dtypes(env + "DTYPES"),
+        interleaved_table(f"attention-variants-s14-{tag}", cols, rows, rounds, _dtypes(env + "DTYPES"),
                           how="do_bench with an L2 flush between calls")
     if which in ("graph", "both"):
-        interleaved_table(f"attention-variants-s14-graph-{tag}", cols, S14_ROWS, rounds, _dtypes(env + "DTYPES"),
+        interleaved_table(f"attention-variants-s14-graph-{tag}", cols, rows, rounds, _dtypes(env + "DTYPES"),
                           graph_ms, "GPU time of 20 back-to-back calls in a CUDA graph (no flush), cuDNN's too")
     return 0
 

@@ -200,7 +200,9 @@ HOPPER_D64_STAGES = 2
 # persistent causal one spilled; non-causal not measured).  H200 (bench/results/2026-12-02-0207-attention-variants-
 # s10, bf16 4x16x4096x64): 449 TFLOP/s vs 432 with 128 x 128 and ping-pong (cuDNN 463); causal lost (358 vs 371).
 # None (HOPPER_D64_BLOCKS) until the tests that pin d 64 non-causal blocks have run with it (no time left in
-# session 10); (192, 128) to take it.  Takes effect for new plans.
+# session 10); (192, 128) to take it.  Lost since the tree reductions: session 14, H200 11:28 UTC (TW_VARIANTS=s14,
+# two rounds alternated with cuDNN, ratio of the means to cuDNN's, bf16 / fp16): do_bench 0.948 / 0.959 against the
+# shipped 0.978 / 0.987, in a CUDA graph 0.954 / 0.940 against 0.991 / 0.981.  Takes effect for new plans.
 HOPPER_D64_NONCAUSAL_BLOCKS = None
 # causal calls at head dim <= 64: None (HOPPER_D64_BLOCKS), or (192, 128): three consumer warpgroups as above, on the
 # grid kernel (the persistent one spilled at the 160 registers a consumer thread gets: 48-312 bytes, NVRTC sm_90a; the
@@ -208,7 +210,9 @@ HOPPER_D64_NONCAUSAL_BLOCKS = None
 # "noncausal"); or (192, 64): the overlap fits (see HOPPER_D64_CAUSAL_PERSISTENT).  Fewer work items (4x16x4096:
 # 1408 instead of 2048), each K/V tile read once per 192 query rows; the diagonal crosses two 128-key blocks.  The
 # grid kernel at 192 x 128 lost in session 10 (358 vs 371 TFLOP/s bf16) before the tree and the direct store.
-# Session 14 candidate ("3wg causal" in bench/attention_variants.py TW_VARIANTS=s14).  Takes effect for new plans.
+# Session 14 ("3wg causal" in bench/attention_variants.py TW_VARIANTS=s14, H200 11:28 UTC, ratios to cuDNN bf16 / fp16):
+# 192 x 128 lost clearly, 0.839 / 0.868 (staged store 0.834 / 0.868) against the shipped 0.936 / 0.953 (do_bench; in a
+# CUDA graph 0.852 / 0.854 against 0.943 / 0.945).  Takes effect for new plans.
 HOPPER_D64_CAUSAL_BLOCKS = None
 # with HOPPER_D64_CAUSAL_BLOCKS: the persistent kernel (PERSISTENT_ORDER) at any key count instead of the grid one.
 # Its 192 x 128 form spilled; 192 x 64 (S + P + O = 80 registers of the 160) builds without spills in either kernel
@@ -220,14 +224,19 @@ HOPPER_D64_CAUSAL_PERSISTENT = False
 # (S + P + O = 128 plus its estimate of 64 others), so without this they run with neither the overlap nor ping-pong
 # (two warpgroups only); the pass config tw.attention_overlap_registers 32 takes them, built without spills when the
 # kernel has no tail handling (ragged lengths, and causal, spilled 28-72 bytes: those keep the loop as it was).
-# Session 14 candidate ("3wg ov" in TW_VARIANTS=s14).  Takes effect for new plans.
+# Session 14 ("3wg ov" in TW_VARIANTS=s14, H200 11:28 UTC, 4x16x4096x64 non-causal, ratios to cuDNN bf16 / fp16): no
+# better than "3wg" without it, 0.948 / 0.956 against the shipped 0.978 / 0.987 (CUDA graph 0.961 / 0.954 against
+# 0.991 / 0.981): with three warpgroups the overlap does not make up for ping-pong.  Takes effect for new plans.
 HOPPER_D64_3WG_OVERLAP = False
 # programmatic dependent launch for the sm_90a forward kernels (attention_fwd's ``pdl``: griddepcontrol.wait
 # first, both warp-specialized roles; with tw.pdl_prologue the tensor-map prefetch before it): in back-to-back
 # calls (a model's layers, CUDA graphs) the next kernel's launch and block placement overlap the previous one's
 # tail.  No trigger: the previous kernel's blocks release the next as they exit.  Decode has it by default
-# (decode_kernels "pdlwait").  Session 14 candidate ("pdl" in TW_VARIANTS=s14, timed by do_bench and in a CUDA
-# graph of back-to-back calls).  Takes effect for new plans.
+# (decode_kernels "pdlwait").  Session 14 ("pdl" in TW_VARIANTS=s14, H200 11:28 UTC, two rounds, ratios to cuDNN
+# bf16 / fp16, against the shipped): neutral to slightly behind.  do_bench: 4k d 64 causal 0.936 / 0.953 (the same),
+# non-causal 0.971 / 0.980 (0.978 / 0.987), 16x16x1024x128 causal 0.996 / 0.966 (0.983 / 0.965); 20 back-to-back calls
+# in a CUDA graph: 0.932 / 0.937 (0.943 / 0.945), 0.982 / 0.980 (0.991 / 0.981), 0.986 / 0.986 (0.991 / 0.990).  Off.
+# Takes effect for new plans.
 PREFILL_PDL = False
 # the forward kernels' key loop without the softmax's -inf guard where no row can see only masked keys
 # (attention_fwd's ``lean``: non-causal), its output rescale on the hardware's 2**x (11 of ~695 SASS
