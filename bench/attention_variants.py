@@ -26,7 +26,9 @@ pipe at head dim 64, the persistent causal order at d 128), bf16 and fp16, each 
 ``TW_VARIANTS=s12`` session 12's (``s12_main``: 4x16x4096x64 causal and not: the output stored without staging,
 the folded wgmma descriptors, three K/V stages, the grid kernel and the persistent orders), likewise;
 ``TW_VARIANTS=s13`` session 13's (``s13_main``: the persistent causal kernel's ring position broadcast from lane 0,
-alone, with the folded descriptors and with the head-major order), likewise."""
+alone, with the folded descriptors and with the head-major order), likewise;
+``TW_VARIANTS=s14`` session 14's (``s14_main``: 192-row query blocks at head dim 64, causal and not, and programmatic
+dependent launch), timed by do_bench and in a CUDA graph of back-to-back calls."""
 
 from __future__ import annotations
 
@@ -38,8 +40,8 @@ import torch
 
 sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-from attention import sdpa  # noqa: E402
-from common import bench_ms, save  # noqa: E402
+from attention import _nan_on_failure, sdpa  # noqa: E402
+from common import bench_ms, graph_us, save  # noqa: E402
 
 import tilewright  # noqa: E402
 import tilewright.ops as ops  # noqa: E402
@@ -421,8 +423,9 @@ S11_ROWS = {"d64": [(4, 16, 4096, 64, False), (4, 16, 4096, 64, True)],
 S11_ROUNDS = 2
 
 
-def _timed(name, kn, q, k, v, causal, ref, tf):
-    """TFLOP/s of ops.attention with ``kn`` set on attention_dispatch (checked first), the knobs restored."""
+def _timed(name, kn, q, k, v, causal, ref, tf, timer=bench_ms):
+    """TFLOP/s of ops.attention with ``kn`` set on attention_dispatch (checked first), the knobs restored;
+    ``timer``: milliseconds a call of a function (``bench_ms``, or ``graph_ms``: back to back in a CUDA graph)."""
     shipped = {knob: getattr(attention_dispatch, knob) for knob in kn}
     for knob, value in kn.items():
         setattr(attention_dispatch, knob, value)
@@ -432,7 +435,7 @@ def _timed(name, kn, q, k, v, causal, ref, tf):
         if e >= 2e-2:
             print(f"  WRONG {name} {tuple(q.shape)} causal={causal}: {e:.2e}", flush=True)
             return float("nan")
-        return tf(bench_ms(lambda: ops.attention(q, k, v, causal=causal)))
+        return tf(timer(lambda: ops.attention(q, k, v, causal=causal)))
     except Exception as ex:  # noqa: BLE001
         print(f"  {name} {tuple(q.shape)}: {type(ex).__name__}: {str(ex).splitlines()[0][:150]}")
         return float("nan")
@@ -442,9 +445,10 @@ def _timed(name, kn, q, k, v, causal, ref, tf):
         attention_dispatch.forget_plans()
 
 
-def interleaved_table(name, columns, row_shapes, rounds, dtypes) -> int:
+def interleaved_table(name, columns, row_shapes, rounds, dtypes, timer=bench_ms, how="") -> int:
     """One interleaved table: per dtype and row, ``rounds`` rounds of cuDNN then every column that applies to
-    the row (``_timed``); cells "a/b (mean / cuDNN's mean)"; printed and saved under bench/results/ as ``name``."""
+    the row (``_timed``, timed by ``timer``, which ``how`` describes); cells "a/b (mean / cuDNN's mean)"; printed
+    and saved under bench/results/ as ``name``."""
     cols = [c for c in columns if c[2] is None or any(c[2](s, d, ca) for _, _, s, d, ca in row_shapes)]
     rows = ["| dtype | B,H,S,D | causal | cuDNN | " + " | ".join(c[0] for c in cols) + " | best/cuDNN |",
             "|---|---|---|---|" + "---|" * (len(cols) + 1)]
@@ -457,10 +461,10 @@ def interleaved_table(name, columns, row_shapes, rounds, dtypes) -> int:
             tf = lambda ms: flops / ms / 1e9  # noqa: E731
             res = {"cuDNN": []} | {c[0]: [] for c in cols}
             for _round in range(rounds):
-                res["cuDNN"].append(tf(bench_ms(lambda: sdpa(q, k, v, causal, "cudnn"))))
+                res["cuDNN"].append(_nan_on_failure(lambda: tf(timer(lambda: sdpa(q, k, v, causal, "cudnn")))))
                 for col, kn, applies in cols:
                     if applies is None or applies(s, d, causal):
-                        res[col].append(_timed(col, kn, q, k, v, causal, ref, tf))
+                        res[col].append(_timed(col, kn, q, k, v, causal, ref, tf, timer))
             base = sum(res["cuDNN"]) / len(res["cuDNN"])
             cells, best = [], 0.0
             for col in res:
@@ -475,7 +479,7 @@ def interleaved_table(name, columns, row_shapes, rounds, dtypes) -> int:
                         + f" | {best:.3f} |")
             print(rows[-1], flush=True)
     rows += ["", f"TFLOP/s per round (cuDNN and each column alternated, {rounds} rounds), (mean / cuDNN's mean); "
-             "\"-\": the column does not change that row's kernel"]
+             "\"-\": the column does not change that row's kernel" + (f"; {how}" if how else "")]
     print("\n".join(rows))
     print("saved", save(name, rows))
     return 0
@@ -578,7 +582,89 @@ def s13_main() -> int:
     return session_main("s13", S13_COLUMNS, S12_ROWS, 3)
 
 
+# ---------------------------------------------------------------- TW_VARIANTS=s14 (session 14's candidates)
+# Issue 9's rows below cuDNN: 4x16x4096x64 causal (0.97 / 0.97 in the 08:58 table of record) and non-causal bf16
+# (0.99), 16x16x1024x128 causal (0.99 / 0.99).  Columns (interleaved with cuDNN, TW_S14_ROUNDS rounds,
+# TW_S14_DTYPES as TW_S11_DTYPES, TW_S14_COLUMNS a subset):
+#   "3wg":          HOPPER_D64_NONCAUSAL_BLOCKS (192, 128): non-causal d 64 on three consumer warpgroups (the grid
+#                   kernel; a wash at 04:16 before the tree reductions, lost with the FMA 2**x in s11);
+#   "3wg ov":       "3wg" with HOPPER_D64_3WG_OVERLAP: the intra-warpgroup overlap, which the 160 registers of a
+#                   consumer thread otherwise decline (tw.attention_overlap_registers 32; lengths dividing the blocks);
+#   "3wg causal":   HOPPER_D64_CAUSAL_BLOCKS (192, 128): causal d 64 likewise (grid kernel, direct store): 1408
+#                   work items instead of 2048, each K/V tile read once per 192 query rows;
+#   "3wg causal staged": with the staged TMA output store (no ping-pong offset between the warpgroups to wait out);
+#   "3wg causal n64": HOPPER_D64_CAUSAL_BLOCKS (192, 64): the key blocks halved, so that the overlap fits (S + P + O
+#                   80 registers of the 160; at 192 x 128 causal it spilled), grid kernel;
+#   "3wg causal n64 pers": the same on the persistent kernel ("pairs"; HOPPER_D64_CAUSAL_PERSISTENT), FA3's form;
+#   "pdl":          PREFILL_PDL: griddepcontrol.wait first, programmatic launch (every row);
+#   "3wg pdl":      both 192-row knobs and PDL (d 64 rows; only with TW_S14_COLUMNS naming it).
+# Timed twice: do_bench with its L2 flush (a memset between the calls, which PDL can only overlap with the
+# memset's tail) and ``graph_ms``: 20 calls back to back in a CUDA graph (cuDNN's calls captured the same way),
+# where a programmatic launch overlaps the previous call's tail.  TW_S14_TIMERS: "bench", "graph" or both.
+# For the final run of session 14 also "fma 1/8", "fma 1/4": HOPPER_D64_FMA_EXP2 (1, 8) / (1, 4) (that share of the
+# probabilities' 2**x on the FMA pipe: attention_kernels.exp2_on_fma), last measured in s11 before the tree reductions
+# and the direct causal store; TW_S14_ROWS "d64" keeps the two d 64 rows (the cubic changes no d 128 kernel).
+# The H200 run of 2026-12-02 11:28 UTC (ratios to cuDNN, bf16 / fp16; do_bench, then the CUDA graph): causal ops
+# 0.936/0.953 and 0.943/0.945, 3wg causal 0.839/0.868 and 0.852/0.854, 3wg causal staged 0.834/0.868 and
+# 0.852/0.863, pdl 0.936/0.953 and 0.932/0.937; non-causal ops 0.978/0.987 and 0.991/0.981, 3wg 0.948/0.959 and
+# 0.954/0.940, 3wg ov 0.948/0.956 and 0.961/0.954, pdl 0.971/0.980 and 0.982/0.980; 16x16x1024x128 causal ops
+# 0.983/0.965 and 0.991/0.990, pdl 0.996/0.966 and 0.986/0.986.  Nothing taken (the n64 columns came after that run).
+S14_ROWS = [(4, 16, 4096, 64, True), (4, 16, 4096, 64, False), (16, 16, 1024, 128, True)]
+WG3 = {"HOPPER_D64_NONCAUSAL_BLOCKS": (192, 128), "HOPPER_D64_CAUSAL_BLOCKS": (192, 128)}
+PDL = {"PREFILL_PDL": True}
+
+
+def _d64_not_causal(s, d, c):
+    return d == 64 and not c
+
+
+def _d64_causal(s, d, c):
+    return d == 64 and c
+
+
+S14_COLUMNS = [("ops", {}, None),
+               ("3wg", {"HOPPER_D64_NONCAUSAL_BLOCKS": (192, 128)}, _d64_not_causal),
+               ("3wg ov", {"HOPPER_D64_NONCAUSAL_BLOCKS": (192, 128), "HOPPER_D64_3WG_OVERLAP": True},
+                _d64_not_causal),
+               ("3wg causal", {"HOPPER_D64_CAUSAL_BLOCKS": (192, 128)}, _d64_causal),
+               ("3wg causal staged", {"HOPPER_D64_CAUSAL_BLOCKS": (192, 128), "HOPPER_D64_STAGE_OUT": True},
+                _d64_causal),
+               ("3wg causal n64", {"HOPPER_D64_CAUSAL_BLOCKS": (192, 64)}, _d64_causal),
+               ("3wg causal n64 pers", {"HOPPER_D64_CAUSAL_BLOCKS": (192, 64), "HOPPER_D64_CAUSAL_PERSISTENT": True},
+                _d64_causal),
+               ("pdl", PDL, None),
+               ("3wg pdl", {**WG3, **PDL}, _d64),
+               ("fma 1/8", {"HOPPER_D64_FMA_EXP2": (1, 8)}, _d64),
+               ("fma 1/4", {"HOPPER_D64_FMA_EXP2": (1, 4)}, _d64)]
+S14_DEFAULT_COLUMNS = ("ops,3wg,3wg ov,3wg causal,3wg causal staged,3wg causal n64,3wg causal n64 pers,"
+                       "pdl")  # ("3wg pdl" when asked for)
+
+
+def graph_ms(fn) -> float:
+    """Milliseconds a call, 20 calls back to back in one CUDA graph (common.graph_us: no host time, no flush)."""
+    return graph_us(fn) / 1e3
+
+
+def s14_main() -> int:
+    env = "TW_S14_"
+    keep = os.environ.get(env + "COLUMNS", S14_DEFAULT_COLUMNS).split(",")
+    cols = [c for c in S14_COLUMNS if c[0] in keep]
+    rows = [r for r in S14_ROWS if os.environ.get(env + "ROWS") != "d64" or r[3] == 64]
+    rounds = int(os.environ.get(env + "ROUNDS", "2"))
+    which = os.environ.get(env + "TIMERS", "both")
+    tag = os.environ.get(env + "DTYPES", "both")
+    if which in ("bench", "both"):
+        interleaved_table(f"attention-variants-s14-{tag}", cols, rows, rounds, _dtypes(env + "DTYPES"),
+                          how="do_bench with an L2 flush between calls")
+    if which in ("graph", "both"):
+        interleaved_table(f"attention-variants-s14-graph-{tag}", cols, rows, rounds, _dtypes(env + "DTYPES"),
+                          graph_ms, "GPU time of 20 back-to-back calls in a CUDA graph (no flush), cuDNN's too")
+    return 0
+
+
 if __name__ == "__main__":
+    if os.environ.get("TW_VARIANTS") == "s14":
+        sys.exit(s14_main())
     if os.environ.get("TW_VARIANTS") == "s13":
         sys.exit(s13_main())
     if os.environ.get("TW_VARIANTS") == "s11":

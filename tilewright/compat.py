@@ -93,6 +93,7 @@ class PassConfigKey(str, enum.Enum):
     TW_SETMAXNREG = "tw.setmaxnreg"  # lower_to_threads (T.disable_warp_group_reg_alloc)
     TW_GEMM_PINGPONG = "tw.gemm_pingpong"  # passes/warp_specialize_pingpong.py
     TW_PDL_PROLOGUE = "tw.pdl_prologue"  # passes/pdl_prologue.py
+    TW_ATTENTION_OVERLAP_REGISTERS = "tw.attention_overlap_registers"  # passes/attention_overlap.py
 
 
 HONOURED: dict[str, str] = {
@@ -114,6 +115,8 @@ HONOURED: dict[str, str] = {
                             "with Q K^T of the next and overlaps the softmax with it",
     "tw.attention_overlap_retire": "with tw.attention_overlap: 'end' (default) or 'top' of the loop body, where the "
                                    "P V in flight is waited for",
+    "tw.attention_overlap_registers": "with tw.attention_overlap: the registers per consumer thread assumed besides "
+                                      "the S, P and O tiles when deciding whether the loop fits (default 64)",
     "tl.enable_fast_math": "float32 exp, exp2, exp10, log, log2, log10, sin, cos, tan take their fast spellings "
                            "(T.__exp2 ...: the hardware approximation, a few ulp off, denormal results flushed on "
                            "CUDA); division, sqrt and the other arithmetic stay IEEE",

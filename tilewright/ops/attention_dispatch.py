@@ -221,8 +221,44 @@ HOPPER_D64_STAGES = 2
 # persistent causal one spilled; non-causal not measured).  H200 (bench/results/2026-12-02-0207-attention-variants-
 # s10, bf16 4x16x4096x64): 449 TFLOP/s vs 432 with 128 x 128 and ping-pong (cuDNN 463); causal lost (358 vs 371).
 # None (HOPPER_D64_BLOCKS) until the tests that pin d 64 non-causal blocks have run with it (no time left in
-# session 10); (192, 128) to take it.  Takes effect for new plans.
+# session 10); (192, 128) to take it.  Lost since the tree reductions: session 14, H200 11:28 UTC (TW_VARIANTS=s14,
+# two rounds alternated with cuDNN, ratio of the means to cuDNN's, bf16 / fp16): do_bench 0.948 / 0.959 against the
+# shipped 0.978 / 0.987, in a CUDA graph 0.954 / 0.940 against 0.991 / 0.981.  Takes effect for new plans.
 HOPPER_D64_NONCAUSAL_BLOCKS = None
+# causal calls at head dim <= 64: None (HOPPER_D64_BLOCKS), or (192, 128): three consumer warpgroups as above, on the
+# grid kernel (the persistent one spilled at the 160 registers a consumer thread gets: 48-312 bytes, NVRTC sm_90a; the
+# intra-warpgroup overlap declines it, and would spill), with the direct output store (HOPPER_D64_STAGE_OUT
+# "noncausal"); or (192, 64): the overlap fits (see HOPPER_D64_CAUSAL_PERSISTENT).  Fewer work items (4x16x4096:
+# 1408 instead of 2048), each K/V tile read once per 192 query rows; the diagonal crosses two 128-key blocks.  The
+# grid kernel at 192 x 128 lost in session 10 (358 vs 371 TFLOP/s bf16) before the tree and the direct store.
+# Session 14 ("3wg causal" in bench/attention_variants.py TW_VARIANTS=s14, H200 11:28 UTC, ratios to cuDNN bf16 / fp16):
+# 192 x 128 lost clearly, 0.839 / 0.868 (staged store 0.834 / 0.868) against the shipped 0.936 / 0.953 (do_bench; in a
+# CUDA graph 0.852 / 0.854 against 0.943 / 0.945).  Takes effect for new plans.
+HOPPER_D64_CAUSAL_BLOCKS = None
+# with HOPPER_D64_CAUSAL_BLOCKS: the persistent kernel (PERSISTENT_ORDER) at any key count instead of the grid one.
+# Its 192 x 128 form spilled; 192 x 64 (S + P + O = 80 registers of the 160) builds without spills in either kernel
+# and takes the intra-warpgroup overlap (FlashAttention-3's sm_90 causal d 64 is persistent, 192 x 128).  Session 14
+# candidate ("3wg causal n64 pers"; "3wg causal n64" the grid kernel).  Takes effect for new plans.
+HOPPER_D64_CAUSAL_PERSISTENT = False
+# those 192 x 128 non-causal blocks (HOPPER_D64_NONCAUSAL_BLOCKS) with the intra-warpgroup overlap (attention_overlap)
+# where the lengths divide the blocks: at the 160 registers of a consumer thread the overlap's fit declines them
+# (S + P + O = 128 plus its estimate of 64 others), so without this they run with neither the overlap nor ping-pong
+# (two warpgroups only); the pass config tw.attention_overlap_registers 32 takes them, built without spills when the
+# kernel has no tail handling (ragged lengths, and causal, spilled 28-72 bytes: those keep the loop as it was).
+# Session 14 ("3wg ov" in TW_VARIANTS=s14, H200 11:28 UTC, 4x16x4096x64 non-causal, ratios to cuDNN bf16 / fp16): no
+# better than "3wg" without it, 0.948 / 0.956 against the shipped 0.978 / 0.987 (CUDA graph 0.961 / 0.954 against
+# 0.991 / 0.981): with three warpgroups the overlap does not make up for ping-pong.  Takes effect for new plans.
+HOPPER_D64_3WG_OVERLAP = False
+# programmatic dependent launch for the sm_90a forward kernels (attention_fwd's ``pdl``: griddepcontrol.wait
+# first, both warp-specialized roles; with tw.pdl_prologue the tensor-map prefetch before it): in back-to-back
+# calls (a model's layers, CUDA graphs) the next kernel's launch and block placement overlap the previous one's
+# tail.  No trigger: the previous kernel's blocks release the next as they exit.  Decode has it by default
+# (decode_kernels "pdlwait").  Session 14 ("pdl" in TW_VARIANTS=s14, H200 11:28 UTC, two rounds, ratios to cuDNN
+# bf16 / fp16, against the shipped): neutral to slightly behind.  do_bench: 4k d 64 causal 0.936 / 0.953 (the same),
+# non-causal 0.971 / 0.980 (0.978 / 0.987), 16x16x1024x128 causal 0.996 / 0.966 (0.983 / 0.965); 20 back-to-back calls
+# in a CUDA graph: 0.932 / 0.937 (0.943 / 0.945), 0.982 / 0.980 (0.991 / 0.981), 0.986 / 0.986 (0.991 / 0.990).  Off.
+# Takes effect for new plans.
+PREFILL_PDL = False
 # the forward kernels' key loop without the softmax's -inf guard where no row can see only masked keys
 # (attention_fwd's ``lean``: non-causal), its output rescale on the hardware's 2**x (11 of ~695 SASS
 # instructions per key block at d 128).  Off: measured at noise level on the H200 (TW_VARIANTS=lean, 22:34 UTC:
@@ -547,10 +583,13 @@ def _make_plan(q, k, v, causal, scale, varlen, nseq, max_q, has_cache, num_split
     o_hc, o_rb, o_rh = (True, 0, 0) if varlen else (False, H * max_q, max_q)
     plan.o_rows = (q.numel() // (q.shape[1] * D)) if varlen else q.numel() // D
     hopper = _hopper_config(D, max_q) if _is_hopper(q) else None
-    three_wg = bool(hopper) and not causal and D <= 64 and HOPPER_D64_NONCAUSAL_BLOCKS is not None
+    wide_d64 = HOPPER_D64_CAUSAL_BLOCKS if causal else HOPPER_D64_NONCAUSAL_BLOCKS  # (three consumer warpgroups)
+    three_wg = bool(hopper) and D <= 64 and wide_d64 is not None
     if three_wg:
-        hopper = (*HOPPER_D64_NONCAUSAL_BLOCKS, 2, 2 * HOPPER_D64_NONCAUSAL_BLOCKS[0])
+        hopper = (*wide_d64, 2, 2 * wide_d64[0])
     configs = ({**HOPPER_CONFIGS, **HOPPER_D64_OVERRIDES} if D <= 64 else HOPPER_CONFIGS) if hopper else None
+    if configs and PREFILL_PDL:
+        configs = {**configs, "tw.pdl_prologue": True}
     # causal with longer keys than the persistent bound (and d <= 128): two K/V stages and the overlap
     long_causal = bool(hopper) and causal and D <= 128 and -(-keys_hint // hopper[1]) > PERSISTENT_MAX_KEY_BLOCKS
     if long_causal and D > 64:
@@ -595,9 +634,15 @@ def _make_plan(q, k, v, causal, scale, varlen, nseq, max_q, has_cache, num_split
     even_qk = (even and max_q % bM == 0, even and seq_k % bN == 0)
     few_keys = -(-keys_hint // bN) <= (PERSISTENT_MAX_KEY_BLOCKS_CAUSAL if causal else PERSISTENT_MAX_KEY_BLOCKS)
     lean = ("lean",) if LEAN_LOOP else ()  # (an empty key suffix when off: the cache keys stay as they were)
+    if three_wg and not causal and HOPPER_D64_3WG_OVERLAP and all(even_qk) and splits == 1 and bM == wide_d64[0]:
+        configs = {**configs, "tw.attention_overlap_registers": 32}  # (the kernel NVRTC built without spills)
     fma_exp2 = HOPPER_D64_FMA_EXP2 if configs and D <= 64 else None
     lean += (("fma_exp2", fma_exp2),) if fma_exp2 else ()
-    grid_only = wide or three_wg  # (their blocks' persistent kernels do not fit or were not measured)
+    # (their blocks' persistent kernels do not fit or were not measured; HOPPER_D64_CAUSAL_PERSISTENT: causal 3wg
+    # persistent whatever the key count)
+    three_wg_persistent = three_wg and causal and HOPPER_D64_CAUSAL_PERSISTENT
+    grid_only = wide or three_wg and not three_wg_persistent
+    few_keys = few_keys or three_wg_persistent
     # (short causal: as ``short_causal`` without its knob)
     order = (PERSISTENT_ORDER_SHORT_CAUSAL if PERSISTENT_ORDER_SHORT_CAUSAL and bool(hopper) and causal
              and 64 < D <= 128 and not long_causal else PERSISTENT_ORDER)
@@ -611,7 +656,8 @@ def _make_plan(q, k, v, causal, scale, varlen, nseq, max_q, has_cache, num_split
                       lambda: ak.attention_fwd(H, Hkv, D, dtype, out_dtype, *flags, stage_out=stage_out,
                                                even_q=even_qk[0], even_k=even_qk[1], persistent=persistent,
                                                order=order, item_vars=PERSISTENT_ITEM_VARS,
-                                               lean=LEAN_LOOP, fma_exp2=fma_exp2),
+                                               lean=LEAN_LOOP, fma_exp2=fma_exp2,
+                                               pdl=bool(PREFILL_PDL)),
                       target, pass_configs=configs)
     else:
         fwd = _kernel(("attention", H, Hkv, D, dtype, out_dtype) + flags + even_qk + lean,

@@ -53,7 +53,7 @@ def exp2_on_fma(x):
 def attention_fwd(heads, kv_heads, dim, dtype, out_dtype, causal, varlen, cache_lens, splits, q_hc, k_hc, v_hc,
                   o_hc, block_M, block_N, stages, threads, stage_out=False, even_q=False, even_k=False,
                   persistent=0, order="longest_first", item_vars=True, lean=False,
-                  fma_exp2=None):
+                  fma_exp2=None, pdl=False):
     """Tensors are 2-D row views with static strides, so that their tiles load with 16-byte
     vectors and cp.async: element (batch b, head h, position s, d) of Q is row
     ``b * q_rb + h * q_rh + s``, column ``h * dim + d`` when ``q_hc`` (heads in the columns: a
@@ -301,6 +301,8 @@ def attention_fwd(heads, kv_heads, dim, dtype, out_dtype, causal, varlen, cache_
                                  k_rh: T.int32, v_rb: T.int32, v_rh: T.int32, o_rp: T.int32, o_rb: T.int32,
                                  o_rh: T.int32, l_rp: T.int32, l_rb: T.int32, l_rh: T.int32, l_rs: T.int32):
             with T.Kernel(persistent, threads=threads) as bid:
+                if pdl:
+                    T.pdl_sync()  # (first: every global access below may depend on the previous kernel)
                 args = (Q, K, V, Out, L, CuQ, CuK, seq_q, seq_k, scale, q_rb, q_rh, k_rb, k_rh, v_rb, v_rh, o_rp,
                         o_rb, o_rh, l_rp, l_rb, l_rh, l_rs)
                 bufs = tiles()
@@ -356,6 +358,8 @@ def attention_fwd(heads, kv_heads, dim, dtype, out_dtype, causal, varlen, cache_
                              v_rh: T.int32, o_rp: T.int32, o_rb: T.int32, o_rh: T.int32, l_rp: T.int32,
                              l_rb: T.int32, l_rh: T.int32, l_rs: T.int32):
         with T.Kernel(T.ceildiv(max_q, block_M), heads, nseq * splits, threads=threads) as (bq, by, bz):
+            if pdl:
+                T.pdl_sync()  # (first: every global access below may depend on the previous kernel)
             # causal: the query blocks with the most keys are launched first, so the last wave holds
             # the short ones (a better tail); otherwise in order
             attend(T.ceildiv(max_q, block_M) - 1 - bq if causal else bq, by, bz,

@@ -20,7 +20,8 @@ order,
     post   statements (row sums, the running denominator)
 
 with no other gemm, arrival or binding (let) in the body, and S, P and O small enough to stay in
-registers together through the softmax (``OTHER_REGISTERS``; d = 256 at block 128 x 64 is not).
+registers together through the softmax (``OTHER_REGISTERS``, or the pass config ``tw.attention_overlap_registers``
+for the registers besides them; d = 256 at block 128 x 64 is not).
 ``mid`` splits into ``D`` (statements touching O, and mbarrier waits: deferred with G2 to the next
 iteration), ``Pw`` (statements writing P: the cast, moved after the wait that retires the previous
 G2) and ``R`` (the rest).  The loop is declined (returned unchanged) unless every statement
@@ -96,6 +97,11 @@ PRODUCER_THREADS = 128  # warp_specialize_loop's producer warpgroup: the consume
 # state), from ptxas on sm_90a (NVRTC): S + P + O = 160 (d 128, block 128 x 128) used 224 of 232
 # without spilling; 176 (d 256, block 128 x 64) spilled.  Loops above the budget are declined.
 OTHER_REGISTERS = 64
+# pass config: that estimate for this kernel (an int; default OTHER_REGISTERS).  A lower one lets a loop whose
+# other state is known to be small take the overlap: 192 x 128 blocks at head dim 64 (three consumer warpgroups of
+# 160 registers: S + P + O = 128) built without spills at 32 for non-causal lengths that divide the blocks (no mask,
+# no row checks) and spilled 28-72 bytes with them (NVRTC, sm_90a).
+OTHER_REGISTERS_OPTION = "tw.attention_overlap_registers"
 
 
 def attention_overlap(func: t.PrimFunc, ctx, enabled=None) -> t.PrimFunc:
@@ -216,7 +222,9 @@ def _match(loop: t.For, consumers: int, ctx):
         return None
     if not all(_on_wgmma(g, consumers, ctx) for g in (g1, g2)):
         return None  # mma.sync gemms are synchronous: nothing to overlap (and no wait_group to place)
-    if _tile_registers((S, P, Out), consumers) + OTHER_REGISTERS > _consumer_budget(consumers):
+    other = ctx.options.get(OTHER_REGISTERS_OPTION)
+    other = OTHER_REGISTERS if other is None else int(other)
+    if _tile_registers((S, P, Out), consumers) + other > _consumer_budget(consumers):
         return None  # P stays live through the softmax: it would spill
 
     def arrivals(i):

@@ -32,6 +32,12 @@ both roles then run the tile loop and the producer loads ahead into the next ite
 
 Any other kernel is returned unchanged (an optimization, never a change of meaning).
 
+``T.pdl_sync`` (a top-level ``GridDependency`` wait, programmatic dependent launch): the match and the rewrite
+see the kernel without its top-level waits; a specialized kernel runs them after the rings' mbarrier set-up
+and its block barrier, ahead of both roles (every thread waits: the producer's TMA loads may read what the
+previous kernel writes), an unchanged kernel keeps them where they were.  A wait earlier than written only
+delays.
+
 Guarantees, for ``S`` stages, ``T`` original threads and ring buffers ``X`` (the block grows to
 ``T + 128``):
 
@@ -110,7 +116,22 @@ def warp_specialize_loop(func: t.PrimFunc, ctx=None) -> t.PrimFunc:
     kernels = _kernels(func)
     if len(kernels) != 1 or kernels[0].attrs.get("warp_specialized"):
         return func  # several kernels, or the GEMM-mainloop pass already specialized this one
-    kernel = kernels[0]
+    original = kernels[0]
+    kernel, waits = _without_grid_waits(original)
+    if not waits:
+        return _specialize_kernel(func, kernel, explicit, ctx)
+    # T.pdl_sync: the match and the rewrite see the kernel without its waits, which the specialized kernel
+    # gets back ahead of its roles (an unchanged one as it was)
+    func.body = map_stmt(func.body, lambda s: kernel if s is original else None)
+    func = _specialize_kernel(func, kernel, explicit, ctx)
+    new = _kernels(func)[0]
+    func.body = map_stmt(func.body, lambda s: (_with_grid_waits(new, waits) if new.attrs.get("warp_specialized")
+                                               else original) if s is new else None)
+    return func
+
+
+def _specialize_kernel(func: t.PrimFunc, kernel: t.Kernel, explicit, ctx) -> t.PrimFunc:
+    """``warp_specialize_loop`` of the function's one kernel ``kernel`` (its top-level waits taken out)."""
     if explicit is None and kernel.num_threads < 256:
         # by default only with two or more consumer warpgroups, the configurations measured faster
         # than the plain wgmma loop on the H200 (bench/results/2026-12-01-0805-attention-variants-*)
@@ -139,6 +160,32 @@ def warp_specialize_loop(func: t.PrimFunc, ctx=None) -> t.PrimFunc:
     func.body = map_stmt(func.body, lambda s: _specialize_any(s, func, match, regs, pingpong, ctx)
                          if s is kernel else None)
     return attention_overlap(func, ctx)  # tw.attention_overlap: its own pass file says what it does
+
+
+def _without_grid_waits(kernel: t.Kernel):
+    """(the kernel without its top-level ``T.pdl_sync`` waits, those waits); (kernel, []) when it has none.
+    Both roles must wait (``griddepcontrol.wait`` holds back the thread that runs it: the producer's TMA loads
+    read what the previous kernel may still write), so ``_with_grid_waits`` puts them back ahead of the
+    thread partitions, where every thread runs them; a wait earlier than written only delays."""
+    top = _flatten(kernel.body)
+    waits = [s for s in top if isinstance(s, th.GridDependency) and s.action == "wait"]
+    if not waits:
+        return kernel, []
+    rest = t.SeqStmt([s for s in top if s not in waits])
+    return t.Kernel(kernel.grid, kernel.threads, kernel.block_vars, rest, kernel.loc, dict(kernel.attrs)), waits
+
+
+def _with_grid_waits(kernel: t.Kernel, waits: list) -> t.Kernel:
+    """The specialized ``kernel`` with ``waits`` first among its top-level statements that are not
+    allocations, barrier set-up or annotations (so that the rings' mbarrier set-up runs before the wait, while
+    the previous kernel may still run: it touches only this block's shared memory)."""
+    if not waits:
+        return kernel
+    top = _flatten(kernel.body)
+    setup = (t.Alloc, t.Annotate, th.MbarrierInit, th.Barrier)
+    at = next((i for i, s in enumerate(top) if not isinstance(s, setup)), len(top))
+    return t.Kernel(kernel.grid, kernel.threads, kernel.block_vars, t.SeqStmt([*top[:at], *waits, *top[at:]]),
+                    kernel.loc, dict(kernel.attrs))
 
 
 def _match_any(kernel: t.Kernel, func):
