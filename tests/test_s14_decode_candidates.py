@@ -185,15 +185,10 @@ def test_h200_kernels_build_without_spills(dtype, variant):
 
 def test_bench_candidates_are_known_variants(monkeypatch):
     """Every variant the --s14 table times parses (an unknown name would be an ERROR cell on the H200)."""
-    import importlib.util
-    import os
-    import sys
+    from test_s13_decode_candidates import load_decode_bench
 
-    sys.path.insert(0, os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))), "bench"))
-    spec = importlib.util.spec_from_file_location("decode_splits_s14", sys.path[0] + "/decode_splits.py")
-    bench = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(bench)
-    assert bench.S14_GQA
+    bench = load_decode_bench()
+    assert len(bench.S14_GQA) == 8
     for variant, _, _ in bench.S14_GQA:
         monkeypatch.setenv("TILEWRIGHT_DECODE_VARIANT", variant)
         assert dk.decode_variant(4) == tuple(sorted(variant.split(",")))
