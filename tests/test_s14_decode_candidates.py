@@ -55,12 +55,14 @@ DENSE = [  # (B, H, Hkv, S, D, dtype, splits, heads_in_columns), variant, target
     ((2, 8, 2, 130, 128, torch.float16, 8, False), "tmerge,kvpre4", SM90),                  # empty ranges
     ((2, 4, 1, 300, 64, torch.bfloat16, 3, False), "kvpre", SM90),                          # d 64: 1 line a row
     ((2, 8, 2, 600, 128, torch.bfloat16, 4, False), "tmerge,gcount,kvpre,occ2,pdllate", SM80),  # sm_80: cp.async
+    ((2, 8, 2, 900, 128, torch.float16, 4, False), "tmerge,gcount,kvpre,pdlpre", SM90),    # with the moved set-up
 ]
 
 
 @needs_nvrtc
 @pytest.mark.parametrize("case, variant, target", DENSE,
-                         ids=["pre-s4", "pre4-hc", "late-s6", "occ2-late", "occ2-pdl", "s1", "empty", "d64", "sm80"])
+                         ids=["pre-s4", "pre4-hc", "late-s6", "occ2-late", "occ2-pdl", "s1", "empty", "d64", "sm80",
+                              "pdlpre"])
 def test_dense_against_float64(emulate, case, variant, target):  # noqa: F811
     built = emulate(target, variant)
     _run_dense(*case[:7], seed=hash((variant, case[6])) % 1000, heads_in_columns=case[7])
@@ -94,7 +96,8 @@ def _cuda(variant, **kw):
 
 
 @pytest.mark.parametrize("variant, lines", [(("gcount", "kvpre", "pdlwait", "tmerge"), 2),
-                                            (("gcount", "kvpre4", "pdllate", "tmerge"), 4)])
+                                            (("gcount", "kvpre4", "pdllate", "tmerge"), 4),
+                                            (("gcount", "kvpre", "pdlpre", "tmerge"), 2)])
 def test_prefetch_before_the_wait(variant, lines):
     """2 (4) key blocks x 64 rows x 2 lines over 128 threads: 2 (4) steps of one K and one V line; all of them before
     the wait, nothing else of global memory before it (Lens above all)."""
@@ -172,7 +175,9 @@ def test_prefetch_l2_refuses_what_is_not_a_global_element():
 @pytest.mark.parametrize("variant", [("gcount", "kvpre", "pdlwait", "tmerge"), ("gcount", "kvpre4", "pdlwait", "tmerge"),
                                      ("gcount", "kvpre", "pdllate", "tmerge"),
                                      ("gcount", "kvpre", "occ2", "pdllate", "tmerge"),
-                                     ("gcount", "kvpre", "occ2", "pdl", "tmerge"), ("gcount", "occ2", "pdllate", "tmerge")])
+                                     ("gcount", "kvpre", "occ2", "pdl", "tmerge"), ("gcount", "occ2", "pdllate", "tmerge"),
+                                     ("gcount", "kvpre4", "occ2", "pdllate", "tmerge"),
+                                     ("gcount", "kvpre", "pdlpre", "tmerge")])
 def test_h200_kernels_build_without_spills(dtype, variant):
     from tilewright.codegen.cuda import print_cuda
     from tilewright.toolchain import nvrtc
