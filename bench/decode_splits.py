@@ -44,7 +44,7 @@ copy bandwidth).  ``DECODE_S11_CANDS`` (comma-separated indexes into ``S11_GQA``
 ``--s13`` for ``S13_GQA`` / ``S13_MQA`` with ``DECODE_S13_*`` (GQA lengths 4k, 8k and 64k by default; 8 rounds, every
 other one in reverse order, ``DECODE_S13_ORDER=forward`` for all in one order, and a second table of the medians of the
 forward and of the reverse rounds apart: the place of a graph in the round, e.g. bf16 4k first in every forward round).
-``--s14`` does the same for ``S14_GQA`` with ``DECODE_S14_*`` (7 rounds, alternating; MQA: ``S13_MQA``).
+``--s14`` does the same for ``S14_GQA`` / ``S14_MQA`` with ``DECODE_S14_*`` (7 rounds, alternating).
 """
 
 from __future__ import annotations
@@ -181,12 +181,24 @@ S13_MQA = [("cmerge,cover,gcount,pdl,pdlpre", None, None), ("cover,gcount,pdlpre
 # the memory model), so the next call's first bytes stream while this one ends; with pdlwait the next grid is placed
 # when this one's last block exits, with pdllate when every block has read its last key block (the merges overlap).
 # "occ2": 2 blocks a SM (12 KiB more shared memory), so that the next grid's blocks only take the slots this grid
-# leaves (pdl and pdllate alone lost 2-24 points; a third block on a SM is one guess why).  Indexes 0-3 are the first
-# command of MEASURE-ME.md, 4-7 the second.
+# leaves (pdl and pdllate alone lost 2-24 points; a third block on a SM is one guess why).  Indexes 0-3 were the first
+# command of the 11:29 run, 4-7 the second.  The H200 run of 11:29 (7 rounds alternating, bf16 / fp16 at KV 4k; the
+# default then, gcount,pdlwait, 85.0 / 84.9 and 85.1 / 85.8% in the two commands, SDPA 84.1 / 83.1-84.1):
+# occ2,pdllate 87.9 / 87.8% (8k 96.1 / 96.0 against 94.9 / 94.9; the GQA default since), kvpre,occ2,pdl 86.9 / 87.3,
+# kvpre,occ2,pdllate 86.2 / 85.2, kvpre4,occ2,pdllate 85.4 / 85.5, kvpre,pdlpre 84.1 / 84.3, kvpre 83.6 / 83.0,
+# kvpre4 82.1 / 81.1, kvpre,pdllate 81.9 / 77.3: the prefetch lost wherever it was added; occ2 made the late trigger
+# pay.
+# Indexes 8-10 (the final run): the old default against the new one at 4k and 64k (64k was not measured for occ2), and
+# occ2 with the early trigger or the moved prologue, now that the next grid's blocks are placed while this one ends.
 S14_GQA = [("tmerge,gcount,pdlwait,kvpre", None, None), ("tmerge,gcount,pdlwait,kvpre4", None, None),
            ("tmerge,gcount,kvpre,pdllate", None, None), ("tmerge,gcount,kvpre,occ2,pdllate", None, None),
            ("tmerge,gcount,kvpre,occ2,pdl", None, None), ("tmerge,gcount,occ2,pdllate", None, None),
-           ("tmerge,gcount,kvpre4,occ2,pdllate", None, None), ("tmerge,gcount,kvpre,pdlpre", None, None)]
+           ("tmerge,gcount,kvpre4,occ2,pdllate", None, None), ("tmerge,gcount,kvpre,pdlpre", None, None),
+           ("tmerge,gcount,pdlwait", None, None), ("tmerge,gcount,occ2,pdl", None, None),
+           ("tmerge,gcount,occ2,pdllate,pdlpre", None, None)]
+# MQA (DECODE_S14_KIND=mqa; KV 16k, 32 heads on 1 kv head): the short-cache default (cmerge,cover,gcount,pdl: an early
+# trigger with 3 blocks a SM, 46.7% in session 12, SDPA 56%) with occ2, and with the late trigger instead
+S14_MQA = [("cmerge,cover,gcount,occ2,pdl", None, None), ("cmerge,cover,gcount,occ2,pdllate", None, None)]
 # MQA (DECODE_S12_KIND=mqa): the defaults (cover,cmerge below 32k keys, cover,tmerge from there) with gcount, and
 # with pdl (the cluster launch of cmerge takes the attribute as well)
 S12_MQA = [("cmerge,cover,gcount", None, None), ("cmerge,cover,gcount,pdl", None, None),
@@ -247,7 +259,7 @@ def s11_table(roof: float, tag: str = "S11") -> list:
     env = f"DECODE_{tag}_"
     mqa = os.environ.get(env + "KIND") == "mqa"
     tables = {"S11": (S11_GQA, S11_MQA), "S12": (S12_GQA, S12_MQA), "S13": (S13_GQA, S13_MQA),
-              "S14": (S14_GQA, S13_MQA)}[tag]
+              "S14": (S14_GQA, S14_MQA)}[tag]
     late = tag in ("S13", "S14")  # (KV 4k/8k/64k, alternating rounds)
     hkv, table = (1, tables[1]) if mqa else (HKV, tables[0])
     pick = os.environ.get(env + "CANDS")

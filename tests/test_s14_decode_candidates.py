@@ -1,6 +1,7 @@
 """The session-14 decode candidates (bench/decode_splits.py ``S14_GQA``): "kvpre" / "kvpre4" (the first 2 / 4 key
 blocks of a split's range prefetched into L2 before griddepcontrol.wait: ``T.prefetch_l2``, prefetch.global.L2) and
-"occ2" (12 KiB more shared memory a block: 2 decode blocks a SM at d 128).
+"occ2" (12 KiB more shared memory a block: 2 decode blocks a SM at d 128; with the late trigger the GQA default since
+the H200 run of 11:29), also with the early trigger, the moved prologue and the MQA cluster merge.
 
 In the CPU emulator of their per-thread code for sm_90a and sm_80, against float64 on fresh random inputs with every
 allocation of the op poisoned (NaN): no cache lengths (the prefetching path; the emulator reads every prefetched
@@ -56,18 +57,33 @@ DENSE = [  # (B, H, Hkv, S, D, dtype, splits, heads_in_columns), variant, target
     ((2, 4, 1, 300, 64, torch.bfloat16, 3, False), "kvpre", SM90),                          # d 64: 1 line a row
     ((2, 8, 2, 600, 128, torch.bfloat16, 4, False), "tmerge,gcount,kvpre,occ2,pdllate", SM80),  # sm_80: cp.async
     ((2, 8, 2, 900, 128, torch.float16, 4, False), "tmerge,gcount,kvpre,pdlpre", SM90),    # with the moved set-up
+    ((2, 8, 2, 700, 128, torch.bfloat16, 4, False), "tmerge,gcount,occ2,pdl", SM90),        # the final run's
+    ((2, 8, 2, 650, 128, torch.float16, 6, False), "tmerge,gcount,occ2,pdllate,pdlpre", SM90),
 ]
 
 
 @needs_nvrtc
 @pytest.mark.parametrize("case, variant, target", DENSE,
                          ids=["pre-s4", "pre4-hc", "late-s6", "occ2-late", "occ2-pdl", "s1", "empty", "d64", "sm80",
-                              "pdlpre"])
+                              "pdlpre", "occ2-early", "occ2-late-pre"])
 def test_dense_against_float64(emulate, case, variant, target):  # noqa: F811
     built = emulate(target, variant)
     _run_dense(*case[:7], seed=hash((variant, case[6])) % 1000, heads_in_columns=case[7])
     key = built[0]
     assert key[-1] == tuple(sorted(variant.split(",")))
+
+
+MQA = [  # (B, H, Hkv, S, D, dtype, lens, splits), variant: the short-cache MQA default with occ2 (cover: 32 rows)
+    ((2, 32, 1, 1100, 128, torch.float16, [1100, 300], 16), "cmerge,cover,gcount,occ2,pdl"),
+    ((2, 32, 1, 1100, 128, torch.bfloat16, [1100, 0], 16), "cmerge,cover,gcount,occ2,pdllate"),
+]
+
+
+@needs_nvrtc
+@pytest.mark.parametrize("case, variant", MQA, ids=["mqa-occ2-pdl", "mqa-occ2-late"])
+def test_mqa_against_float64(emulate, case, variant):  # noqa: F811
+    emulate(SM90, variant)
+    _run(*case, seed=11)
 
 
 @needs_nvrtc
@@ -78,12 +94,13 @@ def test_cache_lengths_against_float64(emulate, variant):  # noqa: F811
     _run(3, 8, 2, 650, 128, torch.bfloat16, [650, 0, 1], 4, seed=7)
 
 
-def _kernel_of(variant, target=SM90, splits=4, has_cache=False, dtype="bfloat16", dim=128):
+def _kernel_of(variant, target=SM90, splits=4, has_cache=False, dtype="bfloat16", dim=128, kv_heads=8):
     from tilewright.passes.pipeline import PassContext, run_pipeline
     from tilewright.target import Target
 
     variant = tuple(sorted(variant))
-    f = dk.decode_fwd(32, 8, dim, dtype, has_cache, splits, False, False, 16, 64, 2, 128, variant)
+    block_H = 32 if "cover" in variant else 16
+    f = dk.decode_fwd(32, kv_heads, dim, dtype, has_cache, splits, False, False, block_H, 64, 2, 128, variant)
     opts = {"optimize_level": 2, **(dk.decode_pass_configs(variant) or {})}
     return run_pipeline(f, PassContext(Target.parse(target), opts))
 
@@ -177,12 +194,18 @@ def test_prefetch_l2_refuses_what_is_not_a_global_element():
                                      ("gcount", "kvpre", "occ2", "pdllate", "tmerge"),
                                      ("gcount", "kvpre", "occ2", "pdl", "tmerge"), ("gcount", "occ2", "pdllate", "tmerge"),
                                      ("gcount", "kvpre4", "occ2", "pdllate", "tmerge"),
-                                     ("gcount", "kvpre", "pdlpre", "tmerge")])
+                                     ("gcount", "kvpre", "pdlpre", "tmerge"), ("gcount", "occ2", "pdl", "tmerge"),
+                                     ("gcount", "occ2", "pdllate", "pdlpre", "tmerge"),
+                                     ("cmerge", "cover", "gcount", "occ2", "pdl"),
+                                     ("cmerge", "cover", "gcount", "occ2", "pdllate")])
 def test_h200_kernels_build_without_spills(dtype, variant):
+    """The benchmark's kernels (32 heads on 8 kv heads; MQA with "cover": on 1, 32 splits) for the H200: no spills,
+    within 227 KiB."""
     from tilewright.codegen.cuda import print_cuda
     from tilewright.toolchain import nvrtc
 
-    k = _kernel_of(variant, dtype=dtype)
+    mqa = "cover" in variant
+    k = _kernel_of(variant, dtype=dtype, splits=32 if mqa else 4, kv_heads=1 if mqa else 8)
     assert k.shared_bytes <= SMEM[SM90]
     res = nvrtc.compile_cuda(print_cuda(k), "sm_90a", [k.name]).resources[k.name]
     assert res["spills"] == 0 and res["local_bytes"] == 0, res
@@ -193,7 +216,7 @@ def test_bench_candidates_are_known_variants(monkeypatch):
     from test_s13_decode_candidates import load_decode_bench
 
     bench = load_decode_bench()
-    assert len(bench.S14_GQA) == 8
-    for variant, _, _ in bench.S14_GQA:
+    assert len(bench.S14_GQA) == 11 and bench.S14_MQA
+    for variant, _, _ in bench.S14_GQA + bench.S14_MQA:
         monkeypatch.setenv("TILEWRIGHT_DECODE_VARIANT", variant)
         assert dk.decode_variant(4) == tuple(sorted(variant.split(",")))

@@ -161,6 +161,13 @@ VARIANTS = {
              "nothing is read before the wait; not with a cache of lengths, which live in memory), so that a call's "
              "first bytes stream while the previous call ends",
     "kvpre4": "kvpre with 4 key blocks (32 MB at batch 8 x 8 kv heads x 4 splits: most of L2)",
+    # Measured (11:29, --s14, 7 rounds alternating, bf16 / fp16 at KV 4k, the default then gcount,pdlwait,tmerge at 85.0
+    # / 84.9% and 85.1 / 85.8% in the two commands): kvpre 83.6 / 83.0, kvpre4 82.1 / 81.1, kvpre,pdllate 81.9 / 77.3,
+    # kvpre,pdlpre 84.1 / 84.3, kvpre,occ2,pdllate 86.2 / 85.2 and kvpre4,occ2,pdllate 85.4 / 85.5 against
+    # occ2,pdllate's 87.9 / 87.8, kvpre,occ2,pdl 86.9 / 87.3: the prefetch costs 1-3 points wherever it is added (not
+    # explained: with pdlwait the next grid starts only as this one ends, so there is little to overlap; the extra L2
+    # requests ahead of the TMA copies of the same lines may be the cost).  occ2 is what made a trigger pay (see
+    # DEFAULT_VARIANT).
     "occ2": "12 KiB more shared memory a block (written once before the wait), so that an SM holds 2 decode blocks "
             "at d 128 instead of 3: a next grid launched by a trigger takes only the slots this grid's blocks leave",
 }
@@ -200,8 +207,13 @@ def prefetch_depth(variant: tuple) -> int:
 # 56-60%); at 64k cover,tmerge,gcount 73.8 / 73.9% against 72.9 / 73.1% (with pdl 59%; the cmerge ones 63-64%).
 # Session 13 (08:41, --s13): the GQA default at 87.0 / 87.6% at KV 4k, over issue 9's 85% in both dtypes (SDPA 86.4%);
 # pdlpre, pdllate and lazysum stay candidates (see VARIANTS).
+# Session 14 (11:29, --s14, 7 rounds in alternating order, bf16 / fp16; a run ~2 points below 08:41, SDPA 84.1 /
+# 83.1-84.1% at 4k): occ2,pdllate 87.9 / 87.8% at KV 4k against gcount,pdlwait's 85.1 / 85.8% in the same command
+# (spreads apart: 88-88 against 85-86), 96.1 / 96.0% at 8k against 94.9 / 94.9%: the GQA default since.  The late
+# trigger that lost 2-3 points alone (s13) wins once a SM holds 2 blocks: the next grid's blocks then take the slots
+# this grid's blocks leave, not third slots beside two streaming blocks.  kvpre lost everywhere (see VARIANTS).
 DEFAULT_VARIANT = {"mqa": ("cmerge", "cover", "gcount", "pdl"), "mqa_long": ("cover", "gcount", "tmerge"),
-                   "gqa": ("gcount", "pdlwait", "tmerge")}
+                   "gqa": ("gcount", "occ2", "pdllate", "tmerge")}
 MQA_LONG_FROM = 32768
 # and their configuration by (kind, head dim) ("block_N,stages[,threads]" as TILEWRIGHT_DECODE_CONFIG; none: the
 # rule of decode_config) where neither variable is set
