@@ -16,7 +16,8 @@ torch = pytest.importorskip("torch")
 if not torch.cuda.is_available():
     pytest.skip("needs a CUDA GPU", allow_module_level=True)
 
-from shared_gpu_attention import check_decode, decode_reference  # noqa: E402
+from shared_gpu_attention import check_decode, check_repeat_calls, decode_reference  # noqa: E402
+from test_s12_decode_gpu import _inputs  # noqa: E402
 from test_s12_decode_gpu import test_against_float64 as _against_float64  # noqa: E402
 from test_s12_decode_gpu import test_back_to_back_calls as _back_to_back  # noqa: E402
 from test_s12_decode_gpu import test_graph_of_two_shapes_replayed as _graph_of_two_shapes  # noqa: E402
@@ -27,28 +28,52 @@ ad = importlib.import_module("tilewright.ops.attention_dispatch")
 
 CANDIDATES = ["tmerge,gcount,pdlwait,kvpre", "tmerge,gcount,pdlwait,kvpre4", "tmerge,gcount,kvpre,pdllate",
               "tmerge,gcount,kvpre,occ2,pdllate", "tmerge,gcount,kvpre,occ2,pdl", "tmerge,gcount,occ2,pdllate",
-              "tmerge,gcount,kvpre4,occ2,pdllate", "tmerge,gcount,kvpre,pdlpre"]  # (bench/decode_splits.py S14_GQA)
+              "tmerge,gcount,kvpre4,occ2,pdllate", "tmerge,gcount,kvpre,pdlpre",
+              "tmerge,gcount,occ2,pdl", "tmerge,gcount,occ2,pdllate,pdlpre",  # (bench/decode_splits.py S14_GQA)
+              "cmerge,cover,gcount,occ2,pdl", "cmerge,cover,gcount,occ2,pdllate"]  # (S14_MQA: 1 kv head, KV 16k)
 
 
 @pytest.mark.parametrize("variant", CANDIDATES)
 def test_against_float64(monkeypatch, variant):
-    """The benchmark's shape (batch 8, KV 4k, no cache lengths: the prefetching path)."""
+    """The benchmark's shape (batch 8, KV 4k (MQA 16k), no cache lengths: the prefetching path)."""
     _against_float64(monkeypatch, variant, 8, 4096, None, torch.bfloat16)
 
 
-@pytest.mark.parametrize("variant", ["tmerge,gcount,kvpre4,occ2,pdllate", "tmerge,gcount,kvpre,occ2,pdl"])
+@pytest.mark.parametrize("variant", ["tmerge,gcount,kvpre4,occ2,pdllate", "tmerge,gcount,kvpre,occ2,pdl",
+                                     "tmerge,gcount,occ2,pdllate", "cmerge,cover,gcount,occ2,pdllate"])
 def test_ragged_against_float64(monkeypatch, variant):
     """Ragged cache lengths, an empty sequence, lengths off the key block (no prefetch: the lengths live in memory)."""
     _against_float64(monkeypatch, variant, 4, 4096, [4096, 0, 1, 2049], torch.float16)
 
 
-@pytest.mark.parametrize("variant", ["tmerge,gcount,kvpre,pdllate", "tmerge,gcount,kvpre,occ2,pdl"])
+@pytest.mark.parametrize("variant", ["tmerge,gcount,kvpre,pdllate", "tmerge,gcount,kvpre,occ2,pdl",
+                                     "tmerge,gcount,occ2,pdllate", "tmerge,gcount,occ2,pdl",
+                                     "cmerge,cover,gcount,occ2,pdl"])
 def test_back_to_back_calls(monkeypatch, variant):
     _back_to_back(monkeypatch, variant)
 
 
-def test_graph_replayed(monkeypatch):
-    _graph_of_two_shapes(monkeypatch, "tmerge,gcount,kvpre,occ2,pdllate", "cover,gcount,pdlpre,tmerge")
+@pytest.mark.parametrize("gqa, mqa", [("tmerge,gcount,kvpre,occ2,pdllate", "cover,gcount,pdlpre,tmerge"),
+                                      ("gcount,occ2,pdllate,tmerge", "cmerge,cover,gcount,occ2,pdllate")])
+def test_graph_replayed(monkeypatch, gqa, mqa):
+    """session 12's capture of GQA and MQA calls; the second pair is the GQA default since 11:29 with an MQA
+    candidate."""
+    _graph_of_two_shapes(monkeypatch, gqa, mqa)
+
+
+def test_the_default_is_the_measured_one(monkeypatch):
+    """Without TILEWRIGHT_DECODE_VARIANT a GQA plan on this GPU takes occ2 with the late trigger on sm_90 (the
+    plain kernel without clusters), and its output matches float64 (the benchmark's shape)."""
+    monkeypatch.delenv("TILEWRIGHT_DECODE_VARIANT", raising=False)
+    dk = importlib.import_module("tilewright.ops.decode_kernels")
+    cfg = dk.decode_config(128, ad._shared_bytes(torch.empty(1, device="cuda")), 4,
+                           ad._target_of(torch.empty(1, device="cuda")), 4096)
+    want = ("gcount", "occ2", "pdllate", "tmerge") if torch.cuda.get_device_capability()[0] >= 9 else ()
+    assert cfg[4] == want
+    ad.forget_plans()
+    q, k, v, cache = _inputs(False, 8, 4096, torch.float16)
+    check_repeat_calls(q, k, v, cache, None, torch.float16)  # (the variable still unset: the default's kernel)
+    ad.forget_plans()
 
 
 @pytest.mark.parametrize("variant", ["tmerge,gcount,pdlwait,kvpre4", "tmerge,gcount,kvpre,pdllate",
