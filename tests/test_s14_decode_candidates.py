@@ -142,6 +142,19 @@ def test_occ2_shared_memory():
     assert dk.blocks_per_sm(128, cfg[:4] + (("gcount", "occ2", "pdlwait", "tmerge"),), 227 * 1024) == 2
 
 
+def test_occ2_dropped_where_it_does_not_fit(monkeypatch):
+    """occ2 on a 64 KiB LDS (the GQA default in a plan without a target, or named): dropped where the pad would not
+    fit beside the tiles, never shrinking them; on the H200's 227 KiB it stays."""
+    monkeypatch.delenv("TILEWRIGHT_DECODE_VARIANT", raising=False)
+    monkeypatch.delenv("TILEWRIGHT_DECODE_CONFIG", raising=False)
+    assert dk.decode_config(128, 232448, 4) == (16, 64, 2, 128, ("gcount", "occ2", "pdllate", "tmerge"))
+    assert dk.decode_config(208, 65536, 4) == (16, 32, 2, 64, ("gcount", "pdllate", "tmerge"))  # (64,000 B of tiles)
+    monkeypatch.setenv("TILEWRIGHT_DECODE_VARIANT", "occ2,tmerge")
+    assert dk.decode_config(128, 65536, 4)[:2] == (16, 32)  # (the LDS shrinks the tiles, not the pad)
+    assert dk.decode_config(128, 65536, 4)[4] == ("occ2", "tmerge")  # (40 KiB of tiles: the pad fits)
+    assert dk.decode_config(208, 65536, 4)[4] == ("tmerge",)
+
+
 def test_prefetch_depth():
     assert dk.prefetch_depth(("kvpre", "tmerge")) == 2 and dk.prefetch_depth(("kvpre4",)) == 4
     assert dk.prefetch_depth(("kvpre", "kvpre4")) == 4 and dk.prefetch_depth(("tmerge",)) == 0

@@ -261,7 +261,8 @@ def decode_config(dim: int, smem: int, group: int = 1, target: str | None = None
     default); with "cover", ``block_H`` is the ``group`` of query heads a kv head serves rounded up to 16, at
     most 64 (32 at d > 128: 64 rows spill there).  With ``target`` (its string) and no clusters there, "cmerge"
     is dropped from a chosen variant and a default (measured on the H200 only) becomes the plain kernel.  ``seq_k``:
-    the keys of the cache, which pick the MQA default ("mqa_long" from ``MQA_LONG_FROM``)."""
+    the keys of the cache, which pick the MQA default ("mqa_long" from ``MQA_LONG_FROM``).  "occ2" is dropped where
+    its 12 KiB would not fit beside the tiles in ``smem`` (AMD's 64 KiB LDS)."""
     variant = decode_variant(group, seq_k)
     if target is not None and variant and not _has_clusters(target):
         # a target without clusters: a chosen variant loses cmerge, a default (measured on sm_90a) is the plain one
@@ -297,6 +298,8 @@ def decode_config(dim: int, smem: int, group: int = 1, target: str | None = None
             bN //= 2
         else:
             break
+    if "occ2" in variant and (bH + 2 * stages * bN) * dim * 2 + 2 * bH * bN * 4 + OCC2_PAD > smem:
+        variant = tuple(v for v in variant if v != "occ2")  # (a placement hint: never worth smaller tiles or no fit)
     return bH, bN, stages, threads, variant
 
 
