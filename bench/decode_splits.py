@@ -190,6 +190,10 @@ S13_MQA = [("cmerge,cover,gcount,pdl,pdlpre", None, None), ("cover,gcount,pdlpre
 # pay.
 # Indexes 8-10 (the final run): the old default against the new one at 4k and 64k (64k was not measured for occ2), and
 # occ2 with the early trigger or the moved prologue, now that the next grid's blocks are placed while this one ends.
+# The final run (12:04, bf16 / fp16, KV 4k / 64k): the new default 89.3 / 89.5, 108.7 / 108.4% against the old one's
+# 87.4 / 87.2, 108.6 / 108.2 (SDPA 86.2 / 86.7, 108.6 / 108.3); occ2,pdl 88.1 / 88.0, 107.8 / 107.5; occ2,pdllate,pdlpre
+# 88.9 / 88.5, 108.5 / 108.3.  MQA at 16k: the default 47.1% (SDPA 55.9 / 56.5) against occ2,pdl 32.4% and occ2,pdllate
+# 33.3 / 33.4%: occ2 does not suit the cluster merge.
 S14_GQA = [("tmerge,gcount,pdlwait,kvpre", None, None), ("tmerge,gcount,pdlwait,kvpre4", None, None),
            ("tmerge,gcount,kvpre,pdllate", None, None), ("tmerge,gcount,kvpre,occ2,pdllate", None, None),
            ("tmerge,gcount,kvpre,occ2,pdl", None, None), ("tmerge,gcount,occ2,pdllate", None, None),

@@ -212,6 +212,11 @@ def prefetch_depth(variant: tuple) -> int:
 # (spreads apart: 88-88 against 85-86), 96.1 / 96.0% at 8k against 94.9 / 94.9%: the GQA default since.  The late
 # trigger that lost 2-3 points alone (s13) wins once a SM holds 2 blocks: the next grid's blocks then take the slots
 # this grid's blocks leave, not third slots beside two streaming blocks.  kvpre lost everywhere (see VARIANTS).
+# Confirmed at 12:04 (--s14, 7 rounds alternating, bf16 / fp16): the default 89.3 / 89.5% at KV 4k against the old
+# one's 87.4 / 87.2% (SDPA 86.2 / 86.7%), 108.7 / 108.4% at 64k against 108.6 / 108.2% (a tie); occ2 with the early
+# trigger 88.1 / 88.0 and 107.8 / 107.5, with pdlpre 88.9 / 88.5 and 108.5 / 108.3: neither replaces it.  MQA (KV 16k):
+# occ2 with the cluster merge lost badly (32.4 / 33.4% against the default's 47.1%; not measured why, a guess: clusters
+# of 8 at 2 blocks a SM no longer all fit their GPCs at once), so the MQA defaults stay.
 DEFAULT_VARIANT = {"mqa": ("cmerge", "cover", "gcount", "pdl"), "mqa_long": ("cover", "gcount", "tmerge"),
                    "gqa": ("gcount", "occ2", "pdllate", "tmerge")}
 MQA_LONG_FROM = 32768
