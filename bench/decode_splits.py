@@ -28,6 +28,7 @@ read from L2, replayed; no host time, no flush.
     python bench/decode_splits.py --s11      # session 11's KV-4k candidates, interleaved rounds (~100 s)
     python bench/decode_splits.py --s12      # session 12's graph-level candidates (gcount, pdl), as --s11
     python bench/decode_splits.py --s13      # session 13's PDL candidates (pdlpre, pdllate), KV 4k/8k/64k, as --s11
+    python bench/decode_splits.py --s14      # session 14's L2 prefetch before the wait (kvpre) and occ2, as --s13
 
 ``--s10`` (or DECODE_SPLITS=s10) times, in a CUDA graph as table 2, the GQA candidates (table S10-GQA) and the MQA
 candidates (table S10-MQA) of ``S10_GQA`` / ``S10_MQA`` against SDPA and the default, skipping tables 1-3.
@@ -43,6 +44,7 @@ copy bandwidth).  ``DECODE_S11_CANDS`` (comma-separated indexes into ``S11_GQA``
 ``--s13`` for ``S13_GQA`` / ``S13_MQA`` with ``DECODE_S13_*`` (GQA lengths 4k, 8k and 64k by default; 8 rounds, every
 other one in reverse order, ``DECODE_S13_ORDER=forward`` for all in one order, and a second table of the medians of the
 forward and of the reverse rounds apart: the place of a graph in the round, e.g. bf16 4k first in every forward round).
+``--s14`` does the same for ``S14_GQA`` / ``S14_MQA`` with ``DECODE_S14_*`` (7 rounds, alternating).
 """
 
 from __future__ import annotations
@@ -173,6 +175,34 @@ S13_GQA = [("tmerge,gcount,pdlpre", None, None), ("tmerge,gcount,pdllate", None,
 # MQA (DECODE_S13_KIND=mqa): the defaults with the prologue ahead of the wait, and the short-cache one with lazysum
 S13_MQA = [("cmerge,cover,gcount,pdl,pdlpre", None, None), ("cover,gcount,pdlpre,tmerge", None, None),
            ("cmerge,cover,gcount,lazysum,pdl", None, None)]
+# session 14 (--s14): the HBM idle time between two calls at KV 4k (the last key block's compute, the merge, the grid's
+# end, the wait's release and the next call's first-block latency: every read waits at griddepcontrol.wait).  "kvpre"
+# ("kvpre4"): the first 2 (4) key blocks of each split's range prefetched into L2 before the wait (a hint, no read in
+# the memory model), so the next call's first bytes stream while this one ends; with pdlwait the next grid is placed
+# when this one's last block exits, with pdllate when every block has read its last key block (the merges overlap).
+# "occ2": 2 blocks a SM (12 KiB more shared memory), so that the next grid's blocks only take the slots this grid
+# leaves (pdl and pdllate alone lost 2-24 points; a third block on a SM is one guess why).  Indexes 0-3 were the first
+# command of the 11:29 run, 4-7 the second.  The H200 run of 11:29 (7 rounds alternating, bf16 / fp16 at KV 4k; the
+# default then, gcount,pdlwait, 85.0 / 84.9 and 85.1 / 85.8% in the two commands, SDPA 84.1 / 83.1-84.1):
+# occ2,pdllate 87.9 / 87.8% (8k 96.1 / 96.0 against 94.9 / 94.9; the GQA default since), kvpre,occ2,pdl 86.9 / 87.3,
+# kvpre,occ2,pdllate 86.2 / 85.2, kvpre4,occ2,pdllate 85.4 / 85.5, kvpre,pdlpre 84.1 / 84.3, kvpre 83.6 / 83.0,
+# kvpre4 82.1 / 81.1, kvpre,pdllate 81.9 / 77.3: the prefetch lost wherever it was added; occ2 made the late trigger
+# pay.
+# Indexes 8-10 (the final run): the old default against the new one at 4k and 64k (64k was not measured for occ2), and
+# occ2 with the early trigger or the moved prologue, now that the next grid's blocks are placed while this one ends.
+# The final run (12:04, bf16 / fp16, KV 4k / 64k): the new default 89.3 / 89.5, 108.7 / 108.4% against the old one's
+# 87.4 / 87.2, 108.6 / 108.2 (SDPA 86.2 / 86.7, 108.6 / 108.3); occ2,pdl 88.1 / 88.0, 107.8 / 107.5; occ2,pdllate,pdlpre
+# 88.9 / 88.5, 108.5 / 108.3.  MQA at 16k: the default 47.1% (SDPA 55.9 / 56.5) against occ2,pdl 32.4% and occ2,pdllate
+# 33.3 / 33.4%: occ2 does not suit the cluster merge.
+S14_GQA = [("tmerge,gcount,pdlwait,kvpre", None, None), ("tmerge,gcount,pdlwait,kvpre4", None, None),
+           ("tmerge,gcount,kvpre,pdllate", None, None), ("tmerge,gcount,kvpre,occ2,pdllate", None, None),
+           ("tmerge,gcount,kvpre,occ2,pdl", None, None), ("tmerge,gcount,occ2,pdllate", None, None),
+           ("tmerge,gcount,kvpre4,occ2,pdllate", None, None), ("tmerge,gcount,kvpre,pdlpre", None, None),
+           ("tmerge,gcount,pdlwait", None, None), ("tmerge,gcount,occ2,pdl", None, None),
+           ("tmerge,gcount,occ2,pdllate,pdlpre", None, None)]
+# MQA (DECODE_S14_KIND=mqa; KV 16k, 32 heads on 1 kv head): the short-cache default (cmerge,cover,gcount,pdl: an early
+# trigger with 3 blocks a SM, 46.7% in session 12, SDPA 56%) with occ2, and with the late trigger instead
+S14_MQA = [("cmerge,cover,gcount,occ2,pdl", None, None), ("cmerge,cover,gcount,occ2,pdllate", None, None)]
 # MQA (DECODE_S12_KIND=mqa): the defaults (cover,cmerge below 32k keys, cover,tmerge from there) with gcount, and
 # with pdl (the cluster launch of cmerge takes the attribute as well)
 S12_MQA = [("cmerge,cover,gcount", None, None), ("cmerge,cover,gcount,pdl", None, None),
@@ -232,17 +262,19 @@ def s11_table(roof: float, tag: str = "S11") -> list:
 
     env = f"DECODE_{tag}_"
     mqa = os.environ.get(env + "KIND") == "mqa"
-    tables = {"S11": (S11_GQA, S11_MQA), "S12": (S12_GQA, S12_MQA), "S13": (S13_GQA, S13_MQA)}[tag]
+    tables = {"S11": (S11_GQA, S11_MQA), "S12": (S12_GQA, S12_MQA), "S13": (S13_GQA, S13_MQA),
+              "S14": (S14_GQA, S14_MQA)}[tag]
+    late = tag in ("S13", "S14")  # (KV 4k/8k/64k, alternating rounds)
     hkv, table = (1, tables[1]) if mqa else (HKV, tables[0])
     pick = os.environ.get(env + "CANDS")
     cands = [table[int(i)] for i in pick.split(",")] if pick else table
-    gqa_lens = "4096,8192,65536" if tag == "S13" else "4096,8192,16384,65536"
+    gqa_lens = "4096,8192,65536" if late else "4096,8192,16384,65536"
     lens = [int(x) for x in os.environ.get(env + "LENS", "16384,65536" if mqa else gqa_lens).split(",")]
     dtypes = [getattr(torch, n) for n in os.environ.get(env + "DTYPES", "bfloat16,float16").split(",")]
-    rounds = int(os.environ.get(env + "ROUNDS", "8" if tag == "S13" else "7"))
+    rounds = int(os.environ.get(env + "ROUNDS", "8" if tag == "S13" else "7"))  # (S14: 7 rounds, alternating)
     # "alternate" (S13's default): odd rounds replay the graphs in reverse order, so that a graph's place in the round
     # (bf16 4k first in every forward round) is not part of its median; the position table compares the two halves
-    alternate = os.environ.get(env + "ORDER", "alternate" if tag == "S13" else "forward") == "alternate"
+    alternate = os.environ.get(env + "ORDER", "alternate" if late else "forward") == "alternate"
     cols = ["SDPA", "new"] + [label(*c) for c in cands]
     graphs, cells, gbs = {}, {}, {}  # (dtype, L, column) -> CUDA graph / text instead of a rate; (dtype, L) -> GB
     inputs = []  # every graph's q and KV caches: a graph replays their addresses, so they live until the timing ends
@@ -430,7 +462,7 @@ def mqa_table(roof: float) -> list:
 
 def main() -> None:
     roof = copy_bandwidth("cuda", False)
-    for tag in ("S11", "S12", "S13"):
+    for tag in ("S11", "S12", "S13", "S14"):
         if f"--{tag.lower()}" in sys.argv or os.environ.get("DECODE_SPLITS") == tag.lower():
             rows = s11_table(roof, tag)
             print("\n".join(rows))

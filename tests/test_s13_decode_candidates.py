@@ -177,16 +177,22 @@ def test_h200_kernels_build_without_spills(dtype, variant, splits, heads, block_
     assert res["spills"] == 0 and res["local_bytes"] == 0, res
 
 
-def test_bench_candidates_are_known_variants(monkeypatch):
-    """Every variant the --s13 tables time parses (an unknown name would be an ERROR cell on the H200)."""
+def load_decode_bench():
+    """bench/decode_splits.py as a module (its folder on the path for its own imports)."""
     import importlib.util
     import os
     import sys
 
     sys.path.insert(0, os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))), "bench"))
-    spec = importlib.util.spec_from_file_location("decode_splits_s13", sys.path[0] + "/decode_splits.py")
+    spec = importlib.util.spec_from_file_location("decode_splits_bench", sys.path[0] + "/decode_splits.py")
     bench = importlib.util.module_from_spec(spec)
     spec.loader.exec_module(bench)
+    return bench
+
+
+def test_bench_candidates_are_known_variants(monkeypatch):
+    """Every variant the --s13 tables time parses (an unknown name would be an ERROR cell on the H200)."""
+    bench = load_decode_bench()
     for variant, _, _ in bench.S13_GQA + bench.S13_MQA:
         monkeypatch.setenv("TILEWRIGHT_DECODE_VARIANT", variant)
         assert dk.decode_variant(4) == tuple(sorted(variant.split(",")))

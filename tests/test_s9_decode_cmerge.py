@@ -172,8 +172,8 @@ def test_mqa_default_is_cover_cmerge_where_clusters_exist(monkeypatch):
     assert dk.decode_config(128, 232448, 32, SM90) == (32, 64, 2, 128, ("cmerge", "cover", "gcount", "pdl"))
     assert dk.decode_config(128, 166912, 32, SM80) == (16, 64, 2, 128, ())
     assert dk.decode_config(128, 232448, 32, "interpret") == (16, 64, 2, 128, ())
-    # GQA: session 10's tmerge, session 12's gcount,pdlwait
-    assert dk.decode_config(128, 232448, 4, SM90) == (16, 64, 2, 128, ("gcount", "pdlwait", "tmerge"))
+    # GQA: session 10's tmerge, session 12's gcount, session 14's occ2,pdllate
+    assert dk.decode_config(128, 232448, 4, SM90) == (16, 64, 2, 128, ("gcount", "occ2", "pdllate", "tmerge"))
     monkeypatch.setenv("TILEWRIGHT_DECODE_VARIANT", "cmerge,cover")
     assert dk.decode_config(128, 166912, 32, SM80) == (32, 64, 2, 128, ("cover",))
 

@@ -193,7 +193,7 @@ class Printer:
                             th.TmaStoreWait)):
             self.tma(s, d)
         elif isinstance(s, (th.MbarrierArrive, th.MbarrierExpectTx, th.NamedBarrier, th.SetMaxNReg,
-                            th.FenceProxyAsync, th.ClusterBarrier, th.GridDependency)):
+                            th.FenceProxyAsync, th.ClusterBarrier, th.GridDependency, th.PrefetchL2)):
             self.sync(s, d)
         elif isinstance(s, (th.Wgmma, th.WgmmaFence, th.WgmmaCommit, th.WgmmaWait)):
             self.wgmma(s, d)

@@ -565,6 +565,8 @@ class CudaPrinter(Printer):
             self.emit(d, f'asm volatile("setmaxnreg.{kind}.sync.aligned.u32 {int(s.count)};\\n" ::: "memory");')
         elif isinstance(s, th.FenceProxyAsync):
             self.emit(d, 'asm volatile("fence.proxy.async.shared::cta;\\n" ::: "memory");')
+        elif isinstance(s, th.PrefetchL2):  # (a hint: no value, no ordering; see ir.thread.PrefetchL2)
+            self.emit(d, f'asm volatile("prefetch.global.L2 [%0];\\n" :: "l"(&{self.expr(s.load)}));')
         elif isinstance(s, th.GridDependency):
             if self.k.target.has("cluster"):  # (sm_90 and newer: programmatic dependent launch)
                 if s.prefetch_tensor_maps and self.k.tensor_maps:  # (kernel parameters: no dependence on the wait)

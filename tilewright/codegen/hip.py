@@ -620,6 +620,9 @@ class HipPrinter(Printer):
             )
 
     def sync(self, s, d: int) -> None:
+        if isinstance(s, th.PrefetchL2):  # (a hint without an AMD instruction here: left out)
+            self.emit(d, "// prefetch_l2: nothing on AMD")
+            return
         if isinstance(s, th.GridDependency):  # (HIP launches in stream order: the previous kernel has finished)
             self.emit(d, f"// griddepcontrol.{s.action}: no programmatic dependent launch on AMD")
             return

@@ -804,7 +804,7 @@ class _Interpreter:
             t.LetStmt: self.x_let, t.Annotate: self.x_nothing,
             t.Evaluate: self.x_evaluate, t.ThreadPartition: self.x_partition,
             th.Barrier: self.x_nothing, th.MbarrierInit: self.x_nothing, th.FenceProxyAsync: self.x_nothing,
-            th.GridDependency: self.x_nothing,
+            th.GridDependency: self.x_nothing, th.PrefetchL2: self.x_nothing,
             th.SetMaxNReg: self.x_nothing, th.MbarrierArrive: self.x_mbarrier, th.MbarrierWait: self.x_mbarrier,
             th.MbarrierExpectTx: self.x_mbarrier, th.NamedBarrier: self.x_mbarrier,
         }

@@ -315,6 +315,18 @@ class GridDependency(Stmt):
 
 
 @dataclass(eq=False)
+class PrefetchL2(Stmt):
+    """``T.prefetch_l2``: the executing thread asks for the cache line holding element ``load`` of a global buffer
+    to be brought into L2 (``prefetch.global.L2``).  A hint with no effect on any value or on memory ordering: L2
+    is the device's point of coherence, so a later load of the line (a TMA copy included) sees every write made
+    to it, before or after the prefetch; so it may sit before ``griddepcontrol.wait``.  The element must be
+    inside the buffer (the emulator reads it, with its bounds check; the value is unused).  Nothing on AMD."""
+
+    load: Any  # an expr.Load of a global buffer: logical indices in Tile IR, one element offset in thread IR
+    loc: Any = None
+
+
+@dataclass(eq=False)
 class LoadMatrix(Stmt):
     """ldmatrix: the warp loads ``num`` (1, 2, 4) 8x8 matrices of 16-bit elements from shared memory.
     Lane ``l`` supplies ``src_index`` = the element offset of row ``l % 8`` of matrix ``l // 8``.

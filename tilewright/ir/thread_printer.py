@@ -63,6 +63,8 @@ def thread_stmt_lines(s) -> list[str]:
         return ["fence_proxy_async()"]
     if isinstance(s, th.GridDependency):
         return [f"griddepcontrol.{s.action}()"]
+    if isinstance(s, th.PrefetchL2):
+        return [f"prefetch_l2({expr_str(s.load)})"]
     if isinstance(s, th.Comment):
         return [f"# {s.text}"]
     if isinstance(s, th.MbarrierInit):
@@ -102,6 +104,8 @@ def thread_stmt_lines(s) -> list[str]:
         return ["fence_proxy_async()"]
     if isinstance(s, th.GridDependency):
         return [f"griddepcontrol.{s.action}()"]
+    if isinstance(s, th.PrefetchL2):
+        return [f"prefetch_l2({expr_str(s.load)})"]
     return [f"<{name}>"]
 
 

@@ -1510,6 +1510,24 @@ def pdl_trigger():
     _b.current().emit(_th.GridDependency("launch_dependents"))
 
 
+def prefetch_l2(element):
+    """Ask for the cache line holding ``element`` of a global buffer (``T.prefetch_l2(K[row, col])``: each
+    executing thread its own element) to be brought into L2 (``prefetch.global.L2`` on CUDA; nothing on AMD and
+    in the interpreters).  A hint: it changes no value and orders nothing, and L2 is the device's point of
+    coherence, so a later read of the line sees every write to it; it may therefore come before ``T.pdl_sync``
+    (the previous kernel's writes still reach the reads after the wait).  The element must be inside the buffer
+    (the emulator checks it)."""
+    from ..ir import thread as _th
+
+    if not isinstance(element, _e.Load) or getattr(element.buffer, "scope", None) != "global":
+        raise _b.error("T.prefetch_l2 takes one element of a global buffer (a kernel parameter), e.g. "
+                       f"T.prefetch_l2(K[row, col]); got {element!r}")
+    if len(element.indices) != len(element.buffer.shape):
+        raise _b.error(f"T.prefetch_l2: {element.buffer.name} has {len(element.buffer.shape)} dimensions, "
+                       f"{len(element.indices)} indices given")
+    _b.current().emit(_th.PrefetchL2(element))
+
+
 def pdl_sync():
     """Programmatic dependent launch (sm_90+): wait here until the previous kernel of the stream has
     finished and its writes are visible (``griddepcontrol.wait``).  A kernel holding it is launched with

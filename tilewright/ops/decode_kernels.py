@@ -142,8 +142,44 @@ VARIANTS = {
                "and summed into once a key block) and reduced across the warps once after the last key block, not "
                "every key block: 3 of the 9 block barriers of a key block's compute gone (the row sum's exchange "
                "through shared memory), so the last tile's compute before the merge is shorter",
+    # Session 14 (issue 9's bar with margin: >= 90% at KV 4k).  The arithmetic of a call at 4k: 256 blocks of 16 key
+    # blocks (512 KB each), all resident at once (2 a SM on 124 SMs, 1 on 8: no second wave; the busiest SM streams
+    # 3% more than the mean, which costs only if one SM's bandwidth were the limit, and 2 blocks a SM reach ~64 GB/s
+    # against the ~35 GB/s a SM's share needs), so the work shape is not the loss.  134 MB at the 64k rate (4.59 TB/s)
+    # is 29.2 us of the 36.5 us measured (08:41, bf16), and HBM idles between two calls
+    # for the last key block's compute (~1 us), the merge's chain (partial stores, fence, the count, the set's loads,
+    # the output stores), the grid's end and the wait's release, and the next call's first-block latency: every
+    # read of the next call waits at griddepcontrol.wait.  A prefetch into L2 is no read in the memory model (a hint;
+    # L2 is where every write lands), so it may go before the wait and fill that gap with the next call's first
+    # bytes; the TMA copies after the wait then hit L2.  How early it runs depends on when the next grid's blocks
+    # are placed: with pdlwait when the last block of this grid exits; with a trigger (pdl, pdllate) when every
+    # block has triggered, into free slots (a third block on a SM: the placement pdl's loss may come from), so
+    # "occ2" caps a SM at 2 blocks by shared memory: the next grid's blocks then only take the slots this grid's
+    # blocks leave (3 of 4 of a set leave at their count, before the merge).
+    "kvpre": "before T.pdl_sync, each block prefetches the first 2 key blocks (K and V) of its split's range into L2 "
+             "(prefetch.global.L2, one 128-byte line a thread and step; the range from seq_k, a launch argument, so "
+             "nothing is read before the wait; not with a cache of lengths, which live in memory), so that a call's "
+             "first bytes stream while the previous call ends",
+    "kvpre4": "kvpre with 4 key blocks (32 MB at batch 8 x 8 kv heads x 4 splits: most of L2)",
+    # Measured (11:29, --s14, 7 rounds alternating, bf16 / fp16 at KV 4k, the default then gcount,pdlwait,tmerge at 85.0
+    # / 84.9% and 85.1 / 85.8% in the two commands): kvpre 83.6 / 83.0, kvpre4 82.1 / 81.1, kvpre,pdllate 81.9 / 77.3,
+    # kvpre,pdlpre 84.1 / 84.3, kvpre,occ2,pdllate 86.2 / 85.2 and kvpre4,occ2,pdllate 85.4 / 85.5 against
+    # occ2,pdllate's 87.9 / 87.8, kvpre,occ2,pdl 86.9 / 87.3: the prefetch costs 1-3 points wherever it is added (not
+    # explained: with pdlwait the next grid starts only as this one ends, so there is little to overlap; the extra L2
+    # requests ahead of the TMA copies of the same lines may be the cost).  occ2 is what made a trigger pay (see
+    # DEFAULT_VARIANT).
+    "occ2": "12 KiB more shared memory a block (written once before the wait), so that an SM holds 2 decode blocks "
+            "at d 128 instead of 3: a next grid launched by a trigger takes only the slots this grid's blocks leave",
 }
 PDL_WAIT = ("pdl", "pdlwait", "pdlpre", "pdllate")  # the variants whose kernel starts with T.pdl_sync
+# "kvpre" / "kvpre4": key blocks of a split's range prefetched into L2 before the wait
+PREFETCH_DEPTH = {"kvpre": 2, "kvpre4": 4}
+OCC2_PAD = 12288  # "occ2": bytes of shared memory added to a block (d 128, 2 stages: 69,760 -> 82,048, 2 a SM)
+
+
+def prefetch_depth(variant: tuple) -> int:
+    """Key blocks a split prefetches into L2 ahead of its wait ("kvpre": 2, "kvpre4": 4; the most named; 0)."""
+    return max((PREFETCH_DEPTH[v] for v in variant if v in PREFETCH_DEPTH), default=0)
 
 
 # The variants a plan takes when TILEWRIGHT_DECODE_VARIANT is unset, by the query-head group a kv head serves
@@ -171,8 +207,18 @@ PDL_WAIT = ("pdl", "pdlwait", "pdlpre", "pdllate")  # the variants whose kernel 
 # 56-60%); at 64k cover,tmerge,gcount 73.8 / 73.9% against 72.9 / 73.1% (with pdl 59%; the cmerge ones 63-64%).
 # Session 13 (08:41, --s13): the GQA default at 87.0 / 87.6% at KV 4k, over issue 9's 85% in both dtypes (SDPA 86.4%);
 # pdlpre, pdllate and lazysum stay candidates (see VARIANTS).
+# Session 14 (11:29, --s14, 7 rounds in alternating order, bf16 / fp16; a run ~2 points below 08:41, SDPA 84.1 /
+# 83.1-84.1% at 4k): occ2,pdllate 87.9 / 87.8% at KV 4k against gcount,pdlwait's 85.1 / 85.8% in the same command
+# (spreads apart: 88-88 against 85-86), 96.1 / 96.0% at 8k against 94.9 / 94.9%: the GQA default since.  The late
+# trigger that lost 2-3 points alone (s13) wins once a SM holds 2 blocks: the next grid's blocks then take the slots
+# this grid's blocks leave, not third slots beside two streaming blocks.  kvpre lost everywhere (see VARIANTS).
+# Confirmed at 12:04 (--s14, 7 rounds alternating, bf16 / fp16): the default 89.3 / 89.5% at KV 4k against the old
+# one's 87.4 / 87.2% (SDPA 86.2 / 86.7%), 108.7 / 108.4% at 64k against 108.6 / 108.2% (a tie); occ2 with the early
+# trigger 88.1 / 88.0 and 107.8 / 107.5, with pdlpre 88.9 / 88.5 and 108.5 / 108.3: neither replaces it.  MQA (KV 16k):
+# occ2 with the cluster merge lost badly (32.4 / 33.4% against the default's 47.1%; not measured why, a guess: clusters
+# of 8 at 2 blocks a SM no longer all fit their GPCs at once), so the MQA defaults stay.
 DEFAULT_VARIANT = {"mqa": ("cmerge", "cover", "gcount", "pdl"), "mqa_long": ("cover", "gcount", "tmerge"),
-                   "gqa": ("gcount", "pdlwait", "tmerge")}
+                   "gqa": ("gcount", "occ2", "pdllate", "tmerge")}
 MQA_LONG_FROM = 32768
 # and their configuration by (kind, head dim) ("block_N,stages[,threads]" as TILEWRIGHT_DECODE_CONFIG; none: the
 # rule of decode_config) where neither variable is set
@@ -220,7 +266,8 @@ def decode_config(dim: int, smem: int, group: int = 1, target: str | None = None
     default); with "cover", ``block_H`` is the ``group`` of query heads a kv head serves rounded up to 16, at
     most 64 (32 at d > 128: 64 rows spill there).  With ``target`` (its string) and no clusters there, "cmerge"
     is dropped from a chosen variant and a default (measured on the H200 only) becomes the plain kernel.  ``seq_k``:
-    the keys of the cache, which pick the MQA default ("mqa_long" from ``MQA_LONG_FROM``)."""
+    the keys of the cache, which pick the MQA default ("mqa_long" from ``MQA_LONG_FROM``).  "occ2" is dropped where
+    its 12 KiB would not fit beside the tiles in ``smem`` (AMD's 64 KiB LDS)."""
     variant = decode_variant(group, seq_k)
     if target is not None and variant and not _has_clusters(target):
         # a target without clusters: a chosen variant loses cmerge, a default (measured on sm_90a) is the plain one
@@ -256,6 +303,8 @@ def decode_config(dim: int, smem: int, group: int = 1, target: str | None = None
             bN //= 2
         else:
             break
+    if "occ2" in variant and (bH + 2 * stages * bN) * dim * 2 + 2 * bH * bN * 4 + OCC2_PAD > smem:
+        variant = tuple(v for v in variant if v != "occ2")  # (a placement hint: never worth smaller tiles or no fit)
     return bH, bN, stages, threads, variant
 
 
@@ -270,7 +319,7 @@ def blocks_per_sm(dim: int, cfg: tuple, smem: int) -> int:
     block_H, block_N, stages, threads, variant = cfg
     regs = 128 if block_H * dim <= 4096 else 255
     threads += 128 if "ws" in variant else 0
-    shared = 2 * stages * block_N * dim * 2 + block_H * block_N * 4 + 1024
+    shared = 2 * stages * block_N * dim * 2 + block_H * block_N * 4 + 1024 + (OCC2_PAD if "occ2" in variant else 0)
     return max(1, min((smem + 1024) // shared, 2048 // threads, 65536 // (threads * regs), 32))
 
 
@@ -380,6 +429,12 @@ def decode_fwd(heads, kv_heads, dim, dtype, has_cache, splits, k_hc, v_hc, block
     rpr = -(-min(group, block_H) // cm)
     rounds = splits // cm  # cluster partials per row slice (1: the cluster writes the output)
     tm = merge_set(splits, variant)  # "tmerge": splits a set of the tree merge (1: none)
+    prefetch_blocks = prefetch_depth(variant)  # "kvpre": key blocks a split prefetches into L2 before the wait
+    esize = 2 if dtype in ("float16", "bfloat16") else 4 if dtype == "float32" else 1
+    pf_lines = max(1, dim * esize // 128)  # 128-byte lines a row of K (V)
+    pf_elems = 128 // esize if dim * esize >= 128 else dim
+    pf_steps = tuple(range(-(-prefetch_blocks * block_N * pf_lines // threads)))
+    occupancy_pad = OCC2_PAD if "occ2" in variant else 0
     tsets = splits // tm  # sets of a group (1: the set's merge writes the output)
 
     @T.macro
@@ -402,6 +457,24 @@ def decode_fwd(heads, kv_heads, dim, dtype, has_cache, splits, k_hc, v_hc, block
                 md[i] = md[i] + mw[i]
             for i, j in T.Parallel(nrows, dim):
                 mo[i, j] += Opart[(first_slot + s * step) * rows + q_row + T.min(r0 + i, group - 1 - first), j] * mw[i]
+
+    @T.macro
+    def l2_prefetch(K, V, part, kvh, bz, seq_k, k_rb, k_rh, v_rb, v_rh):
+        """"kvpre": each thread prefetches lines of the first ``prefetch_blocks`` key blocks of split ``part``'s
+        range (K and V rows of kv head ``kvh`` of sequence ``bz``; rows past ``seq_k`` or the range are left out),
+        one 128-byte line a thread and step."""
+        tx = T.get_thread_binding()
+        blocks = T.ceildiv(seq_k, block_N)
+        lo = part * T.ceildiv(blocks, splits)
+        hi = T.min(lo + T.ceildiv(blocks, splits), blocks)
+        for step in pf_steps:  # (a tuple: unrolled when traced, a line index per thread and step)
+            line = step * threads + tx
+            kb = lo + line // (block_N * pf_lines)
+            r = kb * block_N + (line // pf_lines) % block_N  # the key (row of the head's cache)
+            c = (line % pf_lines) * pf_elems  # first element of the line in the row
+            if line < prefetch_blocks * block_N * pf_lines and kb < hi and r < seq_k:
+                T.prefetch_l2(K[bz * k_rb + kvh * k_rh + r, (kvh * dim if k_hc else 0) + c])
+                T.prefetch_l2(V[bz * v_rb + kvh * v_rh + r, (kvh * dim if v_hc else 0) + c])
 
     @T.macro
     def cluster_store(Out, L, mo, mm, md, q_row, first, r0, nrows):
@@ -456,6 +529,14 @@ def decode_fwd(heads, kv_heads, dim, dtype, has_cache, splits, k_hc, v_hc, block
                 mw = T.alloc_fragment((rpr,), accum)
                 md = T.alloc_fragment((rpr,), accum)
 
+            if occupancy_pad:  # ("occ2": shared memory that caps the blocks a SM holds; written once, never read)
+                pad = T.alloc_shared((occupancy_pad // 4,), accum)
+                T.fill(pad, 0)
+            if prefetch_blocks and not has_cache:
+                # "kvpre": the first key blocks of this split's range into L2 before the wait (a hint: the TMA
+                # copies after the wait read through L2, which every write of the previous kernel reaches).  The
+                # range from seq_k, a launch argument: nothing read from memory before the wait
+                l2_prefetch(K, V, part, by // slices, bz, seq_k, k_rb, k_rh, v_rb, v_rh)
             if any(v in variant for v in PDL_WAIT):
                 T.pdl_sync()  # (first: every global access below may depend on the previous kernel)
                 if "pdl" in variant:

@@ -273,6 +273,8 @@ class _StmtLowering:
                                       s.count, None if s.expect_tx is None else lower_expr(ctx, s.expect_tx, env),
                                       s.elected, loc=s.loc,
                                       cta=None if s.cta is None else lower_expr(ctx, s.cta, env))]
+        if isinstance(s, th.PrefetchL2):  # (T.prefetch_l2: the element's offset in the flat global buffer)
+            return [th.PrefetchL2(lower_expr(ctx, s.load, env), loc=s.loc)]
         if isinstance(s, th.MbarrierExpectTx):
             return [th.MbarrierExpectTx(ctx.shared_flat(s.bar), lower_expr(ctx, s.index, env),
                                         lower_expr(ctx, s.nbytes, env), loc=s.loc)]

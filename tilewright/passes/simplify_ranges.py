@@ -326,6 +326,9 @@ class _Simplifier:
                            bar_index=self.expr(s.bar_index))
         if isinstance(s, th.MbarrierWait):
             return replace(s, index=self.expr(s.index), parity=self.expr(s.parity))
+        if isinstance(s, th.PrefetchL2):  # (an element offset: 64-bit where 32 may not hold it, as a load's)
+            buf = s.load.buffer
+            return replace(s, load=E.Load(buf, (self.index(buf, s.load.indices[0]),)))
         if isinstance(s, th.AtomicRMW):
             v = self.expr(s.value)
             return replace(s, index=self.index(s.buffer, s.index), value=self.value(v, v.dtype))

@@ -41,6 +41,8 @@ class StmtCompiler:
             return None  # (GridDependency: the emulator runs launches one after the other)
         if isinstance(s, th.GlobalDecl):
             return self.global_decl(s)
+        if isinstance(s, th.PrefetchL2):
+            return self.prefetch_l2(s)
         if isinstance(s, t.LetStmt):
             return self.let(s)
         if isinstance(s, t.BufferStore):
@@ -115,6 +117,16 @@ class StmtCompiler:
             st.regs[slot] = [init] * n
 
         return decl
+
+    def prefetch_l2(self, s: th.PrefetchL2):
+        """``T.prefetch_l2``: the element is read (a global load's bounds check: the address must be inside the
+        buffer) and the value dropped; nothing is cached (a hint has no effect on a result)."""
+        fl = self.cexpr(s.load, _Where(s))
+
+        def prefetch(st):
+            fl(st, st.mask)
+
+        return prefetch
 
     def global_decl(self, s: th.GlobalDecl):
         """``T.make_tensor`` on an address: the slot of the buffer becomes the host array the address points
