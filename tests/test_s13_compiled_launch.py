@@ -141,12 +141,32 @@ pfixed = pfn.fixed_launch((2, 1, 1), (128, 1, 1), 0, ("ptr", "i32"), [16, 5], 1)
 attr[0] = 0
 pfixed([0xDEF0], 0x99)
 assert count() == n + 2 and last() == ([2, 1, 1, 128, 1, 1, 0], 0x99) and list(attr) == [1, 6, 1]
+# go_current: the stream from the lookup, the thread that made the launch only
+assert fixed.current is None  # (no lookup given yet)
+fixed.set_stream_lookup(lambda dev: 0xAB0 + dev, 3)
+n = count()
+assert fixed.current([0x8000, 0x9000]) == 0
+assert count() == n + 1 and last() == ([7, 1, 1, 256, 1, 1, 0], 0xAB3)
+assert arg_bytes(ftypes)[:3] == [struct.pack("<Q", 0x8000), struct.pack("<Q", 0x9000), struct.pack("<i", -9)]
+import threading
+got = []
+t = threading.Thread(target=lambda: got.append(fixed.current([0xA000, 0xB000])))
+t.start(); t.join()
+assert got == [-2] and count() == n + 1  # another thread's call: nothing launched (FixedLaunch takes its path)
+fixed.set_stream_lookup(lambda dev: 1 / 0, 0)
+try:
+    fixed.current([0xA000, 0xB000])
+except ZeroDivisionError:
+    pass
+else:
+    raise AssertionError("the lookup's error was lost")
+assert count() == n + 1
 # switching one object's path (the bench's A/B)
-assert fixed.use_compiled_launch(False) is False and fixed._compiled is None
+assert fixed.use_compiled_launch(False) is False and fixed._compiled is None and fixed.current is None
 n = count()
 fixed([0x6000, 0x7000], 0)
 assert count() == n + 1 and arg_bytes(ftypes)[0] == struct.pack("<Q", 0x6000)
-assert fixed.use_compiled_launch(True) is True
+assert fixed.use_compiled_launch(True) is True and fixed.current is not None
 print("ok", cl.status())
 """
 

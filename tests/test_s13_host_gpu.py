@@ -33,7 +33,8 @@ def compiled():
 
 
 class _Counted:
-    """A launch object's compiled call, counting launches and every refusal (non-zero CUresult)."""
+    """A launch object's compiled call, counting launches and every refusal (non-zero CUresult;
+    -2 from go_current: called from another thread than the launch's, which these tests never do)."""
 
     def __init__(self, real, log: dict):
         self.real, self.log = real, log
@@ -56,6 +57,8 @@ def _switch_to_compiled(log: dict) -> None:
         assert o.use_compiled_launch(True), o
         if isinstance(o, cuda_driver.FixedCudaLaunch):
             o._compiled = _Counted(o._compiled, log)
+            if o.current is not None:  # (go_current: FixedLaunch's whole launch in one C call)
+                o.current = _Counted(o.current, log)
         else:
             o.compiled = _Counted(o.compiled.launch_kernel, log)
 

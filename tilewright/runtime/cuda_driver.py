@@ -641,14 +641,15 @@ class FixedCudaLaunch:
     stub against 440-470 ns for ``call(*prefix, stream, buffer, 0)``), and the pointer write a
     bound ``Struct.pack_into`` kept with its buffer."""
 
-    __slots__ = ("_address", "_compiled", "_fn", "_go", "_mv", "_pack", "_success", "_typed", "args", "arg_types",
-                 "block", "grid", "shared")
+    __slots__ = ("_address", "_compiled", "_fn", "_go", "_mv", "_pack", "_stream_lookup", "_success", "_typed", "args",
+                 "arg_types", "block", "current", "grid", "shared")
 
     def __init__(self, fn: CudaFunction, grid, block, shared: int, arg_types: tuple, args: FixedArgs):
         self._fn, self.args, self.arg_types = fn, args, arg_types
         self.grid, self.block, self.shared = tuple(grid), tuple(block), shared
         self._pack, self._mv, self._address = args.lead.pack_into, args.mv, args.address
         self._success = fn._success
+        self._stream_lookup = None  # (stream function, device) of set_stream_lookup
         self._set_call(getattr(fn, "typed_launch", None))  # (only a function of the real driver has one)
         self._set_compiled(getattr(fn, "compiled", None))
 
@@ -663,11 +664,23 @@ class FixedCudaLaunch:
     def _set_compiled(self, module) -> None:
         """Launch through ``module`` (the compiled launcher: its ``Launch`` writes the pointers and
         calls the driver in one C call), or as ``_set_call`` said when None."""
-        self._compiled = None
+        self._compiled = self.current = None
         if module is not None:
             fn, args = self._fn, self.args
-            self._compiled = module.Launch(fn._handle_int, self.grid, self.block, self.shared, args.data_address,
-                                           args.address, args.n_lead, fn._programmatic, args).go
+            launch = module.Launch(fn._handle_int, self.grid, self.block, self.shared, args.data_address,
+                                   args.address, args.n_lead, fn._programmatic, args, *(self._stream_lookup or ()))
+            self._compiled = launch.go
+            if self._stream_lookup is not None:
+                self.current = launch.go_current
+
+    def set_stream_lookup(self, stream_fn, device: int) -> None:
+        """Give the compiled launch the current-stream lookup (``stream_fn(device)``: a raw handle), so
+        that ``current`` (``go_current(ptrs)``: the lookup, the pointer writes and the launch in one
+        C call; None where the compiled launcher is off) exists; called by the thread that launches
+        (``FixedLaunch``: ``current`` returns -2 and launches nothing on another thread)."""
+        self._stream_lookup = (stream_fn, device)
+        if self._compiled is not None:
+            self._set_compiled(_compiled_launch(self._fn._programmatic, force=True))
 
     def use_typed_launch(self, on: bool) -> bool:
         """``CudaFunction.use_typed_launch`` for this packed launch; True when the typed call is in use."""

@@ -19,6 +19,8 @@
  *       slots and launches; returns the CUresult as an int.  A wrong count or a value that is not a
  *       64-bit unsigned int raises before the launch.  One thread at a time per Launch (the caller's
  *       rule: FixedLaunch keeps a buffer to the thread that made it).
+ *       Launch(..., stream_fn, device).go_current(ptrs): go(stream_fn(device), ptrs) from the thread
+ *       that made the Launch; from another thread returns -2 and launches nothing.
  *   config_layout(...): the bytes a programmatic launch hands cuLaunchKernelEx (for a layout test).
  */
 #define PY_SSIZE_T_CLEAN
@@ -183,14 +185,16 @@ typedef struct {
     Py_ssize_t n_lead;
     int programmatic;
     PyObject *owner;
+    PyObject *stream_fn, *device; /* go_current: the current-stream lookup and its argument */
+    unsigned long thread;         /* go_current: the thread that made this launch */
 } Launch;
 
 static int Launch_init(Launch *self, PyObject *args, PyObject *kw) {
-    PyObject *f, *grid, *block, *shared, *data, *params, *owner;
+    PyObject *f, *grid, *block, *shared, *data, *params, *owner, *stream_fn = Py_None, *device = Py_None;
     Py_ssize_t n_lead;
     int programmatic;
-    if (!PyArg_ParseTuple(args, "OOOOOOnpO", &f, &grid, &block, &shared, &data, &params, &n_lead, &programmatic,
-                          &owner))
+    if (!PyArg_ParseTuple(args, "OOOOOOnpO|OO", &f, &grid, &block, &shared, &data, &params, &n_lead, &programmatic,
+                          &owner, &stream_fn, &device))
         return -1;
     if (check_driver(programmatic) < 0) return -1;
     if (pointer_arg(f, &self->f) < 0 || unsigned_arg(shared, &self->shared) < 0) return -1;
@@ -213,22 +217,22 @@ static int Launch_init(Launch *self, PyObject *args, PyObject *kw) {
     self->programmatic = programmatic;
     Py_INCREF(owner);
     Py_XSETREF(self->owner, owner);
+    Py_INCREF(stream_fn);
+    Py_XSETREF(self->stream_fn, stream_fn);
+    Py_INCREF(device);
+    Py_XSETREF(self->device, device);
+    self->thread = PyThread_get_thread_ident();
     return 0;
 }
 
 static void Launch_dealloc(Launch *self) {
     Py_XDECREF(self->owner);
+    Py_XDECREF(self->stream_fn);
+    Py_XDECREF(self->device);
     Py_TYPE(self)->tp_free((PyObject *)self);
 }
 
-static PyObject *Launch_go(Launch *self, PyObject *const *args, Py_ssize_t nargs) {
-    if (nargs != 2) {
-        PyErr_SetString(PyExc_TypeError, "go takes (stream, pointers)");
-        return NULL;
-    }
-    void *stream;
-    if (pointer_arg(args[0], &stream) < 0) return NULL;
-    PyObject *seq = args[1];
+static PyObject *write_and_launch(Launch *self, void *stream, PyObject *seq) {
     PyObject **items;
     Py_ssize_t n;
     if (PyList_CheckExact(seq)) {
@@ -263,9 +267,40 @@ static PyObject *Launch_go(Launch *self, PyObject *const *args, Py_ssize_t nargs
                                    self->programmatic));
 }
 
+static PyObject *Launch_go(Launch *self, PyObject *const *args, Py_ssize_t nargs) {
+    if (nargs != 2) {
+        PyErr_SetString(PyExc_TypeError, "go takes (stream, pointers)");
+        return NULL;
+    }
+    void *stream;
+    if (pointer_arg(args[0], &stream) < 0) return NULL;
+    return write_and_launch(self, stream, args[1]);
+}
+
+/* go_current(pointers): go on the stream stream_fn(device) returns; NOT_THIS_THREAD (nothing
+ * launched) when called from another thread than the one that made this launch. */
+#define NOT_THIS_THREAD (-2)
+
+static PyObject *Launch_go_current(Launch *self, PyObject *seq) {
+    if (PyThread_get_thread_ident() != self->thread) return PyLong_FromLong(NOT_THIS_THREAD);
+    if (self->stream_fn == NULL || self->stream_fn == Py_None) {
+        PyErr_SetString(PyExc_RuntimeError, "this launch has no stream lookup");
+        return NULL;
+    }
+    PyObject *s = PyObject_CallOneArg(self->stream_fn, self->device);
+    if (s == NULL) return NULL;
+    void *stream;
+    int bad = pointer_arg(s, &stream);
+    Py_DECREF(s);
+    if (bad < 0) return NULL;
+    return write_and_launch(self, stream, seq);
+}
+
 static PyMethodDef Launch_methods[] = {
     {"go", (PyCFunction)(void (*)(void))Launch_go, METH_FASTCALL,
      "go(stream, pointers) -> CUresult: write the leading pointers and launch"},
+    {"go_current", (PyCFunction)Launch_go_current, METH_O,
+     "go_current(pointers) -> CUresult: go on the current stream (-2: another thread's launch, not launched)"},
     {NULL, NULL, 0, NULL},
 };
 

@@ -344,7 +344,7 @@ class FixedLaunch:
     buffer belongs to the thread that made it; another thread's launch takes ``PreparedLaunch``'s
     path (its per-thread buffer), so concurrent launches never send each other's pointers."""
 
-    __slots__ = ("_described", "_last_maps", "_last_ptrs", "_map_index", "_map_params", "_owner", "_rest",
+    __slots__ = ("_described", "_fast", "_last_maps", "_last_ptrs", "_map_index", "_map_params", "_owner", "_rest",
                  "_stream", "dev", "dyn", "dyn_items", "launch", "prepared", "runtime", "tensor_maps")
 
     def __init__(self, prepared: PreparedLaunch, launch, rest: list, n_params: int):
@@ -362,8 +362,21 @@ class FixedLaunch:
         # the runtime's cheapest current-stream lookup once it has settled (cuda_driver: torch's raw one)
         settled = getattr(self.runtime, "current_stream_function", None)
         self._stream = (settled() if settled is not None else None) or self.runtime.current_stream
+        # no descriptors to update: the runtime's launch may take the whole launch in one call
+        # (cuda_driver's compiled one: ``launch.current``, the thread check and the stream lookup in C)
+        self._fast = self.tensor_maps is None and hasattr(launch, "set_stream_lookup")
+        if self._fast:
+            launch.set_stream_lookup(self._stream, self.dev)
 
     def __call__(self, ptrs: list, stream=None, sync: bool = False) -> None:
+        if self._fast and stream is None and not sync:
+            current = self.launch.current
+            if current is not None:
+                try:
+                    if not current(ptrs):  # (0: launched; -2: another thread's call; else refused)
+                        return None
+                except Exception:  # noqa: BLE001 - (nothing was launched) the path below explains
+                    pass
         if _get_ident() != self._owner:
             return self.prepared(list(ptrs) + self._rest, stream, sync)
         if self.tensor_maps is not None:
