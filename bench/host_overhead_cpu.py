@@ -206,9 +206,7 @@ except ImportError:
     typed = None
 from tilewright.runtime import compiled_launch
 compiled = compiled_launch.load()  # (TILEWRIGHT_COMPILED_LAUNCH picks the launches' path; this the pieces')
-print("compiled launcher:", compiled_launch.status() if compiled_launch.enabled() else
-      ("loaded for the pieces, launches not on it (TILEWRIGHT_COMPILED_LAUNCH)" if compiled else
-       compiled_launch.status()), "; launch path:", cd.launch_path(), flush=True)
+print("compiled launcher:", compiled_launch.status(), "; launch path:", cd.launch_path(), flush=True)
 compiled_go = compiled and compiled.Launch(handle, (1, 1, 1), (128, 1, 1), 0, fixed.args.data_address,
                                            fixed.args.address, 3, False, fixed.args).go
 

@@ -74,11 +74,13 @@ def has_launch_ex() -> bool:
 
 
 def status() -> str:
-    """A line saying whether the compiled launcher is in use and, if not, why."""
+    """A line saying whether the compiled launcher is in use and, if not, why (and, where it is off
+    but a bench or test loaded it, how that went)."""
     if not enabled():
-        return "off (TILEWRIGHT_COMPILED_LAUNCH=0" + (" or unset" if not COMPILED_LAUNCH_DEFAULT else "") + ")"
-    module()
-    return _state["status"]
+        off = "off (TILEWRIGHT_COMPILED_LAUNCH=0" + (" or unset" if not COMPILED_LAUNCH_DEFAULT else "") + ")"
+        return off + (f"; loaded on request: {_state['status']}" if _state["tried"] else "")
+    mod = module()
+    return f"in use ({_state['status']})" if mod is not None else _state["status"]
 
 
 def reset_for_tests() -> None:
@@ -151,7 +153,7 @@ def _build_and_load():
     except Exception as exc:  # noqa: BLE001 - any failure: the launches stay on cuda-bindings
         return None, f"not loaded: {type(exc).__name__}: {exc}"
     ex = "" if _state["has_launch_ex"] else "; no cuLaunchKernelEx in the driver (programmatic launches: bindings)"
-    return mod, f"in use ({how}: {path}{ex})"
+    return mod, f"{how}: {path}{ex}"
 
 
 def _build(cc: list[str], inc: str, path: str) -> str:
