@@ -141,19 +141,23 @@ pfixed = pfn.fixed_launch((2, 1, 1), (128, 1, 1), 0, ("ptr", "i32"), [16, 5], 1)
 attr[0] = 0
 pfixed([0xDEF0], 0x99)
 assert count() == n + 2 and last() == ([2, 1, 1, 128, 1, 1, 0], 0x99) and list(attr) == [1, 6, 1]
-# go_current: the stream from the lookup, the thread that made the launch only
+# go_current: the stream from the lookup, the thread given only
+import threading
 assert fixed.current is None  # (no lookup given yet)
-fixed.set_stream_lookup(lambda dev: 0xAB0 + dev, 3)
+fixed.set_stream_lookup(lambda dev: 0xAB0 + dev, 3, threading.get_ident())
 n = count()
 assert fixed.current([0x8000, 0x9000]) == 0
 assert count() == n + 1 and last() == ([7, 1, 1, 256, 1, 1, 0], 0xAB3)
 assert arg_bytes(ftypes)[:3] == [struct.pack("<Q", 0x8000), struct.pack("<Q", 0x9000), struct.pack("<i", -9)]
-import threading
 got = []
 t = threading.Thread(target=lambda: got.append(fixed.current([0xA000, 0xB000])))
 t.start(); t.join()
 assert got == [-2] and count() == n + 1  # another thread's call: nothing launched (FixedLaunch takes its path)
-fixed.set_stream_lookup(lambda dev: 1 / 0, 0)
+other = threading.Thread(target=lambda: None)
+other.start(); other.join()
+fixed.set_stream_lookup(lambda dev: 0xAB0, 0, other.ident)  # (another thread's launch: refused here)
+assert fixed.current([0xA000, 0xB000]) == -2 and count() == n + 1
+fixed.set_stream_lookup(lambda dev: 1 / 0, 0, threading.get_ident())
 try:
     fixed.current([0xA000, 0xB000])
 except ZeroDivisionError:

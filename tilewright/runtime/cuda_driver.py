@@ -649,7 +649,7 @@ class FixedCudaLaunch:
         self.grid, self.block, self.shared = tuple(grid), tuple(block), shared
         self._pack, self._mv, self._address = args.lead.pack_into, args.mv, args.address
         self._success = fn._success
-        self._stream_lookup = None  # (stream function, device) of set_stream_lookup
+        self._stream_lookup = None  # (stream function, device, thread) of set_stream_lookup
         self._set_call(getattr(fn, "typed_launch", None))  # (only a function of the real driver has one)
         self._set_compiled(getattr(fn, "compiled", None))
 
@@ -673,12 +673,12 @@ class FixedCudaLaunch:
             if self._stream_lookup is not None:
                 self.current = launch.go_current
 
-    def set_stream_lookup(self, stream_fn, device: int) -> None:
-        """Give the compiled launch the current-stream lookup (``stream_fn(device)``: a raw handle), so
-        that ``current`` (``go_current(ptrs)``: the lookup, the pointer writes and the launch in one
-        C call; None where the compiled launcher is off) exists; called by the thread that launches
-        (``FixedLaunch``: ``current`` returns -2 and launches nothing on another thread)."""
-        self._stream_lookup = (stream_fn, device)
+    def set_stream_lookup(self, stream_fn, device: int, thread: int) -> None:
+        """Give the compiled launch the current-stream lookup (``stream_fn(device)``: a raw handle) and
+        the one thread (``threading.get_ident()``) that may launch through ``current``
+        (``go_current(ptrs)``: the lookup, the pointer writes and the launch in one C call; -2 and
+        nothing launched on any other thread; None where the compiled launcher is off)."""
+        self._stream_lookup = (stream_fn, device, thread)
         if self._compiled is not None:
             self._set_compiled(_compiled_launch(self._fn._programmatic, force=True))
 

@@ -19,8 +19,9 @@
  *       slots and launches; returns the CUresult as an int.  A wrong count or a value that is not a
  *       64-bit unsigned int raises before the launch.  One thread at a time per Launch (the caller's
  *       rule: FixedLaunch keeps a buffer to the thread that made it).
- *       Launch(..., stream_fn, device).go_current(ptrs): go(stream_fn(device), ptrs) from the thread
- *       that made the Launch; from another thread returns -2 and launches nothing.
+ *       Launch(..., stream_fn, device[, thread]).go_current(ptrs): go(stream_fn(device), ptrs) from
+ *       the thread `thread` (threading.get_ident(); default: the one making the Launch); from any
+ *       other thread returns -2 and launches nothing.
  *   config_layout(...): the bytes a programmatic launch hands cuLaunchKernelEx (for a layout test).
  */
 #define PY_SSIZE_T_CLEAN
@@ -193,8 +194,9 @@ static int Launch_init(Launch *self, PyObject *args, PyObject *kw) {
     PyObject *f, *grid, *block, *shared, *data, *params, *owner, *stream_fn = Py_None, *device = Py_None;
     Py_ssize_t n_lead;
     int programmatic;
-    if (!PyArg_ParseTuple(args, "OOOOOOnpO|OO", &f, &grid, &block, &shared, &data, &params, &n_lead, &programmatic,
-                          &owner, &stream_fn, &device))
+    unsigned long thread = PyThread_get_thread_ident();
+    if (!PyArg_ParseTuple(args, "OOOOOOnpO|OOk", &f, &grid, &block, &shared, &data, &params, &n_lead, &programmatic,
+                          &owner, &stream_fn, &device, &thread))
         return -1;
     if (check_driver(programmatic) < 0) return -1;
     if (pointer_arg(f, &self->f) < 0 || unsigned_arg(shared, &self->shared) < 0) return -1;
@@ -221,7 +223,7 @@ static int Launch_init(Launch *self, PyObject *args, PyObject *kw) {
     Py_XSETREF(self->stream_fn, stream_fn);
     Py_INCREF(device);
     Py_XSETREF(self->device, device);
-    self->thread = PyThread_get_thread_ident();
+    self->thread = thread;
     return 0;
 }
 

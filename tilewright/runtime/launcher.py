@@ -366,7 +366,7 @@ class FixedLaunch:
         # (cuda_driver's compiled one: ``launch.current``, the thread check and the stream lookup in C)
         self._fast = self.tensor_maps is None and hasattr(launch, "set_stream_lookup")
         if self._fast:
-            launch.set_stream_lookup(self._stream, self.dev)
+            launch.set_stream_lookup(self._stream, self.dev, self._owner)
 
     def __call__(self, ptrs: list, stream=None, sync: bool = False) -> None:
         if self._fast and stream is None and not sync:
