@@ -26,6 +26,12 @@ CPU stub bench a fixed launch took 0.82 us against 0.96 us here, but on the H200
 2026-12-02-0140-host-overhead-cpu-stub.md, its H200 section) the two took turns in one process with
 no gain above the host's noise (ctypes / bindings 0.85-1.36x per op, torch.add alone moving 1.12x
 between the rounds), so the launch stays on cuda-bindings (no second way to keep correct).
+
+The compiled launcher (``compiled_launch.py``, ``fast_launch.c``; ``TILEWRIGHT_COMPILED_LAUNCH``)
+is a different thing from that ctypes call: a CPython extension built on first use, whose one C
+call writes the pointers and calls libcuda with no Python object made (ctypes converts every
+argument per call).  ``CudaFunction.compiled`` / ``FixedCudaLaunch.current`` hold it where it is
+on and built; every refusal falls back to the cuda-bindings calls here, which retry or explain.
 """
 
 from __future__ import annotations
