@@ -118,7 +118,7 @@ static PyObject *config_layout(PyObject *self, PyObject *args) {
 static PyObject *bind_driver(PyObject *self, PyObject *arg) {
     const char *name = PyUnicode_AsUTF8(arg);
     if (name == NULL) return NULL;
-    void *lib = dlopen(name, RTLD_NOW | RTLD_GLOBAL);
+    void *lib = dlopen(name, RTLD_NOW | RTLD_LOCAL); /* (the copy cuda-bindings loaded: same soname) */
     if (lib == NULL) {
         PyErr_Format(PyExc_OSError, "cannot load %s: %s", name, dlerror());
         return NULL;
@@ -263,7 +263,7 @@ static PyObject *write_and_launch(Launch *self, void *stream, PyObject *seq) {
         }
         vals[i] = v;
     }
-    memcpy(self->lead, vals, n * sizeof(uint64_t));
+    if (n) memcpy(self->lead, vals, n * sizeof(uint64_t));
     if (vals != values) PyMem_Free(vals);
     return result_object(do_launch(self->f, self->grid, self->block, self->shared, stream, self->params,
                                    self->programmatic));
