@@ -39,14 +39,22 @@ class _Counted:
     def __init__(self, real, log: dict):
         self.real, self.log = real, log
 
-    def __call__(self, *args):  # (FixedCudaLaunch's Launch.go)
+    def __call__(self, *args):  # (FixedCudaLaunch's Launch.go / go_current)
         r = self.real(*args)
         self.log["calls"] += 1
         self.log["refused"] += r != 0
         return r
 
-    def launch_kernel(self, *args):  # (CudaFunction's module)
-        return self(*args)  # (self.real: the module's launch_kernel)
+
+class _CountedModule:
+    """A function's compiled launcher module with its ``launch_kernel`` counted (``_Counted``); the
+    rest of the module as it is (a packed launch made later builds its ``Launch`` from it)."""
+
+    def __init__(self, module, log: dict):
+        self.module, self.launch_kernel = module, _Counted(module.launch_kernel, log)
+
+    def __getattr__(self, name):
+        return getattr(self.module, name)
 
 
 def _switch_to_compiled(log: dict) -> None:
@@ -60,7 +68,7 @@ def _switch_to_compiled(log: dict) -> None:
             if o.current is not None:  # (go_current: FixedLaunch's whole launch in one C call)
                 o.current = _Counted(o.current, log)
         else:
-            o.compiled = _Counted(o.compiled.launch_kernel, log)
+            o.compiled = _CountedModule(o.compiled, log)
 
 
 @pytest.fixture

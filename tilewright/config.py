@@ -92,7 +92,8 @@ KNOBS = {
                             "cached under TILEWRIGHT_CACHE_DIR/launcher; the pointer writes and cuLaunchKernel in one "
                             "C call); where it cannot be built or loaded, silently the cuda-bindings launch "
                             "(TILEWRIGHT_TYPED_LAUNCH), as `tilewright doctor` and cuda_driver.launch_path() say. "
-                            "'0': never. Unset: runtime/compiled_launch.COMPILED_LAUNCH_DEFAULT."),
+                            "'0': never (the cuda-bindings launch). Unset: runtime/compiled_launch."
+                            "COMPILED_LAUNCH_DEFAULT, True since the H200 run of 2026-12-02 11:30."),
 }
 
 

@@ -33,7 +33,12 @@ SOURCE = os.path.join(os.path.dirname(os.path.abspath(__file__)), "fast_launch.c
 MODULE_NAME = "tilewright_fast_launch"  # (the C file's PyInit_ name)
 DRIVER_LIBRARY = "libcuda.so.1"
 BUILD_TIMEOUT_S = 120
-COMPILED_LAUNCH_DEFAULT = False  # TILEWRIGHT_COMPILED_LAUNCH unset: off until the H200 says
+# TILEWRIGHT_COMPILED_LAUNCH unset: on.  H200 2026-12-02 11:30 (bench/launch_overhead.py --paths
+# compiled, typed and compiled in the same 15 pinned rounds): compiled lower in the median on all 17
+# rows that launch through tilewright (by 0.10-0.25x of torch.add's 9.0 us: ops.rms_norm 11.9 -> 10.5
+# us, decode 17.3 -> 16.3) and in >= 10 of 15 rounds on every one (>= 13 on 14 of them); matmul,
+# layer_norm and decode with one split came under 1.5x with it
+COMPILED_LAUNCH_DEFAULT = True
 
 _lock = threading.Lock()
 _state: dict = {"tried": False, "module": None, "status": "not tried yet", "has_launch_ex": False}
