@@ -105,6 +105,7 @@ def make_cases():
     c_launch.argtypes = [ctypes.c_void_p] + [ctypes.c_uint] * 7 + [ctypes.c_void_p] * 3
     c_launch.restype = ctypes.c_int
     compiled = compiled_launch.load()  # (None where it cannot be built here: status() says why)
+    side_handle = torch.cuda.Stream().cuda_stream  # (torch's pool streams are non-blocking)
     compiled_go = compiled and compiled.Launch(handle, (1, 1, 1), (128, 1, 1), 0, fixed.args.data_address,
                                                fixed.args.address, 3, False, fixed.args).go
     try:  # (cuda-bindings' typed launch: a candidate, runtime/cuda_driver._typed_launch_kernel)
@@ -163,7 +164,23 @@ def make_cases():
         *([("piece: compiled launch_kernel, add kernel (bare: packed buffer, runtime/fast_launch.c)",
             lambda: compiled.launch_kernel(handle, 1, 1, 1, 128, 1, 1, 0, raw_stream(0), fixed.args.address, 0)),
            ("piece: compiled Launch.go, add kernel (the three pointers written and launched in C)",
-            lambda: compiled_go(raw_stream(0), [pa, pb, pc]))] if compiled else []),
+            lambda: compiled_go(raw_stream(0), [pa, pb, pc])),
+           # where the driver call's own host time goes (the lead's 11:30 question): other forms of
+           # the same launch, each a bare C call (fast_launch.c's launch_variant)
+           ("piece: compiled variant: cuLaunchKernel, args as `extra` (CU_LAUNCH_PARAM_BUFFER_POINTER)",
+            lambda: compiled.launch_variant(1, handle, 1, 1, 1, 128, 1, 1, 0, raw_stream(0), 0,
+                                            fixed.args.data_address, fixed.args.size)),
+           ("piece: compiled variant: cuLaunchKernelEx, no attributes",
+            lambda: compiled.launch_variant(2, handle, 1, 1, 1, 128, 1, 1, 0, raw_stream(0), fixed.args.address, 0,
+                                            0)),
+           *([("piece: compiled variant: cuLaunchKernel from cuGetProcAddress (not dlsym)",
+               lambda: compiled.launch_variant(3, handle, 1, 1, 1, 128, 1, 1, 0, raw_stream(0), fixed.args.address,
+                                               0, 0))] if compiled.bind_proc_address() else []),
+           ("piece: compiled launch_kernel on a torch side stream (non-blocking; no graph)",
+            lambda: compiled.launch_kernel(handle, 1, 1, 1, 128, 1, 1, 0, side_handle, fixed.args.address, 0)),
+           ("piece: compiled launch_kernel on CU_STREAM_PER_THREAD (0x2; no graph)",
+            lambda: compiled.launch_kernel(handle, 1, 1, 1, 128, 1, 1, 0, 2, fixed.args.address, 0))]
+          if compiled else []),
         ("piece: empty_like of a template, (4, 32, 1) fp32 (decode's LSE)", make_lse),
         ("piece: x.new_empty((64, 1024)) (another allocation entry point)", lambda: x.new_empty((64, 1024))),
         ("piece: torch._C._cuda_isCurrentStreamCapturing()", torch._C._cuda_isCurrentStreamCapturing),
@@ -389,9 +406,10 @@ def main() -> None:
     switch = LaunchPaths()
     switch.refresh()
     gpu = []
-    for _, fn, path in cases:  # (GPU time is the same either way: launches made here switch from the rounds on)
+    for name, fn, path in cases:  # (GPU time is the same either way: launches made here switch from the rounds on)
         switch.use(path)
-        gpu.append(float("nan") if args.no_gpu_time else gpu_us(fn))
+        # ("no graph": a launch on a stream of its own, which a capture on another stream refuses)
+        gpu.append(float("nan") if args.no_gpu_time or "no graph" in name else gpu_us(fn))
     modes = {"no": [False], "yes": [True], "1": [True], "both": [False, True]}[args.pin]
     for pinned in modes:
         how = pin_here() if pinned else "unpinned"

@@ -165,6 +165,22 @@ except ZeroDivisionError:
 else:
     raise AssertionError("the lookup's error was lost")
 assert count() == n + 1
+# the measurement forms (bench/launch_overhead.py's pieces): each one launch of the same arguments
+mod = cl.load()
+extra = (ctypes.c_void_p * 2).in_dll(stub, "last_extra")
+forms = [(0, "params"), (1, "extra"), (2, "ex")] + [(3, "params")] * bool(mod.bind_proc_address())
+for form, how in forms:
+    n = count()
+    fixed.args.write_lead([0xC000, 0xD000])
+    assert mod.launch_variant(form, fn._handle_int, 9, 1, 1, 64, 1, 1, 0, 0x44, fixed.args.address,
+                              fixed.args.data_address, fixed.args.size) == 0
+    assert count() == n + 1 and last() == ([9, 1, 1, 64, 1, 1, 0], 0x44), (form, last())
+    if how == "extra":
+        assert ctypes.c_void_p.in_dll(stub, "last_params").value is None
+        assert list(extra) == [fixed.args.data_address, fixed.args.size], list(extra)
+    else:
+        assert arg_bytes(ftypes)[:3] == [struct.pack("<Q", 0xC000), struct.pack("<Q", 0xD000), struct.pack("<i", -9)]
+assert fixed.args.size == fixed.args.offsets[-1] + 4  # (the packed bytes end with the last f32)
 # switching one object's path (the bench's A/B)
 assert fixed.use_compiled_launch(False) is False and fixed._compiled is None and fixed.current is None
 n = count()

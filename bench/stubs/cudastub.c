@@ -70,12 +70,19 @@ CUresult cuFuncGetParamInfo(void *f, size_t i, size_t *off, size_t *sz) { return
 unsigned last_launch[8];
 void **last_params = 0;
 void *last_stream = 0;
+// `extra` (its array lives on the caller's stack): the buffer pointer and the size it points at, or 0
+void *last_extra[2];
 CUresult cuLaunchKernel(void *f, unsigned gx, unsigned gy, unsigned gz, unsigned bx, unsigned by, unsigned bz,
                         unsigned sm, void *s, void **params, void **extra) {
   launches++;
   last_launch[0] = gx; last_launch[1] = gy; last_launch[2] = gz;
   last_launch[3] = bx; last_launch[4] = by; last_launch[5] = bz; last_launch[6] = sm;
   last_params = params; last_stream = s;
+  last_extra[0] = last_extra[1] = 0;
+  if (extra && extra[0] == (void *)1 && extra[2] == (void *)2 && extra[4] == 0) {
+    last_extra[0] = extra[1];
+    last_extra[1] = (void *)*(size_t *)extra[3];
+  }
   return 0;
 }
 // TMA descriptors: 128 bytes of zeros (the host cost is the binding's, as with a real driver)

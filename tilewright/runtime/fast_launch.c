@@ -60,6 +60,8 @@ typedef CUresult (*launch_kernel_ex_t)(const LaunchConfig *, CUfunction, void **
 
 static launch_kernel_t launch_kernel_fn = NULL;
 static launch_kernel_ex_t launch_kernel_ex_fn = NULL;
+static launch_kernel_t launch_kernel_proc_fn = NULL; /* (measurement: cuGetProcAddress's cuLaunchKernel) */
+static void *driver_lib = NULL;
 static PyObject *result_objects[1024]; /* CUresult -> its int object, made once (CUDA's codes are < 1000) */
 
 static PyObject *result_object(CUresult r) {
@@ -130,6 +132,7 @@ static PyObject *bind_driver(PyObject *self, PyObject *arg) {
     }
     launch_kernel_fn = launch;
     launch_kernel_ex_fn = (launch_kernel_ex_t)dlsym(lib, "cuLaunchKernelEx");
+    driver_lib = lib;
     return PyBool_FromLong(launch_kernel_ex_fn != NULL);
 }
 
@@ -174,6 +177,66 @@ static PyObject *launch_kernel(PyObject *self, PyObject *const *args, Py_ssize_t
     int programmatic = PyObject_IsTrue(args[10]);
     if (programmatic < 0 || check_driver(programmatic) < 0) return NULL;
     return result_object(do_launch(f, dims, dims + 3, dims[6], stream, (void **)params, programmatic));
+}
+
+/* ------------------------------------------------------------------ measurement variants
+ * Other forms of the same launch, for bench/launch_overhead.py's pieces (where does the driver
+ * call's host time go?); the launch paths above use none of them.
+ *   launch_variant(form, handle, gx, gy, gz, bx, by, bz, shared, stream, params, data, size) -> int:
+ *     form 0: cuLaunchKernel with kernelParams (as launch_kernel); 1: cuLaunchKernel with `extra`
+ *     (CU_LAUNCH_PARAM_BUFFER_POINTER `data` of `size` bytes: the packed arguments themselves,
+ *     which must then be laid out as the kernel's parameters are: right for pointers and scalars,
+ *     not for a TMA descriptor after 64 bytes of them, which ArgPacker aligns to 128, the kernel
+ *     to 64; kernelParams is free of that, the driver placing each argument);
+ *     2: cuLaunchKernelEx with no attributes; 3: cuLaunchKernel as cuGetProcAddress returns it
+ *     (bind_proc_address first).
+ *   bind_proc_address() -> bool: look up cuLaunchKernel through cuGetProcAddress_v2 (CUDA 12.0). */
+typedef CUresult (*get_proc_address_t)(const char *, void **, int, unsigned long long, int *);
+
+static PyObject *bind_proc_address(PyObject *self, PyObject *unused) {
+    if (driver_lib == NULL) Py_RETURN_FALSE;
+    get_proc_address_t get = (get_proc_address_t)dlsym(driver_lib, "cuGetProcAddress_v2");
+    void *fn = NULL;
+    int status = 0;
+    if (get == NULL || get("cuLaunchKernel", &fn, 12000, 0, &status) != 0 || fn == NULL) Py_RETURN_FALSE;
+    launch_kernel_proc_fn = (launch_kernel_t)fn;
+    Py_RETURN_TRUE;
+}
+
+static PyObject *launch_variant(PyObject *self, PyObject *const *args, Py_ssize_t nargs) {
+    if (nargs != 13) {
+        PyErr_SetString(PyExc_TypeError, "launch_variant takes 13 arguments");
+        return NULL;
+    }
+    long form = PyLong_AsLong(args[0]);
+    if (form == -1 && PyErr_Occurred()) return NULL;
+    void *f, *stream, *params, *data, *size_p;
+    unsigned d[7];
+    if (pointer_arg(args[1], &f) < 0) return NULL;
+    for (int i = 0; i < 7; i++)
+        if (unsigned_arg(args[2 + i], &d[i]) < 0) return NULL;
+    if (pointer_arg(args[9], &stream) < 0 || pointer_arg(args[10], &params) < 0 || pointer_arg(args[11], &data) < 0 ||
+        pointer_arg(args[12], &size_p) < 0)
+        return NULL;
+    if (check_driver(form == 2) < 0) return NULL;
+    size_t size = (size_t)(uintptr_t)size_p;
+    CUresult r;
+    if (form == 0) {
+        r = launch_kernel_fn(f, d[0], d[1], d[2], d[3], d[4], d[5], d[6], stream, (void **)params, NULL);
+    } else if (form == 1) {
+        void *extra[] = {(void *)1 /* CU_LAUNCH_PARAM_BUFFER_POINTER */, data, (void *)2 /* ..._SIZE */, &size,
+                         (void *)0 /* CU_LAUNCH_PARAM_END */};
+        r = launch_kernel_fn(f, d[0], d[1], d[2], d[3], d[4], d[5], d[6], stream, NULL, extra);
+    } else if (form == 2) {
+        LaunchConfig cfg = {d[0], d[1], d[2], d[3], d[4], d[5], d[6], stream, NULL, 0};
+        r = launch_kernel_ex_fn(&cfg, f, (void **)params, NULL);
+    } else if (form == 3 && launch_kernel_proc_fn != NULL) {
+        r = launch_kernel_proc_fn(f, d[0], d[1], d[2], d[3], d[4], d[5], d[6], stream, (void **)params, NULL);
+    } else {
+        PyErr_SetString(PyExc_ValueError, "unknown launch form (or form 3 before bind_proc_address)");
+        return NULL;
+    }
+    return result_object(r);
 }
 
 /* ------------------------------------------------------------------ Launch: one packed buffer */
@@ -320,6 +383,9 @@ static PyTypeObject LaunchType = {
 static PyMethodDef module_methods[] = {
     {"bind_driver", bind_driver, METH_O, "bind_driver(library name) -> has cuLaunchKernelEx"},
     {"config_layout", config_layout, METH_VARARGS, "config_layout(grid, block, shared, stream) -> (bytes, bytes)"},
+    {"bind_proc_address", bind_proc_address, METH_NOARGS, "bind_proc_address() -> bool (measurement)"},
+    {"launch_variant", (PyCFunction)(void (*)(void))launch_variant, METH_FASTCALL,
+     "launch_variant(form, handle, gx, gy, gz, bx, by, bz, shared, stream, params, data, size) -> CUresult"},
     {"launch_kernel", (PyCFunction)(void (*)(void))launch_kernel, METH_FASTCALL,
      "launch_kernel(handle, gx, gy, gz, bx, by, bz, shared, stream, params, programmatic) -> CUresult"},
     {NULL, NULL, 0, NULL},
