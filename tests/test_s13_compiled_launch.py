@@ -255,6 +255,13 @@ def test_no_compiler_or_failed_build_falls_back(stub, tmp_path, cc, want):
     assert _run(f"WANT = {want!r}\n" + _FALLBACK, stub, tmp_path, CC=cc).strip() == "ok"
     assert not os.path.exists(tmp_path / "launcher") or not any(
         f.endswith(".so") for _, _, fs in os.walk(tmp_path / "launcher") for f in fs)
+    if cc != "/nonexistent/cc":  # a build that ran and failed: the next process does not run it again
+        again = _run(f"WANT = {'not built: ' + want.split(': ', 1)[1]!r}\n" + _FALLBACK, stub, tmp_path, CC=cc)
+        assert again.strip() == "ok"
+        marks = [f for f in os.listdir(tmp_path / "launcher") if f.endswith(".failed")]
+        assert len(marks) == 1
+        reason = _run("print(cl.status())", stub, tmp_path, CC=cc)
+        assert "an earlier build; delete" in reason, reason
 
 
 def test_knob_off_builds_nothing(stub, tmp_path):

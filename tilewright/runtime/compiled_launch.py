@@ -12,7 +12,9 @@ a failed build never breaks a launch (the caller then launches through cuda-bind
 The built module is cached in ``TILEWRIGHT_CACHE_DIR/launcher/<key>/``, the key hashing the C
 source, the interpreter's ABI (``EXT_SUFFIX``, ``cache_tag``, version) and the compiler command, so
 another Python, another source or another compiler builds its own.  The build writes into a
-temporary folder and renames it into place: concurrent processes each build and one wins.
+temporary folder and renames it into place: concurrent processes each build and one wins.  A
+failed build leaves ``<key>.failed`` (its reason) beside the folder, so that later processes do
+not compile again for the same source, interpreter and compiler; delete it to try again.
 """
 
 from __future__ import annotations
@@ -33,6 +35,7 @@ SOURCE = os.path.join(os.path.dirname(os.path.abspath(__file__)), "fast_launch.c
 MODULE_NAME = "tilewright_fast_launch"  # (the C file's PyInit_ name)
 DRIVER_LIBRARY = "libcuda.so.1"
 BUILD_TIMEOUT_S = 120
+FAILED_SUFFIX = ".failed"  # beside a key's folder: why its build failed (the next processes skip it)
 # TILEWRIGHT_COMPILED_LAUNCH unset: on.  H200 2026-12-02 11:30 (bench/launch_overhead.py --paths
 # compiled, typed and compiled in the same 15 pinned rounds): compiled lower in the median on all 17
 # rows that launch through tilewright (by 0.10-0.25x of torch.add's 9.0 us: ops.rms_norm 11.9 -> 10.5
@@ -144,10 +147,21 @@ def _build_and_load():
     except OSError as exc:
         return None, f"not built: the C source is missing ({exc})"
     path = built_path(cache_key(cc, source))
+    failed = os.path.dirname(path) + FAILED_SUFFIX
     how = "cached"
     if not os.path.isfile(path):
+        try:
+            with open(failed, encoding="utf-8") as f:  # (an earlier process's build of this key failed)
+                return None, f"not built: {f.read().strip()} (an earlier build; delete {failed} to try again)"
+        except OSError:
+            pass
         why = _build(cc, inc, path)
         if why:
+            try:  # remembered, so that every process does not spend a compile on failing again
+                with open(failed, "w", encoding="utf-8") as f:
+                    f.write(why)
+            except OSError:
+                pass
             return None, "not built: " + why
         how = "built"
     try:
