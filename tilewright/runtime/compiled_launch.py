@@ -40,7 +40,8 @@ FAILED_SUFFIX = ".failed"  # beside a key's folder: why its build failed (the ne
 # compiled, typed and compiled in the same 15 pinned rounds): compiled lower in the median on all 17
 # rows that launch through tilewright (by 0.10-0.25x of torch.add's 9.0 us: ops.rms_norm 11.9 -> 10.5
 # us, decode 17.3 -> 16.3) and in >= 10 of 15 rounds on every one (>= 13 on 14 of them); matmul,
-# layer_norm and decode with one split came under 1.5x with it
+# layer_norm and decode with one split came under 1.5x with it.  Confirmed at 12:05 with it the
+# default: lower in the median on all 14 ops rows, in 10-14 of 15 rounds each
 COMPILED_LAUNCH_DEFAULT = True
 
 _lock = threading.Lock()
