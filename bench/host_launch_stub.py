@@ -4,10 +4,12 @@ figure is the Python/binding work alone: argument packing plus the call into the
 
 Compared (same kernel signature: three pointers and an int32, as an elementwise kernel has):
 
-* CUDA: tilewright's ``CudaFunction.launch`` (``cuda.bindings`` ``cuLaunchKernel`` with our packed
-  argument buffer) against ``cuda.core.launch`` (with a prepared stream and ``LaunchConfig``, and
-  as the launcher would have to use it: a ``Stream`` wrapping torch's raw stream handle and a
-  ``LaunchConfig`` made per call, since the grid depends on the arguments).
+* CUDA: tilewright's ``CudaFunction.launch`` (the compiled launcher, ``runtime/compiled_launch``,
+  where it builds, else ``cuda.bindings`` ``cuLaunchKernel``, with our packed argument buffer), its
+  packed ``FixedCudaLaunch`` and the compiled one-call launch, against ``cuda.core.launch`` (with a
+  prepared stream and ``LaunchConfig``, and as the launcher would have to use it: a ``Stream``
+  wrapping torch's raw stream handle and a ``LaunchConfig`` made per call, since the grid depends on
+  the arguments).
 * HIP: tilewright's ctypes ``HipFunction.launch`` against hip-python's ``hipModuleLaunchKernel``
   (given our packed ``void**``, and in its own style: a tuple of ctypes values in ``extra``).
 
@@ -41,8 +43,17 @@ kfn_pdl = cd.load_function(b"\x7fELF" + bytes(100), "k", 0)
 kfn_pdl.launch_programmatic()
 def ours_pdl():
     kfn_pdl.launch((8, 1, 1), (128, 1, 1), 0, 0, types, values)
-cases = [("tilewright CudaFunction.launch (cuda.bindings)", ours),
-         ("tilewright CudaFunction.launch, programmatic (cuLaunchKernelEx, cached config)", ours_pdl)]
+path = cd.launch_path()  # (compiled where runtime/compiled_launch builds, else typed or bindings)
+cases = [(f"tilewright CudaFunction.launch ({path})", ours),
+         (f"tilewright CudaFunction.launch, programmatic (cuLaunchKernelEx; {path})", ours_pdl)]
+fixed = kfn.fixed_launch((8, 1, 1), (128, 1, 1), 0, types, values, 3)
+ptrs = list(values[:3])
+cases.append((f"tilewright FixedCudaLaunch, three pointers written ({path})", lambda: fixed(ptrs, 0)))
+one_call = kfn.fixed_launch((8, 1, 1), (128, 1, 1), 0, types, values, 3)  # (its own: the row above keeps its path)
+if one_call.use_compiled_launch(True):  # (loaded whatever TILEWRIGHT_COMPILED_LAUNCH says, for this row)
+    one_call.set_stream_lookup(lambda dev: 0, 0, __import__("threading").get_ident())
+    cases.append(("tilewright compiled go_current (stream lookup, pointers, cuLaunchKernel in one C call)",
+                  lambda: one_call.current(ptrs)))
 try:
     from cuda.core import Device, LaunchConfig, ObjectCode, Stream, launch
 except ImportError:

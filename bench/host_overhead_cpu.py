@@ -12,7 +12,9 @@ run ``bench/launch_overhead.py`` on the GPU for that.
 ``python bench/host_overhead_cpu.py`` (needs a C compiler for the stub and NVRTC to compile);
 ``HOST_BENCH_PROFILE=softmax python bench/host_overhead_cpu.py``: a cProfile of the rows whose name
 holds that text, instead of the timing; ``HOST_BENCH_ONLY=matmul``: time only the rows whose name
-holds that text (an A/B comparison of one row on a busy machine); ``HOST_BENCH_STEPS=1``: instead of
+holds one of these comma-separated texts (an A/B comparison of one row on a busy machine;
+``TILEWRIGHT_COMPILED_LAUNCH=1`` / ``0`` for the compiled launcher's, its pieces timed either way
+where it builds); ``HOST_BENCH_STEPS=1``: instead of
 the whole calls, the steps of the slow ones one by one (``bench/host_steps.py``: key and lookup, checks,
 allocations, stream lookup, the launch objects, the driver call).
 
@@ -202,6 +204,11 @@ try:
     from cuda.bindings._v2.driver import launch_kernel as typed
 except ImportError:
     typed = None
+from tilewright.runtime import compiled_launch
+compiled = compiled_launch.load()  # (TILEWRIGHT_COMPILED_LAUNCH picks the launches' path; this the pieces')
+print("compiled launcher:", compiled_launch.status(), "; launch path:", cd.launch_path(), flush=True)
+compiled_go = compiled and compiled.Launch(handle, (1, 1, 1), (128, 1, 1), 0, fixed.args.data_address,
+                                           fixed.args.address, 3, False, fixed.args).go
 
 def round_us(rows, n=N):
     # per row, REPEATS rounds of n calls in this thread's CPU time (a core taken by another process
@@ -241,6 +248,10 @@ rows = [
      lambda: fn._launch_fn(fn.handle, 1, 1, 1, 128, 1, 1, 0, 0, fixed.args.address, 0)),
     *([("_v2 launch_kernel alone (packed buffer; TILEWRIGHT_TYPED_LAUNCH's call)",
         lambda: typed(handle, 1, 1, 1, 128, 1, 1, 0, 0, fixed.args.address, 0))] if typed else []),
+    *([("compiled launch_kernel alone (packed buffer; runtime/fast_launch.c)",
+        lambda: compiled.launch_kernel(handle, 1, 1, 1, 128, 1, 1, 0, 0, fixed.args.address, 0)),
+       ("compiled Launch.go (three pointers written and launched in one C call)",
+        lambda: compiled_go(0, ptr_list))] if compiled else []),
     ("current stream lookup (cuda_driver.current_stream)", lambda: cd.current_stream(0)),
     ("Launcher.launch (3 tensors, static shapes)", lambda: la.launch([a, b, c])),
     ("JITKernel.__call__ add (all args)", lambda: k(a, b, c)),
@@ -287,7 +298,7 @@ if PROFILE:  # HOST_BENCH_PROFILE=<words of a row name>: cProfile of those rows 
         print(f"===== {name} ({N} calls; tottime in s: per call us = s * 1e6 / {N})")
         print("\n".join(line[:170] for line in text.getvalue().splitlines()[:45]), flush=True)
     sys.exit(0)
-rows = [(name, call) for name, call in rows if ONLY.lower() in name.lower()]
+rows = [(name, call) for name, call in rows if any(w in name.lower() for w in ONLY.lower().split(","))]
 if STEPS:  # HOST_BENCH_STEPS=1: the pieces of the slow calls, one by one (bench/host_steps.py)
     sys.path.insert(0, os.path.join(ROOT, "bench"))
     from host_steps import steps

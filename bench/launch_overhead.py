@@ -27,6 +27,10 @@ picks the process's default).  ``--paths both`` (``LAUNCH_PATHS=both``) times ea
 ways in the same rounds: before each block every loaded kernel's launches are switched
 (``use_typed_launch``), so the two take turns with the reference like any other rows.  Where
 this cuda-bindings has no typed call (13.3.1) the typed rows are left out and the table says so.
+``--paths compiled`` (``LAUNCH_PATHS=compiled``): each such row ``[typed]`` and ``[compiled]`` (the
+compiled launcher, ``runtime/compiled_launch``: ``use_compiled_launch``), with a compiled-against-
+typed table; ``--paths all``: bindings, typed and compiled.  The first line printed says whether
+the compiled launcher built here and, if not, why (then its rows are left out).
 
 Plan lookup: ``--memo both`` (``LAUNCH_MEMO=both``) times each ``ops.*`` row twice in the same
 rounds, ``[.., memo]`` (``PlanDict.find``: the last call's key compared first, the default) and
@@ -54,7 +58,7 @@ from tilewright.jit.alloc_template import empty_maker  # noqa: E402
 from tilewright.kernels import matmul  # noqa: E402
 from tilewright.ops.bound_kernel import BoundKernel  # noqa: E402
 from tilewright.ops.plan_dict import PlanDict  # noqa: E402
-from tilewright.runtime import cuda_driver  # noqa: E402
+from tilewright.runtime import compiled_launch, cuda_driver  # noqa: E402
 
 BAR = 1.5  # issue 10: ops.* host time <= 1.5x torch.add (output allocated)
 REFERENCE = "torch.add (output allocated: the issue's 1.5x reference for ops.*)"
@@ -100,6 +104,10 @@ def make_cases():
     c_launch = ctypes.CDLL("libcuda.so.1").cuLaunchKernel
     c_launch.argtypes = [ctypes.c_void_p] + [ctypes.c_uint] * 7 + [ctypes.c_void_p] * 3
     c_launch.restype = ctypes.c_int
+    compiled = compiled_launch.load()  # (None where it cannot be built here: status() says why)
+    side_handle = torch.cuda.Stream().cuda_stream  # (torch's pool streams are non-blocking)
+    compiled_go = compiled and compiled.Launch(handle, (1, 1, 1), (128, 1, 1), 0, fixed.args.data_address,
+                                               fixed.args.address, 3, False, fixed.args).go
     try:  # (cuda-bindings' typed launch: a candidate, runtime/cuda_driver._typed_launch_kernel)
         from cuda.bindings._v2.driver import launch_kernel as typed
     except ImportError:
@@ -153,6 +161,26 @@ def make_cases():
          lambda: c_launch(handle, 1, 1, 1, 128, 1, 1, 0, raw_stream(0), fixed.args.address, None)),
         *([("piece: _v2 launch_kernel, add kernel (bare: packed buffer, TILEWRIGHT_TYPED_LAUNCH's call)",
             lambda: typed(handle, 1, 1, 1, 128, 1, 1, 0, raw_stream(0), fixed.args.address, 0))] if typed else []),
+        *([("piece: compiled launch_kernel, add kernel (bare: packed buffer, runtime/fast_launch.c)",
+            lambda: compiled.launch_kernel(handle, 1, 1, 1, 128, 1, 1, 0, raw_stream(0), fixed.args.address, 0)),
+           ("piece: compiled Launch.go, add kernel (the three pointers written and launched in C)",
+            lambda: compiled_go(raw_stream(0), [pa, pb, pc])),
+           # where the driver call's own host time goes (the lead's 11:30 question): other forms of
+           # the same launch, each a bare C call (fast_launch.c's launch_variant)
+           ("piece: compiled variant: cuLaunchKernel, args as `extra` (CU_LAUNCH_PARAM_BUFFER_POINTER)",
+            lambda: compiled.launch_variant(1, handle, 1, 1, 1, 128, 1, 1, 0, raw_stream(0), 0,
+                                            fixed.args.data_address, fixed.args.size)),
+           ("piece: compiled variant: cuLaunchKernelEx, no attributes",
+            lambda: compiled.launch_variant(2, handle, 1, 1, 1, 128, 1, 1, 0, raw_stream(0), fixed.args.address, 0,
+                                            0)),
+           *([("piece: compiled variant: cuLaunchKernel from cuGetProcAddress (not dlsym)",
+               lambda: compiled.launch_variant(3, handle, 1, 1, 1, 128, 1, 1, 0, raw_stream(0), fixed.args.address,
+                                               0, 0))] if compiled.bind_proc_address() else []),
+           ("piece: compiled launch_kernel on a torch side stream (non-blocking; no graph)",
+            lambda: compiled.launch_kernel(handle, 1, 1, 1, 128, 1, 1, 0, side_handle, fixed.args.address, 0)),
+           ("piece: compiled launch_kernel on CU_STREAM_PER_THREAD (0x2; no graph)",
+            lambda: compiled.launch_kernel(handle, 1, 1, 1, 128, 1, 1, 0, 2, fixed.args.address, 0))]
+          if compiled else []),
         ("piece: empty_like of a template, (4, 32, 1) fp32 (decode's LSE)", make_lse),
         ("piece: x.new_empty((64, 1024)) (another allocation entry point)", lambda: x.new_empty((64, 1024))),
         ("piece: torch._C._cuda_isCurrentStreamCapturing()", torch._C._cuda_isCurrentStreamCapturing),
@@ -222,7 +250,8 @@ class LaunchPaths:
         if launch == self.current:
             return
         for o in self.objs:
-            o.use_typed_launch(launch == "typed")
+            o.use_typed_launch(launch in ("typed", "compiled"))  # (typed: the compiled path's fallback)
+            o.use_compiled_launch(launch == "compiled")
         self.current = launch
 
 
@@ -307,6 +336,7 @@ def paired(cases, ratios) -> list[str]:
     by_name = {name: rs for (name, *_), rs in zip(cases, ratios)}
     out = []
     for what, (a, b) in (("Typed against bindings", ("bindings", "typed")),
+                         ("Compiled against typed", ("typed", "compiled")),
                          ("Memo against lookup", ("lookup", "memo"))):
         rows = []
         for (name, _, path), rs in zip(cases, ratios):
@@ -347,16 +377,23 @@ def main() -> None:
     p.add_argument("--memo", default=os.environ.get("LAUNCH_MEMO", "on"), choices=["on", "both"],
                    help="the ops' plan lookup: the last call's key compared first (PlanDict.find), or also "
                    "the dict's own get (as before the memo) in the same rounds")
-    p.add_argument("--paths", default=os.environ.get("LAUNCH_PATHS", "default"), choices=["default", "both"],
+    p.add_argument("--paths", default=os.environ.get("LAUNCH_PATHS", "default"),
+                   choices=["default", "both", "compiled", "all"],
                    help="the launch path of the rows that launch through tilewright: the process's default "
-                   "(TILEWRIGHT_TYPED_LAUNCH), or both ways in the same rounds")
+                   "(TILEWRIGHT_TYPED_LAUNCH), or both ways in the same rounds (bindings and typed; typed and "
+                   "compiled; all three)")
     args = p.parse_args()
     cases, reference = make_cases()
     if args.only:
         words = [w.lower() for w in args.only.split(",") if w]
         cases = [(name, fn) for name, fn in cases if any(w in name.lower() for w in words)]
     typed_here = cuda_driver.typed_launch_call() is not None
-    paths = [cuda_driver.launch_path()] if args.paths == "default" else ["bindings"] + ["typed"] * typed_here
+    compiled_here = compiled_launch.load() is not None
+    print(f"compiled launcher: {'built' if compiled_here else 'NOT built'} here: {compiled_launch.status()}"
+          f" (loaded: {compiled_here})", flush=True)
+    want = {"default": [cuda_driver.launch_path()], "both": ["bindings", "typed"], "compiled": ["typed", "compiled"],
+            "all": ["bindings", "typed", "compiled"]}[args.paths]
+    paths = [p for p in want if (p != "typed" or typed_here) and (p != "compiled" or compiled_here)]
     cases = with_paths(cases, paths, ("memo", "lookup") if args.memo == "both" else ("memo",))
     import cuda.bindings
 
@@ -369,9 +406,10 @@ def main() -> None:
     switch = LaunchPaths()
     switch.refresh()
     gpu = []
-    for _, fn, path in cases:  # (GPU time is the same either way: launches made here switch from the rounds on)
+    for name, fn, path in cases:  # (GPU time is the same either way: launches made here switch from the rounds on)
         switch.use(path)
-        gpu.append(float("nan") if args.no_gpu_time else gpu_us(fn))
+        # ("no graph": a launch on a stream of its own, which a capture on another stream refuses)
+        gpu.append(float("nan") if args.no_gpu_time or "no graph" in name else gpu_us(fn))
     modes = {"no": [False], "yes": [True], "1": [True], "both": [False, True]}[args.pin]
     for pinned in modes:
         how = pin_here() if pinned else "unpinned"

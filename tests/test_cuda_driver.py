@@ -87,6 +87,7 @@ def test_launch_path_follows_the_setting_and_what_cuda_bindings_has(monkeypatch,
     typed = object()
     monkeypatch.setattr(cd, "_typed_call", [typed if available else None])
     monkeypatch.setenv("TILEWRIGHT_TYPED_LAUNCH", setting)
+    monkeypatch.setenv("TILEWRIGHT_COMPILED_LAUNCH", "0")  # (first where on: tests/test_s13_compiled_launch.py)
     wanted = cd.TYPED_LAUNCH_DEFAULT if setting == "" else setting in ("1", "yes")
     assert cd._typed_launch_kernel() is (typed if wanted and available else None)
     assert cd.launch_path() == ("typed" if wanted and available else "bindings")

@@ -71,7 +71,7 @@ def test_cuda_launch_reaches_the_driver_with_every_argument(stubs, typed):
     if typed:
         pytest.importorskip("cuda.bindings._v2.driver")
     env = dict(os.environ, LD_LIBRARY_PATH=f"{stubs}{os.pathsep}{os.environ.get('LD_LIBRARY_PATH', '')}",
-               TILEWRIGHT_TYPED_LAUNCH=typed)
+               TILEWRIGHT_TYPED_LAUNCH=typed, TILEWRIGHT_COMPILED_LAUNCH="0")  # (compiled: test_s13_compiled_launch)
     assert _run("cuda_driver", str(stubs / "libcuda.so.1"), env).strip() == "ok"
 
 
@@ -133,7 +133,7 @@ def test_fixed_launch_reaches_the_driver(stubs, typed):
 
     pytest.importorskip("cuda.bindings")
     env = dict(os.environ, LD_LIBRARY_PATH=f"{stubs}{os.pathsep}{os.environ.get('LD_LIBRARY_PATH', '')}",
-               TILEWRIGHT_TYPED_LAUNCH=typed)
+               TILEWRIGHT_TYPED_LAUNCH=typed, TILEWRIGHT_COMPILED_LAUNCH="0")  # (compiled: test_s13_compiled_launch)
     code = f"ROOT = {ROOT!r}\nSTUB = {str(stubs / 'libcuda.so.1')!r}\n" + _FIXED
     proc = subprocess.run([sys.executable, "-c", code], env=env, capture_output=True, text=True, timeout=120)
     assert proc.returncode == 0, proc.stdout + proc.stderr

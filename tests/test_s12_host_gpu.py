@@ -33,6 +33,7 @@ def _switch(path: str) -> None:
     objs = cuda_driver.launch_objects()
     assert objs
     for o in objs:
+        o.use_compiled_launch(False)  # (the compiled launcher goes first where on: tests/test_s13_host_gpu.py)
         assert o.use_typed_launch(path == "typed") == (path == "typed")
 
 
@@ -41,18 +42,25 @@ def restore_paths():
     yield
     default = cuda_driver.launch_path()
     for o in cuda_driver.launch_objects():
-        o.use_typed_launch(default == "typed")
+        o.use_typed_launch(cuda_driver._typed_launch_kernel() is not None)
+        o.use_compiled_launch(default == "compiled")
 
 
 @pytest.mark.usefixtures("poisoned", "restore_paths")
 @pytest.mark.parametrize("path", PATHS)
 def test_every_op_through_each_launch_path(path):
-    torch.manual_seed(120)
+    _every_op_after(lambda: _switch(path), seed=120)
+
+
+def _every_op_after(switch, seed: int) -> None:
+    """Every op planned, ``switch()`` (the launch objects onto one path), then every op in four
+    rounds of fresh inputs on the current and a side stream, against float64."""
+    torch.manual_seed(seed)
     w, b, g, kv, kp = _inputs()
     x = torch.randn(64, 1024, device="cuda").half()
     q, qp = torch.randn(4, 32, 1, 128, device="cuda").half(), torch.randn(1, 8, 128, 64, device="cuda").half()
     _every_op(x, w, b, g, q, kv, qp, kp)  # plans made (and their packed launches)
-    _switch(path)
+    switch()
     _every_op_on(("current", "side", "current", "side"), w, b, g, kv, kp)
 
 
@@ -65,12 +73,22 @@ def test_graph_capture_through_each_launch_path(path):
 @pytest.mark.usefixtures("restore_paths")
 @pytest.mark.parametrize("path", PATHS)
 def test_a_refused_launch_is_explained_on_each_path(path):
+    def select(fn):
+        fn.use_compiled_launch(False)
+        assert fn.use_typed_launch(path == "typed") == (path == "typed")
+
+    _refused_launch_explained(select)
+
+
+def _refused_launch_explained(select) -> None:
+    """A vector add's function put on a path by ``select(fn)``: a launch of 4096 threads a block is
+    refused with the explained error, a right one then adds right."""
     k = tilewright.compile(_vector_add(), target="cuda")
     a, b = torch.randn(1024, device="cuda"), torch.randn(1024, device="cuda")
     c = torch.full((1024,), float("nan"), device="cuda")
     k(a, b, c)
     fn = k.launcher.function(0)
-    assert fn.use_typed_launch(path == "typed") == (path == "typed")
+    select(fn)
     values = (a.data_ptr(), b.data_ptr(), c.data_ptr())
     with pytest.raises((RuntimeLaunchError, ArgumentError), match="block"):
         fn.launch((1, 1, 1), (4096, 1, 1), 0, 0, k.spec.arg_types, values)  # over 1024 threads a block

@@ -86,6 +86,14 @@ KNOBS = {
                          "arguments, raises on an error; a refusal falls to the classic call) where that module "
                          "exists (cuda-bindings 13.5.0 has it, 13.3.1 not); '0': cuda.bindings.driver.cuLaunchKernel "
                          "(bench/launch_overhead.py --paths both times both)."),
+    "compiled_launch": Knob("TILEWRIGHT_COMPILED_LAUNCH", str, "",
+                            "'1': CUDA launches go through the compiled launcher (runtime/fast_launch.c, built on "
+                            "first use with the C compiler (CC, else cc/gcc/clang) against this Python's headers and "
+                            "cached under TILEWRIGHT_CACHE_DIR/launcher; the pointer writes and cuLaunchKernel in one "
+                            "C call); where it cannot be built or loaded, silently the cuda-bindings launch "
+                            "(TILEWRIGHT_TYPED_LAUNCH), as `tilewright doctor` and cuda_driver.launch_path() say. "
+                            "'0': never (the cuda-bindings launch). Unset: runtime/compiled_launch."
+                            "COMPILED_LAUNCH_DEFAULT, True since the H200 run of 2026-12-02 11:30."),
 }
 
 

@@ -70,19 +70,43 @@ CUresult cuFuncGetParamInfo(void *f, size_t i, size_t *off, size_t *sz) { return
 unsigned last_launch[8];
 void **last_params = 0;
 void *last_stream = 0;
+// `extra` (its array lives on the caller's stack): the buffer pointer and the size it points at, or 0
+void *last_extra[2];
 CUresult cuLaunchKernel(void *f, unsigned gx, unsigned gy, unsigned gz, unsigned bx, unsigned by, unsigned bz,
                         unsigned sm, void *s, void **params, void **extra) {
   launches++;
   last_launch[0] = gx; last_launch[1] = gy; last_launch[2] = gz;
   last_launch[3] = bx; last_launch[4] = by; last_launch[5] = bz; last_launch[6] = sm;
   last_params = params; last_stream = s;
+  last_extra[0] = last_extra[1] = 0;
+  if (extra && extra[0] == (void *)1 && extra[2] == (void *)2 && extra[4] == 0) {
+    last_extra[0] = extra[1];
+    last_extra[1] = (void *)*(size_t *)extra[3];
+  }
   return 0;
 }
 // TMA descriptors: 128 bytes of zeros (the host cost is the binding's, as with a real driver)
 CUresult cuTensorMapEncodeTiled(void *tmap, int dtype, unsigned rank, void *addr, const unsigned long long *dims,
                                 const unsigned long long *strides, const unsigned *box, const unsigned *estrides,
                                 int interleave, int swizzle, int l2, int oob) { memset(tmap, 0, 128); return 0; }
-CUresult cuLaunchKernelEx(const void *cfg, void *f, void **params, void **extra) { launches++; return 0; }
+// cuLaunchKernelEx records as cuLaunchKernel does, read through cuda.h's CUlaunchConfig layout (grid,
+// block, shared bytes as 7 unsigned, the stream, the attribute array, its count), and the first
+// attribute's id and the first int of its value
+int last_ex_attr[3];  // (number of attributes, first id, first value's int)
+CUresult cuLaunchKernelEx(const void *cfg, void *f, void **params, void **extra) {
+  const unsigned *u = (const unsigned *)cfg;
+  const char *c = (const char *)cfg;
+  void *stream = *(void *const *)(c + 32);
+  const int *attrs = *(const int *const *)(c + 40);
+  unsigned n = *(const unsigned *)(c + 48);
+  launches++;
+  memcpy(last_launch, u, 7 * sizeof(unsigned));
+  last_params = params; last_stream = stream;
+  last_ex_attr[0] = (int)n;
+  last_ex_attr[1] = n ? attrs[0] : -1;
+  last_ex_attr[2] = n ? attrs[2] : -1;
+  return 0;
+}
 CUresult cuStreamCreate(void **s, unsigned f) { *s = fake + 40; return 0; }
 CUresult cuStreamCreateWithPriority(void **s, unsigned f, int p) { *s = fake + 40; return 0; }
 CUresult cuStreamDestroy(void *s) { return 0; }

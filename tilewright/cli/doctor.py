@@ -61,6 +61,8 @@ def check_nvidia() -> tuple[list[Check], bool]:
         checks.append(Check("NVIDIA GPUs", "ok", "; ".join(names)))
     elif bindings is not None:
         checks.append(Check("NVIDIA GPUs", "note", "none found (no driver or no device)"))
+    if bindings is not None:
+        checks.append(_compiled_launcher_check(cuda_driver))
     try:
         from ..toolchain.nvrtc import cuda_include_dirs, nvrtc_version
 
@@ -74,6 +76,21 @@ def check_nvidia() -> tuple[list[Check], bool]:
     except Exception as e:  # noqa: BLE001
         checks.append(Check("NVRTC", "missing", _first_line(e), f"{_PIP} nvidia-cuda-nvrtc nvidia-cuda-runtime"))
     return checks, gpu
+
+
+def _compiled_launcher_check(cuda_driver) -> Check:
+    """Which call CUDA launches go through, and why not the compiled launcher where it is asked for
+    but could not be built or loaded (TILEWRIGHT_COMPILED_LAUNCH)."""
+    from ..runtime import compiled_launch
+
+    try:
+        status, path = compiled_launch.status(), cuda_driver.launch_path()
+    except Exception as e:  # noqa: BLE001 - a finding, not a crash
+        return Check("compiled launcher", "note", f"not usable: {_first_line(e)}")
+    if path == "compiled" or not compiled_launch.enabled():
+        return Check("compiled launcher", "ok" if path == "compiled" else "note", f"{status}; launches: {path}")
+    return Check("compiled launcher", "note", f"{status}; launches: {path}",
+                 "install a C compiler (cc) and this Python's headers (python3-dev), or set CC")
 
 
 def check_amd() -> tuple[list[Check], bool]:

@@ -26,6 +26,12 @@ CPU stub bench a fixed launch took 0.82 us against 0.96 us here, but on the H200
 2026-12-02-0140-host-overhead-cpu-stub.md, its H200 section) the two took turns in one process with
 no gain above the host's noise (ctypes / bindings 0.85-1.36x per op, torch.add alone moving 1.12x
 between the rounds), so the launch stays on cuda-bindings (no second way to keep correct).
+
+The compiled launcher (``compiled_launch.py``, ``fast_launch.c``; ``TILEWRIGHT_COMPILED_LAUNCH``)
+is a different thing from that ctypes call: a CPython extension built on first use, whose one C
+call writes the pointers and calls libcuda with no Python object made (ctypes converts every
+argument per call).  ``CudaFunction.compiled`` / ``FixedCudaLaunch.current`` hold it where it is
+on and built; every refusal falls back to the cuda-bindings calls here, which retry or explain.
 """
 
 from __future__ import annotations
@@ -347,6 +353,9 @@ class CudaFunction:
         self._launch_fn = driver.cuLaunchKernel
         self.typed_launch = _typed_launch_kernel()  # (the typed driver call, or None: _typed_launch_kernel)
         self._typed_handle = int(handle) if self.typed_launch is not None else 0
+        self._programmatic = False
+        self.compiled = _compiled_launch(False)  # (the compiled launcher module, or None)
+        self._handle_int = int(handle)
         self._success = driver.CUresult.CUDA_SUCCESS
         self._wrong_context = {
             driver.CUresult.CUDA_ERROR_INVALID_CONTEXT,
@@ -386,6 +395,8 @@ class CudaFunction:
         self._launch_fn = launch
         self.typed_launch = None
         self._typed_handle = 0
+        self._programmatic = True
+        self.compiled = _compiled_launch(True)
 
     # ---------------------------------------------------------------- attributes
     def attribute(self, name: str) -> int:
@@ -445,6 +456,12 @@ class CudaFunction:
         self._typed_handle = int(self.handle) if self.typed_launch is not None else 0
         return self.typed_launch is not None
 
+    def use_compiled_launch(self, on: bool) -> bool:
+        """``use_typed_launch`` for the compiled launcher (``runtime/compiled_launch``: built and
+        loaded whatever ``TILEWRIGHT_COMPILED_LAUNCH`` says when ``on``); True when it is in use."""
+        self.compiled = _compiled_launch(self._programmatic, force=True) if on else None
+        return self.compiled is not None
+
     # ---------------------------------------------------------------- launching
     def fixed_launch(self, grid, block, shared_bytes: int, arg_types: tuple, values, n_lead: int):
         """A ``FixedCudaLaunch`` of ``values`` (packed once), whose launches change only the
@@ -487,6 +504,14 @@ class CudaFunction:
             params = None
         if shared_bytes > self._dynamic_shared_limit:
             self.set_max_dynamic_shared(shared_bytes)
+        compiled = self.compiled
+        if compiled is not None:  # a refusal (an error code or an exception): the calls below retry or explain
+            try:
+                if not compiled.launch_kernel(self._handle_int, grid[0], grid[1], grid[2], block[0], block[1],
+                                              block[2], shared_bytes, stream, params or 0, self._programmatic):
+                    return
+            except Exception:  # noqa: BLE001 - (nothing was launched)
+                pass
         typed = self.typed_launch
         if typed is not None:  # (the typed call) ints only; any refusal: the call below explains or retries
             try:
@@ -588,8 +613,24 @@ TYPED_LAUNCH_DEFAULT = True  # TILEWRIGHT_TYPED_LAUNCH unset: the typed call whe
 
 
 def launch_path() -> str:
-    """Which driver call a CUDA launch made now goes through: ``"typed"`` or ``"bindings"``."""
+    """Which driver call a CUDA launch made now goes through: ``"compiled"`` (the compiled launcher,
+    ``runtime/compiled_launch``; its ``status()`` says why not where it is asked for and absent),
+    ``"typed"`` or ``"bindings"``."""
+    if _compiled_launch(False) is not None:
+        return "compiled"
     return "bindings" if _typed_launch_kernel() is None else "typed"
+
+
+def _compiled_launch(programmatic: bool, force: bool = False):
+    """The compiled launcher module for a function (``programmatic``: one that launches through
+    cuLaunchKernelEx, which the driver must have) where ``TILEWRIGHT_COMPILED_LAUNCH`` asks for
+    it (``force``: whatever it says) and it is built; else None."""
+    from . import compiled_launch
+
+    mod = compiled_launch.load() if force else compiled_launch.module()
+    if mod is None or (programmatic and not compiled_launch.has_launch_ex()):
+        return None
+    return mod
 
 
 class FixedCudaLaunch:
@@ -606,15 +647,17 @@ class FixedCudaLaunch:
     stub against 440-470 ns for ``call(*prefix, stream, buffer, 0)``), and the pointer write a
     bound ``Struct.pack_into`` kept with its buffer."""
 
-    __slots__ = ("_address", "_fn", "_go", "_mv", "_pack", "_success", "_typed", "args", "arg_types", "block",
-                 "grid", "shared")
+    __slots__ = ("_address", "_compiled", "_fn", "_go", "_mv", "_pack", "_stream_lookup", "_success", "_typed", "args",
+                 "arg_types", "block", "current", "grid", "shared")
 
     def __init__(self, fn: CudaFunction, grid, block, shared: int, arg_types: tuple, args: FixedArgs):
         self._fn, self.args, self.arg_types = fn, args, arg_types
         self.grid, self.block, self.shared = tuple(grid), tuple(block), shared
         self._pack, self._mv, self._address = args.lead.pack_into, args.mv, args.address
         self._success = fn._success
+        self._stream_lookup = None  # (stream function, device, thread) of set_stream_lookup
         self._set_call(getattr(fn, "typed_launch", None))  # (only a function of the real driver has one)
+        self._set_compiled(getattr(fn, "compiled", None))
 
     def _set_call(self, typed) -> None:
         """Launch through ``typed`` (the typed driver call: ints only, raises on an error), or through
@@ -624,13 +667,49 @@ class FixedCudaLaunch:
         call, handle = (typed, int(fn.handle)) if typed is not None else (fn._launch_fn, fn.handle)
         self._go = partial(call, handle, *self.grid, *self.block, self.shared)
 
+    def _set_compiled(self, module) -> None:
+        """Launch through ``module`` (the compiled launcher: its ``Launch`` writes the pointers and
+        calls the driver in one C call), or as ``_set_call`` said when None."""
+        self._compiled = self.current = None
+        if module is not None:
+            fn, args = self._fn, self.args
+            launch = module.Launch(fn._handle_int, self.grid, self.block, self.shared, args.data_address,
+                                   args.address, args.n_lead, fn._programmatic, args, *(self._stream_lookup or ()))
+            self._compiled = launch.go
+            if self._stream_lookup is not None:
+                self.current = launch.go_current
+
+    def set_stream_lookup(self, stream_fn, device: int, thread: int) -> None:
+        """Give the compiled launch the current-stream lookup (``stream_fn(device)``: a raw handle) and
+        the one thread (``threading.get_ident()``) that may launch through ``current``
+        (``go_current(ptrs)``: the lookup, the pointer writes and the launch in one C call; -2 and
+        nothing launched on any other thread; None where the compiled launcher is off)."""
+        self._stream_lookup = (stream_fn, device, thread)
+        if self._compiled is not None:
+            self._set_compiled(_compiled_launch(self._fn._programmatic, force=True))
+
     def use_typed_launch(self, on: bool) -> bool:
         """``CudaFunction.use_typed_launch`` for this packed launch; True when the typed call is in use."""
         self._set_call(typed_launch_call() if on else None)
         return self._typed is not None
 
+    def use_compiled_launch(self, on: bool) -> bool:
+        """``CudaFunction.use_compiled_launch`` for this packed launch; True when it is in use."""
+        self._set_compiled(_compiled_launch(self._fn._programmatic, force=True) if on else None)
+        return self._compiled is not None
+
     def __call__(self, ptrs, stream: int) -> None:
         """Launch on ``stream`` with ``ptrs`` as the leading pointers."""
+        compiled = self._compiled
+        if compiled is not None:
+            try:
+                if not compiled(stream, ptrs):  # (the CUresult: 0 is launched)
+                    return
+            except Exception:  # noqa: BLE001 - (nothing was launched) the general path retries or explains
+                pass
+            values = list(ptrs) + self.args.values[len(ptrs):]
+            self._fn.launch(self.grid, self.block, self.shared, stream, self.arg_types, values)
+            return
         self._pack(self._mv, 0, *ptrs)
         if self._typed is not None:
             try:

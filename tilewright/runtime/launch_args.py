@@ -98,7 +98,8 @@ class FixedArgs:
     thread's pointers).  ``make`` returns None where the leading values are not 8-byte pointer
     slots at the start of the buffer."""
 
-    __slots__ = ("_data", "_ptrs", "address", "array", "lead", "mv", "offsets", "values")
+    __slots__ = ("_data", "_ptrs", "address", "array", "data_address", "lead", "mv", "n_lead", "offsets", "size",
+                 "values")
 
     @classmethod
     def make(cls, packer: ArgPacker, values, n_lead: int):
@@ -114,6 +115,8 @@ class FixedArgs:
         self._ptrs = (ctypes.c_void_p * max(len(packer.offsets), 1))(*[base + off for off in packer.offsets])
         self.mv = memoryview(self._data).cast("B")
         self.address, self.array = ctypes.addressof(self._ptrs), self._ptrs
+        self.data_address, self.n_lead = base, n_lead  # (the leading pointers' slots: a compiled launcher's)
+        self.size = packer.size  # (the packed bytes: a launch that passes them as cuLaunchKernel's `extra`)
         self.offsets = packer.offsets
         self.values = list(values)  # what the buffer holds (for a caller that must launch them otherwise)
         try:

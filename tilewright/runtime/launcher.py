@@ -344,8 +344,8 @@ class FixedLaunch:
     buffer belongs to the thread that made it; another thread's launch takes ``PreparedLaunch``'s
     path (its per-thread buffer), so concurrent launches never send each other's pointers."""
 
-    __slots__ = ("_described", "_last_maps", "_last_ptrs", "_map_index", "_map_params", "_owner", "_rest",
-                 "_stream", "dev", "dyn", "dyn_items", "launch", "prepared", "runtime", "tensor_maps")
+    __slots__ = ("_described", "_direct", "_fast", "_last_maps", "_last_ptrs", "_map_index", "_map_params", "_owner",
+                 "_rest", "_stream", "dev", "dyn", "dyn_items", "launch", "prepared", "runtime", "tensor_maps")
 
     def __init__(self, prepared: PreparedLaunch, launch, rest: list, n_params: int):
         self.prepared, self.launch, self._rest = prepared, launch, rest
@@ -362,8 +362,23 @@ class FixedLaunch:
         # the runtime's cheapest current-stream lookup once it has settled (cuda_driver: torch's raw one)
         settled = getattr(self.runtime, "current_stream_function", None)
         self._stream = (settled() if settled is not None else None) or self.runtime.current_stream
+        # the runtime's launch may take the stream lookup and the launch in one call (cuda_driver's
+        # compiled one: ``launch.current``, which checks the thread too): with no descriptors to
+        # update (``_direct``) that is the whole call, else it follows their update
+        self._fast = hasattr(launch, "set_stream_lookup")
+        self._direct = self._fast and self.tensor_maps is None
+        if self._fast:
+            launch.set_stream_lookup(self._stream, self.dev, self._owner)
 
     def __call__(self, ptrs: list, stream=None, sync: bool = False) -> None:
+        if self._direct and stream is None and not sync:  # (the common case inline: no frame)
+            current = self.launch.current
+            if current is not None:
+                try:
+                    if not current(ptrs):  # (0: launched; -2: another thread's call; else refused)
+                        return None
+                except Exception:  # noqa: BLE001 - (nothing was launched) the path below explains
+                    pass
         if _get_ident() != self._owner:
             return self.prepared(list(ptrs) + self._rest, stream, sync)
         if self.tensor_maps is not None:
@@ -378,12 +393,27 @@ class FixedLaunch:
                             args.write(i, raw)
                     self._last_maps = maps
                 self._last_ptrs = described
+            if self._fast and stream is None and not sync and self._current(ptrs):
+                return None
         if stream is None:
             stream = self._stream(self.dev)
         self.launch(ptrs, stream)
         if sync:
             self.runtime.synchronize(self.dev)
         return None
+
+    def _current(self, ptrs) -> bool:
+        """Launch through the runtime's one-call launch where it has one now (``launch.current``: the
+        bench switches it); True when launched, False when there is none or it launched nothing
+        (another thread's call, a refusal: the caller's path then launches or explains).  (The
+        same as ``__call__``'s first lines, which keep it inline for the calls without descriptors.)"""
+        current = self.launch.current
+        if current is None:
+            return False
+        try:
+            return not current(ptrs)  # (0: launched; -2: another thread's call; else refused)
+        except Exception:  # noqa: BLE001 - (nothing was launched)
+            return False
 
 
 _GRID_MEMO_SIZE = 4096  # distinct size combinations remembered per kernel (then evaluated per call)
