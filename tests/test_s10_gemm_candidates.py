@@ -27,8 +27,9 @@ def _kernel_of(cfg, N, K, dtype, trans_b, has_bias, activation, blocks=4):
     staged = cfg.staged_epilogue(dtype)
     if cfg.kind == "persistent":
         return kernels.linear_persistent(N, K, dtype, dtype, False, trans_b, has_bias, activation, *tiles, blocks,
-                                         cfg.group_M, staged, cfg.cluster[0])
-    return kernels.linear(N, K, dtype, dtype, False, trans_b, has_bias, activation, *tiles, staged, cfg.cluster)
+                                         cfg.group_M, staged, cfg.cluster[0], cfg.pdl)
+    return kernels.linear(N, K, dtype, dtype, False, trans_b, has_bias, activation, *tiles, staged, cfg.cluster,
+                          cfg.pdl)
 
 
 def _compile(cfg, N, K, dtype="float16", trans_b=False, has_bias=False, activation="none", blocks=4):

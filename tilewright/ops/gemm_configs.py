@@ -57,6 +57,12 @@ class GemmConfig:
     # kernel is written for one), take the tiles of the schedule in turn, one's epilogue overlapping the other's
     # mainloop (passes/warp_specialize_pingpong.py); each keeps its own staged C tile
     pingpong: bool = False
+    # programmatic dependent launch (sm_90; direct and persistent kernels, ``kernels.gemm.PDL_MODES``): "wait"
+    # (the block waits for the previous kernel first: back-to-back calls overlap launch and block placement
+    # with that kernel's tail), "pre" (the ring's mbarrier set-up and the descriptors' prefetch ahead of the
+    # wait: ``tw.pdl_prologue``), "late" ("pre", and each block lets the next kernel start once its mainloop is
+    # done: griddepcontrol.launch_dependents); "" off
+    pdl: str = ""
 
     def staged_epilogue(self, out_dtype: str):
         """``staged_epilogue`` of the kernels: False (plain stores: no TMA store, or an output that is not
@@ -73,7 +79,8 @@ class GemmConfig:
         # both explicit: wgmma and warp specialization are the sm_90a defaults, and a configuration
         # says exactly which mainloop it was measured with
         return {"tw.enable_wgmma": self.wgmma, "tw.warp_specialize": self.ws,
-                **({"tw.gemm_pingpong": True} if self.pingpong else {})}
+                **({"tw.gemm_pingpong": True} if self.pingpong else {}),
+                **({"tw.pdl_prologue": True} if self.pdl in ("pre", "late") else {})}
 
     def to_json(self) -> dict:
         return dataclasses.asdict(self)
@@ -103,7 +110,8 @@ class GemmConfig:
         s += "x2" if self.tma_store and self.store_bufs == 2 else ""
         s += "/ring" if self.tma_store and self.c_in_ring else ""
         s += " pingpong" if self.pingpong else ""
-        return s + (f" c{self.cluster[0]}x{self.cluster[1]}" if self.cluster != (1, 1) else "")
+        s += f" c{self.cluster[0]}x{self.cluster[1]}" if self.cluster != (1, 1) else ""
+        return s + (f" pdl{self.pdl}" if self.pdl else "")
 
     @classmethod
     def parse(cls, text: str) -> GemmConfig:
@@ -118,6 +126,8 @@ class GemmConfig:
             for w in words[2:]:
                 if w in ("wgmma", "ws", "atomic", "pingpong"):
                     kw[w] = True
+                elif w.startswith("pdl"):  # pdlwait, pdlpre, pdllate
+                    kw["pdl"] = w[3:]
                 elif w == "tma-store":
                     kw["tma_store"] = True
                 elif w.startswith("tma-store/"):
@@ -179,6 +189,8 @@ def refusal(cfg: GemmConfig) -> str | None:
         return "the C tile in the ring (tma-store/ring) only on direct kernels with tma-store"
     if cfg.pingpong and (cfg.kind != "persistent" or cfg.threads != 128 or not (cfg.wgmma and cfg.ws)):
         return "pingpong only on persistent wgmma ws kernels named with t128 (the threads of one consumer warpgroup)"
+    if cfg.pdl and (cfg.pdl not in ("wait", "pre", "late") or cfg.kind not in ("direct", "persistent")):
+        return "pdl (pdlwait, pdlpre, pdllate) only on direct or persistent kernels"
     if cfg.store_bufs not in (1, 2) or cfg.store_bufs == 2 and (
             not cfg.store_cols or cfg.store_cols >= cfg.block_N or cfg.c_in_ring):
         return "two staging buffers (tma-store/Nx2) only with column chunks narrower than block_N, not in the ring"
@@ -431,6 +443,17 @@ def cluster_candidates(M: int, N: int, K: int) -> list[GemmConfig]:
             if _ceil(N, c.block_N) >= cx > 1 or _ceil(M, c.block_M) >= cy > 1:
                 out.append(dataclasses.replace(c, cluster=(cx, cy)))
     return out + out_p
+
+
+def s13_candidates(M: int, N: int, K: int, dtype: str = "float16", num_sms: int = 132) -> list[GemmConfig]:
+    """sm_90: the heuristic's configuration for the shape with programmatic dependent launch, each mode
+    (``GemmConfig.pdl``: "wait", "pre", "late"), for back-to-back calls (a model's layers, the bench's CUDA
+    graph of ten calls): the next call's launch, block placement and -- with "pre" -- its ring set-up overlap
+    the tail of the one before.  Not yet timed: selectable by name (``pdlwait``, ``pdlpre``, ``pdllate``)."""
+    base = heuristic(M, N, K, dtype, "sm_90", num_sms)
+    if base.kind not in ("direct", "persistent"):
+        return []
+    return [dataclasses.replace(base, pdl=mode) for mode in ("wait", "pre", "late")]
 
 
 def heuristic(M: int, N: int, K: int, dtype: str, arch: str, num_sms: int, smem_limit: int = H200_SHARED_BYTES,
