@@ -199,19 +199,25 @@ def shape_candidates(m, n, k, dtype, arch, num_sms, smem, only=None) -> list:
     """The candidate configurations timed for a shape: those of ``only`` (``parse_configs``) for this shape
     when it names any, else ``gemm_configs.candidates``."""
     if only:
-        return [cfg for shape, cfg in only if shape is None or shape == (m, n, k)]
+        out = []
+        for shape, cfg in only:
+            if shape is None or shape == (m, n, k):
+                out += [cfg] if cfg != "s13" else [gemm_configs.heuristic(m, n, k, dtype, arch, num_sms, smem),
+                                                   *gemm_configs.s13_candidates(m, n, k, dtype, num_sms)]
+        return out
     return gemm_configs.candidates(m, n, k, dtype, arch, num_sms, smem)
 
 
 def parse_configs(text: str | None) -> list:
     """``--configs`` / ``TW_GEMM_CONFIGS``: configuration names separated by ';', each optionally after
-    ``MxNxK=`` (that shape only; without it, every shape): [(shape or None, GemmConfig)]."""
+    ``MxNxK=`` (that shape only; without it, every shape): [(shape or None, GemmConfig)].  The word ``s13``
+    stands for the shape's heuristic choice and ``gemm_configs.s13_candidates`` (kept as the string)."""
     out = []
     for item in (text or "").split(";"):
         shape, _, name = item.strip().rpartition("=")
         if name.strip():
             out.append((tuple(int(x) for x in shape.lower().split("x")) if shape.strip() else None,
-                        gemm_configs.GemmConfig.parse(name.strip())))
+                        "s13" if name.strip() == "s13" else gemm_configs.GemmConfig.parse(name.strip())))
     return out
 
 

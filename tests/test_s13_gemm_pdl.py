@@ -7,6 +7,8 @@ set-up ahead of it only with pdlpre / pdllate (``passes/pdl_prologue``), the tri
 launch flag; names; NVRTC builds without spills.  The GPU side: tests/test_s13_gemm_gpu.py."""
 
 import re
+import sys
+from pathlib import Path
 
 import pytest
 from test_s10_gemm_candidates import _compile, assert_builds_without_spills, run_on_the_emulator
@@ -28,6 +30,8 @@ EMULATED = [
     (P(PAIRS + " pdlpre"), 200, 584, 360, "bfloat16", False, "relu"),
     (P(PAIRS + " pdllate"), 136, 392, 200, "float16", True, "silu"),
     (P(WIDE + " pdllate"), 300, 520, 200, "bfloat16", False, "none"),
+    (P("direct 128x128x64 s6 t128 wgmma ws tma-store"), 100, 264, 456, "bfloat16", False, "relu"),
+    (P("direct 128x128x64 s6 t256 wgmma ws tma-store"), 128, 136, 520, "float16", True, "none"),
 ]
 
 
@@ -35,7 +39,7 @@ EMULATED = [
                          ids=lambda x: x.short().replace(" ", "_") if isinstance(x, GemmConfig) else None)
 def test_pdl_gemms_on_the_emulator(cfg, M, N, K, dtype, trans_b, activation):
     src = run_on_the_emulator(cfg, M, N, K, dtype, trans_b, activation)
-    assert "griddepcontrol.wait" in src
+    assert ("griddepcontrol.wait" in src) == bool(cfg.pdl)
 
 
 def _order(src: str) -> dict:
@@ -117,22 +121,24 @@ def test_names_refusals_and_candidates():
     # a tuned entry stored before the field: no PDL
     assert GemmConfig.from_json({k: v for k, v in P(ROWS).to_json().items() if k != "pdl"}) == P(ROWS)
     for shape, base in (((128, 8192, 8192), ROWS), ((2000, 3000, 1000), PAIRS), ((4096, 4096, 4096), WIDE)):
-        assert [c.short() for c in gemm_configs.s13_candidates(*shape)] == [
+        assert [c.short() for c in gemm_configs.s13_candidates(*shape)][:3] == [
             f"{base} pdl{m}" for m in ("wait", "pre", "late")]
         # not yet timed: the heuristic and the candidate lists are unchanged
         assert gemm_configs.heuristic(*shape, "float16", "sm_90", 132).pdl == ""
         assert not any(c.pdl for c in gemm_configs.candidates(*shape, "float16", "sm_90", 132))
+    assert [c.short() for c in gemm_configs.s13_candidates(128, 8192, 8192)][3:] == [
+        f"direct 128x128x64 s6 t{t} wgmma ws tma-store" for t in (128, 256)]
     with pytest.raises(ValueError, match="pdl mode"):
         from tilewright.ops import kernels
         kernels.linear(64, 64, "float16", "float16", False, False, False, "none", 64, 64, 32, 2, 128, pdl="soon")
 
 
 @needs_nvrtc
-@pytest.mark.parametrize("cfg", [P(f"{b} pdl{m}") for b in (ROWS, PAIRS, WIDE) for m in ("wait", "late")],
-                         ids=lambda c: c.short().replace(" ", "_"))
+@pytest.mark.parametrize("cfg", [P(f"{b} pdl{m}") for b in (ROWS, PAIRS, WIDE) for m in ("wait", "late")] +
+                         gemm_configs.s13_candidates(128, 8192, 8192)[3:], ids=lambda c: c.short().replace(" ", "_"))
 def test_pdl_gemms_build_without_spills(cfg, tmp_path):
     """NVRTC at the benchmark's shapes: no spills or local memory, HGMMA in the SASS."""
-    N, K = (8192, 8192) if cfg.block_N == 64 else (3000, 1000)
+    N, K = (8192, 8192) if cfg.kind == "direct" else (3000, 1000)
     assert_builds_without_spills(cfg, N, K, "bfloat16", tmp_path)
 
 
@@ -150,3 +156,15 @@ def test_a_warp_specialized_decode_waits_before_its_producer_loads():
                                                  {"optimize_level": 2, **dk.decode_pass_configs(variant)})))
     at = _order(src)
     assert 0 <= at["wait"] < at["producer"] < src.find("cp.async.bulk.tensor")
+
+
+def test_bench_s13_keyword_times_the_heuristic_beside_the_candidates():
+    sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "bench"))
+    pytest.importorskip("torch")  # (bench/gemm.py imports it)
+    import gemm as bench_gemm
+
+    only = bench_gemm.parse_configs("128x8192x8192=s13; 2000x3000x1000=" + PAIRS + " pdlpre")
+    rows = bench_gemm.shape_candidates(128, 8192, 8192, "float16", "sm_90", 132, gemm_configs.H200_SHARED_BYTES, only)
+    assert [c.short() for c in rows] == [ROWS] + [c.short() for c in gemm_configs.s13_candidates(128, 8192, 8192)]
+    pairs = bench_gemm.shape_candidates(2000, 3000, 1000, "float16", "sm_90", 132, gemm_configs.H200_SHARED_BYTES, only)
+    assert [c.short() for c in pairs] == [PAIRS + " pdlpre"]

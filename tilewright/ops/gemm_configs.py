@@ -449,11 +449,19 @@ def s13_candidates(M: int, N: int, K: int, dtype: str = "float16", num_sms: int 
     """sm_90: the heuristic's configuration for the shape with programmatic dependent launch, each mode
     (``GemmConfig.pdl``: "wait", "pre", "late"), for back-to-back calls (a model's layers, the bench's CUDA
     graph of ten calls): the next call's launch, block placement and -- with "pre" -- its ring set-up overlap
-    the tail of the one before.  Not yet timed: selectable by name (``pdlwait``, ``pdlpre``, ``pdllate``)."""
+    the tail of the one before.  Not yet timed: selectable by name (``pdlwait``, ``pdlpre``, ``pdllate``).
+
+    For 128 rows (128x8192x8192) also 128x128 tiles, one block per tile (64 blocks), each consumer warpgroup
+    arrangement: the L2 reads of A halve (64 blocks read all of A instead of 128: 128 + 128 MiB of L2 reads
+    instead of 256 + 128), at twice the operand bytes per SM; if it comes near the 128x64 tiles, the same
+    tiles split in K over a cluster pair reduced through distributed shared memory should pass them."""
     base = heuristic(M, N, K, dtype, "sm_90", num_sms)
     if base.kind not in ("direct", "persistent"):
         return []
-    return [dataclasses.replace(base, pdl=mode) for mode in ("wait", "pre", "late")]
+    out = [dataclasses.replace(base, pdl=mode) for mode in ("wait", "pre", "late")]
+    if 64 < M <= 128:
+        out += [GemmConfig("direct", 128, 128, 64, 6, t, wgmma=True, ws=True, tma_store=True) for t in (128, 256)]
+    return out
 
 
 def heuristic(M: int, N: int, K: int, dtype: str, arch: str, num_sms: int, smem_limit: int = H200_SHARED_BYTES,
