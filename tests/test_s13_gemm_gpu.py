@@ -20,13 +20,21 @@ import dataclasses  # noqa: E402
 from test_gpu_s10_gemm import _run, run_bias_silu_transposed  # noqa: E402
 
 from tilewright.ops import dispatch, gemm_configs  # noqa: E402
+from tilewright.ops.gemm_configs import GemmConfig  # noqa: E402
 
 BENCH_SHAPES = [(2000, 3000, 1000), (128, 8192, 8192), (4096, 4096, 4096), (8192, 8192, 1024)]
-PDL = [(c, *shape) for shape in BENCH_SHAPES for c in gemm_configs.s13_candidates(*shape)]
+# every PDL form the bench times (MEASURE-ME.md: the heuristic's and gemm_configs.s13_candidates) at its shapes
+PDL = [(c, *shape) for shape in BENCH_SHAPES
+       for c in [gemm_configs.heuristic(*shape, "float16", "sm_90", 132), *gemm_configs.s13_candidates(*shape)] if c.pdl]
+P = GemmConfig.parse
+ROWS = "direct 128x64x64 s8 t128 wgmma ws tma-store"
+PAIRS = "persistent 128x192x64 s4 t128 g8 wgmma ws tma-store/64 pingpong c2x1"
+WIDE = "persistent 128x256x64 s4 t256 g8 wgmma ws tma-store/128"
 # (ragged N and K compile new kernels: three configurations, one shape)
-RAGGED = [(c, 300, 1000, 264) for c in (PDL[0][0], PDL[3][0], PDL[8][0])]
+RAGGED = [(P(x), 300, 1000, 264) for x in (PAIRS + " pdlwait", ROWS + " pdllate", WIDE + " pdlearly")]
 # the chains: (configuration, M, K) -- N = K; at K 8192 and 4096 the bench's bf16 kernels (MEASURE-ME.md's run)
-CHAINS = [(PDL[3][0], 256, 8192), (PDL[5][0], 256, 8192), (PDL[2][0], 1000, 1024), (PDL[8][0], 1000, 4096)]
+CHAINS = [(P(ROWS + " pdllate"), 256, 8192), (P(ROWS + " pdlearly"), 256, 8192), (P(PAIRS + " pdlwait"), 1000, 1024),
+          (P(WIDE + " pdlearly"), 1000, 4096)]
 
 
 def _ids(x):
@@ -39,7 +47,7 @@ def test_pdl_candidates_match_float64(cfg, M, N, K, dtype):
     assert _run(cfg, M, N, K, dtype) < 2e-3, cfg.short()
 
 
-@pytest.mark.parametrize("cfg", [PDL[2][0], PDL[5][0]], ids=_ids)
+@pytest.mark.parametrize("cfg", [P(PAIRS + " pdlwait"), P(ROWS + " pdllate")], ids=_ids)
 def test_pdl_with_bias_activation_and_transposed_weight(cfg):
     assert run_bias_silu_transposed(cfg, 600 if cfg.block_N > 64 else 120, seed=13) < 2e-3, cfg.short()
 
@@ -90,7 +98,7 @@ def test_dependent_calls_see_each_others_results(cfg, M, K, graph):
 def test_pdl_kernels_are_launched_programmatically():
     a = torch.empty(1, device="cuda", dtype=torch.float16)
     arch, num_sms, _ = dispatch._arch_of(a)
-    for cfg, _m, N, K in PDL[:6]:
+    for cfg, _m, N, K in PDL:
         for c in (cfg, dataclasses.replace(cfg, pdl="")):
             plan = dispatch._plan(c, N, K, "float16", "float16", False, False, False, "none", dispatch._target_of(a),
                                   arch, num_sms)

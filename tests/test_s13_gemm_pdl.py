@@ -30,6 +30,8 @@ EMULATED = [
     (P(PAIRS + " pdlpre"), 200, 584, 360, "bfloat16", False, "relu"),
     (P(PAIRS + " pdllate"), 136, 392, 200, "float16", True, "silu"),
     (P(WIDE + " pdllate"), 300, 520, 200, "bfloat16", False, "none"),
+    (P(ROWS + " pdlearly"), 128, 264, 200, "float16", False, "relu"),
+    (P(PAIRS + " pdlearly"), 264, 392, 136, "bfloat16", False, "none"),
     (P("direct 128x128x64 s6 t128 wgmma ws tma-store"), 100, 264, 456, "bfloat16", False, "relu"),
     (P("direct 128x128x64 s6 t256 wgmma ws tma-store"), 128, 136, 520, "float16", True, "none"),
 ]
@@ -52,7 +54,7 @@ def _order(src: str) -> dict:
 
 
 @pytest.mark.parametrize("base", [ROWS, PAIRS, WIDE])
-@pytest.mark.parametrize("mode", ["wait", "pre", "late"])
+@pytest.mark.parametrize("mode", ["wait", "pre", "late", "early"])
 def test_the_wait_comes_before_every_global_access(base, mode):
     cfg = P(f"{base} pdl{mode}")
     k = _compile(cfg, 392, 200)
@@ -70,6 +72,8 @@ def test_the_wait_comes_before_every_global_access(base, mode):
         assert 0 <= at["init"] < at["prefetch"] < at["wait"]
     if mode == "late":
         assert at["drain"] < at["trigger"]  # after the mainloop's last wgmma
+    elif mode == "early":
+        assert at["wait"] < at["trigger"] < at["producer"]  # right after the wait, the whole block's
     else:
         assert at["trigger"] < 0
     if cfg.pingpong:
@@ -114,28 +118,33 @@ def test_names_refusals_and_candidates():
         assert gemm_configs.fit_shared(cfg, gemm_configs.H200_SHARED_BYTES) == cfg
     assert P(ROWS + " pdlpre").pass_configs("sm_90")["tw.pdl_prologue"] is True
     assert "tw.pdl_prologue" not in P(ROWS + " pdlwait").pass_configs("sm_90")
-    for bad in ("splitk 128x128x64 s4 t128 k/2 wgmma pdlwait", ROWS + " pdlsoon"):
+    for bad in ("splitk 128x128x64 s4 t128 k/2 wgmma pdlwait", ROWS + " pdlsoon", ROWS + " pdl"):
         with pytest.raises(ValueError):
             P(bad)
     assert GemmConfig.from_json({"kind": "streamk", "pdl": "wait"}) is None
     # a tuned entry stored before the field: no PDL
     assert GemmConfig.from_json({k: v for k, v in P(ROWS).to_json().items() if k != "pdl"}) == P(ROWS)
-    for shape, base in (((128, 8192, 8192), ROWS), ((2000, 3000, 1000), PAIRS), ((4096, 4096, 4096), WIDE)):
-        assert [c.short() for c in gemm_configs.s13_candidates(*shape)][:3] == [
-            f"{base} pdl{m}" for m in ("wait", "pre", "late")]
-        # not yet timed: the heuristic and the candidate lists are unchanged
-        assert gemm_configs.heuristic(*shape, "float16", "sm_90", 132).pdl == ""
-        assert not any(c.pdl for c in gemm_configs.candidates(*shape, "float16", "sm_90", 132))
-    assert [c.short() for c in gemm_configs.s13_candidates(128, 8192, 8192)][3:] == [
-        f"direct 128x128x64 s6 t{t} wgmma ws tma-store" for t in (128, 256)]
+    # the measured defaults (mid-session H200 run of 2026-12-02 11:30 UTC): pdllate for 128 rows, pdlwait for the
+    # clusters' ping-pong pairs; the others unchanged
+    h = gemm_configs.heuristic
+    assert h(128, 8192, 8192, "bfloat16", "sm_90", 132).short() == ROWS + " pdllate"
+    assert h(2000, 3000, 1000, "bfloat16", "sm_90", 132).short() == PAIRS + " pdlwait"
+    assert h(4096, 4096, 4096, "float16", "sm_90", 132).pdl == h(8192, 8192, 1024, "float16", "sm_90", 132).pdl == ""
+    assert h(128, 8192, 8192, "float16", "sm_80", 108).pdl == ""
+    for shape, base, default in (((128, 8192, 8192), ROWS, "late"), ((2000, 3000, 1000), PAIRS, "wait"),
+                                 ((4096, 4096, 4096), WIDE, "")):
+        assert [c.short() for c in gemm_configs.s13_candidates(*shape)] == [
+            f"{base} pdl{m}" if m else base for m in ("", "wait", "late", "early") if m != default]
+        assert [c.pdl for c in gemm_configs.candidates(*shape, "float16", "sm_90", 132) if c.pdl] == \
+            ([default] if default else [])  # (the heuristic's own only)
     with pytest.raises(ValueError, match="pdl mode"):
         from tilewright.ops import kernels
         kernels.linear(64, 64, "float16", "float16", False, False, False, "none", 64, 64, 32, 2, 128, pdl="soon")
 
 
 @needs_nvrtc
-@pytest.mark.parametrize("cfg", [P(f"{b} pdl{m}") for b in (ROWS, PAIRS, WIDE) for m in ("wait", "late")] +
-                         gemm_configs.s13_candidates(128, 8192, 8192)[3:], ids=lambda c: c.short().replace(" ", "_"))
+@pytest.mark.parametrize("cfg", [P(f"{b} pdl{m}") for b in (ROWS, PAIRS, WIDE) for m in ("wait", "late", "early")] +
+                         [P("direct 128x128x64 s6 t128 wgmma ws tma-store")], ids=lambda c: c.short().replace(" ", "_"))
 def test_pdl_gemms_build_without_spills(cfg, tmp_path):
     """NVRTC at the benchmark's shapes: no spills or local memory, HGMMA in the SASS."""
     N, K = (8192, 8192) if cfg.kind == "direct" else (3000, 1000)
@@ -165,6 +174,8 @@ def test_bench_s13_keyword_times_the_heuristic_beside_the_candidates():
 
     only = bench_gemm.parse_configs("128x8192x8192=s13; 2000x3000x1000=" + PAIRS + " pdlpre")
     rows = bench_gemm.shape_candidates(128, 8192, 8192, "float16", "sm_90", 132, gemm_configs.H200_SHARED_BYTES, only)
-    assert [c.short() for c in rows] == [ROWS] + [c.short() for c in gemm_configs.s13_candidates(128, 8192, 8192)]
+    assert [c.short() for c in rows] == [ROWS + " pdllate"] + [
+        c.short() for c in gemm_configs.s13_candidates(128, 8192, 8192)]
+    assert {c.pdl for c in rows} == {"", "wait", "late", "early"}
     pairs = bench_gemm.shape_candidates(2000, 3000, 1000, "float16", "sm_90", 132, gemm_configs.H200_SHARED_BYTES, only)
     assert [c.short() for c in pairs] == [PAIRS + " pdlpre"]

@@ -52,8 +52,10 @@ def cluster_kernel_args(cluster=(1, 1), swizzle_panel=8):
 # stream (its launch and block placement overlap that kernel's tail); "pre": as "wait", with the TMA ring's
 # mbarrier set-up and the descriptors' prefetch ahead of the wait (pass config ``tw.pdl_prologue``, set by
 # ``ops.gemm_configs.GemmConfig.pass_configs``); "late": as "pre", and each block lets the next kernel start
-# once its mainloop has read its last operand tile (``griddepcontrol.launch_dependents``).
-PDL_MODES = ("", "wait", "pre", "late")
+# once its mainloop has read its last operand tile (``griddepcontrol.launch_dependents``); "early": as "pre",
+# with the trigger right after the wait (the next kernel's blocks take SMs as this one's leave: they are all
+# placed by then, since the next kernel starts only once every block of this one has triggered).
+PDL_MODES = ("", "wait", "pre", "late", "early")
 
 
 def check_pdl(pdl: str) -> None:
@@ -283,7 +285,8 @@ def matmul_persistent(M, N, K, block_M=128, block_N=256, block_K=64, dtype="floa
     multicast (``passes/cluster_multicast.py``, sm_90a).
 
     ``pdl`` (``PDL_MODES``): the block waits for the previous kernel of the stream before anything else
-    (``T.pdl_sync``); "late": it lets the next kernel start once the mainloop of its last tile is done."""
+    (``T.pdl_sync``); "late": it lets the next kernel start once the mainloop of its last tile is done; "early":
+    right after the wait."""
     check_pdl(pdl)
     if cluster not in (1, 2) or num_blocks % cluster:
         raise ValueError(f"matmul_persistent: cluster is 1 or 2 and divides num_blocks, got {cluster}, {num_blocks}")
@@ -358,6 +361,8 @@ def matmul_persistent(M, N, K, block_M=128, block_N=256, block_K=64, dtype="floa
             with T.Kernel(num_blocks, threads=threads) as bid:
                 if pdl:
                     T.pdl_sync()  # (first: A, B and Bias may be what the previous kernel writes, C what it reads)
+                    if pdl == "early":
+                        T.pdl_trigger()
                 tile_loop(A, B, Bias, C, bid, num_blocks, 0)
     else:
         @T.prim_func
@@ -366,6 +371,8 @@ def matmul_persistent(M, N, K, block_M=128, block_N=256, block_K=64, dtype="floa
             with T.Kernel(2, num_blocks // 2, threads=threads, cluster_dims=(2, 1, 1)) as (q, c):
                 if pdl:
                     T.pdl_sync()
+                    if pdl == "early":
+                        T.pdl_trigger()
                 tile_loop(A, B, Bias, C, c, num_blocks // 2, q)
 
     return gemm_persistent

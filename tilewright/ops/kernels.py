@@ -33,7 +33,8 @@ def linear(N, K, dtype, out_dtype, trans_a, trans_b, has_bias, activation, block
     ``cluster`` (2, 1) / (1, 2): clusters of two blocks whose shared A / B tile is multicast
     (``kernels.gemm.cluster_kernel_args``); the grid is rounded up to whole clusters.  ``pdl``: programmatic
     dependent launch (``kernels.gemm.PDL_MODES``): the block waits for the previous kernel (``T.pdl_sync``)
-    before it touches global memory; "late" also lets the next kernel start once the mainloop is done."""
+    before it touches global memory; "late" also lets the next kernel start once the mainloop is done, "early"
+    right after the wait."""
     check_pdl(pdl)
     M = T.dynamic("m")
     width, chunks = epilogue_chunks(block_N, staged_epilogue) if staged_epilogue else (block_N, (0,))
@@ -51,6 +52,8 @@ def linear(N, K, dtype, out_dtype, trans_a, trans_b, has_bias, activation, block
         with T.Kernel(gx, gy, threads=threads, cluster_dims=cluster_dims) as (bx, by):
             if pdl:
                 T.pdl_sync()  # (first: A, B and Bias may be what the previous kernel writes, C what it reads)
+                if pdl == "early":
+                    T.pdl_trigger()
             A_s = T.alloc_shared(a_tile, dtype)
             B_s = T.alloc_shared(b_tile, dtype)
             acc = T.alloc_fragment((block_M, block_N), "float32")
