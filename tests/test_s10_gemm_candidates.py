@@ -108,7 +108,7 @@ def test_s10_candidates_are_listed_and_the_heuristic_takes_the_measured_winner()
     # (ping-pong in clusters since the final H200 run of 2026-12-02 08:42 UTC: tests/test_s12_gemm_pingpong)
     # (programmatic dependent launch since the mid-session H200 run of 2026-12-02 11:30 UTC: tests/test_s13_gemm_pdl)
     assert h(2000, 3000, 1000, "float16", "sm_90", 132).short() == \
-        "persistent 128x192x64 s4 t128 g8 wgmma ws tma-store/64 pingpong c2x1 pdlwait"
+        "persistent 128x192x64 s4 t128 g8 wgmma ws tma-store/64 pingpong c2x1 pdlearly"
     # the mid-session H200 run of 2026-12-02 02:07 UTC: one consumer warpgroup won at 128x8192x8192 (fp16 and bf16)
     assert h(128, 8192, 8192, "float16", "sm_90", 132).short() == "direct 128x64x64 s8 t128 wgmma ws tma-store pdllate"
     assert h(128, 8192, 8192, "bfloat16", "sm_90", 132).short() == "direct 128x64x64 s8 t128 wgmma ws tma-store pdllate"

@@ -34,7 +34,7 @@ WIDE = "persistent 128x256x64 s4 t256 g8 wgmma ws tma-store/128"
 RAGGED = [(P(x), 300, 1000, 264) for x in (PAIRS + " pdlwait", ROWS + " pdllate", WIDE + " pdlearly")]
 # the chains: (configuration, M, K) -- N = K; at K 8192 and 4096 the bench's bf16 kernels (MEASURE-ME.md's run)
 CHAINS = [(P(ROWS + " pdllate"), 256, 8192), (P(ROWS + " pdlearly"), 256, 8192), (P(PAIRS + " pdlwait"), 1000, 1024),
-          (P(WIDE + " pdlearly"), 1000, 4096)]
+          (P(PAIRS + " pdlearly"), 1000, 1024), (P(WIDE + " pdlearly"), 1000, 4096)]
 
 
 def _ids(x):

@@ -124,14 +124,14 @@ def test_names_refusals_and_candidates():
     assert GemmConfig.from_json({"kind": "streamk", "pdl": "wait"}) is None
     # a tuned entry stored before the field: no PDL
     assert GemmConfig.from_json({k: v for k, v in P(ROWS).to_json().items() if k != "pdl"}) == P(ROWS)
-    # the measured defaults (mid-session H200 run of 2026-12-02 11:30 UTC): pdllate for 128 rows, pdlwait for the
+    # the measured defaults (H200 runs of 2026-12-02 11:30 and 12:03 UTC): pdllate for 128 rows, pdlearly for the
     # clusters' ping-pong pairs; the others unchanged
     h = gemm_configs.heuristic
     assert h(128, 8192, 8192, "bfloat16", "sm_90", 132).short() == ROWS + " pdllate"
-    assert h(2000, 3000, 1000, "bfloat16", "sm_90", 132).short() == PAIRS + " pdlwait"
+    assert h(2000, 3000, 1000, "bfloat16", "sm_90", 132).short() == PAIRS + " pdlearly"
     assert h(4096, 4096, 4096, "float16", "sm_90", 132).pdl == h(8192, 8192, 1024, "float16", "sm_90", 132).pdl == ""
     assert h(128, 8192, 8192, "float16", "sm_80", 108).pdl == ""
-    for shape, base, default in (((128, 8192, 8192), ROWS, "late"), ((2000, 3000, 1000), PAIRS, "wait"),
+    for shape, base, default in (((128, 8192, 8192), ROWS, "late"), ((2000, 3000, 1000), PAIRS, "early"),
                                  ((4096, 4096, 4096), WIDE, "")):
         assert [c.short() for c in gemm_configs.s13_candidates(*shape)] == [
             f"{base} pdl{m}" if m else base for m in ("", "wait", "late", "early") if m != default]

@@ -212,7 +212,7 @@ def test_new_candidates_are_listed_and_the_heuristic_takes_the_measured_winners(
     assert h(8192, 8192, 1024).short() == "persistent 128x192x64 s4 t128 g8 wgmma ws tma-store/64 pingpong"
     # (ping-pong in clusters since the final H200 run of 2026-12-02 08:42 UTC: tests/test_s12_gemm_pingpong)
     assert h(2000, 3000, 1000).short() == \
-        "persistent 128x192x64 s4 t128 g8 wgmma ws tma-store/64 pingpong c2x1 pdlwait"  # (s13: pdlwait)
+        "persistent 128x192x64 s4 t128 g8 wgmma ws tma-store/64 pingpong c2x1 pdlearly"  # (s13: pdlearly)
     assert h(16, 8192, 8192).short() == "direct 16x64x256 s4 t128"
     assert not any(c.store_cols or c.c_in_ring
                    for c in gemm_configs.candidates(4096, 4096, 4096, "float16", "sm_80", 108))

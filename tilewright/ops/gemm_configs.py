@@ -454,10 +454,14 @@ def s13_candidates(M: int, N: int, K: int, dtype: str = "float16", num_sms: int 
     ring set-up overlap the tail of the one before.  Selectable by name (``pdlwait``, ``pdlpre``, ``pdllate``,
     ``pdlearly``).
 
-    Timed in the mid-session H200 run of 2026-12-02 11:30 UTC (measure13, two rounds, fp16 / bf16): at
-    128x8192x8192 pdllate won every pair (the heuristic's since; figures there), at 2000x3000x1000 pdlwait (the
-    heuristic's since); at 8192x8192x1024 pdlwait 706.3 / 736.1 and 694.7 / 719.1 TFLOP/s against 687.8 / 702.3
-    and 698.9 / 712.1 without, pdlpre and pdllate lost the second round (664.5 / 675.9, 649.1 / 731.3); at 4096^3
+    Timed in the mid-session H200 run of 2026-12-02 11:30 UTC (measure13, two rounds, fp16 / bf16) and the final
+    one of 12:03 (measure13b, three rounds): at 128x8192x8192 pdllate won every pair (the heuristic's since;
+    figures there), at 2000x3000x1000 pdlwait in the first run, pdlearly in every round of the second (the
+    heuristic's since; figures there).  In the final run, at 8192x8192x1024 every mode lost to plain in at least
+    two of six (round, dtype) pairs (pdlwait 627.8 / 673.4 against 672.1 / 730.7 in round 2), at 4096^3 likewise
+    (pdlearly 665.9 / 723.6 against 675.1 / 751.3 in round 2): plain there.  In the first run at 8192x8192x1024
+    pdlwait 706.3 / 736.1 and 694.7 / 719.1 TFLOP/s against 687.8 / 702.3 and 698.9 / 712.1 without, pdlpre and
+    pdllate lost the second round (664.5 / 675.9, 649.1 / 731.3); at 4096^3
     every mode lost somewhere (pdlpre 662 against 689.1 fp16, pdlwait 717 against 761 bf16, round 2) -- the
     round-to-round spread there was 5%.  128x128 tiles for 128 rows (one block per tile, 64 blocks: half the L2
     reads of A) lost badly: 364-367 / 356-364 TFLOP/s with one consumer warpgroup, 336-338 / 328-336 with two,
@@ -495,7 +499,10 @@ def heuristic(M: int, N: int, K: int, dtype: str, arch: str, num_sms: int, smem_
         # UTC, measure10; cuBLAS 469 / 475 there).  Launched with programmatic dependent launch, the trigger after
         # the mainloop (pdllate): 439.9 / 438.5 TFLOP/s fp16 and 451.9 / 447.6 bf16 in two rounds against 431.6 /
         # 426.7 and 437.7 / 426.2 without (0.93-0.94x / 0.96-0.98x cuBLAS against 0.91 / 0.93x; pdlwait and
-        # pdlpre in between), mid-session H200 run of 2026-12-02 11:30 UTC, measure13
+        # pdlpre in between), mid-session H200 run of 2026-12-02 11:30 UTC, measure13.  The final run (12:03 UTC,
+        # three rounds) confirmed it: pdllate 451.3 / 448.9, 447.4 / 413.7, 447.2 / 443.3 against 443.4 / 442.3,
+        # 440.1 / 439.3, 433.2 / 431.2 plain (the 413.7: measured first in its round, a place that run penalized);
+        # pdlearly 453 / 448.9, 450.7 / 449, 444.1 / 445.2 -- not ahead of pdllate in every round, so not taken
         return fit_shared(GemmConfig("direct", 128, 64, 64, 8, 128, wgmma=True, ws=True, tma_store=True, pdl="late"),
                           smem_limit)
     if hopper and 64 < M <= 128 and _ceil(N, 128) < num_sms:
@@ -547,12 +554,15 @@ def heuristic(M: int, N: int, K: int, dtype: str, arch: str, num_sms: int, smem_
                 # the clusters' tile pairs as ping-pong warpgroups too (final H200 run of 2026-12-02 08:42 UTC,
                 # measure12b, TFLOP/s fp16 / bf16): 2000x3000x1000 483.4 / 484.1 against 468.7 / 471.5 for the
                 # clusters of two warpgroups per tile below, 430.8 / 419.4 for ping-pong without clusters.  With
-                # programmatic dependent launch, the wait only (pdlwait; measure13, 2026-12-02 11:30 UTC, two rounds,
-                # TFLOP/s fp16 / bf16): 491.7 / 493.8 and 488.8 / 422.1 against 486.5 / 485.4 and 461.9 / 418.7
-                # without (cuBLAS 449-513 over the run); pdllate 500.2 / 460.2 and 485.2 / 474.1 (lost once)
+                # programmatic dependent launch, the trigger right after the wait (pdlearly; final H200 run of
+                # 2026-12-02 12:03 UTC, measure13b, three rounds, TFLOP/s fp16 / bf16): 511.4 / 504.3, 492.1 / 477.5,
+                # 485.5 / 472.5 against 497.9 / 484.5, 463 / 470.6, 479.3 / 466.1 without (+1.3-6.3%, every round),
+                # pdllate 507 / 497.7, 488.3 / 474.1, 483.7 / 468.6, pdlwait 502.5 / 495.3, 470.6 / 471.9, 432.6 /
+                # 414.8 (it was measured first in each round, the place that run penalized; in the 11:30 run it led
+                # plain 4 of 4, pdllate lost once there)
                 return fit_shared(GemmConfig("persistent", 128, 192, base.block_K, 4, 128, wgmma=True, ws=True,
                                              group_M=8, tma_store=True, store_cols=64, pingpong=True, cluster=(2, 1),
-                                             pdl="wait"), smem_limit)
+                                             pdl="early"), smem_limit)
             return fit_shared(GemmConfig("persistent", 128, 192, base.block_K, 4, base.threads, wgmma=True, ws=True,
                                          group_M=8, tma_store=True, cluster=(2, 1) if pairs else (1, 1)),
                               smem_limit)
