@@ -184,9 +184,10 @@ def ops_jobs(m, n, k, dtype, cfg, arch, num_sms, target):
     if cfg.kind == "persistent":
         pair = cfg.cluster[0]  # (as dispatch._plan: clusters of two take an even number of blocks)
         return [(lambda: ops_kernels.linear_persistent(n, k, dtype, dtype, False, False, False, "none", *tiles,
-                                                       num_sms // pair * pair, cfg.group_M, staged, pair), pc, target)]
-    return [(lambda: ops_kernels.linear(n, k, dtype, dtype, False, False, False, "none", *tiles, staged, cfg.cluster),
-             pc, target)]
+                                                       num_sms // pair * pair, cfg.group_M, staged, pair, cfg.pdl),
+                 pc, target)]
+    return [(lambda: ops_kernels.linear(n, k, dtype, dtype, False, False, False, "none", *tiles, staged, cfg.cluster,
+                                        cfg.pdl), pc, target)]
 
 
 # ---------------------------------------------------------------- one shape
@@ -198,19 +199,25 @@ def shape_candidates(m, n, k, dtype, arch, num_sms, smem, only=None) -> list:
     """The candidate configurations timed for a shape: those of ``only`` (``parse_configs``) for this shape
     when it names any, else ``gemm_configs.candidates``."""
     if only:
-        return [cfg for shape, cfg in only if shape is None or shape == (m, n, k)]
+        out = []
+        for shape, cfg in only:
+            if shape is None or shape == (m, n, k):
+                out += [cfg] if cfg != "s13" else [gemm_configs.heuristic(m, n, k, dtype, arch, num_sms, smem),
+                                                   *gemm_configs.s13_candidates(m, n, k, dtype, num_sms)]
+        return out
     return gemm_configs.candidates(m, n, k, dtype, arch, num_sms, smem)
 
 
 def parse_configs(text: str | None) -> list:
     """``--configs`` / ``TW_GEMM_CONFIGS``: configuration names separated by ';', each optionally after
-    ``MxNxK=`` (that shape only; without it, every shape): [(shape or None, GemmConfig)]."""
+    ``MxNxK=`` (that shape only; without it, every shape): [(shape or None, GemmConfig)].  The word ``s13``
+    stands for the shape's heuristic choice and ``gemm_configs.s13_candidates`` (kept as the string)."""
     out = []
     for item in (text or "").split(";"):
         shape, _, name = item.strip().rpartition("=")
         if name.strip():
             out.append((tuple(int(x) for x in shape.lower().split("x")) if shape.strip() else None,
-                        gemm_configs.GemmConfig.parse(name.strip())))
+                        "s13" if name.strip() == "s13" else gemm_configs.GemmConfig.parse(name.strip())))
     return out
 
 
@@ -291,6 +298,9 @@ def main(argv=None):
     p.add_argument("--configs", default=os.environ.get("TW_GEMM_CONFIGS"),
                    help="';'-separated configurations (as the tables name them) to time instead of every candidate "
                         "(default: $TW_GEMM_CONFIGS)")
+    p.add_argument("--rounds", type=int, default=1,
+                   help="time every shape and dtype this many times, round after round (the level of a run moves: "
+                        "candidates are compared within a round); the summary takes the last round")
     p.add_argument("--timer", choices=("graph", "do_bench"), default="graph",
                    help="graph: CUDA-graph replays (GPU time); do_bench: triton.testing.do_bench of eager calls")
     p.add_argument("--workers", type=int, default=max(1, min(14, (os.cpu_count() or 2) - 2)),
@@ -340,31 +350,33 @@ def main(argv=None):
             "|" + "---|" * (2 + len(names) + 7)]
     ratios = {"user kernel": [], "ops.matmul": [], "ops best": [], "Triton": []}
     candidate_rows = ["", "Every candidate configuration (ops best = the fastest of these):", "",
-                      "| M×N×K | dtype | config | TFLOP/s | ratio to cuBLAS |", "|---|---|---|---|---|"]
+                      "| round | M×N×K | dtype | config | TFLOP/s | ratio to cuBLAS |", "|---|---|---|---|---|---|"]
     t_start = time.perf_counter()
-    for dtype in dtypes:
-        for (m, n, k) in shapes:
-            per_config = []
-            res = run_shape(m, n, k, dtype, device, timer, arch, num_sms, smem, target, tol if on_gpu else 2e-2,
-                            ops_only=args.weak, per_config=per_config, only=only)
-            tf = {x: (tflops(m, n, k, res[x][0]) if x in res else None) for x in names}
-            ref = tf["cuBLAS"]
-            for cfg, ms in per_config:
-                cell = "failed" if ms is None else f"{tflops(m, n, k, ms):.4g} | " + (
-                    f"{tflops(m, n, k, ms) / ref:.2f}" if ref else "-")
-                candidate_rows.append(f"| {m}×{n}×{k} | {dtype} | {cfg.short()} | {cell} |")
+    runs = [(r, dtype, shape) for r in range(1, max(1, args.rounds) + 1) for dtype in dtypes for shape in shapes]
+    for rnd, dtype, (m, n, k) in runs:
+        per_config = []
+        res = run_shape(m, n, k, dtype, device, timer, arch, num_sms, smem, target, tol if on_gpu else 2e-2,
+                        ops_only=args.weak, per_config=per_config, only=only)
+        tf = {x: (tflops(m, n, k, res[x][0]) if x in res else None) for x in names}
+        ref = tf["cuBLAS"]
+        for cfg, ms in per_config:
+            cell = "failed" if ms is None else f"{tflops(m, n, k, ms):.4g} | " + (
+                f"{tflops(m, n, k, ms) / ref:.2f}" if ref else "-")
+            candidate_rows.append(f"| {rnd} | {m}×{n}×{k} | {dtype} | {cfg.short()} | {cell} |")
+        if rnd < max(1, args.rounds):
+            continue  # (the summary table: the last round)
 
-            def ratio(x, tf=tf, ref=ref):
-                if tf[x] is None or not ref:
-                    return "-"
-                ratios[x].append(tf[x] / ref)
-                return f"{tf[x] / ref:.2f}"
+        def ratio(x, tf=tf, ref=ref):
+            if tf[x] is None or not ref:
+                return "-"
+            ratios[x].append(tf[x] / ref)
+            return f"{tf[x] / ref:.2f}"
 
-            cells = [f"{tf[x]:.4g}" if tf[x] is not None else "-" for x in names]
-            rs = [ratio(x) for x in ("user kernel", "ops.matmul", "ops best", "Triton")]
-            labels = [res[x][1] if x in res else "-" for x in ("user kernel", "ops.matmul", "ops best")]
-            rows.append(f"| {m}×{n}×{k} | {dtype} | " + " | ".join(cells + rs + labels) + " |")
-            print(rows[-1], flush=True)
+        cells = [f"{tf[x]:.4g}" if tf[x] is not None else "-" for x in names]
+        rs = [ratio(x) for x in ("user kernel", "ops.matmul", "ops best", "Triton")]
+        labels = [res[x][1] if x in res else "-" for x in ("user kernel", "ops.matmul", "ops best")]
+        rows.append(f"| {m}×{n}×{k} | {dtype} | " + " | ".join(cells + rs + labels) + " |")
+        print(rows[-1], flush=True)
     summary = []
     for x, rs in ratios.items():
         if rs:
@@ -373,7 +385,7 @@ def main(argv=None):
     wall = time.perf_counter() - t_start
     rows += ["", f"Timer: {args.timer if on_gpu else 'cpu (interpreter)'}; correctness: relative error vs float64 "
                  f"<= {tol if on_gpu else 2e-2} with NaN-poisoned outputs; wall time {wall:.0f} s", ""] + summary
-    if args.weak:
+    if args.weak or only:
         rows += candidate_rows
     if on_gpu and not args.no_compile_times and not args.quick and not args.weak:
         rows += ["", compile_times()]

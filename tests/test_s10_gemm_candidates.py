@@ -27,8 +27,9 @@ def _kernel_of(cfg, N, K, dtype, trans_b, has_bias, activation, blocks=4):
     staged = cfg.staged_epilogue(dtype)
     if cfg.kind == "persistent":
         return kernels.linear_persistent(N, K, dtype, dtype, False, trans_b, has_bias, activation, *tiles, blocks,
-                                         cfg.group_M, staged, cfg.cluster[0])
-    return kernels.linear(N, K, dtype, dtype, False, trans_b, has_bias, activation, *tiles, staged, cfg.cluster)
+                                         cfg.group_M, staged, cfg.cluster[0], cfg.pdl)
+    return kernels.linear(N, K, dtype, dtype, False, trans_b, has_bias, activation, *tiles, staged, cfg.cluster,
+                          cfg.pdl)
 
 
 def _compile(cfg, N, K, dtype="float16", trans_b=False, has_bias=False, activation="none", blocks=4):
@@ -105,11 +106,12 @@ def test_s10_candidates_are_listed_and_the_heuristic_takes_the_measured_winner()
         assert gemm_configs.fit_shared(cfg, gemm_configs.H200_SHARED_BYTES) == cfg  # fits as named
     h = gemm_configs.heuristic
     # (ping-pong in clusters since the final H200 run of 2026-12-02 08:42 UTC: tests/test_s12_gemm_pingpong)
+    # (programmatic dependent launch since the mid-session H200 run of 2026-12-02 11:30 UTC: tests/test_s13_gemm_pdl)
     assert h(2000, 3000, 1000, "float16", "sm_90", 132).short() == \
-        "persistent 128x192x64 s4 t128 g8 wgmma ws tma-store/64 pingpong c2x1"
+        "persistent 128x192x64 s4 t128 g8 wgmma ws tma-store/64 pingpong c2x1 pdlearly"
     # the mid-session H200 run of 2026-12-02 02:07 UTC: one consumer warpgroup won at 128x8192x8192 (fp16 and bf16)
-    assert h(128, 8192, 8192, "float16", "sm_90", 132).short() == "direct 128x64x64 s8 t128 wgmma ws tma-store"
-    assert h(128, 8192, 8192, "bfloat16", "sm_90", 132).short() == "direct 128x64x64 s8 t128 wgmma ws tma-store"
+    assert h(128, 8192, 8192, "float16", "sm_90", 132).short() == "direct 128x64x64 s8 t128 wgmma ws tma-store pdllate"
+    assert h(128, 8192, 8192, "bfloat16", "sm_90", 132).short() == "direct 128x64x64 s8 t128 wgmma ws tma-store pdllate"
     # ... and every other bench shape keeps its choice
     assert h(4096, 4096, 4096, "float16", "sm_90", 132).short() == \
         "persistent 128x256x64 s4 t256 g8 wgmma ws tma-store/128"

@@ -6,6 +6,7 @@ activation epilogues; B transposed); the emulator reporting the ring's wrong pha
 out; the pass declining kernels it does not apply to; names, shared-memory accounting, candidate lists; NVRTC
 builds for sm_90a without spills, HGMMA in the SASS."""
 
+import dataclasses
 
 import pytest
 from test_s10_gemm_candidates import assert_builds_without_spills, run_on_the_emulator
@@ -92,9 +93,11 @@ def test_names_shared_memory_and_candidate_lists():
                                    gemm_configs.H200_SHARED_BYTES).stages == 3
     for bad in ({"threads": 256}, {"kind": "direct"}, {"cluster": (1, 2)}, {"ws": False}):
         assert GemmConfig.from_json({**PP128.to_json(), **bad}) is None, bad
-    # only the heuristic's own choice is on the candidate lists (the rest: selectable by name)
+    # only the heuristic's own choice is on the candidate lists (with and without its PDL launch; the rest:
+    # selectable by name)
     weak = gemm_configs.candidates(2000, 3000, 1000, "float16", "sm_90", 132)
-    assert [c for c in weak if c.pingpong] == [gemm_configs.heuristic(2000, 3000, 1000, "float16", "sm_90", 132)]
+    own = gemm_configs.heuristic(2000, 3000, 1000, "float16", "sm_90", 132)
+    assert [c for c in weak if c.pingpong] == [own, dataclasses.replace(own, pdl="")]
     assert gemm_configs.s12_candidates(128, 8192, 8192) == []
     assert [c.cluster for c in gemm_configs.s12_candidates(2000, 3000, 1000)].count((2, 1)) == 3
     assert all(c.cluster == (1, 1) for c in gemm_configs.s12_candidates(8192, 8192, 1024))
@@ -114,8 +117,9 @@ def test_the_heuristic_takes_pingpong_where_it_won():
     # few tiles (at most four waves of 128x192): ping-pong in clusters of two blocks (final H200 run of 2026-12-02
     # 08:42 UTC: 2000x3000x1000 483.4 / 484.1 TFLOP/s against 468.7 / 471.5 for the clusters without ping-pong)
     few = h(2000, 3000, 1000, "float16", "sm_90", 132)
-    assert few == P("persistent 128x192x64 s4 t128 g8 wgmma ws tma-store/64 pingpong c2x1")
-    assert few in gemm_configs.s12_candidates(2000, 3000, 1000)  # the form the emulator tests check
+    # (launched with PDL since the H200 runs of 2026-12-02 11:30 and 12:03 UTC: tests/test_s13_gemm_pdl)
+    assert few == P("persistent 128x192x64 s4 t128 g8 wgmma ws tma-store/64 pingpong c2x1 pdlearly")
+    assert dataclasses.replace(few, pdl="") in gemm_configs.s12_candidates(2000, 3000, 1000)  # (emulator-tested)
     assert not h(2000, 3000, 1000, "float16", "sm_90", 132, activation="gelu_tanh").pingpong
     for epilogue in ({"activation": "gelu_tanh"}, {"out_dtype": "float32"}):
         other = h(8192, 8192, 1024, "float16", "sm_90", 132, **epilogue)

@@ -37,7 +37,7 @@ def test_rows128_direct_128x64_tiles_on_the_emulator(stages, staged, trans_b):
 def test_heuristic_takes_the_measured_tiles():
     h = gemm_configs.heuristic
     assert h(128, 8192, 8192, "bfloat16", "sm_90", 132) == gemm_configs.GemmConfig(
-        "direct", 128, 64, 64, 8, 128, wgmma=True, ws=True, tma_store=True)  # (TMA store since session 9, one
-    # consumer warpgroup since session 10)
+        "direct", 128, 64, 64, 8, 128, wgmma=True, ws=True, tma_store=True, pdl="late")  # (TMA store since session
+    # 9, one consumer warpgroup since session 10, launched with PDL since session 13)
     # sm_80 and AMD keep their tables: the new tiles are sm_90 measurements
     assert not h(128, 8192, 8192, "float16", "sm_80", 108).ws

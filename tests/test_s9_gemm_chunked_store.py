@@ -204,14 +204,15 @@ def test_new_candidates_are_listed_and_the_heuristic_takes_the_measured_winners(
     h = functools.partial(gemm_configs.heuristic, dtype="float16", arch="sm_90", num_sms=132)
     assert h(4096, 4096, 4096).short() == "persistent 128x256x64 s4 t256 g8 wgmma ws tma-store/128"
     # (one consumer warpgroup since the mid-session H200 run of 2026-12-02 02:07 UTC: tests/test_s10_gemm_candidates)
-    assert h(128, 8192, 8192).short() == "direct 128x64x64 s8 t128 wgmma ws tma-store"
+    assert h(128, 8192, 8192).short() == "direct 128x64x64 s8 t128 wgmma ws tma-store pdllate"  # (s13: pdllate)
     # the final H200 run (2026-12-01 23:15 UTC): at 8192^3 the same kernel, 1.02x / 1.01x cuBLAS fp16 / bf16
     assert h(8192, 8192, 8192).short() == "persistent 128x256x64 s4 t256 g8 wgmma ws tma-store/128"
     # ... and the shapes measured before keep their choices
     # (ping-pong since the mid-session H200 run of 2026-12-02 07:48 UTC: tests/test_s12_gemm_pingpong)
     assert h(8192, 8192, 1024).short() == "persistent 128x192x64 s4 t128 g8 wgmma ws tma-store/64 pingpong"
     # (ping-pong in clusters since the final H200 run of 2026-12-02 08:42 UTC: tests/test_s12_gemm_pingpong)
-    assert h(2000, 3000, 1000).short() == "persistent 128x192x64 s4 t128 g8 wgmma ws tma-store/64 pingpong c2x1"
+    assert h(2000, 3000, 1000).short() == \
+        "persistent 128x192x64 s4 t128 g8 wgmma ws tma-store/64 pingpong c2x1 pdlearly"  # (s13: pdlearly)
     assert h(16, 8192, 8192).short() == "direct 16x64x256 s4 t128"
     assert not any(c.store_cols or c.c_in_ring
                    for c in gemm_configs.candidates(4096, 4096, 4096, "float16", "sm_80", 108))

@@ -47,6 +47,22 @@ def cluster_kernel_args(cluster=(1, 1), swizzle_panel=8):
     return (cluster[0], cluster[1], 1), "row" if cluster[0] == 2 else "col"
 
 
+# Programmatic dependent launch of a GEMM (sm_90+; ``T.pdl_sync`` / ``T.pdl_trigger``, the launch through
+# ``LaunchSpec.programmatic``): "" off; "wait": the block's first statement waits for the previous kernel of the
+# stream (its launch and block placement overlap that kernel's tail); "pre": as "wait", with the TMA ring's
+# mbarrier set-up and the descriptors' prefetch ahead of the wait (pass config ``tw.pdl_prologue``, set by
+# ``ops.gemm_configs.GemmConfig.pass_configs``); "late": as "pre", and each block lets the next kernel start
+# once its mainloop has read its last operand tile (``griddepcontrol.launch_dependents``); "early": as "pre",
+# with the trigger right after the wait (the next kernel's blocks take SMs as this one's leave: they are all
+# placed by then, since the next kernel starts only once every block of this one has triggered).
+PDL_MODES = ("", "wait", "pre", "late", "early")
+
+
+def check_pdl(pdl: str) -> None:
+    if pdl not in PDL_MODES:
+        raise ValueError(f"a GEMM's pdl mode is one of {PDL_MODES}, got {pdl!r}")
+
+
 def staging_buffers(staged_epilogue) -> int:
     """How many shared buffers a staged epilogue's chunks alternate between: 2 for a ``(w, 2)`` pair, else 1."""
     if isinstance(staged_epilogue, tuple):
@@ -250,7 +266,7 @@ def splitk_reduce(M, N, splits, out_dtype="float16", bias_dtype=None, activation
 # ---------------------------------------------------------------- persistent
 def matmul_persistent(M, N, K, block_M=128, block_N=256, block_K=64, dtype="float16", out_dtype=None,
                       trans_A=False, trans_B=False, num_stages=4, threads=256, num_blocks=132, group_M=8,
-                      bias_dtype=None, activation="none", staged_epilogue=False, cluster=1):
+                      bias_dtype=None, activation="none", staged_epilogue=False, cluster=1, pdl=""):
     """A persistent GEMM: ``num_blocks`` blocks (the SM count) loop over the output tiles, block
     ``b`` taking tiles ``b, b + num_blocks, ...``, so that the grid is one wave and the prologue of
     a tile overlaps the tail of the one before on the same SM.  Tiles are visited in groups of
@@ -266,7 +282,12 @@ def matmul_persistent(M, N, K, block_M=128, block_N=256, block_K=64, dtype="floa
     ``cluster=2``: the blocks run in thread-block clusters of two (grid ``(2, num_blocks / 2)``) that walk
     the tiles in lockstep, a pair of neighbouring N tiles at a time (rank ``q`` takes tile ``2 j + q`` of
     pair ``j``): the pair's A tile is the same, and ``warp_specialize`` loads it once per cluster by TMA
-    multicast (``passes/cluster_multicast.py``, sm_90a)."""
+    multicast (``passes/cluster_multicast.py``, sm_90a).
+
+    ``pdl`` (``PDL_MODES``): the block waits for the previous kernel of the stream before anything else
+    (``T.pdl_sync``); "late": it lets the next kernel start once the mainloop of its last tile is done; "early":
+    right after the wait."""
+    check_pdl(pdl)
     if cluster not in (1, 2) or num_blocks % cluster:
         raise ValueError(f"matmul_persistent: cluster is 1 or 2 and divides num_blocks, got {cluster}, {num_blocks}")
     out_dtype = out_dtype or dtype
@@ -319,6 +340,9 @@ def matmul_persistent(M, N, K, block_M=128, block_N=256, block_K=64, dtype="floa
                 else:
                     T.copy(B[k * block_K, tn * block_N], B_shared)
                 T.gemm(A_shared, B_shared, C_local, transpose_A=trans_A, transpose_B=trans_B)
+            if pdl == "late":
+                if r == T.ceildiv(m_tiles * n_units - walker, walkers) - 1:
+                    T.pdl_trigger()  # (the block's last operand tile read: the next kernel may place its blocks)
             if (bias_dtype and not seed_bias) or activation != "none":
                 for i, j in T.Parallel(block_M, block_N):
                     v = C_local[i, j]
@@ -335,12 +359,20 @@ def matmul_persistent(M, N, K, block_M=128, block_N=256, block_K=64, dtype="floa
         def gemm_persistent(A: T.Tensor(a_shape, dtype), B: T.Tensor(b_shape, dtype),
                             Bias: T.Tensor((bias_len,), bias_dt), C: T.Tensor((M, N), out_dtype)):
             with T.Kernel(num_blocks, threads=threads) as bid:
+                if pdl:
+                    T.pdl_sync()  # (first: A, B and Bias may be what the previous kernel writes, C what it reads)
+                    if pdl == "early":
+                        T.pdl_trigger()
                 tile_loop(A, B, Bias, C, bid, num_blocks, 0)
     else:
         @T.prim_func
         def gemm_persistent(A: T.Tensor(a_shape, dtype), B: T.Tensor(b_shape, dtype),
                             Bias: T.Tensor((bias_len,), bias_dt), C: T.Tensor((M, N), out_dtype)):
             with T.Kernel(2, num_blocks // 2, threads=threads, cluster_dims=(2, 1, 1)) as (q, c):
+                if pdl:
+                    T.pdl_sync()
+                    if pdl == "early":
+                        T.pdl_trigger()
                 tile_loop(A, B, Bias, C, c, num_blocks // 2, q)
 
     return gemm_persistent

@@ -408,9 +408,10 @@ def _plan(cfg, N, K, dtype, out_name, ta, tb, has_bias, activation, target, arch
         pair = cfg.cluster[0] if target != "interpret" else 1  # clusters of two: an even number of blocks
         blocks = num_sms // pair * pair
         key = ("gemm_persistent", N, K, dtype, out_name, ta, tb, has_bias, activation, tiles, blocks, cfg.group_M,
-               staged) + ((pair,) if pair != 1 else ())
+               staged) + ((pair,) if pair != 1 else ()) + ((cfg.pdl,) if cfg.pdl else ())
         kern = _kernel(key, lambda: kernels.linear_persistent(N, K, dtype, out_name, ta, tb, has_bias, activation,
-                                                              *tiles, blocks, cfg.group_M, staged, pair), target, pc)
+                                                              *tiles, blocks, cfg.group_M, staged, pair, cfg.pdl),
+                       target, pc)
         src = "" if target == "interpret" else kern.get_kernel_source()
         if target == "interpret" or ("cp.async.bulk.tensor" in src and "cp.async.c" not in src):
             hit = ("persistent", kern)
@@ -433,9 +434,9 @@ def _plan(cfg, N, K, dtype, out_name, ta, tb, has_bias, activation, target, arch
     if hit is None:
         cluster = cfg.cluster if target != "interpret" else (1, 1)  # (the interpreter has no clusters)
         key = ("linear", N, K, dtype, out_name, ta, tb, has_bias, activation, tiles, staged) + (
-            (cluster,) if cluster != (1, 1) else ())
+            (cluster,) if cluster != (1, 1) else ()) + ((cfg.pdl,) if cfg.pdl else ())
         hit = ("direct", _kernel(key, lambda: kernels.linear(N, K, dtype, out_name, ta, tb, has_bias, activation,
-                                                             *tiles, staged, cluster), target, pc))
+                                                             *tiles, staged, cluster, cfg.pdl), target, pc))
     _plans[sig] = hit
     return hit
 

@@ -57,6 +57,12 @@ class GemmConfig:
     # kernel is written for one), take the tiles of the schedule in turn, one's epilogue overlapping the other's
     # mainloop (passes/warp_specialize_pingpong.py); each keeps its own staged C tile
     pingpong: bool = False
+    # programmatic dependent launch (sm_90; direct and persistent kernels, ``kernels.gemm.PDL_MODES``): "wait"
+    # (the block waits for the previous kernel first: back-to-back calls overlap launch and block placement
+    # with that kernel's tail), "pre" (the ring's mbarrier set-up and the descriptors' prefetch ahead of the
+    # wait: ``tw.pdl_prologue``), "late" ("pre", and each block lets the next kernel start once its mainloop is
+    # done: griddepcontrol.launch_dependents), "early" ("pre", and the trigger right after the wait); "" off
+    pdl: str = ""
 
     def staged_epilogue(self, out_dtype: str):
         """``staged_epilogue`` of the kernels: False (plain stores: no TMA store, or an output that is not
@@ -73,7 +79,8 @@ class GemmConfig:
         # both explicit: wgmma and warp specialization are the sm_90a defaults, and a configuration
         # says exactly which mainloop it was measured with
         return {"tw.enable_wgmma": self.wgmma, "tw.warp_specialize": self.ws,
-                **({"tw.gemm_pingpong": True} if self.pingpong else {})}
+                **({"tw.gemm_pingpong": True} if self.pingpong else {}),
+                **({"tw.pdl_prologue": True} if self.pdl in ("pre", "late", "early") else {})}
 
     def to_json(self) -> dict:
         return dataclasses.asdict(self)
@@ -103,7 +110,8 @@ class GemmConfig:
         s += "x2" if self.tma_store and self.store_bufs == 2 else ""
         s += "/ring" if self.tma_store and self.c_in_ring else ""
         s += " pingpong" if self.pingpong else ""
-        return s + (f" c{self.cluster[0]}x{self.cluster[1]}" if self.cluster != (1, 1) else "")
+        s += f" c{self.cluster[0]}x{self.cluster[1]}" if self.cluster != (1, 1) else ""
+        return s + (f" pdl{self.pdl}" if self.pdl else "")
 
     @classmethod
     def parse(cls, text: str) -> GemmConfig:
@@ -118,6 +126,10 @@ class GemmConfig:
             for w in words[2:]:
                 if w in ("wgmma", "ws", "atomic", "pingpong"):
                     kw[w] = True
+                elif w.startswith("pdl"):  # pdlwait, pdlpre, pdllate, pdlearly
+                    if w[3:] not in ("wait", "pre", "late", "early"):
+                        raise ValueError(w)
+                    kw["pdl"] = w[3:]
                 elif w == "tma-store":
                     kw["tma_store"] = True
                 elif w.startswith("tma-store/"):
@@ -179,6 +191,8 @@ def refusal(cfg: GemmConfig) -> str | None:
         return "the C tile in the ring (tma-store/ring) only on direct kernels with tma-store"
     if cfg.pingpong and (cfg.kind != "persistent" or cfg.threads != 128 or not (cfg.wgmma and cfg.ws)):
         return "pingpong only on persistent wgmma ws kernels named with t128 (the threads of one consumer warpgroup)"
+    if cfg.pdl and (cfg.pdl not in ("wait", "pre", "late", "early") or cfg.kind not in ("direct", "persistent")):
+        return "pdl (pdlwait, pdlpre, pdllate, pdlearly) only on direct or persistent kernels"
     if cfg.store_bufs not in (1, 2) or cfg.store_bufs == 2 and (
             not cfg.store_cols or cfg.store_cols >= cfg.block_N or cfg.c_in_ring):
         return "two staging buffers (tma-store/Nx2) only with column chunks narrower than block_N, not in the ring"
@@ -433,6 +447,33 @@ def cluster_candidates(M: int, N: int, K: int) -> list[GemmConfig]:
     return out + out_p
 
 
+def s13_candidates(M: int, N: int, K: int, dtype: str = "float16", num_sms: int = 132) -> list[GemmConfig]:
+    """sm_90: the heuristic's configuration for the shape with each other programmatic dependent launch mode
+    (``GemmConfig.pdl``: none, "wait", "late", "early"), for back-to-back calls (a model's layers, the bench's
+    CUDA graph of ten calls): the next call's launch, block placement and -- with "pre", "late", "early" -- its
+    ring set-up overlap the tail of the one before.  Selectable by name (``pdlwait``, ``pdlpre``, ``pdllate``,
+    ``pdlearly``).
+
+    Timed in the mid-session H200 run of 2026-12-02 11:30 UTC (measure13, two rounds, fp16 / bf16) and the final
+    one of 12:03 (measure13b, three rounds): at 128x8192x8192 pdllate won every pair (the heuristic's since;
+    figures there), at 2000x3000x1000 pdlwait in the first run, pdlearly in every round of the second (the
+    heuristic's since; figures there).  In the final run, at 8192x8192x1024 every mode lost to plain in at least
+    two of six (round, dtype) pairs (pdlwait 627.8 / 673.4 against 672.1 / 730.7 in round 2), at 4096^3 likewise
+    (pdlearly 665.9 / 723.6 against 675.1 / 751.3 in round 2): plain there.  In the first run at 8192x8192x1024
+    pdlwait 706.3 / 736.1 and 694.7 / 719.1 TFLOP/s against 687.8 / 702.3 and 698.9 / 712.1 without, pdlpre and
+    pdllate lost the second round (664.5 / 675.9, 649.1 / 731.3); at 4096^3
+    every mode lost somewhere (pdlpre 662 against 689.1 fp16, pdlwait 717 against 761 bf16, round 2) -- the
+    round-to-round spread there was 5%.  128x128 tiles for 128 rows (one block per tile, 64 blocks: half the L2
+    reads of A) lost badly: 364-367 / 356-364 TFLOP/s with one consumer warpgroup, 336-338 / 328-336 with two,
+    against 427-440 for the 128x64 tiles (ncu: the 128x64 kernel at 76.7% of DRAM bandwidth and 82.7% of L2,
+    cuBLAS's at 79.5% and 83.6%): the bytes per SM, not the L2 reads of A, are the limit there (selectable by
+    name, ``direct 128x128x64 s6 t128 wgmma ws tma-store``)."""
+    base = heuristic(M, N, K, dtype, "sm_90", num_sms)
+    if base.kind not in ("direct", "persistent"):
+        return []
+    return [dataclasses.replace(base, pdl=mode) for mode in ("", "wait", "late", "early") if mode != base.pdl]
+
+
 def heuristic(M: int, N: int, K: int, dtype: str, arch: str, num_sms: int, smem_limit: int = H200_SHARED_BYTES,
               activation: str = "none", out_dtype: str | None = None) -> GemmConfig:
     """The configuration for a shape without a tuned entry (measured on an H200 for sm_90: see
@@ -455,8 +496,15 @@ def heuristic(M: int, N: int, K: int, dtype: str, arch: str, num_sms: int, smem_
         # cuBLAS's 64x128 tiles, with or without clusters, lost (0.69-0.83x).  One consumer warpgroup of 128x64
         # instead of two of 64x64 (threads=128): 423 / 437 TFLOP/s fp16 / bf16 against 411 / 432 for two, with
         # 128-deep K steps 420 / 424 and A multicast (c2x1) 391 / 397 (mid-session H200 run of 2026-12-02 02:07
-        # UTC, measure10; cuBLAS 469 / 475 there)
-        return fit_shared(GemmConfig("direct", 128, 64, 64, 8, 128, wgmma=True, ws=True, tma_store=True), smem_limit)
+        # UTC, measure10; cuBLAS 469 / 475 there).  Launched with programmatic dependent launch, the trigger after
+        # the mainloop (pdllate): 439.9 / 438.5 TFLOP/s fp16 and 451.9 / 447.6 bf16 in two rounds against 431.6 /
+        # 426.7 and 437.7 / 426.2 without (0.93-0.94x / 0.96-0.98x cuBLAS against 0.91 / 0.93x; pdlwait and
+        # pdlpre in between), mid-session H200 run of 2026-12-02 11:30 UTC, measure13.  The final run (12:03 UTC,
+        # three rounds) confirmed it: pdllate 451.3 / 448.9, 447.4 / 413.7, 447.2 / 443.3 against 443.4 / 442.3,
+        # 440.1 / 439.3, 433.2 / 431.2 plain (the 413.7: measured first in its round, a place that run penalized);
+        # pdlearly 453 / 448.9, 450.7 / 449, 444.1 / 445.2 -- not ahead of pdllate in every round, so not taken
+        return fit_shared(GemmConfig("direct", 128, 64, 64, 8, 128, wgmma=True, ws=True, tma_store=True, pdl="late"),
+                          smem_limit)
     if hopper and 64 < M <= 128 and _ceil(N, 128) < num_sms:
         # a few rows and fewer columns: K ranges of 128x128 tiles fill the GPU (two halves: 0.79-0.80x
         # at 128x8192x8192 in -0835-gemm-* and -0954-gemm-*, against 0.58-0.60x for four quarters of
@@ -505,10 +553,16 @@ def heuristic(M: int, N: int, K: int, dtype: str, arch: str, num_sms: int, smem_
             if pairs and pingpong_epilogue(activation, out_dtype or dtype):
                 # the clusters' tile pairs as ping-pong warpgroups too (final H200 run of 2026-12-02 08:42 UTC,
                 # measure12b, TFLOP/s fp16 / bf16): 2000x3000x1000 483.4 / 484.1 against 468.7 / 471.5 for the
-                # clusters of two warpgroups per tile below, 430.8 / 419.4 for ping-pong without clusters
+                # clusters of two warpgroups per tile below, 430.8 / 419.4 for ping-pong without clusters.  With
+                # programmatic dependent launch, the trigger right after the wait (pdlearly; final H200 run of
+                # 2026-12-02 12:03 UTC, measure13b, three rounds, TFLOP/s fp16 / bf16): 511.4 / 504.3, 492.1 / 477.5,
+                # 485.5 / 472.5 against 497.9 / 484.5, 463 / 470.6, 479.3 / 466.1 without (+1.3-6.3%, every round),
+                # pdllate 507 / 497.7, 488.3 / 474.1, 483.7 / 468.6, pdlwait 502.5 / 495.3, 470.6 / 471.9, 432.6 /
+                # 414.8 (it was measured first in each round, the place that run penalized; in the 11:30 run it led
+                # plain 4 of 4, pdllate lost once there)
                 return fit_shared(GemmConfig("persistent", 128, 192, base.block_K, 4, 128, wgmma=True, ws=True,
-                                             group_M=8, tma_store=True, store_cols=64, pingpong=True, cluster=(2, 1)),
-                                  smem_limit)
+                                             group_M=8, tma_store=True, store_cols=64, pingpong=True, cluster=(2, 1),
+                                             pdl="early"), smem_limit)
             return fit_shared(GemmConfig("persistent", 128, 192, base.block_K, 4, base.threads, wgmma=True, ws=True,
                                          group_M=8, tma_store=True, cluster=(2, 1) if pairs else (1, 1)),
                               smem_limit)
@@ -535,6 +589,8 @@ def candidates(M: int, N: int, K: int, dtype: str, arch: str, num_sms: int,
     bench/gemm.py."""
     hopper = arch == "sm_90"
     out = [heuristic(M, N, K, dtype, arch, num_sms, smem_limit)]
+    if out[0].pdl:
+        out.append(dataclasses.replace(out[0], pdl=""))  # (the same kernel launched plainly)
     if M <= 16:
         # decode: B streams from memory once; deeper rings keep more of it in flight per SM
         bases = [GemmConfig("direct", 16, 128, 128, 4, 128), GemmConfig("direct", 16, 64, 256, 4, 128),

@@ -12,6 +12,7 @@ from ..kernels.gemm import (  # noqa: F401
     ACTIVATIONS,
     activate,
     alloc_staging,
+    check_pdl,
     cluster_grid,
     cluster_kernel_args,
     epilogue_chunks,
@@ -25,12 +26,16 @@ from ..kernels.gemm import (  # noqa: F401
 
 
 def linear(N, K, dtype, out_dtype, trans_a, trans_b, has_bias, activation, block_M, block_N, block_K, stages,
-           threads, staged_epilogue=False, cluster=(1, 1)):
+           threads, staged_epilogue=False, cluster=(1, 1), pdl=""):
     """``C[m, N] = act(op(A) @ op(B) + bias)``; A is (K, m) when ``trans_a``, B is (N, K) when ``trans_b``.
     ``staged_epilogue``: C leaves through a shared tile (a TMA store on sm_90: ``passes/plan_tma_stores``),
     or an int: in column chunks of that width through a smaller one (``kernels.gemm.epilogue_chunks``).
     ``cluster`` (2, 1) / (1, 2): clusters of two blocks whose shared A / B tile is multicast
-    (``kernels.gemm.cluster_kernel_args``); the grid is rounded up to whole clusters."""
+    (``kernels.gemm.cluster_kernel_args``); the grid is rounded up to whole clusters.  ``pdl``: programmatic
+    dependent launch (``kernels.gemm.PDL_MODES``): the block waits for the previous kernel (``T.pdl_sync``)
+    before it touches global memory; "late" also lets the next kernel start once the mainloop is done, "early"
+    right after the wait."""
+    check_pdl(pdl)
     M = T.dynamic("m")
     width, chunks = epilogue_chunks(block_N, staged_epilogue) if staged_epilogue else (block_N, (0,))
     cluster_dims, order = cluster_kernel_args(cluster)
@@ -45,6 +50,10 @@ def linear(N, K, dtype, out_dtype, trans_a, trans_b, has_bias, activation, block
     def linear_kernel(A: T.Tensor(a_shape, dtype), B: T.Tensor(b_shape, dtype), Bias: T.Tensor((bias_len,), dtype),
                       C: T.Tensor((M, N), out_dtype)):
         with T.Kernel(gx, gy, threads=threads, cluster_dims=cluster_dims) as (bx, by):
+            if pdl:
+                T.pdl_sync()  # (first: A, B and Bias may be what the previous kernel writes, C what it reads)
+                if pdl == "early":
+                    T.pdl_trigger()
             A_s = T.alloc_shared(a_tile, dtype)
             B_s = T.alloc_shared(b_tile, dtype)
             acc = T.alloc_fragment((block_M, block_N), "float32")
@@ -62,6 +71,8 @@ def linear(N, K, dtype, out_dtype, trans_a, trans_b, has_bias, activation, block
                 else:
                     T.copy(B[k * block_K, bx * block_N], B_s)
                 T.gemm(A_s, B_s, acc, transpose_A=trans_a, transpose_B=trans_b)
+            if pdl == "late":
+                T.pdl_trigger()  # (every operand tile of this block read: the next kernel may place its blocks)
             if has_bias or activation != "none":
                 for i, j in T.Parallel(block_M, block_N):
                     v = acc[i, j]
@@ -90,13 +101,14 @@ def splitk_epilogue(N, slices, out_dtype, bias_dtype, activation):
 
 
 def linear_persistent(N, K, dtype, out_dtype, trans_a, trans_b, has_bias, activation, block_M, block_N, block_K,
-                      stages, threads, num_blocks, group_M, staged_epilogue=False, cluster=1):
+                      stages, threads, num_blocks, group_M, staged_epilogue=False, cluster=1, pdl=""):
     """``C = act(op(A) @ op(B) + bias)`` by ``num_blocks`` persistent blocks looping over the tiles
     (``staged_epilogue``: tile i's C stored by TMA while tile i + 1's mainloop runs, on sm_90;
-    ``cluster=2``: clusters of two blocks taking pairs of N tiles, A multicast: ``matmul_persistent``)."""
+    ``cluster=2``: clusters of two blocks taking pairs of N tiles, A multicast; ``pdl``: programmatic dependent
+    launch: ``matmul_persistent``)."""
     return matmul_persistent(T.dynamic("m"), N, K, block_M, block_N, block_K, dtype, out_dtype, trans_a, trans_b,
                              stages, threads, num_blocks, group_M, dtype if has_bias else None, activation,
-                             staged_epilogue, cluster)
+                             staged_epilogue, cluster, pdl)
 
 
 def linear_streamk(N, K, dtype, out_dtype, trans_a, trans_b, has_bias, activation, block_M, block_N, block_K,

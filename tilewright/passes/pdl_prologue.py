@@ -5,9 +5,10 @@ Needs: Tile IR after ``pipeline_loops`` (the TMA rings' mbarrier set-up is in pl
 Guarantees, with ``tw.pdl_prologue`` true, for each ``T.Kernel`` whose body holds a ``GridDependency`` wait
 (``T.pdl_sync``) at its top level:
 
-* every TMA ring set-up at that top level after the wait -- the ``Alloc`` of the slot mbarriers, their
-  ``MbarrierInit`` and the block ``Barrier`` that follows (``pipeline_loops``' prologue) -- moves, in order,
-  to just before the wait;
+* every TMA ring set-up at that top level after the wait moves, in order, to just before the wait: a run of
+  ``Alloc``s of mbarriers, their ``MbarrierInit``s and the block ``Barrier`` that follows (plus the cluster
+  barrier after it, if any) -- ``pipeline_loops``' prologue (one ring), or the full / empty barriers of a
+  warp-specialized kernel (``warp_specialize`` and ``warp_specialize_loop`` put the wait ahead of them);
 * the wait is marked ``prefetch_tensor_maps``: on CUDA one thread of the block prefetches the kernel's TMA
   descriptors (``prefetch.tensormap``) before waiting.
 
@@ -56,13 +57,33 @@ def _hoisted(stmts: list):
         return None
     moved, rest, i = [], [], at + 1
     while i < len(stmts):
-        a = stmts[i:i + 3]
-        if (len(a) == 3 and isinstance(a[0], t.Alloc) and isinstance(a[1], th.MbarrierInit)
-                and a[1].bar is a[0].buffer and isinstance(a[2], th.Barrier)):
-            moved += a
-            i += 3
+        n = _set_up_run(stmts, i)
+        if n:
+            moved += stmts[i:i + n]
+            i += n
         else:
             rest.append(stmts[i])
             i += 1
     wait = rebuild(stmts[at], prefetch_tensor_maps=True)
     return [*stmts[:at], *moved, wait, *rest]
+
+
+def _set_up_run(stmts: list, i: int) -> int:
+    """The length of the mbarrier set-up starting at ``stmts[i]``, 0 if none starts there: ``Alloc``s, then
+    ``MbarrierInit``s of exactly those buffers (each allocated one initialised once, in any order), then a block
+    ``Barrier`` and optionally a ``ClusterBarrier``.  Nothing in it touches global memory."""
+    j, allocated = i, []
+    while j < len(stmts) and isinstance(stmts[j], t.Alloc):
+        allocated.append(stmts[j].buffer)
+        j += 1
+    inited = []
+    while j < len(stmts) and isinstance(stmts[j], th.MbarrierInit):
+        inited.append(stmts[j].bar)
+        j += 1
+    if not allocated or len(inited) != len(allocated) or {id(b) for b in inited} != {id(b) for b in allocated} \
+            or j >= len(stmts) or not isinstance(stmts[j], th.Barrier):
+        return 0
+    j += 1
+    if j < len(stmts) and isinstance(stmts[j], th.ClusterBarrier):
+        j += 1
+    return j - i

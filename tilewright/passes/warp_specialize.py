@@ -74,6 +74,12 @@ barrier.  When the producer's shared memory (the mbarriers) would not fit, the k
 unchanged.  The emulator runs the result cooperatively (warps advance until they block) and checks
 the protocol (parities, arrival counts, slot reuse).
 
+A programmatic-launch wait (``T.pdl_sync``, a ``GridDependency``) or trigger among the top-level statements
+before the loop is the whole block's: it goes ahead of the ring's set-up, before both roles, so that the
+producer's TMA loads, like everything the consumers do, come after the wait (``passes/pdl_prologue`` may
+then move the ring's set-up ahead of it).  (Left among the consumers' statements, the producer would read A
+and B before the previous kernel finished writing them.)
+
 The kernel's top-level declarations move to the top of the block (both roles see them); a
 ``T.alloc_var`` initial value that reads what earlier statements computed stays where it was
 written, as a store in the consumers' part (``hoisted_alloc``; ``warp_specialize_loop`` shares it).
@@ -450,9 +456,12 @@ def _specialize(kernel: t.Kernel, func, ctx, rings: dict, in_flight: dict, loop:
 
     mainloop = loop if tiles is None else tiles[0]
     allocs, before, after, seen_loop, kept = [], [], [], False, set()
+    grid_deps = []  # T.pdl_sync / T.pdl_trigger before the loop: the whole block's (grid_dependencies_first)
     for s in top:
         if s is mainloop:
             seen_loop = True
+        elif isinstance(s, th.GridDependency) and not seen_loop:
+            grid_deps.append(s)
         elif isinstance(s, t.Alloc):
             alloc, init = hoisted_alloc(s, new_bufs.get(s.buffer, s.buffer), func, kernel, kept)
             allocs.append(alloc)
@@ -498,7 +507,7 @@ def _specialize(kernel: t.Kernel, func, ctx, rings: dict, in_flight: dict, loop:
     # its peer's last releases of its slots have arrived: the producer's tail waits for them
     after_init = [th.ClusterBarrier(loc=loc, relaxed=True)] if sharers > 1 else []
     tail = _producer_tail(empty, stages, loop, tiles, done, loc) if sharers > 1 else []
-    body = [*allocs, t.Alloc(full, loc=loc), t.Alloc(empty, loc=loc),
+    body = [*allocs, *grid_deps, t.Alloc(full, loc=loc), t.Alloc(empty, loc=loc),
             th.MbarrierInit(full, boxes, loc=loc), th.MbarrierInit(empty, releases * sharers, loc=loc),
             th.Barrier(loc=loc), *after_init,
             t.ThreadPartition(0, PRODUCER_THREADS, "producer", t.SeqStmt([

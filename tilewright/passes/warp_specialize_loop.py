@@ -54,6 +54,10 @@ Guarantees, for ``S`` stages, ``T`` original threads and ring buffers ``X`` (the
                place, every use of X reading slot k % S, and an arrival on X_empty[k % S] right
                after the last statement of the body that touches X; the statements after the loop
 
+A ``T.pdl_sync`` / ``T.pdl_trigger`` (``GridDependency``) among the top-level statements before the loop is the
+whole block's: it goes ahead of the barriers' set-up, before both roles (the producer's loads must follow the
+wait too; ``warp_specialize`` does the same).
+
 A slot of X is refilled only after every consumer thread is past its last use of X in that
 iteration (gemms end with their ``wgmma`` retired), so K's slot is refilled while the consumers are
 still working on the softmax and P V of the same iteration.  The emulator runs the result
@@ -373,9 +377,12 @@ def _specialize(kernel: t.Kernel, func, m: _Match, regs, pingpong: bool = False)
     consumer_loop = t.For(k, loop.start, loop.extent, t.SeqStmt(cbody), "serial", 0, loc, dict(loop.attrs))
 
     allocs, before, after, seen_loop, kept = [], [], [], False, set()
+    grid_deps = []  # T.pdl_sync / T.pdl_trigger before the loop: the whole block's (as in warp_specialize)
     for s in m.top:
         if s is loop:
             seen_loop = True
+        elif isinstance(s, th.GridDependency) and not seen_loop:
+            grid_deps.append(s)
         elif isinstance(s, t.Alloc):
             alloc, init = hoisted_alloc(s, new_bufs.get(s.buffer, s.buffer), func, kernel, kept)
             allocs.append(alloc)
@@ -392,7 +399,7 @@ def _specialize(kernel: t.Kernel, func, m: _Match, regs, pingpong: bool = False)
     set_regs_p = [th.SetMaxNReg(regs[0], False, loc=loc)] if regs else []
     set_regs_c = [th.SetMaxNReg(regs[1], True, loc=loc)] if regs else []
     barriers = [t.Alloc(b, loc=loc) for b in (*full.values(), *empty.values())]
-    body = [*allocs, *barriers, *inits, th.Barrier(loc=loc),
+    body = [*allocs, *grid_deps, *barriers, *inits, th.Barrier(loc=loc),
             t.ThreadPartition(0, PRODUCER_THREADS, "producer", t.SeqStmt([*set_regs_p, *producer]), loc),
             t.ThreadPartition(PRODUCER_THREADS, consumers, "consumer",
                               t.SeqStmt([*set_regs_c, *before, *turns_before, consumer_loop, *turns_after,
