@@ -54,9 +54,9 @@ Guarantees, for ``S`` stages, ``T`` original threads and ring buffers ``X`` (the
                place, every use of X reading slot k % S, and an arrival on X_empty[k % S] right
                after the last statement of the body that touches X; the statements after the loop
 
-A ``T.pdl_sync`` / ``T.pdl_trigger`` (``GridDependency``) among the top-level statements before the loop is the
-whole block's: it goes ahead of the barriers' set-up, before both roles (the producer's loads must follow the
-wait too; ``warp_specialize`` does the same).
+A ``T.pdl_trigger`` (``GridDependency``) among the top-level statements before the loop is the whole block's:
+it goes ahead of the barriers' set-up, before both roles (``warp_specialize`` does the same).  The waits never get
+here: the entry took them out and puts them back after the set-up (above).
 
 A slot of X is refilled only after every consumer thread is past its last use of X in that
 iteration (gemms end with their ``wgmma`` retired), so K's slot is refilled while the consumers are
@@ -377,7 +377,7 @@ def _specialize(kernel: t.Kernel, func, m: _Match, regs, pingpong: bool = False)
     consumer_loop = t.For(k, loop.start, loop.extent, t.SeqStmt(cbody), "serial", 0, loc, dict(loop.attrs))
 
     allocs, before, after, seen_loop, kept = [], [], [], False, set()
-    grid_deps = []  # T.pdl_sync / T.pdl_trigger before the loop: the whole block's (as in warp_specialize)
+    grid_deps = []  # T.pdl_trigger before the loop: the whole block's (the waits were taken out at the entry)
     for s in m.top:
         if s is loop:
             seen_loop = True
