@@ -259,3 +259,15 @@ def test_chunked_config_through_ops_matmul_in_the_interpreter():
         want = (a.double() @ w.double().t() + bias.double()).clamp_min(0)
         assert torch.isfinite(out).all()
         assert (out.double() - want).abs().max().item() <= 2.0 ** -11 * 1.01 * want.abs().max().item() + 1e-3
+
+
+@pytest.mark.parametrize("arch", ["sm_90", "sm_80"])
+def test_every_listed_candidate_is_one_the_kernels_build(arch):
+    """The tuner and the GPU tests call every candidate: none may be a name ``refusal`` turns down (the
+    split-K variants of the chunked-store tiles were, found by tests/test_gpu_gemm_sched on the H200)."""
+    shapes = [(1000, 1500, 1000), (2000, 3000, 1000), (4096, 4096, 4096), (128, 8192, 8192), (16, 8192, 8192),
+              (8192, 8192, 1024), (300, 200, 5000), (64, 4096, 4096)]
+    for M, N, K in shapes:
+        for dtype in ("float16", "bfloat16"):
+            for cfg in gemm_configs.candidates(M, N, K, dtype, arch, 132):
+                assert gemm_configs.refusal(cfg) is None, (M, N, K, dtype, cfg.short(), gemm_configs.refusal(cfg))

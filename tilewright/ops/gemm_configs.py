@@ -637,14 +637,14 @@ def candidates(M: int, N: int, K: int, dtype: str, arch: str, num_sms: int,
             splits = {2}
         else:
             splits = set()
-        for n in sorted(splits):
-            if n <= _ceil(K, b.block_K):
-                out.append(dataclasses.replace(b, kind="splitk", splits=n))
+        derived = [dataclasses.replace(b, kind="splitk", splits=n) for n in sorted(splits) if n <= _ceil(K, b.block_K)]
         if b is bases[0] and M > 128 and num_sms < tiles < 2 * num_sms and _ceil(K, b.block_K) >= 8:
             # between one and two waves (e.g. 2000x3000 in 128x256 tiles): two K halves even out the
             # last wave, at the price of the fp32 partials' traffic (two-pass, or atomics in L2)
-            out.append(dataclasses.replace(b, kind="splitk", splits=2))
-            out.append(dataclasses.replace(b, kind="splitk", splits=2, atomic=True))
+            derived += [dataclasses.replace(b, kind="splitk", splits=2),
+                        dataclasses.replace(b, kind="splitk", splits=2, atomic=True)]
+        # (a split-K form of an epilogue only the direct kernel has, chunked or in-ring TMA stores, is not one)
+        out += [c for c in derived if refusal(c) is None]
     if hopper and 64 < M <= 128:
         for c in ROWS128_HOPPER:
             c = fit_shared(c, smem_limit)
