@@ -242,6 +242,8 @@ assert count() == n + 2 and arg_bytes(("ptr", "i32")) == [struct.pack("<Q", 0x45
 from tilewright.cli.doctor import check_nvidia
 line = [c for c in check_nvidia()[0] if c.name == "compiled launcher"]
 assert line and line[0].detail.startswith(WANT), line
+want_fix = "apt-get install gcc" if "no C compiler" in WANT else "TILEWRIGHT_COMPILED_LAUNCH=0"
+assert want_fix in line[0].fix, line  # (the fix that suits the reason)
 print("ok")
 """
 
@@ -294,3 +296,16 @@ def test_compiler_choice(monkeypatch):
     assert compiled_launch.compiler() == [CC, "-O1"]
     monkeypatch.delenv("CC")
     assert compiled_launch.compiler() is not None
+
+
+@pytest.mark.parametrize("status, fix", [
+    ("not built: no C compiler (set CC, or install cc/gcc/clang)", "apt-get install gcc"),
+    ("not built: no Python.h for this interpreter (/usr/include/python3.11)", "-dev"),
+    ("not loaded: OSError: cannot load libcuda.so.1: no such file", ""),  # no driver: nothing to install for it
+    ("not built: cc failed (1): error", "TILEWRIGHT_COMPILED_LAUNCH=0"),
+])
+def test_doctor_names_the_fix_for_the_reason(status, fix):
+    from tilewright.cli.doctor import _launcher_fix
+
+    got = _launcher_fix(status)
+    assert (fix in got) if fix else got == "", (status, got)

@@ -89,8 +89,20 @@ def _compiled_launcher_check(cuda_driver) -> Check:
         return Check("compiled launcher", "note", f"not usable: {_first_line(e)}")
     if path == "compiled" or not compiled_launch.enabled():
         return Check("compiled launcher", "ok" if path == "compiled" else "note", f"{status}; launches: {path}")
-    return Check("compiled launcher", "note", f"{status}; launches: {path}",
-                 "install a C compiler (cc) and this Python's headers (python3-dev), or set CC")
+    return Check("compiled launcher", "note", f"{status}; launches: {path}", _launcher_fix(status))
+
+
+def _launcher_fix(status: str) -> str:
+    """What makes the compiled launcher build, by the reason ``compiled_launch.status()`` gives; ''
+    where there is nothing to install (no CUDA driver: nothing launches on an NVIDIA GPU here)."""
+    if "no C compiler" in status:
+        return "install a C compiler (apt-get install gcc, as root), or set CC"
+    if "no Python.h" in status:
+        return (f"install this Python's headers (apt-get install python{sys.version_info[0]}."
+                f"{sys.version_info[1]}-dev on Debian/Ubuntu, as root)")
+    if "libcuda" in status:
+        return ""
+    return "the reason above; TILEWRIGHT_COMPILED_LAUNCH=0 keeps the cuda-bindings launch without trying"
 
 
 def check_amd() -> tuple[list[Check], bool]:
