@@ -21,6 +21,7 @@ import dataclasses
 import functools
 
 from ..autotune import cache as tuning_cache
+from ..kernels.gemm import PDL_MODES
 
 KINDS = ("direct", "splitk", "persistent", "streamk")
 
@@ -127,7 +128,7 @@ class GemmConfig:
                 if w in ("wgmma", "ws", "atomic", "pingpong"):
                     kw[w] = True
                 elif w.startswith("pdl"):  # pdlwait, pdlpre, pdllate, pdlearly
-                    if w[3:] not in ("wait", "pre", "late", "early"):
+                    if not w[3:] or w[3:] not in PDL_MODES:
                         raise ValueError(w)
                     kw["pdl"] = w[3:]
                 elif w == "tma-store":
@@ -191,7 +192,7 @@ def refusal(cfg: GemmConfig) -> str | None:
         return "the C tile in the ring (tma-store/ring) only on direct kernels with tma-store"
     if cfg.pingpong and (cfg.kind != "persistent" or cfg.threads != 128 or not (cfg.wgmma and cfg.ws)):
         return "pingpong only on persistent wgmma ws kernels named with t128 (the threads of one consumer warpgroup)"
-    if cfg.pdl and (cfg.pdl not in ("wait", "pre", "late", "early") or cfg.kind not in ("direct", "persistent")):
+    if cfg.pdl and (cfg.pdl not in PDL_MODES or cfg.kind not in ("direct", "persistent")):
         return "pdl (pdlwait, pdlpre, pdllate, pdlearly) only on direct or persistent kernels"
     if cfg.store_bufs not in (1, 2) or cfg.store_bufs == 2 and (
             not cfg.store_cols or cfg.store_cols >= cfg.block_N or cfg.c_in_ring):

@@ -456,7 +456,7 @@ def _specialize(kernel: t.Kernel, func, ctx, rings: dict, in_flight: dict, loop:
 
     mainloop = loop if tiles is None else tiles[0]
     allocs, before, after, seen_loop, kept = [], [], [], False, set()
-    grid_deps = []  # T.pdl_sync / T.pdl_trigger before the loop: the whole block's (grid_dependencies_first)
+    grid_deps = []  # T.pdl_sync / T.pdl_trigger before the loop: the whole block's (module docstring)
     for s in top:
         if s is mainloop:
             seen_loop = True
