@@ -292,7 +292,10 @@ def decode_config(dim: int, smem: int, group: int = 1, target: str | None = None
         except ValueError:
             raise ValueError(f"TILEWRIGHT_DECODE_CONFIG={env!r}: expected 'block_N,stages' or "
                              "'block_N,stages,threads' (integers, e.g. '64,3,128')") from None
-    while (bH + 2 * stages * bN) * dim * 2 + 2 * bH * bN * 4 > smem:
+    def tiles_bytes():  # (Q, the K/V ring, the score and probability tiles)
+        return (bH + 2 * stages * bN) * dim * 2 + 2 * bH * bN * 4
+
+    while tiles_bytes() > smem:
         if stages > 2:
             stages -= 1
         elif bN > 32:
@@ -303,7 +306,7 @@ def decode_config(dim: int, smem: int, group: int = 1, target: str | None = None
             bN //= 2
         else:
             break
-    if "occ2" in variant and (bH + 2 * stages * bN) * dim * 2 + 2 * bH * bN * 4 + OCC2_PAD > smem:
+    if "occ2" in variant and tiles_bytes() + OCC2_PAD > smem:
         variant = tuple(v for v in variant if v != "occ2")  # (a placement hint: never worth smaller tiles or no fit)
     return bH, bN, stages, threads, variant
 
