@@ -78,6 +78,15 @@ def make_cases():
     import tilewright.ops as ops
     import tilewright.ops.attention_dispatch as ad
     import tilewright.ops.dispatch as dispatch
+    import tilewright.ops.rows as rows_mod
+
+    def rms_norm_before(x, weight, eps=1e-6, residual=None):
+        """ops.rms_norm as it was before its in-frame repeat path (rows.FAST_ENTRY), frame for frame."""
+        torch_ = rows_mod._torch()
+        if torch_.compiler.is_compiling():
+            raise AssertionError("not traced here")
+        y, r = rows_mod.rms_norm_impl(x, weight, eps, residual)
+        return y if residual is None else (y, r)
 
     x, w, bias = torch.randn(64, 1024, **half), torch.randn(1024, **half), torch.randn(1024, **half)
     q, kv = torch.randn(4, 32, 1, 128, **half), torch.randn(4, 8, 512, 128, **half)
@@ -143,6 +152,15 @@ def make_cases():
         ("ops.attention decode, num_splits=1 (kv 1024: one split)", lambda: ops.attention(q, kv1k, kv1k, num_splits=1)),
         ("ops.attention decode, return_lse=True", lambda: ops.attention(q, kv, kv, return_lse=True)),
         ("ops.attention prefill, return_lse=True", lambda: ops.attention(qp, kp, kp, causal=True, return_lse=True)),
+        # the entry before session 14's in-frame repeat path (attention_dispatch.FAST_ENTRY), in the same rounds
+        ("ops.attention decode (GQA 32/8, kv 512), via _attention (the entry before)",
+         lambda: ad._attention(q, kv, kv, False, None, False, None, None, None, None, None)),
+        ("ops.attention prefill (causal, 8 heads, 128x64), via _attention (the entry before)",
+         lambda: ad._attention(qp, kp, kp, True, None, False, None, None, None, None, None)),
+        # rms_norm's entry before its in-frame repeat path (rows.FAST_ENTRY), in the same rounds
+        ("ops.rms_norm 64x1024, via rms_norm_impl (the entry before)", lambda: rms_norm_before(x, w)),
+        ("ops.rms_norm 64x1024 + residual, via rms_norm_impl (the entry before)",
+         lambda: rms_norm_before(x, w, residual=x)),
         ("torch.empty_like 64x1024 fp16", lambda: torch.empty_like(x)),
         # rms_norm + residual's two outputs: two allocations, or one of both as views (unbind)?
         ("torch.empty_like 64x1024 fp16, twice", lambda: (torch.empty_like(x), torch.empty_like(x))),

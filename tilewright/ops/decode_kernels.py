@@ -1002,7 +1002,9 @@ def _make_plan(q, k, scale, num_splits, has_cache, k_hc, v_hc, strides) -> _Deco
 
     B, H, _, D = q.shape
     Hkv, Sk = k.shape[1], k.shape[2]
-    cfg = decode_config(D, ad._shared_bytes(q), H // Hkv, ad._target_of(q), Sk)
+    target = ad._target_of(q)  # (first: a device no kernel runs on, e.g. meta, gets its ArgumentError here,
+    # before _shared_bytes asks torch.cuda about it)
+    cfg = decode_config(D, ad._shared_bytes(q), H // Hkv, target, Sk)
     bH, bN = cfg[:2]
     slices = -(-(H // Hkv) // bH)
     plan = _DecodePlan()

@@ -123,12 +123,39 @@ def _softmax_plan(x, dim) -> _RowPlan:
 def rms_norm(x, weight, eps: float = 1e-6, residual=None):
     """RMSNorm over the last dimension, scaled by ``weight``.  With ``residual``, normalizes
     ``x + residual`` and returns ``(normed, x + residual)`` (the fused pre-norm of a transformer block)."""
-    torch = _torch()
+    # A repeat of the last row call's key served from this frame (as ``attention_dispatch.attention``:
+    # no frames for _torch, rms_norm_impl and the lookup); the key is rms_norm_impl's, item for item
+    # (tests/test_s14_host_entry.py).  is_compiling first: dynamo folds it, so nothing of the memo is traced.
+    torch = _torch_ref[0]
+    plans = _row_plans
+    last = plans.last
+    if torch is not None and FAST_ENTRY and not torch.compiler.is_compiling() and last[2] is plans.stamp:
+        try:
+            if residual is None:
+                key = ("rms_norm", x.__class__, x.dtype, len(xs := x.shape), xs[-1], x.device, weight.__class__,
+                       weight.dtype, weight.shape, weight.device, eps.__class__, eps)
+            else:
+                key = ("rms_norm+residual", x.__class__, x.dtype, len(xs := x.shape), xs[-1], x.device,
+                       weight.__class__, weight.dtype, weight.shape, weight.device, eps.__class__, eps,
+                       residual.__class__, residual.dtype, residual.device)
+            hit = key == last[0] and (residual is None or residual.shape == xs)
+        except Exception:  # noqa: BLE001 - (not tensors, an eps that cannot compare: rms_norm_impl explains)
+            hit = False
+        if hit and last[2] is plans.stamp:
+            y, r = _rms_norm_run(last[1], x, weight, residual)
+            return y if residual is None else (y, r)
+    torch = _torch_ref[0] = _torch()
     if torch.compiler.is_compiling():
         y, r = torch.ops.tilewright.rms_norm(x, weight, eps, residual)
         return y if residual is None else (y, r)
     y, r = rms_norm_impl(x, weight, eps, residual)
     return y if residual is None else (y, r)
+
+
+# True: ``rms_norm`` serves a repeat of the last row call's key in its own frame (above); False: every call
+# through rms_norm_impl's lookup (the path before; bench/launch_overhead.py times both ways).
+FAST_ENTRY = True
+_torch_ref: list = [None]  # torch, once a call has looked it up (forget_plans drops it with the plans)
 
 
 def rms_norm_impl(x, weight, eps, residual):
@@ -152,6 +179,12 @@ def rms_norm_impl(x, weight, eps, residual):
         plan = _rms_norm_plan(x, weight, eps, residual)
         if key is not None:
             _remember(key, plan)
+    return _rms_norm_run(plan, x, weight, residual)
+
+
+def _rms_norm_run(plan, x, weight, residual):
+    """The allocations and the launch of a call of ``plan``'s signature (checked: rms_norm_impl's
+    plan, or a key equal to the one it was kept under)."""
     x, xp = _dense(x)
     w, wp = _dense(weight)
     out = plan.empty_like(x)
