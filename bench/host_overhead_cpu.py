@@ -160,13 +160,17 @@ ga, gb = torch.randn(256, 256).half(), torch.randn(256, 256).half()
 q = torch.randn(4, 32, 1, 128).half()
 kv = torch.randn(4, 8, 512, 128).half()
 qp, kp = torch.randn(1, 8, 128, 64).half(), torch.randn(1, 8, 128, 64).half()
-def rms_norm_before(x, weight, eps=1e-6, residual=None):
-    # ops.rms_norm as it was before its in-frame repeat path (rows.FAST_ENTRY), frame for frame
-    torch_ = ops_rows._torch()
-    if torch_.compiler.is_compiling():
-        raise AssertionError("not traced here")
-    y, r = ops_rows.rms_norm_impl(x, weight, eps, residual)
-    return y if residual is None else (y, r)
+def knobs(on):
+    # session 14's host-path knobs (their defaults: on)
+    ops_attention.FAST_ENTRY = ops_rows.FAST_ENTRY = on
+    ops_attention.DIRECT_LAUNCH = ops_rows.DIRECT_LAUNCH = ops_attention.decode_kernels.DIRECT_LAUNCH = on
+
+
+def with_knobs(on, call):
+    # the knobs set for the call and back on after it (the other rows run with the defaults)
+    knobs(on)
+    call()
+    knobs(True)
 
 
 ops_calls = [
@@ -180,13 +184,14 @@ ops_calls = [
     ("ops.attention decode num_splits=1", lambda: ops.attention(q, kv, kv, num_splits=1)),
     ("ops.attention decode return_lse=True", lambda: ops.attention(q, kv, kv, return_lse=True)),
     ("ops.attention prefill return_lse=True", lambda: ops.attention(qp, kp, kp, causal=True, return_lse=True)),
-    # the entry before session 14's in-frame repeat path (attention_dispatch.FAST_ENTRY): an A/B in the same rounds
-    ("ops.attention decode GQA 32/8 kv 512 via _attention (entry before)",
-     lambda: ops_attention._attention(q, kv, kv, False, None, False, None, None, None, None, None)),
-    ("ops.attention prefill causal 8 heads 128x64 via _attention (entry before)",
-     lambda: ops_attention._attention(qp, kp, kp, True, None, False, None, None, None, None, None)),
-    ("ops.rms_norm 64x1024 via rms_norm_impl (entry before)", lambda: rms_norm_before(xs, w)),
-    ("ops.rms_norm 64x1024 + residual via rms_norm_impl (entry before)", lambda: rms_norm_before(xs, w, residual=xs)),
+    # session 14's host-path knobs set per call, on and off (the path before), in the same rounds: the
+    # setting costs both rows alike
+    ("s14 knobs on: decode", lambda: with_knobs(True, lambda: ops.attention(q, kv, kv))),
+    ("s14 knobs off: decode", lambda: with_knobs(False, lambda: ops.attention(q, kv, kv))),
+    ("s14 knobs on: prefill", lambda: with_knobs(True, lambda: ops.attention(qp, kp, kp, causal=True))),
+    ("s14 knobs off: prefill", lambda: with_knobs(False, lambda: ops.attention(qp, kp, kp, causal=True))),
+    ("s14 knobs on: ops.rms_norm + residual", lambda: with_knobs(True, lambda: ops.rms_norm(xs, w, residual=xs))),
+    ("s14 knobs off: ops.rms_norm + residual", lambda: with_knobs(False, lambda: ops.rms_norm(xs, w, residual=xs))),
 ]
 for _, call in ops_calls:
     call()  # compile (interpreter, and the sm_90a twins) and run once for real

@@ -78,15 +78,6 @@ def make_cases():
     import tilewright.ops as ops
     import tilewright.ops.attention_dispatch as ad
     import tilewright.ops.dispatch as dispatch
-    import tilewright.ops.rows as rows_mod
-
-    def rms_norm_before(x, weight, eps=1e-6, residual=None):
-        """ops.rms_norm as it was before its in-frame repeat path (rows.FAST_ENTRY), frame for frame."""
-        torch_ = rows_mod._torch()
-        if torch_.compiler.is_compiling():
-            raise AssertionError("not traced here")
-        y, r = rows_mod.rms_norm_impl(x, weight, eps, residual)
-        return y if residual is None else (y, r)
 
     x, w, bias = torch.randn(64, 1024, **half), torch.randn(1024, **half), torch.randn(1024, **half)
     q, kv = torch.randn(4, 32, 1, 128, **half), torch.randn(4, 8, 512, 128, **half)
@@ -168,15 +159,17 @@ def make_cases():
         ("ops.attention decode, num_splits=1 (kv 1024: one split)", lambda: ops.attention(q, kv1k, kv1k, num_splits=1)),
         ("ops.attention decode, return_lse=True", lambda: ops.attention(q, kv, kv, return_lse=True)),
         ("ops.attention prefill, return_lse=True", lambda: ops.attention(qp, kp, kp, causal=True, return_lse=True)),
-        # the entry before session 14's in-frame repeat path (attention_dispatch.FAST_ENTRY), in the same rounds
-        ("ops.attention decode (GQA 32/8, kv 512), via _attention (the entry before)",
-         lambda: ad._attention(q, kv, kv, False, None, False, None, None, None, None, None)),
-        ("ops.attention prefill (causal, 8 heads, 128x64), via _attention (the entry before)",
-         lambda: ad._attention(qp, kp, kp, True, None, False, None, None, None, None, None)),
-        # rms_norm's entry before its in-frame repeat path (rows.FAST_ENTRY), in the same rounds
-        ("ops.rms_norm 64x1024, via rms_norm_impl (the entry before)", lambda: rms_norm_before(x, w)),
-        ("ops.rms_norm 64x1024 + residual, via rms_norm_impl (the entry before)",
-         lambda: rms_norm_before(x, w, residual=x)),
+        # session 14's host-path knobs (attention_dispatch/rows FAST_ENTRY, decode_kernels/attention_dispatch/rows
+        # DIRECT_LAUNCH) all off for a row named "(s14 knobs off ...)": the path before, in the same rounds
+        ("ops.attention decode (GQA 32/8, kv 512) (s14 knobs off: the path before)", lambda: ops.attention(q, kv, kv)),
+        ("ops.attention decode, num_splits=1 (kv 512: one split) (s14 knobs off: the path before)",
+         lambda: ops.attention(q, kv, kv, num_splits=1)),
+        ("ops.attention prefill (causal, 8 heads, 128x64) (s14 knobs off: the path before)",
+         lambda: ops.attention(qp, kp, kp, causal=True)),
+        ("ops.attention decode, return_lse=True (s14 knobs off: the path before)",
+         lambda: ops.attention(q, kv, kv, return_lse=True)),
+        ("ops.rms_norm 64x1024 (s14 knobs off: the path before)", lambda: ops.rms_norm(x, w)),
+        ("ops.rms_norm 64x1024 + residual (s14 knobs off: the path before)", lambda: ops.rms_norm(x, w, residual=x)),
         ("torch.empty_like 64x1024 fp16", lambda: torch.empty_like(x)),
         # rms_norm + residual's two outputs: two allocations, or one of both as views (unbind)?
         ("torch.empty_like 64x1024 fp16, twice", lambda: (torch.empty_like(x), torch.empty_like(x))),
@@ -220,6 +213,10 @@ def make_cases():
         ("piece: decode's plan .run alone (allocation + launch from pointers)",
          plan_run(decode_key, q, kv, kv, None, False)),
         ("piece: prefill's plan .run alone (allocation + launch from pointers)",
+         plan_run(prefill_key, qp, kp, kp, None, False)),
+        ("piece: decode's plan .run alone (s14 knobs off: the path before)",
+         plan_run(decode_key, q, kv, kv, None, False)),
+        ("piece: prefill's plan .run alone (s14 knobs off: the path before)",
          plan_run(prefill_key, qp, kp, kp, None, False)),
         ("piece: x.new_empty((64, 1024)) (another allocation entry point)", lambda: x.new_empty((64, 1024))),
         ("piece: torch._C._cuda_isCurrentStreamCapturing()", torch._C._cuda_isCurrentStreamCapturing),
@@ -272,6 +269,7 @@ class LaunchPaths:
 
     def __init__(self):
         self.objs, self.current = [], None
+        self.knobs = True
 
     def refresh(self) -> None:
         """Find the launch objects again (after calls that may have made new ones)."""
@@ -282,9 +280,13 @@ class LaunchPaths:
         """``path``: (launch, plan lookup): "typed" or "bindings", and "memo" (``PlanDict.find`` compares
         with the last call's key first) or "lookup" (``find`` is the dict's own ``get``: the lookup as
         it was before the memo, no frame); None: a row that does not launch through tilewright."""
-        if path is None:
+        on = path is None or len(path) < 3 or path[2] != "off"  # (session 14's knobs: on but for "off" rows)
+        if on != self.knobs:
+            set_s14_knobs(on)
+            self.knobs = on
+        if path is None or path[0] is None:
             return
-        launch, memo = path
+        launch, memo = path[:2]
         PlanDict.find = FIND_MEMO if memo == "memo" else dict.get
         if launch == self.current:
             return
@@ -297,17 +299,28 @@ class LaunchPaths:
 FIND_MEMO = PlanDict.find
 
 
+def set_s14_knobs(on: bool) -> None:
+    """Session 14's host-path knobs on (their defaults) or off (the path before them)."""
+    import tilewright.ops.attention_dispatch as ad
+    import tilewright.ops.decode_kernels as dk
+    import tilewright.ops.rows as rows_mod
+
+    ad.FAST_ENTRY = rows_mod.FAST_ENTRY = on
+    ad.DIRECT_LAUNCH = dk.DIRECT_LAUNCH = rows_mod.DIRECT_LAUNCH = on
+
+
 def with_paths(cases, paths: list, memos=("memo",)) -> list:
     """(name, call, (path, memo)) rows: each row that launches through tilewright once per path in
     ``paths``, and the ops rows once per plan lookup in ``memos`` (its name says which when there are
     two), the others once with path None."""
     rows = []
     for name, fn in cases:
+        off = ("off",) if "(s14 knobs off" in name else ()
         if ours(name):
             ms = memos if name.startswith("ops.") else ("memo",)
-            rows += [(f"{name} [{p}{', ' + m if len(ms) > 1 else ''}]", fn, (p, m)) for p in paths for m in ms]
+            rows += [(f"{name} [{p}{', ' + m if len(ms) > 1 else ''}]", fn, (p, m) + off) for p in paths for m in ms]
         else:
-            rows.append((name, fn, None))
+            rows.append((name, fn, (None, None) + off if off else None))
     return rows
 
 

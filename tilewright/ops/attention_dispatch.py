@@ -4,9 +4,11 @@ attention kernels (``ops/attention_kernels.py``)."""
 from __future__ import annotations
 
 import math
+from threading import get_ident as _get_ident
 
 from ..errors import ArgumentError
 from ..jit.alloc_template import empty_maker
+from ..jit.kernel import _SYNC_KEY, _SYNC_PROBE
 from . import attention_kernels as ak
 from . import decode_kernels
 from .bound_kernel import BoundKernel
@@ -805,7 +807,19 @@ class _DensePlan:
             lse, ep = None, self.scratch
         plan = self.plan
         if not self.ws_numel:
-            plan.fwd.launch_pointers([qp, kp, vp, out.data_ptr(), ep, self.dummy, cp], self.tail)
+            ptrs = [qp, kp, vp, out.data_ptr(), ep, self.dummy, cp]
+            # the compiled launch's C call from here, as decode_kernels.DIRECT_LAUNCH's comment says when
+            fwd = plan.fwd
+            fl = fwd._fixed
+            if (fl and fwd._fixed_scalars is self.tail and DIRECT_LAUNCH and fl._owner == _get_ident()
+                    and _SYNC_KEY not in _SYNC_PROBE
+                    and (fl._described is None or fl._described(ptrs) == fl._last_ptrs)):
+                try:
+                    if not fl.launch._compiled(fl._stream(fl.dev), ptrs):
+                        return out, lse
+                except Exception:  # noqa: BLE001 - (no compiled launch, or it launched nothing) the frames' path
+                    pass
+            fwd.launch_pointers(ptrs, self.tail)
             return out, lse
         ws = self.make_ws()  # the split partials, output then LSE
         wp = ws.data_ptr()
@@ -814,6 +828,10 @@ class _DensePlan:
         plan.combine.launch_pointers([wp, lp, out.data_ptr(), ep], ())
         return out, lse
 
+
+# True: ``_DensePlan.run`` launches a one-kernel plan through the compiled launcher's C call itself
+# (decode_kernels.DIRECT_LAUNCH's comment); False: through BoundKernel.launch_pointers' frames.
+DIRECT_LAUNCH = True
 
 # _dense_key -> _DensePlan or decode_kernels._DecodeRun (repeat calls from pointers; the last call's key first)
 _dense_plans = PlanDict()

@@ -15,6 +15,7 @@ the kernels load 16-byte vectors), and for the residual its full shape (compared
 from __future__ import annotations
 
 from ..errors import ArgumentError
+from ..jit.kernel import _SYNC_KEY, _SYNC_PROBE
 from . import kernels
 from .bound_kernel import RowLaunch
 from .dispatch import _check_eps, _check_tensor, _dtype_name, _kernel, _same_device, _target_of, _torch
@@ -142,7 +143,35 @@ def rms_norm(x, weight, eps: float = 1e-6, residual=None):
         except Exception:  # noqa: BLE001 - (not tensors, an eps that cannot compare: rms_norm_impl explains)
             hit = False
         if hit and last[2] is plans.stamp:
-            y, r = _rms_norm_run(last[1], x, weight, residual)
+            plan = last[1]
+            # _rms_norm_run inline where no tensor needs a copy (each contiguous, from a 16-byte boundary),
+            # and the launch through the compiled launcher's C call where the row count's prepared launch
+            # allows it (DIRECT_LAUNCH); else _rms_norm_run, which copies and launches through the frames
+            xp, wp = x.data_ptr(), weight.data_ptr()
+            rp = xp if residual is None else residual.data_ptr()
+            if DIRECT_LAUNCH and not (xp | wp | rp) & 15 and x.is_contiguous() and weight.is_contiguous() and (
+                    residual is None or residual.is_contiguous()):
+                out = plan.empty_like(x)  # (a new allocation: aligned)
+                op = out.data_ptr()
+                if residual is None:
+                    res_out, sp = out, op
+                else:
+                    res_out = plan.empty_like(x)
+                    sp = res_out.data_ptr()
+                rows = x.numel() // plan.n
+                if rows:
+                    ptrs = [xp, rp, wp, op, sp]
+                    try:  # (FixedLaunch.__call__'s first lines: its _direct launch, current(ptrs) 0 = launched)
+                        prepared = plan.launch._prepared[rows]
+                        done = (prepared._direct and _SYNC_KEY not in _SYNC_PROBE
+                                and not prepared.launch.current(ptrs))
+                    except Exception:  # noqa: BLE001 - (a new row count, no compiled launch: nothing launched)
+                        done = False
+                    if not done:
+                        plan.launch.pointers(ptrs, rows, (x, x if residual is None else residual, weight, out,
+                                                          res_out))
+                return out if residual is None else (out, res_out)
+            y, r = _rms_norm_run(plan, x, weight, residual)
             return y if residual is None else (y, r)
     torch = _torch_ref[0] = _torch()
     if torch.compiler.is_compiling():
@@ -155,6 +184,10 @@ def rms_norm(x, weight, eps: float = 1e-6, residual=None):
 # True: ``rms_norm`` serves a repeat of the last row call's key in its own frame (above); False: every call
 # through rms_norm_impl's lookup (the path before; bench/launch_overhead.py times both ways).
 FAST_ENTRY = True
+# True: that in-frame path allocates and launches itself (the compiled launcher's C call where the
+# prepared launch has one: FixedLaunch's _direct); False: through _rms_norm_run, _dense and RowLaunch's
+# frames (bench/launch_overhead.py times both ways)
+DIRECT_LAUNCH = True
 _torch_ref: list = [None]  # torch, once a call has looked it up (forget_plans drops it with the plans)
 
 
