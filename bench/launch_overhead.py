@@ -72,7 +72,8 @@ def make_cases():
     k = tilewright.compile(add, target="cuda")
     k2 = tilewright.compile(add, out_idx=[-1], target="cuda")
     # a small GEMM whose copies go through TMA on sm_90: its descriptors come from the per-launch cache
-    half = dict(device="cuda", dtype=torch.float16)
+    # LAUNCH_DTYPE=bfloat16: the 16-bit tensors of every row in bf16 (the ops' host paths for the other dtype)
+    half = dict(device="cuda", dtype=getattr(torch, os.environ.get("LAUNCH_DTYPE", "float16")))
     ga, gb, gc = torch.randn(256, 256, **half), torch.randn(256, 256, **half), torch.empty(256, 256, **half)
     kg = tilewright.compile(matmul(256, 256, 256, 128, 128, 32, num_stages=3), target="cuda")
     import tilewright.ops as ops
@@ -451,6 +452,7 @@ def main() -> None:
 
     lines = [f"Each row: {args.rounds} rounds of {args.n} back-to-back calls, one synchronize per block, "
              "each block right after a block of the reference; rows take turns (bench/launch_overhead.py)", "",
+             f"16-bit tensors: {os.environ.get('LAUNCH_DTYPE', 'float16')}; "
              f"cuda-bindings {cuda.bindings.__version__} (typed launch_kernel: {'yes' if typed_here else 'no'}); "
              f"launch paths timed: {', '.join(paths)}"
              + ("" if typed_here or args.paths == "default" else " (no typed rows: this cuda-bindings has none)"), ""]

@@ -70,7 +70,8 @@ def attention(q, k, v, causal: bool = False, scale=None, return_lse: bool = Fals
 
 
 # True: ``attention`` serves a repeat of the last dense call's key in its own frame (above); False: every
-# call through ``_attention`` (the path before; bench/launch_overhead.py times both ways).
+# call through ``_attention`` (the path before; bench/launch_overhead.py times both ways).  Alone within noise on
+# the H200 (15:46: decode 17.6 vs 17.9 us); with DIRECT_LAUNCH the pair won every row at 16:11 (docs/ops.md).
 FAST_ENTRY = True
 _torch_ref: list = [None]  # torch, once a call of ``_attention`` has imported it (before: every call there)
 
@@ -830,7 +831,8 @@ class _DensePlan:
 
 
 # True: ``_DensePlan.run`` launches a one-kernel plan through the compiled launcher's C call itself
-# (decode_kernels.DIRECT_LAUNCH's comment); False: through BoundKernel.launch_pointers' frames.
+# (decode_kernels.DIRECT_LAUNCH's comment); False: through BoundKernel.launch_pointers' frames.  On: H200
+# 2026-12-02 16:11 (fp16), prefill 10.1 vs 10.9 us with FAST_ENTRY (docs/ops.md).
 DIRECT_LAUNCH = True
 
 # _dense_key -> _DensePlan or decode_kernels._DecodeRun (repeat calls from pointers; the last call's key first)
