@@ -160,6 +160,19 @@ ga, gb = torch.randn(256, 256).half(), torch.randn(256, 256).half()
 q = torch.randn(4, 32, 1, 128).half()
 kv = torch.randn(4, 8, 512, 128).half()
 qp, kp = torch.randn(1, 8, 128, 64).half(), torch.randn(1, 8, 128, 64).half()
+def knobs(on):
+    # session 14's host-path knobs (their defaults: on)
+    ops_attention.FAST_ENTRY = ops_rows.FAST_ENTRY = on
+    ops_attention.DIRECT_LAUNCH = ops_rows.DIRECT_LAUNCH = ops_attention.decode_kernels.DIRECT_LAUNCH = on
+
+
+def with_knobs(on, call):
+    # the knobs set for the call and back on after it (the other rows run with the defaults)
+    knobs(on)
+    call()
+    knobs(True)
+
+
 ops_calls = [
     ("ops.softmax 64x1024", lambda: ops.softmax(xs)),
     ("ops.rms_norm 64x1024", lambda: ops.rms_norm(xs, w)),
@@ -171,6 +184,14 @@ ops_calls = [
     ("ops.attention decode num_splits=1", lambda: ops.attention(q, kv, kv, num_splits=1)),
     ("ops.attention decode return_lse=True", lambda: ops.attention(q, kv, kv, return_lse=True)),
     ("ops.attention prefill return_lse=True", lambda: ops.attention(qp, kp, kp, causal=True, return_lse=True)),
+    # session 14's host-path knobs set per call, on and off (the path before), in the same rounds: the
+    # setting costs both rows alike
+    ("s14 knobs on: decode", lambda: with_knobs(True, lambda: ops.attention(q, kv, kv))),
+    ("s14 knobs off: decode", lambda: with_knobs(False, lambda: ops.attention(q, kv, kv))),
+    ("s14 knobs on: prefill", lambda: with_knobs(True, lambda: ops.attention(qp, kp, kp, causal=True))),
+    ("s14 knobs off: prefill", lambda: with_knobs(False, lambda: ops.attention(qp, kp, kp, causal=True))),
+    ("s14 knobs on: ops.rms_norm + residual", lambda: with_knobs(True, lambda: ops.rms_norm(xs, w, residual=xs))),
+    ("s14 knobs off: ops.rms_norm + residual", lambda: with_knobs(False, lambda: ops.rms_norm(xs, w, residual=xs))),
 ]
 for _, call in ops_calls:
     call()  # compile (interpreter, and the sm_90a twins) and run once for real

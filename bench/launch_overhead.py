@@ -72,7 +72,8 @@ def make_cases():
     k = tilewright.compile(add, target="cuda")
     k2 = tilewright.compile(add, out_idx=[-1], target="cuda")
     # a small GEMM whose copies go through TMA on sm_90: its descriptors come from the per-launch cache
-    half = dict(device="cuda", dtype=torch.float16)
+    # LAUNCH_DTYPE=bfloat16: the 16-bit tensors of every row in bf16 (the ops' host paths for the other dtype)
+    half = dict(device="cuda", dtype=getattr(torch, os.environ.get("LAUNCH_DTYPE", "float16")))
     ga, gb, gc = torch.randn(256, 256, **half), torch.randn(256, 256, **half), torch.empty(256, 256, **half)
     kg = tilewright.compile(matmul(256, 256, 256, 128, 128, 32, num_stages=3), target="cuda")
     import tilewright.ops as ops
@@ -94,6 +95,22 @@ def make_cases():
     # keys equal to the pieces' keys, made apart (the memo compares a call's key with another call's)
     decode_key = ad._dense_key(q, kv, kv, False, None, None, None, None, hashed=False)
     matmul_key = dispatch._matmul_key(ga, gb, None, "none", None, False)
+    prefill_key = ad._dense_key(qp, kp, kp, True, None, None, None, None, hashed=False)
+
+    def plan_run(key, *args):
+        """A dense plan's ``run`` alone (its allocation and launch; no entry, key or lookup): the plan
+        the ops rows' warm-up left under ``key``, looked up on the first call."""
+        held = []
+
+        def call():
+            if not held:
+                plan = ad._dense_plans.get(key)
+                if plan is None:  # (timed as nothing, and said: the round's other rows still count)
+                    print("NOTE: no dense plan under a .run-alone row's key; that row times nothing", flush=True)
+                held.append(plan.run if plan is not None else (lambda *a: None))
+            return held[0](*args)
+
+        return call
     from cuda.bindings import driver as drv
 
     fixed, handle = fn.fixed_launch((1, 1, 1), (128, 1, 1), 0, k.spec.arg_types, (pa, pb, pc), 3), int(fn.handle)
@@ -143,6 +160,17 @@ def make_cases():
         ("ops.attention decode, num_splits=1 (kv 1024: one split)", lambda: ops.attention(q, kv1k, kv1k, num_splits=1)),
         ("ops.attention decode, return_lse=True", lambda: ops.attention(q, kv, kv, return_lse=True)),
         ("ops.attention prefill, return_lse=True", lambda: ops.attention(qp, kp, kp, causal=True, return_lse=True)),
+        # session 14's host-path knobs (attention_dispatch/rows FAST_ENTRY, decode_kernels/attention_dispatch/rows
+        # DIRECT_LAUNCH) all off for a row named "(s14 knobs off ...)": the path before, in the same rounds
+        ("ops.attention decode (GQA 32/8, kv 512) (s14 knobs off: the path before)", lambda: ops.attention(q, kv, kv)),
+        ("ops.attention decode, num_splits=1 (kv 512: one split) (s14 knobs off: the path before)",
+         lambda: ops.attention(q, kv, kv, num_splits=1)),
+        ("ops.attention prefill (causal, 8 heads, 128x64) (s14 knobs off: the path before)",
+         lambda: ops.attention(qp, kp, kp, causal=True)),
+        ("ops.attention decode, return_lse=True (s14 knobs off: the path before)",
+         lambda: ops.attention(q, kv, kv, return_lse=True)),
+        ("ops.rms_norm 64x1024 (s14 knobs off: the path before)", lambda: ops.rms_norm(x, w)),
+        ("ops.rms_norm 64x1024 + residual (s14 knobs off: the path before)", lambda: ops.rms_norm(x, w, residual=x)),
         ("torch.empty_like 64x1024 fp16", lambda: torch.empty_like(x)),
         # rms_norm + residual's two outputs: two allocations, or one of both as views (unbind)?
         ("torch.empty_like 64x1024 fp16, twice", lambda: (torch.empty_like(x), torch.empty_like(x))),
@@ -182,6 +210,15 @@ def make_cases():
             lambda: compiled.launch_kernel(handle, 1, 1, 1, 128, 1, 1, 0, 2, fixed.args.address, 0))]
           if compiled else []),
         ("piece: empty_like of a template, (4, 32, 1) fp32 (decode's LSE)", make_lse),
+        # the ops rows less their entry, key and lookup (the rows of the ops must run first: their plans)
+        ("piece: decode's plan .run alone (allocation + launch from pointers)",
+         plan_run(decode_key, q, kv, kv, None, False)),
+        ("piece: prefill's plan .run alone (allocation + launch from pointers)",
+         plan_run(prefill_key, qp, kp, kp, None, False)),
+        ("piece: decode's plan .run alone (s14 knobs off: the path before)",
+         plan_run(decode_key, q, kv, kv, None, False)),
+        ("piece: prefill's plan .run alone (s14 knobs off: the path before)",
+         plan_run(prefill_key, qp, kp, kp, None, False)),
         ("piece: x.new_empty((64, 1024)) (another allocation entry point)", lambda: x.new_empty((64, 1024))),
         ("piece: torch._C._cuda_isCurrentStreamCapturing()", torch._C._cuda_isCurrentStreamCapturing),
         ("piece: torch._C._cuda_getCurrentRawStream(0)", lambda: raw_stream(0)),
@@ -233,6 +270,7 @@ class LaunchPaths:
 
     def __init__(self):
         self.objs, self.current = [], None
+        self.knobs = True
 
     def refresh(self) -> None:
         """Find the launch objects again (after calls that may have made new ones)."""
@@ -243,9 +281,13 @@ class LaunchPaths:
         """``path``: (launch, plan lookup): "typed" or "bindings", and "memo" (``PlanDict.find`` compares
         with the last call's key first) or "lookup" (``find`` is the dict's own ``get``: the lookup as
         it was before the memo, no frame); None: a row that does not launch through tilewright."""
-        if path is None:
+        on = path is None or len(path) < 3 or path[2] != "off"  # (session 14's knobs: on but for "off" rows)
+        if on != self.knobs:
+            set_s14_knobs(on)
+            self.knobs = on
+        if path is None or path[0] is None:
             return
-        launch, memo = path
+        launch, memo = path[:2]
         PlanDict.find = FIND_MEMO if memo == "memo" else dict.get
         if launch == self.current:
             return
@@ -258,17 +300,28 @@ class LaunchPaths:
 FIND_MEMO = PlanDict.find
 
 
+def set_s14_knobs(on: bool) -> None:
+    """Session 14's host-path knobs on (their defaults) or off (the path before them)."""
+    import tilewright.ops.attention_dispatch as ad
+    import tilewright.ops.decode_kernels as dk
+    import tilewright.ops.rows as rows_mod
+
+    ad.FAST_ENTRY = rows_mod.FAST_ENTRY = on
+    ad.DIRECT_LAUNCH = dk.DIRECT_LAUNCH = rows_mod.DIRECT_LAUNCH = on
+
+
 def with_paths(cases, paths: list, memos=("memo",)) -> list:
     """(name, call, (path, memo)) rows: each row that launches through tilewright once per path in
     ``paths``, and the ops rows once per plan lookup in ``memos`` (its name says which when there are
     two), the others once with path None."""
     rows = []
     for name, fn in cases:
+        off = ("off",) if "(s14 knobs off" in name else ()
         if ours(name):
             ms = memos if name.startswith("ops.") else ("memo",)
-            rows += [(f"{name} [{p}{', ' + m if len(ms) > 1 else ''}]", fn, (p, m)) for p in paths for m in ms]
+            rows += [(f"{name} [{p}{', ' + m if len(ms) > 1 else ''}]", fn, (p, m) + off) for p in paths for m in ms]
         else:
-            rows.append((name, fn, None))
+            rows.append((name, fn, (None, None) + off if off else None))
     return rows
 
 
@@ -399,6 +452,7 @@ def main() -> None:
 
     lines = [f"Each row: {args.rounds} rounds of {args.n} back-to-back calls, one synchronize per block, "
              "each block right after a block of the reference; rows take turns (bench/launch_overhead.py)", "",
+             f"16-bit tensors: {os.environ.get('LAUNCH_DTYPE', 'float16')}; "
              f"cuda-bindings {cuda.bindings.__version__} (typed launch_kernel: {'yes' if typed_here else 'no'}); "
              f"launch paths timed: {', '.join(paths)}"
              + ("" if typed_here or args.paths == "default" else " (no typed rows: this cuda-bindings has none)"), ""]

@@ -552,6 +552,7 @@ def forget_plans() -> None:
     _matmul_plans.clear()
     _plans.clear()  # launch signature -> kernels: looked up again through _kernel (still compiled there)
     rows._row_plans.clear()
+    rows._torch_ref[0] = None  # (the torch a test patched in goes with its plans)
     attention_dispatch.forget_plans()
 
 

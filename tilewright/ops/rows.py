@@ -15,6 +15,7 @@ the kernels load 16-byte vectors), and for the residual its full shape (compared
 from __future__ import annotations
 
 from ..errors import ArgumentError
+from ..jit.kernel import _SYNC_KEY, _SYNC_PROBE
 from . import kernels
 from .bound_kernel import RowLaunch
 from .dispatch import _check_eps, _check_tensor, _dtype_name, _kernel, _same_device, _target_of, _torch
@@ -123,12 +124,72 @@ def _softmax_plan(x, dim) -> _RowPlan:
 def rms_norm(x, weight, eps: float = 1e-6, residual=None):
     """RMSNorm over the last dimension, scaled by ``weight``.  With ``residual``, normalizes
     ``x + residual`` and returns ``(normed, x + residual)`` (the fused pre-norm of a transformer block)."""
-    torch = _torch()
+    # A repeat of the last row call's key served from this frame (as ``attention_dispatch.attention``:
+    # no frames for _torch, rms_norm_impl and the lookup); the key is rms_norm_impl's, item for item
+    # (tests/test_s14_host_entry.py).  is_compiling first: dynamo folds it, so nothing of the memo is traced.
+    torch = _torch_ref[0]
+    plans = _row_plans
+    last = plans.last
+    if torch is not None and FAST_ENTRY and not torch.compiler.is_compiling() and last[2] is plans.stamp:
+        try:
+            if residual is None:
+                key = ("rms_norm", x.__class__, x.dtype, len(xs := x.shape), xs[-1], x.device, weight.__class__,
+                       weight.dtype, weight.shape, weight.device, eps.__class__, eps)
+            else:
+                key = ("rms_norm+residual", x.__class__, x.dtype, len(xs := x.shape), xs[-1], x.device,
+                       weight.__class__, weight.dtype, weight.shape, weight.device, eps.__class__, eps,
+                       residual.__class__, residual.dtype, residual.device)
+            hit = key == last[0] and (residual is None or residual.shape == xs)
+        except Exception:  # noqa: BLE001 - (not tensors, an eps that cannot compare: rms_norm_impl explains)
+            hit = False
+        if hit and last[2] is plans.stamp:
+            plan = last[1]
+            # _rms_norm_run inline where no tensor needs a copy (each contiguous, from a 16-byte boundary),
+            # and the launch through the compiled launcher's C call where the row count's prepared launch
+            # allows it (DIRECT_LAUNCH); else _rms_norm_run, which copies and launches through the frames
+            xp, wp = x.data_ptr(), weight.data_ptr()
+            rp = xp if residual is None else residual.data_ptr()
+            if DIRECT_LAUNCH and not (xp | wp | rp) & 15 and x.is_contiguous() and weight.is_contiguous() and (
+                    residual is None or residual.is_contiguous()):
+                out = plan.empty_like(x)  # (a new allocation: aligned)
+                op = out.data_ptr()
+                if residual is None:
+                    res_out, sp = out, op
+                else:
+                    res_out = plan.empty_like(x)
+                    sp = res_out.data_ptr()
+                rows = x.numel() // plan.n
+                if rows:
+                    ptrs = [xp, rp, wp, op, sp]
+                    try:  # (FixedLaunch.__call__'s first lines: its _direct launch, current(ptrs) 0 = launched)
+                        prepared = plan.launch._prepared[rows]
+                        done = (prepared._direct and _SYNC_KEY not in _SYNC_PROBE
+                                and not prepared.launch.current(ptrs))
+                    except Exception:  # noqa: BLE001 - (a new row count, no compiled launch: nothing launched)
+                        done = False
+                    if not done:
+                        plan.launch.pointers(ptrs, rows, (x, x if residual is None else residual, weight, out,
+                                                          res_out))
+                return out if residual is None else (out, res_out)
+            y, r = _rms_norm_run(plan, x, weight, residual)
+            return y if residual is None else (y, r)
+    torch = _torch_ref[0] = _torch()
     if torch.compiler.is_compiling():
         y, r = torch.ops.tilewright.rms_norm(x, weight, eps, residual)
         return y if residual is None else (y, r)
     y, r = rms_norm_impl(x, weight, eps, residual)
     return y if residual is None else (y, r)
+
+
+# True: ``rms_norm`` serves a repeat of the last row call's key in its own frame (above); False: every call
+# through rms_norm_impl's lookup (the path before; bench/launch_overhead.py times both ways).
+FAST_ENTRY = True
+# True: that in-frame path allocates and launches itself (the compiled launcher's C call where the
+# prepared launch has one: FixedLaunch's _direct); False: through _rms_norm_run, _dense and RowLaunch's
+# frames (bench/launch_overhead.py times both ways).  On: H200 2026-12-02 16:11 (fp16, with FAST_ENTRY),
+# rms_norm 8.3 vs 9.1 us host time a call, with residual 11.1 vs 12.0 (docs/ops.md).
+DIRECT_LAUNCH = True
+_torch_ref: list = [None]  # torch, once a call has looked it up (forget_plans drops it with the plans)
 
 
 def rms_norm_impl(x, weight, eps, residual):
@@ -152,6 +213,12 @@ def rms_norm_impl(x, weight, eps, residual):
         plan = _rms_norm_plan(x, weight, eps, residual)
         if key is not None:
             _remember(key, plan)
+    return _rms_norm_run(plan, x, weight, residual)
+
+
+def _rms_norm_run(plan, x, weight, residual):
+    """The allocations and the launch of a call of ``plan``'s signature (checked: rms_norm_impl's
+    plan, or a key equal to the one it was kept under)."""
     x, xp = _dense(x)
     w, wp = _dense(weight)
     out = plan.empty_like(x)
