@@ -64,6 +64,10 @@ class GemmConfig:
     # wait: ``tw.pdl_prologue``), "late" ("pre", and each block lets the next kernel start once its mainloop is
     # done: griddepcontrol.launch_dependents), "early" ("pre", and the trigger right after the wait); "" off
     pdl: str = ""
+    # sm_90: the bytes a TMA load's descriptor asks L2 to fetch around each row of its box (pass config
+    # ``tw.tma_l2_promotion``: 0, 64, 128, 256): 256 fetches the 128-byte B rows of a 64-wide tile's neighbour
+    # along with its own (named ``l2p256``; 128, the default, is left out of the name)
+    l2_promotion: int = 128
 
     def staged_epilogue(self, out_dtype: str):
         """``staged_epilogue`` of the kernels: False (plain stores: no TMA store, or an output that is not
@@ -81,7 +85,8 @@ class GemmConfig:
         # says exactly which mainloop it was measured with
         return {"tw.enable_wgmma": self.wgmma, "tw.warp_specialize": self.ws,
                 **({"tw.gemm_pingpong": True} if self.pingpong else {}),
-                **({"tw.pdl_prologue": True} if self.pdl in ("pre", "late", "early") else {})}
+                **({"tw.pdl_prologue": True} if self.pdl in ("pre", "late", "early") else {}),
+                **({"tw.tma_l2_promotion": self.l2_promotion} if self.l2_promotion != 128 else {})}
 
     def to_json(self) -> dict:
         return dataclasses.asdict(self)
@@ -112,7 +117,8 @@ class GemmConfig:
         s += "/ring" if self.tma_store and self.c_in_ring else ""
         s += " pingpong" if self.pingpong else ""
         s += f" c{self.cluster[0]}x{self.cluster[1]}" if self.cluster != (1, 1) else ""
-        return s + (f" pdl{self.pdl}" if self.pdl else "")
+        s += f" pdl{self.pdl}" if self.pdl else ""
+        return s + (f" l2p{self.l2_promotion}" if self.l2_promotion != 128 else "")
 
     @classmethod
     def parse(cls, text: str) -> GemmConfig:
@@ -127,6 +133,8 @@ class GemmConfig:
             for w in words[2:]:
                 if w in ("wgmma", "ws", "atomic", "pingpong"):
                     kw[w] = True
+                elif w.startswith("l2p"):  # l2p0, l2p64, l2p256
+                    kw["l2_promotion"] = int(w[3:])
                 elif w.startswith("pdl"):  # pdlwait, pdlpre, pdllate, pdlearly
                     if not w[3:] or w[3:] not in PDL_MODES:
                         raise ValueError(w)
@@ -194,6 +202,8 @@ def refusal(cfg: GemmConfig) -> str | None:
         return "pingpong only on persistent wgmma ws kernels named with t128 (the threads of one consumer warpgroup)"
     if cfg.pdl and (cfg.pdl not in PDL_MODES or cfg.kind not in ("direct", "persistent")):
         return "pdl (pdlwait, pdlpre, pdllate, pdlearly) only on direct or persistent kernels"
+    if cfg.l2_promotion not in (0, 64, 128, 256):
+        return "an L2 promotion (l2pN) of 0, 64, 128 or 256 bytes"
     if cfg.store_bufs not in (1, 2) or cfg.store_bufs == 2 and (
             not cfg.store_cols or cfg.store_cols >= cfg.block_N or cfg.c_in_ring):
         return "two staging buffers (tma-store/Nx2) only with column chunks narrower than block_N, not in the ring"
