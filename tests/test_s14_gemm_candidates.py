@@ -31,6 +31,12 @@ NEW = [
     (P("persistent 128x192x64 s4 t128 g8 wgmma ws tma-store/64 pingpong c2x1 pdlearly l2p256"), 200, 392, 200,
      "bfloat16", False, "silu"),
     (P("persistent 128x256x64 s4 t256 g8 wgmma ws tma-store/128 l2p256"), 300, 520, 200, "float16", True, "relu"),
+    # round 2 (after the H200 run of 15:43 UTC): shallower rings for 128 rows, other L2 promotions
+    (P("direct 128x64x64 s6 t128 wgmma ws tma-store pdllate"), 120, 200, 584, "bfloat16", False, "none"),
+    (P("direct 128x64x128 s4 t128 wgmma ws tma-store pdllate"), 128, 136, 648, "float16", True, "relu"),
+    (P("direct 128x64x64 s8 t128 wgmma ws tma-store pdllate l2p64"), 100, 200, 392, "float16", False, "none"),
+    (P("persistent 128x192x64 s4 t128 g8 wgmma ws tma-store/64 pingpong c2x1 pdlearly l2p0"), 264, 392, 136,
+     "float16", False, "none"),
 ]
 
 
@@ -113,3 +119,25 @@ def test_a_bad_l2_promotion_is_refused(bad):
     if isinstance(bad, int) and not isinstance(bad, bool):
         with pytest.raises(ValueError, match="L2 promotion"):
             P(f"direct 128x64x64 s8 t128 wgmma ws tma-store l2p{bad}")
+
+
+def test_bench_times_each_contender_forwards_then_backwards():
+    sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "bench"))
+    pytest.importorskip("torch")  # (bench/gemm.py imports it)
+    import gemm as bench_gemm
+
+    assert bench_gemm.timing_order(3, 1) == [0, 1, 2]
+    assert bench_gemm.timing_order(3, 2) == [0, 1, 2, 2, 1, 0]
+    assert bench_gemm.timing_order(2, 3) == [0, 1, 1, 0, 0, 1]
+    order = bench_gemm.timing_order(5, 2)  # each contender's two places add up to the same: none always early
+    assert {order.index(i) + (len(order) - 1 - order[::-1].index(i)) for i in range(5)} == {9}
+    assert bench_gemm.timing_order(4, 0) == [0, 1, 2, 3]
+
+
+def test_the_losers_of_round_one_stay_selectable_and_off_the_lists():
+    for shape in ((128, 8192, 8192), (2000, 3000, 1000)):
+        listed = gemm_configs.candidates(*shape, "float16", "sm_90", 132)
+        lost = gemm_configs.s14_candidates(*shape)
+        assert lost and not any(c in listed for c in lost)
+        assert all(GemmConfig.parse(c.short()) == c for c in lost)
+    assert gemm_configs.s14_candidates(16, 8192, 8192) == []

@@ -420,6 +420,31 @@ def s12_candidates(M: int, N: int, K: int) -> list[GemmConfig]:
     return out
 
 
+def s14_candidates(M: int, N: int, K: int) -> list[GemmConfig]:
+    """Session 14 (issue 8): configurations of the existing kernels for the shapes still below 0.95x cuBLAS, and
+    the TMA descriptors' L2 promotion (``GemmConfig.l2_promotion``, named ``l2pN``).  Selectable by name, kept off
+    ``candidates``: in the H200 run of 2026-12-02 15:43 UTC (bench/results/2026-12-02-1543-gemm-weak-*, four
+    rounds, fp16 / bf16 TFLOP/s) each lost or tied in both dtypes:
+
+    - 128x8192x8192 (the heuristic's ``direct 128x64x64 s8 t128 wgmma ws tma-store pdllate``: 431.5 / 445.9 in
+      round 1): a ninth stage with C in the ring's memory 322.7 / 321.2 (0.61-0.68x cuBLAS in every round), A
+      multicast under pdllate (c2x1) 404.9 / 413.5 (0.85-0.87x), 256-byte L2 promotion 430.6 / 444.5 (ties);
+    - 2000x3000x1000 (the heuristic's ping-pong pairs, pdlearly: 500.1 / 503.6): l2p256 445.7 / 448.5 (0.82-0.84x
+      in every round), five stages beside 32-column chunks 476.5 / 483.2;
+    - 4096^3 (persistent 128x256, 732.1 / 758.5): l2p256 660.9 / 758.4, then 732 / 757.1, 706.8 / 741.4, 710.7 /
+      701.5 (no win in both dtypes of any round)."""
+    if M > 128:
+        pairs = "persistent 128x192x64 s4 t128 g8 wgmma ws tma-store/64 pingpong c2x1 pdlearly"
+        return [GemmConfig.parse(pairs + " l2p256"),
+                GemmConfig.parse("persistent 128x192x64 s5 t128 g8 wgmma ws tma-store/32 pingpong c2x1 pdlearly"),
+                GemmConfig.parse("persistent 128x256x64 s4 t256 g8 wgmma ws tma-store/128 l2p256")]
+    if M > 64:
+        return [GemmConfig.parse("direct 128x64x64 s9 t128 wgmma ws tma-store/ring pdllate"),
+                GemmConfig.parse("direct 128x64x64 s8 t128 wgmma ws tma-store c2x1 pdllate"),
+                GemmConfig.parse("direct 128x64x64 s8 t128 wgmma ws tma-store pdllate l2p256")]
+    return []
+
+
 def cluster_candidates(M: int, N: int, K: int) -> list[GemmConfig]:
     """sm_90 configurations whose blocks run in thread-block clusters of two, the shared operand tile
     loaded once per cluster by TMA multicast (``passes/cluster_multicast.py``): direct ones along x or
