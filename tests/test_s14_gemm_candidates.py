@@ -141,3 +141,27 @@ def test_the_losers_of_round_one_stay_selectable_and_off_the_lists():
         assert lost and not any(c in listed for c in lost)
         assert all(GemmConfig.parse(c.short()) == c for c in lost)
     assert gemm_configs.s14_candidates(16, 8192, 8192) == []
+
+
+def test_bench_warm_up_calls_for_the_time_asked(monkeypatch):
+    sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "bench"))
+    torch = pytest.importorskip("torch")
+    import gemm as bench_gemm
+
+    syncs = []
+    monkeypatch.setattr(torch.cuda, "synchronize", lambda: syncs.append(1))
+    calls = []
+    bench_gemm.warm_up(lambda: calls.append(1), 0)
+    assert calls == [] and syncs == []  # (0: none)
+    bench_gemm.warm_up(lambda: calls.append(1), 0.02)
+    assert len(calls) >= 10 and len(calls) == 10 * len(syncs)  # whole batches, each waited for
+
+
+def test_the_heuristic_keeps_its_choices_for_the_weak_shapes_in_both_dtypes():
+    # (the two H200 runs of session 14 confirmed them: gemm_configs.s14_candidates)
+    h = gemm_configs.heuristic
+    for dtype in ("float16", "bfloat16"):
+        assert h(128, 8192, 8192, dtype, "sm_90", 132).short() == "direct 128x64x64 s8 t128 wgmma ws tma-store pdllate"
+        assert h(2000, 3000, 1000, dtype, "sm_90", 132).short() == \
+            "persistent 128x192x64 s4 t128 g8 wgmma ws tma-store/64 pingpong c2x1 pdlearly"
+        assert h(4096, 4096, 4096, dtype, "sm_90", 132).l2_promotion == 128
