@@ -11,7 +11,10 @@
 
 TFLOP/s and ratios to cuBLAS; every result is checked against a float64 reference with its output
 poisoned (NaN) first.  Times are GPU times of CUDA-graph replays of back-to-back calls (``--timer
-do_bench`` for triton's do_bench of eager calls instead).  Before timing, every tilewright kernel
+do_bench`` for triton's do_bench of eager calls instead), after a second of cuBLAS calls per shape (``--warmup``:
+every contender timed at the clocks of a sustained load), ops.matmul and each candidate twice per round, forwards
+then backwards, in an order that rotates from round to round (``--passes``), cuBLAS first and last: each keeps its
+best time.  Before timing, every tilewright kernel
 is compiled in parallel worker processes (filling the disk cache), so a run takes a few minutes.
 
 ``python bench/gemm.py`` on a GPU (results under bench/results/); ``--quick`` runs two tiny shapes
@@ -221,11 +224,51 @@ def parse_configs(text: str | None) -> list:
     return out
 
 
+def rotated(items: list, rnd: int) -> list:
+    """``items`` started ``rnd - 1`` places further on (round 1: as they are): what is timed first in a shape
+    reads low on the H200 (bench/results/2026-12-02-1203-gemm-weak-*: 413.7 against 443-449 TFLOP/s for the same
+    kernel elsewhere in the run), so each round puts a different contender there."""
+    if not items:
+        return items
+    r = (rnd - 1) % len(items)
+    return items[r:] + items[:r]
+
+
+def warm_up(fn, seconds: float) -> None:
+    """Call ``fn`` back to back for about ``seconds`` (GPU): the clocks settle to what a sustained load gets before
+    anything is timed.  Without it the first contender of a shape, cuBLAS, was timed on a cooler GPU than the
+    rest: at 4096^3 cuBLAS's second timing, after the candidates, read 5-10% below its first (747 -> 672, 780 ->
+    735 TFLOP/s fp16 / bf16 in bench/results/2026-12-02-1543-gemm-weak-*), while at the memory-bound 128x8192^2 the
+    two agreed (472.8 / 472.6)."""
+    if seconds <= 0:
+        return
+    t0 = time.perf_counter()
+    while time.perf_counter() - t0 < seconds:
+        for _ in range(10):
+            fn()
+        torch.cuda.synchronize()
+
+
+def timing_order(n: int, passes: int) -> list:
+    """Indices of ``n`` contenders in the order they are timed: ``passes`` passes, every other one backwards, so
+    that a contender timed early in one pass is timed late in the next (each keeps its best time): the place in
+    the order moved a kernel's time by up to 10% on the H200 (bench/results/2026-12-02-1543-gemm-weak-*: 383.6
+    against 441-446 TFLOP/s for the same 128x8192x8192 kernel, timed first in its round)."""
+    out = []
+    for p in range(max(1, passes)):
+        out += range(n) if p % 2 == 0 else range(n - 1, -1, -1)
+    return out
+
+
 def run_shape(m, n, k, dtype, device, timer, arch, num_sms, smem, target, tol, ops_only=False, per_config=None,
-              only=None):
+              only=None, rnd=1, passes=2, warmup_s=0.0):
     """The contenders on one shape: {name: (ms, label)}; ``ops_only``: cuBLAS and ops.matmul only;
     ``per_config`` (a list) receives (config, ms or None) for every candidate configuration (``only``:
-    these configurations instead of the shape's candidate list)."""
+    these configurations instead of the shape's candidate list).  ``rnd``: the round, which rotates the order in
+    which ops.matmul and the candidates are timed (``rotated``), ``passes`` the times each is timed (forwards,
+    backwards, ...: ``timing_order``; its best time kept); cuBLAS is timed first and again after them, its faster
+    time kept (a reference no slower than either timing); before it, ``warmup_s`` seconds of cuBLAS calls
+    (``warm_up``)."""
     td = getattr(torch, dtype)
     g = torch.Generator(device=device).manual_seed(m * 31 + n * 7 + k)
     a = torch.randn(m, k, device=device, dtype=td, generator=g)
@@ -254,6 +297,8 @@ def run_shape(m, n, k, dtype, device, timer, arch, num_sms, smem, target, tol, o
         return ms
 
     c_ref = torch.empty(m, n, device=device, dtype=td)
+    if device == "cuda":
+        warm_up(lambda: torch.matmul(a, b, out=c_ref), warmup_s)
     attempt("cuBLAS", lambda: torch.matmul(a, b, out=c_ref), c_ref, "torch.matmul")
     if triton_gemm.matmul is not None and device == "cuda" and not ops_only:
         c_tr = torch.empty(m, n, device=device, dtype=td)
@@ -273,14 +318,23 @@ def run_shape(m, n, k, dtype, device, timer, arch, num_sms, smem, target, tol, o
         attempt("user kernel", lambda kern=kern: kern(a, b, c_user), c_user, label)
     c_ops = torch.empty(m, n, device=device, dtype=td)
     called = dispatch.matmul_config(m, n, k, a)
-    attempt("ops.matmul", lambda: dispatch.matmul_impl(a, b, None, "none", None, out=c_ops), c_ops, called.short())
-    rows = []
-    for cfg in shape_candidates(m, n, k, dtype, arch, num_sms, smem, only):
+    order = rotated([None, *shape_candidates(m, n, k, dtype, arch, num_sms, smem, only)], rnd)
+    best: dict = {}  # candidate index -> its best time over the passes (None: failed)
+    for i in timing_order(len(order), passes):
+        cfg = order[i]
+        if cfg is None:  # ops.matmul as a user calls it
+            attempt("ops.matmul", lambda: dispatch.matmul_impl(a, b, None, "none", None, out=c_ops), c_ops,
+                    called.short())
+            continue
+        if i in best and best[i] is None:
+            continue  # (failed or wrong once: not again)
         ms = attempt("ops best", lambda cfg=cfg: dispatch.matmul_impl(a, b, None, "none", None, config=cfg, out=c_ops),
                      c_ops, cfg.short())
-        rows.append((cfg, ms, ""))
-        if per_config is not None:
-            per_config.append((cfg, ms))
+        best[i] = ms if i not in best or ms is None else min(ms, best[i])
+    rows = [(order[i], best[i], "") for i in range(len(order)) if order[i] is not None]
+    if per_config is not None:
+        per_config += [(cfg, ms) for cfg, ms, _ in rows]
+    attempt("cuBLAS", lambda: torch.matmul(a, b, out=c_ref), c_ref, "torch.matmul (again)")
     timed = [r for r in rows if r[1] is not None]
     if timed and device == "cuda":
         best = min(timed, key=lambda r: r[1])
@@ -301,6 +355,12 @@ def main(argv=None):
     p.add_argument("--rounds", type=int, default=1,
                    help="time every shape and dtype this many times, round after round (the level of a run moves: "
                         "candidates are compared within a round); the summary takes the last round")
+    p.add_argument("--passes", type=int, default=2,
+                   help="time ops.matmul and each candidate this many times within a round, every other pass in "
+                        "reverse order, and keep the best (default 2; cuBLAS: first and last, the best kept)")
+    p.add_argument("--warmup", type=float, default=1.0,
+                   help="seconds of back-to-back cuBLAS calls before each shape's timings, so that every contender "
+                        "is timed at the clocks of a sustained load (default 1; 0: none)")
     p.add_argument("--timer", choices=("graph", "do_bench"), default="graph",
                    help="graph: CUDA-graph replays (GPU time); do_bench: triton.testing.do_bench of eager calls")
     p.add_argument("--workers", type=int, default=max(1, min(14, (os.cpu_count() or 2) - 2)),
@@ -356,7 +416,8 @@ def main(argv=None):
     for rnd, dtype, (m, n, k) in runs:
         per_config = []
         res = run_shape(m, n, k, dtype, device, timer, arch, num_sms, smem, target, tol if on_gpu else 2e-2,
-                        ops_only=args.weak, per_config=per_config, only=only)
+                        ops_only=args.weak, per_config=per_config, only=only, rnd=rnd, passes=args.passes,
+                        warmup_s=args.warmup)
         tf = {x: (tflops(m, n, k, res[x][0]) if x in res else None) for x in names}
         ref = tf["cuBLAS"]
         for cfg, ms in per_config:

@@ -93,6 +93,7 @@ class PassConfigKey(str, enum.Enum):
     TW_SETMAXNREG = "tw.setmaxnreg"  # lower_to_threads (T.disable_warp_group_reg_alloc)
     TW_GEMM_PINGPONG = "tw.gemm_pingpong"  # passes/warp_specialize_pingpong.py
     TW_PDL_PROLOGUE = "tw.pdl_prologue"  # passes/pdl_prologue.py
+    TW_TMA_L2_PROMOTION = "tw.tma_l2_promotion"  # runtime/tensor_maps.py
     TW_ATTENTION_OVERLAP_REGISTERS = "tw.attention_overlap_registers"  # passes/attention_overlap.py
 
 
@@ -128,6 +129,8 @@ HONOURED: dict[str, str] = {
                         "true: on AMD too)",
     "tw.pdl_prologue": "true: a kernel's TMA mbarrier set-up and descriptor prefetch go ahead of its T.pdl_sync "
                         "(passes/pdl_prologue.py; sm_90+)",
+    "tw.tma_l2_promotion": "bytes (0, 64, 128 or 256; default 128) that a TMA load's descriptor asks L2 to fetch "
+                           "around each row of its box (CUtensorMapL2promotion; runtime/tensor_maps.py)",
     "tw.reduce_tree": "true: each thread folds its registers of a T.reduce_* as a balanced tree (log2(n) dependent "
                       "steps instead of n; sums round differently)",
     "tw.uniform_ring": "true: the persistent attention kernel's consumers take the key loop's bounds and ring "

@@ -248,7 +248,7 @@ def _build(func: t.PrimFunc, tgt: Target, outs: tuple, opts: dict, verbose: bool
     source = vendor.print_source(thread_kernel)
     if dump is not None:
         dump(vendor.source_name, source)
-    spec = _spec_of(func, tgt, thread_kernel, source)
+    spec = _spec_of(func, tgt, thread_kernel, source, opts)
     if backend == "device":
         fill_code_object(spec, tgt, dump_dir=os.path.join(config.get("dump_dir"), "toolchain") if dump else None)
         disk_cache.store(key, _cache_meta(spec), spec.code_object, source)
@@ -307,12 +307,13 @@ def _programmatic(kernel: t.Kernel, tgt: Target) -> bool:
     return bool(found)
 
 
-def _spec_of(func: t.PrimFunc, tgt: Target, thread_kernel, source: str) -> LaunchSpec:
-    from .runtime.tensor_maps import specs_of
+def _spec_of(func: t.PrimFunc, tgt: Target, thread_kernel, source: str, opts: dict | None = None) -> LaunchSpec:
+    from .runtime.tensor_maps import l2_promotion_of, specs_of
 
     return _spec(func, tgt, kernel_name=thread_kernel.name, code_object=b"", source=source,
                  num_threads=thread_kernel.num_threads, shared_bytes=thread_kernel.shared_bytes,
-                 tensor_maps=tuple(specs_of(thread_kernel)), resources={"shared_bytes": thread_kernel.shared_bytes},
+                 tensor_maps=tuple(specs_of(thread_kernel, l2_promotion_of(opts or {}))),
+                 resources={"shared_bytes": thread_kernel.shared_bytes},
                  shared_at_launch=thread_kernel.attrs.get("shared_at_launch"))
 
 

@@ -64,6 +64,10 @@ class GemmConfig:
     # wait: ``tw.pdl_prologue``), "late" ("pre", and each block lets the next kernel start once its mainloop is
     # done: griddepcontrol.launch_dependents), "early" ("pre", and the trigger right after the wait); "" off
     pdl: str = ""
+    # sm_90: the bytes a TMA load's descriptor asks L2 to fetch around each row of its box (pass config
+    # ``tw.tma_l2_promotion``: 0, 64, 128, 256): 256 fetches the 128-byte B rows of a 64-wide tile's neighbour
+    # along with its own (named ``l2p256``; 128, the default, is left out of the name)
+    l2_promotion: int = 128
 
     def staged_epilogue(self, out_dtype: str):
         """``staged_epilogue`` of the kernels: False (plain stores: no TMA store, or an output that is not
@@ -81,7 +85,8 @@ class GemmConfig:
         # says exactly which mainloop it was measured with
         return {"tw.enable_wgmma": self.wgmma, "tw.warp_specialize": self.ws,
                 **({"tw.gemm_pingpong": True} if self.pingpong else {}),
-                **({"tw.pdl_prologue": True} if self.pdl in ("pre", "late", "early") else {})}
+                **({"tw.pdl_prologue": True} if self.pdl in ("pre", "late", "early") else {}),
+                **({"tw.tma_l2_promotion": self.l2_promotion} if self.l2_promotion != 128 else {})}
 
     def to_json(self) -> dict:
         return dataclasses.asdict(self)
@@ -112,7 +117,8 @@ class GemmConfig:
         s += "/ring" if self.tma_store and self.c_in_ring else ""
         s += " pingpong" if self.pingpong else ""
         s += f" c{self.cluster[0]}x{self.cluster[1]}" if self.cluster != (1, 1) else ""
-        return s + (f" pdl{self.pdl}" if self.pdl else "")
+        s += f" pdl{self.pdl}" if self.pdl else ""
+        return s + (f" l2p{self.l2_promotion}" if self.l2_promotion != 128 else "")
 
     @classmethod
     def parse(cls, text: str) -> GemmConfig:
@@ -127,6 +133,8 @@ class GemmConfig:
             for w in words[2:]:
                 if w in ("wgmma", "ws", "atomic", "pingpong"):
                     kw[w] = True
+                elif w.startswith("l2p"):  # l2p0, l2p64, l2p256
+                    kw["l2_promotion"] = int(w[3:])
                 elif w.startswith("pdl"):  # pdlwait, pdlpre, pdllate, pdlearly
                     if not w[3:] or w[3:] not in PDL_MODES:
                         raise ValueError(w)
@@ -194,6 +202,8 @@ def refusal(cfg: GemmConfig) -> str | None:
         return "pingpong only on persistent wgmma ws kernels named with t128 (the threads of one consumer warpgroup)"
     if cfg.pdl and (cfg.pdl not in PDL_MODES or cfg.kind not in ("direct", "persistent")):
         return "pdl (pdlwait, pdlpre, pdllate, pdlearly) only on direct or persistent kernels"
+    if cfg.l2_promotion not in (0, 64, 128, 256):
+        return "an L2 promotion (l2pN) of 0, 64, 128 or 256 bytes"
     if cfg.store_bufs not in (1, 2) or cfg.store_bufs == 2 and (
             not cfg.store_cols or cfg.store_cols >= cfg.block_N or cfg.c_in_ring):
         return "two staging buffers (tma-store/Nx2) only with column chunks narrower than block_N, not in the ring"
@@ -410,6 +420,43 @@ def s12_candidates(M: int, N: int, K: int) -> list[GemmConfig]:
     return out
 
 
+def s14_candidates(M: int, N: int, K: int) -> list[GemmConfig]:
+    """Session 14 (issue 8): configurations of the existing kernels for the shapes still below 0.95x cuBLAS, and
+    the TMA descriptors' L2 promotion (``GemmConfig.l2_promotion``, named ``l2pN``).  Selectable by name, kept off
+    ``candidates``: in the H200 run of 2026-12-02 15:43 UTC (bench/results/2026-12-02-1543-gemm-weak-*, four
+    rounds, fp16 / bf16 TFLOP/s) each lost or tied in both dtypes:
+
+    - 128x8192x8192 (the heuristic's ``direct 128x64x64 s8 t128 wgmma ws tma-store pdllate``: 431.5 / 445.9 in
+      round 1): a ninth stage with C in the ring's memory 322.7 / 321.2 (0.61-0.68x cuBLAS in every round), A
+      multicast under pdllate (c2x1) 404.9 / 413.5 (0.85-0.87x), 256-byte L2 promotion 430.6 / 444.5 (ties);
+    - 2000x3000x1000 (the heuristic's ping-pong pairs, pdlearly: 500.1 / 503.6): l2p256 445.7 / 448.5 (0.82-0.84x
+      in every round), five stages beside 32-column chunks 476.5 / 483.2;
+    - 4096^3 (persistent 128x256, 732.1 / 758.5): l2p256 660.9 / 758.4, then 732 / 757.1, 706.8 / 741.4, 710.7 /
+      701.5 (no win in both dtypes of any round).
+
+    The run of 16:09 UTC (bench/results/2026-12-02-1609-gemm-weak-*, four rounds, each configuration timed twice
+    a round, forwards then backwards): at 128x8192x8192 the heuristic's pdllate 450.7 / 456.6, 455.4 / 457.8,
+    450.7 / 456.5, 451.8 / 453.3 against pdlearly 442.5 / 448.5, 454.7 / 457.6, 456.5 / 456.5, 454.1 / 455.8 and
+    no L2 promotion (l2p0) 445.9 / 457.1, 454.1 / 458.9, 451.4 / 458.8, 452.5 / 454.4 (l2p64 alike): within 1%,
+    neither ahead in both dtypes of every round, so no change; a 6-stage ring 401.7-430.3 and 128-deep K steps at
+    4 stages 433.4-440.4 lost.  At 2000x3000x1000 the heuristic's pdlearly 502.8 / 512.4, 511.5 / 511.9, 511.9 /
+    511.5, 510.8 / 511.5 led pdllate in all eight (round, dtype) pairs (498.7 / 510.8 ... 508.3 / 507.4); l2p0 and
+    l2p64 tied with it (+-0.4%).  At 4096^3 whichever configuration was timed first read highest (the GPU's clocks
+    fall under a sustained load: bench/gemm.py ``warm_up``), so l2p0 / l2p64 there are not told apart."""
+    if M > 128:
+        pairs = "persistent 128x192x64 s4 t128 g8 wgmma ws tma-store/64 pingpong c2x1 pdlearly"
+        return [GemmConfig.parse(pairs + " l2p256"),
+                GemmConfig.parse("persistent 128x192x64 s5 t128 g8 wgmma ws tma-store/32 pingpong c2x1 pdlearly"),
+                GemmConfig.parse("persistent 128x256x64 s4 t256 g8 wgmma ws tma-store/128 l2p256")]
+    if M > 64:
+        return [GemmConfig.parse("direct 128x64x64 s6 t128 wgmma ws tma-store pdllate"),
+                GemmConfig.parse("direct 128x64x128 s4 t128 wgmma ws tma-store pdllate"),
+                GemmConfig.parse("direct 128x64x64 s9 t128 wgmma ws tma-store/ring pdllate"),
+                GemmConfig.parse("direct 128x64x64 s8 t128 wgmma ws tma-store c2x1 pdllate"),
+                GemmConfig.parse("direct 128x64x64 s8 t128 wgmma ws tma-store pdllate l2p256")]
+    return []
+
+
 def cluster_candidates(M: int, N: int, K: int) -> list[GemmConfig]:
     """sm_90 configurations whose blocks run in thread-block clusters of two, the shared operand tile
     loaded once per cluster by TMA multicast (``passes/cluster_multicast.py``): direct ones along x or
@@ -504,6 +551,8 @@ def heuristic(M: int, N: int, K: int, dtype: str, arch: str, num_sms: int, smem_
         # three rounds) confirmed it: pdllate 451.3 / 448.9, 447.4 / 413.7, 447.2 / 443.3 against 443.4 / 442.3,
         # 440.1 / 439.3, 433.2 / 431.2 plain (the 413.7: measured first in its round, a place that run penalized);
         # pdlearly 453 / 448.9, 450.7 / 449, 444.1 / 445.2 -- not ahead of pdllate in every round, so not taken
+        # (session 14, two H200 runs: pdlearly, L2 promotion 0 / 64 / 256 bytes, six or nine stages, A multicast
+        # and 128-deep K steps tied or lost again: ``s14_candidates``)
         return fit_shared(GemmConfig("direct", 128, 64, 64, 8, 128, wgmma=True, ws=True, tma_store=True, pdl="late"),
                           smem_limit)
     if hopper and 64 < M <= 128 and _ceil(N, 128) < num_sms:
@@ -560,7 +609,9 @@ def heuristic(M: int, N: int, K: int, dtype: str, arch: str, num_sms: int, smem_
                 # 485.5 / 472.5 against 497.9 / 484.5, 463 / 470.6, 479.3 / 466.1 without (+1.3-6.3%, every round),
                 # pdllate 507 / 497.7, 488.3 / 474.1, 483.7 / 468.6, pdlwait 502.5 / 495.3, 470.6 / 471.9, 432.6 /
                 # 414.8 (it was measured first in each round, the place that run penalized; in the 11:30 run it led
-                # plain 4 of 4, pdllate lost once there)
+                # plain 4 of 4, pdllate lost once there).  Session 14 (H200 run of 16:09 UTC, four rounds, each timed
+                # twice a round): pdlearly ahead of pdllate in all eight (round, dtype) pairs; L2 promotion 0 / 64
+                # bytes tied, 256 lost 11%, five stages beside 32-column chunks lost (``s14_candidates``)
                 return fit_shared(GemmConfig("persistent", 128, 192, base.block_K, 4, 128, wgmma=True, ws=True,
                                              group_M=8, tma_store=True, store_cols=64, pingpong=True, cluster=(2, 1),
                                              pdl="early"), smem_limit)

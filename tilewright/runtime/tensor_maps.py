@@ -24,28 +24,47 @@ _DATA_TYPES = {
     "uint16": "UINT16", "int8": "UINT8", "uint8": "UINT8", "float8_e4m3fn": "UINT8", "float8_e5m2": "UINT8",
 }
 _SWIZZLES = {0: "NONE", 32: "32B", 64: "64B", 128: "128B"}
+# pass config tw.tma_l2_promotion (bytes) -> CUtensorMapL2promotion member name: how much of a line around each
+# box row a TMA load brings into L2 (0: none).  128 unless set: the descriptors' setting before the option existed
+L2_PROMOTIONS = {0: "NONE", 64: "L2_64B", 128: "L2_128B", 256: "L2_256B"}
+L2_PROMOTION_OPTION = "tw.tma_l2_promotion"
 
 
 class TensorMapSpec:
-    """What a kernel needs encoded: parameter index, its dtype, box (outermost first), swizzle."""
+    """What a kernel needs encoded: parameter index, its dtype, box (outermost first), swizzle, L2 promotion."""
 
-    __slots__ = ("box", "dtype", "param_index", "swizzle")
+    __slots__ = ("box", "dtype", "l2_promotion", "param_index", "swizzle")
 
-    def __init__(self, param_index: int, dtype: str, box, swizzle: int):
+    def __init__(self, param_index: int, dtype: str, box, swizzle: int, l2_promotion: int = 128):
         self.param_index, self.dtype, self.box, self.swizzle = int(param_index), dtype, tuple(box), int(swizzle)
+        self.l2_promotion = int(l2_promotion)
 
     def to_json(self) -> list:
-        return [self.param_index, self.dtype, list(self.box), self.swizzle]
+        # (the fifth entry only when it is not the default: records written before it existed read the same)
+        tail = [self.l2_promotion] if self.l2_promotion != 128 else []
+        return [self.param_index, self.dtype, list(self.box), self.swizzle, *tail]
 
     @classmethod
     def from_json(cls, v) -> TensorMapSpec:
-        return cls(v[0], v[1], v[2], v[3])
+        return cls(v[0], v[1], v[2], v[3], v[4] if len(v) > 4 else 128)
 
 
-def specs_of(thread_kernel) -> list[TensorMapSpec]:
+def l2_promotion_of(options: dict) -> int:
+    """The ``tw.tma_l2_promotion`` pass config (0, 64, 128 or 256 bytes; 128 when unset); another value is a
+    ``CompileValueError``."""
+    from ..errors import CompileValueError
+
+    v = options.get(L2_PROMOTION_OPTION, 128)
+    if isinstance(v, bool) or v not in L2_PROMOTIONS:
+        raise CompileValueError(f"pass_configs {L2_PROMOTION_OPTION!r} must be one of "
+                                f"{', '.join(str(x) for x in L2_PROMOTIONS)} (bytes), got {v!r}")
+    return int(v)
+
+
+def specs_of(thread_kernel, l2_promotion: int = 128) -> list[TensorMapSpec]:
     # by identity: list.index compares with ==, which on a scalar parameter (an Expr) builds an expression
     where = {id(p): i for i, p in enumerate(thread_kernel.params)}
-    return [TensorMapSpec(where[id(tm.param)], tm.param.dtype, tm.box, tm.swizzle)
+    return [TensorMapSpec(where[id(tm.param)], tm.param.dtype, tm.box, tm.swizzle, l2_promotion)
             for tm in thread_kernel.tensor_maps]
 
 
@@ -133,7 +152,7 @@ def _encode_tiled(spec: TensorMapSpec, ptr: int, shape, strides, where: str) -> 
     ones = [cu.cuuint32_t(1)] * rank
     err, tmap = cu.cuTensorMapEncodeTiled(
         dtype, rank, ptr, dims, gstrides, box, ones, cu.CUtensorMapInterleave.CU_TENSOR_MAP_INTERLEAVE_NONE,
-        swizzle, cu.CUtensorMapL2promotion.CU_TENSOR_MAP_L2_PROMOTION_L2_128B,
+        swizzle, getattr(cu.CUtensorMapL2promotion, "CU_TENSOR_MAP_L2_PROMOTION_" + L2_PROMOTIONS[spec.l2_promotion]),
         cu.CUtensorMapFloatOOBfill.CU_TENSOR_MAP_FLOAT_OOB_FILL_NONE)
     if err != cu.CUresult.CUDA_SUCCESS:
         raise ArgumentError(f"{where}: cuTensorMapEncodeTiled failed ({err.name}) for shape {shape}, strides "
