@@ -284,6 +284,12 @@ HOPPER_D64_FMA_EXP2 = None
 # 0.933 of cuDNN), fp16 371/365 -> 383/380 (0.923 -> 0.957); non-causal it lost a little (bf16 455/450 -> 455/444,
 # fp16 451/435 -> 443/430), so non-causal calls keep the staged store.  Takes effect for new plans.
 HOPPER_D64_STAGE_OUT = "noncausal"
+# causal calls at head dim <= 64 on the sm_90a path: key-loop trims (names from attention_kernels.LOOP_TRIMS, passed
+# to attention_fwd as keywords): "fast_rescale" (the output's rescale factor on ex2.approx.ftz, the -inf guard kept:
+# 690 instead of 696 SASS instructions in bench/attention_sass.py's causal persistent direct-store loop) and
+# "mask_bound" (the diagonal block's mask as one compare of the key column against a per-row bound: 688).  Session 14
+# candidates ("trim ..." in TW_VARIANTS=s14); () until measured.  Takes effect for new plans.
+HOPPER_D64_CAUSAL_TRIMS = ()
 
 
 def _hopper_config(dim: int, rows: int):
@@ -638,6 +644,11 @@ def _make_plan(q, k, v, causal, scale, varlen, nseq, max_q, has_cache, num_split
         configs = {**configs, "tw.attention_overlap_registers": 32}  # (the kernel NVRTC built without spills)
     fma_exp2 = HOPPER_D64_FMA_EXP2 if configs and D <= 64 else None
     lean += (("fma_exp2", fma_exp2),) if fma_exp2 else ()
+    trims = tuple(HOPPER_D64_CAUSAL_TRIMS) if configs and D <= 64 and causal else ()
+    bad = [x for x in trims if x not in ak.LOOP_TRIMS]
+    if bad:
+        raise ValueError(f"attention_dispatch.HOPPER_D64_CAUSAL_TRIMS: {bad} not in {ak.LOOP_TRIMS}")
+    lean += (("trims",) + tuple(sorted(trims)),) if trims else ()
     # (their blocks' persistent kernels do not fit or were not measured; HOPPER_D64_CAUSAL_PERSISTENT: causal 3wg
     # persistent whatever the key count)
     three_wg_persistent = three_wg and causal and HOPPER_D64_CAUSAL_PERSISTENT
@@ -657,7 +668,7 @@ def _make_plan(q, k, v, causal, scale, varlen, nseq, max_q, has_cache, num_split
                                                even_q=even_qk[0], even_k=even_qk[1], persistent=persistent,
                                                order=order, item_vars=PERSISTENT_ITEM_VARS,
                                                lean=LEAN_LOOP, fma_exp2=fma_exp2,
-                                               pdl=bool(PREFILL_PDL)),
+                                               pdl=bool(PREFILL_PDL), **dict.fromkeys(trims, True)),
                       target, pass_configs=configs)
     else:
         fwd = _kernel(("attention", H, Hkv, D, dtype, out_dtype) + flags + even_qk + lean,
