@@ -288,7 +288,9 @@ HOPPER_D64_STAGE_OUT = "noncausal"
 # to attention_fwd as keywords): "fast_rescale" (the output's rescale factor on ex2.approx.ftz, the -inf guard kept:
 # 690 instead of 696 SASS instructions in bench/attention_sass.py's causal persistent direct-store loop) and
 # "mask_bound" (the diagonal block's mask as one compare of the key column against a per-row bound: 688).  Session 14
-# candidates ("trim ..." in TW_VARIANTS=s14); () until measured.  Takes effect for new plans.
+# candidates ("trim ..." in TW_VARIANTS=s14); () until measured.  "skip_rescale": the running row max moves only by
+# more than 2**8 and warps where no row's max moved skip the output's 32 rescale FMULs a key block (attention_fwd).
+# Takes effect for new plans.
 HOPPER_D64_CAUSAL_TRIMS = ()
 
 
