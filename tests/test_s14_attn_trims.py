@@ -175,3 +175,39 @@ def test_parallel_under_a_warp_vote():
     assert bool(doubled[3, 2]) and not np.isnan(b.numpy()).any()
     with pytest.raises(tilewright.errors.CompileError, match="T.Parallel under an `if`"):
         tilewright.compile(_vote_kernel(False), target="cuda -arch=sm_90a", execution_backend="emulator")
+
+
+def _transpose_kernel(vote):
+    from tilewright import language as T
+
+    @T.prim_func
+    def k(A: T.Tensor((64, 64), "float32"), B: T.Tensor((64, 64), "float32")):
+        with T.Kernel(1, threads=64):
+            x = T.alloc_fragment((64, 64), "float32")
+            y = T.alloc_fragment((64, 64), "float32")
+            flag = T.alloc_var("int32")
+            T.copy(A, x)
+            T.fill(y, 0)
+            flag = 0
+            for i, j in T.Parallel(64, 64):
+                if x[i, j] > 3.0:
+                    flag = 1
+            if vote:
+                if T.any_sync(0xFFFFFFFF, flag != 0):
+                    for i, j in T.Parallel(64, 64):
+                        y[i, j] = x[j, i]
+            else:
+                for i, j in T.Parallel(64, 64):
+                    y[i, j] = x[j, i]
+            T.copy(y, B)
+
+    return k
+
+
+def test_layout_conversion_under_a_warp_vote_is_refused():
+    """A T.Parallel reading a fragment transposed goes through shared memory between block barriers: fine
+    unconditionally, refused under the vote (the barriers would wait for the warps that skipped the branch)."""
+    k = tilewright.compile(_transpose_kernel(False), target="cuda -arch=sm_90a", execution_backend="emulator")
+    assert "xchg" in k.get_kernel_source()
+    with pytest.raises(tilewright.errors.CompileError, match="in another layout"):
+        tilewright.compile(_transpose_kernel(True), target="cuda -arch=sm_90a", execution_backend="emulator")
