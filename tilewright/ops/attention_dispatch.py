@@ -650,7 +650,8 @@ def _make_plan(q, k, v, causal, scale, varlen, nseq, max_q, has_cache, num_split
     bad = [x for x in trims if x not in ak.LOOP_TRIMS]
     if bad:
         raise ValueError(f"attention_dispatch.HOPPER_D64_CAUSAL_TRIMS: {bad} not in {ak.LOOP_TRIMS}")
-    lean += (("trims",) + tuple(sorted(trims)),) if trims else ()
+    # (before the persistent grid and order in the key, which tests read from its end; empty when off)
+    suffix = (("trims",) + tuple(sorted(trims)),) if trims else ()
     # (their blocks' persistent kernels do not fit or were not measured; HOPPER_D64_CAUSAL_PERSISTENT: causal 3wg
     # persistent whatever the key count)
     three_wg_persistent = three_wg and causal and HOPPER_D64_CAUSAL_PERSISTENT
@@ -662,10 +663,10 @@ def _make_plan(q, k, v, causal, scale, varlen, nseq, max_q, has_cache, num_split
     persistent = _sm_count(q) if configs and not grid_only and (PERSISTENT is True or PERSISTENT == "auto"
                                                                 and few_keys) else 0
     # (an empty key suffix with the default: the cache keys stay as they were)
-    exprs = ("item exprs",) if persistent and not PERSISTENT_ITEM_VARS else ()
+    suffix += ("item exprs",) if persistent and not PERSISTENT_ITEM_VARS else ()
     if configs:
         fwd = _kernel(("attention", H, Hkv, D, dtype, out_dtype, "sm_90a", tuple(sorted(configs.items())), stage_out)
-                      + flags + even_qk + exprs + ((persistent, order) if persistent else ()) + lean,
+                      + flags + even_qk + suffix + ((persistent, order) if persistent else ()) + lean,
                       lambda: ak.attention_fwd(H, Hkv, D, dtype, out_dtype, *flags, stage_out=stage_out,
                                                even_q=even_qk[0], even_k=even_qk[1], persistent=persistent,
                                                order=order, item_vars=PERSISTENT_ITEM_VARS,
