@@ -93,9 +93,23 @@ def test_d64_causal_trims_ragged(monkeypatch, Sq, Sk):
         setup.close()
 
 
+@pytest.mark.parametrize("B, H, Hkv, Sq, Sk, dtype", [
+    (1, 2, 1, 256, 384, torch.bfloat16),   # GQA, even lengths (the staged store, no mask)
+    (1, 1, 1, 200, 333, torch.float16),    # ragged: the key-count mask
+])
+def test_d64_noncausal_skip_rescale(monkeypatch, B, H, Hkv, Sq, Sk, dtype):
+    setup, used = _on_cpu(monkeypatch, False, HOPPER_D64_NONCAUSAL_TRIMS=("skip_rescale",))
+    try:
+        dense_call(B, H, Hkv, Sq, Sk, 64, False, dtype, Sq + 3 * Sk)
+        key, k = _last_sm90(used)
+        assert ("trims", "skip_rescale") in key and "__any_sync" in k.get_kernel_source()
+    finally:
+        setup.close()
+
+
 def test_trims_leave_other_calls_alone(monkeypatch):
     """Off by default; with them set, non-causal d 64 and causal d 128 kernels are as without them."""
-    assert dispatch.HOPPER_D64_CAUSAL_TRIMS == ()
+    assert dispatch.HOPPER_D64_CAUSAL_TRIMS == () and dispatch.HOPPER_D64_NONCAUSAL_TRIMS == ()
     setup, used = _on_cpu(monkeypatch, True, HOPPER_D64_CAUSAL_TRIMS=BOTH)
     try:
         dense_call(1, 1, 1, 256, 256, 64, False, torch.bfloat16, 5)
@@ -117,13 +131,13 @@ def test_unknown_trim_is_refused(monkeypatch):
 
 
 @needs_nvrtc
-@pytest.mark.parametrize("persistent", [132, 0])
+@pytest.mark.parametrize("causal, persistent", [(True, 132), (True, 0), (False, 0)])
 @pytest.mark.parametrize("dtype", ["bfloat16", "float16"])
-def test_trims_build_without_spills(persistent, dtype):
-    """The H200 kernels (even lengths, direct store, the shipped d 64 pass configs) with all the trims."""
-    f = ak.attention_fwd(16, 16, 64, dtype, dtype, True, False, False, 1, False, False, False, False, 128, 128, 2,
-                         256, stage_out=False, even_q=True, even_k=True, persistent=persistent, order="pairs",
-                         fast_rescale=True, mask_bound=True, skip_rescale=True)
+def test_trims_build_without_spills(causal, persistent, dtype):
+    """The H200 kernels (even lengths, the shipped d 64 pass configs and output store) with all the trims."""
+    f = ak.attention_fwd(16, 16, 64, dtype, dtype, causal, False, False, 1, False, False, False, False, 128, 128, 2,
+                         256, stage_out=not causal, even_q=True, even_k=True, persistent=persistent, order="pairs",
+                         fast_rescale=causal, mask_bound=causal, skip_rescale=True)
     from tilewright.toolchain import nvrtc
     k = tilewright.compile(f, target="cuda -arch=sm_90a",
                            pass_configs={**dispatch.HOPPER_CONFIGS, **dispatch.HOPPER_D64_OVERRIDES})

@@ -292,6 +292,8 @@ HOPPER_D64_STAGE_OUT = "noncausal"
 # more than 2**8 and warps where no row's max moved skip the output's 32 rescale FMULs a key block (attention_fwd).
 # Takes effect for new plans.
 HOPPER_D64_CAUSAL_TRIMS = ()
+# the same for non-causal calls at head dim <= 64 ("mask_bound" changes nothing there: no diagonal).  () until measured.
+HOPPER_D64_NONCAUSAL_TRIMS = ()
 
 
 def _hopper_config(dim: int, rows: int):
@@ -646,10 +648,11 @@ def _make_plan(q, k, v, causal, scale, varlen, nseq, max_q, has_cache, num_split
         configs = {**configs, "tw.attention_overlap_registers": 32}  # (the kernel NVRTC built without spills)
     fma_exp2 = HOPPER_D64_FMA_EXP2 if configs and D <= 64 else None
     lean += (("fma_exp2", fma_exp2),) if fma_exp2 else ()
-    trims = tuple(HOPPER_D64_CAUSAL_TRIMS) if configs and D <= 64 and causal else ()
+    knob = "HOPPER_D64_CAUSAL_TRIMS" if causal else "HOPPER_D64_NONCAUSAL_TRIMS"
+    trims = tuple(globals()[knob]) if configs and D <= 64 else ()
     bad = [x for x in trims if x not in ak.LOOP_TRIMS]
     if bad:
-        raise ValueError(f"attention_dispatch.HOPPER_D64_CAUSAL_TRIMS: {bad} not in {ak.LOOP_TRIMS}")
+        raise ValueError(f"attention_dispatch.{knob}: {bad} not in {ak.LOOP_TRIMS}")
     # (before the persistent grid and order in the key, which tests read from its end; empty when off)
     suffix = (("trims",) + tuple(sorted(trims)),) if trims else ()
     # (their blocks' persistent kernels do not fit or were not measured; HOPPER_D64_CAUSAL_PERSISTENT: causal 3wg
