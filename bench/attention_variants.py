@@ -611,7 +611,10 @@ def s13_main() -> int:
 # ("skip_rescale",) on the non-causal row.
 # The H200 run of 2026-12-02 15:44 UTC (three rounds, ratios to cuDNN bf16 / fp16; the third "ops" round read low in
 # both dtypes, 354 and 324): causal ops 0.912/0.911, trim rescale 0.917/0.927, trim mask 0.931/0.947, trim both
-# 0.916/0.924 (rounds 1-2 alone: ops 380/374 and 375/371, mask 381/378 and 374/375: within the noise).
+# 0.916/0.924 (rounds 1-2 alone: ops 380/374 and 375/371, mask 381/378 and 374/375: within the noise).  16:08 UTC
+# (four rounds): ops 0.928/0.921, trim mask 0.929/0.931, trim skip 0.945/0.940, trim mask skip 0.942/0.942; non-causal
+# ops 0.987/0.988, trim skip nc 0.938/0.951.  Taken: mask_bound + skip_rescale for causal d 64 (the "ops" column since);
+# "no trims": HOPPER_D64_CAUSAL_TRIMS () (the kernel shipped before).
 # The H200 run of 2026-12-02 11:28 UTC (ratios to cuDNN, bf16 / fp16; do_bench, then the CUDA graph): causal ops
 # 0.936/0.953 and 0.943/0.945, 3wg causal 0.839/0.868 and 0.852/0.854, 3wg causal staged 0.834/0.868 and
 # 0.852/0.863, pdl 0.936/0.953 and 0.932/0.937; non-causal ops 0.978/0.987 and 0.991/0.981, 3wg 0.948/0.959 and
@@ -650,7 +653,8 @@ S14_COLUMNS = [("ops", {}, None),
                ("trim skip", {"HOPPER_D64_CAUSAL_TRIMS": ("skip_rescale",)}, _d64_causal),
                ("trim all", {"HOPPER_D64_CAUSAL_TRIMS": ("fast_rescale", "mask_bound", "skip_rescale")}, _d64_causal),
                ("trim mask skip", {"HOPPER_D64_CAUSAL_TRIMS": ("mask_bound", "skip_rescale")}, _d64_causal),
-               ("trim skip nc", {"HOPPER_D64_NONCAUSAL_TRIMS": ("skip_rescale",)}, _d64_not_causal)]
+               ("trim skip nc", {"HOPPER_D64_NONCAUSAL_TRIMS": ("skip_rescale",)}, _d64_not_causal),
+               ("no trims", {"HOPPER_D64_CAUSAL_TRIMS": ()}, _d64_causal)]
 S14_DEFAULT_COLUMNS = ("ops,3wg,3wg ov,3wg causal,3wg causal staged,3wg causal n64,3wg causal n64 pers,"
                        "pdl")  # ("3wg pdl" when asked for)
 

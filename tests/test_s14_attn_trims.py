@@ -107,16 +107,36 @@ def test_d64_noncausal_skip_rescale(monkeypatch, B, H, Hkv, Sq, Sk, dtype):
         setup.close()
 
 
+@pytest.mark.parametrize("persistent", [True, False])
+def test_the_d64_causal_default_takes_mask_bound_and_skip_rescale(monkeypatch, persistent):
+    """The default from the H200 run of 16:08 UTC: causal d 64 calls take "mask_bound" and "skip_rescale" (not
+    "fast_rescale"), non-causal ones none."""
+    assert dispatch.HOPPER_D64_CAUSAL_TRIMS == ("mask_bound", "skip_rescale")
+    assert dispatch.HOPPER_D64_NONCAUSAL_TRIMS == ()
+    setup, used = _on_cpu(monkeypatch, persistent)
+    try:
+        dense_call(1, 2, 1, 256, 384, 64, True, torch.bfloat16, 17 + persistent)
+        key, k = _last_sm90(used)
+        src = k.get_kernel_source()
+        assert ("trims", "mask_bound", "skip_rescale") in key
+        assert "bound[0] =" in src and "__any_sync" in src and "exp2f(" in src
+        dense_call(1, 2, 1, 256, 384, 64, False, torch.bfloat16, 18 + persistent)
+        key, k = _last_sm90(used)
+        assert "trims" not in str(key) and "__any_sync" not in k.get_kernel_source()
+    finally:
+        setup.close()
+
+
 def test_trims_leave_other_calls_alone(monkeypatch):
-    """Off by default; with them set, non-causal d 64 and causal d 128 kernels are as without them."""
-    assert dispatch.HOPPER_D64_CAUSAL_TRIMS == () and dispatch.HOPPER_D64_NONCAUSAL_TRIMS == ()
-    setup, used = _on_cpu(monkeypatch, True, HOPPER_D64_CAUSAL_TRIMS=BOTH)
+    """With them set, non-causal d 64 and causal d 128 kernels are as without them."""
+    setup, used = _on_cpu(monkeypatch, True, HOPPER_D64_CAUSAL_TRIMS=ALL)
     try:
         dense_call(1, 1, 1, 256, 256, 64, False, torch.bfloat16, 5)
         dense_call(1, 1, 1, 256, 256, 128, True, torch.bfloat16, 6)
         for key, cfg, k in used:
             if key[0] == "attention" and cfg:
-                assert "trims" not in str(key) and "bound[0] =" not in k.get_kernel_source()
+                src = k.get_kernel_source()
+                assert "trims" not in str(key) and "bound[0] =" not in src and "__any_sync" not in src
     finally:
         setup.close()
 

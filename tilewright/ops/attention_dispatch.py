@@ -286,13 +286,22 @@ HOPPER_D64_FMA_EXP2 = None
 HOPPER_D64_STAGE_OUT = "noncausal"
 # causal calls at head dim <= 64 on the sm_90a path: key-loop trims (names from attention_kernels.LOOP_TRIMS, passed
 # to attention_fwd as keywords): "fast_rescale" (the output's rescale factor on ex2.approx.ftz, the -inf guard kept:
-# 690 instead of 696 SASS instructions in bench/attention_sass.py's causal persistent direct-store loop) and
-# "mask_bound" (the diagonal block's mask as one compare of the key column against a per-row bound: 688).  Session 14
-# candidates ("trim ..." in TW_VARIANTS=s14); () until measured.  "skip_rescale": the running row max moves only by
-# more than 2**8 and warps where no row's max moved skip the output's 32 rescale FMULs a key block (attention_fwd).
-# Takes effect for new plans.
-HOPPER_D64_CAUSAL_TRIMS = ()
-# the same for non-causal calls at head dim <= 64 ("mask_bound" changes nothing there: no diagonal).  () until measured.
+# 690 instead of 696 SASS instructions in bench/attention_sass.py's causal persistent direct-store loop),
+# "mask_bound" (the diagonal block's mask as one compare of the key column against a per-row bound: 688) and
+# "skip_rescale" (the running row max moves only by more than 2**8, and warps where no row's max moved branch around
+# the output's 32 rescale FMULs a key block; 708 static, 32 fewer where the branch is taken).  H200, session 14
+# (TW_VARIANTS=s14, 4x16x4096x64 causal, TFLOP/s per round alternated with cuDNN, bf16 / fp16): 15:44 UTC, three
+# rounds: shipped 380/374/354 and 375/371/324, fast_rescale 376/376/362 and 370/366/352, mask_bound 381/378/372 and
+# 374/375/363, both 374/372/367 and 368/361/357; 16:08 UTC, four rounds: shipped 385/385/372/385 and 383/380/348/377
+# (0.928 / 0.921 of cuDNN), mask_bound 384/384/377/383 and 384/376/366/377 (0.929 / 0.931), skip_rescale 393/387/387/388
+# and 389/379/376/374 (0.945 / 0.940), mask_bound + skip_rescale 390/388/386/385 and 391/385/381/364 (0.942 / 0.942,
+# medians 387 vs 385 and 383 vs 378.5): taken, a small win near the rounds' spread.  skip_rescale's gain depends on
+# how often a row's max moves by more than 2**8 after the first key blocks (rarely on these random inputs); where
+# it moves every block the multiply runs as before, after a vote.  Takes effect for new plans.
+HOPPER_D64_CAUSAL_TRIMS = ("mask_bound", "skip_rescale")
+# the same for non-causal calls at head dim <= 64 ("mask_bound" changes nothing there: no diagonal).  skip_rescale
+# lost there (16:08 UTC above, 4x16x4096x64 non-causal: 430/430/427/429 and 431/423/416/420 against the shipped
+# 461/453/449/442 and 449/435/435/437: 0.938 / 0.951 of cuDNN against 0.987 / 0.988).  Off.
 HOPPER_D64_NONCAUSAL_TRIMS = ()
 
 
