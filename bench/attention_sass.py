@@ -78,7 +78,7 @@ def row(name, causal, persistent, kw, extra, dim) -> str:
     stages = kw.pop("stages", 2)
     f = ak.attention_fwd(16, 16, dim, "bfloat16", "bfloat16", causal, False, False, 1, False, False, False, False,
                          128, 128, stages, 256, stage_out=kw.pop("stage_out", True), even_q=True, even_k=True,
-                         persistent=persistent, order="pairs")
+                         persistent=persistent, order="pairs", **kw)
     shipped = {**dispatch.HOPPER_CONFIGS, **(dispatch.HOPPER_D64_OVERRIDES if dim <= 64 else
                                              dispatch.HOPPER_NONCAUSAL_OVERRIDES if not causal else
                                              dispatch.HOPPER_LONG_CAUSAL_OVERRIDES)}

@@ -604,6 +604,17 @@ def s13_main() -> int:
 # For the final run of session 14 also "fma 1/8", "fma 1/4": HOPPER_D64_FMA_EXP2 (1, 8) / (1, 4) (that share of the
 # probabilities' 2**x on the FMA pipe: attention_kernels.exp2_on_fma), last measured in s11 before the tree reductions
 # and the direct causal store; TW_S14_ROWS "d64" keeps the two d 64 rows (the cubic changes no d 128 kernel).
+# Then (issue 9, fewer instructions in the causal d 64 key loop; attention_kernels.LOOP_TRIMS): "trim rescale", "trim
+# mask", "trim both": HOPPER_D64_CAUSAL_TRIMS ("fast_rescale",) / ("mask_bound",) / both; "trim skip": ("skip_rescale",)
+# (the running max moves only by more than 2**8, the output's rescale skipped by warps where no row's max moved);
+# "trim all": the three; "trim mask skip": mask_bound and skip_rescale; "trim skip nc": HOPPER_D64_NONCAUSAL_TRIMS
+# ("skip_rescale",) on the non-causal row.
+# The H200 run of 2026-12-02 15:44 UTC (three rounds, ratios to cuDNN bf16 / fp16; the third "ops" round read low in
+# both dtypes, 354 and 324): causal ops 0.912/0.911, trim rescale 0.917/0.927, trim mask 0.931/0.947, trim both
+# 0.916/0.924 (rounds 1-2 alone: ops 380/374 and 375/371, mask 381/378 and 374/375: within the noise).  16:08 UTC
+# (four rounds): ops 0.928/0.921, trim mask 0.929/0.931, trim skip 0.945/0.940, trim mask skip 0.942/0.942; non-causal
+# ops 0.987/0.988, trim skip nc 0.938/0.951.  Taken: mask_bound + skip_rescale for causal d 64 (the "ops" column since);
+# "no trims": HOPPER_D64_CAUSAL_TRIMS () (the kernel shipped before).
 # The H200 run of 2026-12-02 11:28 UTC (ratios to cuDNN, bf16 / fp16; do_bench, then the CUDA graph): causal ops
 # 0.936/0.953 and 0.943/0.945, 3wg causal 0.839/0.868 and 0.852/0.854, 3wg causal staged 0.834/0.868 and
 # 0.852/0.863, pdl 0.936/0.953 and 0.932/0.937; non-causal ops 0.978/0.987 and 0.991/0.981, 3wg 0.948/0.959 and
@@ -635,7 +646,15 @@ S14_COLUMNS = [("ops", {}, None),
                ("pdl", PDL, None),
                ("3wg pdl", {**WG3, **PDL}, _d64),
                ("fma 1/8", {"HOPPER_D64_FMA_EXP2": (1, 8)}, _d64),
-               ("fma 1/4", {"HOPPER_D64_FMA_EXP2": (1, 4)}, _d64)]
+               ("fma 1/4", {"HOPPER_D64_FMA_EXP2": (1, 4)}, _d64),
+               ("trim rescale", {"HOPPER_D64_CAUSAL_TRIMS": ("fast_rescale",)}, _d64_causal),
+               ("trim mask", {"HOPPER_D64_CAUSAL_TRIMS": ("mask_bound",)}, _d64_causal),
+               ("trim both", {"HOPPER_D64_CAUSAL_TRIMS": ("fast_rescale", "mask_bound")}, _d64_causal),
+               ("trim skip", {"HOPPER_D64_CAUSAL_TRIMS": ("skip_rescale",)}, _d64_causal),
+               ("trim all", {"HOPPER_D64_CAUSAL_TRIMS": ("fast_rescale", "mask_bound", "skip_rescale")}, _d64_causal),
+               ("trim mask skip", {"HOPPER_D64_CAUSAL_TRIMS": ("mask_bound", "skip_rescale")}, _d64_causal),
+               ("trim skip nc", {"HOPPER_D64_NONCAUSAL_TRIMS": ("skip_rescale",)}, _d64_not_causal),
+               ("no trims", {"HOPPER_D64_CAUSAL_TRIMS": ()}, _d64_causal)]
 S14_DEFAULT_COLUMNS = ("ops,3wg,3wg ov,3wg causal,3wg causal staged,3wg causal n64,3wg causal n64 pers,"
                        "pdl")  # ("3wg pdl" when asked for)
 

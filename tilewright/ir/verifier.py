@@ -9,6 +9,7 @@ from __future__ import annotations
 
 from ..errors import CompileError
 from . import dtype as dt
+from . import expr as E
 from . import tile as t
 from . import tile_ops
 from .expr import Load
@@ -155,7 +156,7 @@ def check_thread_sets(func: t.PrimFunc) -> None:
                                s.loc, hint="call it inside `with T.ws(i):` (every warp of a warpgroup runs it)")
         if isinstance(s, t.IfThenElse):
             why = u.reason(s.cond, region)
-            if why:
+            if why and not _warp_vote_over_parallel(s):
                 refuse(s.then_body, why, "an `if`")
                 refuse(s.else_body, why, "an `if`")
         elif isinstance(s, t.For):
@@ -166,6 +167,25 @@ def check_thread_sets(func: t.PrimFunc) -> None:
             visit(c, region, base, count)
 
     visit(func.body, None, 0, 0)
+
+
+def _warp_vote_over_parallel(s) -> bool:
+    """An ``if`` on a warp vote (``T.any_sync`` / ``T.all_sync``: the same in every lane of a warp) whose only
+    collective statements are ``T.Parallel`` loops: each warp takes the branch whole, and a T.Parallel's
+    iterations are each thread's own elements, so no thread waits for one that skipped it (a loop that needs a
+    fragment's layout converted through shared memory, between block barriers, is refused by
+    ``passes/lower_parallel``, where that is known).  Lets a warp skip work none of its lanes needs
+    (attention's output rescale where no row's max moved)."""
+    from .uniformity import collective_kind
+
+    c = s.cond
+    if not (isinstance(c, E.Call) and c.name in ("warp_vote_any", "warp_vote_all")):
+        return False
+    kinds: list = []
+    for body in (s.then_body, s.else_body):
+        if body is not None:
+            walk(body, lambda x: kinds.append(collective_kind(x)) if collective_kind(x) else None)
+    return all(k == "T.Parallel" for k in kinds)
 
 
 def t_children(s):

@@ -329,6 +329,25 @@ HOPPER_D64_FMA_EXP2 = None
 # 0.933 of cuDNN), fp16 371/365 -> 383/380 (0.923 -> 0.957); non-causal it lost a little (bf16 455/450 -> 455/444,
 # fp16 451/435 -> 443/430), so non-causal calls keep the staged store.  Takes effect for new plans.
 HOPPER_D64_STAGE_OUT = "noncausal"
+# causal calls at head dim <= 64 on the sm_90a path: key-loop trims (names from attention_kernels.LOOP_TRIMS, passed
+# to attention_fwd as keywords): "fast_rescale" (the output's rescale factor on ex2.approx.ftz, the -inf guard kept:
+# 690 instead of 696 SASS instructions in bench/attention_sass.py's causal persistent direct-store loop),
+# "mask_bound" (the diagonal block's mask as one compare of the key column against a per-row bound: 688) and
+# "skip_rescale" (the running row max moves only by more than 2**8, and warps where no row's max moved branch around
+# the output's 32 rescale FMULs a key block; 708 static, 32 fewer where the branch is taken).  H200, session 14
+# (TW_VARIANTS=s14, 4x16x4096x64 causal, TFLOP/s per round alternated with cuDNN, bf16 / fp16): 15:44 UTC, three
+# rounds: shipped 380/374/354 and 375/371/324, fast_rescale 376/376/362 and 370/366/352, mask_bound 381/378/372 and
+# 374/375/363, both 374/372/367 and 368/361/357; 16:08 UTC, four rounds: shipped 385/385/372/385 and 383/380/348/377
+# (0.928 / 0.921 of cuDNN), mask_bound 384/384/377/383 and 384/376/366/377 (0.929 / 0.931), skip_rescale 393/387/387/388
+# and 389/379/376/374 (0.945 / 0.940), mask_bound + skip_rescale 390/388/386/385 and 391/385/381/364 (0.942 / 0.942,
+# medians 387 vs 385 and 383 vs 378.5): taken, a small win near the rounds' spread.  skip_rescale's gain depends on
+# how often a row's max moves by more than 2**8 after the first key blocks (rarely on these random inputs); where
+# it moves every block the multiply runs as before, after a vote.  Takes effect for new plans.
+HOPPER_D64_CAUSAL_TRIMS = ("mask_bound", "skip_rescale")
+# the same for non-causal calls at head dim <= 64 ("mask_bound" changes nothing there: no diagonal).  skip_rescale
+# lost there (16:08 UTC above, 4x16x4096x64 non-causal: 430/430/427/429 and 431/423/416/420 against the shipped
+# 461/453/449/442 and 449/435/435/437: 0.938 / 0.951 of cuDNN against 0.987 / 0.988).  Off.
+HOPPER_D64_NONCAUSAL_TRIMS = ()
 
 
 def _hopper_config(dim: int, rows: int):
@@ -683,6 +702,13 @@ def _make_plan(q, k, v, causal, scale, varlen, nseq, max_q, has_cache, num_split
         configs = {**configs, "tw.attention_overlap_registers": 32}  # (the kernel NVRTC built without spills)
     fma_exp2 = HOPPER_D64_FMA_EXP2 if configs and D <= 64 else None
     lean += (("fma_exp2", fma_exp2),) if fma_exp2 else ()
+    knob = "HOPPER_D64_CAUSAL_TRIMS" if causal else "HOPPER_D64_NONCAUSAL_TRIMS"
+    trims = tuple(globals()[knob]) if configs and D <= 64 else ()
+    bad = [x for x in trims if x not in ak.LOOP_TRIMS]
+    if bad:
+        raise ValueError(f"attention_dispatch.{knob}: {bad} not in {ak.LOOP_TRIMS}")
+    # (before the persistent grid and order in the key, which tests read from its end; empty when off)
+    suffix = (("trims",) + tuple(sorted(trims)),) if trims else ()
     # (their blocks' persistent kernels do not fit or were not measured; HOPPER_D64_CAUSAL_PERSISTENT: causal 3wg
     # persistent whatever the key count)
     three_wg_persistent = three_wg and causal and HOPPER_D64_CAUSAL_PERSISTENT
@@ -694,15 +720,15 @@ def _make_plan(q, k, v, causal, scale, varlen, nseq, max_q, has_cache, num_split
     persistent = _sm_count(q) if configs and not grid_only and (PERSISTENT is True or PERSISTENT == "auto"
                                                                 and few_keys) else 0
     # (an empty key suffix with the default: the cache keys stay as they were)
-    exprs = ("item exprs",) if persistent and not PERSISTENT_ITEM_VARS else ()
+    suffix += ("item exprs",) if persistent and not PERSISTENT_ITEM_VARS else ()
     if configs:
         fwd = _kernel(("attention", H, Hkv, D, dtype, out_dtype, "sm_90a", tuple(sorted(configs.items())), stage_out)
-                      + flags + even_qk + exprs + ((persistent, order) if persistent else ()) + lean,
+                      + flags + even_qk + suffix + ((persistent, order) if persistent else ()) + lean,
                       lambda: ak.attention_fwd(H, Hkv, D, dtype, out_dtype, *flags, stage_out=stage_out,
                                                even_q=even_qk[0], even_k=even_qk[1], persistent=persistent,
                                                order=order, item_vars=PERSISTENT_ITEM_VARS,
                                                lean=LEAN_LOOP, fma_exp2=fma_exp2,
-                                               pdl=bool(PREFILL_PDL)),
+                                               pdl=bool(PREFILL_PDL), **dict.fromkeys(trims, True)),
                       target, pass_configs=configs)
     else:
         fwd = _kernel(("attention", H, Hkv, D, dtype, out_dtype) + flags + even_qk + lean,

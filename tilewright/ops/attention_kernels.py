@@ -30,6 +30,12 @@ PERSISTENT_ORDERS = ("longest_first", "longest_first_snake", "head_major_snake",
 # 2**f on f in [-0.5, 0.5]: a cubic fitted for the least largest relative error (7.5e-5 in float32, against
 # bf16's 3.9e-3 rounding of the probabilities it feeds); ``exp2_on_fma``
 EXP2_CUBIC = (0.9999279975891113, 0.6932594180107117, 0.24261191487312317, 0.055180370807647705)
+# the key-loop trims attention_fwd takes as keywords (see its docstring)
+LOOP_TRIMS = ("fast_rescale", "mask_bound", "skip_rescale")
+# "skip_rescale": the row max a key block's probabilities are taken against moves only when the block's max
+# exceeds it by more than 2**this (so the probabilities stay below 2**8 = 256: no overflow in fp16/bf16 P or the
+# float32 sums, the same relative rounding)
+LAZY_MAX_LOG2 = 8.0
 ROUND_MAGIC = 12582912.0  # 1.5 * 2**23: x + it rounds x (|x| < 2**22) to an integer in its low mantissa bits
 
 
@@ -53,7 +59,7 @@ def exp2_on_fma(x):
 def attention_fwd(heads, kv_heads, dim, dtype, out_dtype, causal, varlen, cache_lens, splits, q_hc, k_hc, v_hc,
                   o_hc, block_M, block_N, stages, threads, stage_out=False, even_q=False, even_k=False,
                   persistent=0, order="longest_first", item_vars=True, lean=False,
-                  fma_exp2=None, pdl=False):
+                  fma_exp2=None, pdl=False, fast_rescale=False, mask_bound=False, skip_rescale=False):
     """Tensors are 2-D row views with static strides, so that their tiles load with 16-byte
     vectors and cp.async: element (batch b, head h, position s, d) of Q is row
     ``b * q_rb + h * q_rh + s``, column ``h * dim + d`` when ``q_hc`` (heads in the columns: a
@@ -111,7 +117,22 @@ def attention_fwd(heads, kv_heads, dim, dtype, out_dtype, causal, varlen, cache_
     key columns j with (j // 8) % n < k are computed by ``exp2_on_fma`` (the FMA pipe) instead of the
     hardware's 2**x; the shifted scores are first stored to the score tile (so that the cubic reads an
     element, and the two 2**x split by column: with wgmma's accumulator layout j // 8 is fixed per
-    register, so each register takes one of the two)."""
+    register, so each register takes one of the two).
+
+    Key-loop trims (``LOOP_TRIMS``; ``attention_dispatch.HOPPER_D64_CAUSAL_TRIMS``), the same results up to
+    rounding:
+
+    - ``fast_rescale``: the output's rescale factor on the hardware's 2**x (ex2.approx.ftz, as the probabilities)
+      with the -inf guard kept (``lean`` drops the guard too, so it is non-causal only): exp2f's range handling
+      is several instructions a row each key block;
+    - ``mask_bound`` (causal, ``even_k``): the diagonal block's mask compares the key column ``j`` against one
+      per-row bound (``bx * block_M + i + shift - kb * block_N``, a fragment computed once per row) instead of
+      recomputing both positions per element;
+    - ``skip_rescale``: the running row max moves only when a key block's max exceeds it by more than
+      ``LAZY_MAX_LOG2`` (base 2, after the scale; FlashAttention-4's conditional rescale), and the output's rescale
+      multiply runs only in warps where some row's max moved (an ``if`` on a warp vote): after the first key blocks
+      a row's max rarely moves that much, and the multiply is block_M x dim / threads FMUL a key block.  Exact
+      (the output and the LSE use the max the probabilities were taken against), not only up to rounding."""
     if order not in PERSISTENT_ORDERS:
         raise ValueError(f"attention_fwd: order {order!r} is not one of {PERSISTENT_ORDERS}")
     group = heads // kv_heads
@@ -137,7 +158,8 @@ def attention_fwd(heads, kv_heads, dim, dtype, out_dtype, causal, varlen, cache_
         rescale = T.alloc_fragment((block_M,), accum)
         row_sum = T.alloc_fragment((block_M,), accum)
         denom = T.alloc_fragment((block_M,), accum)
-        return Q_s, K_s, V_s, O_s, acc_s, acc_s_cast, acc_o, m_cur, m_prev, m_use, rescale, row_sum, denom
+        bound = T.alloc_fragment((block_M,), "int32") if mask_bound else None
+        return Q_s, K_s, V_s, O_s, acc_s, acc_s_cast, acc_o, m_cur, m_prev, m_use, rescale, row_sum, denom, bound
 
     @T.macro
     def attend(bx, by, bz, args, bufs):
@@ -145,7 +167,7 @@ def attention_fwd(heads, kv_heads, dim, dtype, out_dtype, causal, varlen, cache_
         the kernel's arguments but ``nseq`` and ``max_q``, ``bufs`` the tiles of ``tiles()``."""
         (Q, K, V, Out, L, CuQ, CuK, seq_q, seq_k, scale, q_rb, q_rh, k_rb, k_rh, v_rb, v_rh, o_rp, o_rb, o_rh, l_rp,
          l_rb, l_rh, l_rs) = args
-        Q_s, K_s, V_s, O_s, acc_s, acc_s_cast, acc_o, m_cur, m_prev, m_use, rescale, row_sum, denom = bufs
+        Q_s, K_s, V_s, O_s, acc_s, acc_s_cast, acc_o, m_cur, m_prev, m_use, rescale, row_sum, denom, bound = bufs
         seq = bz // splits
         part = bz % splits
         kvh = by // group
@@ -192,6 +214,8 @@ def attention_fwd(heads, kv_heads, dim, dtype, out_dtype, causal, varlen, cache_
         T.fill(acc_o, 0)
         T.fill(denom, 0)
         T.fill(m_cur, -T.infinity(accum))
+        if skip_rescale:  # (declared here: the overlap pass defers the rescale past the loop's end)
+            moved = T.alloc_var("int32")
         for kb in T.Pipelined(lo, hi, num_stages=stages):
             T.copy(K[k_row + kb * block_N, kvh * dim if k_hc else 0], K_s)
             T.gemm(Q_s, K_s, acc_s, transpose_B=True, clear_accum=True, policy=T.GemmWarpPolicy.FullRow)
@@ -200,8 +224,13 @@ def attention_fwd(heads, kv_heads, dim, dtype, out_dtype, causal, varlen, cache_
             # lies within the keys, so only the diagonal is (causal), or nothing
             if causal or not even_k:
                 if (kb + 1) * block_N > key_end_first:
+                    if causal and even_k and mask_bound:
+                        for i in T.Parallel(block_M):
+                            bound[i] = bx * block_M + i + shift - kb * block_N
                     for i, j in T.Parallel(block_M, block_N):
-                        if causal and even_k:
+                        if causal and even_k and mask_bound:
+                            acc_s[i, j] = T.if_then_else(j <= bound[i], acc_s[i, j], -T.infinity(accum))
+                        elif causal and even_k:
                             acc_s[i, j] = T.if_then_else(kb * block_N + j <= bx * block_M + i + shift,
                                                          acc_s[i, j], -T.infinity(accum))
                         elif causal:
@@ -214,17 +243,29 @@ def attention_fwd(heads, kv_heads, dim, dtype, out_dtype, causal, varlen, cache_
             T.copy(m_cur, m_prev)
             T.reduce_max(acc_s, m_cur, dim=1, clear=False)
             for i in T.Parallel(block_M):
+                if skip_rescale:  # the max used moves only by more than LAZY_MAX_LOG2 (see the docstring)
+                    m_cur[i] = T.if_then_else((m_cur[i] - m_prev[i]) * scale_log2 > LAZY_MAX_LOG2, m_cur[i],
+                                              m_prev[i])
                 if lean and not causal:  # the max is finite (see the docstring): no guard
                     m_use[i] = m_cur[i]
                 else:
                     # a row with every key so far masked keeps max -inf; subtract 0 instead (no inf - inf)
                     m_use[i] = T.if_then_else(m_cur[i] == -T.infinity(accum), 0, m_cur[i])
-                if lean:
+                if lean or fast_rescale:
                     rescale[i] = T.__exp2((m_prev[i] - m_use[i]) * scale_log2)
                 else:
                     rescale[i] = T.exp2((m_prev[i] - m_use[i]) * scale_log2)
-            for i, j in T.Parallel(block_M, dim):
-                acc_o[i, j] *= rescale[i]
+            if skip_rescale:
+                moved = 0
+                for i in T.Parallel(block_M):
+                    if rescale[i] != 1.0:
+                        moved = 1
+                if T.any_sync(0xFFFFFFFF, moved != 0):
+                    for i, j in T.Parallel(block_M, dim):
+                        acc_o[i, j] *= rescale[i]
+            else:
+                for i, j in T.Parallel(block_M, dim):
+                    acc_o[i, j] *= rescale[i]
             if fma_exp2 is None:
                 for i, j in T.Parallel(block_M, block_N):
                     # the hardware's 2**x (ex2.approx.ftz on CUDA: one instruction; exp2f adds three

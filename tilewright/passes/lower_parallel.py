@@ -99,7 +99,16 @@ def lower_parallel(ctx: LoweringContext, p: t.ParallelFor, env: Env, lower_stmt)
                            "would be applied more than once", p.loc,
                            hint="split the loop: one T.Parallel for the fragment writes, one for the memory update")
     ctx.begin_scratch()
-    for buf in _mismatched_fragments(ctx, p, layout, env):
+    mismatched = _mismatched_fragments(ctx, p, layout, env)
+    if mismatched and env.thread_dep:
+        from ..errors import CompileError
+
+        # (the conversion's block barriers would wait for threads that did not take the branch: a hang)
+        raise CompileError(f"this T.Parallel loop reads fragment {mismatched[0].name} in another layout, which goes "
+                           "through shared memory between two block barriers, under a condition that differs "
+                           "between threads (a warp vote)", p.loc,
+                           hint="convert the fragment (T.copy into one of the loop's layout) before the `if`")
+    for buf in mismatched:
         out.extend(convert_through_shared(ctx, buf, env, p.loc))
     for r0 in range(0, layout.num_regs, g):
         pos0 = layout.index(ctx.tid, r0)
