@@ -29,6 +29,7 @@ read from L2, replayed; no host time, no flush.
     python bench/decode_splits.py --s12      # session 12's graph-level candidates (gcount, pdl), as --s11
     python bench/decode_splits.py --s13      # session 13's PDL candidates (pdlpre, pdllate), KV 4k/8k/64k, as --s11
     python bench/decode_splits.py --s14      # session 14's L2 prefetch before the wait (kvpre) and occ2, as --s13
+    python bench/decode_splits.py --s15      # session 15's ring shapes / lazysum on the default, MQA merges, as --s14
 
 ``--s10`` (or DECODE_SPLITS=s10) times, in a CUDA graph as table 2, the GQA candidates (table S10-GQA) and the MQA
 candidates (table S10-MQA) of ``S10_GQA`` / ``S10_MQA`` against SDPA and the default, skipping tables 1-3.
@@ -44,7 +45,8 @@ copy bandwidth).  ``DECODE_S11_CANDS`` (comma-separated indexes into ``S11_GQA``
 ``--s13`` for ``S13_GQA`` / ``S13_MQA`` with ``DECODE_S13_*`` (GQA lengths 4k, 8k and 64k by default; 8 rounds, every
 other one in reverse order, ``DECODE_S13_ORDER=forward`` for all in one order, and a second table of the medians of the
 forward and of the reverse rounds apart: the place of a graph in the round, e.g. bf16 4k first in every forward round).
-``--s14`` does the same for ``S14_GQA`` / ``S14_MQA`` with ``DECODE_S14_*`` (7 rounds, alternating).
+``--s14`` does the same for ``S14_GQA`` / ``S14_MQA`` with ``DECODE_S14_*`` (7 rounds, alternating), ``--s15`` for
+``S15_GQA`` / ``S15_MQA`` with ``DECODE_S15_*``.
 """
 
 from __future__ import annotations
@@ -203,6 +205,18 @@ S14_GQA = [("tmerge,gcount,pdlwait,kvpre", None, None), ("tmerge,gcount,pdlwait,
 # MQA (DECODE_S14_KIND=mqa; KV 16k, 32 heads on 1 kv head): the short-cache default (cmerge,cover,gcount,pdl: an early
 # trigger with 3 blocks a SM, 46.7% in session 12, SDPA 56%) with occ2, and with the late trigger instead
 S14_MQA = [("cmerge,cover,gcount,occ2,pdl", None, None), ("cmerge,cover,gcount,occ2,pdllate", None, None)]
+# session 15 (--s15): the KV-4k tail of the default (gcount,occ2,pdllate,tmerge at 64 keys x 2 stages, 89.3 / 89.5% at
+# 12:04) and the MQA gap to SDPA (47% against 56% at 16k).  GQA: 0 = 2 blocks a SM by a 3-stage ring instead of the
+# occ2 pad (2 tiles ahead a block, not 1); 1 = 32-key tiles at 4 stages (3 tiles of 16 KB ahead, and the last tile's
+# compute before the merge half as long); 2 = lazysum on the default (3 fewer block barriers a key block); 3 = 1 and 2.
+S15_GQA = [("gcount,pdllate,tmerge", None, "64,3"), ("gcount,occ2,pdllate,tmerge", None, "32,4"),
+           ("gcount,lazysum,occ2,pdllate,tmerge", None, None), ("gcount,lazysum,occ2,pdllate,tmerge", None, "32,4")]
+# MQA (DECODE_S15_KIND=mqa; KV 16k, where the gap to SDPA is): the GQA default's recipe on the tree merge (occ2
+# lost only beside the cluster merge at 12:04), the late trigger without occ2 on the cluster merge, lazysum on the
+# short-cache default (never measured for MQA: its 32-row block has twice GQA's softmax a key block), and 32-key tiles
+# on it at 3 stages (half the last tile's compute; 3 or more blocks a SM as the default, where 32,4 would make 2).
+S15_MQA = [("cover,gcount,occ2,pdllate,tmerge", None, None), ("cmerge,cover,gcount,pdllate", None, None),
+           ("cmerge,cover,gcount,lazysum,pdl", None, None), ("cmerge,cover,gcount,pdl", None, "32,3")]
 # MQA (DECODE_S12_KIND=mqa): the defaults (cover,cmerge below 32k keys, cover,tmerge from there) with gcount, and
 # with pdl (the cluster launch of cmerge takes the attribute as well)
 S12_MQA = [("cmerge,cover,gcount", None, None), ("cmerge,cover,gcount,pdl", None, None),
@@ -263,13 +277,14 @@ def s11_table(roof: float, tag: str = "S11") -> list:
     env = f"DECODE_{tag}_"
     mqa = os.environ.get(env + "KIND") == "mqa"
     tables = {"S11": (S11_GQA, S11_MQA), "S12": (S12_GQA, S12_MQA), "S13": (S13_GQA, S13_MQA),
-              "S14": (S14_GQA, S14_MQA)}[tag]
-    late = tag in ("S13", "S14")  # (KV 4k/8k/64k, alternating rounds)
+              "S14": (S14_GQA, S14_MQA), "S15": (S15_GQA, S15_MQA)}[tag]
+    late = tag in ("S13", "S14", "S15")  # (KV 4k/8k/64k, alternating rounds)
     hkv, table = (1, tables[1]) if mqa else (HKV, tables[0])
     pick = os.environ.get(env + "CANDS")
     cands = [table[int(i)] for i in pick.split(",")] if pick else table
     gqa_lens = "4096,8192,65536" if late else "4096,8192,16384,65536"
-    lens = [int(x) for x in os.environ.get(env + "LENS", "16384,65536" if mqa else gqa_lens).split(",")]
+    mqa_lens = "16384" if tag == "S15" else "16384,65536"
+    lens = [int(x) for x in os.environ.get(env + "LENS", mqa_lens if mqa else gqa_lens).split(",")]
     dtypes = [getattr(torch, n) for n in os.environ.get(env + "DTYPES", "bfloat16,float16").split(",")]
     rounds = int(os.environ.get(env + "ROUNDS", "8" if tag == "S13" else "7"))  # (S14: 7 rounds, alternating)
     # "alternate" (S13's default): odd rounds replay the graphs in reverse order, so that a graph's place in the round
@@ -462,7 +477,7 @@ def mqa_table(roof: float) -> list:
 
 def main() -> None:
     roof = copy_bandwidth("cuda", False)
-    for tag in ("S11", "S12", "S13", "S14"):
+    for tag in ("S11", "S12", "S13", "S14", "S15"):
         if f"--{tag.lower()}" in sys.argv or os.environ.get("DECODE_SPLITS") == tag.lower():
             rows = s11_table(roof, tag)
             print("\n".join(rows))
