@@ -10,8 +10,6 @@ empty sequence, or no cache lengths and a length off the key block.  The lists t
 from __future__ import annotations
 
 import importlib
-import os
-import sys
 
 import pytest
 
@@ -19,6 +17,7 @@ torch = pytest.importorskip("torch")
 
 from test_s8_decode_variants import SMEM, _run  # noqa: E402
 from test_s9_decode_cmerge import emulate  # noqa: E402, F401  (the fixture)
+from test_s13_decode_candidates import load_decode_bench  # noqa: E402
 from test_s14_decode_candidates import _run_dense  # noqa: E402
 from toolchains import needs_nvrtc  # noqa: E402
 
@@ -78,11 +77,7 @@ def test_mqa_against_float64(emulate, monkeypatch, case, variant, cfg):  # noqa:
 def test_bench_lists_parse(monkeypatch):
     """Every S15 candidate names known variants and a configuration decode_config takes; at d 128 on an H200 the
     rings give the blocks a SM the comments promise (64,3: 2 without the pad; 32,4 with occ2: 2; MQA 32,3: 3 or more)."""
-    sys.path.insert(0, os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))), "bench"))
-    try:
-        ds = importlib.import_module("decode_splits")
-    finally:
-        sys.path.pop(0)
+    ds = load_decode_bench()
     smem = 232448
     per_sm = {}
     for group, table in ((4, ds.S15_GQA), (32, ds.S15_MQA)):
@@ -120,3 +115,28 @@ def test_occ2_two_blocks_a_sm_at_every_head_dim(monkeypatch, dim):
         kernel = run_pipeline(f, PassContext(Target.parse(SM90), {"optimize_level": 2}))
         per_sm[occ2] = (228 * 1024) // (kernel.shared_bytes + 1024)
     assert per_sm == ({False: 2, True: 2} if dim == 256 else {False: 3, True: 2})
+
+
+@needs_nvrtc
+@pytest.mark.parametrize("dtype", ["float16", "bfloat16"])
+@pytest.mark.parametrize("variant, ring, heads", [
+    ("gcount,pdllate,tmerge", (64, 3), (32, 8)), ("gcount,occ2,pdllate,tmerge", (32, 4), (32, 8)),
+    ("gcount,lazysum,occ2,pdllate,tmerge", (64, 2), (32, 8)), ("gcount,lazysum,occ2,pdllate,tmerge", (32, 4), (32, 8)),
+    ("cover,gcount,occ2,pdllate,tmerge", (64, 2), (32, 1)), ("cmerge,cover,gcount,pdl", (32, 3), (32, 1))])
+def test_h200_kernels_build_without_spills(dtype, variant, ring, heads):
+    """The benchmark's kernels at their rings (d 128; 32-row blocks on 1 kv head) for the H200: no spills, within
+    227 KiB, and the blocks a SM the bench's comments count on (64,3 and occ2: 2; 32,3 without occ2: 3 or more)."""
+    from tilewright.codegen.cuda import print_cuda
+    from tilewright.passes.pipeline import PassContext, run_pipeline
+    from tilewright.target import Target
+    from tilewright.toolchain import nvrtc
+
+    names = tuple(sorted(variant.split(",")))
+    block_H = 32 if "cover" in names else 16
+    splits = 32 if "cover" in names else 4
+    f = dk.decode_fwd(*heads, 128, dtype, False, splits, False, False, block_H, *ring, 128, names)
+    k = run_pipeline(f, PassContext(Target.parse(SM90), {"optimize_level": 2, **(dk.decode_pass_configs(names) or {})}))
+    per_sm = (228 * 1024) // (k.shared_bytes + 1024)
+    assert per_sm == 2 if ("occ2" in names or ring == (64, 3)) else per_sm >= 3, (k.shared_bytes, per_sm)
+    res = nvrtc.compile_cuda(print_cuda(k), "sm_90a", [k.name]).resources[k.name]
+    assert res["spills"] == 0 and res["local_bytes"] == 0, res
