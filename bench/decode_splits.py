@@ -30,6 +30,7 @@ read from L2, replayed; no host time, no flush.
     python bench/decode_splits.py --s13      # session 13's PDL candidates (pdlpre, pdllate), KV 4k/8k/64k, as --s11
     python bench/decode_splits.py --s14      # session 14's L2 prefetch before the wait (kvpre) and occ2, as --s13
     python bench/decode_splits.py --s15      # session 15's ring shapes / lazysum on the default, MQA merges, as --s14
+    python bench/decode_splits.py --s15b     # its second round: lazysum (GQA again; MQA short and long caches)
 
 ``--s10`` (or DECODE_SPLITS=s10) times, in a CUDA graph as table 2, the GQA candidates (table S10-GQA) and the MQA
 candidates (table S10-MQA) of ``S10_GQA`` / ``S10_MQA`` against SDPA and the default, skipping tables 1-3.
@@ -46,7 +47,8 @@ copy bandwidth).  ``DECODE_S11_CANDS`` (comma-separated indexes into ``S11_GQA``
 other one in reverse order, ``DECODE_S13_ORDER=forward`` for all in one order, and a second table of the medians of the
 forward and of the reverse rounds apart: the place of a graph in the round, e.g. bf16 4k first in every forward round).
 ``--s14`` does the same for ``S14_GQA`` / ``S14_MQA`` with ``DECODE_S14_*`` (7 rounds, alternating), ``--s15`` for
-``S15_GQA`` / ``S15_MQA`` with ``DECODE_S15_*``.
+``S15_GQA`` / ``S15_MQA`` with ``DECODE_S15_*`` (MQA: KV 16k alone), ``--s15b`` for ``S15B_GQA`` / ``S15B_MQA`` with
+``DECODE_S15B_*`` (MQA: 16k and 64k).
 """
 
 from __future__ import annotations
@@ -217,6 +219,15 @@ S15_GQA = [("gcount,pdllate,tmerge", None, "64,3"), ("gcount,occ2,pdllate,tmerge
 # on it at 3 stages (half the last tile's compute; 3 or more blocks a SM as the default, where 32,4 would make 2).
 S15_MQA = [("cover,gcount,occ2,pdllate,tmerge", None, None), ("cmerge,cover,gcount,pdllate", None, None),
            ("cmerge,cover,gcount,lazysum,pdl", None, None), ("cmerge,cover,gcount,pdl", None, "32,3")]
+# Round 1 (15:45, bf16 / fp16): GQA 4k the default 87.3 / 87.1%, lazysum on it 87.7 / 87.2, 64,3 83.9 / 83.1, 32,4 82.9
+# / 79.8 (8-20 points lost at 8k-64k), both 84.1 / 83.1; MQA 16k the default 46.5 / 46.5%, cmerge,cover,gcount,
+# lazysum,pdl 48.6 / 48.6 (the MQA default since), tree,occ2,pdllate 44.1, cluster,pdllate 46.6, 32,3 36.9; SDPA 60 /
+# 56. Round 2 (--s15b; DECODE_S15B_*): lazysum on the GQA default again (under 0.5 points in fp16 in round 1); MQA at
+# 16k and 64k: the old short-cache default (against the new one, "new" at 16k), lazysum on the long-cache default (the
+# tree merge: "new" at 64k), the new short-cache default with the late trigger or with the moved prologue.
+S15B_GQA = [("gcount,lazysum,occ2,pdllate,tmerge", None, None)]
+S15B_MQA = [("cmerge,cover,gcount,pdl", None, None), ("cover,gcount,lazysum,tmerge", None, None),
+            ("cmerge,cover,gcount,lazysum,pdllate", None, None), ("cmerge,cover,gcount,lazysum,pdl,pdlpre", None, None)]
 # MQA (DECODE_S12_KIND=mqa): the defaults (cover,cmerge below 32k keys, cover,tmerge from there) with gcount, and
 # with pdl (the cluster launch of cmerge takes the attribute as well)
 S12_MQA = [("cmerge,cover,gcount", None, None), ("cmerge,cover,gcount,pdl", None, None),
@@ -277,8 +288,8 @@ def s11_table(roof: float, tag: str = "S11") -> list:
     env = f"DECODE_{tag}_"
     mqa = os.environ.get(env + "KIND") == "mqa"
     tables = {"S11": (S11_GQA, S11_MQA), "S12": (S12_GQA, S12_MQA), "S13": (S13_GQA, S13_MQA),
-              "S14": (S14_GQA, S14_MQA), "S15": (S15_GQA, S15_MQA)}[tag]
-    late = tag in ("S13", "S14", "S15")  # (KV 4k/8k/64k, alternating rounds)
+              "S14": (S14_GQA, S14_MQA), "S15": (S15_GQA, S15_MQA), "S15B": (S15B_GQA, S15B_MQA)}[tag]
+    late = tag in ("S13", "S14", "S15", "S15B")  # (KV 4k/8k/64k, alternating rounds)
     hkv, table = (1, tables[1]) if mqa else (HKV, tables[0])
     pick = os.environ.get(env + "CANDS")
     cands = [table[int(i)] for i in pick.split(",")] if pick else table
@@ -477,7 +488,7 @@ def mqa_table(roof: float) -> list:
 
 def main() -> None:
     roof = copy_bandwidth("cuda", False)
-    for tag in ("S11", "S12", "S13", "S14", "S15"):
+    for tag in ("S11", "S12", "S13", "S14", "S15", "S15B"):
         if f"--{tag.lower()}" in sys.argv or os.environ.get("DECODE_SPLITS") == tag.lower():
             rows = s11_table(roof, tag)
             print("\n".join(rows))

@@ -83,12 +83,13 @@ def test_set_sizes_counters_and_split_counts(monkeypatch):
 
 def test_defaults_after_the_0207_run(monkeypatch):
     """The measured defaults (H200, 02:07; session 12's 07:48 added gcount and programmatic launch, session 14's
-    11:29 occ2 with the late trigger): GQA tmerge (gcount, occ2, pdllate); MQA cover,cmerge (gcount, pdl) below MQA_LONG_FROM keys of cache and cover,tmerge (gcount)
+    11:29 occ2 with the late trigger, 15:45 lazysum for MQA): GQA tmerge (gcount, occ2, pdllate); MQA cover,cmerge (gcount,
+    lazysum, pdl) below MQA_LONG_FROM keys of cache and cover,tmerge (gcount)
     from there; a target without clusters keeps the plain kernel (measured on sm_90a only)."""
     monkeypatch.delenv("TILEWRIGHT_DECODE_VARIANT", raising=False)
     monkeypatch.delenv("TILEWRIGHT_DECODE_CONFIG", raising=False)
-    gqa, mqa, mqa_long = ("gcount", "occ2", "pdllate", "tmerge"), ("cmerge", "cover", "gcount", "pdl"), ("cover", "gcount",
-                                                                                               "tmerge")
+    gqa, mqa_long = ("gcount", "occ2", "pdllate", "tmerge"), ("cover", "gcount", "tmerge")
+    mqa = ("cmerge", "cover", "gcount", "lazysum", "pdl")  # (lazysum since the 15:45 run of session 14)
     assert dk.decode_config(128, 232448, 4, SM90, 4096) == (16, 64, 2, 128, gqa)
     assert dk.decode_config(128, 232448, 32, SM90, 16384) == (32, 64, 2, 128, mqa)
     assert dk.decode_config(128, 232448, 32, SM90, dk.MQA_LONG_FROM) == (32, 64, 2, 128, mqa_long)

@@ -217,7 +217,14 @@ def prefetch_depth(variant: tuple) -> int:
 # trigger 88.1 / 88.0 and 107.8 / 107.5, with pdlpre 88.9 / 88.5 and 108.5 / 108.3: neither replaces it.  MQA (KV 16k):
 # occ2 with the cluster merge lost badly (32.4 / 33.4% against the default's 47.1%; not measured why, a guess: clusters
 # of 8 at 2 blocks a SM no longer all fit their GPCs at once), so the MQA defaults stay.
-DEFAULT_VARIANT = {"mqa": ("cmerge", "cover", "gcount", "pdl"), "mqa_long": ("cover", "gcount", "tmerge"),
+# Round 1 of 15:45 (--s15, 7 rounds alternating, bf16 / fp16; bench/results/2026-12-02-1545-decode-splits-s15-*): MQA at
+# KV 16k cmerge,cover,gcount,lazysum,pdl 48.6 / 48.6% (spread 48-49) against the default's 46.5 / 46.5% (46-47; SDPA
+# 60.3 / 55.6%): lazysum (the row sums' exchange once, not every key block) pays on the 32-row MQA block, the MQA
+# default below MQA_LONG_FROM since; the tree merge with occ2,pdllate 44.1%, the cluster merge with pdllate 46.6%,
+# 32-key tiles at 3 stages 36.9%.  GQA at KV 4k: lazysum on the default 87.7 / 87.2% against 87.3 / 87.1% (under the
+# 0.5-point bar in fp16: not taken), 64,3 without occ2 83.9 / 83.1%, 32,4 with occ2 82.9 / 79.8% (and 8-20 points lost
+# at 8k-64k, wide spreads): the GQA default stays.
+DEFAULT_VARIANT = {"mqa": ("cmerge", "cover", "gcount", "lazysum", "pdl"), "mqa_long": ("cover", "gcount", "tmerge"),
                    "gqa": ("gcount", "occ2", "pdllate", "tmerge")}
 MQA_LONG_FROM = 32768
 # and their configuration by (kind, head dim) ("block_N,stages[,threads]" as TILEWRIGHT_DECODE_CONFIG; none: the
