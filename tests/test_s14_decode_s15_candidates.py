@@ -48,11 +48,13 @@ def test_gqa_against_float64(emulate, monkeypatch, case, variant, cfg):  # noqa:
 
 
 def _built_as(built, variant, cfg):
-    """The kernel the plan built has the variant and the ring (block_N, stages) asked for (64,2: the default)."""
+    """The kernel the plan built has the variant, the ring (block_N, stages) and the threads asked for (64,2: the
+    default)."""
     assert built, "no kernel built"
     key = built[0]  # ("decode", heads, kv heads, dim, dtype, cache, splits, k_hc, v_hc, block_H, block_N, stages, ...)
     assert key[-1] == tuple(sorted(variant.split(",")))
-    assert list(key[10:12]) == [int(x) for x in (cfg or "64,2").split(",")]
+    given = [int(x) for x in (cfg or "64,2").split(",")]  # (block_N, stages[, threads])
+    assert list(key[10:10 + len(given)]) == given
 
 
 MQA = [  # (B, H, Hkv, S, D, dtype, lens, splits), variant, config: 32 query heads on one kv head (cover: 32 rows)
@@ -65,12 +67,14 @@ MQA = [  # (B, H, Hkv, S, D, dtype, lens, splits), variant, config: 32 query hea
     ((2, 32, 1, 1100, 128, torch.float16, [1100, 0], 16), "cover,gcount,lazysum,tmerge", None),
     ((2, 32, 1, 1100, 128, torch.bfloat16, [900, 129], 16), "cmerge,cover,gcount,lazysum,pdllate", None),
     ((2, 32, 1, 1100, 128, torch.float16, [1100, 64], 16), "cmerge,cover,gcount,lazysum,pdl,pdlpre", None),
+    ((2, 32, 1, 1100, 128, torch.bfloat16, [1100, 500], 16), "cmerge,cover,gcount,lazysum,pdl", "64,2,64"),  # 2 warps
 ]
 
 
 @needs_nvrtc
 @pytest.mark.parametrize("case, variant, cfg", MQA, ids=["tree-occ2-late", "cluster-lazy", "cluster-late", "cluster-32x3",
-                                                                 "tree-lazy", "cluster-lazy-late", "cluster-lazy-pre"])
+                                                                 "tree-lazy", "cluster-lazy-late", "cluster-lazy-pre",
+                                                                 "cluster-lazy-2warps"])
 def test_mqa_against_float64(emulate, monkeypatch, case, variant, cfg):  # noqa: F811
     built = emulate(SM90, variant)
     if cfg:
@@ -96,7 +100,8 @@ def test_bench_lists_parse(monkeypatch):
             got = dk.decode_config(128, smem, group)
             assert got[4] == tuple(sorted(variant.split(",")))
             if cfg:
-                assert list(got[1:3]) == [int(x) for x in cfg.split(",")]
+                given = [int(x) for x in cfg.split(",")]
+                assert list(got[1:1 + len(given)]) == given
             per_sm[variant, cfg] = dk.blocks_per_sm(128, got, smem)
     assert per_sm["gcount,pdllate,tmerge", "64,3"] == 2
     assert per_sm["gcount,occ2,pdllate,tmerge", "32,4"] == 2
@@ -130,7 +135,7 @@ def test_occ2_two_blocks_a_sm_at_every_head_dim(monkeypatch, dim):
     ("gcount,lazysum,occ2,pdllate,tmerge", (64, 2), (32, 8)), ("gcount,lazysum,occ2,pdllate,tmerge", (32, 4), (32, 8)),
     ("cover,gcount,occ2,pdllate,tmerge", (64, 2), (32, 1)), ("cmerge,cover,gcount,pdl", (32, 3), (32, 1)),
     ("cover,gcount,lazysum,tmerge", (64, 2), (32, 1)), ("cmerge,cover,gcount,lazysum,pdllate", (64, 2), (32, 1)),
-    ("cmerge,cover,gcount,lazysum,pdl,pdlpre", (64, 2), (32, 1))])
+    ("cmerge,cover,gcount,lazysum,pdl,pdlpre", (64, 2), (32, 1)), ("cmerge,cover,gcount,lazysum,pdl", (64, 2, 64), (32, 1))])
 def test_h200_kernels_build_without_spills(dtype, variant, ring, heads):
     """The benchmark's kernels at their rings (d 128; 32-row blocks on 1 kv head) for the H200: no spills, within
     227 KiB, and the blocks a SM the bench's comments count on (64,3 and occ2: 2; 32,3 without occ2: 3 or more)."""
@@ -142,7 +147,7 @@ def test_h200_kernels_build_without_spills(dtype, variant, ring, heads):
     names = tuple(sorted(variant.split(",")))
     block_H = 32 if "cover" in names else 16
     splits = 32 if "cover" in names else 4
-    f = dk.decode_fwd(*heads, 128, dtype, False, splits, False, False, block_H, *ring, 128, names)
+    f = dk.decode_fwd(*heads, 128, dtype, False, splits, False, False, block_H, *(ring + (128,))[:3], names)
     k = run_pipeline(f, PassContext(Target.parse(SM90), {"optimize_level": 2, **(dk.decode_pass_configs(names) or {})}))
     per_sm = (228 * 1024) // (k.shared_bytes + 1024)
     assert per_sm == 2 if ("occ2" in names or ring == (64, 3)) else per_sm >= 3, (k.shared_bytes, per_sm)
