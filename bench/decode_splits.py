@@ -224,13 +224,13 @@ S15_MQA = [("cover,gcount,occ2,pdllate,tmerge", None, None), ("cmerge,cover,gcou
 # lazysum,pdl 48.6 / 48.6 (the MQA default since), tree,occ2,pdllate 44.1, cluster,pdllate 46.6, 32,3 36.9; SDPA 60 /
 # 56. Round 2 (--s15b; DECODE_S15B_*): lazysum on the GQA default again (under 0.5 points in fp16 in round 1); MQA at
 # 16k and 64k: the old short-cache default (against the new one, "new" at 16k), lazysum on the long-cache default (the
-# tree merge: "new" at 64k), the new short-cache default with the late trigger or with the moved prologue, and on 2
-# warps (64,2,64: each warp 16 whole query rows, so the row max and sum stay within a warp; 15 block barriers in the
-# sm_90a kernel against 23 at 4 warps, 238 registers, 3 blocks a SM by shared memory).
+# tree merge: "new" at 64k), the new short-cache default with the late trigger, and both lazysum ones on 2 warps
+# (64,2,64: each warp 16 whole query rows, so the row max and sum stay within a warp; 15 block barriers in the sm_90a
+# kernel against 23 at 4 warps, 238 registers, 3 blocks a SM by shared memory).
 S15B_GQA = [("gcount,lazysum,occ2,pdllate,tmerge", None, None)]
 S15B_MQA = [("cmerge,cover,gcount,pdl", None, None), ("cover,gcount,lazysum,tmerge", None, None),
-            ("cmerge,cover,gcount,lazysum,pdllate", None, None), ("cmerge,cover,gcount,lazysum,pdl,pdlpre", None, None),
-            ("cmerge,cover,gcount,lazysum,pdl", None, "64,2,64")]
+            ("cmerge,cover,gcount,lazysum,pdllate", None, None), ("cmerge,cover,gcount,lazysum,pdl", None, "64,2,64"),
+            ("cover,gcount,lazysum,tmerge", None, "64,2,64")]
 # MQA (DECODE_S12_KIND=mqa): the defaults (cover,cmerge below 32k keys, cover,tmerge from there) with gcount, and
 # with pdl (the cluster launch of cmerge takes the attribute as well)
 S12_MQA = [("cmerge,cover,gcount", None, None), ("cmerge,cover,gcount,pdl", None, None),
