@@ -227,6 +227,10 @@ S15_MQA = [("cover,gcount,occ2,pdllate,tmerge", None, None), ("cmerge,cover,gcou
 # tree merge: "new" at 64k), the new short-cache default with the late trigger, and both lazysum ones on 2 warps
 # (64,2,64: each warp 16 whole query rows, so the row max and sum stay within a warp; 15 block barriers in the sm_90a
 # kernel against 23 at 4 warps, 238 registers, 3 blocks a SM by shared memory).
+# Round 2 (16:10, bf16 / fp16): GQA 4k lazysum 89.9 / 90.0% against 89.4 / 90.0% (not taken: no 0.5 in fp16); MQA 16k
+# the new default 49.0 / 49.1% against the old 46.9 / 46.8%, on 2 warps 51.1 / 51.2% (the short MQA default at d 128
+# since), the tree with lazysum 42.3 / 42.6%, with pdllate 48.9 / 49.2%; MQA 64k the tree with lazysum 78.3 / 78.2%
+# against the long default's 74.6 / 74.3% (the long MQA default since), on 2 warps 77.3 / 77.1%; SDPA 56% / 70%.
 S15B_GQA = [("gcount,lazysum,occ2,pdllate,tmerge", None, None)]
 S15B_MQA = [("cmerge,cover,gcount,pdl", None, None), ("cover,gcount,lazysum,tmerge", None, None),
             ("cmerge,cover,gcount,lazysum,pdllate", None, None), ("cmerge,cover,gcount,lazysum,pdl", None, "64,2,64"),
@@ -430,13 +434,14 @@ def chosen_splits(variant: str | None, hkv: int = HKV, lens=tuple(LENS), config:
     in ``lens``, as the plans choose them."""
     use("new", config, variant)
     smem = attention_dispatch._shared_bytes(torch.empty(1, device="cuda"))
-    cfg = decode_kernels.decode_config(D, smem, H // hkv)
-    groups = B * hkv * -(-(H // hkv) // cfg[0])
-    got = [decode_kernels.decode_splits(groups, -(-L // cfg[1]), None, D, cfg, smem, attention_dispatch._NUM_SMS)
-           for L in lens]
+    got = []
+    for L in lens:  # (the configuration by length: the default's MQA kind changes at MQA_LONG_FROM keys)
+        cfg = decode_kernels.decode_config(D, smem, H // hkv, None, L)
+        groups = B * hkv * -(-(H // hkv) // cfg[0])
+        n = decode_kernels.decode_splits(groups, -(-L // cfg[1]), None, D, cfg, smem, attention_dispatch._NUM_SMS)
+        got.append(f"{n} (cluster {decode_kernels.merge_cluster(n, cfg[4])})" if "cmerge" in cfg[4] else str(n))
     use("new")
-    return ", ".join(f"{n} (cluster {decode_kernels.merge_cluster(n, cfg[4])})" if "cmerge" in cfg[4] else str(n)
-                     for n in got)
+    return ", ".join(got)
 
 
 def guarded(cell) -> str:

@@ -155,3 +155,38 @@ def test_h200_kernels_build_without_spills(dtype, variant, ring, heads):
     assert per_sm == 2 if ("occ2" in names or ring == (64, 3)) else per_sm >= 3, (k.shared_bytes, per_sm)
     res = nvrtc.compile_cuda(print_cuda(k), "sm_90a", [k.name]).resources[k.name]
     assert res["spills"] == 0 and res["local_bytes"] == 0, res
+
+
+def test_defaults_after_round_2(monkeypatch):
+    """The H200 rounds of 15:45 and 16:10: MQA below MQA_LONG_FROM keys takes lazysum and, at d 128 on blocks of up to 32
+    rows, 2 warps (DEFAULT_CONFIG); from there the tree merge with lazysum on 4 warps; GQA unchanged.  The 2-warp ring
+    only where it was measured: not on 48/64-row cover blocks, other head dims, a target whose default is the plain
+    kernel, a named variant (even the default's names) or under TILEWRIGHT_DECODE_CONFIG."""
+    monkeypatch.delenv("TILEWRIGHT_DECODE_VARIANT", raising=False)
+    monkeypatch.delenv("TILEWRIGHT_DECODE_CONFIG", raising=False)
+    short, long_ = ("cmerge", "cover", "gcount", "lazysum", "pdl"), ("cover", "gcount", "lazysum", "tmerge")
+    assert dk.decode_config(128, 232448, 32, SM90, 16384) == (32, 64, 2, 64, short)
+    assert dk.decode_config(128, 232448, 24, SM90, 16384) == (32, 64, 2, 64, short)  # (24 heads: the same 32-row block)
+    assert dk.decode_config(128, 232448, 32, SM90, 65536) == (32, 64, 2, 128, long_)
+    assert dk.decode_config(128, 232448, 64, SM90, 16384) == (64, 64, 2, 128, short)  # 64 rows: 4 warps
+    assert dk.decode_config(128, 232448, 48, SM90, 16384)[1:4] == (64, 2, 128)
+    assert dk.decode_config(64, 232448, 32, SM90, 16384)[1:4] == (64, 4, 128)
+    assert dk.decode_config(256, 232448, 32, SM90, 16384)[1:4] == (32, 3, 128)
+    assert dk.decode_config(128, 166912, 32, _SM80, 16384) == (16, 64, 2, 128, ())
+    assert dk.decode_config(128, 232448, 4, SM90, 4096) == (16, 64, 2, 128, ("gcount", "occ2", "pdllate", "tmerge"))
+    monkeypatch.setenv("TILEWRIGHT_DECODE_CONFIG", "64,2")
+    assert dk.decode_config(128, 232448, 32, SM90, 16384) == (32, 64, 2, 128, short)
+    monkeypatch.delenv("TILEWRIGHT_DECODE_CONFIG")
+    monkeypatch.setenv("TILEWRIGHT_DECODE_VARIANT", ",".join(short))
+    assert dk.decode_config(128, 232448, 32, SM90, 16384) == (32, 64, 2, 128, short)
+
+
+@needs_nvrtc
+def test_short_mqa_default_runs_on_two_warps(emulate, monkeypatch):  # noqa: F811
+    """The default (no variable) at MQA group 32, d 128, sm_90a, below MQA_LONG_FROM: the 2-warp cluster-merge kernel
+    with lazysum against float64, an empty and a ragged sequence, fp16."""
+    built = emulate(SM90, "")
+    monkeypatch.delenv("TILEWRIGHT_DECODE_VARIANT")
+    _run(2, 32, 1, 1100, 128, torch.float16, [0, 1099], 16, seed=31)
+    (key,) = built
+    assert key[-1] == ("cmerge", "cover", "gcount", "lazysum", "pdl") and key[9:13] == (32, 64, 2, 64)
