@@ -29,6 +29,8 @@ read from L2, replayed; no host time, no flush.
     python bench/decode_splits.py --s12      # session 12's graph-level candidates (gcount, pdl), as --s11
     python bench/decode_splits.py --s13      # session 13's PDL candidates (pdlpre, pdllate), KV 4k/8k/64k, as --s11
     python bench/decode_splits.py --s14      # session 14's L2 prefetch before the wait (kvpre) and occ2, as --s13
+    python bench/decode_splits.py --s15      # session 15's ring shapes / lazysum on the default, MQA merges, as --s14
+    python bench/decode_splits.py --s15b     # its second round: lazysum (GQA again; MQA short and long caches)
 
 ``--s10`` (or DECODE_SPLITS=s10) times, in a CUDA graph as table 2, the GQA candidates (table S10-GQA) and the MQA
 candidates (table S10-MQA) of ``S10_GQA`` / ``S10_MQA`` against SDPA and the default, skipping tables 1-3.
@@ -44,7 +46,9 @@ copy bandwidth).  ``DECODE_S11_CANDS`` (comma-separated indexes into ``S11_GQA``
 ``--s13`` for ``S13_GQA`` / ``S13_MQA`` with ``DECODE_S13_*`` (GQA lengths 4k, 8k and 64k by default; 8 rounds, every
 other one in reverse order, ``DECODE_S13_ORDER=forward`` for all in one order, and a second table of the medians of the
 forward and of the reverse rounds apart: the place of a graph in the round, e.g. bf16 4k first in every forward round).
-``--s14`` does the same for ``S14_GQA`` / ``S14_MQA`` with ``DECODE_S14_*`` (7 rounds, alternating).
+``--s14`` does the same for ``S14_GQA`` / ``S14_MQA`` with ``DECODE_S14_*`` (7 rounds, alternating), ``--s15`` for
+``S15_GQA`` / ``S15_MQA`` with ``DECODE_S15_*`` (MQA: KV 16k alone), ``--s15b`` for ``S15B_GQA`` / ``S15B_MQA`` with
+``DECODE_S15B_*`` (MQA: 16k and 64k).
 """
 
 from __future__ import annotations
@@ -203,6 +207,34 @@ S14_GQA = [("tmerge,gcount,pdlwait,kvpre", None, None), ("tmerge,gcount,pdlwait,
 # MQA (DECODE_S14_KIND=mqa; KV 16k, 32 heads on 1 kv head): the short-cache default (cmerge,cover,gcount,pdl: an early
 # trigger with 3 blocks a SM, 46.7% in session 12, SDPA 56%) with occ2, and with the late trigger instead
 S14_MQA = [("cmerge,cover,gcount,occ2,pdl", None, None), ("cmerge,cover,gcount,occ2,pdllate", None, None)]
+# session 15 (--s15): the KV-4k tail of the default (gcount,occ2,pdllate,tmerge at 64 keys x 2 stages, 89.3 / 89.5% at
+# 12:04) and the MQA gap to SDPA (47% against 56% at 16k).  GQA: 0 = 2 blocks a SM by a 3-stage ring instead of the
+# occ2 pad (2 tiles ahead a block, not 1); 1 = 32-key tiles at 4 stages (3 tiles of 16 KB ahead, and the last tile's
+# compute before the merge half as long); 2 = lazysum on the default (3 fewer block barriers a key block); 3 = 1 and 2.
+S15_GQA = [("gcount,pdllate,tmerge", None, "64,3"), ("gcount,occ2,pdllate,tmerge", None, "32,4"),
+           ("gcount,lazysum,occ2,pdllate,tmerge", None, None), ("gcount,lazysum,occ2,pdllate,tmerge", None, "32,4")]
+# MQA (DECODE_S15_KIND=mqa; KV 16k, where the gap to SDPA is): the GQA default's recipe on the tree merge (occ2
+# lost only beside the cluster merge at 12:04), the late trigger without occ2 on the cluster merge, lazysum on the
+# short-cache default (never measured for MQA: its 32-row block has twice GQA's softmax a key block), and 32-key tiles
+# on it at 3 stages (half the last tile's compute; 3 or more blocks a SM as the default, where 32,4 would make 2).
+S15_MQA = [("cover,gcount,occ2,pdllate,tmerge", None, None), ("cmerge,cover,gcount,pdllate", None, None),
+           ("cmerge,cover,gcount,lazysum,pdl", None, None), ("cmerge,cover,gcount,pdl", None, "32,3")]
+# Round 1 (15:45, bf16 / fp16): GQA 4k the default 87.3 / 87.1%, lazysum on it 87.7 / 87.2, 64,3 83.9 / 83.1, 32,4 82.9
+# / 79.8 (8-20 points lost at 8k-64k), both 84.1 / 83.1; MQA 16k the default 46.5 / 46.5%, cmerge,cover,gcount,
+# lazysum,pdl 48.6 / 48.6 (the MQA default since), tree,occ2,pdllate 44.1, cluster,pdllate 46.6, 32,3 36.9; SDPA 60 /
+# 56. Round 2 (--s15b; DECODE_S15B_*): lazysum on the GQA default again (under 0.5 points in fp16 in round 1); MQA at
+# 16k and 64k: the old short-cache default (against the new one, "new" at 16k), lazysum on the long-cache default (the
+# tree merge: "new" at 64k), the new short-cache default with the late trigger, and both lazysum ones on 2 warps
+# (64,2,64: each warp 16 whole query rows, so the row max and sum stay within a warp; 15 block barriers in the sm_90a
+# kernel against 23 at 4 warps, 238 registers, 3 blocks a SM by shared memory).
+# Round 2 (16:10, bf16 / fp16): GQA 4k lazysum 89.9 / 90.0% against 89.4 / 90.0% (not taken: no 0.5 in fp16); MQA 16k
+# the new default 49.0 / 49.1% against the old 46.9 / 46.8%, on 2 warps 51.1 / 51.2% (the short MQA default at d 128
+# since), the tree with lazysum 42.3 / 42.6%, with pdllate 48.9 / 49.2%; MQA 64k the tree with lazysum 78.3 / 78.2%
+# against the long default's 74.6 / 74.3% (the long MQA default since), on 2 warps 77.3 / 77.1%; SDPA 56% / 70%.
+S15B_GQA = [("gcount,lazysum,occ2,pdllate,tmerge", None, None)]
+S15B_MQA = [("cmerge,cover,gcount,pdl", None, None), ("cover,gcount,lazysum,tmerge", None, None),
+            ("cmerge,cover,gcount,lazysum,pdllate", None, None), ("cmerge,cover,gcount,lazysum,pdl", None, "64,2,64"),
+            ("cover,gcount,lazysum,tmerge", None, "64,2,64")]
 # MQA (DECODE_S12_KIND=mqa): the defaults (cover,cmerge below 32k keys, cover,tmerge from there) with gcount, and
 # with pdl (the cluster launch of cmerge takes the attribute as well)
 S12_MQA = [("cmerge,cover,gcount", None, None), ("cmerge,cover,gcount,pdl", None, None),
@@ -263,13 +295,14 @@ def s11_table(roof: float, tag: str = "S11") -> list:
     env = f"DECODE_{tag}_"
     mqa = os.environ.get(env + "KIND") == "mqa"
     tables = {"S11": (S11_GQA, S11_MQA), "S12": (S12_GQA, S12_MQA), "S13": (S13_GQA, S13_MQA),
-              "S14": (S14_GQA, S14_MQA)}[tag]
-    late = tag in ("S13", "S14")  # (KV 4k/8k/64k, alternating rounds)
+              "S14": (S14_GQA, S14_MQA), "S15": (S15_GQA, S15_MQA), "S15B": (S15B_GQA, S15B_MQA)}[tag]
+    late = tag in ("S13", "S14", "S15", "S15B")  # (KV 4k/8k/64k, alternating rounds)
     hkv, table = (1, tables[1]) if mqa else (HKV, tables[0])
     pick = os.environ.get(env + "CANDS")
     cands = [table[int(i)] for i in pick.split(",")] if pick else table
     gqa_lens = "4096,8192,65536" if late else "4096,8192,16384,65536"
-    lens = [int(x) for x in os.environ.get(env + "LENS", "16384,65536" if mqa else gqa_lens).split(",")]
+    mqa_lens = "16384" if tag == "S15" else "16384,65536"
+    lens = [int(x) for x in os.environ.get(env + "LENS", mqa_lens if mqa else gqa_lens).split(",")]
     dtypes = [getattr(torch, n) for n in os.environ.get(env + "DTYPES", "bfloat16,float16").split(",")]
     rounds = int(os.environ.get(env + "ROUNDS", "8" if tag == "S13" else "7"))  # (S14: 7 rounds, alternating)
     # "alternate" (S13's default): odd rounds replay the graphs in reverse order, so that a graph's place in the round
@@ -401,13 +434,14 @@ def chosen_splits(variant: str | None, hkv: int = HKV, lens=tuple(LENS), config:
     in ``lens``, as the plans choose them."""
     use("new", config, variant)
     smem = attention_dispatch._shared_bytes(torch.empty(1, device="cuda"))
-    cfg = decode_kernels.decode_config(D, smem, H // hkv)
-    groups = B * hkv * -(-(H // hkv) // cfg[0])
-    got = [decode_kernels.decode_splits(groups, -(-L // cfg[1]), None, D, cfg, smem, attention_dispatch._NUM_SMS)
-           for L in lens]
+    got = []
+    for L in lens:  # (the configuration by length: the default's MQA kind changes at MQA_LONG_FROM keys)
+        cfg = decode_kernels.decode_config(D, smem, H // hkv, None, L)
+        groups = B * hkv * -(-(H // hkv) // cfg[0])
+        n = decode_kernels.decode_splits(groups, -(-L // cfg[1]), None, D, cfg, smem, attention_dispatch._NUM_SMS)
+        got.append(f"{n} (cluster {decode_kernels.merge_cluster(n, cfg[4])})" if "cmerge" in cfg[4] else str(n))
     use("new")
-    return ", ".join(f"{n} (cluster {decode_kernels.merge_cluster(n, cfg[4])})" if "cmerge" in cfg[4] else str(n)
-                     for n in got)
+    return ", ".join(got)
 
 
 def guarded(cell) -> str:
@@ -462,7 +496,7 @@ def mqa_table(roof: float) -> list:
 
 def main() -> None:
     roof = copy_bandwidth("cuda", False)
-    for tag in ("S11", "S12", "S13", "S14"):
+    for tag in ("S11", "S12", "S13", "S14", "S15", "S15B"):
         if f"--{tag.lower()}" in sys.argv or os.environ.get("DECODE_SPLITS") == tag.lower():
             rows = s11_table(roof, tag)
             print("\n".join(rows))

@@ -83,25 +83,27 @@ def test_set_sizes_counters_and_split_counts(monkeypatch):
 
 def test_defaults_after_the_0207_run(monkeypatch):
     """The measured defaults (H200, 02:07; session 12's 07:48 added gcount and programmatic launch, session 14's
-    11:29 occ2 with the late trigger): GQA tmerge (gcount, occ2, pdllate); MQA cover,cmerge (gcount, pdl) below MQA_LONG_FROM keys of cache and cover,tmerge (gcount)
+    11:29 occ2 with the late trigger, 15:45 / 16:10 lazysum for MQA, 2 warps below MQA_LONG_FROM): GQA tmerge (gcount, occ2, pdllate); MQA cover,cmerge (gcount,
+    lazysum, pdl) below MQA_LONG_FROM keys of cache and cover,tmerge (gcount)
     from there; a target without clusters keeps the plain kernel (measured on sm_90a only)."""
     monkeypatch.delenv("TILEWRIGHT_DECODE_VARIANT", raising=False)
     monkeypatch.delenv("TILEWRIGHT_DECODE_CONFIG", raising=False)
-    gqa, mqa, mqa_long = ("gcount", "occ2", "pdllate", "tmerge"), ("cmerge", "cover", "gcount", "pdl"), ("cover", "gcount",
-                                                                                               "tmerge")
+    gqa, mqa_long = ("gcount", "occ2", "pdllate", "tmerge"), ("cover", "gcount", "lazysum", "tmerge")
+    mqa = ("cmerge", "cover", "gcount", "lazysum", "pdl")  # (lazysum since the 15:45 run of session 14, 2 warps since 16:10)
     assert dk.decode_config(128, 232448, 4, SM90, 4096) == (16, 64, 2, 128, gqa)
-    assert dk.decode_config(128, 232448, 32, SM90, 16384) == (32, 64, 2, 128, mqa)
+    assert dk.decode_config(128, 232448, 32, SM90, 16384) == (32, 64, 2, 64, mqa)
     assert dk.decode_config(128, 232448, 32, SM90, dk.MQA_LONG_FROM) == (32, 64, 2, 128, mqa_long)
-    assert dk.decode_config(128, 232448, 32, SM90) == (32, 64, 2, 128, mqa)  # (no length given)
+    assert dk.decode_config(128, 232448, 32, SM90) == (32, 64, 2, 64, mqa)  # (no length given)
     assert dk.decode_config(128, 166912, 4, SM80, 4096)[4] == () and dk.decode_config(128, 166912, 32, SM80, 65536)[4] == ()
 
 
 @needs_nvrtc
 def test_mqa_long_default_runs(emulate, monkeypatch):  # noqa: F811 (the fixture)
-    """The default at MQA group 32 with a cache of MQA_LONG_FROM keys or more on sm_90a: cover,tmerge (gcount)."""
+    """The default at MQA group 32 with a cache of MQA_LONG_FROM keys or more on sm_90a: cover,tmerge (gcount, lazysum;
+    4 warps)."""
     monkeypatch.setattr(dk, "MQA_LONG_FROM", 1024)
     built = emulate(SM90, "")
     monkeypatch.delenv("TILEWRIGHT_DECODE_VARIANT")
     _run(2, 32, 1, 1100, 128, torch.bfloat16, [1100, 555], 16, seed=13)
     (key,) = built
-    assert key[-1] == ("cover", "gcount", "tmerge") and key[9] == 32
+    assert key[-1] == ("cover", "gcount", "lazysum", "tmerge") and key[9] == 32 and key[12] == 128

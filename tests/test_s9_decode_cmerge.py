@@ -169,7 +169,8 @@ def test_mqa_default_is_cover_cmerge_where_clusters_exist(monkeypatch):
     variant only loses cmerge."""
     monkeypatch.delenv("TILEWRIGHT_DECODE_VARIANT", raising=False)
     monkeypatch.delenv("TILEWRIGHT_DECODE_CONFIG", raising=False)
-    assert dk.decode_config(128, 232448, 32, SM90) == (32, 64, 2, 128, ("cmerge", "cover", "gcount", "pdl"))
+    # (session 14's 15:45 run added lazysum, its 16:10 run 2 warps at d 128)
+    assert dk.decode_config(128, 232448, 32, SM90) == (32, 64, 2, 64, ("cmerge", "cover", "gcount", "lazysum", "pdl"))
     assert dk.decode_config(128, 166912, 32, SM80) == (16, 64, 2, 128, ())
     assert dk.decode_config(128, 232448, 32, "interpret") == (16, 64, 2, 128, ())
     # GQA: session 10's tmerge, session 12's gcount, session 14's occ2,pdllate
@@ -185,4 +186,4 @@ def test_mqa_default_runs(emulate, monkeypatch):
     monkeypatch.delenv("TILEWRIGHT_DECODE_VARIANT")
     _run(2, 32, 1, 600, 128, torch.float16, [600, 333], 8, seed=11)
     (key,) = built
-    assert key[-1] == ("cmerge", "cover", "gcount", "pdl") and key[9] == 32
+    assert key[-1] == ("cmerge", "cover", "gcount", "lazysum", "pdl") and key[9] == 32 and key[12] == 64

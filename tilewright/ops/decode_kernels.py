@@ -219,12 +219,32 @@ def prefetch_depth(variant: tuple) -> int:
 # trigger 88.1 / 88.0 and 107.8 / 107.5, with pdlpre 88.9 / 88.5 and 108.5 / 108.3: neither replaces it.  MQA (KV 16k):
 # occ2 with the cluster merge lost badly (32.4 / 33.4% against the default's 47.1%; not measured why, a guess: clusters
 # of 8 at 2 blocks a SM no longer all fit their GPCs at once), so the MQA defaults stay.
-DEFAULT_VARIANT = {"mqa": ("cmerge", "cover", "gcount", "pdl"), "mqa_long": ("cover", "gcount", "tmerge"),
+# Round 1 of 15:45 (--s15, 7 rounds alternating, bf16 / fp16; bench/results/2026-12-02-1545-decode-splits-s15-*): MQA at
+# KV 16k cmerge,cover,gcount,lazysum,pdl 48.6 / 48.6% (spread 48-49) against the default's 46.5 / 46.5% (46-47; SDPA
+# 60.3 / 55.6%): lazysum (the row sums' exchange once, not every key block) pays on the 32-row MQA block, the MQA
+# default below MQA_LONG_FROM since; the tree merge with occ2,pdllate 44.1%, the cluster merge with pdllate 46.6%,
+# 32-key tiles at 3 stages 36.9%.  GQA at KV 4k: lazysum on the default 87.7 / 87.2% against 87.3 / 87.1% (under the
+# 0.5-point bar in fp16: not taken), 64,3 without occ2 83.9 / 83.1%, 32,4 with occ2 82.9 / 79.8% (and 8-20 points lost
+# at 8k-64k, wide spreads): the GQA default stays.
+# Round 2 of 16:10 (--s15b, 7 rounds alternating, bf16 / fp16; 1610-decode-splits-s15b-*): MQA at KV 16k the new default
+# 49.0 / 49.1% against the old one's 46.9 / 46.8% (lazysum confirmed), and on 2 warps (64,2,64: each warp 16 whole query
+# rows, so the row max and sum stay within a warp; 15 block barriers against 23) 51.1 / 51.2% (spreads 51-51): the short
+# MQA default's configuration at d 128 since (DEFAULT_CONFIG); SDPA 55.8 / 56.0%.  At 64k lazysum on the tree merge
+# (cover,gcount,lazysum,tmerge) 78.3 / 78.2% against the long default's 74.6 / 74.3% (SDPA 70.3 / 70.4%, spread 69-79):
+# the long MQA default since; on 2 warps 77.3 / 77.1% (4 warps kept there); the short default on 2 warps 73.7% at 64k
+# and the tree at 16k 42.3 / 42.6% (39.7% on 2 warps), so the boundary stays between them (32k keys, not measured
+# there). GQA at 4k: lazysum 89.9 / 90.0% against the default's 89.4 / 90.0% (8k 98.6 / 98.6 against 98.6 / 98.4): a
+# second round without a 0.5-point win in fp16, so the GQA default stays.
+DEFAULT_VARIANT = {"mqa": ("cmerge", "cover", "gcount", "lazysum", "pdl"),
+                   "mqa_long": ("cover", "gcount", "lazysum", "tmerge"),
                    "gqa": ("gcount", "occ2", "pdllate", "tmerge")}
 MQA_LONG_FROM = 32768
 # and their configuration by (kind, head dim) ("block_N,stages[,threads]" as TILEWRIGHT_DECODE_CONFIG; none: the
-# rule of decode_config) where neither variable is set
-DEFAULT_CONFIG: dict = {}
+# rule of decode_config) where neither variable is set, only with the kind's default variant (not on a target whose
+# default is the plain kernel) and on blocks of at most DEFAULT_CONFIG_ROWS query rows (as measured: 32 rows on 2
+# warps; 48- or 64-row cover blocks keep the rule)
+DEFAULT_CONFIG: dict = {("mqa", 128): "64,2,64"}
+DEFAULT_CONFIG_ROWS = 32
 
 
 def _kind(group: int, seq_k: int | None = None) -> str:
@@ -264,7 +284,8 @@ def decode_config(dim: int, smem: int, group: int = 1, target: str | None = None
     and bf16, 1-4% ahead of 3 stages (bench/results/2026-12-01-1547-decode-splits-* and -1659-*);
     d 64 and 256 are not measured.  ``TILEWRIGHT_DECODE_CONFIG`` ("block_N,stages[,threads]")
     overrides it for sweeps (bench/decode_splits.py); the shrinking still applies; with neither variable set,
-    ``DEFAULT_CONFIG`` does.  ``variant``: ``decode_variant(group)`` (candidates, ``DEFAULT_VARIANT`` by
+    ``DEFAULT_CONFIG`` does where the default variant applies and the block has at most ``DEFAULT_CONFIG_ROWS`` rows
+    (MQA at d 128 on sm_90a: 2 warps).  ``variant``: ``decode_variant(group)`` (candidates, ``DEFAULT_VARIANT`` by
     default); with "cover", ``block_H`` is the ``group`` of query heads a kv head serves rounded up to 16, at
     most 64 (32 at d > 128: 64 rows spill there).  With ``target`` (its string) and no clusters there, "cmerge"
     is dropped from a chosen variant and a default (measured on the H200 only) becomes the plain kernel.  ``seq_k``:
@@ -284,8 +305,9 @@ def decode_config(dim: int, smem: int, group: int = 1, target: str | None = None
     # 16 x 32 tile has 4 warps' worth of m16n8 MMAs, and the planner refuses 8 warps, so it keeps 4)
     threads = (256 if "w8" in variant and bH * bN >= 16 * 64 else 128) if dim % 32 == 0 else 64
     env = config.get("decode_config")  # "block_N,stages[,threads]": sweeps on a GPU (bench/decode_splits.py)
-    if not env and not config.get("decode_variant"):
-        env = DEFAULT_CONFIG.get((_kind(group, seq_k), dim), "")
+    kind = _kind(group, seq_k)
+    if not env and not config.get("decode_variant") and variant == DEFAULT_VARIANT[kind] and bH <= DEFAULT_CONFIG_ROWS:
+        env = DEFAULT_CONFIG.get((kind, dim), "")
     if env:
         try:
             given = [int(x) for x in env.split(",")]
