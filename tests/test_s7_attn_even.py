@@ -48,10 +48,14 @@ def even(monkeypatch):
 
 
 def _even_flags(used) -> tuple:
-    """(even_q, even_k) of the last attention kernel compiled (the last two entries of its cache key)."""
+    """(even_q, even_k) of the last attention kernel compiled: the last two booleans of its cache key (after
+    them come only entries that are not booleans: the key-loop trims, the persistent grid and order, lean marks)."""
     keys = [key for key, *_ in used if key[0] == "attention"]
     assert keys, "no attention kernel was compiled"
-    return keys[-1][-2:]
+    key = keys[-1]
+    while key and not isinstance(key[-1], bool):
+        key = key[:-1]
+    return key[-2:]
 
 
 def _case(B, H, Hkv, Sq, Sk, D, causal, dtype):
